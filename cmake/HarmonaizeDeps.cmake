@@ -1,0 +1,25 @@
+# Third-party libraries, all from Debian's packages (scripts/install-deps.sh).
+# A missing package is a configuration error, never a silently skipped feature.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(Boost 1.74 REQUIRED)          # Asio (service I/O), Beast (metrics)
+find_package(spdlog REQUIRED)              # structured logging
+find_package(nlohmann_json 3.10 REQUIRED)  # control API and state files
+find_package(CLI11 REQUIRED)               # command lines
+pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)     # checkpoint storage I/O
+pkg_check_modules(LIBVIRT REQUIRED IMPORTED_TARGET libvirt)    # hostdev attach/detach
+pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus) # config and inventory files
+
+# ISA-L (CRC32C of checkpoint chunks) ships no CMake or pkg-config file in Debian 12.
+find_path(ISAL_INCLUDE_DIR isa-l/crc.h REQUIRED)
+find_library(ISAL_LIBRARY isal REQUIRED)
+add_library(hz_isal INTERFACE)
+target_include_directories(hz_isal INTERFACE ${ISAL_INCLUDE_DIR})
+target_link_libraries(hz_isal INTERFACE ${ISAL_LIBRARY})
+add_library(ISAL::isal ALIAS hz_isal)
+
+# Boost.Asio: one io_context per thread, no deprecated interfaces.
+add_library(hz_asio INTERFACE)
+target_link_libraries(hz_asio INTERFACE Boost::headers Threads::Threads)
+target_compile_definitions(hz_asio INTERFACE BOOST_ASIO_NO_DEPRECATED BOOST_ERROR_CODE_HEADER_ONLY)
+add_library(Hz::asio ALIAS hz_asio)

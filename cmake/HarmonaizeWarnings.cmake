@@ -1,0 +1,32 @@
+# Warnings and sanitizers applied to every project target.
+add_compile_options(-Wall -Wextra -Wshadow -Wcast-align
+                    $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor>
+                    -Wformat=2 -Wimplicit-fallthrough -Wnull-dereference)
+if(HZ_WERROR)
+  add_compile_options(-Werror)
+endif()
+
+if(HZ_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
+                      -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+  add_compile_definitions(HZ_SANITIZED=1)
+endif()
+
+if(HZ_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "HZ_FUZZ needs clang: use the 'fuzz' preset")
+  endif()
+  # Everything is instrumented for coverage; only the fuzz targets link libFuzzer's main.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+  add_compile_definitions(HZ_SANITIZED=1 HZ_FUZZING=1)
+endif()
+
+# Adds a subdirectory when it has a CMakeLists.txt, so a component can be
+# developed before its neighbours exist.
+function(hz_add_subdirectory_if_present dir)
+  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/CMakeLists.txt)
+    add_subdirectory(${dir})
+  endif()
+endfunction()

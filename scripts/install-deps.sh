@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of HarmonAIze from Debian's packages.
+# Idempotent: packages already present are left alone, and a second run is quick.
+# Usage: scripts/install-deps.sh  (as root, or with sudo available)
+set -euo pipefail
+
+# Why each group is here:
+#  toolchain      - gcc/g++ 12 build the project; clang 14 + libFuzzer + compiler-rt
+#                   build the fuzz targets and give LeakSanitizer a runtime.
+#  service libs   - Boost (Asio for all service I/O, Beast for the metrics endpoint),
+#                   liburing (checkpoint storage I/O), ISA-L (CRC32C of checkpoint chunks),
+#                   spdlog/fmt, nlohmann-json, toml++, CLI11: the established libraries the
+#                   code uses instead of hand-written equivalents.
+#  libvirt        - the C API (attach/detach of passthrough devices), the daemon and
+#                   virt-xml-validate for validating generated domain XML.
+#  tests/bench    - GoogleTest/GoogleMock, Google Benchmark, RapidCheck (property tests),
+#                   Open MPI and Gloo (the collective references the benchmarks measure).
+#  VM tests       - debootstrap builds the Debian 13 root that carries QEMU >= 10.2;
+#                   busybox-static/cpio build the guest initramfs; the guest kernel and
+#                   its headers build and run the guest driver; sparse checks the driver.
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  clang-14 clang llvm-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy
+  libboost-dev liburing-dev libisal-dev
+  libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
+  libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu
+  libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
+  openmpi-bin libopenmpi-dev libgloo-dev
+  debootstrap busybox-static cpio gzip kmod
+  linux-image-amd64 linux-headers-amd64 sparse
+  python3 procps iproute2 util-linux
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# The guest kernel is installed into /boot for the VM images; the host keeps its own.
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

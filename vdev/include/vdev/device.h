@@ -1,0 +1,126 @@
+// The interface between vdev (generic vhost-user plumbing) and a device
+// implementation such as harmonaized's per-VM device or the test echo device.
+//
+// Data flows one way: vdev validates ring entries and hands the device a Chain
+// of host views over guest memory; the device completes the Chain with the
+// number of bytes it wrote. Nothing here knows what the bytes mean.
+#ifndef VDEV_DEVICE_H_
+#define VDEV_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace vdev {
+
+class MemoryMap;
+// Chains and device-held translations keep the mappings they point into alive,
+// so a SET_MEM_TABLE or REM_MEM_REG never unmaps memory still in use.
+using MemoryMapPtr = std::shared_ptr<const MemoryMap>;
+
+// A contiguous host view of guest bytes.
+struct Segment {
+  uint8_t* data = nullptr;
+  size_t len = 0;
+};
+
+// One validated descriptor chain: readable segments first, then writable ones.
+// Lengths and bounds were checked against the memory map by vdev.
+class Chain {
+ public:
+  Chain() = default;
+  Chain(uint16_t head, std::vector<Segment> readable, std::vector<Segment> writable,
+        MemoryMapPtr memory);
+
+  uint16_t head() const { return head_; }
+  const std::vector<Segment>& readable() const { return readable_; }
+  const std::vector<Segment>& writable() const { return writable_; }
+  size_t readable_bytes() const { return readable_bytes_; }
+  size_t writable_bytes() const { return writable_bytes_; }
+  const MemoryMapPtr& memory() const { return memory_; }
+
+  // Gathers up to len readable bytes starting at offset; returns bytes copied.
+  size_t Read(size_t offset, void* dst, size_t len) const;
+  // Scatters up to len bytes into the writable part at offset; returns bytes copied.
+  size_t Write(size_t offset, const void* src, size_t len) const;
+
+ private:
+  uint16_t head_ = 0;
+  std::vector<Segment> readable_;
+  std::vector<Segment> writable_;
+  size_t readable_bytes_ = 0;
+  size_t writable_bytes_ = 0;
+  MemoryMapPtr memory_;
+};
+
+// The device's handle on one started virtqueue. Every method must be called on
+// the connection's executor (see DeviceContext::Post).
+class Queue {
+ public:
+  virtual ~Queue() = default;
+  virtual uint16_t index() const = 0;
+  virtual uint16_t size() const = 0;
+  // Pops the next available chain into *out. Returns false when the ring is
+  // empty or stopped. A malformed chain is logged, completed with length 0 and
+  // skipped; it never reaches the device.
+  virtual bool Pop(Chain* out) = 0;
+  // Puts a chain on the used ring. Publication is batched until Flush().
+  // Completing a chain of a queue that was stopped since it was popped is a
+  // no-op: the ring it belonged to is gone.
+  virtual void Complete(const Chain& chain, uint32_t written) = 0;
+  // Publishes pending used entries and notifies the driver unless
+  // notifications are suppressed (EVENT_IDX / NO_INTERRUPT).
+  virtual void Flush() = 0;
+};
+
+// What vdev gives a device for the lifetime of one front-end connection.
+class DeviceContext {
+ public:
+  virtual ~DeviceContext() = default;
+  // Runs fn on the connection's executor; safe from any thread. Completions
+  // produced by worker threads come back through here.
+  virtual void Post(std::function<void()> fn) = 0;
+  // The current guest memory map (may be empty before SET_MEM_TABLE).
+  virtual MemoryMapPtr Memory() const = 0;
+  // Raises a config-change interrupt when the front-end supports it.
+  virtual void NotifyConfigChanged() = 0;
+};
+
+// A device implementation. vdev calls these on the connection's executor.
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // Device feature bits to offer (device-specific bits and ring features such
+  // as VIRTIO_RING_F_EVENT_IDX). vdev adds VIRTIO_F_VERSION_1 and
+  // VHOST_USER_F_PROTOCOL_FEATURES itself.
+  virtual uint64_t Features() const = 0;
+  virtual uint16_t NumQueues() const = 0;
+  virtual uint16_t MaxQueueSize() const { return 1024; }
+  // The whole config space; GET_CONFIG serves byte ranges of it.
+  virtual std::vector<uint8_t> ConfigSpace() const = 0;
+
+  virtual void OnConnect(DeviceContext& /*ctx*/) {}
+  virtual void OnFeatures(uint64_t /*acked*/) {}
+  virtual void OnMemory(const MemoryMapPtr& /*memory*/) {}
+  // The queue is started and enabled; the reference is valid until
+  // OnQueueStopped for the same index.
+  virtual void OnQueueStarted(Queue& /*queue*/) {}
+  virtual void OnQueueStopped(uint16_t /*index*/) {}
+  // The driver kicked the queue (or the busy-poll loop found work).
+  virtual void OnKick(Queue& queue) = 0;
+  // RESET_DEVICE, SET_STATUS 0 or disconnect: drop all per-driver state.
+  virtual void OnReset() {}
+  virtual void OnDisconnect() {}
+};
+
+// Creates one Device per accepted connection (one connection per VM).
+using DeviceFactory = std::function<std::unique_ptr<Device>(const std::string& socket_path)>;
+
+}  // namespace vdev
+
+#endif  // VDEV_DEVICE_H_

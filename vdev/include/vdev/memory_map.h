@@ -1,0 +1,55 @@
+// Guest memory as the back-end sees it: the regions of SET_MEM_TABLE and
+// ADD/REM_MEM_REG, each mmapped from the fd the front-end sent.
+//
+// A MemoryMap is immutable. A memory-table change builds a new map and swaps
+// the shared pointer, so chains and device-held translations made from the old
+// map stay valid (and mapped) until they are dropped.
+#ifndef VDEV_MEMORY_MAP_H_
+#define VDEV_MEMORY_MAP_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "vdev/device.h"
+
+namespace vdev {
+
+// One mmapped region. Unmapped and its fd closed when the last map holding it goes.
+struct MappedRegion {
+  uint64_t guest_phys_addr = 0;
+  uint64_t size = 0;
+  uint64_t userspace_addr = 0;  // front-end virtual address
+  uint64_t mmap_offset = 0;
+  uint8_t* host = nullptr;      // host address of guest_phys_addr
+  uint8_t* mapping = nullptr;   // what mmap returned (host - mmap_offset)
+  size_t mapping_len = 0;
+  int fd = -1;
+  ~MappedRegion();
+};
+
+class MemoryMap {
+ public:
+  MemoryMap() = default;
+  explicit MemoryMap(std::vector<std::shared_ptr<MappedRegion>> regions);
+
+  // Host pointer for [gpa, gpa+len) when it lies wholly in one region, else
+  // nullptr. Overflow-safe: gpa+len wrapping past 2^64 is rejected.
+  uint8_t* GpaToHost(uint64_t gpa, uint64_t len) const;
+  // Same for a front-end virtual address (ring addresses of SET_VRING_ADDR).
+  uint8_t* UvaToHost(uint64_t uva, uint64_t len) const;
+  // Translates [gpa, gpa+len) into host segments, following adjacent regions
+  // across their boundary. Appends to *out. Returns false, leaving *out as it
+  // was, if any byte lies outside guest RAM or the range overflows.
+  bool TranslateGpa(uint64_t gpa, uint64_t len, std::vector<Segment>* out) const;
+
+  const std::vector<std::shared_ptr<MappedRegion>>& regions() const { return regions_; }
+  uint64_t total_bytes() const;
+
+ private:
+  std::vector<std::shared_ptr<MappedRegion>> regions_;  // sorted by guest_phys_addr
+};
+
+}  // namespace vdev
+
+#endif  // VDEV_MEMORY_MAP_H_
