@@ -9,9 +9,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "vdev/device.h"
+#include "vdev/vhost_user.h"
 
 namespace vdev {
 
@@ -21,17 +23,32 @@ struct MappedRegion {
   uint64_t size = 0;
   uint64_t userspace_addr = 0;  // front-end virtual address
   uint64_t mmap_offset = 0;
-  uint8_t* host = nullptr;      // host address of guest_phys_addr
-  uint8_t* mapping = nullptr;   // what mmap returned (host - mmap_offset)
+  uint8_t* host = nullptr;     // host address of guest_phys_addr
+  uint8_t* mapping = nullptr;  // what mmap returned (host - mmap_offset)
   size_t mapping_len = 0;
   int fd = -1;
   ~MappedRegion();
+
+  uint64_t gpa_end() const { return guest_phys_addr + size; }  // exclusive; never wraps
 };
+
+// Maps one region sent by the front-end. Takes ownership of fd (closed on
+// failure). Rejects zero-size regions, sizes above max_bytes, address ranges
+// that wrap 2^64, and fds that are not regular files large enough for
+// mmap_offset + size (touching past the end of a shorter file would SIGBUS).
+// Returns nullptr and sets *error on failure.
+std::shared_ptr<MappedRegion> MapGuestRegion(const vu::MemRegion& desc, int fd, uint64_t max_bytes,
+                                             std::string* error);
 
 class MemoryMap {
  public:
   MemoryMap() = default;
   explicit MemoryMap(std::vector<std::shared_ptr<MappedRegion>> regions);
+
+  // Empty when the regions can form a map; otherwise why not (a zero-size
+  // region, a range wrapping 2^64, or two regions overlapping in guest-physical
+  // space).
+  static std::string Validate(const std::vector<std::shared_ptr<MappedRegion>>& regions);
 
   // Host pointer for [gpa, gpa+len) when it lies wholly in one region, else
   // nullptr. Overflow-safe: gpa+len wrapping past 2^64 is rejected.
@@ -47,7 +64,17 @@ class MemoryMap {
   uint64_t total_bytes() const;
 
  private:
+  // The region holding gpa, or -1.
+  int FindGpa(uint64_t gpa) const;
+
+  // Flat copy of the translation fields, sorted by gpa, for cache-friendly lookup.
+  struct Range {
+    uint64_t gpa;
+    uint64_t end;  // exclusive
+    uint8_t* host;
+  };
   std::vector<std::shared_ptr<MappedRegion>> regions_;  // sorted by guest_phys_addr
+  std::vector<Range> ranges_;
 };
 
 }  // namespace vdev
