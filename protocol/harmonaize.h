@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (GPL-2.0-only WITH Linux-syscall-note) OR BSD-3-Clause */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-3-Clause */
 /*
  * The HarmonAIze paravirtual device: the wire contract between a guest (driver,
  * libharmonaize) and the host service (harmonaized).
