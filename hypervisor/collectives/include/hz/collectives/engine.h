@@ -1,0 +1,195 @@
+// The collective engine: executes tenants' collectives directly over each
+// rank's memory. It knows nothing of rings, vhost-user or sockets; the host
+// service translates requests into these calls.
+//
+// Model
+//  - A tenant asks for a Uid (NewUid), hands it to its ranks, and each rank
+//    joins with Init. Communicators are scoped to the tenant that created the
+//    uid: another tenant's Init gets kPermission.
+//  - Collectives (everything except send and recv) are matched across ranks by
+//    OpDesc::seq. Sequence numbers start at 0 and every rank uses each one
+//    exactly once, in any posting order; seq s executes after seq s-1 has
+//    completed on all ranks. When all ranks have posted seq s, the engine
+//    checks that they agree on (op, count, dtype, redop, root); if not, all
+//    of them complete with kMismatch. A rank whose descriptor is invalid gets
+//    kInvalid at once; the other ranks of that seq then get kMismatch. Either
+//    way the seq is consumed and the communicator stays usable.
+//  - Send and recv do not use seq (it is ignored). Rank s's n-th send to rank
+//    d pairs with rank d's n-th recv from rank s, as in NCCL; a pair that
+//    disagrees on count or dtype completes with kMismatch on both sides.
+//    Pairs execute as soon as both sides are posted, independent of the
+//    collective sequence.
+//  - Timeouts: an operation posted by some ranks but not all (or a send or
+//    recv without its partner) for longer than the communicator's timeout,
+//    and an Init that does not see all ranks join in time, abort the
+//    communicator: every pending operation on every rank completes with
+//    kTimedOut, later ones with kAborted.
+//  - Destroy (a rank leaves or dies) and Abort abort the communicator: every
+//    pending operation on every rank completes with kAborted, later ones too.
+//  - Execution is zero-copy: inputs are read from and outputs written to the
+//    ranks' IoVecs directly, in cache-sized blocks, by worker threads shared
+//    by all tenants in weighted fair order (weights by priority class).
+//  - Reductions run in rank order 0,1,...,p-1 for every element; fp16 and bf16
+//    accumulate in fp32 and round to nearest even once; avg is sum / nranks
+//    (integers truncate toward zero). Integer sum and prod wrap.
+#ifndef HZ_COLLECTIVES_ENGINE_H_
+#define HZ_COLLECTIVES_ENGINE_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hz/collectives/types.h"
+
+namespace hz::coll {
+
+namespace internal {
+class Comm;
+class EngineImpl;
+}  // namespace internal
+
+struct EngineOptions {
+  uint32_t worker_threads = 0;          // 0: std::thread::hardware_concurrency()
+  uint32_t default_timeout_ms = 60000;  // when Constraints::timeout_ms is 0
+  uint32_t max_ranks = 64;              // nranks above this is kInvalid
+  uint32_t max_uids_per_tenant = 4096;  // NewUid beyond this is kLimit
+  uint32_t max_seq_window = 1024;       // seq more than this ahead of the next one is kLimit
+  uint32_t max_pending_p2p = 4096;      // unmatched sends + recvs per communicator (kLimit)
+  // Scheduler weights of the priority classes low, normal, high.
+  std::array<uint32_t, 3> priority_weights = {1, 2, 4};
+  // Collectives touching at most this many bytes in total run at once on the
+  // thread that completed the match (no hand-off to a worker). 0 disables.
+  uint64_t inline_max_bytes = 64 * 1024;
+  // Override the block size (bytes per rank per block); 0: chosen per op.
+  uint64_t block_bytes = 0;
+};
+
+// How an operation was executed (the micro-level choice).
+enum class Algorithm : uint8_t {
+  kNone,             // nothing to move (barrier, count 0)
+  kInline,           // one pass on the matching thread
+  kSingleThread,     // blocked, one worker
+  kBlockedParallel,  // blocked, several workers; each block reduced across ranks while hot in cache
+};
+inline constexpr size_t kAlgorithmCount = 4;
+const char* AlgorithmName(Algorithm a);
+
+struct TenantStats {
+  uint64_t ops_completed = 0;  // per rank: an all-reduce over 4 ranks counts 4
+  uint64_t ops_failed = 0;
+  uint64_t bytes = 0;        // payload bytes (B per rank, as in OpDesc)
+  uint64_t blocks = 0;       // blocks executed for this tenant
+  uint64_t block_bytes = 0;  // bytes read and written by those blocks
+  uint64_t busy_ns = 0;      // worker time spent on this tenant's blocks
+};
+
+struct EngineStats {
+  std::array<uint64_t, kOpCount> ops{};    // operations executed (one per collective)
+  std::array<uint64_t, kOpCount> bytes{};  // payload bytes of those (B per rank x ranks)
+  std::array<uint64_t, kAlgorithmCount> algorithms{};
+  uint64_t threads_chosen = 0;  // sum of worker threads chosen over parallel ops
+  uint64_t mismatches = 0;
+  uint64_t invalid = 0;
+  uint64_t aborts = 0;         // communicators aborted (Destroy, Abort, timeout)
+  uint64_t timeouts = 0;       // communicators aborted by a timeout
+  uint64_t numa_remote = 0;    // ops whose ranks' memory spans several NUMA nodes
+  uint64_t communicators = 0;  // live communicators
+  std::map<TenantId, TenantStats> tenants;
+};
+
+enum class CommState : uint8_t { kJoining, kActive, kAborted };
+const char* CommStateName(CommState s);
+
+// What an operator may see about one communicator.
+struct CommInfo {
+  uint64_t id = 0;  // engine-wide, stable for the communicator's life
+  TenantId tenant = 0;
+  uint32_t nranks = 0;
+  uint32_t joined = 0;    // ranks that joined and have not left
+  uint64_t next_seq = 0;  // next collective seq to execute
+  uint32_t pending = 0;   // collectives and point-to-point ops waiting for peers
+  CommState state = CommState::kJoining;
+  Status abort_reason = Status::kOk;
+  Constraints constraints;
+};
+
+// One rank's membership in one communicator, from Init. Opaque; the engine
+// keeps the communicator alive while any Member exists.
+class Member {
+ public:
+  Member(std::shared_ptr<internal::Comm> comm, uint32_t rank);
+  ~Member();
+  Member(const Member&) = delete;
+  Member& operator=(const Member&) = delete;
+
+  uint32_t rank() const { return rank_; }
+  uint32_t nranks() const;
+  TenantId tenant() const;
+  uint64_t comm_id() const;
+
+ private:
+  friend class internal::EngineImpl;
+  std::shared_ptr<internal::Comm> comm_;
+  uint32_t rank_;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions opts = {});
+  // Fails every pending operation with kShutdown, waits for running ones to
+  // stop touching memory and joins the workers.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // A fresh random uid owned by tenant. kLimit when the tenant already holds
+  // max_uids_per_tenant uids that are not used by a live communicator.
+  Status NewUid(TenantId tenant, Uid* out);
+
+  // Joins rank `rank` of an `nranks` communicator. done(kOk, member) once all
+  // ranks have joined; otherwise done(error, nullptr) with kTimedOut (not all
+  // joined in time), kPermission (uid of another tenant), kNotFound (unknown
+  // uid), kExists (rank taken), kMismatch (nranks differs from the first
+  // joiner's), kAborted (the uid's communicator was aborted or destroyed),
+  // kInvalid (nranks 0 or above max_ranks, rank >= nranks, bad priority
+  // class), kShutdown.
+  void Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank, Constraints c,
+            std::function<void(Status, std::shared_ptr<Member>)> done);
+
+  // One rank's part of an operation; done gets the outcome (see the model
+  // above; kInvalid for a bad descriptor, kLimit when too far ahead).
+  void Post(const std::shared_ptr<Member>& m, OpDesc op, Done done);
+
+  // The rank leaves (or died). Its pending operations, and every other
+  // rank's, complete with kAborted; the communicator accepts nothing more.
+  // When Destroy returns the engine no longer touches this member's memory,
+  // so the service may unmap it. Idempotent. Must not be called from a Done
+  // callback (it would wait for itself); Abort may be.
+  void Destroy(const std::shared_ptr<Member>& m);
+
+  // Aborts the whole communicator: all pending and future operations on every
+  // rank complete with kAborted. Does not wait for running blocks.
+  void Abort(const std::shared_ptr<Member>& m);
+
+  // Graceful stop: everything pending completes with kShutdown, running
+  // operations stop after their current block; later calls get kShutdown.
+  // Must not be called from a Done callback.
+  void Shutdown();
+
+  EngineStats Stats() const;
+  std::vector<CommInfo> Communicators() const;
+
+  // Number of worker threads.
+  uint32_t workers() const;
+
+ private:
+  std::unique_ptr<internal::EngineImpl> impl_;
+};
+
+}  // namespace hz::coll
+
+#endif  // HZ_COLLECTIVES_ENGINE_H_

@@ -1,0 +1,150 @@
+// Value types of the collective engine. They mirror the wire contract
+// (protocol/harmonaize.h) numerically but carry host pointers, never guest
+// addresses: the host service translates slices into IoVecs before it calls
+// the engine.
+#ifndef HZ_COLLECTIVES_TYPES_H_
+#define HZ_COLLECTIVES_TYPES_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hz::coll {
+
+// A host view of guest bytes. The engine reads and writes exactly the bytes
+// [data, data + len) and nothing else; data may have any alignment.
+struct IoSpan {
+  uint8_t* data = nullptr;
+  size_t len = 0;
+};
+
+// A buffer: its extents in order, possibly many and unaligned. Elements may
+// straddle two extents. Zero-length extents are allowed and skipped.
+using IoVec = std::vector<IoSpan>;
+
+using TenantId = uint64_t;
+
+// Same numeric values as enum hz_status_code, so the service can copy a
+// Status straight into hz_status.status.
+enum class Status : uint32_t {
+  kOk = 0,
+  kInvalid = 1,
+  kNotSupported = 2,
+  kPermission = 3,
+  kNotFound = 4,
+  kExists = 5,
+  kLimit = 6,
+  kAgain = 7,
+  kTimedOut = 8,
+  kAborted = 9,
+  kMismatch = 10,
+  kFault = 11,
+  kShutdown = 14,
+};
+
+const char* StatusName(Status s);
+
+// Data types, numerically equal to enum hz_dtype (NCCL's ncclDataType_t).
+enum class DType : uint8_t {
+  kInt8 = 0,
+  kUint8 = 1,
+  kInt32 = 2,
+  kUint32 = 3,
+  kInt64 = 4,
+  kUint64 = 5,
+  kFp16 = 6,
+  kFp32 = 7,
+  kFp64 = 8,
+  kBf16 = 9,
+};
+inline constexpr uint8_t kDTypeCount = 10;
+
+// Reduction operations, numerically equal to enum hz_redop (ncclRedOp_t).
+enum class RedOp : uint8_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
+inline constexpr uint8_t kRedOpCount = 5;
+
+// Bytes per element of a valid dtype value; 0 for an invalid one.
+size_t DTypeSize(uint8_t dtype);
+
+// A communicator unique id: HZ_UID_BYTES random bytes from getrandom().
+struct Uid {
+  std::array<uint8_t, 32> bytes{};
+  friend bool operator==(const Uid&, const Uid&) = default;
+  friend auto operator<=>(const Uid&, const Uid&) = default;
+};
+
+// Priority classes, numerically equal to enum hz_priority_class.
+enum class Priority : uint16_t { kLow = 0, kNormal = 1, kHigh = 2 };
+inline constexpr uint16_t kPriorityCount = 3;
+
+// What the tenant declares for a communicator (struct hz_comm_constraints).
+// The first rank to join fixes them for the whole communicator; later ranks'
+// values are ignored.
+struct Constraints {
+  // Reduce in rank order 0,1,2,... so results are bit-identical whatever
+  // the thread count or chunking. When cleared, the engine may reorder.
+  bool deterministic = true;
+  bool allow_lossy = false;     // across hosts only; no effect on one host
+  uint16_t priority_class = 1;  // Priority; >= kPriorityCount is kInvalid
+  uint16_t max_threads = 0;     // worker threads one op may use; 0: engine decides
+  uint32_t timeout_ms = 0;      // 0: EngineOptions::default_timeout_ms
+};
+
+enum class Op : uint8_t {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kSend,
+  kRecv,
+  kBarrier,
+};
+inline constexpr size_t kOpCount = 9;
+const char* OpName(Op op);
+
+// One rank's part of an operation. count is in elements of dtype, with the
+// meaning of hz_coll_args: per rank for all-reduce, broadcast and reduce, the
+// send count for all-gather, the receive count for reduce-scatter, the count
+// per peer for all-to-all, the message size for send and recv.
+//
+// Required bytes (B = count * DTypeSize(dtype), p = nranks); a buffer may be
+// longer, only its first bytes are touched; an unused buffer may be empty:
+//   all-reduce      send B, recv B
+//   broadcast       send B on the root only, recv B
+//   reduce          send B, recv B on the root only
+//   all-gather      send B, recv p*B (rank r's data lands at r*B)
+//   reduce-scatter  send p*B, recv B
+//   all-to-all      send p*B, recv p*B (send block j goes to rank j's recv block r)
+//   send            send B          recv   recv B
+//   barrier         none (count, dtype and redop are ignored)
+// redop is checked only for all-reduce, reduce and reduce-scatter.
+// send == recv (in place) is supported for every operation, including the
+// NCCL in-place layouts of all-gather and reduce-scatter.
+struct OpDesc {
+  Op op = Op::kAllReduce;
+  uint64_t seq = 0;  // collectives: per-communicator sequence, from 0
+  uint64_t count = 0;
+  uint8_t dtype = 0;  // DType value
+  uint8_t redop = 0;  // RedOp value
+  uint32_t peer = 0;  // root (broadcast, reduce) or peer rank (send, recv)
+  IoVec send;
+  IoVec recv;
+};
+
+// Completion of one operation. Called exactly once, from any thread: an
+// engine worker, the engine's timer thread, or the thread that called
+// Post/Init/Destroy/Abort/Shutdown (possibly before that call returns, e.g.
+// for an invalid descriptor or when this post completes a small collective,
+// which the engine may then execute inline). Never called with an engine lock
+// held, so it may call back into the engine (except Destroy/Shutdown, see
+// Engine).
+using Done = std::function<void(Status)>;
+
+}  // namespace hz::coll
+
+#endif  // HZ_COLLECTIVES_TYPES_H_

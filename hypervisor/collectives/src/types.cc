@@ -1,0 +1,134 @@
+// Names and sizes of the engine's value types, checked against the wire
+// contract so that a renumbering there fails the build here.
+#include "hz/collectives/types.h"
+#include "hz/collectives/engine.h"
+
+#include "protocol/harmonaize.h"
+
+namespace hz::coll {
+
+static_assert(static_cast<uint32_t>(Status::kInvalid) == HZ_S_EINVAL);
+static_assert(static_cast<uint32_t>(Status::kPermission) == HZ_S_EPERM);
+static_assert(static_cast<uint32_t>(Status::kNotFound) == HZ_S_ENOENT);
+static_assert(static_cast<uint32_t>(Status::kExists) == HZ_S_EEXIST);
+static_assert(static_cast<uint32_t>(Status::kLimit) == HZ_S_ELIMIT);
+static_assert(static_cast<uint32_t>(Status::kTimedOut) == HZ_S_ETIMEDOUT);
+static_assert(static_cast<uint32_t>(Status::kAborted) == HZ_S_EABORTED);
+static_assert(static_cast<uint32_t>(Status::kMismatch) == HZ_S_EMISMATCH);
+static_assert(static_cast<uint32_t>(Status::kFault) == HZ_S_EFAULT);
+static_assert(static_cast<uint32_t>(Status::kShutdown) == HZ_S_ESHUTDOWN);
+static_assert(static_cast<uint8_t>(DType::kFp16) == HZ_FP16);
+static_assert(static_cast<uint8_t>(DType::kFp32) == HZ_FP32);
+static_assert(static_cast<uint8_t>(DType::kFp64) == HZ_FP64);
+static_assert(static_cast<uint8_t>(DType::kBf16) == HZ_BF16);
+static_assert(kDTypeCount == HZ_DTYPE_MAX);
+static_assert(static_cast<uint8_t>(RedOp::kMax) == HZ_MAX);
+static_assert(static_cast<uint8_t>(RedOp::kMin) == HZ_MIN);
+static_assert(static_cast<uint8_t>(RedOp::kAvg) == HZ_AVG);
+static_assert(kRedOpCount == HZ_REDOP_MAX);
+static_assert(kPriorityCount == HZ_PRIO_MAX);
+static_assert(sizeof(Uid{}.bytes) == HZ_UID_BYTES);
+
+const char* StatusName(Status s) {
+  switch (s) {
+    case Status::kOk:
+      return "ok";
+    case Status::kInvalid:
+      return "invalid";
+    case Status::kNotSupported:
+      return "not-supported";
+    case Status::kPermission:
+      return "permission";
+    case Status::kNotFound:
+      return "not-found";
+    case Status::kExists:
+      return "exists";
+    case Status::kLimit:
+      return "limit";
+    case Status::kAgain:
+      return "again";
+    case Status::kTimedOut:
+      return "timed-out";
+    case Status::kAborted:
+      return "aborted";
+    case Status::kMismatch:
+      return "mismatch";
+    case Status::kFault:
+      return "fault";
+    case Status::kShutdown:
+      return "shutdown";
+  }
+  return "unknown";
+}
+
+size_t DTypeSize(uint8_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::kInt8:
+    case DType::kUint8:
+      return 1;
+    case DType::kFp16:
+    case DType::kBf16:
+      return 2;
+    case DType::kInt32:
+    case DType::kUint32:
+    case DType::kFp32:
+      return 4;
+    case DType::kInt64:
+    case DType::kUint64:
+    case DType::kFp64:
+      return 8;
+  }
+  return 0;
+}
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kAllReduce:
+      return "allreduce";
+    case Op::kBroadcast:
+      return "broadcast";
+    case Op::kReduce:
+      return "reduce";
+    case Op::kAllGather:
+      return "allgather";
+    case Op::kReduceScatter:
+      return "reduce_scatter";
+    case Op::kAllToAll:
+      return "alltoall";
+    case Op::kSend:
+      return "send";
+    case Op::kRecv:
+      return "recv";
+    case Op::kBarrier:
+      return "barrier";
+  }
+  return "unknown";
+}
+
+const char* AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kNone:
+      return "none";
+    case Algorithm::kInline:
+      return "inline";
+    case Algorithm::kSingleThread:
+      return "single_thread";
+    case Algorithm::kBlockedParallel:
+      return "blocked_parallel";
+  }
+  return "unknown";
+}
+
+const char* CommStateName(CommState s) {
+  switch (s) {
+    case CommState::kJoining:
+      return "joining";
+    case CommState::kActive:
+      return "active";
+    case CommState::kAborted:
+      return "aborted";
+  }
+  return "unknown";
+}
+
+}  // namespace hz::coll
