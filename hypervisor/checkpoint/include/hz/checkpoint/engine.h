@@ -1,0 +1,206 @@
+// The checkpoint engine: provider-executed checkpoints for tenants.
+//
+// Save (two phases, after CheckFreq): the caller's slices are copied into a
+// bounded, preallocated host staging pool (the only stall the tenant sees);
+// a background worker then seals each chunk with CRC32C and either keeps the
+// snapshot in the host-memory tier or persists it to local disk with io_uring
+// (O_DIRECT, registered buffers) and commits a manifest atomically. An
+// EventSink hears "durable" once the checkpoint is committed.
+//
+// Placement and timing are the provider's: host memory first when the policy
+// allows it and the memory-tier budget has room, otherwise disk; chunk writes
+// of different tenants are interleaved by deficit round robin under a token
+// bucket per tenant (a fair share of the configured disk bandwidth), and the
+// start of a persist may be staggered within the stream's recovery-point
+// objective. Every such choice is recorded (Decisions()).
+//
+// Restore verifies the size and checksum of every chunk before the first byte
+// is written to the destination. On start-up the engine adopts every committed
+// checkpoint under its root and removes what an interrupted persist left.
+//
+// Disk layout: <root>/<tenant>/<stream>/policy.json and
+//              <root>/<tenant>/<stream>/<step, 20 digits>/{data,manifest.json}
+// A step directory without a valid manifest.json was never committed.
+//
+// Thread safety: every public method may be called from any thread.
+#ifndef HZ_CHECKPOINT_ENGINE_H_
+#define HZ_CHECKPOINT_ENGINE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hz/checkpoint/types.h"
+
+namespace hz::checkpoint {
+
+struct EngineConfig {
+  std::string root;                       // directory of the local-disk tier (created if absent)
+  size_t chunk_bytes = 4u << 20;          // staging/persist unit; multiple of 4096
+  size_t staging_bytes = 256u << 20;      // staging pool size; rounded down to whole chunks
+  size_t memory_tier_bytes = 64u << 20;   // part of the pool that may hold memory-tier checkpoints
+  unsigned queue_depth = 16;              // io_uring writes in flight
+  unsigned copy_threads = 2;              // snapshot memcpy threads (1: copy on the caller)
+  size_t parallel_copy_min_bytes = 8u << 20;  // smaller snapshots are copied on the caller
+  uint64_t disk_bandwidth_bytes_per_s = 0;    // bandwidth shared by tenants; 0: unthrottled
+  uint32_t stagger_ms = 0;                // spacing between persist starts of different tenants
+  bool direct_io = true;                  // O_DIRECT; falls back to buffered I/O where refused
+  bool register_buffers = true;           // io_uring_register_buffers for the staging pool
+  size_t max_decisions = 256;             // decision log entries kept
+  TenantLimits default_limits;            // for tenants without SetLimits
+  EventSink* sink = nullptr;              // may be null; must outlive the engine
+};
+
+struct SaveRequest {
+  TenantId tenant = 0;
+  StreamId stream = 0;
+  uint64_t step = 0;                 // strictly greater than the stream's previous step
+  std::span<const IoSpan> slices;    // at least one; empty slices allowed
+  std::span<const uint8_t> meta;     // may be empty
+};
+
+struct SaveResult {
+  uint64_t step = 0;
+  CkptState state = CkptState::kStaged;
+  uint32_t stall_us = 0;             // time spent in Save (validation, backpressure, copy)
+};
+
+struct RestoreRequest {
+  TenantId tenant = 0;
+  StreamId stream = 0;
+  uint64_t step = kLatestStep;       // or a given step
+  std::span<const IoSpan> slices;    // same count and sizes as saved
+};
+
+struct RestoreResult {
+  uint64_t step = 0;
+  uint64_t bytes = 0;                // slice bytes written
+  std::vector<uint8_t> meta;         // the saved metadata
+  TierKind tier = TierKind::kLocalDisk;  // where it was read from
+};
+
+// Outcome of OnNotice for one opted-in stream.
+struct NoticeOutcome {
+  StreamId stream = 0;
+  Status status = Status::kOk;       // kOk: snapshot taken (or that step was already saved)
+  uint64_t step = 0;                 // the step read from the quiescence word
+  uint32_t attempts = 0;             // seqlock copies tried
+};
+
+// One provider decision, for metrics and hzctl.
+struct Decision {
+  enum class Kind : uint8_t {
+    kPlaceMemory,      // kept in the host-memory tier
+    kPlaceDisk,        // persisted to local disk (policy asks for disk)
+    kSpillToDisk,      // policy allowed memory but the memory tier was full
+    kStagger,          // persist start delayed; value = delay in microseconds
+    kBackpressure,     // save waited for staging; value = wait in microseconds
+    kRejectAgain,      // save refused with kAgain; value = bytes asked
+    kEvict,            // dropped by retention
+    kJit,              // just-in-time snapshot; value = attempts
+    kRecoveredCleanup, // start-up removed an uncommitted step directory
+  };
+  uint64_t time_us = 0;  // steady clock
+  Kind kind = Kind::kPlaceDisk;
+  TenantId tenant = 0;
+  StreamId stream = 0;
+  uint64_t step = 0;
+  uint64_t value = 0;
+};
+const char* DecisionKindName(Decision::Kind k);
+
+struct TenantStats {
+  TenantId tenant = 0;
+  uint32_t streams = 0;
+  uint64_t staging_bytes = 0;        // pool bytes held (staged + memory tier)
+  uint64_t memory_tier_bytes = 0;
+  uint64_t disk_bytes = 0;           // committed + in flight
+  uint64_t saves = 0;
+  uint64_t saves_again = 0;          // refused with kAgain
+  uint64_t durable = 0;
+  uint64_t persist_failures = 0;
+  uint64_t restores = 0;
+  uint64_t corrupt_restores = 0;
+  uint64_t bytes_persisted = 0;      // chunk bytes written to disk
+  uint64_t persist_busy_us = 0;      // sum over persists of first-write-to-commit time
+};
+
+struct Stats {
+  size_t chunk_bytes = 0;
+  size_t pool_chunks = 0;
+  size_t free_chunks = 0;
+  size_t memory_tier_chunks = 0;
+  bool direct_io = false;            // false after a fallback to buffered I/O
+  bool registered_buffers = false;
+  uint64_t persists_in_flight = 0;
+  std::vector<TenantStats> tenants;
+};
+
+class Engine {
+ public:
+  // Opens (and recovers) the engine at config.root. On failure returns null
+  // and sets *error.
+  static std::unique_ptr<Engine> Open(const EngineConfig& config, std::string* error);
+  ~Engine();  // stops the worker; staged persists that did not finish are abandoned
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Per-tenant limits; applies to later requests.
+  Status SetLimits(TenantId tenant, const TenantLimits& limits);
+
+  // Creates or updates a stream's policy (persisted with the stream).
+  Status SetPolicy(TenantId tenant, StreamId stream, const Policy& policy);
+
+  // Snapshots the slices and metadata, then returns; persistence continues in
+  // the background. kAgain when staging did not free up within the stall
+  // budget; kLimit when the snapshot can never fit the pool or the quotas.
+  Status Save(const SaveRequest& req, SaveResult* result);
+
+  // Copies a checkpoint into req.slices after verifying all of it.
+  Status Restore(const RestoreRequest& req, RestoreResult* result);
+
+  // Checkpoints of a stream in step order, after start_after_step (0: from the
+  // oldest, including step 0), at most max_entries; *more says if any remain.
+  // Staged checkpoints are listed with state kStaged.
+  Status List(TenantId tenant, StreamId stream, uint64_t start_after_step, uint32_t max_entries,
+              std::vector<ListEntry>* entries, bool* more);
+
+  // Deletes one checkpoint (staged ones are cancelled).
+  Status Delete(TenantId tenant, StreamId stream, uint64_t step);
+
+  // Declares the quiescence word (16 bytes, 8-aligned, struct hz_quiesce_word)
+  // and the state slices a just-in-time save copies for this stream. The spans
+  // must stay mapped until redeclared or the stream is gone.
+  Status DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan word,
+                        std::span<const IoSpan> slices);
+
+  // A preemption/maintenance notice: snapshots every opted-in stream of the
+  // tenant with a declared quiescence word before the deadline.
+  std::vector<NoticeOutcome> OnNotice(TenantId tenant,
+                                      std::chrono::steady_clock::time_point deadline);
+
+  // Waits until the step is durable (kOk), failed (kIo), deleted (kNotFound)
+  // or the timeout passed (kTimedOut).
+  Status WaitDurable(TenantId tenant, StreamId stream, uint64_t step,
+                     std::chrono::milliseconds timeout);
+
+  // Waits until no persist is queued or in flight.
+  Status Flush(std::chrono::milliseconds timeout);
+
+  Stats GetStats() const;
+  std::vector<Decision> Decisions() const;  // oldest first
+
+  class Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hz::checkpoint
+
+#endif  // HZ_CHECKPOINT_ENGINE_H_

@@ -1,0 +1,107 @@
+// Value types shared by the checkpoint engine's public interface.
+//
+// The engine knows nothing of rings, sockets or guest-physical addresses: the
+// host service translates a guest request into these types (slices become host
+// memory spans, the tenant comes from the VM binding) and maps Status back to
+// the wire (ToWireStatus).
+#ifndef HZ_CHECKPOINT_TYPES_H_
+#define HZ_CHECKPOINT_TYPES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "protocol/harmonaize.h"
+
+namespace hz::checkpoint {
+
+// Result of every engine call.
+enum class Status {
+  kOk = 0,
+  kInvalid,   // malformed request: zero slices, step not increasing, size mismatch
+  kNotFound,  // unknown stream or step, or a stored file is missing
+  kLimit,     // a tenant quota or engine limit can never admit the request
+  kAgain,     // temporarily out of staging memory within the stall budget
+  kTimedOut,  // a deadline passed (just-in-time save)
+  kIo,        // host I/O failure
+  kCorrupt,   // stored data failed verification (checksum, size, manifest)
+  kShutdown,  // the engine is stopping
+};
+
+const char* StatusName(Status s);
+
+// Maps an engine status to the wire status (enum hz_status_code).
+uint32_t ToWireStatus(Status s);
+
+// A span of host memory: a guest slice after the service mapped it.
+struct IoSpan {
+  uint8_t* data = nullptr;
+  size_t len = 0;
+};
+
+using TenantId = uint64_t;
+using StreamId = uint32_t;
+
+// Reserved step meaning "the newest checkpoint" (HZ_STEP_LATEST).
+inline constexpr uint64_t kLatestStep = HZ_STEP_LATEST;
+
+// Where a checkpoint is held; values equal enum hz_ckpt_tier.
+enum class TierKind : uint32_t {
+  kHostMemory = HZ_TIER_HOST_MEMORY,  // host RAM: survives the guest, not the host
+  kLocalDisk = HZ_TIER_LOCAL_DISK,    // committed files on the host's disk
+  kPeerHost = HZ_TIER_PEER_HOST,      // reserved: another host's memory or disk
+};
+
+// Values equal enum hz_ckpt_state.
+enum class CkptState : uint32_t {
+  kStaged = HZ_CKPT_STAGED,    // snapshot in host memory, persist pending
+  kDurable = HZ_CKPT_DURABLE,  // committed at its tier
+};
+
+// A tenant's declaration for one stream (HZ_OP_CKPT_POLICY).
+struct Policy {
+  uint32_t retention = 1;                  // durable checkpoints kept, >= 1
+  TierKind tier = TierKind::kLocalDisk;    // minimum durability wanted
+  uint32_t stall_budget_ms = 1000;         // longest acceptable save stall
+  uint32_t rpo_s = 0;                      // recovery-point objective; 0: none declared
+  bool auto_save_on_notice = false;        // snapshot on a preemption/maintenance notice
+};
+
+// Provider-side limits for one tenant.
+struct TenantLimits {
+  uint64_t staging_bytes = 256ull << 20;  // staging-pool bytes held at once (incl. memory tier)
+  uint64_t disk_bytes = 64ull << 30;      // committed plus in-flight bytes on disk
+  uint32_t max_streams = 16;              // streams with a policy
+  uint32_t weight = 1;                    // share of the disk bandwidth under contention
+};
+
+// Kinds of event the engine publishes (SPEC.md §8.3, topic HZ_TOPIC_CHECKPOINT).
+enum class EventKind : uint16_t {
+  kDurable = 1,        // a checkpoint is committed at its tier
+  kPersistFailed = 2,  // a staged checkpoint could not be persisted and was dropped
+  kJitSnapshot = 3,    // a just-in-time snapshot was taken on a notice
+  kJitMissed = 4,      // no consistent snapshot before the notice deadline
+};
+
+const char* EventKindName(EventKind k);
+
+// Receives the engine's events; implemented by the event bus. Publish runs on
+// an engine thread and must not call back into the engine.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void Publish(TenantId tenant, EventKind kind, StreamId stream, uint64_t step) = 0;
+};
+
+// One committed or staged checkpoint (HZ_OP_CKPT_LIST).
+struct ListEntry {
+  uint64_t step = 0;
+  uint64_t bytes = 0;   // slice bytes, without metadata
+  uint64_t time_s = 0;  // completion time, unix seconds, rounded down to 10 s
+  CkptState state = CkptState::kStaged;
+  TierKind tier = TierKind::kLocalDisk;
+};
+
+}  // namespace hz::checkpoint
+
+#endif  // HZ_CHECKPOINT_TYPES_H_
