@@ -1,0 +1,44 @@
+// Coarse values: every number an event carries goes through one of these
+// helpers, so no publisher can leak a precise physical figure by accident.
+#ifndef HZ_EVENTS_COARSE_H_
+#define HZ_EVENTS_COARSE_H_
+
+#include <cstdint>
+
+namespace hz::events {
+
+// Times and deadlines are unix seconds rounded down to this granularity.
+inline constexpr uint64_t kTimeGranularityS = 10;
+
+constexpr uint64_t RoundDownTime(uint64_t unix_s) {
+  return unix_s - unix_s % kTimeGranularityS;
+}
+
+// Congestion of a shared resource, from its utilisation.
+enum CongestionLevel : uint8_t {
+  kCongestionNone = 0,      // utilisation < 50 %
+  kCongestionLight = 1,     // 50 % <= utilisation < 80 %
+  kCongestionModerate = 2,  // 80 % <= utilisation < 95 %
+  kCongestionSevere = 3,    // utilisation >= 95 %
+};
+
+// `used` out of `capacity`; a zero capacity counts as fully used (severe).
+CongestionLevel CongestionFromUtilisation(uint64_t used, uint64_t capacity);
+
+// Device counts are published as power-of-two buckets, each reported as its
+// lower bound: 0 -> 0, 1 -> 1, 2..3 -> 2, 4..7 -> 4, 8..15 -> 8, ...
+uint64_t CapacityBucket(uint64_t count);
+
+// Energy state of the host's power budget.
+enum EnergyLevel : uint8_t {
+  kEnergyNormal = 0,       // draw < 80 % of the budget
+  kEnergyConstrained = 1,  // 80 % <= draw < 95 %
+  kEnergyCritical = 2,     // draw >= 95 %
+};
+
+// `draw` out of `budget`; a zero budget counts as critical.
+EnergyLevel EnergyFromDraw(uint64_t draw, uint64_t budget);
+
+}  // namespace hz::events
+
+#endif  // HZ_EVENTS_COARSE_H_

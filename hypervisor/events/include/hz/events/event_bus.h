@@ -1,0 +1,131 @@
+// The event bus: one durable, sequence-numbered log per tenant, read through
+// per-subscriber Delivery objects.
+//
+// Layout on disk, under BusOptions::dir:
+//   <tenant>/events.log   framed records (event_log.h), append-only, compacted
+//   <tenant>/state.json   subscriber cursors and approvals, replaced atomically
+//
+// Thread-safe: publishers, deliveries and acks may run on any thread. The
+// bus knows nothing of rings; the service turns "a buffer was posted" into
+// Delivery::Next() and writes the returned record into the buffer.
+#ifndef HZ_EVENTS_EVENT_BUS_H_
+#define HZ_EVENTS_EVENT_BUS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "hz/events/event_spec.h"
+#include "hz/events/status.h"
+#include "protocol/harmonaize.h"
+
+namespace hz::events {
+
+enum class FsyncPolicy {
+  kNone,    // leave flushing to the kernel: survives a process crash, not power loss
+  kAlways,  // fdatasync every append and every cursor update
+};
+
+struct BusOptions {
+  std::string dir;            // root directory of the tenant logs
+  uint64_t retention = 4096;  // events kept per tenant (>= 1)
+  FsyncPolicy fsync = FsyncPolicy::kAlways;
+  std::function<uint64_t()> clock;  // unix seconds; the system clock when empty
+};
+
+class TenantLog;
+struct SubscriberState;
+
+// One subscriber of one tenant: the guest's event queue on one device, or a
+// tool. Its cursor (last acknowledged seq) is durable and keyed by the
+// subscriber name, so a new Delivery with the same names resumes there.
+class Delivery {
+ public:
+  ~Delivery();
+  Delivery(const Delivery&) = delete;
+  Delivery& operator=(const Delivery&) = delete;
+
+  // EVENT_SUBSCRIBE. topics: HZ_TOPIC_MASK bits (LOST is always added);
+  // from_seq: HZ_SEQ_CURSOR to resume after the cursor, or the first seq wanted
+  // (at most next_seq). Events are delivered only after a subscribe.
+  Status Subscribe(const hz_event_subscribe_args& args, hz_event_subscribe_result* result);
+
+  // "A buffer was posted": writes the next record for this subscriber into
+  // *out and returns true, or returns false when there is nothing to deliver.
+  // Events this subscriber received before carry HZ_EVENT_F_REPLAY. When the
+  // position fell behind the retained window, the next record is one LOST
+  // record (seq = last lost seq) before the remaining events.
+  bool Next(hz_event* out);
+
+  // True when Next() would return a record.
+  bool Pending();
+
+  // EVENT_ACK: moves the cursor (durably) to seq, which must not exceed the
+  // highest seq delivered. HZ_ACK_F_APPROVE approves the event `seq` itself,
+  // which must be a retained, APPROVABLE maintenance or preemption event.
+  Status Ack(const hz_event_ack_args& args);
+
+  // Called (from the publisher's thread, no bus lock held) whenever an event
+  // this subscriber wants is published. The callback may call Next().
+  void SetNotify(std::function<void()> notify);
+
+  const std::string& tenant() const;
+  const std::string& subscriber() const;
+
+ private:
+  friend class EventBus;
+  Delivery(std::shared_ptr<TenantLog> log, std::shared_ptr<SubscriberState> state);
+
+  std::shared_ptr<TenantLog> log_;
+  std::shared_ptr<SubscriberState> state_;
+};
+
+struct TenantSummary {
+  uint64_t next_seq = 1;    // seq of the next event
+  uint64_t oldest_seq = 1;  // oldest retained (== next_seq when empty)
+  uint64_t approvals = 0;   // approvals recorded
+};
+
+class EventBus : public EventSink {
+ public:
+  using ApprovalCallback = std::function<void(const std::string& tenant, const hz_event& event)>;
+
+  // Creates options.dir if needed. Tenant logs are opened (and recovered) on
+  // first use.
+  static Status Open(BusOptions options, std::unique_ptr<EventBus>* bus);
+  ~EventBus() override;
+
+  // Appends to the tenant's log. The event is durable per the fsync policy
+  // when this returns OK; *seq (optional) receives its sequence number.
+  Status Publish(const std::string& tenant, const EventSpec& spec, uint64_t* seq) override;
+
+  // A delivery for (tenant, subscriber). At most one live Delivery per pair:
+  // a second one fails with kState until the first is destroyed (a
+  // reconnecting guest's old Delivery goes away with its old session).
+  Status Connect(const std::string& tenant, const std::string& subscriber,
+                 std::unique_ptr<Delivery>* delivery);
+
+  // Operator side: told when a tenant approves an event early.
+  void SetApprovalCallback(ApprovalCallback callback);
+
+  Status Summary(const std::string& tenant, TenantSummary* summary);
+
+  // Reads a retained event by seq (hzctl inspection, tests).
+  Status Get(const std::string& tenant, uint64_t seq, hz_event* event);
+
+ private:
+  explicit EventBus(BusOptions options);
+  Status Tenant(const std::string& tenant, std::shared_ptr<TenantLog>* log);
+
+  BusOptions options_;
+  std::mutex mu_;  // guards tenants_ and approval_
+  std::map<std::string, std::shared_ptr<TenantLog>> tenants_;
+  std::shared_ptr<ApprovalCallback> approval_;
+};
+
+}  // namespace hz::events
+
+#endif  // HZ_EVENTS_EVENT_BUS_H_

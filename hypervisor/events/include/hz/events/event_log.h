@@ -1,0 +1,69 @@
+// The append-only record file under each tenant's log.
+//
+// Record framing: u32 length, u32 CRC32C (ISA-L crc32_iscsi, seed ~0) over
+// the length field and the body, then `length` bytes of body. A body is one
+// struct hz_event. Recovery reads records until the first short, oversized,
+// checksum-failing or out-of-order one and truncates the file there, so a tail
+// torn by a crash mid-append disappears and the log stays appendable.
+#ifndef HZ_EVENTS_EVENT_LOG_H_
+#define HZ_EVENTS_EVENT_LOG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hz/events/status.h"
+#include "protocol/harmonaize.h"
+
+namespace hz::events {
+
+inline constexpr uint32_t kRecordHeaderBytes = 8;
+
+uint32_t Crc32c(const void* data, size_t len, uint32_t seed = 0xffffffffu);
+
+// Encodes one event as a framed record.
+std::string EncodeRecord(const hz_event& event);
+
+struct RecoveryReport {
+  uint64_t records = 0;          // valid records read
+  uint64_t valid_bytes = 0;      // file offset after the last valid record
+  uint64_t truncated_bytes = 0;  // bytes dropped from the tail
+  std::string reason;            // why the tail was dropped, empty if not
+};
+
+class RecordFile {
+ public:
+  RecordFile() = default;
+  ~RecordFile();
+  RecordFile(const RecordFile&) = delete;
+  RecordFile& operator=(const RecordFile&) = delete;
+
+  // Opens (creating) `path`, reads every valid record into *events (strictly
+  // increasing seq), truncates a bad tail, and positions for appends.
+  Status Open(const std::string& path, bool sync, std::vector<hz_event>* events,
+              RecoveryReport* report);
+  // Appends one record; fdatasync()s first when opened with sync.
+  Status Append(const hz_event& event);
+  // Replaces the file with exactly `events` (write to a temporary file,
+  // fsync, rename, fsync the directory) and reopens it for appends.
+  Status Rewrite(const std::vector<hz_event>& events);
+  uint64_t records() const { return records_; }
+
+ private:
+  Status WriteAll(int fd, const std::string& bytes);
+
+  std::string path_;
+  int fd_ = -1;
+  bool sync_ = false;
+  uint64_t records_ = 0;
+};
+
+// Writes `contents` to `path` atomically (temporary file, optional fsync,
+// rename, optional directory fsync).
+Status WriteFileAtomic(const std::string& path, const std::string& contents, bool sync);
+// Reads a whole file; kNotFound when it does not exist.
+Status ReadFile(const std::string& path, std::string* contents);
+
+}  // namespace hz::events
+
+#endif  // HZ_EVENTS_EVENT_LOG_H_

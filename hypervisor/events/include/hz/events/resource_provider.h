@@ -1,0 +1,73 @@
+// What the negotiation engine needs from the scheduler: how many devices each
+// pool has in each reservation window, and attach/detach. A pool is one
+// locality group of one device kind on one host. InMemoryInventory stands in
+// until the scheduler implements this interface.
+#ifndef HZ_EVENTS_RESOURCE_PROVIDER_H_
+#define HZ_EVENTS_RESOURCE_PROVIDER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hz/events/status.h"
+#include "protocol/harmonaize.h"
+
+namespace hz::events {
+
+struct Pool {
+  uint32_t id = 0;
+  hz_device_kind kind = HZ_DEV_GPU;
+  uint32_t host = 0;
+};
+
+// Devices taken from one pool.
+struct PoolCount {
+  uint32_t pool = 0;
+  uint32_t count = 0;
+  bool operator==(const PoolCount&) const = default;
+};
+
+class ResourceProvider {
+ public:
+  virtual ~ResourceProvider() = default;
+  virtual std::vector<Pool> Pools() const = 0;
+  // Devices of `pool` usable in reservation window `window` (index, not seconds).
+  virtual uint32_t Capacity(uint32_t pool, uint64_t window) const = 0;
+  // Attaches the devices of a starting reservation to the tenant.
+  virtual Status Attach(const std::string& tenant, uint64_t reservation_id,
+                        const std::vector<PoolCount>& devices) = 0;
+  // Detaches devices of a reservation (all of them, or a scale-down).
+  virtual Status Detach(const std::string& tenant, uint64_t reservation_id,
+                        const std::vector<PoolCount>& devices) = 0;
+};
+
+class InMemoryInventory : public ResourceProvider {
+ public:
+  // Returns the new pool's id (0, 1, 2, ...).
+  uint32_t AddPool(hz_device_kind kind, uint32_t host, uint32_t count);
+  // From window `from` on, the pool has `count` devices (failure, maintenance).
+  void SetCapacityFrom(uint32_t pool, uint64_t from, uint32_t count);
+  // Makes the next Attach calls fail (tests of the revoke path).
+  void FailAttach(bool fail) { fail_attach_ = fail; }
+  // Devices attached to a tenant now.
+  uint32_t Attached(const std::string& tenant) const;
+
+  std::vector<Pool> Pools() const override { return pools_; }
+  uint32_t Capacity(uint32_t pool, uint64_t window) const override;
+  Status Attach(const std::string& tenant, uint64_t reservation_id,
+                const std::vector<PoolCount>& devices) override;
+  Status Detach(const std::string& tenant, uint64_t reservation_id,
+                const std::vector<PoolCount>& devices) override;
+
+ private:
+  std::vector<Pool> pools_;
+  std::vector<std::map<uint64_t, uint32_t>> capacity_;          // per pool: from-window -> count
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> attached_;  // (pool, reservation) -> count
+  std::map<std::string, uint32_t> attached_by_tenant_;
+  bool fail_attach_ = false;
+};
+
+}  // namespace hz::events
+
+#endif  // HZ_EVENTS_RESOURCE_PROVIDER_H_
