@@ -1,0 +1,138 @@
+// The driver side of one split virtqueue (virtio 1.x, 2.6), laid out in guest
+// memory: descriptor table, available ring and used ring, with optional
+// EVENT_IDX notification suppression and indirect descriptor tables.
+//
+// Everything the device can write (the used ring, and in a hostile world the
+// whole shared area) is treated as untrusted: the free list and each chain's
+// bookkeeping live in private memory, and used entries naming a descriptor
+// that is not in flight are reported as a protocol error.
+//
+// Thread-safety: none. One thread at a time drives a SplitRing.
+#ifndef VDEV_FRONTEND_SPLIT_RING_H_
+#define VDEV_FRONTEND_SPLIT_RING_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "vdev/frontend/guest_memory.h"
+#include "vdev/frontend/status.h"
+
+// <linux/virtio_ring.h> layouts, included by the implementation only (its
+// legacy helpers are not valid C++).
+struct vring_desc;
+struct vring_avail;
+struct vring_used;
+
+namespace vdev::frontend {
+
+// A guest-physical byte range in guest memory.
+struct Buffer {
+  uint64_t gpa = 0;
+  uint32_t len = 0;
+};
+
+// A chain the device has finished with.
+struct Completion {
+  uint16_t head = 0;
+  uint32_t len = 0;     // bytes the device reports it wrote
+  uint64_t cookie = 0;  // what the caller gave AddChain
+};
+
+class SplitRing {
+ public:
+  struct Options {
+    uint16_t size = 256;  // power of two, 1..32768
+    bool event_idx = false;
+    bool indirect = false;
+  };
+
+  // Allocates the ring from `memory` (which must outlive the ring).
+  static Status Create(GuestMemory* memory, const Options& options,
+                       std::unique_ptr<SplitRing>* out);
+  ~SplitRing();
+  SplitRing(const SplitRing&) = delete;
+  SplitRing& operator=(const SplitRing&) = delete;
+
+  uint16_t size() const { return size_; }
+  // Front-end virtual addresses of the three parts (SET_VRING_ADDR).
+  uint64_t desc_user_addr() const { return reinterpret_cast<uint64_t>(desc_); }
+  uint64_t avail_user_addr() const { return reinterpret_cast<uint64_t>(avail_); }
+  uint64_t used_user_addr() const { return reinterpret_cast<uint64_t>(used_); }
+
+  // Queues a chain of device-readable then device-writable buffers. With
+  // use_indirect (and indirect negotiated) the chain occupies one ring
+  // descriptor and a table allocated in guest memory. Not visible to the
+  // device until Publish(). kNoSpace when the ring has too few descriptors.
+  Status AddChain(std::span<const Buffer> readable, std::span<const Buffer> writable,
+                  uint64_t cookie, bool use_indirect, uint16_t* head);
+
+  // Makes every chain added since the last Publish visible to the device.
+  // Returns true when the device asked to be notified (EVENT_IDX avail_event
+  // or the used ring's NO_NOTIFY flag).
+  bool Publish();
+
+  // Collects up to max completions. Sets *error and stops if the device
+  // wrote a used entry that does not name an in-flight chain.
+  size_t PollUsed(Completion* out, size_t max, Status* error);
+  // Whether a used entry is waiting (cheap; no side effects).
+  bool HasUsed() const;
+
+  // Asks the device to notify on the next used entry (interrupt mode).
+  // Returns true if used entries are already pending (then poll again
+  // before sleeping, or a notification may have been missed).
+  bool EnableNotifications();
+  // Tells the device not to notify (busy-poll mode).
+  void DisableNotifications();
+
+  uint16_t free_descriptors() const { return num_free_; }
+  uint16_t in_flight() const { return in_flight_; }
+  // Next avail index the driver will publish (what GET_VRING_BASE reports
+  // once the device has consumed everything).
+  uint16_t avail_idx() const { return shadow_avail_idx_; }
+
+  // Forgets every in-flight chain and zeroes the ring (reconnect to a fresh
+  // back-end). Indirect tables of forgotten chains are freed.
+  void Reset();
+
+ private:
+  struct ChainState {
+    uint64_t cookie = 0;
+    uint64_t writable_bytes = 0;
+    uint16_t ndesc = 0;  // ring descriptors used (1 for indirect)
+    uint16_t last = 0;   // last ring descriptor of the chain
+    bool in_flight = false;
+    void* indirect = nullptr;
+  };
+
+  SplitRing(GuestMemory* memory, const Options& options);
+  void WriteUsedEvent(uint16_t value);
+  uint16_t ReadUsedIdx() const;
+
+  GuestMemory* memory_;
+  uint16_t size_;
+  bool event_idx_;
+  bool indirect_;
+  bool notifications_enabled_ = true;
+
+  void* block_ = nullptr;  // the allocation holding all three parts
+  size_t block_len_ = 0;
+  vring_desc* desc_ = nullptr;
+  vring_avail* avail_ = nullptr;
+  vring_used* used_ = nullptr;
+
+  std::vector<uint16_t> next_free_;  // private free list links
+  std::vector<ChainState> chains_;   // indexed by head
+  uint16_t free_head_ = 0;
+  uint16_t num_free_ = 0;
+  uint16_t in_flight_ = 0;
+  uint16_t shadow_avail_idx_ = 0;     // next avail slot we write
+  uint16_t published_avail_idx_ = 0;  // last value stored to avail->idx
+  uint16_t last_used_idx_ = 0;
+};
+
+}  // namespace vdev::frontend
+
+#endif  // VDEV_FRONTEND_SPLIT_RING_H_

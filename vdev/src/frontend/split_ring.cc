@@ -1,0 +1,259 @@
+#include "vdev/frontend/split_ring.h"
+
+// Only the ring layouts are used; the legacy vring_init() helper is not C++.
+#ifndef VIRTIO_RING_NO_LEGACY
+#define VIRTIO_RING_NO_LEGACY
+#endif
+#include <linux/virtio_ring.h>
+
+#include <atomic>
+#include <cstring>
+
+namespace vdev::frontend {
+
+namespace {
+
+constexpr size_t AlignUp(size_t v, size_t a) {
+  return (v + a - 1) & ~(a - 1);
+}
+
+uint16_t LoadAcquire(const uint16_t* p) {
+  return std::atomic_ref<uint16_t>(*const_cast<uint16_t*>(p)).load(std::memory_order_acquire);
+}
+uint16_t LoadRelaxed(const uint16_t* p) {
+  return std::atomic_ref<uint16_t>(*const_cast<uint16_t*>(p)).load(std::memory_order_relaxed);
+}
+void StoreRelease(uint16_t* p, uint16_t v) {
+  std::atomic_ref<uint16_t>(*p).store(v, std::memory_order_release);
+}
+void StoreRelaxed(uint16_t* p, uint16_t v) {
+  std::atomic_ref<uint16_t>(*p).store(v, std::memory_order_relaxed);
+}
+
+// virtio 1.x 2.7.10: notify if event_idx lies in (old, new].
+bool NeedEvent(uint16_t event_idx, uint16_t new_idx, uint16_t old_idx) {
+  return static_cast<uint16_t>(new_idx - event_idx - 1) < static_cast<uint16_t>(new_idx - old_idx);
+}
+
+}  // namespace
+
+SplitRing::SplitRing(GuestMemory* memory, const Options& options)
+    : memory_(memory),
+      size_(options.size),
+      event_idx_(options.event_idx),
+      indirect_(options.indirect),
+      next_free_(options.size),
+      chains_(options.size) {}
+
+Status SplitRing::Create(GuestMemory* memory, const Options& options,
+                         std::unique_ptr<SplitRing>* out) {
+  const uint32_t n = options.size;
+  if (n == 0 || n > 32768 || (n & (n - 1)) != 0) {
+    return Status::InvalidArgument("queue size must be a power of two up to 32768");
+  }
+  std::unique_ptr<SplitRing> ring(new SplitRing(memory, options));
+  // virtio 1.x 2.7: descriptor table 16-byte aligned, available ring 2, used
+  // ring 4; the event fields trail each ring.
+  const size_t desc_len = 16 * n;
+  const size_t avail_off = desc_len;
+  const size_t avail_len = 4 + 2 * n + 2;
+  const size_t used_off = AlignUp(avail_off + avail_len, 4);
+  const size_t used_len = 4 + 8 * n + 2;
+  ring->block_len_ = used_off + used_len;
+  uint64_t gpa = 0;
+  ring->block_ = memory->Allocate(ring->block_len_, 4096, &gpa);
+  if (ring->block_ == nullptr) return Status::NoSpace("no guest memory for the ring");
+  auto* base = static_cast<uint8_t*>(ring->block_);
+  ring->desc_ = reinterpret_cast<vring_desc*>(base);
+  ring->avail_ = reinterpret_cast<vring_avail*>(base + avail_off);
+  ring->used_ = reinterpret_cast<vring_used*>(base + used_off);
+  ring->Reset();
+  *out = std::move(ring);
+  return Status::Ok();
+}
+
+SplitRing::~SplitRing() {
+  for (auto& c : chains_) {
+    if (c.in_flight && c.indirect != nullptr) memory_->Free(c.indirect);
+  }
+  if (block_ != nullptr) memory_->Free(block_);
+}
+
+void SplitRing::Reset() {
+  for (auto& c : chains_) {
+    if (c.in_flight && c.indirect != nullptr) memory_->Free(c.indirect);
+    c = ChainState();
+  }
+  std::memset(block_, 0, block_len_);
+  for (uint16_t i = 0; i < size_; ++i) next_free_[i] = static_cast<uint16_t>(i + 1);
+  free_head_ = 0;
+  num_free_ = size_;
+  in_flight_ = 0;
+  shadow_avail_idx_ = 0;
+  published_avail_idx_ = 0;
+  last_used_idx_ = 0;
+  if (!notifications_enabled_) DisableNotifications();
+}
+
+Status SplitRing::AddChain(std::span<const Buffer> readable, std::span<const Buffer> writable,
+                           uint64_t cookie, bool use_indirect, uint16_t* head) {
+  const size_t total = readable.size() + writable.size();
+  if (total == 0) return Status::InvalidArgument("a chain needs at least one buffer");
+  if (total > size_) return Status::InvalidArgument("chain longer than the queue size");
+  for (const Buffer& b : readable) {
+    if (b.len == 0) return Status::InvalidArgument("zero-length buffer");
+  }
+  for (const Buffer& b : writable) {
+    if (b.len == 0) return Status::InvalidArgument("zero-length buffer");
+  }
+  const bool indirect = use_indirect && indirect_;
+  const uint16_t need = indirect ? 1 : static_cast<uint16_t>(total);
+  if (need > num_free_) return Status::NoSpace("not enough free descriptors");
+
+  const uint16_t first = free_head_;
+  ChainState& state = chains_[first];
+  uint64_t writable_bytes = 0;
+  for (const Buffer& b : writable) writable_bytes += b.len;
+
+  // Writes buffer i of the chain into table[slot], linking it to next_slot.
+  auto emit = [&](vring_desc* table, size_t i, uint16_t slot, uint16_t next_slot) {
+    const bool write = i >= readable.size();
+    const Buffer& b = write ? writable[i - readable.size()] : readable[i];
+    const bool more = i + 1 < total;
+    vring_desc& d = table[slot];
+    d.addr = b.gpa;
+    d.len = b.len;
+    d.flags =
+        static_cast<uint16_t>((write ? VRING_DESC_F_WRITE : 0) | (more ? VRING_DESC_F_NEXT : 0));
+    d.next = more ? next_slot : 0;
+  };
+
+  if (indirect) {
+    uint64_t table_gpa = 0;
+    void* table = memory_->Allocate(total * sizeof(vring_desc), 16, &table_gpa);
+    if (table == nullptr) return Status::NoSpace("no guest memory for an indirect table");
+    auto* t = static_cast<vring_desc*>(table);
+    for (size_t i = 0; i < total; ++i) {
+      emit(t, i, static_cast<uint16_t>(i), static_cast<uint16_t>(i + 1));
+    }
+    vring_desc& d = desc_[first];
+    d.addr = table_gpa;
+    d.len = static_cast<uint32_t>(total * sizeof(vring_desc));
+    d.flags = VRING_DESC_F_INDIRECT;
+    d.next = 0;
+    state.indirect = table;
+    state.last = first;
+    free_head_ = next_free_[first];
+  } else {
+    // Take descriptors in private free-list order; the chain's links follow it.
+    uint16_t cur = free_head_;
+    for (size_t i = 0; i < total; ++i) {
+      const uint16_t next = next_free_[cur];
+      emit(desc_, i, cur, next);
+      state.last = cur;
+      cur = next;
+    }
+    state.indirect = nullptr;
+    free_head_ = cur;
+  }
+  state.writable_bytes = writable_bytes;
+  state.cookie = cookie;
+  state.ndesc = need;
+  state.in_flight = true;
+  num_free_ = static_cast<uint16_t>(num_free_ - need);
+  ++in_flight_;
+
+  avail_->ring[shadow_avail_idx_ & (size_ - 1)] = first;
+  ++shadow_avail_idx_;
+  *head = first;
+  return Status::Ok();
+}
+
+bool SplitRing::Publish() {
+  const uint16_t old_idx = published_avail_idx_;
+  const uint16_t new_idx = shadow_avail_idx_;
+  if (old_idx == new_idx) return false;
+  StoreRelease(&avail_->idx, new_idx);
+  published_avail_idx_ = new_idx;
+  // The device may be deciding to sleep right now: order our idx store before
+  // reading its suppression state (the other half is in the device).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (event_idx_) {
+    const auto* avail_event = reinterpret_cast<const uint16_t*>(&used_->ring[size_]);
+    return NeedEvent(LoadRelaxed(avail_event), new_idx, old_idx);
+  }
+  return (LoadRelaxed(&used_->flags) & VRING_USED_F_NO_NOTIFY) == 0;
+}
+
+uint16_t SplitRing::ReadUsedIdx() const {
+  return LoadAcquire(&used_->idx);
+}
+
+bool SplitRing::HasUsed() const {
+  return ReadUsedIdx() != last_used_idx_;
+}
+
+void SplitRing::WriteUsedEvent(uint16_t value) {
+  StoreRelaxed(&avail_->ring[size_], value);
+}
+
+size_t SplitRing::PollUsed(Completion* out, size_t max, Status* error) {
+  const uint16_t used_idx = ReadUsedIdx();
+  const uint16_t pending = static_cast<uint16_t>(used_idx - last_used_idx_);
+  if (pending > in_flight_) {
+    *error = Status::ProtocolError("used index advanced past the chains in flight");
+    return 0;
+  }
+  size_t n = 0;
+  while (n < max && last_used_idx_ != used_idx) {
+    const vring_used_elem& e = used_->ring[last_used_idx_ & (size_ - 1)];
+    const uint32_t id = e.id;
+    const uint32_t len = e.len;
+    if (id >= size_ || !chains_[id].in_flight) {
+      *error = Status::ProtocolError("used entry names a descriptor that is not in flight");
+      break;
+    }
+    ChainState& c = chains_[id];
+    if (len > c.writable_bytes) {
+      *error = Status::ProtocolError("used length exceeds the chain's writable bytes");
+      break;
+    }
+    if (c.indirect != nullptr) memory_->Free(c.indirect);
+    next_free_[c.last] = free_head_;
+    free_head_ = static_cast<uint16_t>(id);
+    num_free_ = static_cast<uint16_t>(num_free_ + c.ndesc);
+    --in_flight_;
+    out[n].head = static_cast<uint16_t>(id);
+    out[n].len = len;
+    out[n].cookie = c.cookie;
+    c = ChainState();
+    ++n;
+    ++last_used_idx_;
+  }
+  if (event_idx_) {
+    // Keep the device's notification threshold just past what we consumed
+    // (interrupt mode) or half a ring-index space away (busy-poll mode).
+    WriteUsedEvent(notifications_enabled_ ? last_used_idx_
+                                          : static_cast<uint16_t>(last_used_idx_ + 0x8000));
+  }
+  return n;
+}
+
+bool SplitRing::EnableNotifications() {
+  notifications_enabled_ = true;
+  if (event_idx_) {
+    WriteUsedEvent(last_used_idx_);
+  } else {
+    StoreRelaxed(&avail_->flags, 0);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return HasUsed();
+}
+
+void SplitRing::DisableNotifications() {
+  notifications_enabled_ = false;
+  StoreRelaxed(&avail_->flags, VRING_AVAIL_F_NO_INTERRUPT);
+  if (event_idx_) WriteUsedEvent(static_cast<uint16_t>(last_used_idx_ + 0x8000));
+}
+
+}  // namespace vdev::frontend
