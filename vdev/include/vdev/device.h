@@ -18,6 +18,7 @@
 namespace vdev {
 
 class MemoryMap;
+class SplitQueue;
 // Chains and device-held translations keep the mappings they point into alive,
 // so a SET_MEM_TABLE or REM_MEM_REG never unmaps memory still in use.
 using MemoryMapPtr = std::shared_ptr<const MemoryMap>;
@@ -55,6 +56,12 @@ class Chain {
   size_t readable_bytes_ = 0;
   size_t writable_bytes_ = 0;
   MemoryMapPtr memory_;
+  // Which started instance of a ring the chain was popped from, so completing
+  // it after the ring stopped (or restarted) is recognised and ignored.
+  uint64_t ring_id_ = 0;
+
+  // The queue refills a Chain in place, reusing its vectors' capacity.
+  friend class SplitQueue;
 };
 
 // The device's handle on one started virtqueue. Every method must be called on
@@ -103,6 +110,10 @@ class Device {
   virtual uint16_t MaxQueueSize() const { return 1024; }
   // The whole config space; GET_CONFIG serves byte ranges of it.
   virtual std::vector<uint8_t> ConfigSpace() const = 0;
+  // SET_CONFIG: the driver writes bytes [offset, offset+data.size()) of the
+  // config space (range already checked against ConfigSpace()). Return false
+  // to refuse (read-only fields); the default refuses everything.
+  virtual bool SetConfig(uint32_t /*offset*/, std::span<const uint8_t> /*data*/) { return false; }
 
   virtual void OnConnect(DeviceContext& /*ctx*/) {}
   virtual void OnFeatures(uint64_t /*acked*/) {}

@@ -165,7 +165,7 @@ Status SplitRing::AddChain(std::span<const Buffer> readable, std::span<const Buf
 
   avail_->ring[shadow_avail_idx_ & (size_ - 1)] = first;
   ++shadow_avail_idx_;
-  *head = first;
+  if (head != nullptr) *head = first;
   return Status::Ok();
 }
 

@@ -1,0 +1,144 @@
+// The vhost-user protocol state machine of one front-end connection, with no
+// socket in it: the Server feeds it validated-framing Messages and writes back
+// the replies it returns; kick eventfds and the busy-poll loop are driven by a
+// SessionHost. Unit tests and fuzz targets drive a Session directly.
+//
+// Ring lifecycle (vhost-user.rst, "Ring states"): rings start stopped and
+// disabled; SET_VRING_KICK (fd or NOFD) starts a ring, GET_VRING_BASE stops
+// it; SET_VRING_ENABLE toggles enable, and without VHOST_USER_F_PROTOCOL_FEATURES
+// in SET_FEATURES every ring is enabled at once. A device sees a queue
+// (OnQueueStarted) only while it is started and enabled.
+#ifndef VDEV_SESSION_H_
+#define VDEV_SESSION_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vdev/device.h"
+#include "vdev/memory_map.h"
+#include "vdev/message.h"
+#include "vdev/split_queue.h"
+
+namespace vdev {
+
+struct SessionOptions {
+  // Busy-poll every queue (no kicks awaited; the driver is asked not to kick).
+  bool busy_poll = false;
+  // Busy-poll only these queue indices (in addition to busy_poll).
+  std::vector<uint16_t> busy_poll_queues;
+  // GET_MAX_MEM_SLOTS; also the cap for ADD_MEM_REG.
+  uint32_t max_mem_slots = 32;
+  // One region / all regions together.
+  uint64_t max_region_bytes = 1ull << 40;
+  uint64_t max_total_bytes = 1ull << 42;
+  QueueLimits queue_limits;
+};
+
+// What a Session needs from its event loop. Called on the session's executor.
+class SessionHost {
+ public:
+  virtual ~SessionHost() = default;
+  // Runs fn later on the session's executor (from any thread).
+  virtual void Post(std::function<void()> fn) = 0;
+  // Starts calling Session::Kick(queue) whenever fd (a kick eventfd owned by
+  // the session) becomes readable, after draining it.
+  virtual void WatchKick(uint16_t queue, int fd) = 0;
+  // Stops watching; the fd is closed by the session afterwards.
+  virtual void UnwatchKick(uint16_t queue) = 0;
+  // Turns the busy-poll loop (repeated Session::Poll) on or off.
+  virtual void SetPolling(bool on) = 0;
+  // Writes a back-end request on the SET_BACKEND_REQ_FD channel fd.
+  virtual bool SendBackendMessage(int fd, const std::vector<uint8_t>& bytes);
+};
+
+class Session final : public DeviceContext {
+ public:
+  struct Result {
+    std::vector<uint8_t> reply;  // empty: nothing to send
+    bool close = false;          // protocol violation: drop the connection
+  };
+
+  Session(std::unique_ptr<Device> device, SessionHost* host, SessionOptions options,
+          std::string name);
+  ~Session() override;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Calls Device::OnConnect; call once before Handle.
+  void Start();
+  // Handles one framed message (from MessageReader).
+  Result Handle(Message msg);
+  // A kick eventfd fired for queue.
+  void Kick(uint16_t queue);
+  // One busy-poll pass over the polled queues; returns true if any had work.
+  bool Poll();
+  // The connection is gone: stops every ring and tells the device.
+  void Disconnect();
+
+  // DeviceContext.
+  void Post(std::function<void()> fn) override;
+  MemoryMapPtr Memory() const override { return memory_; }
+  void NotifyConfigChanged() override;
+
+  // Introspection (tests, logs).
+  uint16_t num_queues() const { return static_cast<uint16_t>(queues_.size()); }
+  const SplitQueue& queue(uint16_t i) const { return *queues_[i].q; }
+  bool queue_enabled(uint16_t i) const { return queues_[i].enabled; }
+  bool queue_running(uint16_t i) const { return queues_[i].delivered; }
+  uint64_t acked_features() const { return acked_features_; }
+  uint64_t acked_protocol_features() const { return acked_protocol_; }
+  uint64_t OfferedFeatures() const;
+  uint64_t OfferedProtocolFeatures() const;
+  Device& device() { return *device_; }
+
+ private:
+  struct QueueState {
+    std::unique_ptr<SplitQueue> q;
+    UniqueFd kick;
+    UniqueFd call;
+    UniqueFd err;
+    bool watching = false;  // kick fd handed to the host
+    bool started = false;   // spec state: kick received, not stopped since
+    bool enabled = false;
+    bool delivered = false;  // device was given OnQueueStarted
+    bool nofd_kick = false;  // SET_VRING_KICK with NOFD: poll this ring
+  };
+
+  Error Dispatch(Message& msg, std::vector<uint8_t>* reply);
+  Error SetMemTable(Message& msg);
+  Error AddMemReg(Message& msg);
+  Error RemMemReg(const Message& msg);
+  Error InstallMemory(std::vector<std::shared_ptr<MappedRegion>> regions);
+  Error SetVringFd(Message& msg);
+  Error CheckIndex(uint32_t index) const;
+  void GetConfig(const Message& msg, std::vector<uint8_t>* reply);
+  Error SetConfig(const Message& msg);
+  void StopQueue(uint16_t i);
+  void StopAllQueues();
+  void Reconcile(uint16_t i);
+  void UpdatePolling();
+  bool Polled(uint16_t i) const;
+  bool Negotiated(uint64_t protocol_bit) const { return acked_protocol_ & (1ull << protocol_bit); }
+
+  std::unique_ptr<Device> device_;
+  SessionHost* host_;
+  const SessionOptions options_;
+  const std::string name_;
+  std::vector<QueueState> queues_;
+  MemoryMapPtr memory_;
+  UniqueFd backend_fd_;
+  uint64_t acked_features_ = 0;
+  bool features_set_ = false;
+  uint64_t acked_protocol_ = 0;
+  uint8_t status_ = 0;
+  bool polling_ = false;
+  bool ever_started_ = false;
+  bool disconnected_ = false;
+};
+
+}  // namespace vdev
+
+#endif  // VDEV_SESSION_H_

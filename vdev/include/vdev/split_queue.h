@@ -1,0 +1,151 @@
+// The device side of one split virtqueue (virtio 1.x, 2.7): validates what the
+// driver put on the avail ring and publishes completions on the used ring.
+//
+// Everything the driver controls is untrusted: descriptor addresses, lengths,
+// flags and next indices, the avail index and ring entries, and the event
+// index fields. Each is read once (no double fetch) and checked before use:
+//   - a chain walk is bounded by the ring size (loops), an indirect table by
+//     its own entry count and a limit; nested indirect tables, zero-length,
+//     misaligned or unmapped tables are rejected;
+//   - every buffer is translated through the MemoryMap, overflow-safe and
+//     split at region boundaries; readable descriptors must precede writable
+//     ones; per-direction totals are capped;
+//   - a head index outside the ring, a head already in flight, or an avail
+//     index more than the ring size ahead marks the ring broken: it is logged
+//     once, the error eventfd (if any) is signalled, and nothing more is
+//     processed until the ring is restarted. A malformed chain (bad buffer) is
+//     completed with length 0 and skipped.
+//
+// Memory ordering: the avail index is loaded with acquire before reading ring
+// entries; used entries are written plainly and the used index is published
+// with a release store; a full fence separates that store from reading the
+// driver's suppression fields (used_event / flags), and separates writing
+// avail_event from re-reading the avail index.
+//
+// Not thread-safe: a SplitQueue lives on its connection's executor.
+#ifndef VDEV_SPLIT_QUEUE_H_
+#define VDEV_SPLIT_QUEUE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vdev/device.h"
+#include "vdev/memory_map.h"
+
+namespace vdev {
+
+struct QueueLimits {
+  // Entries in one indirect table (Linux drivers stay far below this).
+  uint32_t max_indirect = 1024;
+  // Bytes per direction in one chain; the used length is 32 bits.
+  uint64_t max_chain_bytes = 0xffffffffull;
+};
+
+// Counters for tests and diagnostics.
+struct QueueStats {
+  uint64_t popped = 0;
+  uint64_t completed = 0;
+  uint64_t malformed = 0;
+  uint64_t notifications = 0;
+  uint64_t suppressed = 0;
+};
+
+class SplitQueue final : public Queue {
+ public:
+  static constexpr uint32_t kMaxSize = 32768;
+
+  explicit SplitQueue(uint16_t index, QueueLimits limits = {});
+  SplitQueue(const SplitQueue&) = delete;
+  SplitQueue& operator=(const SplitQueue&) = delete;
+
+  // --- Configuration (vhost-user messages); only while stopped. ---
+  // Size must be a power of two in [1, kMaxSize].
+  static bool ValidSize(uint32_t size);
+  void set_size(uint16_t size) { size_ = size; }
+  void set_addresses(uint64_t desc_uva, uint64_t avail_uva, uint64_t used_uva);
+  bool has_addresses() const { return has_addresses_; }
+  void set_last_avail(uint16_t idx) { last_avail_ = idx; }
+  void set_features(bool event_idx, bool indirect);
+  // eventfds owned by the caller; -1 for none.
+  void set_call_fd(int fd) { call_fd_ = fd; }
+  void set_err_fd(int fd) { err_fd_ = fd; }
+  // Busy-poll: ask the driver not to kick (VRING_USED_F_NO_NOTIFY, or simply
+  // not re-arming avail_event with EVENT_IDX).
+  void set_polling(bool on);
+
+  // Translates the ring addresses (front-end virtual addresses) through
+  // memory and starts the ring. Checks alignment and that each ring lies
+  // inside one region. Returns false with *error when it cannot start.
+  bool Start(MemoryMapPtr memory, std::string* error);
+  // Re-translates a started ring after a memory-table change. A ring that no
+  // longer translates is marked broken (returns false).
+  bool Remap(MemoryMapPtr memory, std::string* error);
+  // Stops the ring: chains popped before are no longer completable.
+  void Stop();
+
+  bool started() const { return started_; }
+  bool broken() const { return broken_; }
+  uint16_t last_avail() const { return last_avail_; }
+  const QueueStats& stats() const { return stats_; }
+  // True when the driver made chains available that were not popped yet.
+  bool HasAvailable();
+
+  // --- Queue ---
+  uint16_t index() const override { return index_; }
+  uint16_t size() const override { return size_; }
+  bool Pop(Chain* out) override;
+  void Complete(const Chain& chain, uint32_t written) override;
+  void Flush() override;
+
+ private:
+  enum class WalkResult { kOk, kMalformed };
+
+  bool Translate(const MemoryMap& memory, std::string* error);
+  WalkResult Walk(uint16_t head, Chain* out);
+  bool AddBuffer(uint64_t addr, uint32_t len, bool writable, Chain* out);
+  void MarkBroken(const std::string& why);
+  // Re-reads the avail index; false when it jumped (ring broken).
+  bool RefreshAvail();
+  // Arms driver notifications and re-checks for work (EVENT_IDX idiom).
+  bool EnableNotifyAndRecheck();
+  void PushUsed(uint16_t head, uint32_t len);
+  void Signal(int fd);
+
+  const uint16_t index_;
+  const QueueLimits limits_;
+  uint16_t size_ = 0;
+  uint64_t desc_uva_ = 0;
+  uint64_t avail_uva_ = 0;
+  uint64_t used_uva_ = 0;
+  bool has_addresses_ = false;
+  bool event_idx_ = false;
+  bool indirect_ = false;
+  bool polling_ = false;
+  int call_fd_ = -1;
+  int err_fd_ = -1;
+
+  bool started_ = false;
+  bool broken_ = false;
+  uint64_t ring_id_ = 0;
+  MemoryMapPtr memory_;
+  // Host views of the three ring parts (valid while memory_ is held).
+  uint8_t* desc_ = nullptr;
+  uint8_t* avail_ = nullptr;
+  uint8_t* used_ = nullptr;
+
+  uint16_t last_avail_ = 0;   // next avail entry to pop
+  uint16_t avail_cache_ = 0;  // last avail idx read from the driver
+  uint16_t used_idx_ = 0;     // next used entry to write
+  uint16_t used_published_ = 0;
+  uint16_t signalled_used_ = 0;
+  bool signalled_valid_ = false;
+  uint16_t avail_event_written_ = 0;
+  bool avail_event_valid_ = false;
+  std::vector<uint8_t> inflight_;  // per head: popped, not completed
+  QueueStats stats_;
+};
+
+}  // namespace vdev
+
+#endif  // VDEV_SPLIT_QUEUE_H_

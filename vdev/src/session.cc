@@ -1,0 +1,513 @@
+#include "vdev/session.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "spdlog/fmt/fmt.h"
+#include "spdlog/spdlog.h"
+
+namespace vdev {
+
+namespace {
+
+// One kick/call/err index byte addresses at most 256 rings.
+constexpr uint32_t kMaxQueues = vu::kVringIdxMask + 1;
+
+bool HasOwnReply(uint32_t request) {
+  switch (request) {
+    case vu::kGetFeatures:
+    case vu::kGetProtocolFeatures:
+    case vu::kGetVringBase:
+    case vu::kGetQueueNum:
+    case vu::kGetConfig:
+    case vu::kGetMaxMemSlots:
+    case vu::kGetStatus:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool SessionHost::SendBackendMessage(int fd, const std::vector<uint8_t>& bytes) {
+  // Never block the connection on a slow front-end: a config-change
+  // notification that does not fit in the socket buffer is dropped.
+  ssize_t n = send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  return n == static_cast<ssize_t>(bytes.size());
+}
+
+Session::Session(std::unique_ptr<Device> device, SessionHost* host, SessionOptions options,
+                 std::string name)
+    : device_(std::move(device)),
+      host_(host),
+      options_(std::move(options)),
+      name_(std::move(name)) {
+  uint32_t n = device_->NumQueues();
+  if (n > kMaxQueues) {
+    spdlog::warn("vdev[{}]: device asks for {} queues; vhost-user addresses at most {}", name_, n,
+                 kMaxQueues);
+    n = kMaxQueues;
+  }
+  queues_.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    queues_[i].q = std::make_unique<SplitQueue>(static_cast<uint16_t>(i), options_.queue_limits);
+  }
+}
+
+Session::~Session() {
+  Disconnect();
+}
+
+void Session::Start() {
+  device_->OnConnect(*this);
+}
+
+void Session::Disconnect() {
+  if (disconnected_) return;
+  disconnected_ = true;
+  StopAllQueues();
+  device_->OnReset();
+  device_->OnDisconnect();
+}
+
+void Session::Post(std::function<void()> fn) {
+  host_->Post(std::move(fn));
+}
+
+uint64_t Session::OfferedFeatures() const {
+  return device_->Features() | vu::kFVersion1 | vu::kFProtocolFeatures;
+}
+
+uint64_t Session::OfferedProtocolFeatures() const {
+  uint64_t f = (1ull << vu::kPfMq) | (1ull << vu::kPfReplyAck) | (1ull << vu::kPfResetDevice) |
+               (1ull << vu::kPfConfigureMemSlots) | (1ull << vu::kPfStatus) |
+               (1ull << vu::kPfBackendReq);
+  // QEMU warns when CONFIG is offered for a device without config space.
+  if (!device_->ConfigSpace().empty()) f |= 1ull << vu::kPfConfig;
+  return f;
+}
+
+void Session::NotifyConfigChanged() {
+  if (!backend_fd_.valid() || !Negotiated(vu::kPfBackendReq)) {
+    spdlog::debug("vdev[{}]: config change not sent (no back-end channel)", name_);
+    return;
+  }
+  // A suspended device (every ring stopped by GET_VRING_BASE) must not send
+  // back-end requests.
+  bool any_started =
+      std::any_of(queues_.begin(), queues_.end(), [](const QueueState& s) { return s.started; });
+  if (ever_started_ && !any_started) {
+    spdlog::debug("vdev[{}]: config change not sent while suspended", name_);
+    return;
+  }
+  vu::Header h{vu::kBackendConfigChange, vu::kVersion, 0};
+  std::vector<uint8_t> bytes(sizeof(h));
+  std::memcpy(bytes.data(), &h, sizeof(h));
+  if (!host_->SendBackendMessage(backend_fd_.get(), bytes)) {
+    spdlog::warn("vdev[{}]: could not send CONFIG_CHANGE_MSG", name_);
+  }
+}
+
+Session::Result Session::Handle(Message msg) {
+  Result result;
+  const uint32_t request = msg.request();
+  const bool need_reply = msg.need_reply();
+  spdlog::debug("vdev[{}]: {} size={} fds={}{}", name_, RequestName(request), msg.header.size,
+                msg.fds.size(), need_reply ? " need_reply" : "");
+  Error error = ValidateMessage(msg);
+  if (error.empty()) error = Dispatch(msg, &result.reply);
+  msg.fds.clear();  // closes every descriptor that was not kept
+  if (error.empty()) {
+    // REPLY_ACK: messages without a reply of their own are acknowledged.
+    if (need_reply && !HasOwnReply(request)) result.reply = MakeU64Reply(request, 0);
+    return result;
+  }
+  spdlog::error("vdev[{}]: {} refused: {}", name_, RequestName(request), error);
+  if (need_reply && !HasOwnReply(request)) {
+    result.reply = MakeU64Reply(request, 1);
+  } else if (request == vu::kGetConfig && msg.header.size >= sizeof(vu::ConfigHeader)) {
+    result.reply.clear();
+    GetConfig(msg, &result.reply);  // answers with an empty payload: the error form
+  } else {
+    result.reply.clear();
+    result.close = true;
+  }
+  return result;
+}
+
+Error Session::CheckIndex(uint32_t index) const {
+  if (index < queues_.size()) return {};
+  return fmt::format("queue index {} out of range ({} queues)", index, queues_.size());
+}
+
+Error Session::Dispatch(Message& msg, std::vector<uint8_t>* reply) {
+  const uint32_t request = msg.request();
+  switch (request) {
+    case vu::kGetFeatures:
+      *reply = MakeU64Reply(request, OfferedFeatures());
+      return {};
+    case vu::kSetFeatures: {
+      uint64_t f = msg.Get<uint64_t>();
+      if (f & ~OfferedFeatures()) {
+        return fmt::format("features {:#x} include bits not offered ({:#x})", f, OfferedFeatures());
+      }
+      acked_features_ = f;
+      features_set_ = true;
+      for (QueueState& s : queues_) {
+        s.q->set_features(f & vu::kFRingEventIdx, f & vu::kFRingIndirectDesc);
+      }
+      device_->OnFeatures(f);
+      if (!(f & vu::kFProtocolFeatures)) {
+        for (uint16_t i = 0; i < queues_.size(); ++i) {
+          queues_[i].enabled = true;
+          Reconcile(i);
+        }
+      }
+      return {};
+    }
+    case vu::kGetProtocolFeatures:
+      *reply = MakeU64Reply(request, OfferedProtocolFeatures());
+      return {};
+    case vu::kSetProtocolFeatures: {
+      uint64_t f = msg.Get<uint64_t>();
+      if (f & ~OfferedProtocolFeatures()) {
+        return fmt::format("protocol features {:#x} include bits not offered ({:#x})", f,
+                           OfferedProtocolFeatures());
+      }
+      acked_protocol_ = f;
+      return {};
+    }
+    case vu::kSetOwner:
+      return {};
+    case vu::kResetOwner:
+      // Deprecated; the spec allows treating it as "disable all rings" and
+      // asks back-ends to keep the connection's state.
+      for (uint16_t i = 0; i < queues_.size(); ++i) {
+        StopQueue(i);
+        queues_[i].enabled = false;
+      }
+      return {};
+    case vu::kResetDevice:
+      for (uint16_t i = 0; i < queues_.size(); ++i) {
+        StopQueue(i);
+        queues_[i].enabled = false;
+        queues_[i].q->set_last_avail(0);
+      }
+      status_ = 0;
+      device_->OnReset();
+      return {};
+    case vu::kGetQueueNum:
+      *reply = MakeU64Reply(request, queues_.size());
+      return {};
+    case vu::kGetMaxMemSlots:
+      *reply = MakeU64Reply(request, options_.max_mem_slots);
+      return {};
+    case vu::kSetMemTable:
+      return SetMemTable(msg);
+    case vu::kAddMemReg:
+      return AddMemReg(msg);
+    case vu::kRemMemReg:
+      return RemMemReg(msg);
+    case vu::kSetVringNum: {
+      auto st = msg.Get<vu::VringState>();
+      if (Error e = CheckIndex(st.index); !e.empty()) return e;
+      if (queues_[st.index].started) return "SET_VRING_NUM on a started ring";
+      if (!SplitQueue::ValidSize(st.num) || st.num > device_->MaxQueueSize()) {
+        return fmt::format("queue size {} invalid (power of two up to {})", st.num,
+                           std::min<uint32_t>(device_->MaxQueueSize(), SplitQueue::kMaxSize));
+      }
+      queues_[st.index].q->set_size(static_cast<uint16_t>(st.num));
+      return {};
+    }
+    case vu::kSetVringAddr: {
+      auto a = msg.Get<vu::VringAddr>();
+      if (Error e = CheckIndex(a.index); !e.empty()) return e;
+      QueueState& s = queues_[a.index];
+      s.q->set_addresses(a.desc_user_addr, a.avail_user_addr, a.used_user_addr);
+      if (s.q->started()) {
+        // Address change on a running ring (dirty-log toggles re-send it).
+        Error e;
+        if (!s.q->Remap(memory_, &e)) {
+          Reconcile(static_cast<uint16_t>(a.index));
+          return e;
+        }
+      }
+      return {};
+    }
+    case vu::kSetVringBase: {
+      auto st = msg.Get<vu::VringState>();
+      if (Error e = CheckIndex(st.index); !e.empty()) return e;
+      if (queues_[st.index].started) return "SET_VRING_BASE on a started ring";
+      if (st.num > 0xffff) return fmt::format("split ring base {} out of range", st.num);
+      queues_[st.index].q->set_last_avail(static_cast<uint16_t>(st.num));
+      return {};
+    }
+    case vu::kGetVringBase: {
+      auto st = msg.Get<vu::VringState>();
+      if (Error e = CheckIndex(st.index); !e.empty()) return e;
+      StopQueue(static_cast<uint16_t>(st.index));
+      vu::VringState out{st.index, queues_[st.index].q->last_avail()};
+      *reply = MakeReply(request, &out, sizeof(out));
+      return {};
+    }
+    case vu::kSetVringKick:
+    case vu::kSetVringCall:
+    case vu::kSetVringErr:
+      return SetVringFd(msg);
+    case vu::kSetVringEnable: {
+      auto st = msg.Get<vu::VringState>();
+      if (Error e = CheckIndex(st.index); !e.empty()) return e;
+      if (st.num > 1) return fmt::format("SET_VRING_ENABLE value {} is not 0 or 1", st.num);
+      if (features_set_ && !(acked_features_ & vu::kFProtocolFeatures)) {
+        return "SET_VRING_ENABLE without VHOST_USER_F_PROTOCOL_FEATURES";
+      }
+      queues_[st.index].enabled = st.num == 1;
+      Reconcile(static_cast<uint16_t>(st.index));
+      return {};
+    }
+    case vu::kGetConfig:
+      GetConfig(msg, reply);
+      return {};
+    case vu::kSetConfig:
+      return SetConfig(msg);
+    case vu::kSetBackendReqFd:
+      backend_fd_ = std::move(msg.fds[0]);
+      return {};
+    case vu::kSetStatus: {
+      uint64_t v = msg.Get<uint64_t>();
+      if (v > 0xff) return fmt::format("status {:#x} does not fit a byte", v);
+      status_ = static_cast<uint8_t>(v);
+      if (status_ == 0) {
+        // Device reset by the driver: rings stop, per-driver state goes; the
+        // ring configuration (fds, sizes) stays for the next start.
+        for (uint16_t i = 0; i < queues_.size(); ++i) StopQueue(i);
+        device_->OnReset();
+      }
+      return {};
+    }
+    case vu::kGetStatus:
+      *reply = MakeU64Reply(request, status_);
+      return {};
+    default:
+      return fmt::format("unsupported request {}", request);
+  }
+}
+
+Error Session::SetVringFd(Message& msg) {
+  uint64_t v = msg.Get<uint64_t>();
+  uint32_t index = static_cast<uint32_t>(v & vu::kVringIdxMask);
+  bool nofd = v & vu::kVringNoFd;
+  if (Error e = CheckIndex(index); !e.empty()) return e;
+  QueueState& s = queues_[index];
+  UniqueFd fd = nofd ? UniqueFd() : std::move(msg.fds[0]);
+  switch (msg.request()) {
+    case vu::kSetVringCall:
+      s.call = std::move(fd);
+      s.q->set_call_fd(s.call.get());
+      return {};
+    case vu::kSetVringErr:
+      s.err = std::move(fd);
+      s.q->set_err_fd(s.err.get());
+      return {};
+    default:
+      break;
+  }
+  // SET_VRING_KICK: (re)starts the ring.
+  uint16_t i = static_cast<uint16_t>(index);
+  if (s.started) StopQueue(i);
+  s.kick = std::move(fd);
+  s.nofd_kick = nofd;
+  Error error;
+  if (!s.q->Start(memory_, &error)) return error;
+  s.started = true;
+  ever_started_ = true;
+  if (s.kick.valid()) {
+    host_->WatchKick(i, s.kick.get());
+    s.watching = true;
+  }
+  // Without PROTOCOL_FEATURES a ring is enabled as soon as it starts; with
+  // it (or before SET_FEATURES says which) it waits for SET_VRING_ENABLE.
+  if (features_set_ && !(acked_features_ & vu::kFProtocolFeatures)) s.enabled = true;
+  Reconcile(i);
+  return {};
+}
+
+void Session::StopQueue(uint16_t i) {
+  QueueState& s = queues_[i];
+  if (s.watching) {
+    host_->UnwatchKick(i);
+    s.watching = false;
+  }
+  s.kick.reset();
+  bool was_started = s.started;
+  s.started = false;
+  Reconcile(i);
+  if (was_started) {
+    s.q->Flush();
+    s.q->Stop();
+  }
+}
+
+void Session::StopAllQueues() {
+  for (uint16_t i = 0; i < queues_.size(); ++i) StopQueue(i);
+}
+
+bool Session::Polled(uint16_t i) const {
+  if (options_.busy_poll || queues_[i].nofd_kick) return true;
+  return std::find(options_.busy_poll_queues.begin(), options_.busy_poll_queues.end(), i) !=
+         options_.busy_poll_queues.end();
+}
+
+void Session::Reconcile(uint16_t i) {
+  QueueState& s = queues_[i];
+  bool run = s.started && s.enabled && s.q->started() && !disconnected_;
+  if (run && !s.delivered) {
+    s.q->set_polling(Polled(i));
+    s.delivered = true;
+    spdlog::debug("vdev[{}]: queue {} running (size {}, {})", name_, i, s.q->size(),
+                  Polled(i) ? "busy-poll" : "kick");
+    device_->OnQueueStarted(*s.q);
+    // Chains made available before the ring ran (or a kick that fired while
+    // it was disabled) must not wait for the next kick.
+    if (s.delivered && s.q->HasAvailable()) device_->OnKick(*s.q);
+  } else if (!run && s.delivered) {
+    s.delivered = false;
+    spdlog::debug("vdev[{}]: queue {} stopped", name_, i);
+    device_->OnQueueStopped(i);
+  }
+  UpdatePolling();
+}
+
+void Session::UpdatePolling() {
+  bool want = false;
+  for (uint16_t i = 0; i < queues_.size(); ++i) {
+    if (queues_[i].delivered && Polled(i)) want = true;
+  }
+  if (want != polling_) {
+    polling_ = want;
+    host_->SetPolling(want);
+  }
+}
+
+void Session::Kick(uint16_t queue) {
+  if (queue >= queues_.size() || !queues_[queue].delivered) return;
+  device_->OnKick(*queues_[queue].q);
+}
+
+bool Session::Poll() {
+  bool work = false;
+  for (uint16_t i = 0; i < queues_.size(); ++i) {
+    QueueState& s = queues_[i];
+    if (!s.delivered || !Polled(i)) continue;
+    if (s.q->HasAvailable()) {
+      work = true;
+      device_->OnKick(*s.q);
+    }
+  }
+  return work;
+}
+
+Error Session::InstallMemory(std::vector<std::shared_ptr<MappedRegion>> regions) {
+  if (Error e = MemoryMap::Validate(regions); !e.empty()) return e;
+  uint64_t total = 0;
+  for (const auto& r : regions) {
+    if (r->size > options_.max_total_bytes - total) {
+      return fmt::format("guest memory exceeds the limit of {} bytes", options_.max_total_bytes);
+    }
+    total += r->size;
+  }
+  memory_ = std::make_shared<const MemoryMap>(std::move(regions));
+  for (uint16_t i = 0; i < queues_.size(); ++i) {
+    Error e;
+    if (!queues_[i].q->Remap(memory_, &e)) {
+      spdlog::error("vdev[{}]: {}", name_, e);
+      Reconcile(i);
+    }
+  }
+  device_->OnMemory(memory_);
+  return {};
+}
+
+Error Session::SetMemTable(Message& msg) {
+  uint32_t n = msg.Get<uint32_t>();
+  std::vector<std::shared_ptr<MappedRegion>> regions;
+  for (uint32_t k = 0; k < n; ++k) {
+    vu::MemRegion desc;
+    std::memcpy(&desc, msg.payload + 8 + k * sizeof(desc), sizeof(desc));
+    Error e;
+    auto r = MapGuestRegion(desc, msg.fds[k].release(), options_.max_region_bytes, &e);
+    if (r == nullptr) return fmt::format("region {}: {}", k, e);
+    spdlog::debug("vdev[{}]: region {} gpa={:#x} size={:#x} uva={:#x} offset={:#x}", name_, k,
+                  desc.guest_phys_addr, desc.memory_size, desc.userspace_addr, desc.mmap_offset);
+    regions.push_back(std::move(r));
+  }
+  return InstallMemory(std::move(regions));
+}
+
+Error Session::AddMemReg(Message& msg) {
+  auto single = msg.Get<vu::SingleMemRegion>();
+  size_t have = memory_ ? memory_->regions().size() : 0;
+  if (have >= options_.max_mem_slots) {
+    return fmt::format("ADD_MEM_REG beyond {} memory slots", options_.max_mem_slots);
+  }
+  Error e;
+  auto r = MapGuestRegion(single.region, msg.fds[0].release(), options_.max_region_bytes, &e);
+  if (r == nullptr) return e;
+  std::vector<std::shared_ptr<MappedRegion>> regions;
+  if (memory_) regions = memory_->regions();
+  regions.push_back(std::move(r));
+  return InstallMemory(std::move(regions));
+}
+
+Error Session::RemMemReg(const Message& msg) {
+  auto single = msg.Get<vu::SingleMemRegion>();
+  const vu::MemRegion& d = single.region;
+  if (!memory_) return "REM_MEM_REG without guest memory";
+  std::vector<std::shared_ptr<MappedRegion>> regions = memory_->regions();
+  // QEMU sends mmap_offset 0 on removal; match the rest.
+  auto it = std::find_if(regions.begin(), regions.end(), [&](const auto& r) {
+    return r->guest_phys_addr == d.guest_phys_addr && r->size == d.memory_size &&
+           r->userspace_addr == d.userspace_addr;
+  });
+  if (it == regions.end()) {
+    return fmt::format("REM_MEM_REG of unknown region gpa={:#x} size={:#x}", d.guest_phys_addr,
+                       d.memory_size);
+  }
+  regions.erase(it);
+  return InstallMemory(std::move(regions));
+}
+
+void Session::GetConfig(const Message& msg, std::vector<uint8_t>* reply) {
+  auto h = msg.Get<vu::ConfigHeader>();
+  std::vector<uint8_t> space = device_->ConfigSpace();
+  uint64_t end = uint64_t{h.offset} + h.size;
+  bool ok = msg.header.size == sizeof(vu::ConfigHeader) + h.size && h.size <= vu::kMaxConfigSize &&
+            end <= space.size();
+  if (!ok) {
+    spdlog::error("vdev[{}]: GET_CONFIG offset={} size={} outside config space of {} bytes", name_,
+                  h.offset, h.size, space.size());
+    *reply = MakeReply(vu::kGetConfig, nullptr, 0);  // empty payload: the error form
+    return;
+  }
+  std::vector<uint8_t> payload(sizeof(h) + h.size);
+  std::memcpy(payload.data(), &h, sizeof(h));
+  if (h.size > 0) std::memcpy(payload.data() + sizeof(h), space.data() + h.offset, h.size);
+  *reply = MakeReply(vu::kGetConfig, payload.data(), static_cast<uint32_t>(payload.size()));
+}
+
+Error Session::SetConfig(const Message& msg) {
+  auto h = msg.Get<vu::ConfigHeader>();
+  size_t space = device_->ConfigSpace().size();
+  if (uint64_t{h.offset} + h.size > space) {
+    return fmt::format("SET_CONFIG offset={} size={} outside config space of {} bytes", h.offset,
+                       h.size, space);
+  }
+  std::span<const uint8_t> data(msg.payload + sizeof(h), h.size);
+  if (!device_->SetConfig(h.offset, data)) return "device refused SET_CONFIG";
+  return {};
+}
+
+}  // namespace vdev
