@@ -1,0 +1,305 @@
+// The front-end's own building blocks, without a back-end: guest memory and
+// its allocator, and the driver side of a split ring checked against the
+// virtio layout (the test plays the device by hand).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#ifndef VIRTIO_RING_NO_LEGACY
+#define VIRTIO_RING_NO_LEGACY
+#endif
+#include <linux/virtio_ring.h>
+
+#include "vdev/frontend/guest_memory.h"
+#include "vdev/frontend/split_ring.h"
+
+namespace vdev::frontend {
+namespace {
+
+TEST(VdevFrontendMemory, CreateTranslateAndAllocate) {
+  GuestMemory mem;
+  RegionInfo r;
+  ASSERT_TRUE(mem.CreateRegion(1 << 20, true, &r).ok());
+  EXPECT_EQ(r.guest_phys_addr, GuestMemory::kFirstGpa);
+  EXPECT_EQ(r.size, 1u << 20);
+  EXPECT_GE(r.fd, 0);
+
+  uint64_t gpa = 0;
+  void* p = mem.Allocate(100, 256, &gpa);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  EXPECT_EQ(mem.Translate(gpa, 100), p);
+  uint64_t back = 0;
+  ASSERT_TRUE(mem.GpaOf(p, 100, &back));
+  EXPECT_EQ(back, gpa);
+  // Out of every region, or straddling the end.
+  EXPECT_EQ(mem.Translate(r.guest_phys_addr + r.size - 8, 16), nullptr);
+  EXPECT_EQ(mem.Translate(UINT64_MAX - 4, 16), nullptr);
+  int local = 0;
+  EXPECT_FALSE(mem.GpaOf(&local, sizeof(local), &back));
+
+  // The region cannot go while an allocation lives in it.
+  EXPECT_FALSE(mem.RemoveRegion(r.guest_phys_addr).ok());
+  mem.Free(p);
+  EXPECT_EQ(mem.AllocatedBytes(), 0u);
+  EXPECT_TRUE(mem.RemoveRegion(r.guest_phys_addr).ok());
+  EXPECT_TRUE(mem.Regions().empty());
+}
+
+TEST(VdevFrontendMemory, FreeCoalescesSoTheWholeRegionIsReusable) {
+  GuestMemory mem;
+  ASSERT_TRUE(mem.CreateRegion(64 << 10, true, nullptr).ok());
+  std::vector<void*> blocks;
+  for (;;) {
+    void* p = mem.Allocate(4096, 64, nullptr);
+    if (p == nullptr) break;
+    blocks.push_back(p);
+  }
+  ASSERT_EQ(blocks.size(), 16u);
+  // Free in an interleaved order to exercise both merge directions.
+  for (size_t i = 0; i < blocks.size(); i += 2) mem.Free(blocks[i]);
+  for (size_t i = 1; i < blocks.size(); i += 2) mem.Free(blocks[i]);
+  EXPECT_NE(mem.Allocate(64 << 10, 4096, nullptr), nullptr);
+}
+
+TEST(VdevFrontendMemory, RegionsDoNotOverlapAndNonAllocatableIsSkipped) {
+  GuestMemory mem;
+  RegionInfo a, b;
+  ASSERT_TRUE(mem.CreateRegion(1 << 20, false, &a).ok());
+  ASSERT_TRUE(mem.CreateRegion(1 << 20, true, &b).ok());
+  EXPECT_GE(b.guest_phys_addr, a.guest_phys_addr + a.size);
+  uint64_t gpa = 0;
+  ASSERT_NE(mem.Allocate(16, 16, &gpa), nullptr);
+  EXPECT_GE(gpa, b.guest_phys_addr);  // only b is allocatable
+  EXPECT_FALSE(mem.CreateRegion(4096, true, nullptr, a.guest_phys_addr + 4096).ok());
+  EXPECT_FALSE(mem.CreateRegion(4096, true, nullptr, 123).ok());  // misaligned
+}
+
+TEST(VdevFrontendMemory, AdoptedMemfdIsSharedWithTheCaller) {
+  int fd = memfd_create("arena", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 3 * 4096), 0);
+  auto* mine =
+      static_cast<uint8_t*>(mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(mine, MAP_FAILED);
+  {
+    GuestMemory mem;
+    RegionInfo r;
+    ASSERT_TRUE(mem.AdoptRegion(fd, 4096, 2 * 4096, &r).ok());
+    EXPECT_EQ(r.mmap_offset, 4096u);
+    EXPECT_NE(r.fd, fd);  // duplicated
+    std::memcpy(mine + 4096 + 10, "hello", 5);
+    EXPECT_EQ(std::memcmp(mem.Translate(r.guest_phys_addr + 10, 5), "hello", 5), 0);
+    EXPECT_EQ(mem.Allocate(16, 16, nullptr), nullptr);  // not allocatable
+    EXPECT_FALSE(mem.AdoptRegion(fd, 100, 4096, nullptr).ok());
+  }
+  // The caller's fd survives the GuestMemory.
+  EXPECT_EQ(fcntl(fd, F_GETFD), FD_CLOEXEC);
+  munmap(mine, 3 * 4096);
+  close(fd);
+}
+
+// Plays the device on a SplitRing's memory.
+class RingTest : public ::testing::Test {
+ protected:
+  void Make(uint16_t size, bool event_idx, bool indirect) {
+    ASSERT_TRUE(mem_.CreateRegion(1 << 20, true, nullptr).ok());
+    SplitRing::Options o;
+    o.size = size;
+    o.event_idx = event_idx;
+    o.indirect = indirect;
+    ASSERT_TRUE(SplitRing::Create(&mem_, o, &ring_).ok());
+    desc_ = reinterpret_cast<vring_desc*>(ring_->desc_user_addr());
+    avail_ = reinterpret_cast<vring_avail*>(ring_->avail_user_addr());
+    used_ = reinterpret_cast<vring_used*>(ring_->used_user_addr());
+  }
+  void DeviceComplete(uint16_t head, uint32_t len) {
+    used_->ring[used_->idx % ring_->size()] = {head, len};
+    __atomic_store_n(&used_->idx, static_cast<uint16_t>(used_->idx + 1), __ATOMIC_RELEASE);
+  }
+  Buffer Buf(uint32_t len) {
+    Buffer b;
+    b.len = len;
+    EXPECT_NE(mem_.Allocate(len, 16, &b.gpa), nullptr);
+    return b;
+  }
+
+  GuestMemory mem_;
+  std::unique_ptr<SplitRing> ring_;
+  vring_desc* desc_ = nullptr;
+  vring_avail* avail_ = nullptr;
+  vring_used* used_ = nullptr;
+};
+
+TEST_F(RingTest, LayoutFollowsTheVirtioAlignmentRules) {
+  Make(8, true, false);
+  EXPECT_EQ(ring_->desc_user_addr() % 16, 0u);
+  EXPECT_EQ(ring_->avail_user_addr(), ring_->desc_user_addr() + 16 * 8);
+  EXPECT_EQ(ring_->used_user_addr() % 4, 0u);
+  EXPECT_GE(ring_->used_user_addr(), ring_->avail_user_addr() + 4 + 2 * 8 + 2);
+  // Ring addresses translate back into guest memory.
+  uint64_t gpa;
+  EXPECT_TRUE(mem_.GpaOf(reinterpret_cast<void*>(ring_->used_user_addr()), 4 + 8 * 8 + 2, &gpa));
+}
+
+TEST_F(RingTest, ChainIsLinkedReadableFirstAndPublishedOnlyOnPublish) {
+  Make(8, false, false);
+  Buffer r1 = Buf(10), r2 = Buf(20), w1 = Buf(30);
+  Buffer rd[] = {r1, r2};
+  uint16_t head = 99;
+  ASSERT_TRUE(ring_->AddChain(rd, {&w1, 1}, 42, false, &head).ok());
+  EXPECT_EQ(avail_->idx, 0);  // not yet visible
+  EXPECT_EQ(ring_->free_descriptors(), 5);
+
+  const vring_desc& d0 = desc_[head];
+  EXPECT_EQ(d0.addr, r1.gpa);
+  EXPECT_EQ(d0.len, 10u);
+  EXPECT_EQ(d0.flags, VRING_DESC_F_NEXT);
+  const vring_desc& d1 = desc_[d0.next];
+  EXPECT_EQ(d1.addr, r2.gpa);
+  EXPECT_EQ(d1.flags, VRING_DESC_F_NEXT);
+  const vring_desc& d2 = desc_[d1.next];
+  EXPECT_EQ(d2.addr, w1.gpa);
+  EXPECT_EQ(d2.len, 30u);
+  EXPECT_EQ(d2.flags, VRING_DESC_F_WRITE);
+
+  EXPECT_TRUE(ring_->Publish());  // device did not suppress
+  EXPECT_EQ(avail_->idx, 1);
+  EXPECT_EQ(avail_->ring[0], head);
+  EXPECT_FALSE(ring_->Publish());  // nothing new
+
+  used_->flags = VRING_USED_F_NO_NOTIFY;
+  ASSERT_TRUE(ring_->AddChain({&r1, 1}, {}, 43, false, nullptr).ok());
+  EXPECT_FALSE(ring_->Publish());  // suppressed by the device
+
+  DeviceComplete(head, 25);
+  Completion c[4];
+  Status err;
+  ASSERT_EQ(ring_->PollUsed(c, 4, &err), 1u);
+  EXPECT_TRUE(err.ok());
+  EXPECT_EQ(c[0].head, head);
+  EXPECT_EQ(c[0].len, 25u);
+  EXPECT_EQ(c[0].cookie, 42u);
+  EXPECT_EQ(ring_->free_descriptors(), 7);
+  EXPECT_EQ(ring_->in_flight(), 1);
+}
+
+TEST_F(RingTest, FullRingReportsNoSpaceAndRecoversAfterCompletions) {
+  Make(4, false, false);
+  Buffer b = Buf(8);
+  std::vector<uint16_t> heads;
+  for (int i = 0; i < 4; ++i) {
+    uint16_t h;
+    ASSERT_TRUE(ring_->AddChain({&b, 1}, {}, i, false, &h).ok());
+    heads.push_back(h);
+  }
+  uint16_t h;
+  EXPECT_EQ(ring_->AddChain({&b, 1}, {}, 9, false, &h).code(), Status::Code::kNoSpace);
+  Buffer five[5] = {b, b, b, b, b};
+  EXPECT_EQ(ring_->AddChain(five, {}, 9, false, &h).code(), Status::Code::kInvalidArgument);
+  ring_->Publish();
+  DeviceComplete(heads[2], 0);
+  Completion c[4];
+  Status err;
+  ASSERT_EQ(ring_->PollUsed(c, 4, &err), 1u);
+  EXPECT_EQ(c[0].cookie, 2u);
+  EXPECT_TRUE(ring_->AddChain({&b, 1}, {}, 10, false, &h).ok());
+  EXPECT_EQ(h, heads[2]);
+}
+
+TEST_F(RingTest, IndirectChainUsesOneDescriptorAndATable) {
+  Make(8, false, true);
+  Buffer r = Buf(16), w1 = Buf(32), w2 = Buf(64);
+  Buffer wr[] = {w1, w2};
+  const size_t before = mem_.AllocatedBytes();
+  uint16_t head;
+  ASSERT_TRUE(ring_->AddChain({&r, 1}, wr, 1, true, &head).ok());
+  EXPECT_EQ(ring_->free_descriptors(), 7);
+  const vring_desc& d = desc_[head];
+  EXPECT_EQ(d.flags, VRING_DESC_F_INDIRECT);
+  EXPECT_EQ(d.len, 3 * sizeof(vring_desc));
+  const auto* table = reinterpret_cast<const vring_desc*>(mem_.Translate(d.addr, d.len));
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table[0].addr, r.gpa);
+  EXPECT_EQ(table[0].flags, VRING_DESC_F_NEXT);
+  EXPECT_EQ(table[0].next, 1);
+  EXPECT_EQ(table[1].flags, VRING_DESC_F_NEXT | VRING_DESC_F_WRITE);
+  EXPECT_EQ(table[2].flags, VRING_DESC_F_WRITE);
+  EXPECT_EQ(table[2].len, 64u);
+  EXPECT_GT(mem_.AllocatedBytes(), before);
+  ring_->Publish();
+  DeviceComplete(head, 96);
+  Completion c;
+  Status err;
+  ASSERT_EQ(ring_->PollUsed(&c, 1, &err), 1u);
+  EXPECT_EQ(mem_.AllocatedBytes(), before);  // table freed
+}
+
+TEST_F(RingTest, EventIdxDecidesKicksAndArmsUsedEvent) {
+  Make(8, true, false);
+  Buffer b = Buf(8);
+  auto* avail_event = reinterpret_cast<uint16_t*>(&used_->ring[8]);
+  auto* used_event = &avail_->ring[8];
+  *avail_event = 0;  // device wants a kick when entry 0 is made available
+  ASSERT_TRUE(ring_->AddChain({&b, 1}, {}, 0, false, nullptr).ok());
+  EXPECT_TRUE(ring_->Publish());
+  *avail_event = 5;  // device says: no kick until idx passes 5
+  ASSERT_TRUE(ring_->AddChain({&b, 1}, {}, 1, false, nullptr).ok());
+  EXPECT_FALSE(ring_->Publish());
+
+  EXPECT_FALSE(ring_->EnableNotifications());
+  EXPECT_EQ(*used_event, 0);
+  DeviceComplete(0, 0);
+  Completion c[2];
+  Status err;
+  ASSERT_EQ(ring_->PollUsed(c, 2, &err), 1u);
+  EXPECT_EQ(*used_event, 1);  // next completion should interrupt
+  ring_->DisableNotifications();
+  EXPECT_EQ(*used_event, static_cast<uint16_t>(1 + 0x8000));
+}
+
+TEST_F(RingTest, BogusUsedEntriesAreProtocolErrors) {
+  Make(8, false, false);
+  Buffer r = Buf(8), w = Buf(8);
+  uint16_t head;
+  ASSERT_TRUE(ring_->AddChain({&r, 1}, {&w, 1}, 0, false, &head).ok());
+  ring_->Publish();
+  Completion c;
+  Status err;
+  DeviceComplete(static_cast<uint16_t>(head + 1), 0);  // not a head in flight
+  EXPECT_EQ(ring_->PollUsed(&c, 1, &err), 0u);
+  EXPECT_EQ(err.code(), Status::Code::kProtocolError);
+
+  Make(8, false, false);
+  ASSERT_TRUE(ring_->AddChain({&r, 1}, {&w, 1}, 0, false, &head).ok());
+  ring_->Publish();
+  DeviceComplete(head, 9);  // more than the 8 writable bytes
+  err = Status();
+  EXPECT_EQ(ring_->PollUsed(&c, 1, &err), 0u);
+  EXPECT_EQ(err.code(), Status::Code::kProtocolError);
+
+  Make(8, false, false);
+  ASSERT_TRUE(ring_->AddChain({&r, 1}, {&w, 1}, 0, false, &head).ok());
+  ring_->Publish();
+  used_->idx = 5;  // more used entries than chains in flight
+  err = Status();
+  EXPECT_EQ(ring_->PollUsed(&c, 1, &err), 0u);
+  EXPECT_EQ(err.code(), Status::Code::kProtocolError);
+}
+
+TEST_F(RingTest, ZeroLengthAndEmptyChainsAreRefused) {
+  Make(8, false, false);
+  Buffer z{0, 0};
+  uint16_t h;
+  EXPECT_EQ(ring_->AddChain({&z, 1}, {}, 0, false, &h).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ring_->AddChain(std::span<const Buffer>(), {}, 0, false, &h).code(),
+            Status::Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace vdev::frontend
