@@ -38,6 +38,7 @@ struct BusOptions {
 
 class TenantLog;
 struct SubscriberState;
+struct ApprovalHolder;
 
 // One subscriber of one tenant: the guest's event queue on one device, or a
 // tool. Its cursor (last acknowledged seq) is durable and keyed by the
@@ -121,9 +122,9 @@ class EventBus : public EventSink {
   Status Tenant(const std::string& tenant, std::shared_ptr<TenantLog>* log);
 
   BusOptions options_;
-  std::mutex mu_;  // guards tenants_ and approval_
+  std::mutex mu_;  // guards tenants_
   std::map<std::string, std::shared_ptr<TenantLog>> tenants_;
-  std::shared_ptr<ApprovalCallback> approval_;
+  std::shared_ptr<ApprovalHolder> approval_;
 };
 
 }  // namespace hz::events

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "hz/events/coarse.h"
 #include "hz/events/status.h"
 #include "protocol/harmonaize.h"
 

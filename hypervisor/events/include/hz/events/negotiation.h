@@ -108,7 +108,8 @@ class NegotiationEngine {
   // next). Call it at least once per window.
   void Tick(uint64_t now);
 
-  // Introspection (operator tools, tests).
+  // Introspection (operator tools, tests). The engine is not thread-safe:
+  // the service calls it from one thread (its control strand).
   std::vector<ReservationInfo> Reservations() const;
   std::vector<OfferInfo> Offers() const;
   uint32_t Booked(uint32_t pool, uint64_t window) const;
@@ -173,8 +174,6 @@ class NegotiationEngine {
   std::map<std::string, uint32_t> weights_;
   // (pool, window) -> devices held by offers and live reservations.
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> booked_;
-  // Next candidate start window per pending negotiation during Decide.
-  std::map<uint64_t, uint64_t> scan_;
 };
 
 }  // namespace hz::events

@@ -1,0 +1,499 @@
+#include "hz/events/event_bus.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "hz/events/coarse.h"
+#include "hz/events/event_log.h"
+
+namespace hz::events {
+
+// Shared by the bus and its tenant logs, so a Delivery that outlives the bus
+// still finds a valid (possibly empty) callback.
+struct ApprovalHolder {
+  std::mutex mu;
+  EventBus::ApprovalCallback callback;
+};
+
+struct SubscriberState {
+  std::string name;
+  uint64_t cursor = 0;     // last acknowledged seq (durable)
+  uint64_t delivered = 0;  // highest seq ever delivered (durable with the cursor)
+  // Live fields, meaningful while a Delivery holds this subscriber.
+  bool connected = false;
+  bool subscribed = false;
+  uint64_t mask = 0;
+  uint64_t pos = 1;  // next seq to consider
+  // Held while the notify callback runs, so clearing it waits for a running call.
+  std::mutex notify_mu;
+  std::function<void()> notify;
+};
+
+class TenantLog {
+ public:
+  TenantLog(std::string tenant, std::string dir, const BusOptions& options,
+            std::shared_ptr<ApprovalHolder> approval)
+      : tenant_(std::move(tenant)),
+        dir_(std::move(dir)),
+        retention_(options.retention),
+        sync_(options.fsync == FsyncPolicy::kAlways),
+        clock_(options.clock),
+        approval_(std::move(approval)) {}
+
+  Status Open();
+  Status Publish(const EventSpec& spec, uint64_t* seq);
+  Status Connect(const std::string& subscriber, std::shared_ptr<SubscriberState>* state);
+  void Disconnect(SubscriberState& state);
+  Status Subscribe(SubscriberState& state, const hz_event_subscribe_args& args,
+                   hz_event_subscribe_result* result);
+  bool Next(SubscriberState& state, hz_event* out);
+  bool Pending(SubscriberState& state);
+  Status Ack(SubscriberState& state, const hz_event_ack_args& args);
+  void Summary(TenantSummary* summary);
+  Status Get(uint64_t seq, hz_event* event);
+  const std::string& tenant() const { return tenant_; }
+
+ private:
+  uint64_t OldestLocked() const { return events_.empty() ? next_seq_ : events_.front().seq; }
+  const hz_event* FindLocked(uint64_t seq) const;
+  bool NextLocked(SubscriberState& state, hz_event* out, bool consume);
+  Status LoadState();
+  Status SaveStateLocked();
+
+  const std::string tenant_;
+  const std::string dir_;
+  const uint64_t retention_;
+  const bool sync_;
+  const std::function<uint64_t()> clock_;
+  const std::shared_ptr<ApprovalHolder> approval_;
+
+  std::mutex mu_;
+  RecordFile file_;
+  std::deque<hz_event> events_;  // retained, increasing seq
+  uint64_t next_seq_ = 1;
+  std::map<std::string, std::shared_ptr<SubscriberState>> subscribers_;
+  std::set<uint64_t> approved_;
+};
+
+namespace {
+
+bool WantsTopic(uint64_t mask, uint16_t topic) {
+  return topic < HZ_TOPIC_MAX && (mask & HZ_TOPIC_MASK(topic)) != 0;
+}
+
+Status MakeDir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST) return Status::Ok();
+  return Status::IoError("mkdir " + dir + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+Status TenantLog::Open() {
+  Status s = MakeDir(dir_);
+  if (!s.ok()) return s;
+  s = LoadState();
+  if (!s.ok()) return s;
+
+  std::vector<hz_event> loaded;
+  RecoveryReport report;
+  s = file_.Open(dir_ + "/events.log", sync_, &loaded, &report);
+  if (!s.ok()) return s;
+  if (report.truncated_bytes > 0) {
+    spdlog::warn("events: tenant {}: dropped {} bytes after {} records ({})", tenant_,
+                 report.truncated_bytes, report.records, report.reason);
+  }
+  size_t skip = loaded.size() > retention_ ? loaded.size() - retention_ : 0;
+  events_.assign(loaded.begin() + static_cast<std::ptrdiff_t>(skip), loaded.end());
+  if (!loaded.empty()) next_seq_ = std::max(next_seq_, loaded.back().seq + 1);
+  // Sequence numbers never go backwards, even if the log file was lost.
+  for (const auto& [name, sub] : subscribers_) {
+    next_seq_ = std::max({next_seq_, sub->cursor + 1, sub->delivered + 1});
+  }
+  if (skip > 0) {
+    s = file_.Rewrite(std::vector<hz_event>(events_.begin(), events_.end()));
+    if (!s.ok()) return s;
+  }
+  uint64_t oldest = OldestLocked();
+  std::erase_if(approved_, [oldest](uint64_t seq) { return seq < oldest; });
+  return Status::Ok();
+}
+
+Status TenantLog::LoadState() {
+  std::string text;
+  std::string path = dir_ + "/state.json";
+  Status s = ReadFile(path, &text);
+  if (s.code() == Status::Code::kNotFound) return Status::Ok();
+  if (!s.ok()) return s;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& why) { return Status::Corruption(path + ": " + why); };
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  auto u64 = [](const nlohmann::json& v, uint64_t* out) {
+    if (!v.is_number_unsigned()) return false;
+    *out = v.get<uint64_t>();
+    return true;
+  };
+  if (!j.contains("next_seq") || !u64(j["next_seq"], &next_seq_) || next_seq_ == 0) {
+    return bad("missing or bad next_seq");
+  }
+  if (!j.contains("subscribers") || !j["subscribers"].is_object()) {
+    return bad("missing subscribers");
+  }
+  for (const auto& [name, v] : j["subscribers"].items()) {
+    auto sub = std::make_shared<SubscriberState>();
+    sub->name = name;
+    if (!ValidName(name) || !v.is_object() || !v.contains("cursor") || !v.contains("delivered") ||
+        !u64(v["cursor"], &sub->cursor) || !u64(v["delivered"], &sub->delivered)) {
+      return bad("bad subscriber entry");
+    }
+    subscribers_[name] = sub;
+  }
+  if (j.contains("approved")) {
+    if (!j["approved"].is_array()) return bad("approved is not an array");
+    for (const auto& v : j["approved"]) {
+      uint64_t seq;
+      if (!u64(v, &seq)) return bad("bad approved entry");
+      approved_.insert(seq);
+    }
+  }
+  return Status::Ok();
+}
+
+Status TenantLog::SaveStateLocked() {
+  nlohmann::json j;
+  j["version"] = 1;
+  j["next_seq"] = next_seq_;
+  j["subscribers"] = nlohmann::json::object();
+  for (const auto& [name, sub] : subscribers_) {
+    j["subscribers"][name] = {{"cursor", sub->cursor}, {"delivered", sub->delivered}};
+  }
+  j["approved"] = nlohmann::json::array();
+  for (uint64_t seq : approved_) j["approved"].push_back(seq);
+  return WriteFileAtomic(dir_ + "/state.json", j.dump(), sync_);
+}
+
+Status TenantLog::Publish(const EventSpec& spec, uint64_t* seq) {
+  Status s = ValidateSpec(spec);
+  if (!s.ok()) return s;
+  std::vector<std::shared_ptr<SubscriberState>> wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hz_event ev{};
+    ev.seq = next_seq_;
+    ev.topic = spec.topic;
+    ev.kind = spec.kind;
+    ev.flags = spec.flags;
+    ev.time_s = RoundDownTime(clock_());
+    ev.deadline_s = RoundDownTime(spec.deadline_s);
+    std::memcpy(ev.payload, spec.payload.data(), HZ_EVENT_PAYLOAD_BYTES);
+    s = file_.Append(ev);
+    if (!s.ok()) return s;
+    ++next_seq_;
+    events_.push_back(ev);
+    while (events_.size() > retention_) events_.pop_front();
+    uint64_t oldest = OldestLocked();
+    while (!approved_.empty() && *approved_.begin() < oldest) approved_.erase(approved_.begin());
+    // Keep the file within a bounded multiple of the retained window.
+    if (file_.records() > 2 * retention_ + 64) {
+      Status c = file_.Rewrite(std::vector<hz_event>(events_.begin(), events_.end()));
+      if (!c.ok()) spdlog::warn("events: tenant {}: compaction failed: {}", tenant_, c.ToString());
+    }
+    for (const auto& [name, sub] : subscribers_) {
+      if (!sub->connected || !sub->subscribed) continue;
+      // A subscriber that fell behind is woken too: its LOST record is due.
+      if (WantsTopic(sub->mask, ev.topic) || sub->pos < oldest) wake.push_back(sub);
+    }
+    if (seq != nullptr) *seq = ev.seq;
+  }
+  for (const auto& sub : wake) {
+    std::lock_guard<std::mutex> lock(sub->notify_mu);
+    if (sub->notify) sub->notify();
+  }
+  return Status::Ok();
+}
+
+Status TenantLog::Connect(const std::string& subscriber, std::shared_ptr<SubscriberState>* state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& sub = subscribers_[subscriber];
+  if (!sub) {
+    sub = std::make_shared<SubscriberState>();
+    sub->name = subscriber;
+  }
+  if (sub->connected) {
+    return Status::State("subscriber " + subscriber + " already has a live delivery");
+  }
+  sub->connected = true;
+  sub->subscribed = false;
+  sub->mask = 0;
+  sub->pos = sub->cursor + 1;
+  *state = sub;
+  return Status::Ok();
+}
+
+void TenantLog::Disconnect(SubscriberState& state) {
+  {
+    std::lock_guard<std::mutex> lock(state.notify_mu);
+    state.notify = nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  state.connected = false;
+  state.subscribed = false;
+}
+
+Status TenantLog::Subscribe(SubscriberState& state, const hz_event_subscribe_args& args,
+                            hz_event_subscribe_result* result) {
+  const uint64_t allowed = HZ_TOPIC_ALL | HZ_TOPIC_MASK(HZ_TOPIC_LOST);
+  if ((args.topics & ~allowed) != 0) return Status::InvalidArgument("unknown topic bits");
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t pos = args.from_seq == HZ_SEQ_CURSOR ? state.cursor + 1 : args.from_seq;
+  if (pos > next_seq_) {
+    return Status::InvalidArgument("from_seq " + std::to_string(args.from_seq) +
+                                   " is beyond next_seq " + std::to_string(next_seq_));
+  }
+  state.mask = args.topics | HZ_TOPIC_MASK(HZ_TOPIC_LOST);
+  state.pos = pos;
+  state.subscribed = true;
+  result->cursor = state.cursor;
+  result->next_seq = next_seq_;
+  result->oldest_seq = OldestLocked();
+  return Status::Ok();
+}
+
+const hz_event* TenantLog::FindLocked(uint64_t seq) const {
+  auto it = std::lower_bound(events_.begin(), events_.end(), seq,
+                             [](const hz_event& ev, uint64_t s) { return ev.seq < s; });
+  if (it == events_.end() || it->seq != seq) return nullptr;
+  return &*it;
+}
+
+bool TenantLog::NextLocked(SubscriberState& state, hz_event* out, bool consume) {
+  if (!state.connected || !state.subscribed) return false;
+  uint64_t oldest = OldestLocked();
+  if (state.pos < oldest) {
+    if (!consume) return true;
+    LostPayload lost{};
+    lost.first_seq = state.pos;
+    lost.last_seq = oldest - 1;
+    lost.lost = lost.last_seq - lost.first_seq + 1;
+    *out = hz_event{};
+    out->seq = lost.last_seq;  // acknowledging it acknowledges the lost range
+    out->topic = HZ_TOPIC_LOST;
+    out->kind = kLostOverflow;
+    out->flags = lost.last_seq <= state.delivered ? HZ_EVENT_F_REPLAY : 0;
+    out->time_s = RoundDownTime(clock_());
+    std::memcpy(out->payload, &lost, sizeof lost);
+    state.delivered = std::max(state.delivered, lost.last_seq);
+    state.pos = oldest;
+    return true;
+  }
+  auto it = std::lower_bound(events_.begin(), events_.end(), state.pos,
+                             [](const hz_event& ev, uint64_t s) { return ev.seq < s; });
+  for (; it != events_.end(); ++it) {
+    if (!WantsTopic(state.mask, it->topic)) {
+      if (consume) state.pos = it->seq + 1;
+      continue;
+    }
+    if (!consume) return true;
+    *out = *it;
+    if (it->seq <= state.delivered) out->flags |= HZ_EVENT_F_REPLAY;
+    state.delivered = std::max(state.delivered, it->seq);
+    state.pos = it->seq + 1;
+    return true;
+  }
+  return false;
+}
+
+bool TenantLog::Next(SubscriberState& state, hz_event* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return NextLocked(state, out, /*consume=*/true);
+}
+
+bool TenantLog::Pending(SubscriberState& state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return NextLocked(state, nullptr, /*consume=*/false);
+}
+
+Status TenantLog::Ack(SubscriberState& state, const hz_event_ack_args& args) {
+  if (args.reserved != 0) return Status::InvalidArgument("reserved field is not zero");
+  if ((args.flags & ~HZ_ACK_F_APPROVE) != 0) return Status::InvalidArgument("unknown ack flags");
+  hz_event approved{};
+  bool fire = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (args.seq > state.delivered) {
+      return Status::InvalidArgument("ack of seq " + std::to_string(args.seq) +
+                                     " beyond the last delivered " +
+                                     std::to_string(state.delivered));
+    }
+    bool approve = (args.flags & HZ_ACK_F_APPROVE) != 0;
+    if (approve) {
+      const hz_event* ev = FindLocked(args.seq);
+      if (ev == nullptr)
+        return Status::NotFound("event " + std::to_string(args.seq) + " not retained");
+      if ((ev->topic != HZ_TOPIC_MAINTENANCE && ev->topic != HZ_TOPIC_PREEMPTION) ||
+          (ev->flags & HZ_EVENT_F_APPROVABLE) == 0) {
+        return Status::InvalidArgument("event " + std::to_string(args.seq) + " is not approvable");
+      }
+      fire = approved_.insert(args.seq).second;
+      approved = *ev;
+    }
+    uint64_t old_cursor = state.cursor;
+    bool moved = args.seq > state.cursor;
+    if (moved) state.cursor = args.seq;
+    if (moved || fire) {
+      Status s = SaveStateLocked();
+      if (!s.ok()) {
+        state.cursor = old_cursor;
+        if (fire) approved_.erase(args.seq);
+        return s;
+      }
+    }
+  }
+  if (fire) {
+    std::lock_guard<std::mutex> lock(approval_->mu);
+    if (approval_->callback) approval_->callback(tenant_, approved);
+  }
+  return Status::Ok();
+}
+
+void TenantLog::Summary(TenantSummary* summary) {
+  std::lock_guard<std::mutex> lock(mu_);
+  summary->next_seq = next_seq_;
+  summary->oldest_seq = OldestLocked();
+  summary->approvals = approved_.size();
+}
+
+Status TenantLog::Get(uint64_t seq, hz_event* event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const hz_event* ev = FindLocked(seq);
+  if (ev == nullptr) return Status::NotFound("event " + std::to_string(seq) + " not retained");
+  *event = *ev;
+  return Status::Ok();
+}
+
+// --- Delivery -------------------------------------------------------------
+
+Delivery::Delivery(std::shared_ptr<TenantLog> log, std::shared_ptr<SubscriberState> state)
+    : log_(std::move(log)), state_(std::move(state)) {}
+
+Delivery::~Delivery() {
+  log_->Disconnect(*state_);
+}
+
+Status Delivery::Subscribe(const hz_event_subscribe_args& args, hz_event_subscribe_result* result) {
+  return log_->Subscribe(*state_, args, result);
+}
+
+bool Delivery::Next(hz_event* out) {
+  return log_->Next(*state_, out);
+}
+
+bool Delivery::Pending() {
+  return log_->Pending(*state_);
+}
+
+Status Delivery::Ack(const hz_event_ack_args& args) {
+  return log_->Ack(*state_, args);
+}
+
+void Delivery::SetNotify(std::function<void()> notify) {
+  std::lock_guard<std::mutex> lock(state_->notify_mu);
+  state_->notify = std::move(notify);
+}
+
+const std::string& Delivery::tenant() const {
+  return log_->tenant();
+}
+const std::string& Delivery::subscriber() const {
+  return state_->name;
+}
+
+// --- EventBus -------------------------------------------------------------
+
+EventBus::EventBus(BusOptions options)
+    : options_(std::move(options)), approval_(std::make_shared<ApprovalHolder>()) {}
+
+EventBus::~EventBus() = default;
+
+Status EventBus::Open(BusOptions options, std::unique_ptr<EventBus>* bus) {
+  if (options.dir.empty()) return Status::InvalidArgument("event bus directory not set");
+  if (options.retention == 0) return Status::InvalidArgument("retention must be at least 1");
+  if (!options.clock) {
+    options.clock = [] {
+      return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count());
+    };
+  }
+  Status s = MakeDir(options.dir);
+  if (!s.ok()) return s;
+  bus->reset(new EventBus(std::move(options)));
+  return Status::Ok();
+}
+
+Status EventBus::Tenant(const std::string& tenant, std::shared_ptr<TenantLog>* log) {
+  if (!ValidName(tenant)) return Status::InvalidArgument("bad tenant name");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(tenant);
+  if (it != tenants_.end()) {
+    *log = it->second;
+    return Status::Ok();
+  }
+  auto created =
+      std::make_shared<TenantLog>(tenant, options_.dir + "/" + tenant, options_, approval_);
+  Status s = created->Open();
+  if (!s.ok()) return s;
+  tenants_[tenant] = created;
+  *log = created;
+  return Status::Ok();
+}
+
+Status EventBus::Publish(const std::string& tenant, const EventSpec& spec, uint64_t* seq) {
+  std::shared_ptr<TenantLog> log;
+  Status s = Tenant(tenant, &log);
+  if (!s.ok()) return s;
+  return log->Publish(spec, seq);
+}
+
+Status EventBus::Connect(const std::string& tenant, const std::string& subscriber,
+                         std::unique_ptr<Delivery>* delivery) {
+  if (!ValidName(subscriber)) return Status::InvalidArgument("bad subscriber name");
+  std::shared_ptr<TenantLog> log;
+  Status s = Tenant(tenant, &log);
+  if (!s.ok()) return s;
+  std::shared_ptr<SubscriberState> state;
+  s = log->Connect(subscriber, &state);
+  if (!s.ok()) return s;
+  delivery->reset(new Delivery(log, state));
+  return Status::Ok();
+}
+
+void EventBus::SetApprovalCallback(ApprovalCallback callback) {
+  std::lock_guard<std::mutex> lock(approval_->mu);
+  approval_->callback = std::move(callback);
+}
+
+Status EventBus::Summary(const std::string& tenant, TenantSummary* summary) {
+  std::shared_ptr<TenantLog> log;
+  Status s = Tenant(tenant, &log);
+  if (!s.ok()) return s;
+  log->Summary(summary);
+  return Status::Ok();
+}
+
+Status EventBus::Get(const std::string& tenant, uint64_t seq, hz_event* event) {
+  std::shared_ptr<TenantLog> log;
+  Status s = Tenant(tenant, &log);
+  if (!s.ok()) return s;
+  return log->Get(seq, event);
+}
+
+}  // namespace hz::events

@@ -1,0 +1,208 @@
+#include "hz/events/event_log.h"
+
+#include <fcntl.h>
+#include <isa-l/crc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace hz::events {
+
+namespace {
+
+std::string Errno(const std::string& what, const std::string& path) {
+  return what + " " + path + ": " + std::strerror(errno);
+}
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+Status SyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::IoError(Errno("open directory", dir));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Status::IoError(Errno("fsync directory", dir));
+  return Status::Ok();
+}
+
+Status WriteFd(int fd, const char* data, size_t len, const std::string& path) {
+  while (len > 0) {
+    ssize_t n = ::write(fd, data, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError(Errno("write", path));
+    }
+    data += n;
+    len -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+uint32_t LoadLe32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;  // little-endian hosts only (protocol/harmonaize.h)
+}
+
+}  // namespace
+
+uint32_t Crc32c(const void* data, size_t len, uint32_t seed) {
+  // crc32_iscsi takes an int length; feed large buffers in pieces.
+  auto* p = static_cast<unsigned char*>(const_cast<void*>(data));
+  uint32_t crc = seed;
+  while (len > 0) {
+    int piece = len > (1u << 30) ? (1 << 30) : static_cast<int>(len);
+    crc = crc32_iscsi(p, piece, crc);
+    p += piece;
+    len -= static_cast<size_t>(piece);
+  }
+  return crc;
+}
+
+std::string EncodeRecord(const hz_event& event) {
+  std::string out(kRecordHeaderBytes + sizeof(hz_event), '\0');
+  uint32_t len = sizeof(hz_event);
+  std::memcpy(out.data(), &len, 4);
+  std::memcpy(out.data() + kRecordHeaderBytes, &event, sizeof(hz_event));
+  uint32_t crc = Crc32c(out.data(), 4);
+  crc = Crc32c(out.data() + kRecordHeaderBytes, sizeof(hz_event), crc);
+  std::memcpy(out.data() + 4, &crc, 4);
+  return out;
+}
+
+RecordFile::~RecordFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status RecordFile::Open(const std::string& path, bool sync, std::vector<hz_event>* events,
+                        RecoveryReport* report) {
+  path_ = path;
+  sync_ = sync;
+  events->clear();
+  *report = RecoveryReport{};
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd_ < 0) return Status::IoError(Errno("open", path));
+
+  std::string data;
+  Status s = ReadFile(path, &data);
+  if (!s.ok()) return s;
+
+  size_t off = 0;
+  uint64_t last_seq = 0;
+  while (off < data.size()) {
+    size_t left = data.size() - off;
+    if (left < kRecordHeaderBytes) {
+      report->reason = "short record header";
+      break;
+    }
+    uint32_t len = LoadLe32(data.data() + off);
+    uint32_t crc = LoadLe32(data.data() + off + 4);
+    if (len != sizeof(hz_event)) {
+      report->reason = "bad record length " + std::to_string(len);
+      break;
+    }
+    if (left - kRecordHeaderBytes < len) {
+      report->reason = "short record body";
+      break;
+    }
+    uint32_t want = Crc32c(data.data() + off, 4);
+    want = Crc32c(data.data() + off + kRecordHeaderBytes, len, want);
+    if (want != crc) {
+      report->reason = "record checksum mismatch";
+      break;
+    }
+    hz_event ev;
+    std::memcpy(&ev, data.data() + off + kRecordHeaderBytes, sizeof ev);
+    if (ev.seq <= last_seq) {
+      report->reason = "sequence number not increasing";
+      break;
+    }
+    last_seq = ev.seq;
+    events->push_back(ev);
+    off += kRecordHeaderBytes + len;
+  }
+  report->records = events->size();
+  report->valid_bytes = off;
+  report->truncated_bytes = data.size() - off;
+  if (off < data.size()) {
+    if (::ftruncate(fd_, static_cast<off_t>(off)) != 0) {
+      return Status::IoError(Errno("truncate", path));
+    }
+    if (sync_ && ::fdatasync(fd_) != 0) return Status::IoError(Errno("fdatasync", path));
+  }
+  records_ = events->size();
+  return Status::Ok();
+}
+
+Status RecordFile::WriteAll(int fd, const std::string& bytes) {
+  return WriteFd(fd, bytes.data(), bytes.size(), path_);
+}
+
+Status RecordFile::Append(const hz_event& event) {
+  if (fd_ < 0) return Status::State("record file not open");
+  // One write() per record: a crash leaves at most one torn record at the tail.
+  Status s = WriteAll(fd_, EncodeRecord(event));
+  if (!s.ok()) return s;
+  if (sync_ && ::fdatasync(fd_) != 0) return Status::IoError(Errno("fdatasync", path_));
+  ++records_;
+  return Status::Ok();
+}
+
+Status RecordFile::Rewrite(const std::vector<hz_event>& events) {
+  std::string bytes;
+  bytes.reserve(events.size() * (kRecordHeaderBytes + sizeof(hz_event)));
+  for (const hz_event& ev : events) bytes += EncodeRecord(ev);
+  // Compaction always syncs: a crash between rename and data must not lose the log.
+  Status s = WriteFileAtomic(path_, bytes, /*sync=*/true);
+  if (!s.ok()) return s;
+  int fd = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return Status::IoError(Errno("reopen", path_));
+  ::close(fd_);
+  fd_ = fd;
+  records_ = events.size();
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::string& path, const std::string& contents, bool sync) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::IoError(Errno("open", tmp));
+  Status s = WriteFd(fd, contents.data(), contents.size(), tmp);
+  if (s.ok() && sync && ::fdatasync(fd) != 0) s = Status::IoError(Errno("fdatasync", tmp));
+  ::close(fd);
+  if (!s.ok()) return s;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::IoError(Errno("rename", tmp));
+  if (sync) return SyncDir(DirName(path));
+  return Status::Ok();
+}
+
+Status ReadFile(const std::string& path, std::string* contents) {
+  contents->clear();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound(path + " does not exist");
+    return Status::IoError(Errno("open", path));
+  }
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      return Status::IoError(Errno("read", path));
+    }
+    if (n == 0) break;
+    contents->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+}  // namespace hz::events
