@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * HarmonAIze guest driver: shared definitions.
+ *
+ * Lifetime: struct hz_dev is reference counted. The virtio device holds one
+ * reference until remove(); every open file holds one (struct hz_file); every
+ * request in flight holds one on its file (or, for the driver's own control
+ * requests, on the device). remove() marks the device dead, resets it so it
+ * stops touching guest memory, completes every request still on a ring with
+ * -ENODEV and wakes all waiters; pinned pages are released by whoever drops
+ * the last reference to what pinned them.
+ */
+#ifndef HZ_DRV_H
+#define HZ_DRV_H
+
+#include <linux/completion.h>
+#include <linux/kref.h>
+#include <linux/list.h>
+#include <linux/miscdevice.h>
+#include <linux/mutex.h>
+#include <linux/scatterlist.h>
+#include <linux/spinlock.h>
+#include <linux/virtio.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
+
+#include "harmonaize.h"
+#include "harmonaize_uapi.h"
+
+#define HZ_DRV_NAME "harmonaize"
+
+/* Bounds on what one submit may ask of the kernel. */
+#define HZ_MAX_USER_SEGS 64
+#define HZ_MAX_REQ_PAGES 4096	/* 16 MiB with 4 KiB pages */
+#define HZ_MAX_ARGS_LEN 65536
+#define HZ_MAX_PENDING_PER_FILE 1024
+#define HZ_EVENT_RING 256	/* queued events per file before "lost" */
+#define HZ_MAX_EVENT_BUFS 64
+#define HZ_CTRL_TIMEOUT_MS 30000
+
+struct hz_vq {
+	struct virtqueue *vq;
+	spinlock_t lock;	/* ring access and the dead check */
+	wait_queue_head_t space;	/* submitters waiting for ring slots */
+	char name[16];
+};
+
+struct hz_dev {
+	struct kref ref;
+	struct virtio_device *vdev;
+	struct miscdevice misc;
+	char name[24];
+	int index;
+	bool dead;		/* set under every vq lock; read with READ_ONCE */
+
+	struct hz_vq *vqs;	/* control, event, then request queues */
+	unsigned int nvqs;
+	unsigned int num_request_queues;
+	u64 features;		/* negotiated, kept past remove() */
+	u8 config[sizeof(struct hz_config)];
+	u32 max_args_len;
+	u32 max_segments;
+
+	struct work_struct work;	/* drains every queue: one IRQ for all */
+	struct hz_event *evbufs;
+	unsigned int nevbufs;
+
+	spinlock_t req_lock;	/* request waiter state */
+	atomic64_t next_token;
+
+	spinlock_t files_lock;	/* files, for event delivery */
+	struct list_head files;
+
+	struct mutex orphans_lock;
+	struct list_head orphans;	/* regions the device never released */
+	bool quiesced;		/* reset by remove(): under orphans_lock */
+};
+
+struct hz_file {
+	struct kref ref;
+	struct hz_dev *dev;
+	struct list_head node;	/* in dev->files */
+
+	spinlock_t lock;	/* the fields below up to regions_lock */
+	wait_queue_head_t wait;
+	struct list_head completions;	/* struct hz_rec_node */
+	unsigned int pending;	/* async requests in flight or unread */
+	struct hz_record *events;	/* ring of HZ_EVENT_RING */
+	unsigned int ev_head, ev_count;
+	u64 events_lost;
+	bool closed;
+
+	struct mutex regions_lock;
+	struct list_head regions;	/* struct hz_region */
+	unsigned int nregions;
+};
+
+struct hz_rec_node {
+	struct list_head node;
+	struct hz_record rec;
+};
+
+struct hz_pin {
+	struct page **pages;
+	unsigned long npages;
+	bool write;
+};
+
+enum hz_req_state {
+	HZ_REQ_WAITING,		/* a thread sleeps on done and frees it */
+	HZ_REQ_ASYNC,		/* the completion becomes a record */
+	HZ_REQ_ABANDONED,	/* the waiter left; completion frees it */
+};
+
+struct hz_req {
+	struct hz_dev *dev;
+	struct hz_file *file;	/* NULL for the driver's own requests */
+	unsigned int qidx;
+	u64 token;
+	u64 user_data;
+	enum hz_req_state state;	/* under dev->req_lock */
+	bool uninterruptible;	/* the driver's own: no signals, bounded */
+	bool completed;		/* under dev->req_lock */
+	struct completion done;
+
+	void *head;		/* hz_req_hdr + args, device-readable */
+	size_t head_len;
+	u32 result_cap;		/* writable bytes before the status */
+	struct hz_status status;	/* device-writable trailer */
+	struct hz_ioc_completion comp;	/* the outcome, once completed */
+
+	void *kbuf[2];		/* kernel data and result buffers */
+	struct hz_pin *pins;
+	unsigned int npins;
+	struct scatterlist *sg;
+	struct scatterlist **sgp;
+	unsigned int nout, nin;
+};
+
+struct hz_region {
+	struct list_head node;
+	u32 id;
+	struct hz_pin pin;
+	struct mm_struct *mm;	/* charged for the pinned pages */
+};
+
+/* hz_main.c */
+void hz_dev_put(struct hz_dev *dev);
+void hz_dev_get(struct hz_dev *dev);
+
+/* hz_req.c */
+struct hz_req *hz_req_alloc(struct hz_dev *dev, struct hz_file *file,
+			    unsigned int nsg);
+void hz_req_free(struct hz_req *req);
+int hz_req_set_head(struct hz_req *req, u16 opcode, const void *args,
+		    u32 args_len);
+int hz_req_queue(struct hz_req *req);
+int hz_req_wait(struct hz_req *req, long timeout_jiffies);
+void hz_req_complete(struct hz_req *req, int error, u32 used_len);
+int hz_pin_user(struct hz_pin *pin, u64 addr, u64 len, bool write,
+		unsigned int gup_flags);
+void hz_pin_release(struct hz_pin *pin);
+int hz_ctrl_call(struct hz_dev *dev, u16 opcode, const void *args,
+		 u32 args_len, const void *data, size_t data_len,
+		 void *result, u32 result_len, struct hz_ioc_completion *out);
+long hz_ioctl_submit(struct hz_file *hf, struct hz_ioc_submit __user *uarg);
+
+/* hz_region.c */
+long hz_ioctl_region_register(struct hz_file *hf,
+			      struct hz_ioc_region __user *uarg);
+long hz_ioctl_region_unregister(struct hz_file *hf, u32 __user *uarg);
+void hz_regions_release(struct hz_file *hf);
+void hz_orphans_release(struct hz_dev *dev);
+
+/* hz_file.c */
+extern const struct file_operations hz_fops;
+void hz_file_put(struct hz_file *hf);
+void hz_file_deliver_event(struct hz_file *hf, const struct hz_event *ev);
+void hz_file_push_completion(struct hz_file *hf, struct hz_rec_node *node);
+void hz_file_wake(struct hz_file *hf);
+
+#endif /* HZ_DRV_H */

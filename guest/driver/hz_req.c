@@ -1,0 +1,556 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * HarmonAIze guest driver: requests.
+ *
+ * A request is one descriptor chain: the header and arguments (kernel copy),
+ * the caller's readable data, the caller's result space, and the status
+ * trailer (kernel memory). User buffers are pinned from submit until the
+ * device returns the chain, or until remove() has reset the device.
+ */
+#include <linux/mm.h>
+#include <linux/overflow.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/virtio_config.h>
+
+#include "hz_drv.h"
+
+struct hz_req *hz_req_alloc(struct hz_dev *dev, struct hz_file *file,
+			    unsigned int nsg)
+{
+	struct hz_req *req;
+
+	req = kzalloc(sizeof(*req), GFP_KERNEL);
+	if (!req)
+		return NULL;
+	req->sg = kcalloc(nsg, sizeof(*req->sg), GFP_KERNEL);
+	req->sgp = kcalloc(nsg, sizeof(*req->sgp), GFP_KERNEL);
+	if (!req->sg || !req->sgp) {
+		kfree(req->sg);
+		kfree(req->sgp);
+		kfree(req);
+		return NULL;
+	}
+	req->dev = dev;
+	req->file = file;
+	if (file)
+		kref_get(&file->ref);
+	else
+		hz_dev_get(dev);
+	init_completion(&req->done);
+	req->token = atomic64_inc_return(&dev->next_token);
+	return req;
+}
+
+void hz_pin_release(struct hz_pin *pin)
+{
+	if (!pin->pages)
+		return;
+	/* Pages the device could write are marked dirty. */
+	unpin_user_pages_dirty_lock(pin->pages, pin->npages, pin->write);
+	kvfree(pin->pages);
+	pin->pages = NULL;
+	pin->npages = 0;
+}
+
+void hz_req_free(struct hz_req *req)
+{
+	struct hz_dev *dev = req->dev;
+	struct hz_file *file = req->file;
+	unsigned int i;
+
+	for (i = 0; i < req->npins; i++)
+		hz_pin_release(&req->pins[i]);
+	kfree(req->pins);
+	kfree(req->kbuf[0]);
+	kfree(req->kbuf[1]);
+	kfree(req->head);
+	kfree(req->sg);
+	kfree(req->sgp);
+	kfree(req);
+	if (file)
+		hz_file_put(file);
+	else
+		hz_dev_put(dev);
+}
+
+/* Builds the device-readable header; the request id is the driver's token. */
+int hz_req_set_head(struct hz_req *req, u16 opcode, const void *args,
+		    u32 args_len)
+{
+	struct hz_req_hdr *hdr;
+
+	req->head_len = sizeof(*hdr) + args_len;
+	req->head = kzalloc(req->head_len, GFP_KERNEL);
+	if (!req->head)
+		return -ENOMEM;
+	hdr = req->head;
+	hdr->opcode = cpu_to_le16(opcode);
+	hdr->flags = 0;
+	hdr->args_len = cpu_to_le32(args_len);
+	hdr->request_id = cpu_to_le64(req->token);
+	if (args_len)
+		memcpy(hdr + 1, args, args_len);
+	return 0;
+}
+
+static void hz_req_add_sg(struct hz_req *req, void *buf, size_t len,
+			  bool write)
+{
+	unsigned int n = req->nout + req->nin;
+
+	sg_init_one(&req->sg[n], buf, len);
+	req->sgp[n] = &req->sg[n];
+	if (write)
+		req->nin++;
+	else
+		req->nout++;
+}
+
+static void hz_req_add_page_sg(struct hz_req *req, struct page *page,
+			       unsigned int len, unsigned int off, bool write)
+{
+	unsigned int n = req->nout + req->nin;
+
+	sg_init_table(&req->sg[n], 1);
+	sg_set_page(&req->sg[n], page, len, off);
+	req->sgp[n] = &req->sg[n];
+	if (write)
+		req->nin++;
+	else
+		req->nout++;
+}
+
+/* Adds the status trailer (always the last, writable) and posts the chain. */
+int hz_req_queue(struct hz_req *req)
+{
+	struct hz_dev *dev = req->dev;
+	struct hz_vq *hv = &dev->vqs[req->qidx];
+	unsigned int total;
+	unsigned long flags;
+	int err;
+
+	hz_req_add_sg(req, &req->status, sizeof(req->status), true);
+	total = req->nout + req->nin;
+	if (total > virtqueue_get_vring_size(hv->vq) ||
+	    total > dev->max_segments)
+		return -E2BIG;
+
+	for (;;) {
+		spin_lock_irqsave(&hv->lock, flags);
+		if (dev->dead) {
+			err = -ENODEV;
+		} else {
+			err = virtqueue_add_sgs(hv->vq, req->sgp, req->nout,
+						req->nin, req, GFP_ATOMIC);
+			if (!err)
+				virtqueue_kick(hv->vq);
+		}
+		spin_unlock_irqrestore(&hv->lock, flags);
+		if (err != -ENOSPC)
+			return err;
+		/* Ring full: wait until a completion frees slots. */
+		if (req->uninterruptible) {
+			if (!wait_event_timeout(hv->space,
+						READ_ONCE(dev->dead) ||
+						hv->vq->num_free >= total,
+						msecs_to_jiffies(HZ_CTRL_TIMEOUT_MS)))
+				return -ETIMEDOUT;
+		} else if (wait_event_interruptible(hv->space,
+						    READ_ONCE(dev->dead) ||
+						    hv->vq->num_free >= total)) {
+			return -EINTR;
+		}
+	}
+}
+
+/*
+ * Records the outcome of a request the device returned (error 0, used_len the
+ * bytes it reports writing) or that never completed (error < 0). Nothing the
+ * device wrote is trusted: the used length, the status code, the request id
+ * and the result length are all checked.
+ */
+static void hz_req_validate(struct hz_req *req, u32 used_len)
+{
+	struct hz_ioc_completion *c = &req->comp;
+	u32 status = le32_to_cpu(req->status.status);
+	u32 result_len = le32_to_cpu(req->status.result_len);
+	u64 id = le64_to_cpu(req->status.request_id);
+	u64 limit = (u64)req->result_cap + sizeof(req->status);
+
+	if (used_len < sizeof(req->status) || used_len > limit ||
+	    status >= HZ_S_MAX || id != req->token ||
+	    result_len > req->result_cap) {
+		dev_warn_ratelimited(&req->dev->vdev->dev,
+				     "malformed completion: used %u status %u id %llu result %u\n",
+				     used_len, status, id, result_len);
+		c->error = -EPROTO;
+		return;
+	}
+	c->status = status;
+	c->result_len = result_len;
+	c->detail = le32_to_cpu(req->status.detail);
+}
+
+void hz_req_complete(struct hz_req *req, int error, u32 used_len)
+{
+	struct hz_dev *dev = req->dev;
+	struct hz_rec_node *node = NULL;
+	enum hz_req_state state;
+	unsigned long flags;
+	unsigned int i;
+
+	req->comp.token = req->token;
+	req->comp.user_data = req->user_data;
+	req->comp.error = error;
+	if (!error)
+		hz_req_validate(req, used_len);
+	/* The device is done with the buffers: release them now. */
+	for (i = 0; i < req->npins; i++)
+		hz_pin_release(&req->pins[i]);
+
+	spin_lock_irqsave(&dev->req_lock, flags);
+	state = req->state;
+	if (state == HZ_REQ_WAITING) {
+		req->completed = true;
+		complete(&req->done);
+	}
+	spin_unlock_irqrestore(&dev->req_lock, flags);
+	if (state == HZ_REQ_WAITING)
+		return;	/* the waiter frees it */
+
+	if (state == HZ_REQ_ASYNC && req->file) {
+		node = kzalloc(sizeof(*node), GFP_KERNEL);
+		if (node) {
+			node->rec.type = HZ_REC_COMPLETION;
+			node->rec.completion = req->comp;
+		}
+		/* Without memory the record is lost, the count still drops. */
+		hz_file_push_completion(req->file, node);
+	}
+	hz_req_free(req);
+}
+
+/*
+ * Waits for a request queued by the caller in HZ_REQ_WAITING state. Returns 0
+ * with req->comp filled, or a negative errno after which the request belongs
+ * to the completion path (the caller must not touch it again).
+ */
+int hz_req_wait(struct hz_req *req, long timeout)
+{
+	struct hz_dev *dev = req->dev;
+	unsigned long flags;
+	long ret;
+	bool completed;
+
+	/*
+	 * The driver's own requests wait without signals (they also run from
+	 * release() of a killed process) but never forever.
+	 */
+	if (timeout > 0)
+		ret = wait_for_completion_timeout(&req->done, timeout);
+	else
+		ret = wait_for_completion_interruptible(&req->done) ?: 1;
+
+	spin_lock_irqsave(&dev->req_lock, flags);
+	completed = req->completed;
+	if (!completed)
+		req->state = HZ_REQ_ABANDONED;
+	spin_unlock_irqrestore(&dev->req_lock, flags);
+	if (completed)
+		return 0;
+	return ret == 0 ? -ETIMEDOUT : -EINTR;
+}
+
+/*
+ * A control-queue request from the driver itself (region registration), with
+ * kernel buffers: data is device-readable, result device-writable.
+ */
+int hz_ctrl_call(struct hz_dev *dev, u16 opcode, const void *args,
+		 u32 args_len, const void *data, size_t data_len,
+		 void *result, u32 result_len, struct hz_ioc_completion *out)
+{
+	struct hz_req *req;
+	void *data_copy, *result_buf;
+	int err;
+
+	req = hz_req_alloc(dev, NULL, 4);
+	if (!req)
+		return -ENOMEM;
+	req->qidx = HZ_VQ_CONTROL;
+	req->state = HZ_REQ_WAITING;
+	req->uninterruptible = true;
+	err = hz_req_set_head(req, opcode, args, args_len);
+	if (err)
+		goto out_free;
+	hz_req_add_sg(req, req->head, req->head_len, false);
+	if (data_len) {
+		/* Owned by the request: it may outlive this call. */
+		data_copy = kmemdup(data, data_len, GFP_KERNEL);
+		req->kbuf[0] = data_copy;
+		if (!data_copy) {
+			err = -ENOMEM;
+			goto out_free;
+		}
+		hz_req_add_sg(req, data_copy, data_len, false);
+	}
+	if (result_len) {
+		result_buf = kzalloc(result_len, GFP_KERNEL);
+		req->kbuf[1] = result_buf;
+		if (!result_buf) {
+			err = -ENOMEM;
+			goto out_free;
+		}
+		hz_req_add_sg(req, result_buf, result_len, true);
+		req->result_cap = result_len;
+	}
+	err = hz_req_queue(req);
+	if (err)
+		goto out_free;
+	err = hz_req_wait(req, msecs_to_jiffies(HZ_CTRL_TIMEOUT_MS));
+	if (err)
+		return err;	/* abandoned: freed when the device returns it */
+	*out = req->comp;
+	if (!out->error && result_len)
+		memcpy(result, result_buf, min(out->result_len, result_len));
+out_free:
+	hz_req_free(req);
+	return err;
+}
+
+int hz_pin_user(struct hz_pin *pin, u64 addr, u64 len, bool write,
+		unsigned int gup_flags)
+{
+	unsigned long first = addr >> PAGE_SHIFT;
+	unsigned long last, n;
+	u64 end;
+	int got;
+
+	if (!len || check_add_overflow(addr, len - 1, &end))
+		return -EINVAL;
+	last = end >> PAGE_SHIFT;
+	n = last - first + 1;
+	if (n > INT_MAX)
+		return -E2BIG;
+	pin->pages = kvcalloc(n, sizeof(*pin->pages), GFP_KERNEL);
+	if (!pin->pages)
+		return -ENOMEM;
+	pin->write = write;
+	got = pin_user_pages_fast(addr & PAGE_MASK, n,
+				  gup_flags | (write ? FOLL_WRITE : 0),
+				  pin->pages);
+	if (got < 0 || got != n) {
+		if (got > 0)
+			unpin_user_pages(pin->pages, got);
+		kvfree(pin->pages);
+		pin->pages = NULL;
+		return got < 0 ? got : -EFAULT;
+	}
+	pin->npages = n;
+	return 0;
+}
+
+/* Adds the pinned pages of one user segment, merging contiguous pages. */
+static void hz_req_add_user_seg(struct hz_req *req, struct hz_pin *pin,
+				u64 addr, u64 len)
+{
+	unsigned int off = offset_in_page(addr);
+	unsigned long i;
+	u64 left = len;
+	struct scatterlist *prev = NULL;
+
+	for (i = 0; i < pin->npages; i++) {
+		unsigned int chunk = min_t(u64, left, PAGE_SIZE - off);
+
+		if (prev && off == 0 &&
+		    page_to_pfn(sg_page(prev)) +
+		    ((prev->offset + prev->length) >> PAGE_SHIFT) ==
+		    page_to_pfn(pin->pages[i]) &&
+		    ((prev->offset + prev->length) & ~PAGE_MASK) == 0 &&
+		    prev->length <= UINT_MAX - chunk) {
+			prev->length += chunk;
+		} else {
+			hz_req_add_page_sg(req, pin->pages[i], chunk, off,
+					   pin->write);
+			prev = &req->sg[req->nout + req->nin - 1];
+		}
+		left -= chunk;
+		off = 0;
+	}
+}
+
+static int hz_submit_prepare(struct hz_req *req, struct hz_ioc_seg *segs,
+			     unsigned int nsegs)
+{
+	u64 result_cap = 0;
+	unsigned int i;
+	int err;
+
+	req->pins = kcalloc(nsegs, sizeof(*req->pins), GFP_KERNEL);
+	if (nsegs && !req->pins)
+		return -ENOMEM;
+	hz_req_add_sg(req, req->head, req->head_len, false);
+	for (i = 0; i < nsegs; i++) {
+		bool write = segs[i].flags & HZ_SEG_F_WRITE;
+
+		err = hz_pin_user(&req->pins[i], segs[i].addr, segs[i].len,
+				  write, 0);
+		if (err)
+			return err;
+		req->npins++;
+		hz_req_add_user_seg(req, &req->pins[i], segs[i].addr,
+				    segs[i].len);
+		if (write)
+			result_cap += segs[i].len;
+	}
+	if (result_cap > U32_MAX - sizeof(struct hz_status))
+		return -E2BIG;
+	req->result_cap = result_cap;
+	return 0;
+}
+
+static int hz_check_segs(struct hz_ioc_seg *segs, unsigned int nsegs,
+			 unsigned long *npages)
+{
+	bool seen_write = false;
+	unsigned int i;
+
+	*npages = 0;
+	for (i = 0; i < nsegs; i++) {
+		u64 end;
+
+		if (segs[i].flags & ~HZ_SEG_F_WRITE || segs[i].reserved ||
+		    !segs[i].len ||
+		    check_add_overflow(segs[i].addr, segs[i].len, &end))
+			return -EINVAL;
+		/* Readable segments come first, as in the descriptor chain. */
+		if (segs[i].flags & HZ_SEG_F_WRITE)
+			seen_write = true;
+		else if (seen_write)
+			return -EINVAL;
+		if (segs[i].len > (u64)HZ_MAX_REQ_PAGES * PAGE_SIZE)
+			return -E2BIG;
+		*npages += ((end - 1) >> PAGE_SHIFT) -
+			   (segs[i].addr >> PAGE_SHIFT) + 1;
+		if (*npages > HZ_MAX_REQ_PAGES)
+			return -E2BIG;
+	}
+	return 0;
+}
+
+static bool hz_file_reserve(struct hz_file *hf)
+{
+	bool ok;
+
+	spin_lock(&hf->lock);
+	ok = hf->pending < HZ_MAX_PENDING_PER_FILE;
+	if (ok)
+		hf->pending++;
+	spin_unlock(&hf->lock);
+	return ok;
+}
+
+static void hz_file_unreserve(struct hz_file *hf)
+{
+	spin_lock(&hf->lock);
+	hf->pending--;
+	spin_unlock(&hf->lock);
+}
+
+long hz_ioctl_submit(struct hz_file *hf, struct hz_ioc_submit __user *uarg)
+{
+	struct hz_dev *dev = hf->dev;
+	struct hz_ioc_submit sub;
+	struct hz_ioc_seg *segs = NULL;
+	void *args = NULL;
+	unsigned long npages;
+	struct hz_req *req;
+	bool async;
+	int err;
+
+	if (copy_from_user(&sub, uarg, sizeof(sub)))
+		return -EFAULT;
+	if (sub.flags & ~HZ_SUBMIT_F_ASYNC)
+		return -EINVAL;
+	/* Regions carry guest-physical addresses: only the driver sends them. */
+	if (sub.opcode == HZ_OP_REGION_REGISTER ||
+	    sub.opcode == HZ_OP_REGION_UNREGISTER)
+		return -EPERM;
+	if (sub.queue != HZ_QUEUE_CONTROL &&
+	    sub.queue >= dev->num_request_queues)
+		return -EINVAL;
+	if (sub.args_len > dev->max_args_len)
+		return -E2BIG;
+	if (sub.num_segs > HZ_MAX_USER_SEGS)
+		return -E2BIG;
+	async = sub.flags & HZ_SUBMIT_F_ASYNC;
+
+	if (sub.num_segs) {
+		segs = memdup_user(u64_to_user_ptr(sub.segs_ptr),
+				   array_size(sub.num_segs, sizeof(*segs)));
+		if (IS_ERR(segs))
+			return PTR_ERR(segs);
+	}
+	err = hz_check_segs(segs, sub.num_segs, &npages);
+	if (err)
+		goto out_segs;
+	if (sub.args_len) {
+		args = memdup_user(u64_to_user_ptr(sub.args_ptr),
+				   sub.args_len);
+		if (IS_ERR(args)) {
+			err = PTR_ERR(args);
+			args = NULL;
+			goto out_segs;
+		}
+	}
+
+	if (async && !hz_file_reserve(hf)) {
+		err = -EAGAIN;
+		goto out_segs;
+	}
+	/* Header, one entry per page at most, and the status trailer. */
+	req = hz_req_alloc(dev, hf, npages + 2);
+	if (!req) {
+		err = -ENOMEM;
+		goto out_unreserve;
+	}
+	req->qidx = sub.queue == HZ_QUEUE_CONTROL ?
+		    HZ_VQ_CONTROL : HZ_VQ_REQUEST_BASE + sub.queue;
+	req->user_data = sub.user_data;
+	req->state = async ? HZ_REQ_ASYNC : HZ_REQ_WAITING;
+	err = hz_req_set_head(req, sub.opcode, args, sub.args_len);
+	if (!err)
+		err = hz_submit_prepare(req, segs, sub.num_segs);
+	if (!err)
+		err = hz_req_queue(req);
+	if (err) {
+		hz_req_free(req);
+		goto out_unreserve;
+	}
+
+	sub.token = req->token;
+	if (async) {
+		/* From here the completion path owns the request. */
+		err = put_user(sub.token, &uarg->token) ? -EFAULT : 0;
+		goto out_segs;
+	}
+	err = hz_req_wait(req, 0);
+	if (err)
+		goto out_segs;	/* abandoned: the completion path frees it */
+	sub.error = req->comp.error;
+	sub.status = req->comp.status;
+	sub.result_len = req->comp.result_len;
+	sub.detail = req->comp.detail;
+	hz_req_free(req);
+	err = copy_to_user(uarg, &sub, sizeof(sub)) ? -EFAULT : 0;
+	goto out_segs;
+
+out_unreserve:
+	if (async)
+		hz_file_unreserve(hf);
+out_segs:
+	kfree(args);
+	kfree(segs);
+	return err;
+}
