@@ -38,70 +38,70 @@
 namespace hz::checkpoint {
 
 struct EngineConfig {
-  std::string root;                       // directory of the local-disk tier (created if absent)
-  size_t chunk_bytes = 4u << 20;          // staging/persist unit; multiple of 4096
-  size_t staging_bytes = 256u << 20;      // staging pool size; rounded down to whole chunks
-  size_t memory_tier_bytes = 64u << 20;   // part of the pool that may hold memory-tier checkpoints
-  unsigned queue_depth = 16;              // io_uring writes in flight
-  unsigned copy_threads = 2;              // snapshot memcpy threads (1: copy on the caller)
+  std::string root;                      // directory of the local-disk tier (created if absent)
+  size_t chunk_bytes = 4u << 20;         // staging/persist unit; multiple of 4096
+  size_t staging_bytes = 256u << 20;     // staging pool size; rounded down to whole chunks
+  size_t memory_tier_bytes = 64u << 20;  // part of the pool that may hold memory-tier checkpoints
+  unsigned queue_depth = 16;             // io_uring writes in flight
+  unsigned copy_threads = 2;             // snapshot memcpy threads (1: copy on the caller)
   size_t parallel_copy_min_bytes = 8u << 20;  // smaller snapshots are copied on the caller
   uint64_t disk_bandwidth_bytes_per_s = 0;    // bandwidth shared by tenants; 0: unthrottled
-  uint32_t stagger_ms = 0;                // spacing between persist starts of different tenants
-  bool direct_io = true;                  // O_DIRECT; falls back to buffered I/O where refused
-  bool register_buffers = true;           // io_uring_register_buffers for the staging pool
-  size_t max_decisions = 256;             // decision log entries kept
-  TenantLimits default_limits;            // for tenants without SetLimits
-  EventSink* sink = nullptr;              // may be null; must outlive the engine
+  uint32_t stagger_ms = 0;                    // spacing between persist starts of different tenants
+  bool direct_io = true;                      // O_DIRECT; falls back to buffered I/O where refused
+  bool register_buffers = true;               // io_uring_register_buffers for the staging pool
+  size_t max_decisions = 256;                 // decision log entries kept
+  TenantLimits default_limits;                // for tenants without SetLimits
+  EventSink* sink = nullptr;                  // may be null; must outlive the engine
 };
 
 struct SaveRequest {
   TenantId tenant = 0;
   StreamId stream = 0;
-  uint64_t step = 0;                 // strictly greater than the stream's previous step
-  std::span<const IoSpan> slices;    // at least one; empty slices allowed
-  std::span<const uint8_t> meta;     // may be empty
+  uint64_t step = 0;               // strictly greater than the stream's previous step
+  std::span<const IoSpan> slices;  // at least one; empty slices allowed
+  std::span<const uint8_t> meta;   // may be empty
 };
 
 struct SaveResult {
   uint64_t step = 0;
   CkptState state = CkptState::kStaged;
-  uint32_t stall_us = 0;             // time spent in Save (validation, backpressure, copy)
+  uint32_t stall_us = 0;  // time spent in Save (validation, backpressure, copy)
 };
 
 struct RestoreRequest {
   TenantId tenant = 0;
   StreamId stream = 0;
-  uint64_t step = kLatestStep;       // or a given step
-  std::span<const IoSpan> slices;    // same count and sizes as saved
+  uint64_t step = kLatestStep;     // or a given step
+  std::span<const IoSpan> slices;  // same count and sizes as saved
 };
 
 struct RestoreResult {
   uint64_t step = 0;
-  uint64_t bytes = 0;                // slice bytes written
-  std::vector<uint8_t> meta;         // the saved metadata
+  uint64_t bytes = 0;                    // slice bytes written
+  std::vector<uint8_t> meta;             // the saved metadata
   TierKind tier = TierKind::kLocalDisk;  // where it was read from
 };
 
 // Outcome of OnNotice for one opted-in stream.
 struct NoticeOutcome {
   StreamId stream = 0;
-  Status status = Status::kOk;       // kOk: snapshot taken (or that step was already saved)
-  uint64_t step = 0;                 // the step read from the quiescence word
-  uint32_t attempts = 0;             // seqlock copies tried
+  Status status = Status::kOk;  // kOk: snapshot taken (or that step was already saved)
+  uint64_t step = 0;            // the step read from the quiescence word
+  uint32_t attempts = 0;        // seqlock copies tried
 };
 
 // One provider decision, for metrics and hzctl.
 struct Decision {
   enum class Kind : uint8_t {
-    kPlaceMemory,      // kept in the host-memory tier
-    kPlaceDisk,        // persisted to local disk (policy asks for disk)
-    kSpillToDisk,      // policy allowed memory but the memory tier was full
-    kStagger,          // persist start delayed; value = delay in microseconds
-    kBackpressure,     // save waited for staging; value = wait in microseconds
-    kRejectAgain,      // save refused with kAgain; value = bytes asked
-    kEvict,            // dropped by retention
-    kJit,              // just-in-time snapshot; value = attempts
-    kRecoveredCleanup, // start-up removed an uncommitted step directory
+    kPlaceMemory,       // kept in the host-memory tier
+    kPlaceDisk,         // persisted to local disk (policy asks for disk)
+    kSpillToDisk,       // policy allowed memory but the memory tier was full
+    kStagger,           // persist start delayed; value = delay in microseconds
+    kBackpressure,      // save waited for staging; value = wait in microseconds
+    kRejectAgain,       // save refused with kAgain; value = bytes asked
+    kEvict,             // dropped by retention
+    kJit,               // just-in-time snapshot; value = attempts
+    kRecoveredCleanup,  // start-up removed an uncommitted step directory
   };
   uint64_t time_us = 0;  // steady clock
   Kind kind = Kind::kPlaceDisk;
@@ -115,17 +115,17 @@ const char* DecisionKindName(Decision::Kind k);
 struct TenantStats {
   TenantId tenant = 0;
   uint32_t streams = 0;
-  uint64_t staging_bytes = 0;        // pool bytes held (staged + memory tier)
+  uint64_t staging_bytes = 0;  // pool bytes held (staged + memory tier)
   uint64_t memory_tier_bytes = 0;
-  uint64_t disk_bytes = 0;           // committed + in flight
+  uint64_t disk_bytes = 0;  // committed + in flight
   uint64_t saves = 0;
-  uint64_t saves_again = 0;          // refused with kAgain
+  uint64_t saves_again = 0;  // refused with kAgain
   uint64_t durable = 0;
   uint64_t persist_failures = 0;
   uint64_t restores = 0;
   uint64_t corrupt_restores = 0;
-  uint64_t bytes_persisted = 0;      // chunk bytes written to disk
-  uint64_t persist_busy_us = 0;      // sum over persists of first-write-to-commit time
+  uint64_t bytes_persisted = 0;  // chunk bytes written to disk
+  uint64_t persist_busy_us = 0;  // sum over persists of first-write-to-commit time
 };
 
 struct Stats {
@@ -133,7 +133,7 @@ struct Stats {
   size_t pool_chunks = 0;
   size_t free_chunks = 0;
   size_t memory_tier_chunks = 0;
-  bool direct_io = false;            // false after a fallback to buffered I/O
+  bool direct_io = false;  // false after a fallback to buffered I/O
   bool registered_buffers = false;
   uint64_t persists_in_flight = 0;
   std::vector<TenantStats> tenants;

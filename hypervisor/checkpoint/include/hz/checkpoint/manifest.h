@@ -21,7 +21,7 @@
 namespace hz::checkpoint {
 
 inline constexpr uint32_t kManifestVersion = 1;
-inline constexpr size_t kIoAlign = 4096;           // O_DIRECT alignment of buffers and sizes
+inline constexpr size_t kIoAlign = 4096;  // O_DIRECT alignment of buffers and sizes
 inline constexpr size_t kMaxManifestBytes = 64u << 20;
 inline constexpr size_t kMaxSlices = 1u << 20;
 
@@ -30,17 +30,17 @@ struct Manifest {
   TenantId tenant = 0;
   StreamId stream = 0;
   uint64_t step = 0;
-  uint64_t time_s = 0;             // commit time, unix seconds rounded down to 10 s
+  uint64_t time_s = 0;  // commit time, unix seconds rounded down to 10 s
   uint64_t chunk_bytes = 0;
   std::vector<uint64_t> slice_sizes;
   uint64_t meta_len = 0;
   std::vector<uint32_t> chunk_crcs;  // one per chunk, CRC32C of the chunk's bytes
 
-  uint64_t slice_bytes() const;    // sum of slice_sizes
-  uint64_t payload_bytes() const;  // slice_bytes() + meta_len
-  uint64_t num_chunks() const;     // ceil(payload / chunk_bytes)
+  uint64_t slice_bytes() const;          // sum of slice_sizes
+  uint64_t payload_bytes() const;        // slice_bytes() + meta_len
+  uint64_t num_chunks() const;           // ceil(payload / chunk_bytes)
   uint64_t chunk_len(uint64_t i) const;  // bytes of chunk i without padding
-  uint64_t padded_bytes() const;   // data file size: payload rounded up to kIoAlign
+  uint64_t padded_bytes() const;         // data file size: payload rounded up to kIoAlign
 };
 
 // CRC32C (Castagnoli) as stored in manifests, via ISA-L.

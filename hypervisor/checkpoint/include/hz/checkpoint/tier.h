@@ -37,8 +37,8 @@ class Tier {
   // Queues chunk `index` of the write: `padded` bytes at `data` (4096-aligned,
   // zero-padded past the chunk's length). buf_index is the registered buffer
   // holding data, or -1. Its completion carries `token`.
-  virtual Status SubmitChunk(uint64_t write_id, uint64_t index, const uint8_t* data,
-                             size_t padded, int buf_index, uint64_t token) = 0;
+  virtual Status SubmitChunk(uint64_t write_id, uint64_t index, const uint8_t* data, size_t padded,
+                             int buf_index, uint64_t token) = 0;
 
   virtual size_t InFlight() const = 0;
   virtual size_t QueueDepth() const = 0;

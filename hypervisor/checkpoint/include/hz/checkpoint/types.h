@@ -60,11 +60,11 @@ enum class CkptState : uint32_t {
 
 // A tenant's declaration for one stream (HZ_OP_CKPT_POLICY).
 struct Policy {
-  uint32_t retention = 1;                  // durable checkpoints kept, >= 1
-  TierKind tier = TierKind::kLocalDisk;    // minimum durability wanted
-  uint32_t stall_budget_ms = 1000;         // longest acceptable save stall
-  uint32_t rpo_s = 0;                      // recovery-point objective; 0: none declared
-  bool auto_save_on_notice = false;        // snapshot on a preemption/maintenance notice
+  uint32_t retention = 1;                // durable checkpoints kept, >= 1
+  TierKind tier = TierKind::kLocalDisk;  // minimum durability wanted
+  uint32_t stall_budget_ms = 1000;       // longest acceptable save stall
+  uint32_t rpo_s = 0;                    // recovery-point objective; 0: none declared
+  bool auto_save_on_notice = false;      // snapshot on a preemption/maintenance notice
 };
 
 // Provider-side limits for one tenant.

@@ -1,0 +1,439 @@
+#include "disk_tier.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace hz::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kManifestTmp = "manifest.json.tmp";
+constexpr const char* kPolicy = "policy.json";
+constexpr const char* kPolicyTmp = "policy.json.tmp";
+constexpr const char* kData = "data";
+
+bool FsyncPath(const std::string& path, bool directory) {
+  int fd = open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = fsync(fd) == 0;
+  close(fd);
+  return ok;
+}
+
+// Creates dir (and parents), fsyncing each parent whose entry is new, so a
+// committed manifest is never reachable only through a lost directory entry.
+bool MakeDirDurable(const fs::path& dir) {
+  if (fs::is_directory(dir)) return true;
+  if (dir.has_parent_path() && !MakeDirDurable(dir.parent_path())) return false;
+  if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) return false;
+  return FsyncPath(dir.parent_path().string(), true);
+}
+
+// Writes a small file atomically: temp, fsync, rename, fsync directory.
+bool WriteFileAtomic(const fs::path& dir, const char* tmp_name, const char* name,
+                     const std::string& text) {
+  std::string tmp = (dir / tmp_name).string();
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) return false;
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(fd);
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  bool ok = fsync(fd) == 0;
+  close(fd);
+  if (!ok) return false;
+  if (rename(tmp.c_str(), (dir / name).c_str()) != 0) return false;
+  return FsyncPath(dir.string(), true);
+}
+
+bool ReadSmallFile(const fs::path& path, std::string* out, bool* missing) {
+  *missing = false;
+  std::error_code ec;
+  auto size = fs::file_size(path, ec);
+  if (ec) {
+    *missing = true;
+    return false;
+  }
+  if (size > kMaxManifestBytes) return false;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *missing = true;
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// Parses a decimal directory name; false for anything else (never adopted).
+bool ParseNumber(const std::string& name, uint64_t max, uint64_t* out) {
+  if (name.empty() || name.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : name) {
+    if (c < '0' || c > '9') return false;
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+std::string StepName(uint64_t step) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%020" PRIu64, step);
+  return buf;
+}
+
+}  // namespace
+
+DiskTier::DiskTier(const Options& options)
+    : root_(options.root), queue_depth_(options.queue_depth), direct_io_(options.direct_io) {}
+
+DiskTier::~DiskTier() {
+  for (auto& [id, w] : writes_) {
+    if (w.fd >= 0) close(w.fd);
+  }
+  if (ring_ok_) io_uring_queue_exit(&ring_);
+}
+
+std::unique_ptr<DiskTier> DiskTier::Open(const Options& options, std::string* error) {
+  if (options.root.empty()) {
+    *error = "checkpoint root is empty";
+    return nullptr;
+  }
+  if (options.queue_depth == 0 || options.queue_depth > 4096) {
+    *error = "queue depth must be 1..4096";
+    return nullptr;
+  }
+  std::unique_ptr<DiskTier> t(new DiskTier(options));
+  if (!MakeDirDurable(fs::path(options.root))) {
+    *error = "cannot create checkpoint root " + options.root + ": " + strerror(errno);
+    return nullptr;
+  }
+  int rc = io_uring_queue_init(options.queue_depth, &t->ring_, 0);
+  if (rc < 0) {
+    *error = std::string("io_uring_queue_init: ") + strerror(-rc);
+    return nullptr;
+  }
+  t->ring_ok_ = true;
+  return t;
+}
+
+bool DiskTier::RegisterBuffers(const std::vector<iovec>& buffers) {
+  if (buffers.empty()) return false;
+  int rc = io_uring_register_buffers(&ring_, buffers.data(), static_cast<unsigned>(buffers.size()));
+  if (rc < 0) {
+    spdlog::warn("checkpoint: io_uring_register_buffers failed ({}); using plain writes",
+                 strerror(-rc));
+    return false;
+  }
+  registered_ = true;
+  return true;
+}
+
+std::string DiskTier::StepDir(TenantId tenant, StreamId stream, uint64_t step) const {
+  return (fs::path(root_) / std::to_string(tenant) / std::to_string(stream) / StepName(step))
+      .string();
+}
+
+Status DiskTier::SavePolicy(TenantId tenant, StreamId stream, const Policy& p) {
+  fs::path dir = fs::path(root_) / std::to_string(tenant) / std::to_string(stream);
+  if (!MakeDirDurable(dir)) return Status::kIo;
+  nlohmann::json j = {{"retention", p.retention},
+                      {"tier", static_cast<uint32_t>(p.tier)},
+                      {"stall_budget_ms", p.stall_budget_ms},
+                      {"rpo_s", p.rpo_s},
+                      {"auto_save_on_notice", p.auto_save_on_notice}};
+  return WriteFileAtomic(dir, kPolicyTmp, kPolicy, j.dump() + "\n") ? Status::kOk : Status::kIo;
+}
+
+void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator(root_, ec)) {
+    uint64_t tenant = 0;
+    if (!t.is_directory() || !ParseNumber(t.path().filename().string(), UINT64_MAX, &tenant)) {
+      continue;
+    }
+    std::error_code ec2;
+    for (const auto& s : fs::directory_iterator(t.path(), ec2)) {
+      uint64_t stream = 0;
+      if (!s.is_directory() || !ParseNumber(s.path().filename().string(), UINT32_MAX, &stream)) {
+        continue;
+      }
+      fs::remove(s.path() / kPolicyTmp, ec2);
+      std::string text;
+      bool missing = false;
+      Policy p;
+      if (ReadSmallFile(s.path() / kPolicy, &text, &missing)) {
+        auto j = nlohmann::json::parse(text, nullptr, false);
+        if (j.is_object()) {
+          p.retention = std::max<uint32_t>(1, j.value("retention", 1u));
+          uint32_t tier = j.value("tier", 1u);
+          p.tier = tier == 0 ? TierKind::kHostMemory : TierKind::kLocalDisk;
+          p.stall_budget_ms = j.value("stall_budget_ms", 1000u);
+          p.rpo_s = j.value("rpo_s", 0u);
+          p.auto_save_on_notice = j.value("auto_save_on_notice", false);
+        }
+      }
+      out->push_back({tenant, static_cast<StreamId>(stream), p});
+    }
+  }
+}
+
+int DiskTier::OpenData(const std::string& path, int flags) {
+  if (direct_io_) {
+    int fd = open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0640);
+    if (fd >= 0 || errno != EINVAL) return fd;
+    direct_io_ = false;
+    if (!warned_fallback_) {
+      warned_fallback_ = true;
+      spdlog::warn("checkpoint: {} refuses O_DIRECT; using buffered I/O with fdatasync", root_);
+    }
+  }
+  return open(path.c_str(), flags | O_CLOEXEC, 0640);
+}
+
+Status DiskTier::BeginWrite(const Manifest& m, uint64_t* write_id) {
+  fs::path dir = StepDir(m.tenant, m.stream, m.step);
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // leftovers of an aborted attempt at this step
+  if (!MakeDirDurable(dir)) return Status::kIo;
+  int fd = OpenData((dir / kData).string(), O_WRONLY | O_CREAT | O_TRUNC);
+  if (fd < 0) {
+    fs::remove_all(dir, ec);
+    return Status::kIo;
+  }
+  // Allocating the whole file up front keeps the chunk writes inside i_size,
+  // so the filesystem can run them concurrently, and lays the file out at once.
+  off_t len = static_cast<off_t>(m.padded_bytes());
+  if (len > 0 && fallocate(fd, 0, 0, len) != 0 && ftruncate(fd, len) != 0) {
+    close(fd);
+    fs::remove_all(dir, ec);
+    return Status::kIo;
+  }
+  uint64_t id = next_write_id_++;
+  writes_[id] = Write{fd, dir.string(), m.chunk_bytes};
+  *write_id = id;
+  return Status::kOk;
+}
+
+bool DiskTier::Queue(Op* op) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) return false;
+  int fd = writes_[op->write_id].fd;
+  if (op->buf_index >= 0 && registered_) {
+    io_uring_prep_write_fixed(sqe, fd, op->data, static_cast<unsigned>(op->len), op->offset,
+                              op->buf_index);
+  } else {
+    io_uring_prep_write(sqe, fd, op->data, static_cast<unsigned>(op->len), op->offset);
+  }
+  io_uring_sqe_set_data(sqe, op);
+  return io_uring_submit(&ring_) >= 1;
+}
+
+Status DiskTier::SubmitChunk(uint64_t write_id, uint64_t index, const uint8_t* data, size_t padded,
+                             int buf_index, uint64_t token) {
+  auto it = writes_.find(write_id);
+  if (it == writes_.end() || in_flight_ >= queue_depth_) return Status::kInvalid;
+  auto* op = new Op{write_id, token, data, padded, index * it->second.chunk_bytes, buf_index};
+  if (!Queue(op)) {
+    delete op;
+    return Status::kIo;
+  }
+  ++in_flight_;
+  return Status::kOk;
+}
+
+void DiskTier::Poll(uint64_t wait_us, std::vector<Completion>* out) {
+  if (in_flight_ == 0) return;
+  io_uring_cqe* cqe = nullptr;
+  if (wait_us > 0) {
+    __kernel_timespec ts{};
+    ts.tv_sec = static_cast<long long>(wait_us / 1000000);
+    ts.tv_nsec = static_cast<long long>((wait_us % 1000000) * 1000);
+    io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+  }
+  while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+    auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
+    int res = cqe->res;
+    io_uring_cqe_seen(&ring_, cqe);
+    if (res == -EINTR || res == -EAGAIN) {
+      if (Queue(op)) continue;
+      res = -EIO;
+    }
+    if (res > 0 && static_cast<size_t>(res) < op->len) {
+      // Short write: send the rest (plain write; the remainder stays aligned
+      // for O_DIRECT because the device writes whole sectors).
+      op->data += res;
+      op->len -= static_cast<size_t>(res);
+      op->offset += static_cast<uint64_t>(res);
+      op->buf_index = -1;
+      if (Queue(op)) continue;
+      res = -EIO;
+    }
+    --in_flight_;
+    out->push_back({op->token, res < 0 ? Status::kIo : Status::kOk});
+    if (res < 0) spdlog::error("checkpoint: chunk write failed: {}", strerror(-res));
+    delete op;
+  }
+}
+
+Status DiskTier::Commit(uint64_t write_id, const Manifest& m) {
+  auto it = writes_.find(write_id);
+  if (it == writes_.end()) return Status::kInvalid;
+  Write w = it->second;
+  writes_.erase(it);
+  // Data first: the manifest must never name bytes that are not on disk.
+  bool ok = fdatasync(w.fd) == 0;
+  close(w.fd);
+  fs::path dir(w.dir);
+  if (ok) ok = WriteFileAtomic(dir, kManifestTmp, kManifest, EncodeManifest(m));
+  // The step directory's own entry in the stream directory.
+  if (ok) ok = FsyncPath(dir.parent_path().string(), true);
+  if (!ok) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return Status::kIo;
+  }
+  return Status::kOk;
+}
+
+void DiskTier::Abort(uint64_t write_id) {
+  auto it = writes_.find(write_id);
+  if (it == writes_.end()) return;
+  close(it->second.fd);
+  std::error_code ec;
+  fs::remove_all(it->second.dir, ec);
+  writes_.erase(it);
+}
+
+Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len) {
+  fs::path dir = StepDir(m.tenant, m.stream, m.step);
+  // The manifest on disk must still be the one committed.
+  std::string text;
+  bool missing = false;
+  if (!ReadSmallFile(dir / kManifest, &text, &missing)) {
+    return missing ? Status::kNotFound : Status::kCorrupt;
+  }
+  Manifest on_disk;
+  if (DecodeManifest(text, &on_disk) != Status::kOk || on_disk.chunk_crcs != m.chunk_crcs ||
+      on_disk.slice_sizes != m.slice_sizes || on_disk.meta_len != m.meta_len ||
+      on_disk.chunk_bytes != m.chunk_bytes) {
+    return Status::kCorrupt;
+  }
+  uint64_t want = m.padded_bytes();
+  if (dst_len < want) return Status::kInvalid;
+  bool direct = direct_io_;
+  int fd = direct ? open((dir / kData).c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC) : -1;
+  if (fd < 0) {
+    direct = false;
+    fd = open((dir / kData).c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  if (fd < 0) return errno == ENOENT ? Status::kNotFound : Status::kIo;
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return Status::kIo;
+  }
+  if (static_cast<uint64_t>(st.st_size) < m.payload_bytes()) {
+    close(fd);
+    return Status::kCorrupt;  // truncated
+  }
+  // Read no further than the file: a buffered file may end at the payload.
+  uint64_t limit = std::min<uint64_t>(want, static_cast<uint64_t>(st.st_size));
+  if (direct) limit = want;
+  uint64_t done = 0;
+  while (done < limit) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(limit - done, 64u << 20));
+    ssize_t r = pread(fd, dst + done, n, static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      close(fd);
+      return Status::kIo;
+    }
+    if (r == 0) break;
+    done += static_cast<uint64_t>(r);
+  }
+  close(fd);
+  return done >= m.payload_bytes() ? Status::kOk : Status::kCorrupt;
+}
+
+Status DiskTier::Remove(TenantId tenant, StreamId stream, uint64_t step) {
+  fs::path dir = StepDir(tenant, stream, step);
+  // Uncommit first (one unlink, made durable), then reclaim the space.
+  if (unlink((dir / kManifest).c_str()) != 0 && errno != ENOENT) return Status::kIo;
+  FsyncPath(dir.string(), true);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return ec ? Status::kIo : Status::kOk;
+}
+
+Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::string>* cleaned) {
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator(root_, ec)) {
+    uint64_t tenant = 0;
+    if (!t.is_directory() || !ParseNumber(t.path().filename().string(), UINT64_MAX, &tenant)) {
+      continue;
+    }
+    std::error_code ec2;
+    for (const auto& s : fs::directory_iterator(t.path(), ec2)) {
+      uint64_t stream = 0;
+      if (!s.is_directory() || !ParseNumber(s.path().filename().string(), UINT32_MAX, &stream)) {
+        continue;
+      }
+      std::error_code ec3;
+      for (const auto& d : fs::directory_iterator(s.path(), ec3)) {
+        std::string name = d.path().filename().string();
+        uint64_t step = 0;
+        if (!d.is_directory() || name.size() != 20 || !ParseNumber(name, UINT64_MAX, &step)) {
+          continue;
+        }
+        std::error_code ec4;
+        fs::remove(d.path() / kManifestTmp, ec4);
+        std::string text;
+        bool missing = false;
+        Manifest m;
+        if (!ReadSmallFile(d.path() / kManifest, &text, &missing)) {
+          if (missing) {
+            // Never committed: an interrupted persist.
+            fs::remove_all(d.path(), ec4);
+            cleaned->push_back(d.path().string());
+          }
+          continue;
+        }
+        if (DecodeManifest(text, &m) != Status::kOk || m.tenant != tenant || m.stream != stream ||
+            m.step != step) {
+          // A committed manifest that no longer verifies: keep it for the
+          // operator, but never list or restore it.
+          spdlog::warn("checkpoint: corrupt manifest in {}; not adopted", d.path().string());
+          continue;
+        }
+        committed->push_back(std::move(m));
+      }
+    }
+  }
+  return ec ? Status::kIo : Status::kOk;
+}
+
+}  // namespace hz::checkpoint

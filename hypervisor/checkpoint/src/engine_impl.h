@@ -1,0 +1,179 @@
+// Internal state of the checkpoint engine (engine.h). Split from engine.cc so
+// the save/restore paths and the persist worker read as separate files.
+#ifndef HZ_CHECKPOINT_ENGINE_IMPL_H_
+#define HZ_CHECKPOINT_ENGINE_IMPL_H_
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "copy_pool.h"
+#include "disk_tier.h"
+#include "fair_scheduler.h"
+#include "hz/checkpoint/engine.h"
+#include "hz/checkpoint/manifest.h"
+#include "staging_pool.h"
+
+namespace hz::checkpoint {
+
+uint64_t SteadyNowUs();
+
+// One checkpoint, staged or committed. Guarded by Engine::Impl::mu_.
+struct Ckpt {
+  Manifest manifest;  // chunk_crcs filled once sealed
+  CkptState state = CkptState::kStaged;
+  TierKind tier = TierKind::kLocalDisk;
+  std::vector<uint32_t> chunks;  // staging-pool chunks while held in memory
+  bool sealed = false;           // manifest.chunk_crcs valid
+  bool want_memory = false;      // placed in the host-memory tier
+  bool in_index = true;          // false once deleted, evicted or failed
+  bool job_active = false;       // the worker still reads the chunks
+  bool cancelled = false;        // deleted while persisting
+  bool failed = false;
+  int pins = 0;                // restores reading the chunks
+  uint64_t disk_reserved = 0;  // bytes charged to the tenant's disk quota
+};
+
+struct QuiesceDecl {
+  IoSpan word;
+  std::vector<IoSpan> slices;
+};
+
+struct StreamState {
+  Policy policy;
+  bool has_step = false;
+  uint64_t last_step = 0;
+  std::map<uint64_t, std::shared_ptr<Ckpt>> ckpts;
+  std::unique_ptr<QuiesceDecl> quiesce;
+};
+
+struct TenantState {
+  TenantLimits limits;
+  std::map<StreamId, StreamState> streams;
+  TenantStats stats;
+  uint64_t held_chunks = 0;    // staging-pool chunks held (staged + memory tier)
+  uint64_t memory_chunks = 0;  // of which memory-tier checkpoints
+};
+
+// A persist (or seal, for the memory tier) handled by the worker thread.
+struct Job {
+  uint64_t id = 0;
+  TenantId tenant = 0;
+  StreamId stream = 0;
+  std::shared_ptr<Ckpt> ckpt;
+  Manifest manifest;  // worker's copy; crcs filled as chunks are sealed
+  uint64_t not_before_us = 0;
+  uint64_t next_chunk = 0;     // next chunk to submit
+  uint64_t submitted = 0;      // chunk writes the tier accepted
+  uint64_t done_chunks = 0;    // of which completed
+  bool all_submitted = false;  // no longer in active_
+  uint64_t write_id = 0;
+  bool started = false;
+  bool failed = false;
+  uint64_t first_write_us = 0;
+  uint32_t rpo_s = 0;  // the stream's objective bounds any stagger delay
+};
+
+struct PendingEvent {
+  TenantId tenant;
+  EventKind kind;
+  StreamId stream;
+  uint64_t step;
+};
+
+class Engine::Impl {
+ public:
+  Impl(const EngineConfig& config, std::unique_ptr<StagingPool> pool,
+       std::unique_ptr<DiskTier> disk);
+  ~Impl();
+
+  bool Recover(std::string* error);
+  void Start();
+
+  Status SetLimits(TenantId tenant, const TenantLimits& limits);
+  Status SetPolicy(TenantId tenant, StreamId stream, const Policy& policy);
+  Status Save(const SaveRequest& req, SaveResult* result);
+  Status Restore(const RestoreRequest& req, RestoreResult* result);
+  Status List(TenantId tenant, StreamId stream, uint64_t start_after, uint32_t max_entries,
+              std::vector<ListEntry>* entries, bool* more);
+  Status Delete(TenantId tenant, StreamId stream, uint64_t step);
+  Status DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan word,
+                        std::span<const IoSpan> slices);
+  std::vector<NoticeOutcome> OnNotice(TenantId tenant,
+                                      std::chrono::steady_clock::time_point deadline);
+  Status WaitDurable(TenantId tenant, StreamId stream, uint64_t step,
+                     std::chrono::milliseconds timeout);
+  Status Flush(std::chrono::milliseconds timeout);
+  Stats GetStats() const;
+  std::vector<Decision> Decisions() const;
+
+ private:
+  // --- helpers under mu_ ---
+  TenantState& TenantLocked(TenantId tenant);
+  StreamState* StreamLocked(TenantId tenant, StreamId stream);
+  void DecideLocked(Decision::Kind kind, TenantId tenant, StreamId stream, uint64_t step,
+                    uint64_t value);
+  // Returns the chunks to the pool when nothing needs them any more.
+  void MaybeReleaseLocked(TenantId tenant, Ckpt* c);
+  // Evicts durable checkpoints beyond retention; appends disk removals.
+  void RetainLocked(TenantId tenant, StreamId stream, StreamState* s,
+                    std::vector<std::shared_ptr<Ckpt>>* remove_from_disk);
+  // Waits for n chunks within the deadline; takes them on success.
+  Status AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId tenant, size_t n,
+                       std::chrono::steady_clock::time_point deadline,
+                       std::vector<uint32_t>* chunks, uint64_t* waited_us);
+  // Registers a snapshot as a staged checkpoint and queues its job.
+  std::shared_ptr<Ckpt> AdmitLocked(TenantId tenant, StreamId stream, StreamState* s,
+                                    Manifest manifest, std::vector<uint32_t> chunks,
+                                    bool want_memory, uint64_t disk_reserved);
+  // Chooses memory or disk for a new snapshot and checks the disk quota.
+  Status PlaceLocked(TenantId tenant, StreamId stream, const StreamState& s, const Manifest& m,
+                     bool* want_memory, uint64_t* disk_reserved);
+
+  std::vector<CopyOp> SnapshotOps(std::span<const IoSpan> slices, std::span<const uint8_t> meta,
+                                  const std::vector<uint32_t>& chunks) const;
+  void ZeroTail(const Manifest& m, const std::vector<uint32_t>& chunks) const;
+  void Publish(const std::vector<PendingEvent>& events);
+
+  // --- persist worker (worker.cc) ---
+  void WorkerLoop();
+  void Intake(std::vector<std::shared_ptr<Job>>* fresh);
+  void SealInMemory(const std::shared_ptr<Job>& job);
+  bool SubmitMore(uint64_t now_us, uint64_t* retry_us);
+  void OnCompletions(const std::vector<Tier::Completion>& done);
+  void FinishJob(const std::shared_ptr<Job>& job);
+  void AbandonAll();
+
+  const EngineConfig config_;
+  std::unique_ptr<StagingPool> pool_;
+  std::unique_ptr<DiskTier> disk_;
+  CopyPool copier_;
+
+  mutable std::mutex mu_;
+  std::condition_variable staging_cv_;  // chunks released
+  std::condition_variable durable_cv_;  // a job finished
+  std::condition_variable worker_cv_;   // new jobs or stop
+  std::map<TenantId, TenantState> tenants_;
+  std::deque<std::shared_ptr<Job>> incoming_;
+  std::deque<Decision> decisions_;
+  uint64_t jobs_pending_ = 0;  // admitted and not finished
+  uint64_t memory_tier_chunks_ = 0;
+  uint64_t next_job_id_ = 1;
+  bool stop_ = false;
+
+  // Worker-only state.
+  FairScheduler sched_;
+  std::vector<std::shared_ptr<Job>> waiting_;                    // staggered
+  std::map<TenantId, std::deque<std::shared_ptr<Job>>> active_;  // submitting, per tenant
+  std::map<uint64_t, std::shared_ptr<Job>> in_flight_jobs_;      // by job id
+  std::map<TenantId, uint64_t> last_start_us_;
+  std::thread worker_;
+};
+
+}  // namespace hz::checkpoint
+
+#endif  // HZ_CHECKPOINT_ENGINE_IMPL_H_

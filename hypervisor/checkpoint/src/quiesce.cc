@@ -1,0 +1,57 @@
+#include "quiesce.h"
+
+#include <atomic>
+#include <thread>
+
+namespace hz::checkpoint {
+
+namespace {
+
+std::atomic_ref<uint64_t> Seq(uint8_t* word) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(word));
+}
+std::atomic_ref<uint64_t> Step(uint8_t* word) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(word + 8));
+}
+
+}  // namespace
+
+SeqlockCopyResult SeqlockCopy(uint8_t* word, const std::function<void()>& copy,
+                              std::chrono::steady_clock::time_point deadline) {
+  SeqlockCopyResult r;
+  unsigned spins = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    uint64_t before = Seq(word).load(std::memory_order_acquire);
+    if (before & 1) {
+      // The tenant is mid-update: back off briefly rather than copy garbage.
+      if (++spins % 64 == 0) std::this_thread::yield();
+      continue;
+    }
+    uint64_t step = Step(word).load(std::memory_order_acquire);
+    ++r.attempts;
+    copy();
+    std::atomic_thread_fence(std::memory_order_acquire);
+    uint64_t after = Seq(word).load(std::memory_order_acquire);
+    if (after == before) {
+      r.consistent = true;
+      r.step = step;
+      return r;
+    }
+  }
+  return r;
+}
+
+void SeqlockBeginWrite(uint8_t* word) {
+  auto seq = Seq(word);
+  seq.store(seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Orders the odd seq before the state writes that follow.
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+void SeqlockEndWrite(uint8_t* word, uint64_t step) {
+  Step(word).store(step, std::memory_order_relaxed);
+  auto seq = Seq(word);
+  seq.store(seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+}  // namespace hz::checkpoint

@@ -1,0 +1,314 @@
+// The persist worker: one thread that seals snapshots (CRC32C per chunk),
+// keeps memory-tier checkpoints, and writes disk-tier checkpoints through the
+// Tier with several chunk writes in flight, choosing whose chunk goes next
+// with the fair scheduler and staggering the starts of different tenants.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "engine_impl.h"
+
+namespace hz::checkpoint {
+
+namespace {
+
+uint64_t WallTime10s() {
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  return static_cast<uint64_t>(s) / 10 * 10;
+}
+
+uint64_t Padded(uint64_t len) {
+  return (len + kIoAlign - 1) / kIoAlign * kIoAlign;
+}
+
+}  // namespace
+
+void Engine::Impl::WorkerLoop() {
+  std::vector<std::shared_ptr<Job>> fresh;
+  std::vector<Tier::Completion> done;
+  for (;;) {
+    fresh.clear();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stop_) break;
+      fresh.assign(incoming_.begin(), incoming_.end());
+      incoming_.clear();
+    }
+    Intake(&fresh);
+
+    uint64_t now = SteadyNowUs();
+    uint64_t wake = std::numeric_limits<uint64_t>::max();
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if ((*it)->not_before_us <= now) {
+        active_[(*it)->tenant].push_back(*it);
+        it = waiting_.erase(it);
+      } else {
+        wake = std::min(wake, (*it)->not_before_us);
+        ++it;
+      }
+    }
+    uint64_t retry = 0;
+    if (SubmitMore(now, &retry)) wake = std::min(wake, retry);
+
+    if (disk_->InFlight() > 0) {
+      // A full queue waits for a completion; otherwise come back soon for new
+      // jobs, stagger deadlines and refilled tokens.
+      uint64_t wait_us = disk_->InFlight() >= disk_->QueueDepth() ? 50000 : 2000;
+      if (wake != std::numeric_limits<uint64_t>::max()) {
+        uint64_t n = SteadyNowUs();
+        wait_us = std::min<uint64_t>(wait_us, wake > n ? wake - n : 1);
+      }
+      done.clear();
+      disk_->Poll(std::max<uint64_t>(wait_us, 1), &done);
+      OnCompletions(done);
+      continue;
+    }
+    bool submittable = false;
+    for (const auto& [tid, q] : active_) submittable |= !q.empty();
+    std::unique_lock<std::mutex> l(mu_);
+    if (stop_) break;
+    if (!incoming_.empty()) continue;
+    if (submittable && wake == std::numeric_limits<uint64_t>::max()) continue;
+    uint64_t n = SteadyNowUs();
+    uint64_t wait_us =
+        wake == std::numeric_limits<uint64_t>::max() ? 100000 : (wake > n ? wake - n : 0);
+    if (wait_us > 0) worker_cv_.wait_for(l, std::chrono::microseconds(wait_us));
+  }
+  AbandonAll();
+}
+
+void Engine::Impl::Intake(std::vector<std::shared_ptr<Job>>* fresh) {
+  const uint64_t stagger_us = uint64_t{config_.stagger_ms} * 1000;
+  for (const auto& job : *fresh) {
+    if (job->ckpt->want_memory) {
+      SealInMemory(job);
+      continue;
+    }
+    uint64_t now = SteadyNowUs();
+    uint64_t delay = 0;
+    if (stagger_us > 0) {
+      // Keep different tenants' persist starts stagger_us apart, including
+      // starts already planned for staggered jobs.
+      for (const auto& [tid, started] : last_start_us_) {
+        if (tid != job->tenant && started + stagger_us > now) {
+          delay = std::max(delay, started + stagger_us - now);
+        }
+      }
+      for (const auto& w : waiting_) {
+        if (w->tenant != job->tenant && w->not_before_us + stagger_us > now) {
+          delay = std::max(delay, w->not_before_us + stagger_us - now);
+        }
+      }
+      // Never push a persist past the stream's recovery-point objective.
+      if (job->rpo_s > 0) delay = std::min<uint64_t>(delay, uint64_t{job->rpo_s} * 1000000);
+    }
+    job->not_before_us = now + delay;
+    if (delay > 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      DecideLocked(Decision::Kind::kStagger, job->tenant, job->stream, job->manifest.step, delay);
+    }
+    waiting_.push_back(job);
+  }
+}
+
+void Engine::Impl::SealInMemory(const std::shared_ptr<Job>& job) {
+  const Manifest& m = job->manifest;
+  for (uint64_t i = 0; i < m.num_chunks(); ++i) {
+    job->manifest.chunk_crcs[i] = Crc32c(pool_->chunk(job->ckpt->chunks[i]), m.chunk_len(i));
+  }
+  std::vector<PendingEvent> events;
+  std::vector<std::shared_ptr<Ckpt>> evicted;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Ckpt& c = *job->ckpt;
+    c.job_active = false;
+    if (c.in_index) {
+      c.manifest.chunk_crcs = job->manifest.chunk_crcs;
+      c.manifest.time_s = WallTime10s();
+      c.sealed = true;
+      c.state = CkptState::kDurable;
+      c.tier = TierKind::kHostMemory;
+      TenantLocked(job->tenant).stats.durable++;
+      events.push_back({job->tenant, EventKind::kDurable, job->stream, m.step});
+      StreamState* s = StreamLocked(job->tenant, job->stream);
+      if (s != nullptr) RetainLocked(job->tenant, job->stream, s, &evicted);
+    }
+    MaybeReleaseLocked(job->tenant, &c);
+    --jobs_pending_;
+    durable_cv_.notify_all();
+  }
+  for (const auto& c : evicted) {
+    disk_->Remove(c->manifest.tenant, c->manifest.stream, c->manifest.step);
+  }
+  Publish(events);
+}
+
+bool Engine::Impl::SubmitMore(uint64_t now_us, uint64_t* retry_us) {
+  std::vector<FairScheduler::Candidate> cands;
+  while (disk_->InFlight() < disk_->QueueDepth()) {
+    cands.clear();
+    for (auto& [tid, q] : active_) {
+      while (!q.empty()) {
+        std::shared_ptr<Job> j = q.front();
+        bool cancelled;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          cancelled = j->ckpt->cancelled;
+        }
+        bool empty_payload = j->manifest.num_chunks() == 0;
+        if (!cancelled && !j->failed && !empty_payload) break;
+        // Stop submitting; finish once its writes in flight have completed.
+        q.pop_front();
+        j->all_submitted = true;
+        if (empty_payload && !cancelled && !j->failed && !j->started) {
+          j->started = disk_->BeginWrite(j->manifest, &j->write_id) == Status::kOk;
+          j->failed = !j->started;
+          j->first_write_us = now_us;
+          in_flight_jobs_[j->id] = j;
+        }
+        if (j->done_chunks == j->submitted) FinishJob(j);
+      }
+      if (!q.empty()) {
+        const Job& j = *q.front();
+        cands.push_back({tid, Padded(j.manifest.chunk_len(j.next_chunk))});
+      }
+    }
+    if (cands.empty()) return false;
+    uint64_t retry = 0;
+    std::optional<TenantId> pick = sched_.Pick(now_us, cands, &retry);
+    if (!pick) {
+      *retry_us = retry;
+      return true;
+    }
+    auto& q = active_[*pick];
+    std::shared_ptr<Job> job = q.front();
+    if (!job->started) {
+      if (disk_->BeginWrite(job->manifest, &job->write_id) != Status::kOk) {
+        job->failed = true;
+        continue;  // dropped at the top of the next round
+      }
+      job->started = true;
+      job->first_write_us = now_us;
+      in_flight_jobs_[job->id] = job;
+      last_start_us_[job->tenant] = now_us;
+    }
+    uint64_t i = job->next_chunk++;
+    uint32_t pool_index = job->ckpt->chunks[i];  // stable while job_active
+    const uint8_t* data = pool_->chunk(pool_index);
+    uint64_t len = job->manifest.chunk_len(i);
+    job->manifest.chunk_crcs[i] = Crc32c(data, len);
+    int buf_index = disk_->registered() ? static_cast<int>(pool_index) : -1;
+    if (disk_->SubmitChunk(job->write_id, i, data, Padded(len), buf_index, job->id) ==
+        Status::kOk) {
+      job->submitted++;
+    } else {
+      job->failed = true;
+    }
+    if (job->next_chunk == job->manifest.num_chunks() && !job->failed) {
+      q.pop_front();
+      job->all_submitted = true;
+      if (job->done_chunks == job->submitted) FinishJob(job);
+    }
+  }
+  return false;
+}
+
+void Engine::Impl::OnCompletions(const std::vector<Tier::Completion>& done) {
+  for (const Tier::Completion& c : done) {
+    auto it = in_flight_jobs_.find(c.token);
+    if (it == in_flight_jobs_.end()) continue;
+    std::shared_ptr<Job> job = it->second;
+    job->done_chunks++;
+    if (c.status != Status::kOk) job->failed = true;
+    if (job->all_submitted && job->done_chunks == job->submitted) FinishJob(job);
+  }
+}
+
+void Engine::Impl::FinishJob(const std::shared_ptr<Job>& job) {
+  bool cancelled;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    cancelled = job->ckpt->cancelled;
+  }
+  Status st = Status::kOk;
+  if (job->failed || cancelled || !job->started) {
+    if (job->started) disk_->Abort(job->write_id);
+    st = Status::kIo;
+  } else {
+    job->manifest.time_s = WallTime10s();
+    st = disk_->Commit(job->write_id, job->manifest);
+  }
+  in_flight_jobs_.erase(job->id);
+  uint64_t finished_us = SteadyNowUs();
+
+  std::vector<PendingEvent> events;
+  std::vector<std::shared_ptr<Ckpt>> remove;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Ckpt& c = *job->ckpt;
+    TenantState& t = TenantLocked(job->tenant);
+    c.job_active = false;
+    if (st == Status::kOk) {
+      t.stats.bytes_persisted += job->manifest.padded_bytes();
+      t.stats.persist_busy_us += finished_us - job->first_write_us;
+      if (!c.in_index) {
+        // Deleted while committing: undo the commit.
+        t.stats.disk_bytes -= c.disk_reserved;
+        c.disk_reserved = 0;
+        remove.push_back(job->ckpt);
+      } else {
+        c.manifest.chunk_crcs = job->manifest.chunk_crcs;
+        c.manifest.time_s = job->manifest.time_s;
+        c.sealed = true;
+        c.state = CkptState::kDurable;
+        c.tier = TierKind::kLocalDisk;
+        t.stats.durable++;
+        events.push_back({job->tenant, EventKind::kDurable, job->stream, job->manifest.step});
+        StreamState* s = StreamLocked(job->tenant, job->stream);
+        if (s != nullptr) RetainLocked(job->tenant, job->stream, s, &remove);
+      }
+    } else {
+      t.stats.disk_bytes -= c.disk_reserved;
+      c.disk_reserved = 0;
+      if (!cancelled) {
+        c.failed = true;
+        t.stats.persist_failures++;
+        events.push_back({job->tenant, EventKind::kPersistFailed, job->stream, job->manifest.step});
+        StreamState* s = StreamLocked(job->tenant, job->stream);
+        if (s != nullptr) {
+          auto it = s->ckpts.find(job->manifest.step);
+          if (it != s->ckpts.end() && it->second == job->ckpt) s->ckpts.erase(it);
+        }
+        c.in_index = false;
+      }
+    }
+    MaybeReleaseLocked(job->tenant, &c);
+    --jobs_pending_;
+    durable_cv_.notify_all();
+  }
+  for (const auto& c : remove) {
+    disk_->Remove(c->manifest.tenant, c->manifest.stream, c->manifest.step);
+  }
+  Publish(events);
+}
+
+void Engine::Impl::AbandonAll() {
+  // Let the writes in flight land before their buffers go away, then drop
+  // every uncommitted write; start-up would remove them anyway.
+  std::vector<Tier::Completion> done;
+  while (disk_->InFlight() > 0) {
+    done.clear();
+    disk_->Poll(100000, &done);
+  }
+  for (auto& [id, job] : in_flight_jobs_) {
+    if (job->started) disk_->Abort(job->write_id);
+  }
+  in_flight_jobs_.clear();
+  active_.clear();
+  waiting_.clear();
+}
+
+}  // namespace hz::checkpoint
