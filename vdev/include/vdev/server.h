@@ -1,0 +1,78 @@
+// vdev::Server: serves one vhost-user socket path with a Device per front-end
+// connection.
+//
+// Threading model
+// ---------------
+// The Server runs on the io_context it is given; run that io_context on one
+// or more threads. Each accepted connection gets its own strand (an Asio
+// executor that runs one handler at a time, in order), and everything about
+// that connection runs there: message reads and replies, kick eventfd waits,
+// the busy-poll loop, and every Device callback. A Device therefore needs no
+// locking for vdev calls, and Queue methods must only be called from those
+// callbacks or from functions passed to DeviceContext::Post, which is safe
+// from any thread (it posts onto the strand). Connections never share a
+// strand, so a slow, busy-polling or failing connection does not stall or
+// affect another one beyond sharing the io_context's threads.
+//
+// Busy-poll queues are served by a handler that re-posts itself on the
+// connection's strand while at least one such queue runs: it checks the avail
+// index without waiting for kicks. It keeps one io_context thread busy, so
+// give busy-polling servers their own io_context (and thread) when latency
+// of other work matters.
+//
+// One connection per socket path: a second front-end connecting while one is
+// active is refused (accepted and closed at once, with a log line). In client
+// mode the server connects to the path and reconnects after a disconnect.
+#ifndef VDEV_SERVER_H_
+#define VDEV_SERVER_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "vdev/device.h"
+#include "vdev/session.h"
+
+namespace vdev {
+
+struct ServerOptions {
+  enum class Mode { kServer, kClient };
+  Mode mode = Mode::kServer;
+  SessionOptions session;
+  // Client mode: delay between connection attempts.
+  std::chrono::milliseconds reconnect_interval{200};
+};
+
+class Server {
+ public:
+  Server(boost::asio::io_context& io, std::string socket_path, DeviceFactory factory,
+         ServerOptions options = {});
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Server mode: binds and listens on the path (a stale socket file left by a
+  // previous run is removed; any other file there is an error). Client mode:
+  // starts connecting. Returns false with *error when it cannot start.
+  bool Start(std::string* error);
+  // Stops listening or reconnecting and closes the connection (asynchronously,
+  // on its strand). Safe to call more than once, from the io_context's thread.
+  void Stop();
+
+  const std::string& path() const { return path_; }
+  // True while a front-end is connected.
+  bool connected() const;
+  // Connections accepted (or made) so far; refused extra ones not counted.
+  uint64_t connections() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+  std::string path_;
+};
+
+}  // namespace vdev
+
+#endif  // VDEV_SERVER_H_

@@ -1,0 +1,72 @@
+// One front-end connection: a Unix stream socket read into a MessageReader,
+// a Session that handles the messages, and the kick eventfd watches and
+// busy-poll loop the Session asks for, all on one strand (see server.h).
+#ifndef VDEV_SRC_CONNECTION_H_
+#define VDEV_SRC_CONNECTION_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/strand.hpp>
+
+#include "vdev/message.h"
+#include "vdev/session.h"
+
+namespace vdev {
+
+class Connection final : public std::enable_shared_from_this<Connection>, public SessionHost {
+ public:
+  using Socket = boost::asio::local::stream_protocol::socket;
+
+  Connection(boost::asio::io_context& io, Socket socket, std::unique_ptr<Device> device,
+             SessionOptions options, std::string name, std::function<void()> on_closed);
+  ~Connection() override;
+
+  // Starts the session and reading; call once, right after construction.
+  void Start();
+  // Closes the connection from any thread (posted onto the strand).
+  void Close(std::string reason);
+
+  // SessionHost.
+  void Post(std::function<void()> fn) override;
+  void WatchKick(uint16_t queue, int fd) override;
+  void UnwatchKick(uint16_t queue) override;
+  void SetPolling(bool on) override;
+
+ private:
+  struct KickWatch {
+    explicit KickWatch(boost::asio::io_context& io, int fd) : sd(io, fd) {}
+    boost::asio::posix::stream_descriptor sd;
+    uint64_t generation = 0;
+  };
+
+  void WaitReadable();
+  void OnReadable();
+  bool SendReply(const std::vector<uint8_t>& bytes);
+  void ArmKick(uint16_t queue, uint64_t generation);
+  void SchedulePoll();
+  void DoClose(const std::string& reason);
+
+  boost::asio::io_context& io_;
+  boost::asio::strand<boost::asio::io_context::executor_type> strand_;
+  Socket socket_;
+  Session session_;
+  MessageReader reader_;
+  std::string name_;
+  std::function<void()> on_closed_;
+  std::vector<std::unique_ptr<KickWatch>> kicks_;
+  uint64_t kick_generation_ = 0;
+  bool polling_ = false;
+  bool poll_scheduled_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace vdev
+
+#endif  // VDEV_SRC_CONNECTION_H_

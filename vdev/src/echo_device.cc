@@ -1,0 +1,64 @@
+#include "vdev/echo_device.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace vdev {
+
+EchoDevice::EchoDevice(Options options) : options_(options) {
+  uint32_t size = std::min(options_.config_size, vu::kMaxConfigSize);
+  config_.resize(size);
+  const uint8_t head[kReadOnlyConfigBytes] = {'E',
+                                              'C',
+                                              'H',
+                                              'O',
+                                              static_cast<uint8_t>(options_.queues & 0xff),
+                                              static_cast<uint8_t>(options_.queues >> 8),
+                                              0,
+                                              0};
+  for (uint32_t i = 0; i < size; ++i) {
+    config_[i] = i < kReadOnlyConfigBytes ? head[i] : static_cast<uint8_t>(i & 0xff);
+  }
+}
+
+bool EchoDevice::SetConfig(uint32_t offset, std::span<const uint8_t> data) {
+  if (offset < kReadOnlyConfigBytes) return false;
+  std::copy(data.begin(), data.end(), config_.begin() + offset);
+  return true;
+}
+
+size_t EchoChain(const Chain& chain) {
+  const auto& src = chain.readable();
+  const auto& dst = chain.writable();
+  size_t total = std::min(chain.readable_bytes(), chain.writable_bytes());
+  size_t si = 0, so = 0, di = 0, dof = 0, done = 0;
+  while (done < total) {
+    // Skip exhausted (or zero-length) segments.
+    while (so == src[si].len) {
+      ++si;
+      so = 0;
+    }
+    while (dof == dst[di].len) {
+      ++di;
+      dof = 0;
+    }
+    size_t n = std::min({src[si].len - so, dst[di].len - dof, total - done});
+    std::memmove(dst[di].data + dof, src[si].data + so, n);
+    so += n;
+    dof += n;
+    done += n;
+  }
+  return total;
+}
+
+void EchoDevice::OnKick(Queue& queue) {
+  uint64_t n = 0;
+  while (queue.Pop(&chain_)) {
+    queue.Complete(chain_, static_cast<uint32_t>(EchoChain(chain_)));
+    ++n;
+  }
+  chains_.fetch_add(n, std::memory_order_relaxed);
+  queue.Flush();
+}
+
+}  // namespace vdev

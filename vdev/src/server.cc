@@ -1,0 +1,188 @@
+#include "vdev/server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "connection.h"
+#include "spdlog/spdlog.h"
+
+namespace vdev {
+
+namespace asio = boost::asio;
+using stream_protocol = asio::local::stream_protocol;
+
+// Shared with connection callbacks, so a connection closing after the Server
+// is gone touches nothing freed.
+struct Server::State : std::enable_shared_from_this<Server::State> {
+  State(asio::io_context& io_in, std::string path_in, DeviceFactory factory_in,
+        ServerOptions options_in)
+      : io(io_in),
+        path(std::move(path_in)),
+        factory(std::move(factory_in)),
+        options(std::move(options_in)),
+        acceptor(io_in),
+        timer(io_in) {}
+
+  void Accept();
+  void Connect();
+  void Adopt(stream_protocol::socket socket);
+  void OnConnectionClosed();
+
+  asio::io_context& io;
+  const std::string path;
+  const DeviceFactory factory;
+  const ServerOptions options;
+  stream_protocol::acceptor acceptor;
+  asio::steady_timer timer;
+  mutable std::mutex mu;
+  std::weak_ptr<Connection> active;  // guarded by mu
+  bool busy = false;                 // guarded by mu
+  std::atomic<bool> stopped{false};
+  std::atomic<uint64_t> accepted{0};
+};
+
+void Server::State::Adopt(stream_protocol::socket socket) {
+  std::unique_ptr<Device> device = factory(path);
+  if (device == nullptr) {
+    spdlog::error("vdev[{}]: device factory returned no device; closing", path);
+    return;
+  }
+  std::weak_ptr<State> weak = weak_from_this();
+  auto conn = std::make_shared<Connection>(io, std::move(socket), std::move(device),
+                                           options.session, path, [weak] {
+                                             if (auto s = weak.lock()) s->OnConnectionClosed();
+                                           });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    active = conn;
+    busy = true;
+  }
+  accepted.fetch_add(1);
+  conn->Start();
+}
+
+void Server::State::OnConnectionClosed() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    busy = false;
+    active.reset();
+  }
+  if (options.mode == ServerOptions::Mode::kClient && !stopped) {
+    timer.expires_after(options.reconnect_interval);
+    timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec && !self->stopped) self->Connect();
+    });
+  }
+}
+
+void Server::State::Accept() {
+  acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec,
+                                                    stream_protocol::socket socket) {
+    if (self->stopped || ec == asio::error::operation_aborted) return;
+    if (ec) {
+      spdlog::warn("vdev[{}]: accept failed: {}", self->path, ec.message());
+    } else {
+      bool refuse;
+      {
+        std::lock_guard<std::mutex> lock(self->mu);
+        refuse = self->busy;
+      }
+      if (refuse) {
+        spdlog::warn("vdev[{}]: refusing a second front-end: one connection per socket",
+                     self->path);
+        boost::system::error_code ignored;
+        socket.close(ignored);
+      } else {
+        self->Adopt(std::move(socket));
+      }
+    }
+    self->Accept();
+  });
+}
+
+void Server::State::Connect() {
+  auto socket = std::make_shared<stream_protocol::socket>(io);
+  socket->async_connect(stream_protocol::endpoint(path), [self = shared_from_this(), socket](
+                                                             const boost::system::error_code& ec) {
+    if (self->stopped) return;
+    if (ec) {
+      spdlog::debug("vdev[{}]: connect failed: {}; retrying", self->path, ec.message());
+      self->timer.expires_after(self->options.reconnect_interval);
+      self->timer.async_wait([self](const boost::system::error_code& tec) {
+        if (!tec && !self->stopped) self->Connect();
+      });
+      return;
+    }
+    self->Adopt(std::move(*socket));
+  });
+}
+
+Server::Server(asio::io_context& io, std::string socket_path, DeviceFactory factory,
+               ServerOptions options)
+    : state_(std::make_shared<State>(io, socket_path, std::move(factory), std::move(options))),
+      path_(std::move(socket_path)) {}
+
+Server::~Server() {
+  Stop();
+}
+
+bool Server::Start(std::string* error) {
+  State& s = *state_;
+  if (s.options.mode == ServerOptions::Mode::kClient) {
+    s.Connect();
+    return true;
+  }
+  struct stat st;
+  if (lstat(path_.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      *error = path_ + " exists and is not a socket";
+      return false;
+    }
+    unlink(path_.c_str());  // stale socket of an earlier run
+  }
+  boost::system::error_code ec;
+  s.acceptor.open(stream_protocol(), ec);
+  if (!ec) s.acceptor.bind(stream_protocol::endpoint(path_), ec);
+  if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    *error = "cannot listen on " + path_ + ": " + ec.message();
+    return false;
+  }
+  spdlog::info("vdev: listening on {}", path_);
+  s.Accept();
+  return true;
+}
+
+void Server::Stop() {
+  State& s = *state_;
+  if (s.stopped.exchange(true)) return;
+  boost::system::error_code ec;
+  if (s.acceptor.is_open()) {
+    s.acceptor.close(ec);
+    unlink(path_.c_str());
+  }
+  s.timer.cancel();
+  std::shared_ptr<Connection> conn;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    conn = s.active.lock();
+  }
+  if (conn) conn->Close("server stopped");
+}
+
+bool Server::connected() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->busy;
+}
+
+uint64_t Server::connections() const {
+  return state_->accepted.load();
+}
+
+}  // namespace vdev
