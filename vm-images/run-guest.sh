@@ -64,10 +64,12 @@ mkdir -p "$boot"
 cp "$kernel" "$boot/vmlinuz"
 cp "$initrd" "$boot/initrd.gz"
 
+# The guest's own limit leaves time to report before the host's runs out.
+guest_timeout=$((timeout_s > 60 ? timeout_s - 30 : timeout_s * 2 / 3))
 qemu=(qemu-system-x86_64 -accel tcg -m "$mem" -smp "$smp"
 	-object "memory-backend-memfd,id=mem,size=$mem,share=on" -machine pc,memory-backend=mem
 	-kernel "/hz-boot/$name/vmlinuz" -initrd "/hz-boot/$name/initrd.gz"
-	-append "console=ttyS0 panic=-1 loglevel=4 ${test_name:+hz.test=$test_name hz.timeout=$timeout_s} $append"
+	-append "console=ttyS0 panic=-1 loglevel=4 ${test_name:+hz.test=$test_name hz.timeout=$guest_timeout} $append"
 	-display none -serial stdio -monitor none -no-reboot -name "$name")
 sockdir=
 if [ -n "$socket" ]; then

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds what runs inside the test guest and packs it into the initramfs:
+#   - harmonaize.ko (guest/driver) and hz_echo_test.ko (guest/driver/test),
+#     built against the guest kernel's headers with W=1; a warning fails;
+#   - hz_drvtest, the static user-space exerciser of /dev/harmonaizeN;
+#   - the guest halves of the VM tests (tests/vm/guest/tests/*).
+#
+# Usage: vm-images/build-guest.sh [DIR]   (DIR as for build-toolchain.sh)
+# Results: DIR/guest/{harmonaize.ko,hz_echo_test.ko,hz_drvtest},
+#          DIR/images/initramfs.gz
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+
+dir=$(hz_vm_dir "${1:-}")
+kver=$(hz_guest_kernel_version)
+kdir=/lib/modules/$kver/build
+out=$dir/guest
+top=$HZ_REPO_ROOT
+mkdir -p "$out"
+
+# Kbuild writes next to the sources, so each module is built from a copy.
+build_module() {
+	local name=$1 src=$2 work=$out/$1
+	mkdir -p "$work"
+	rm -f "$work"/*.c "$work"/*.h "$work/Kbuild"
+	cp "$src"/Kbuild "$src"/*.c "$work/"
+	cp "$src"/*.h "$work/" 2>/dev/null || true
+	if ! make -C "$kdir" M="$work" HZ_PROTOCOL_DIR="$top/protocol" W=1 modules >"$work/build.log" 2>&1; then
+		cat "$work/build.log" >&2
+		hz_die "building $name failed"
+	fi
+	if grep -E 'warning:|error:' "$work/build.log" >&2; then
+		hz_die "$name: warnings in the kernel build"
+	fi
+	cp "$work/$name.ko" "$out/$name.ko"
+}
+
+build_module harmonaize "$top/guest/driver"
+build_module hz_echo_test "$top/guest/driver/test"
+
+gcc -static -O2 -Wall -Wextra -Werror -std=gnu11 -I"$top/protocol" -I"$top/guest/driver" \
+	"$top/tests/vm/guest/hz_drvtest.c" -o "$out/hz_drvtest.tmp"
+mv "$out/hz_drvtest.tmp" "$out/hz_drvtest"
+
+tests=()
+for t in "$top"/tests/vm/guest/tests/*; do
+	[ -f "$t" ] && tests+=(--test "$t")
+done
+"$(dirname "$0")/build-initramfs.sh" --dir "$dir" --kver "$kver" \
+	--module "$out/harmonaize.ko" --module "$out/hz_echo_test.ko" \
+	--program "$out/hz_drvtest" "${tests[@]}"
+hz_log "guest ready for $kver"
