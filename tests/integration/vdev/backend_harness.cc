@@ -1,0 +1,111 @@
+#include "backend_harness.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+
+#include <boost/asio/post.hpp>
+
+#include "echo_device.h"
+
+#ifndef VDEV_ECHO_BACKEND_PATH
+#error "VDEV_ECHO_BACKEND_PATH must name the vdev_echo_backend helper"
+#endif
+
+namespace vdev::testing {
+
+std::string TempSocketPath(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  std::string path = "/tmp/vdev-" + tag + "-" + std::to_string(getpid()) + "-" +
+                     std::to_string(counter++) + ".sock";
+  unlink(path.c_str());
+  return path;
+}
+
+DeviceFactory EchoFactory() {
+  return MakeEchoFactory();
+}
+
+InProcessBackend::InProcessBackend(std::vector<std::string> paths, ServerOptions options)
+    : work_(io_.get_executor()), paths_(std::move(paths)) {
+  for (const std::string& p : paths_) {
+    servers_.push_back(std::make_unique<Server>(io_, p, EchoFactory(), options));
+    if (!servers_.back()->Start(&error_)) {
+      ok_ = false;
+      return;
+    }
+  }
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+InProcessBackend::~InProcessBackend() {
+  if (thread_.joinable()) {
+    std::promise<void> stopped;
+    boost::asio::post(io_, [this, &stopped] {
+      for (auto& s : servers_) s->Stop();
+      stopped.set_value();
+    });
+    stopped.get_future().wait();
+    work_.reset();
+    // Let the closes run, then stop whatever is left (busy-poll loops).
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    io_.stop();
+    thread_.join();
+  }
+  servers_.clear();
+  for (const std::string& p : paths_) unlink(p.c_str());
+}
+
+ChildBackend::ChildBackend(const std::string& path, std::vector<std::string> extra_args)
+    : path_(path) {
+  std::vector<std::string> args = {VDEV_ECHO_BACKEND_PATH, "--socket", path};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  // Wait for the socket to appear (bounded).
+  for (int i = 0; i < 1000; ++i) {
+    struct stat st;
+    if (stat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return;
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    usleep(5000);
+  }
+}
+
+void ChildBackend::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+ChildBackend::~ChildBackend() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 400; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      usleep(5000);
+    }
+    Kill();
+  }
+  unlink(path_.c_str());
+}
+
+}  // namespace vdev::testing

@@ -1,0 +1,70 @@
+// Runs the real vhost-user back-end (vdev::Server with the echo device) for
+// the integration tests: in this process on its own io_context thread, or in
+// a child process (the vdev_echo_backend helper).
+#ifndef TESTS_INTEGRATION_VDEV_BACKEND_HARNESS_H_
+#define TESTS_INTEGRATION_VDEV_BACKEND_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "vdev/device.h"
+#include "vdev/server.h"
+
+namespace vdev::testing {
+
+// A fresh socket path under /tmp, unique per process and call.
+std::string TempSocketPath(const std::string& tag);
+
+// The echo device used by every integration test.
+DeviceFactory EchoFactory();
+
+// One io_context thread serving one vdev::Server per path.
+class InProcessBackend {
+ public:
+  explicit InProcessBackend(std::vector<std::string> paths, ServerOptions options = {});
+  ~InProcessBackend();
+  InProcessBackend(const InProcessBackend&) = delete;
+  InProcessBackend& operator=(const InProcessBackend&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& error() const { return error_; }
+  const std::string& path(size_t i = 0) const { return paths_[i]; }
+  Server& server(size_t i = 0) { return *servers_[i]; }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::vector<std::string> paths_;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::thread thread_;
+  bool ok_ = true;
+  std::string error_;
+};
+
+// The vdev_echo_backend helper in a child process.
+class ChildBackend {
+ public:
+  // extra_args are passed to the helper (e.g. "--busy-poll").
+  explicit ChildBackend(const std::string& path, std::vector<std::string> extra_args = {});
+  ~ChildBackend();  // SIGTERM, then reap
+  bool ok() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  const std::string& path() const { return path_; }
+  // Kills it hard (a crashed back-end).
+  void Kill();
+
+ private:
+  std::string path_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace vdev::testing
+
+#endif  // TESTS_INTEGRATION_VDEV_BACKEND_HARNESS_H_
