@@ -1,0 +1,73 @@
+// What the per-VM device needs from the collective engine. The service runs
+// on hz::coll::Engine (EngineBackend); tests substitute a scripted backend so
+// the device's request handling is checked without the engine's timing.
+#ifndef HZ_SERVICE_COLL_BACKEND_H_
+#define HZ_SERVICE_COLL_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hz/collectives/types.h"
+
+namespace hz::service {
+
+// One rank's membership in a communicator (opaque to the device).
+class CommMember {
+ public:
+  virtual ~CommMember() = default;
+  virtual uint32_t rank() const = 0;
+  virtual uint32_t nranks() const = 0;
+  virtual uint64_t comm_id() const = 0;
+};
+
+struct CommSummary {
+  uint64_t id = 0;
+  uint64_t tenant = 0;
+  uint32_t nranks = 0;
+  uint32_t joined = 0;
+  uint64_t next_seq = 0;
+  uint32_t pending = 0;
+  std::string state;
+  std::string abort_reason;
+};
+
+struct BackendStats {
+  std::vector<std::pair<std::string, uint64_t>> algorithms;  // choice -> ops
+  std::vector<std::pair<std::string, uint64_t>> ops;         // op -> executed
+  std::vector<std::pair<std::string, uint64_t>> op_bytes;    // op -> payload bytes
+  uint64_t communicators = 0;
+  uint64_t aborts = 0;
+  uint64_t timeouts = 0;
+  uint64_t mismatches = 0;
+  uint64_t workers = 0;
+};
+
+using MemberPtr = std::shared_ptr<CommMember>;
+
+// Same contract as hz::coll::Engine (see engine.h): callbacks run exactly
+// once, on any thread, possibly before the call returns.
+class CollBackend {
+ public:
+  virtual ~CollBackend() = default;
+  virtual coll::Status NewUid(uint64_t tenant, coll::Uid* out) = 0;
+  virtual void Init(uint64_t tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
+                    coll::Constraints c, std::function<void(coll::Status, MemberPtr)> done) = 0;
+  virtual void Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) = 0;
+  // Waits until the engine no longer touches m's memory; never from a callback.
+  virtual void Destroy(const MemberPtr& m) = 0;
+  // Aborts m's communicator and destroys m later on another thread; safe from
+  // a completion callback (a rank whose VM left while its Init completed).
+  virtual void DestroyAsync(MemberPtr m) = 0;
+  virtual void Abort(const MemberPtr& m) = 0;
+  virtual void Shutdown() = 0;
+  virtual BackendStats Stats() const = 0;
+  virtual std::vector<CommSummary> Communicators() const = 0;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_COLL_BACKEND_H_

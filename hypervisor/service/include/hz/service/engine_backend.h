@@ -1,0 +1,45 @@
+// CollBackend on the real collective engine (hz::coll::Engine).
+#ifndef HZ_SERVICE_ENGINE_BACKEND_H_
+#define HZ_SERVICE_ENGINE_BACKEND_H_
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "hz/collectives/engine.h"
+#include "hz/service/coll_backend.h"
+
+namespace hz::service {
+
+class EngineBackend : public CollBackend {
+ public:
+  explicit EngineBackend(coll::EngineOptions opts);
+  ~EngineBackend() override;
+
+  coll::Status NewUid(uint64_t tenant, coll::Uid* out) override;
+  void Init(uint64_t tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
+            coll::Constraints c, std::function<void(coll::Status, MemberPtr)> done) override;
+  void Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) override;
+  void Destroy(const MemberPtr& m) override;
+  void DestroyAsync(MemberPtr m) override;
+  void Abort(const MemberPtr& m) override;
+  void Shutdown() override;
+  BackendStats Stats() const override;
+  std::vector<CommSummary> Communicators() const override;
+
+ private:
+  void Reap();
+
+  coll::Engine engine_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<MemberPtr> reap_;
+  bool stop_ = false;
+  std::thread reaper_;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_ENGINE_BACKEND_H_

@@ -1,0 +1,101 @@
+// One VM's registered memory regions: guest-physical extent lists turned into
+// host views once, at registration, so that each request only resolves
+// (region, offset, length) slices against them.
+#ifndef HZ_SERVICE_REGION_TABLE_H_
+#define HZ_SERVICE_REGION_TABLE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "hz/collectives/types.h"
+#include "hz/service/config.h"
+#include "hz/service/tenants.h"
+#include "protocol/harmonaize.h"
+#include "vdev/device.h"
+
+namespace hz::service {
+
+struct Region {
+  uint32_t id = 0;
+  uint32_t flags = 0;  // HZ_REGION_F_*
+  uint64_t total_len = 0;
+  std::vector<hz_extent> extents;   // as registered
+  std::vector<vdev::Segment> host;  // translation of the extents, in order
+  std::vector<uint64_t> starts;     // region offset of each host segment
+  vdev::MemoryMapPtr memory;        // keeps the mapping alive while in use
+  std::atomic<uint32_t> pins{0};    // in-flight operations using the region
+};
+
+// Holds a region pinned while an operation uses it; unpins on destruction
+// (from any thread).
+class RegionPin {
+ public:
+  RegionPin() = default;
+  explicit RegionPin(std::shared_ptr<Region> r) : region_(std::move(r)) { region_->pins++; }
+  RegionPin(RegionPin&& o) noexcept = default;
+  RegionPin& operator=(RegionPin&& o) noexcept {
+    Reset();
+    region_ = std::move(o.region_);
+    return *this;
+  }
+  RegionPin(const RegionPin&) = delete;
+  RegionPin& operator=(const RegionPin&) = delete;
+  ~RegionPin() { Reset(); }
+  void Reset() {
+    if (region_) region_->pins--;
+    region_.reset();
+  }
+
+ private:
+  std::shared_ptr<Region> region_;
+};
+
+class RegionTable {
+ public:
+  RegionTable(const DeviceLimits& limits, std::shared_ptr<Tenant> tenant)
+      : limits_(limits), tenant_(std::move(tenant)) {}
+  ~RegionTable() { Clear(); }
+  RegionTable(const RegionTable&) = delete;
+  RegionTable& operator=(const RegionTable&) = delete;
+
+  // Registers extents (already read from the request). Returns HZ_S_OK and
+  // *id, or EINVAL (bad flags, zero or overlapping extents, total_len not the
+  // sum), EFAULT (an extent outside guest RAM or wrapping), ELIMIT (device or
+  // tenant quota). *detail is the index of the offending extent where one is.
+  uint32_t Register(const vdev::MemoryMapPtr& memory, uint32_t flags, uint64_t total_len,
+                    const std::vector<hz_extent>& extents, uint32_t* id, uint32_t* detail);
+
+  // HZ_S_OK, ENOENT, or EBUSY while an in-flight operation uses it.
+  uint32_t Unregister(uint32_t id);
+
+  // Resolves [offset, offset+need) of slice's region into host spans,
+  // appending to *out, and pins the region in *pin. need may be less than
+  // slice.length (only the first bytes are used). Checks: reserved zero
+  // (EINVAL), region known (EFAULT), access allowed by the region's flags
+  // (EFAULT), slice.length >= need and offset + length inside the region
+  // without overflow (EFAULT). Regions only: HZ_REGION_INLINE is the caller's.
+  uint32_t Resolve(const hz_slice& slice, uint64_t need, uint32_t access, coll::IoVec* out,
+                   RegionPin* pin) const;
+
+  // Drops every region and returns their quota to the tenant.
+  void Clear();
+
+  size_t count() const { return regions_.size(); }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  const DeviceLimits limits_;
+  std::shared_ptr<Tenant> tenant_;
+  std::map<uint32_t, std::shared_ptr<Region>> regions_;
+  // Every registered extent of this VM: gpa -> (end exclusive, region id).
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> extents_;
+  uint32_t next_id_ = 1;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_REGION_TABLE_H_

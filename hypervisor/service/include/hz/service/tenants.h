@@ -1,0 +1,68 @@
+// Tenants known to the service and their quotas. The operator creates them;
+// a VM socket is bound to exactly one tenant, and everything a VM creates
+// (regions, communicators) is accounted to and scoped by that tenant.
+#ifndef HZ_SERVICE_TENANTS_H_
+#define HZ_SERVICE_TENANTS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hz/service/config.h"
+#include "protocol/harmonaize.h"
+
+namespace hz::service {
+
+struct TenantSpec {
+  std::string name;
+  uint32_t weight = 1;                 // share under contention, 1..1000
+  uint16_t priority = HZ_PRIO_NORMAL;  // enum hz_priority_class
+  TenantLimits limits;
+};
+
+// One tenant. Usage counters are shared by every VM of the tenant.
+class Tenant {
+ public:
+  explicit Tenant(TenantSpec spec) : spec_(std::move(spec)) {}
+
+  const TenantSpec& spec() const { return spec_; }
+  const std::string& name() const { return spec_.name; }
+
+  // Reserves one region of `bytes` against the quotas; HZ_S_OK or HZ_S_ELIMIT.
+  uint32_t ReserveRegion(uint64_t bytes);
+  void ReleaseRegion(uint64_t bytes);
+
+  struct Usage {
+    uint32_t regions = 0;
+    uint64_t region_bytes = 0;
+  };
+  Usage usage() const;
+
+ private:
+  const TenantSpec spec_;
+  mutable std::mutex mu_;
+  Usage usage_;
+};
+
+class TenantRegistry {
+ public:
+  // Tenant names: 1..64 bytes of [A-Za-z0-9._-], starting with a letter or digit.
+  static bool ValidName(const std::string& name);
+
+  // Returns an empty string on success, else why not.
+  std::string Create(const TenantSpec& spec);
+  std::string Remove(const std::string& name);
+  std::shared_ptr<Tenant> Find(const std::string& name) const;
+  std::vector<std::shared_ptr<Tenant>> List() const;  // sorted by name
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Tenant>> tenants_;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_TENANTS_H_

@@ -1,0 +1,224 @@
+#include "hz/service/config.h"
+
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "protocol/harmonaize.h"
+#include "spdlog/fmt/fmt.h"
+
+namespace hz::service {
+
+namespace {
+
+// Walks one TOML table, applying known keys and rejecting the rest, so a typo
+// in a key is an error instead of a silently ignored setting.
+class TableReader {
+ public:
+  TableReader(const toml::table& table, std::string prefix, std::string_view origin,
+              std::string* error)
+      : table_(table), prefix_(std::move(prefix)), origin_(origin), error_(error) {}
+
+  bool ok() const { return error_->empty(); }
+
+  template <typename T>
+  void Int(const char* key, T* out, uint64_t min, uint64_t max) {
+    const toml::node* node = Take(key);
+    if (node == nullptr || !ok()) return;
+    auto v = node->value<int64_t>();
+    if (!node->is_integer() || !v || *v < 0 || static_cast<uint64_t>(*v) < min ||
+        static_cast<uint64_t>(*v) > max) {
+      Fail(*node, key, fmt::format("expected an integer in {}..{}", min, max));
+      return;
+    }
+    *out = static_cast<T>(*v);
+  }
+
+  void Bool(const char* key, bool* out) {
+    const toml::node* node = Take(key);
+    if (node == nullptr || !ok()) return;
+    if (!node->is_boolean()) return Fail(*node, key, "expected true or false");
+    *out = *node->value<bool>();
+  }
+
+  void String(const char* key, std::string* out, std::initializer_list<const char*> allowed = {}) {
+    const toml::node* node = Take(key);
+    if (node == nullptr || !ok()) return;
+    if (!node->is_string()) return Fail(*node, key, "expected a string");
+    std::string v = *node->value<std::string>();
+    if (allowed.size() > 0) {
+      bool found = false;
+      std::string list;
+      for (const char* a : allowed) {
+        if (v == a) found = true;
+        list += list.empty() ? a : fmt::format(", {}", a);
+      }
+      if (!found) return Fail(*node, key, fmt::format("expected one of: {}", list));
+    }
+    if (v.find('\0') != std::string::npos) return Fail(*node, key, "contains a NUL byte");
+    *out = std::move(v);
+  }
+
+  // A sub-table; nullptr when absent.
+  const toml::table* Table(const char* key) {
+    const toml::node* node = Take(key);
+    if (node == nullptr || !ok()) return nullptr;
+    if (!node->is_table()) {
+      Fail(*node, key, "expected a table");
+      return nullptr;
+    }
+    return node->as_table();
+  }
+
+  // Reports the first key nobody asked for.
+  void RejectUnknown() {
+    if (!ok()) return;
+    for (const auto& [k, v] : table_) {
+      if (seen_.count(std::string(k.str())) == 0) {
+        Fail(v, std::string(k.str()).c_str(), "unknown key");
+        return;
+      }
+    }
+  }
+
+ private:
+  const toml::node* Take(const char* key) {
+    seen_.insert(key);
+    return table_.get(key);
+  }
+
+  void Fail(const toml::node& node, const char* key, const std::string& why) {
+    const auto& src = node.source();
+    *error_ = fmt::format("{}:{}:{}: {}{}: {}", origin_, src.begin.line, src.begin.column, prefix_,
+                          key, why);
+  }
+
+  const toml::table& table_;
+  std::string prefix_;
+  std::string_view origin_;
+  std::string* error_;
+  std::set<std::string> seen_;
+};
+
+constexpr uint64_t kU32 = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kI64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+
+}  // namespace
+
+std::string ServiceConfig::ControlSocketPath() const {
+  return control_socket.empty() ? state_dir + "/control.sock" : control_socket;
+}
+
+std::string ServiceConfig::VmSocketDir() const {
+  return vm_socket_dir.empty() ? state_dir + "/vms" : vm_socket_dir;
+}
+
+bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* config,
+                 std::string* error) {
+  error->clear();
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    *error = fmt::format("{}:{}:{}: {}", origin, src.begin.line, src.begin.column,
+                         std::string(e.description()));
+    return false;
+  }
+  ServiceConfig c = *config;
+  TableReader top(root, "", origin, error);
+  top.String("state_dir", &c.state_dir);
+  top.String("log_level", &c.log_level,
+             {"trace", "debug", "info", "warn", "error", "critical", "off"});
+  top.String("log_format", &c.log_format, {"text", "json"});
+  top.Int("worker_threads", &c.worker_threads, 1, 256);
+  if (const toml::table* t = top.Table("control")) {
+    TableReader r(*t, "control.", origin, error);
+    r.String("socket", &c.control_socket);
+    r.Int("max_line_bytes", &c.control_max_line_bytes, 256, 16u << 20);
+    r.Int("max_clients", &c.control_max_clients, 1, 4096);
+    r.RejectUnknown();
+  }
+  if (const toml::table* t = top.Table("vm")) {
+    TableReader r(*t, "vm.", origin, error);
+    r.String("socket_dir", &c.vm_socket_dir);
+    r.RejectUnknown();
+  }
+  if (const toml::table* t = top.Table("metrics")) {
+    TableReader r(*t, "metrics.", origin, error);
+    r.Bool("enabled", &c.metrics_enabled);
+    r.String("address", &c.metrics_address);
+    r.Int("port", &c.metrics_port, 0, 65535);
+    r.RejectUnknown();
+  }
+  if (const toml::table* t = top.Table("device")) {
+    TableReader r(*t, "device.", origin, error);
+    DeviceLimits& d = c.device;
+    r.Int("num_request_queues", &d.num_request_queues, 1, HZ_MAX_REQUEST_QUEUES);
+    r.Int("queue_size", &d.queue_size, 2, 32768);
+    r.Int("max_segments", &d.max_segments, 2, 1024);
+    r.Int("max_regions", &d.max_regions, 1, 1u << 20);
+    r.Int("max_extents", &d.max_extents, 1, 1u << 20);
+    r.Int("max_region_bytes", &d.max_region_bytes, 1, kI64);
+    r.Int("max_args_bytes", &d.max_args_bytes, 4096, 64u << 20);
+    r.Int("max_comm_ranks", &d.max_comm_ranks, 1, 1u << 16);
+    r.Int("max_comms", &d.max_comms, 1, 1u << 16);
+    r.RejectUnknown();
+  }
+  if (const toml::table* t = top.Table("tenant_defaults")) {
+    TableReader r(*t, "tenant_defaults.", origin, error);
+    r.Int("max_regions", &c.tenant_defaults.max_regions, 0, kU32);
+    r.Int("max_region_bytes", &c.tenant_defaults.max_region_bytes, 0, kI64);
+    r.RejectUnknown();
+  }
+  if (const toml::table* t = top.Table("shutdown")) {
+    TableReader r(*t, "shutdown.", origin, error);
+    r.Int("timeout_ms", &c.shutdown_timeout_ms, 1, 3600 * 1000);
+    r.RejectUnknown();
+  }
+  top.RejectUnknown();
+  if (!error->empty()) return false;
+  *config = std::move(c);
+  return true;
+}
+
+bool LoadConfigFile(const std::string& path, ServiceConfig* config, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = fmt::format("{}: cannot open the config file", path);
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) {
+    *error = fmt::format("{}: read error", path);
+    return false;
+  }
+  return ParseConfig(ss.str(), path, config, error);
+}
+
+bool ValidateConfig(const ServiceConfig& c, std::string* error) {
+  if (c.state_dir.empty()) {
+    *error = "state_dir must not be empty";
+    return false;
+  }
+  // sockaddr_un holds 107 path bytes plus the NUL.
+  if (c.ControlSocketPath().size() > 107) {
+    *error = fmt::format("control socket path is longer than 107 bytes: {}", c.ControlSocketPath());
+    return false;
+  }
+  if (c.device.max_extents * sizeof(hz_extent) + sizeof(hz_req_hdr) +
+          sizeof(hz_region_register_args) >
+      c.device.max_args_bytes) {
+    *error = fmt::format(
+        "device.max_args_bytes ({}) cannot hold a REGION_REGISTER with device.max_extents ({})",
+        c.device.max_args_bytes, c.device.max_extents);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace hz::service

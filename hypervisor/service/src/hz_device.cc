@@ -1,0 +1,714 @@
+#include "hz/service/hz_device.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "spdlog/spdlog.h"
+
+namespace hz::service {
+
+namespace {
+
+constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
+
+uint64_t RandomU64() {
+  uint64_t v = 0;
+  while (v == 0) {
+    if (getrandom(&v, sizeof(v), 0) != static_cast<ssize_t>(sizeof(v))) v = 0x9e3779b97f4a7c15ull;
+  }
+  return v;
+}
+
+// Overflow-safe a * b into *out.
+bool MulOk(uint64_t a, uint64_t b, uint64_t* out) {
+  if (a != 0 && b > kU64Max / a) return false;
+  *out = a * b;
+  return true;
+}
+
+bool IsZeroSlice(const hz_slice& s) {
+  return s.region_id == 0 && s.reserved == 0 && s.offset == 0 && s.length == 0;
+}
+
+// Collective opcode -> engine operation.
+bool CollOp(uint16_t opcode, coll::Op* op) {
+  switch (opcode) {
+    case HZ_OP_ALLREDUCE:
+      *op = coll::Op::kAllReduce;
+      return true;
+    case HZ_OP_BROADCAST:
+      *op = coll::Op::kBroadcast;
+      return true;
+    case HZ_OP_REDUCE:
+      *op = coll::Op::kReduce;
+      return true;
+    case HZ_OP_ALLGATHER:
+      *op = coll::Op::kAllGather;
+      return true;
+    case HZ_OP_REDUCE_SCATTER:
+      *op = coll::Op::kReduceScatter;
+      return true;
+    case HZ_OP_ALLTOALL:
+      *op = coll::Op::kAllToAll;
+      return true;
+    case HZ_OP_SEND:
+      *op = coll::Op::kSend;
+      return true;
+    case HZ_OP_RECV:
+      *op = coll::Op::kRecv;
+      return true;
+    case HZ_OP_BARRIER:
+      *op = coll::Op::kBarrier;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Engine status values equal hz_status_code; anything unexpected is EIO.
+uint32_t FromEngine(coll::Status s) {
+  uint32_t v = static_cast<uint32_t>(s);
+  return v < HZ_S_MAX ? v : static_cast<uint32_t>(HZ_S_EIO);
+}
+
+}  // namespace
+
+HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, uint64_t tenant_id,
+                   std::string socket_path)
+    : env_(env),
+      tenant_(tenant),
+      tenant_id_(tenant_id),
+      socket_path_(std::move(socket_path)),
+      link_(std::make_shared<Link>()),
+      session_id_(RandomU64()),
+      regions_(env.limits, tenant) {
+  link_->dev = this;
+  // The dispatch table by opcode family. Families without a handler (the
+  // checkpoint, event, topology, negotiation and hint engines) answer
+  // HZ_S_ENOTSUP, and HELLO never grants their feature bits.
+  families_[OpcodeFamily(HZ_OP_HELLO)] = &HzDevice::HandleHello;
+  families_[OpcodeFamily(HZ_OP_REGION_REGISTER)] = &HzDevice::HandleRegion;
+  families_[OpcodeFamily(HZ_OP_COMM_UID)] = &HzDevice::HandleComm;
+  families_[OpcodeFamily(HZ_OP_ALLREDUCE)] = &HzDevice::HandleCollective;
+  info_.socket_path = socket_path_;
+  info_.tenant = tenant_->name();
+}
+
+HzDevice::~HzDevice() {
+  {
+    std::lock_guard<std::recursive_mutex> lock(link_->mu);
+    link_->ctx = nullptr;
+    link_->dev = nullptr;
+  }
+  Teardown();
+}
+
+uint64_t HzDevice::Features() const {
+  return 0;
+}
+
+uint16_t HzDevice::NumQueues() const {
+  return static_cast<uint16_t>(HZ_VQ_REQUEST_BASE + env_.limits.num_request_queues);
+}
+
+std::vector<uint8_t> HzDevice::ConfigSpace() const {
+  hz_config c{};
+  c.magic = HZ_CONFIG_MAGIC;
+  c.version_major = HZ_VERSION_MAJOR;
+  c.version_minor = HZ_VERSION_MINOR;
+  c.num_request_queues = env_.limits.num_request_queues;
+  c.max_segments = env_.limits.max_segments;
+  c.status = draining() ? HZ_CFG_S_DRAINING : HZ_CFG_S_READY;
+  c.max_regions = env_.limits.max_regions;
+  c.max_extents = env_.limits.max_extents;
+  c.max_region_bytes = env_.limits.max_region_bytes;
+  c.max_args_bytes = env_.limits.max_args_bytes;
+  c.event_record_size = sizeof(hz_event);
+  c.max_comm_ranks = env_.limits.max_comm_ranks;
+  std::vector<uint8_t> out(sizeof(c));
+  std::memcpy(out.data(), &c, sizeof(c));
+  return out;
+}
+
+void HzDevice::OnConnect(vdev::DeviceContext& ctx) {
+  ctx_ = &ctx;
+  {
+    std::lock_guard<std::recursive_mutex> lock(link_->mu);
+    link_->ctx = &ctx;
+  }
+  UpdateInfo();
+}
+
+void HzDevice::OnQueueStarted(vdev::Queue& queue) {
+  if (queue.index() >= NumQueues()) return;
+  queues_[queue.index()] = {&queue, next_gen_++};
+  UpdateInfo();
+}
+
+void HzDevice::OnQueueStopped(uint16_t index) {
+  if (index >= queues_.size()) return;
+  queues_[index] = {nullptr, next_gen_++};
+  if (index == HZ_VQ_EVENT) events_.clear();  // their ring is gone
+  UpdateInfo();
+}
+
+bool HzDevice::draining() const {
+  return drained_ || (env_.draining != nullptr && env_.draining->load());
+}
+
+uint64_t HzDevice::offered_features() const {
+  uint64_t f = 0;
+  if (env_.coll != nullptr) f |= (1ull << HZ_F_COLLECTIVES) | (1ull << HZ_F_INLINE_DATA);
+  return f;
+}
+
+void HzDevice::OnKick(vdev::Queue& queue) {
+  vdev::Chain chain;
+  if (queue.index() == HZ_VQ_EVENT) {
+    // Event delivery is not offered yet: hold the buffers so they can be
+    // filled later, and hand them back with ESHUTDOWN when stopping.
+    uint64_t gen = queues_[HZ_VQ_EVENT].gen;
+    while (queue.Pop(&chain)) {
+      if (draining() || chain.writable_bytes() < sizeof(hz_status)) {
+        uint32_t used = chain.writable_bytes() < sizeof(hz_status)
+                            ? 0
+                            : WriteStatus(chain, HZ_S_ESHUTDOWN, 0, 0);
+        queue.Complete(chain, used);
+      } else {
+        events_.push_back({chain, gen});
+      }
+    }
+    queue.Flush();
+    UpdateInfo();
+    return;
+  }
+  while (queue.Pop(&chain)) HandleChain(queue, chain);
+  queue.Flush();
+}
+
+void HzDevice::Finish(vdev::Queue& queue, const vdev::Chain& chain, uint16_t opcode,
+                      uint64_t request_id, const Reply& r) {
+  uint32_t used = WriteStatus(chain, r.status, r.result_len, request_id, r.detail);
+  queue.Complete(chain, used);
+  requests_++;
+  if (r.status != HZ_S_OK) errors_++;
+  if (env_.metrics != nullptr) env_.metrics->CountRequest(opcode, r.status);
+}
+
+void HzDevice::HandleChain(vdev::Queue& queue, const vdev::Chain& chain) {
+  Request req;
+  FramingError err;
+  switch (ParseRequest(chain, env_.limits.max_args_bytes, &req, &err)) {
+    case Framing::kNoStatus:
+      queue.Complete(chain, 0);
+      requests_++;
+      errors_++;
+      if (env_.metrics != nullptr) env_.metrics->CountDropped();
+      return;
+    case Framing::kError:
+      Finish(queue, chain, 0, err.request_id, {err.status, 0, err.detail, false});
+      return;
+    case Framing::kOk:
+      break;
+  }
+  const uint16_t opcode = req.hdr.opcode;
+  auto fail = [&](uint32_t status, uint32_t detail = 0) {
+    Finish(queue, chain, opcode, req.hdr.request_id, {status, 0, detail, false});
+  };
+  if (draining()) return fail(HZ_S_ESHUTDOWN);
+  OpClass cls = ClassifyOpcode(opcode);
+  if (cls == OpClass::kUnknown) return fail(HZ_S_ENOTSUP);
+  bool on_control = queue.index() == HZ_VQ_CONTROL;
+  if ((cls == OpClass::kControl) != on_control || queue.index() == HZ_VQ_EVENT) {
+    return fail(HZ_S_EQUEUE);
+  }
+  if (!hello_ && opcode != HZ_OP_HELLO) return fail(HZ_S_ESTATE);
+  Handler h = families_[OpcodeFamily(opcode)];
+  if (h == nullptr) return fail(HZ_S_ENOTSUP);
+  Reply r = (this->*h)(queue, req);
+  if (r.pending) return;
+  Finish(queue, chain, opcode, req.hdr.request_id, r);
+}
+
+HzDevice::Reply HzDevice::HandleHello(vdev::Queue&, const Request& req) {
+  hz_hello_args a;
+  if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
+  if (a.reserved != 0) return {HZ_S_EINVAL, 0, 0, false};
+  hz_hello_result res{};
+  res.version_major = HZ_VERSION_MAJOR;
+  res.version_minor = HZ_VERSION_MINOR;
+  res.num_request_queues = env_.limits.num_request_queues;
+  res.session_id = session_id_;
+  res.max_regions = env_.limits.max_regions;
+  res.max_extents = env_.limits.max_extents;
+  res.max_region_bytes = env_.limits.max_region_bytes;
+  res.max_comm_ranks = env_.limits.max_comm_ranks;
+  res.event_record_size = sizeof(hz_event);
+  if (a.version_major != HZ_VERSION_MAJOR) {
+    // The device's version still goes back, so the driver can say what it met.
+    bool fits = WriteResult(req, &res, sizeof(res));
+    return {HZ_S_EVERSION, fits ? static_cast<uint32_t>(sizeof(res)) : 0u, 0, false};
+  }
+  res.device_features = a.driver_features & offered_features();
+  if (!WriteResult(req, &res, sizeof(res))) return {HZ_S_ETOOSMALL, 0, 0, false};
+  hello_ = true;
+  features_ = res.device_features;
+  UpdateInfo();
+  return {HZ_S_OK, sizeof(res), 0, false};
+}
+
+HzDevice::Reply HzDevice::HandleRegion(vdev::Queue&, const Request& req) {
+  if (req.hdr.opcode == HZ_OP_REGION_UNREGISTER) {
+    hz_region_unregister_args a;
+    if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
+    if (a.reserved != 0) return {HZ_S_EINVAL, 0, 0, false};
+    uint32_t st = regions_.Unregister(a.region_id);
+    UpdateInfo();
+    return {st, 0, 0, false};
+  }
+  hz_region_register_args a;
+  if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
+  if (a.num_extents == 0 || a.num_extents > env_.limits.max_extents) {
+    return {HZ_S_EINVAL, 0, 0, false};
+  }
+  // The data segment is exactly the extent array.
+  if (req.data_len != static_cast<uint64_t>(a.num_extents) * sizeof(hz_extent)) {
+    return {HZ_S_EINVAL, 0, 0, false};
+  }
+  if (req.result_capacity < sizeof(hz_region_register_result)) {
+    return {HZ_S_ETOOSMALL, 0, 0, false};
+  }
+  std::vector<hz_extent> extents(a.num_extents);
+  req.chain->Read(req.data_offset, extents.data(), req.data_len);
+  uint32_t id = 0, detail = 0;
+  vdev::MemoryMapPtr memory = ctx_ != nullptr ? ctx_->Memory() : req.chain->memory();
+  uint32_t st = regions_.Register(memory, a.flags, a.total_len, extents, &id, &detail);
+  UpdateInfo();
+  if (st != HZ_S_OK) return {st, 0, detail, false};
+  hz_region_register_result res{};
+  res.region_id = id;
+  WriteResult(req, &res, sizeof(res));
+  return {HZ_S_OK, sizeof(res), 0, false};
+}
+
+HzDevice::Reply HzDevice::HandleComm(vdev::Queue& q, const Request& req) {
+  if (env_.coll == nullptr || (features_ & (1ull << HZ_F_COLLECTIVES)) == 0) {
+    return {HZ_S_ENOTSUP, 0, 0, false};
+  }
+  switch (req.hdr.opcode) {
+    case HZ_OP_COMM_UID:
+      return CommUid(req);
+    case HZ_OP_COMM_INIT:
+      return CommInit(q, req);
+    default:
+      return CommDestroyOrAbort(req);
+  }
+}
+
+HzDevice::Reply HzDevice::CommUid(const Request& req) {
+  if (req.args_len != 0) {
+    // COMM_UID has no arguments; any present must be zero.
+    uint8_t none;
+    if (uint32_t st = ReadArgsBytes(req, &none, 0); st != HZ_S_OK) return {st, 0, 0, false};
+  }
+  if (req.result_capacity < sizeof(hz_comm_uid_result)) return {HZ_S_ETOOSMALL, 0, 0, false};
+  coll::Uid uid;
+  coll::Status st = env_.coll->NewUid(tenant_id_, &uid);
+  if (st != coll::Status::kOk) return {FromEngine(st), 0, 0, false};
+  hz_comm_uid_result res{};
+  std::memcpy(res.uid.bytes, uid.bytes.data(), HZ_UID_BYTES);
+  WriteResult(req, &res, sizeof(res));
+  return {HZ_S_OK, sizeof(res), 0, false};
+}
+
+HzDevice::Reply HzDevice::CommInit(vdev::Queue& q, const Request& req) {
+  hz_comm_init_args a;
+  if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
+  const hz_comm_constraints& c = a.constraints;
+  if (a.nranks == 0 || a.nranks > env_.limits.max_comm_ranks || a.rank >= a.nranks ||
+      (c.flags & ~(HZ_COMM_F_DETERMINISTIC | HZ_COMM_F_ALLOW_LOSSY)) != 0 ||
+      c.priority_class >= HZ_PRIO_MAX || c.reserved != 0) {
+    return {HZ_S_EINVAL, 0, 0, false};
+  }
+  if (req.result_capacity < sizeof(hz_comm_init_result)) return {HZ_S_ETOOSMALL, 0, 0, false};
+  size_t inits = 0;
+  for (const auto& [id, p] : pending_) inits += p->opcode == HZ_OP_COMM_INIT;
+  if (comms_.size() + inits >= env_.limits.max_comms) return {HZ_S_ELIMIT, 0, 0, false};
+
+  coll::Uid uid;
+  std::memcpy(uid.bytes.data(), a.uid.bytes, HZ_UID_BYTES);
+  coll::Constraints cons;
+  cons.deterministic = (c.flags & HZ_COMM_F_DETERMINISTIC) != 0;
+  cons.allow_lossy = (c.flags & HZ_COMM_F_ALLOW_LOSSY) != 0;
+  cons.priority_class = c.priority_class;
+  cons.max_threads = c.max_threads;
+  cons.timeout_ms = c.timeout_ms;
+
+  auto p = std::make_shared<Pending>();
+  p->chain = *req.chain;
+  p->queue = q.index();
+  p->queue_gen = queues_[q.index()].gen;
+  p->request_id = req.hdr.request_id;
+  p->opcode = HZ_OP_COMM_INIT;
+  uint64_t op_id = next_op_++;
+  pending_[op_id] = p;
+  in_flight_++;
+  std::weak_ptr<Link> weak = link_;
+  CollBackend* coll = env_.coll;
+  env_.coll->Init(tenant_id_, uid, a.nranks, a.rank, cons,
+                  [weak, op_id, coll](coll::Status st, MemberPtr m) {
+                    std::shared_ptr<Link> link = weak.lock();
+                    bool posted = false;
+                    if (link) {
+                      std::lock_guard<std::recursive_mutex> lock(link->mu);
+                      if (link->ctx != nullptr) {
+                        posted = true;
+                        link->ctx->Post([link, op_id, st, m, coll] {
+                          HzDevice* dev;
+                          {
+                            std::lock_guard<std::recursive_mutex> l(link->mu);
+                            dev = link->dev;
+                          }
+                          if (dev != nullptr) {
+                            dev->OnInitDone(op_id, st, m);
+                          } else if (m != nullptr) {
+                            coll->DestroyAsync(m);
+                          }
+                        });
+                      }
+                    }
+                    // The VM left while its rank was joining: leave again so
+                    // the other ranks see an abort instead of waiting.
+                    if (!posted && m != nullptr) coll->DestroyAsync(m);
+                  });
+  return {HZ_S_OK, 0, 0, true};
+}
+
+void HzDevice::OnInitDone(uint64_t op_id, coll::Status st, MemberPtr m) {
+  auto it = pending_.find(op_id);
+  if (it == pending_.end()) {
+    // Drained or torn down meanwhile: nobody will use this membership.
+    if (m != nullptr) env_.coll->DestroyAsync(m);
+    return;
+  }
+  std::shared_ptr<Pending> p = it->second;
+  pending_.erase(it);
+  in_flight_--;
+  uint32_t status = FromEngine(st);
+  uint32_t result_len = 0;
+  if (st == coll::Status::kOk && m != nullptr) {
+    uint64_t handle = next_handle_++;
+    comms_[handle] = m;
+    hz_comm_init_result res{};
+    res.comm = handle;
+    p->chain.Write(0, &res, sizeof(res));
+    result_len = sizeof(res);
+  } else if (st == coll::Status::kOk) {
+    status = HZ_S_EIO;
+  }
+  if (draining() && status != HZ_S_OK) status = HZ_S_ESHUTDOWN;
+  FinishPending(*p, status, result_len);
+  UpdateInfo();
+}
+
+HzDevice::Reply HzDevice::CommDestroyOrAbort(const Request& req) {
+  hz_comm_args a;
+  if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
+  auto it = comms_.find(a.comm);
+  if (it == comms_.end()) return {HZ_S_ENOENT, 0, 0, false};
+  MemberPtr m = it->second;
+  if (req.hdr.opcode == HZ_OP_COMM_ABORT) {
+    env_.coll->Abort(m);
+    return {HZ_S_OK, 0, 0, false};
+  }
+  comms_.erase(it);
+  env_.coll->Destroy(m);
+  UpdateInfo();
+  return {HZ_S_OK, 0, 0, false};
+}
+
+uint32_t HzDevice::ResolveSlice(const Request& req, const hz_slice& s, uint64_t need, bool write,
+                                bool optional, coll::IoVec* out, Pending* p) {
+  if (s.region_id == HZ_REGION_NONE) {
+    if (!IsZeroSlice(s)) return HZ_S_EINVAL;
+    return (optional || need == 0) ? HZ_S_OK : HZ_S_EINVAL;
+  }
+  if (s.region_id == HZ_REGION_INLINE) {
+    if ((features_ & (1ull << HZ_F_INLINE_DATA)) == 0) return HZ_S_ENOTSUP;
+    if (s.reserved != 0) return HZ_S_EINVAL;
+    if (s.length < need) return HZ_S_EFAULT;
+    // Inline send data is the request's data segment; inline receive space is
+    // the result space. Both are bounded by what the chain really holds.
+    uint64_t limit = write ? req.result_capacity : req.data_len;
+    if (s.offset > limit || s.length > limit - s.offset) return HZ_S_EFAULT;
+    uint64_t base = write ? s.offset : req.data_offset + s.offset;
+    const auto& segs = write ? req.chain->writable() : req.chain->readable();
+    uint64_t left = need;
+    for (const vdev::Segment& seg : segs) {
+      if (left == 0) break;
+      if (base >= seg.len) {
+        base -= seg.len;
+        continue;
+      }
+      uint64_t n = std::min<uint64_t>(left, seg.len - base);
+      out->push_back({seg.data + base, static_cast<size_t>(n)});
+      left -= n;
+      base = 0;
+    }
+    if (write) {
+      p->result_len = std::max(p->result_len, static_cast<uint32_t>(s.offset + need));
+    }
+    return HZ_S_OK;
+  }
+  RegionPin pin;
+  uint32_t st = regions_.Resolve(s, need, write ? HZ_REGION_F_WRITE : HZ_REGION_F_READ, out, &pin);
+  if (st == HZ_S_OK) p->pins.push_back(std::move(pin));
+  return st;
+}
+
+HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
+  if (env_.coll == nullptr || (features_ & (1ull << HZ_F_COLLECTIVES)) == 0) {
+    return {HZ_S_ENOTSUP, 0, 0, false};
+  }
+  hz_coll_args a;
+  if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
+  const uint16_t opcode = req.hdr.opcode;
+  coll::OpDesc d;
+  if (!CollOp(opcode, &d.op)) return {HZ_S_ENOTSUP, 0, 0, false};
+  if (a.flags != 0) return {HZ_S_EINVAL, 0, 0, false};
+  auto cit = comms_.find(a.comm);
+  if (cit == comms_.end()) return {HZ_S_ENOENT, 0, 0, false};
+  const MemberPtr& m = cit->second;
+  const uint64_t nranks = m->nranks();
+  const bool reduces =
+      opcode == HZ_OP_ALLREDUCE || opcode == HZ_OP_REDUCE || opcode == HZ_OP_REDUCE_SCATTER;
+  const bool rooted = opcode == HZ_OP_BROADCAST || opcode == HZ_OP_REDUCE || opcode == HZ_OP_SEND ||
+                      opcode == HZ_OP_RECV;
+  // Fields an opcode does not use must be zero (detail names the field).
+  if (opcode == HZ_OP_BARRIER && (a.count != 0 || a.dtype != 0)) return {HZ_S_EINVAL, 0, 3, false};
+  if (!reduces && a.redop != 0) return {HZ_S_EINVAL, 0, 5, false};
+  if (!rooted && a.peer != 0) return {HZ_S_EINVAL, 0, 6, false};
+  if (rooted && a.peer >= nranks) return {HZ_S_EINVAL, 0, 6, false};
+  size_t esize = DtypeSize(a.dtype);
+  if (opcode != HZ_OP_BARRIER && esize == 0) return {HZ_S_EINVAL, 0, 4, false};
+  if (reduces && a.redop >= HZ_REDOP_MAX) return {HZ_S_EINVAL, 0, 5, false};
+
+  uint64_t b = 0, pb = 0;
+  if (!MulOk(a.count, esize, &b) || !MulOk(b, nranks, &pb)) return {HZ_S_EINVAL, 0, 3, false};
+  const bool root = a.peer == m->rank();
+  uint64_t send_need = 0, recv_need = 0;
+  bool send_optional = false, recv_optional = false;
+  switch (opcode) {
+    case HZ_OP_ALLREDUCE:
+      send_need = b;
+      recv_need = b;
+      break;
+    case HZ_OP_BROADCAST:
+      send_need = root ? b : 0;
+      send_optional = !root;
+      recv_need = b;
+      break;
+    case HZ_OP_REDUCE:
+      send_need = b;
+      recv_need = root ? b : 0;
+      recv_optional = !root;
+      break;
+    case HZ_OP_ALLGATHER:
+      send_need = b;
+      recv_need = pb;
+      break;
+    case HZ_OP_REDUCE_SCATTER:
+      send_need = pb;
+      recv_need = b;
+      break;
+    case HZ_OP_ALLTOALL:
+      send_need = pb;
+      recv_need = pb;
+      break;
+    case HZ_OP_SEND:
+      send_need = b;
+      break;
+    case HZ_OP_RECV:
+      recv_need = b;
+      break;
+    default:
+      break;  // barrier
+  }
+  // A slice the opcode never uses must be absent.
+  bool send_used = opcode != HZ_OP_RECV && opcode != HZ_OP_BARRIER;
+  bool recv_used = opcode != HZ_OP_SEND && opcode != HZ_OP_BARRIER;
+  if (!send_used && !IsZeroSlice(a.send)) return {HZ_S_EINVAL, 0, 7, false};
+  if (!recv_used && !IsZeroSlice(a.recv)) return {HZ_S_EINVAL, 0, 8, false};
+
+  auto p = std::make_shared<Pending>();
+  if (send_used) {
+    uint32_t st = ResolveSlice(req, a.send, send_need, false, send_optional, &d.send, p.get());
+    if (st != HZ_S_OK) return {st, 0, 7, false};
+  }
+  if (recv_used) {
+    uint32_t st = ResolveSlice(req, a.recv, recv_need, true, recv_optional, &d.recv, p.get());
+    if (st != HZ_S_OK) return {st, 0, 8, false};
+  }
+  d.seq = a.seq;
+  d.count = a.count;
+  d.dtype = a.dtype;
+  d.redop = a.redop;
+  d.peer = a.peer;
+
+  p->chain = *req.chain;
+  p->queue = q.index();
+  p->queue_gen = queues_[q.index()].gen;
+  p->request_id = req.hdr.request_id;
+  p->opcode = opcode;
+  p->bytes = std::max(send_need, recv_need);
+  uint64_t op_id = next_op_++;
+  pending_[op_id] = p;
+  in_flight_++;
+  std::weak_ptr<Link> weak = link_;
+  // The callback keeps p (and with it the pinned regions and the chain's
+  // memory map) alive until the engine is done with the buffers, even if the
+  // device goes away first.
+  env_.coll->Post(m, std::move(d), [weak, op_id, p](coll::Status st) {
+    std::shared_ptr<Link> link = weak.lock();
+    if (!link) return;
+    std::lock_guard<std::recursive_mutex> lock(link->mu);
+    if (link->ctx == nullptr) return;
+    link->ctx->Post([link, op_id, st, p] {
+      HzDevice* dev;
+      {
+        std::lock_guard<std::recursive_mutex> l(link->mu);
+        dev = link->dev;
+      }
+      if (dev != nullptr) dev->OnOpDone(op_id, st);
+    });
+  });
+  return {HZ_S_OK, 0, 0, true};
+}
+
+void HzDevice::OnOpDone(uint64_t op_id, coll::Status st) {
+  auto it = pending_.find(op_id);
+  if (it == pending_.end()) return;  // answered by Drain already
+  std::shared_ptr<Pending> p = it->second;
+  pending_.erase(it);
+  in_flight_--;
+  uint32_t status = FromEngine(st);
+  if (draining() && status != HZ_S_OK) status = HZ_S_ESHUTDOWN;
+  if (status == HZ_S_OK && env_.metrics != nullptr) env_.metrics->AddBytes(p->opcode, p->bytes);
+  FinishPending(*p, status, status == HZ_S_OK ? p->result_len : 0);
+  p->pins.clear();
+}
+
+void HzDevice::FinishPending(const Pending& p, uint32_t status, uint32_t result_len) {
+  requests_++;
+  if (status != HZ_S_OK) errors_++;
+  if (env_.metrics != nullptr) env_.metrics->CountRequest(p.opcode, status);
+  const QueueSlot& slot = queues_[p.queue];
+  // A queue stopped (or restarted) since the request was popped has lost the
+  // ring the chain belonged to; there is nobody left to answer.
+  if (slot.queue == nullptr || slot.gen != p.queue_gen) return;
+  uint32_t used = WriteStatus(p.chain, status, result_len, p.request_id);
+  slot.queue->Complete(p.chain, used);
+  slot.queue->Flush();
+}
+
+bool HzDevice::PostToDevice(std::function<void(HzDevice&)> fn) {
+  std::shared_ptr<Link> link = link_;
+  std::lock_guard<std::recursive_mutex> lock(link->mu);
+  if (link->ctx == nullptr) return false;
+  link->ctx->Post([link, fn = std::move(fn)] {
+    HzDevice* dev;
+    {
+      std::lock_guard<std::recursive_mutex> l(link->mu);
+      dev = link->dev;
+    }
+    if (dev != nullptr) fn(*dev);
+  });
+  return true;
+}
+
+void HzDevice::Drain() {
+  drained_ = true;
+  std::map<uint64_t, std::shared_ptr<Pending>> pending;
+  pending.swap(pending_);
+  for (auto& [id, p] : pending) {
+    in_flight_--;
+    FinishPending(*p, HZ_S_ESHUTDOWN, 0);
+  }
+  vdev::Queue* eq = queues_[HZ_VQ_EVENT].queue;
+  for (auto& [chain, gen] : events_) {
+    if (eq == nullptr || gen != queues_[HZ_VQ_EVENT].gen) continue;
+    eq->Complete(chain, WriteStatus(chain, HZ_S_ESHUTDOWN, 0, 0));
+  }
+  events_.clear();
+  if (eq != nullptr) eq->Flush();
+  if (ctx_ != nullptr) ctx_->NotifyConfigChanged();
+  UpdateInfo();
+}
+
+void HzDevice::Teardown() {
+  // Leaving every communicator aborts it for the other ranks, so none of
+  // them waits for this VM until a timeout. Destroy returns once the engine
+  // no longer touches this VM's memory.
+  std::map<uint64_t, MemberPtr> comms;
+  comms.swap(comms_);
+  if (env_.coll != nullptr) {
+    for (auto& [handle, m] : comms) env_.coll->Destroy(m);
+  }
+  in_flight_ -= pending_.size();
+  pending_.clear();
+  events_.clear();
+  regions_.Clear();
+  hello_ = false;
+  features_ = 0;
+  session_id_ = RandomU64();
+  UpdateInfo();
+}
+
+void HzDevice::OnReset() {
+  Teardown();
+  for (QueueSlot& s : queues_) s = {nullptr, next_gen_++};
+}
+
+void HzDevice::OnDisconnect() {
+  {
+    std::lock_guard<std::recursive_mutex> lock(link_->mu);
+    link_->ctx = nullptr;
+  }
+  ctx_ = nullptr;
+  Teardown();
+  for (QueueSlot& s : queues_) s = {nullptr, next_gen_++};
+  UpdateInfo();
+}
+
+void HzDevice::UpdateInfo() {
+  std::lock_guard<std::mutex> lock(info_mu_);
+  info_.connected = ctx_ != nullptr;
+  info_.hello = hello_;
+  info_.draining = draining();
+  info_.features = features_;
+  info_.session_id = session_id_;
+  info_.queues_started.clear();
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    if (queues_[i].queue != nullptr) info_.queues_started.push_back(static_cast<uint16_t>(i));
+  }
+  info_.regions = regions_.count();
+  info_.region_bytes = regions_.bytes();
+  info_.comms.clear();
+  for (const auto& [handle, m] : comms_) {
+    info_.comms.push_back({handle, m->comm_id(), m->rank(), m->nranks()});
+  }
+  info_.events_held = events_.size();
+}
+
+DeviceInfo HzDevice::Info() const {
+  std::lock_guard<std::mutex> lock(info_mu_);
+  DeviceInfo out = info_;
+  out.requests = requests_.load();
+  out.errors = errors_.load();
+  out.in_flight = in_flight_.load();
+  return out;
+}
+
+}  // namespace hz::service

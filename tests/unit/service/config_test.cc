@@ -1,0 +1,163 @@
+#include <gtest/gtest.h>
+
+#include "hz/service/config.h"
+#include "hz/service/tenants.h"
+
+namespace hz::service {
+namespace {
+
+TEST(ServiceConfigTest, DefaultsNeedNoFile) {
+  ServiceConfig c;
+  std::string error;
+  EXPECT_TRUE(ValidateConfig(c, &error)) << error;
+  EXPECT_EQ(c.ControlSocketPath(), "/var/lib/harmonaize/control.sock");
+  EXPECT_EQ(c.VmSocketDir(), "/var/lib/harmonaize/vms");
+  EXPECT_EQ(c.metrics_address, "127.0.0.1");
+  c.state_dir = "/tmp/x";
+  EXPECT_EQ(c.ControlSocketPath(), "/tmp/x/control.sock");
+}
+
+TEST(ServiceConfigTest, ParsesEverySection) {
+  const char* text = R"(
+state_dir = "/srv/hz"
+log_level = "debug"
+log_format = "json"
+worker_threads = 3
+[control]
+socket = "/run/hz/ctl.sock"
+max_line_bytes = 4096
+[vm]
+socket_dir = "/run/hz/vms"
+[metrics]
+enabled = false
+port = 9999
+[device]
+num_request_queues = 8
+max_regions = 16
+max_region_bytes = 1048576
+max_comm_ranks = 8
+[tenant_defaults]
+max_regions = 5
+max_region_bytes = 123
+[shutdown]
+timeout_ms = 2500
+)";
+  ServiceConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseConfig(text, "test.toml", &c, &error)) << error;
+  EXPECT_EQ(c.state_dir, "/srv/hz");
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.log_format, "json");
+  EXPECT_EQ(c.worker_threads, 3u);
+  EXPECT_EQ(c.ControlSocketPath(), "/run/hz/ctl.sock");
+  EXPECT_EQ(c.control_max_line_bytes, 4096u);
+  EXPECT_EQ(c.VmSocketDir(), "/run/hz/vms");
+  EXPECT_FALSE(c.metrics_enabled);
+  EXPECT_EQ(c.metrics_port, 9999);
+  EXPECT_EQ(c.device.num_request_queues, 8);
+  EXPECT_EQ(c.device.max_regions, 16u);
+  EXPECT_EQ(c.device.max_region_bytes, 1048576u);
+  EXPECT_EQ(c.device.max_comm_ranks, 8u);
+  EXPECT_EQ(c.tenant_defaults.max_regions, 5u);
+  EXPECT_EQ(c.tenant_defaults.max_region_bytes, 123u);
+  EXPECT_EQ(c.shutdown_timeout_ms, 2500u);
+}
+
+// Each bad document is rejected with a message naming the place and key.
+TEST(ServiceConfigTest, ErrorsAreClear) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"state_dir = ", "test.toml:1"},
+      {"stat_dir = \"/x\"", "stat_dir: unknown key"},
+      {"worker_threads = \"two\"", "worker_threads: expected an integer"},
+      {"worker_threads = 0", "worker_threads: expected an integer in 1..256"},
+      {"[device]\nnum_request_queues = 65", "device.num_request_queues"},
+      {"[device]\nmax_regions = -1", "device.max_regions"},
+      {"[metrics]\nport = 70000", "metrics.port"},
+      {"[metrics]\nenabled = 1", "metrics.enabled: expected true or false"},
+      {"log_level = \"loud\"", "log_level: expected one of"},
+      {"control = 5", "control: expected a table"},
+      {"[control]\nsockt = \"/x\"", "control.sockt: unknown key"},
+  };
+  for (const Case& c : cases) {
+    ServiceConfig config;
+    std::string error;
+    EXPECT_FALSE(ParseConfig(c.text, "test.toml", &config, &error)) << c.text;
+    EXPECT_NE(error.find(c.expect), std::string::npos) << c.text << " -> " << error;
+  }
+}
+
+TEST(ServiceConfigTest, FailedParseLeavesConfigUntouched) {
+  ServiceConfig c;
+  std::string error;
+  EXPECT_FALSE(ParseConfig("state_dir = \"/a\"\nbogus = 1", "t", &c, &error));
+  EXPECT_EQ(c.state_dir, "/var/lib/harmonaize");
+}
+
+TEST(ServiceConfigTest, MissingFile) {
+  ServiceConfig c;
+  std::string error;
+  EXPECT_FALSE(LoadConfigFile("/nonexistent/harmonaized.toml", &c, &error));
+  EXPECT_NE(error.find("cannot open"), std::string::npos);
+}
+
+TEST(ServiceConfigTest, ValidateCatchesInconsistentLimits) {
+  ServiceConfig c;
+  c.device.max_extents = 1 << 20;
+  c.device.max_args_bytes = 4096;
+  std::string error;
+  EXPECT_FALSE(ValidateConfig(c, &error));
+  EXPECT_NE(error.find("max_args_bytes"), std::string::npos);
+  c = ServiceConfig();
+  c.control_socket = std::string(200, 'x');
+  EXPECT_FALSE(ValidateConfig(c, &error));
+}
+
+TEST(ServiceTenantsTest, CreateListRemove) {
+  TenantRegistry reg;
+  TenantSpec s;
+  s.name = "alpha";
+  EXPECT_EQ(reg.Create(s), "");
+  EXPECT_NE(reg.Create(s), "");  // exists
+  s.name = "bad name";
+  EXPECT_NE(reg.Create(s), "");
+  s.name = "-x";
+  EXPECT_NE(reg.Create(s), "");
+  s.name = "beta";
+  s.weight = 0;
+  EXPECT_NE(reg.Create(s), "");
+  s.weight = 5;
+  s.priority = HZ_PRIO_MAX;
+  EXPECT_NE(reg.Create(s), "");
+  s.priority = HZ_PRIO_HIGH;
+  EXPECT_EQ(reg.Create(s), "");
+  auto list = reg.List();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]->name(), "alpha");
+  EXPECT_EQ(list[1]->spec().weight, 5u);
+  EXPECT_EQ(reg.Remove("alpha"), "");
+  EXPECT_NE(reg.Remove("alpha"), "");
+  EXPECT_EQ(reg.Find("alpha"), nullptr);
+  EXPECT_NE(reg.Find("beta"), nullptr);
+}
+
+TEST(ServiceTenantsTest, QuotasAreOverflowSafe) {
+  TenantSpec s;
+  s.name = "q";
+  s.limits.max_regions = 2;
+  s.limits.max_region_bytes = 100;
+  Tenant t(s);
+  EXPECT_EQ(t.ReserveRegion(60), HZ_S_OK);
+  EXPECT_EQ(t.ReserveRegion(~0ull), HZ_S_ELIMIT);
+  EXPECT_EQ(t.ReserveRegion(41), HZ_S_ELIMIT);
+  EXPECT_EQ(t.ReserveRegion(40), HZ_S_OK);
+  EXPECT_EQ(t.ReserveRegion(0), HZ_S_ELIMIT);  // count
+  t.ReleaseRegion(60);
+  EXPECT_EQ(t.usage().regions, 1u);
+  EXPECT_EQ(t.usage().region_bytes, 40u);
+}
+
+}  // namespace
+}  // namespace hz::service

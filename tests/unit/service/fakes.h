@@ -1,0 +1,271 @@
+// Test doubles for driving an HzDevice without sockets: guest memory in a
+// memfd mapped through vdev's MemoryMap, hand-built chains, a queue that
+// records completions, a context whose posted work the test runs, and a
+// scripted collective backend.
+#ifndef HZ_TESTS_UNIT_SERVICE_FAKES_H_
+#define HZ_TESTS_UNIT_SERVICE_FAKES_H_
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "hz/service/coll_backend.h"
+#include "protocol/harmonaize.h"
+#include "vdev/device.h"
+#include "vdev/memory_map.h"
+
+namespace hz::service::testing {
+
+// Guest RAM: one memfd region of `size` bytes at guest-physical `base`.
+class GuestRam {
+ public:
+  explicit GuestRam(uint64_t size = 1 << 20, uint64_t base = 1 << 20) : base_(base), size_(size) {
+    int fd = memfd_create("hz-test-ram", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) abort();
+    vdev::vu::MemRegion desc{};
+    desc.guest_phys_addr = base;
+    desc.memory_size = size;
+    desc.userspace_addr = 0x7000'0000'0000ull;
+    desc.mmap_offset = 0;
+    std::string error;
+    auto region = vdev::MapGuestRegion(desc, fd, 1ull << 40, &error);
+    if (!region) abort();
+    host_ = region->host;
+    map_ =
+        std::make_shared<vdev::MemoryMap>(std::vector<std::shared_ptr<vdev::MappedRegion>>{region});
+  }
+  uint8_t* at(uint64_t gpa) const { return host_ + (gpa - base_); }
+  uint64_t base() const { return base_; }
+  uint64_t size() const { return size_; }
+  const vdev::MemoryMapPtr& map() const { return map_; }
+
+ private:
+  uint64_t base_, size_;
+  uint8_t* host_ = nullptr;
+  vdev::MemoryMapPtr map_;
+};
+
+// Builds a request chain in guest RAM: readable header+args+data, writable
+// result space + status. Each part is one segment unless split is asked for.
+struct ChainBuilder {
+  GuestRam* ram;
+  uint64_t next_gpa;
+  explicit ChainBuilder(GuestRam* r) : ram(r), next_gpa(r->base() + r->size() / 2) {}
+
+  vdev::Segment Alloc(size_t len) {
+    uint8_t* p = ram->at(next_gpa);
+    next_gpa += (len + 63) & ~size_t{63};
+    std::memset(p, 0, len);
+    return {p, len};
+  }
+
+  // A request with the given readable bytes, split into segments of at most
+  // `chunk` bytes, and `writable` bytes of writable space (in one segment).
+  vdev::Chain Make(const std::vector<uint8_t>& readable, size_t writable, size_t chunk = 0,
+                   uint16_t head = 0) {
+    std::vector<vdev::Segment> r, w;
+    if (chunk == 0) chunk = readable.size() == 0 ? 1 : readable.size();
+    for (size_t off = 0; off < readable.size(); off += chunk) {
+      size_t n = std::min(chunk, readable.size() - off);
+      vdev::Segment s = Alloc(n);
+      std::memcpy(s.data, readable.data() + off, n);
+      r.push_back(s);
+    }
+    if (writable > 0) w.push_back(Alloc(writable));
+    return vdev::Chain(head, std::move(r), std::move(w), ram->map());
+  }
+};
+
+template <typename Args>
+std::vector<uint8_t> RequestBytes(uint16_t opcode, const Args& args, uint64_t request_id,
+                                  const void* data = nullptr, size_t data_len = 0) {
+  hz_req_hdr h{};
+  h.opcode = opcode;
+  h.args_len = sizeof(Args);
+  h.request_id = request_id;
+  std::vector<uint8_t> out(sizeof(h) + sizeof(Args) + data_len);
+  std::memcpy(out.data(), &h, sizeof(h));
+  std::memcpy(out.data() + sizeof(h), &args, sizeof(Args));
+  if (data_len > 0) std::memcpy(out.data() + sizeof(h) + sizeof(Args), data, data_len);
+  return out;
+}
+
+inline std::vector<uint8_t> HeaderOnly(uint16_t opcode, uint64_t request_id, uint32_t args_len = 0,
+                                       uint16_t flags = 0) {
+  hz_req_hdr h{};
+  h.opcode = opcode;
+  h.flags = flags;
+  h.args_len = args_len;
+  h.request_id = request_id;
+  std::vector<uint8_t> out(sizeof(h));
+  std::memcpy(out.data(), &h, sizeof(h));
+  return out;
+}
+
+// Reads hz_status from the end of a chain's writable part.
+inline hz_status StatusOf(const vdev::Chain& c) {
+  hz_status s{};
+  std::vector<uint8_t> all(c.writable_bytes());
+  size_t off = 0;
+  for (const auto& seg : c.writable()) {
+    std::memcpy(all.data() + off, seg.data, seg.len);
+    off += seg.len;
+  }
+  std::memcpy(&s, all.data() + all.size() - sizeof(s), sizeof(s));
+  return s;
+}
+
+class FakeQueue : public vdev::Queue {
+ public:
+  explicit FakeQueue(uint16_t index) : index_(index) {}
+  uint16_t index() const override { return index_; }
+  uint16_t size() const override { return 256; }
+  bool Pop(vdev::Chain* out) override {
+    if (avail.empty()) return false;
+    *out = avail.front();
+    avail.pop_front();
+    return true;
+  }
+  void Complete(const vdev::Chain& chain, uint32_t written) override {
+    used.push_back({chain, written});
+  }
+  void Flush() override { flushes++; }
+
+  std::deque<vdev::Chain> avail;
+  struct Used {
+    vdev::Chain chain;
+    uint32_t len;
+  };
+  std::vector<Used> used;
+  int flushes = 0;
+
+ private:
+  uint16_t index_;
+};
+
+class FakeContext : public vdev::DeviceContext {
+ public:
+  explicit FakeContext(vdev::MemoryMapPtr memory) : memory_(std::move(memory)) {}
+  void Post(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    posted_.push_back(std::move(fn));
+  }
+  vdev::MemoryMapPtr Memory() const override { return memory_; }
+  void NotifyConfigChanged() override { config_changes++; }
+  // Runs everything posted so far (as the connection's executor would).
+  size_t RunPosted() {
+    size_t n = 0;
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (posted_.empty()) return n;
+        fn = std::move(posted_.front());
+        posted_.pop_front();
+      }
+      fn();
+      n++;
+    }
+  }
+  int config_changes = 0;
+
+ private:
+  vdev::MemoryMapPtr memory_;
+  std::mutex mu_;
+  std::deque<std::function<void()>> posted_;
+};
+
+class FakeMember : public CommMember {
+ public:
+  FakeMember(uint32_t rank, uint32_t nranks, uint64_t id) : rank_(rank), nranks_(nranks), id_(id) {}
+  uint32_t rank() const override { return rank_; }
+  uint32_t nranks() const override { return nranks_; }
+  uint64_t comm_id() const override { return id_; }
+
+ private:
+  uint32_t rank_, nranks_;
+  uint64_t id_;
+};
+
+// Scripted backend: uids remember their tenant; Init of a 1-rank communicator
+// completes at once, others wait for the test; posted ops wait for the test.
+class FakeBackend : public CollBackend {
+ public:
+  coll::Status NewUid(uint64_t tenant, coll::Uid* out) override {
+    std::lock_guard<std::mutex> lock(mu);
+    coll::Uid u;
+    u.bytes[0] = static_cast<uint8_t>(++uids);
+    uid_tenant[u] = tenant;
+    *out = u;
+    return coll::Status::kOk;
+  }
+  void Init(uint64_t tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
+            coll::Constraints c, std::function<void(coll::Status, MemberPtr)> done) override {
+    coll::Status st = coll::Status::kOk;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = uid_tenant.find(uid);
+      if (it == uid_tenant.end())
+        st = coll::Status::kNotFound;
+      else if (it->second != tenant)
+        st = coll::Status::kPermission;
+      last_constraints = c;
+      if (st == coll::Status::kOk && nranks > 1) {
+        inits.push_back({rank, nranks, std::move(done)});
+        return;
+      }
+    }
+    if (st != coll::Status::kOk) return done(st, nullptr);
+    done(coll::Status::kOk, std::make_shared<FakeMember>(rank, nranks, 100 + uid.bytes[0]));
+  }
+  void Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) override {
+    std::lock_guard<std::mutex> lock(mu);
+    posts.push_back({m, std::move(op), std::move(done)});
+  }
+  void Destroy(const MemberPtr& m) override {
+    std::lock_guard<std::mutex> lock(mu);
+    destroyed.push_back(m);
+  }
+  void DestroyAsync(MemberPtr m) override { Destroy(m); }
+  void Abort(const MemberPtr& m) override {
+    std::lock_guard<std::mutex> lock(mu);
+    aborted.push_back(m);
+  }
+  void Shutdown() override { shutdown = true; }
+  BackendStats Stats() const override {
+    BackendStats s;
+    s.algorithms = {{"inline", 3}, {"blocked_parallel", 1}};
+    s.communicators = 2;
+    return s;
+  }
+  std::vector<CommSummary> Communicators() const override { return {}; }
+
+  struct PendingInit {
+    uint32_t rank, nranks;
+    std::function<void(coll::Status, MemberPtr)> done;
+  };
+  struct Posted {
+    MemberPtr member;
+    coll::OpDesc op;
+    coll::Done done;
+  };
+  std::mutex mu;
+  int uids = 0;
+  std::map<coll::Uid, uint64_t> uid_tenant;
+  std::vector<PendingInit> inits;
+  std::vector<Posted> posts;
+  std::vector<MemberPtr> destroyed, aborted;
+  coll::Constraints last_constraints;
+  bool shutdown = false;
+};
+
+}  // namespace hz::service::testing
+
+#endif  // HZ_TESTS_UNIT_SERVICE_FAKES_H_
