@@ -228,6 +228,8 @@ bool NegotiationEngine::MakeOffer(uint64_t id, Negotiation& n, uint64_t now,
     // earliest allowed time rounded up to 10 s.
     uint64_t start = w * W >= from ? w * W : RoundUpTime(from);
     if (start > r.latest_start_s) break;
+    // Rounding up may cross into the next window, which the next candidate covers.
+    if (WindowOf(start) != w) continue;
     uint64_t first = w;
     uint64_t last = WindowOf(start + r.duration_s - 1);
     std::vector<PoolCount> devices;

@@ -1,0 +1,466 @@
+#include "hz/events/event_bus.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+
+#include "hz/events/event_log.h"
+#include "test_util.h"
+
+namespace hz::events {
+namespace {
+
+class EventsBus : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(16); }
+
+  void Reopen(uint64_t retention) {
+    bus_.reset();
+    BusOptions o;
+    o.dir = dir_.path();
+    o.retention = retention;
+    o.fsync = FsyncPolicy::kNone;
+    o.clock = [this] { return now_.load(); };
+    ASSERT_TRUE(EventBus::Open(o, &bus_).ok());
+  }
+
+  uint64_t Publish(const std::string& tenant, uint16_t topic, uint16_t kind = 0) {
+    EventSpec spec;
+    spec.topic = topic;
+    spec.kind = kind;
+    spec.payload[0] = static_cast<uint8_t>(kind);
+    uint64_t seq = 0;
+    Status s = bus_->Publish(tenant, spec, &seq);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return seq;
+  }
+
+  std::unique_ptr<Delivery> Connect(const std::string& tenant, const std::string& sub,
+                                    uint64_t topics = HZ_TOPIC_ALL, uint64_t from = HZ_SEQ_CURSOR,
+                                    hz_event_subscribe_result* result = nullptr) {
+    std::unique_ptr<Delivery> d;
+    Status s = bus_->Connect(tenant, sub, &d);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (!s.ok()) return nullptr;
+    hz_event_subscribe_args args{topics, from};
+    hz_event_subscribe_result r{};
+    s = d->Subscribe(args, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (result != nullptr) *result = r;
+    return d;
+  }
+
+  static std::vector<hz_event> Drain(Delivery& d) {
+    std::vector<hz_event> out;
+    hz_event ev;
+    while (d.Next(&ev)) out.push_back(ev);
+    return out;
+  }
+
+  static Status Ack(Delivery& d, uint64_t seq, uint32_t flags = 0) {
+    hz_event_ack_args a{};
+    a.seq = seq;
+    a.flags = flags;
+    return d.Ack(a);
+  }
+
+  testing::TempDir dir_;
+  std::atomic<uint64_t> now_{1700000123};
+  std::unique_ptr<EventBus> bus_;
+};
+
+TEST_F(EventsBus, SequenceStartsAtOneAndIncreases) {
+  auto d = Connect("t1", "guest");
+  for (uint64_t i = 1; i <= 5; ++i) EXPECT_EQ(Publish("t1", HZ_TOPIC_CAPACITY), i);
+  auto events = Drain(*d);
+  ASSERT_EQ(events.size(), 5u);
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].seq, i + 1);
+    EXPECT_EQ(events[i].topic, HZ_TOPIC_CAPACITY);
+    EXPECT_EQ(events[i].flags, 0u);
+    EXPECT_EQ(events[i].time_s, 1700000120u);  // rounded down to 10 s
+  }
+}
+
+TEST_F(EventsBus, DeadlinesAreRoundedDown) {
+  auto d = Connect("t1", "guest");
+  ASSERT_TRUE(
+      bus_->Publish("t1", MakePreemption(kPreemptionNotice, 1700000159, 2, true), nullptr).ok());
+  EventSpec raw;
+  raw.topic = HZ_TOPIC_MAINTENANCE;
+  raw.deadline_s = 1700000999;
+  ASSERT_TRUE(bus_->Publish("t1", raw, nullptr).ok());
+  auto events = Drain(*d);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].deadline_s, 1700000150u);
+  EXPECT_EQ(events[0].flags, HZ_EVENT_F_APPROVABLE);
+  EXPECT_EQ(events[1].deadline_s, 1700000990u);
+}
+
+TEST_F(EventsBus, NothingIsDeliveredBeforeSubscribe) {
+  Publish("t1", HZ_TOPIC_FAILURE);
+  std::unique_ptr<Delivery> d;
+  ASSERT_TRUE(bus_->Connect("t1", "guest", &d).ok());
+  hz_event ev;
+  EXPECT_FALSE(d->Pending());
+  EXPECT_FALSE(d->Next(&ev));
+  hz_event_subscribe_result r{};
+  ASSERT_TRUE(d->Subscribe({HZ_TOPIC_ALL, HZ_SEQ_CURSOR}, &r).ok());
+  EXPECT_EQ(r.cursor, 0u);
+  EXPECT_EQ(r.next_seq, 2u);
+  EXPECT_EQ(r.oldest_seq, 1u);
+  EXPECT_TRUE(d->Pending());
+  ASSERT_TRUE(d->Next(&ev));
+  EXPECT_EQ(ev.seq, 1u);
+}
+
+TEST_F(EventsBus, TopicMaskFilters) {
+  auto d = Connect("t1", "guest", HZ_TOPIC_MASK(HZ_TOPIC_FAILURE) | HZ_TOPIC_MASK(HZ_TOPIC_HINT));
+  Publish("t1", HZ_TOPIC_CAPACITY);
+  Publish("t1", HZ_TOPIC_FAILURE);
+  Publish("t1", HZ_TOPIC_CONGESTION);
+  Publish("t1", HZ_TOPIC_HINT);
+  auto events = Drain(*d);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].seq, 2u);
+  EXPECT_EQ(events[0].topic, HZ_TOPIC_FAILURE);
+  EXPECT_EQ(events[1].seq, 4u);
+  EXPECT_EQ(events[1].topic, HZ_TOPIC_HINT);
+}
+
+TEST_F(EventsBus, UnknownTopicBitsAndFutureFromSeqAreRejected) {
+  std::unique_ptr<Delivery> d;
+  ASSERT_TRUE(bus_->Connect("t1", "guest", &d).ok());
+  hz_event_subscribe_result r{};
+  EXPECT_EQ(d->Subscribe({1ull << 12, HZ_SEQ_CURSOR}, &r).code(), Status::Code::kInvalidArgument);
+  Publish("t1", HZ_TOPIC_FAILURE);
+  EXPECT_EQ(d->Subscribe({HZ_TOPIC_ALL, 3}, &r).code(), Status::Code::kInvalidArgument);
+  EXPECT_TRUE(d->Subscribe({HZ_TOPIC_ALL, 2}, &r).ok());  // next_seq itself is fine
+}
+
+TEST_F(EventsBus, OverflowGivesOneLostRecordThenTheRest) {
+  Reopen(4);
+  auto d = Connect("t1", "guest");
+  for (int i = 0; i < 10; ++i) Publish("t1", HZ_TOPIC_CONGESTION);
+  auto events = Drain(*d);
+  // Events 1..6 fell out of the 4-event window.
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].topic, HZ_TOPIC_LOST);
+  EXPECT_EQ(events[0].seq, 6u);
+  auto lost = testing::PayloadAs<LostPayload>(events[0].payload);
+  EXPECT_EQ(lost.lost, 6u);
+  EXPECT_EQ(lost.first_seq, 1u);
+  EXPECT_EQ(lost.last_seq, 6u);
+  for (size_t i = 1; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].seq, 6 + i);
+    EXPECT_EQ(events[i].topic, HZ_TOPIC_CONGESTION);
+  }
+  // Acknowledging the LOST record acknowledges the lost range.
+  EXPECT_TRUE(Ack(*d, 6).ok());
+}
+
+TEST_F(EventsBus, LostIsDeliveredEvenWhenNotSubscribed) {
+  Reopen(2);
+  auto d = Connect("t1", "guest", HZ_TOPIC_MASK(HZ_TOPIC_FAILURE));
+  int notified = 0;
+  d->SetNotify([&] { ++notified; });
+  for (int i = 0; i < 5; ++i) Publish("t1", HZ_TOPIC_CAPACITY);
+  EXPECT_GT(notified, 0);  // falling behind wakes the subscriber
+  auto events = Drain(*d);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].topic, HZ_TOPIC_LOST);
+  EXPECT_EQ(testing::PayloadAs<LostPayload>(events[0].payload).lost, 3u);
+}
+
+TEST_F(EventsBus, LostAfterReconnectBehindTheWindow) {
+  Reopen(3);
+  {
+    auto d = Connect("t1", "guest");
+    Publish("t1", HZ_TOPIC_FAILURE);
+    hz_event ev;
+    ASSERT_TRUE(d->Next(&ev));
+    ASSERT_TRUE(Ack(*d, 1).ok());
+  }
+  for (int i = 0; i < 6; ++i) Publish("t1", HZ_TOPIC_FAILURE);  // seqs 2..7, window 5..7
+  hz_event_subscribe_result r{};
+  auto d = Connect("t1", "guest", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
+  EXPECT_EQ(r.cursor, 1u);
+  EXPECT_EQ(r.oldest_seq, 5u);
+  EXPECT_EQ(r.next_seq, 8u);
+  auto events = Drain(*d);
+  ASSERT_EQ(events.size(), 4u);
+  auto lost = testing::PayloadAs<LostPayload>(events[0].payload);
+  EXPECT_EQ(events[0].topic, HZ_TOPIC_LOST);
+  EXPECT_EQ(lost.first_seq, 2u);
+  EXPECT_EQ(lost.last_seq, 4u);
+  EXPECT_EQ(lost.lost, 3u);
+  EXPECT_EQ(events[1].seq, 5u);
+}
+
+TEST_F(EventsBus, ReconnectReplaysFromCursorWithReplayFlag) {
+  {
+    auto d = Connect("t1", "guest");
+    for (int i = 0; i < 4; ++i) Publish("t1", HZ_TOPIC_CHECKPOINT);
+    auto events = Drain(*d);
+    ASSERT_EQ(events.size(), 4u);
+    ASSERT_TRUE(Ack(*d, 2).ok());
+  }
+  Publish("t1", HZ_TOPIC_CHECKPOINT);  // seq 5, never delivered
+  hz_event_subscribe_result r{};
+  auto d = Connect("t1", "guest", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
+  EXPECT_EQ(r.cursor, 2u);
+  auto events = Drain(*d);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].seq, 3u);
+  EXPECT_EQ(events[0].flags & HZ_EVENT_F_REPLAY, HZ_EVENT_F_REPLAY);
+  EXPECT_EQ(events[1].seq, 4u);
+  EXPECT_EQ(events[1].flags & HZ_EVENT_F_REPLAY, HZ_EVENT_F_REPLAY);
+  EXPECT_EQ(events[2].seq, 5u);
+  EXPECT_EQ(events[2].flags & HZ_EVENT_F_REPLAY, 0u);
+}
+
+TEST_F(EventsBus, CursorsSurviveABusRestart) {
+  {
+    auto d = Connect("t1", "guest");
+    for (int i = 0; i < 3; ++i) Publish("t1", HZ_TOPIC_ENERGY);
+    Drain(*d);
+    ASSERT_TRUE(Ack(*d, 3).ok());
+  }
+  Reopen(16);
+  Publish("t1", HZ_TOPIC_ENERGY);
+  hz_event_subscribe_result r{};
+  auto d = Connect("t1", "guest", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
+  EXPECT_EQ(r.cursor, 3u);
+  EXPECT_EQ(r.next_seq, 5u);
+  auto events = Drain(*d);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].seq, 4u);
+  // An explicit from_seq re-reads acknowledged events, marked as replays.
+  d.reset();
+  d = Connect("t1", "guest", HZ_TOPIC_ALL, 1);
+  events = Drain(*d);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_NE(events[0].flags & HZ_EVENT_F_REPLAY, 0u);
+}
+
+TEST_F(EventsBus, AckValidation) {
+  auto d = Connect("t1", "guest");
+  Publish("t1", HZ_TOPIC_FAILURE);
+  Publish("t1", HZ_TOPIC_FAILURE);
+  hz_event ev;
+  ASSERT_TRUE(d->Next(&ev));
+  EXPECT_EQ(Ack(*d, 2).code(), Status::Code::kInvalidArgument);  // not delivered yet
+  EXPECT_EQ(Ack(*d, 1, 0x80).code(), Status::Code::kInvalidArgument);
+  hz_event_ack_args bad{1, 0, 7};
+  EXPECT_EQ(d->Ack(bad).code(), Status::Code::kInvalidArgument);
+  EXPECT_TRUE(Ack(*d, 1).ok());
+  EXPECT_TRUE(Ack(*d, 1).ok());  // idempotent
+  EXPECT_TRUE(Ack(*d, 0).ok());  // never moves the cursor back
+  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);  // not approvable
+}
+
+TEST_F(EventsBus, ApproveNotifiesOperatorOnceAndPersists) {
+  std::vector<std::pair<std::string, uint64_t>> approvals;
+  bus_->SetApprovalCallback([&](const std::string& tenant, const hz_event& ev) {
+    approvals.emplace_back(tenant, ev.seq);
+  });
+  auto d = Connect("t1", "guest");
+  ASSERT_TRUE(
+      bus_->Publish("t1",
+                    MakeMaintenance(kMaintenanceScheduled, 1700009000, 600, kAllDevices, true),
+                    nullptr)
+          .ok());
+  ASSERT_TRUE(bus_->Publish("t1", MakeMaintenance(kMaintenanceScheduled, 1700009000, 600, 0, false),
+                            nullptr)
+                  .ok());
+  Drain(*d);
+  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(Ack(*d, 1, HZ_ACK_F_APPROVE).ok());
+  ASSERT_TRUE(Ack(*d, 1, HZ_ACK_F_APPROVE).ok());
+  ASSERT_EQ(approvals.size(), 1u);
+  EXPECT_EQ(approvals[0].first, "t1");
+  EXPECT_EQ(approvals[0].second, 1u);
+  TenantSummary summary;
+  ASSERT_TRUE(bus_->Summary("t1", &summary).ok());
+  EXPECT_EQ(summary.approvals, 1u);
+  d.reset();
+  Reopen(16);
+  ASSERT_TRUE(bus_->Summary("t1", &summary).ok());
+  EXPECT_EQ(summary.approvals, 1u);
+}
+
+TEST_F(EventsBus, TenantsAreIsolated) {
+  auto a = Connect("tenant-a", "guest");
+  auto b = Connect("tenant-b", "guest");
+  Publish("tenant-a", HZ_TOPIC_FAILURE, 1);
+  Publish("tenant-a", HZ_TOPIC_FAILURE, 1);
+  Publish("tenant-b", HZ_TOPIC_FAILURE, 2);
+  auto ea = Drain(*a);
+  auto eb = Drain(*b);
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 1u);
+  EXPECT_EQ(eb[0].seq, 1u);  // each tenant has its own sequence
+  EXPECT_EQ(eb[0].kind, 2u);
+  for (const auto& ev : ea) EXPECT_EQ(ev.kind, 1u);
+  // Acks on one tenant do not touch the other.
+  EXPECT_TRUE(Ack(*a, 2).ok());
+  EXPECT_EQ(Ack(*b, 2).code(), Status::Code::kInvalidArgument);
+}
+
+TEST_F(EventsBus, SubscribersOfOneTenantHaveTheirOwnCursors) {
+  auto x = Connect("t1", "x");
+  auto y = Connect("t1", "y");
+  Publish("t1", HZ_TOPIC_HINT);
+  Publish("t1", HZ_TOPIC_HINT);
+  EXPECT_EQ(Drain(*x).size(), 2u);
+  ASSERT_TRUE(Ack(*x, 2).ok());
+  EXPECT_EQ(Drain(*y).size(), 2u);
+  y.reset();
+  hz_event_subscribe_result r{};
+  y = Connect("t1", "y", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
+  EXPECT_EQ(r.cursor, 0u);
+}
+
+TEST_F(EventsBus, OneLiveDeliveryPerSubscriber) {
+  auto d = Connect("t1", "guest");
+  std::unique_ptr<Delivery> second;
+  EXPECT_EQ(bus_->Connect("t1", "guest", &second).code(), Status::Code::kState);
+  d.reset();
+  EXPECT_TRUE(bus_->Connect("t1", "guest", &second).ok());
+}
+
+TEST_F(EventsBus, BadNamesAreRejected) {
+  std::unique_ptr<Delivery> d;
+  EXPECT_EQ(bus_->Connect("../x", "guest", &d).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(bus_->Connect("t1", "a/b", &d).code(), Status::Code::kInvalidArgument);
+  EventSpec spec;
+  EXPECT_EQ(bus_->Publish("", spec, nullptr).code(), Status::Code::kInvalidArgument);
+  spec.topic = HZ_TOPIC_LOST;
+  EXPECT_EQ(bus_->Publish("t1", spec, nullptr).code(), Status::Code::kInvalidArgument);
+}
+
+TEST_F(EventsBus, NotifyFiresForWantedTopicsOnly) {
+  auto d = Connect("t1", "guest", HZ_TOPIC_MASK(HZ_TOPIC_PREEMPTION));
+  std::vector<hz_event> seen;
+  d->SetNotify([&] {
+    hz_event ev;
+    while (d->Next(&ev)) seen.push_back(ev);  // the service fills posted buffers here
+  });
+  Publish("t1", HZ_TOPIC_CAPACITY);
+  EXPECT_TRUE(seen.empty());
+  Publish("t1", HZ_TOPIC_PREEMPTION);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].seq, 2u);
+}
+
+TEST_F(EventsBus, RetentionSurvivesRestartAndCompaction) {
+  Reopen(5);
+  for (int i = 0; i < 300; ++i) Publish("t1", HZ_TOPIC_CONGESTION);
+  auto size = std::filesystem::file_size(dir_.path() + "/t1/events.log");
+  // Compaction keeps the file within a bounded multiple of the window.
+  EXPECT_LE(size, (2 * 5 + 65) * (kRecordHeaderBytes + sizeof(hz_event)));
+  Reopen(5);
+  TenantSummary s;
+  ASSERT_TRUE(bus_->Summary("t1", &s).ok());
+  EXPECT_EQ(s.next_seq, 301u);
+  EXPECT_EQ(s.oldest_seq, 296u);
+  hz_event ev;
+  EXPECT_EQ(bus_->Get("t1", 295, &ev).code(), Status::Code::kNotFound);
+  ASSERT_TRUE(bus_->Get("t1", 300, &ev).ok());
+  EXPECT_EQ(ev.seq, 300u);
+}
+
+TEST_F(EventsBus, TornTailIsTruncatedOnRecovery) {
+  for (int i = 0; i < 3; ++i) Publish("t1", HZ_TOPIC_FAILURE);
+  bus_.reset();
+  std::string path = dir_.path() + "/t1/events.log";
+  auto full = std::filesystem::file_size(path);
+  {
+    // Half of a fourth record, as a crash mid-write would leave it.
+    hz_event ev{};
+    ev.seq = 4;
+    std::string rec = EncodeRecord(ev);
+    std::ofstream f(path, std::ios::app | std::ios::binary);
+    f.write(rec.data(), static_cast<std::streamsize>(rec.size() / 2));
+  }
+  Reopen(16);
+  TenantSummary s;
+  ASSERT_TRUE(bus_->Summary("t1", &s).ok());
+  EXPECT_EQ(s.next_seq, 4u);
+  EXPECT_EQ(std::filesystem::file_size(path), full);
+  EXPECT_EQ(Publish("t1", HZ_TOPIC_FAILURE), 4u);
+  Reopen(16);
+  hz_event ev;
+  ASSERT_TRUE(bus_->Get("t1", 4, &ev).ok());
+}
+
+TEST_F(EventsBus, CorruptRecordStopsRecoveryThere) {
+  for (int i = 0; i < 4; ++i) Publish("t1", HZ_TOPIC_FAILURE);
+  bus_.reset();
+  std::string path = dir_.path() + "/t1/events.log";
+  {
+    // Flip one payload byte of the third record.
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2 * (kRecordHeaderBytes + sizeof(hz_event)) + kRecordHeaderBytes + 40);
+    f.put('\x5a');
+  }
+  Reopen(16);
+  TenantSummary s;
+  ASSERT_TRUE(bus_->Summary("t1", &s).ok());
+  EXPECT_EQ(s.next_seq, 3u);
+}
+
+TEST_F(EventsBus, CorruptStateFileIsAClearError) {
+  Publish("t1", HZ_TOPIC_FAILURE);
+  bus_.reset();
+  {
+    std::ofstream f(dir_.path() + "/t1/state.json");
+    f << "{\"next_seq\": \"banana\"}";
+  }
+  Reopen(16);
+  Status s = bus_->Publish("t1", EventSpec{}, nullptr);
+  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_NE(s.message().find("state.json"), std::string::npos);
+  // Other tenants are unaffected.
+  EXPECT_EQ(Publish("t2", HZ_TOPIC_FAILURE), 1u);
+}
+
+TEST_F(EventsBus, SequenceNeverGoesBackIfTheLogIsLost) {
+  {
+    auto d = Connect("t1", "guest");
+    for (int i = 0; i < 3; ++i) Publish("t1", HZ_TOPIC_FAILURE);
+    Drain(*d);
+    ASSERT_TRUE(Ack(*d, 3).ok());
+  }
+  bus_.reset();
+  std::filesystem::remove(dir_.path() + "/t1/events.log");
+  Reopen(16);
+  EXPECT_EQ(Publish("t1", HZ_TOPIC_FAILURE), 4u);
+}
+
+TEST_F(EventsBus, AlwaysFsyncPolicyWorks) {
+  bus_.reset();
+  BusOptions o;
+  o.dir = dir_.path() + "/synced";
+  o.fsync = FsyncPolicy::kAlways;
+  ASSERT_TRUE(EventBus::Open(o, &bus_).ok());
+  auto d = Connect("t1", "guest");
+  EXPECT_EQ(Publish("t1", HZ_TOPIC_FAILURE), 1u);
+  Drain(*d);
+  EXPECT_TRUE(Ack(*d, 1).ok());
+}
+
+TEST_F(EventsBus, ZeroRetentionIsRejected) {
+  BusOptions o;
+  o.dir = dir_.path();
+  o.retention = 0;
+  std::unique_ptr<EventBus> bus;
+  EXPECT_EQ(EventBus::Open(o, &bus).code(), Status::Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace hz::events

@@ -1,0 +1,117 @@
+#include "hz/events/coarse.h"
+
+#include <gtest/gtest.h>
+
+#include "hz/events/event_spec.h"
+#include "test_util.h"
+
+namespace hz::events {
+namespace {
+
+TEST(EventsCoarse, TimesRoundDownToTenSeconds) {
+  EXPECT_EQ(RoundDownTime(0), 0u);
+  EXPECT_EQ(RoundDownTime(9), 0u);
+  EXPECT_EQ(RoundDownTime(10), 10u);
+  EXPECT_EQ(RoundDownTime(1700000009), 1700000000u);
+  EXPECT_EQ(RoundDownTime(UINT64_MAX), UINT64_MAX - UINT64_MAX % 10);
+}
+
+TEST(EventsCoarse, CongestionLevelsFollowUtilisationThresholds) {
+  EXPECT_EQ(CongestionFromUtilisation(0, 100), kCongestionNone);
+  EXPECT_EQ(CongestionFromUtilisation(49, 100), kCongestionNone);
+  EXPECT_EQ(CongestionFromUtilisation(50, 100), kCongestionLight);
+  EXPECT_EQ(CongestionFromUtilisation(79, 100), kCongestionLight);
+  EXPECT_EQ(CongestionFromUtilisation(80, 100), kCongestionModerate);
+  EXPECT_EQ(CongestionFromUtilisation(94, 100), kCongestionModerate);
+  EXPECT_EQ(CongestionFromUtilisation(95, 100), kCongestionSevere);
+  EXPECT_EQ(CongestionFromUtilisation(200, 100), kCongestionSevere);
+  EXPECT_EQ(CongestionFromUtilisation(0, 0), kCongestionSevere);
+  // No overflow with huge counters.
+  EXPECT_EQ(CongestionFromUtilisation(UINT64_MAX / 4 * 3, UINT64_MAX), kCongestionLight);
+  EXPECT_EQ(CongestionFromUtilisation(UINT64_MAX / 2, UINT64_MAX),
+            kCongestionNone);  // just below 50 %
+}
+
+TEST(EventsCoarse, CapacityIsPowerOfTwoLowerBound) {
+  const uint64_t cases[][2] = {{0, 0},
+                               {1, 1},
+                               {2, 2},
+                               {3, 2},
+                               {4, 4},
+                               {7, 4},
+                               {8, 8},
+                               {15, 8},
+                               {16, 16},
+                               {1000, 512},
+                               {UINT64_MAX, 1ull << 63}};
+  for (const auto& c : cases) EXPECT_EQ(CapacityBucket(c[0]), c[1]) << c[0];
+}
+
+TEST(EventsCoarse, EnergyHasThreeLevels) {
+  EXPECT_EQ(EnergyFromDraw(79, 100), kEnergyNormal);
+  EXPECT_EQ(EnergyFromDraw(80, 100), kEnergyConstrained);
+  EXPECT_EQ(EnergyFromDraw(94, 100), kEnergyConstrained);
+  EXPECT_EQ(EnergyFromDraw(95, 100), kEnergyCritical);
+  EXPECT_EQ(EnergyFromDraw(1, 0), kEnergyCritical);
+}
+
+TEST(EventsCoarse, BuildersApplyCoarseRules) {
+  EventSpec m = MakeMaintenance(kMaintenanceScheduled, 1234567, 905, 3, true);
+  EXPECT_EQ(m.deadline_s, 1234560u);
+  EXPECT_EQ(m.flags, HZ_EVENT_F_APPROVABLE);
+  auto mp = testing::PayloadAs<MaintenancePayload>(m.payload.data());
+  EXPECT_EQ(mp.duration_s, 900u);
+  EXPECT_EQ(mp.device_index, 3u);
+
+  EventSpec c = MakeCapacityAvailable(HZ_DEV_GPU, 13);
+  EXPECT_EQ(testing::PayloadAs<CapacityPayload>(c.payload.data()).count, 8u);
+
+  EventSpec f = MakeFailure(kFailureDeviceFatal, 2, 5);
+  auto fp = testing::PayloadAs<FailurePayload>(f.payload.data());
+  EXPECT_EQ(fp.device_index, 2u);
+  EXPECT_EQ(fp.errors, 4u);
+
+  EventSpec p = MakePreemption(kPreemptionNotice, 1000009, 6, false);
+  EXPECT_EQ(p.deadline_s, 1000000u);
+  EXPECT_EQ(testing::PayloadAs<PreemptionPayload>(p.payload.data()).devices, 4u);
+}
+
+TEST(EventsCoarse, SpecValidation) {
+  EventSpec s;
+  s.topic = HZ_TOPIC_LOST;
+  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
+  s.topic = 9;
+  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
+  s.topic = HZ_TOPIC_CAPACITY;
+  s.flags = HZ_EVENT_F_APPROVABLE;
+  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
+  s.flags = HZ_EVENT_F_REPLAY;
+  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
+  s.flags = 0;
+  EXPECT_TRUE(ValidateSpec(s).ok());
+  s.topic = HZ_TOPIC_PREEMPTION;
+  s.flags = HZ_EVENT_F_APPROVABLE;
+  EXPECT_TRUE(ValidateSpec(s).ok());
+}
+
+TEST(EventsCoarse, NamesAreRestricted) {
+  EXPECT_TRUE(ValidName("tenant-1"));
+  EXPECT_TRUE(ValidName("a.b_c"));
+  EXPECT_FALSE(ValidName(""));
+  EXPECT_FALSE(ValidName("."));
+  EXPECT_FALSE(ValidName(".."));
+  EXPECT_FALSE(ValidName("a/b"));
+  EXPECT_FALSE(ValidName(std::string(65, 'a')));
+  EXPECT_FALSE(ValidName(std::string("a\0b", 3)));
+}
+
+TEST(EventsCoarse, StatusMapsToWireCodes) {
+  EXPECT_EQ(Status::Ok().ToWire(), HZ_S_OK);
+  EXPECT_EQ(Status::NotFound("x").ToWire(), HZ_S_ENOENT);
+  EXPECT_EQ(Status::InvalidArgument("x").ToWire(), HZ_S_EINVAL);
+  EXPECT_EQ(Status::Limit("x").ToWire(), HZ_S_ELIMIT);
+  EXPECT_EQ(Status::Corruption("x").ToWire(), HZ_S_ECORRUPT);
+}
+
+}  // namespace
+}  // namespace hz::events

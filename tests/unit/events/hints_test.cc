@@ -1,0 +1,71 @@
+#include "hz/events/hints.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace hz::events {
+namespace {
+
+TEST(EventsHints, SuggestionRule) {
+  // Full allocation: the largest step value within max.
+  EXPECT_EQ(SuggestBatch(32, 256, 32, 8, 8), 256u);
+  EXPECT_EQ(SuggestBatch(30, 250, 32, 8, 8), 222u);
+  // Half the devices: max * 4 / 8 = 128.
+  EXPECT_EQ(SuggestBatch(32, 256, 32, 4, 8), 128u);
+  // 3 of 8: 96.
+  EXPECT_EQ(SuggestBatch(32, 256, 32, 3, 8), 96u);
+  // Never below min.
+  EXPECT_EQ(SuggestBatch(64, 256, 32, 1, 8), 64u);
+  EXPECT_EQ(SuggestBatch(64, 256, 32, 0, 8), 64u);
+  EXPECT_EQ(SuggestBatch(64, 256, 32, 0, 0), 64u);
+  // Huge values do not overflow.
+  EXPECT_EQ(SuggestBatch(1, UINT32_MAX, 1, UINT32_MAX, UINT32_MAX), UINT32_MAX);
+}
+
+TEST(EventsHints, DeclareValidates) {
+  testing::RecordingSink sink;
+  HintEngine h(&sink);
+  hz_hint_declare_result r{};
+  EXPECT_EQ(h.Declare("t", {10, 5, 1, 0}, &r).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h.Declare("t", {1, 5, 0, 0}, &r).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h.Declare("t", {1, 5, 1, 1}, &r).code(), Status::Code::kInvalidArgument);
+  HintPayload p;
+  EXPECT_EQ(h.Current("t", &p).code(), Status::Code::kNotFound);
+  EXPECT_TRUE(h.Declare("t", {5, 5, 1, 0}, &r).ok());
+  EXPECT_EQ(r.suggested, 5u);
+}
+
+TEST(EventsHints, AllocationChangesPublishHints) {
+  testing::RecordingSink sink;
+  HintEngine h(&sink);
+  h.SetDevices("t", 8);  // before any declaration: nothing published
+  EXPECT_TRUE(sink.entries().empty());
+  hz_hint_declare_result r{};
+  ASSERT_TRUE(h.Declare("t", {32, 256, 32, 0}, &r).ok());
+  EXPECT_EQ(r.suggested, 256u);
+  h.SetDevices("t", 4);
+  h.SetDevices("t", 4);   // unchanged: no event
+  h.SetDevices("t", 16);  // new peak
+  h.SetDevices("t", 12);
+  auto e = sink.entries();
+  ASSERT_EQ(e.size(), 3u);
+  auto p0 = testing::PayloadAs<HintPayload>(e[0].spec.payload.data());
+  EXPECT_EQ(e[0].spec.topic, HZ_TOPIC_HINT);
+  EXPECT_EQ(p0.suggested, 128u);
+  EXPECT_EQ(p0.devices_now, 4u);
+  EXPECT_EQ(p0.devices_peak, 8u);
+  EXPECT_EQ(testing::PayloadAs<HintPayload>(e[1].spec.payload.data()).suggested, 256u);
+  auto p2 = testing::PayloadAs<HintPayload>(e[2].spec.payload.data());
+  EXPECT_EQ(p2.suggested, 192u);  // 256 * 12 / 16
+  EXPECT_EQ(p2.devices_peak, 16u);
+  // Another tenant is unaffected.
+  HintPayload p;
+  EXPECT_EQ(h.Current("other", &p).code(), Status::Code::kNotFound);
+  // A new declaration restarts the peak at the devices held now.
+  ASSERT_TRUE(h.Declare("t", {32, 256, 32, 0}, &r).ok());
+  EXPECT_EQ(r.suggested, 256u);
+}
+
+}  // namespace
+}  // namespace hz::events

@@ -1,0 +1,436 @@
+#include "hz/events/negotiation.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace hz::events {
+namespace {
+
+constexpr uint64_t kNow = 600000;  // a window boundary (60 s windows)
+
+hz_neg_request Req(uint16_t count, uint8_t locality, uint64_t earliest, uint64_t latest,
+                   uint64_t duration, uint8_t priority = HZ_PRIO_NORMAL,
+                   uint16_t kind = HZ_DEV_GPU) {
+  hz_neg_request r{};
+  r.kind = kind;
+  r.count = count;
+  r.locality = locality;
+  r.priority_class = priority;
+  r.earliest_start_s = earliest;
+  r.latest_start_s = latest;
+  r.duration_s = duration;
+  return r;
+}
+
+class EventsNegotiation : public ::testing::Test {
+ protected:
+  EventsNegotiation() : engine_(NegotiationOptions{}, &inv_, &sink_) {
+    inv_.AddPool(HZ_DEV_GPU, 0, 4);  // pool 0
+    inv_.AddPool(HZ_DEV_GPU, 0, 4);  // pool 1
+    inv_.AddPool(HZ_DEV_GPU, 1, 8);  // pool 2
+    inv_.AddPool(HZ_DEV_NIC, 0, 2);  // pool 3
+  }
+
+  Decision Ask(const std::string& tenant, const hz_neg_request& r, uint64_t now = kNow) {
+    uint64_t id = 0;
+    Status s = engine_.Submit(tenant, r, now, &id);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    auto decisions = engine_.Decide(now);
+    for (auto& d : decisions) {
+      if (d.result.negotiation_id == id) return d;
+    }
+    ADD_FAILURE() << "no decision for " << id;
+    return {};
+  }
+
+  InMemoryInventory inv_;
+  testing::RecordingSink sink_;
+  NegotiationEngine engine_;
+};
+
+TEST_F(EventsNegotiation, OffersRespectTheRequestedWindow) {
+  uint64_t earliest = kNow + 25, latest = kNow + 300;
+  Decision d = Ask("a", Req(4, HZ_LOC_SAME_GROUP, earliest, latest, 600));
+  EXPECT_EQ(d.result.round, 1u);
+  ASSERT_GT(d.offers.size(), 0u);
+  ASSERT_LE(d.offers.size(), HZ_NEG_MAX_OFFERS);
+  EXPECT_EQ(d.result.num_offers, d.offers.size());
+  uint64_t prev = 0;
+  for (const auto& o : d.offers) {
+    EXPECT_GE(o.start_s, earliest);
+    EXPECT_LE(o.start_s, latest);
+    EXPECT_EQ(o.start_s % 10, 0u);
+    EXPECT_GT(o.start_s, prev);  // one offer per start window, in time order
+    prev = o.start_s;
+    EXPECT_EQ(o.duration_s, 600u);
+    EXPECT_EQ(o.expires_s, kNow + 30);
+    EXPECT_EQ(o.count, 4u);
+    EXPECT_EQ(o.locality, HZ_LOC_SAME_GROUP);
+  }
+  EXPECT_EQ(d.offers[0].start_s, kNow + 30);  // 25 rounded up to the 10 s grid
+  EXPECT_EQ(d.offers[1].start_s, kNow + 60);
+}
+
+TEST_F(EventsNegotiation, AcceptedReservationStartsAndEnds) {
+  std::vector<std::pair<std::string, uint32_t>> alloc;
+  engine_.SetAllocationListener(
+      [&](const std::string& t, uint32_t n) { alloc.emplace_back(t, n); });
+  Decision d = Ask("a", Req(4, HZ_LOC_SAME_GROUP, kNow, kNow + 120, 300));
+  ASSERT_FALSE(d.offers.empty());
+  EXPECT_EQ(d.offers[0].start_s, kNow);
+  uint64_t res = 0;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow + 5, &res).ok());
+  EXPECT_TRUE(engine_.Offers().empty());  // the alternatives were released
+  EXPECT_EQ(inv_.Attached("a"), 4u);
+  auto started = sink_.Matching(HZ_TOPIC_CAPACITY, kCapacityReservationStarted);
+  ASSERT_EQ(started.size(), 1u);
+  auto p = testing::PayloadAs<CapacityPayload>(started[0].spec.payload.data());
+  EXPECT_EQ(p.reservation_id, res);
+  EXPECT_EQ(p.count, 4u);
+  EXPECT_EQ(p.devices_now, 4u);
+  ASSERT_EQ(alloc.size(), 1u);
+  EXPECT_EQ(alloc[0].second, 4u);
+
+  engine_.Tick(kNow + 299);
+  EXPECT_EQ(inv_.Attached("a"), 4u);
+  engine_.Tick(kNow + 300);
+  EXPECT_EQ(inv_.Attached("a"), 0u);
+  EXPECT_EQ(sink_.Matching(HZ_TOPIC_CAPACITY, kCapacityReservationEnded).size(), 1u);
+  EXPECT_EQ(alloc.back().second, 0u);
+  EXPECT_EQ(engine_.Reservations()[0].state, ReservationState::kEnded);
+}
+
+TEST_F(EventsNegotiation, FutureReservationStartsAtItsStart) {
+  Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow + 600, kNow + 600, 60));
+  ASSERT_EQ(d.offers.size(), 1u);
+  uint64_t res = 0;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
+  engine_.Tick(kNow + 599);
+  EXPECT_EQ(inv_.Attached("a"), 0u);
+  engine_.Tick(kNow + 600);
+  EXPECT_EQ(inv_.Attached("a"), 2u);
+}
+
+TEST_F(EventsNegotiation, ExpiredUnknownAndForeignOffersAreNotFound) {
+  Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60));
+  ASSERT_EQ(d.offers.size(), 1u);
+  uint64_t res = 0;
+  EXPECT_EQ(engine_.Accept("b", d.offers[0].offer_id, kNow, &res).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Accept("a", 9999, kNow, &res).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Accept("a", d.offers[0].offer_id, d.offers[0].expires_s, &res).code(),
+            Status::Code::kNotFound);
+  EXPECT_TRUE(engine_.Offers().empty());
+  EXPECT_EQ(engine_.Booked(0, engine_.WindowOf(kNow)) + engine_.Booked(2, engine_.WindowOf(kNow)),
+            0u);
+}
+
+TEST_F(EventsNegotiation, OffersHoldCapacity) {
+  // Pool 2 is the only group with 8 GPUs.
+  Decision a = Ask("a", Req(8, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
+  ASSERT_EQ(a.offers.size(), 1u);
+  Decision b = Ask("b", Req(8, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
+  EXPECT_TRUE(b.offers.empty());
+  EXPECT_EQ(engine_.Booked(2, engine_.WindowOf(kNow)), 8u);
+  // Once a's offer expires, b's counter gets the group.
+  uint64_t later = kNow + 30;
+  ASSERT_TRUE(
+      engine_
+          .Counter("b", b.result.negotiation_id, Req(8, HZ_LOC_SAME_GROUP, kNow, later, 60), later)
+          .ok());
+  auto decisions = engine_.Decide(later);
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(decisions[0].result.round, 2u);
+  ASSERT_EQ(decisions[0].offers.size(), 1u);
+  EXPECT_EQ(decisions[0].offers[0].start_s, later);
+}
+
+TEST_F(EventsNegotiation, LowerWeightedUsageIsServedFirst) {
+  // a already holds a reservation: its usage is higher than b's.
+  Decision first = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_HIGH, HZ_DEV_NIC));
+  uint64_t res = 0;
+  ASSERT_TRUE(engine_.Accept("a", first.offers[0].offer_id, kNow, &res).ok());
+  // One NIC left; a asks first and with a higher priority, but b has used nothing.
+  uint64_t ida = 0, idb = 0;
+  ASSERT_TRUE(
+      engine_.Submit("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_HIGH, HZ_DEV_NIC), kNow, &ida)
+          .ok());
+  ASSERT_TRUE(
+      engine_.Submit("b", Req(1, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_LOW, HZ_DEV_NIC), kNow, &idb)
+          .ok());
+  auto decisions = engine_.Decide(kNow);
+  ASSERT_EQ(decisions.size(), 2u);
+  EXPECT_EQ(decisions[0].tenant, "b");
+  EXPECT_EQ(decisions[0].offers.size(), 1u);
+  EXPECT_EQ(decisions[1].tenant, "a");
+  EXPECT_TRUE(decisions[1].offers.empty());
+}
+
+TEST_F(EventsNegotiation, WeightsScaleUsage) {
+  // a and b each hold 60 NIC-seconds; a's weight of 2 halves its weighted usage.
+  for (const char* t : {"a", "b"}) {
+    Decision d = Ask(t, Req(1, HZ_LOC_ANY, kNow + 600, kNow + 600, 60, HZ_PRIO_NORMAL, HZ_DEV_NIC));
+    uint64_t res;
+    ASSERT_TRUE(engine_.Accept(t, d.offers[0].offer_id, kNow, &res).ok());
+  }
+  ASSERT_TRUE(engine_.SetWeight("a", 2).ok());
+  EXPECT_EQ(engine_.SetWeight("a", 0).code(), Status::Code::kInvalidArgument);
+  uint64_t id;
+  ASSERT_TRUE(
+      engine_.Submit("b", Req(2, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_HIGH, HZ_DEV_NIC), kNow, &id)
+          .ok());
+  ASSERT_TRUE(
+      engine_.Submit("a", Req(2, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_LOW, HZ_DEV_NIC), kNow, &id)
+          .ok());
+  auto decisions = engine_.Decide(kNow);
+  ASSERT_EQ(decisions.size(), 2u);
+  EXPECT_EQ(decisions[0].tenant, "a");
+  EXPECT_EQ(decisions[0].offers.size(), 1u);
+  EXPECT_TRUE(decisions[1].offers.empty());
+}
+
+TEST_F(EventsNegotiation, TiesBreakByPriorityThenArrivalThenId) {
+  uint64_t id1, id2, id3;
+  ASSERT_TRUE(
+      engine_.Submit("x", Req(2, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_LOW, HZ_DEV_NIC), kNow, &id1)
+          .ok());
+  ASSERT_TRUE(
+      engine_
+          .Submit("y", Req(2, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_NORMAL, HZ_DEV_NIC), kNow, &id2)
+          .ok());
+  ASSERT_TRUE(
+      engine_
+          .Submit("z", Req(2, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_NORMAL, HZ_DEV_NIC), kNow, &id3)
+          .ok());
+  auto decisions = engine_.Decide(kNow);
+  ASSERT_EQ(decisions.size(), 3u);
+  EXPECT_EQ(decisions[0].tenant, "y");  // higher priority, earlier arrival than z
+  EXPECT_EQ(decisions[0].offers.size(), 1u);
+  EXPECT_EQ(decisions[1].tenant, "z");
+  EXPECT_EQ(decisions[2].tenant, "x");
+  EXPECT_TRUE(decisions[1].offers.empty());
+  EXPECT_TRUE(decisions[2].offers.empty());
+}
+
+TEST_F(EventsNegotiation, DecisionsAreDeterministic) {
+  auto run = [] {
+    InMemoryInventory inv;
+    inv.AddPool(HZ_DEV_GPU, 0, 3);
+    inv.AddPool(HZ_DEV_GPU, 1, 5);
+    testing::RecordingSink sink;
+    NegotiationEngine e(NegotiationOptions{}, &inv, &sink);
+    std::vector<uint64_t> out;
+    uint64_t id;
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_TRUE(e.Submit("t" + std::to_string(i % 3),
+                           Req(static_cast<uint16_t>(1 + i % 4), static_cast<uint8_t>(i % 3), kNow,
+                               kNow + 600, 120),
+                           kNow, &id)
+                      .ok());
+    }
+    for (const auto& d : e.Decide(kNow)) {
+      out.push_back(d.result.negotiation_id);
+      for (const auto& o : d.offers) {
+        out.push_back(o.offer_id);
+        out.push_back(o.start_s);
+      }
+    }
+    return out;
+  };
+  EXPECT_EQ(run(), run());
+}
+
+TEST_F(EventsNegotiation, LocalityShapesPlacement) {
+  Decision host = Ask("a", Req(6, HZ_LOC_SAME_HOST, kNow, kNow, 60));
+  ASSERT_EQ(host.offers.size(), 1u);
+  auto offers = engine_.Offers();
+  ASSERT_EQ(offers.size(), 1u);
+  uint32_t total = 0;
+  for (const auto& pc : offers[0].devices) {
+    EXPECT_NE(pc.pool, 2u);  // host 0 fits 6 exactly as well as host 1; lowest host wins
+    total += pc.count;
+  }
+  EXPECT_EQ(total, 6u);
+  Decision group = Ask("b", Req(5, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
+  ASSERT_EQ(group.offers.size(), 1u);  // only pool 2 has 5 in one group
+  Decision any = Ask("c", Req(6, HZ_LOC_ANY, kNow, kNow, 60));
+  EXPECT_TRUE(any.offers.empty());  // 2 + 3 left: 5 < 6
+  Decision any5 = Ask("c", Req(5, HZ_LOC_ANY, kNow, kNow, 60));
+  EXPECT_EQ(any5.offers.size(), 1u);
+}
+
+TEST_F(EventsNegotiation, RoundsAreLimited) {
+  Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow + 60, 60));
+  uint64_t id = d.result.negotiation_id;
+  for (uint32_t round = 2; round <= 8; ++round) {
+    ASSERT_TRUE(engine_.Counter("a", id, Req(1, HZ_LOC_ANY, kNow, kNow + 60, 60), kNow).ok());
+    auto decisions = engine_.Decide(kNow);
+    ASSERT_EQ(decisions.size(), 1u);
+    EXPECT_EQ(decisions[0].result.round, round);
+  }
+  EXPECT_EQ(engine_.Counter("a", id, Req(1, HZ_LOC_ANY, kNow, kNow + 60, 60), kNow).code(),
+            Status::Code::kLimit);
+}
+
+TEST_F(EventsNegotiation, DeclineEndsTheNegotiation) {
+  Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow + 60, 60));
+  ASSERT_FALSE(d.offers.empty());
+  EXPECT_EQ(engine_.Decline("b", d.result.negotiation_id, kNow).code(), Status::Code::kNotFound);
+  ASSERT_TRUE(engine_.Decline("a", d.result.negotiation_id, kNow).ok());
+  EXPECT_TRUE(engine_.Offers().empty());
+  uint64_t res;
+  EXPECT_EQ(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Counter("a", d.result.negotiation_id, Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow)
+                .code(),
+            Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Decline("a", d.result.negotiation_id, kNow).code(), Status::Code::kNotFound);
+}
+
+TEST_F(EventsNegotiation, BadRequestsAreRejected) {
+  uint64_t id;
+  auto code = [&](hz_neg_request r) { return engine_.Submit("a", r, kNow, &id).code(); };
+  using C = Status::Code;
+  EXPECT_EQ(code(Req(0, HZ_LOC_ANY, kNow, kNow, 60)), C::kInvalidArgument);
+  EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow + 60, kNow, 60)), C::kInvalidArgument);
+  EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow - 120, kNow - 60, 60)), C::kInvalidArgument);
+  EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow, kNow, 0)), C::kInvalidArgument);
+  EXPECT_EQ(code(Req(1, 7, kNow, kNow, 60)), C::kInvalidArgument);
+  EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_MAX)), C::kInvalidArgument);
+  EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_LOW, 9)), C::kInvalidArgument);
+  hz_neg_request reserved = Req(1, HZ_LOC_ANY, kNow, kNow, 60);
+  reserved.reserved = 1;
+  EXPECT_EQ(code(reserved), C::kInvalidArgument);
+  EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow, kNow, 86401)), C::kLimit);
+  EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow, kNow + 8 * 86400, 60)), C::kLimit);
+  EXPECT_EQ(code(Req(1, HZ_LOC_ANY, UINT64_MAX - 10, UINT64_MAX, UINT64_MAX)), C::kLimit);
+  EXPECT_TRUE(engine_.Decide(kNow).empty());
+  // Unknown ids.
+  EXPECT_EQ(engine_.Counter("a", 42, Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow).code(),
+            C::kNotFound);
+  EXPECT_EQ(engine_.Decline("a", 42, kNow).code(), C::kNotFound);
+  EXPECT_EQ(engine_.Release("a", 42, 0, kNow).code(), C::kNotFound);
+  EXPECT_EQ(engine_.Revoke(42, kRevokeOperator, kNow).code(), C::kNotFound);
+}
+
+TEST_F(EventsNegotiation, OpenNegotiationsAreLimited) {
+  uint64_t id;
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(engine_.Submit("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow, &id).ok());
+  }
+  EXPECT_EQ(engine_.Submit("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow, &id).code(),
+            Status::Code::kLimit);
+  EXPECT_TRUE(engine_.Submit("b", Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow, &id).ok());
+}
+
+TEST_F(EventsNegotiation, ReleaseScalesDown) {
+  std::vector<uint32_t> alloc;
+  engine_.SetAllocationListener([&](const std::string&, uint32_t n) { alloc.push_back(n); });
+  Decision d = Ask("a", Req(4, HZ_LOC_SAME_GROUP, kNow, kNow, 600));
+  uint64_t res;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
+  EXPECT_EQ(engine_.Release("b", res, 1, kNow).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Release("a", res, 5, kNow).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(engine_.Release("a", res, 1, kNow + 60).ok());
+  EXPECT_EQ(inv_.Attached("a"), 3u);
+  EXPECT_EQ(alloc.back(), 3u);
+  auto rel = sink_.Matching(HZ_TOPIC_CAPACITY, kCapacityReservationReleased);
+  ASSERT_EQ(rel.size(), 1u);
+  EXPECT_EQ(testing::PayloadAs<CapacityPayload>(rel[0].spec.payload.data()).devices_now, 3u);
+  // The released device is free again from the current window on.
+  uint32_t pool = engine_.Reservations()[0].devices[0].pool;
+  EXPECT_EQ(engine_.Booked(pool, engine_.WindowOf(kNow + 60)), 3u);
+  ASSERT_TRUE(engine_.Release("a", res, 0, kNow + 120).ok());
+  EXPECT_EQ(inv_.Attached("a"), 0u);
+  EXPECT_EQ(engine_.Reservations()[0].state, ReservationState::kReleased);
+  EXPECT_EQ(engine_.Release("a", res, 0, kNow + 120).code(), Status::Code::kState);
+}
+
+TEST_F(EventsNegotiation, CapacityLossRevokesWithAnEvent) {
+  Decision d = Ask("a", Req(8, HZ_LOC_SAME_GROUP, kNow + 120, kNow + 120, 600));
+  uint64_t res;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
+  Decision other = Ask("b", Req(4, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
+  ASSERT_EQ(other.offers.size(), 1u);
+  // Pool 2 loses half its GPUs from the reservation's second window.
+  inv_.SetCapacityFrom(2, engine_.WindowOf(kNow + 180), 4);
+  engine_.Tick(kNow + 10);
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked);
+  ASSERT_EQ(revoked.size(), 1u);
+  EXPECT_EQ(revoked[0].tenant, "a");
+  auto p = testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data());
+  EXPECT_EQ(p.reservation_id, res);
+  EXPECT_EQ(p.reason, kRevokeCapacityLost);
+  EXPECT_EQ(engine_.Reservations()[0].state, ReservationState::kRevoked);
+  // b's offer sits on pool 0 or 1 and is unaffected.
+  EXPECT_EQ(engine_.Offers().size(), 1u);
+}
+
+TEST_F(EventsNegotiation, CapacityLossWithdrawsOffersFirst) {
+  // a reserves 2 GPUs of pool 0 (best fit); b is offered the other 2 of pool 0.
+  Decision d = Ask("a", Req(2, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
+  uint64_t res;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
+  ASSERT_EQ(engine_.Reservations()[0].devices, (std::vector<PoolCount>{{0, 2}}));
+  Decision b = Ask("b", Req(2, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
+  ASSERT_EQ(b.offers.size(), 1u);
+  ASSERT_EQ(engine_.Offers()[0].devices, (std::vector<PoolCount>{{0, 2}}));
+  // Pool 0 shrinks to 2: the tentative offer goes, the reservation stays.
+  inv_.SetCapacityFrom(0, engine_.WindowOf(kNow), 2);
+  engine_.Tick(kNow);
+  auto withdrawn = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationOfferWithdrawn);
+  ASSERT_EQ(withdrawn.size(), 1u);
+  EXPECT_EQ(withdrawn[0].tenant, "b");
+  EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(withdrawn[0].spec.payload.data()).offer_id,
+            b.offers[0].offer_id);
+  EXPECT_TRUE(engine_.Offers().empty());
+  EXPECT_TRUE(sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked).empty());
+  EXPECT_EQ(inv_.Attached("a"), 2u);
+  // Shrinking further takes the reservation back, with an event.
+  inv_.SetCapacityFrom(0, engine_.WindowOf(kNow), 1);
+  engine_.Tick(kNow + 1);
+  EXPECT_EQ(sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked).size(), 1u);
+  EXPECT_EQ(inv_.Attached("a"), 0u);
+}
+
+TEST_F(EventsNegotiation, AttachFailureRevokes) {
+  inv_.FailAttach(true);
+  Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow, kNow, 60));
+  uint64_t res;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked);
+  ASSERT_EQ(revoked.size(), 1u);
+  EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data()).reason,
+            kRevokeAttachFailed);
+  EXPECT_EQ(engine_.Booked(0, engine_.WindowOf(kNow)) + engine_.Booked(1, engine_.WindowOf(kNow)) +
+                engine_.Booked(2, engine_.WindowOf(kNow)),
+            0u);
+}
+
+TEST_F(EventsNegotiation, OperatorRevoke) {
+  Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow, kNow, 600));
+  uint64_t res;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
+  ASSERT_TRUE(engine_.Revoke(res, kRevokeHardwareFailure, kNow + 10).ok());
+  EXPECT_EQ(inv_.Attached("a"), 0u);
+  EXPECT_EQ(engine_.Revoke(res, kRevokeHardwareFailure, kNow + 10).code(), Status::Code::kState);
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked);
+  ASSERT_EQ(revoked.size(), 1u);
+  EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data()).reason,
+            kRevokeHardwareFailure);
+}
+
+TEST(EventsNegotiationOptions, Validation) {
+  NegotiationOptions o;
+  EXPECT_TRUE(NegotiationEngine::ValidateOptions(o).ok());
+  o.window_s = 55;
+  EXPECT_FALSE(NegotiationEngine::ValidateOptions(o).ok());
+  o = {};
+  o.offer_ttl_s = 5;
+  EXPECT_FALSE(NegotiationEngine::ValidateOptions(o).ok());
+  o = {};
+  o.max_rounds = 0;
+  EXPECT_FALSE(NegotiationEngine::ValidateOptions(o).ok());
+}
+
+}  // namespace
+}  // namespace hz::events
