@@ -191,6 +191,7 @@ bool Engine::Impl::Recover(std::string* error) {
     c->state = CkptState::kDurable;
     c->tier = TierKind::kLocalDisk;
     c->sealed = true;
+    c->settled = true;
     c->disk_reserved = m.padded_bytes();
     t.stats.disk_bytes += c->disk_reserved;
     uint64_t step = m.step;
@@ -646,6 +647,7 @@ Status Engine::Impl::Delete(TenantId tenant, StreamId stream, uint64_t step) {
     c->in_index = false;
     if (c->job_active) {
       c->cancelled = true;  // the worker aborts the write and returns the quota
+      worker_cv_.notify_all();
     } else if (c->tier == TierKind::kLocalDisk && c->state == CkptState::kDurable) {
       TenantLocked(tenant).stats.disk_bytes -= c->disk_reserved;
       c->disk_reserved = 0;
@@ -771,11 +773,11 @@ Status Engine::Impl::WaitDurable(TenantId tenant, StreamId stream, uint64_t step
   std::shared_ptr<Ckpt> c = it->second;
   bool done = durable_cv_.wait_for(
       lock, timeout, [&] { return stop_ || c->state == CkptState::kDurable || !c->in_index; });
-  if (c->state == CkptState::kDurable) return Status::kOk;
+  if (!done) return Status::kTimedOut;
   if (c->failed) return Status::kIo;
-  if (!c->in_index) return Status::kNotFound;
-  if (stop_) return Status::kShutdown;
-  return done ? Status::kOk : Status::kTimedOut;
+  if (c->cancelled) return Status::kNotFound;
+  if (c->state == CkptState::kDurable) return Status::kOk;
+  return stop_ ? Status::kShutdown : Status::kNotFound;
 }
 
 Status Engine::Impl::Flush(std::chrono::milliseconds timeout) {

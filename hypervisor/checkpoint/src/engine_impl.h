@@ -34,6 +34,7 @@ struct Ckpt {
   bool job_active = false;       // the worker still reads the chunks
   bool cancelled = false;        // deleted while persisting
   bool failed = false;
+  bool settled = false;        // the worker is done: events published, evictions removed
   int pins = 0;                // restores reading the chunks
   uint64_t disk_reserved = 0;  // bytes charged to the tenant's disk quota
 };
@@ -146,6 +147,7 @@ class Engine::Impl {
   bool SubmitMore(uint64_t now_us, uint64_t* retry_us);
   void OnCompletions(const std::vector<Tier::Completion>& done);
   void FinishJob(const std::shared_ptr<Job>& job);
+  void Settle(const std::shared_ptr<Job>& job);
   void AbandonAll();
 
   const EngineConfig config_;

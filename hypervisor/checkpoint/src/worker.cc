@@ -137,13 +137,21 @@ void Engine::Impl::SealInMemory(const std::shared_ptr<Job>& job) {
       if (s != nullptr) RetainLocked(job->tenant, job->stream, s, &evicted);
     }
     MaybeReleaseLocked(job->tenant, &c);
-    --jobs_pending_;
-    durable_cv_.notify_all();
   }
   for (const auto& c : evicted) {
     disk_->Remove(c->manifest.tenant, c->manifest.stream, c->manifest.step);
   }
   Publish(events);
+  Settle(job);
+}
+
+void Engine::Impl::Settle(const std::shared_ptr<Job>& job) {
+  // Waiters wake only now, so whoever saw "durable" also sees its event and
+  // the evicted files gone.
+  std::lock_guard<std::mutex> l(mu_);
+  job->ckpt->settled = true;
+  --jobs_pending_;
+  durable_cv_.notify_all();
 }
 
 bool Engine::Impl::SubmitMore(uint64_t now_us, uint64_t* retry_us) {
@@ -286,13 +294,12 @@ void Engine::Impl::FinishJob(const std::shared_ptr<Job>& job) {
       }
     }
     MaybeReleaseLocked(job->tenant, &c);
-    --jobs_pending_;
-    durable_cv_.notify_all();
   }
   for (const auto& c : remove) {
     disk_->Remove(c->manifest.tenant, c->manifest.stream, c->manifest.step);
   }
   Publish(events);
+  Settle(job);
 }
 
 void Engine::Impl::AbandonAll() {

@@ -1,0 +1,156 @@
+// Just-in-time saves on a notice, against a tenant that keeps mutating.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "hz/checkpoint/engine.h"
+#include "quiesce.h"
+#include "test_util.h"
+
+namespace hz::checkpoint {
+namespace {
+
+using testing::RecordingSink;
+using testing::SmallConfig;
+using testing::TempDir;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Tenant state: two slices of 64-bit words; at every consistent point every
+// word of both slices equals the step.
+struct LiveState {
+  alignas(8) hz_quiesce_word word{};
+  std::vector<uint64_t> a = std::vector<uint64_t>(40000, 0);
+  std::vector<uint64_t> b = std::vector<uint64_t>(3001, 0);
+  std::vector<IoSpan> spans() {
+    return {{reinterpret_cast<uint8_t*>(a.data()), a.size() * 8},
+            {reinterpret_cast<uint8_t*>(b.data()), b.size() * 8}};
+  }
+  IoSpan word_span() { return {reinterpret_cast<uint8_t*>(&word), sizeof word}; }
+  void Update(uint64_t step) {
+    SeqlockBeginWrite(reinterpret_cast<uint8_t*>(&word));
+    for (auto& v : a) std::atomic_ref<uint64_t>(v).store(step, std::memory_order_relaxed);
+    for (auto& v : b) std::atomic_ref<uint64_t>(v).store(step, std::memory_order_relaxed);
+    SeqlockEndWrite(reinterpret_cast<uint8_t*>(&word), step);
+  }
+};
+
+TEST(CheckpointJit, NoticeSnapshotsAConsistentStepWhileTheTenantMutates) {
+  TempDir dir("jit");
+  RecordingSink sink;
+  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  ASSERT_TRUE(eng);
+  Policy p;
+  p.auto_save_on_notice = true;
+  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  LiveState live;
+  live.Update(1);
+  auto spans = live.spans();
+  ASSERT_EQ(eng->DeclareQuiesce(1, 1, live.word_span(), spans), Status::kOk);
+
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (uint64_t step = 2; !stop.load(); ++step) {
+      live.Update(step);
+      std::this_thread::sleep_for(200us);  // compute between updates
+    }
+  });
+  auto outcomes = eng->OnNotice(1, Clock::now() + 20s);
+  stop = true;
+  writer.join();
+  ASSERT_EQ(outcomes.size(), 1u);
+  ASSERT_EQ(outcomes[0].status, Status::kOk);
+  EXPECT_GE(outcomes[0].attempts, 1u);
+  uint64_t step = outcomes[0].step;
+  EXPECT_GE(step, 1u);
+  EXPECT_EQ(sink.Count(EventKind::kJitSnapshot, 1, 1, step), 1u);
+  ASSERT_EQ(eng->WaitDurable(1, 1, step, 30s), Status::kOk);
+  EXPECT_EQ(sink.Count(EventKind::kDurable, 1, 1, step), 1u);
+
+  // The checkpoint is of that step, and consistent: every word equals it.
+  LiveState out;
+  auto out_spans = out.spans();
+  RestoreResult rr;
+  ASSERT_EQ(eng->Restore({1, 1, step, out_spans}, &rr), Status::kOk);
+  for (uint64_t v : out.a) ASSERT_EQ(v, step);
+  for (uint64_t v : out.b) ASSERT_EQ(v, step);
+  bool logged = false;
+  for (const Decision& d : eng->Decisions()) logged |= d.kind == Decision::Kind::kJit;
+  EXPECT_TRUE(logged);
+}
+
+TEST(CheckpointJit, TenantStuckMidUpdateMissesTheDeadline) {
+  TempDir dir("jit-miss");
+  RecordingSink sink;
+  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  ASSERT_TRUE(eng);
+  Policy p;
+  p.auto_save_on_notice = true;
+  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  LiveState live;
+  live.word.seq = 3;  // odd: never consistent
+  auto spans = live.spans();
+  ASSERT_EQ(eng->DeclareQuiesce(1, 1, live.word_span(), spans), Status::kOk);
+  auto outcomes = eng->OnNotice(1, Clock::now() + 50ms);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[0].status, Status::kTimedOut);
+  EXPECT_EQ(sink.Count(EventKind::kJitMissed, 1, 1, 0), 1u);
+  std::vector<ListEntry> e;
+  bool more;
+  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  EXPECT_TRUE(e.empty());
+  EXPECT_EQ(eng->GetStats().free_chunks, eng->GetStats().pool_chunks);  // nothing leaked
+}
+
+TEST(CheckpointJit, OnlyOptedInDeclaredStreamsAreSaved) {
+  TempDir dir("jit-opt");
+  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  ASSERT_TRUE(eng);
+  Policy in;
+  in.auto_save_on_notice = true;
+  ASSERT_EQ(eng->SetPolicy(1, 1, in), Status::kOk);        // opted in, declared
+  ASSERT_EQ(eng->SetPolicy(1, 2, Policy{}), Status::kOk);  // declared, not opted in
+  ASSERT_EQ(eng->SetPolicy(1, 3, in), Status::kOk);        // opted in, not declared
+  LiveState s1, s2;
+  s1.Update(10);
+  s2.Update(20);
+  auto sp1 = s1.spans();
+  auto sp2 = s2.spans();
+  ASSERT_EQ(eng->DeclareQuiesce(1, 1, s1.word_span(), sp1), Status::kOk);
+  ASSERT_EQ(eng->DeclareQuiesce(1, 2, s2.word_span(), sp2), Status::kOk);
+  auto outcomes = eng->OnNotice(1, Clock::now() + 10s);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[0].stream, 1u);
+  EXPECT_EQ(outcomes[0].step, 10u);
+  // A second notice at the same step adds nothing and is not an error.
+  outcomes = eng->OnNotice(1, Clock::now() + 10s);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[0].status, Status::kOk);
+  ASSERT_EQ(eng->Flush(30s), Status::kOk);
+  std::vector<ListEntry> e;
+  bool more;
+  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  EXPECT_EQ(e.size(), 1u);
+  // Other tenants' notices do not touch this tenant.
+  EXPECT_TRUE(eng->OnNotice(2, Clock::now() + 1s).empty());
+}
+
+TEST(CheckpointJit, DeclarationsAreValidated) {
+  TempDir dir("jit-decl");
+  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  ASSERT_TRUE(eng);
+  LiveState s;
+  auto sp = s.spans();
+  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kNotFound);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  IoSpan short_word{reinterpret_cast<uint8_t*>(&s.word), 8};
+  EXPECT_EQ(eng->DeclareQuiesce(1, 1, short_word, sp), Status::kInvalid);
+  IoSpan misaligned{reinterpret_cast<uint8_t*>(s.a.data()) + 1, 16};
+  EXPECT_EQ(eng->DeclareQuiesce(1, 1, misaligned, sp), Status::kInvalid);
+  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), {}), Status::kInvalid);
+  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kOk);
+}
+
+}  // namespace
+}  // namespace hz::checkpoint

@@ -1,0 +1,327 @@
+// Bad requests, limits and quotas, listing, deletion, retention, concurrency.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "hz/checkpoint/engine.h"
+#include "test_util.h"
+
+namespace hz::checkpoint {
+namespace {
+
+using testing::MakeState;
+using testing::Pattern;
+using testing::RecordingSink;
+using testing::SmallConfig;
+using testing::Spans;
+using testing::TempDir;
+using testing::ZeroState;
+using namespace std::chrono_literals;
+
+class CheckpointRequests : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::make_unique<TempDir>("requests");
+    std::string err;
+    eng_ = Engine::Open(SmallConfig(dir_->path(), &sink_), &err);
+    ASSERT_TRUE(eng_) << err;
+  }
+  Status SaveStep(TenantId t, StreamId s, uint64_t step, std::vector<size_t> sizes = {5000}) {
+    auto st = MakeState(sizes, step);
+    auto sp = Spans(st);
+    SaveResult r;
+    return eng_->Save({t, s, step, sp, {}}, &r);
+  }
+  std::vector<uint64_t> Steps(TenantId t, StreamId s) {
+    std::vector<ListEntry> e;
+    bool more = false;
+    EXPECT_EQ(eng_->List(t, s, 0, 1000, &e, &more), Status::kOk);
+    std::vector<uint64_t> out;
+    for (auto& x : e) out.push_back(x.step);
+    return out;
+  }
+  RecordingSink sink_;
+  std::unique_ptr<TempDir> dir_;
+  std::unique_ptr<Engine> eng_;
+};
+
+TEST_F(CheckpointRequests, UnknownStreamIsNotFound) {
+  EXPECT_EQ(SaveStep(1, 9, 1), Status::kNotFound);
+  auto out = ZeroState({5000});
+  auto sp = Spans(out);
+  RestoreResult rr;
+  EXPECT_EQ(eng_->Restore({1, 9, kLatestStep, sp}, &rr), Status::kNotFound);
+  std::vector<ListEntry> e;
+  bool more;
+  EXPECT_EQ(eng_->List(1, 9, 0, 10, &e, &more), Status::kNotFound);
+  EXPECT_EQ(eng_->Delete(1, 9, 1), Status::kNotFound);
+}
+
+TEST_F(CheckpointRequests, MalformedSavesAreRefused) {
+  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}), Status::kOk);
+  SaveResult r;
+  EXPECT_EQ(eng_->Save({1, 1, 1, {}, {}}, &r), Status::kInvalid);  // zero slices
+  IoSpan null_span{nullptr, 10};
+  EXPECT_EQ(eng_->Save({1, 1, 1, {&null_span, 1}, {}}, &r), Status::kInvalid);
+  uint8_t byte = 0;
+  IoSpan ok{&byte, 1};
+  EXPECT_EQ(eng_->Save({1, 1, kLatestStep, {&ok, 1}, {}}, &r), Status::kInvalid);
+  // Lengths whose sum overflows.
+  IoSpan huge[2] = {{&byte, SIZE_MAX / 2}, {&byte, SIZE_MAX / 2}};
+  EXPECT_EQ(eng_->Save({1, 1, 1, huge, {}}, &r), Status::kInvalid);
+}
+
+TEST_F(CheckpointRequests, StepsMustStrictlyIncrease) {
+  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}), Status::kOk);
+  EXPECT_EQ(SaveStep(1, 1, 5), Status::kOk);
+  EXPECT_EQ(SaveStep(1, 1, 5), Status::kInvalid);
+  EXPECT_EQ(SaveStep(1, 1, 4), Status::kInvalid);
+  EXPECT_EQ(SaveStep(1, 1, 6), Status::kOk);
+  // Other streams and tenants have their own steps.
+  ASSERT_EQ(eng_->SetPolicy(1, 2, Policy{}), Status::kOk);
+  ASSERT_EQ(eng_->SetPolicy(2, 1, Policy{}), Status::kOk);
+  EXPECT_EQ(SaveStep(1, 2, 1), Status::kOk);
+  EXPECT_EQ(SaveStep(2, 1, 1), Status::kOk);
+  // Deleting the newest does not allow reusing its step.
+  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
+  EXPECT_EQ(eng_->Delete(1, 1, 6), Status::kOk);
+  EXPECT_EQ(SaveStep(1, 1, 6), Status::kInvalid);
+}
+
+TEST_F(CheckpointRequests, RestoreLayoutMustMatch) {
+  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(SaveStep(1, 1, 1, {100, 200}), Status::kOk);
+  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
+  RestoreResult rr;
+  for (std::vector<size_t> sizes :
+       {std::vector<size_t>{100}, {100, 201}, {99, 200}, {200, 100}, {100, 200, 0}}) {
+    auto out = ZeroState(sizes);
+    auto sp = Spans(out);
+    EXPECT_EQ(eng_->Restore({1, 1, 1, sp}, &rr), Status::kInvalid);
+    for (auto& b : out) {
+      for (uint8_t v : b) ASSERT_EQ(v, 0);  // nothing written on refusal
+    }
+  }
+  auto out = ZeroState({100, 200});
+  auto sp = Spans(out);
+  EXPECT_EQ(eng_->Restore({1, 1, 2, sp}, &rr), Status::kNotFound);  // no such step
+  EXPECT_EQ(eng_->Restore({1, 1, 1, sp}, &rr), Status::kOk);
+}
+
+TEST_F(CheckpointRequests, PolicyValidationAndStreamLimit) {
+  Policy bad;
+  bad.retention = 0;
+  EXPECT_EQ(eng_->SetPolicy(1, 1, bad), Status::kInvalid);
+  Policy peer;
+  peer.tier = TierKind::kPeerHost;
+  EXPECT_EQ(eng_->SetPolicy(1, 1, peer), Status::kInvalid);
+  EXPECT_EQ(eng_->SetPolicy(1, 0, Policy{}), Status::kInvalid);  // stream 0 is reserved
+  TenantLimits lim;
+  lim.max_streams = 2;
+  ASSERT_EQ(eng_->SetLimits(3, lim), Status::kOk);
+  EXPECT_EQ(eng_->SetPolicy(3, 1, Policy{}), Status::kOk);
+  EXPECT_EQ(eng_->SetPolicy(3, 2, Policy{}), Status::kOk);
+  EXPECT_EQ(eng_->SetPolicy(3, 3, Policy{}), Status::kLimit);
+  EXPECT_EQ(eng_->SetPolicy(3, 2, Policy{}), Status::kOk);  // updating is not a new stream
+}
+
+TEST_F(CheckpointRequests, StagingQuotaAndPoolSizeGiveLimit) {
+  TenantLimits lim;
+  lim.staging_bytes = 256 << 10;  // four 64 KiB chunks
+  ASSERT_EQ(eng_->SetLimits(1, lim), Status::kOk);
+  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}), Status::kOk);
+  EXPECT_EQ(SaveStep(1, 1, 1, {(256 << 10) + 1}), Status::kLimit);
+  EXPECT_EQ(SaveStep(1, 1, 1, {256 << 10}), Status::kOk);  // the refused step stays free
+  // Larger than the whole pool: never admissible, whatever the quota.
+  ASSERT_EQ(eng_->SetPolicy(2, 1, Policy{}), Status::kOk);
+  EXPECT_EQ(SaveStep(2, 1, 1, {(4u << 20) + 1}), Status::kLimit);
+}
+
+TEST_F(CheckpointRequests, DiskQuotaGivesLimit) {
+  TenantLimits lim;
+  lim.disk_bytes = 3 * 8192;
+  ASSERT_EQ(eng_->SetLimits(1, lim), Status::kOk);
+  Policy p;
+  p.retention = 5;
+  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
+  EXPECT_EQ(SaveStep(1, 1, 1, {8000}), Status::kOk);  // 8 KiB on disk each
+  EXPECT_EQ(SaveStep(1, 1, 2, {8000}), Status::kOk);
+  EXPECT_EQ(SaveStep(1, 1, 3, {8000}), Status::kOk);
+  EXPECT_EQ(SaveStep(1, 1, 4, {8000}), Status::kLimit);
+  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
+  ASSERT_EQ(eng_->Delete(1, 1, 1), Status::kOk);  // frees room
+  EXPECT_EQ(SaveStep(1, 1, 4, {8000}), Status::kOk);
+  Stats st = eng_->GetStats();
+  for (auto& t : st.tenants) {
+    if (t.tenant == 1) {
+      EXPECT_EQ(t.disk_bytes, 3u * 8192);
+    }
+  }
+}
+
+TEST_F(CheckpointRequests, FullStagingPoolBackpressuresThenAgain) {
+  // A slow disk (throttled) keeps chunks staged; a short stall budget then
+  // turns a save that does not fit into kAgain, and memory stays bounded.
+  TempDir dir("again");
+  auto cfg = SmallConfig(dir.path());
+  cfg.disk_bandwidth_bytes_per_s = 1 << 20;
+  cfg.staging_bytes = 1 << 20;  // 16 chunks
+  auto eng = Engine::Open(cfg, nullptr);
+  ASSERT_TRUE(eng);
+  Policy p;
+  p.stall_budget_ms = 50;
+  p.retention = 10;
+  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  auto st = MakeState({768 << 10}, 1);  // 12 chunks
+  auto sp = Spans(st);
+  SaveResult r;
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 2, sp, {}}, &r), Status::kAgain);
+  Stats stats = eng->GetStats();
+  EXPECT_LE(stats.pool_chunks - stats.free_chunks, 16u);
+  ASSERT_EQ(stats.tenants.size(), 1u);
+  EXPECT_EQ(stats.tenants[0].saves_again, 1u);
+  bool rejected = false;
+  for (const Decision& d : eng->Decisions()) {
+    rejected |= d.kind == Decision::Kind::kRejectAgain && d.step == 2;
+  }
+  EXPECT_TRUE(rejected);
+  // With a budget long enough for the persist to free chunks, the save waits
+  // (backpressure) and succeeds with the same step.
+  p.stall_budget_ms = 60000;
+  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 2, sp, {}}, &r), Status::kOk);
+  bool waited = false;
+  for (const Decision& d : eng->Decisions()) {
+    waited |= d.kind == Decision::Kind::kBackpressure && d.step == 2 && d.value > 0;
+  }
+  EXPECT_TRUE(waited);
+  ASSERT_EQ(eng->Flush(60s), Status::kOk);
+  EXPECT_EQ(eng->GetStats().free_chunks, eng->GetStats().pool_chunks);
+}
+
+TEST_F(CheckpointRequests, ListPagesInStepOrder) {
+  Policy p;
+  p.retention = 100;
+  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
+  for (uint64_t s = 1; s <= 25; ++s) ASSERT_EQ(SaveStep(1, 1, s * 10, {100}), Status::kOk);
+  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
+  std::vector<uint64_t> seen;
+  uint64_t after = 0;
+  bool more = true;
+  int pages = 0;
+  while (more) {
+    std::vector<ListEntry> e;
+    ASSERT_EQ(eng_->List(1, 1, after, 7, &e, &more), Status::kOk);
+    ASSERT_LE(e.size(), 7u);
+    for (auto& x : e) {
+      seen.push_back(x.step);
+      EXPECT_EQ(x.state, CkptState::kDurable);
+      EXPECT_EQ(x.tier, TierKind::kLocalDisk);
+      EXPECT_EQ(x.bytes, 100u);
+      EXPECT_EQ(x.time_s % 10, 0u);
+    }
+    if (!e.empty()) after = e.back().step;
+    ++pages;
+  }
+  EXPECT_EQ(pages, 4);
+  ASSERT_EQ(seen.size(), 25u);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], (i + 1) * 10);
+  std::vector<ListEntry> e;
+  EXPECT_EQ(eng_->List(1, 1, 0, 0, &e, &more), Status::kInvalid);
+}
+
+TEST_F(CheckpointRequests, RetentionKeepsTheNewestDurable) {
+  Policy p;
+  p.retention = 2;
+  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
+  for (uint64_t s = 1; s <= 5; ++s) {
+    ASSERT_EQ(SaveStep(1, 1, s), Status::kOk);
+    ASSERT_EQ(eng_->WaitDurable(1, 1, s, 30s), Status::kOk);
+  }
+  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{4, 5}));
+  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 3)));
+  EXPECT_TRUE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 5)));
+  // Lowering retention evicts at once.
+  p.retention = 1;
+  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
+  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{5}));
+}
+
+TEST_F(CheckpointRequests, DeleteRemovesFilesAndIndex) {
+  Policy p;
+  p.retention = 3;
+  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
+  ASSERT_EQ(SaveStep(1, 1, 1), Status::kOk);
+  ASSERT_EQ(SaveStep(1, 1, 2), Status::kOk);
+  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
+  ASSERT_EQ(eng_->Delete(1, 1, 1), Status::kOk);
+  EXPECT_EQ(eng_->Delete(1, 1, 1), Status::kNotFound);
+  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{2}));
+  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 1)));
+  // Survives a restart.
+  eng_.reset();
+  eng_ = Engine::Open(SmallConfig(dir_->path()), nullptr);
+  ASSERT_TRUE(eng_);
+  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{2}));
+}
+
+TEST_F(CheckpointRequests, DeleteWhilePersistingCancelsCleanly) {
+  TempDir dir("cancel");
+  auto cfg = SmallConfig(dir.path());
+  cfg.disk_bandwidth_bytes_per_s = 64 << 10;  // ~1 s for 64 KiB chunks
+  auto eng = Engine::Open(cfg, nullptr);
+  ASSERT_TRUE(eng);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  auto st = MakeState({1 << 20}, 1);
+  auto sp = Spans(st);
+  SaveResult r;
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
+  ASSERT_EQ(eng->Delete(1, 1, 1), Status::kOk);
+  EXPECT_EQ(eng->WaitDurable(1, 1, 1, 1s), Status::kNotFound);
+  ASSERT_EQ(eng->Flush(60s), Status::kOk);
+  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir.path(), 1, 1, 1)));
+  Stats stats = eng->GetStats();
+  EXPECT_EQ(stats.free_chunks, stats.pool_chunks);
+  EXPECT_EQ(stats.tenants[0].disk_bytes, 0u);
+}
+
+TEST_F(CheckpointRequests, ConcurrentTenantsEachRestoreTheirOwn) {
+  constexpr int kTenants = 4;
+  constexpr int kSteps = 6;
+  for (int t = 1; t <= kTenants; ++t) {
+    Policy p;
+    p.retention = 2;
+    p.stall_budget_ms = 60000;
+    ASSERT_EQ(eng_->SetPolicy(t, 1, p), Status::kOk);
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 1; t <= kTenants; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t s = 1; s <= kSteps; ++s) {
+        auto st = MakeState({70000, 12345}, t * 100 + s);
+        auto sp = Spans(st);
+        SaveResult r;
+        if (eng_->Save({static_cast<TenantId>(t), 1, s, sp, {}}, &r) != Status::kOk) failures++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_EQ(eng_->Flush(60s), Status::kOk);
+  for (int t = 1; t <= kTenants; ++t) {
+    auto out = ZeroState({70000, 12345});
+    auto sp = Spans(out);
+    RestoreResult rr;
+    ASSERT_EQ(eng_->Restore({static_cast<TenantId>(t), 1, kLatestStep, sp}, &rr), Status::kOk);
+    EXPECT_EQ(rr.step, static_cast<uint64_t>(kSteps));
+    EXPECT_EQ(out, MakeState({70000, 12345}, t * 100 + kSteps));
+    EXPECT_EQ(Steps(t, 1), (std::vector<uint64_t>{kSteps - 1, kSteps}));
+    EXPECT_EQ(sink_.Count(EventKind::kDurable, t, 1, kSteps), 1u);
+  }
+}
+
+}  // namespace
+}  // namespace hz::checkpoint
