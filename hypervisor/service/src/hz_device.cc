@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "spdlog/spdlog.h"
+#include "vdev/vhost_user.h"
 
 namespace hz::service {
 
@@ -102,11 +103,11 @@ HzDevice::~HzDevice() {
     link_->ctx = nullptr;
     link_->dev = nullptr;
   }
-  Teardown();
+  Teardown(/*rings_alive=*/false);
 }
 
 uint64_t HzDevice::Features() const {
-  return 0;
+  return vdev::vu::kFRingEventIdx | vdev::vu::kFRingIndirectDesc;
 }
 
 uint16_t HzDevice::NumQueues() const {
@@ -171,11 +172,10 @@ void HzDevice::OnKick(vdev::Queue& queue) {
     // filled later, and hand them back with ESHUTDOWN when stopping.
     uint64_t gen = queues_[HZ_VQ_EVENT].gen;
     while (queue.Pop(&chain)) {
-      if (draining() || chain.writable_bytes() < sizeof(hz_status)) {
-        uint32_t used = chain.writable_bytes() < sizeof(hz_status)
-                            ? 0
-                            : WriteStatus(chain, HZ_S_ESHUTDOWN, 0, 0);
-        queue.Complete(chain, used);
+      // SPEC §3.4.2: a buffer with a readable part or too small for a record
+      // goes back unused (used length 0), as does every buffer when draining.
+      if (draining() || !chain.readable().empty() || chain.writable_bytes() < sizeof(hz_event)) {
+        queue.Complete(chain, 0);
       } else {
         events_.push_back({chain, gen});
       }
@@ -225,6 +225,14 @@ void HzDevice::HandleChain(vdev::Queue& queue, const vdev::Chain& chain) {
     return fail(HZ_S_EQUEUE);
   }
   if (!hello_ && opcode != HZ_OP_HELLO) return fail(HZ_S_ESTATE);
+  if (chain.readable().size() + chain.writable().size() > env_.limits.max_segments) {
+    return fail(HZ_S_EINVAL);
+  }
+  // Only REGION_REGISTER and the data-queue opcodes define a data segment
+  // (SPEC §6.8); collectives check theirs against the inline send slice.
+  if (req.data_len != 0 && opcode != HZ_OP_REGION_REGISTER && cls != OpClass::kData) {
+    return fail(HZ_S_EINVAL);
+  }
   Handler h = families_[OpcodeFamily(opcode)];
   if (h == nullptr) return fail(HZ_S_ENOTSUP);
   Reply r = (this->*h)(queue, req);
@@ -235,10 +243,20 @@ void HzDevice::HandleChain(vdev::Queue& queue, const vdev::Chain& chain) {
 HzDevice::Reply HzDevice::HandleHello(vdev::Queue&, const Request& req) {
   hz_hello_args a;
   if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
-  if (a.reserved != 0) return {HZ_S_EINVAL, 0, 0, false};
+  if (a.reserved != 0) return {HZ_S_ENOTSUP, 0, 0, false};
+  if (a.version_major != HZ_VERSION_MAJOR) {
+    // A failed HELLO leaves the session as it was (SPEC §7.1).
+    return {HZ_S_EVERSION, 0, (HZ_VERSION_MAJOR << 16) | HZ_VERSION_MINOR, false};
+  }
+  if (req.result_capacity < sizeof(hz_hello_result)) {
+    return {HZ_S_ETOOSMALL, 0, sizeof(hz_hello_result), false};
+  }
+  // A later HELLO ends the current session: its regions and handles go, and
+  // the other ranks of its communicators see this rank leave.
+  if (hello_) Teardown(/*rings_alive=*/true);
   hz_hello_result res{};
   res.version_major = HZ_VERSION_MAJOR;
-  res.version_minor = HZ_VERSION_MINOR;
+  res.version_minor = std::min<uint16_t>(a.version_minor, HZ_VERSION_MINOR);
   res.num_request_queues = env_.limits.num_request_queues;
   res.session_id = session_id_;
   res.max_regions = env_.limits.max_regions;
@@ -246,13 +264,8 @@ HzDevice::Reply HzDevice::HandleHello(vdev::Queue&, const Request& req) {
   res.max_region_bytes = env_.limits.max_region_bytes;
   res.max_comm_ranks = env_.limits.max_comm_ranks;
   res.event_record_size = sizeof(hz_event);
-  if (a.version_major != HZ_VERSION_MAJOR) {
-    // The device's version still goes back, so the driver can say what it met.
-    bool fits = WriteResult(req, &res, sizeof(res));
-    return {HZ_S_EVERSION, fits ? static_cast<uint32_t>(sizeof(res)) : 0u, 0, false};
-  }
   res.device_features = a.driver_features & offered_features();
-  if (!WriteResult(req, &res, sizeof(res))) return {HZ_S_ETOOSMALL, 0, 0, false};
+  WriteResult(req, &res, sizeof(res));
   hello_ = true;
   features_ = res.device_features;
   UpdateInfo();
@@ -263,22 +276,22 @@ HzDevice::Reply HzDevice::HandleRegion(vdev::Queue&, const Request& req) {
   if (req.hdr.opcode == HZ_OP_REGION_UNREGISTER) {
     hz_region_unregister_args a;
     if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
-    if (a.reserved != 0) return {HZ_S_EINVAL, 0, 0, false};
+    if (a.reserved != 0) return {HZ_S_ENOTSUP, 0, 0, false};
     uint32_t st = regions_.Unregister(a.region_id);
     UpdateInfo();
     return {st, 0, 0, false};
   }
   hz_region_register_args a;
   if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
-  if (a.num_extents == 0 || a.num_extents > env_.limits.max_extents) {
-    return {HZ_S_EINVAL, 0, 0, false};
+  if (req.result_capacity < sizeof(hz_region_register_result)) {
+    return {HZ_S_ETOOSMALL, 0, sizeof(hz_region_register_result), false};
   }
+  if ((a.flags & ~(HZ_REGION_F_READ | HZ_REGION_F_WRITE)) != 0) return {HZ_S_ENOTSUP, 0, 0, false};
+  if (a.flags == 0 || a.num_extents == 0) return {HZ_S_EINVAL, 0, 0, false};
+  if (a.num_extents > env_.limits.max_extents) return {HZ_S_ELIMIT, 0, 0, false};
   // The data segment is exactly the extent array.
   if (req.data_len != static_cast<uint64_t>(a.num_extents) * sizeof(hz_extent)) {
     return {HZ_S_EINVAL, 0, 0, false};
-  }
-  if (req.result_capacity < sizeof(hz_region_register_result)) {
-    return {HZ_S_ETOOSMALL, 0, 0, false};
   }
   std::vector<hz_extent> extents(a.num_extents);
   req.chain->Read(req.data_offset, extents.data(), req.data_len);
@@ -313,7 +326,9 @@ HzDevice::Reply HzDevice::CommUid(const Request& req) {
     uint8_t none;
     if (uint32_t st = ReadArgsBytes(req, &none, 0); st != HZ_S_OK) return {st, 0, 0, false};
   }
-  if (req.result_capacity < sizeof(hz_comm_uid_result)) return {HZ_S_ETOOSMALL, 0, 0, false};
+  if (req.result_capacity < sizeof(hz_comm_uid_result)) {
+    return {HZ_S_ETOOSMALL, 0, sizeof(hz_comm_uid_result), false};
+  }
   coll::Uid uid;
   coll::Status st = env_.coll->NewUid(tenant_id_, &uid);
   if (st != coll::Status::kOk) return {FromEngine(st), 0, 0, false};
@@ -327,12 +342,19 @@ HzDevice::Reply HzDevice::CommInit(vdev::Queue& q, const Request& req) {
   hz_comm_init_args a;
   if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
   const hz_comm_constraints& c = a.constraints;
-  if (a.nranks == 0 || a.nranks > env_.limits.max_comm_ranks || a.rank >= a.nranks ||
-      (c.flags & ~(HZ_COMM_F_DETERMINISTIC | HZ_COMM_F_ALLOW_LOSSY)) != 0 ||
-      c.priority_class >= HZ_PRIO_MAX || c.reserved != 0) {
+  if (req.result_capacity < sizeof(hz_comm_init_result)) {
+    return {HZ_S_ETOOSMALL, 0, sizeof(hz_comm_init_result), false};
+  }
+  // SPEC §7.3.2, in its order.
+  if ((c.flags & ~(HZ_COMM_F_DETERMINISTIC | HZ_COMM_F_ALLOW_LOSSY)) != 0 || c.reserved != 0) {
+    return {HZ_S_ENOTSUP, 0, 0, false};
+  }
+  if (a.nranks == 0 || a.rank >= a.nranks || c.priority_class >= HZ_PRIO_MAX) {
     return {HZ_S_EINVAL, 0, 0, false};
   }
-  if (req.result_capacity < sizeof(hz_comm_init_result)) return {HZ_S_ETOOSMALL, 0, 0, false};
+  if (a.nranks > env_.limits.max_comm_ranks) return {HZ_S_ELIMIT, 0, 0, false};
+  // The operator gives each tenant its highest allowed priority class.
+  if (c.priority_class > tenant_->spec().priority) return {HZ_S_EPERM, 0, 0, false};
   size_t inits = 0;
   for (const auto& [id, p] : pending_) inits += p->opcode == HZ_OP_COMM_INIT;
   if (comms_.size() + inits >= env_.limits.max_comms) return {HZ_S_ELIMIT, 0, 0, false};
@@ -400,7 +422,7 @@ void HzDevice::OnInitDone(uint64_t op_id, coll::Status st, MemberPtr m) {
   uint32_t result_len = 0;
   if (st == coll::Status::kOk && m != nullptr) {
     uint64_t handle = next_handle_++;
-    comms_[handle] = m;
+    comms_[handle].member = m;
     hz_comm_init_result res{};
     res.comm = handle;
     p->chain.Write(0, &res, sizeof(res));
@@ -418,11 +440,23 @@ HzDevice::Reply HzDevice::CommDestroyOrAbort(const Request& req) {
   if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
   auto it = comms_.find(a.comm);
   if (it == comms_.end()) return {HZ_S_ENOENT, 0, 0, false};
-  MemberPtr m = it->second;
+  CommEntry& entry = it->second;
+  MemberPtr m = entry.member;
   if (req.hdr.opcode == HZ_OP_COMM_ABORT) {
     env_.coll->Abort(m);
-    return {HZ_S_OK, 0, 0, false};
+    if (entry.in_flight == 0) return {HZ_S_OK, 0, 0, false};
+    // Completes once the handle's own operations have (SPEC §7.3.4).
+    auto p = std::make_shared<Pending>();
+    p->chain = *req.chain;
+    p->queue = HZ_VQ_CONTROL;
+    p->queue_gen = queues_[HZ_VQ_CONTROL].gen;
+    p->request_id = req.hdr.request_id;
+    p->opcode = HZ_OP_COMM_ABORT;
+    entry.aborts.push_back(std::move(p));
+    in_flight_++;
+    return {HZ_S_OK, 0, 0, true};
   }
+  if (entry.in_flight != 0) return {HZ_S_EBUSY, 0, 0, false};
   comms_.erase(it);
   env_.coll->Destroy(m);
   UpdateInfo();
@@ -430,20 +464,22 @@ HzDevice::Reply HzDevice::CommDestroyOrAbort(const Request& req) {
 }
 
 uint32_t HzDevice::ResolveSlice(const Request& req, const hz_slice& s, uint64_t need, bool write,
-                                bool optional, coll::IoVec* out, Pending* p) {
+                                coll::IoVec* out, Pending* p) {
   if (s.region_id == HZ_REGION_NONE) {
-    if (!IsZeroSlice(s)) return HZ_S_EINVAL;
-    return (optional || need == 0) ? HZ_S_OK : HZ_S_EINVAL;
+    if (s.reserved != 0) return HZ_S_ENOTSUP;
+    if (s.offset != 0 || s.length != 0) return HZ_S_EINVAL;
+    // NONE stands for "no buffer": fine where nothing is needed (B = 0).
+    return need == 0 ? HZ_S_OK : HZ_S_EINVAL;
   }
   if (s.region_id == HZ_REGION_INLINE) {
+    if (s.reserved != 0) return HZ_S_ENOTSUP;
     if ((features_ & (1ull << HZ_F_INLINE_DATA)) == 0) return HZ_S_ENOTSUP;
-    if (s.reserved != 0) return HZ_S_EINVAL;
-    if (s.length < need) return HZ_S_EFAULT;
-    // Inline send data is the request's data segment; inline receive space is
-    // the result space. Both are bounded by what the chain really holds.
-    uint64_t limit = write ? req.result_capacity : req.data_len;
-    if (s.offset > limit || s.length > limit - s.offset) return HZ_S_EFAULT;
-    uint64_t base = write ? s.offset : req.data_offset + s.offset;
+    // SPEC §7.2.4: inline send data is the whole data segment; inline receive
+    // space is the start of the result space.
+    if (s.offset != 0 || s.length != need) return HZ_S_EINVAL;
+    if (!write && s.length != req.data_len) return HZ_S_EINVAL;
+    if (write && s.length > req.result_capacity) return HZ_S_ETOOSMALL;
+    uint64_t base = write ? 0 : req.data_offset;
     const auto& segs = write ? req.chain->writable() : req.chain->readable();
     uint64_t left = need;
     for (const vdev::Segment& seg : segs) {
@@ -457,9 +493,7 @@ uint32_t HzDevice::ResolveSlice(const Request& req, const hz_slice& s, uint64_t 
       left -= n;
       base = 0;
     }
-    if (write) {
-      p->result_len = std::max(p->result_len, static_cast<uint32_t>(s.offset + need));
-    }
+    if (write) p->result_len = static_cast<uint32_t>(need);
     return HZ_S_OK;
   }
   RegionPin pin;
@@ -477,29 +511,30 @@ HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
   const uint16_t opcode = req.hdr.opcode;
   coll::OpDesc d;
   if (!CollOp(opcode, &d.op)) return {HZ_S_ENOTSUP, 0, 0, false};
-  if (a.flags != 0) return {HZ_S_EINVAL, 0, 0, false};
+  // SPEC §7.4.8, in its order.
+  if (a.flags != 0) return {HZ_S_ENOTSUP, 0, 0, false};
   auto cit = comms_.find(a.comm);
   if (cit == comms_.end()) return {HZ_S_ENOENT, 0, 0, false};
-  const MemberPtr& m = cit->second;
+  const MemberPtr& m = cit->second.member;
   const uint64_t nranks = m->nranks();
   const bool reduces =
       opcode == HZ_OP_ALLREDUCE || opcode == HZ_OP_REDUCE || opcode == HZ_OP_REDUCE_SCATTER;
   const bool rooted = opcode == HZ_OP_BROADCAST || opcode == HZ_OP_REDUCE || opcode == HZ_OP_SEND ||
                       opcode == HZ_OP_RECV;
-  // Fields an opcode does not use must be zero (detail names the field).
-  if (opcode == HZ_OP_BARRIER && (a.count != 0 || a.dtype != 0)) return {HZ_S_EINVAL, 0, 3, false};
-  if (!reduces && a.redop != 0) return {HZ_S_EINVAL, 0, 5, false};
-  if (!rooted && a.peer != 0) return {HZ_S_EINVAL, 0, 6, false};
-  if (rooted && a.peer >= nranks) return {HZ_S_EINVAL, 0, 6, false};
-  size_t esize = DtypeSize(a.dtype);
-  if (opcode != HZ_OP_BARRIER && esize == 0) return {HZ_S_EINVAL, 0, 4, false};
-  if (reduces && a.redop >= HZ_REDOP_MAX) return {HZ_S_EINVAL, 0, 5, false};
+  // Fields an opcode does not use must be zero.
+  if (opcode == HZ_OP_BARRIER && (a.count != 0 || a.dtype != 0)) return {HZ_S_EINVAL, 0, 0, false};
+  if (!reduces && a.redop != 0) return {HZ_S_EINVAL, 0, 0, false};
+  if (!rooted && a.peer != 0) return {HZ_S_EINVAL, 0, 0, false};
+  if (rooted && a.peer >= nranks) return {HZ_S_EINVAL, 0, 0, false};
+  const size_t esize = DtypeSize(a.dtype);
+  if (opcode != HZ_OP_BARRIER && esize == 0) return {HZ_S_EINVAL, 0, 0, false};
+  if (reduces && a.redop >= HZ_REDOP_MAX) return {HZ_S_EINVAL, 0, 0, false};
 
-  uint64_t b = 0, pb = 0;
-  if (!MulOk(a.count, esize, &b) || !MulOk(b, nranks, &pb)) return {HZ_S_EINVAL, 0, 3, false};
+  uint64_t b = 0, nb = 0;
+  if (!MulOk(a.count, esize, &b) || !MulOk(b, nranks, &nb)) return {HZ_S_EINVAL, 0, 0, false};
   const bool root = a.peer == m->rank();
+  // Required lengths per SPEC §7.4.2; 0 means the slice must be NONE.
   uint64_t send_need = 0, recv_need = 0;
-  bool send_optional = false, recv_optional = false;
   switch (opcode) {
     case HZ_OP_ALLREDUCE:
       send_need = b;
@@ -507,25 +542,23 @@ HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
       break;
     case HZ_OP_BROADCAST:
       send_need = root ? b : 0;
-      send_optional = !root;
       recv_need = b;
       break;
     case HZ_OP_REDUCE:
       send_need = b;
       recv_need = root ? b : 0;
-      recv_optional = !root;
       break;
     case HZ_OP_ALLGATHER:
       send_need = b;
-      recv_need = pb;
+      recv_need = nb;
       break;
     case HZ_OP_REDUCE_SCATTER:
-      send_need = pb;
+      send_need = nb;
       recv_need = b;
       break;
     case HZ_OP_ALLTOALL:
-      send_need = pb;
-      recv_need = pb;
+      send_need = nb;
+      recv_need = nb;
       break;
     case HZ_OP_SEND:
       send_need = b;
@@ -536,20 +569,47 @@ HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
     default:
       break;  // barrier
   }
-  // A slice the opcode never uses must be absent.
-  bool send_used = opcode != HZ_OP_RECV && opcode != HZ_OP_BARRIER;
-  bool recv_used = opcode != HZ_OP_SEND && opcode != HZ_OP_BARRIER;
-  if (!send_used && !IsZeroSlice(a.send)) return {HZ_S_EINVAL, 0, 7, false};
-  if (!recv_used && !IsZeroSlice(a.recv)) return {HZ_S_EINVAL, 0, 8, false};
+  // A slice that is not needed must be all zero (NONE).
+  if (send_need == 0 && a.send.region_id != HZ_REGION_NONE && b != 0) {
+    return {HZ_S_EINVAL, 0, 0, false};
+  }
+  if (recv_need == 0 && a.recv.region_id != HZ_REGION_NONE && b != 0) {
+    return {HZ_S_EINVAL, 0, 1, false};
+  }
+  // The data segment carries inline send data and nothing else.
+  if (a.send.region_id != HZ_REGION_INLINE && req.data_len != 0) return {HZ_S_EINVAL, 0, 0, false};
 
   auto p = std::make_shared<Pending>();
-  if (send_used) {
-    uint32_t st = ResolveSlice(req, a.send, send_need, false, send_optional, &d.send, p.get());
-    if (st != HZ_S_OK) return {st, 0, 7, false};
+  if (uint32_t st = ResolveSlice(req, a.send, send_need, false, &d.send, p.get()); st != HZ_S_OK) {
+    return {st, 0, 0, false};
   }
-  if (recv_used) {
-    uint32_t st = ResolveSlice(req, a.recv, recv_need, true, recv_optional, &d.recv, p.get());
-    if (st != HZ_S_OK) return {st, 0, 8, false};
+  if (uint32_t st = ResolveSlice(req, a.recv, recv_need, true, &d.recv, p.get()); st != HZ_S_OK) {
+    return {st, 0, st == HZ_S_ETOOSMALL ? static_cast<uint32_t>(recv_need) : 1u, false};
+  }
+  // In-place forms of SPEC §7.4.7; any other overlap of send and recv is refused.
+  const hz_slice& s = a.send;
+  const hz_slice& r = a.recv;
+  if (s.region_id == r.region_id && s.region_id != HZ_REGION_NONE &&
+      s.region_id != HZ_REGION_INLINE && s.length != 0 && r.length != 0 &&
+      s.offset < r.offset + r.length && r.offset < s.offset + s.length) {
+    const uint64_t rank_off = b * m->rank();  // <= nb, no overflow
+    bool allowed = false;
+    switch (opcode) {
+      case HZ_OP_ALLREDUCE:
+      case HZ_OP_BROADCAST:
+      case HZ_OP_REDUCE:
+        allowed = s.offset == r.offset && s.length == r.length;
+        break;
+      case HZ_OP_ALLGATHER:
+        allowed = r.offset <= UINT64_MAX - rank_off && s.offset == r.offset + rank_off;
+        break;
+      case HZ_OP_REDUCE_SCATTER:
+        allowed = s.offset <= UINT64_MAX - rank_off && r.offset == s.offset + rank_off;
+        break;
+      default:
+        break;
+    }
+    if (!allowed) return {HZ_S_EINVAL, 0, 1, false};
   }
   d.seq = a.seq;
   d.count = a.count;
@@ -563,8 +623,10 @@ HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
   p->request_id = req.hdr.request_id;
   p->opcode = opcode;
   p->bytes = std::max(send_need, recv_need);
+  p->comm = a.comm;
   uint64_t op_id = next_op_++;
   pending_[op_id] = p;
+  cit->second.in_flight++;
   in_flight_++;
   std::weak_ptr<Link> weak = link_;
   // The callback keeps p (and with it the pinned regions and the chain's
@@ -598,6 +660,15 @@ void HzDevice::OnOpDone(uint64_t op_id, coll::Status st) {
   if (status == HZ_S_OK && env_.metrics != nullptr) env_.metrics->AddBytes(p->opcode, p->bytes);
   FinishPending(*p, status, status == HZ_S_OK ? p->result_len : 0);
   p->pins.clear();
+  // The last operation of a handle releases the COMM_ABORTs waiting for it.
+  auto cit = comms_.find(p->comm);
+  if (cit != comms_.end() && --cit->second.in_flight == 0) {
+    for (const auto& abort : cit->second.aborts) {
+      in_flight_--;
+      FinishPending(*abort, HZ_S_OK, 0);
+    }
+    cit->second.aborts.clear();
+  }
 }
 
 void HzDevice::FinishPending(const Pending& p, uint32_t status, uint32_t result_len) {
@@ -636,10 +707,18 @@ void HzDevice::Drain() {
     in_flight_--;
     FinishPending(*p, HZ_S_ESHUTDOWN, 0);
   }
+  for (auto& [handle, entry] : comms_) {
+    for (const auto& abort : entry.aborts) {
+      in_flight_--;
+      FinishPending(*abort, HZ_S_ESHUTDOWN, 0);
+    }
+    entry.aborts.clear();
+    entry.in_flight = 0;
+  }
   vdev::Queue* eq = queues_[HZ_VQ_EVENT].queue;
   for (auto& [chain, gen] : events_) {
     if (eq == nullptr || gen != queues_[HZ_VQ_EVENT].gen) continue;
-    eq->Complete(chain, WriteStatus(chain, HZ_S_ESHUTDOWN, 0, 0));
+    eq->Complete(chain, 0);  // SPEC §2.8: returned unused
   }
   events_.clear();
   if (eq != nullptr) eq->Flush();
@@ -647,18 +726,40 @@ void HzDevice::Drain() {
   UpdateInfo();
 }
 
-void HzDevice::Teardown() {
+void HzDevice::Teardown(bool rings_alive) {
+  std::map<uint64_t, CommEntry> comms;
+  comms.swap(comms_);
+  if (rings_alive) {
+    // A joining rank of the old session fails now; the engine's late answer
+    // finds no request and leaves the communicator again (OnInitDone).
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second->opcode == HZ_OP_COMM_INIT) {
+        in_flight_--;
+        FinishPending(*it->second, HZ_S_EABORTED, 0);
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& [handle, entry] : comms) {
+      for (const auto& abort : entry.aborts) {
+        in_flight_--;
+        FinishPending(*abort, HZ_S_OK, 0);
+      }
+    }
+  } else {
+    for (auto& [handle, entry] : comms) in_flight_ -= entry.aborts.size();
+    in_flight_ -= pending_.size();
+    pending_.clear();
+    events_.clear();
+  }
   // Leaving every communicator aborts it for the other ranks, so none of
   // them waits for this VM until a timeout. Destroy returns once the engine
-  // no longer touches this VM's memory.
-  std::map<uint64_t, MemberPtr> comms;
-  comms.swap(comms_);
+  // no longer touches this VM's memory; the collectives it aborts come back
+  // through the executor and, with the rings alive, are answered EABORTED.
   if (env_.coll != nullptr) {
-    for (auto& [handle, m] : comms) env_.coll->Destroy(m);
+    for (auto& [handle, entry] : comms) env_.coll->Destroy(entry.member);
   }
-  in_flight_ -= pending_.size();
-  pending_.clear();
-  events_.clear();
   regions_.Clear();
   hello_ = false;
   features_ = 0;
@@ -667,7 +768,7 @@ void HzDevice::Teardown() {
 }
 
 void HzDevice::OnReset() {
-  Teardown();
+  Teardown(/*rings_alive=*/false);
   for (QueueSlot& s : queues_) s = {nullptr, next_gen_++};
 }
 
@@ -677,7 +778,7 @@ void HzDevice::OnDisconnect() {
     link_->ctx = nullptr;
   }
   ctx_ = nullptr;
-  Teardown();
+  Teardown(/*rings_alive=*/false);
   for (QueueSlot& s : queues_) s = {nullptr, next_gen_++};
   UpdateInfo();
 }
@@ -696,8 +797,8 @@ void HzDevice::UpdateInfo() {
   info_.regions = regions_.count();
   info_.region_bytes = regions_.bytes();
   info_.comms.clear();
-  for (const auto& [handle, m] : comms_) {
-    info_.comms.push_back({handle, m->comm_id(), m->rank(), m->nranks()});
+  for (const auto& [handle, e] : comms_) {
+    info_.comms.push_back({handle, e.member->comm_id(), e.member->rank(), e.member->nranks()});
   }
   info_.events_held = events_.size();
 }

@@ -15,23 +15,34 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
                                const std::vector<hz_extent>& extents, uint32_t* id,
                                uint32_t* detail) {
   *detail = 0;
-  if (flags == 0 || (flags & ~(HZ_REGION_F_READ | HZ_REGION_F_WRITE)) != 0) return HZ_S_EINVAL;
-  if (extents.empty() || extents.size() > limits_.max_extents) return HZ_S_EINVAL;
-  if (regions_.size() >= limits_.max_regions) return HZ_S_ELIMIT;
-  if (total_len > limits_.max_region_bytes) return HZ_S_ELIMIT;
-  if (memory == nullptr) return HZ_S_EFAULT;
+  // The checks run in the order SPEC §7.2.1 lists them.
+  if ((flags & ~(HZ_REGION_F_READ | HZ_REGION_F_WRITE)) != 0) return HZ_S_ENOTSUP;
+  if (flags == 0) return HZ_S_EINVAL;
+  if (extents.empty()) return HZ_S_EINVAL;
+  if (extents.size() > limits_.max_extents) return HZ_S_ELIMIT;
 
   uint64_t sum = 0;
   for (size_t i = 0; i < extents.size(); ++i) {
     const hz_extent& e = extents[i];
     *detail = static_cast<uint32_t>(i);
-    if (e.len == 0) return HZ_S_EINVAL;
-    if (e.gpa > kU64Max - e.len) return HZ_S_EFAULT;
+    if (e.len == 0 || e.gpa > kU64Max - e.len) return HZ_S_EINVAL;
+  }
+  *detail = 0;
+  for (const hz_extent& e : extents) {
     if (e.len > kU64Max - sum) return HZ_S_EINVAL;
     sum += e.len;
   }
-  *detail = 0;
   if (sum != total_len) return HZ_S_EINVAL;
+  if (total_len > limits_.max_region_bytes) return HZ_S_ELIMIT;
+
+  auto region = std::make_shared<Region>();
+  if (memory == nullptr) return HZ_S_EFAULT;
+  for (size_t i = 0; i < extents.size(); ++i) {
+    if (!memory->TranslateGpa(extents[i].gpa, extents[i].len, &region->host)) {
+      *detail = static_cast<uint32_t>(i);
+      return HZ_S_EFAULT;
+    }
+  }
 
   // Overlaps among the new extents: sort a copy by gpa, compare neighbours.
   std::vector<std::pair<hz_extent, uint32_t>> sorted;
@@ -41,7 +52,7 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
             [](const auto& a, const auto& b) { return a.first.gpa < b.first.gpa; });
   for (size_t i = 1; i < sorted.size(); ++i) {
     if (sorted[i].first.gpa < sorted[i - 1].first.gpa + sorted[i - 1].first.len) {
-      *detail = sorted[i].second;
+      *detail = std::max(sorted[i].second, sorted[i - 1].second);  // the later extent
       return HZ_S_EINVAL;
     }
   }
@@ -62,17 +73,11 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
     }
   }
 
-  auto region = std::make_shared<Region>();
+  if (regions_.size() >= limits_.max_regions) return HZ_S_ELIMIT;
   region->flags = flags;
   region->total_len = total_len;
   region->extents = extents;
   region->memory = memory;
-  for (size_t i = 0; i < extents.size(); ++i) {
-    if (!memory->TranslateGpa(extents[i].gpa, extents[i].len, &region->host)) {
-      *detail = static_cast<uint32_t>(i);
-      return HZ_S_EFAULT;
-    }
-  }
   uint64_t off = 0;
   region->starts.reserve(region->host.size());
   for (const vdev::Segment& s : region->host) {
@@ -108,13 +113,14 @@ uint32_t RegionTable::Unregister(uint32_t id) {
 
 uint32_t RegionTable::Resolve(const hz_slice& slice, uint64_t need, uint32_t access,
                               coll::IoVec* out, RegionPin* pin) const {
-  if (slice.reserved != 0) return HZ_S_EINVAL;
+  // SPEC §7.2.3, in its order; the exact-length rule of collectives last.
+  if (slice.reserved != 0) return HZ_S_ENOTSUP;
   auto it = regions_.find(slice.region_id);
-  if (it == regions_.end()) return HZ_S_EFAULT;
+  if (it == regions_.end()) return HZ_S_ENOENT;
   const Region& r = *it->second;
-  if ((r.flags & access) != access) return HZ_S_EFAULT;
-  if (slice.length < need) return HZ_S_EFAULT;
   if (slice.offset > r.total_len || slice.length > r.total_len - slice.offset) return HZ_S_EFAULT;
+  if ((r.flags & access) != access) return HZ_S_EFAULT;
+  if (slice.length != need) return HZ_S_EINVAL;
   if (need > 0) {
     // First host segment holding slice.offset.
     size_t i =

@@ -23,7 +23,8 @@ Framing ParseRequest(const vdev::Chain& chain, uint32_t max_readable_bytes, Requ
     return Framing::kError;
   }
   if (req->hdr.flags != 0) {
-    err->detail = 1;  // the bad field: flags
+    err->status = HZ_S_ENOTSUP;  // SPEC §6.2: flags of a later version
+    err->detail = 1;
     return Framing::kError;
   }
   size_t after_hdr = chain.readable_bytes() - sizeof(hz_req_hdr);
@@ -61,7 +62,7 @@ uint32_t ReadArgsBytes(const Request& req, void* out, size_t size) {
     size_t n = std::min(sizeof(buf), req.args_len - pos);
     req.chain->Read(req.args_offset + pos, buf, n);
     for (size_t i = 0; i < n; ++i) {
-      if (buf[i] != 0) return HZ_S_EINVAL;
+      if (buf[i] != 0) return HZ_S_ENOTSUP;  // fields of a later minor version
     }
     pos += n;
   }

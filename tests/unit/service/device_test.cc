@@ -183,7 +183,7 @@ TEST_F(DeviceTest, MalformedHeadersAreRejected) {
   EXPECT_EQ(Call(0, shorthdr).status, HZ_S_EINVAL);
   EXPECT_EQ(last_used_, sizeof(hz_status));
   hz_status st = Call(0, HeaderOnly(HZ_OP_HELLO, 77, 0, /*flags=*/1));
-  EXPECT_EQ(st.status, HZ_S_EINVAL);
+  EXPECT_EQ(st.status, HZ_S_ENOTSUP);
   EXPECT_EQ(st.request_id, 77u);
   // args_len larger than what the chain holds.
   EXPECT_EQ(Call(0, HeaderOnly(HZ_OP_HELLO, 78, 1000)).status, HZ_S_EINVAL);
@@ -235,9 +235,8 @@ TEST_F(DeviceTest, HelloVersionMismatch) {
   a.version_major = HZ_VERSION_MAJOR + 1;
   hz_status st = Call(0, RequestBytes(HZ_OP_HELLO, a, 1));
   EXPECT_EQ(st.status, HZ_S_EVERSION);
-  hz_hello_result r;
-  std::memcpy(&r, last_.writable()[0].data, sizeof(r));
-  EXPECT_EQ(r.version_major, HZ_VERSION_MAJOR);
+  EXPECT_EQ(st.result_len, 0u);
+  EXPECT_EQ(st.detail, (HZ_VERSION_MAJOR << 16) | HZ_VERSION_MINOR);
   // Still not initialised.
   EXPECT_EQ(Call(0, HeaderOnly(HZ_OP_COMM_UID, 2)).status, HZ_S_ESTATE);
 }
@@ -245,7 +244,9 @@ TEST_F(DeviceTest, HelloVersionMismatch) {
 TEST_F(DeviceTest, HelloResultSpaceTooSmall) {
   hz_hello_args a{};
   a.version_major = HZ_VERSION_MAJOR;
-  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_HELLO, a, 1), 8).status, HZ_S_ETOOSMALL);
+  hz_status st = Call(0, RequestBytes(HZ_OP_HELLO, a, 1), 8);
+  EXPECT_EQ(st.status, HZ_S_ETOOSMALL);
+  EXPECT_EQ(st.detail, sizeof(hz_hello_result));
 }
 
 TEST_F(DeviceTest, ArgumentsAreForwardCompatible) {
@@ -256,7 +257,7 @@ TEST_F(DeviceTest, ArgumentsAreForwardCompatible) {
   l.a.version_major = HZ_VERSION_MAJOR;
   EXPECT_EQ(Call(0, RequestBytes(HZ_OP_HELLO, l, 1)).status, HZ_S_OK);
   l.extra[7] = 1;
-  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_HELLO, l, 1)).status, HZ_S_EINVAL);
+  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_HELLO, l, 1)).status, HZ_S_ENOTSUP);
   uint32_t shorter = HZ_VERSION_MAJOR;
   EXPECT_EQ(Call(0, RequestBytes(HZ_OP_HELLO, shorter, 1)).status, HZ_S_EINVAL);
 }
@@ -309,10 +310,10 @@ TEST_F(DeviceTest, RegionRegisterRejectsBadExtents) {
   EXPECT_EQ(last_detail_, 1u);
   EXPECT_EQ(Register({{b - 4096, 4096}}, rw, &id), HZ_S_EFAULT);            // below RAM
   EXPECT_EQ(Register({{b + ram_.size() - 10, 20}}, rw, &id), HZ_S_EFAULT);  // past the end
-  EXPECT_EQ(Register({{~0ull - 10, 100}}, rw, &id), HZ_S_EFAULT);           // wraps
+  EXPECT_EQ(Register({{~0ull - 10, 100}}, rw, &id), HZ_S_EINVAL);           // wraps
   EXPECT_EQ(Register({{b, 4096}}, rw, &id, 4095), HZ_S_EINVAL);             // total_len
   EXPECT_EQ(Register({{b, 4096}}, 0, &id), HZ_S_EINVAL);                    // no access
-  EXPECT_EQ(Register({{b, 4096}}, 0x80, &id), HZ_S_EINVAL);                 // unknown flag
+  EXPECT_EQ(Register({{b, 4096}}, 0x80 | rw, &id), HZ_S_ENOTSUP);           // unknown flag
   // Overlap with an existing region of this VM.
   ASSERT_EQ(Register({{b, 4096}}, rw, &id), HZ_S_OK);
   EXPECT_EQ(Register({{b + 4000, 4096}}, rw, &id), HZ_S_EINVAL);
@@ -368,14 +369,14 @@ TEST_F(DeviceTest, CommInitCompletesWhenAllRanksJoined) {
   a.nranks = 2;
   a.rank = 1;
   a.constraints.flags = HZ_COMM_F_DETERMINISTIC;
-  a.constraints.priority_class = HZ_PRIO_HIGH;
+  a.constraints.priority_class = HZ_PRIO_NORMAL;
   a.constraints.timeout_ms = 1234;
   vdev::Chain c = cb_.Make(RequestBytes(HZ_OP_COMM_INIT, a, 42), 64);
   EXPECT_FALSE(Submit(0, c));
   EXPECT_EQ(dev_->in_flight(), 1u);
   ASSERT_EQ(backend_.inits.size(), 1u);
   EXPECT_TRUE(backend_.last_constraints.deterministic);
-  EXPECT_EQ(backend_.last_constraints.priority_class, HZ_PRIO_HIGH);
+  EXPECT_EQ(backend_.last_constraints.priority_class, HZ_PRIO_NORMAL);
   EXPECT_EQ(backend_.last_constraints.timeout_ms, 1234u);
   // The engine completes on its own thread; the device finishes on its executor.
   backend_.inits[0].done(coll::Status::kOk, std::make_shared<testing::FakeMember>(1, 2, 7));
@@ -402,10 +403,18 @@ TEST_F(DeviceTest, CommInitValidatesArguments) {
   EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_INIT, a, 1)).status, HZ_S_EINVAL);
   a.constraints.priority_class = 0;
   a.constraints.flags = 1u << 7;
-  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_INIT, a, 1)).status, HZ_S_EINVAL);
+  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_INIT, a, 1)).status, HZ_S_ENOTSUP);
   a.constraints.flags = 0;
+  a.constraints.reserved = 1;
+  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_INIT, a, 1)).status, HZ_S_ENOTSUP);
+  a.constraints.reserved = 0;
   a.nranks = limits_.max_comm_ranks + 1;
-  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_INIT, a, 1)).status, HZ_S_EINVAL);
+  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_INIT, a, 1)).status, HZ_S_ELIMIT);
+  // The tenant (normal priority) may not ask for a higher class.
+  a.nranks = 1;
+  a.constraints.priority_class = HZ_PRIO_HIGH;
+  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_INIT, a, 1)).status, HZ_S_EPERM);
+  EXPECT_TRUE(backend_.inits.empty());
 }
 
 TEST_F(DeviceTest, AnotherTenantsUidIsRefused) {
@@ -429,7 +438,7 @@ TEST_F(DeviceTest, AllReduceResolvesSlicesAcrossExtents) {
   ASSERT_EQ(Register({{b + 65536, 100}, {b, 156}}, HZ_REGION_F_READ, &src), HZ_S_OK);
   ASSERT_EQ(Register({{b + 131072, 256}}, HZ_REGION_F_WRITE, &dst), HZ_S_OK);
   uint64_t comm = InitComm();
-  hz_coll_args a = Coll(comm, 40, Slice(src, 96, 160), Slice(dst, 0, 256));
+  hz_coll_args a = Coll(comm, 40, Slice(src, 96, 160), Slice(dst, 0, 160));
   a.seq = 5;
   vdev::Chain c = cb_.Make(RequestBytes(HZ_OP_ALLREDUCE, a, 77), 0 + sizeof(hz_status));
   EXPECT_FALSE(Submit(2, c));
@@ -446,7 +455,7 @@ TEST_F(DeviceTest, AllReduceResolvesSlicesAcrossExtents) {
   EXPECT_EQ(d.send[1].len, 156u);
   ASSERT_EQ(d.recv.size(), 1u);
   EXPECT_EQ(d.recv[0].data, ram_.at(b + 131072));
-  EXPECT_EQ(d.recv[0].len, 160u);  // only count * 4 bytes are used
+  EXPECT_EQ(d.recv[0].len, 160u);
 
   // A region in use cannot go away.
   hz_region_unregister_args u{};
@@ -474,15 +483,16 @@ TEST_F(DeviceTest, BadSlicesAreRejected) {
   auto status = [&](hz_coll_args a) { return Call(2, RequestBytes(HZ_OP_ALLREDUCE, a, 1)).status; };
   EXPECT_EQ(status(Coll(comm, 16, Slice(ro, 0, 64), Slice(ro, 0, 64))),
             HZ_S_EFAULT);  // not writable
-  EXPECT_EQ(status(Coll(comm, 16, Slice(99, 0, 64), Slice(rw, 0, 64))), HZ_S_EFAULT);  // unknown
+  EXPECT_EQ(status(Coll(comm, 16, Slice(99, 0, 64), Slice(rw, 0, 64))), HZ_S_ENOENT);  // unknown
   EXPECT_EQ(status(Coll(comm, 16, Slice(ro, 4090, 64), Slice(rw, 0, 64))), HZ_S_EFAULT);
   EXPECT_EQ(status(Coll(comm, 16, Slice(ro, ~0ull - 8, 64), Slice(rw, 0, 64))), HZ_S_EFAULT);
   EXPECT_EQ(status(Coll(comm, 16, Slice(ro, 0, ~0ull), Slice(rw, 0, 64))), HZ_S_EFAULT);
-  EXPECT_EQ(status(Coll(comm, 16, Slice(ro, 0, 63), Slice(rw, 0, 64))), HZ_S_EFAULT);  // short
+  EXPECT_EQ(status(Coll(comm, 16, Slice(ro, 0, 63), Slice(rw, 0, 64))), HZ_S_EINVAL);  // short
+  EXPECT_EQ(status(Coll(comm, 16, Slice(ro, 0, 68), Slice(rw, 0, 64))), HZ_S_EINVAL);  // long
   EXPECT_EQ(status(Coll(comm, 16, Slice(0, 0, 0), Slice(rw, 0, 64))), HZ_S_EINVAL);    // missing
   hz_coll_args a = Coll(comm, 16, Slice(ro, 0, 64), Slice(rw, 0, 64));
   a.send.reserved = 1;
-  EXPECT_EQ(status(a), HZ_S_EINVAL);
+  EXPECT_EQ(status(a), HZ_S_ENOTSUP);
   a = Coll(comm, ~0ull / 2, Slice(ro, 0, 64), Slice(rw, 0, 64));
   EXPECT_EQ(status(a), HZ_S_EINVAL);  // count * size overflows
   a = Coll(comm, 16, Slice(ro, 0, 64), Slice(rw, 0, 64));
@@ -493,7 +503,7 @@ TEST_F(DeviceTest, BadSlicesAreRejected) {
   EXPECT_EQ(status(a), HZ_S_EINVAL);
   a.redop = HZ_SUM;
   a.flags = 1;
-  EXPECT_EQ(status(a), HZ_S_EINVAL);
+  EXPECT_EQ(status(a), HZ_S_ENOTSUP);
   a.flags = 0;
   a.comm = comm + 1000;
   EXPECT_EQ(status(a), HZ_S_ENOENT);
@@ -505,7 +515,7 @@ TEST_F(DeviceTest, InlineSendAndReceive) {
   uint64_t comm = InitComm();
   float in[4] = {1, 2, 3, 4};
   hz_slice send = Slice(HZ_REGION_INLINE, 0, sizeof(in));
-  hz_slice recv = Slice(HZ_REGION_INLINE, 8, sizeof(in));
+  hz_slice recv = Slice(HZ_REGION_INLINE, 0, sizeof(in));
   hz_coll_args a = Coll(comm, 4, send, recv);
   vdev::Chain c =
       cb_.Make(RequestBytes(HZ_OP_ALLREDUCE, a, 3, in, sizeof(in)), 32 + sizeof(hz_status));
@@ -515,17 +525,27 @@ TEST_F(DeviceTest, InlineSendAndReceive) {
   ASSERT_EQ(d.send.size(), 1u);
   EXPECT_EQ(std::memcmp(d.send[0].data, in, sizeof(in)), 0);
   ASSERT_EQ(d.recv.size(), 1u);
-  EXPECT_EQ(d.recv[0].data, c.writable()[0].data + 8);
+  EXPECT_EQ(d.recv[0].data, c.writable()[0].data);
   std::memcpy(d.recv[0].data, in, sizeof(in));  // what the engine would write
   backend_.posts[0].done(coll::Status::kOk);
   ctx_.RunPosted();
   hz_status st = StatusOf(c);
   EXPECT_EQ(st.status, HZ_S_OK);
-  EXPECT_EQ(st.result_len, 8 + sizeof(in));
-  EXPECT_EQ(queues_[2]->used.back().len, 8 + sizeof(in) + sizeof(hz_status));
-  // Inline receive space beyond the result space is a fault.
-  a.recv = Slice(HZ_REGION_INLINE, 20, sizeof(in));
-  EXPECT_EQ(Call(2, RequestBytes(HZ_OP_ALLREDUCE, a, 3, in, sizeof(in)), 32).status, HZ_S_EFAULT);
+  EXPECT_EQ(st.result_len, sizeof(in));
+  EXPECT_EQ(queues_[2]->used.back().len, sizeof(in) + sizeof(hz_status));
+  // Inline receive data larger than the result space.
+  hz_status small = Call(2, RequestBytes(HZ_OP_ALLREDUCE, a, 3, in, sizeof(in)), 8);
+  EXPECT_EQ(small.status, HZ_S_ETOOSMALL);
+  EXPECT_EQ(small.detail, sizeof(in));
+  // Inline send length must be the data segment's; offsets must be 0.
+  EXPECT_EQ(Call(2, RequestBytes(HZ_OP_ALLREDUCE, a, 3, in, 8), 32).status, HZ_S_EINVAL);
+  a.recv.offset = 4;
+  EXPECT_EQ(Call(2, RequestBytes(HZ_OP_ALLREDUCE, a, 3, in, sizeof(in)), 32).status, HZ_S_EINVAL);
+  // Without HZ_F_INLINE_DATA inline slices are not supported.
+  Hello(1ull << HZ_F_COLLECTIVES);
+  comm = InitComm();
+  a = Coll(comm, 4, send, Slice(HZ_REGION_INLINE, 0, sizeof(in)));
+  EXPECT_EQ(Call(2, RequestBytes(HZ_OP_ALLREDUCE, a, 3, in, sizeof(in)), 32).status, HZ_S_ENOTSUP);
 }
 
 TEST_F(DeviceTest, EngineErrorsMapToStatuses) {
@@ -595,6 +615,9 @@ TEST_F(DeviceTest, DrainAnswersEverythingWithShutdown) {
   Submit(0, init);
   vdev::Chain event = cb_.Make({}, sizeof(hz_event));
   EXPECT_FALSE(Submit(1, event)) << "event buffers are held";
+  vdev::Chain tiny = cb_.Make({}, sizeof(hz_event) - 1);
+  EXPECT_TRUE(Submit(1, tiny)) << "a buffer too small for a record goes back at once";
+  EXPECT_EQ(queues_[1]->used.back().len, 0u);
   EXPECT_EQ(dev_->Info().events_held, 1u);
   EXPECT_EQ(dev_->in_flight(), 2u);
 
@@ -602,8 +625,8 @@ TEST_F(DeviceTest, DrainAnswersEverythingWithShutdown) {
   dev_->Drain();
   EXPECT_EQ(StatusOf(op).status, HZ_S_ESHUTDOWN);
   EXPECT_EQ(StatusOf(init).status, HZ_S_ESHUTDOWN);
-  EXPECT_EQ(StatusOf(event).status, HZ_S_ESHUTDOWN);
-  EXPECT_EQ(queues_[1]->used.size(), 1u);
+  ASSERT_EQ(queues_[1]->used.size(), 2u);
+  EXPECT_EQ(queues_[1]->used.back().len, 0u) << "event buffers are returned unused";
   EXPECT_EQ(dev_->in_flight(), 0u);
   EXPECT_EQ(ctx_.config_changes, 1);
   // Late engine completions find nothing to answer twice.
@@ -637,6 +660,83 @@ TEST_F(DeviceTest, CompletionAfterDisconnectIsDropped) {
   backend_.posts[0].done(coll::Status::kAborted);
   EXPECT_EQ(ctx_.RunPosted(), 0u);
   dev_.reset();
+}
+
+}  // namespace
+}  // namespace hz::service
+
+namespace hz::service {
+namespace {
+
+TEST_F(DeviceTest, DataSegmentOnlyWhereDefined) {
+  hz_hello_args a{};
+  a.version_major = HZ_VERSION_MAJOR;
+  uint8_t junk[4] = {1, 2, 3, 4};
+  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_HELLO, a, 1, junk, sizeof(junk))).status, HZ_S_EINVAL);
+}
+
+TEST_F(DeviceTest, SecondHelloStartsANewSession) {
+  uint64_t first = Hello().session_id;
+  uint32_t id = 0;
+  ASSERT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ, &id), HZ_S_OK);
+  uint64_t comm = InitComm();
+  hz_coll_args a{};
+  a.comm = comm;
+  vdev::Chain op = cb_.Make(RequestBytes(HZ_OP_BARRIER, a, 1), sizeof(hz_status));
+  Submit(2, op);
+  uint64_t second = Hello().session_id;
+  EXPECT_NE(first, second);
+  EXPECT_EQ(tenant_->usage().regions, 0u);
+  EXPECT_EQ(backend_.destroyed.size(), 1u) << "the old session's rank left its communicator";
+  // The engine aborts the old session's operation; it is still answered.
+  backend_.posts[0].done(coll::Status::kAborted);
+  ctx_.RunPosted();
+  EXPECT_EQ(StatusOf(op).status, HZ_S_EABORTED);
+  hz_comm_args ca{};
+  ca.comm = comm;
+  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_DESTROY, ca, 1)).status, HZ_S_ENOENT);
+}
+
+TEST_F(DeviceTest, DestroyWithOperationsInFlightIsBusyAndAbortWaitsForThem) {
+  Hello();
+  uint64_t comm = InitComm();
+  hz_coll_args a{};
+  a.comm = comm;
+  vdev::Chain op = cb_.Make(RequestBytes(HZ_OP_BARRIER, a, 1), sizeof(hz_status));
+  Submit(2, op);
+  hz_comm_args ca{};
+  ca.comm = comm;
+  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_DESTROY, ca, 2)).status, HZ_S_EBUSY);
+  vdev::Chain abort = cb_.Make(RequestBytes(HZ_OP_COMM_ABORT, ca, 3), sizeof(hz_status));
+  EXPECT_FALSE(Submit(0, abort)) << "COMM_ABORT waits for the handle's operations";
+  EXPECT_EQ(backend_.aborted.size(), 1u);
+  backend_.posts[0].done(coll::Status::kAborted);
+  ctx_.RunPosted();
+  EXPECT_EQ(StatusOf(op).status, HZ_S_EABORTED);
+  EXPECT_EQ(StatusOf(abort).status, HZ_S_OK);
+  EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_DESTROY, ca, 4)).status, HZ_S_OK);
+}
+
+TEST_F(DeviceTest, InPlaceFormsAndOverlap) {
+  Hello();
+  uint32_t r = 0;
+  ASSERT_EQ(Register({{ram_.base(), 65536}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &r), HZ_S_OK);
+  uint64_t comm = InitComm();
+  // All-reduce in place: send and recv coincide.
+  EXPECT_FALSE(Submit(
+      2,
+      cb_.Make(RequestBytes(HZ_OP_ALLREDUCE, Coll(comm, 8, Slice(r, 64, 32), Slice(r, 64, 32)), 1),
+               64)));
+  // Partial overlap is refused (detail 1: the recv slice).
+  hz_status st =
+      Call(2, RequestBytes(HZ_OP_ALLREDUCE, Coll(comm, 8, Slice(r, 64, 32), Slice(r, 80, 32)), 2));
+  EXPECT_EQ(st.status, HZ_S_EINVAL);
+  EXPECT_EQ(st.detail, 1u);
+  // All-to-all has no in-place form.
+  hz_coll_args a = Coll(comm, 8, Slice(r, 0, 32), Slice(r, 0, 32));
+  a.redop = 0;
+  EXPECT_EQ(Call(2, RequestBytes(HZ_OP_ALLTOALL, a, 3)).status, HZ_S_EINVAL);
+  EXPECT_EQ(backend_.posts.size(), 1u);
 }
 
 }  // namespace

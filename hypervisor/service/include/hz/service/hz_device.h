@@ -112,7 +112,15 @@ class HzDevice : public vdev::Device {
     uint16_t opcode = 0;
     uint32_t result_len = 0;  // inline recv bytes for collectives
     uint64_t bytes = 0;       // payload, for metrics
+    uint64_t comm = 0;        // handle a collective runs on
     std::vector<RegionPin> pins;
+  };
+
+  struct CommEntry {
+    MemberPtr member;
+    uint32_t in_flight = 0;  // collectives posted on this handle
+    // COMM_ABORT requests waiting for the handle's operations (SPEC §7.3.4).
+    std::vector<std::shared_ptr<Pending>> aborts;
   };
 
   struct QueueSlot {
@@ -137,7 +145,10 @@ class HzDevice : public vdev::Device {
   void FinishPending(const Pending& p, uint32_t status, uint32_t result_len);
   uint64_t offered_features() const;
   bool draining() const;
-  void Teardown();
+  // Ends the session: leaves every communicator and drops every region.
+  // rings_alive: the rings still exist, so in-flight requests will still be
+  // answered (a new HELLO); otherwise they are forgotten (reset, disconnect).
+  void Teardown(bool rings_alive);
   void UpdateInfo();
 
   // Handlers, one per opcode family (the dispatch table).
@@ -154,7 +165,7 @@ class HzDevice : public vdev::Device {
 
   // Resolves one slice of a collective into host spans.
   uint32_t ResolveSlice(const Request& req, const hz_slice& s, uint64_t need, bool write,
-                        bool optional, coll::IoVec* out, Pending* p);
+                        coll::IoVec* out, Pending* p);
 
   DeviceEnv env_;
   std::shared_ptr<Tenant> tenant_;
@@ -172,7 +183,7 @@ class HzDevice : public vdev::Device {
   uint64_t features_ = 0;
   uint64_t session_id_ = 0;
   RegionTable regions_;
-  std::map<uint64_t, MemberPtr> comms_;  // handle -> membership
+  std::map<uint64_t, CommEntry> comms_;  // handle -> membership
   uint64_t next_handle_ = 1;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
   uint64_t next_op_ = 1;

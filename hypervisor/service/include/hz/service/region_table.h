@@ -61,22 +61,20 @@ class RegionTable {
   RegionTable(const RegionTable&) = delete;
   RegionTable& operator=(const RegionTable&) = delete;
 
-  // Registers extents (already read from the request). Returns HZ_S_OK and
-  // *id, or EINVAL (bad flags, zero or overlapping extents, total_len not the
-  // sum), EFAULT (an extent outside guest RAM or wrapping), ELIMIT (device or
-  // tenant quota). *detail is the index of the offending extent where one is.
+  // Registers extents (already read from the request), with the checks and
+  // statuses of SPEC §7.2.1 in its order. Returns HZ_S_OK and *id; *detail is
+  // the index of the offending extent where one is named.
   uint32_t Register(const vdev::MemoryMapPtr& memory, uint32_t flags, uint64_t total_len,
                     const std::vector<hz_extent>& extents, uint32_t* id, uint32_t* detail);
 
   // HZ_S_OK, ENOENT, or EBUSY while an in-flight operation uses it.
   uint32_t Unregister(uint32_t id);
 
-  // Resolves [offset, offset+need) of slice's region into host spans,
-  // appending to *out, and pins the region in *pin. need may be less than
-  // slice.length (only the first bytes are used). Checks: reserved zero
-  // (EINVAL), region known (EFAULT), access allowed by the region's flags
-  // (EFAULT), slice.length >= need and offset + length inside the region
-  // without overflow (EFAULT). Regions only: HZ_REGION_INLINE is the caller's.
+  // Resolves a slice of a registered region into host spans, appending to
+  // *out, and pins the region in *pin. Checks (SPEC §7.2.3): reserved zero
+  // (ENOTSUP), region known (ENOENT), range inside the region without
+  // overflow (EFAULT), access allowed by the region's flags (EFAULT), then
+  // slice.length == need (EINVAL). HZ_REGION_NONE/INLINE are the caller's.
   uint32_t Resolve(const hz_slice& slice, uint64_t need, uint32_t access, coll::IoVec* out,
                    RegionPin* pin) const;
 

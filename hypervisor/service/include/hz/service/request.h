@@ -51,7 +51,7 @@ uint32_t WriteStatus(const vdev::Chain& chain, uint32_t status, uint32_t result_
 
 // Reads fixed-size arguments. args_len shorter than sizeof(T) is EINVAL;
 // longer is allowed for forward compatibility when every extra byte is zero
-// (else EINVAL). Returns HZ_S_OK or the status to answer with.
+// (else ENOTSUP, SPEC §6.6). Returns HZ_S_OK or the status to answer with.
 uint32_t ReadArgsBytes(const Request& req, void* out, size_t size);
 
 template <typename T>
