@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds what runs inside the test guest and packs it into the initramfs:
 #   - harmonaize.ko (guest/driver) and hz_echo_test.ko (guest/driver/test),
-#     built against the guest kernel's headers with W=1; a warning fails;
+#     built against the guest kernel's headers with W=1 and sparse (C=1);
+#     any warning fails;
 #   - hz_drvtest, the static user-space exerciser of /dev/harmonaizeN;
 #   - the guest halves of the VM tests (tests/vm/guest/tests/*).
 #
@@ -25,7 +26,7 @@ build_module() {
 	rm -f "$work"/*.c "$work"/*.h "$work/Kbuild"
 	cp "$src"/Kbuild "$src"/*.c "$work/"
 	cp "$src"/*.h "$work/" 2>/dev/null || true
-	if ! make -C "$kdir" M="$work" HZ_PROTOCOL_DIR="$top/protocol" W=1 modules >"$work/build.log" 2>&1; then
+	if ! make -C "$kdir" M="$work" HZ_PROTOCOL_DIR="$top/protocol" W=1 C=1 modules >"$work/build.log" 2>&1; then
 		cat "$work/build.log" >&2
 		hz_die "building $name failed"
 	fi

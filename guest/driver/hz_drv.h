@@ -71,7 +71,7 @@ struct hz_dev {
 	spinlock_t files_lock;	/* files, for event delivery */
 	struct list_head files;
 
-	struct mutex orphans_lock;
+	struct mutex orphans_lock;	/* orphans, quiesced */
 	struct list_head orphans;	/* regions the device never released */
 	bool quiesced;		/* reset by remove(): under orphans_lock */
 };
@@ -90,7 +90,7 @@ struct hz_file {
 	u64 events_lost;
 	bool closed;
 
-	struct mutex regions_lock;
+	struct mutex regions_lock;	/* regions, nregions; held across control calls */
 	struct list_head regions;	/* struct hz_region */
 	unsigned int nregions;
 };

@@ -10,13 +10,14 @@
  */
 #include <linux/mm.h>
 #include <linux/sched/mm.h>
+#include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
 #include "hz_drv.h"
 
 #define HZ_MAX_REGIONS_PER_FILE 1024
-#define HZ_MAX_REGION_PAGES (1ul << 20)	/* 4 GiB with 4 KiB pages */
+#define HZ_MAX_REGION_PAGES (SZ_4G >> PAGE_SHIFT)
 
 static int hz_status_errno(u32 status)
 {

@@ -1,0 +1,60 @@
+# Helpers for the host halves of the VM tests. Sourced.
+# shellcheck shell=bash
+
+HZ_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HZ_PIDS=()
+
+say() { echo "[$HZ_TEST] $*"; }
+fail() {
+	echo "[$HZ_TEST] FAIL: $*" >&2
+	exit 1
+}
+
+# A short private directory: vhost-user socket paths must fit sun_path.
+hz_workdir() {
+	HZ_WORK=$(mktemp -d "/tmp/hz-$HZ_TEST.XXXXXX")
+	trap hz_cleanup EXIT
+}
+
+hz_cleanup() {
+	local pid
+	for pid in "${HZ_PIDS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${HZ_PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	# Logs stay next to the guest logs for a post-mortem.
+	if [ -n "${HZ_WORK:-}" ] && [ -d "$HZ_WORK" ]; then
+		mkdir -p "$HZ_VM_DIR/logs"
+		cp "$HZ_WORK"/*.log "$HZ_VM_DIR/logs/" 2>/dev/null || true
+		rm -rf "$HZ_WORK"
+	fi
+}
+
+# Starts a background process (its output to LOG) and remembers it.
+hz_spawn() {
+	local log=$1
+	shift
+	"$@" >"$log" 2>&1 &
+	HZ_PIDS+=($!)
+	HZ_LAST_PID=$!
+}
+
+# Waits up to 20 s for a listening socket, failing early if its owner died.
+hz_wait_socket() {
+	local sock=$1 pid=$2 i
+	for i in $(seq 200); do
+		[ -S "$sock" ] && return 0
+		kill -0 "$pid" 2>/dev/null || fail "the process serving $sock exited"
+		sleep 0.1
+	done
+	fail "$sock did not appear"
+}
+
+# Fails unless FILE has a line matching the extended regex; prints it.
+expect_line() {
+	local file=$1 regex=$2 what=$3 line
+	line=$(grep -E -m1 -- "$regex" "$file") || fail "$what: no line matching '$regex' in $(basename "$file")"
+	say "ok: $what: ${line//$'\r'/}"
+}
