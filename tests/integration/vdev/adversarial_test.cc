@@ -1,0 +1,906 @@
+// A hostile front-end against the real back-end (vdev::Server + echo device):
+// malformed messages, abusive memory tables and hand-crafted rings. Every case
+// must end in an error reply or a clean disconnect, with no crash, no hang
+// (bounded waits), no fd leak (/proc/self/fd) and no memory leak (LSan in the
+// sanitizer build), while a well-behaved front-end on another socket of the
+// same back-end keeps working.
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#ifndef VIRTIO_RING_NO_LEGACY
+#define VIRTIO_RING_NO_LEGACY
+#endif
+#include <linux/virtio_ring.h>
+
+#include "backend_harness.h"
+#include "raw_vhost.h"
+#include "vdev/frontend/virtio_user.h"
+
+namespace vdev::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using frontend::Buffer;
+using frontend::Completion;
+using frontend::Status;
+using frontend::VirtioUser;
+
+constexpr uint16_t kQ = 0;
+constexpr uint16_t kN = 64;  // queue size used by the hand-built rings
+
+// The back-end answered `request` with an error, or closed the connection.
+::testing::AssertionResult Refused(RawConn& c, uint32_t request) {
+  RawReply r;
+  switch (c.Recv(&r)) {
+    case Got::kClosed:
+      return ::testing::AssertionSuccess() << "closed";
+    case Got::kTimeout:
+      return ::testing::AssertionFailure() << "neither a reply nor a close (hang)";
+    case Got::kReply:
+      break;
+  }
+  if (r.hdr.request != request) {
+    return ::testing::AssertionFailure() << "reply names request " << r.hdr.request;
+  }
+  if (r.hdr.flags != vu::kReplyFlags) {
+    return ::testing::AssertionFailure() << "reply flags " << r.hdr.flags;
+  }
+  if (r.payload.empty()) return ::testing::AssertionSuccess() << "empty (error) payload";
+  if (r.payload.size() == 8 && r.u64() != 0) return ::testing::AssertionSuccess() << "nack";
+  return ::testing::AssertionFailure()
+         << "accepted: " << r.payload.size() << "-byte reply, u64 " << r.u64();
+}
+
+// The back-end answered anything well-formed, or closed: it did not hang.
+::testing::AssertionResult Terminates(RawConn& c) {
+  RawReply r;
+  switch (c.Recv(&r)) {
+    case Got::kClosed:
+    case Got::kReply:
+      return ::testing::AssertionSuccess();
+    case Got::kTimeout:
+      break;
+  }
+  return ::testing::AssertionFailure() << "neither a reply nor a close (hang)";
+}
+
+// The connection still answers a plain request, or was closed cleanly.
+::testing::AssertionResult AliveOrClosed(RawConn& c) {
+  if (!c.Send(vu::kGetFeatures, vu::kVersion, nullptr, 0)) return ::testing::AssertionSuccess();
+  RawReply r;
+  switch (c.Recv(&r)) {
+    case Got::kClosed:
+      return ::testing::AssertionSuccess();
+    case Got::kTimeout:
+      return ::testing::AssertionFailure() << "no answer to GET_FEATURES (hang)";
+    case Got::kReply:
+      break;
+  }
+  if (r.hdr.request == vu::kGetFeatures && r.payload.size() == 8) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "bad answer to GET_FEATURES";
+}
+
+int NewEventFd() {
+  return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+class VdevAdversarial : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    hostile_path_ = TempSocketPath("hostile");
+    good_path_ = TempSocketPath("good");
+    backend_ =
+        std::make_unique<InProcessBackend>(std::vector<std::string>{hostile_path_, good_path_});
+    ASSERT_TRUE(backend_->ok()) << backend_->error();
+    VirtioUser::Options o;
+    o.queue_size = 64;
+    o.memory_size = 1 << 20;
+    ASSERT_TRUE(good_.Connect(good_path_, o).ok());
+    ASSERT_TRUE(GoodEcho());
+    baseline_fds_ = CountOpenFds();
+  }
+
+  void TearDown() override {
+    EXPECT_TRUE(GoodEcho());
+    EXPECT_EQ(CountOpenFds(), baseline_fds_) << "fds leaked over the whole test";
+    good_.Disconnect();
+    backend_.reset();
+  }
+
+  Server& hostile_server() { return backend_->server(0); }
+
+  // A fresh hostile connection (waits until the previous one is gone).
+  bool Open(RawConn& c) {
+    for (int i = 0; i < 300 && hostile_server().connected(); ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    // Whatever the case holds (its memfds, eventfds) is open by now.
+    case_fds_ = CountOpenFds();
+    return c.Connect(hostile_path_);
+  }
+  bool OpenAndHandshake(RawConn& c) {
+    std::string why;
+    if (!Open(c)) return false;
+    if (!RawHandshake(c, &why)) {
+      ADD_FAILURE() << "handshake: " << why;
+      return false;
+    }
+    return true;
+  }
+  bool OpenWithRing(RawConn& c, HandRing& ring, int kick, int call, int err) {
+    std::string why;
+    if (!OpenAndHandshake(c)) return false;
+    if (!RawSetMemTable(c, ring, &why) || !RawSetupQueue(c, ring, kQ, kN, kick, call, err, &why)) {
+      ADD_FAILURE() << "set-up: " << why;
+      return false;
+    }
+    return true;
+  }
+
+  // Ends a case: closes the hostile connection, then checks that the
+  // back-end let go of every fd it got and still serves the good socket.
+  void Finish(RawConn& c, const std::string& what) {
+    c.Close();
+    int fds = CountOpenFds();
+    for (int i = 0; i < 300 && (fds != case_fds_ || hostile_server().connected()); ++i) {
+      std::this_thread::sleep_for(10ms);
+      fds = CountOpenFds();
+    }
+    EXPECT_EQ(fds, case_fds_) << what << ": fd leak";
+    EXPECT_FALSE(hostile_server().connected()) << what << ": connection not released";
+    EXPECT_TRUE(GoodEcho()) << what << ": the good connection stopped working";
+  }
+
+  bool GoodEcho() {
+    uint64_t ig = 0, og = 0;
+    auto* in = static_cast<uint8_t*>(good_.Allocate(32, &ig));
+    auto* out = static_cast<uint8_t*>(good_.Allocate(32, &og));
+    if (in == nullptr || out == nullptr) return false;
+    std::memset(in, 0x5a, 32);
+    std::memset(out, 0, 32);
+    Buffer r{ig, 32}, w{og, 32};
+    Completion c;
+    size_t n = 0;
+    bool ok = good_.AddChain(0, {&r, 1}, {&w, 1}).ok() && good_.Kick(0).ok() &&
+              good_.WaitUsed(0, 5s, &c, 1, &n).ok() && c.len == 32 && std::memcmp(in, out, 32) == 0;
+    good_.Free(in);
+    good_.Free(out);
+    return ok;
+  }
+
+  std::string hostile_path_, good_path_;
+  std::unique_ptr<InProcessBackend> backend_;
+  VirtioUser good_;
+  int baseline_fds_ = 0;
+  int case_fds_ = 0;
+};
+
+// ---- framing ---------------------------------------------------------------
+
+TEST_F(VdevAdversarial, MalformedHeaders) {
+  struct Case {
+    const char* name;
+    vu::Header hdr;
+  };
+  const Case cases[] = {
+      {"version 0", {vu::kGetFeatures, 0, 0}},
+      {"version 2", {vu::kGetFeatures, 2, 0}},
+      {"version 3 with reply bit", {vu::kGetFeatures, 3 | vu::kFlagReply, 0}},
+      {"unknown flag bits", {vu::kGetFeatures, vu::kVersion | 0xfff0, 0}},
+      {"size one past the limit", {vu::kSetMemTable, vu::kVersion, vu::kMaxPayload + 1}},
+      {"size 2^32-1", {vu::kGetConfig, vu::kVersion, 0xffffffffu}},
+  };
+  for (const Case& k : cases) {
+    RawConn c;
+    ASSERT_TRUE(Open(c)) << k.name;
+    ASSERT_TRUE(c.SendBytes(&k.hdr, sizeof(k.hdr)));
+    EXPECT_TRUE(Refused(c, k.hdr.request)) << k.name;
+    Finish(c, k.name);
+  }
+}
+
+TEST_F(VdevAdversarial, UnknownRequests) {
+  for (uint32_t request :
+       {0u, 19u, 20u, 22u, 23u, 26u, 31u, 33u, 35u, 41u, 44u, 45u, 99u, 0x7fffffffu, 0xffffffffu}) {
+    RawConn c;
+    ASSERT_TRUE(OpenAndHandshake(c));
+    uint64_t payload = 0;
+    ASSERT_TRUE(c.Send(request, vu::kVersion | vu::kFlagNeedReply, &payload, sizeof(payload)));
+    EXPECT_TRUE(Refused(c, request)) << "request " << request;
+    Finish(c, "request " + std::to_string(request));
+  }
+}
+
+TEST_F(VdevAdversarial, TruncatedMessagesThenClose) {
+  // A header cut short, a payload cut short, and a payload cut short with
+  // fds already delivered.
+  for (int variant = 0; variant < 3; ++variant) {
+    RawConn c;
+    ASSERT_TRUE(Open(c));
+    vu::Header hdr{vu::kSetMemTable, vu::kVersion, 8 + 32};
+    if (variant == 0) {
+      ASSERT_TRUE(c.SendBytes(&hdr, 5));
+    } else {
+      std::vector<uint8_t> bytes(sizeof(hdr) + 10);
+      std::memcpy(bytes.data(), &hdr, sizeof(hdr));
+      int fd = NewEventFd();
+      if (variant == 2) {
+        ASSERT_TRUE(c.SendBytes(bytes.data(), bytes.size(), {&fd, 1}));
+      } else {
+        ASSERT_TRUE(c.SendBytes(bytes.data(), bytes.size()));
+      }
+      close(fd);
+    }
+    std::this_thread::sleep_for(20ms);
+    Finish(c, "truncated variant " + std::to_string(variant));
+  }
+}
+
+TEST_F(VdevAdversarial, WrongPayloadSizes) {
+  struct Case {
+    const char* name;
+    uint32_t request;
+    uint32_t size;
+  };
+  const Case cases[] = {
+      {"SET_FEATURES 4 bytes", vu::kSetFeatures, 4},
+      {"SET_FEATURES 16 bytes", vu::kSetFeatures, 16},
+      {"SET_PROTOCOL_FEATURES 0 bytes", vu::kSetProtocolFeatures, 0},
+      {"SET_VRING_NUM 4 bytes", vu::kSetVringNum, 4},
+      {"SET_VRING_BASE 12 bytes", vu::kSetVringBase, 12},
+      {"SET_VRING_ADDR 39 bytes", vu::kSetVringAddr, 39},
+      {"SET_VRING_KICK 4 bytes", vu::kSetVringKick, 4},
+      {"SET_VRING_ENABLE 0 bytes", vu::kSetVringEnable, 0},
+      {"GET_VRING_BASE 0 bytes", vu::kGetVringBase, 0},
+      {"SET_MEM_TABLE 7 bytes", vu::kSetMemTable, 7},
+      {"ADD_MEM_REG 32 bytes", vu::kAddMemReg, 32},
+      {"REM_MEM_REG 8 bytes", vu::kRemMemReg, 8},
+      {"GET_CONFIG 11 bytes", vu::kGetConfig, 11},
+      {"SET_CONFIG 11 bytes", vu::kSetConfig, 11},
+      {"SET_STATUS 1 byte", vu::kSetStatus, 1},
+  };
+  for (const Case& k : cases) {
+    RawConn c;
+    ASSERT_TRUE(OpenAndHandshake(c)) << k.name;
+    std::vector<uint8_t> payload(k.size, 0);
+    ASSERT_TRUE(c.Send(k.request, vu::kVersion | vu::kFlagNeedReply, payload.data(), k.size));
+    EXPECT_TRUE(Refused(c, k.request)) << k.name;
+    Finish(c, k.name);
+  }
+}
+
+TEST_F(VdevAdversarial, InconsistentConfigRequests) {
+  struct Case {
+    const char* name;
+    vu::ConfigHeader cfg;
+    uint32_t data_bytes;  // bytes after the config header
+  };
+  const Case cases[] = {
+      {"size larger than 256", {0, 300, 0}, 256},
+      {"size disagrees with payload", {0, 16, 0}, 8},
+      {"offset past the end", {250, 16, 0}, 16},
+      {"offset overflow", {0xfffffff0u, 32, 0}, 32},
+  };
+  for (const Case& k : cases) {
+    RawConn c;
+    ASSERT_TRUE(OpenAndHandshake(c)) << k.name;
+    std::vector<uint8_t> payload(sizeof(k.cfg) + k.data_bytes, 0);
+    std::memcpy(payload.data(), &k.cfg, sizeof(k.cfg));
+    ASSERT_TRUE(c.Send(vu::kGetConfig, vu::kVersion, payload.data(),
+                       static_cast<uint32_t>(payload.size())));
+    EXPECT_TRUE(Refused(c, vu::kGetConfig)) << k.name;
+    Finish(c, k.name);
+  }
+  // A zero-byte read is pointless but consistent: any answer or a close.
+  RawConn c;
+  ASSERT_TRUE(OpenAndHandshake(c));
+  vu::ConfigHeader empty{0, 0, 0};
+  ASSERT_TRUE(c.Send(vu::kGetConfig, vu::kVersion, &empty, sizeof(empty)));
+  EXPECT_TRUE(Terminates(c));
+  Finish(c, "zero-size config read");
+}
+
+// ---- memory tables ---------------------------------------------------------
+
+TEST_F(VdevAdversarial, AbusiveMemoryTables) {
+  HandRing a, b;
+  const uint64_t uva_a = a.uva(0), uva_b = b.uva(0);
+  struct Case {
+    const char* name;
+    std::vector<vu::MemRegion> regions;
+    int fds;  // how many fds to attach (each a valid memfd)
+    // false: legal if odd (e.g. a non-page-aligned mmap_offset, which
+    // back-ends handle by mapping from offset 0); any answer will do.
+    bool must_refuse = true;
+  };
+  const uint64_t S = HandRing::kSize;
+  const std::vector<Case> cases = {
+      {"overlapping GPAs", {{0x100000, S, uva_a, 0}, {0x100000 + S / 2, S, uva_b, 0}}, 2},
+      {"same user addresses at two GPAs",
+       {{0x100000, S, uva_a, 0}, {0x10000000, S, uva_a, 0}},
+       2,
+       false},
+      {"huge size", {{0x100000, 1ull << 62, uva_a, 0}}, 1},
+      {"zero size", {{0x100000, 0, uva_a, 0}}, 1},
+      {"unaligned mmap offset", {{0x100000, S - 4096, uva_a, 123}}, 1, false},
+      {"offset past the end of the memfd", {{0x100000, S, uva_a, S}}, 1},
+      {"GPA range wraps 2^64", {{~0ull - 4095, S, uva_a, 0}}, 1},
+      {"user range wraps 2^64", {{0x100000, S, ~0ull - 4095, 0}}, 1},
+      {"offset + size wraps", {{0x100000, S, uva_a, ~0ull - 4095}}, 1},
+      {"fewer fds than regions", {{0x100000, S, uva_a, 0}, {0x10000000, S, uva_b, 0}}, 1},
+      {"more fds than regions", {{0x100000, S, uva_a, 0}}, 3},
+      {"no fd", {{0x100000, S, uva_a, 0}}, 0},
+  };
+  for (const Case& k : cases) {
+    RawConn c;
+    ASSERT_TRUE(OpenAndHandshake(c)) << k.name;
+    vu::MemTable t{};
+    t.nregions = static_cast<uint32_t>(k.regions.size());
+    for (size_t i = 0; i < k.regions.size(); ++i) t.regions[i] = k.regions[i];
+    std::vector<int> fds;
+    for (int i = 0; i < k.fds; ++i) fds.push_back(i % 2 == 0 ? a.memfd() : b.memfd());
+    ASSERT_TRUE(c.Send(vu::kSetMemTable, vu::kVersion | vu::kFlagNeedReply, &t,
+                       static_cast<uint32_t>(8 + 32 * k.regions.size()), fds));
+    if (k.must_refuse) {
+      EXPECT_TRUE(Refused(c, vu::kSetMemTable)) << k.name;
+    } else {
+      EXPECT_TRUE(Terminates(c)) << k.name;
+    }
+    EXPECT_TRUE(AliveOrClosed(c)) << k.name;
+    Finish(c, k.name);
+  }
+}
+
+TEST_F(VdevAdversarial, TooManyRegionsAndFds) {
+  // nregions 9 (payload sized for 9) with 9 fds; nregions 8 with 8 regions
+  // but 12 fds; and 200 fds on a message that takes none.
+  std::vector<int> memfds;
+  for (int i = 0; i < 12; ++i) {
+    int fd = memfd_create("r", MFD_CLOEXEC);
+    ASSERT_EQ(ftruncate(fd, 4096), 0);
+    memfds.push_back(fd);
+  }
+  {
+    RawConn c;
+    ASSERT_TRUE(OpenAndHandshake(c));
+    std::vector<uint8_t> payload(8 + 32 * 9, 0);
+    uint32_t n = 9;
+    std::memcpy(payload.data(), &n, 4);
+    for (uint32_t i = 0; i < 9; ++i) {
+      vu::MemRegion r{0x100000ull * (i + 1) * 16, 4096, 0x7f0000000000ull + i * 0x100000, 0};
+      std::memcpy(payload.data() + 8 + 32 * i, &r, 32);
+    }
+    ASSERT_TRUE(c.Send(vu::kSetMemTable, vu::kVersion | vu::kFlagNeedReply, payload.data(),
+                       static_cast<uint32_t>(payload.size()), {memfds.data(), 9}));
+    EXPECT_TRUE(Refused(c, vu::kSetMemTable)) << "9 regions";
+    Finish(c, "9 regions");
+  }
+  {
+    RawConn c;
+    ASSERT_TRUE(OpenAndHandshake(c));
+    vu::MemTable t{};
+    t.nregions = 8;
+    for (uint32_t i = 0; i < 8; ++i) {
+      t.regions[i] = {0x100000ull * (i + 1) * 16, 4096, 0x7f0000000000ull + i * 0x100000, 0};
+    }
+    ASSERT_TRUE(c.Send(vu::kSetMemTable, vu::kVersion | vu::kFlagNeedReply, &t, sizeof(t),
+                       {memfds.data(), 12}));
+    EXPECT_TRUE(Refused(c, vu::kSetMemTable)) << "12 fds";
+    Finish(c, "12 fds");
+  }
+  {
+    RawConn c;
+    ASSERT_TRUE(OpenAndHandshake(c));
+    std::vector<int> many;
+    for (int i = 0; i < 200; ++i) many.push_back(memfds[i % memfds.size()]);
+    ASSERT_TRUE(c.Send(vu::kGetFeatures, vu::kVersion, nullptr, 0, many));
+    EXPECT_TRUE(Terminates(c)) << "200 fds";
+    Finish(c, "200 fds");
+  }
+  for (int fd : memfds) close(fd);
+}
+
+// Every message type with an fd it does not take (and with one more than it
+// takes): the back-end must close what it does not keep.
+TEST_F(VdevAdversarial, FdsAttachedToEveryMessageType) {
+  for (uint32_t request = 1; request <= vu::kMaxRequest; ++request) {
+    for (int extra : {1, 2}) {
+      RawConn c;
+      ASSERT_TRUE(OpenAndHandshake(c));
+      std::vector<int> fds;
+      for (int i = 0; i < extra; ++i) fds.push_back(NewEventFd());
+      uint8_t payload[64] = {};  // index 0 / zero values everywhere
+      uint32_t size = 8;
+      if (request == vu::kSetVringAddr) size = sizeof(vu::VringAddr);
+      if (request == vu::kAddMemReg || request == vu::kRemMemReg)
+        size = sizeof(vu::SingleMemRegion);
+      if (request == vu::kGetConfig || request == vu::kSetConfig) {
+        vu::ConfigHeader h{0, 4, 0};
+        std::memcpy(payload, &h, sizeof(h));
+        size = sizeof(h) + 4;
+      }
+      if (request == vu::kGetFeatures || request == vu::kGetProtocolFeatures ||
+          request == vu::kGetQueueNum || request == vu::kSetOwner || request == vu::kResetOwner ||
+          request == vu::kGetMaxMemSlots || request == vu::kGetStatus ||
+          request == vu::kResetDevice) {
+        size = 0;
+      }
+      const bool get = request == vu::kGetFeatures || request == vu::kGetProtocolFeatures ||
+                       request == vu::kGetQueueNum || request == vu::kGetVringBase ||
+                       request == vu::kGetConfig || request == vu::kGetMaxMemSlots ||
+                       request == vu::kGetStatus;
+      ASSERT_TRUE(
+          c.Send(request, vu::kVersion | (get ? 0 : vu::kFlagNeedReply), payload, size, fds));
+      for (int fd : fds) close(fd);
+      EXPECT_TRUE(Terminates(c)) << "request " << request << " with " << extra << " fds";
+      EXPECT_TRUE(AliveOrClosed(c)) << "request " << request;
+      Finish(c, "request " + std::to_string(request) + " + " + std::to_string(extra) + " fds");
+    }
+  }
+}
+
+// ---- ring set-up -----------------------------------------------------------
+
+TEST_F(VdevAdversarial, RingMessagesWithOutOfRangeIndicesOrSizes) {
+  HandRing ring;
+  struct Case {
+    const char* name;
+    uint32_t request;
+    std::vector<uint8_t> payload;
+    bool with_fd;
+  };
+  auto state = [](uint32_t index, uint32_t num) {
+    vu::VringState s{index, num};
+    std::vector<uint8_t> v(sizeof(s));
+    std::memcpy(v.data(), &s, sizeof(s));
+    return v;
+  };
+  auto u64 = [](uint64_t x) {
+    std::vector<uint8_t> v(8);
+    std::memcpy(v.data(), &x, 8);
+    return v;
+  };
+  auto addr = [&](uint32_t index, uint64_t desc, uint64_t used, uint64_t avail) {
+    vu::VringAddr a{index, 0, desc, used, avail, 0};
+    std::vector<uint8_t> v(sizeof(a));
+    std::memcpy(v.data(), &a, sizeof(a));
+    return v;
+  };
+  const uint64_t d = ring.uva(HandRing::kDescOff), u = ring.uva(HandRing::kUsedOff),
+                 av = ring.uva(HandRing::kAvailOff);
+  const std::vector<Case> cases = {
+      {"SET_VRING_NUM index 200", vu::kSetVringNum, state(200, 64), false},
+      {"SET_VRING_NUM index 2^32-1", vu::kSetVringNum, state(0xffffffffu, 64), false},
+      {"SET_VRING_NUM size 0", vu::kSetVringNum, state(0, 0), false},
+      {"SET_VRING_NUM size 3", vu::kSetVringNum, state(0, 3), false},
+      {"SET_VRING_NUM size 65536", vu::kSetVringNum, state(0, 65536), false},
+      {"SET_VRING_NUM size 2^32-1", vu::kSetVringNum, state(0, 0xffffffffu), false},
+      {"SET_VRING_BASE index 200", vu::kSetVringBase, state(200, 0), false},
+      {"SET_VRING_BASE base 2^32-1", vu::kSetVringBase, state(0, 0xffffffffu), false},
+      {"SET_VRING_ENABLE index 200", vu::kSetVringEnable, state(200, 1), false},
+      {"SET_VRING_ENABLE value 2", vu::kSetVringEnable, state(0, 2), false},
+      {"GET_VRING_BASE index 200", vu::kGetVringBase, state(200, 0), false},
+      {"SET_VRING_ADDR index 200", vu::kSetVringAddr, addr(200, d, u, av), false},
+      {"SET_VRING_ADDR outside memory", vu::kSetVringAddr, addr(0, 0x1000, 0x2000, 0x3000), false},
+      {"SET_VRING_ADDR misaligned", vu::kSetVringAddr, addr(0, d + 1, u + 2, av + 1), false},
+      {"SET_VRING_ADDR wraps", vu::kSetVringAddr, addr(0, ~0ull - 15, ~0ull - 7, ~0ull - 3), false},
+      {"SET_VRING_KICK index 200", vu::kSetVringKick, u64(200), true},
+      {"SET_VRING_KICK high bits", vu::kSetVringKick, u64(0xdead000000000000ull), true},
+      {"SET_VRING_CALL index 200", vu::kSetVringCall, u64(200), true},
+      {"SET_VRING_CALL no fd, no NOFD", vu::kSetVringCall, u64(0), false},
+      {"SET_VRING_KICK no fd, no NOFD", vu::kSetVringKick, u64(0), false},
+      {"SET_VRING_ERR index 200", vu::kSetVringErr, u64(200), true},
+  };
+  for (const Case& k : cases) {
+    RawConn c;
+    ASSERT_TRUE(OpenAndHandshake(c)) << k.name;
+    std::string why;
+    ASSERT_TRUE(RawSetMemTable(c, ring, &why)) << why;
+    vu::VringState num{0, kN};
+    ASSERT_EQ(c.Acked(vu::kSetVringNum, &num, sizeof(num)), 0u);
+    int fd = NewEventFd();
+    const bool get = k.request == vu::kGetVringBase;
+    ASSERT_TRUE(c.Send(k.request, vu::kVersion | (get ? 0 : vu::kFlagNeedReply), k.payload.data(),
+                       static_cast<uint32_t>(k.payload.size()),
+                       k.with_fd ? std::span<const int>(&fd, 1) : std::span<const int>()));
+    close(fd);
+    if (k.request == vu::kSetVringAddr && std::string(k.name) != "SET_VRING_ADDR index 200") {
+      // Addresses may be refused at SET_VRING_ADDR or when the ring starts.
+      RawReply r;
+      Got g = c.Recv(&r);
+      ASSERT_NE(g, Got::kTimeout) << k.name;
+      if (g == Got::kReply && r.u64() == 0) {
+        int kick = NewEventFd();
+        ASSERT_TRUE(c.SendU64(vu::kSetVringKick, 0, vu::kVersion | vu::kFlagNeedReply, {&kick, 1}));
+        close(kick);
+        EXPECT_TRUE(Refused(c, vu::kSetVringKick)) << k.name << " (at ring start)";
+      }
+    } else {
+      EXPECT_TRUE(Refused(c, k.request)) << k.name;
+    }
+    EXPECT_TRUE(AliveOrClosed(c)) << k.name;
+    Finish(c, k.name);
+  }
+}
+
+TEST_F(VdevAdversarial, KicksBeforeSetUp) {
+  HandRing ring;
+  RawConn c;
+  ASSERT_TRUE(OpenAndHandshake(c));
+  // A kick fd before any memory or ring address, then kicks.
+  int kick = NewEventFd();
+  const uint64_t ack = c.AckedU64(vu::kSetVringKick, 0, {&kick, 1});
+  const uint64_t one = 1;
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(write(kick, &one, 8), 8);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(AliveOrClosed(c)) << "kick ack " << ack;
+  // Then the rest of the set-up still works (or the connection was closed).
+  std::string why;
+  if (RawSetMemTable(c, ring, &why)) {
+    ring.SetDesc(0, HandRing::kGpa + HandRing::kDataOff, 8, 0, 0);
+    ring.PushAvail(0, kN);
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(write(kick, &one, 8), 8);
+    std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(AliveOrClosed(c));
+  }
+  close(kick);
+  Finish(c, "kicks before set-up");
+}
+
+TEST_F(VdevAdversarial, GetVringBaseTwiceAndMessagesAfterResetDevice) {
+  HandRing ring;
+  int kick = NewEventFd(), call = NewEventFd();
+  RawConn c;
+  ASSERT_TRUE(OpenWithRing(c, ring, kick, call, -1));
+  // One good echo first.
+  uint8_t* data = ring.host() + HandRing::kDataOff;
+  std::memcpy(data, "abcdefgh", 8);
+  ring.SetDesc(0, HandRing::kGpa + HandRing::kDataOff, 8, VRING_DESC_F_NEXT, 1);
+  ring.SetDesc(1, HandRing::kGpa + HandRing::kDataOff + 64, 8, VRING_DESC_F_WRITE, 0);
+  ring.PushAvail(0, kN);
+  const uint64_t one = 1;
+  ASSERT_EQ(write(kick, &one, 8), 8);
+  for (int i = 0; i < 500 && ring.UsedIdx() != 1; ++i) std::this_thread::sleep_for(2ms);
+  ASSERT_EQ(ring.UsedIdx(), 1);
+  EXPECT_EQ(std::memcmp(data + 64, "abcdefgh", 8), 0);
+
+  for (int i = 0; i < 2; ++i) {
+    vu::VringState s{kQ, 0};
+    ASSERT_TRUE(c.Send(vu::kGetVringBase, vu::kVersion, &s, sizeof(s)));
+    RawReply r;
+    ASSERT_EQ(c.Recv(&r), Got::kReply) << "GET_VRING_BASE #" << i;
+    ASSERT_EQ(r.payload.size(), sizeof(s));
+    std::memcpy(&s, r.payload.data(), sizeof(s));
+    EXPECT_EQ(s.index, kQ);
+    EXPECT_EQ(s.num, 1u) << "GET_VRING_BASE #" << i;
+  }
+
+  // RESET_DEVICE, then a stream of messages: each must be answered sanely.
+  EXPECT_EQ(c.Acked(vu::kResetDevice, nullptr, 0), 0u);
+  ring.PushAvail(0, kN);
+  ASSERT_EQ(write(kick, &one, 8), 8);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(ring.UsedIdx(), 1) << "a reset device processed a ring";
+  EXPECT_TRUE(AliveOrClosed(c));
+  vu::VringState s{kQ, 0};
+  ASSERT_TRUE(c.Send(vu::kGetVringBase, vu::kVersion, &s, sizeof(s)));
+  EXPECT_TRUE(Terminates(c));
+  uint64_t v;
+  EXPECT_TRUE(c.GetU64(vu::kGetFeatures, &v));
+  // Setting everything up again after the reset works.
+  std::string why;
+  ring.SetAvailIdx(0);
+  std::memset(ring.host() + HandRing::kUsedOff, 0, 4096);
+  std::memset(data + 64, 0, 8);
+  EXPECT_EQ(c.AckedU64(vu::kSetFeatures, vu::kFVersion1 | vu::kFProtocolFeatures), 0u);
+  ASSERT_TRUE(RawSetMemTable(c, ring, &why)) << why;
+  ASSERT_TRUE(RawSetupQueue(c, ring, kQ, kN, kick, call, -1, &why)) << why;
+  ring.PushAvail(0, kN);
+  ASSERT_EQ(write(kick, &one, 8), 8);
+  for (int i = 0; i < 500 && ring.UsedIdx() != 1; ++i) std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(ring.UsedIdx(), 1);
+  EXPECT_EQ(std::memcmp(data + 64, "abcdefgh", 8), 0);
+  Finish(c, "reset device");
+  close(kick);
+  close(call);
+}
+
+TEST_F(VdevAdversarial, MemoryRegionAddRemoveAbuse) {
+  HandRing ring, other;
+  RawConn c;
+  ASSERT_TRUE(OpenAndHandshake(c));
+  std::string why;
+  ASSERT_TRUE(RawSetMemTable(c, ring, &why)) << why;
+  vu::SingleMemRegion m{};
+  m.region = other.region();
+  m.region.guest_phys_addr = 0x40000000;
+  // ADD_MEM_REG without an fd, with two fds, overlapping the existing region.
+  EXPECT_NE(c.Acked(vu::kAddMemReg, &m, sizeof(m)), 0u);
+  const int two[2] = {other.memfd(), ring.memfd()};
+  EXPECT_NE(c.Acked(vu::kAddMemReg, &m, sizeof(m), two), 0u);
+  vu::SingleMemRegion overlap = m;
+  overlap.region.guest_phys_addr = HandRing::kGpa + 4096;
+  const int fd = other.memfd();
+  EXPECT_NE(c.Acked(vu::kAddMemReg, &overlap, sizeof(overlap), {&fd, 1}), 0u);
+  // REM_MEM_REG of something never added, and with an fd attached.
+  vu::SingleMemRegion ghost = m;
+  ghost.region.guest_phys_addr = 0x80000000;
+  EXPECT_NE(c.Acked(vu::kRemMemReg, &ghost, sizeof(ghost)), 0u);
+  int stray = NewEventFd();
+  (void)c.Acked(vu::kRemMemReg, &ghost, sizeof(ghost), {&stray, 1});
+  close(stray);
+  // A proper add and remove still work afterwards.
+  EXPECT_EQ(c.Acked(vu::kAddMemReg, &m, sizeof(m), {&fd, 1}), 0u);
+  EXPECT_EQ(c.Acked(vu::kRemMemReg, &m, sizeof(m)), 0u);
+  EXPECT_TRUE(AliveOrClosed(c));
+  Finish(c, "mem reg abuse");
+}
+
+// ---- hand-crafted rings ----------------------------------------------------
+
+// What became of one chain submitted on a hostile ring.
+enum class Fate { kCompleted, kBroken, kClosed, kNothing };
+
+struct Observed {
+  Fate fate = Fate::kNothing;
+  uint32_t id = 0;
+  uint32_t len = 0;
+};
+
+class VdevAdversarialRing : public VdevAdversarial {
+ protected:
+  void SetUp() override {
+    VdevAdversarial::SetUp();
+    kick_ = NewEventFd();
+    call_ = NewEventFd();
+    err_ = NewEventFd();
+  }
+  void TearDown() override {
+    close(kick_);
+    close(call_);
+    close(err_);
+    VdevAdversarial::TearDown();
+  }
+
+  // Makes `head` available (or sets the avail index directly), kicks, and
+  // waits (bounded) for a used entry, the error eventfd or a close.
+  Observed Submit(RawConn& c, uint16_t head, int avail_jump = 0) {
+    const uint16_t used_before = ring_->UsedIdx();
+    if (avail_jump != 0) {
+      ring_->SetAvailIdx(static_cast<uint16_t>(avail_jump));
+    } else {
+      ring_->PushAvail(head, kN);
+    }
+    const uint64_t one = 1;
+    EXPECT_EQ(write(kick_, &one, 8), 8);
+    Observed o;
+    for (int i = 0; i < 1000; ++i) {
+      if (ring_->UsedIdx() != used_before) {
+        o.fate = Fate::kCompleted;
+        ring_->UsedEntry(used_before % kN, &o.id, &o.len);
+        return o;
+      }
+      uint64_t v;
+      if (read(err_, &v, 8) == 8) return {Fate::kBroken};
+      RawReply r;
+      if (i % 50 == 49 && !AliveOrClosed(c)) return {Fate::kClosed};
+      std::this_thread::sleep_for(2ms);
+    }
+    return o;
+  }
+
+  // A well-formed echo chain at descriptors (d, d+1).
+  Observed GoodChain(RawConn& c, uint16_t d) {
+    const uint64_t gpa = HandRing::kGpa + HandRing::kDataOff + 0x1000;
+    std::memcpy(ring_->host() + HandRing::kDataOff + 0x1000, "good-chain", 10);
+    ring_->SetDesc(d, gpa, 10, VRING_DESC_F_NEXT, static_cast<uint16_t>(d + 1));
+    ring_->SetDesc(static_cast<uint16_t>(d + 1), gpa + 64, 10, VRING_DESC_F_WRITE, 0);
+    return Submit(c, d);
+  }
+
+  // Runs one malformed-chain case: set-up, `build` writes descriptors and
+  // returns the head, then the chain must be completed with length 0 or the
+  // ring marked broken (or the connection closed). If it was skipped, a good
+  // chain after it must still be echoed.
+  void RunCase(const std::string& name, const std::function<uint16_t(HandRing&)>& build,
+               int avail_jump = 0) {
+    SCOPED_TRACE(name);
+    ring_ = std::make_unique<HandRing>();
+    RawConn c;
+    ASSERT_TRUE(OpenWithRing(c, *ring_, kick_, call_, err_));
+    const uint16_t head = build(*ring_);
+    Observed o = Submit(c, head, avail_jump);
+    ASSERT_NE(o.fate, Fate::kNothing) << "the back-end neither completed, broke nor closed";
+    if (o.fate == Fate::kCompleted) {
+      EXPECT_EQ(o.id, head);
+      EXPECT_EQ(o.len, 0u) << "a malformed chain was served";
+      Observed g = GoodChain(c, 40);
+      EXPECT_EQ(g.fate, Fate::kCompleted) << "the ring stalled after a malformed chain";
+      EXPECT_EQ(g.len, 10u);
+    }
+    EXPECT_TRUE(AliveOrClosed(c));
+    uint64_t drain;
+    (void)!read(err_, &drain, 8);
+    (void)!read(call_, &drain, 8);
+    Finish(c, name);
+    ring_.reset();
+  }
+
+  std::unique_ptr<HandRing> ring_;
+  int kick_ = -1, call_ = -1, err_ = -1;
+};
+
+constexpr uint64_t kData = HandRing::kGpa + HandRing::kDataOff;
+
+TEST_F(VdevAdversarialRing, DescriptorsOutsideMemory) {
+  RunCase("below guest memory", [](HandRing& r) {
+    r.SetDesc(0, 0x1000, 16, 0, 0);
+    return uint16_t{0};
+  });
+  RunCase("straddling the region end", [](HandRing& r) {
+    r.SetDesc(0, HandRing::kGpa + HandRing::kSize - 8, 16, 0, 0);
+    return uint16_t{0};
+  });
+  RunCase("wrapping 2^64", [](HandRing& r) {
+    r.SetDesc(0, ~0ull - 7, 16, 0, 0);
+    return uint16_t{0};
+  });
+  RunCase("length 2^32-1", [](HandRing& r) {
+    r.SetDesc(0, kData, 0xffffffffu, 0, 0);
+    return uint16_t{0};
+  });
+  RunCase("writable descriptor outside memory", [](HandRing& r) {
+    r.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
+    r.SetDesc(1, 0xdead0000000ull, 8, VRING_DESC_F_WRITE, 0);
+    return uint16_t{0};
+  });
+}
+
+TEST_F(VdevAdversarialRing, ChainShapeAbuse) {
+  RunCase("self loop", [](HandRing& r) {
+    r.SetDesc(3, kData, 8, VRING_DESC_F_NEXT, 3);
+    return uint16_t{3};
+  });
+  RunCase("two-descriptor loop", [](HandRing& r) {
+    r.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
+    r.SetDesc(1, kData, 8, VRING_DESC_F_NEXT, 0);
+    return uint16_t{0};
+  });
+  RunCase("next index out of range", [](HandRing& r) {
+    r.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 500);
+    return uint16_t{0};
+  });
+  RunCase("readable after writable", [](HandRing& r) {
+    r.SetDesc(0, kData, 8, VRING_DESC_F_WRITE | VRING_DESC_F_NEXT, 1);
+    r.SetDesc(1, kData + 64, 8, 0, 0);
+    return uint16_t{0};
+  });
+  RunCase("zero-length descriptors only", [](HandRing& r) {
+    r.SetDesc(0, kData, 0, VRING_DESC_F_NEXT, 1);
+    r.SetDesc(1, kData, 0, VRING_DESC_F_WRITE, 0);
+    return uint16_t{0};
+  });
+}
+
+TEST_F(VdevAdversarialRing, IndirectAbuse) {
+  auto table_at = [](HandRing& r, uint64_t off, const std::vector<vring_desc>& t) {
+    std::memcpy(r.host() + off, t.data(), t.size() * sizeof(vring_desc));
+    return HandRing::kGpa + off;
+  };
+  RunCase("nested indirect", [&](HandRing& r) {
+    const uint64_t inner = table_at(r, 0x20000, {{kData, 8, 0, 0}});
+    const uint64_t outer = table_at(r, 0x21000, {{inner, 16, VRING_DESC_F_INDIRECT, 0}});
+    r.SetDesc(0, outer, 16, VRING_DESC_F_INDIRECT, 0);
+    return uint16_t{0};
+  });
+  RunCase("zero-length table", [](HandRing& r) {
+    r.SetDesc(0, kData, 0, VRING_DESC_F_INDIRECT, 0);
+    return uint16_t{0};
+  });
+  RunCase("huge table", [](HandRing& r) {
+    r.SetDesc(0, kData, 0xfffffff0u, VRING_DESC_F_INDIRECT, 0);
+    return uint16_t{0};
+  });
+  RunCase("table length not a multiple of 16", [&](HandRing& r) {
+    const uint64_t t = table_at(r, 0x20000, {{kData, 8, 0, 0}});
+    r.SetDesc(0, t, 17, VRING_DESC_F_INDIRECT, 0);
+    return uint16_t{0};
+  });
+  RunCase("table outside memory", [](HandRing& r) {
+    r.SetDesc(0, 0x10, 64, VRING_DESC_F_INDIRECT, 0);
+    return uint16_t{0};
+  });
+  RunCase("indirect together with NEXT", [&](HandRing& r) {
+    const uint64_t t = table_at(r, 0x20000, {{kData, 8, 0, 0}});
+    r.SetDesc(0, t, 16, VRING_DESC_F_INDIRECT | VRING_DESC_F_NEXT, 1);
+    r.SetDesc(1, kData, 8, VRING_DESC_F_WRITE, 0);
+    return uint16_t{0};
+  });
+  RunCase("loop inside the table", [&](HandRing& r) {
+    const uint64_t t =
+        table_at(r, 0x20000, {{kData, 8, VRING_DESC_F_NEXT, 1}, {kData, 8, VRING_DESC_F_NEXT, 0}});
+    r.SetDesc(0, t, 32, VRING_DESC_F_INDIRECT, 0);
+    return uint16_t{0};
+  });
+  RunCase("table entry next out of range", [&](HandRing& r) {
+    const uint64_t t = table_at(r, 0x20000, {{kData, 8, VRING_DESC_F_NEXT, 7}});
+    r.SetDesc(0, t, 16, VRING_DESC_F_INDIRECT, 0);
+    return uint16_t{0};
+  });
+  RunCase("table entry outside memory", [&](HandRing& r) {
+    const uint64_t t = table_at(r, 0x20000, {{~0ull - 3, 8, 0, 0}});
+    r.SetDesc(0, t, 16, VRING_DESC_F_INDIRECT, 0);
+    return uint16_t{0};
+  });
+}
+
+TEST_F(VdevAdversarialRing, AvailRingAbuse) {
+  // The avail index jumps more than the ring size ahead of the device.
+  RunCase(
+      "avail index jump",
+      [](HandRing& r) {
+        r.SetDesc(0, kData, 8, 0, 0);
+        return uint16_t{0};
+      },
+      kN + 5);
+  RunCase("head out of range", [](HandRing&) { return uint16_t{kN + 7}; });
+  RunCase("head 0xffff", [](HandRing&) { return uint16_t{0xffff}; });
+}
+
+// A region that claims more bytes than its memfd has: touching the missing
+// part would raise SIGBUS in the back-end. Run against a child process so a
+// crash is observed instead of killing the test.
+TEST(VdevAdversarialChild, RegionLargerThanItsMemfd) {
+  const std::string path = TempSocketPath("sigbus");
+  ChildBackend backend(path);
+  ASSERT_TRUE(backend.ok());
+  HandRing ring;
+  // Shrink the memfd to one page, leaving our mapping's tail unbacked.
+  ASSERT_EQ(ftruncate(ring.memfd(), 4096), 0);
+  RawConn c;
+  ASSERT_TRUE(c.Connect(path));
+  std::string why;
+  ASSERT_TRUE(RawHandshake(c, &why)) << why;
+  vu::MemTable t{};
+  t.nregions = 1;
+  t.regions[0] = ring.region();
+  const int fd = ring.memfd();
+  const uint64_t ack = c.Acked(vu::kSetMemTable, &t, 8 + 32, {&fd, 1});
+  if (ack == 0) {
+    // Accepted: put the rings past the end of the file and kick.
+    int kick = NewEventFd(), call = NewEventFd();
+    vu::VringState num{0, kN};
+    (void)c.Acked(vu::kSetVringNum, &num, sizeof(num));
+    vu::VringAddr a{0, 0, ring.uva(0x40000), ring.uva(0x42000), ring.uva(0x41000), 0};
+    (void)c.Acked(vu::kSetVringAddr, &a, sizeof(a));
+    (void)c.AckedU64(vu::kSetVringKick, 0, {&kick, 1});
+    (void)c.AckedU64(vu::kSetVringCall, 0, {&call, 1});
+    vu::VringState en{0, 1};
+    (void)c.Acked(vu::kSetVringEnable, &en, sizeof(en));
+    const uint64_t one = 1;
+    (void)!write(kick, &one, 8);
+    std::this_thread::sleep_for(200ms);
+    close(kick);
+    close(call);
+  }
+  int status = 0;
+  const pid_t r = waitpid(backend.pid(), &status, WNOHANG);
+  EXPECT_EQ(r, 0) << "the back-end died (signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                  << ") after a region larger than its memfd (SET_MEM_TABLE ack " << ack << ")";
+}
+
+}  // namespace
+}  // namespace vdev::testing
