@@ -11,10 +11,10 @@
 
 #include <boost/asio/post.hpp>
 
-#include "echo_device.h"
+#include "echo_factory.h"
 
 #ifndef VDEV_ECHO_BACKEND_PATH
-#error "VDEV_ECHO_BACKEND_PATH must name the vdev_echo_backend helper"
+#error "VDEV_ECHO_BACKEND_PATH must name the vdev-echo-backend program"
 #endif
 
 namespace vdev::testing {
@@ -63,7 +63,15 @@ InProcessBackend::~InProcessBackend() {
 
 ChildBackend::ChildBackend(const std::string& path, std::vector<std::string> extra_args)
     : path_(path) {
-  std::vector<std::string> args = {VDEV_ECHO_BACKEND_PATH, "--socket", path};
+  std::vector<std::string> args = {VDEV_ECHO_BACKEND_PATH,
+                                   "--socket",
+                                   path,
+                                   "--queues",
+                                   std::to_string(kEchoQueues),
+                                   "--config-size",
+                                   std::to_string(kEchoConfigSize),
+                                   "--log-level",
+                                   "warn"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   pid_ = fork();
   if (pid_ == 0) {

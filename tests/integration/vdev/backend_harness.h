@@ -1,6 +1,6 @@
 // Runs the real vhost-user back-end (vdev::Server with the echo device) for
 // the integration tests: in this process on its own io_context thread, or in
-// a child process (the vdev_echo_backend helper).
+// a child process (the vdev-echo-backend program).
 #ifndef TESTS_INTEGRATION_VDEV_BACKEND_HARNESS_H_
 #define TESTS_INTEGRATION_VDEV_BACKEND_HARNESS_H_
 
@@ -48,7 +48,7 @@ class InProcessBackend {
   std::string error_;
 };
 
-// The vdev_echo_backend helper in a child process.
+// The vdev-echo-backend program in a child process.
 class ChildBackend {
  public:
   // extra_args are passed to the helper (e.g. "--busy-poll").

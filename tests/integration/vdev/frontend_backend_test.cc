@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "backend_harness.h"
-#include "echo_device.h"
+#include "echo_factory.h"
 #include "vdev/frontend/virtio_user.h"
 
 namespace vdev::frontend {
