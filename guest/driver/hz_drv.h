@@ -145,6 +145,8 @@ struct hz_region {
 };
 
 /* hz_main.c */
+extern atomic_long_t hz_pinned_pages;
+extern atomic_t hz_live_requests;
 void hz_dev_put(struct hz_dev *dev);
 void hz_dev_get(struct hz_dev *dev);
 

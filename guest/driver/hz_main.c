@@ -10,11 +10,35 @@
 #include <linux/idr.h>
 #include <linux/module.h>
 #include <linux/slab.h>
+#include <linux/sysfs.h>
 #include <linux/virtio_config.h>
 
 #include "hz_drv.h"
 
 static DEFINE_IDA(hz_ida);
+
+/* Live pins and requests of all devices: leak checks read them in sysfs. */
+atomic_long_t hz_pinned_pages = ATOMIC_LONG_INIT(0);
+atomic_t hz_live_requests = ATOMIC_INIT(0);
+
+static ssize_t pinned_pages_show(struct device_driver *drv, char *buf)
+{
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(&hz_pinned_pages));
+}
+static DRIVER_ATTR_RO(pinned_pages);
+
+static ssize_t live_requests_show(struct device_driver *drv, char *buf)
+{
+	return sysfs_emit(buf, "%d\n", atomic_read(&hz_live_requests));
+}
+static DRIVER_ATTR_RO(live_requests);
+
+static struct attribute *hz_drv_attrs[] = {
+	&driver_attr_pinned_pages.attr,
+	&driver_attr_live_requests.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(hz_drv);
 
 static void hz_dev_release(struct kref *ref)
 {
@@ -367,6 +391,7 @@ MODULE_DEVICE_TABLE(virtio, hz_id_table);
 static struct virtio_driver hz_driver = {
 	.driver.name = HZ_DRV_NAME,
 	.driver.owner = THIS_MODULE,
+	.driver.groups = hz_drv_groups,
 	.id_table = hz_id_table,
 	.feature_table = hz_features,
 	.feature_table_size = ARRAY_SIZE(hz_features),

@@ -39,6 +39,7 @@ struct hz_req *hz_req_alloc(struct hz_dev *dev, struct hz_file *file,
 	else
 		hz_dev_get(dev);
 	init_completion(&req->done);
+	atomic_inc(&hz_live_requests);
 	req->token = atomic64_inc_return(&dev->next_token);
 	return req;
 }
@@ -49,6 +50,7 @@ void hz_pin_release(struct hz_pin *pin)
 		return;
 	/* Pages the device could write are marked dirty. */
 	unpin_user_pages_dirty_lock(pin->pages, pin->npages, pin->write);
+	atomic_long_sub(pin->npages, &hz_pinned_pages);
 	kvfree(pin->pages);
 	pin->pages = NULL;
 	pin->npages = 0;
@@ -69,6 +71,7 @@ void hz_req_free(struct hz_req *req)
 	kfree(req->sg);
 	kfree(req->sgp);
 	kfree(req);
+	atomic_dec(&hz_live_requests);
 	if (file)
 		hz_file_put(file);
 	else
@@ -348,6 +351,7 @@ int hz_pin_user(struct hz_pin *pin, u64 addr, u64 len, bool write,
 		return got < 0 ? got : -EFAULT;
 	}
 	pin->npages = n;
+	atomic_long_add(n, &hz_pinned_pages);
 	return 0;
 }
 

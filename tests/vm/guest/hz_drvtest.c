@@ -8,10 +8,13 @@
 //   hz_drvtest region   [DEV]   register and unregister a pinned region
 //   hz_drvtest hostile  [DEV]   malformed submissions are refused cleanly
 //   hz_drvtest unplug   [DEV]   the device goes away under an open file
+//   hz_drvtest exitmid  [DEV]   a process dies while the device holds its request
+//   hz_drvtest noleaks          no pinned pages or live requests remain
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +72,96 @@ static void hello_submit(struct hz_ioc_submit* sub, struct hz_hello_args* args,
   sub->args_len = sizeof(*args);
   sub->num_segs = 1;
   sub->segs_ptr = (uintptr_t)seg;
+}
+
+// Live pins and requests of the driver (all devices), from sysfs.
+static long driver_counter(const char* name) {
+  char path[128];
+  snprintf(path, sizeof(path), "/sys/bus/virtio/drivers/harmonaize/%s", name);
+  FILE* f = fopen(path, "r");
+  CHECK(f != NULL, "open %s: %s", path, strerror(errno));
+  long v = -1;
+  CHECK(fscanf(f, "%ld", &v) == 1, "read %s", path);
+  fclose(f);
+  return v;
+}
+
+// Waits up to 20 s for both counters to drop to zero.
+static void expect_no_leaks(const char* when) {
+  long pinned = -1, live = -1;
+  for (int i = 0; i < 200; i++) {
+    pinned = driver_counter("pinned_pages");
+    live = driver_counter("live_requests");
+    if (pinned == 0 && live == 0) break;
+    usleep(100 * 1000);
+  }
+  printf("hz_drvtest: %s: pinned_pages %ld live_requests %ld\n", when, pinned, live);
+  CHECK(pinned == 0 && live == 0, "%s: pins or requests left behind", when);
+}
+
+// A blocking request on the control queue with one result buffer.
+static struct hz_ioc_submit control_call(int fd, uint16_t opcode, const void* args,
+                                         uint32_t args_len, void* result, uint32_t result_len) {
+  struct hz_ioc_seg seg = {.addr = (uintptr_t)result, .len = result_len, .flags = HZ_SEG_F_WRITE};
+  struct hz_ioc_submit sub = {.opcode = opcode,
+                              .queue = HZ_QUEUE_CONTROL,
+                              .args_ptr = (uintptr_t)args,
+                              .args_len = args_len,
+                              .num_segs = result_len ? 1 : 0,
+                              .segs_ptr = (uintptr_t)&seg};
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0, "submit opcode 0x%x: %s", opcode, strerror(errno));
+  return sub;
+}
+
+// A process killed while its request is held by the device (a COMM_INIT
+// waiting for a second rank): the driver keeps the pinned buffer until the
+// device returns the request, then frees everything.
+static int cmd_exitmid(void) {
+  int fd = open_dev();
+  struct hz_ioc_submit sub;
+  struct hz_hello_args hargs;
+  struct hz_ioc_seg seg;
+  struct hz_hello_result hres;
+  hello_submit(&sub, &hargs, &seg, &hres);
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  struct hz_comm_uid_result uid;
+  sub = control_call(fd, HZ_OP_COMM_UID, NULL, 0, &uid, sizeof(uid));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "COMM_UID status %s", status_name(sub.status));
+
+  struct hz_comm_init_args init = {.uid = uid.uid, .nranks = 2, .rank = 0};
+  init.constraints.timeout_ms = 60000;
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) {
+    struct hz_comm_init_result r;
+    control_call(fd, HZ_OP_COMM_INIT, &init, sizeof(init), &r, sizeof(r));
+    _exit(0);  // not reached before the kill: rank 1 never joins
+  }
+  long live = 0;
+  for (int i = 0; i < 100 && live < 1; i++) {
+    usleep(50 * 1000);
+    live = driver_counter("live_requests");
+  }
+  CHECK(live >= 1, "rank 0's COMM_INIT is not in flight");
+  CHECK(kill(child, SIGKILL) == 0, "kill");
+  int wst = 0;
+  CHECK(waitpid(child, &wst, 0) == child && WIFSIGNALED(wst), "child did not die by the signal");
+  long pinned = driver_counter("pinned_pages");
+  live = driver_counter("live_requests");
+  printf("hz_drvtest: rank 0 killed mid-request: live_requests %ld pinned_pages %ld\n", live,
+         pinned);
+  CHECK(live == 1 && pinned >= 1, "the abandoned request was released while the device held it");
+
+  // Rank 1 joins: the device completes both, and the abandoned one is freed.
+  init.rank = 1;
+  struct hz_comm_init_result r1;
+  sub = control_call(fd, HZ_OP_COMM_INIT, &init, sizeof(init), &r1, sizeof(r1));
+  printf("hz_drvtest: rank 1 COMM_INIT status %s comm 0x%" PRIx64 "\n", status_name(sub.status),
+         (uint64_t)r1.comm);
+  CHECK(sub.error == 0, "rank 1 COMM_INIT error %d", sub.error);
+  close(fd);
+  expect_no_leaks("after the abandoned request completed");
+  return 0;
 }
 
 static int cmd_info(void) {
@@ -315,7 +408,8 @@ static int cmd_unplug(void) {
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
-    fprintf(stderr, "usage: hz_drvtest info|hello|async|region|hostile|unplug [DEV]\n");
+    fprintf(stderr,
+            "usage: hz_drvtest info|hello|async|region|hostile|unplug|exitmid|noleaks [DEV]\n");
     return 2;
   }
   if (argc > 2) g_dev = argv[2];
@@ -326,6 +420,11 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "region")) return cmd_region();
   if (!strcmp(cmd, "hostile")) return cmd_hostile();
   if (!strcmp(cmd, "unplug")) return cmd_unplug();
+  if (!strcmp(cmd, "exitmid")) return cmd_exitmid();
+  if (!strcmp(cmd, "noleaks")) {
+    expect_no_leaks("now");
+    return 0;
+  }
   fprintf(stderr, "hz_drvtest: unknown command %s\n", cmd);
   return 2;
 }
