@@ -42,6 +42,7 @@ struct hz_vq {
 	struct virtqueue *vq;
 	spinlock_t lock;	/* ring access and the dead check */
 	wait_queue_head_t space;	/* submitters waiting for ring slots */
+	unsigned int size;	/* ring size, kept past remove() */
 	char name[16];
 };
 

@@ -83,6 +83,9 @@ static void hz_event_deliver(struct hz_dev *dev, struct hz_event *ev,
 {
 	struct hz_file *hf;
 
+	/* Used length 0: returned unused (SPEC 3.4). */
+	if (!len)
+		return;
 	/* Never trust the device's length: a short event is dropped. */
 	if (len < sizeof(*ev)) {
 		dev_warn_ratelimited(&dev->vdev->dev,
@@ -228,8 +231,10 @@ static int hz_find_vqs(struct hz_dev *dev)
 			dev->nvqs, err);
 		goto out;
 	}
-	for (i = 0; i < dev->nvqs; i++)
+	for (i = 0; i < dev->nvqs; i++) {
 		dev->vqs[i].vq = vqs[i];
+		dev->vqs[i].size = virtqueue_get_vring_size(vqs[i]);
+	}
 out:
 	kfree(names);
 	kfree(callbacks);
@@ -290,7 +295,7 @@ static int hz_probe(struct virtio_device *vdev)
 		goto err_put;
 
 	dev->nevbufs = min_t(unsigned int, HZ_MAX_EVENT_BUFS,
-			     virtqueue_get_vring_size(dev->vqs[HZ_VQ_EVENT].vq));
+			     dev->vqs[HZ_VQ_EVENT].size);
 	dev->evbufs = kcalloc(dev->nevbufs, sizeof(*dev->evbufs), GFP_KERNEL);
 	if (!dev->evbufs) {
 		err = -ENOMEM;

@@ -125,6 +125,23 @@ static void hz_req_add_page_sg(struct hz_req *req, struct page *page,
 		req->nout++;
 }
 
+/*
+ * Whether the ring has room for total descriptors, or the device died. Taken
+ * under the queue's lock: a reader that sees the device alive there knows
+ * remove() has not deleted the queues yet.
+ */
+static bool hz_vq_ready(struct hz_dev *dev, struct hz_vq *hv,
+			unsigned int total)
+{
+	unsigned long flags;
+	bool ret;
+
+	spin_lock_irqsave(&hv->lock, flags);
+	ret = dev->dead || hv->vq->num_free >= total;
+	spin_unlock_irqrestore(&hv->lock, flags);
+	return ret;
+}
+
 /* Adds the status trailer (always the last, writable) and posts the chain. */
 int hz_req_queue(struct hz_req *req)
 {
@@ -136,8 +153,7 @@ int hz_req_queue(struct hz_req *req)
 
 	hz_req_add_sg(req, &req->status, sizeof(req->status), true);
 	total = req->nout + req->nin;
-	if (total > virtqueue_get_vring_size(hv->vq) ||
-	    total > dev->max_segments)
+	if (total > hv->size || total > dev->max_segments)
 		return -E2BIG;
 
 	for (;;) {
@@ -156,13 +172,11 @@ int hz_req_queue(struct hz_req *req)
 		/* Ring full: wait until a completion frees slots. */
 		if (req->uninterruptible) {
 			if (!wait_event_timeout(hv->space,
-						READ_ONCE(dev->dead) ||
-						hv->vq->num_free >= total,
+						hz_vq_ready(dev, hv, total),
 						msecs_to_jiffies(HZ_CTRL_TIMEOUT_MS)))
 				return -ETIMEDOUT;
 		} else if (wait_event_interruptible(hv->space,
-						    READ_ONCE(dev->dead) ||
-						    hv->vq->num_free >= total)) {
+						    hz_vq_ready(dev, hv, total))) {
 			return -EINTR;
 		}
 	}

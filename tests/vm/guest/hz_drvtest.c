@@ -9,6 +9,7 @@
 //   hz_drvtest hostile  [DEV]   malformed submissions are refused cleanly
 //   hz_drvtest unplug   [DEV]   the device goes away under an open file
 //   hz_drvtest exitmid  [DEV]   a process dies while the device holds its request
+//   hz_drvtest events   [DEV [N]] subscribe and wait for N device events
 //   hz_drvtest noleaks          no pinned pages or live requests remain
 #include <errno.h>
 #include <fcntl.h>
@@ -161,6 +162,46 @@ static int cmd_exitmid(void) {
   CHECK(sub.error == 0, "rank 1 COMM_INIT error %d", sub.error);
   close(fd);
   expect_no_leaks("after the abandoned request completed");
+  return 0;
+}
+
+// Events: enabled on the file, subscribed on the device, read as records.
+// Waits for COUNT events (argument 3, default 1) and prints each.
+static int cmd_events(int count) {
+  int fd = open_dev();
+  uint32_t on = 1;
+  CHECK(ioctl(fd, HZ_IOC_EVENTS_ENABLE, &on) == 0, "EVENTS_ENABLE: %s", strerror(errno));
+  struct hz_ioc_submit sub;
+  struct hz_hello_args hargs;
+  struct hz_ioc_seg seg;
+  struct hz_hello_result hres;
+  hello_submit(&sub, &hargs, &seg, &hres);
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  struct hz_event_subscribe_args sargs = {.topics = HZ_TOPIC_ALL, .from_seq = 1};
+  struct hz_event_subscribe_result sres;
+  sub = control_call(fd, HZ_OP_EVENT_SUBSCRIBE, &sargs, sizeof(sargs), &sres, sizeof(sres));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "EVENT_SUBSCRIBE status %s",
+        status_name(sub.status));
+  printf("hz_drvtest: subscribed: cursor %" PRIu64 " next_seq %" PRIu64 "\n", (uint64_t)sres.cursor,
+         (uint64_t)sres.next_seq);
+  printf("hz_drvtest: waiting for %d events\n", count);
+  int got = 0;
+  uint64_t last_seq = 0;
+  while (got < count) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK(poll(&p, 1, 60000) == 1 && (p.revents & POLLIN), "no event after %d", got);
+    struct hz_record rec;
+    CHECK(read(fd, &rec, sizeof(rec)) == sizeof(rec), "read event");
+    if (rec.type != HZ_REC_EVENT) continue;
+    struct hz_event ev;
+    memcpy(&ev, rec.event, sizeof(ev));
+    printf("hz_drvtest: event seq %" PRIu64 " topic %u kind %u flags 0x%x\n", (uint64_t)ev.seq,
+           ev.topic, ev.kind, ev.flags);
+    CHECK(ev.seq > last_seq, "event seq %" PRIu64 " not increasing", (uint64_t)ev.seq);
+    last_seq = ev.seq;
+    got++;
+  }
+  close(fd);
   return 0;
 }
 
@@ -408,8 +449,9 @@ static int cmd_unplug(void) {
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
-    fprintf(stderr,
-            "usage: hz_drvtest info|hello|async|region|hostile|unplug|exitmid|noleaks [DEV]\n");
+    fprintf(
+        stderr,
+        "usage: hz_drvtest info|hello|async|region|hostile|unplug|exitmid|events|noleaks [DEV]\n");
     return 2;
   }
   if (argc > 2) g_dev = argv[2];
@@ -421,6 +463,7 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "hostile")) return cmd_hostile();
   if (!strcmp(cmd, "unplug")) return cmd_unplug();
   if (!strcmp(cmd, "exitmid")) return cmd_exitmid();
+  if (!strcmp(cmd, "events")) return cmd_events(argc > 3 ? atoi(argv[3]) : 1);
   if (!strcmp(cmd, "noleaks")) {
     expect_no_leaks("now");
     return 0;
