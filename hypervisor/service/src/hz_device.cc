@@ -29,10 +29,6 @@ bool MulOk(uint64_t a, uint64_t b, uint64_t* out) {
   return true;
 }
 
-bool IsZeroSlice(const hz_slice& s) {
-  return s.region_id == 0 && s.reserved == 0 && s.offset == 0 && s.length == 0;
-}
-
 // Collective opcode -> engine operation.
 bool CollOp(uint16_t opcode, coll::Op* op) {
   switch (opcode) {
@@ -95,9 +91,11 @@ HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, uint64_t tenan
   families_[OpcodeFamily(HZ_OP_ALLREDUCE)] = &HzDevice::HandleCollective;
   info_.socket_path = socket_path_;
   info_.tenant = tenant_->name();
+  if (env_.registry != nullptr) env_.registry->Add(this);
 }
 
 HzDevice::~HzDevice() {
+  if (env_.registry != nullptr) env_.registry->Remove(this);
   {
     std::lock_guard<std::recursive_mutex> lock(link_->mu);
     link_->ctx = nullptr;

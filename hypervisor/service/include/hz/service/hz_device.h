@@ -30,12 +30,39 @@
 
 namespace hz::service {
 
+class HzDevice;
+
+// Live devices, for the operator's views and for shutdown (any thread).
+class DeviceRegistry {
+ public:
+  void Add(HzDevice* d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    devices_.push_back(d);
+  }
+  void Remove(HzDevice* d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase(devices_, d);
+  }
+  // Calls fn for each live device under the registry lock (a device being
+  // destroyed waits, so fn may use it).
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (HzDevice* d : devices_) fn(*d);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<HzDevice*> devices_;
+};
+
 // What every device of the service shares.
 struct DeviceEnv {
   DeviceLimits limits;
   CollBackend* coll = nullptr;  // null: collectives are not offered
   Metrics* metrics = nullptr;   // may be null in tests
   const std::atomic<bool>* draining = nullptr;
+  DeviceRegistry* registry = nullptr;  // may be null in tests
 };
 
 // A consistent view of one device for the operator (any thread).
@@ -93,6 +120,7 @@ class HzDevice : public vdev::Device {
   void Drain();
 
   DeviceInfo Info() const;  // any thread
+  const std::string& socket_path() const { return socket_path_; }
   uint64_t in_flight() const { return in_flight_.load(); }
 
  private:

@@ -1,0 +1,229 @@
+// hzctl: the operator's command line for harmonaized.
+//
+//   hzctl [--socket PATH] [--json] tenant create NAME [--weight N] [--priority low|normal|high]
+//                                        [--max-regions N] [--max-region-bytes N]
+//   hzctl tenant list | tenant remove NAME
+//   hzctl vm bind --tenant NAME --socket PATH | vm unbind --socket PATH | vm list
+//   hzctl comm list | counters | status
+//
+// Exit codes: 0 success, 1 the service refused the request, 2 usage error,
+// 3 the service could not be reached.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+using json = nlohmann::json;
+
+namespace {
+
+// Sends one request line and reads one response line.
+bool Call(const std::string& path, const json& req, json* resp, std::string* error) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    *error = "socket path too long";
+    return false;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = "socket failed";
+    return false;
+  }
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    *error = "cannot connect to " + path + ": " + std::strerror(errno);
+    close(fd);
+    return false;
+  }
+  std::string line = req.dump() + "\n";
+  for (size_t off = 0; off < line.size();) {
+    ssize_t n = write(fd, line.data() + off, line.size() - off);
+    if (n <= 0) {
+      *error = "write failed";
+      close(fd);
+      return false;
+    }
+    off += static_cast<size_t>(n);
+  }
+  std::string in;
+  char buf[4096];
+  while (in.find('\n') == std::string::npos) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  *resp = json::parse(in.substr(0, in.find('\n')), nullptr, false);
+  if (resp->is_discarded() || !resp->is_object()) {
+    *error = "malformed response from the service";
+    return false;
+  }
+  return true;
+}
+
+std::string Human(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char out[32];
+  std::snprintf(out, sizeof(out), "%.*f %s", u == 0 ? 0 : 1, v, units[u]);
+  return out;
+}
+
+unsigned long long U(const json& j, const char* k) {
+  return j.value(k, 0ull);
+}
+
+void PrintHuman(const std::string& cmd, const json& r) {
+  if (cmd == "tenant.list") {
+    std::printf("%-20s %6s %-8s %8s %12s %12s %12s\n", "TENANT", "WEIGHT", "PRIORITY", "REGIONS",
+                "MAX_REGIONS", "BYTES", "MAX_BYTES");
+    for (const json& t : r) {
+      std::printf("%-20s %6llu %-8s %8llu %12llu %12s %12s\n",
+                  t.value("name", std::string()).c_str(), U(t, "weight"),
+                  t.value("priority", std::string()).c_str(), U(t, "regions"), U(t, "max_regions"),
+                  Human(U(t, "region_bytes")).c_str(), Human(U(t, "max_region_bytes")).c_str());
+    }
+  } else if (cmd == "vm.list") {
+    for (const json& v : r) {
+      std::printf("%s  tenant=%s listening=%s\n", v.value("socket", std::string()).c_str(),
+                  v.value("tenant", std::string()).c_str(),
+                  v.value("listening", false) ? "yes" : "no");
+      for (const json& d : v.value("devices", json::array())) {
+        std::printf(
+            "  connected=%s hello=%s queues=%zu regions=%llu (%s) communicators=%zu "
+            "requests=%llu errors=%llu in_flight=%llu events_held=%llu\n",
+            d.value("connected", false) ? "yes" : "no", d.value("hello", false) ? "yes" : "no",
+            d.value("queues", json::array()).size(), U(d, "regions"),
+            Human(U(d, "region_bytes")).c_str(), d.value("communicators", json::array()).size(),
+            U(d, "requests"), U(d, "errors"), U(d, "in_flight"), U(d, "events_held"));
+        for (const json& c : d.value("communicators", json::array())) {
+          std::printf("    comm handle=%llu id=%llu rank=%llu/%llu\n", U(c, "handle"),
+                      U(c, "comm_id"), U(c, "rank"), U(c, "nranks"));
+        }
+      }
+    }
+  } else if (cmd == "comm.list") {
+    std::printf("%-8s %-8s %-7s %-7s %-9s %-8s %-9s\n", "ID", "TENANT", "NRANKS", "JOINED",
+                "NEXT_SEQ", "PENDING", "STATE");
+    for (const json& c : r) {
+      std::printf("%-8llu %-8llu %-7llu %-7llu %-9llu %-8llu %-9s\n", U(c, "id"), U(c, "tenant"),
+                  U(c, "nranks"), U(c, "joined"), U(c, "next_seq"), U(c, "pending"),
+                  c.value("state", std::string()).c_str());
+    }
+  } else if (r.is_object() && r.empty()) {
+    std::printf("ok\n");
+  } else {
+    std::printf("%s\n", r.dump(2).c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hzctl: operate harmonaized"};
+  app.require_subcommand(1);
+  std::string socket_path = "/var/lib/harmonaize/control.sock";
+  if (const char* env = std::getenv("HZ_CONTROL_SOCKET")) socket_path = env;
+  bool as_json = false;
+  app.add_option("-s,--socket", socket_path, "harmonaized's control socket");
+  app.add_flag("--json", as_json, "print the service's JSON answer");
+
+  std::string name, tenant, vm_socket, priority;
+  uint64_t weight = 0, max_regions = 0, max_region_bytes = 0;
+
+  auto* tenant_cmd = app.add_subcommand("tenant", "manage tenants")->require_subcommand(1);
+  auto* tcreate = tenant_cmd->add_subcommand("create", "create a tenant");
+  tcreate->add_option("name", name, "tenant name")->required();
+  tcreate->add_option("--weight", weight, "share under contention (1..1000)");
+  tcreate->add_option("--priority", priority, "highest priority class: low, normal, high")
+      ->check(CLI::IsMember({"low", "normal", "high"}));
+  tcreate->add_option("--max-regions", max_regions, "registered regions, all VMs together");
+  tcreate->add_option("--max-region-bytes", max_region_bytes, "registered bytes, all VMs together");
+  auto* tlist = tenant_cmd->add_subcommand("list", "list tenants");
+  auto* tremove = tenant_cmd->add_subcommand("remove", "remove a tenant without bound VMs");
+  tremove->add_option("name", name, "tenant name")->required();
+
+  auto* vm_cmd = app.add_subcommand("vm", "bind VM sockets to tenants")->require_subcommand(1);
+  auto* vbind = vm_cmd->add_subcommand("bind", "serve a vhost-user socket for a tenant's VM");
+  vbind->add_option("--tenant", tenant, "tenant name")->required();
+  vbind->add_option("--socket", vm_socket, "socket path (relative: in the VM socket directory)")
+      ->required();
+  auto* vunbind = vm_cmd->add_subcommand("unbind", "stop serving a VM socket");
+  vunbind->add_option("--socket", vm_socket, "socket path")->required();
+  auto* vlist = vm_cmd->add_subcommand("list", "bound sockets and connected VMs");
+
+  auto* comm_cmd = app.add_subcommand("comm", "communicators")->require_subcommand(1);
+  comm_cmd->add_subcommand("list", "communicators in the collective engine");
+  auto* counters = app.add_subcommand("counters", "request and engine counters");
+  app.add_subcommand("status", "service status");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  json req;
+  std::string cmd;
+  if (tcreate->parsed()) {
+    cmd = "tenant.create";
+    req["name"] = name;
+    if (weight) req["weight"] = weight;
+    if (!priority.empty()) req["priority"] = priority;
+    if (tcreate->count("--max-regions")) req["max_regions"] = max_regions;
+    if (tcreate->count("--max-region-bytes")) req["max_region_bytes"] = max_region_bytes;
+  } else if (tlist->parsed()) {
+    cmd = "tenant.list";
+  } else if (tremove->parsed()) {
+    cmd = "tenant.remove";
+    req["name"] = name;
+  } else if (vbind->parsed()) {
+    cmd = "vm.bind";
+    req["tenant"] = tenant;
+    req["socket"] = vm_socket;
+  } else if (vunbind->parsed()) {
+    cmd = "vm.unbind";
+    req["socket"] = vm_socket;
+  } else if (vlist->parsed()) {
+    cmd = "vm.list";
+  } else if (comm_cmd->parsed()) {
+    cmd = "comm.list";
+  } else if (counters->parsed()) {
+    cmd = "counters";
+  } else {
+    cmd = "status";
+  }
+  req["cmd"] = cmd;
+
+  json resp;
+  std::string error;
+  if (!Call(socket_path, req, &resp, &error)) {
+    std::fprintf(stderr, "hzctl: %s\n", error.c_str());
+    return 3;
+  }
+  if (as_json) {
+    std::printf("%s\n", resp.dump(2).c_str());
+    return resp.value("ok", false) ? 0 : 1;
+  }
+  if (!resp.value("ok", false)) {
+    std::fprintf(stderr, "hzctl: %s\n", resp.value("error", std::string("failed")).c_str());
+    return 1;
+  }
+  PrintHuman(cmd, resp["result"]);
+  return 0;
+}

@@ -1,0 +1,60 @@
+// The operator API: one JSON object per line in, one JSON object per line
+// out. ControlApi parses and validates commands and calls a ControlTarget
+// (the Service); it never throws and never trusts its input.
+//
+// Request:  {"cmd": "tenant.create", "name": "t1", ...}   ("id" is echoed back)
+// Response: {"ok": true, "result": ...} or {"ok": false, "error": "why"}
+#ifndef HZ_SERVICE_CONTROL_API_H_
+#define HZ_SERVICE_CONTROL_API_H_
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hz/service/coll_backend.h"
+#include "hz/service/hz_device.h"
+#include "hz/service/tenants.h"
+
+namespace hz::service {
+
+struct VmView {
+  std::string socket_path;
+  std::string tenant;
+  bool listening = false;
+  std::vector<DeviceInfo> devices;  // the live connection, if any
+};
+
+class ControlTarget {
+ public:
+  virtual ~ControlTarget() = default;
+  // Each returns an empty string on success, else why not.
+  virtual std::string CreateTenant(const TenantSpec& spec) = 0;
+  virtual std::string RemoveTenant(const std::string& name) = 0;
+  virtual std::string BindVm(const std::string& tenant, const std::string& socket_path,
+                             std::string* resolved_path) = 0;
+  virtual std::string UnbindVm(const std::string& socket_path) = 0;
+  virtual std::vector<std::shared_ptr<Tenant>> Tenants() const = 0;
+  virtual std::vector<VmView> Vms() const = 0;
+  virtual std::vector<CommSummary> Communicators() const = 0;
+  virtual nlohmann::json Status() const = 0;
+  virtual nlohmann::json Counters() const = 0;
+  virtual TenantLimits DefaultTenantLimits() const = 0;
+};
+
+class ControlApi {
+ public:
+  explicit ControlApi(ControlTarget* target) : target_(target) {}
+  // Handles one request line; returns the response object.
+  nlohmann::json Handle(const std::string& line);
+
+  static nlohmann::json DeviceJson(const DeviceInfo& d);
+
+ private:
+  nlohmann::json Dispatch(const std::string& cmd, const nlohmann::json& req);
+  ControlTarget* target_;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_CONTROL_API_H_

@@ -1,0 +1,118 @@
+// harmonaized as a library: tenants, VM socket bindings (one vdev::Server per
+// bound socket, one HzDevice per connection), the collective engine, the
+// operator's control socket, the Prometheus endpoint and graceful shutdown.
+//
+// Threads: Run() drives the main io_context (control socket, metrics,
+// signals); worker_threads threads drive the vhost-user connections; the
+// collective engine has its own workers.
+#ifndef HZ_SERVICE_SERVICE_H_
+#define HZ_SERVICE_SERVICE_H_
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "hz/service/coll_backend.h"
+#include "hz/service/config.h"
+#include "hz/service/control_api.h"
+#include "hz/service/hz_device.h"
+#include "hz/service/metrics.h"
+#include "hz/service/tenants.h"
+
+namespace vdev {
+class Server;
+}
+
+namespace hz::service {
+
+class ControlServer;
+class MetricsServer;
+
+class Service : public ControlTarget {
+ public:
+  explicit Service(ServiceConfig config);
+  ~Service() override;
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // Creates the directories, starts the engine, the connection threads, the
+  // control socket and the metrics endpoint, and restores saved tenants and
+  // bindings. Returns false with *error when the service cannot run.
+  bool Start(std::string* error);
+  // Serves until SIGTERM/SIGINT or RequestStop(), then shuts down gracefully.
+  void Run();
+  // Asks Run() to shut down (any thread).
+  void RequestStop();
+
+  uint16_t metrics_port() const { return metrics_port_; }
+  bool draining() const { return draining_.load(); }
+  const ServiceConfig& config() const { return config_; }
+  std::string MetricsText() const;
+
+  // ControlTarget
+  std::string CreateTenant(const TenantSpec& spec) override;
+  std::string RemoveTenant(const std::string& name) override;
+  std::string BindVm(const std::string& tenant, const std::string& socket_path,
+                     std::string* resolved_path) override;
+  std::string UnbindVm(const std::string& socket_path) override;
+  std::vector<std::shared_ptr<Tenant>> Tenants() const override { return tenants_.List(); }
+  std::vector<VmView> Vms() const override;
+  std::vector<CommSummary> Communicators() const override;
+  nlohmann::json Status() const override;
+  nlohmann::json Counters() const override;
+  TenantLimits DefaultTenantLimits() const override { return config_.tenant_defaults; }
+
+ private:
+  struct Binding {
+    std::string tenant;
+    std::shared_ptr<Tenant> tenant_ptr;
+    uint64_t tenant_id = 0;
+    std::unique_ptr<vdev::Server> server;
+  };
+
+  void Shutdown();
+  // Runs fn on the connection threads and waits for it.
+  void OnVdevThread(const std::function<void()>& fn);
+  std::string ResolveSocketPath(const std::string& path) const;
+  void SaveState();
+  void LoadState();
+
+  ServiceConfig config_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stopped_{false};
+  std::chrono::steady_clock::time_point started_;
+
+  TenantRegistry tenants_;
+  std::map<std::string, uint64_t> tenant_ids_;  // name -> engine tenant id
+  uint64_t next_tenant_id_ = 1;
+  Metrics metrics_;
+  DeviceRegistry devices_;
+  std::unique_ptr<CollBackend> coll_;
+  DeviceEnv env_;
+
+  boost::asio::io_context io_;       // control, metrics, signals
+  boost::asio::io_context vdev_io_;  // vhost-user connections
+  std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
+      vdev_work_;
+  std::vector<std::thread> vdev_threads_;
+
+  mutable std::mutex mu_;                    // bindings_, tenant_ids_
+  std::map<std::string, Binding> bindings_;  // socket path -> binding
+
+  ControlApi api_{this};
+  std::unique_ptr<ControlServer> control_;
+  std::unique_ptr<MetricsServer> metrics_server_;
+  uint16_t metrics_port_ = 0;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_SERVICE_H_

@@ -1,0 +1,210 @@
+#include "hz/service/control_api.h"
+
+#include <set>
+#include <stdexcept>
+
+#include "hz/service/request.h"
+
+namespace hz::service {
+
+namespace {
+
+using json = nlohmann::json;
+
+// A request error: becomes {"ok": false, "error": what}.
+struct BadRequest : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
+  std::set<std::string> ok = {"cmd", "id"};
+  for (const char* a : allowed) ok.insert(a);
+  for (const auto& [k, v] : req.items()) {
+    if (ok.count(k) == 0) throw BadRequest("unknown field \"" + k + "\"");
+  }
+}
+
+std::string Str(const json& req, const char* key) {
+  auto it = req.find(key);
+  if (it == req.end()) throw BadRequest(std::string("missing field \"") + key + "\"");
+  if (!it->is_string()) throw BadRequest(std::string("field \"") + key + "\" must be a string");
+  return it->get<std::string>();
+}
+
+uint64_t UInt(const json& req, const char* key, uint64_t def, uint64_t max) {
+  auto it = req.find(key);
+  if (it == req.end()) return def;
+  if (!it->is_number_unsigned()) {
+    throw BadRequest(std::string("field \"") + key + "\" must be a non-negative integer");
+  }
+  uint64_t v = it->get<uint64_t>();
+  if (v > max) throw BadRequest(std::string("field \"") + key + "\" is too large");
+  return v;
+}
+
+uint16_t Priority(const json& req) {
+  auto it = req.find("priority");
+  if (it == req.end()) return HZ_PRIO_NORMAL;
+  if (it->is_string()) {
+    std::string p = it->get<std::string>();
+    if (p == "low") return HZ_PRIO_LOW;
+    if (p == "normal") return HZ_PRIO_NORMAL;
+    if (p == "high") return HZ_PRIO_HIGH;
+  } else if (it->is_number_unsigned() && it->get<uint64_t>() < HZ_PRIO_MAX) {
+    return static_cast<uint16_t>(it->get<uint64_t>());
+  }
+  throw BadRequest("field \"priority\" must be low, normal or high");
+}
+
+const char* PriorityName(uint16_t p) {
+  switch (p) {
+    case HZ_PRIO_LOW:
+      return "low";
+    case HZ_PRIO_HIGH:
+      return "high";
+    default:
+      return "normal";
+  }
+}
+
+json TenantJson(const Tenant& t) {
+  Tenant::Usage u = t.usage();
+  return {{"name", t.name()},
+          {"weight", t.spec().weight},
+          {"priority", PriorityName(t.spec().priority)},
+          {"max_regions", t.spec().limits.max_regions},
+          {"max_region_bytes", t.spec().limits.max_region_bytes},
+          {"regions", u.regions},
+          {"region_bytes", u.region_bytes}};
+}
+
+}  // namespace
+
+json ControlApi::DeviceJson(const DeviceInfo& d) {
+  json comms = json::array();
+  for (const auto& c : d.comms) {
+    comms.push_back(
+        {{"handle", c.handle}, {"comm_id", c.comm_id}, {"rank", c.rank}, {"nranks", c.nranks}});
+  }
+  return {{"connected", d.connected},    {"hello", d.hello},
+          {"draining", d.draining},      {"features", d.features},
+          {"session_id", d.session_id},  {"queues", d.queues_started},
+          {"regions", d.regions},        {"region_bytes", d.region_bytes},
+          {"communicators", comms},      {"requests", d.requests},
+          {"errors", d.errors},          {"in_flight", d.in_flight},
+          {"events_held", d.events_held}};
+}
+
+json ControlApi::Handle(const std::string& line) {
+  json req;
+  json id;
+  try {
+    req = json::parse(line);
+  } catch (const json::exception&) {
+    return {{"ok", false}, {"error", "malformed JSON"}};
+  }
+  try {
+    if (!req.is_object()) throw BadRequest("a request must be a JSON object");
+    if (req.contains("id")) id = req["id"];
+    std::string cmd = Str(req, "cmd");
+    json out = {{"ok", true}, {"result", Dispatch(cmd, req)}};
+    if (!id.is_null()) out["id"] = id;
+    return out;
+  } catch (const BadRequest& e) {
+    json out = {{"ok", false}, {"error", e.what()}};
+    if (!id.is_null()) out["id"] = id;
+    return out;
+  } catch (const std::exception& e) {
+    json out = {{"ok", false}, {"error", std::string("internal error: ") + e.what()}};
+    if (!id.is_null()) out["id"] = id;
+    return out;
+  }
+}
+
+json ControlApi::Dispatch(const std::string& cmd, const json& req) {
+  if (cmd == "ping") {
+    OnlyFields(req, {});
+    return "pong";
+  }
+  if (cmd == "status") {
+    OnlyFields(req, {});
+    return target_->Status();
+  }
+  if (cmd == "tenant.create") {
+    OnlyFields(req, {"name", "weight", "priority", "max_regions", "max_region_bytes"});
+    TenantSpec spec;
+    spec.name = Str(req, "name");
+    TenantLimits def = target_->DefaultTenantLimits();
+    spec.weight = static_cast<uint32_t>(UInt(req, "weight", 1, 1000000));
+    spec.priority = Priority(req);
+    spec.limits.max_regions =
+        static_cast<uint32_t>(UInt(req, "max_regions", def.max_regions, UINT32_MAX));
+    spec.limits.max_region_bytes = UInt(req, "max_region_bytes", def.max_region_bytes, INT64_MAX);
+    if (std::string err = target_->CreateTenant(spec); !err.empty()) throw BadRequest(err);
+    return {{"name", spec.name}};
+  }
+  if (cmd == "tenant.list") {
+    OnlyFields(req, {});
+    json out = json::array();
+    for (const auto& t : target_->Tenants()) out.push_back(TenantJson(*t));
+    return out;
+  }
+  if (cmd == "tenant.remove") {
+    OnlyFields(req, {"name"});
+    if (std::string err = target_->RemoveTenant(Str(req, "name")); !err.empty()) {
+      throw BadRequest(err);
+    }
+    return json::object();
+  }
+  if (cmd == "vm.bind") {
+    OnlyFields(req, {"tenant", "socket"});
+    std::string resolved;
+    if (std::string err = target_->BindVm(Str(req, "tenant"), Str(req, "socket"), &resolved);
+        !err.empty()) {
+      throw BadRequest(err);
+    }
+    return {{"socket", resolved}};
+  }
+  if (cmd == "vm.unbind") {
+    OnlyFields(req, {"socket"});
+    if (std::string err = target_->UnbindVm(Str(req, "socket")); !err.empty()) {
+      throw BadRequest(err);
+    }
+    return json::object();
+  }
+  if (cmd == "vm.list") {
+    OnlyFields(req, {});
+    json out = json::array();
+    for (const VmView& v : target_->Vms()) {
+      json devices = json::array();
+      for (const DeviceInfo& d : v.devices) devices.push_back(DeviceJson(d));
+      out.push_back({{"socket", v.socket_path},
+                     {"tenant", v.tenant},
+                     {"listening", v.listening},
+                     {"devices", devices}});
+    }
+    return out;
+  }
+  if (cmd == "comm.list") {
+    OnlyFields(req, {});
+    json out = json::array();
+    for (const CommSummary& c : target_->Communicators()) {
+      out.push_back({{"id", c.id},
+                     {"tenant", c.tenant},
+                     {"nranks", c.nranks},
+                     {"joined", c.joined},
+                     {"next_seq", c.next_seq},
+                     {"pending", c.pending},
+                     {"state", c.state},
+                     {"abort_reason", c.abort_reason}});
+    }
+    return out;
+  }
+  if (cmd == "counters") {
+    OnlyFields(req, {});
+    return target_->Counters();
+  }
+  throw BadRequest("unknown command \"" + cmd + "\"");
+}
+
+}  // namespace hz::service

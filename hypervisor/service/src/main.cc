@@ -1,0 +1,93 @@
+// harmonaized: the HarmonAIze host service.
+//
+//   harmonaized [--config FILE] [--state-dir DIR] [--control-socket PATH]
+//               [--metrics-port N] [--log-level LEVEL] [--foreground] ...
+//
+// Exit codes: 0 after a graceful stop, 1 when the service cannot start,
+// 2 for command-line or configuration errors.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "hz/service/config.h"
+#include "hz/service/service.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+void SetUpLogging(const hz::service::ServiceConfig& c) {
+  auto logger = spdlog::stderr_logger_mt("harmonaized");
+  if (c.log_format == "json") {
+    // Messages are written as key=value pairs; the JSON form carries them in "msg".
+    logger->set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","thread":%t,"msg":"%v"})");
+  } else {
+    logger->set_pattern("time=%Y-%m-%dT%H:%M:%S.%e%z level=%l %v");
+  }
+  logger->set_level(spdlog::level::from_str(c.log_level));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"harmonaized: the HarmonAIze host service"};
+  std::string config_file;
+  std::string state_dir, control_socket, vm_socket_dir, log_level, log_format;
+  int metrics_port = -1;
+  uint32_t workers = 0;
+  bool foreground = false, no_metrics = false;
+  app.add_option("-c,--config", config_file, "TOML configuration file");
+  app.add_option("--state-dir", state_dir, "state directory (default /var/lib/harmonaize)");
+  app.add_option("--control-socket", control_socket,
+                 "operator socket (default <state-dir>/control.sock)");
+  app.add_option("--vm-socket-dir", vm_socket_dir,
+                 "directory for relative VM socket paths (default <state-dir>/vms)");
+  app.add_option("--metrics-port", metrics_port, "Prometheus port on 127.0.0.1 (0: any free)")
+      ->check(CLI::Range(0, 65535));
+  app.add_flag("--no-metrics", no_metrics, "do not serve /metrics");
+  app.add_option("--worker-threads", workers, "threads serving VM connections")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_option("--log-format", log_format, "text (key=value) or json")
+      ->check(CLI::IsMember({"text", "json"}));
+  app.add_flag("-f,--foreground", foreground,
+               "stay in the foreground (the only mode; systemd runs it so)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  hz::service::ServiceConfig config;
+  std::string error;
+  if (!config_file.empty() && !hz::service::LoadConfigFile(config_file, &config, &error)) {
+    std::fprintf(stderr, "harmonaized: config error: %s\n", error.c_str());
+    return 2;
+  }
+  if (!state_dir.empty()) config.state_dir = state_dir;
+  if (!control_socket.empty()) config.control_socket = control_socket;
+  if (!vm_socket_dir.empty()) config.vm_socket_dir = vm_socket_dir;
+  if (metrics_port >= 0) config.metrics_port = static_cast<uint16_t>(metrics_port);
+  if (no_metrics) config.metrics_enabled = false;
+  if (workers > 0) config.worker_threads = workers;
+  if (!log_level.empty()) config.log_level = log_level;
+  if (!log_format.empty()) config.log_format = log_format;
+  if (!hz::service::ValidateConfig(config, &error)) {
+    std::fprintf(stderr, "harmonaized: config error: %s\n", error.c_str());
+    return 2;
+  }
+  SetUpLogging(config);
+
+  hz::service::Service service(config);
+  if (!service.Start(&error)) {
+    spdlog::critical("event=start_failed error=\"{}\"", error);
+    return 1;
+  }
+  service.Run();
+  return 0;
+}

@@ -1,0 +1,103 @@
+#include "metrics_server.h"
+
+#include <memory>
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace hz::service {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+ public:
+  HttpSession(tcp::socket socket, const std::function<std::string()>* render)
+      : stream_(std::move(socket)), render_(render) {}
+
+  void Read() {
+    parser_.body_limit(4096);
+    parser_.header_limit(8192);
+    stream_.expires_after(std::chrono::seconds(10));
+    http::async_read(stream_, buf_, parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec) return;
+                       self->Respond();
+                     });
+  }
+
+ private:
+  void Respond() {
+    const auto& req = parser_.get();
+    auto res = std::make_shared<http::response<http::string_body>>();
+    res->version(req.version());
+    res->keep_alive(false);
+    if (req.method() != http::verb::get) {
+      res->result(http::status::method_not_allowed);
+      res->set(http::field::allow, "GET");
+      res->body() = "only GET\n";
+    } else if (req.target() != "/metrics") {
+      res->result(http::status::not_found);
+      res->body() = "try /metrics\n";
+    } else {
+      res->result(http::status::ok);
+      res->set(http::field::content_type, "text/plain; version=0.0.4");
+      res->body() = (*render_)();
+    }
+    res->prepare_payload();
+    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code, size_t) {
+      beast::error_code ec;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    });
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buf_;
+  http::request_parser<http::string_body> parser_;
+  const std::function<std::string()>* render_;
+};
+
+}  // namespace
+
+MetricsServer::MetricsServer(asio::io_context& io, std::function<std::string()> render)
+    : acceptor_(io), render_(std::move(render)) {}
+
+bool MetricsServer::Start(const std::string& address, uint16_t port, std::string* error) {
+  beast::error_code ec;
+  auto addr = asio::ip::make_address(address, ec);
+  if (ec) {
+    *error = "metrics address " + address + ": " + ec.message();
+    return false;
+  }
+  tcp::endpoint ep(addr, port);
+  acceptor_.open(ep.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(ep, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    *error = "metrics " + address + ":" + std::to_string(port) + ": " + ec.message();
+    return false;
+  }
+  port_ = acceptor_.local_endpoint().port();
+  Accept();
+  return true;
+}
+
+void MetricsServer::Stop() {
+  beast::error_code ec;
+  acceptor_.close(ec);
+}
+
+void MetricsServer::Accept() {
+  acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
+    if (ec) return;
+    std::make_shared<HttpSession>(std::move(socket), &render_)->Read();
+    Accept();
+  });
+}
+
+}  // namespace hz::service

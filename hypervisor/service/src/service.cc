@@ -1,0 +1,432 @@
+#include "hz/service/service.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include "control_server.h"
+#include "metrics_server.h"
+#include "spdlog/spdlog.h"
+#include "vdev/server.h"
+
+#ifdef HZ_SERVICE_HAVE_ENGINE
+#include "hz/service/engine_backend.h"
+#endif
+
+namespace hz::service {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+Service::Service(ServiceConfig config) : config_(std::move(config)) {
+  env_.limits = config_.device;
+  env_.metrics = &metrics_;
+  env_.draining = &draining_;
+  env_.registry = &devices_;
+}
+
+Service::~Service() {
+  if (!stopped_) Shutdown();
+}
+
+bool Service::Start(std::string* error) {
+  started_ = std::chrono::steady_clock::now();
+  std::error_code fec;
+  for (const std::string& dir : {config_.state_dir, config_.VmSocketDir()}) {
+    fs::create_directories(dir, fec);
+    if (fec) {
+      *error = dir + ": " + fec.message();
+      return false;
+    }
+  }
+  fs::create_directories(fs::path(config_.ControlSocketPath()).parent_path(), fec);
+
+#ifdef HZ_SERVICE_HAVE_ENGINE
+  coll::EngineOptions eo;
+  eo.max_ranks = config_.device.max_comm_ranks;
+  coll_ = std::make_unique<EngineBackend>(eo);
+#endif
+  env_.coll = coll_.get();
+
+  vdev_work_ =
+      std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
+          vdev_io_.get_executor());
+  for (uint32_t i = 0; i < config_.worker_threads; ++i) {
+    vdev_threads_.emplace_back([this] { vdev_io_.run(); });
+  }
+
+  control_ = std::make_unique<ControlServer>(
+      io_, config_.ControlSocketPath(), config_.control_max_line_bytes, config_.control_max_clients,
+      [this](const std::string& line) { return api_.Handle(line).dump(); });
+  if (!control_->Start(error)) return false;
+
+  if (config_.metrics_enabled) {
+    metrics_server_ = std::make_unique<MetricsServer>(io_, [this] { return MetricsText(); });
+    if (!metrics_server_->Start(config_.metrics_address, config_.metrics_port, error)) return false;
+    metrics_port_ = metrics_server_->port();
+  }
+  LoadState();
+  spdlog::info("event=started state_dir={} control_socket={} metrics={}:{} workers={} engine={}",
+               config_.state_dir, config_.ControlSocketPath(), config_.metrics_address,
+               metrics_port_, config_.worker_threads, coll_ ? "yes" : "no");
+  return true;
+}
+
+void Service::Run() {
+  boost::asio::signal_set signals(io_, SIGTERM, SIGINT);
+  signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    spdlog::info("event=signal signal={}", sig);
+    RequestStop();
+  });
+  io_.run();
+  if (!stopped_) Shutdown();
+}
+
+void Service::RequestStop() {
+  boost::asio::post(io_, [this] {
+    if (stopped_) return;
+    Shutdown();
+    io_.stop();
+  });
+}
+
+void Service::OnVdevThread(const std::function<void()>& fn) {
+  std::promise<void> done;
+  boost::asio::post(vdev_io_, [&] {
+    fn();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+void Service::Shutdown() {
+  stopped_ = true;
+  // 1. Stop accepting: new requests fail with ESHUTDOWN from now on and the
+  //    config space says DRAINING.
+  draining_ = true;
+  spdlog::info("event=draining");
+  if (control_) control_->Stop();
+  // 2. The engine fails everything that waits with kShutdown; running
+  //    transfers stop after their current block.
+  if (coll_) coll_->Shutdown();
+  // 3. Each device answers what is left with ESHUTDOWN, on its own strand.
+  struct Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t left = 0;
+  };
+  auto w = std::make_shared<Waiter>();
+  devices_.ForEach([&](HzDevice& d) {
+    std::lock_guard<std::mutex> lock(w->mu);
+    bool posted = d.PostToDevice([w](HzDevice& dev) {
+      dev.Drain();
+      std::lock_guard<std::mutex> l(w->mu);
+      if (--w->left == 0) w->cv.notify_all();
+    });
+    if (posted) w->left++;
+  });
+  {
+    std::unique_lock<std::mutex> lock(w->mu);
+    if (!w->cv.wait_for(lock, std::chrono::milliseconds(config_.shutdown_timeout_ms),
+                        [&] { return w->left == 0; })) {
+      spdlog::warn("event=drain_timeout devices_left={}", w->left);
+    }
+  }
+  uint64_t in_flight = 0;
+  devices_.ForEach([&](HzDevice& d) { in_flight += d.in_flight(); });
+  spdlog::info("event=drained in_flight={}", in_flight);
+  // 4. Close the VM sockets and connections, then the threads.
+  if (!vdev_threads_.empty()) {
+    OnVdevThread([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [path, b] : bindings_) {
+        if (b.server) b.server->Stop();
+      }
+    });
+    // Stop() finishes asynchronously on each connection's strand.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    OnVdevThread([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [path, b] : bindings_) b.server.reset();
+    });
+  }
+  vdev_work_.reset();
+  vdev_io_.stop();
+  for (auto& t : vdev_threads_) t.join();
+  vdev_threads_.clear();
+  if (metrics_server_) metrics_server_->Stop();
+  coll_.reset();
+  spdlog::info("event=stopped");
+}
+
+std::string Service::ResolveSocketPath(const std::string& path) const {
+  if (path.empty()) return {};
+  if (path[0] == '/') return fs::path(path).lexically_normal().string();
+  return (fs::path(config_.VmSocketDir()) / path).lexically_normal().string();
+}
+
+std::string Service::CreateTenant(const TenantSpec& spec) {
+  if (draining_) return "the service is stopping";
+  std::string err = tenants_.Create(spec);
+  if (!err.empty()) return err;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tenant_ids_[spec.name] = next_tenant_id_++;
+  }
+  spdlog::info(
+      "event=tenant_created tenant={} weight={} priority={} max_regions={} "
+      "max_region_bytes={}",
+      spec.name, spec.weight, spec.priority, spec.limits.max_regions, spec.limits.max_region_bytes);
+  SaveState();
+  return {};
+}
+
+std::string Service::RemoveTenant(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [path, b] : bindings_) {
+      if (b.tenant == name) return "tenant " + name + " still has a VM bound at " + path;
+    }
+  }
+  std::string err = tenants_.Remove(name);
+  if (!err.empty()) return err;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tenant_ids_.erase(name);
+  }
+  spdlog::info("event=tenant_removed tenant={}", name);
+  SaveState();
+  return {};
+}
+
+std::string Service::BindVm(const std::string& tenant, const std::string& socket_path,
+                            std::string* resolved_path) {
+  if (draining_) return "the service is stopping";
+  std::string path = ResolveSocketPath(socket_path);
+  if (path.empty()) return "empty socket path";
+  if (path.size() > 107) return "socket path is longer than 107 bytes";
+  std::shared_ptr<Tenant> t = tenants_.Find(tenant);
+  if (!t) return "no tenant " + tenant;
+  uint64_t tenant_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bindings_.count(path) != 0) return path + " is already bound";
+    tenant_id = tenant_ids_[tenant];
+  }
+  std::error_code fec;
+  fs::create_directories(fs::path(path).parent_path(), fec);
+  std::string error;
+  DeviceEnv env = env_;
+  vdev::DeviceFactory factory = [env, t, tenant_id](const std::string& p) {
+    return std::make_unique<HzDevice>(env, t, tenant_id, p);
+  };
+  vdev::ServerOptions opts;
+  std::unique_ptr<vdev::Server> server;
+  bool ok = false;
+  OnVdevThread([&] {
+    server = std::make_unique<vdev::Server>(vdev_io_, path, factory, opts);
+    ok = server->Start(&error);
+    if (!ok) server.reset();
+  });
+  if (!ok) return path + ": " + error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Binding& b = bindings_[path];
+    b.tenant = tenant;
+    b.tenant_ptr = t;
+    b.tenant_id = tenant_id;
+    b.server = std::move(server);
+  }
+  spdlog::info("event=vm_bound tenant={} socket={}", tenant, path);
+  *resolved_path = path;
+  SaveState();
+  return {};
+}
+
+std::string Service::UnbindVm(const std::string& socket_path) {
+  std::string path = ResolveSocketPath(socket_path);
+  std::unique_ptr<vdev::Server> server;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = bindings_.find(path);
+    if (it == bindings_.end()) return path + " is not bound";
+    server = std::move(it->second.server);
+    bindings_.erase(it);
+  }
+  if (server) {
+    OnVdevThread([&] { server->Stop(); });
+    OnVdevThread([&] { server.reset(); });
+  }
+  spdlog::info("event=vm_unbound socket={}", path);
+  SaveState();
+  return {};
+}
+
+std::vector<VmView> Service::Vms() const {
+  std::vector<VmView> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [path, b] : bindings_) {
+      VmView v;
+      v.socket_path = path;
+      v.tenant = b.tenant;
+      v.listening = b.server != nullptr;
+      out.push_back(std::move(v));
+    }
+  }
+  devices_.ForEach([&](HzDevice& d) {
+    for (VmView& v : out) {
+      if (v.socket_path == d.socket_path()) v.devices.push_back(d.Info());
+    }
+  });
+  return out;
+}
+
+std::vector<CommSummary> Service::Communicators() const {
+  return coll_ ? coll_->Communicators() : std::vector<CommSummary>{};
+}
+
+json Service::Status() const {
+  size_t bound;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bound = bindings_.size();
+  }
+  size_t connected = 0;
+  devices_.ForEach([&](HzDevice& d) { connected += d.Info().connected ? 1 : 0; });
+  auto up =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_);
+  return {{"version", HZ_VERSION_MAJOR * 100 + HZ_VERSION_MINOR},
+          {"draining", draining_.load()},
+          {"state_dir", config_.state_dir},
+          {"control_socket", config_.ControlSocketPath()},
+          {"vm_socket_dir", config_.VmSocketDir()},
+          {"metrics_port", metrics_port_},
+          {"uptime_s", up.count()},
+          {"tenants", tenants_.List().size()},
+          {"vms_bound", bound},
+          {"vms_connected", connected},
+          {"collectives", coll_ != nullptr}};
+}
+
+json Service::Counters() const {
+  json requests = json::array();
+  for (uint16_t op : {HZ_OP_HELLO, HZ_OP_REGION_REGISTER, HZ_OP_REGION_UNREGISTER, HZ_OP_COMM_UID,
+                      HZ_OP_COMM_INIT, HZ_OP_COMM_DESTROY, HZ_OP_COMM_ABORT, HZ_OP_ALLREDUCE,
+                      HZ_OP_BROADCAST, HZ_OP_REDUCE, HZ_OP_ALLGATHER, HZ_OP_REDUCE_SCATTER,
+                      HZ_OP_ALLTOALL, HZ_OP_SEND, HZ_OP_RECV, HZ_OP_BARRIER}) {
+    for (uint32_t s = 0; s <= HZ_S_MAX; ++s) {
+      uint64_t n = metrics_.requests(op, s);
+      if (n != 0) {
+        requests.push_back({{"opcode", OpcodeName(op)}, {"status", StatusName(s)}, {"count", n}});
+      }
+    }
+  }
+  json out = {{"requests", requests}, {"dropped", metrics_.dropped()}};
+  if (coll_) {
+    BackendStats s = coll_->Stats();
+    json algos = json::object();
+    for (const auto& [name, n] : s.algorithms) algos[name] = n;
+    out["engine"] = {{"algorithms", algos},        {"communicators", s.communicators},
+                     {"aborts", s.aborts},         {"timeouts", s.timeouts},
+                     {"mismatches", s.mismatches}, {"workers", s.workers}};
+  }
+  return out;
+}
+
+std::string Service::MetricsText() const {
+  MetricsSnapshot snap;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snap.vms_bound = bindings_.size();
+  }
+  snap.tenants = tenants_.List().size();
+  snap.draining = draining_.load();
+  devices_.ForEach([&](HzDevice& d) {
+    DeviceInfo i = d.Info();
+    snap.vms_connected += i.connected ? 1 : 0;
+    snap.regions += i.regions;
+    snap.region_bytes += i.region_bytes;
+    snap.device_communicators += i.comms.size();
+  });
+  BackendStats engine;
+  if (coll_) {
+    engine = coll_->Stats();
+    snap.engine = &engine;
+  }
+  return metrics_.Format(snap);
+}
+
+// The operator's objects survive restarts: tenants and bindings are saved
+// in <state_dir>/state.json (written to a temporary file, then renamed).
+void Service::SaveState() {
+  json tenants = json::array();
+  for (const auto& t : tenants_.List()) {
+    tenants.push_back({{"name", t->name()},
+                       {"weight", t->spec().weight},
+                       {"priority", t->spec().priority},
+                       {"max_regions", t->spec().limits.max_regions},
+                       {"max_region_bytes", t->spec().limits.max_region_bytes}});
+  }
+  json bindings = json::array();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [path, b] : bindings_)
+      bindings.push_back({{"tenant", b.tenant}, {"socket", path}});
+  }
+  json state = {{"tenants", tenants}, {"bindings", bindings}};
+  std::string path = config_.state_dir + "/state.json";
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << state.dump(2) << "\n";
+    if (!out) {
+      spdlog::error("event=state_save_failed path={}", tmp);
+      return;
+    }
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0)
+    spdlog::error("event=state_save_failed path={}", path);
+}
+
+void Service::LoadState() {
+  std::string path = config_.state_dir + "/state.json";
+  std::ifstream in(path);
+  if (!in) return;
+  json state = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!state.is_object()) {
+    spdlog::error("event=state_unreadable path={}", path);
+    return;
+  }
+  try {
+    for (const json& t : state.value("tenants", json::array())) {
+      TenantSpec spec;
+      spec.name = t.at("name").get<std::string>();
+      spec.weight = t.at("weight").get<uint32_t>();
+      spec.priority = t.at("priority").get<uint16_t>();
+      spec.limits.max_regions = t.at("max_regions").get<uint32_t>();
+      spec.limits.max_region_bytes = t.at("max_region_bytes").get<uint64_t>();
+      if (std::string err = CreateTenant(spec); !err.empty()) {
+        spdlog::warn("event=state_tenant_skipped tenant={} reason=\"{}\"", spec.name, err);
+      }
+    }
+    for (const json& b : state.value("bindings", json::array())) {
+      std::string resolved;
+      std::string err =
+          BindVm(b.at("tenant").get<std::string>(), b.at("socket").get<std::string>(), &resolved);
+      if (!err.empty()) spdlog::warn("event=state_binding_skipped reason=\"{}\"", err);
+    }
+  } catch (const json::exception& e) {
+    spdlog::error("event=state_unreadable path={} error=\"{}\"", path, e.what());
+  }
+}
+
+}  // namespace hz::service
