@@ -1,0 +1,419 @@
+// vdev_bench: what a request/response costs through the virtio-user
+// front-end, the real vhost-user back-end (another process) and the echo
+// device, next to the floors measured in the same run:
+//   - eventfd ping-pong between two processes (the notification floor),
+//   - a 64-byte unix-socket request/response between two processes,
+//   - a plain shared-memory SPSC ring with no validation (the data-path floor).
+// The front-end runs on CPU 0 and every peer process on CPU 1 (unless
+// --no-pin). Output: one JSON object per line, raw numbers then ratios.
+#include <sched.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <nlohmann/json.hpp>
+
+#include "vdev/echo_device.h"
+#include "vdev/frontend/virtio_user.h"
+#include "vdev/server.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using vdev::frontend::Buffer;
+using vdev::frontend::Completion;
+using vdev::frontend::Status;
+using vdev::frontend::VirtioUser;
+
+constexpr size_t kMsg = 64;  // request and response bytes
+constexpr int kFrontendCpu = 0;
+constexpr int kPeerCpu = 1;
+
+bool g_pin = true;
+
+bool Pin(int cpu) {
+  if (!g_pin) return false;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof(set), &set) == 0;
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+double Ns(Clock::duration d) {
+  return std::chrono::duration<double, std::nano>(d).count();
+}
+
+struct Result {
+  explicit Result(std::string n, int b = 1) : name(std::move(n)), batch(b) {}
+
+  std::string name;
+  int batch = 1;
+  std::vector<double> samples_ns;  // one per round trip (per batch when batch > 1)
+  uint64_t requests = 0;
+  double seconds = 0;
+  std::string error;
+
+  double Percentile(double p) {
+    if (samples_ns.empty()) return 0;
+    auto k = static_cast<size_t>(p * static_cast<double>(samples_ns.size() - 1));
+    std::nth_element(samples_ns.begin(), samples_ns.begin() + static_cast<long>(k),
+                     samples_ns.end());
+    return samples_ns[k];
+  }
+  double rps() const { return seconds > 0 ? static_cast<double>(requests) / seconds : 0; }
+};
+
+void Print(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+void Report(Result& r) {
+  nlohmann::json j;
+  j["bench"] = "vdev";
+  j["case"] = r.name;
+  j["batch"] = r.batch;
+  if (!r.error.empty()) {
+    j["error"] = r.error;
+    Print(j);
+    return;
+  }
+  j["p50_us"] = r.Percentile(0.50) / 1000.0;
+  j["p99_us"] = r.Percentile(0.99) / 1000.0;
+  j["requests_per_s"] = r.rps();
+  j["requests"] = r.requests;
+  j["seconds"] = r.seconds;
+  j["latency_unit"] = r.batch > 1 ? "batch round trip" : "round trip";
+  Print(j);
+}
+
+// Runs fn in a child process pinned to the peer CPU; returns its pid.
+pid_t Spawn(const std::function<void()>& fn) {
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    Pin(kPeerCpu);
+    fn();
+    _exit(0);
+  }
+  return pid;
+}
+
+// Shared between the bench and a reference child.
+struct Control {
+  std::atomic<int> stop{0};
+};
+
+template <typename T>
+T* SharedAlloc() {
+  void* p = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : new (p) T();
+}
+template <typename T>
+void SharedFree(T* p) {
+  p->~T();
+  munmap(p, sizeof(T));
+}
+
+// Loops body() until `seconds` pass, after `warmup` untimed iterations.
+template <typename F>
+void TimedLoop(Result& r, double seconds, int per_iteration, F body) {
+  for (int i = 0; i < 1000; ++i) body();
+  r.samples_ns.reserve(1 << 21);
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration<double>(seconds);
+  auto t = start;
+  while (t < end) {
+    body();
+    const auto now = Clock::now();
+    if (r.samples_ns.size() < (1u << 22)) r.samples_ns.push_back(Ns(now - t));
+    r.requests += static_cast<uint64_t>(per_iteration);
+    t = now;
+  }
+  r.seconds = std::chrono::duration<double>(t - start).count();
+}
+
+// ---- references -------------------------------------------------------------
+
+Result EventfdPingPong(double seconds) {
+  Result r{"eventfd_pingpong"};
+  int ping = eventfd(0, EFD_CLOEXEC), pong = eventfd(0, EFD_CLOEXEC);
+  auto* ctl = SharedAlloc<Control>();
+  pid_t child = Spawn([&] {
+    uint64_t v;
+    while (read(ping, &v, 8) == 8 && ctl->stop.load() == 0) {
+      const uint64_t one = 1;
+      if (write(pong, &one, 8) != 8) break;
+    }
+  });
+  const uint64_t one = 1;
+  uint64_t v;
+  TimedLoop(r, seconds, 1, [&] {
+    (void)!write(ping, &one, 8);
+    (void)!read(pong, &v, 8);
+  });
+  ctl->stop = 1;
+  (void)!write(ping, &one, 8);
+  waitpid(child, nullptr, 0);
+  close(ping);
+  close(pong);
+  SharedFree(ctl);
+  return r;
+}
+
+Result UnixPingPong(double seconds) {
+  Result r{"unix_socket_64b"};
+  int sv[2];
+  socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+  pid_t child = Spawn([&] {
+    close(sv[0]);
+    char buf[kMsg];
+    for (;;) {
+      size_t got = 0;
+      while (got < kMsg) {
+        ssize_t n = read(sv[1], buf + got, kMsg - got);
+        if (n <= 0) return;
+        got += static_cast<size_t>(n);
+      }
+      if (send(sv[1], buf, kMsg, MSG_NOSIGNAL) != static_cast<ssize_t>(kMsg)) return;
+    }
+  });
+  close(sv[1]);
+  char req[kMsg] = {1}, resp[kMsg];
+  TimedLoop(r, seconds, 1, [&] {
+    (void)!send(sv[0], req, kMsg, MSG_NOSIGNAL);
+    size_t got = 0;
+    while (got < kMsg) {
+      ssize_t n = read(sv[0], resp + got, kMsg - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+  });
+  close(sv[0]);
+  waitpid(child, nullptr, 0);
+  return r;
+}
+
+// A plain single-producer/single-consumer ring pair in shared memory: 64-byte
+// slots, no validation, both sides spinning. The data-path floor.
+struct SpscShared {
+  static constexpr uint32_t kSlots = 256;
+  struct alignas(64) Slot {
+    uint8_t bytes[kMsg];
+  };
+  alignas(64) std::atomic<uint64_t> req_tail{0};
+  alignas(64) std::atomic<uint64_t> resp_tail{0};
+  alignas(64) std::atomic<int> stop{0};
+  Slot req[kSlots];
+  Slot resp[kSlots];
+};
+
+Result SpscRing(double seconds, int batch) {
+  Result r{"shm_spsc_ring", batch};
+  auto* s = SharedAlloc<SpscShared>();
+  pid_t child = Spawn([&] {
+    uint64_t head = 0;
+    for (uint32_t spins = 0;; ++spins) {
+      const uint64_t tail = s->req_tail.load(std::memory_order_acquire);
+      if (tail == head) {
+        if ((spins & 0xffff) == 0 && s->stop.load(std::memory_order_relaxed)) return;
+        CpuRelax();
+        continue;
+      }
+      for (; head < tail; ++head) {
+        std::memcpy(s->resp[head % SpscShared::kSlots].bytes,
+                    s->req[head % SpscShared::kSlots].bytes, kMsg);
+      }
+      s->resp_tail.store(head, std::memory_order_release);
+    }
+  });
+  uint64_t sent = 0;
+  uint8_t sink[kMsg];
+  uint8_t msg[kMsg] = {7};
+  TimedLoop(r, seconds, batch, [&] {
+    for (int i = 0; i < batch; ++i) {
+      std::memcpy(s->req[(sent + static_cast<uint64_t>(i)) % SpscShared::kSlots].bytes, msg, kMsg);
+    }
+    sent += static_cast<uint64_t>(batch);
+    s->req_tail.store(sent, std::memory_order_release);
+    while (s->resp_tail.load(std::memory_order_acquire) != sent) CpuRelax();
+    for (int i = 0; i < batch; ++i) {
+      std::memcpy(sink,
+                  s->resp[(sent - static_cast<uint64_t>(batch) + static_cast<uint64_t>(i)) %
+                          SpscShared::kSlots]
+                      .bytes,
+                  kMsg);
+    }
+  });
+  s->stop = 1;
+  waitpid(child, nullptr, 0);
+  SharedFree(s);
+  return r;
+}
+
+// ---- vdev ---------------------------------------------------------------------
+
+// The back-end process: vdev::Server with the echo device, until SIGTERM.
+void RunBackend(const std::string& path) {
+  // stdout carries only JSON lines.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("vdev-bench-backend"));
+  spdlog::set_level(spdlog::level::warn);
+  boost::asio::io_context io;
+  vdev::EchoDevice::Options device_options;
+  device_options.queues = 1;
+  vdev::Server server(io, path,
+                      [device_options](const std::string&) {
+                        return std::make_unique<vdev::EchoDevice>(device_options);
+                      },
+                      {});
+  std::string error;
+  if (!server.Start(&error)) {
+    std::fprintf(stderr, "vdev_bench back-end: %s\n", error.c_str());
+    _exit(1);
+  }
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](const boost::system::error_code&, int) {
+    server.Stop();
+    io.stop();
+  });
+  io.run();
+}
+
+Result VdevRoundTrips(const std::string& path, bool busy_poll, int batch, double seconds) {
+  Result r{busy_poll ? "vdev_busy_poll" : "vdev_interrupt", batch};
+  VirtioUser dev;
+  VirtioUser::Options o;
+  o.num_queues = 1;
+  o.queue_size = 256;
+  o.busy_poll = busy_poll;
+  Status s;
+  for (int i = 0; i < 200; ++i) {  // the previous connection may still be closing
+    s = dev.Connect(path, o);
+    if (s.ok()) break;
+    usleep(10000);
+  }
+  if (!s.ok()) {
+    r.error = s.ToString();
+    return r;
+  }
+  std::vector<Buffer> req(static_cast<size_t>(batch)), resp(static_cast<size_t>(batch));
+  for (int i = 0; i < batch; ++i) {
+    void* p = dev.Allocate(kMsg, &req[static_cast<size_t>(i)].gpa);
+    std::memset(p, i, kMsg);
+    dev.Allocate(kMsg, &resp[static_cast<size_t>(i)].gpa);
+    req[static_cast<size_t>(i)].len = resp[static_cast<size_t>(i)].len = kMsg;
+  }
+  Completion done[64];
+  TimedLoop(r, seconds, batch, [&] {
+    if (!r.error.empty()) return;
+    for (int i = 0; i < batch; ++i) {
+      Status a = dev.AddChain(0, {&req[static_cast<size_t>(i)], 1},
+                              {&resp[static_cast<size_t>(i)], 1}, static_cast<uint64_t>(i));
+      if (!a.ok()) r.error = a.ToString();
+    }
+    Status k = dev.Kick(0);
+    if (!k.ok()) r.error = k.ToString();
+    int got = 0;
+    while (got < batch && r.error.empty()) {
+      size_t n = 0;
+      Status w = dev.WaitUsed(0, std::chrono::seconds(2), done, 64, &n);
+      if (!w.ok()) r.error = w.ToString();
+      got += static_cast<int>(n);
+    }
+  });
+  dev.Disconnect();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"vdev front-end/back-end round-trip benchmark"};
+  double seconds = 2.0;
+  bool long_run = false;
+  bool no_pin = false;
+  app.add_option("--seconds", seconds, "measurement time per case (default 2)");
+  app.add_flag("--long", long_run, "10 s per case instead of the default");
+  app.add_flag("--no-pin", no_pin, "do not pin processes to CPUs 0 and 1");
+  CLI11_PARSE(app, argc, argv);
+  if (long_run) seconds = 10.0;
+  g_pin = !no_pin;
+
+  // The back-end process is forked first, while this process has one thread.
+  const std::string path = "/tmp/vdev-bench-" + std::to_string(getpid()) + ".sock";
+  unlink(path.c_str());
+  pid_t backend = Spawn([&] { RunBackend(path); });
+  const bool pinned = Pin(kFrontendCpu);
+  for (int i = 0; i < 400; ++i) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) break;
+    usleep(5000);
+  }
+  Print({{"bench", "vdev"},
+         {"setup", "processes"},
+         {"pinned", pinned},
+         {"frontend_cpu", pinned ? kFrontendCpu : -1},
+         {"peer_cpu", pinned ? kPeerCpu : -1},
+         {"online_cpus", sysconf(_SC_NPROCESSORS_ONLN)},
+         {"message_bytes", kMsg},
+         {"seconds_per_case", seconds}});
+
+  Result eventfd = EventfdPingPong(seconds);
+  Report(eventfd);
+  Result unix64 = UnixPingPong(seconds);
+  Report(unix64);
+  Result spsc1 = SpscRing(seconds, 1);
+  Report(spsc1);
+  Result spsc32 = SpscRing(seconds, 32);
+  Report(spsc32);
+
+  Result irq1 = VdevRoundTrips(path, false, 1, seconds);
+  Report(irq1);
+  Result irq32 = VdevRoundTrips(path, false, 32, seconds);
+  Report(irq32);
+  Result poll1 = VdevRoundTrips(path, true, 1, seconds);
+  Report(poll1);
+  Result poll32 = VdevRoundTrips(path, true, 32, seconds);
+  Report(poll32);
+
+  kill(backend, SIGTERM);
+  waitpid(backend, nullptr, 0);
+  unlink(path.c_str());
+
+  auto ratio = [](const char* name, double value, const char* goal, bool met) {
+    Print({{"bench", "vdev"}, {"ratio", name}, {"value", value}, {"goal", goal}, {"met", met}});
+  };
+  const double r1 = irq1.Percentile(0.5) / std::max(eventfd.Percentile(0.5), 1.0);
+  ratio("vdev_interrupt_p50_over_eventfd_p50", r1, "<= 1.5", r1 <= 1.5);
+  const double r2 = poll32.rps() / std::max(spsc32.rps(), 1.0);
+  ratio("vdev_busy_poll_batch32_rps_over_spsc_batch32_rps", r2, ">= 0.5", r2 >= 0.5);
+  const double r3 = poll1.Percentile(0.5) / std::max(spsc1.Percentile(0.5), 1.0);
+  ratio("vdev_busy_poll_p50_over_spsc_p50", r3, "informational", true);
+  const double r4 = irq1.Percentile(0.5) / std::max(unix64.Percentile(0.5), 1.0);
+  ratio("vdev_interrupt_p50_over_unix_socket_p50", r4, "informational", true);
+  return 0;
+}
