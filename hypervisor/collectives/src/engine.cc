@@ -1,0 +1,769 @@
+#include "hz/collectives/engine.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <queue>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "comm.h"
+#include "job.h"
+#include "kernels.h"
+#include "planner.h"
+#include "scheduler.h"
+#include "validate.h"
+
+namespace hz::coll {
+namespace internal {
+
+// Callbacks collected under a lock and run after it is dropped.
+struct Completions {
+  std::vector<std::pair<Done, Status>> ops;
+  std::vector<std::pair<InitDone, Status>> inits;
+  std::vector<std::pair<InitDone, std::shared_ptr<Member>>> joined;
+  bool empty() const { return ops.empty() && inits.empty() && joined.empty(); }
+};
+
+class EngineImpl {
+ public:
+  explicit EngineImpl(EngineOptions opts);
+  ~EngineImpl();
+
+  Status NewUid(TenantId tenant, Uid* out);
+  void Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank, Constraints c,
+            InitDone done);
+  void Post(const std::shared_ptr<Member>& m, OpDesc op, Done done);
+  void Destroy(const std::shared_ptr<Member>& m);
+  void Abort(const std::shared_ptr<Member>& m);
+  void Shutdown();
+  EngineStats Stats() const;
+  std::vector<CommInfo> Communicators() const;
+  uint32_t workers() const { return sched_->threads(); }
+
+ private:
+  struct UidEntry {
+    TenantId tenant;
+    std::shared_ptr<Comm> comm;  // null until the first Init
+  };
+  struct TimerEntry {
+    Clock::time_point when;
+    std::weak_ptr<Comm> comm;
+    bool operator>(const TimerEntry& o) const { return when > o.when; }
+  };
+
+  bool IsShutdown() const;
+  void Deliver(TenantId tenant, Completions& c);
+  // Requires c.mu. Fails every pending operation and init with reason.
+  void AbortLocked(Comm& c, Status reason, Completions& out);
+  void ReleaseUid(const std::shared_ptr<Comm>& c);
+  void PostP2P(const std::shared_ptr<Comm>& c, uint32_t rank, OpDesc op, Done done,
+               Completions& out, std::shared_ptr<Job>* job);
+  std::shared_ptr<Job> MakeJob(const std::shared_ptr<Comm>& c, const OpDesc& d);
+  // Starts every collective that is ready, in seq order.
+  void Pump(const std::shared_ptr<Comm>& c);
+  // Plans and starts a job; true when it ran to completion inline.
+  bool Start(const std::shared_ptr<Job>& job);
+  void RunRunner(const std::shared_ptr<Job>& job);
+  void Finish(const std::shared_ptr<Job>& job, bool incomplete, bool pump);
+  void ArmTimerLocked(const std::shared_ptr<Comm>& c, Clock::time_point when);
+  void TimerLoop();
+  void CheckTimeouts(const std::shared_ptr<Comm>& c, Clock::time_point now);
+  uint32_t WeightOf(const Comm& c) const;
+
+  const EngineOptions opts_;
+
+  mutable std::mutex reg_mu_;
+  std::map<Uid, UidEntry> uids_;
+  std::map<TenantId, uint32_t> uids_per_tenant_;
+  uint64_t next_comm_id_ = 1;
+  bool shutdown_ = false;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+
+  std::mutex timer_mu_;
+  std::condition_variable timer_cv_;
+  std::priority_queue<TimerEntry, std::vector<TimerEntry>, std::greater<>> timers_;
+  bool timer_stop_ = false;
+  std::thread timer_;
+
+  std::unique_ptr<Scheduler> sched_;
+};
+
+EngineImpl::EngineImpl(EngineOptions opts) : opts_(opts) {
+  uint32_t n = opts_.worker_threads;
+  if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
+  sched_ = std::make_unique<Scheduler>(n);
+  timer_ = std::thread([this] { TimerLoop(); });
+  spdlog::debug("collectives: engine with {} workers, kernels {}", n, KernelIsa());
+}
+
+EngineImpl::~EngineImpl() {
+  Shutdown();
+  sched_.reset();  // drains queued runners (they see the abort) and joins
+}
+
+bool EngineImpl::IsShutdown() const {
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  return shutdown_;
+}
+
+uint32_t EngineImpl::WeightOf(const Comm& c) const {
+  uint16_t p = std::min<uint16_t>(c.constraints.priority_class, kPriorityCount - 1);
+  return std::max(1u, opts_.priority_weights[p]);
+}
+
+void EngineImpl::Deliver(TenantId tenant, Completions& c) {
+  if (c.empty()) return;
+  uint64_t failed = 0;
+  for (auto& [fn, st] : c.ops) failed += st != Status::kOk;
+  if (failed != 0) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.tenants[tenant].ops_failed += failed;
+  }
+  for (auto& [fn, st] : c.ops) {
+    if (fn) fn(st);
+  }
+  for (auto& [fn, st] : c.inits) {
+    if (fn) fn(st, nullptr);
+  }
+  for (auto& [fn, m] : c.joined) {
+    if (fn) fn(Status::kOk, std::move(m));
+  }
+  c = Completions{};
+}
+
+Status EngineImpl::NewUid(TenantId tenant, Uid* out) {
+  if (out == nullptr) return Status::kInvalid;
+  Uid uid;
+  size_t got = 0;
+  while (got < uid.bytes.size()) {
+    ssize_t n = getrandom(uid.bytes.data() + got, uid.bytes.size() - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::kAgain;
+    }
+    got += static_cast<size_t>(n);
+  }
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  if (shutdown_) return Status::kShutdown;
+  uint32_t& count = uids_per_tenant_[tenant];
+  if (count >= opts_.max_uids_per_tenant) return Status::kLimit;
+  // 256 random bits do not collide; the check keeps the map honest anyway.
+  if (!uids_.emplace(uid, UidEntry{tenant, nullptr}).second) return Status::kAgain;
+  ++count;
+  *out = uid;
+  return Status::kOk;
+}
+
+void EngineImpl::ReleaseUid(const std::shared_ptr<Comm>& c) {
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  auto it = uids_.find(c->uid);
+  if (it == uids_.end() || it->second.comm != c) return;
+  uids_.erase(it);
+  auto t = uids_per_tenant_.find(c->tenant);
+  if (t != uids_per_tenant_.end() && --t->second == 0) uids_per_tenant_.erase(t);
+  std::lock_guard<std::mutex> slock(stats_mu_);
+  --stats_.communicators;
+}
+
+void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank,
+                      Constraints c, InitDone done) {
+  if (nranks == 0 || nranks > opts_.max_ranks || rank >= nranks ||
+      c.priority_class >= kPriorityCount) {
+    done(Status::kInvalid, nullptr);
+    return;
+  }
+  std::shared_ptr<Comm> comm;
+  Status st = Status::kOk;
+  {
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    auto it = uids_.find(uid);
+    if (shutdown_) {
+      st = Status::kShutdown;
+    } else if (it == uids_.end()) {
+      st = Status::kNotFound;
+    } else if (it->second.tenant != tenant) {
+      st = Status::kPermission;
+    } else {
+      if (!it->second.comm) {
+        uint32_t timeout = c.timeout_ms != 0 ? c.timeout_ms : opts_.default_timeout_ms;
+        auto fresh = std::make_shared<Comm>(next_comm_id_++, tenant, uid, nranks, c, timeout);
+        fresh->init_deadline = Clock::now() + fresh->timeout;
+        it->second.comm = std::move(fresh);
+        std::lock_guard<std::mutex> slock(stats_mu_);
+        ++stats_.communicators;
+      }
+      comm = it->second.comm;
+    }
+  }
+  if (st != Status::kOk) {
+    done(st, nullptr);
+    return;
+  }
+
+  Completions out;
+  {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (comm->state == CommState::kAborted) {
+      st = Status::kAborted;
+    } else if (comm->nranks != nranks) {
+      st = Status::kMismatch;
+    } else if (comm->joined[rank] || comm->state != CommState::kJoining) {
+      st = Status::kExists;
+    }
+    if (st != Status::kOk) {
+      out.inits.emplace_back(std::move(done), st);
+    } else {
+      comm->joined[rank] = 1;
+      ++comm->njoined;
+      comm->init_waiters.emplace_back(rank, std::move(done));
+      if (comm->njoined == comm->nranks) {
+        comm->state = CommState::kActive;
+        for (auto& [r, fn] : comm->init_waiters) {
+          out.joined.emplace_back(std::move(fn), std::make_shared<Member>(comm, r));
+        }
+        comm->init_waiters.clear();
+        spdlog::debug("collectives: communicator {} of tenant {} active, {} ranks", comm->id,
+                      tenant, nranks);
+      } else {
+        ArmTimerLocked(comm, comm->init_deadline);
+      }
+    }
+  }
+  Deliver(tenant, out);
+}
+
+void EngineImpl::Post(const std::shared_ptr<Member>& m, OpDesc op, Done done) {
+  if (!m || !m->comm_) {
+    done(Status::kInvalid);
+    return;
+  }
+  const std::shared_ptr<Comm>& comm = m->comm_;
+  const uint32_t rank = m->rank_;
+  if (IsShutdown()) {
+    done(Status::kShutdown);
+    return;
+  }
+  const Status valid = ValidateDesc(op, rank, comm->nranks);
+  if (valid != Status::kOk) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.invalid;
+  }
+
+  Completions out;
+  std::shared_ptr<Job> p2p_job;
+  bool pump = false;
+  {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (comm->state != CommState::kActive || comm->left[rank]) {
+      out.ops.emplace_back(std::move(done), Status::kAborted);
+    } else if (op.op == Op::kSend || op.op == Op::kRecv) {
+      if (valid != Status::kOk) {
+        out.ops.emplace_back(std::move(done), valid);
+      } else {
+        PostP2P(comm, rank, std::move(op), std::move(done), out, &p2p_job);
+      }
+    } else if (op.seq < comm->next_seq) {
+      out.ops.emplace_back(std::move(done), Status::kInvalid);  // already executed
+    } else if (op.seq - comm->next_seq >= opts_.max_seq_window) {
+      out.ops.emplace_back(std::move(done), Status::kLimit);
+    } else {
+      auto [it, fresh] = comm->colls.try_emplace(op.seq);
+      PendingColl& pc = it->second;
+      if (fresh) {
+        pc.posts.resize(comm->nranks);
+        pc.deadline = Clock::now() + comm->timeout;
+        ArmTimerLocked(comm, pc.deadline);
+      }
+      if (pc.posts[rank]) {
+        out.ops.emplace_back(std::move(done), Status::kInvalid);  // seq used twice
+      } else {
+        CollPost post;
+        post.valid = valid == Status::kOk;
+        if (!post.valid) {
+          out.ops.emplace_back(std::move(done), valid);
+          pc.poisoned = true;
+        } else {
+          post.done = std::move(done);
+        }
+        post.desc = std::move(op);
+        pc.posts[rank] = std::move(post);
+        ++pc.nposted;
+        pump = pc.nposted == comm->nranks && it->first == comm->next_seq;
+      }
+    }
+    if (p2p_job) ++comm->running_jobs;
+  }
+  Deliver(comm->tenant, out);
+  if (p2p_job) Start(p2p_job);
+  if (pump) Pump(comm);
+}
+
+// Requires comm->mu.
+void EngineImpl::PostP2P(const std::shared_ptr<Comm>& comm, uint32_t rank, OpDesc op, Done done,
+                         Completions& out, std::shared_ptr<Job>* job) {
+  const bool is_send = op.op == Op::kSend;
+  const auto key = is_send ? std::make_pair(rank, op.peer) : std::make_pair(op.peer, rank);
+  auto& partners = is_send ? comm->recvs : comm->sends;
+  auto it = partners.find(key);
+  if (it == partners.end() || it->second.empty()) {
+    if (comm->pending_p2p >= opts_.max_pending_p2p) {
+      out.ops.emplace_back(std::move(done), Status::kLimit);
+      return;
+    }
+    P2PPost post{rank, std::move(op), std::move(done), Clock::now() + comm->timeout};
+    ArmTimerLocked(comm, post.deadline);
+    (is_send ? comm->sends : comm->recvs)[key].push_back(std::move(post));
+    ++comm->pending_p2p;
+    return;
+  }
+  P2PPost partner = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) partners.erase(it);
+  --comm->pending_p2p;
+  if (partner.desc.count != op.count || partner.desc.dtype != op.dtype) {
+    out.ops.emplace_back(std::move(partner.done), Status::kMismatch);
+    out.ops.emplace_back(std::move(done), Status::kMismatch);
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.mismatches;
+    return;
+  }
+  const OpDesc& send = is_send ? op : partner.desc;
+  const OpDesc& recv = is_send ? partner.desc : op;
+  auto j = std::make_shared<Job>();
+  j->op = Op::kSend;
+  j->count = send.count;
+  j->dtype = send.dtype;
+  j->nranks = comm->nranks;
+  j->esize = DTypeSize(send.dtype);
+  j->io.push_back(RankIo{SpanList(send.send), SpanList(recv.recv)});
+  j->comm = comm;
+  j->collective = false;
+  j->done_ranks = {is_send ? rank : partner.rank, is_send ? partner.rank : rank};
+  j->dones.push_back(is_send ? std::move(done) : std::move(partner.done));
+  j->dones.push_back(is_send ? std::move(partner.done) : std::move(done));
+  *job = std::move(j);
+}
+
+std::shared_ptr<Job> EngineImpl::MakeJob(const std::shared_ptr<Comm>& comm, const OpDesc& d) {
+  auto j = std::make_shared<Job>();
+  j->op = d.op;
+  j->count = d.op == Op::kBarrier ? 0 : d.count;
+  j->dtype = d.dtype;
+  j->redop = d.redop;
+  j->root = d.peer;
+  j->nranks = comm->nranks;
+  j->esize = d.op == Op::kBarrier ? 0 : DTypeSize(d.dtype);
+  if (IsReduction(d.op)) j->kernel = GetReduceKernel(d.dtype, d.redop);
+  j->comm = comm;
+  j->collective = true;
+  return j;
+}
+
+void EngineImpl::Pump(const std::shared_ptr<Comm>& comm) {
+  for (;;) {
+    Completions out;
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(comm->mu);
+      if (comm->coll_running || comm->state != CommState::kActive) return;
+      auto it = comm->colls.find(comm->next_seq);
+      if (it == comm->colls.end() || it->second.nposted < comm->nranks) return;
+      PendingColl pc = std::move(it->second);
+      comm->colls.erase(it);
+      const uint64_t seq = comm->next_seq;
+      bool agree = !pc.poisoned;
+      for (uint32_t r = 1; agree && r < comm->nranks; ++r) {
+        agree = SameCollective(pc.posts[0]->desc, pc.posts[r]->desc);
+      }
+      if (!agree) {
+        for (auto& p : pc.posts) {
+          if (p->done) out.ops.emplace_back(std::move(p->done), Status::kMismatch);
+        }
+        ++comm->next_seq;
+        spdlog::debug("collectives: communicator {} seq {} mismatch", comm->id, seq);
+        std::lock_guard<std::mutex> slock(stats_mu_);
+        ++stats_.mismatches;
+      } else {
+        job = MakeJob(comm, pc.posts[0]->desc);
+        job->io.resize(comm->nranks);
+        for (uint32_t r = 0; r < comm->nranks; ++r) {
+          CollPost& p = *pc.posts[r];
+          job->io[r] = RankIo{SpanList(p.desc.send), SpanList(p.desc.recv)};
+          job->dones.push_back(std::move(p.done));
+          job->done_ranks.push_back(r);
+        }
+        comm->coll_running = true;
+        ++comm->running_jobs;
+      }
+    }
+    Deliver(comm->tenant, out);
+    if (job && !Start(job)) return;  // a worker finishes it and pumps again
+  }
+}
+
+bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
+  const Comm& comm = *job->comm;
+  PlanInput in;
+  in.op = job->op;
+  in.count = job->count;
+  in.nranks = job->nranks;
+  in.esize = job->esize;
+  in.acc_size = job->kernel ? job->kernel->acc_size : 0;
+  in.total_bytes = TouchedBytes(*job);
+  in.workers = sched_->threads();
+  in.max_threads = comm.constraints.max_threads;
+  in.inline_max_bytes = opts_.inline_max_bytes;
+  in.block_bytes_override = opts_.block_bytes;
+  if (in.total_bytes > opts_.inline_max_bytes && in.count != 0) {
+    in.queued_tasks = sched_->queued();
+    std::vector<const void*> addrs;
+    for (const RankIo& io : job->io) {
+      addrs.push_back(io.send.first_byte());
+      addrs.push_back(io.recv.first_byte());
+    }
+    in.numa_nodes = CountNumaNodes(addrs);
+  }
+  Plan plan = ChoosePlan(in);
+  Layout(*job, plan.block_bytes);
+  job->algorithm = plan.algorithm;
+  job->threads = std::max<uint32_t>(1, plan.threads);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.algorithms[static_cast<size_t>(plan.algorithm)]++;
+    if (plan.algorithm == Algorithm::kBlockedParallel) stats_.threads_chosen += job->threads;
+    if (in.numa_nodes > 1) ++stats_.numa_remote;
+  }
+  spdlog::debug(
+      "collectives: comm {} {} count {} dtype {} ranks {}: {} threads {} block {} B "
+      "({} blocks, {} B moved, backlog {}, numa nodes {})",
+      comm.id, OpName(job->op), job->count, job->dtype, job->nranks, AlgorithmName(plan.algorithm),
+      job->threads, plan.block_bytes, job->nblocks, job->total_bytes, in.queued_tasks,
+      in.numa_nodes);
+
+  if (plan.algorithm == Algorithm::kNone || plan.algorithm == Algorithm::kInline ||
+      job->nblocks == 0) {
+    bool incomplete = false;
+    for (uint64_t b = 0; b < job->nblocks; ++b) {
+      if (comm.aborted.load(std::memory_order_relaxed)) {
+        incomplete = true;
+        break;
+      }
+      RunBlock(*job, b);
+    }
+    Finish(job, incomplete, /*pump=*/false);
+    return true;
+  }
+  job->active_runners.store(job->threads);
+  const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
+  for (uint32_t i = 0; i < job->threads; ++i) {
+    sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
+  }
+  return false;
+}
+
+void EngineImpl::RunRunner(const std::shared_ptr<Job>& job) {
+  // A runner that finds the communicator aborted pushes the block counter
+  // far past the end: the other runners stop too, and the last one out sees
+  // that blocks were skipped.
+  const Comm& comm = *job->comm;
+  uint64_t b = job->next_block.fetch_add(1);
+  if (b < job->nblocks) {
+    if (comm.aborted.load(std::memory_order_relaxed)) {
+      job->next_block.store(job->nblocks + (1ull << 62));
+    } else {
+      auto t0 = Clock::now();
+      RunBlock(*job, b);
+      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+      {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        TenantStats& ts = stats_.tenants[comm.tenant];
+        ++ts.blocks;
+        ts.block_bytes += BlockCost(*job);
+        ts.busy_ns += static_cast<uint64_t>(ns);
+      }
+      if (job->next_block.load() < job->nblocks) {
+        const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
+        sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
+        return;
+      }
+    }
+  }
+  if (job->active_runners.fetch_sub(1) == 1) {
+    Finish(job, job->next_block.load() >= job->nblocks + (1ull << 62), /*pump=*/true);
+  }
+}
+
+void EngineImpl::Finish(const std::shared_ptr<Job>& job, bool incomplete, bool pump) {
+  Comm& comm = *job->comm;
+  Status st = Status::kOk;
+  {
+    std::lock_guard<std::mutex> lock(comm.mu);
+    if (incomplete) st = comm.abort_reason == Status::kOk ? Status::kAborted : comm.abort_reason;
+    if (job->collective) {
+      comm.coll_running = false;
+      ++comm.next_seq;
+    }
+    if (--comm.running_jobs == 0) comm.idle.notify_all();
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    if (st == Status::kOk) {
+      const uint64_t b = job->count * job->esize;
+      stats_.ops[static_cast<size_t>(job->op)]++;
+      stats_.bytes[static_cast<size_t>(job->op)] += b * job->dones.size();
+      TenantStats& ts = stats_.tenants[comm.tenant];
+      ts.ops_completed += job->dones.size();
+      ts.bytes += b * job->dones.size();
+    }
+  }
+  Completions out;
+  for (Done& d : job->dones) out.ops.emplace_back(std::move(d), st);
+  Deliver(comm.tenant, out);
+  if (pump && job->collective) Pump(job->comm);
+}
+
+void EngineImpl::AbortLocked(Comm& c, Status reason, Completions& out) {
+  if (c.state == CommState::kAborted) return;
+  c.state = CommState::kAborted;
+  c.abort_reason = reason;
+  c.aborted.store(true);
+  for (auto& [seq, pc] : c.colls) {
+    for (auto& p : pc.posts) {
+      if (p && p->done) out.ops.emplace_back(std::move(p->done), reason);
+    }
+  }
+  c.colls.clear();
+  for (auto* q : {&c.sends, &c.recvs}) {
+    for (auto& [key, posts] : *q) {
+      for (auto& p : posts) out.ops.emplace_back(std::move(p.done), reason);
+    }
+    q->clear();
+  }
+  c.pending_p2p = 0;
+  for (auto& [r, fn] : c.init_waiters) out.inits.emplace_back(std::move(fn), reason);
+  c.init_waiters.clear();
+  spdlog::debug("collectives: communicator {} of tenant {} aborted ({})", c.id, c.tenant,
+                StatusName(reason));
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.aborts;
+  if (reason == Status::kTimedOut) ++stats_.timeouts;
+}
+
+void EngineImpl::Destroy(const std::shared_ptr<Member>& m) {
+  if (!m || !m->comm_) return;
+  const std::shared_ptr<Comm>& comm = m->comm_;
+  Completions out;
+  bool all_left = false;
+  {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (!comm->left[m->rank_]) {
+      comm->left[m->rank_] = 1;
+      ++comm->nleft;
+      all_left = comm->nleft == comm->nranks;
+    }
+    AbortLocked(*comm, Status::kAborted, out);
+  }
+  Deliver(comm->tenant, out);
+  if (!Scheduler::OnWorker()) {
+    // Running blocks stop at their next block boundary; after this no
+    // engine thread touches this member's memory.
+    std::unique_lock<std::mutex> lock(comm->mu);
+    comm->idle.wait(lock, [&] { return comm->running_jobs == 0; });
+  }
+  if (all_left) ReleaseUid(comm);
+}
+
+void EngineImpl::Abort(const std::shared_ptr<Member>& m) {
+  if (!m || !m->comm_) return;
+  Completions out;
+  {
+    std::lock_guard<std::mutex> lock(m->comm_->mu);
+    AbortLocked(*m->comm_, Status::kAborted, out);
+  }
+  Deliver(m->comm_->tenant, out);
+}
+
+void EngineImpl::Shutdown() {
+  std::vector<std::shared_ptr<Comm>> comms;
+  {
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    shutdown_ = true;
+    for (auto& [uid, e] : uids_) {
+      if (e.comm) comms.push_back(e.comm);
+    }
+  }
+  for (auto& c : comms) {
+    Completions out;
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      AbortLocked(*c, Status::kShutdown, out);
+    }
+    Deliver(c->tenant, out);
+  }
+  if (!Scheduler::OnWorker()) {
+    for (auto& c : comms) {
+      std::unique_lock<std::mutex> lock(c->mu);
+      c->idle.wait(lock, [&] { return c->running_jobs == 0; });
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(timer_mu_);
+    timer_stop_ = true;
+  }
+  timer_cv_.notify_all();
+  if (timer_.joinable() && timer_.get_id() != std::this_thread::get_id()) timer_.join();
+}
+
+// Requires c->mu. Keeps at most one timer entry per communicator pending:
+// deadlines only grow, and CheckTimeouts re-arms for the earliest one left.
+void EngineImpl::ArmTimerLocked(const std::shared_ptr<Comm>& c, Clock::time_point when) {
+  if (c->timer_armed && c->timer_when <= when) return;
+  c->timer_armed = true;
+  c->timer_when = when;
+  {
+    std::lock_guard<std::mutex> lock(timer_mu_);
+    timers_.push(TimerEntry{when, c});
+  }
+  timer_cv_.notify_one();
+}
+
+void EngineImpl::TimerLoop() {
+  std::unique_lock<std::mutex> lock(timer_mu_);
+  while (!timer_stop_) {
+    if (timers_.empty()) {
+      timer_cv_.wait(lock);
+      continue;
+    }
+    Clock::time_point when = timers_.top().when;
+    if (Clock::now() < when) {
+      timer_cv_.wait_until(lock, when);
+      continue;
+    }
+    std::weak_ptr<Comm> wc = timers_.top().comm;
+    timers_.pop();
+    lock.unlock();
+    if (auto c = wc.lock()) CheckTimeouts(c, Clock::now());
+    lock.lock();
+  }
+}
+
+void EngineImpl::CheckTimeouts(const std::shared_ptr<Comm>& c, Clock::time_point now) {
+  Completions out;
+  bool init_failed = false;
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->timer_armed = false;
+    std::optional<Clock::time_point> earliest;
+    auto consider = [&](Clock::time_point t) {
+      if (!earliest || t < *earliest) earliest = t;
+    };
+    if (c->state == CommState::kJoining) {
+      consider(c->init_deadline);
+    } else if (c->state == CommState::kActive) {
+      for (auto& [seq, pc] : c->colls) {
+        if (pc.nposted < c->nranks) consider(pc.deadline);
+      }
+      for (auto* q : {&c->sends, &c->recvs}) {
+        for (auto& [key, posts] : *q) {
+          if (!posts.empty()) consider(posts.front().deadline);
+        }
+      }
+    }
+    if (earliest && *earliest <= now) {
+      init_failed = c->state == CommState::kJoining;
+      spdlog::debug("collectives: communicator {} timed out", c->id);
+      AbortLocked(*c, Status::kTimedOut, out);
+    } else if (earliest) {
+      ArmTimerLocked(c, *earliest);
+    }
+  }
+  Deliver(c->tenant, out);
+  // Nobody holds a Member of a communicator that never finished joining.
+  if (init_failed) ReleaseUid(c);
+}
+
+EngineStats EngineImpl::Stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+std::vector<CommInfo> EngineImpl::Communicators() const {
+  std::vector<std::shared_ptr<Comm>> comms;
+  {
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    for (auto& [uid, e] : uids_) {
+      if (e.comm) comms.push_back(e.comm);
+    }
+  }
+  std::vector<CommInfo> infos;
+  for (auto& c : comms) {
+    std::lock_guard<std::mutex> lock(c->mu);
+    CommInfo i;
+    i.id = c->id;
+    i.tenant = c->tenant;
+    i.nranks = c->nranks;
+    i.joined = c->njoined - c->nleft;
+    i.next_seq = c->next_seq;
+    i.pending = static_cast<uint32_t>(c->colls.size() + c->pending_p2p);
+    i.state = c->state;
+    i.abort_reason = c->abort_reason;
+    i.constraints = c->constraints;
+    infos.push_back(i);
+  }
+  std::sort(infos.begin(), infos.end(),
+            [](const CommInfo& a, const CommInfo& b) { return a.id < b.id; });
+  return infos;
+}
+
+}  // namespace internal
+
+Member::Member(std::shared_ptr<internal::Comm> comm, uint32_t rank)
+    : comm_(std::move(comm)), rank_(rank) {}
+Member::~Member() = default;
+uint32_t Member::nranks() const {
+  return comm_->nranks;
+}
+TenantId Member::tenant() const {
+  return comm_->tenant;
+}
+uint64_t Member::comm_id() const {
+  return comm_->id;
+}
+
+Engine::Engine(EngineOptions opts) : impl_(std::make_unique<internal::EngineImpl>(opts)) {}
+Engine::~Engine() = default;
+Status Engine::NewUid(TenantId tenant, Uid* out) {
+  return impl_->NewUid(tenant, out);
+}
+void Engine::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank, Constraints c,
+                  std::function<void(Status, std::shared_ptr<Member>)> done) {
+  impl_->Init(tenant, uid, nranks, rank, c, std::move(done));
+}
+void Engine::Post(const std::shared_ptr<Member>& m, OpDesc op, Done done) {
+  impl_->Post(m, std::move(op), std::move(done));
+}
+void Engine::Destroy(const std::shared_ptr<Member>& m) {
+  impl_->Destroy(m);
+}
+void Engine::Abort(const std::shared_ptr<Member>& m) {
+  impl_->Abort(m);
+}
+void Engine::Shutdown() {
+  impl_->Shutdown();
+}
+EngineStats Engine::Stats() const {
+  return impl_->Stats();
+}
+std::vector<CommInfo> Engine::Communicators() const {
+  return impl_->Communicators();
+}
+uint32_t Engine::workers() const {
+  return impl_->workers();
+}
+
+}  // namespace hz::coll

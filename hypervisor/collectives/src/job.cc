@@ -1,0 +1,182 @@
+#include "job.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace hz::coll::internal {
+namespace {
+
+// Per-thread scratch: the accumulator and bounce buffers for blocks that
+// cross an extent boundary. Sized on first use, reused afterwards.
+struct Scratch {
+  std::vector<uint64_t> acc, in, out, tmp;
+};
+thread_local Scratch t_scratch;
+
+uint8_t* Ensure(std::vector<uint64_t>& v, size_t bytes) {
+  if (v.size() * sizeof(uint64_t) < bytes) v.resize((bytes + sizeof(uint64_t) - 1) / 8);
+  return reinterpret_cast<uint8_t*>(v.data());
+}
+
+// Units a count-sized range is repeated over: ranks for all-gather and
+// reduce-scatter, rank pairs for all-to-all.
+uint64_t Units(const Job& job) {
+  switch (job.op) {
+    case Op::kAllGather:
+    case Op::kReduceScatter:
+      return job.nranks;
+    case Op::kAllToAll:
+      return job.pairs.size();
+    default:
+      return 1;
+  }
+}
+
+// acc = reduction over ranks, in rank order, of n elements at byte offset off
+// of every rank's send buffer.
+void ReduceInto(const Job& job, uint64_t off, uint64_t n, void* acc) {
+  const ReduceKernel& k = *job.kernel;
+  const uint64_t bytes = n * job.esize;
+  for (uint32_t r = 0; r < job.nranks; ++r) {
+    const SpanList& s = job.io[r].send;
+    const uint8_t* src = s.Contiguous(off, bytes);
+    if (src == nullptr) {
+      uint8_t* bounce = Ensure(t_scratch.in, bytes);
+      s.Read(off, bounce, bytes);
+      src = bounce;
+    }
+    if (r == 0) {
+      k.load(acc, src, n);
+    } else {
+      k.accumulate(acc, src, n);
+    }
+  }
+}
+
+// Writes the finished accumulator to dst at off: straight into the extent
+// when it holds the whole range, else through a bounce buffer.
+void StoreTo(const Job& job, const SpanList& dst, uint64_t off, uint64_t n, const void* acc,
+             uint8_t** converted) {
+  const uint64_t bytes = n * job.esize;
+  uint8_t* out = dst.Contiguous(off, bytes);
+  if (out != nullptr) {
+    job.kernel->store(out, acc, n, job.nranks);
+    return;
+  }
+  if (*converted == nullptr) {
+    *converted = Ensure(t_scratch.out, bytes);
+    job.kernel->store(*converted, acc, n, job.nranks);
+  }
+  dst.Write(off, *converted, bytes);
+}
+
+}  // namespace
+
+uint64_t TouchedBytes(const Job& job) {
+  const uint64_t b = job.count * job.esize, p = job.nranks;
+  switch (job.op) {
+    case Op::kAllReduce:
+      return 2 * p * b;
+    case Op::kReduce:
+      return p * b + b;
+    case Op::kBroadcast:
+      return b + p * b;
+    case Op::kAllGather:
+      return p * b + p * p * b;
+    case Op::kReduceScatter:
+      return p * p * b + p * b;
+    case Op::kAllToAll:
+      return 2 * p * p * b;
+    case Op::kSend:
+    case Op::kRecv:
+      return 2 * b;
+    case Op::kBarrier:
+      return 0;
+  }
+  return 0;
+}
+
+void Layout(Job& job, uint64_t block_bytes) {
+  if (job.op == Op::kAllToAll) {
+    job.pairs.clear();
+    for (uint32_t i = 0; i < job.nranks; ++i) {
+      for (uint32_t j = i; j < job.nranks; ++j) job.pairs.emplace_back(i, j);
+    }
+  }
+  job.total_bytes = TouchedBytes(job);
+  if (job.op == Op::kBarrier || job.count == 0 || job.esize == 0) {
+    job.block_elems = job.blocks_per_unit = job.nblocks = 0;
+    return;
+  }
+  job.block_elems = std::max<uint64_t>(1, block_bytes / job.esize);
+  job.blocks_per_unit = (job.count + job.block_elems - 1) / job.block_elems;
+  job.nblocks = job.blocks_per_unit * Units(job);
+}
+
+uint64_t BlockCost(const Job& job) {
+  return job.nblocks == 0 ? 1 : std::max<uint64_t>(1, job.total_bytes / job.nblocks);
+}
+
+void RunBlock(const Job& job, uint64_t b) {
+  const uint64_t unit = b / job.blocks_per_unit;
+  const uint64_t first = (b % job.blocks_per_unit) * job.block_elems;
+  const uint64_t n = std::min(job.block_elems, job.count - first);
+  const uint64_t es = job.esize;
+  const uint64_t off = first * es, bytes = n * es, stride = job.count * es;
+  const uint32_t p = job.nranks;
+
+  switch (job.op) {
+    case Op::kAllReduce:
+    case Op::kReduce:
+    case Op::kReduceScatter: {
+      void* acc = Ensure(t_scratch.acc, n * job.kernel->acc_size);
+      // Reduce-scatter: unit is the rank that receives this range.
+      const uint64_t in_off = job.op == Op::kReduceScatter ? unit * stride + off : off;
+      ReduceInto(job, in_off, n, acc);
+      uint8_t* converted = nullptr;
+      if (job.op == Op::kAllReduce) {
+        for (uint32_t r = 0; r < p; ++r) StoreTo(job, job.io[r].recv, off, n, acc, &converted);
+      } else if (job.op == Op::kReduce) {
+        StoreTo(job, job.io[job.root].recv, off, n, acc, &converted);
+      } else {
+        StoreTo(job, job.io[unit].recv, off, n, acc, &converted);
+      }
+      break;
+    }
+    case Op::kBroadcast:
+      // The root's block stays in cache while it is written to every rank.
+      for (uint32_t r = 0; r < p; ++r)
+        CopySpans(job.io[r].recv, off, job.io[job.root].send, off, bytes);
+      break;
+    case Op::kAllGather:
+      // unit = source rank; its block lands at unit * stride in every recv.
+      for (uint32_t r = 0; r < p; ++r) {
+        CopySpans(job.io[r].recv, unit * stride + off, job.io[unit].send, off, bytes);
+      }
+      break;
+    case Op::kAllToAll: {
+      auto [i, j] = job.pairs[unit];
+      if (i == j) {
+        CopySpans(job.io[i].recv, i * stride + off, job.io[i].send, i * stride + off, bytes);
+        break;
+      }
+      // Both directions go through scratch, read before either is written,
+      // so the exchange is correct even when a rank's send is its recv.
+      uint8_t* a = Ensure(t_scratch.in, bytes);
+      uint8_t* c = Ensure(t_scratch.tmp, bytes);
+      job.io[i].send.Read(j * stride + off, a, bytes);
+      job.io[j].send.Read(i * stride + off, c, bytes);
+      job.io[j].recv.Write(i * stride + off, a, bytes);
+      job.io[i].recv.Write(j * stride + off, c, bytes);
+      break;
+    }
+    case Op::kSend:
+    case Op::kRecv:
+      CopySpans(job.io[0].recv, off, job.io[0].send, off, bytes);
+      break;
+    case Op::kBarrier:
+      break;
+  }
+}
+
+}  // namespace hz::coll::internal

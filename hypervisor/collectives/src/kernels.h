@@ -1,0 +1,31 @@
+// Reduction kernels: one block of n elements at a time, accumulating into a
+// cache-resident scratch array of the accumulator type (the element type, or
+// float for fp16 and bf16). Sources and destinations may be unaligned.
+#ifndef HZ_COLLECTIVES_KERNELS_H_
+#define HZ_COLLECTIVES_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hz::coll::internal {
+
+struct ReduceKernel {
+  size_t elem_size;  // bytes per element in memory
+  size_t acc_size;   // bytes per element of the accumulator
+  // acc = src
+  void (*load)(void* acc, const uint8_t* src, size_t n);
+  // acc = acc (op) src, element-wise, acc on the left
+  void (*accumulate)(void* acc, const uint8_t* src, size_t n);
+  // dst = acc, or acc / divisor for avg (divisor is ignored otherwise)
+  void (*store)(uint8_t* dst, const void* acc, size_t n, uint32_t divisor);
+};
+
+// nullptr for an out-of-range dtype or redop.
+const ReduceKernel* GetReduceKernel(uint8_t dtype, uint8_t redop);
+
+// Which instruction set the vectorised kernels run with ("avx2", "default").
+const char* KernelIsa();
+
+}  // namespace hz::coll::internal
+
+#endif  // HZ_COLLECTIVES_KERNELS_H_

@@ -1,0 +1,86 @@
+#include "planner.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+
+namespace hz::coll::internal {
+namespace {
+
+// Reductions keep one block of every rank plus the accumulator in the
+// per-core cache; copies only stream one block through it.
+constexpr uint64_t kCacheBudget = 256 * 1024;
+constexpr uint64_t kMinBlock = 16 * 1024;
+constexpr uint64_t kMaxBlock = 256 * 1024;
+// Below this many bytes moved, one thread beats waking others.
+constexpr uint64_t kParallelMinBytes = 1024 * 1024;
+
+// from <linux/mempolicy.h>; libnuma is not needed for this one call.
+constexpr unsigned long kMpolFNode = 1UL << 0;
+constexpr unsigned long kMpolFAddr = 1UL << 1;
+
+}  // namespace
+
+Plan ChoosePlan(const PlanInput& in) {
+  Plan plan;
+  if (in.op == Op::kBarrier || in.count == 0) {
+    plan.algorithm = Algorithm::kNone;
+    return plan;
+  }
+  uint64_t block = kMaxBlock;
+  if (in.acc_size != 0) {
+    // Rank inputs plus accumulator (scaled to element bytes) share the budget.
+    uint64_t per_elem = in.nranks * in.esize + in.acc_size;
+    block = kCacheBudget / per_elem * in.esize;
+  }
+  block = std::clamp(block, kMinBlock, kMaxBlock) / 4096 * 4096;
+  if (in.block_bytes_override != 0) block = in.block_bytes_override;
+  plan.block_bytes = block;
+
+  const uint64_t per_rank = in.count * in.esize;
+  const uint64_t nblocks_hint = (per_rank + block - 1) / block;
+  if (in.total_bytes <= in.inline_max_bytes) {
+    plan.algorithm = Algorithm::kInline;
+    plan.threads = 1;
+    return plan;
+  }
+  uint32_t cap = in.workers;
+  if (in.max_threads != 0) cap = std::min<uint32_t>(cap, in.max_threads);
+  // Under load, leave workers to others: the weighted queue shares them
+  // anyway, and fewer runners per op means less switching between ops.
+  if (in.queued_tasks >= in.workers) cap = std::max<uint32_t>(1, cap / 2);
+  // Ranks spread over several nodes: more threads hide remote latency.
+  uint64_t min_bytes = in.numa_nodes > 1 ? kParallelMinBytes / 2 : kParallelMinBytes;
+  const bool per_rank_units =
+      in.op == Op::kAllGather || in.op == Op::kReduceScatter || in.op == Op::kAllToAll;
+  uint64_t units = std::max<uint64_t>(1, nblocks_hint) * (per_rank_units ? in.nranks : 1);
+  if (cap <= 1 || in.total_bytes < min_bytes || units <= 1) {
+    plan.algorithm = Algorithm::kSingleThread;
+    plan.threads = 1;
+    return plan;
+  }
+  plan.algorithm = Algorithm::kBlockedParallel;
+  plan.threads = static_cast<uint32_t>(std::min<uint64_t>(cap, units));
+  return plan;
+}
+
+int NumaNodeOf(const void* addr) {
+  if (addr == nullptr) return -1;
+  int node = -1;
+  long rc = syscall(SYS_get_mempolicy, &node, nullptr, 0UL, const_cast<void*>(addr),
+                    kMpolFNode | kMpolFAddr);
+  return rc == 0 ? node : -1;
+}
+
+uint32_t CountNumaNodes(const std::vector<const void*>& addrs) {
+  std::set<int> nodes;
+  for (const void* a : addrs) {
+    int n = NumaNodeOf(a);
+    if (n >= 0) nodes.insert(n);
+  }
+  return std::max<uint32_t>(1, static_cast<uint32_t>(nodes.size()));
+}
+
+}  // namespace hz::coll::internal

@@ -1,0 +1,70 @@
+#include "scheduler.h"
+
+#include <algorithm>
+
+namespace hz::coll::internal {
+namespace {
+thread_local bool t_on_worker = false;
+}  // namespace
+
+Scheduler::Scheduler(uint32_t threads) {
+  workers_.reserve(threads);
+  for (uint32_t i = 0; i < std::max(threads, 1u); ++i) workers_.emplace_back([this] { Run(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+bool Scheduler::OnWorker() {
+  return t_on_worker;
+}
+
+void Scheduler::Submit(FlowKey key, uint32_t weight, uint64_t cost, Task task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Flow& f = flows_[key];
+    f.weight = std::max(weight, 1u);
+    // A flow that was idle starts at the current virtual time: it gets its
+    // share from now on, not credit for the time it had nothing to run.
+    if (f.items.empty()) f.pass = std::max(f.pass, vtime_);
+    f.items.push_back(Item{std::max<uint64_t>(cost, 1), std::move(task)});
+    ++queued_;
+  }
+  cv_.notify_one();
+}
+
+size_t Scheduler::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_;
+}
+
+void Scheduler::Run() {
+  t_on_worker = true;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || queued_ > 0; });
+    if (queued_ == 0) return;  // stopping and drained
+    Flow* best = nullptr;
+    for (auto& [key, f] : flows_) {
+      if (!f.items.empty() && (best == nullptr || f.pass < best->pass)) best = &f;
+    }
+    if (best == nullptr) continue;  // unreachable: queued_ > 0
+    Item item = std::move(best->items.front());
+    best->items.pop_front();
+    --queued_;
+    vtime_ = best->pass;
+    best->pass += static_cast<double>(item.cost) / best->weight;
+    lock.unlock();
+    item.task();
+    item = Item{};  // destroy the task's captures outside the lock
+    lock.lock();
+  }
+}
+
+}  // namespace hz::coll::internal

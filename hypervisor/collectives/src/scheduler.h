@@ -1,0 +1,69 @@
+// Worker threads shared by all tenants. Work arrives as small tasks (one
+// cache block of one operation each) in flows, one flow per (tenant,
+// priority class). Workers pick tasks by stride scheduling: each flow has a
+// pass value that grows by cost / weight for every task it runs, and the
+// non-empty flow with the smallest pass goes next. Under contention each flow
+// therefore gets worker time in proportion to its weight.
+#ifndef HZ_COLLECTIVES_SCHEDULER_H_
+#define HZ_COLLECTIVES_SCHEDULER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace hz::coll::internal {
+
+class Scheduler {
+ public:
+  using Task = std::function<void()>;
+  struct FlowKey {
+    uint64_t tenant;
+    uint16_t priority;
+    friend auto operator<=>(const FlowKey&, const FlowKey&) = default;
+  };
+
+  explicit Scheduler(uint32_t threads);
+  ~Scheduler();  // runs every queued task, then joins
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a task; cost is in bytes (any consistent unit), weight >= 1.
+  void Submit(FlowKey flow, uint32_t weight, uint64_t cost, Task task);
+
+  uint32_t threads() const { return static_cast<uint32_t>(workers_.size()); }
+  // Tasks queued and not yet started.
+  size_t queued() const;
+  // True on one of this scheduler's worker threads.
+  static bool OnWorker();
+
+ private:
+  struct Item {
+    uint64_t cost;
+    Task task;
+  };
+  struct Flow {
+    double pass = 0;
+    uint32_t weight = 1;
+    std::deque<Item> items;
+  };
+
+  void Run();
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<FlowKey, Flow> flows_;
+  size_t queued_ = 0;
+  double vtime_ = 0;  // pass of the last task started
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace hz::coll::internal
+
+#endif  // HZ_COLLECTIVES_SCHEDULER_H_

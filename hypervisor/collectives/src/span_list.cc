@@ -1,0 +1,87 @@
+#include "span_list.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace hz::coll::internal {
+
+SpanList::SpanList(const IoVec& v) {
+  spans_.reserve(v.size());
+  starts_.reserve(v.size());
+  for (const IoSpan& s : v) {
+    if (s.len == 0) continue;
+    spans_.push_back(s);
+    starts_.push_back(size_);
+    size_ += s.len;
+  }
+}
+
+size_t SpanList::Find(uint64_t off) const {
+  // Last extent starting at or before off.
+  auto it = std::upper_bound(starts_.begin(), starts_.end(), off);
+  return static_cast<size_t>(it - starts_.begin()) - 1;
+}
+
+uint8_t* SpanList::Contiguous(uint64_t off, uint64_t len) const {
+  if (len == 0 || off >= size_) return nullptr;
+  size_t i = Find(off);
+  uint64_t in = off - starts_[i];
+  if (spans_[i].len - in < len) return nullptr;
+  return spans_[i].data + in;
+}
+
+void SpanList::Read(uint64_t off, void* dst, uint64_t len) const {
+  auto* out = static_cast<uint8_t*>(dst);
+  if (len == 0) return;
+  size_t i = Find(off);
+  uint64_t in = off - starts_[i];
+  while (len > 0) {
+    uint64_t n = std::min<uint64_t>(len, spans_[i].len - in);
+    std::memmove(out, spans_[i].data + in, n);
+    out += n;
+    len -= n;
+    in = 0;
+    ++i;
+  }
+}
+
+void SpanList::Write(uint64_t off, const void* src, uint64_t len) const {
+  const auto* from = static_cast<const uint8_t*>(src);
+  if (len == 0) return;
+  size_t i = Find(off);
+  uint64_t in = off - starts_[i];
+  while (len > 0) {
+    uint64_t n = std::min<uint64_t>(len, spans_[i].len - in);
+    std::memmove(spans_[i].data + in, from, n);
+    from += n;
+    len -= n;
+    in = 0;
+    ++i;
+  }
+}
+
+void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t soff,
+               uint64_t len) {
+  if (len == 0) return;
+  size_t di = dst.Find(doff), si = src.Find(soff);
+  uint64_t din = doff - dst.starts_[di], sin = soff - src.starts_[si];
+  while (len > 0) {
+    uint64_t n = std::min({len, dst.spans_[di].len - din, src.spans_[si].len - sin});
+    uint8_t* d = dst.spans_[di].data + din;
+    const uint8_t* s = src.spans_[si].data + sin;
+    if (d != s) std::memmove(d, s, n);
+    len -= n;
+    din += n;
+    sin += n;
+    if (din == dst.spans_[di].len) {
+      ++di;
+      din = 0;
+    }
+    if (sin == src.spans_[si].len) {
+      ++si;
+      sin = 0;
+    }
+  }
+}
+
+}  // namespace hz::coll::internal

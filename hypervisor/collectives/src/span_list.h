@@ -1,0 +1,50 @@
+// A buffer made of many unaligned extents, addressed by logical byte offset.
+#ifndef HZ_COLLECTIVES_SPAN_LIST_H_
+#define HZ_COLLECTIVES_SPAN_LIST_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "hz/collectives/types.h"
+
+namespace hz::coll::internal {
+
+// Immutable after construction, so blocks on different workers may use one
+// SpanList at once. Callers check bounds (offset + len <= size()) first.
+class SpanList {
+ public:
+  SpanList() = default;
+  // Drops zero-length extents. The caller has validated the extents (no null
+  // data with a non-zero length, no overflow of the total).
+  explicit SpanList(const IoVec& v);
+
+  uint64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+  // The bytes [off, off + len) when they lie in one extent, else nullptr.
+  uint8_t* Contiguous(uint64_t off, uint64_t len) const;
+  // Copies between the list and contiguous memory, piece by piece.
+  void Read(uint64_t off, void* dst, uint64_t len) const;
+  void Write(uint64_t off, const void* src, uint64_t len) const;
+
+  // Host address of the first byte, for NUMA placement; nullptr if empty.
+  const void* first_byte() const { return spans_.empty() ? nullptr : spans_[0].data; }
+
+ private:
+  friend void CopySpans(const SpanList&, uint64_t, const SpanList&, uint64_t, uint64_t);
+  // Index of the extent holding byte off (off < size_).
+  size_t Find(uint64_t off) const;
+
+  std::vector<IoSpan> spans_;
+  std::vector<uint64_t> starts_;  // logical offset of each extent
+  uint64_t size_ = 0;
+};
+
+// dst[doff, doff + len) = src[soff, soff + len), piece by piece with memmove,
+// so identical or overlapping pieces are safe.
+void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t soff,
+               uint64_t len);
+
+}  // namespace hz::coll::internal
+
+#endif  // HZ_COLLECTIVES_SPAN_LIST_H_
