@@ -1,0 +1,50 @@
+// Attaching passthrough devices to tenant VMs. DomainAttacher is what the
+// scheduler calls; LibvirtAttacher does it through the libvirt C API with
+//   <hostdev mode='subsystem' type='pci' managed='no'>
+// (managed='no': the scheduler itself binds vfio-pci, see vfio.h).
+#ifndef HZ_SCHEDULER_DOMAIN_ATTACHER_H_
+#define HZ_SCHEDULER_DOMAIN_ATTACHER_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "hz/scheduler/inventory.h"
+
+namespace hz::scheduler {
+
+// The <hostdev> element for a PCI function; kInvalidArgument for a bad bdf.
+Status HostdevXml(const std::string& bdf, std::string* xml);
+
+class DomainAttacher {
+ public:
+  virtual ~DomainAttacher() = default;
+  virtual Status Attach(const std::string& domain, const std::string& bdf) = 0;
+  virtual Status Detach(const std::string& domain, const std::string& bdf) = 0;
+};
+
+class LibvirtAttacher : public DomainAttacher {
+ public:
+  // Opens a libvirt connection ("qemu:///system"; tests use "test:///default").
+  static Status Open(const std::string& uri, std::unique_ptr<LibvirtAttacher>* out);
+  ~LibvirtAttacher() override;
+
+  // virDomainAttachDeviceFlags / virDomainDetachDeviceFlags, on the live
+  // domain when it runs, else on its persistent definition.
+  Status Attach(const std::string& domain, const std::string& bdf) override;
+  Status Detach(const std::string& domain, const std::string& bdf) override;
+
+  // The connection, for callers that need more of libvirt (virConnectPtr).
+  void* connection() const { return conn_; }
+
+ private:
+  explicit LibvirtAttacher(void* conn) : conn_(conn) {}
+  Status Change(const std::string& domain, const std::string& bdf, bool attach);
+
+  std::mutex mu_;
+  void* conn_;  // virConnectPtr; void* keeps libvirt.h out of this header
+};
+
+}  // namespace hz::scheduler
+
+#endif  // HZ_SCHEDULER_DOMAIN_ATTACHER_H_

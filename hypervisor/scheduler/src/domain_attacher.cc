@@ -1,0 +1,76 @@
+#include "hz/scheduler/domain_attacher.h"
+
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+
+namespace hz::scheduler {
+
+namespace {
+
+// libvirt prints every error to stderr unless told otherwise; errors are
+// reported through Status instead.
+void SilentErrors(void*, virErrorPtr) {}
+
+std::string LastError() {
+  const char* msg = virGetLastErrorMessage();
+  return msg ? msg : "unknown libvirt error";
+}
+
+}  // namespace
+
+Status HostdevXml(const std::string& bdf, std::string* xml) {
+  if (!IsBdf(bdf)) return Status::InvalidArgument("not a PCI address: " + bdf.substr(0, 32));
+  *xml =
+      "<hostdev mode='subsystem' type='pci' managed='no'>\n"
+      "  <source>\n"
+      "    <address domain='0x" +
+      bdf.substr(0, 4) + "' bus='0x" + bdf.substr(5, 2) + "' slot='0x" + bdf.substr(8, 2) +
+      "' function='0x" + bdf.substr(11, 1) +
+      "'/>\n"
+      "  </source>\n"
+      "</hostdev>\n";
+  return Status::Ok();
+}
+
+Status LibvirtAttacher::Open(const std::string& uri, std::unique_ptr<LibvirtAttacher>* out) {
+  virSetErrorFunc(nullptr, SilentErrors);
+  virConnectPtr conn = virConnectOpen(uri.c_str());
+  if (!conn) return Status::IoError("cannot connect to libvirt at " + uri + ": " + LastError());
+  virConnSetErrorFunc(conn, nullptr, SilentErrors);
+  out->reset(new LibvirtAttacher(conn));
+  return Status::Ok();
+}
+
+LibvirtAttacher::~LibvirtAttacher() {
+  virConnectClose(static_cast<virConnectPtr>(conn_));
+}
+
+Status LibvirtAttacher::Attach(const std::string& domain, const std::string& bdf) {
+  return Change(domain, bdf, true);
+}
+
+Status LibvirtAttacher::Detach(const std::string& domain, const std::string& bdf) {
+  return Change(domain, bdf, false);
+}
+
+Status LibvirtAttacher::Change(const std::string& domain, const std::string& bdf, bool attach) {
+  std::string xml;
+  Status s = HostdevXml(bdf, &xml);
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  virDomainPtr dom = virDomainLookupByName(static_cast<virConnectPtr>(conn_), domain.c_str());
+  if (!dom) return Status::NotFound("no libvirt domain '" + domain + "': " + LastError());
+  int active = virDomainIsActive(dom);
+  unsigned int flags = active == 1 ? VIR_DOMAIN_AFFECT_LIVE : VIR_DOMAIN_AFFECT_CONFIG;
+  int rc = attach ? virDomainAttachDeviceFlags(dom, xml.c_str(), flags)
+                  : virDomainDetachDeviceFlags(dom, xml.c_str(), flags);
+  std::string err = rc < 0 ? LastError() : std::string();
+  virDomainFree(dom);
+  if (rc < 0) {
+    return Status::IoError(std::string(attach ? "attach of " : "detach of ") + bdf +
+                           (attach ? " to " : " from ") + domain + " failed: " + err);
+  }
+  return Status::Ok();
+}
+
+}  // namespace hz::scheduler

@@ -1,0 +1,500 @@
+#include "hz/scheduler/scheduler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+
+#include "hz/scheduler/state_file.h"
+
+namespace hz::scheduler {
+
+namespace ev = hz::events;
+
+namespace {
+
+uint64_t RandomSeed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+hz_device_kind WireKind(DeviceKind k) {
+  return k == DeviceKind::kGpu ? HZ_DEV_GPU : HZ_DEV_NIC;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(HostInventory inventory, const SchedulerOptions& options,
+                     DomainAttacher* attacher, ev::EventSink* sink)
+    : options_(options),
+      cluster_(std::vector<HostInventory>{std::move(inventory)}),
+      allocator_(&cluster_),
+      binder_(options.sysfs_root),
+      attacher_(attacher),
+      sink_(sink) {}
+
+Status Scheduler::Open(const SchedulerOptions& options, DomainAttacher* attacher,
+                       ev::EventSink* sink, std::unique_ptr<Scheduler>* out) {
+  HostInventory inv;
+  Status s = LoadHostInventory(options.sysfs_root, options.provider_file, &inv);
+  if (!s.ok()) return s;
+  return OpenWithInventory(std::move(inv), options, attacher, sink, out);
+}
+
+Status Scheduler::OpenWithInventory(HostInventory inventory, const SchedulerOptions& options,
+                                    DomainAttacher* attacher, ev::EventSink* sink,
+                                    std::unique_ptr<Scheduler>* out) {
+  if (options.state_path.empty()) return Status::InvalidArgument("state_path is required");
+  std::unique_ptr<Scheduler> s(new Scheduler(std::move(inventory), options, attacher, sink));
+  Status st = s->Load();
+  if (!st.ok()) return st;
+  *out = std::move(s);
+  return Status::Ok();
+}
+
+Status Scheduler::Load() {
+  std::string text;
+  bool exists = false;
+  Status s = ReadWholeFile(options_.state_path, &text, &exists);
+  if (!s.ok() || !exists) return s;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::Corruption(options_.state_path + " is not valid JSON");
+  }
+  try {
+    if (j.at("version").get<int>() != 1) {
+      return Status::Corruption(options_.state_path + ": unknown state version");
+    }
+    if (!(s = allocator_.FromJson(j.at("allocator"))).ok()) {
+      return Status::Corruption(options_.state_path + ": " + s.message());
+    }
+    for (const auto& [tenant, t] : j.at("tenants").items()) {
+      seeds_[tenant] = t.at("seed").get<uint64_t>();
+      if (t.contains("domain")) domains_[tenant] = t.at("domain").get<std::string>();
+    }
+    for (const auto& r : j.at("reservations")) {
+      uint64_t rid = r.at(0).get<uint64_t>();
+      uint64_t aid = r.at(1).get<uint64_t>();
+      if (!allocator_.Find(aid)) continue;  // its devices all failed meanwhile
+      reservations_[rid] = aid;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Corruption(options_.state_path + ": " + e.what());
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Persist() {
+  nlohmann::json alloc;
+  allocator_.ToJson(&alloc);
+  nlohmann::json tenants = nlohmann::json::object();
+  for (const auto& [tenant, seed] : seeds_) tenants[tenant]["seed"] = seed;
+  for (const auto& [tenant, domain] : domains_) {
+    if (!seeds_.count(tenant)) tenants[tenant]["seed"] = 0;
+    tenants[tenant]["domain"] = domain;
+  }
+  nlohmann::json res = nlohmann::json::array();
+  for (const auto& [rid, aid] : reservations_) res.push_back({rid, aid});
+  nlohmann::json j{
+      {"version", 1}, {"allocator", alloc}, {"tenants", tenants}, {"reservations", res}};
+  return WriteFileAtomically(options_.state_path, j.dump(1));
+}
+
+uint64_t Scheduler::SeedLocked(const std::string& tenant) {
+  auto it = seeds_.find(tenant);
+  if (it != seeds_.end() && it->second != 0) return it->second;
+  uint64_t seed = 0;
+  while (seed == 0) seed = RandomSeed();
+  seeds_[tenant] = seed;
+  return seed;
+}
+
+std::vector<DeviceRef> Scheduler::TenantDevices(const std::string& tenant) const {
+  std::vector<DeviceRef> out;
+  for (const auto& [id, a] : allocator_.allocations()) {
+    if (a.tenant == tenant) out.insert(out.end(), a.devices.begin(), a.devices.end());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Status Scheduler::FindDevice(const std::string& bdf, DeviceRef* ref) const {
+  int index = cluster_.host(0).Find(bdf);
+  if (index < 0)
+    return Status::NotFound("no GPU or NIC " + bdf.substr(0, 32) + " in the inventory");
+  *ref = {0, static_cast<uint32_t>(index)};
+  return Status::Ok();
+}
+
+bool Scheduler::IsReservationAllocation(uint64_t allocation_id) const {
+  for (const auto& [rid, aid] : reservations_) {
+    if (aid == allocation_id) return true;
+  }
+  return false;
+}
+
+Status Scheduler::BindTenant(const std::string& tenant, const std::string& domain) {
+  if (!ev::ValidName(tenant)) return Status::InvalidArgument("invalid tenant name");
+  if (domain.empty() || domain.size() > 256) return Status::InvalidArgument("invalid domain name");
+  std::lock_guard<std::mutex> lock(mu_);
+  domains_[tenant] = domain;
+  SeedLocked(tenant);
+  return Persist();
+}
+
+Status Scheduler::AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices) {
+  std::vector<std::string> bdfs;
+  for (DeviceRef d : devices) bdfs.push_back(cluster_.device(d).bdf);
+  if (options_.bind_vfio) {
+    Status s = binder_.Bind(bdfs, /*whole_group=*/true);
+    if (!s.ok()) return s;
+  }
+  if (!attacher_) return Status::Ok();
+  auto dom = domains_.find(tenant);
+  if (dom == domains_.end()) {
+    if (options_.bind_vfio) binder_.Unbind(bdfs);
+    return Status::State("tenant " + tenant + " has no VM bound");
+  }
+  for (size_t i = 0; i < bdfs.size(); ++i) {
+    Status s = attacher_->Attach(dom->second, bdfs[i]);
+    if (!s.ok()) {
+      for (size_t k = 0; k < i; ++k) attacher_->Detach(dom->second, bdfs[k]);
+      if (options_.bind_vfio) binder_.Unbind(bdfs);
+      return s;
+    }
+  }
+  return Status::Ok();
+}
+
+void Scheduler::DetachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices,
+                              Status* first_error) {
+  auto dom = domains_.find(tenant);
+  std::vector<std::string> bdfs;
+  for (DeviceRef d : devices) {
+    const std::string& bdf = cluster_.device(d).bdf;
+    bdfs.push_back(bdf);
+    if (attacher_ && dom != domains_.end()) {
+      Status s = attacher_->Detach(dom->second, bdf);
+      if (!s.ok() && first_error->ok()) *first_error = s;
+    }
+  }
+  if (options_.bind_vfio && first_error->ok()) {
+    Status s = binder_.Unbind(bdfs);
+    if (!s.ok()) *first_error = s;
+  }
+}
+
+Status Scheduler::Allocate(const std::string& tenant, const Request& request,
+                           uint64_t* allocation_id) {
+  if (!ev::ValidName(tenant)) return Status::InvalidArgument("invalid tenant name");
+  std::lock_guard<std::mutex> lock(mu_);
+  Allocation a;
+  Status s = allocator_.Allocate(tenant, request, &a);
+  if (!s.ok()) return s;
+  SeedLocked(tenant);
+  // Durable before any device moves: a crash from here on leaves the devices
+  // recorded as taken, never handed out twice.
+  if (!(s = Persist()).ok()) {
+    allocator_.Release(a.id);
+    return s;
+  }
+  if (!(s = AttachDevices(tenant, a.devices)).ok()) {
+    allocator_.Release(a.id);
+    Status p = Persist();
+    if (!p.ok()) spdlog::error("scheduler: rollback not persisted: {}", p.ToString());
+    return s;
+  }
+  if (allocation_id) *allocation_id = a.id;
+  return Status::Ok();
+}
+
+Status Scheduler::Release(uint64_t allocation_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Allocation* a = allocator_.Find(allocation_id);
+  if (!a) return Status::NotFound("no allocation " + std::to_string(allocation_id));
+  Status err;
+  DetachDevices(a->tenant, a->devices, &err);
+  // A device that may still be attached to the VM is not handed out again.
+  if (!err.ok()) return err;
+  allocator_.Release(allocation_id);
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    it = it->second == allocation_id ? reservations_.erase(it) : std::next(it);
+  }
+  return Persist();
+}
+
+Status Scheduler::MarkFailed(const std::string& bdf, uint64_t errors, uint64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DeviceRef d;
+  Status s = FindDevice(bdf, &d);
+  if (!s.ok()) return s;
+  if (allocator_.IsFailed(d)) return Status::Ok();
+  allocator_.SetFailed(d, true);
+  const uint64_t owner = allocator_.Owner(d);
+  if (owner == 0) return Persist();
+
+  const Allocation a = *allocator_.Find(owner);
+  const uint32_t index =
+      BuildTopologySummary(cluster_, TenantDevices(a.tenant), SeedLocked(a.tenant)).IndexOf(d);
+  Status detach;
+  DetachDevices(a.tenant, {d}, &detach);
+  if (!detach.ok()) {
+    // The device is gone either way; it stays failed and leaves the allocation.
+    spdlog::warn("scheduler: detach of failed device {}: {}", bdf, detach.ToString());
+  }
+  allocator_.RemoveDevice(d);
+  if (!allocator_.Find(owner)) {
+    for (auto it = reservations_.begin(); it != reservations_.end();) {
+      it = it->second == owner ? reservations_.erase(it) : std::next(it);
+    }
+  }
+  if (!(s = Persist()).ok()) return s;
+  if (sink_) {
+    s = sink_->Publish(a.tenant, ev::MakeFailure(ev::kFailureDeviceFailed, index, errors), nullptr);
+    if (!s.ok()) return s;
+  }
+  const DeviceKind kind = cluster_.device(d).kind;
+  if (sink_) {
+    // The allocation changed: the tenant re-reads its summary (SPEC.md §7.7).
+    uint32_t held = 0;
+    for (DeviceRef t : TenantDevices(a.tenant)) held += cluster_.device(t).kind == kind;
+    s = sink_->Publish(
+        a.tenant,
+        ev::MakeAllocationCapacity(ev::kCapacityAllocationChanged, 0, 1, held, WireKind(kind)),
+        nullptr);
+    if (!s.ok()) return s;
+  }
+  if (engine_ && allocator_.FreeOnHost(0, kind) > 0) {
+    hz_neg_request req{};
+    req.kind = WireKind(kind);
+    req.count = 1;
+    req.locality = static_cast<uint8_t>(a.request.locality);
+    req.earliest_start_s = now;
+    req.latest_start_s = now;
+    req.duration_s = options_.replacement_duration_s;
+    uint64_t negotiation = 0;
+    s = engine_->OfferReplacement(a.tenant, req, now, &negotiation);
+    if (s.ok()) {
+      replacements_[negotiation] = a.tenant;
+    } else {
+      spdlog::warn("scheduler: replacement request for {}: {}", a.tenant, s.ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::MarkDegraded(const std::string& bdf, uint64_t errors) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DeviceRef d;
+  Status s = FindDevice(bdf, &d);
+  if (!s.ok()) return s;
+  const uint64_t owner = allocator_.Owner(d);
+  if (owner == 0 || !sink_) return Status::Ok();
+  const std::string tenant = allocator_.Find(owner)->tenant;
+  const uint32_t index =
+      BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant)).IndexOf(d);
+  return sink_->Publish(tenant, ev::MakeFailure(ev::kFailureDeviceDegraded, index, errors),
+                        nullptr);
+}
+
+Status Scheduler::Repair(const std::string& bdf) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DeviceRef d;
+  Status s = FindDevice(bdf, &d);
+  if (!s.ok()) return s;
+  if (!allocator_.IsFailed(d)) return Status::Ok();
+  allocator_.SetFailed(d, false);
+  return Persist();
+}
+
+Status Scheduler::Summary(const std::string& tenant, TopologySummary* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *out = BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
+  return Status::Ok();
+}
+
+Status Scheduler::TenantIndex(const std::string& bdf, std::string* tenant, uint32_t* index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DeviceRef d;
+  Status s = FindDevice(bdf, &d);
+  if (!s.ok()) return s;
+  const uint64_t owner = allocator_.Owner(d);
+  if (owner == 0) return Status::NotFound(bdf + " is not allocated");
+  *tenant = allocator_.Find(owner)->tenant;
+  *index = BuildTopologySummary(cluster_, TenantDevices(*tenant), SeedLocked(*tenant)).IndexOf(d);
+  return Status::Ok();
+}
+
+nlohmann::json Scheduler::Inventory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json out = nlohmann::json::array();
+  const HostInventory& inv = cluster_.host(0);
+  for (uint32_t i = 0; i < inv.devices.size(); ++i) {
+    const Device& d = inv.devices[i];
+    const DeviceRef ref{0, i};
+    const uint64_t owner = allocator_.Owner(ref);
+    char ids[16];
+    std::snprintf(ids, sizeof(ids), "%04x:%04x", d.vendor, d.device_id);
+    nlohmann::json j{{"bdf", d.bdf},
+                     {"kind", KindName(d.kind)},
+                     {"id", ids},
+                     {"numa_node", d.numa_node},
+                     {"iommu_group", d.iommu_group},
+                     {"switch", d.switch_bdf},
+                     {"pcie_path", d.pcie_path},
+                     {"link_gts", d.link_gts},
+                     {"link_width", d.link_width},
+                     {"driver", d.driver},
+                     {"island", d.island},
+                     {"rail", d.rail},
+                     {"serial", d.serial},
+                     {"pool", cluster_.PoolOf(ref)},
+                     {"state", allocator_.IsFailed(ref) ? "failed"
+                               : owner != 0             ? "allocated"
+                                                        : "free"}};
+    if (owner != 0) {
+      j["tenant"] = allocator_.Find(owner)->tenant;
+      j["allocation"] = owner;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+nlohmann::json Scheduler::Allocations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [id, a] : allocator_.allocations()) {
+    nlohmann::json devices = nlohmann::json::array();
+    for (DeviceRef d : a.devices) devices.push_back(cluster_.device(d).bdf);
+    nlohmann::json j{{"id", id},
+                     {"tenant", a.tenant},
+                     {"gpus", a.request.gpus},
+                     {"nics", a.request.nics},
+                     {"locality", static_cast<int>(a.request.locality)},
+                     {"devices", devices}};
+    for (const auto& [rid, aid] : reservations_) {
+      if (aid == id) j["reservation"] = rid;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+void Scheduler::SetNegotiationEngine(ev::NegotiationEngine* engine) {
+  std::lock_guard<std::mutex> lock(mu_);
+  engine_ = engine;
+}
+
+std::map<uint64_t, std::string> Scheduler::Replacements() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return replacements_;
+}
+
+std::vector<ev::Pool> Scheduler::Pools() const {
+  std::vector<ev::Pool> out;
+  for (uint32_t p = 0; p < cluster_.pools().size(); ++p) {
+    const Pool& pool = cluster_.pools()[p];
+    out.push_back(ev::Pool{p, WireKind(pool.kind), pool.host});
+  }
+  return out;
+}
+
+uint32_t Scheduler::Capacity(uint32_t pool, uint64_t /*window*/) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool >= cluster_.pools().size()) return 0;
+  const Pool& p = cluster_.pools()[pool];
+  uint32_t n = 0;
+  for (uint32_t i : p.devices) {
+    const DeviceRef d{p.host, i};
+    if (allocator_.IsFailed(d)) continue;
+    const uint64_t owner = allocator_.Owner(d);
+    if (owner == 0 || IsReservationAllocation(owner)) ++n;
+  }
+  return n;
+}
+
+Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
+                         const std::vector<ev::PoolCount>& devices) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reservations_.count(reservation_id)) {
+    return Status::State("reservation " + std::to_string(reservation_id) + " already attached");
+  }
+  std::vector<DeviceRef> chosen;
+  Request req;
+  req.locality = HZ_LOC_SAME_HOST;
+  for (const ev::PoolCount& pc : devices) {
+    if (pc.pool >= cluster_.pools().size()) return Status::InvalidArgument("unknown pool");
+    const Pool& p = cluster_.pools()[pc.pool];
+    uint32_t left = pc.count;
+    for (uint32_t i : p.devices) {
+      const DeviceRef d{p.host, i};
+      if (left > 0 && allocator_.Owner(d) == 0 && !allocator_.IsFailed(d)) {
+        chosen.push_back(d);
+        --left;
+      }
+    }
+    if (left > 0) return Status::State("pool " + std::to_string(pc.pool) + " has too few devices");
+    (p.kind == DeviceKind::kGpu ? req.gpus : req.nics) += pc.count;
+  }
+  Allocation a;
+  Status s = allocator_.AllocateDevices(tenant, req, chosen, &a);
+  if (!s.ok()) return s;
+  SeedLocked(tenant);
+  reservations_[reservation_id] = a.id;
+  if (!(s = Persist()).ok() || !(s = AttachDevices(tenant, a.devices)).ok()) {
+    allocator_.Release(a.id);
+    reservations_.erase(reservation_id);
+    Status p = Persist();
+    if (!p.ok()) spdlog::error("scheduler: rollback not persisted: {}", p.ToString());
+    return s;
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
+                         std::vector<ev::PoolCount>* detached) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (detached) detached->clear();
+  auto it = reservations_.find(reservation_id);
+  if (it == reservations_.end()) {
+    return Status::State("reservation " + std::to_string(reservation_id) + " is not attached");
+  }
+  const Allocation* a = allocator_.Find(it->second);
+  if (!a || a->tenant != tenant) return Status::State("reservation of another tenant");
+  if (count > a->devices.size()) {
+    return Status::InvalidArgument("reservation holds fewer than " + std::to_string(count) +
+                                   " devices");
+  }
+  // The devices with the highest tenant-visible indices go first (§7.8.5).
+  const TopologySummary summary =
+      BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
+  std::vector<std::pair<uint32_t, DeviceRef>> ranked;
+  for (DeviceRef d : a->devices) ranked.push_back({summary.IndexOf(d), d});
+  std::sort(ranked.rbegin(), ranked.rend());
+  std::vector<DeviceRef> victims;
+  for (uint32_t i = 0; i < count; ++i) victims.push_back(ranked[i].second);
+  Status err;
+  DetachDevices(tenant, victims, &err);
+  if (!err.ok()) return err;
+  const uint64_t aid = it->second;
+  std::map<uint32_t, uint32_t> per_pool;
+  for (DeviceRef d : victims) {
+    per_pool[cluster_.PoolOf(d)]++;
+    allocator_.RemoveDevice(d);
+  }
+  if (detached) {
+    for (auto [pool, n] : per_pool) detached->push_back({pool, n});
+  }
+  if (!allocator_.Find(aid)) reservations_.erase(it);
+  return Persist();
+}
+
+uint32_t Scheduler::DevicesHeld(const std::string& tenant, hz_device_kind kind) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint32_t n = 0;
+  for (DeviceRef d : TenantDevices(tenant)) n += WireKind(cluster_.device(d).kind) == kind;
+  return n;
+}
+
+}  // namespace hz::scheduler

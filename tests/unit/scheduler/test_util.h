@@ -1,0 +1,59 @@
+// Shared helpers of the scheduler tests: fixture paths, scratch copies of
+// fixture trees (so tests can write to them) and a recording event sink.
+#ifndef HZ_TESTS_SCHEDULER_TEST_UTIL_H_
+#define HZ_TESTS_SCHEDULER_TEST_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "hz/events/event_spec.h"
+#include "hz/scheduler/inventory.h"
+
+namespace hz::scheduler::testing {
+
+// <fixtures>/<name> (hgx8, hgx8-relabeled, ws4).
+std::string Fixture(const std::string& name);
+std::string FixtureSysfs(const std::string& name);
+std::string FixtureToml(const std::string& name);
+
+// Loads a fixture host with its provider file; fails the test on error.
+HostInventory LoadFixture(const std::string& name);
+
+// A fresh directory, removed at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Copies a fixture's sysfs tree (symlinks kept as symlinks) into dir/sysfs
+// and returns that path.
+std::string CopyFixtureSysfs(const std::string& name, const std::string& dir);
+
+std::string ReadText(const std::string& path);
+
+struct Published {
+  std::string tenant;
+  hz::events::EventSpec spec;
+};
+
+class RecordingSink : public hz::events::EventSink {
+ public:
+  hz::events::Status Publish(const std::string& tenant, const hz::events::EventSpec& spec,
+                             uint64_t* seq) override {
+    events.push_back({tenant, spec});
+    if (seq) *seq = events.size();
+    return hz::events::Status::Ok();
+  }
+  std::vector<Published> events;
+};
+
+}  // namespace hz::scheduler::testing
+
+#endif  // HZ_TESTS_SCHEDULER_TEST_UTIL_H_
