@@ -1,0 +1,90 @@
+// Results are bit-identical whatever the number of workers, the block size
+// or the algorithm the planner picks, because every element is reduced in
+// rank order. Sizes here exceed the default cache block.
+#include "harness.h"
+
+namespace hz::coll::testing {
+namespace {
+
+std::vector<uint8_t> RunAllReduce(EngineOptions o, uint8_t dtype, uint8_t redop, uint32_t p,
+                                  uint64_t count, const std::vector<std::vector<uint8_t>>& in,
+                                  Constraints c = {}) {
+  Engine e(o);
+  auto m = MakeComm(e, 3, p, c);
+  std::vector<std::unique_ptr<Buffer>> s(p), r(p);
+  std::vector<OpDesc> d(p);
+  for (uint32_t i = 0; i < p; ++i) {
+    s[i] = std::make_unique<Buffer>(in[i].size(), Layout::kSplit, 100 + i);
+    s[i]->Set(in[i]);
+    r[i] = std::make_unique<Buffer>(in[i].size(), i % 2 ? Layout::kUnaligned : Layout::kSplit,
+                                    200 + i);
+    d[i].op = Op::kAllReduce;
+    d[i].count = count;
+    d[i].dtype = dtype;
+    d[i].redop = redop;
+    d[i].send = s[i]->iov();
+    d[i].recv = r[i]->iov();
+  }
+  for (Status st : RunAll(e, m, d)) EXPECT_EQ(st, Status::kOk);
+  std::vector<uint8_t> out = r[0]->Get();
+  for (uint32_t i = 1; i < p; ++i) EXPECT_TRUE(r[i]->Get() == out) << "rank " << i;
+  for (auto& m1 : m) e.Destroy(m1);
+  return out;
+}
+
+TEST(CollectivesDeterminism, SameBitsWithOneOrManyWorkersAndAnyBlockSize) {
+  const uint32_t p = 5;
+  const uint64_t count = 300007;  // > 1 MiB of fp32 per rank, odd
+  for (uint8_t dtype : {uint8_t(DType::kFp32), uint8_t(DType::kBf16), uint8_t(DType::kFp64)}) {
+    for (uint8_t redop : {uint8_t(RedOp::kSum), uint8_t(RedOp::kAvg)}) {
+      SCOPED_TRACE("dtype " + std::to_string(dtype) + " redop " + std::to_string(redop));
+      std::mt19937 rng(dtype * 10 + redop);
+      std::vector<std::vector<uint8_t>> in(p);
+      for (auto& v : in) v = RandomElements(dtype, count, rng);
+      std::vector<const uint8_t*> ptrs;
+      for (auto& v : in) ptrs.push_back(v.data());
+      const std::vector<uint8_t> want = ReferenceReduce(dtype, redop, ptrs, count);
+
+      EngineOptions one;
+      one.worker_threads = 1;
+      EngineOptions many;
+      many.worker_threads = 4;
+      EngineOptions tiny_blocks;
+      tiny_blocks.worker_threads = 3;
+      tiny_blocks.block_bytes = 4096 + 8;  // blocks not a power of two
+      EngineOptions all_inline;
+      all_inline.inline_max_bytes = ~0ull;
+      for (const EngineOptions& o : {one, many, tiny_blocks, all_inline}) {
+        EXPECT_TRUE(RunAllReduce(o, dtype, redop, p, count, in) == want)
+            << "workers " << o.worker_threads << " block " << o.block_bytes;
+      }
+    }
+  }
+}
+
+TEST(CollectivesDeterminism, ParallelPlanIsChosenForLargeOps) {
+  EngineOptions o;
+  o.worker_threads = 4;
+  Engine e(o);
+  auto m = MakeComm(e, 3, 2);
+  std::vector<float> a(1 << 20, 1), b(1 << 20, 2), x(1 << 20), y(1 << 20);
+  std::vector<OpDesc> d(2);
+  for (int i = 0; i < 2; ++i) {
+    d[i].op = Op::kAllReduce;
+    d[i].count = 1 << 20;
+    d[i].dtype = static_cast<uint8_t>(DType::kFp32);
+    auto& s = i ? b : a;
+    auto& r = i ? y : x;
+    d[i].send = {IoSpan{reinterpret_cast<uint8_t*>(s.data()), s.size() * 4}};
+    d[i].recv = {IoSpan{reinterpret_cast<uint8_t*>(r.data()), r.size() * 4}};
+  }
+  for (Status st : RunAll(e, m, d)) EXPECT_EQ(st, Status::kOk);
+  EngineStats st = e.Stats();
+  EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kBlockedParallel)], 1u);
+  EXPECT_EQ(st.threads_chosen, 4u);
+  EXPECT_EQ(x[777], 3.0f);
+  EXPECT_EQ(y[(1 << 20) - 1], 3.0f);
+}
+
+}  // namespace
+}  // namespace hz::coll::testing

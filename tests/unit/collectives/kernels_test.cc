@@ -1,0 +1,133 @@
+// The engine's fp16/bf16 conversions against independent references
+// (the compiler's _Float16, a branchy bf16 rounding), the span list, and the
+// weighted fair scheduler's shares.
+#include <bit>
+#include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "half.h"
+#include "harness.h"
+#include "scheduler.h"
+#include "span_list.h"
+
+namespace hz::coll::testing {
+namespace {
+
+using internal::Bf16ToFloat;
+using internal::FloatToBf16;
+using internal::FloatToHalf;
+using internal::HalfToFloat;
+
+bool SameFloat(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+TEST(CollectivesKernels, HalfToFloatIsExactForEveryHalf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    ASSERT_TRUE(SameFloat(HalfToFloat(uint16_t(h)), RefHalfToFloat(uint16_t(h)))) << h;
+  }
+}
+
+TEST(CollectivesKernels, FloatToHalfRoundsToNearestEven) {
+  std::vector<float> probes = {0.0f,     -0.0f,          1.0f,          65504.0f, 65519.99f,
+                               65520.0f, 1e9f,           -1e9f,         INFINITY, -INFINITY,
+                               5.96e-8f, 2.98e-8f,       2.99e-8f,      6.1e-5f,  6.103515625e-05f,
+                               1e-10f,   1.00048828125f, 1.00146484375f};
+  // Every half, and every midpoint between neighbouring halves (ties).
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    float f = RefHalfToFloat(uint16_t(h));
+    probes.push_back(f);
+    probes.push_back(-f);
+    float next = RefHalfToFloat(uint16_t(h + 1));
+    probes.push_back(f + (next - f) / 2);
+  }
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = rng();
+    float f = std::bit_cast<float>(bits);
+    if (!std::isnan(f)) probes.push_back(f);
+  }
+  for (float f : probes) {
+    ASSERT_EQ(FloatToHalf(f), RefFloatToHalf(f)) << f;
+  }
+  EXPECT_EQ(FloatToHalf(NAN) & 0x7e00, 0x7e00);  // stays a (quiet) NaN
+}
+
+TEST(CollectivesKernels, Bf16ConversionsMatchReference) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    ASSERT_TRUE(SameFloat(Bf16ToFloat(uint16_t(h)), RefBf16ToFloat(uint16_t(h))));
+  }
+  std::mt19937 rng(6);
+  for (int i = 0; i < 500000; ++i) {
+    uint32_t bits = rng();
+    if (i % 4 == 0) bits = (bits & 0xffff0000u) | 0x8000u;  // exact ties
+    float f = std::bit_cast<float>(bits);
+    ASSERT_EQ(FloatToBf16(f), RefFloatToBf16(f)) << bits;
+  }
+}
+
+TEST(CollectivesKernels, SpanListAddressesAcrossExtents) {
+  std::vector<uint8_t> a(5), b(0), c(3), d(8);
+  IoVec v = {{a.data(), a.size()}, {b.data(), 0}, {c.data(), c.size()}, {d.data(), d.size()}};
+  internal::SpanList s(v);
+  EXPECT_EQ(s.size(), 16u);
+  EXPECT_EQ(s.Contiguous(0, 5), a.data());
+  EXPECT_EQ(s.Contiguous(4, 2), nullptr);
+  EXPECT_EQ(s.Contiguous(6, 2), c.data() + 1);
+  EXPECT_EQ(s.Contiguous(8, 8), d.data());
+  std::vector<uint8_t> in(16);
+  for (int i = 0; i < 16; ++i) in[i] = uint8_t(i + 1);
+  s.Write(0, in.data(), 16);
+  EXPECT_EQ(c[0], 6);
+  EXPECT_EQ(d[7], 16);
+  std::vector<uint8_t> out(7);
+  s.Read(3, out.data(), 7);
+  EXPECT_EQ(out, std::vector<uint8_t>({4, 5, 6, 7, 8, 9, 10}));
+}
+
+TEST(CollectivesScheduler, BackloggedFlowsShareByWeight) {
+  internal::Scheduler sched(1);
+  // Hold the only worker while both flows queue up, then release it.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  sched.Submit({9, 0}, 1, 1, [&] {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return go; });
+  });
+  std::vector<int> order;
+  std::mutex order_mu;
+  for (int i = 0; i < 100; ++i) {
+    sched.Submit({1, 0}, 1, 1000, [&] {
+      std::lock_guard<std::mutex> l(order_mu);
+      order.push_back(1);
+    });
+    sched.Submit({2, 2}, 4, 1000, [&] {
+      std::lock_guard<std::mutex> l(order_mu);
+      order.push_back(2);
+    });
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    go = true;
+  }
+  cv.notify_all();
+  while (true) {
+    std::lock_guard<std::mutex> l(order_mu);
+    if (order.size() == 200) break;
+  }
+  // While both are backlogged (the first 100 picks), weight 4 gets 4 of 5.
+  int high = 0;
+  for (int i = 0; i < 100; ++i) high += order[i] == 2;
+  EXPECT_GE(high, 78);
+  EXPECT_LE(high, 82);
+}
+
+}  // namespace
+}  // namespace hz::coll::testing
