@@ -1,0 +1,164 @@
+#include "service_harness.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+namespace hz::testing {
+
+ServiceProcess::ServiceProcess() {
+  char tmpl[] = "/tmp/hz-svc-XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  dir_ = d != nullptr ? d : "/tmp/hz-svc-fallback";
+}
+
+ServiceProcess::~ServiceProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+bool ServiceProcess::Start(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {
+      HZ_HARMONAIZED_PATH, "--state-dir",  dir_,          "--control-socket",
+      dir_ + "/ctl.sock",  "--no-metrics", "--log-level", "warn"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  pid_ = fork();
+  if (pid_ < 0) return false;
+  if (pid_ == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 500; ++i) {
+    struct stat st;
+    if (stat((dir_ + "/ctl.sock").c_str(), &st) == 0) return true;
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+int ServiceProcess::Terminate(int timeout_ms) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+nlohmann::json ServiceProcess::Control(const nlohmann::json& req) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string path = dir_ + "/ctl.sock";
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return {{"ok", false}, {"error", "connect failed"}};
+  }
+  std::string line = req.dump() + "\n";
+  if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    close(fd);
+    return {{"ok", false}, {"error", "write failed"}};
+  }
+  std::string in;
+  char buf[4096];
+  while (in.find('\n') == std::string::npos) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return nlohmann::json::parse(in.substr(0, in.find('\n')), nullptr, false);
+}
+
+std::vector<std::string> ServiceProcess::TenantWithVms(const std::string& tenant, int n) {
+  Control({{"cmd", "tenant.create"}, {"name", tenant}});
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    std::string path = dir_ + "/" + tenant + "-vm" + std::to_string(i) + ".sock";
+    auto r = Control({{"cmd", "vm.bind"}, {"tenant", tenant}, {"socket", path}});
+    if (r.value("ok", false)) out.push_back(path);
+  }
+  return out;
+}
+
+std::vector<int> RunRanks(int n, const std::function<int(int rank)>& fn) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int rc = 1;
+      try {
+        rc = fn(r);
+      } catch (...) {
+        rc = 99;
+      }
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+Pipe::Pipe() {
+  if (pipe(fds_) != 0) fds_[0] = fds_[1] = -1;
+}
+Pipe::~Pipe() {
+  CloseAll();
+}
+void Pipe::CloseAll() {
+  for (int& fd : fds_) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+}
+bool Pipe::Send(const void* p, size_t n) {
+  return write(fds_[1], p, n) == static_cast<ssize_t>(n);
+}
+bool Pipe::Receive(void* p, size_t n, int timeout_ms) {
+  auto* out = static_cast<uint8_t*>(p);
+  size_t got = 0;
+  while (got < n) {
+    pollfd pfd{fds_[0], POLLIN, 0};
+    if (poll(&pfd, 1, timeout_ms) <= 0) return false;
+    ssize_t k = read(fds_[0], out + got, n - got);
+    if (k <= 0) return false;
+    got += static_cast<size_t>(k);
+  }
+  return true;
+}
+
+}  // namespace hz::testing

@@ -1,0 +1,54 @@
+// Runs harmonaized as a child process with a private state directory, talks
+// to its control socket, and forks rank processes.
+#ifndef HZ_TESTS_INTEGRATION_SERVICE_SERVICE_HARNESS_H_
+#define HZ_TESTS_INTEGRATION_SERVICE_SERVICE_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hz::testing {
+
+class ServiceProcess {
+ public:
+  ServiceProcess();
+  ~ServiceProcess();
+  // Starts the daemon; extra arguments are appended to its command line.
+  bool Start(const std::vector<std::string>& extra = {});
+  // Sends SIGTERM and waits (up to the deadline) for the exit status; -1 on a hang.
+  int Terminate(int timeout_ms = 20000);
+  nlohmann::json Control(const nlohmann::json& req);
+  // Creates a tenant and binds `n` VM sockets to it; returns their paths.
+  std::vector<std::string> TenantWithVms(const std::string& tenant, int n);
+  const std::string& dir() const { return dir_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+// Forks one process per rank; fn(rank) returns the process's exit code.
+// Returns the exit codes (128 + signal for a killed process).
+std::vector<int> RunRanks(int n, const std::function<int(int rank)>& fn);
+
+// A pipe for sending a fixed-size message from one rank process to others.
+class Pipe {
+ public:
+  Pipe();
+  ~Pipe();
+  bool Send(const void* p, size_t n);
+  bool Receive(void* p, size_t n, int timeout_ms = 20000);
+  void CloseAll();
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+}  // namespace hz::testing
+
+#endif  // HZ_TESTS_INTEGRATION_SERVICE_SERVICE_HARNESS_H_
