@@ -1,0 +1,488 @@
+#include "vdev/split_queue.h"
+
+#include <sys/eventfd.h>
+
+#include <limits>
+
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace vdev {
+namespace {
+
+using testing::kGpaBase;
+using testing::kUvaDelta;
+using testing::RingDriver;
+using testing::SimpleGuest;
+
+constexpr uint16_t kSize = 8;
+constexpr uint64_t kDesc = kGpaBase;
+constexpr uint64_t kAvail = kGpaBase + 0x1000;
+constexpr uint64_t kUsed = kGpaBase + 0x2000;
+constexpr uint64_t kBuf = kGpaBase + 0x10000;
+constexpr uint64_t kTable = kGpaBase + 0x8000;
+// <linux/virtio_ring.h> values (its inline helpers are not C++).
+constexpr uint16_t N = 1;                  // VRING_DESC_F_NEXT
+constexpr uint16_t W = 2;                  // VRING_DESC_F_WRITE
+constexpr uint16_t I = 4;                  // VRING_DESC_F_INDIRECT
+constexpr uint16_t kAvailNoInterrupt = 1;  // kAvailNoInterrupt
+constexpr uint16_t kUsedNoNotify = 1;      // VRING_USED_F_NO_NOTIFY
+
+// Reads and resets an eventfd counter (0 when not signalled).
+uint64_t Drain(int fd) {
+  uint64_t v = 0;
+  if (read(fd, &v, sizeof(v)) != sizeof(v)) return 0;
+  return v;
+}
+
+class SplitQueueTest : public ::testing::Test {
+ protected:
+  explicit SplitQueueTest(QueueLimits limits = {}) : q_(0, limits) {}
+
+  void SetUp() override {
+    call_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    err_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    Configure(&q_, /*event_idx=*/false, /*indirect=*/true);
+  }
+  void TearDown() override {
+    close(call_);
+    close(err_);
+  }
+  void Configure(SplitQueue* q, bool event_idx, bool indirect) {
+    q->set_size(kSize);
+    q->set_addresses(ring_.desc_uva(), ring_.avail_uva(), ring_.used_uva());
+    q->set_features(event_idx, indirect);
+    q->set_call_fd(call_);
+    q->set_err_fd(err_);
+    std::string error;
+    ASSERT_TRUE(q->Start(guest_.memory, &error)) << error;
+  }
+  // Pops one chain expecting a malformed one to be skipped (completed with 0).
+  void ExpectMalformed(const char* what) {
+    uint16_t used_before = ring_.used_idx();
+    uint64_t malformed_before = q_.stats().malformed;
+    Chain c;
+    EXPECT_FALSE(q_.Pop(&c)) << what;
+    EXPECT_EQ(q_.stats().malformed, malformed_before + 1) << what;
+    EXPECT_EQ(ring_.used_idx(), static_cast<uint16_t>(used_before + 1)) << what;
+    EXPECT_EQ(ring_.used_elem(used_before).second, 0u) << what;
+    EXPECT_FALSE(q_.broken()) << what;
+  }
+
+  SimpleGuest guest_;
+  RingDriver ring_{&guest_, kSize, kDesc, kAvail, kUsed};
+  SplitQueue q_;
+  int call_ = -1;
+  int err_ = -1;
+};
+
+TEST_F(SplitQueueTest, PopsAChainAndPublishesTheCompletion) {
+  std::memcpy(guest_.host(kBuf), "hello", 5);
+  ring_.SetDesc(0, kBuf, 5, N, 1);
+  ring_.SetDesc(1, kBuf + 0x1000, 64, W, 0);
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  EXPECT_EQ(c.head(), 0);
+  ASSERT_EQ(c.readable().size(), 1u);
+  EXPECT_TRUE(testing::Aliases(c.readable()[0].data, guest_.host(kBuf)));
+  EXPECT_EQ(c.readable_bytes(), 5u);
+  EXPECT_EQ(c.writable_bytes(), 64u);
+  char text[6] = {};
+  EXPECT_EQ(c.Read(0, text, 5), 5u);
+  EXPECT_STREQ(text, "hello");
+  EXPECT_EQ(c.Write(60, "abcdefgh", 8), 4u);  // clipped at the end of the writable part
+  EXPECT_EQ(std::memcmp(guest_.host(kBuf + 0x1000 + 60), "abcd", 4), 0);
+  EXPECT_EQ(c.memory(), guest_.memory);
+  EXPECT_FALSE(q_.Pop(&c));
+
+  q_.Complete(c, 7);
+  EXPECT_EQ(ring_.used_idx(), 0);  // batched until Flush
+  q_.Flush();
+  EXPECT_EQ(ring_.used_idx(), 1);
+  EXPECT_EQ(ring_.used_elem(0), std::make_pair(0u, 7u));
+  EXPECT_EQ(Drain(call_), 1u);
+  EXPECT_EQ(q_.last_avail(), 1);
+}
+
+TEST_F(SplitQueueTest, CompletionLengthIsClampedToTheWritableBytes) {
+  ring_.SetDesc(0, kBuf, 16, W, 0);
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  q_.Complete(c, 1000);
+  q_.Flush();
+  EXPECT_EQ(ring_.used_elem(0).second, 16u);
+}
+
+TEST_F(SplitQueueTest, ZeroLengthDescriptorsYieldNoSegments) {
+  ring_.SetDesc(0, kBuf, 0, N, 1);
+  ring_.SetDesc(1, 0xdead0000ull, 0, W, 0);  // address irrelevant at length 0
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  EXPECT_TRUE(c.readable().empty());
+  EXPECT_TRUE(c.writable().empty());
+}
+
+TEST_F(SplitQueueTest, OutOfOrderCompletionsAndAFullRing) {
+  for (uint16_t i = 0; i < kSize; ++i) {
+    ring_.SetDesc(i, kBuf + 0x100 * i, 8, W, 0);
+    ring_.Publish(i);
+  }
+  std::vector<Chain> chains(kSize);
+  for (auto& c : chains) ASSERT_TRUE(q_.Pop(&c));
+  Chain extra;
+  EXPECT_FALSE(q_.Pop(&extra));
+  for (int i = kSize - 1; i >= 0; --i) q_.Complete(chains[i], i);
+  q_.Flush();
+  EXPECT_EQ(ring_.used_idx(), kSize);
+  for (uint16_t k = 0; k < kSize; ++k) {
+    EXPECT_EQ(ring_.used_elem(k).first, static_cast<uint32_t>(kSize - 1 - k));
+  }
+  EXPECT_EQ(Drain(call_), 1u);  // one notification for the batch
+  // Double completion is a device bug: ignored, nothing published.
+  q_.Complete(chains[0], 1);
+  q_.Flush();
+  EXPECT_EQ(ring_.used_idx(), kSize);
+}
+
+TEST_F(SplitQueueTest, DescriptorLoopIsSkipped) {
+  ring_.SetDesc(0, kBuf, 8, N, 1);
+  ring_.SetDesc(1, kBuf, 8, N, 0);
+  ring_.Publish(0);
+  ExpectMalformed("loop");
+  // Self-loop through the whole table with writable descriptors.
+  for (uint16_t i = 0; i < kSize; ++i) ring_.SetDesc(i, kBuf, 8, W | N, (i + 1) % kSize);
+  ring_.Publish(3);
+  ExpectMalformed("ring-sized loop");
+  // The ring keeps working afterwards.
+  ring_.SetDesc(2, kBuf, 8, W, 0);
+  ring_.Publish(2);
+  Chain c;
+  EXPECT_TRUE(q_.Pop(&c));
+}
+
+TEST_F(SplitQueueTest, LongestLegalChainIsAccepted) {
+  for (uint16_t i = 0; i < kSize; ++i) {
+    ring_.SetDesc(i, kBuf + i, 1, (i + 1 < kSize) ? N : 0, i + 1);
+  }
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  EXPECT_EQ(c.readable_bytes(), kSize);
+  EXPECT_EQ(c.readable().size(), kSize);  // one segment per descriptor
+}
+
+TEST_F(SplitQueueTest, BadBuffersAreSkipped) {
+  ring_.SetDesc(0, 0x5000000, 8, 0, 0);  // outside guest memory
+  ring_.Publish(0);
+  ExpectMalformed("outside memory");
+  ring_.SetDesc(0, std::numeric_limits<uint64_t>::max() - 3, 8, 0, 0);  // wraps 2^64
+  ring_.Publish(0);
+  ExpectMalformed("wrapping");
+  ring_.SetDesc(0, kBuf + (1 << 20) - 4 - kGpaBase, 8, 0, 0);  // crosses the end of RAM
+  ring_.Publish(0);
+  ExpectMalformed("past end");
+  ring_.SetDesc(0, kBuf, 8, W | N, 1);
+  ring_.SetDesc(1, kBuf, 8, 0, 0);
+  ring_.Publish(0);
+  ExpectMalformed("readable after writable");
+  ring_.SetDesc(0, kBuf, 8, N, 9);
+  ring_.Publish(0);
+  ExpectMalformed("next out of range");
+}
+
+TEST_F(SplitQueueTest, IndirectTablesAreFollowed) {
+  ring_.SetDesc(0, kBuf, 4, 0, 1, kTable);
+  ring_.SetDesc(1, kBuf + 0x100, 4, 0, 2, kTable);  // NEXT not set: chain ends here
+  ring_.SetDesc(0, kTable, 48, I, 0);
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  EXPECT_EQ(c.readable_bytes(), 4u);
+
+  ring_.SetDesc(0, kBuf, 4, N, 1, kTable);
+  ring_.SetDesc(1, kBuf + 0x100, 4, N | W, 2, kTable);
+  ring_.SetDesc(2, kBuf + 0x200, 12, W, 0, kTable);
+  ring_.SetDesc(1, kTable, 48, I, 0);
+  ring_.Publish(1);
+  ASSERT_TRUE(q_.Pop(&c));
+  EXPECT_EQ(c.head(), 1);
+  EXPECT_EQ(c.readable_bytes(), 4u);
+  EXPECT_EQ(c.writable_bytes(), 16u);
+  EXPECT_EQ(c.writable().size(), 2u);
+}
+
+TEST_F(SplitQueueTest, IndirectAbuseIsSkipped) {
+  ring_.SetDesc(0, kTable, 0, I, 0);
+  ring_.Publish(0);
+  ExpectMalformed("zero-length table");
+  ring_.SetDesc(0, kTable, 24, I, 0);
+  ring_.Publish(0);
+  ExpectMalformed("length not a multiple of 16");
+  ring_.SetDesc(0, kTable + 8, 32, I, 0);
+  ring_.Publish(0);
+  ExpectMalformed("misaligned table");
+  ring_.SetDesc(0, 0x7000000, 32, I, 0);
+  ring_.Publish(0);
+  ExpectMalformed("table outside memory");
+  ring_.SetDesc(0, kTable, 16 * 2048, I, 0);
+  ring_.Publish(0);
+  ExpectMalformed("table over the entry limit");
+  ring_.SetDesc(0, kTable, 32, I | N, 1);
+  ring_.Publish(0);
+  ExpectMalformed("indirect with NEXT");
+  // Nested: the table points at another table.
+  ring_.SetDesc(0, kTable + 0x100, 16, I, 0, kTable);
+  ring_.SetDesc(0, kTable, 16, I, 0);
+  ring_.Publish(0);
+  ExpectMalformed("nested indirect");
+  // A loop inside the table.
+  ring_.SetDesc(0, kBuf, 4, N, 1, kTable);
+  ring_.SetDesc(1, kBuf, 4, N, 0, kTable);
+  ring_.SetDesc(0, kTable, 32, I, 0);
+  ring_.Publish(0);
+  ExpectMalformed("loop in table");
+  // next beyond the table's own entry count.
+  ring_.SetDesc(0, kBuf, 4, N, 2, kTable);
+  ring_.SetDesc(0, kTable, 32, I, 0);
+  ring_.Publish(0);
+  ExpectMalformed("next outside table");
+}
+
+TEST_F(SplitQueueTest, IndirectWithoutTheFeatureIsSkipped) {
+  q_.Stop();
+  Configure(&q_, false, /*indirect=*/false);
+  ring_.SetDesc(0, kBuf, 4, 0, 0, kTable);
+  ring_.SetDesc(0, kTable, 16, I, 0);
+  ring_.Publish(0);
+  ExpectMalformed("indirect not negotiated");
+}
+
+TEST_F(SplitQueueTest, AvailIndexJumpBreaksTheRing) {
+  ring_.SetDesc(0, kBuf, 4, 0, 0);
+  ring_.set_avail_idx(kSize + 1);
+  Chain c;
+  EXPECT_FALSE(q_.Pop(&c));
+  EXPECT_TRUE(q_.broken());
+  EXPECT_EQ(Drain(err_), 1u);
+  EXPECT_EQ(ring_.used_idx(), 0);  // nothing processed
+  ring_.set_avail_idx(1);          // even a repaired index is ignored until restart
+  EXPECT_FALSE(q_.Pop(&c));
+  EXPECT_FALSE(q_.HasAvailable());
+  EXPECT_EQ(Drain(err_), 0u);  // signalled once
+  // A restart (GET_VRING_BASE + SET_VRING_KICK) clears it.
+  q_.Stop();
+  q_.set_last_avail(0);
+  std::string error;
+  ASSERT_TRUE(q_.Start(guest_.memory, &error));
+  ring_.SetDesc(0, kBuf, 4, 0, 0);
+  EXPECT_TRUE(q_.Pop(&c));
+}
+
+TEST_F(SplitQueueTest, AvailIndexExactlyOneRingAheadIsLegal) {
+  for (uint16_t i = 0; i < kSize; ++i) {
+    ring_.SetDesc(i, kBuf, 4, 0, 0);
+    ring_.Publish(i);
+  }
+  EXPECT_TRUE(q_.HasAvailable());
+  EXPECT_FALSE(q_.broken());
+}
+
+TEST_F(SplitQueueTest, HeadOutsideTheRingBreaksIt) {
+  ring_.Publish(kSize);
+  Chain c;
+  EXPECT_FALSE(q_.Pop(&c));
+  EXPECT_TRUE(q_.broken());
+}
+
+TEST_F(SplitQueueTest, HeadAlreadyInFlightBreaksTheRing) {
+  ring_.SetDesc(0, kBuf, 4, 0, 0);
+  ring_.Publish(0);
+  ring_.Publish(0);
+  Chain a, b;
+  ASSERT_TRUE(q_.Pop(&a));
+  EXPECT_FALSE(q_.Pop(&b));
+  EXPECT_TRUE(q_.broken());
+}
+
+TEST_F(SplitQueueTest, CompletionFromAStoppedRingIsIgnored) {
+  ring_.SetDesc(0, kBuf, 4, W, 0);
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  q_.Stop();
+  q_.set_last_avail(1);
+  std::string error;
+  ASSERT_TRUE(q_.Start(guest_.memory, &error));
+  q_.Complete(c, 4);
+  q_.Flush();
+  EXPECT_EQ(ring_.used_idx(), 0);
+}
+
+TEST_F(SplitQueueTest, StartValidatesRingAddresses) {
+  SplitQueue q(1);
+  std::string error;
+  EXPECT_FALSE(q.Start(guest_.memory, &error));  // no size, no addresses
+  q.set_size(3);
+  q.set_addresses(ring_.desc_uva(), ring_.avail_uva(), ring_.used_uva());
+  EXPECT_FALSE(q.Start(guest_.memory, &error));  // not a power of two
+  q.set_size(kSize);
+  EXPECT_FALSE(q.Start(nullptr, &error));
+  q.set_addresses(ring_.desc_uva() + 8, ring_.avail_uva(), ring_.used_uva());
+  EXPECT_FALSE(q.Start(guest_.memory, &error));
+  EXPECT_NE(error.find("misaligned"), std::string::npos);
+  q.set_addresses(ring_.desc_uva(), ring_.avail_uva() + 1, ring_.used_uva());
+  EXPECT_FALSE(q.Start(guest_.memory, &error));
+  q.set_addresses(ring_.desc_uva(), ring_.avail_uva(), ring_.used_uva() + 2);
+  EXPECT_FALSE(q.Start(guest_.memory, &error));
+  // Used ring running past the end of guest RAM.
+  q.set_addresses(ring_.desc_uva(), ring_.avail_uva(), kGpaBase + kUvaDelta + (1 << 20) - 16);
+  EXPECT_FALSE(q.Start(guest_.memory, &error));
+  EXPECT_NE(error.find("outside"), std::string::npos);
+  // Guest-physical addresses are not front-end addresses.
+  q.set_addresses(kDesc, kAvail, kUsed);
+  EXPECT_FALSE(q.Start(guest_.memory, &error));
+  EXPECT_FALSE(SplitQueue::ValidSize(0));
+  EXPECT_FALSE(SplitQueue::ValidSize(65536));
+  EXPECT_TRUE(SplitQueue::ValidSize(32768));
+}
+
+TEST_F(SplitQueueTest, ChainTotalsAreCapped) {
+  SplitQueue q(1, QueueLimits{.max_indirect = 1024, .max_chain_bytes = 1000});
+  Configure(&q, false, true);
+  ring_.SetDesc(0, kBuf, 600, W | N, 1);
+  ring_.SetDesc(1, kBuf, 600, W, 0);
+  ring_.Publish(0);
+  Chain c;
+  EXPECT_FALSE(q.Pop(&c));
+  EXPECT_EQ(q.stats().malformed, 1u);
+  ring_.SetDesc(1, kBuf, 400, W, 0);
+  ring_.Publish(0);
+  EXPECT_TRUE(q.Pop(&c));
+  EXPECT_EQ(c.writable_bytes(), 1000u);
+}
+
+TEST_F(SplitQueueTest, NoInterruptFlagSuppressesCallsWithoutEventIdx) {
+  ring_.set_avail_flags(kAvailNoInterrupt);
+  ring_.SetDesc(0, kBuf, 4, W, 0);
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  q_.Complete(c, 0);
+  q_.Flush();
+  EXPECT_EQ(ring_.used_idx(), 1);
+  EXPECT_EQ(Drain(call_), 0u);
+  EXPECT_EQ(q_.stats().suppressed, 1u);
+}
+
+TEST_F(SplitQueueTest, EventIdxDecidesNotifications) {
+  q_.Stop();
+  Configure(&q_, /*event_idx=*/true, true);
+  for (uint16_t i = 0; i < 4; ++i) ring_.SetDesc(i, kBuf, 4, W, 0);
+  auto complete_one = [&](uint16_t head) {
+    ring_.Publish(head);
+    Chain c;
+    ASSERT_TRUE(q_.Pop(&c));
+    q_.Complete(c, 1);
+    q_.Flush();
+  };
+  ring_.set_used_event(0);
+  complete_one(0);  // used 0 -> 1: the driver asked for an interrupt after entry 0
+  EXPECT_EQ(Drain(call_), 1u);
+  complete_one(1);  // used 1 -> 2: event 0 already passed
+  EXPECT_EQ(Drain(call_), 0u);
+  ring_.set_used_event(2);
+  complete_one(2);  // used 2 -> 3 crosses event 2
+  EXPECT_EQ(Drain(call_), 1u);
+  ring_.set_used_event(10);
+  complete_one(3);
+  EXPECT_EQ(Drain(call_), 0u);
+
+  // Draining the ring re-arms avail_event at the next index to pop.
+  Chain c;
+  EXPECT_FALSE(q_.Pop(&c));
+  EXPECT_EQ(ring_.avail_event(), q_.last_avail());
+  // A chain published after the re-arm is still seen (the re-check).
+  ring_.Publish(0);
+  EXPECT_TRUE(q_.Pop(&c));
+}
+
+TEST_F(SplitQueueTest, BusyPollAsksTheDriverNotToKick) {
+  EXPECT_EQ(ring_.used_flags(), 0);
+  q_.set_polling(true);
+  EXPECT_EQ(ring_.used_flags(), kUsedNoNotify);
+  ring_.SetDesc(0, kBuf, 4, 0, 0);
+  ring_.Publish(0);
+  EXPECT_TRUE(q_.HasAvailable());
+  q_.set_polling(false);
+  EXPECT_EQ(ring_.used_flags(), 0);
+}
+
+TEST_F(SplitQueueTest, NoCallFdMeansNoNotification) {
+  q_.set_call_fd(-1);
+  ring_.SetDesc(0, kBuf, 4, W, 0);
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  q_.Complete(c, 2);
+  q_.Flush();
+  EXPECT_EQ(ring_.used_idx(), 1);
+  EXPECT_EQ(Drain(call_), 0u);
+}
+
+TEST(VdevSplitQueueRegions, BuffersAreSplitAtRegionBoundariesAndRemapKeepsChainsValid) {
+  testing::GuestRam ram(0x40000);
+  // gpa [0x0, 0x10000) -> file 0x20000; gpa [0x10000, 0x20000) -> file 0x0.
+  auto lo = ram.Region(0x0, 0x10000, 0x20000, 0x100000);
+  auto hi = ram.Region(0x10000, 0x10000, 0x0, 0x200000);
+  auto memory =
+      std::make_shared<const MemoryMap>(std::vector<std::shared_ptr<MappedRegion>>{lo, hi});
+  // Ring in the high region: desc 0x10000, avail 0x11000, used 0x12000.
+  auto host = [&](uint64_t gpa) {
+    return gpa >= 0x10000 ? ram.at(gpa - 0x10000) : ram.at(0x20000 + gpa);
+  };
+  uint8_t* d = host(0x10000);
+  uint64_t addr = 0xfff0;
+  uint32_t len = 0x20;
+  uint16_t flags = W, next = 0, head = 0, idx = 1;
+  std::memcpy(d, &addr, 8);
+  std::memcpy(d + 8, &len, 4);
+  std::memcpy(d + 12, &flags, 2);
+  std::memcpy(d + 14, &next, 2);
+  std::memcpy(host(0x11004), &head, 2);
+  std::memcpy(host(0x11002), &idx, 2);
+
+  SplitQueue q(0);
+  q.set_size(4);
+  q.set_addresses(0x200000, 0x201000, 0x202000);
+  std::string error;
+  ASSERT_TRUE(q.Start(memory, &error)) << error;
+  Chain c;
+  ASSERT_TRUE(q.Pop(&c));
+  ASSERT_EQ(c.writable().size(), 2u);
+  EXPECT_TRUE(testing::Aliases(c.writable()[0].data, host(0xfff0)));
+  EXPECT_EQ(c.writable()[0].len, 0x10u);
+  EXPECT_TRUE(testing::Aliases(c.writable()[1].data, host(0x10000)));
+  EXPECT_EQ(c.writable()[1].len, 0x10u);
+
+  // Hot-remove of the low region: the ring (high region) is re-translated and
+  // keeps running; the popped chain still holds the old map.
+  auto smaller = std::make_shared<const MemoryMap>(std::vector<std::shared_ptr<MappedRegion>>{hi});
+  lo.reset();
+  memory.reset();
+  ASSERT_TRUE(q.Remap(smaller, &error)) << error;
+  std::memset(c.writable()[0].data, 0xab, c.writable()[0].len);  // still mapped
+  q.Complete(c, 0x20);
+  q.Flush();
+  uint16_t used_idx;
+  std::memcpy(&used_idx, host(0x12002), 2);
+  EXPECT_EQ(used_idx, 1);
+  // Removing the ring's own region breaks the ring instead of dangling.
+  EXPECT_FALSE(q.Remap(std::make_shared<const MemoryMap>(), &error));
+  EXPECT_TRUE(q.broken());
+}
+
+}  // namespace
+}  // namespace vdev
