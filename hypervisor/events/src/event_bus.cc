@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <deque>
 #include <nlohmann/json.hpp>
@@ -65,6 +66,7 @@ class TenantLog {
  private:
   uint64_t OldestLocked() const { return events_.empty() ? next_seq_ : events_.front().seq; }
   const hz_event* FindLocked(uint64_t seq) const;
+  Status ApprovableLocked(const hz_event& ev) const;
   bool NextLocked(SubscriberState& state, hz_event* out, bool consume);
   Status LoadState();
   Status SaveStateLocked();
@@ -251,7 +253,7 @@ void TenantLog::Disconnect(SubscriberState& state) {
 Status TenantLog::Subscribe(SubscriberState& state, const hz_event_subscribe_args& args,
                             hz_event_subscribe_result* result) {
   const uint64_t allowed = HZ_TOPIC_ALL | HZ_TOPIC_MASK(HZ_TOPIC_LOST);
-  if ((args.topics & ~allowed) != 0) return Status::InvalidArgument("unknown topic bits");
+  if ((args.topics & ~allowed) != 0) return Status::NotSupported("unknown topic bits");
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t pos = args.from_seq == HZ_SEQ_CURSOR ? state.cursor + 1 : args.from_seq;
   if (pos > next_seq_) {
@@ -264,6 +266,40 @@ Status TenantLog::Subscribe(SubscriberState& state, const hz_event_subscribe_arg
   result->cursor = state.cursor;
   result->next_seq = next_seq_;
   result->oldest_seq = OldestLocked();
+  return Status::Ok();
+}
+
+namespace {
+
+// The device index an approvable event concerns (SPEC.md §8.3.2, §8.3.3).
+uint32_t ApprovalIndex(const hz_event& ev) {
+  uint32_t index = kAllDevices;
+  size_t offset = ev.topic == HZ_TOPIC_MAINTENANCE ? offsetof(MaintenancePayload, device_index)
+                                                   : offsetof(PreemptionPayload, device_index);
+  std::memcpy(&index, ev.payload + offset, sizeof index);
+  return index;
+}
+
+}  // namespace
+
+// An approvable event can no longer be approved once its deadline passed or
+// a later event of the same action says it started or was cancelled.
+Status TenantLog::ApprovableLocked(const hz_event& ev) const {
+  if (ev.deadline_s != 0 && clock_() >= ev.deadline_s) {
+    return Status::State("the deadline of event " + std::to_string(ev.seq) + " passed");
+  }
+  auto it = std::upper_bound(events_.begin(), events_.end(), ev.seq,
+                             [](uint64_t s, const hz_event& e) { return s < e.seq; });
+  for (; it != events_.end(); ++it) {
+    if (it->topic != ev.topic || ApprovalIndex(*it) != ApprovalIndex(ev)) continue;
+    bool over = ev.topic == HZ_TOPIC_MAINTENANCE
+                    ? it->kind == kMaintenanceStarted || it->kind == kMaintenanceCancelled ||
+                          it->kind == kMaintenanceCompleted
+                    : it->kind == kPreemptionStarted || it->kind == kPreemptionCancelled;
+    if (over) {
+      return Status::State("event " + std::to_string(ev.seq) + " already started or was cancelled");
+    }
+  }
   return Status::Ok();
 }
 
@@ -286,7 +322,7 @@ bool TenantLog::NextLocked(SubscriberState& state, hz_event* out, bool consume) 
     *out = hz_event{};
     out->seq = lost.last_seq;  // acknowledging it acknowledges the lost range
     out->topic = HZ_TOPIC_LOST;
-    out->kind = kLostOverflow;
+    out->kind = kLostEvents;
     out->flags = lost.last_seq <= state.delivered ? HZ_EVENT_F_REPLAY : 0;
     out->time_s = RoundDownTime(clock_());
     std::memcpy(out->payload, &lost, sizeof lost);
@@ -322,8 +358,8 @@ bool TenantLog::Pending(SubscriberState& state) {
 }
 
 Status TenantLog::Ack(SubscriberState& state, const hz_event_ack_args& args) {
-  if (args.reserved != 0) return Status::InvalidArgument("reserved field is not zero");
-  if ((args.flags & ~HZ_ACK_F_APPROVE) != 0) return Status::InvalidArgument("unknown ack flags");
+  if (args.reserved != 0) return Status::NotSupported("reserved field is not zero");
+  if ((args.flags & ~HZ_ACK_F_APPROVE) != 0) return Status::NotSupported("unknown ack flags");
   hz_event approved{};
   bool fire = false;
   {
@@ -336,14 +372,20 @@ Status TenantLog::Ack(SubscriberState& state, const hz_event_ack_args& args) {
     bool approve = (args.flags & HZ_ACK_F_APPROVE) != 0;
     if (approve) {
       const hz_event* ev = FindLocked(args.seq);
-      if (ev == nullptr)
-        return Status::NotFound("event " + std::to_string(args.seq) + " not retained");
-      if ((ev->topic != HZ_TOPIC_MAINTENANCE && ev->topic != HZ_TOPIC_PREEMPTION) ||
-          (ev->flags & HZ_EVENT_F_APPROVABLE) == 0) {
+      if (ev == nullptr) {
+        return Status::InvalidArgument("event " + std::to_string(args.seq) + " is not retained");
+      }
+      if ((ev->flags & HZ_EVENT_F_APPROVABLE) == 0) {
         return Status::InvalidArgument("event " + std::to_string(args.seq) + " is not approvable");
       }
-      fire = approved_.insert(args.seq).second;
-      approved = *ev;
+      // Approving twice is harmless; an approval cannot be withdrawn.
+      if (approved_.count(args.seq) == 0) {
+        Status late = ApprovableLocked(*ev);
+        if (!late.ok()) return late;
+        approved_.insert(args.seq);
+        fire = true;
+        approved = *ev;
+      }
     }
     uint64_t old_cursor = state.cursor;
     bool moved = args.seq > state.cursor;

@@ -9,9 +9,6 @@ bool KnownTopic(uint16_t topic) {
   return topic <= HZ_TOPIC_ENERGY;
 }
 
-uint32_t Clamp32(uint64_t v) {
-  return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v);
-}
 }  // namespace
 
 Status ValidateSpec(const EventSpec& spec) {
@@ -24,9 +21,11 @@ Status ValidateSpec(const EventSpec& spec) {
   if ((spec.flags & ~HZ_EVENT_F_APPROVABLE) != 0) {
     return Status::InvalidArgument("unknown or bus-owned event flags");
   }
-  if ((spec.flags & HZ_EVENT_F_APPROVABLE) != 0 && spec.topic != HZ_TOPIC_MAINTENANCE &&
-      spec.topic != HZ_TOPIC_PREEMPTION) {
-    return Status::InvalidArgument("only maintenance and preemption events are approvable");
+  if ((spec.flags & HZ_EVENT_F_APPROVABLE) != 0 &&
+      !((spec.topic == HZ_TOPIC_MAINTENANCE && spec.kind == kMaintenanceScheduled) ||
+        (spec.topic == HZ_TOPIC_PREEMPTION && spec.kind == kPreemptionScheduled))) {
+    return Status::InvalidArgument(
+        "only maintenance and preemption events of kind SCHEDULED are approvable");
   }
   return Status::Ok();
 }
@@ -36,7 +35,7 @@ EventSpec MakeFailure(FailureKind kind, uint32_t device_index, uint64_t errors) 
   spec.topic = HZ_TOPIC_FAILURE;
   spec.kind = kind;
   FailurePayload p{};
-  p.device_index = device_index;
+  p.device_index = kind == kFailureHostFailed ? kAllDevices : device_index;
   p.errors = CapacityBucket(errors);
   spec.SetPayload(p);
   return spec;
@@ -47,8 +46,9 @@ EventSpec MakeMaintenance(MaintenanceKind kind, uint64_t deadline_s, uint64_t du
   EventSpec spec;
   spec.topic = HZ_TOPIC_MAINTENANCE;
   spec.kind = kind;
-  spec.flags = approvable ? HZ_EVENT_F_APPROVABLE : 0;
-  spec.deadline_s = RoundDownTime(deadline_s);
+  bool scheduled = kind == kMaintenanceScheduled;
+  spec.flags = scheduled && approvable ? HZ_EVENT_F_APPROVABLE : 0;
+  spec.deadline_s = scheduled ? RoundDownTime(deadline_s) : 0;
   MaintenancePayload p{};
   p.duration_s = RoundDownTime(duration_s);
   p.device_index = device_index;
@@ -57,14 +57,16 @@ EventSpec MakeMaintenance(MaintenanceKind kind, uint64_t deadline_s, uint64_t du
 }
 
 EventSpec MakePreemption(PreemptionKind kind, uint64_t deadline_s, uint32_t devices,
-                         bool approvable) {
+                         uint32_t device_index, bool approvable) {
   EventSpec spec;
   spec.topic = HZ_TOPIC_PREEMPTION;
   spec.kind = kind;
-  spec.flags = approvable ? HZ_EVENT_F_APPROVABLE : 0;
-  spec.deadline_s = RoundDownTime(deadline_s);
+  bool scheduled = kind == kPreemptionScheduled;
+  spec.flags = scheduled && approvable ? HZ_EVENT_F_APPROVABLE : 0;
+  spec.deadline_s = scheduled ? RoundDownTime(deadline_s) : 0;
   PreemptionPayload p{};
-  p.devices = Clamp32(CapacityBucket(devices));
+  p.devices = devices;  // the tenant's own allocation: exact
+  p.device_index = devices == 1 ? device_index : kAllDevices;
   spec.SetPayload(p);
   return spec;
 }
@@ -74,20 +76,20 @@ EventSpec MakeCapacityAvailable(hz_device_kind device_kind, uint64_t free_device
   spec.topic = HZ_TOPIC_CAPACITY;
   spec.kind = kCapacityAvailable;
   CapacityPayload p{};
-  p.count = CapacityBucket(free_devices);
+  p.count = CapacityBucket(free_devices);  // not the tenant's own devices: bucketed
   p.device_kind = static_cast<uint16_t>(device_kind);
   spec.SetPayload(p);
   return spec;
 }
 
-EventSpec MakeReservationCapacity(CapacityKind kind, uint64_t reservation_id, uint64_t count,
-                                  uint64_t devices_now, hz_device_kind device_kind) {
-  // The counts are the tenant's own allocation, which it already knows exactly.
+EventSpec MakeAllocationCapacity(CapacityKind kind, uint64_t reservation_id, uint64_t count,
+                                 uint64_t devices_now, hz_device_kind device_kind) {
+  // The counts are the tenant's own allocation, which it knows exactly anyway.
   EventSpec spec;
   spec.topic = HZ_TOPIC_CAPACITY;
   spec.kind = kind;
   CapacityPayload p{};
-  p.reservation_id = reservation_id;
+  p.reservation_id = kind == kCapacityAllocationChanged ? 0 : reservation_id;
   p.count = count;
   p.devices_now = devices_now;
   p.device_kind = static_cast<uint16_t>(device_kind);
@@ -105,7 +107,8 @@ EventSpec MakeCongestion(CongestionKind kind, CongestionLevel level) {
   return spec;
 }
 
-EventSpec MakeCheckpoint(CheckpointKind kind, uint32_t stream, hz_ckpt_tier tier, uint64_t step) {
+EventSpec MakeCheckpoint(CheckpointKind kind, uint32_t stream, hz_ckpt_tier tier, uint64_t step,
+                         uint32_t status, uint32_t flags) {
   EventSpec spec;
   spec.topic = HZ_TOPIC_CHECKPOINT;
   spec.kind = kind;
@@ -113,21 +116,17 @@ EventSpec MakeCheckpoint(CheckpointKind kind, uint32_t stream, hz_ckpt_tier tier
   p.stream = stream;
   p.tier = static_cast<uint32_t>(tier);
   p.step = step;
+  p.status = status;
+  p.flags = flags;
   spec.SetPayload(p);
   return spec;
 }
 
-EventSpec MakeNegotiation(NegotiationKind kind, uint64_t negotiation_id, uint64_t reservation_id,
-                          uint64_t offer_id, RevokeReason reason) {
+EventSpec MakeNegotiation(NegotiationKind kind, const NegotiationPayload& payload) {
   EventSpec spec;
   spec.topic = HZ_TOPIC_NEGOTIATION;
   spec.kind = kind;
-  NegotiationPayload p{};
-  p.negotiation_id = negotiation_id;
-  p.reservation_id = reservation_id;
-  p.offer_id = offer_id;
-  p.reason = reason;
-  spec.SetPayload(p);
+  spec.SetPayload(payload);
   return spec;
 }
 
@@ -139,12 +138,13 @@ EventSpec MakeHint(const HintPayload& hint) {
   return spec;
 }
 
-EventSpec MakeEnergy(EnergyLevel level) {
+EventSpec MakeEnergy(EnergyLevel level, uint8_t sources) {
   EventSpec spec;
   spec.topic = HZ_TOPIC_ENERGY;
   spec.kind = kEnergyLevelChanged;
   EnergyPayload p{};
   p.level = level;
+  p.sources = sources & (kEnergySourcePowerBudget | kEnergySourcePrice | kEnergySourceCarbon);
   spec.SetPayload(p);
   return spec;
 }

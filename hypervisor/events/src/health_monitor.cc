@@ -117,7 +117,7 @@ Status HealthMonitor::Poll() {
     bool fatal = now.fatal > dev.last.fatal;
     bool nonfatal = now.nonfatal > dev.last.nonfatal;
     if (fatal || nonfatal) {
-      FailureKind kind = fatal ? kFailureDeviceFatal : kFailureDeviceNonFatal;
+      FailureKind kind = fatal ? kFailureDeviceFailed : kFailureDeviceDegraded;
       uint64_t errors = fatal ? now.fatal - dev.last.fatal : now.nonfatal - dev.last.nonfatal;
       s = sink_->Publish(dev.tenant, MakeFailure(kind, dev.index, errors), nullptr);
       if (!s.ok()) {

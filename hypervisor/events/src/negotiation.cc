@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <random>
 
 #include "hz/events/coarse.h"
 
@@ -15,15 +16,37 @@ uint64_t RoundUpTime(uint64_t s) {
   return down == s ? s : down + kTimeGranularityS;
 }
 
-// Candidate start windows scanned per request and decision, so one request
-// with a wide range cannot stall the control path.
+// Candidate start windows examined per request and decision point, so one
+// request with a wide range cannot stall the control path (SPEC.md §9.2).
 constexpr uint64_t kMaxCandidates = 4096;
+
+// A bijection on 64-bit values (the SplitMix64 finaliser): distinct inputs
+// give distinct, scattered identifiers.
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+uint32_t Sum(const std::vector<PoolCount>& devices) {
+  uint32_t n = 0;
+  for (const PoolCount& pc : devices) n += pc.count;
+  return n;
+}
 
 }  // namespace
 
 NegotiationEngine::NegotiationEngine(NegotiationOptions options, ResourceProvider* provider,
                                      EventSink* sink)
-    : options_(options), provider_(provider), sink_(sink) {}
+    : options_(options), provider_(provider), sink_(sink) {
+  if (options_.id_key == 0) {
+    std::random_device rd;
+    options_.id_key = (uint64_t{rd()} << 32) | rd();
+  }
+}
 
 Status NegotiationEngine::ValidateOptions(const NegotiationOptions& o) {
   if (o.window_s < kTimeGranularityS || o.window_s % kTimeGranularityS != 0) {
@@ -41,20 +64,49 @@ Status NegotiationEngine::ValidateOptions(const NegotiationOptions& o) {
   return Status::Ok();
 }
 
+uint64_t NegotiationEngine::NewId() {
+  for (;;) {
+    uint64_t id = Mix(++id_counter_ + options_.id_key);
+    if (id != 0) return id;
+  }
+}
+
+Status NegotiationEngine::CheckOwner(uint64_t id, const std::string& tenant,
+                                     const char* what) const {
+  auto it = owners_.find(id);
+  if (it == owners_.end()) return Status::NotFound(std::string("unknown ") + what);
+  if (it->second.tenant != tenant)
+    return Status::Permission(std::string(what) + " of another tenant");
+  return Status::Ok();
+}
+
+void NegotiationEngine::CloseId(uint64_t id, uint64_t now) {
+  auto it = owners_.find(id);
+  if (it != owners_.end() && it->second.closed_s == 0)
+    it->second.closed_s = std::max<uint64_t>(now, 1);
+}
+
 Status NegotiationEngine::SetWeight(const std::string& tenant, uint32_t weight) {
   if (weight == 0) return Status::InvalidArgument("weight must be at least 1");
   weights_[tenant] = weight;
   return Status::Ok();
 }
 
-Status NegotiationEngine::ValidateRequest(const hz_neg_request& r, uint64_t now) const {
+Status NegotiationEngine::SetMaxPriority(const std::string& tenant, uint8_t priority_class) {
+  if (priority_class >= HZ_PRIO_MAX) return Status::InvalidArgument("unknown priority class");
+  max_priority_[tenant] = priority_class;
+  return Status::Ok();
+}
+
+Status NegotiationEngine::ValidateRequest(const std::string& tenant, const hz_neg_request& r,
+                                          uint64_t now) const {
+  // The order of SPEC.md §7.8.1's table.
+  if (r.reserved != 0) return Status::NotSupported("reserved field is not zero");
   if (r.kind != HZ_DEV_GPU && r.kind != HZ_DEV_NIC) return Status::InvalidArgument("unknown kind");
   if (r.count == 0) return Status::InvalidArgument("count is zero");
   if (r.locality > HZ_LOC_SAME_GROUP) return Status::InvalidArgument("unknown locality");
   if (r.priority_class >= HZ_PRIO_MAX) return Status::InvalidArgument("unknown priority class");
-  if (r.reserved != 0) return Status::InvalidArgument("reserved field is not zero");
   if (r.duration_s == 0) return Status::InvalidArgument("duration is zero");
-  if (r.duration_s > options_.max_duration_s) return Status::Limit("duration too long");
   if (r.earliest_start_s > r.latest_start_s) {
     return Status::InvalidArgument("earliest_start_s after latest_start_s");
   }
@@ -63,13 +115,17 @@ Status NegotiationEngine::ValidateRequest(const hz_neg_request& r, uint64_t now)
   if (r.latest_start_s - now > options_.max_lookahead_s) {
     return Status::Limit("latest_start_s too far ahead");
   }
+  if (r.duration_s > options_.max_duration_s) return Status::Limit("duration too long");
+  auto it = max_priority_.find(tenant);
+  uint8_t allowed = it == max_priority_.end() ? uint8_t{HZ_PRIO_HIGH} : it->second;
+  if (r.priority_class > allowed) return Status::Permission("priority class above the allowed one");
   return Status::Ok();
 }
 
 Status NegotiationEngine::CountOpen(const std::string& tenant) const {
   uint32_t open = 0;
   for (const auto& [id, n] : negotiations_) {
-    if (n.tenant == tenant) ++open;
+    if (n.tenant == tenant && !n.provider_initiated) ++open;
   }
   if (open >= options_.max_open_per_tenant) return Status::Limit("too many open negotiations");
   return Status::Ok();
@@ -77,32 +133,50 @@ Status NegotiationEngine::CountOpen(const std::string& tenant) const {
 
 Status NegotiationEngine::Submit(const std::string& tenant, const hz_neg_request& request,
                                  uint64_t now, uint64_t* negotiation_id) {
-  Status s = ValidateRequest(request, now);
+  Status s = ValidateRequest(tenant, request, now);
   if (!s.ok()) return s;
   s = CountOpen(tenant);
   if (!s.ok()) return s;
-  uint64_t id = next_negotiation_++;
+  uint64_t id = NewId();
+  owners_[id] = Owner{tenant, 0};
   Negotiation& n = negotiations_[id];
   n.tenant = tenant;
   n.request = request;
-  n.state = NegState::kPending;
-  n.round = 1;
   n.arrival = next_arrival_++;
+  *negotiation_id = id;
+  return Status::Ok();
+}
+
+Status NegotiationEngine::OfferReplacement(const std::string& tenant, const hz_neg_request& request,
+                                           uint64_t now, uint64_t* negotiation_id) {
+  hz_neg_request r = request;
+  r.priority_class = std::min<uint8_t>(r.priority_class, HZ_PRIO_HIGH);
+  // The provider's own request is not bound by the tenant's priority cap.
+  Status s = ValidateRequest("", r, now);
+  if (!s.ok()) return s;
+  uint64_t id = NewId();
+  owners_[id] = Owner{tenant, 0};
+  Negotiation& n = negotiations_[id];
+  n.tenant = tenant;
+  n.request = r;
+  n.arrival = next_arrival_++;
+  n.provider_initiated = true;
   *negotiation_id = id;
   return Status::Ok();
 }
 
 Status NegotiationEngine::Counter(const std::string& tenant, uint64_t negotiation_id,
                                   const hz_neg_request& request, uint64_t now) {
-  auto it = negotiations_.find(negotiation_id);
-  if (it == negotiations_.end() || it->second.tenant != tenant) {
-    return Status::NotFound("no such negotiation");
-  }
-  Negotiation& n = it->second;
-  if (n.round >= options_.max_rounds) return Status::Limit("too many rounds");
-  Status s = ValidateRequest(request, now);
+  ExpireOffers(now);
+  Status s = CheckOwner(negotiation_id, tenant, "negotiation");
   if (!s.ok()) return s;
-  DropOffers(n);
+  auto it = negotiations_.find(negotiation_id);
+  if (it == negotiations_.end()) return Status::NotFound("negotiation is closed");
+  Negotiation& n = it->second;
+  s = ValidateRequest(tenant, request, now);
+  if (!s.ok()) return s;
+  if (n.round >= options_.max_rounds) return Status::Limit("too many rounds");
+  DropOffers(n, now);
   n.request = request;
   n.state = NegState::kPending;
   ++n.round;
@@ -136,7 +210,7 @@ bool NegotiationEngine::FindPlacement(const hz_neg_request& r, uint64_t first, u
   }
   devices->clear();
   const uint32_t want = r.count;
-  // Fill from `set` (already ordered) until `want` devices are taken.
+  // Takes devices from `set` in its order until `want` are taken.
   auto fill = [&](const std::vector<Candidate>& set) {
     uint32_t left = want;
     for (const Candidate& c : set) {
@@ -146,27 +220,27 @@ bool NegotiationEngine::FindPlacement(const hz_neg_request& r, uint64_t first, u
       left -= take;
     }
   };
+  auto larger_first = [](const Candidate& a, const Candidate& b) { return a.free > b.free; };
   switch (r.locality) {
     case HZ_LOC_SAME_GROUP: {
-      // Best fit: the smallest pool that holds the request, lowest id on ties.
+      // Best fit: the smallest group that holds the request, lowest id on ties.
       const Candidate* best = nullptr;
       for (const Candidate& c : pools) {
-        if (c.free < want) continue;
-        if (best == nullptr || c.free < best->free) best = &c;
+        if (c.free >= want && (best == nullptr || c.free < best->free)) best = &c;
       }
       if (best == nullptr) return false;
       devices->push_back({best->pool, want});
       return true;
     }
     case HZ_LOC_SAME_HOST: {
+      // Best fit over hosts, lowest host on ties; within it, fewest groups.
       std::map<uint32_t, uint64_t> per_host;
       for (const Candidate& c : pools) per_host[c.host] += c.free;
       bool found = false;
       uint32_t host = 0;
       uint64_t best = 0;
       for (const auto& [h, free] : per_host) {
-        if (free < want) continue;
-        if (!found || free < best) {
+        if (free >= want && (!found || free < best)) {
           found = true;
           host = h;
           best = free;
@@ -177,8 +251,7 @@ bool NegotiationEngine::FindPlacement(const hz_neg_request& r, uint64_t first, u
       for (const Candidate& c : pools) {
         if (c.host == host) set.push_back(c);
       }
-      std::stable_sort(set.begin(), set.end(),
-                       [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
+      std::stable_sort(set.begin(), set.end(), larger_first);
       fill(set);
       return true;
     }
@@ -186,9 +259,8 @@ bool NegotiationEngine::FindPlacement(const hz_neg_request& r, uint64_t first, u
       uint64_t total = 0;
       for (const Candidate& c : pools) total += c.free;
       if (total < want) return false;
-      // Fewest pools: largest free first, lowest id on ties.
-      std::stable_sort(pools.begin(), pools.end(),
-                       [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
+      // Fewest groups: largest free first, lowest id on ties.
+      std::stable_sort(pools.begin(), pools.end(), larger_first);
       fill(pools);
       return true;
     }
@@ -196,51 +268,49 @@ bool NegotiationEngine::FindPlacement(const hz_neg_request& r, uint64_t first, u
 }
 
 void NegotiationEngine::Book(const std::vector<PoolCount>& devices, uint64_t first, uint64_t last,
-                             int64_t sign) {
+                             bool add) {
   for (const PoolCount& pc : devices) {
     if (pc.count == 0) continue;
     for (uint64_t w = first; w <= last; ++w) {
       auto key = std::make_pair(pc.pool, w);
-      if (sign > 0) {
+      if (add) {
         booked_[key] += pc.count;
-      } else {
-        auto it = booked_.find(key);
-        if (it == booked_.end()) continue;  // window already collected
-        it->second -= std::min(it->second, pc.count);
-        if (it->second == 0) booked_.erase(it);
+        continue;
       }
+      auto it = booked_.find(key);
+      if (it == booked_.end()) continue;  // a past window, already forgotten
+      it->second -= std::min(it->second, pc.count);
+      if (it->second == 0) booked_.erase(it);
     }
   }
 }
 
-bool NegotiationEngine::MakeOffer(uint64_t id, Negotiation& n, uint64_t now,
+bool NegotiationEngine::MakeOffer(uint64_t negotiation_id, Negotiation& n, uint64_t now,
                                   uint64_t* next_candidate) {
   const hz_neg_request& r = n.request;
   const uint64_t W = options_.window_s;
-  const uint64_t from = std::max(r.earliest_start_s, now);
+  const uint64_t e = std::max(r.earliest_start_s, now);
   const uint64_t hi = WindowOf(r.latest_start_s);
-  uint64_t lo = WindowOf(from);
   uint64_t& w = *next_candidate;
-  if (w < lo) w = lo;
-  uint64_t scanned = 0;
-  for (; w <= hi && scanned < kMaxCandidates; ++w, ++scanned) {
-    // Start at the window boundary, or inside the first window at the
-    // earliest allowed time rounded up to 10 s.
-    uint64_t start = w * W >= from ? w * W : RoundUpTime(from);
+  if (w < WindowOf(e)) w = WindowOf(e);
+  for (uint64_t scanned = 0; w <= hi && scanned < kMaxCandidates; ++w, ++scanned) {
+    // SPEC.md §9.2: the window start, or e rounded up to 10 s in e's window.
+    uint64_t start = w * W >= e ? w * W : RoundUpTime(e);
     if (start > r.latest_start_s) break;
-    // Rounding up may cross into the next window, which the next candidate covers.
-    if (WindowOf(start) != w) continue;
-    uint64_t first = w;
-    uint64_t last = WindowOf(start + r.duration_s - 1);
+    if (WindowOf(start) != w) continue;  // rounding crossed into the next candidate
+    const uint64_t first = w;
+    const uint64_t last = WindowOf(start + r.duration_s - 1);
     std::vector<PoolCount> devices;
     if (!FindPlacement(r, first, last, &devices)) continue;
-    Book(devices, first, last, +1);
-    uint64_t offer_id = next_offer_++;
+    Book(devices, first, last, /*add=*/true);
+    uint64_t offer_id = NewId();
+    owners_[offer_id] = Owner{n.tenant, 0};
     Offer& o = offers_[offer_id];
     o.first_window = first;
     o.last_window = last;
+    o.order = next_order_++;
     o.info.tenant = n.tenant;
-    o.info.negotiation_id = id;
+    o.info.negotiation_id = negotiation_id;
     o.info.devices = std::move(devices);
     o.info.offer.offer_id = offer_id;
     o.info.offer.start_s = start;
@@ -252,23 +322,32 @@ bool NegotiationEngine::MakeOffer(uint64_t id, Negotiation& n, uint64_t now,
     ++w;
     return true;
   }
-  w = hi + 1;  // nothing more for this decision
+  w = hi + 1;  // nothing more for this decision point
   return false;
 }
 
-void NegotiationEngine::DropOffer(uint64_t offer_id) {
+void NegotiationEngine::DropOffer(uint64_t offer_id, uint64_t now) {
   auto it = offers_.find(offer_id);
   if (it == offers_.end()) return;
-  Book(it->second.info.devices, it->second.first_window, it->second.last_window, -1);
+  Book(it->second.info.devices, it->second.first_window, it->second.last_window, /*add=*/false);
   auto nit = negotiations_.find(it->second.info.negotiation_id);
   if (nit != negotiations_.end()) std::erase(nit->second.offers, offer_id);
   offers_.erase(it);
+  CloseId(offer_id, now);
 }
 
-void NegotiationEngine::DropOffers(Negotiation& n) {
+void NegotiationEngine::DropOffers(Negotiation& n, uint64_t now) {
   std::vector<uint64_t> ids = n.offers;
-  for (uint64_t id : ids) DropOffer(id);
+  for (uint64_t id : ids) DropOffer(id, now);
   n.offers.clear();
+}
+
+void NegotiationEngine::CloseNegotiation(uint64_t negotiation_id, uint64_t now) {
+  auto it = negotiations_.find(negotiation_id);
+  if (it == negotiations_.end()) return;
+  DropOffers(it->second, now);
+  negotiations_.erase(it);
+  CloseId(negotiation_id, now);
 }
 
 void NegotiationEngine::ExpireOffers(uint64_t now) {
@@ -276,7 +355,24 @@ void NegotiationEngine::ExpireOffers(uint64_t now) {
   for (const auto& [id, o] : offers_) {
     if (now >= o.info.offer.expires_s) expired.push_back(id);
   }
-  for (uint64_t id : expired) DropOffer(id);
+  for (uint64_t id : expired) {
+    OfferInfo info = offers_[id].info;
+    DropOffer(id, now);
+    NegotiationPayload p{};
+    p.negotiation_id = info.negotiation_id;
+    p.offer_id = id;
+    PublishTo(info.tenant, MakeNegotiation(kNegotiationOfferExpired, p));
+  }
+  // A decided negotiation closes when its offers are gone and one offer
+  // lifetime has passed since its decision (SPEC.md §9.4).
+  std::vector<uint64_t> done;
+  for (const auto& [id, n] : negotiations_) {
+    if (n.state == NegState::kOpen && n.offers.empty() &&
+        now >= RoundDownTime(n.decided_s + options_.offer_ttl_s)) {
+      done.push_back(id);
+    }
+  }
+  for (uint64_t id : done) CloseNegotiation(id, now);
 }
 
 void NegotiationEngine::Usage(const std::string& tenant, uint64_t now, uint64_t* device_seconds,
@@ -323,9 +419,9 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
     return a.id < b.id;
   });
 
-  std::map<uint64_t, uint64_t> scan;
   // First pass: everyone's earliest feasible offer, in order. Second pass:
   // alternatives, in the same order, while capacity lasts.
+  std::map<uint64_t, uint64_t> scan;
   for (const Key& k : order) MakeOffer(k.id, negotiations_[k.id], now, &scan[k.id]);
   for (const Key& k : order) {
     Negotiation& n = negotiations_[k.id];
@@ -337,12 +433,28 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
   for (const Key& k : order) {
     Negotiation& n = negotiations_[k.id];
     n.state = NegState::kOpen;
+    n.decided_s = now;
     Decision d;
     d.tenant = n.tenant;
+    d.provider_initiated = n.provider_initiated;
     d.result.negotiation_id = k.id;
     d.result.round = n.round;
     for (uint64_t offer_id : n.offers) d.offers.push_back(offers_[offer_id].info.offer);
     d.result.num_offers = static_cast<uint32_t>(d.offers.size());
+    if (n.provider_initiated) {
+      for (const hz_neg_offer& o : d.offers) {
+        NegotiationPayload p{};
+        p.negotiation_id = k.id;
+        p.offer_id = o.offer_id;
+        p.start_s = o.start_s;
+        p.duration_s = o.duration_s;
+        p.expires_s = o.expires_s;
+        p.count = o.count;
+        p.locality = o.locality;
+        p.device_kind = static_cast<uint8_t>(n.request.kind);
+        PublishTo(n.tenant, MakeNegotiation(kNegotiationOfferMade, p));
+      }
+    }
     decisions.push_back(std::move(d));
   }
   return decisions;
@@ -351,25 +463,27 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
 Status NegotiationEngine::Accept(const std::string& tenant, uint64_t offer_id, uint64_t now,
                                  uint64_t* reservation_id) {
   ExpireOffers(now);
+  Status s = CheckOwner(offer_id, tenant, "offer");
+  if (!s.ok()) return s;
   auto it = offers_.find(offer_id);
-  if (it == offers_.end() || it->second.info.tenant != tenant) {
-    return Status::NotFound("no such offer (unknown or expired)");
-  }
+  if (it == offers_.end()) return Status::NotFound("offer expired, withdrawn or released");
   Offer offer = it->second;
-  offers_.erase(it);  // its booking passes to the reservation
+  offers_.erase(it);  // its hold passes to the reservation
+  CloseId(offer_id, now);
   hz_device_kind kind = HZ_DEV_GPU;
   auto nit = negotiations_.find(offer.info.negotiation_id);
   if (nit != negotiations_.end()) {
     kind = static_cast<hz_device_kind>(nit->second.request.kind);
     std::erase(nit->second.offers, offer_id);
-    DropOffers(nit->second);
-    negotiations_.erase(nit);
+    CloseNegotiation(offer.info.negotiation_id, now);
   }
-  uint64_t id = next_reservation_++;
+  uint64_t id = NewId();
+  owners_[id] = Owner{tenant, 0};
   Reservation& r = reservations_[id];
   r.info.id = id;
   r.info.tenant = tenant;
   r.info.negotiation_id = offer.info.negotiation_id;
+  r.info.kind = kind;
   r.info.start_s = offer.info.offer.start_s;
   r.info.duration_s = offer.info.offer.duration_s;
   r.info.accepted_s = now;
@@ -379,7 +493,7 @@ Status NegotiationEngine::Accept(const std::string& tenant, uint64_t offer_id, u
   r.first_window = offer.first_window;
   r.last_window = offer.last_window;
   r.device_seconds = uint64_t{r.info.count} * r.info.duration_s;
-  r.info.kind = kind;
+  r.order = next_order_++;
   *reservation_id = id;
   StartAndEnd(now);
   return Status::Ok();
@@ -388,63 +502,82 @@ Status NegotiationEngine::Accept(const std::string& tenant, uint64_t offer_id, u
 Status NegotiationEngine::Decline(const std::string& tenant, uint64_t negotiation_id,
                                   uint64_t now) {
   ExpireOffers(now);
-  auto it = negotiations_.find(negotiation_id);
-  if (it == negotiations_.end() || it->second.tenant != tenant) {
-    return Status::NotFound("no such negotiation");
-  }
-  DropOffers(it->second);
-  negotiations_.erase(it);
+  Status s = CheckOwner(negotiation_id, tenant, "negotiation");
+  if (!s.ok()) return s;
+  if (negotiations_.count(negotiation_id) == 0) return Status::NotFound("negotiation is closed");
+  CloseNegotiation(negotiation_id, now);
   return Status::Ok();
+}
+
+Status NegotiationEngine::Release(const std::string& tenant, const hz_neg_release_args& args,
+                                  uint64_t now) {
+  if (args.reserved != 0 || args.reserved2 != 0) {
+    return Status::NotSupported("reserved field is not zero");
+  }
+  return Release(tenant, args.reservation_id, args.count, now);
 }
 
 Status NegotiationEngine::Release(const std::string& tenant, uint64_t reservation_id,
                                   uint32_t count, uint64_t now) {
+  Status s = CheckOwner(reservation_id, tenant, "reservation");
+  if (!s.ok()) return s;
   auto it = reservations_.find(reservation_id);
-  if (it == reservations_.end() || it->second.info.tenant != tenant) {
-    return Status::NotFound("no such reservation");
-  }
+  if (it == reservations_.end()) return Status::State("reservation no longer holds devices");
   Reservation& r = it->second;
   if (r.info.state != ReservationState::kAccepted && r.info.state != ReservationState::kActive) {
-    return Status::State("reservation is no longer held");
+    return Status::State("reservation no longer holds devices");
   }
   if (count == 0) count = r.info.count;
   if (count > r.info.count) return Status::InvalidArgument("releasing more devices than held");
 
-  // Give back from the last pools first.
   std::vector<PoolCount> released;
-  uint32_t left = count;
-  for (auto pc = r.info.devices.rbegin(); pc != r.info.devices.rend() && left > 0; ++pc) {
-    uint32_t take = std::min(left, pc->count);
-    released.push_back({pc->pool, take});
-    pc->count -= take;
-    left -= take;
+  if (r.info.state == ReservationState::kActive) {
+    // The provider takes the devices with the highest tenant-visible indices.
+    s = provider_->Detach(tenant, reservation_id, count, &released);
+    if (!s.ok()) return s;
+  } else {
+    uint32_t left = count;
+    for (auto pc = r.info.devices.rbegin(); pc != r.info.devices.rend() && left > 0; ++pc) {
+      uint32_t take = std::min(left, pc->count);
+      released.push_back({pc->pool, take});
+      left -= take;
+    }
+  }
+  for (const PoolCount& rel : released) {
+    for (PoolCount& pc : r.info.devices) {
+      if (pc.pool != rel.pool) continue;
+      pc.count -= std::min(pc.count, rel.count);
+    }
   }
   std::erase_if(r.info.devices, [](const PoolCount& pc) { return pc.count == 0; });
-  if (r.info.state == ReservationState::kActive) {
-    Status s = provider_->Detach(tenant, reservation_id, released);
-    if (!s.ok()) spdlog::warn("negotiation: detach for release failed: {}", s.ToString());
-  }
-  Book(released, std::max(r.first_window, WindowOf(now)), r.last_window, -1);
-  uint64_t end = r.info.start_s + r.info.duration_s;
-  uint64_t remaining =
-      end > std::max(now, r.info.start_s) ? end - std::max(now, r.info.start_s) : 0;
+  // Released capacity returns to the pool at once (SPEC.md §7.8.5).
+  Book(released, std::max(r.first_window, WindowOf(now)), r.last_window, /*add=*/false);
+  const uint64_t end = r.info.start_s + r.info.duration_s;
+  const uint64_t from = std::max(now, r.info.start_s);
+  const uint64_t remaining = end > from ? end - from : 0;
   r.device_seconds -= std::min(r.device_seconds, uint64_t{count} * remaining);
-  r.info.count -= count;
-  bool was_active = r.info.state == ReservationState::kActive;
-  if (r.info.count == 0) r.info.state = ReservationState::kReleased;
-  PublishTo(tenant, MakeReservationCapacity(kCapacityReservationReleased, reservation_id, count,
-                                            DevicesOf(tenant), r.info.kind));
+  r.info.count = Sum(r.info.devices);
+  const bool was_active = r.info.state == ReservationState::kActive;
+  if (r.info.count == 0) {
+    r.info.state = ReservationState::kReleased;
+    r.closed_s = now;
+  }
+  PublishTo(tenant,
+            MakeAllocationCapacity(kCapacityReservationReleased, reservation_id, count,
+                                   provider_->DevicesHeld(tenant, r.info.kind), r.info.kind));
   if (was_active) NotifyAllocation(tenant);
   return Status::Ok();
 }
 
 void NegotiationEngine::EndReservation(Reservation& r, ReservationState state, uint64_t now) {
   if (r.info.state == ReservationState::kActive) {
-    Status s = provider_->Detach(r.info.tenant, r.info.id, r.info.devices);
+    std::vector<PoolCount> detached;
+    Status s = provider_->Detach(r.info.tenant, r.info.id, r.info.count, &detached);
     if (!s.ok()) spdlog::warn("negotiation: detach failed: {}", s.ToString());
   }
-  Book(r.info.devices, std::max(r.first_window, WindowOf(now)), r.last_window, -1);
+  Book(r.info.devices, std::max(r.first_window, WindowOf(now)), r.last_window, /*add=*/false);
   r.info.state = state;
+  r.closed_s = now;
 }
 
 Status NegotiationEngine::Revoke(uint64_t reservation_id, RevokeReason reason, uint64_t now) {
@@ -452,38 +585,52 @@ Status NegotiationEngine::Revoke(uint64_t reservation_id, RevokeReason reason, u
   if (it == reservations_.end()) return Status::NotFound("no such reservation");
   Reservation& r = it->second;
   if (r.info.state != ReservationState::kAccepted && r.info.state != ReservationState::kActive) {
-    return Status::State("reservation is no longer held");
+    return Status::State("reservation no longer holds devices");
   }
-  bool was_active = r.info.state == ReservationState::kActive;
+  const bool was_active = r.info.state == ReservationState::kActive;
+  const uint32_t count = r.info.count;
   EndReservation(r, ReservationState::kRevoked, now);
-  PublishTo(r.info.tenant,
-            MakeNegotiation(kNegotiationRevoked, r.info.negotiation_id, reservation_id, 0, reason));
+  NegotiationPayload p{};
+  p.negotiation_id = r.info.negotiation_id;
+  p.reservation_id = reservation_id;
+  p.reason = reason;
+  p.count = static_cast<uint16_t>(count);
+  p.device_kind = static_cast<uint8_t>(r.info.kind);
+  PublishTo(r.info.tenant, MakeNegotiation(kNegotiationReservationRevoked, p));
   if (was_active) NotifyAllocation(r.info.tenant);
   return Status::Ok();
 }
 
 void NegotiationEngine::StartAndEnd(uint64_t now) {
-  for (auto& [id, r] : reservations_) {
+  // In acceptance order, so events come out in a deterministic order.
+  std::vector<Reservation*> order;
+  for (auto& [id, r] : reservations_) order.push_back(&r);
+  std::sort(order.begin(), order.end(),
+            [](const Reservation* a, const Reservation* b) { return a->order < b->order; });
+  for (Reservation* rp : order) {
+    Reservation& r = *rp;
+    const uint64_t id = r.info.id;
     if (r.info.state == ReservationState::kAccepted && r.info.start_s <= now) {
       Status s = provider_->Attach(r.info.tenant, id, r.info.devices);
       if (!s.ok()) {
-        spdlog::warn("negotiation: attach for reservation {} failed: {}", id, s.ToString());
-        EndReservation(r, ReservationState::kRevoked, now);
-        PublishTo(r.info.tenant, MakeNegotiation(kNegotiationRevoked, r.info.negotiation_id, id, 0,
-                                                 kRevokeAttachFailed));
+        spdlog::warn("negotiation: attach for a reservation failed: {}", s.ToString());
+        Revoke(id, kRevokeAttachFailed, now);
         continue;
       }
       r.info.state = ReservationState::kActive;
-      PublishTo(r.info.tenant,
-                MakeReservationCapacity(kCapacityReservationStarted, id, r.info.count,
-                                        DevicesOf(r.info.tenant), r.info.kind));
+      PublishTo(
+          r.info.tenant,
+          MakeAllocationCapacity(kCapacityReservationStarted, id, r.info.count,
+                                 provider_->DevicesHeld(r.info.tenant, r.info.kind), r.info.kind));
       NotifyAllocation(r.info.tenant);
     }
     if (r.info.state == ReservationState::kActive && now >= r.info.start_s + r.info.duration_s) {
-      uint32_t count = r.info.count;
+      const uint32_t count = r.info.count;
       EndReservation(r, ReservationState::kEnded, now);
-      PublishTo(r.info.tenant, MakeReservationCapacity(kCapacityReservationEnded, id, count,
-                                                       DevicesOf(r.info.tenant), r.info.kind));
+      PublishTo(
+          r.info.tenant,
+          MakeAllocationCapacity(kCapacityReservationEnded, id, count,
+                                 provider_->DevicesHeld(r.info.tenant, r.info.kind), r.info.kind));
       NotifyAllocation(r.info.tenant);
     }
   }
@@ -510,34 +657,60 @@ void NegotiationEngine::Reconcile(uint64_t now) {
     for (;;) {
       auto it = booked_.find(key);
       if (it == booked_.end() || it->second <= cap) break;
-      // Tentative offers go first, newest first; then reservations, newest first.
-      uint64_t victim = 0;
-      for (auto o = offers_.rbegin(); o != offers_.rend(); ++o) {
-        if (touches(o->second.info.devices, key.first, o->second.first_window,
-                    o->second.last_window, key.second)) {
-          victim = o->first;
-          break;
+      // Offers go first (newest first), then reservations, most recently
+      // accepted first (SPEC.md §9.6).
+      uint64_t victim = 0, newest = 0;
+      for (const auto& [id, o] : offers_) {
+        if (o.order > newest &&
+            touches(o.info.devices, key.first, o.first_window, o.last_window, key.second)) {
+          victim = id;
+          newest = o.order;
         }
       }
       if (victim != 0) {
-        Offer o = offers_[victim];
-        DropOffer(victim);
-        PublishTo(o.info.tenant, MakeNegotiation(kNegotiationOfferWithdrawn, o.info.negotiation_id,
-                                                 0, victim, kRevokeCapacityLost));
+        OfferInfo info = offers_[victim].info;
+        DropOffer(victim, now);
+        NegotiationPayload p{};
+        p.negotiation_id = info.negotiation_id;
+        p.offer_id = victim;
+        p.reason = kRevokeCapacityLost;
+        PublishTo(info.tenant, MakeNegotiation(kNegotiationOfferWithdrawn, p));
         continue;
       }
-      for (auto r = reservations_.rbegin(); r != reservations_.rend(); ++r) {
-        ReservationState st = r->second.info.state;
+      for (const auto& [id, r] : reservations_) {
+        ReservationState st = r.info.state;
         if ((st == ReservationState::kAccepted || st == ReservationState::kActive) &&
-            touches(r->second.info.devices, key.first, r->second.first_window,
-                    r->second.last_window, key.second)) {
-          victim = r->first;
-          break;
+            r.order > newest &&
+            touches(r.info.devices, key.first, r.first_window, r.last_window, key.second)) {
+          victim = id;
+          newest = r.order;
         }
       }
-      if (victim == 0) break;  // nothing left to take back; bookings are stale
+      if (victim == 0) break;  // nothing left to take back
       Revoke(victim, kRevokeCapacityLost, now);
     }
+  }
+}
+
+void NegotiationEngine::Collect(uint64_t now) {
+  // Windows before the current one can no longer be booked.
+  const uint64_t current = WindowOf(now);
+  for (auto it = booked_.begin(); it != booked_.end();) {
+    it = it->first.second < current ? booked_.erase(it) : std::next(it);
+  }
+  // Finished reservations leave once they no longer count toward usage;
+  // closed identifiers are remembered as long (EPERM/ENOENT stay accurate).
+  const uint64_t keep = options_.usage_horizon_s;
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    const Reservation& r = it->second;
+    bool done = r.closed_s != 0 && r.info.accepted_s + keep <= now && r.closed_s + keep <= now;
+    if (done) CloseId(it->first, now);
+    it = done ? reservations_.erase(it) : std::next(it);
+  }
+  for (auto it = owners_.begin(); it != owners_.end();) {
+    bool old = it->second.closed_s != 0 && it->second.closed_s + keep <= now &&
+               reservations_.count(it->first) == 0;
+    it = old ? owners_.erase(it) : std::next(it);
   }
 }
 
@@ -545,23 +718,11 @@ void NegotiationEngine::Tick(uint64_t now) {
   ExpireOffers(now);
   StartAndEnd(now);
   Reconcile(now);
-  // Windows before the current one can no longer be booked: forget them.
-  const uint64_t current = WindowOf(now);
-  for (auto it = booked_.begin(); it != booked_.end();) {
-    it = it->first.second < current ? booked_.erase(it) : std::next(it);
-  }
-}
-
-uint32_t NegotiationEngine::DevicesOf(const std::string& tenant) const {
-  uint32_t n = 0;
-  for (const auto& [id, r] : reservations_) {
-    if (r.info.tenant == tenant && r.info.state == ReservationState::kActive) n += r.info.count;
-  }
-  return n;
+  Collect(now);
 }
 
 void NegotiationEngine::NotifyAllocation(const std::string& tenant) {
-  if (listener_) listener_(tenant, DevicesOf(tenant));
+  if (listener_) listener_(tenant, provider_->DevicesHeld(tenant, HZ_DEV_GPU));
 }
 
 void NegotiationEngine::PublishTo(const std::string& tenant, const EventSpec& spec) {
@@ -571,14 +732,22 @@ void NegotiationEngine::PublishTo(const std::string& tenant, const EventSpec& sp
 }
 
 std::vector<ReservationInfo> NegotiationEngine::Reservations() const {
+  std::vector<std::pair<uint64_t, ReservationInfo>> sorted;
+  for (const auto& [id, r] : reservations_) sorted.emplace_back(r.order, r.info);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<ReservationInfo> out;
-  for (const auto& [id, r] : reservations_) out.push_back(r.info);
+  for (auto& [order, info] : sorted) out.push_back(std::move(info));
   return out;
 }
 
 std::vector<OfferInfo> NegotiationEngine::Offers() const {
+  std::vector<std::pair<uint64_t, OfferInfo>> sorted;
+  for (const auto& [id, o] : offers_) sorted.emplace_back(o.order, o.info);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<OfferInfo> out;
-  for (const auto& [id, o] : offers_) out.push_back(o.info);
+  for (auto& [order, info] : sorted) out.push_back(std::move(info));
   return out;
 }
 

@@ -17,6 +17,11 @@ void InMemoryInventory::SetCapacityFrom(uint32_t pool, uint64_t from, uint32_t c
   steps[from] = count;
 }
 
+void InMemoryInventory::SetBaseDevices(const std::string& tenant, hz_device_kind kind,
+                                       uint32_t count) {
+  base_[{tenant, static_cast<int>(kind)}] = count;
+}
+
 uint32_t InMemoryInventory::Capacity(uint32_t pool, uint64_t window) const {
   if (pool >= capacity_.size()) return 0;
   const auto& steps = capacity_[pool];
@@ -26,8 +31,25 @@ uint32_t InMemoryInventory::Capacity(uint32_t pool, uint64_t window) const {
 }
 
 uint32_t InMemoryInventory::Attached(const std::string& tenant) const {
-  auto it = attached_by_tenant_.find(tenant);
-  return it == attached_by_tenant_.end() ? 0 : it->second;
+  uint32_t n = 0;
+  for (const auto& [id, a] : attached_) {
+    if (a.tenant != tenant) continue;
+    for (const PoolCount& pc : a.devices) n += pc.count;
+  }
+  return n;
+}
+
+uint32_t InMemoryInventory::DevicesHeld(const std::string& tenant, hz_device_kind kind) const {
+  uint32_t n = 0;
+  auto b = base_.find({tenant, static_cast<int>(kind)});
+  if (b != base_.end()) n += b->second;
+  for (const auto& [id, a] : attached_) {
+    if (a.tenant != tenant) continue;
+    for (const PoolCount& pc : a.devices) {
+      if (pc.pool < pools_.size() && pools_[pc.pool].kind == kind) n += pc.count;
+    }
+  }
+  return n;
 }
 
 Status InMemoryInventory::Attach(const std::string& tenant, uint64_t reservation_id,
@@ -36,27 +58,32 @@ Status InMemoryInventory::Attach(const std::string& tenant, uint64_t reservation
   for (const PoolCount& pc : devices) {
     if (pc.pool >= pools_.size()) return Status::InvalidArgument("unknown pool");
   }
-  for (const PoolCount& pc : devices) {
-    attached_[{pc.pool, reservation_id}] += pc.count;
-    attached_by_tenant_[tenant] += pc.count;
-  }
+  if (attached_.count(reservation_id) != 0) return Status::State("reservation already attached");
+  attached_[reservation_id] = Attachment{tenant, devices};
   return Status::Ok();
 }
 
-Status InMemoryInventory::Detach(const std::string& tenant, uint64_t reservation_id,
-                                 const std::vector<PoolCount>& devices) {
-  for (const PoolCount& pc : devices) {
-    auto it = attached_.find({pc.pool, reservation_id});
-    if (it == attached_.end() || it->second < pc.count) {
-      return Status::State("detach of devices that are not attached");
-    }
+Status InMemoryInventory::Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
+                                 std::vector<PoolCount>* detached) {
+  detached->clear();
+  auto it = attached_.find(reservation_id);
+  if (it == attached_.end() || it->second.tenant != tenant) {
+    return Status::State("reservation is not attached");
   }
-  for (const PoolCount& pc : devices) {
-    auto it = attached_.find({pc.pool, reservation_id});
-    it->second -= pc.count;
-    if (it->second == 0) attached_.erase(it);
-    attached_by_tenant_[tenant] -= pc.count;
+  uint32_t held = 0;
+  for (const PoolCount& pc : it->second.devices) held += pc.count;
+  if (count > held) return Status::InvalidArgument("detaching more devices than attached");
+  // The devices attached last carry the highest tenant-visible indices.
+  auto& devices = it->second.devices;
+  uint32_t left = count;
+  for (auto pc = devices.rbegin(); pc != devices.rend() && left > 0; ++pc) {
+    uint32_t take = std::min(left, pc->count);
+    detached->push_back({pc->pool, take});
+    pc->count -= take;
+    left -= take;
   }
+  std::erase_if(devices, [](const PoolCount& pc) { return pc.count == 0; });
+  if (devices.empty()) attached_.erase(it);
   return Status::Ok();
 }
 

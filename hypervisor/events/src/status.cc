@@ -25,6 +25,12 @@ std::string Status::ToString() const {
     case Code::kCorruption:
       name = "corruption";
       break;
+    case Code::kNotSupported:
+      name = "not supported";
+      break;
+    case Code::kPermission:
+      name = "permission denied";
+      break;
   }
   return std::string(name) + ": " + message_;
 }
@@ -45,6 +51,10 @@ hz_status_code Status::ToWire() const {
       return HZ_S_EIO;
     case Code::kCorruption:
       return HZ_S_ECORRUPT;
+    case Code::kNotSupported:
+      return HZ_S_ENOTSUP;
+    case Code::kPermission:
+      return HZ_S_EPERM;
   }
   return HZ_S_EIO;
 }

@@ -89,7 +89,8 @@ TEST_F(EventsBus, SequenceStartsAtOneAndIncreases) {
 TEST_F(EventsBus, DeadlinesAreRoundedDown) {
   auto d = Connect("t1", "guest");
   ASSERT_TRUE(
-      bus_->Publish("t1", MakePreemption(kPreemptionNotice, 1700000159, 2, true), nullptr).ok());
+      bus_->Publish("t1", MakePreemption(kPreemptionScheduled, 1700000159, 2, 0, true), nullptr)
+          .ok());
   EventSpec raw;
   raw.topic = HZ_TOPIC_MAINTENANCE;
   raw.deadline_s = 1700000999;
@@ -136,7 +137,9 @@ TEST_F(EventsBus, UnknownTopicBitsAndFutureFromSeqAreRejected) {
   std::unique_ptr<Delivery> d;
   ASSERT_TRUE(bus_->Connect("t1", "guest", &d).ok());
   hz_event_subscribe_result r{};
-  EXPECT_EQ(d->Subscribe({1ull << 12, HZ_SEQ_CURSOR}, &r).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(d->Subscribe({1ull << 12, HZ_SEQ_CURSOR}, &r).code(), Status::Code::kNotSupported);
+  // LOST's own bit is allowed; a mask of 0 delivers only LOST records.
+  EXPECT_TRUE(d->Subscribe({HZ_TOPIC_MASK(HZ_TOPIC_LOST), HZ_SEQ_CURSOR}, &r).ok());
   Publish("t1", HZ_TOPIC_FAILURE);
   EXPECT_EQ(d->Subscribe({HZ_TOPIC_ALL, 3}, &r).code(), Status::Code::kInvalidArgument);
   EXPECT_TRUE(d->Subscribe({HZ_TOPIC_ALL, 2}, &r).ok());  // next_seq itself is fine
@@ -254,9 +257,9 @@ TEST_F(EventsBus, AckValidation) {
   hz_event ev;
   ASSERT_TRUE(d->Next(&ev));
   EXPECT_EQ(Ack(*d, 2).code(), Status::Code::kInvalidArgument);  // not delivered yet
-  EXPECT_EQ(Ack(*d, 1, 0x80).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Ack(*d, 1, 0x80).code(), Status::Code::kNotSupported);
   hz_event_ack_args bad{1, 0, 7};
-  EXPECT_EQ(d->Ack(bad).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(d->Ack(bad).code(), Status::Code::kNotSupported);
   EXPECT_TRUE(Ack(*d, 1).ok());
   EXPECT_TRUE(Ack(*d, 1).ok());  // idempotent
   EXPECT_TRUE(Ack(*d, 0).ok());  // never moves the cursor back
@@ -460,6 +463,57 @@ TEST_F(EventsBus, ZeroRetentionIsRejected) {
   o.retention = 0;
   std::unique_ptr<EventBus> bus;
   EXPECT_EQ(EventBus::Open(o, &bus).code(), Status::Code::kInvalidArgument);
+}
+
+TEST_F(EventsBus, ApprovalIsRefusedOnceTooLate) {
+  int approvals = 0;
+  bus_->SetApprovalCallback([&](const std::string&, const hz_event&) { ++approvals; });
+  auto d = Connect("t1", "guest");
+  const uint64_t deadline = now_.load() + 600;
+  // 1: maintenance of device 2; 2: preemption of everything; 3: maintenance of device 5.
+  ASSERT_TRUE(
+      bus_->Publish("t1", MakeMaintenance(kMaintenanceScheduled, deadline, 60, 2, true), nullptr)
+          .ok());
+  ASSERT_TRUE(
+      bus_->Publish("t1", MakePreemption(kPreemptionScheduled, deadline, 4, 0, true), nullptr)
+          .ok());
+  ASSERT_TRUE(
+      bus_->Publish("t1", MakeMaintenance(kMaintenanceScheduled, deadline, 60, 5, true), nullptr)
+          .ok());
+  // 4: device 2's maintenance started; 5: the preemption was cancelled.
+  ASSERT_TRUE(
+      bus_->Publish("t1", MakeMaintenance(kMaintenanceStarted, 0, 60, 2, false), nullptr).ok());
+  ASSERT_TRUE(
+      bus_->Publish("t1", MakePreemption(kPreemptionCancelled, 0, 4, 0, false), nullptr).ok());
+  Drain(*d);
+  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kState);
+  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), Status::Code::kState);
+  EXPECT_TRUE(Ack(*d, 3, HZ_ACK_F_APPROVE).ok());  // device 5 is unaffected
+  EXPECT_EQ(approvals, 1);
+  // Past its deadline an event can no longer be approved.
+  ASSERT_TRUE(
+      bus_->Publish("t1", MakeMaintenance(kMaintenanceScheduled, deadline, 60, 7, true), nullptr)
+          .ok());
+  Drain(*d);
+  now_ = deadline;
+  EXPECT_EQ(Ack(*d, 6, HZ_ACK_F_APPROVE).code(), Status::Code::kState);
+  // Approving again what was approved is harmless, even later.
+  EXPECT_TRUE(Ack(*d, 3, HZ_ACK_F_APPROVE).ok());
+  EXPECT_EQ(approvals, 1);
+}
+
+TEST_F(EventsBus, ApprovalOfAnEventNoLongerRetainedIsInvalid) {
+  Reopen(2);
+  auto d = Connect("t1", "guest");
+  ASSERT_TRUE(bus_->Publish("t1",
+                            MakeMaintenance(kMaintenanceScheduled, now_.load() + 600, 60, 0, true),
+                            nullptr)
+                  .ok());
+  hz_event ev;
+  ASSERT_TRUE(d->Next(&ev));
+  Publish("t1", HZ_TOPIC_CAPACITY);
+  Publish("t1", HZ_TOPIC_CAPACITY);
+  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -66,14 +66,29 @@ TEST(EventsCoarse, BuildersApplyCoarseRules) {
   EventSpec c = MakeCapacityAvailable(HZ_DEV_GPU, 13);
   EXPECT_EQ(testing::PayloadAs<CapacityPayload>(c.payload.data()).count, 8u);
 
-  EventSpec f = MakeFailure(kFailureDeviceFatal, 2, 5);
+  EventSpec f = MakeFailure(kFailureDeviceFailed, 2, 5);
   auto fp = testing::PayloadAs<FailurePayload>(f.payload.data());
   EXPECT_EQ(fp.device_index, 2u);
   EXPECT_EQ(fp.errors, 4u);
 
-  EventSpec p = MakePreemption(kPreemptionNotice, 1000009, 6, false);
+  EventSpec p = MakePreemption(kPreemptionScheduled, 1000009, 6, 2, false);
   EXPECT_EQ(p.deadline_s, 1000000u);
-  EXPECT_EQ(testing::PayloadAs<PreemptionPayload>(p.payload.data()).devices, 4u);
+  auto pp = testing::PayloadAs<PreemptionPayload>(p.payload.data());
+  EXPECT_EQ(pp.devices, 6u);  // the tenant's own devices are exact
+  EXPECT_EQ(pp.device_index, kAllDevices);
+  pp = testing::PayloadAs<PreemptionPayload>(
+      MakePreemption(kPreemptionScheduled, 0, 1, 2, false).payload.data());
+  EXPECT_EQ(pp.device_index, 2u);
+  // Only SCHEDULED carries a deadline and can be approvable.
+  EventSpec started = MakeMaintenance(kMaintenanceStarted, 1234567, 0, 0, true);
+  EXPECT_EQ(started.deadline_s, 0u);
+  EXPECT_EQ(started.flags, 0u);
+  EXPECT_EQ(testing::PayloadAs<FailurePayload>(MakeFailure(kFailureHostFailed, 3, 0).payload.data())
+                .device_index,
+            kAllDevices);
+  auto e = testing::PayloadAs<EnergyPayload>(MakeEnergy(kEnergyCritical, 0xff).payload.data());
+  EXPECT_EQ(e.level, kEnergyCritical);
+  EXPECT_EQ(e.sources, kEnergySourcePowerBudget | kEnergySourcePrice | kEnergySourceCarbon);
 }
 
 TEST(EventsCoarse, SpecValidation) {
@@ -92,6 +107,8 @@ TEST(EventsCoarse, SpecValidation) {
   s.topic = HZ_TOPIC_PREEMPTION;
   s.flags = HZ_EVENT_F_APPROVABLE;
   EXPECT_TRUE(ValidateSpec(s).ok());
+  s.kind = kPreemptionStarted;
+  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
 }
 
 TEST(EventsCoarse, NamesAreRestricted) {
@@ -111,6 +128,9 @@ TEST(EventsCoarse, StatusMapsToWireCodes) {
   EXPECT_EQ(Status::InvalidArgument("x").ToWire(), HZ_S_EINVAL);
   EXPECT_EQ(Status::Limit("x").ToWire(), HZ_S_ELIMIT);
   EXPECT_EQ(Status::Corruption("x").ToWire(), HZ_S_ECORRUPT);
+  EXPECT_EQ(Status::NotSupported("x").ToWire(), HZ_S_ENOTSUP);
+  EXPECT_EQ(Status::Permission("x").ToWire(), HZ_S_EPERM);
+  EXPECT_EQ(Status::State("x").ToWire(), HZ_S_ESTATE);
 }
 
 }  // namespace

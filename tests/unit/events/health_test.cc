@@ -122,7 +122,7 @@ TEST_F(EventsHealth, NonFatalAndFatalIncreasesPublishFailures) {
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].tenant, "t1");
   EXPECT_EQ(e[0].spec.topic, HZ_TOPIC_FAILURE);
-  EXPECT_EQ(e[0].spec.kind, kFailureDeviceNonFatal);
+  EXPECT_EQ(e[0].spec.kind, kFailureDeviceDegraded);
   auto p = testing::PayloadAs<FailurePayload>(e[0].spec.payload.data());
   EXPECT_EQ(p.device_index, 1u);  // the tenant-visible index, never the PCI address
   EXPECT_EQ(p.errors, 2u);        // 3 errors, bucketed
@@ -137,7 +137,7 @@ TEST_F(EventsHealth, NonFatalAndFatalIncreasesPublishFailures) {
   e = sink_.entries();
   ASSERT_EQ(e.size(), 2u);
   EXPECT_EQ(e[1].tenant, "t2");
-  EXPECT_EQ(e[1].spec.kind, kFailureDeviceFatal);
+  EXPECT_EQ(e[1].spec.kind, kFailureDeviceFailed);
   ASSERT_EQ(told.size(), 2u);
   EXPECT_EQ(told[1], std::make_pair(std::string("t2"), 0u));
   // The payload holds nothing that looks like a PCI address.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "test_util.h"
 
 namespace hz::events {
@@ -116,13 +118,20 @@ TEST_F(EventsNegotiation, ExpiredUnknownAndForeignOffersAreNotFound) {
   Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60));
   ASSERT_EQ(d.offers.size(), 1u);
   uint64_t res = 0;
-  EXPECT_EQ(engine_.Accept("b", d.offers[0].offer_id, kNow, &res).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Accept("b", d.offers[0].offer_id, kNow, &res).code(),
+            Status::Code::kPermission);
   EXPECT_EQ(engine_.Accept("a", 9999, kNow, &res).code(), Status::Code::kNotFound);
   EXPECT_EQ(engine_.Accept("a", d.offers[0].offer_id, d.offers[0].expires_s, &res).code(),
             Status::Code::kNotFound);
   EXPECT_TRUE(engine_.Offers().empty());
   EXPECT_EQ(engine_.Booked(0, engine_.WindowOf(kNow)) + engine_.Booked(2, engine_.WindowOf(kNow)),
             0u);
+  auto expired = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationOfferExpired);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].tenant, "a");
+  auto p = testing::PayloadAs<NegotiationPayload>(expired[0].spec.payload.data());
+  EXPECT_EQ(p.offer_id, d.offers[0].offer_id);
+  EXPECT_EQ(p.negotiation_id, d.result.negotiation_id);
 }
 
 TEST_F(EventsNegotiation, OffersHoldCapacity) {
@@ -132,17 +141,19 @@ TEST_F(EventsNegotiation, OffersHoldCapacity) {
   Decision b = Ask("b", Req(8, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
   EXPECT_TRUE(b.offers.empty());
   EXPECT_EQ(engine_.Booked(2, engine_.WindowOf(kNow)), 8u);
-  // Once a's offer expires, b's counter gets the group.
-  uint64_t later = kNow + 30;
-  ASSERT_TRUE(
-      engine_
-          .Counter("b", b.result.negotiation_id, Req(8, HZ_LOC_SAME_GROUP, kNow, later, 60), later)
-          .ok());
+  // b counters with a wider range: the windows after a's hold are free.
+  uint64_t later = kNow + 20;
+  ASSERT_TRUE(engine_
+                  .Counter("b", b.result.negotiation_id,
+                           Req(8, HZ_LOC_SAME_GROUP, kNow, kNow + 120, 60), later)
+                  .ok());
   auto decisions = engine_.Decide(later);
   ASSERT_EQ(decisions.size(), 1u);
   EXPECT_EQ(decisions[0].result.round, 2u);
-  ASSERT_EQ(decisions[0].offers.size(), 1u);
-  EXPECT_EQ(decisions[0].offers[0].start_s, later);
+  ASSERT_EQ(decisions[0].offers.size(), 2u);
+  EXPECT_EQ(decisions[0].offers[0].start_s, kNow + 60);
+  EXPECT_EQ(decisions[0].offers[1].start_s, kNow + 120);
+  EXPECT_EQ(engine_.Booked(2, engine_.WindowOf(kNow + 60)), 8u);
 }
 
 TEST_F(EventsNegotiation, LowerWeightedUsageIsServedFirst) {
@@ -218,7 +229,9 @@ TEST_F(EventsNegotiation, DecisionsAreDeterministic) {
     inv.AddPool(HZ_DEV_GPU, 0, 3);
     inv.AddPool(HZ_DEV_GPU, 1, 5);
     testing::RecordingSink sink;
-    NegotiationEngine e(NegotiationOptions{}, &inv, &sink);
+    NegotiationOptions options;
+    options.id_key = 42;
+    NegotiationEngine e(options, &inv, &sink);
     std::vector<uint64_t> out;
     uint64_t id;
     for (int i = 0; i < 6; ++i) {
@@ -275,7 +288,7 @@ TEST_F(EventsNegotiation, RoundsAreLimited) {
 TEST_F(EventsNegotiation, DeclineEndsTheNegotiation) {
   Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow + 60, 60));
   ASSERT_FALSE(d.offers.empty());
-  EXPECT_EQ(engine_.Decline("b", d.result.negotiation_id, kNow).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Decline("b", d.result.negotiation_id, kNow).code(), Status::Code::kPermission);
   ASSERT_TRUE(engine_.Decline("a", d.result.negotiation_id, kNow).ok());
   EXPECT_TRUE(engine_.Offers().empty());
   uint64_t res;
@@ -299,7 +312,10 @@ TEST_F(EventsNegotiation, BadRequestsAreRejected) {
   EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_LOW, 9)), C::kInvalidArgument);
   hz_neg_request reserved = Req(1, HZ_LOC_ANY, kNow, kNow, 60);
   reserved.reserved = 1;
-  EXPECT_EQ(code(reserved), C::kInvalidArgument);
+  EXPECT_EQ(code(reserved), C::kNotSupported);
+  ASSERT_TRUE(engine_.SetMaxPriority("a", HZ_PRIO_NORMAL).ok());
+  EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_HIGH)), C::kPermission);
+  EXPECT_EQ(engine_.SetMaxPriority("a", HZ_PRIO_MAX).code(), C::kInvalidArgument);
   EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow, kNow, 86401)), C::kLimit);
   EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow, kNow + 8 * 86400, 60)), C::kLimit);
   EXPECT_EQ(code(Req(1, HZ_LOC_ANY, UINT64_MAX - 10, UINT64_MAX, UINT64_MAX)), C::kLimit);
@@ -328,7 +344,9 @@ TEST_F(EventsNegotiation, ReleaseScalesDown) {
   Decision d = Ask("a", Req(4, HZ_LOC_SAME_GROUP, kNow, kNow, 600));
   uint64_t res;
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
-  EXPECT_EQ(engine_.Release("b", res, 1, kNow).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Release("b", res, 1, kNow).code(), Status::Code::kPermission);
+  hz_neg_release_args bad{res, 1, 1, 0};
+  EXPECT_EQ(engine_.Release("a", bad, kNow).code(), Status::Code::kNotSupported);
   EXPECT_EQ(engine_.Release("a", res, 5, kNow).code(), Status::Code::kInvalidArgument);
   ASSERT_TRUE(engine_.Release("a", res, 1, kNow + 60).ok());
   EXPECT_EQ(inv_.Attached("a"), 3u);
@@ -354,7 +372,7 @@ TEST_F(EventsNegotiation, CapacityLossRevokesWithAnEvent) {
   // Pool 2 loses half its GPUs from the reservation's second window.
   inv_.SetCapacityFrom(2, engine_.WindowOf(kNow + 180), 4);
   engine_.Tick(kNow + 10);
-  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked);
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked);
   ASSERT_EQ(revoked.size(), 1u);
   EXPECT_EQ(revoked[0].tenant, "a");
   auto p = testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data());
@@ -383,12 +401,12 @@ TEST_F(EventsNegotiation, CapacityLossWithdrawsOffersFirst) {
   EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(withdrawn[0].spec.payload.data()).offer_id,
             b.offers[0].offer_id);
   EXPECT_TRUE(engine_.Offers().empty());
-  EXPECT_TRUE(sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked).empty());
+  EXPECT_TRUE(sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked).empty());
   EXPECT_EQ(inv_.Attached("a"), 2u);
   // Shrinking further takes the reservation back, with an event.
   inv_.SetCapacityFrom(0, engine_.WindowOf(kNow), 1);
   engine_.Tick(kNow + 1);
-  EXPECT_EQ(sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked).size(), 1u);
+  EXPECT_EQ(sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked).size(), 1u);
   EXPECT_EQ(inv_.Attached("a"), 0u);
 }
 
@@ -397,7 +415,7 @@ TEST_F(EventsNegotiation, AttachFailureRevokes) {
   Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow, kNow, 60));
   uint64_t res;
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
-  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked);
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked);
   ASSERT_EQ(revoked.size(), 1u);
   EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data()).reason,
             kRevokeAttachFailed);
@@ -413,10 +431,126 @@ TEST_F(EventsNegotiation, OperatorRevoke) {
   ASSERT_TRUE(engine_.Revoke(res, kRevokeHardwareFailure, kNow + 10).ok());
   EXPECT_EQ(inv_.Attached("a"), 0u);
   EXPECT_EQ(engine_.Revoke(res, kRevokeHardwareFailure, kNow + 10).code(), Status::Code::kState);
-  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationRevoked);
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked);
   ASSERT_EQ(revoked.size(), 1u);
   EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data()).reason,
             kRevokeHardwareFailure);
+}
+
+TEST_F(EventsNegotiation, RevocationEventCarriesCountAndKind) {
+  Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow, kNow, 600, HZ_PRIO_NORMAL, HZ_DEV_NIC));
+  uint64_t res;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
+  ASSERT_TRUE(engine_.Revoke(res, kRevokeOperator, kNow + 10).ok());
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked);
+  ASSERT_EQ(revoked.size(), 1u);
+  auto p = testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data());
+  EXPECT_EQ(p.count, 2u);
+  EXPECT_EQ(p.device_kind, HZ_DEV_NIC);
+  EXPECT_EQ(p.negotiation_id, d.result.negotiation_id);
+  EXPECT_EQ(p.reason, kRevokeOperator);
+}
+
+TEST_F(EventsNegotiation, NegotiationWithoutOffersClosesAfterOneLifetime) {
+  Decision d = Ask("a", Req(9, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
+  ASSERT_TRUE(d.offers.empty());
+  uint64_t id = d.result.negotiation_id;
+  // Still open within one offer lifetime of the decision.
+  ASSERT_TRUE(
+      engine_.Counter("a", id, Req(9, HZ_LOC_SAME_GROUP, kNow, kNow + 60, 60), kNow + 10).ok());
+  auto decisions = engine_.Decide(kNow + 10);
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_TRUE(decisions[0].offers.empty());
+  engine_.Tick(kNow + 40);
+  EXPECT_EQ(
+      engine_.Counter("a", id, Req(1, HZ_LOC_ANY, kNow + 40, kNow + 60, 60), kNow + 40).code(),
+      Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Decline("a", id, kNow + 40).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Decline("b", id, kNow + 40).code(), Status::Code::kPermission);
+}
+
+TEST_F(EventsNegotiation, ReplacementOfferIsPublished) {
+  uint64_t id = 0;
+  ASSERT_TRUE(
+      engine_.OfferReplacement("a", Req(1, HZ_LOC_SAME_GROUP, kNow, kNow, 300), kNow, &id).ok());
+  auto decisions = engine_.Decide(kNow);
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_TRUE(decisions[0].provider_initiated);
+  ASSERT_EQ(decisions[0].offers.size(), 1u);
+  auto made = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationOfferMade);
+  ASSERT_EQ(made.size(), 1u);
+  auto p = testing::PayloadAs<NegotiationPayload>(made[0].spec.payload.data());
+  EXPECT_EQ(p.negotiation_id, id);
+  EXPECT_EQ(p.offer_id, decisions[0].offers[0].offer_id);
+  EXPECT_EQ(p.start_s, kNow);
+  EXPECT_EQ(p.duration_s, 300u);
+  EXPECT_EQ(p.expires_s, kNow + 30);
+  EXPECT_EQ(p.count, 1u);
+  EXPECT_EQ(p.locality, HZ_LOC_SAME_GROUP);
+  EXPECT_EQ(p.device_kind, HZ_DEV_GPU);
+  uint64_t res;
+  ASSERT_TRUE(engine_.Accept("a", p.offer_id, kNow + 5, &res).ok());
+  EXPECT_EQ(inv_.Attached("a"), 1u);
+}
+
+TEST_F(EventsNegotiation, IdentifiersAreUniqueAndKeyed) {
+  auto ids = [](uint64_t key) {
+    InMemoryInventory inv;
+    inv.AddPool(HZ_DEV_GPU, 0, 64);
+    NegotiationOptions o;
+    o.id_key = key;
+    NegotiationEngine e(o, &inv, nullptr);
+    std::vector<uint64_t> out;
+    for (int i = 0; i < 20; ++i) {
+      uint64_t id;
+      EXPECT_TRUE(e.Submit("a", Req(1, HZ_LOC_ANY, kNow, kNow + 600, 60), kNow, &id).ok());
+      out.push_back(id);
+    }
+    for (const auto& d : e.Decide(kNow)) {
+      for (const auto& offer : d.offers) out.push_back(offer.offer_id);
+    }
+    return out;
+  };
+  auto a = ids(1), b = ids(1), c = ids(2);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  std::set<uint64_t> unique(a.begin(), a.end());
+  EXPECT_EQ(unique.size(), a.size());
+  EXPECT_EQ(unique.count(0), 0u);
+  // Not a counter: consecutive identifiers are far apart.
+  EXPECT_GT(a[1] > a[0] ? a[1] - a[0] : a[0] - a[1], 1000u);
+}
+
+TEST_F(EventsNegotiation, FinishedReservationsAreForgottenAfterTheHorizon) {
+  Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60));
+  uint64_t res;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
+  engine_.Tick(kNow + 60);
+  uint64_t usage;
+  uint32_t weight;
+  engine_.Usage("a", kNow + 60, &usage, &weight);
+  EXPECT_EQ(usage, 60u);
+  EXPECT_EQ(engine_.Release("a", res, 0, kNow + 61).code(), Status::Code::kState);
+  engine_.Tick(kNow + 60 + 3600);
+  EXPECT_TRUE(engine_.Reservations().empty());
+  engine_.Usage("a", kNow + 3660, &usage, &weight);
+  EXPECT_EQ(usage, 0u);
+  engine_.Tick(kNow + 60 + 2 * 3600);
+  EXPECT_EQ(engine_.Release("a", res, 0, kNow + 2 * 3600 + 61).code(), Status::Code::kNotFound);
+}
+
+TEST_F(EventsNegotiation, CapacityEventsReportTheWholeAllocation) {
+  inv_.SetBaseDevices("a", HZ_DEV_GPU, 8);
+  std::vector<uint32_t> gpus;
+  engine_.SetAllocationListener([&](const std::string&, uint32_t n) { gpus.push_back(n); });
+  Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow, kNow, 60));
+  uint64_t res;
+  ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
+  auto started = sink_.Matching(HZ_TOPIC_CAPACITY, kCapacityReservationStarted);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(testing::PayloadAs<CapacityPayload>(started[0].spec.payload.data()).devices_now, 10u);
+  ASSERT_EQ(gpus.size(), 1u);
+  EXPECT_EQ(gpus[0], 10u);
 }
 
 TEST(EventsNegotiationOptions, Validation) {

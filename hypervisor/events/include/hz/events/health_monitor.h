@@ -54,7 +54,7 @@ class HealthMonitor {
   void SetFailureListener(FailureListener listener) { listener_ = std::move(listener); }
 
   // Reads every assigned device once; publishes one FAILURE per device whose
-  // fatal (kFailureDeviceFatal) or else non-fatal count grew. Devices that
+  // fatal (kFailureDeviceFailed) or else non-fatal count grew. Devices that
   // cannot be read are reported in the returned status (the first error) and
   // keep their baseline; the others are still checked.
   Status Poll();

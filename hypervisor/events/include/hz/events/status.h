@@ -20,6 +20,8 @@ class Status {
     kState,            // not valid in the object's current state (HZ_S_ESTATE)
     kIoError,          // host storage failure (HZ_S_EIO)
     kCorruption,       // stored data failed verification (HZ_S_ECORRUPT)
+    kNotSupported,     // undefined flag or reserved field set (HZ_S_ENOTSUP)
+    kPermission,       // the object belongs to another tenant (HZ_S_EPERM)
   };
 
   Status() = default;
@@ -32,6 +34,8 @@ class Status {
   static Status State(std::string msg) { return {Code::kState, std::move(msg)}; }
   static Status IoError(std::string msg) { return {Code::kIoError, std::move(msg)}; }
   static Status Corruption(std::string msg) { return {Code::kCorruption, std::move(msg)}; }
+  static Status NotSupported(std::string msg) { return {Code::kNotSupported, std::move(msg)}; }
+  static Status Permission(std::string msg) { return {Code::kPermission, std::move(msg)}; }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
