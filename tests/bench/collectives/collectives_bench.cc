@@ -1,0 +1,349 @@
+// Engine-level benchmark of the collective engine, one JSON object per line.
+//
+//  1. "stream": a STREAM-style copy over 256 MiB arrays with the engine's
+//     worker count, B = 2 x bytes / time (read + write).
+//  2. "allreduce": fp32 sum over p ranks (p = 2, 4, 8), separate send and
+//     recv buffers per rank, first touched before timing. One driver thread
+//     posts every rank's part and waits for all completions, so the time is
+//     the engine's (matching, planning, execution), not the thread hand-off of
+//     p rank threads. algbw = size / time, busbw = algbw x 2(p-1)/p. The
+//     reference is the single-copy memory-traffic bound B / (3p) from the same
+//     run; "ratio" = algbw / bound. (The engine reduces each block of all p
+//     inputs while it is in cache and writes all p outputs from there, about
+//     2pN bytes of traffic, so it can exceed the 3pN bound.)
+//  3. "fairness": two tenants with different priority classes run all-reduces
+//     concurrently for a fixed time; each one's share of completed bytes and
+//     of worker time, against its share of the weights.
+//
+// Default sizes finish well under a minute; --full runs 4 KiB .. 256 MiB.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hz/collectives/engine.h"
+
+namespace {
+
+using hz::coll::Constraints;
+using hz::coll::DType;
+using hz::coll::Engine;
+using hz::coll::EngineOptions;
+using hz::coll::IoSpan;
+using hz::coll::Member;
+using hz::coll::Op;
+using hz::coll::OpDesc;
+using hz::coll::RedOp;
+using hz::coll::Status;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void Emit(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+// Page-touched float buffer (no value-initialisation cost hidden in timing).
+std::unique_ptr<float[]> Alloc(size_t n, float v) {
+  std::unique_ptr<float[]> p(new float[n]);
+  std::fill(p.get(), p.get() + n, v);
+  return p;
+}
+
+double StreamCopy(uint32_t threads, size_t bytes) {
+  const size_t n = bytes / sizeof(float);
+  auto a = Alloc(n, 1.0f), b = Alloc(n, 0.0f);
+  std::vector<double> times;
+  for (int rep = 0; rep < 6; ++rep) {
+    auto t0 = Clock::now();
+    std::vector<std::thread> ts;
+    for (uint32_t t = 0; t < threads; ++t) {
+      ts.emplace_back([&, t] {
+        size_t lo = n * t / threads, hi = n * (t + 1) / threads;
+        float* __restrict dst = b.get();
+        const float* __restrict src = a.get();
+        for (size_t i = lo; i < hi; ++i) dst[i] = src[i];
+      });
+    }
+    for (auto& t : ts) t.join();
+    if (rep > 0) times.push_back(Seconds(Clock::now() - t0));  // rep 0 warms up
+  }
+  if (b[n - 1] != 1.0f) std::fprintf(stderr, "stream copy check failed\n");
+  return 2.0 * static_cast<double>(bytes) / Median(times);
+}
+
+std::vector<std::shared_ptr<Member>> Join(Engine& e, uint64_t tenant, uint32_t p, Constraints c) {
+  hz::coll::Uid uid;
+  if (e.NewUid(tenant, &uid) != Status::kOk) std::abort();
+  std::vector<std::shared_ptr<Member>> m(p);
+  std::atomic<uint32_t> done{0};
+  for (uint32_t r = 0; r < p; ++r) {
+    e.Init(tenant, uid, p, r, c, [&, r](Status s, std::shared_ptr<Member> mm) {
+      if (s != Status::kOk) std::abort();
+      m[r] = std::move(mm);
+      done++;
+    });
+  }
+  while (done.load() < p) std::this_thread::yield();
+  return m;
+}
+
+// Counts completions of one collective over all ranks.
+class Latch {
+ public:
+  void Reset(uint32_t n) {
+    std::lock_guard<std::mutex> l(mu_);
+    left_ = n;
+    failed_ = false;
+  }
+  hz::coll::Done Callback() {
+    return [this](Status s) {
+      std::lock_guard<std::mutex> l(mu_);
+      failed_ |= s != Status::kOk;
+      if (--left_ == 0) cv_.notify_all();
+    };
+  }
+  bool Wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return left_ == 0; });
+    return !failed_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint32_t left_ = 0;
+  bool failed_ = false;
+};
+
+OpDesc AllReduceDesc(uint64_t seq, size_t n, float* send, float* recv) {
+  OpDesc d;
+  d.op = Op::kAllReduce;
+  d.seq = seq;
+  d.count = n;
+  d.dtype = static_cast<uint8_t>(DType::kFp32);
+  d.redop = static_cast<uint8_t>(RedOp::kSum);
+  d.send = {IoSpan{reinterpret_cast<uint8_t*>(send), n * 4}};
+  d.recv = {IoSpan{reinterpret_cast<uint8_t*>(recv), n * 4}};
+  return d;
+}
+
+void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, double stream_bps) {
+  const size_t n = bytes / 4;
+  auto m = Join(e, 1, p, Constraints{});
+  std::vector<std::unique_ptr<float[]>> send, recv;
+  for (uint32_t r = 0; r < p; ++r) {
+    send.push_back(Alloc(n, static_cast<float>(r + 1)));
+    recv.push_back(Alloc(n, 0.0f));
+  }
+  // Roughly 0.3 s of timed work per configuration, at least 3 iterations.
+  const double per_iter_guess = static_cast<double>(bytes) * 3 * p / stream_bps + 5e-6;
+  const int iters = std::clamp(static_cast<int>(0.3 / per_iter_guess), 3, 2000);
+  const int warmup = std::max(1, iters / 10);
+  auto before = e.Stats();
+  Latch latch;
+  std::vector<double> times;
+  uint64_t seq = 0;
+  bool ok = true;
+  for (int it = 0; it < warmup + iters; ++it) {
+    latch.Reset(p);
+    auto t0 = Clock::now();
+    for (uint32_t r = 0; r < p; ++r) {
+      e.Post(m[r], AllReduceDesc(seq, n, send[r].get(), recv[r].get()), latch.Callback());
+    }
+    ok &= latch.Wait();
+    double t = Seconds(Clock::now() - t0);
+    ++seq;
+    if (it >= warmup) times.push_back(t);
+  }
+  const float want = static_cast<float>(p * (p + 1) / 2);
+  for (uint32_t r = 0; r < p; ++r) {
+    ok &= recv[r][0] == want && recv[r][n / 2] == want && recv[r][n - 1] == want;
+  }
+  auto after = e.Stats();
+  std::string algo;
+  for (size_t a = 0; a < hz::coll::kAlgorithmCount; ++a) {
+    if (after.algorithms[a] > before.algorithms[a]) {
+      algo = hz::coll::AlgorithmName(static_cast<hz::coll::Algorithm>(a));
+    }
+  }
+  const double t = Median(times);
+  const double algbw = static_cast<double>(bytes) / t;
+  const double busbw = algbw * 2.0 * (p - 1) / p;
+  const double bound = stream_bps / (3.0 * p);
+  Emit({{"bench", "allreduce"},
+        {"dtype", "fp32"},
+        {"p", p},
+        {"size", bytes},
+        {"iters", iters},
+        {"time_us", t * 1e6},
+        {"time_us_min", *std::min_element(times.begin(), times.end()) * 1e6},
+        {"algbw_GBps", algbw / 1e9},
+        {"busbw_GBps", busbw / 1e9},
+        {"stream_copy_GBps", stream_bps / 1e9},
+        {"bound_GBps", bound / 1e9},
+        {"ratio_to_bound", algbw / bound},
+        {"algorithm", algo},
+        {"workers", e.workers()},
+        {"check", ok ? "ok" : "FAILED"}});
+  for (auto& mm : m) e.Destroy(mm);
+}
+
+// Two tenants, each with `comms` communicators of 2 ranks and two all-reduces
+// in flight per communicator, run for `seconds`; reports the shares.
+void BenchFairness(uint32_t workers, uint16_t prio_a, uint16_t prio_b, size_t bytes,
+                   double seconds) {
+  EngineOptions o;
+  o.worker_threads = workers;
+  Engine e(o);
+  const uint32_t p = 2, comms = 2, depth = 2;
+  const size_t n = bytes / 4;
+  struct Tenant {
+    uint64_t id;
+    uint16_t prio;
+    std::vector<std::vector<std::shared_ptr<Member>>> comms;
+    std::vector<std::unique_ptr<float[]>> bufs;
+    std::atomic<uint64_t> ops{0};
+  };
+  Tenant ta{1, prio_a, {}, {}, {}}, tb{2, prio_b, {}, {}, {}};
+  std::atomic<bool> stop{false};
+  auto run = [&](Tenant& t) {
+    Constraints c;
+    c.priority_class = t.prio;
+    for (uint32_t k = 0; k < comms; ++k) t.comms.push_back(Join(e, t.id, p, c));
+    for (uint32_t i = 0; i < comms * p * 2; ++i) t.bufs.push_back(Alloc(n, 1.0f));
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<uint64_t> next(comms, 0);
+    std::vector<uint32_t> inflight(comms, 0);  // guarded by mu
+    uint32_t total = 0;                        // guarded by mu
+    // Only this thread posts, so next[] needs no lock.
+    auto post = [&](uint32_t k) {
+      const uint64_t seq = next[k]++;
+      auto left = std::make_shared<std::atomic<uint32_t>>(p);
+      for (uint32_t r = 0; r < p; ++r) {
+        float* s = t.bufs[(k * p + r) * 2].get();
+        float* d = t.bufs[(k * p + r) * 2 + 1].get();
+        e.Post(t.comms[k][r], AllReduceDesc(seq, n, s, d), [&, k, left](Status st) {
+          if (st != Status::kOk) std::abort();
+          if (left->fetch_sub(1) == 1) {
+            t.ops++;
+            std::lock_guard<std::mutex> l(mu);
+            --inflight[k];
+            --total;
+            cv.notify_all();
+          }
+        });
+      }
+    };
+    for (;;) {
+      int k = -1;
+      {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait(l, [&] { return total < comms * depth || stop.load(); });
+        if (stop.load()) break;
+        for (uint32_t i = 0; i < comms; ++i) {
+          if (inflight[i] < depth) k = static_cast<int>(i);
+        }
+        ++inflight[k];
+        ++total;
+      }
+      post(static_cast<uint32_t>(k));
+    }
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return total == 0; });
+  };
+  // Start both, measure the window in which both are busy.
+  std::thread a([&] { run(ta); });
+  std::thread b([&] { run(tb); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both warmed up
+  auto s0 = e.Stats();
+  uint64_t a0 = ta.ops.load(), b0 = tb.ops.load();
+  auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  uint64_t a1 = ta.ops.load(), b1 = tb.ops.load();
+  double dt = Seconds(Clock::now() - t0);
+  auto s1 = e.Stats();
+  stop = true;
+  a.join();
+  b.join();
+  const EngineOptions defaults;
+  const double wa = defaults.priority_weights[prio_a], wb = defaults.priority_weights[prio_b];
+  const double bytes_a = static_cast<double>(a1 - a0) * bytes,
+               bytes_b = static_cast<double>(b1 - b0) * bytes;
+  const double busy_a = static_cast<double>(s1.tenants[1].busy_ns - s0.tenants[1].busy_ns);
+  const double busy_b = static_cast<double>(s1.tenants[2].busy_ns - s0.tenants[2].busy_ns);
+  const double want_a = wa / (wa + wb);
+  const double share_a = bytes_a / std::max(1.0, bytes_a + bytes_b);
+  const double busy_share_a = busy_a / std::max(1.0, busy_a + busy_b);
+  Emit({{"bench", "fairness"},
+        {"workers", workers},
+        {"size", bytes},
+        {"seconds", dt},
+        {"tenant_a",
+         {{"priority_class", prio_a},
+          {"weight", wa},
+          {"algbw_GBps", bytes_a / dt / 1e9},
+          {"byte_share", share_a},
+          {"worker_time_share", busy_share_a}}},
+        {"tenant_b",
+         {{"priority_class", prio_b},
+          {"weight", wb},
+          {"algbw_GBps", bytes_b / dt / 1e9},
+          {"byte_share", 1 - share_a},
+          {"worker_time_share", 1 - busy_share_a}}},
+        {"weight_share_a", want_a},
+        {"ratio_byte_share_to_weight_share_a", share_a / want_a},
+        {"ratio_time_share_to_weight_share_a", busy_share_a / want_a}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool full = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--full") == 0) {
+      full = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--full]\n", argv[0]);
+      return 2;
+    }
+  }
+  Engine engine;
+  const uint32_t workers = engine.workers();
+  const double stream = StreamCopy(workers, 256u << 20);
+  Emit({{"bench", "stream"},
+        {"kernel", "copy"},
+        {"threads", workers},
+        {"array_bytes", 256u << 20},
+        {"GBps", stream / 1e9}});
+
+  std::vector<size_t> sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
+  if (full) {
+    sizes.clear();
+    for (size_t s = 4u << 10; s <= (256u << 20); s *= 4) sizes.push_back(s);
+  }
+  for (uint32_t p : {2u, 4u, 8u}) {
+    for (size_t s : sizes) BenchAllReduce(engine, p, s, stream);
+  }
+  BenchFairness(workers, /*high*/ 2, /*low*/ 0, 4u << 20, full ? 5.0 : 2.0);
+  BenchFairness(workers, /*normal*/ 1, /*low*/ 0, 4u << 20, full ? 5.0 : 2.0);
+  return 0;
+}
