@@ -1,7 +1,11 @@
 // What a tenant sees when things go wrong: malformed requests, another
 // tenant's uid, ranks that disagree, stall or die, and the service stopping.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
 
 #include <chrono>
 #include <thread>
@@ -284,6 +288,47 @@ TEST_F(ServiceFailuresTest, SigtermAnswersEveryInFlightRequestWithShutdown) {
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
   EXPECT_EQ(svc_.Terminate(), 0) << "harmonaized exits 0 after draining";
+}
+
+}  // namespace
+}  // namespace hz::testing
+
+namespace hz::testing {
+namespace {
+
+int RunDaemon(const std::vector<std::string>& args) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<std::string> a = {HZ_HARMONAIZED_PATH};
+    a.insert(a.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(ServiceCliTest, ConfigErrorsExitWithTwo) {
+  char tmpl[] = "/tmp/hz-cfg-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  std::string bad = dir + "/bad.toml";
+  FILE* f = fopen(bad.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("[device]\nmax_regions = \"many\"\n", f);
+  fclose(f);
+  EXPECT_EQ(RunDaemon({"--config", bad, "--state-dir", dir}), 2);
+  EXPECT_EQ(RunDaemon({"--config", dir + "/missing.toml"}), 2);
+  EXPECT_EQ(RunDaemon({"--metrics-port", "99999"}), 2);
+  EXPECT_EQ(RunDaemon({"--no-such-flag"}), 2);
+  EXPECT_EQ(RunDaemon({"--help"}), 0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

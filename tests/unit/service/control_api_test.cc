@@ -1,0 +1,133 @@
+#include <gtest/gtest.h>
+
+#include "hz/service/control_api.h"
+
+namespace hz::service {
+namespace {
+
+using json = nlohmann::json;
+
+class FakeTarget : public ControlTarget {
+ public:
+  std::string CreateTenant(const TenantSpec& spec) override {
+    created.push_back(spec);
+    return reg.Create(spec);
+  }
+  std::string RemoveTenant(const std::string& name) override { return reg.Remove(name); }
+  std::string BindVm(const std::string& tenant, const std::string& path,
+                     std::string* resolved) override {
+    if (!reg.Find(tenant)) return "no tenant " + tenant;
+    *resolved = path[0] == '/' ? path : "/vms/" + path;
+    bound.push_back(*resolved);
+    return {};
+  }
+  std::string UnbindVm(const std::string& path) override {
+    return std::erase(bound, path) ? "" : path + " is not bound";
+  }
+  std::vector<std::shared_ptr<Tenant>> Tenants() const override { return reg.List(); }
+  std::vector<VmView> Vms() const override {
+    VmView v;
+    v.socket_path = "/vms/a.sock";
+    v.tenant = "t1";
+    v.listening = true;
+    DeviceInfo d;
+    d.connected = true;
+    d.hello = true;
+    d.regions = 2;
+    d.comms.push_back({1, 42, 0, 4});
+    v.devices.push_back(d);
+    return {v};
+  }
+  std::vector<CommSummary> Communicators() const override {
+    CommSummary c;
+    c.id = 42;
+    c.nranks = 4;
+    c.state = "active";
+    return {c};
+  }
+  json Status() const override { return {{"draining", false}}; }
+  json Counters() const override { return {{"requests", json::array()}}; }
+  TenantLimits DefaultTenantLimits() const override {
+    TenantLimits l;
+    l.max_regions = 7;
+    return l;
+  }
+
+  TenantRegistry reg;
+  std::vector<TenantSpec> created;
+  std::vector<std::string> bound;
+};
+
+class ControlApiTest : public ::testing::Test {
+ protected:
+  json Do(const std::string& line) { return api.Handle(line); }
+  FakeTarget target;
+  ControlApi api{&target};
+};
+
+TEST_F(ControlApiTest, MalformedInputIsAnErrorNeverACrash) {
+  for (const char* bad : {"", "{", "nul", "[1,2]", "42", "\"x\"", "{\"cmd\":5}", "{\"nocmd\":1}",
+                          "{\"cmd\":\"tenant.create\"}", "{\"cmd\":\"bogus\"}",
+                          "{\"cmd\":\"ping\",\"extra\":1}", "\xff\xfe"}) {
+    json r = Do(bad);
+    EXPECT_FALSE(r.value("ok", true)) << bad;
+    EXPECT_TRUE(r["error"].is_string()) << bad;
+  }
+}
+
+TEST_F(ControlApiTest, PingEchoesId) {
+  json r = Do(R"({"cmd":"ping","id":"abc"})");
+  EXPECT_TRUE(r["ok"].get<bool>());
+  EXPECT_EQ(r["result"], "pong");
+  EXPECT_EQ(r["id"], "abc");
+}
+
+TEST_F(ControlApiTest, TenantCreateListRemove) {
+  json r = Do(
+      R"({"cmd":"tenant.create","name":"t1","weight":3,"priority":"high","max_region_bytes":1000})");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  ASSERT_EQ(target.created.size(), 1u);
+  EXPECT_EQ(target.created[0].weight, 3u);
+  EXPECT_EQ(target.created[0].priority, HZ_PRIO_HIGH);
+  EXPECT_EQ(target.created[0].limits.max_region_bytes, 1000u);
+  EXPECT_EQ(target.created[0].limits.max_regions, 7u) << "defaults fill what is not given";
+  r = Do(R"({"cmd":"tenant.create","name":"t1"})");
+  EXPECT_FALSE(r["ok"].get<bool>());
+  EXPECT_NE(r["error"].get<std::string>().find("exists"), std::string::npos);
+  EXPECT_FALSE(Do(R"({"cmd":"tenant.create","name":"t2","weight":-1})")["ok"].get<bool>());
+  EXPECT_FALSE(Do(R"({"cmd":"tenant.create","name":"t2","priority":"urgent"})")["ok"].get<bool>());
+  EXPECT_FALSE(Do(R"({"cmd":"tenant.create","name":"t2","max_regions":1e20})")["ok"].get<bool>());
+  r = Do(R"({"cmd":"tenant.list"})");
+  ASSERT_EQ(r["result"].size(), 1u);
+  EXPECT_EQ(r["result"][0]["name"], "t1");
+  EXPECT_EQ(r["result"][0]["priority"], "high");
+  EXPECT_TRUE(Do(R"({"cmd":"tenant.remove","name":"t1"})")["ok"].get<bool>());
+  EXPECT_FALSE(Do(R"({"cmd":"tenant.remove","name":"t1"})")["ok"].get<bool>());
+}
+
+TEST_F(ControlApiTest, VmBindUnbindList) {
+  EXPECT_FALSE(Do(R"({"cmd":"vm.bind","tenant":"t1","socket":"a.sock"})")["ok"].get<bool>());
+  Do(R"({"cmd":"tenant.create","name":"t1"})");
+  json r = Do(R"({"cmd":"vm.bind","tenant":"t1","socket":"a.sock"})");
+  ASSERT_TRUE(r["ok"].get<bool>());
+  EXPECT_EQ(r["result"]["socket"], "/vms/a.sock");
+  r = Do(R"({"cmd":"vm.list"})");
+  ASSERT_EQ(r["result"].size(), 1u);
+  EXPECT_EQ(r["result"][0]["devices"][0]["communicators"][0]["comm_id"], 42);
+  EXPECT_EQ(r["result"][0]["devices"][0]["regions"], 2);
+  EXPECT_TRUE(Do(R"({"cmd":"vm.unbind","socket":"/vms/a.sock"})")["ok"].get<bool>());
+  EXPECT_FALSE(Do(R"({"cmd":"vm.unbind","socket":"/vms/a.sock"})")["ok"].get<bool>());
+  EXPECT_FALSE(Do(R"({"cmd":"vm.bind","tenant":"t1"})")["ok"].get<bool>());
+}
+
+TEST_F(ControlApiTest, ViewsOfCommunicatorsStatusCounters) {
+  json r = Do(R"({"cmd":"comm.list"})");
+  ASSERT_TRUE(r["ok"].get<bool>());
+  EXPECT_EQ(r["result"][0]["id"], 42);
+  EXPECT_EQ(r["result"][0]["state"], "active");
+  EXPECT_EQ(Do(R"({"cmd":"status"})")["result"]["draining"], false);
+  EXPECT_TRUE(Do(R"({"cmd":"counters"})")["result"]["requests"].is_array());
+}
+
+}  // namespace
+}  // namespace hz::service
