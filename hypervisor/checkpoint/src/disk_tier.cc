@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kManifest = "manifest.json";
-constexpr const char* kManifestTmp = "manifest.json.tmp";
+constexpr const char* kManifestTmp = "manifest.json.tmp";  // written by older layouts
+constexpr const char* kPendingSuffix = ".tmp";             // a step directory being written
 constexpr const char* kPolicy = "policy.json";
 constexpr const char* kPolicyTmp = "policy.json.tmp";
 constexpr const char* kData = "data";
@@ -115,6 +116,7 @@ DiskTier::~DiskTier() {
     if (w.fd >= 0) close(w.fd);
   }
   if (ring_ok_) io_uring_queue_exit(&ring_);
+  if (sync_ring_ok_) io_uring_queue_exit(&sync_ring_);
 }
 
 std::unique_ptr<DiskTier> DiskTier::Open(const Options& options, std::string* error) {
@@ -137,6 +139,12 @@ std::unique_ptr<DiskTier> DiskTier::Open(const Options& options, std::string* er
     return nullptr;
   }
   t->ring_ok_ = true;
+  rc = io_uring_queue_init(4, &t->sync_ring_, 0);
+  if (rc < 0) {
+    *error = std::string("io_uring_queue_init: ") + strerror(-rc);
+    return nullptr;
+  }
+  t->sync_ring_ok_ = true;
   return t;
 }
 
@@ -215,10 +223,20 @@ int DiskTier::OpenData(const std::string& path, int flags) {
 }
 
 Status DiskTier::BeginWrite(const Manifest& m, uint64_t* write_id) {
-  fs::path dir = StepDir(m.tenant, m.stream, m.step);
+  fs::path final_dir = StepDir(m.tenant, m.stream, m.step);
+  fs::path dir = final_dir.string() + kPendingSuffix;
   std::error_code ec;
   fs::remove_all(dir, ec);  // leftovers of an aborted attempt at this step
-  if (!MakeDirDurable(dir)) return Status::kIo;
+  if (fs::exists(final_dir, ec)) {
+    // Only a directory the engine did not adopt (its manifest failed to
+    // verify) can hold a step that is being saved again.
+    spdlog::warn("checkpoint: replacing unadopted {}", final_dir.string());
+    fs::remove_all(final_dir, ec);
+  }
+  // The stream directory is made durable once; the pending directory needs no
+  // durability until Commit renames it.
+  if (!MakeDirDurable(dir.parent_path())) return Status::kIo;
+  if (mkdir(dir.c_str(), 0750) != 0) return Status::kIo;
   int fd = OpenData((dir / kData).string(), O_WRONLY | O_CREAT | O_TRUNC);
   if (fd < 0) {
     fs::remove_all(dir, ec);
@@ -232,6 +250,7 @@ Status DiskTier::BeginWrite(const Manifest& m, uint64_t* write_id) {
     fs::remove_all(dir, ec);
     return Status::kIo;
   }
+  std::lock_guard<std::mutex> l(writes_mu_);
   uint64_t id = next_write_id_++;
   writes_[id] = Write{fd, dir.string(), m.chunk_bytes};
   *write_id = id;
@@ -241,7 +260,11 @@ Status DiskTier::BeginWrite(const Manifest& m, uint64_t* write_id) {
 bool DiskTier::Queue(Op* op) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
   if (sqe == nullptr) return false;
-  int fd = writes_[op->write_id].fd;
+  int fd;
+  {
+    std::lock_guard<std::mutex> l(writes_mu_);
+    fd = writes_[op->write_id].fd;
+  }
   if (op->buf_index >= 0 && registered_) {
     io_uring_prep_write_fixed(sqe, fd, op->data, static_cast<unsigned>(op->len), op->offset,
                               op->buf_index);
@@ -254,9 +277,14 @@ bool DiskTier::Queue(Op* op) {
 
 Status DiskTier::SubmitChunk(uint64_t write_id, uint64_t index, const uint8_t* data, size_t padded,
                              int buf_index, uint64_t token) {
-  auto it = writes_.find(write_id);
-  if (it == writes_.end() || in_flight_ >= queue_depth_) return Status::kInvalid;
-  auto* op = new Op{write_id, token, data, padded, index * it->second.chunk_bytes, buf_index};
+  uint64_t chunk_bytes;
+  {
+    std::lock_guard<std::mutex> l(writes_mu_);
+    auto it = writes_.find(write_id);
+    if (it == writes_.end() || in_flight_ >= queue_depth_) return Status::kInvalid;
+    chunk_bytes = it->second.chunk_bytes;
+  }
+  auto* op = new Op{write_id, token, data, padded, index * chunk_bytes, buf_index};
   if (!Queue(op)) {
     delete op;
     return Status::kIo;
@@ -299,27 +327,68 @@ void DiskTier::Poll(uint64_t wait_us, std::vector<Completion>* out) {
   }
 }
 
+// Flushes two files at once (their flushes share one journal commit on
+// journalling filesystems), on the commit ring so chunk writes are not mixed in.
+bool DiskTier::SyncBoth(int data_fd, int manifest_fd) {
+  io_uring_sqe* a = io_uring_get_sqe(&sync_ring_);
+  io_uring_sqe* b = io_uring_get_sqe(&sync_ring_);
+  if (a == nullptr || b == nullptr) return false;
+  io_uring_prep_fsync(a, data_fd, IORING_FSYNC_DATASYNC);
+  io_uring_prep_fsync(b, manifest_fd, 0);
+  if (io_uring_submit(&sync_ring_) != 2) return false;
+  bool ok = true;
+  for (int i = 0; i < 2; ++i) {
+    io_uring_cqe* cqe = nullptr;
+    int rc;
+    do {
+      rc = io_uring_wait_cqe(&sync_ring_, &cqe);
+    } while (rc == -EINTR);
+    if (rc < 0) return false;
+    ok = ok && cqe->res == 0;
+    io_uring_cqe_seen(&sync_ring_, cqe);
+  }
+  return ok;
+}
+
 Status DiskTier::Commit(uint64_t write_id, const Manifest& m) {
-  auto it = writes_.find(write_id);
-  if (it == writes_.end()) return Status::kInvalid;
-  Write w = it->second;
-  writes_.erase(it);
-  // Data first: the manifest must never name bytes that are not on disk.
-  bool ok = fdatasync(w.fd) == 0;
+  Write w;
+  {
+    std::lock_guard<std::mutex> l(writes_mu_);
+    auto it = writes_.find(write_id);
+    if (it == writes_.end()) return Status::kInvalid;
+    w = it->second;
+    writes_.erase(it);
+  }
+  fs::path pending(w.dir);
+  fs::path final_dir = StepDir(m.tenant, m.stream, m.step);
+  std::error_code ec;
+  // 1. The manifest next to the data, then data and manifest durable together:
+  //    the manifest must never become visible naming bytes not on disk.
+  std::string text = EncodeManifest(m);
+  int mfd = open((pending / kManifest).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  bool ok = mfd >= 0;
+  for (size_t done = 0; ok && done < text.size();) {
+    ssize_t n = write(mfd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  if (ok) ok = SyncBoth(w.fd, mfd);
+  if (mfd >= 0) close(mfd);
   close(w.fd);
-  fs::path dir(w.dir);
-  if (ok) ok = WriteFileAtomic(dir, kManifestTmp, kManifest, EncodeManifest(m));
-  // The step directory's own entry in the stream directory.
-  if (ok) ok = FsyncPath(dir.parent_path().string(), true);
+  // 2. The commit point: the pending directory takes the step's name, and the
+  //    stream directory is flushed so the new name is durable.
+  if (ok) ok = rename(pending.c_str(), final_dir.c_str()) == 0;
+  if (ok) ok = FsyncPath(final_dir.parent_path().string(), true);
   if (!ok) {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+    fs::remove_all(pending, ec);
     return Status::kIo;
   }
   return Status::kOk;
 }
 
 void DiskTier::Abort(uint64_t write_id) {
+  std::lock_guard<std::mutex> l(writes_mu_);
   auto it = writes_.find(write_id);
   if (it == writes_.end()) return;
   close(it->second.fd);
@@ -406,6 +475,15 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
       for (const auto& d : fs::directory_iterator(s.path(), ec3)) {
         std::string name = d.path().filename().string();
         uint64_t step = 0;
+        std::error_code ec5;
+        if (d.is_directory() && name.size() == 20 + strlen(kPendingSuffix) &&
+            name.compare(20, std::string::npos, kPendingSuffix) == 0 &&
+            ParseNumber(name.substr(0, 20), UINT64_MAX, &step)) {
+          // A persist that never reached its commit point.
+          fs::remove_all(d.path(), ec5);
+          cleaned->push_back(d.path().string());
+          continue;
+        }
         if (!d.is_directory() || name.size() != 20 || !ParseNumber(name, UINT64_MAX, &step)) {
           continue;
         }

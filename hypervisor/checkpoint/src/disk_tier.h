@@ -6,6 +6,11 @@
 //   <root>/<tenant>/<stream>/<step, 20 digits>/data           chunks at i * chunk_bytes
 //   <root>/<tenant>/<stream>/<step, 20 digits>/manifest.json  the commit record
 //
+// A checkpoint is written under "<step>.tmp/" (data, then manifest.json), both
+// files are flushed, and the directory is renamed to "<step>/" and the stream
+// directory flushed: the rename is the commit point. Start-up removes every
+// "<step>.tmp/" and every step directory without a manifest.
+//
 // Where the filesystem refuses O_DIRECT (tmpfs), files are written through the
 // page cache and made durable with fdatasync; a warning is logged once.
 #ifndef HZ_CHECKPOINT_DISK_TIER_H_
@@ -16,6 +21,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -83,6 +89,7 @@ class DiskTier : public Tier {
   explicit DiskTier(const Options& options);
   int OpenData(const std::string& path, int flags);
   bool Queue(Op* op);
+  bool SyncBoth(int data_fd, int manifest_fd);
 
   std::string root_;
   unsigned queue_depth_;
@@ -91,7 +98,10 @@ class DiskTier : public Tier {
   bool registered_ = false;
   io_uring ring_{};
   bool ring_ok_ = false;
+  io_uring sync_ring_{};  // commit-time flushes, apart from the chunk writes
+  bool sync_ring_ok_ = false;
   size_t in_flight_ = 0;
+  std::mutex writes_mu_;  // Commit may run on another thread than the writes
   uint64_t next_write_id_ = 1;
   std::map<uint64_t, Write> writes_;
 };

@@ -162,10 +162,17 @@ Engine::Impl::~Impl() {
   staging_cv_.notify_all();
   durable_cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  {
+    std::lock_guard<std::mutex> l(commit_mu_);
+    commit_stop_ = true;
+  }
+  commit_cv_.notify_all();
+  if (committer_.joinable()) committer_.join();
 }
 
 void Engine::Impl::Start() {
   worker_ = std::thread([this] { WorkerLoop(); });
+  committer_ = std::thread([this] { CommitLoop(); });
 }
 
 bool Engine::Impl::Recover(std::string* error) {
@@ -317,6 +324,8 @@ Status Engine::Impl::PlaceLocked(TenantId tenant, StreamId stream, const StreamS
   if (need > t.limits.disk_bytes || t.stats.disk_bytes > t.limits.disk_bytes - need) {
     return Status::kLimit;
   }
+  // Reserved now, so concurrent saves cannot overshoot the quota together.
+  t.stats.disk_bytes += need;
   *disk_reserved = need;
   return Status::kOk;
 }
@@ -336,7 +345,6 @@ std::shared_ptr<Ckpt> Engine::Impl::AdmitLocked(TenantId tenant, StreamId stream
     t.memory_chunks += c->chunks.size();
     memory_tier_chunks_ += c->chunks.size();
   }
-  t.stats.disk_bytes += disk_reserved;
   t.stats.saves++;
   s->ckpts[manifest.step] = c;
   auto job = std::make_shared<Job>();
@@ -477,6 +485,7 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   st = AcquireLocked(lock, req.tenant, nchunks, deadline, &chunks, &waited_us);
   s = StreamLocked(req.tenant, req.stream);  // the map may have changed while waiting
   if (st != Status::kOk) {
+    TenantLocked(req.tenant).stats.disk_bytes -= disk_reserved;
     if (s != nullptr && s->last_step == req.step) {
       s->has_step = had_step;
       s->last_step = prev_step;
@@ -507,6 +516,7 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   lock.lock();
   s = StreamLocked(req.tenant, req.stream);
   if (s == nullptr) {  // cannot happen today: streams are never removed
+    TenantLocked(req.tenant).stats.disk_bytes -= disk_reserved;
     TenantLocked(req.tenant).held_chunks -= chunks.size();
     pool_->Release(chunks);
     return Status::kNotFound;
@@ -548,7 +558,6 @@ Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
     if (req.slices[i].len != m.slice_sizes[i]) return Status::kInvalid;
     if (req.slices[i].len != 0 && req.slices[i].data == nullptr) return Status::kInvalid;
   }
-  TenantState& t = TenantLocked(req.tenant);
   const uint64_t cb = m.chunk_bytes;
   const uint64_t nchunks = m.num_chunks();
   std::vector<const uint8_t*> chunk_ptr(nchunks);
@@ -603,10 +612,9 @@ Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
     c->pins--;
     MaybeReleaseLocked(req.tenant, c.get());
   }
-  TenantState& t2 = TenantLocked(req.tenant);
-  (void)t;
-  if (st == Status::kOk) t2.stats.restores++;
-  if (st == Status::kCorrupt) t2.stats.corrupt_restores++;
+  TenantState& t = TenantLocked(req.tenant);
+  if (st == Status::kOk) t.stats.restores++;
+  if (st == Status::kCorrupt) t.stats.corrupt_restores++;
   return st;
 }
 

@@ -147,6 +147,8 @@ class Engine::Impl {
   bool SubmitMore(uint64_t now_us, uint64_t* retry_us);
   void OnCompletions(const std::vector<Tier::Completion>& done);
   void FinishJob(const std::shared_ptr<Job>& job);
+  void CommitLoop();
+  void CompleteJob(const std::shared_ptr<Job>& job, Status st, bool cancelled);
   void Settle(const std::shared_ptr<Job>& job);
   void AbandonAll();
 
@@ -174,6 +176,13 @@ class Engine::Impl {
   std::map<uint64_t, std::shared_ptr<Job>> in_flight_jobs_;      // by job id
   std::map<TenantId, uint64_t> last_start_us_;
   std::thread worker_;
+
+  // Commit thread: flushes and renames while the worker keeps writing.
+  std::mutex commit_mu_;
+  std::condition_variable commit_cv_;
+  std::deque<std::shared_ptr<Job>> commits_;
+  bool commit_stop_ = false;
+  std::thread committer_;
 };
 
 }  // namespace hz::checkpoint

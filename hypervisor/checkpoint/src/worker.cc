@@ -241,17 +241,43 @@ void Engine::Impl::FinishJob(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> l(mu_);
     cancelled = job->ckpt->cancelled;
   }
-  Status st = Status::kOk;
+  in_flight_jobs_.erase(job->id);
   if (job->failed || cancelled || !job->started) {
     if (job->started) disk_->Abort(job->write_id);
-    st = Status::kIo;
-  } else {
-    job->manifest.time_s = WallTime10s();
-    st = disk_->Commit(job->write_id, job->manifest);
+    CompleteJob(job, Status::kIo, cancelled);
+    return;
   }
-  in_flight_jobs_.erase(job->id);
-  uint64_t finished_us = SteadyNowUs();
+  // The commit's flushes run on the commit thread; the worker moves on.
+  {
+    std::lock_guard<std::mutex> l(commit_mu_);
+    commits_.push_back(job);
+  }
+  commit_cv_.notify_one();
+}
 
+void Engine::Impl::CommitLoop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> l(commit_mu_);
+      commit_cv_.wait(l, [&] { return commit_stop_ || !commits_.empty(); });
+      if (commits_.empty()) return;  // stopping with nothing left
+      job = commits_.front();
+      commits_.pop_front();
+    }
+    job->manifest.time_s = WallTime10s();
+    Status st = disk_->Commit(job->write_id, job->manifest);
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      cancelled = job->ckpt->cancelled;
+    }
+    CompleteJob(job, st, cancelled);
+  }
+}
+
+void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool cancelled) {
+  uint64_t finished_us = SteadyNowUs();
   std::vector<PendingEvent> events;
   std::vector<std::shared_ptr<Ckpt>> remove;
   {

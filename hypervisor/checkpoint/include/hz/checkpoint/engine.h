@@ -17,6 +17,11 @@
 // Restore verifies the size and checksum of every chunk before the first byte
 // is written to the destination. On start-up the engine adopts every committed
 // checkpoint under its root and removes what an interrupted persist left.
+// Memory-tier checkpoints live in this process's staging pool: they survive
+// the guest, not a restart of the host service (policies do).
+//
+// Quotas: a tenant's disk quota must hold retention + 1 checkpoints, since
+// the oldest is evicted only after the newest is committed.
 //
 // Disk layout: <root>/<tenant>/<stream>/policy.json and
 //              <root>/<tenant>/<stream>/<step, 20 digits>/{data,manifest.json}

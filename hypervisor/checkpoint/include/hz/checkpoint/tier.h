@@ -7,8 +7,10 @@
 // The host-memory tier is not a Tier: it is the staging pool keeping a sealed
 // snapshot instead of releasing it (see engine.h).
 //
-// A Tier is driven by one thread (the engine's persist worker) except Read,
-// Remove and the policy calls, which may run concurrently on other threads.
+// A Tier is driven by one thread (the engine's persist worker) except Commit,
+// which runs on a commit thread (one commit at a time) so a commit's flushes
+// do not hold up other checkpoints' writes, and Read and Remove, which may run
+// concurrently on any thread.
 #ifndef HZ_CHECKPOINT_TIER_H_
 #define HZ_CHECKPOINT_TIER_H_
 

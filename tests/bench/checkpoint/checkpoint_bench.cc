@@ -1,0 +1,305 @@
+// Checkpoint engine benchmark. Every figure is a ratio against a reference
+// measured in the same run, on the same machine and filesystem:
+//   save_stall          Save() time vs a plain memcpy of the same bytes (goal <= 1.5)
+//   persist_throughput  background persist vs raw O_DIRECT sequential writes (goal >= 0.85)
+//   tenant_stall        the tenant's own write()+fsync() of the state vs Save()'s stall
+//   two_tenants         two tenants saving at once: each one's persist throughput, Jain's index
+// Sizes 64 and 256 MiB by default; --full adds 1 GiB. One JSON object per line.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "hz/checkpoint/engine.h"
+
+namespace {
+
+using namespace hz::checkpoint;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr size_t kMiB = 1u << 20;
+constexpr size_t kBlock = 4 * kMiB;
+constexpr int kSlices = 8;  // a state is several tensors, not one buffer
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Page-aligned, touched memory (so no measurement pays first-touch faults).
+struct Buffer {
+  explicit Buffer(size_t n) : len(n) {
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      perror("mmap");
+      exit(1);
+    }
+    data = static_cast<uint8_t*>(p);
+    for (size_t i = 0; i < n; i += 8) {
+      uint64_t x = i * 0x9e3779b97f4a7c15ull;
+      std::memcpy(data + i, &x, std::min<size_t>(8, n - i));
+    }
+  }
+  ~Buffer() { munmap(data, len); }
+  uint8_t* data;
+  size_t len;
+};
+
+std::vector<IoSpan> Slices(const Buffer& b) {
+  std::vector<IoSpan> s;
+  size_t each = b.len / kSlices;
+  for (int i = 0; i < kSlices; ++i) {
+    size_t off = each * i;
+    size_t len = i == kSlices - 1 ? b.len - off : each;
+    s.push_back({b.data + off, len});
+  }
+  return s;
+}
+
+double MemcpySeconds(const std::vector<IoSpan>& slices, Buffer& dst) {
+  auto t0 = Clock::now();
+  size_t off = 0;
+  for (const IoSpan& s : slices) {
+    std::memcpy(dst.data + off, s.data, s.len);
+    off += s.len;
+  }
+  return Seconds(Clock::now() - t0);
+}
+
+// The reference writer: one O_DIRECT pwrite of 4 MiB at a time to a fresh
+// file, then fdatasync (durable throughput, as the engine's).
+double RawDirectSeconds(const std::string& path, const Buffer& src) {
+  fs::remove(path);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0640);
+  bool direct = fd >= 0;
+  if (fd < 0) fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    perror("open");
+    exit(1);
+  }
+  (void)direct;
+  auto t0 = Clock::now();
+  for (size_t off = 0; off < src.len; off += kBlock) {
+    size_t n = std::min(kBlock, src.len - off);
+    if (pwrite(fd, src.data + off, n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) {
+      perror("pwrite");
+      exit(1);
+    }
+  }
+  fdatasync(fd);
+  double s = Seconds(Clock::now() - t0);
+  close(fd);
+  fs::remove(path);
+  return s;
+}
+
+// What a tenant does without the service: write the state to a file and
+// fsync it before training resumes (torch.save + sync). All of it is stall.
+double TenantWriteFsyncSeconds(const std::string& path, const std::vector<IoSpan>& slices) {
+  fs::remove(path);
+  auto t0 = Clock::now();
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  for (const IoSpan& s : slices) {
+    size_t done = 0;
+    while (done < s.len) {
+      ssize_t n = write(fd, s.data + done, s.len - done);
+      if (n <= 0) {
+        perror("write");
+        exit(1);
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+  fsync(fd);
+  close(fd);
+  double s = Seconds(Clock::now() - t0);
+  fs::remove(path);
+  return s;
+}
+
+void Emit(json j) {
+  j["bench"] = "checkpoint";
+  std::cout << j.dump() << std::endl;
+}
+
+struct EngineRun {
+  double stall_s = 0;
+  double persist_s = 0;  // Save return to durable
+};
+
+EngineRun SaveAndPersist(Engine& eng, TenantId tenant, uint64_t step,
+                         const std::vector<IoSpan>& slices) {
+  EngineRun r;
+  SaveResult sr;
+  auto t0 = Clock::now();
+  Status st = eng.Save({tenant, 1, step, slices, {}}, &sr);
+  auto t1 = Clock::now();
+  if (st != Status::kOk) {
+    std::cerr << "save failed: " << StatusName(st) << "\n";
+    exit(1);
+  }
+  st = eng.WaitDurable(tenant, 1, step, std::chrono::minutes(10));
+  auto t2 = Clock::now();
+  if (st != Status::kOk) {
+    std::cerr << "persist failed: " << StatusName(st) << "\n";
+    exit(1);
+  }
+  r.stall_s = Seconds(t1 - t0);
+  r.persist_s = Seconds(t2 - t1);
+  return r;
+}
+
+double Jain(const std::vector<double>& x) {
+  double sum = 0, sq = 0;
+  for (double v : x) {
+    sum += v;
+    sq += v * v;
+  }
+  return sq == 0 ? 0 : sum * sum / (static_cast<double>(x.size()) * sq);
+}
+
+void RunSize(const std::string& dir, size_t bytes, int reps, unsigned copy_threads,
+             unsigned queue_depth) {
+  Buffer state(bytes);
+  Buffer dst(bytes);
+  auto slices = Slices(state);
+  std::string root = dir + "/engine";
+  fs::remove_all(root);
+  EngineConfig cfg;
+  cfg.root = root;
+  cfg.chunk_bytes = kBlock;
+  cfg.staging_bytes = bytes + 2 * kBlock;
+  cfg.memory_tier_bytes = 0;
+  cfg.copy_threads = copy_threads;
+  cfg.queue_depth = queue_depth;
+  std::string err;
+  auto eng = Engine::Open(cfg, &err);
+  if (!eng) {
+    std::cerr << "engine: " << err << "\n";
+    exit(1);
+  }
+  Policy p;
+  p.retention = 1;
+  p.stall_budget_ms = 600000;
+  eng->SetPolicy(1, 1, p);
+
+  std::vector<double> memcpy_s, stall_s, persist_s, raw_s, tenant_s;
+  MemcpySeconds(slices, dst);  // warm-up
+  for (int r = 0; r < reps; ++r) {
+    memcpy_s.push_back(MemcpySeconds(slices, dst));
+    EngineRun run = SaveAndPersist(*eng, 1, r + 1, slices);
+    stall_s.push_back(run.stall_s);
+    persist_s.push_back(run.persist_s);
+    raw_s.push_back(RawDirectSeconds(dir + "/raw.bin", state));
+    tenant_s.push_back(TenantWriteFsyncSeconds(dir + "/tenant.bin", slices));
+  }
+  Stats st = eng->GetStats();
+  double gb = static_cast<double>(bytes) / 1e9;
+  Emit({{"metric", "save_stall"},
+        {"size_bytes", bytes},
+        {"reps", reps},
+        {"stall_ms", Median(stall_s) * 1e3},
+        {"memcpy_ms", Median(memcpy_s) * 1e3},
+        {"memcpy_gbps", gb / Median(memcpy_s)},
+        {"ratio_vs_memcpy", Median(stall_s) / Median(memcpy_s)},
+        {"goal", "<= 1.5"},
+        {"copy_threads", copy_threads}});
+  Emit({{"metric", "persist_throughput"},
+        {"size_bytes", bytes},
+        {"reps", reps},
+        {"engine_gbps", gb / Median(persist_s)},
+        {"raw_odirect_gbps", gb / Median(raw_s)},
+        {"ratio_vs_raw", Median(raw_s) / Median(persist_s)},
+        {"goal", ">= 0.85"},
+        {"direct_io", st.direct_io},
+        {"registered_buffers", st.registered_buffers},
+        {"queue_depth", queue_depth}});
+  Emit({{"metric", "tenant_stall"},
+        {"size_bytes", bytes},
+        {"reps", reps},
+        {"tenant_write_fsync_ms", Median(tenant_s) * 1e3},
+        {"harmonaize_stall_ms", Median(stall_s) * 1e3},
+        {"ratio_tenant_over_harmonaize", Median(tenant_s) / Median(stall_s)}});
+  eng.reset();
+  fs::remove_all(root);
+
+  // Two tenants, each with half the bytes, saving at the same moment.
+  cfg.staging_bytes = bytes + 4 * kBlock;
+  eng = Engine::Open(cfg, &err);
+  if (!eng) {
+    std::cerr << "engine: " << err << "\n";
+    exit(1);
+  }
+  eng->SetPolicy(1, 1, p);
+  eng->SetPolicy(2, 1, p);
+  Buffer half_a(bytes / 2), half_b(bytes / 2);
+  auto sa = Slices(half_a), sb = Slices(half_b);
+  std::vector<double> ta, tb, jain, raw2;
+  for (int r = 0; r < reps; ++r) {
+    EngineRun ra, rb;
+    std::thread a([&] { ra = SaveAndPersist(*eng, 1, r + 1, sa); });
+    std::thread b([&] { rb = SaveAndPersist(*eng, 2, r + 1, sb); });
+    a.join();
+    b.join();
+    double hg = static_cast<double>(bytes / 2) / 1e9;
+    ta.push_back(hg / ra.persist_s);
+    tb.push_back(hg / rb.persist_s);
+    jain.push_back(Jain({ta.back(), tb.back()}));
+    raw2.push_back(RawDirectSeconds(dir + "/raw.bin", state));
+  }
+  Emit({{"metric", "two_tenants"},
+        {"size_bytes_each", bytes / 2},
+        {"reps", reps},
+        {"tenant1_gbps", Median(ta)},
+        {"tenant2_gbps", Median(tb)},
+        {"jain_index", Median(jain)},
+        {"raw_odirect_gbps", gb / Median(raw2)},
+        {"ratio_sum_vs_raw", (Median(ta) + Median(tb)) / (gb / Median(raw2))}});
+  eng.reset();
+  fs::remove_all(root);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"HarmonAIze checkpoint engine benchmark (JSON lines)"};
+  bool full = false;
+  int reps = 5;
+  std::string dir = (fs::current_path() / "checkpoint-bench-scratch").string();
+  unsigned copy_threads = 2, queue_depth = 16;
+  std::vector<size_t> only_mib;
+  app.add_flag("--full", full, "also run 1 GiB");
+  app.add_option("--size-mib", only_mib, "run only these sizes (MiB)");
+  app.add_option("--reps", reps, "repetitions per measurement (median reported)")
+      ->check(CLI::Range(1, 50));
+  app.add_option("--dir", dir, "scratch directory on the filesystem under test (not tmpfs)");
+  app.add_option("--copy-threads", copy_threads, "snapshot copy threads")->check(CLI::Range(1, 16));
+  app.add_option("--queue-depth", queue_depth, "io_uring writes in flight")
+      ->check(CLI::Range(1, 256));
+  CLI11_PARSE(app, argc, argv);
+  fs::create_directories(dir);
+  std::vector<size_t> sizes = {64 * kMiB, 256 * kMiB};
+  if (full) sizes.push_back(1024 * kMiB);
+  if (!only_mib.empty()) {
+    sizes.clear();
+    for (size_t m : only_mib) sizes.push_back(m * kMiB);
+  }
+  for (size_t s : sizes) RunSize(dir, s, reps, copy_threads, queue_depth);
+  fs::remove_all(dir);
+  return 0;
+}
