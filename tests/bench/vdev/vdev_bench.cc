@@ -356,6 +356,8 @@ int main(int argc, char** argv) {
   double seconds = 2.0;
   bool long_run = false;
   bool no_pin = false;
+  std::string only;
+  app.add_option("--only", only, "run only the cases whose name contains this (profiling)");
   app.add_option("--seconds", seconds, "measurement time per case (default 2)");
   app.add_flag("--long", long_run, "10 s per case instead of the default");
   app.add_flag("--no-pin", no_pin, "do not pin processes to CPUs 0 and 1");
@@ -382,28 +384,30 @@ int main(int argc, char** argv) {
          {"message_bytes", kMsg},
          {"seconds_per_case", seconds}});
 
-  Result eventfd = EventfdPingPong(seconds);
-  Report(eventfd);
-  Result unix64 = UnixPingPong(seconds);
-  Report(unix64);
-  Result spsc1 = SpscRing(seconds, 1);
-  Report(spsc1);
-  Result spsc32 = SpscRing(seconds, 32);
-  Report(spsc32);
-
-  Result irq1 = VdevRoundTrips(path, false, 1, seconds);
-  Report(irq1);
-  Result irq32 = VdevRoundTrips(path, false, 32, seconds);
-  Report(irq32);
-  Result poll1 = VdevRoundTrips(path, true, 1, seconds);
-  Report(poll1);
-  Result poll32 = VdevRoundTrips(path, true, 32, seconds);
-  Report(poll32);
+  auto want = [&](const char* name) { return only.empty() || std::strstr(name, only.c_str()); };
+  Result eventfd("eventfd_pingpong"), unix64("unix_socket_64b"), spsc1("shm_spsc_ring"),
+      spsc32("shm_spsc_ring", 32), irq1("vdev_interrupt"), irq32("vdev_interrupt", 32),
+      poll1("vdev_busy_poll"), poll32("vdev_busy_poll", 32);
+  if (want("eventfd_pingpong")) Report(eventfd = EventfdPingPong(seconds));
+  if (want("unix_socket_64b")) Report(unix64 = UnixPingPong(seconds));
+  if (want("shm_spsc_ring")) {
+    Report(spsc1 = SpscRing(seconds, 1));
+    Report(spsc32 = SpscRing(seconds, 32));
+  }
+  if (want("vdev_interrupt")) {
+    Report(irq1 = VdevRoundTrips(path, false, 1, seconds));
+    Report(irq32 = VdevRoundTrips(path, false, 32, seconds));
+  }
+  if (want("vdev_busy_poll")) {
+    Report(poll1 = VdevRoundTrips(path, true, 1, seconds));
+    Report(poll32 = VdevRoundTrips(path, true, 32, seconds));
+  }
 
   kill(backend, SIGTERM);
   waitpid(backend, nullptr, 0);
   unlink(path.c_str());
 
+  if (!only.empty()) return 0;
   auto ratio = [](const char* name, double value, const char* goal, bool met) {
     Print({{"bench", "vdev"}, {"ratio", name}, {"value", value}, {"goal", goal}, {"met", met}});
   };

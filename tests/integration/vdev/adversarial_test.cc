@@ -6,10 +6,13 @@
 // same back-end keeps working.
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -858,6 +861,167 @@ TEST_F(VdevAdversarialRing, AvailRingAbuse) {
       kN + 5);
   RunCase("head out of range", [](HandRing&) { return uint16_t{kN + 7}; });
   RunCase("head 0xffff", [](HandRing&) { return uint16_t{0xffff}; });
+}
+
+// Memory changes under a running ring: the ring's own region removed or
+// replaced, ring parameters changed while it runs, and a chain whose
+// writable buffer is the ring itself.
+TEST_F(VdevAdversarialRing, MemoryAndRingChangesUnderARunningRing) {
+  const uint64_t one = 1;
+  auto start = [&](RawConn& c) {
+    ring_ = std::make_unique<HandRing>();
+    return OpenWithRing(c, *ring_, kick_, call_, err_);
+  };
+  auto after = [&](RawConn& c, const std::string& name) {
+    // Kick a chain: no crash, and the connection answers or was closed.
+    ring_->SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
+    ring_->SetDesc(1, kData + 64, 8, VRING_DESC_F_WRITE, 0);
+    ring_->PushAvail(0, kN);
+    EXPECT_EQ(write(kick_, &one, 8), 8);
+    std::this_thread::sleep_for(30ms);
+    EXPECT_TRUE(AliveOrClosed(c)) << name;
+    vu::VringState st{kQ, 0};
+    if (c.Send(vu::kGetVringBase, vu::kVersion, &st, sizeof(st))) {
+      EXPECT_TRUE(Terminates(c)) << name;
+    }
+    uint64_t drain;
+    (void)!read(err_, &drain, 8);
+    (void)!read(call_, &drain, 8);
+    Finish(c, name);
+    ring_.reset();
+  };
+  {
+    HandRing other;
+    RawConn c;
+    ASSERT_TRUE(start(c));
+    vu::SingleMemRegion add{};
+    add.region = other.region();
+    add.region.guest_phys_addr = 0x40000000;
+    const int fd = other.memfd();
+    ASSERT_EQ(c.Acked(vu::kAddMemReg, &add, sizeof(add), {&fd, 1}), 0u);
+    vu::SingleMemRegion rem{};
+    rem.region = ring_->region();
+    (void)c.Acked(vu::kRemMemReg, &rem, sizeof(rem));  // refused or ring broken
+    after(c, "ring region removed");
+  }
+  {
+    HandRing other;
+    RawConn c;
+    ASSERT_TRUE(start(c));
+    vu::MemTable t{};
+    t.nregions = 1;
+    t.regions[0] = other.region();
+    const int fd = other.memfd();
+    (void)c.Acked(vu::kSetMemTable, &t, 8 + 32, {&fd, 1});
+    after(c, "memory table replaced under the ring");
+  }
+  {
+    RawConn c;
+    ASSERT_TRUE(start(c));
+    vu::VringState num{kQ, 8};
+    (void)c.Acked(vu::kSetVringNum, &num, sizeof(num));
+    vu::VringAddr a{kQ, 0, ring_->uva(0x8000), ring_->uva(0x9000), ring_->uva(0x8800), 0};
+    (void)c.Acked(vu::kSetVringAddr, &a, sizeof(a));
+    vu::VringState base{kQ, 1000};
+    (void)c.Acked(vu::kSetVringBase, &base, sizeof(base));
+    after(c, "ring parameters changed while running");
+  }
+  {
+    RawConn c;
+    ASSERT_TRUE(start(c));
+    // The echo's output lands on the descriptor table and the used ring.
+    std::memset(ring_->host() + HandRing::kDataOff, 0xff, 64);
+    ring_->SetDesc(0, kData, 64, VRING_DESC_F_NEXT, 1);
+    ring_->SetDesc(1, HandRing::kGpa + HandRing::kDescOff, 32,
+                   VRING_DESC_F_WRITE | VRING_DESC_F_NEXT, 2);
+    ring_->SetDesc(2, HandRing::kGpa + HandRing::kUsedOff, 32, VRING_DESC_F_WRITE, 0);
+    ring_->PushAvail(0, kN);
+    EXPECT_EQ(write(kick_, &one, 8), 8);
+    std::this_thread::sleep_for(30ms);
+    EXPECT_TRUE(AliveOrClosed(c));
+    after(c, "echo into the ring itself");
+  }
+  {
+    RawConn c;
+    ASSERT_TRUE(start(c));
+    // Used ring straddling the end of the region: refused at ADDR or start.
+    vu::VringState stop{kQ, 0};
+    ASSERT_TRUE(c.Send(vu::kGetVringBase, vu::kVersion, &stop, sizeof(stop)));
+    RawReply r;
+    ASSERT_EQ(c.Recv(&r), Got::kReply);
+    vu::VringAddr a{kQ, 0, ring_->uva(0), ring_->uva(HandRing::kSize - 8), ring_->uva(0x1000), 0};
+    const uint64_t ack = c.Acked(vu::kSetVringAddr, &a, sizeof(a));
+    if (ack == 0) {
+      EXPECT_NE(c.AckedU64(vu::kSetVringKick, kQ, {&kick_, 1}), 0u) << "used ring past the end";
+    }
+    EXPECT_TRUE(AliveOrClosed(c));
+    Finish(c, "used ring past the region end");
+    ring_.reset();
+  }
+}
+
+TEST_F(VdevAdversarial, MemorySlotsExhausted) {
+  RawConn c;
+  ASSERT_TRUE(OpenAndHandshake(c));
+  uint64_t slots = 0;
+  ASSERT_TRUE(c.GetU64(vu::kGetMaxMemSlots, &slots));
+  ASSERT_GT(slots, 0u);
+  ASSERT_LT(slots, 1024u);
+  std::vector<int> fds;
+  bool refused = false;
+  for (uint64_t i = 0; i <= slots && !refused; ++i) {
+    int fd = memfd_create("slot", MFD_CLOEXEC);
+    ASSERT_EQ(ftruncate(fd, 4096), 0);
+    fds.push_back(fd);
+    vu::SingleMemRegion m{};
+    m.region = {0x100000 * (i + 1), 4096, 0x7e0000000000ull + i * 0x100000, 0};
+    refused = c.Acked(vu::kAddMemReg, &m, sizeof(m), {&fd, 1}) != 0;
+    if (refused) {
+      EXPECT_EQ(i, slots) << "refused before the advertised slot count";
+    }
+  }
+  EXPECT_TRUE(refused) << "accepted more regions than GET_MAX_MEM_SLOTS (" << slots << ")";
+  for (int fd : fds) close(fd);  // the back-end holds its own copies until the close
+  Finish(c, "memory slots exhausted");
+}
+
+// A front-end that sends requests and never reads the replies. The back-end
+// may drop it, but the good connection on the other socket must keep being
+// served while it happens (the worst round trip seen is recorded).
+TEST_F(VdevAdversarial, SlowReaderDoesNotStopOtherConnections) {
+  RawConn c;
+  ASSERT_TRUE(OpenAndHandshake(c));
+  std::atomic<bool> done{false};
+  std::thread flood([&] {
+    std::vector<uint8_t> burst;
+    for (int i = 0; i < 512; ++i) {
+      vu::Header h{vu::kGetFeatures, vu::kVersion, 0};
+      const auto* b = reinterpret_cast<const uint8_t*>(&h);
+      burst.insert(burst.end(), b, b + sizeof(h));
+    }
+    const auto until = std::chrono::steady_clock::now() + 3s;
+    while (std::chrono::steady_clock::now() < until) {
+      if (send(c.fd(), burst.data(), burst.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+          errno != EAGAIN) {
+        break;  // dropped by the back-end
+      }
+    }
+    done = true;
+  });
+  double worst_ms = 0;
+  int echoes = 0;
+  while (!done) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(GoodEcho()) << "good connection failed during the flood";
+    worst_ms = std::max(
+        worst_ms,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ++echoes;
+  }
+  flood.join();
+  RecordProperty("worst_good_round_trip_ms", std::to_string(worst_ms));
+  std::printf("slow reader: %d good round trips, worst %.1f ms\n", echoes, worst_ms);
+  Finish(c, "slow reader");
 }
 
 // A region that claims more bytes than its memfd has: touching the missing

@@ -230,9 +230,11 @@ size_t SplitRing::PollUsed(Completion* out, size_t max, Status* error) {
     ++n;
     ++last_used_idx_;
   }
-  if (event_idx_) {
+  if (event_idx_ && n > 0) {
     // Keep the device's notification threshold just past what we consumed
     // (interrupt mode) or half a ring-index space away (busy-poll mode).
+    // Only when something was consumed: an empty poll must not dirty a
+    // cache line the device reads.
     WriteUsedEvent(notifications_enabled_ ? last_used_idx_
                                           : static_cast<uint16_t>(last_used_idx_ + 0x8000));
   }
