@@ -157,9 +157,15 @@ TEST(CheckpointTiers, StartupRemovesUncommittedLeftovers) {
   std::ofstream(step + "/data") << "partial";
   std::ofstream(step + "/manifest.json.tmp") << "{\"body\":";
   std::ofstream(dir.path() + "/1/1/policy.json.tmp") << "{";
+  // And a pending directory that never reached its rename.
+  std::string pending = testing::StepDir(dir.path(), 1, 1, 10) + ".tmp";
+  fs::create_directories(pending);
+  std::ofstream(pending + "/data") << "partial";
+  std::ofstream(pending + "/manifest.json") << "{}";
   auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
   ASSERT_TRUE(eng);
   EXPECT_FALSE(fs::exists(step));
+  EXPECT_FALSE(fs::exists(pending));
   EXPECT_FALSE(fs::exists(dir.path() + "/1/1/policy.json.tmp"));
   EXPECT_TRUE(fs::exists(dir.path() + "/1/1/policy.json"));
   bool cleaned = false;
@@ -265,6 +271,39 @@ TEST(CheckpointTiers, DirectIoAndRegisteredBuffersOnTheBuildFilesystem) {
   RecordProperty("direct_io", s.direct_io ? "yes" : "no");
   RecordProperty("registered_buffers", s.registered_buffers ? "yes" : "no");
   EXPECT_TRUE(s.direct_io);
+}
+
+}  // namespace
+}  // namespace hz::checkpoint
+
+namespace hz::checkpoint {
+namespace {
+
+TEST(CheckpointTiers, PersistFailureIsReportedAndReleasesEverything) {
+  TempDir dir("persist-fail");
+  RecordingSink sink;
+  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  ASSERT_TRUE(eng);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  // The stream directory turns into a file: no step directory can be created.
+  fs::remove_all(dir.path() + "/1/1");
+  std::ofstream(dir.path() + "/1/1") << "not a directory";
+  auto st = MakeState({100000}, 1);
+  auto sp = Spans(st);
+  SaveResult r;
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
+  EXPECT_EQ(eng->WaitDurable(1, 1, 1, 30s), Status::kIo);
+  EXPECT_EQ(sink.Count(EventKind::kPersistFailed, 1, 1, 1), 1u);
+  EXPECT_EQ(sink.Count(EventKind::kDurable, 1, 1, 1), 0u);
+  std::vector<ListEntry> e;
+  bool more;
+  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  EXPECT_TRUE(e.empty());
+  Stats s = eng->GetStats();
+  EXPECT_EQ(s.free_chunks, s.pool_chunks);
+  ASSERT_EQ(s.tenants.size(), 1u);
+  EXPECT_EQ(s.tenants[0].persist_failures, 1u);
+  EXPECT_EQ(s.tenants[0].disk_bytes, 0u);
 }
 
 }  // namespace
