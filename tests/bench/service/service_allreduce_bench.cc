@@ -1,0 +1,258 @@
+// All-reduce through the real harmonaized: p rank processes on virtio-user
+// (as container tenants), fp32 sum, separate send and recv regions.
+//
+// Every result is a JSON object on its own line, with ratios against
+// references measured in the same run:
+//   - a STREAM-style copy (memory bandwidth); the memory-traffic bound of an
+//     all-reduce reads p inputs and writes p outputs: 2 * p * B bytes;
+//   - Open MPI's and Gloo's all-reduce (the programs of tests/bench/collectives),
+//     when they were built.
+//
+// Timing follows nccl-tests: per iteration, barrier, t0, all-reduce, t1; the
+// iteration's time is the maximum over ranks, the result the median.
+// busbw = algbw * 2 (p - 1) / p.
+//
+//   service_allreduce_bench [--full] [--ranks 2,4,8] [--iters-scale X]
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hz_client.h"
+#include "service_harness.h"
+
+namespace {
+
+using hz::testing::GuestBuffer;
+using hz::testing::HzClient;
+using hz::testing::Pipe;
+using hz::testing::ServiceProcess;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// STREAM copy: best of 5, 2 x bytes counted.
+double StreamCopyGBps(size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 1e30;
+  for (int i = 0; i < 6; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    double t = Seconds(Clock::now() - t0);
+    if (i > 0) best = std::min(best, t);  // the first pass warms up
+    a[i] = b[bytes - 1 - i];
+  }
+  return 2.0 * bytes / best / 1e9;
+}
+
+int Iters(size_t bytes, double scale) {
+  double it = (64.0 * (1 << 20)) / static_cast<double>(bytes) * scale;
+  return static_cast<int>(std::clamp(it, 5.0, 200.0));
+}
+
+// Runs one p-rank job over all sizes; returns the median time per size.
+std::vector<double> RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
+                           double scale) {
+  std::string tenant = "bench" + std::to_string(p);
+  std::vector<std::string> vms = svc.TenantWithVms(tenant, p);
+  if (static_cast<int>(vms.size()) != p) return {};
+  size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
+  int max_iters = 0;
+  for (size_t s : sizes) max_iters = std::max(max_iters, Iters(s, scale));
+  // times[size][iter][rank], shared with the rank processes.
+  size_t slots = sizes.size() * max_iters * p;
+  auto* times = static_cast<double*>(mmap(nullptr, slots * sizeof(double), PROT_READ | PROT_WRITE,
+                                          MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  std::vector<Pipe> pipes(p);
+  std::vector<int> codes = hz::testing::RunRanks(p, [&](int rank) {
+    HzClient c;
+    if (!c.Connect(vms[rank], 2 * max_bytes + (16 << 20)) || c.Hello() != HZ_S_OK) return 2;
+    hz_comm_uid uid{};
+    if (rank == 0) {
+      if (c.NewUid(&uid) != HZ_S_OK) return 3;
+      for (int i = 1; i < p; ++i) pipes[i].Send(&uid, sizeof(uid));
+    } else if (!pipes[rank].Receive(&uid, sizeof(uid), 60000)) {
+      return 4;
+    }
+    uint64_t comm = 0;
+    if (c.InitComm(uid, p, rank, &comm, 120000) != HZ_S_OK) return 5;
+    GuestBuffer s, r;
+    if (c.Register(max_bytes, 1, HZ_REGION_F_READ, &s) != HZ_S_OK ||
+        c.Register(max_bytes, 1, HZ_REGION_F_WRITE, &r) != HZ_S_OK) {
+      return 6;
+    }
+    std::vector<float> ones(max_bytes / 4, 1.0f);
+    s.Write(0, ones.data(), max_bytes);
+    uint64_t seq = 0;
+    for (size_t si = 0; si < sizes.size(); ++si) {
+      size_t bytes = sizes[si];
+      int iters = Iters(bytes, scale);
+      for (int it = -1; it < iters; ++it) {  // one warm-up
+        hz_coll_args b{};
+        b.comm = comm;
+        b.seq = seq++;
+        if (c.Coll(2, HZ_OP_BARRIER, b) != HZ_S_OK) return 7;
+        hz_coll_args a{};
+        a.comm = comm;
+        a.seq = seq++;
+        a.count = bytes / 4;
+        a.dtype = HZ_FP32;
+        a.redop = HZ_SUM;
+        a.send = hz::testing::SliceOf(s, 0, bytes);
+        a.recv = hz::testing::SliceOf(r, 0, bytes);
+        auto t0 = Clock::now();
+        if (c.Coll(2, HZ_OP_ALLREDUCE, a) != HZ_S_OK) return 8;
+        double t = Seconds(Clock::now() - t0);
+        if (it >= 0) times[(si * max_iters + it) * p + rank] = t;
+      }
+      float check = 0;
+      r.Read(bytes - 4, &check, 4);
+      if (check != static_cast<float>(p)) return 9;
+    }
+    return 0;
+  });
+  std::vector<double> medians;
+  bool ok = std::all_of(codes.begin(), codes.end(), [](int c) { return c == 0; });
+  for (size_t si = 0; ok && si < sizes.size(); ++si) {
+    std::vector<double> per_iter;
+    for (int it = 0; it < Iters(sizes[si], scale); ++it) {
+      double m = 0;
+      for (int rank = 0; rank < p; ++rank) m = std::max(m, times[(si * max_iters + it) * p + rank]);
+      per_iter.push_back(m);
+    }
+    std::sort(per_iter.begin(), per_iter.end());
+    medians.push_back(per_iter[per_iter.size() / 2]);
+  }
+  if (!ok) {
+    std::fprintf(stderr, "p=%d: rank exit codes:", p);
+    for (int c : codes) std::fprintf(stderr, " %d", c);
+    std::fprintf(stderr, "\n");
+  }
+  munmap(times, slots * sizeof(double));
+  for (const std::string& vm : vms) svc.Control({{"cmd", "vm.unbind"}, {"socket", vm}});
+  return medians;
+}
+
+// Runs a reference program that prints JSON lines with "bytes" and "busbw_gbps"
+// (tests/bench/collectives); returns bytes -> busbw. Empty when unavailable.
+[[maybe_unused]] std::vector<std::pair<size_t, double>> Reference(const std::string& cmd) {
+  std::vector<std::pair<size_t, double>> out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return out;
+  char line[4096];
+  while (fgets(line, sizeof(line), f) != nullptr) {
+    json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("bytes") && j.contains("busbw_gbps")) {
+      out.push_back({j["bytes"].get<size_t>(), j["busbw_gbps"].get<double>()});
+    }
+  }
+  pclose(f);
+  return out;
+}
+
+double Lookup(const std::vector<std::pair<size_t, double>>& ref, size_t bytes) {
+  for (const auto& [b, v] : ref) {
+    if (b == bytes) return v;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool full = false;
+  std::vector<int> ranks = {2, 4, 8};
+  double scale = 1.0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--full") {
+      full = true;
+    } else if (a == "--ranks" && i + 1 < argc) {
+      ranks.clear();
+      for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) {
+        ranks.push_back(std::atoi(t));
+      }
+    } else if (a == "--iters-scale" && i + 1 < argc) {
+      scale = std::atof(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--full] [--ranks 2,4,8] [--iters-scale X]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::vector<size_t> sizes;
+  if (full) {
+    for (size_t s = 4 << 10; s <= (256u << 20); s *= 4) sizes.push_back(s);
+  } else {
+    sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  }
+
+  double copy_gbps = StreamCopyGBps(full ? (256u << 20) : (64u << 20));
+  std::printf("%s\n", json({{"reference", "stream_copy"}, {"gbps", copy_gbps}}).dump().c_str());
+  std::fflush(stdout);
+
+  ServiceProcess svc;
+  if (!svc.Start({"--worker-threads", "2"})) {
+    std::fprintf(stderr, "cannot start harmonaized\n");
+    return 1;
+  }
+  for (int p : ranks) {
+    std::vector<size_t> job_sizes = sizes;
+    // Eight ranks on a small machine: keep the default run short.
+    if (p >= 8 && !full) job_sizes = {4 << 10, 1 << 20, 16 << 20};
+    std::string sz;
+    for (size_t s : job_sizes) sz += (sz.empty() ? "" : ",") + std::to_string(s);
+    std::vector<std::pair<size_t, double>> mpi, gloo;
+#ifdef HZ_REF_MPI_ALLREDUCE
+    mpi = Reference("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(p) + " " +
+                    HZ_REF_MPI_ALLREDUCE + " --sizes " + sz + " 2>/dev/null");
+#endif
+#ifdef HZ_REF_GLOO_ALLREDUCE
+    gloo = Reference(std::string(HZ_REF_GLOO_ALLREDUCE) + " --ranks " + std::to_string(p) +
+                     " --sizes " + sz + " 2>/dev/null");
+#endif
+    std::vector<double> med = RunJob(svc, p, job_sizes, scale);
+    if (med.size() != job_sizes.size()) {
+      std::printf("%s\n",
+                  json({{"bench", "service_allreduce"}, {"ranks", p}, {"error", "job failed"}})
+                      .dump()
+                      .c_str());
+      continue;
+    }
+    for (size_t i = 0; i < job_sizes.size(); ++i) {
+      size_t bytes = job_sizes[i];
+      double algbw = bytes / med[i] / 1e9;
+      double busbw = algbw * 2.0 * (p - 1) / p;
+      double bound_s = 2.0 * p * bytes / (copy_gbps * 1e9);
+      json j = {{"bench", "service_allreduce"},
+                {"dtype", "fp32"},
+                {"op", "sum"},
+                {"ranks", p},
+                {"bytes", bytes},
+                {"time_us", med[i] * 1e6},
+                {"algbw_gbps", algbw},
+                {"busbw_gbps", busbw},
+                {"memory_bound_time_us", bound_s * 1e6},
+                {"ratio_to_memory_bound", bound_s / med[i]}};
+      double m = Lookup(mpi, bytes), g = Lookup(gloo, bytes);
+      j["mpi_busbw_gbps"] = m > 0 ? json(m) : json(nullptr);
+      j["ratio_to_mpi"] = m > 0 ? json(busbw / m) : json(nullptr);
+      j["gloo_busbw_gbps"] = g > 0 ? json(g) : json(nullptr);
+      j["ratio_to_gloo"] = g > 0 ? json(busbw / g) : json(nullptr);
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    }
+  }
+  return svc.Terminate() == 0 ? 0 : 1;
+}
