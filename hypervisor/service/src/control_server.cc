@@ -79,15 +79,23 @@ bool ControlServer::Start(std::string* error) {
     }
     unlink(path_.c_str());  // stale socket of an earlier run
   }
+  // Bound and listening under a temporary name, then renamed: a client that
+  // sees the path can connect at once (no window between bind and listen).
+  std::string tmp = path_ + ".tmp" + std::to_string(getpid());
+  unlink(tmp.c_str());
   boost::system::error_code ec;
   acceptor_.open(local(), ec);
-  if (!ec) acceptor_.bind(local::endpoint(path_), ec);
+  if (!ec) acceptor_.bind(local::endpoint(tmp), ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec && chmod(tmp.c_str(), 0600) != 0) ec.assign(errno, boost::system::system_category());
+  if (!ec && rename(tmp.c_str(), path_.c_str()) != 0) {
+    ec.assign(errno, boost::system::system_category());
+  }
   if (ec) {
+    unlink(tmp.c_str());
     *error = path_ + ": " + ec.message();
     return false;
   }
-  chmod(path_.c_str(), 0600);  // the operator's socket: root only
   Accept();
   return true;
 }

@@ -155,18 +155,23 @@ TEST_F(ServiceFailuresTest, MismatchedRanksAllGetEMismatchAndGoOn) {
 
 TEST_F(ServiceFailuresTest, AStalledRankTimesOutInBoundedTime) {
   auto vms = svc_.TenantWithVms("t1", 2);
-  auto codes = TwoRanks(vms, 300, [](int rank, HzClient& c, uint64_t comm) {
+  Pipe timed_out;
+  auto codes = TwoRanks(vms, 2000, [&](int rank, HzClient& c, uint64_t comm) {
     GuestBuffer s, r;
     if (c.Register(4096, 1, HZ_REGION_F_READ, &s) || c.Register(4096, 1, HZ_REGION_F_WRITE, &r)) {
       return 10;
     }
     if (rank == 1) {
-      std::this_thread::sleep_for(milliseconds(1500));  // never posts seq 0 in time
+      // Posts seq 0 only after rank 0 has given up on it.
+      char x;
+      if (!timed_out.Receive(&x, 1, 30000)) return 21;
       uint32_t st = c.Coll(2, HZ_OP_ALLREDUCE, AllReduceArgs(comm, 0, s, r, 8));
       return st == HZ_S_EABORTED || st == HZ_S_ETIMEDOUT ? 0 : 20;
     }
     auto t0 = Clock::now();
     uint32_t st = c.Coll(2, HZ_OP_ALLREDUCE, AllReduceArgs(comm, 0, s, r, 8));
+    char x = 1;
+    timed_out.Send(&x, 1);
     if (st != HZ_S_ETIMEDOUT) return 11;
     // Generous bound: only a hang fails.
     return Clock::now() - t0 < std::chrono::seconds(15) ? 0 : 12;
