@@ -310,6 +310,7 @@ int RunDaemon(const std::vector<std::string>& args) {
     for (auto& s : a) argv.push_back(s.data());
     argv.push_back(nullptr);
     int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
     dup2(devnull, 2);
     execv(argv[0], argv.data());
     _exit(127);

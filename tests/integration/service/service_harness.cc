@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -35,6 +36,10 @@ bool ServiceProcess::Start(const std::vector<std::string>& extra) {
       HZ_HARMONAIZED_PATH, "--state-dir",  dir_,          "--control-socket",
       dir_ + "/ctl.sock",  "--no-metrics", "--log-level", "warn"};
   args.insert(args.end(), extra.begin(), extra.end());
+  // Metrics only when the caller asks for a port.
+  if (std::find(extra.begin(), extra.end(), "--metrics-port") != extra.end()) {
+    args.erase(std::find(args.begin(), args.end(), "--no-metrics"));
+  }
   pid_ = fork();
   if (pid_ < 0) return false;
   if (pid_ == 0) {

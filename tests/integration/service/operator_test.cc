@@ -1,0 +1,131 @@
+// The operator's side of a running harmonaized: hzctl and GET /metrics.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "hz_client.h"
+#include "service_harness.h"
+
+namespace hz::testing {
+namespace {
+
+// Runs hzctl against the service; returns its exit code and stdout.
+int Hzctl(const ServiceProcess& svc, const std::string& args, std::string* out) {
+  std::string cmd =
+      std::string(HZ_HZCTL_PATH) + " --socket " + svc.dir() + "/ctl.sock " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[4096];
+  out->clear();
+  while (size_t n = fread(buf, 1, sizeof(buf), f)) out->append(buf, n);
+  int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string HttpGet(uint16_t port, const std::string& target) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return {};
+  }
+  std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return {};
+  }
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return resp;
+}
+
+TEST(ServiceOperatorTest, HzctlManagesTenantsAndVms) {
+  ServiceProcess svc;
+  ASSERT_TRUE(svc.Start());
+  std::string out;
+  EXPECT_EQ(Hzctl(svc, "tenant create t1 --weight 3 --priority high --max-regions 10", &out), 0)
+      << out;
+  EXPECT_EQ(Hzctl(svc, "tenant create t1", &out), 1);
+  EXPECT_NE(out.find("already exists"), std::string::npos) << out;
+  std::string sock = svc.dir() + "/vm0.sock";
+  EXPECT_EQ(Hzctl(svc, "vm bind --tenant t1 --socket " + sock, &out), 0) << out;
+  EXPECT_EQ(Hzctl(svc, "vm bind --tenant nobody --socket " + svc.dir() + "/vm1.sock", &out), 1);
+
+  // A connected VM with a region shows up in the listing.
+  HzClient c;
+  ASSERT_TRUE(c.Connect(sock));
+  ASSERT_EQ(c.Hello(), HZ_S_OK);
+  GuestBuffer b;
+  ASSERT_EQ(c.Register(8192, 2, HZ_REGION_F_READ, &b), HZ_S_OK);
+  EXPECT_EQ(Hzctl(svc, "--json vm list", &out), 0);
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  ASSERT_EQ(j["result"].size(), 1u);
+  ASSERT_EQ(j["result"][0]["devices"].size(), 1u);
+  EXPECT_EQ(j["result"][0]["devices"][0]["regions"], 1);
+  EXPECT_EQ(j["result"][0]["devices"][0]["hello"], true);
+  EXPECT_EQ(Hzctl(svc, "tenant list", &out), 0);
+  EXPECT_NE(out.find("t1"), std::string::npos);
+  EXPECT_EQ(Hzctl(svc, "tenant remove t1", &out), 1) << "a tenant with a bound VM stays";
+  EXPECT_EQ(Hzctl(svc, "vm list", &out), 0);
+  EXPECT_NE(out.find("connected=yes"), std::string::npos) << out;
+  c.dev().Disconnect();
+  EXPECT_EQ(Hzctl(svc, "vm unbind --socket " + sock, &out), 0) << out;
+  EXPECT_EQ(Hzctl(svc, "tenant remove t1", &out), 0) << out;
+  EXPECT_EQ(Hzctl(svc, "counters", &out), 0);
+  EXPECT_NE(out.find("REGION_REGISTER"), std::string::npos) << out;
+  EXPECT_EQ(Hzctl(svc, "bogus", &out), 2);
+  EXPECT_EQ(svc.Terminate(), 0);
+}
+
+TEST(ServiceOperatorTest, SavedTenantsAndBindingsSurviveARestart) {
+  ServiceProcess svc;
+  ASSERT_TRUE(svc.Start());
+  auto vms = svc.TenantWithVms("keep", 1);
+  ASSERT_EQ(vms.size(), 1u);
+  ASSERT_EQ(svc.Terminate(), 0);
+  ASSERT_TRUE(svc.Start());
+  auto r = svc.Control({{"cmd", "vm.list"}});
+  ASSERT_TRUE(r.value("ok", false));
+  ASSERT_EQ(r["result"].size(), 1u);
+  EXPECT_EQ(r["result"][0]["tenant"], "keep");
+  HzClient c;
+  ASSERT_TRUE(c.Connect(vms[0]));
+  EXPECT_EQ(c.Hello(), HZ_S_OK);
+}
+
+TEST(ServiceOperatorTest, MetricsEndpoint) {
+  ServiceProcess svc;
+  ASSERT_TRUE(svc.Start({"--metrics-port", "0"}));
+  auto vms = svc.TenantWithVms("t1", 1);
+  HzClient c;
+  ASSERT_TRUE(c.Connect(vms[0]));
+  ASSERT_EQ(c.Hello(), HZ_S_OK);
+  EXPECT_EQ(c.Call(HZ_VQ_CONTROL, 0x7777, nullptr, 0).status, HZ_S_ENOTSUP);
+  auto st = svc.Control({{"cmd", "status"}});
+  uint16_t port = st["result"]["metrics_port"].get<uint16_t>();
+  ASSERT_NE(port, 0);
+  std::string m = HttpGet(port, "/metrics");
+  EXPECT_NE(m.find("200 OK"), std::string::npos) << m;
+  EXPECT_NE(m.find("hz_requests_total{opcode=\"HELLO\",status=\"OK\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("hz_requests_total{opcode=\"UNKNOWN\",status=\"ENOTSUP\"} 1"),
+            std::string::npos);
+  EXPECT_NE(m.find("hz_vms_connected 1"), std::string::npos);
+  EXPECT_NE(m.find("hz_collective_algorithm_total"), std::string::npos);
+  EXPECT_NE(HttpGet(port, "/other").find("404"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hz::testing
