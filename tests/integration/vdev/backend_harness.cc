@@ -101,18 +101,23 @@ void ChildBackend::Kill() {
   pid_ = -1;
 }
 
-ChildBackend::~ChildBackend() {
-  if (pid_ > 0) {
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 400; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      usleep(5000);
+int ChildBackend::Stop() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  for (int i = 0; i < 1000; ++i) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     }
-    Kill();
+    usleep(5000);
   }
+  Kill();
+  return -1;
+}
+
+ChildBackend::~ChildBackend() {
+  Stop();
   unlink(path_.c_str());
 }
 

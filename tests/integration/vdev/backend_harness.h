@@ -59,6 +59,9 @@ class ChildBackend {
   const std::string& path() const { return path_; }
   // Kills it hard (a crashed back-end).
   void Kill();
+  // SIGTERM and reap; returns the exit status (0 for a clean exit, which in
+  // the sanitizer build also means LeakSanitizer found nothing), or -1.
+  int Stop();
 
  private:
   std::string path_;

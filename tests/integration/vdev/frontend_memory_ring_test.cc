@@ -105,7 +105,7 @@ TEST(VdevFrontendMemory, AdoptedMemfdIsSharedWithTheCaller) {
 }
 
 // Plays the device on a SplitRing's memory.
-class RingTest : public ::testing::Test {
+class VdevFrontendRing : public ::testing::Test {
  protected:
   void Make(uint16_t size, bool event_idx, bool indirect) {
     ASSERT_TRUE(mem_.CreateRegion(1 << 20, true, nullptr).ok());
@@ -136,7 +136,7 @@ class RingTest : public ::testing::Test {
   vring_used* used_ = nullptr;
 };
 
-TEST_F(RingTest, LayoutFollowsTheVirtioAlignmentRules) {
+TEST_F(VdevFrontendRing, LayoutFollowsTheVirtioAlignmentRules) {
   Make(8, true, false);
   EXPECT_EQ(ring_->desc_user_addr() % 16, 0u);
   EXPECT_EQ(ring_->avail_user_addr(), ring_->desc_user_addr() + 16 * 8);
@@ -147,7 +147,7 @@ TEST_F(RingTest, LayoutFollowsTheVirtioAlignmentRules) {
   EXPECT_TRUE(mem_.GpaOf(reinterpret_cast<void*>(ring_->used_user_addr()), 4 + 8 * 8 + 2, &gpa));
 }
 
-TEST_F(RingTest, ChainIsLinkedReadableFirstAndPublishedOnlyOnPublish) {
+TEST_F(VdevFrontendRing, ChainIsLinkedReadableFirstAndPublishedOnlyOnPublish) {
   Make(8, false, false);
   Buffer r1 = Buf(10), r2 = Buf(20), w1 = Buf(30);
   Buffer rd[] = {r1, r2};
@@ -189,7 +189,7 @@ TEST_F(RingTest, ChainIsLinkedReadableFirstAndPublishedOnlyOnPublish) {
   EXPECT_EQ(ring_->in_flight(), 1);
 }
 
-TEST_F(RingTest, FullRingReportsNoSpaceAndRecoversAfterCompletions) {
+TEST_F(VdevFrontendRing, FullRingReportsNoSpaceAndRecoversAfterCompletions) {
   Make(4, false, false);
   Buffer b = Buf(8);
   std::vector<uint16_t> heads;
@@ -212,7 +212,7 @@ TEST_F(RingTest, FullRingReportsNoSpaceAndRecoversAfterCompletions) {
   EXPECT_EQ(h, heads[2]);
 }
 
-TEST_F(RingTest, IndirectChainUsesOneDescriptorAndATable) {
+TEST_F(VdevFrontendRing, IndirectChainUsesOneDescriptorAndATable) {
   Make(8, false, true);
   Buffer r = Buf(16), w1 = Buf(32), w2 = Buf(64);
   Buffer wr[] = {w1, w2};
@@ -240,7 +240,7 @@ TEST_F(RingTest, IndirectChainUsesOneDescriptorAndATable) {
   EXPECT_EQ(mem_.AllocatedBytes(), before);  // table freed
 }
 
-TEST_F(RingTest, EventIdxDecidesKicksAndArmsUsedEvent) {
+TEST_F(VdevFrontendRing, EventIdxDecidesKicksAndArmsUsedEvent) {
   Make(8, true, false);
   Buffer b = Buf(8);
   auto* avail_event = reinterpret_cast<uint16_t*>(&used_->ring[8]);
@@ -263,7 +263,7 @@ TEST_F(RingTest, EventIdxDecidesKicksAndArmsUsedEvent) {
   EXPECT_EQ(*used_event, static_cast<uint16_t>(1 + 0x8000));
 }
 
-TEST_F(RingTest, BogusUsedEntriesAreProtocolErrors) {
+TEST_F(VdevFrontendRing, BogusUsedEntriesAreProtocolErrors) {
   Make(8, false, false);
   Buffer r = Buf(8), w = Buf(8);
   uint16_t head;
@@ -292,7 +292,7 @@ TEST_F(RingTest, BogusUsedEntriesAreProtocolErrors) {
   EXPECT_EQ(err.code(), Status::Code::kProtocolError);
 }
 
-TEST_F(RingTest, ZeroLengthAndEmptyChainsAreRefused) {
+TEST_F(VdevFrontendRing, ZeroLengthAndEmptyChainsAreRefused) {
   Make(8, false, false);
   Buffer z{0, 0};
   uint16_t h;
