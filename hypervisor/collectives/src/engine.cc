@@ -68,6 +68,7 @@ class EngineImpl {
   bool Start(const std::shared_ptr<Job>& job);
   void RunRunner(const std::shared_ptr<Job>& job);
   void Finish(const std::shared_ptr<Job>& job, bool incomplete, bool pump);
+  void RecordBlocks(TenantId tenant, uint64_t blocks, uint64_t cost, Clock::duration busy);
   void ArmTimerLocked(const std::shared_ptr<Comm>& c, Clock::time_point when);
   void TimerLoop();
   void CheckTimeouts(const std::shared_ptr<Comm>& c, Clock::time_point now);
@@ -471,31 +472,42 @@ void EngineImpl::RunRunner(const std::shared_ptr<Job>& job) {
   // far past the end: the other runners stop too, and the last one out sees
   // that blocks were skipped.
   const Comm& comm = *job->comm;
-  uint64_t b = job->next_block.fetch_add(1);
-  if (b < job->nblocks) {
+  uint64_t ran = 0;
+  auto t0 = Clock::now();
+  // Run blocks until none are left, yielding to the scheduler after a block
+  // only when other work waits for a worker (that is where weights apply).
+  for (;;) {
+    uint64_t b = job->next_block.fetch_add(1);
+    if (b >= job->nblocks) break;
     if (comm.aborted.load(std::memory_order_relaxed)) {
       job->next_block.store(job->nblocks + (1ull << 62));
-    } else {
-      auto t0 = Clock::now();
-      RunBlock(*job, b);
-      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-      {
-        std::lock_guard<std::mutex> lock(stats_mu_);
-        TenantStats& ts = stats_.tenants[comm.tenant];
-        ++ts.blocks;
-        ts.block_bytes += BlockCost(*job);
-        ts.busy_ns += static_cast<uint64_t>(ns);
-      }
-      if (job->next_block.load() < job->nblocks) {
-        const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
-        sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
-        return;
-      }
+      break;
+    }
+    RunBlock(*job, b);
+    ++ran;
+    if (job->next_block.load() >= job->nblocks) break;
+    if (sched_->HasWaiting()) {
+      RecordBlocks(comm.tenant, ran, BlockCost(*job), Clock::now() - t0);
+      const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
+      sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
+      return;
     }
   }
+  RecordBlocks(comm.tenant, ran, BlockCost(*job), Clock::now() - t0);
   if (job->active_runners.fetch_sub(1) == 1) {
     Finish(job, job->next_block.load() >= job->nblocks + (1ull << 62), /*pump=*/true);
   }
+}
+
+void EngineImpl::RecordBlocks(TenantId tenant, uint64_t blocks, uint64_t cost,
+                              Clock::duration busy) {
+  if (blocks == 0) return;
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  TenantStats& ts = stats_.tenants[tenant];
+  ts.blocks += blocks;
+  ts.block_bytes += blocks * cost;
+  ts.busy_ns +=
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count());
 }
 
 void EngineImpl::Finish(const std::shared_ptr<Job>& job, bool incomplete, bool pump) {

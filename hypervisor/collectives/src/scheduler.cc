@@ -34,7 +34,7 @@ void Scheduler::Submit(FlowKey key, uint32_t weight, uint64_t cost, Task task) {
     // share from now on, not credit for the time it had nothing to run.
     if (f.items.empty()) f.pass = std::max(f.pass, vtime_);
     f.items.push_back(Item{std::max<uint64_t>(cost, 1), std::move(task)});
-    ++queued_;
+    waiting_.store(++queued_, std::memory_order_relaxed);
   }
   cv_.notify_one();
 }
@@ -57,7 +57,7 @@ void Scheduler::Run() {
     if (best == nullptr) continue;  // unreachable: queued_ > 0
     Item item = std::move(best->items.front());
     best->items.pop_front();
-    --queued_;
+    waiting_.store(--queued_, std::memory_order_relaxed);
     vtime_ = best->pass;
     best->pass += static_cast<double>(item.cost) / best->weight;
     lock.unlock();

@@ -7,6 +7,7 @@
 #ifndef HZ_COLLECTIVES_SCHEDULER_H_
 #define HZ_COLLECTIVES_SCHEDULER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -39,6 +40,9 @@ class Scheduler {
   uint32_t threads() const { return static_cast<uint32_t>(workers_.size()); }
   // Tasks queued and not yet started.
   size_t queued() const;
+  // Lock-free hint: some task is waiting for a worker. A long task checks it
+  // between steps and yields (resubmits itself) only when someone waits.
+  bool HasWaiting() const { return waiting_.load(std::memory_order_relaxed) != 0; }
   // True on one of this scheduler's worker threads.
   static bool OnWorker();
 
@@ -59,7 +63,8 @@ class Scheduler {
   std::condition_variable cv_;
   std::map<FlowKey, Flow> flows_;
   size_t queued_ = 0;
-  double vtime_ = 0;  // pass of the last task started
+  std::atomic<size_t> waiting_{0};  // mirrors queued_
+  double vtime_ = 0;                // pass of the last task started
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };

@@ -66,8 +66,20 @@ std::string Describe(const Case& c) {
          std::to_string(c.count) + (c.in_place ? " in-place" : "");
 }
 
-void RunCase(Fixture& fx, const Case& c) {
-  SCOPED_TRACE(Describe(c));
+// One case, ready to post: its buffers, descriptors and inputs.
+struct Prepared {
+  Case c;
+  uint32_t root = 0;
+  std::vector<std::vector<uint8_t>> inputs;  // rank r's logical send contents
+  std::vector<std::vector<uint8_t>> recv_before;
+  std::vector<std::unique_ptr<Buffer>> sends, recvs;
+  std::vector<OpDesc> descs;
+  std::vector<Waiter> waiters;
+};
+
+std::unique_ptr<Prepared> Prepare(Fixture& fx, const Case& c) {
+  auto pr = std::make_unique<Prepared>();
+  pr->c = c;
   const uint32_t p = c.nranks;
   const size_t es = DTypeSize(c.dtype);
   const size_t b = c.count * es;
@@ -80,14 +92,21 @@ void RunCase(Fixture& fx, const Case& c) {
   if (c.op == Op::kReduceScatter) send_len = p * b;
   if (c.op == Op::kAllToAll) send_len = recv_len = p * b;
 
-  // inputs[r]: rank r's logical send contents.
-  std::vector<std::vector<uint8_t>> inputs(p);
+  auto& inputs = pr->inputs;
+  inputs.resize(p);
   for (uint32_t r = 0; r < p; ++r)
     inputs[r] = RandomElements(c.dtype, send_len / std::max<size_t>(es, 1), rng);
 
-  std::vector<std::unique_ptr<Buffer>> sends(p), recvs(p);
-  std::vector<std::vector<uint8_t>> recv_before(p);
-  std::vector<OpDesc> descs(p);
+  auto& sends = pr->sends;
+  auto& recvs = pr->recvs;
+  auto& recv_before = pr->recv_before;
+  auto& descs = pr->descs;
+  sends.resize(p);
+  recvs.resize(p);
+  recv_before.resize(p);
+  descs.resize(p);
+  pr->waiters.resize(p);
+  pr->root = root;
   const uint64_t seq = fx.NextSeq(p);
   for (uint32_t r = 0; r < p; ++r) {
     OpDesc& d = descs[r];
@@ -133,9 +152,20 @@ void RunCase(Fixture& fx, const Case& c) {
     }
   }
   for (OpDesc& d : descs) d.seq = seq;
+  return pr;
+}
 
-  std::vector<Status> st = RunAll(fx.engine(), fx.Comm(p), descs);
-  for (uint32_t r = 0; r < p; ++r) ASSERT_EQ(st[r], Status::kOk) << "rank " << r;
+void Verify(Prepared& pr) {
+  const Case& c = pr.c;
+  SCOPED_TRACE(Describe(c));
+  const uint32_t p = c.nranks;
+  const size_t b = c.count * DTypeSize(c.dtype);
+  const uint32_t root = pr.root;
+  auto& inputs = pr.inputs;
+  auto& sends = pr.sends;
+  auto& recvs = pr.recvs;
+  auto& recv_before = pr.recv_before;
+  for (uint32_t r = 0; r < p; ++r) ASSERT_EQ(pr.waiters[r].Wait(), Status::kOk) << "rank " << r;
 
   auto slice = [&](const std::vector<uint8_t>& v, size_t off) {
     return std::vector<uint8_t>(v.begin() + off, v.begin() + off + b);
@@ -209,19 +239,38 @@ TEST_P(CollectivesMatrix, MatchesReference) {
   const std::vector<uint64_t> counts = {0, 1, 7, 1001, 3001};
   const uint8_t nredops = IsReductionOp(op) ? kRedOpCount : 1;
   uint32_t seed = 1;
-  for (uint8_t redop = 0; redop < nredops; ++redop) {
-    for (uint32_t p = 1; p <= 8; ++p) {
+  for (uint32_t p = 1; p <= 8; ++p) {
+    // All cases of one rank count are posted back to back (in seq order,
+    // every rank of a seq before the next seq) and checked afterwards, so
+    // the workers run them without a round trip to this thread each.
+    std::vector<std::unique_ptr<Prepared>> batch;
+    for (uint8_t redop = 0; redop < nredops; ++redop) {
       for (uint64_t count : counts) {
         // The largest size only for a few rank counts, to keep the matrix fast.
         if (count == 3001 && p != 3 && p != 8) continue;
         Case c{op, dtype, redop, p, count, false, seed++};
-        RunCase(plain, c);
+        batch.push_back(Prepare(plain, c));
         c.in_place = true;
         c.seed = seed++;
-        RunCase(blocked, c);
-        if (::testing::Test::HasFatalFailure()) return;
+        batch.push_back(Prepare(blocked, c));
       }
     }
+    for (auto& pr : batch) {
+      Fixture& fx = pr->c.in_place ? blocked : plain;
+      for (uint32_t i = 0; i < p; ++i) {
+        uint32_t r = pr->c.seed % 2 ? i : p - 1 - i;  // both posting orders
+        fx.engine().Post(fx.Comm(p)[r], pr->descs[r], pr->waiters[r].Callback());
+      }
+    }
+    for (auto& pr : batch) {
+      Verify(*pr);
+      if (::testing::Test::HasFatalFailure()) break;
+    }
+    // Nothing may still write into the buffers when they are freed.
+    for (auto& pr : batch) {
+      for (auto& w : pr->waiters) w.Wait();
+    }
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 

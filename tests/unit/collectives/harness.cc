@@ -40,11 +40,13 @@ Done Waiter::Callback() {
 }
 
 Status Waiter::Wait() {
+  if (got_) return *got_;
   if (f_.wait_for(kHang) != std::future_status::ready) {
     ADD_FAILURE() << "operation did not complete";
     return Status::kAborted;
   }
-  return f_.get();
+  got_ = f_.get();
+  return *got_;
 }
 
 bool Waiter::Ready() const {
@@ -63,6 +65,15 @@ std::vector<Status> RunAll(Engine& e, const std::vector<std::shared_ptr<Member>>
     });
   }
   for (auto& t : threads) t.join();
+  return st;
+}
+
+std::vector<Status> PostAll(Engine& e, const std::vector<std::shared_ptr<Member>>& members,
+                            const std::vector<OpDesc>& descs) {
+  std::vector<Waiter> w(members.size());
+  for (size_t r = 0; r < members.size(); ++r) e.Post(members[r], descs[r], w[r].Callback());
+  std::vector<Status> st;
+  for (auto& x : w) st.push_back(x.Wait());
   return st;
 }
 
@@ -117,15 +128,19 @@ void Buffer::Set(const std::vector<uint8_t>& bytes) {
 }
 
 bool Buffer::GuardsIntact() const {
-  std::vector<bool> inside(arena_.size(), false);
-  for (const IoSpan& s : iov_) {
-    size_t at = static_cast<size_t>(s.data - arena_.data());
-    for (size_t i = 0; i < s.len; ++i) inside[at + i] = true;
+  // Walk the arena in address order: every byte between extents is a guard.
+  IoVec sorted = iov_;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const IoSpan& a, const IoSpan& b) { return a.data < b.data; });
+  const uint8_t* pos = arena_.data();
+  auto guards = [](const uint8_t* from, const uint8_t* to) {
+    return std::all_of(from, to, [](uint8_t x) { return x == kGuard; });
+  };
+  for (const IoSpan& s : sorted) {
+    if (!guards(pos, s.data)) return false;
+    pos = s.data + s.len;
   }
-  for (size_t i = 0; i < arena_.size(); ++i) {
-    if (!inside[i] && arena_[i] != kGuard) return false;
-  }
-  return true;
+  return guards(pos, arena_.data() + arena_.size());
 }
 
 float RefHalfToFloat(uint16_t h) {
@@ -260,23 +275,34 @@ std::vector<uint8_t> ReferenceReduce(uint8_t dtype, uint8_t redop,
 std::vector<uint8_t> RandomElements(uint8_t dtype, size_t n, std::mt19937& rng) {
   const size_t es = DTypeSize(dtype);
   std::vector<uint8_t> out(n * es);
-  std::uniform_real_distribution<double> real(-8.0, 8.0);
+  // splitmix64 seeded from rng: cheap enough for megabytes of test data.
+  uint64_t state = (static_cast<uint64_t>(rng()) << 32) | rng();
+  auto next = [&state] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  // Reals in [-8, 8) on a 1/4096 grid: sums and products stay meaningful.
+  auto real = [&] {
+    return static_cast<double>(static_cast<int64_t>(next() % 65536) - 32768) / 4096;
+  };
   for (size_t i = 0; i < n; ++i) {
     switch (static_cast<DType>(dtype)) {
       case DType::kFp16:
-        StoreAt<uint16_t>(out, i, RefFloatToHalf(static_cast<float>(real(rng))));
+        StoreAt<uint16_t>(out, i, RefFloatToHalf(static_cast<float>(real())));
         break;
       case DType::kBf16:
-        StoreAt<uint16_t>(out, i, RefFloatToBf16(static_cast<float>(real(rng))));
+        StoreAt<uint16_t>(out, i, RefFloatToBf16(static_cast<float>(real())));
         break;
       case DType::kFp32:
-        StoreAt<float>(out, i, static_cast<float>(real(rng)));
+        StoreAt<float>(out, i, static_cast<float>(real() * 1.0001));
         break;
       case DType::kFp64:
-        StoreAt<double>(out, i, real(rng));
+        StoreAt<double>(out, i, real() * 1.0000001);
         break;
       default: {
-        uint64_t bits = (static_cast<uint64_t>(rng()) << 32) | rng();
+        uint64_t bits = next();
         std::memcpy(out.data() + i * es, &bits, es);
       }
     }
