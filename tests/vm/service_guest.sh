@@ -3,10 +3,13 @@
 # directory, creates a tenant, binds a VM socket to it with hzctl, and runs the
 # named guest test, which uses the real driver (guest/driver) and hz_drvtest.
 # Passes when the guest reports PASS and the service saw the VM connect.
-# Usage: service_guest.sh GUEST_TEST HARMONAIZED HZCTL VM_DIR
+# With RUNNER "libvirt" the guest is a libvirt domain (from
+# vm-images/libvirt/harmonaize-domain.xml.in) instead of a plain QEMU.
+# Usage: service_guest.sh GUEST_TEST HARMONAIZED HZCTL VM_DIR [qemu|libvirt]
 set -euo pipefail
-guest_test=$1 harmonaized=$2 hzctl=$3
+guest_test=$1 harmonaized=$2 hzctl=$3 runner=${5:-qemu}
 HZ_TEST=vm_$guest_test
+[ "$runner" = libvirt ] && HZ_TEST=vm_libvirt_$guest_test
 HZ_VM_DIR=$4
 source "$(dirname "$0")/lib.sh"
 
@@ -22,12 +25,31 @@ hz_wait_socket "$HZ_WORK/vms/vm0.sock" "$HZ_LAST_PID"
 
 # harmonaized's default device: 4 request queues after control and event.
 rc=0
-"$HZ_TOP/vm-images/run-guest.sh" --dir "$HZ_VM_DIR" --name "$guest_test" --socket "$HZ_WORK/vms/vm0.sock" \
-	--test "$guest_test" --num-vqs 6 --vq-size 128 --config-size 64 --timeout 170 \
-	--log "$HZ_WORK/$guest_test-guest.log" || rc=$?
+log=$HZ_WORK/$guest_test-$runner-guest.log
+if [ "$runner" = libvirt ]; then
+	"$HZ_TOP/vm-images/run-libvirt-guest.sh" --dir "$HZ_VM_DIR" --name "lv-$guest_test" \
+		--socket "$HZ_WORK/vms/vm0.sock" --test "$guest_test" --num-vqs 6 --vq-size 128 \
+		--config-size 64 --timeout 170 --log "$log" || rc=$?
+else
+	"$HZ_TOP/vm-images/run-guest.sh" --dir "$HZ_VM_DIR" --name "$guest_test" --socket "$HZ_WORK/vms/vm0.sock" \
+		--test "$guest_test" --num-vqs 6 --vq-size 128 --config-size 64 --timeout 170 \
+		--log "$log" || rc=$?
+fi
 "$hzctl" -s "$ctl" --json counters >"$HZ_WORK/$guest_test-counters.log" 2>&1 || true
-[ "$rc" -eq 0 ] || fail "the guest test failed (run-guest.sh exit $rc)"
-expect_line "$HZ_WORK/$guest_test-guest.log" "^HZ-RESULT: PASS $guest_test" "guest result"
+[ "$rc" -eq 0 ] || fail "the guest test failed ($runner runner exit $rc)"
+if [ "$runner" = libvirt ]; then
+	# libvirt defined and started the domain from the template, with shared
+	# memfd RAM and the device passed through <qemu:commandline>.
+	expect_line "$log" '^HZ-LIBVIRT: defined lv-' "libvirt defined the domain"
+	expect_line "$log" '^HZ-LIBVIRT: started lv-' "libvirt started the domain"
+	expect_line "$log" 'memory-backend-memfd.*"share":true' "guest RAM is a shared memfd"
+	expect_line "$log" 'qemu -device vhost-user-test-device-pci,chardev=hz0,virtio-id=21' "device on QEMU's command line"
+	expect_line "$log" '^HZ-LIBVIRT: lv-.* is shut off' "the domain powered off"
+	expect_line "$log" 'harmonaize virtio[0-9]+: harmonaize0: ' "the real driver bound"
+	expect_line "$log" "HZ-RESULT: PASS $guest_test" "guest result"
+else
+	expect_line "$log" "^HZ-RESULT: PASS $guest_test" "guest result"
+fi
 # The service's view: the VM connected to the bound socket.
 expect_line "$HZ_WORK/$guest_test-harmonaized.log" 'vm0\.sock' "harmonaized served vm0.sock"
 say "PASS"
