@@ -50,6 +50,15 @@ if [ "$runner" = libvirt ]; then
 else
 	expect_line "$log" "^HZ-RESULT: PASS $guest_test" "guest result"
 fi
-# The service's view: the VM connected to the bound socket.
-expect_line "$HZ_WORK/$guest_test-harmonaized.log" 'vm0\.sock' "harmonaized served vm0.sock"
+# The service's view: the VM connected to the bound socket and its rings ran.
+expect_line "$HZ_WORK/$guest_test-harmonaized.log" 'vm0\.sock\]: front-end connected' "harmonaized: VM connected"
+expect_line "$HZ_WORK/$guest_test-harmonaized.log" 'vm0\.sock\]: queue 0 running' "harmonaized: control queue running"
+# Every guest test starts with HELLO: the service counted it as completed OK.
+hellos=$(python3 -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+print(sum(r["count"] for r in doc["result"]["requests"] if r["opcode"] == "HELLO" and r["status"] == "OK"))
+' "$HZ_WORK/$guest_test-counters.log") || fail "no request counters from hzctl"
+[ "$hellos" -ge 1 ] || fail "harmonaized counted no successful HELLO"
+say "ok: harmonaized counted $hellos successful HELLO requests"
 say "PASS"
