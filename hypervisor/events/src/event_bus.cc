@@ -27,8 +27,12 @@ struct ApprovalHolder {
 
 struct SubscriberState {
   std::string name;
-  uint64_t cursor = 0;     // last acknowledged seq (durable)
-  uint64_t delivered = 0;  // highest seq ever delivered (durable with the cursor)
+  uint64_t cursor = 0;  // last acknowledged seq (durable)
+  // Highest seq ever delivered, for HZ_EVENT_F_REPLAY. Saved with every
+  // cursor update and when the delivery goes away, not on every delivery: a
+  // host crash in between can lose REPLAY marks, never events.
+  uint64_t delivered = 0;
+  uint64_t saved_delivered = 0;
   // Live fields, meaningful while a Delivery holds this subscriber.
   bool connected = false;
   bool subscribed = false;
@@ -153,9 +157,11 @@ Status TenantLog::LoadState() {
     auto sub = std::make_shared<SubscriberState>();
     sub->name = name;
     if (!ValidName(name) || !v.is_object() || !v.contains("cursor") || !v.contains("delivered") ||
-        !u64(v["cursor"], &sub->cursor) || !u64(v["delivered"], &sub->delivered)) {
+        !u64(v["cursor"], &sub->cursor) || !u64(v["delivered"], &sub->delivered) ||
+        sub->cursor > sub->delivered) {
       return bad("bad subscriber entry");
     }
+    sub->saved_delivered = sub->delivered;
     subscribers_[name] = sub;
   }
   if (j.contains("approved")) {
@@ -179,7 +185,11 @@ Status TenantLog::SaveStateLocked() {
   }
   j["approved"] = nlohmann::json::array();
   for (uint64_t seq : approved_) j["approved"].push_back(seq);
-  return WriteFileAtomic(dir_ + "/state.json", j.dump(), sync_);
+  Status s = WriteFileAtomic(dir_ + "/state.json", j.dump(), sync_);
+  if (s.ok()) {
+    for (const auto& [name, sub] : subscribers_) sub->saved_delivered = sub->delivered;
+  }
+  return s;
 }
 
 Status TenantLog::Publish(const EventSpec& spec, uint64_t* seq) {
@@ -248,6 +258,10 @@ void TenantLog::Disconnect(SubscriberState& state) {
   std::lock_guard<std::mutex> lock(mu_);
   state.connected = false;
   state.subscribed = false;
+  if (state.delivered != state.saved_delivered) {
+    Status s = SaveStateLocked();
+    if (!s.ok()) spdlog::warn("events: tenant {}: saving state failed: {}", tenant_, s.ToString());
+  }
 }
 
 Status TenantLog::Subscribe(SubscriberState& state, const hz_event_subscribe_args& args,

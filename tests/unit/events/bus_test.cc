@@ -516,5 +516,19 @@ TEST_F(EventsBus, ApprovalOfAnEventNoLongerRetainedIsInvalid) {
   EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);
 }
 
+TEST_F(EventsBus, ReplayMarksSurviveARestartWithoutAck) {
+  {
+    auto d = Connect("t1", "guest");
+    Publish("t1", HZ_TOPIC_FAILURE);
+    Publish("t1", HZ_TOPIC_FAILURE);
+    ASSERT_EQ(Drain(*d).size(), 2u);  // delivered, never acknowledged
+  }
+  Reopen(16);
+  auto d = Connect("t1", "guest");
+  auto events = Drain(*d);
+  ASSERT_EQ(events.size(), 2u);
+  for (const auto& ev : events) EXPECT_NE(ev.flags & HZ_EVENT_F_REPLAY, 0u);
+}
+
 }  // namespace
 }  // namespace hz::events

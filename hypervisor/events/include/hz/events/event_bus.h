@@ -70,7 +70,10 @@ class Delivery {
   Status Ack(const hz_event_ack_args& args);
 
   // Called (from the publisher's thread, no bus lock held) whenever an event
-  // this subscriber wants is published. The callback may call Next().
+  // this subscriber wants is published, or when it fell behind the retained
+  // window. The callback may call Next() and Pending(); it must not call
+  // SetNotify() or destroy the Delivery (both wait for a running callback).
+  // The callback is not called after the Delivery's destructor returns.
   void SetNotify(std::function<void()> notify);
 
   const std::string& tenant() const;
