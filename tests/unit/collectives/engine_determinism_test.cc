@@ -35,8 +35,11 @@ std::vector<uint8_t> RunAllReduce(EngineOptions o, uint8_t dtype, uint8_t redop,
 TEST(CollectivesDeterminism, SameBitsWithOneOrManyWorkersAndAnyBlockSize) {
   const uint32_t p = 5;
   const uint64_t count = 300007;  // > 1 MiB of fp32 per rank, odd
-  for (uint8_t dtype : {uint8_t(DType::kFp32), uint8_t(DType::kBf16), uint8_t(DType::kFp64)}) {
-    for (uint8_t redop : {uint8_t(RedOp::kSum), uint8_t(RedOp::kAvg)}) {
+  const std::pair<DType, RedOp> kinds[] = {
+      {DType::kFp32, RedOp::kSum}, {DType::kBf16, RedOp::kSum}, {DType::kFp64, RedOp::kAvg}};
+  for (auto [dt, op] : kinds) {
+    {
+      const uint8_t dtype = static_cast<uint8_t>(dt), redop = static_cast<uint8_t>(op);
       SCOPED_TRACE("dtype " + std::to_string(dtype) + " redop " + std::to_string(redop));
       std::mt19937 rng(dtype * 10 + redop);
       std::vector<std::vector<uint8_t>> in(p);
