@@ -21,6 +21,9 @@
 namespace hz::checkpoint {
 
 uint64_t SteadyNowUs();
+// Sums span lengths up to cap; false on overflow or a null span with bytes.
+bool SumSpans(std::span<const IoSpan> spans, uint64_t cap, uint64_t* total);
+uint64_t WallTime10s();  // unix seconds rounded down to 10 s, as the wire reports times
 
 // One checkpoint, staged or committed. Guarded by Engine::Impl::mu_.
 struct Ckpt {
@@ -33,22 +36,23 @@ struct Ckpt {
   bool in_index = true;          // false once deleted, evicted or failed
   bool job_active = false;       // the worker still reads the chunks
   bool cancelled = false;        // deleted while persisting
-  bool failed = false;
-  bool settled = false;        // the worker is done: events published, evictions removed
-  int pins = 0;                // restores reading the chunks
-  uint64_t disk_reserved = 0;  // bytes charged to the tenant's disk quota
+  bool failed = false;           // persist failed (kept in memory while the budget allows)
+  bool settled = false;          // the worker is done: events published, evictions removed
+  int pins = 0;                  // restores in progress
+  uint64_t disk_reserved = 0;    // bytes charged to the tenant's disk quota
 };
 
 struct QuiesceDecl {
   IoSpan word;
   std::vector<IoSpan> slices;
+  std::vector<uint32_t> reserved;  // staging chunks set aside for the next JIT save
 };
 
 struct StreamState {
   Policy policy;
-  bool has_step = false;
-  uint64_t last_step = 0;
-  std::map<uint64_t, std::shared_ptr<Ckpt>> ckpts;
+  bool saving = false;  // a save (or JIT save) of the stream is copying
+  uint64_t saving_step = 0;
+  std::map<uint64_t, std::shared_ptr<Ckpt>> ckpts;  // complete snapshots only
   std::unique_ptr<QuiesceDecl> quiesce;
 };
 
@@ -79,12 +83,7 @@ struct Job {
   uint32_t rpo_s = 0;  // the stream's objective bounds any stagger delay
 };
 
-struct PendingEvent {
-  TenantId tenant;
-  EventKind kind;
-  StreamId stream;
-  uint64_t step;
-};
+using PendingEvent = CheckpointEvent;
 
 class Engine::Impl {
  public:
@@ -104,6 +103,7 @@ class Engine::Impl {
   Status Delete(TenantId tenant, StreamId stream, uint64_t step);
   Status DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan word,
                         std::span<const IoSpan> slices);
+  Status CancelQuiesce(TenantId tenant, StreamId stream);
   std::vector<NoticeOutcome> OnNotice(TenantId tenant,
                                       std::chrono::steady_clock::time_point deadline);
   Status WaitDurable(TenantId tenant, StreamId stream, uint64_t step,
@@ -127,10 +127,17 @@ class Engine::Impl {
   Status AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId tenant, size_t n,
                        std::chrono::steady_clock::time_point deadline,
                        std::vector<uint32_t>* chunks, uint64_t* waited_us);
-  // Registers a snapshot as a staged checkpoint and queues its job.
+  // Registers a complete snapshot (staged; durable at once in the memory
+  // tier) and queues its job; appends retention's disk removals.
   std::shared_ptr<Ckpt> AdmitLocked(TenantId tenant, StreamId stream, StreamState* s,
                                     Manifest manifest, std::vector<uint32_t> chunks,
-                                    bool want_memory, uint64_t disk_reserved);
+                                    bool want_memory, uint64_t disk_reserved,
+                                    std::vector<std::shared_ptr<Ckpt>>* evicted);
+  // Validates a new step against what the stream holds (SPEC.md §7.5.2).
+  Status CheckStepLocked(const StreamState& s, uint64_t step) const;
+  void ReleaseChunksLocked(TenantId tenant, const std::vector<uint32_t>& chunks);
+  void DropQuiesceLocked(TenantId tenant, StreamState* s);
+  void RemoveFromDisk(const std::vector<std::shared_ptr<Ckpt>>& ckpts);
   // Chooses memory or disk for a new snapshot and checks the disk quota.
   Status PlaceLocked(TenantId tenant, StreamId stream, const StreamState& s, const Manifest& m,
                      bool* want_memory, uint64_t* disk_reserved);

@@ -1,4 +1,5 @@
 #include "hz/checkpoint/types.h"
+
 #include "hz/checkpoint/engine.h"
 
 namespace hz::checkpoint {
@@ -11,6 +12,12 @@ const char* StatusName(Status s) {
       return "invalid";
     case Status::kNotFound:
       return "not-found";
+    case Status::kExists:
+      return "exists";
+    case Status::kBusy:
+      return "busy";
+    case Status::kState:
+      return "state";
     case Status::kLimit:
       return "limit";
     case Status::kAgain:
@@ -35,6 +42,12 @@ uint32_t ToWireStatus(Status s) {
       return HZ_S_EINVAL;
     case Status::kNotFound:
       return HZ_S_ENOENT;
+    case Status::kExists:
+      return HZ_S_EEXIST;
+    case Status::kBusy:
+      return HZ_S_EBUSY;
+    case Status::kState:
+      return HZ_S_ESTATE;
     case Status::kLimit:
       return HZ_S_ELIMIT;
     case Status::kAgain:
@@ -55,12 +68,12 @@ const char* EventKindName(EventKind k) {
   switch (k) {
     case EventKind::kDurable:
       return "durable";
-    case EventKind::kPersistFailed:
-      return "persist-failed";
-    case EventKind::kJitSnapshot:
-      return "jit-snapshot";
-    case EventKind::kJitMissed:
-      return "jit-missed";
+    case EventKind::kFailed:
+      return "failed";
+    case EventKind::kJitSaved:
+      return "jit-saved";
+    case EventKind::kJitFailed:
+      return "jit-failed";
   }
   return "unknown";
 }
@@ -85,6 +98,8 @@ const char* DecisionKindName(Decision::Kind k) {
       return "jit";
     case Decision::Kind::kRecoveredCleanup:
       return "recovered-cleanup";
+    case Decision::Kind::kKeepAfterFailure:
+      return "keep-after-failure";
   }
   return "unknown";
 }

@@ -13,13 +13,6 @@ namespace hz::checkpoint {
 
 namespace {
 
-uint64_t WallTime10s() {
-  auto s = std::chrono::duration_cast<std::chrono::seconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-               .count();
-  return static_cast<uint64_t>(s) / 10 * 10;
-}
-
 uint64_t Padded(uint64_t len) {
   return (len + kIoAlign - 1) / kIoAlign * kIoAlign;
 }
@@ -120,26 +113,18 @@ void Engine::Impl::SealInMemory(const std::shared_ptr<Job>& job) {
     job->manifest.chunk_crcs[i] = Crc32c(pool_->chunk(job->ckpt->chunks[i]), m.chunk_len(i));
   }
   std::vector<PendingEvent> events;
-  std::vector<std::shared_ptr<Ckpt>> evicted;
   {
     std::lock_guard<std::mutex> l(mu_);
     Ckpt& c = *job->ckpt;
     c.job_active = false;
+    c.manifest.chunk_crcs = job->manifest.chunk_crcs;
+    c.sealed = true;
+    // Durable since the save completed; the event follows the sealing.
     if (c.in_index) {
-      c.manifest.chunk_crcs = job->manifest.chunk_crcs;
-      c.manifest.time_s = WallTime10s();
-      c.sealed = true;
-      c.state = CkptState::kDurable;
-      c.tier = TierKind::kHostMemory;
-      TenantLocked(job->tenant).stats.durable++;
-      events.push_back({job->tenant, EventKind::kDurable, job->stream, m.step});
-      StreamState* s = StreamLocked(job->tenant, job->stream);
-      if (s != nullptr) RetainLocked(job->tenant, job->stream, s, &evicted);
+      events.push_back(
+          {job->tenant, EventKind::kDurable, job->stream, m.step, TierKind::kHostMemory, 0, 0});
     }
     MaybeReleaseLocked(job->tenant, &c);
-  }
-  for (const auto& c : evicted) {
-    disk_->Remove(c->manifest.tenant, c->manifest.stream, c->manifest.step);
   }
   Publish(events);
   Settle(job);
@@ -265,7 +250,6 @@ void Engine::Impl::CommitLoop() {
       job = commits_.front();
       commits_.pop_front();
     }
-    job->manifest.time_s = WallTime10s();
     Status st = disk_->Commit(job->write_id, job->manifest);
     bool cancelled;
     {
@@ -284,6 +268,7 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
     std::lock_guard<std::mutex> l(mu_);
     Ckpt& c = *job->ckpt;
     TenantState& t = TenantLocked(job->tenant);
+    StreamState* s = StreamLocked(job->tenant, job->stream);
     c.job_active = false;
     if (st == Status::kOk) {
       t.stats.bytes_persisted += job->manifest.padded_bytes();
@@ -295,13 +280,12 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
         remove.push_back(job->ckpt);
       } else {
         c.manifest.chunk_crcs = job->manifest.chunk_crcs;
-        c.manifest.time_s = job->manifest.time_s;
         c.sealed = true;
         c.state = CkptState::kDurable;
         c.tier = TierKind::kLocalDisk;
         t.stats.durable++;
-        events.push_back({job->tenant, EventKind::kDurable, job->stream, job->manifest.step});
-        StreamState* s = StreamLocked(job->tenant, job->stream);
+        events.push_back({job->tenant, EventKind::kDurable, job->stream, job->manifest.step,
+                          TierKind::kLocalDisk, 0, 0});
         if (s != nullptr) RetainLocked(job->tenant, job->stream, s, &remove);
       }
     } else {
@@ -310,20 +294,32 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
       if (!cancelled) {
         c.failed = true;
         t.stats.persist_failures++;
-        events.push_back({job->tenant, EventKind::kPersistFailed, job->stream, job->manifest.step});
-        StreamState* s = StreamLocked(job->tenant, job->stream);
-        if (s != nullptr) {
+        TierKind policy_tier = s != nullptr ? s->policy.tier : TierKind::kLocalDisk;
+        events.push_back({job->tenant, EventKind::kFailed, job->stream, job->manifest.step,
+                          policy_tier, ToWireStatus(st), 0});
+        // The snapshot stays restorable as STAGED while the memory-tier budget
+        // has room for it (SPEC.md §7.5.2); a newer durable checkpoint
+        // supersedes it.
+        uint64_t budget = config_.memory_tier_bytes / config_.chunk_bytes;
+        if (c.in_index && memory_tier_chunks_ + c.chunks.size() <= budget) {
+          c.want_memory = true;
+          c.tier = TierKind::kHostMemory;
+          c.manifest.chunk_crcs = job->manifest.chunk_crcs;
+          c.sealed = job->next_chunk == job->manifest.num_chunks();
+          t.memory_chunks += c.chunks.size();
+          memory_tier_chunks_ += c.chunks.size();
+          DecideLocked(Decision::Kind::kKeepAfterFailure, job->tenant, job->stream,
+                       job->manifest.step, c.chunks.size() * config_.chunk_bytes);
+        } else if (s != nullptr) {
           auto it = s->ckpts.find(job->manifest.step);
           if (it != s->ckpts.end() && it->second == job->ckpt) s->ckpts.erase(it);
+          c.in_index = false;
         }
-        c.in_index = false;
       }
     }
     MaybeReleaseLocked(job->tenant, &c);
   }
-  for (const auto& c : remove) {
-    disk_->Remove(c->manifest.tenant, c->manifest.stream, c->manifest.step);
-  }
+  RemoveFromDisk(remove);
   Publish(events);
   Settle(job);
 }

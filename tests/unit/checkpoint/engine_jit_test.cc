@@ -64,7 +64,7 @@ TEST(CheckpointJit, NoticeSnapshotsAConsistentStepWhileTheTenantMutates) {
   EXPECT_GE(outcomes[0].attempts, 1u);
   uint64_t step = outcomes[0].step;
   EXPECT_GE(step, 1u);
-  EXPECT_EQ(sink.Count(EventKind::kJitSnapshot, 1, 1, step), 1u);
+  EXPECT_EQ(sink.Count(EventKind::kJitSaved, 1, 1, step), 1u);
   ASSERT_EQ(eng->WaitDurable(1, 1, step, 30s), Status::kOk);
   EXPECT_EQ(sink.Count(EventKind::kDurable, 1, 1, step), 1u);
 
@@ -95,23 +95,26 @@ TEST(CheckpointJit, TenantStuckMidUpdateMissesTheDeadline) {
   auto outcomes = eng->OnNotice(1, Clock::now() + 50ms);
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_EQ(outcomes[0].status, Status::kTimedOut);
-  EXPECT_EQ(sink.Count(EventKind::kJitMissed, 1, 1, 0), 1u);
+  EXPECT_EQ(sink.Count(EventKind::kJitFailed, 1, 1, 0), 1u);
   std::vector<ListEntry> e;
   bool more;
   ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
   EXPECT_TRUE(e.empty());
-  EXPECT_EQ(eng->GetStats().free_chunks, eng->GetStats().pool_chunks);  // nothing leaked
+  // Nothing leaked: only the registration's reservation is held.
+  ASSERT_EQ(eng->CancelQuiesce(1, 1), Status::kOk);
+  EXPECT_EQ(eng->GetStats().free_chunks, eng->GetStats().pool_chunks);
 }
 
 TEST(CheckpointJit, OnlyOptedInDeclaredStreamsAreSaved) {
   TempDir dir("jit-opt");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  RecordingSink sink;
+  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
   ASSERT_TRUE(eng);
   Policy in;
   in.auto_save_on_notice = true;
-  ASSERT_EQ(eng->SetPolicy(1, 1, in), Status::kOk);        // opted in, declared
-  ASSERT_EQ(eng->SetPolicy(1, 2, Policy{}), Status::kOk);  // declared, not opted in
-  ASSERT_EQ(eng->SetPolicy(1, 3, in), Status::kOk);        // opted in, not declared
+  ASSERT_EQ(eng->SetPolicy(1, 1, in), Status::kOk);  // opted in, registered
+  ASSERT_EQ(eng->SetPolicy(1, 2, in), Status::kOk);  // registered, then opted out
+  ASSERT_EQ(eng->SetPolicy(1, 3, in), Status::kOk);  // opted in, not registered
   LiveState s1, s2;
   s1.Update(10);
   s2.Update(20);
@@ -119,14 +122,21 @@ TEST(CheckpointJit, OnlyOptedInDeclaredStreamsAreSaved) {
   auto sp2 = s2.spans();
   ASSERT_EQ(eng->DeclareQuiesce(1, 1, s1.word_span(), sp1), Status::kOk);
   ASSERT_EQ(eng->DeclareQuiesce(1, 2, s2.word_span(), sp2), Status::kOk);
+  // Clearing the flag cancels the registration and its staging reservation.
+  ASSERT_EQ(eng->SetPolicy(1, 2, Policy{}), Status::kOk);
+  EXPECT_EQ(eng->CancelQuiesce(1, 2), Status::kNotFound);
   auto outcomes = eng->OnNotice(1, Clock::now() + 10s);
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_EQ(outcomes[0].stream, 1u);
   EXPECT_EQ(outcomes[0].step, 10u);
+  EXPECT_FALSE(outcomes[0].existed);
   // A second notice at the same step adds nothing and is not an error.
   outcomes = eng->OnNotice(1, Clock::now() + 10s);
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_EQ(outcomes[0].status, Status::kOk);
+  EXPECT_TRUE(outcomes[0].existed);
+  EXPECT_EQ(sink.Count(EventKind::kJitSaved, 1, 1, 10), 2u);
+  EXPECT_EQ(sink.existed_flags(), 1u);
   ASSERT_EQ(eng->Flush(30s), Status::kOk);
   std::vector<ListEntry> e;
   bool more;
@@ -144,12 +154,27 @@ TEST(CheckpointJit, DeclarationsAreValidated) {
   auto sp = s.spans();
   EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kNotFound);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kState);  // not opted in
+  Policy in;
+  in.auto_save_on_notice = true;
+  ASSERT_EQ(eng->SetPolicy(1, 1, in), Status::kOk);
   IoSpan short_word{reinterpret_cast<uint8_t*>(&s.word), 8};
   EXPECT_EQ(eng->DeclareQuiesce(1, 1, short_word, sp), Status::kInvalid);
   IoSpan misaligned{reinterpret_cast<uint8_t*>(s.a.data()) + 1, 16};
   EXPECT_EQ(eng->DeclareQuiesce(1, 1, misaligned, sp), Status::kInvalid);
   EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), {}), Status::kInvalid);
   EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kOk);
+  // The registration sets staging memory aside (SPEC.md §7.5.7) ...
+  size_t state_chunks = (s.a.size() * 8 + s.b.size() * 8 + (64 << 10) - 1) / (64 << 10);
+  EXPECT_EQ(eng->GetStats().tenants[0].staging_bytes, state_chunks * (64 << 10));
+  EXPECT_EQ(eng->CancelQuiesce(1, 1), Status::kOk);
+  EXPECT_EQ(eng->GetStats().tenants[0].staging_bytes, 0u);
+  EXPECT_EQ(eng->CancelQuiesce(1, 1), Status::kNotFound);
+  // ... and is refused when the tenant's staging quota cannot hold it.
+  TenantLimits lim;
+  lim.staging_bytes = 64 << 10;
+  ASSERT_EQ(eng->SetLimits(1, lim), Status::kOk);
+  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kLimit);
 }
 
 }  // namespace

@@ -67,15 +67,18 @@ TEST_F(CheckpointRequests, MalformedSavesAreRefused) {
   uint8_t byte = 0;
   IoSpan ok{&byte, 1};
   EXPECT_EQ(eng_->Save({1, 1, kLatestStep, {&ok, 1}, {}}, &r), Status::kInvalid);
+  EXPECT_EQ(eng_->Save({1, 1, 0, {&ok, 1}, {}}, &r), Status::kInvalid);  // 0 is not a step
   // Lengths whose sum overflows.
   IoSpan huge[2] = {{&byte, SIZE_MAX / 2}, {&byte, SIZE_MAX / 2}};
   EXPECT_EQ(eng_->Save({1, 1, 1, huge, {}}, &r), Status::kInvalid);
 }
 
-TEST_F(CheckpointRequests, StepsMustStrictlyIncrease) {
-  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}), Status::kOk);
+TEST_F(CheckpointRequests, StepsIncreaseAboveWhatTheStreamHolds) {
+  Policy p;
+  p.retention = 5;
+  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
   EXPECT_EQ(SaveStep(1, 1, 5), Status::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 5), Status::kInvalid);
+  EXPECT_EQ(SaveStep(1, 1, 5), Status::kExists);
   EXPECT_EQ(SaveStep(1, 1, 4), Status::kInvalid);
   EXPECT_EQ(SaveStep(1, 1, 6), Status::kOk);
   // Other streams and tenants have their own steps.
@@ -83,10 +86,13 @@ TEST_F(CheckpointRequests, StepsMustStrictlyIncrease) {
   ASSERT_EQ(eng_->SetPolicy(2, 1, Policy{}), Status::kOk);
   EXPECT_EQ(SaveStep(1, 2, 1), Status::kOk);
   EXPECT_EQ(SaveStep(2, 1, 1), Status::kOk);
-  // Deleting the newest does not allow reusing its step.
+  // A tenant that goes back deletes the newer checkpoints, then saves again
+  // from there (SPEC.md §7.5.2).
   ASSERT_EQ(eng_->Flush(30s), Status::kOk);
-  EXPECT_EQ(eng_->Delete(1, 1, 6), Status::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 6), Status::kInvalid);
+  EXPECT_EQ(eng_->Delete(1, 1, kLatestStep), Status::kOk);  // step 6
+  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{5}));
+  EXPECT_EQ(SaveStep(1, 1, 6), Status::kOk);
+  EXPECT_EQ(eng_->Delete(1, 1, 0), Status::kInvalid);
 }
 
 TEST_F(CheckpointRequests, RestoreLayoutMustMatch) {
@@ -228,8 +234,13 @@ TEST_F(CheckpointRequests, ListPagesInStepOrder) {
   EXPECT_EQ(pages, 4);
   ASSERT_EQ(seen.size(), 25u);
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], (i + 1) * 10);
+  // max_entries 0: nothing returned, but "more" says whether any exist.
   std::vector<ListEntry> e;
-  EXPECT_EQ(eng_->List(1, 1, 0, 0, &e, &more), Status::kInvalid);
+  ASSERT_EQ(eng_->List(1, 1, 0, 0, &e, &more), Status::kOk);
+  EXPECT_TRUE(e.empty());
+  EXPECT_TRUE(more);
+  ASSERT_EQ(eng_->List(1, 1, 250, 0, &e, &more), Status::kOk);
+  EXPECT_FALSE(more);
 }
 
 TEST_F(CheckpointRequests, RetentionKeepsTheNewestDurable) {

@@ -108,14 +108,14 @@ TEST(CheckpointSaveRestoreBasics, GivenStepAndLatest) {
   Policy p;
   p.retention = 3;
   ASSERT_EQ(eng->SetPolicy(4, 2, p), Status::kOk);
-  for (uint64_t step : {0ull, 5ull, 6ull}) {
+  for (uint64_t step : {1ull, 5ull, 6ull}) {
     auto st = MakeState({1000, 2000}, step);
     auto sp = Spans(st);
     SaveResult sr;
     ASSERT_EQ(eng->Save({4, 2, step, sp, {}}, &sr), Status::kOk);
   }
   ASSERT_EQ(eng->Flush(30s), Status::kOk);
-  for (uint64_t step : {0ull, 5ull, 6ull}) {
+  for (uint64_t step : {1ull, 5ull, 6ull}) {
     auto out = ZeroState({1000, 2000});
     auto sp = Spans(out);
     RestoreResult rr;
@@ -128,6 +128,39 @@ TEST(CheckpointSaveRestoreBasics, GivenStepAndLatest) {
   ASSERT_EQ(eng->Restore({4, 2, kLatestStep, sp}, &rr), Status::kOk);
   EXPECT_EQ(rr.step, 6u);
   EXPECT_EQ(out, MakeState({1000, 2000}, 6));
+}
+
+TEST(CheckpointSaveRestoreBasics, ProbeReturnsMetadataAndWritesNothing) {
+  TempDir dir("probe");
+  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  ASSERT_TRUE(eng);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  auto st = MakeState({70000, 5}, 2);
+  auto sp = Spans(st);
+  SaveResult sr;
+  ASSERT_EQ(eng->Save({1, 1, 3, sp, Pattern(77, 2)}, &sr), Status::kOk);
+  ASSERT_EQ(eng->WaitDurable(1, 1, 3, 30s), Status::kOk);
+  RestoreResult rr;
+  ASSERT_EQ(eng->Restore({1, 1, kLatestStep, {}}, &rr), Status::kOk);
+  EXPECT_EQ(rr.step, 3u);
+  EXPECT_EQ(rr.bytes, 70005u);
+  EXPECT_EQ(rr.meta, Pattern(77, 2));
+}
+
+TEST(CheckpointSaveRestoreBasics, OverlappingDestinationsAreRefused) {
+  TempDir dir("overlap");
+  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  ASSERT_TRUE(eng);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  auto st = MakeState({100, 100}, 2);
+  auto sp = Spans(st);
+  SaveResult sr;
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &sr), Status::kOk);
+  std::vector<uint8_t> out(150, 0);
+  IoSpan dst[2] = {{out.data(), 100}, {out.data() + 50, 100}};
+  RestoreResult rr;
+  EXPECT_EQ(eng->Restore({1, 1, 1, dst}, &rr), Status::kInvalid);
+  EXPECT_EQ(out, std::vector<uint8_t>(150, 0));
 }
 
 TEST(CheckpointSaveRestoreBasics, LargeStateUsesParallelCopyAndSurvivesRestart) {

@@ -40,7 +40,9 @@ TEST(CheckpointTiers, HostMemoryTierHoldsDurableCheckpointsWithoutDisk) {
   auto sp = Spans(st);
   SaveResult r;
   ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
+  EXPECT_EQ(r.state, CkptState::kDurable);  // durable on completion in host memory
   ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s), Status::kOk);
+  EXPECT_EQ(sink.Count(EventKind::kDurable, 1, 1, 1), 1u);
   EXPECT_TRUE(HasDecision(*eng, Decision::Kind::kPlaceMemory, 1, 1));
   EXPECT_FALSE(fs::exists(testing::StepDir(dir.path(), 1, 1, 1)));
   std::vector<ListEntry> e;
@@ -126,7 +128,8 @@ TEST(CheckpointTiers, PolicySurvivesRestartAndRetentionAppliesOnStartup) {
     auto st = MakeState({1000}, 4);
     auto sp = Spans(st);
     SaveResult r;
-    EXPECT_EQ(eng->Save({5, 7, 3, sp, {}}, &r), Status::kInvalid);
+    EXPECT_EQ(eng->Save({5, 7, 3, sp, {}}, &r), Status::kExists);
+    EXPECT_EQ(eng->Save({5, 7, 2, sp, {}}, &r), Status::kExists);
     EXPECT_EQ(eng->Save({5, 7, 4, sp, {}}, &r), Status::kOk);
     ASSERT_EQ(eng->Flush(30s), Status::kOk);
     ASSERT_EQ(eng->List(5, 7, 0, 10, &e, &more), Status::kOk);
@@ -279,7 +282,7 @@ TEST(CheckpointTiers, DirectIoAndRegisteredBuffersOnTheBuildFilesystem) {
 namespace hz::checkpoint {
 namespace {
 
-TEST(CheckpointTiers, PersistFailureIsReportedAndReleasesEverything) {
+TEST(CheckpointTiers, PersistFailureIsReportedAndKeptInMemory) {
   TempDir dir("persist-fail");
   RecordingSink sink;
   auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
@@ -293,17 +296,30 @@ TEST(CheckpointTiers, PersistFailureIsReportedAndReleasesEverything) {
   SaveResult r;
   ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
   EXPECT_EQ(eng->WaitDurable(1, 1, 1, 30s), Status::kIo);
-  EXPECT_EQ(sink.Count(EventKind::kPersistFailed, 1, 1, 1), 1u);
+  EXPECT_EQ(sink.Count(EventKind::kFailed, 1, 1, 1), 1u);
   EXPECT_EQ(sink.Count(EventKind::kDurable, 1, 1, 1), 0u);
+  // It stays restorable as STAGED from host memory (SPEC.md §7.5.2).
   std::vector<ListEntry> e;
   bool more;
   ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
-  EXPECT_TRUE(e.empty());
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].state, CkptState::kStaged);
+  EXPECT_EQ(e[0].tier, TierKind::kHostMemory);
+  auto out = ZeroState({100000});
+  auto osp = Spans(out);
+  RestoreResult rr;
+  ASSERT_EQ(eng->Restore({1, 1, 1, osp}, &rr), Status::kOk);
+  EXPECT_EQ(out, st);
+  EXPECT_TRUE(HasDecision(*eng, Decision::Kind::kKeepAfterFailure, 1, 1));
   Stats s = eng->GetStats();
-  EXPECT_EQ(s.free_chunks, s.pool_chunks);
   ASSERT_EQ(s.tenants.size(), 1u);
   EXPECT_EQ(s.tenants[0].persist_failures, 1u);
   EXPECT_EQ(s.tenants[0].disk_bytes, 0u);
+  // Deleting it gives everything back.
+  ASSERT_EQ(eng->Delete(1, 1, 1), Status::kOk);
+  s = eng->GetStats();
+  EXPECT_EQ(s.free_chunks, s.pool_chunks);
+  EXPECT_EQ(s.memory_tier_chunks, 0u);
 }
 
 }  // namespace

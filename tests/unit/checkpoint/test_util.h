@@ -84,6 +84,11 @@ class RecordingSink : public EventSink {
     std::lock_guard<std::mutex> l(mu_);
     events_.push_back({tenant, kind, stream, step});
   }
+  void PublishEvent(const CheckpointEvent& e) override {
+    if (e.flags & kJitFlagExisted) existed_flags_++;
+    Publish(e.tenant, e.kind, e.stream, e.step);
+  }
+  size_t existed_flags() const { return existed_flags_.load(); }
   std::vector<RecordedEvent> events() const {
     std::lock_guard<std::mutex> l(mu_);
     return events_;
@@ -100,6 +105,7 @@ class RecordingSink : public EventSink {
  private:
   mutable std::mutex mu_;
   std::vector<RecordedEvent> events_;
+  std::atomic<size_t> existed_flags_{0};
 };
 
 // A small engine configuration for tests: 64 KiB chunks, 4 MiB pool.

@@ -62,7 +62,7 @@ struct EngineConfig {
 struct SaveRequest {
   TenantId tenant = 0;
   StreamId stream = 0;
-  uint64_t step = 0;               // strictly greater than the stream's previous step
+  uint64_t step = 0;               // 1..2^64-2, above every step the stream holds
   std::span<const IoSpan> slices;  // at least one; empty slices allowed
   std::span<const uint8_t> meta;   // may be empty
 };
@@ -77,7 +77,7 @@ struct RestoreRequest {
   TenantId tenant = 0;
   StreamId stream = 0;
   uint64_t step = kLatestStep;     // or a given step
-  std::span<const IoSpan> slices;  // same count and sizes as saved
+  std::span<const IoSpan> slices;  // same count and sizes as saved; empty: probe
 };
 
 struct RestoreResult {
@@ -93,6 +93,7 @@ struct NoticeOutcome {
   Status status = Status::kOk;  // kOk: snapshot taken (or that step was already saved)
   uint64_t step = 0;            // the step read from the quiescence word
   uint32_t attempts = 0;        // seqlock copies tried
+  bool existed = false;         // kOk without a new checkpoint: that step was saved already
 };
 
 // One provider decision, for metrics and hzctl.
@@ -107,6 +108,7 @@ struct Decision {
     kEvict,             // dropped by retention
     kJit,               // just-in-time snapshot; value = attempts
     kRecoveredCleanup,  // start-up removed an uncommitted step directory
+    kKeepAfterFailure,  // persist failed; the snapshot stays restorable in memory (STAGED)
   };
   uint64_t time_us = 0;  // steady clock
   Kind kind = Kind::kPlaceDisk;
@@ -161,30 +163,43 @@ class Engine {
   Status SetPolicy(TenantId tenant, StreamId stream, const Policy& policy);
 
   // Snapshots the slices and metadata, then returns; persistence continues in
-  // the background. kAgain when staging did not free up within the stall
-  // budget; kLimit when the snapshot can never fit the pool or the quotas.
+  // the background (SPEC.md §7.5.2). A host-memory placement is kDurable at
+  // once. kExists: that step is held; kInvalid: step 0, or below the highest
+  // held; kBusy: another save of the stream is in progress; kAgain: staging
+  // did not free up within the stall budget; kLimit: the snapshot can never
+  // fit the pool or the tenant's quotas.
   Status Save(const SaveRequest& req, SaveResult* result);
 
-  // Copies a checkpoint into req.slices after verifying all of it.
+  // Copies a checkpoint into req.slices after verifying every chunk (sizes and
+  // CRC32C) and the metadata; on any failure no destination byte is written.
+  // Empty req.slices is a probe: verify and return the metadata only.
   Status Restore(const RestoreRequest& req, RestoreResult* result);
 
-  // Checkpoints of a stream in step order, after start_after_step (0: from the
-  // oldest, including step 0), at most max_entries; *more says if any remain.
-  // Staged checkpoints are listed with state kStaged.
+  // Checkpoints of a stream (staged and durable) in step order, with step >
+  // start_after_step, at most max_entries; *more says if any remain (with
+  // max_entries 0: whether any exist).
   Status List(TenantId tenant, StreamId stream, uint64_t start_after_step, uint32_t max_entries,
               std::vector<ListEntry>* entries, bool* more);
 
-  // Deletes one checkpoint (staged ones are cancelled).
+  // Deletes one checkpoint (kLatestStep: the newest) from every tier; a pending
+  // persist is cancelled. kBusy while it is being restored or saved.
   Status Delete(TenantId tenant, StreamId stream, uint64_t step);
 
-  // Declares the quiescence word (16 bytes, 8-aligned, struct hz_quiesce_word)
-  // and the state slices a just-in-time save copies for this stream. The spans
-  // must stay mapped until redeclared or the stream is gone.
+  // Registers the quiescence word (16 bytes, 8-aligned, struct hz_quiesce_word)
+  // and the state slices a just-in-time save copies for this stream, and
+  // reserves staging memory for them (kLimit when it cannot). The stream's
+  // policy must have auto_save_on_notice (kState). The spans must stay mapped
+  // until the registration is replaced or cancelled.
   Status DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan word,
                         std::span<const IoSpan> slices);
 
+  // Cancels a registration (kNotFound if none). Clearing auto_save_on_notice
+  // in the policy cancels it too.
+  Status CancelQuiesce(TenantId tenant, StreamId stream);
+
   // A preemption/maintenance notice: snapshots every opted-in stream of the
-  // tenant with a declared quiescence word before the deadline.
+  // tenant with a registration before the deadline (SPEC.md §7.5.7) and
+  // publishes JIT_SAVED or JIT_FAILED for each.
   std::vector<NoticeOutcome> OnNotice(TenantId tenant,
                                       std::chrono::steady_clock::time_point deadline);
 

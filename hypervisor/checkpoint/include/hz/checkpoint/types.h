@@ -18,8 +18,11 @@ namespace hz::checkpoint {
 // Result of every engine call.
 enum class Status {
   kOk = 0,
-  kInvalid,   // malformed request: zero slices, step not increasing, size mismatch
+  kInvalid,   // malformed request: zero slices, step below the highest, size mismatch
   kNotFound,  // unknown stream or step, or a stored file is missing
+  kExists,    // a checkpoint with this step exists
+  kBusy,      // the stream or checkpoint is being saved or restored
+  kState,     // not valid in the stream's state (quiescence without auto-save)
   kLimit,     // a tenant quota or engine limit can never admit the request
   kAgain,     // temporarily out of staging memory within the stall budget
   kTimedOut,  // a deadline passed (just-in-time save)
@@ -75,22 +78,42 @@ struct TenantLimits {
   uint32_t weight = 1;                    // share of the disk bandwidth under contention
 };
 
-// Kinds of event the engine publishes (SPEC.md §8.3, topic HZ_TOPIC_CHECKPOINT).
+// Kinds of event the engine publishes: topic HZ_TOPIC_CHECKPOINT, values as
+// SPEC.md §8.3.6.
 enum class EventKind : uint16_t {
-  kDurable = 1,        // a checkpoint is committed at its tier
-  kPersistFailed = 2,  // a staged checkpoint could not be persisted and was dropped
-  kJitSnapshot = 3,    // a just-in-time snapshot was taken on a notice
-  kJitMissed = 4,      // no consistent snapshot before the notice deadline
+  kDurable = 0,    // checkpoint (stream, step) is committed at `tier`
+  kFailed = 1,     // persisting it failed; `status` says why
+  kJitSaved = 2,   // a just-in-time checkpoint was taken on a notice
+  kJitFailed = 3,  // a just-in-time checkpoint could not be taken; `status` says why
 };
 
 const char* EventKindName(EventKind k);
 
-// Receives the engine's events; implemented by the event bus. Publish runs on
-// an engine thread and must not call back into the engine.
+// bit 0 of CheckpointEvent::flags for kJitSaved: that step existed already.
+inline constexpr uint32_t kJitFlagExisted = 1u << 0;
+
+// Everything the CHECKPOINT payload carries (SPEC.md §8.3.6).
+struct CheckpointEvent {
+  TenantId tenant = 0;
+  EventKind kind = EventKind::kDurable;
+  StreamId stream = 0;
+  uint64_t step = 0;
+  TierKind tier = TierKind::kLocalDisk;  // where it is held (kDurable) or the policy's tier
+  uint32_t status = 0;                   // HZ_S_* for kFailed and kJitFailed, else 0
+  uint32_t flags = 0;                    // kJitFlagExisted
+};
+
+// Receives the engine's events; implemented by the event bus. Called on an
+// engine thread, never under an engine lock, and must not call back into the
+// engine. Implement PublishEvent for the full payload; its default forwards
+// to Publish.
 class EventSink {
  public:
   virtual ~EventSink() = default;
   virtual void Publish(TenantId tenant, EventKind kind, StreamId stream, uint64_t step) = 0;
+  virtual void PublishEvent(const CheckpointEvent& e) {
+    Publish(e.tenant, e.kind, e.stream, e.step);
+  }
 };
 
 // One committed or staged checkpoint (HZ_OP_CKPT_LIST).

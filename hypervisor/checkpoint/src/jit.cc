@@ -1,0 +1,179 @@
+// Quiescence registrations and just-in-time saves on a notice (SPEC.md §7.5.7).
+#include <algorithm>
+#include <limits>
+#include <thread>
+
+#include "engine_impl.h"
+#include "quiesce.h"
+
+namespace hz::checkpoint {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+void Engine::Impl::DropQuiesceLocked(TenantId tenant, StreamState* s) {
+  if (!s->quiesce) return;
+  ReleaseChunksLocked(tenant, s->quiesce->reserved);
+  s->quiesce.reset();
+}
+
+Status Engine::Impl::DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan word,
+                                    std::span<const IoSpan> slices) {
+  if (word.data == nullptr || word.len != sizeof(hz_quiesce_word) ||
+      reinterpret_cast<uintptr_t>(word.data) % alignof(uint64_t) != 0) {
+    return Status::kInvalid;
+  }
+  uint64_t total = 0;
+  if (slices.empty() || slices.size() > kMaxSlices ||
+      !SumSpans(slices, std::numeric_limits<uint64_t>::max() / 4, &total)) {
+    return Status::kInvalid;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  StreamState* s = StreamLocked(tenant, stream);
+  if (s == nullptr) return Status::kNotFound;
+  if (!s->policy.auto_save_on_notice) return Status::kState;
+  // Set staging memory aside now, so a notice never waits for it.
+  DropQuiesceLocked(tenant, s);
+  uint64_t nchunks = total / config_.chunk_bytes + (total % config_.chunk_bytes != 0 ? 1 : 0);
+  std::vector<uint32_t> reserved;
+  uint64_t waited = 0;
+  auto deadline = Clock::now() + std::chrono::milliseconds(s->policy.stall_budget_ms);
+  Status st = AcquireLocked(lock, tenant, nchunks, deadline, &reserved, &waited);
+  if (st == Status::kShutdown) return st;
+  if (st != Status::kOk) return Status::kLimit;
+  auto d = std::make_unique<QuiesceDecl>();
+  d->word = word;
+  d->slices.assign(slices.begin(), slices.end());
+  d->reserved = std::move(reserved);
+  s->quiesce = std::move(d);
+  return Status::kOk;
+}
+
+Status Engine::Impl::CancelQuiesce(TenantId tenant, StreamId stream) {
+  std::lock_guard<std::mutex> l(mu_);
+  StreamState* s = StreamLocked(tenant, stream);
+  if (s == nullptr || !s->quiesce) return Status::kNotFound;
+  DropQuiesceLocked(tenant, s);
+  return Status::kOk;
+}
+
+std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_point deadline) {
+  std::vector<StreamId> streams;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = tenants_.find(tenant);
+    if (it == tenants_.end()) return {};
+    for (auto& [sid, s] : it->second.streams) {
+      if (s.policy.auto_save_on_notice && s.quiesce) streams.push_back(sid);
+    }
+  }
+  std::vector<NoticeOutcome> out;
+  std::vector<PendingEvent> events;
+  for (StreamId sid : streams) {
+    NoticeOutcome o;
+    o.stream = sid;
+    std::unique_lock<std::mutex> lock(mu_);
+    StreamState* s = StreamLocked(tenant, sid);
+    // A regular save of the stream is copying: let it finish first.
+    while (s != nullptr && s->saving && s->quiesce && Clock::now() < deadline) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      lock.lock();
+    }
+    if (s == nullptr || !s->quiesce || !s->policy.auto_save_on_notice) continue;
+    TierKind policy_tier = s->policy.tier;
+    if (s->saving) {
+      o.status = Status::kTimedOut;
+      events.push_back(
+          {tenant, EventKind::kJitFailed, sid, 0, policy_tier, ToWireStatus(o.status), 0});
+      out.push_back(o);
+      continue;
+    }
+    // The registration (spans and reserved chunks) is used without the lock;
+    // the stream is marked as saving so it cannot change meanwhile.
+    s->saving = true;
+    s->saving_step = kLatestStep;
+    QuiesceDecl decl{s->quiesce->word, s->quiesce->slices, std::move(s->quiesce->reserved)};
+    s->quiesce->reserved.clear();
+    Manifest m;
+    m.tenant = tenant;
+    m.stream = sid;
+    m.chunk_bytes = config_.chunk_bytes;
+    for (const IoSpan& sp : decl.slices) m.slice_sizes.push_back(sp.len);
+    std::vector<uint32_t> chunks = std::move(decl.reserved);
+    if (chunks.size() != m.num_chunks()) {
+      ReleaseChunksLocked(tenant, chunks);
+      chunks.clear();
+      uint64_t waited = 0;
+      o.status = AcquireLocked(lock, tenant, m.num_chunks(), deadline, &chunks, &waited);
+      if (o.status == Status::kLimit) o.status = Status::kAgain;
+    }
+    lock.unlock();
+
+    if (o.status == Status::kOk) {
+      std::vector<CopyOp> ops = SnapshotOps(decl.slices, {}, chunks);
+      SeqlockCopyResult r = SeqlockCopy(
+          decl.word.data, [&] { copier_.Run(ops); }, deadline);
+      o.attempts = r.attempts;
+      o.step = r.step;
+      m.step = r.step;
+      if (!r.consistent) o.status = Status::kTimedOut;
+      if (o.status == Status::kOk) ZeroTail(m, chunks);
+    }
+
+    lock.lock();
+    s->saving = false;
+    bool admitted = false;
+    if (o.status == Status::kOk) {
+      o.status = CheckStepLocked(*s, m.step);
+      if (o.status == Status::kExists) {
+        // That step is saved already: nothing new, and that is a success.
+        o.status = Status::kOk;
+        o.existed = true;
+        events.push_back(
+            {tenant, EventKind::kJitSaved, sid, m.step, policy_tier, 0, kJitFlagExisted});
+      } else if (o.status == Status::kOk) {
+        bool want_memory = false;
+        uint64_t disk_reserved = 0;
+        o.status = PlaceLocked(tenant, sid, *s, m, &want_memory, &disk_reserved);
+        if (o.status == Status::kOk) {
+          DecideLocked(Decision::Kind::kJit, tenant, sid, m.step, o.attempts);
+          std::vector<std::shared_ptr<Ckpt>> evicted;
+          AdmitLocked(tenant, sid, s, m, chunks, want_memory, disk_reserved, &evicted);
+          admitted = true;
+          events.push_back({tenant, EventKind::kJitSaved, sid, m.step, policy_tier, 0, 0});
+          lock.unlock();
+          RemoveFromDisk(evicted);
+          lock.lock();
+        }
+      }
+    }
+    if (o.status != Status::kOk) {
+      events.push_back(
+          {tenant, EventKind::kJitFailed, sid, o.step, policy_tier, ToWireStatus(o.status), 0});
+    }
+    // Keep (or renew) the reservation for the next notice.
+    if (!admitted && s->quiesce && s->quiesce->reserved.empty() &&
+        chunks.size() == m.num_chunks()) {
+      s->quiesce->reserved = std::move(chunks);
+    } else if (!admitted) {
+      ReleaseChunksLocked(tenant, chunks);
+    }
+    if (admitted && s->quiesce && s->quiesce->reserved.empty()) {
+      uint64_t quota = TenantLocked(tenant).limits.staging_bytes / config_.chunk_bytes;
+      std::vector<uint32_t> again;
+      if (TenantLocked(tenant).held_chunks + m.num_chunks() <= quota &&
+          pool_->TryAcquire(m.num_chunks(), &again)) {
+        TenantLocked(tenant).held_chunks += again.size();
+        s->quiesce->reserved = std::move(again);
+      }
+    }
+    lock.unlock();
+    out.push_back(o);
+  }
+  Publish(events);
+  return out;
+}
+
+}  // namespace hz::checkpoint
