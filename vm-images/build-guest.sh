@@ -14,30 +14,11 @@ source "$(dirname "$0")/lib/common.sh"
 
 dir=$(hz_vm_dir "${1:-}")
 kver=$(hz_guest_kernel_version)
-kdir=/lib/modules/$kver/build
 out=$dir/guest
 top=$HZ_REPO_ROOT
 mkdir -p "$out"
 
-# Kbuild writes next to the sources, so each module is built from a copy.
-build_module() {
-	local name=$1 src=$2 work=$out/$1
-	mkdir -p "$work"
-	rm -f "$work"/*.c "$work"/*.h "$work/Kbuild"
-	cp "$src"/Kbuild "$src"/*.c "$work/"
-	cp "$src"/*.h "$work/" 2>/dev/null || true
-	if ! make -C "$kdir" M="$work" HZ_PROTOCOL_DIR="$top/protocol" W=1 C=1 modules >"$work/build.log" 2>&1; then
-		cat "$work/build.log" >&2
-		hz_die "building $name failed"
-	fi
-	if grep -E 'warning:|error:' "$work/build.log" >&2; then
-		hz_die "$name: warnings in the kernel build"
-	fi
-	cp "$work/$name.ko" "$out/$name.ko"
-}
-
-build_module harmonaize "$top/guest/driver"
-build_module hz_echo_test "$top/guest/driver/test"
+"$top/guest/driver/build.sh" "$out" "$kver" >&2
 
 gcc -static -O2 -Wall -Wextra -Werror -std=gnu11 -I"$top/protocol" -I"$top/guest/driver" \
 	"$top/tests/vm/guest/hz_drvtest.c" -o "$out/hz_drvtest.tmp"

@@ -18,9 +18,14 @@ if [ -z "$cp" ]; then
 	cache=${TMPDIR:-/tmp}/hz-checkpatch
 	mkdir -p "$cache"
 	base=$(basename "$tarball" .tar.xz)
-	[ -f "$cache/$base/scripts/checkpatch.pl" ] ||
-		tar -xJf "$tarball" -C "$cache" "$base/scripts/checkpatch.pl" "$base/scripts/spelling.txt" \
+	if [ ! -f "$cache/$base/scripts/checkpatch.pl" ]; then
+		# Unpacked aside and moved into place: concurrent runs never see half a tree.
+		tmp=$(mktemp -d "$cache/unpack.XXXXXX")
+		tar -xJf "$tarball" -C "$tmp" "$base/scripts/checkpatch.pl" "$base/scripts/spelling.txt" \
 			"$base/scripts/const_structs.checkpatch"
+		mv -T "$tmp/$base" "$cache/$base" 2>/dev/null || true
+		rm -rf "$tmp"
+	fi
 	cp=$cache/$base/scripts/checkpatch.pl
 fi
 cd "$here"
