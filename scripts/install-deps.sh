@@ -27,7 +27,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   openmpi-bin libopenmpi-dev libgloo-dev
   debootstrap busybox-static cpio gzip kmod
-  linux-image-amd64 linux-headers-amd64 sparse
+  linux-image-amd64 linux-headers-amd64 sparse linux-source-6.1
   python3 procps iproute2 util-linux
 )
 
