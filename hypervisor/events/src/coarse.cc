@@ -28,4 +28,17 @@ EnergyLevel EnergyFromDraw(uint64_t draw, uint64_t budget) {
   return kEnergyNormal;
 }
 
+bool ChangeFilter::Update(const std::string& key, uint64_t value, uint64_t now) {
+  auto it = last_.find(key);
+  if (it == last_.end()) {
+    last_[key] = Last{value, now};
+    return true;
+  }
+  Last& last = it->second;
+  if (value == last.value) return false;
+  if (now < last.time + interval_) return false;
+  last = Last{value, now};
+  return true;
+}
+
 }  // namespace hz::events

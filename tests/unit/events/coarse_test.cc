@@ -133,5 +133,17 @@ TEST(EventsCoarse, StatusMapsToWireCodes) {
   EXPECT_EQ(Status::State("x").ToWire(), HZ_S_ESTATE);
 }
 
+TEST(EventsCoarse, ChangeFilterLimitsRateAndFlapping) {
+  ChangeFilter f(60);
+  EXPECT_TRUE(f.Update("t1/gpu", 8, 1000));   // first value
+  EXPECT_FALSE(f.Update("t1/gpu", 8, 1100));  // unchanged
+  EXPECT_TRUE(f.Update("t1/gpu", 4, 1100));   // changed after the interval
+  EXPECT_FALSE(f.Update("t1/gpu", 8, 1120));  // changed too soon: held back
+  EXPECT_FALSE(f.Update("t1/gpu", 8, 1159));
+  EXPECT_TRUE(f.Update("t1/gpu", 8, 1160));  // published once the interval passed
+  EXPECT_TRUE(f.Update("t1/nic", 2, 1160));  // keys are independent
+  EXPECT_TRUE(f.Update("t2/gpu", 8, 1160));
+}
+
 }  // namespace
 }  // namespace hz::events

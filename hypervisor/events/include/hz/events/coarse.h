@@ -4,6 +4,8 @@
 #define HZ_EVENTS_COARSE_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 namespace hz::events {
 
@@ -38,6 +40,26 @@ enum EnergyLevel : uint8_t {
 
 // `draw` out of `budget`; a zero budget counts as critical.
 EnergyLevel EnergyFromDraw(uint64_t draw, uint64_t budget);
+
+// Rate limit and hysteresis for published levels (SPEC.md §8.3.4, §8.3.5):
+// a value is published only when it differs from the last published one, and
+// at most once per `min_interval_s` per key. A change held back is published
+// by a later Update() once the interval has passed, so publishers call Update
+// on every sample. Keys are the publisher's (for example tenant + device kind).
+class ChangeFilter {
+ public:
+  explicit ChangeFilter(uint64_t min_interval_s) : interval_(min_interval_s) {}
+  // True when `value` should be published now for `key`; it then counts as published.
+  bool Update(const std::string& key, uint64_t value, uint64_t now);
+
+ private:
+  struct Last {
+    uint64_t value = 0;
+    uint64_t time = 0;
+  };
+  uint64_t interval_;
+  std::map<std::string, Last> last_;
+};
 
 }  // namespace hz::events
 
