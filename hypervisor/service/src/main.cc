@@ -5,6 +5,9 @@
 //
 // Exit codes: 0 after a graceful stop, 1 when the service cannot start,
 // 2 for command-line or configuration errors.
+#include <pthread.h>
+#include <signal.h>
+
 #include <cstdio>
 #include <string>
 
@@ -89,5 +92,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   service.Run();
+  // Stopped: further SIGTERMs (an impatient supervisor) must not turn the
+  // clean exit into a kill while the service object is torn down.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return 0;
 }

@@ -80,8 +80,10 @@ bool Service::Start(std::string* error) {
 }
 
 void Service::Run() {
-  boost::asio::signal_set signals(io_, SIGTERM, SIGINT);
-  signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+  // Kept until the Service goes, so a second SIGTERM during the drain finds
+  // a handler instead of the default action.
+  signals_ = std::make_unique<boost::asio::signal_set>(io_, SIGTERM, SIGINT);
+  signals_->async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     spdlog::info("event=signal signal={}", sig);
     RequestStop();

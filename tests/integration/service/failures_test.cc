@@ -292,7 +292,7 @@ TEST_F(ServiceFailuresTest, SigtermAnswersEveryInFlightRequestWithShutdown) {
     return 0;
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
-  EXPECT_EQ(svc_.Terminate(), 0) << "harmonaized exits 0 after draining";
+  EXPECT_EQ(svc_.Wait(), 0) << "harmonaized exits 0 after draining";
 }
 
 }  // namespace

@@ -65,6 +65,11 @@ bool ServiceProcess::Start(const std::vector<std::string>& extra) {
 int ServiceProcess::Terminate(int timeout_ms) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
+  return Wait(timeout_ms);
+}
+
+int ServiceProcess::Wait(int timeout_ms) {
+  if (pid_ <= 0) return -1;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     int status;

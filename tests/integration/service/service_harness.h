@@ -21,6 +21,8 @@ class ServiceProcess {
   bool Start(const std::vector<std::string>& extra = {});
   // Sends SIGTERM and waits (up to the deadline) for the exit status; -1 on a hang.
   int Terminate(int timeout_ms = 20000);
+  // Waits for the daemon to exit by itself; its exit status, -1 on a hang.
+  int Wait(int timeout_ms = 20000);
   nlohmann::json Control(const nlohmann::json& req);
   // Creates a tenant and binds `n` VM sockets to it; returns their paths.
   std::vector<std::string> TenantWithVms(const std::string& tenant, int n);

@@ -19,6 +19,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 
 #include "hz/service/coll_backend.h"
 #include "hz/service/config.h"
@@ -98,7 +99,8 @@ class Service : public ControlTarget {
   std::unique_ptr<CollBackend> coll_;
   DeviceEnv env_;
 
-  boost::asio::io_context io_;       // control, metrics, signals
+  boost::asio::io_context io_;  // control, metrics, signals
+  std::unique_ptr<boost::asio::signal_set> signals_;
   boost::asio::io_context vdev_io_;  // vhost-user connections
   std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
       vdev_work_;
