@@ -85,8 +85,16 @@ TEST(CheckpointCrash, SigkillDuringPersistNeverLosesOrTearsCheckpoints) {
     ASSERT_GT(c.pid, 0);
     std::string buf;
     size_t before = reported.size();
-    // Kill at a random point: sometimes during start-up, mostly mid-stream.
-    int delay_ms = std::uniform_int_distribution<int>(0, 150)(rng);
+    // Kill at a random point: every fifth time blindly (often during
+    // start-up or recovery), otherwise a random time after the child's first
+    // durable checkpoint of this run, while it keeps saving and persisting.
+    if (iterations % 5 != 0) {
+      auto give_up = Clock::now() + std::chrono::seconds(20);  // hang guard only
+      while (reported.size() == before && Clock::now() < give_up) {
+        Drain(c.out, &buf, &reported, 5);
+      }
+    }
+    int delay_ms = std::uniform_int_distribution<int>(0, 120)(rng);
     auto kill_at = Clock::now() + std::chrono::milliseconds(delay_ms);
     while (Clock::now() < kill_at) Drain(c.out, &buf, &reported, 5);
     kill(c.pid, SIGKILL);
@@ -140,7 +148,7 @@ TEST(CheckpointCrash, SigkillDuringPersistNeverLosesOrTearsCheckpoints) {
   RecordProperty("durable_steps", static_cast<int>(reported.size()));
   EXPECT_GE(iterations, 10);
   // The kills must have hit a persisting engine, not only start-ups.
-  EXPECT_GE(kills_after_progress, 3);
+  EXPECT_GE(kills_after_progress, iterations / 2);
   fs::remove_all(root);
 }
 
