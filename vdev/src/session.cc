@@ -54,6 +54,8 @@ Session::Session(std::unique_ptr<Device> device, SessionHost* host, SessionOptio
   queues_.resize(n);
   for (uint32_t i = 0; i < n; ++i) {
     queues_[i].q = std::make_unique<SplitQueue>(static_cast<uint16_t>(i), options_.queue_limits);
+    // A turn's budget ran out: finish the work in a later handler.
+    queues_[i].q->set_on_yield([this](uint16_t q) { host_->Post([this, q] { Kick(q); }); });
   }
 }
 
@@ -372,6 +374,7 @@ void Session::Reconcile(uint16_t i) {
     device_->OnQueueStarted(*s.q);
     // Chains made available before the ring ran (or a kick that fired while
     // it was disabled) must not wait for the next kick.
+    s.q->NewTurn();
     if (s.delivered && s.q->HasAvailable()) device_->OnKick(*s.q);
   } else if (!run && s.delivered) {
     s.delivered = false;
@@ -394,6 +397,7 @@ void Session::UpdatePolling() {
 
 void Session::Kick(uint16_t queue) {
   if (queue >= queues_.size() || !queues_[queue].delivered) return;
+  queues_[queue].q->NewTurn();
   device_->OnKick(*queues_[queue].q);
 }
 
@@ -404,6 +408,7 @@ bool Session::Poll() {
     if (!s.delivered || !Polled(i)) continue;
     if (s.q->HasAvailable()) {
       work = true;
+      s.q->NewTurn();
       device_->OnKick(*s.q);
     }
   }

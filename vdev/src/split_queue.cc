@@ -94,6 +94,17 @@ bool SplitQueue::Translate(const MemoryMap& memory, std::string* error) {
                     index_, desc_uva_, avail_uva_, used_uva_, size_);
     return false;
   }
+  // The three parts must not overlap (the spec lays them out disjoint); an
+  // avail ring inside the used ring would let our own used-index stores make
+  // new chains "available" forever.
+  auto overlap = [](const uint8_t* a, uint64_t alen, const uint8_t* b, uint64_t blen) {
+    return a < b + blen && b < a + alen;
+  };
+  if (overlap(desc, desc_len, avail, avail_len) || overlap(desc, desc_len, used, used_len) ||
+      overlap(avail, avail_len, used, used_len)) {
+    *error = fmt::format("queue {}: ring parts overlap", index_);
+    return false;
+  }
   // A region whose mmap_offset is not aligned makes aligned guest addresses
   // misaligned host addresses; atomic ring accesses need natural alignment.
   if (!Aligned(desc, 16) || !Aligned(avail, 2) || !Aligned(used, 4)) {
@@ -130,6 +141,7 @@ bool SplitQueue::Start(MemoryMapPtr memory, std::string* error) {
   used_published_ = used_idx_;
   signalled_valid_ = false;
   avail_event_valid_ = false;
+  NewTurn();
   Store<uint16_t>(used_, (polling_ && !event_idx_) ? VDEV_VRING_USED_F_NO_NOTIFY : 0);
   return true;
 }
@@ -286,6 +298,14 @@ bool SplitQueue::Pop(Chain* out) {
       if (last_avail_ == avail_cache_ && !EnableNotifyAndRecheck()) return false;
       if (broken_) return false;
     }
+    if (budget_ == 0) {
+      if (!yielded_) {
+        yielded_ = true;
+        if (on_yield_) on_yield_(index_);
+      }
+      return false;
+    }
+    --budget_;
     uint16_t slot = last_avail_ & (size_ - 1);
     uint16_t head = Load<uint16_t>(avail_ + kRingHeader + 2 * slot);
     if (head >= size_) {

@@ -341,6 +341,10 @@ TEST_F(SplitQueueTest, StartValidatesRingAddresses) {
   q.set_addresses(ring_.desc_uva(), ring_.avail_uva(), kGpaBase + kUvaDelta + (1 << 20) - 16);
   EXPECT_FALSE(q.Start(guest_.memory, &error));
   EXPECT_NE(error.find("outside"), std::string::npos);
+  // Overlapping parts (avail inside used).
+  q.set_addresses(ring_.desc_uva(), ring_.used_uva() + 8, ring_.used_uva());
+  EXPECT_FALSE(q.Start(guest_.memory, &error));
+  EXPECT_NE(error.find("overlap"), std::string::npos);
   // Guest-physical addresses are not front-end addresses.
   q.set_addresses(kDesc, kAvail, kUsed);
   EXPECT_FALSE(q.Start(guest_.memory, &error));
@@ -362,6 +366,31 @@ TEST_F(SplitQueueTest, ChainTotalsAreCapped) {
   ring_.Publish(0);
   EXPECT_TRUE(q.Pop(&c));
   EXPECT_EQ(c.writable_bytes(), 1000u);
+}
+
+TEST_F(SplitQueueTest, ATurnIsBoundedAndYields) {
+  int yields = 0;
+  q_.set_on_yield([&](uint16_t index) {
+    EXPECT_EQ(index, 0);
+    ++yields;
+  });
+  q_.NewTurn();
+  for (uint16_t i = 0; i < kSize; ++i) ring_.SetDesc(i, kBuf, 4, W, 0);
+  Chain c;
+  // Twice the ring size per turn, here with a device that completes and
+  // publishes each chain at once while the driver keeps re-posting.
+  for (int round = 0; round < 2 * kSize; ++round) {
+    ring_.Publish(static_cast<uint16_t>(round % kSize));
+    ASSERT_TRUE(q_.Pop(&c)) << round;
+    q_.Complete(c, 0);
+    q_.Flush();
+  }
+  ring_.Publish(0);
+  EXPECT_FALSE(q_.Pop(&c));
+  EXPECT_FALSE(q_.Pop(&c));
+  EXPECT_EQ(yields, 1);
+  q_.NewTurn();
+  EXPECT_TRUE(q_.Pop(&c));
 }
 
 TEST_F(SplitQueueTest, NoInterruptFlagSuppressesCallsWithoutEventIdx) {

@@ -27,6 +27,7 @@
 #define VDEV_SPLIT_QUEUE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,16 @@ class SplitQueue final : public Queue {
   // eventfds owned by the caller; -1 for none.
   void set_call_fd(int fd) { call_fd_ = fd; }
   void set_err_fd(int fd) { err_fd_ = fd; }
+  // Called (once per turn) when Pop stops because the turn's budget is spent;
+  // the owner schedules another turn (a posted kick) so the rest is served
+  // after other work. Bounds the work one kick can cause even when the guest
+  // makes the device's own writes produce new avail entries.
+  void set_on_yield(std::function<void(uint16_t)> fn) { on_yield_ = std::move(fn); }
+  // Starts a new turn: up to 2 * size chains (valid or skipped) per turn.
+  void NewTurn() {
+    budget_ = 2u * size_;
+    yielded_ = false;
+  }
   // Busy-poll: ask the driver not to kick (VRING_USED_F_NO_NOTIFY, or simply
   // not re-arming avail_event with EVENT_IDX).
   void set_polling(bool on);
@@ -143,6 +154,9 @@ class SplitQueue final : public Queue {
   uint16_t avail_event_written_ = 0;
   bool avail_event_valid_ = false;
   std::vector<uint8_t> inflight_;  // per head: popped, not completed
+  uint32_t budget_ = 0;            // chains left in this turn
+  bool yielded_ = false;
+  std::function<void(uint16_t)> on_yield_;
   QueueStats stats_;
 };
 
