@@ -96,8 +96,8 @@ def ring_seed(descs, heads, tables=(), flags=3, size_log2=3):
 write("corpus/ring/simple", ring_seed(
     [(GPA + 0x3000, 16, 1, 1), (GPA + 0x3100, 16, 2, 0)], [0]))
 write("corpus/ring/indirect", ring_seed(
-    [(GPA + 0x3200, 32, 4, 0)], [0],
-    tables=[(0x3200, [(GPA + 0x3000, 8, 1, 1), (GPA + 0x3100, 8, 2, 0)])]))
+    [(GPA + 0x1E00, 32, 4, 0)], [0],
+    tables=[(0x1E00, [(GPA + 0x3000, 8, 1, 1), (GPA + 0x3100, 8, 2, 0)])]))
 write("corpus/ring/cross_region", ring_seed(
     [(GPA + A_LEN - 8, 16, 1, 1), (GPA + 0x3100, 16, 2, 0)], [0]))
 write("corpus/ring/loop", ring_seed([(GPA + 0x3000, 8, 1, 1), (GPA + 0x3000, 8, 1, 0)], [0, 1]))
