@@ -373,6 +373,10 @@ TEST_F(VdevFrontendBackend, MemoryHotAddAndRemoveWhileAQueueRuns) {
   ASSERT_TRUE(dev_.WaitUsed(1, kWait, &c, 1, &n).ok());
   EXPECT_EQ(c.len, 11u);
   ASSERT_TRUE(dev_.RemoveMemory(adopted.guest_phys_addr).ok());
+  // The region holding the rings cannot go, and asking changes nothing.
+  const uint64_t ring_region = dev_.memory().Regions().front().guest_phys_addr;
+  EXPECT_EQ(dev_.RemoveMemory(ring_region).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(dev_.RemoveMemory(ring_region + 4096).code(), Status::Code::kInvalidArgument);
 
   while (done.load() < 50 && runner_error.empty()) std::this_thread::sleep_for(1ms);
   stop = true;

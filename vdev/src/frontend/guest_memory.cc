@@ -141,6 +141,15 @@ Status GuestMemory::RemoveRegion(uint64_t gpa) {
   return Status::InvalidArgument("no region starts at that GPA");
 }
 
+bool GuestMemory::HasAllocations(uint64_t gpa) const {
+  std::shared_lock lock(mu_);
+  std::lock_guard alloc_lock(alloc_mu_);
+  for (const auto& r : regions_) {
+    if (r->info.guest_phys_addr == gpa) return !r->used.empty();
+  }
+  return false;
+}
+
 std::vector<RegionInfo> GuestMemory::Regions() const {
   std::shared_lock lock(mu_);
   std::vector<RegionInfo> out;

@@ -393,8 +393,9 @@ Status VirtioUser::RemoveMemory(uint64_t gpa) {
   if (!memory_.FindRegion(gpa, &info) || info.guest_phys_addr != gpa) {
     return Status::InvalidArgument("no region starts at that GPA");
   }
-  if (memory_.Regions().size() == 1) {
-    return Status::InvalidArgument("the last region holds the rings");
+  // Checked before telling the back-end, so a refused removal changes nothing.
+  if (memory_.HasAllocations(gpa)) {
+    return Status::InvalidArgument("region still holds allocations (rings or buffers)");
   }
   if (channel_.is_open()) {
     Status s;

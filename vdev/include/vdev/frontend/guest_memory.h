@@ -62,6 +62,9 @@ class GuestMemory {
 
   // Unmaps the region starting at gpa. Fails while allocations live in it.
   Status RemoveRegion(uint64_t gpa);
+  // Whether Allocate() handed out memory in the region starting at gpa that
+  // was not freed yet (rings live in such memory too).
+  bool HasAllocations(uint64_t gpa) const;
 
   std::vector<RegionInfo> Regions() const;
   bool FindRegion(uint64_t gpa, RegionInfo* out) const;

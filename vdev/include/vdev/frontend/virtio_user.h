@@ -90,7 +90,9 @@ class VirtioUser {
   Status Connect(const std::string& socket_path, const Options& options);
   // Stops every started queue (GET_VRING_BASE) and closes the connection.
   Status Stop();
-  // Closes the connection without telling the back-end anything more.
+  // Closes the connection without telling the back-end anything more. The
+  // rings' memory returns to the allocator; call Stop() first when the
+  // back-end may still be processing them.
   void Disconnect();
   bool connected() const { return connected_.load(std::memory_order_acquire); }
 
@@ -115,7 +117,10 @@ class VirtioUser {
   void Free(void* p) { memory_.Free(p); }
   Status AddMemory(uint64_t size, bool allocatable, RegionInfo* out, uint64_t gpa = 0);
   Status AddMemoryFd(int fd, uint64_t offset, uint64_t size, RegionInfo* out, uint64_t gpa = 0);
-  // Unregisters the region at gpa from the back-end, then unmaps it.
+  // Unregisters the region at gpa from the back-end, then unmaps it. Refused
+  // (with nothing sent) while Allocate() memory, such as the rings, lives in
+  // it. Chains still in flight that point into it are the caller's problem:
+  // the back-end completes them with length 0 once the region is gone.
   Status RemoveMemory(uint64_t gpa);
 
   // Data path. AddChain queues a chain (not yet visible); Kick publishes all
