@@ -196,9 +196,14 @@ static void hz_req_validate(struct hz_req *req, u32 used_len)
 	u64 id = le64_to_cpu(req->status.request_id);
 	u64 limit = (u64)req->result_cap + sizeof(req->status);
 
+	/*
+	 * The device reports result_len + 24 bytes written (SPEC 6.1): a
+	 * result longer than that, or than the result space, is a lie.
+	 */
 	if (used_len < sizeof(req->status) || used_len > limit ||
 	    status >= HZ_S_MAX || id != req->token ||
-	    result_len > req->result_cap) {
+	    result_len > req->result_cap ||
+	    (u64)result_len + sizeof(req->status) > used_len) {
 		dev_warn_ratelimited(&req->dev->vdev->dev,
 				     "malformed completion: used %u status %u id %llu result %u\n",
 				     used_len, status, id, result_len);

@@ -10,6 +10,7 @@
 //   hz_drvtest unplug   [DEV]   the device goes away under an open file
 //   hz_drvtest exitmid  [DEV]   a process dies while the device holds its request
 //   hz_drvtest events   [DEV [N]] subscribe and wait for N device events
+//   hz_drvtest hostiledev [DEV] a lying device (vm-hostile-backend) is not trusted
 //   hz_drvtest noleaks          no pinned pages or live requests remain
 #include <errno.h>
 #include <fcntl.h>
@@ -202,6 +203,65 @@ static int cmd_events(int count) {
     got++;
   }
   close(fd);
+  return 0;
+}
+
+// Against vm-hostile-backend, which completes each request as the first u32
+// of its arguments asks: every lie must come back as -EPROTO, never as data.
+static int cmd_hostiledev(void) {
+  static const char* const lies[] = {
+      "well formed",      "used below result_len + 24", "used below 24", "status out of range",
+      "wrong request id", "result_len too long",        "used length 0"};
+  int fd = open_dev();
+  uint32_t on = 1;
+  CHECK(ioctl(fd, HZ_IOC_EVENTS_ENABLE, &on) == 0, "EVENTS_ENABLE: %s", strerror(errno));
+  for (uint32_t mode = 0; mode < sizeof(lies) / sizeof(lies[0]); mode++) {
+    uint8_t result[64];
+    struct hz_ioc_submit sub =
+        control_call(fd, HZ_OP_TOPOLOGY_GET, &mode, sizeof(mode), result, sizeof(result));
+    printf("hz_drvtest: device lie '%s': error %d status %u result_len %u\n", lies[mode], sub.error,
+           sub.status, sub.result_len);
+    if (mode == 0)
+      CHECK(sub.error == 0 && sub.status == HZ_S_OK && sub.result_len == 0, "well-formed reply");
+    else
+      CHECK(sub.error == -EPROTO && sub.result_len == 0, "lie '%s' accepted", lies[mode]);
+  }
+  // The same through the asynchronous path.
+  uint32_t mode = 3;
+  uint8_t result[64];
+  struct hz_ioc_seg seg = {
+      .addr = (uintptr_t)result, .len = sizeof(result), .flags = HZ_SEG_F_WRITE};
+  struct hz_ioc_submit sub = {.opcode = HZ_OP_TOPOLOGY_GET,
+                              .queue = HZ_QUEUE_CONTROL,
+                              .flags = HZ_SUBMIT_F_ASYNC,
+                              .args_ptr = (uintptr_t)&mode,
+                              .args_len = sizeof(mode),
+                              .num_segs = 1,
+                              .segs_ptr = (uintptr_t)&seg,
+                              .user_data = 77};
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0, "async submit: %s", strerror(errno));
+  struct hz_record rec;
+  CHECK(read(fd, &rec, sizeof(rec)) == sizeof(rec), "read completion");
+  CHECK(rec.type == HZ_REC_COMPLETION && rec.completion.user_data == 77 &&
+            rec.completion.error == -EPROTO,
+        "async lie: type %u error %d", rec.type, rec.completion.error);
+
+  // A short event is dropped; the well-formed one after it arrives.
+  mode = 7;
+  sub = control_call(fd, HZ_OP_TOPOLOGY_GET, &mode, sizeof(mode), result, sizeof(result));
+  CHECK(sub.error == 0, "event trigger");
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  CHECK(poll(&p, 1, 20000) == 1, "no event");
+  CHECK(read(fd, &rec, sizeof(rec)) == sizeof(rec) && rec.type == HZ_REC_EVENT, "event record");
+  struct hz_event ev;
+  memcpy(&ev, rec.event, sizeof(ev));
+  printf("hz_drvtest: event after a short one: seq %" PRIu64 " topic %u\n", (uint64_t)ev.seq,
+         ev.topic);
+  CHECK(ev.seq == 2, "the short event was delivered (seq %" PRIu64 ")", (uint64_t)ev.seq);
+  CHECK(fcntl(fd, F_SETFL, O_NONBLOCK) == 0, "fcntl");
+  CHECK(read(fd, &rec, sizeof(rec)) < 0 && errno == EAGAIN, "unexpected extra record");
+  close(fd);
+  printf("hz_drvtest: every device lie was refused\n");
   return 0;
 }
 
@@ -449,9 +509,9 @@ static int cmd_unplug(void) {
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
-    fprintf(
-        stderr,
-        "usage: hz_drvtest info|hello|async|region|hostile|unplug|exitmid|events|noleaks [DEV]\n");
+    fprintf(stderr,
+            "usage: hz_drvtest "
+            "info|hello|async|region|hostile|unplug|exitmid|events|hostiledev|noleaks [DEV]\n");
     return 2;
   }
   if (argc > 2) g_dev = argv[2];
@@ -463,6 +523,7 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "hostile")) return cmd_hostile();
   if (!strcmp(cmd, "unplug")) return cmd_unplug();
   if (!strcmp(cmd, "exitmid")) return cmd_exitmid();
+  if (!strcmp(cmd, "hostiledev")) return cmd_hostiledev();
   if (!strcmp(cmd, "events")) return cmd_events(argc > 3 ? atoi(argv[3]) : 1);
   if (!strcmp(cmd, "noleaks")) {
     expect_no_leaks("now");
