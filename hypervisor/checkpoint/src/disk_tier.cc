@@ -100,6 +100,14 @@ bool ParseNumber(const std::string& name, uint64_t max, uint64_t* out) {
   return true;
 }
 
+// A policy field from an untrusted file: the default unless it is an
+// unsigned number that fits 32 bits.
+uint32_t PolicyU32(const nlohmann::json& j, const char* key, uint32_t def) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_unsigned() || it->get<uint64_t>() > UINT32_MAX) return def;
+  return static_cast<uint32_t>(it->get<uint64_t>());
+}
+
 std::string StepName(uint64_t step) {
   char buf[32];
   snprintf(buf, sizeof buf, "%020" PRIu64, step);
@@ -196,12 +204,13 @@ void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
       if (ReadSmallFile(s.path() / kPolicy, &text, &missing)) {
         auto j = nlohmann::json::parse(text, nullptr, false);
         if (j.is_object()) {
-          p.retention = std::max<uint32_t>(1, j.value("retention", 1u));
-          uint32_t tier = j.value("tier", 1u);
+          p.retention = std::max<uint32_t>(1, PolicyU32(j, "retention", 1));
+          uint32_t tier = PolicyU32(j, "tier", 1);
           p.tier = tier == 0 ? TierKind::kHostMemory : TierKind::kLocalDisk;
-          p.stall_budget_ms = j.value("stall_budget_ms", 1000u);
-          p.rpo_s = j.value("rpo_s", 0u);
-          p.auto_save_on_notice = j.value("auto_save_on_notice", false);
+          p.stall_budget_ms = PolicyU32(j, "stall_budget_ms", 1000);
+          p.rpo_s = PolicyU32(j, "rpo_s", 0);
+          auto flag = j.find("auto_save_on_notice");
+          p.auto_save_on_notice = flag != j.end() && flag->is_boolean() && flag->get<bool>();
         }
       }
       out->push_back({tenant, static_cast<StreamId>(stream), p});

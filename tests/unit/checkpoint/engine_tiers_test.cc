@@ -147,6 +147,23 @@ TEST(CheckpointTiers, PolicySurvivesRestartAndRetentionAppliesOnStartup) {
   EXPECT_FALSE(fs::exists(testing::StepDir(dir.path(), 5, 7, 3)));
 }
 
+TEST(CheckpointTiers, MalformedPolicyFilesFallBackToDefaults) {
+  TempDir dir("badpolicy");
+  for (const char* text : {R"({"retention":"many","tier":[1],"rpo_s":-4})", "not json", "[]",
+                           R"({"retention":99999999999,"auto_save_on_notice":"yes"})"}) {
+    fs::remove_all(dir.path() + "/1");
+    fs::create_directories(dir.path() + "/1/1");
+    std::ofstream(dir.path() + "/1/1/policy.json") << text;
+    auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+    ASSERT_TRUE(eng) << text;
+    // The stream exists with a default policy and works.
+    auto st = MakeState({10}, 1);
+    auto sp = Spans(st);
+    SaveResult r;
+    EXPECT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk) << text;
+  }
+}
+
 TEST(CheckpointTiers, StartupRemovesUncommittedLeftovers) {
   TempDir dir("leftovers");
   {
