@@ -140,6 +140,10 @@ bool Allocator::PickNics(uint32_t host, uint32_t count, const std::vector<uint32
     if (inv.devices[i].kind == DeviceKind::kNic && Free({host, i})) free_nics.push_back(i);
   }
   if (free_nics.size() < count) return false;
+  // Ties go to the earlier topological slot, never to the lower address.
+  std::sort(free_nics.begin(), free_nics.end(), [&](uint32_t a, uint32_t b) {
+    return cluster_->Slot({host, a}) < cluster_->Slot({host, b});
+  });
   std::vector<bool> used(free_nics.size(), false);
   if (gpus.empty()) {
     // NICs alone: best-fit by switch pool, like GPUs.

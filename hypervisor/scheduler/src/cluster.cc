@@ -1,6 +1,7 @@
 #include "hz/scheduler/cluster.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -28,15 +29,29 @@ Cluster::Cluster(std::vector<HostInventory> hosts) : hosts_(std::move(hosts)) {
   pool_of_.resize(n);
   switch_of_.resize(n);
   num_switches_.assign(n, 0);
+  slot_.resize(n);
   for (uint32_t h = 0; h < n; ++h) {
     const HostInventory& inv = hosts_[h];
-    std::map<std::string, int> switches;
+    // Switches are numbered by the lowest NVLink island below them, then
+    // their NUMA node, then address. Placement breaks ties in this order, so
+    // two machines with the same topology but other PCI addresses make the
+    // same choices (what a tenant sees never depends on an address).
+    std::map<std::string, std::tuple<int, int, std::string>> keys;
     for (const Device& d : inv.devices) {
-      if (!d.switch_bdf.empty()) switches.emplace(d.switch_bdf, 0);
+      if (d.switch_bdf.empty()) continue;
+      auto [it, fresh] = keys.emplace(
+          d.switch_bdf, std::tuple<int, int, std::string>{INT32_MAX, d.numa_node, d.switch_bdf});
+      if (d.kind == DeviceKind::kGpu && d.island >= 0) {
+        std::get<0>(it->second) = std::min(std::get<0>(it->second), d.island);
+      }
+      (void)fresh;
     }
-    int next = 0;
-    for (auto& [bdf, id] : switches) id = next++;
-    num_switches_[h] = next;
+    std::vector<std::tuple<int, int, std::string>> order;
+    for (const auto& [bdf, key] : keys) order.push_back(key);
+    std::sort(order.begin(), order.end());
+    std::map<std::string, int> switches;
+    for (size_t k = 0; k < order.size(); ++k) switches[std::get<2>(order[k])] = static_cast<int>(k);
+    num_switches_[h] = static_cast<int>(order.size());
     switch_of_[h].assign(inv.devices.size(), -1);
     pool_of_[h].assign(inv.devices.size(), 0);
     // Pool keys: (kind, 0 island / 1 switch / 2 single, number), in a fixed order.
@@ -55,6 +70,17 @@ Cluster::Cluster(std::vector<HostInventory> hosts) : hosts_(std::move(hosts)) {
       }
       keyed[key].push_back(i);
     }
+    // Slots: by switch, island, kind; the address only breaks ties between
+    // devices in the same place (which are interchangeable).
+    std::vector<std::tuple<int, int, int, uint32_t>> by_place;
+    for (uint32_t i = 0; i < inv.devices.size(); ++i) {
+      const Device& d = inv.devices[i];
+      by_place.push_back({switch_of_[h][i] < 0 ? INT32_MAX : switch_of_[h][i],
+                          d.island < 0 ? INT32_MAX : d.island, static_cast<int>(d.kind), i});
+    }
+    std::sort(by_place.begin(), by_place.end());
+    slot_[h].assign(inv.devices.size(), 0);
+    for (uint32_t k = 0; k < by_place.size(); ++k) slot_[h][std::get<3>(by_place[k])] = k;
     for (auto& [key, members] : keyed) {
       uint32_t id = static_cast<uint32_t>(pools_.size());
       Pool p;

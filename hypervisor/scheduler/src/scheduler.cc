@@ -97,13 +97,13 @@ Status Scheduler::Persist() {
   for (const auto& [rid, aid] : reservations_) res.push_back({rid, aid});
   nlohmann::json j{
       {"version", 1}, {"allocator", alloc}, {"tenants", tenants}, {"reservations", res}};
-  return WriteFileAtomically(options_.state_path, j.dump(1));
+  return WriteFileAtomically(options_.state_path, j.dump(1), options_.sync);
 }
 
 uint64_t Scheduler::SeedLocked(const std::string& tenant) {
   auto it = seeds_.find(tenant);
   if (it != seeds_.end() && it->second != 0) return it->second;
-  uint64_t seed = 0;
+  uint64_t seed = options_.tenant_seed ? options_.tenant_seed(tenant) : 0;
   while (seed == 0) seed = RandomSeed();
   seeds_[tenant] = seed;
   return seed;

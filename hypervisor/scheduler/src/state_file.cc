@@ -24,7 +24,7 @@ std::string DirName(const std::string& path) {
 
 }  // namespace
 
-Status WriteFileAtomically(const std::string& path, const std::string& data) {
+Status WriteFileAtomically(const std::string& path, const std::string& data, bool sync) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("cannot create", tmp);
@@ -40,7 +40,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& data) {
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
+  if (sync && ::fsync(fd) != 0) {
     Status s = Errno("cannot fsync", tmp);
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -52,6 +52,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& data) {
     ::unlink(tmp.c_str());
     return s;
   }
+  if (!sync) return Status::Ok();
   const std::string dir = DirName(path);
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return Errno("cannot open directory", dir);

@@ -1,6 +1,8 @@
 #include "hz/scheduler/topology_summary.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -18,6 +20,7 @@ struct Group {
   std::vector<DeviceRef> gpus;
   std::vector<DeviceRef> nics;
   uint8_t intra_bw = HZ_BW_NONE;
+  uint32_t first_slot = UINT32_MAX;  // orders groups of equal signature
   Signature sig() const {
     return {static_cast<uint16_t>(gpus.size()), static_cast<uint16_t>(nics.size()), intra_bw};
   }
@@ -30,19 +33,11 @@ uint64_t SplitMix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-uint64_t Fnv1a(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-// The per-tenant random rank of a device: a keyed hash of its identity, so
-// it is stable while the device stays allocated and unrelated across tenants.
+// The per-tenant random rank of a device: a keyed hash of its topological
+// slot, so it is stable while the device stays allocated, unrelated across
+// tenants, and independent of PCI addresses.
 uint64_t Rank(const Cluster& cluster, DeviceRef d, uint64_t seed) {
-  uint64_t h = Fnv1a(cluster.device(d).bdf, Fnv1a(cluster.host(d.host).name));
-  return SplitMix(seed ^ SplitMix(h ^ d.host));
+  return SplitMix(seed ^ SplitMix((static_cast<uint64_t>(d.host) << 32) | cluster.Slot(d)));
 }
 
 int Find(std::vector<int>& parent, int x) {
@@ -99,6 +94,7 @@ TopologySummary BuildTopologySummary(const Cluster& cluster, const std::vector<D
   for (int i = 0; i < n; ++i) {
     Group& g = by_root[Find(parent, i)];
     g.host = devices[i].host;
+    g.first_slot = std::min(g.first_slot, cluster.Slot(devices[i]));
     (cluster.device(devices[i]).kind == DeviceKind::kGpu ? g.gpus : g.nics).push_back(devices[i]);
   }
   // intra_bw: among the GPUs when the group has two or more (what collectives
@@ -132,8 +128,12 @@ TopologySummary BuildTopologySummary(const Cluster& cluster, const std::vector<D
   };
   std::vector<HostEntry> hosts;
   for (auto& [h, groups] : by_host) {
-    std::stable_sort(groups.begin(), groups.end(),
-                     [](const Group& a, const Group& b) { return a.sig() > b.sig(); });
+    // Equal signatures are interchangeable in the bytes; which physical group
+    // takes the lower indices follows the topological slot, not the address.
+    std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+      if (a.sig() != b.sig()) return a.sig() > b.sig();
+      return a.first_slot < b.first_slot;
+    });
     HostEntry e;
     e.groups = &groups;
     for (const Group& g : groups) {

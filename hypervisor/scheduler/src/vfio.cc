@@ -74,7 +74,7 @@ Status VfioBinder::CheckViable(const std::string& bdf,
   Status s = GroupMembers(bdf, &members);
   if (!s.ok()) return s;
   for (const GroupMember& m : members) {
-    if (m.bridge || binding_now.count(m.bdf) || ViableDriver(m.driver)) continue;
+    if (m.bridge || m.bdf == bdf || binding_now.count(m.bdf) || ViableDriver(m.driver)) continue;
     return Status::State("IOMMU group of " + bdf + " is not viable: " + m.bdf + " is bound to " +
                          m.driver);
   }

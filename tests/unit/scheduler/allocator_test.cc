@@ -200,14 +200,18 @@ TEST(SchedulerAllocator, RandomSequencesKeepInvariants) {
         }
       } else if (op < 9 && !live.empty()) {
         size_t k = rng() % live.size();
-        if (alloc.Find(live[k])) ASSERT_TRUE(alloc.Release(live[k]).ok());
+        if (alloc.Find(live[k])) {
+          ASSERT_TRUE(alloc.Release(live[k]).ok());
+        }
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
       } else {
         DeviceRef d{static_cast<uint32_t>(rng() % 4),
                     static_cast<uint32_t>(rng() % c.host(0).devices.size())};
         bool fail = !alloc.IsFailed(d);
         ASSERT_TRUE(alloc.SetFailed(d, fail).ok());
-        if (fail && alloc.Owner(d) != 0) ASSERT_TRUE(alloc.RemoveDevice(d).ok());
+        if (fail && alloc.Owner(d) != 0) {
+          ASSERT_TRUE(alloc.RemoveDevice(d).ok());
+        }
       }
       // Recount everything the allocator caches.
       std::set<DeviceRef> owned;

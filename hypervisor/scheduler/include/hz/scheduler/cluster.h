@@ -50,6 +50,10 @@ class Cluster {
   // Host-local switch number of a device, or -1 when it sits on a root port.
   int SwitchOf(DeviceRef ref) const { return switch_of_[ref.host][ref.index]; }
   int NumSwitches(uint32_t h) const { return num_switches_[h]; }
+  // The device's position on its host in an order built from topology only
+  // (switch, island, kind), never from addresses. Summaries derive the
+  // per-tenant index permutation from it.
+  uint32_t Slot(DeviceRef ref) const { return slot_[ref.host][ref.index]; }
 
   // Bandwidth class of the path between two devices (SPEC.md §7.7).
   hz_bw_class Bandwidth(DeviceRef a, DeviceRef b) const;
@@ -65,6 +69,7 @@ class Cluster {
   std::vector<std::vector<uint32_t>> pool_of_;
   std::vector<std::vector<int>> switch_of_;
   std::vector<int> num_switches_;
+  std::vector<std::vector<uint32_t>> slot_;
 };
 
 }  // namespace hz::scheduler

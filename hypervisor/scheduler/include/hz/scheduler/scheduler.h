@@ -12,6 +12,7 @@
 #define HZ_SCHEDULER_SCHEDULER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,9 +37,15 @@ struct SchedulerOptions {
   std::string provider_file;  // optional provider inventory (TOML)
   std::string state_path;     // JSON state; created on first change
   bool bind_vfio = true;      // bind/unbind through driver_override
+  // fsync the state file and its directory on every change. Without it a
+  // process crash still loses nothing (rename is atomic); power loss may.
+  bool sync = true;
   // Length of a replacement offer when the lost device's allocation has no
   // reservation end (a direct operator allocation).
   uint64_t replacement_duration_s = 3600;
+  // Source of each new tenant's secret permutation seed; empty: a random
+  // draw (std::random_device). Tests inject fixed seeds.
+  std::function<uint64_t(const std::string& tenant)> tenant_seed;
 };
 
 class Scheduler : public hz::events::ResourceProvider {

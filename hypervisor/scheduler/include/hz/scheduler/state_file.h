@@ -10,7 +10,9 @@
 
 namespace hz::scheduler {
 
-Status WriteFileAtomically(const std::string& path, const std::string& data);
+// `sync` false skips both fsyncs (tests, simulations): still atomic against
+// process crashes, not against power loss.
+Status WriteFileAtomically(const std::string& path, const std::string& data, bool sync = true);
 
 // Reads a whole file (at most 64 MiB); *exists is false when it is absent.
 Status ReadWholeFile(const std::string& path, std::string* out, bool* exists);

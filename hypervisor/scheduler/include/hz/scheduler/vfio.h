@@ -40,8 +40,8 @@ class VfioBinder {
   Status GroupMembers(const std::string& bdf, std::vector<GroupMember>* out) const;
 
   // A group is viable for passthrough when every function in it is a bridge,
-  // unbound, or bound to vfio-pci or pci-stub. Functions in `binding_now`
-  // count as bound to vfio-pci (they are about to be).
+  // unbound, or bound to vfio-pci or pci-stub. The device itself and the
+  // functions in `binding_now` count as bound to vfio-pci (they are about to be).
   Status CheckViable(const std::string& bdf, const std::set<std::string>& binding_now = {}) const;
 
   // Binds `bdfs` to vfio-pci. With whole_group, the other non-bridge functions

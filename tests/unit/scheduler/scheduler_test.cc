@@ -1,0 +1,338 @@
+// The Scheduler facade: allocation with vfio and attach, crash-safe state,
+// failures with events and replacement offers, the ResourceProvider side.
+#include "hz/scheduler/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "hz/events/negotiation.h"
+#include "hz/scheduler/state_file.h"
+#include "test_util.h"
+
+namespace hz::scheduler {
+namespace {
+
+namespace fs = std::filesystem;
+namespace ev = hz::events;
+using testing::CopyFixtureSysfs;
+using testing::FixtureToml;
+using testing::ReadText;
+using testing::RecordingSink;
+using testing::TempDir;
+
+struct Call {
+  bool attach;
+  std::string domain;
+  std::string bdf;
+};
+
+class FakeAttacher : public DomainAttacher {
+ public:
+  Status Attach(const std::string& domain, const std::string& bdf) override {
+    if (fail_after >= 0 && attaches++ >= fail_after) return Status::IoError("injected");
+    calls.push_back({true, domain, bdf});
+    return Status::Ok();
+  }
+  Status Detach(const std::string& domain, const std::string& bdf) override {
+    calls.push_back({false, domain, bdf});
+    return fail_detach ? Status::IoError("injected detach") : Status::Ok();
+  }
+  std::vector<Call> calls;
+  int fail_after = -1;
+  int attaches = 0;
+  bool fail_detach = false;
+};
+
+class SchedulerFacade : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.sysfs_root = CopyFixtureSysfs("hgx8", dir_.path());
+    options_.provider_file = FixtureToml("hgx8");
+    options_.state_path = dir_.path() + "/scheduler.json";
+    // One test keeps the fsyncs; the others skip them to stay fast on busy
+    // disks (the rename that makes changes atomic is the same).
+    options_.sync = std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) ==
+                    "AllocateBindsAttachesAndPersists";
+    Reopen();
+  }
+  void Reopen() {
+    sched_.reset();
+    Status s = Scheduler::Open(options_, &attacher_, &sink_, &sched_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  std::set<std::string> Bdfs(uint64_t id) {
+    std::set<std::string> out;
+    for (const auto& a : sched_->Allocations()) {
+      if (a["id"] == id) {
+        for (const auto& d : a["devices"]) out.insert(d.get<std::string>());
+      }
+    }
+    return out;
+  }
+  TempDir dir_;
+  SchedulerOptions options_;
+  FakeAttacher attacher_;
+  RecordingSink sink_;
+  std::unique_ptr<Scheduler> sched_;
+};
+
+TEST_F(SchedulerFacade, AllocateBindsAttachesAndPersists) {
+  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  uint64_t id = 0;
+  ASSERT_TRUE(sched_->Allocate("acme", {4, 4, HZ_LOC_SAME_GROUP}, &id).ok());
+  std::set<std::string> bdfs = Bdfs(id);
+  ASSERT_EQ(bdfs.size(), 8u);
+  ASSERT_EQ(attacher_.calls.size(), 8u);
+  for (const Call& c : attacher_.calls) {
+    EXPECT_TRUE(c.attach);
+    EXPECT_EQ(c.domain, "vm-acme");
+    EXPECT_TRUE(bdfs.count(c.bdf));
+  }
+  // Every device went through driver_override and drivers_probe.
+  const std::string probes = ReadText(options_.sysfs_root + "/bus/pci/drivers_probe");
+  for (const std::string& b : bdfs) EXPECT_NE(probes.find(b), std::string::npos) << b;
+  EXPECT_TRUE(fs::exists(options_.state_path));
+  EXPECT_FALSE(fs::exists(options_.state_path + ".tmp"));
+
+  // A restart remembers the allocation and never hands its devices out again.
+  Reopen();
+  EXPECT_EQ(Bdfs(id), bdfs);
+  uint64_t id2 = 0;
+  ASSERT_TRUE(sched_->Allocate("acme", {4, 4, HZ_LOC_SAME_GROUP}, &id2).ok());
+  EXPECT_NE(id2, id);
+  for (const std::string& b : Bdfs(id2)) EXPECT_FALSE(bdfs.count(b)) << b;
+  EXPECT_EQ(sched_->Allocate("acme", {1, 0, HZ_LOC_ANY}, &id2).code(), Status::Code::kLimit);
+}
+
+TEST_F(SchedulerFacade, TenantWithoutVmIsRejectedAndRolledBack) {
+  uint64_t id = 0;
+  Status s = sched_->Allocate("nobody", {2, 0, HZ_LOC_ANY}, &id);
+  EXPECT_EQ(s.code(), Status::Code::kState);
+  EXPECT_TRUE(sched_->Allocations().empty());
+  Reopen();
+  EXPECT_TRUE(sched_->Allocations().empty());
+  EXPECT_EQ(sched_->Allocate("bad/name", {1, 0, HZ_LOC_ANY}, &id).code(),
+            Status::Code::kInvalidArgument);
+}
+
+TEST_F(SchedulerFacade, AttachFailureRollsBack) {
+  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  attacher_.fail_after = 2;
+  uint64_t id = 0;
+  Status s = sched_->Allocate("acme", {4, 0, HZ_LOC_SAME_GROUP}, &id);
+  ASSERT_EQ(s.code(), Status::Code::kIoError);
+  // The two attached devices were detached again, nothing stays allocated.
+  int attached = 0, detached = 0;
+  for (const Call& c : attacher_.calls) (c.attach ? attached : detached)++;
+  EXPECT_EQ(attached, 2);
+  EXPECT_EQ(detached, 2);
+  EXPECT_TRUE(sched_->Allocations().empty());
+  Reopen();
+  EXPECT_TRUE(sched_->Allocations().empty());
+}
+
+TEST_F(SchedulerFacade, ReleaseDetachesAndFrees) {
+  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  uint64_t id = 0;
+  ASSERT_TRUE(sched_->Allocate("acme", {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
+  attacher_.calls.clear();
+  attacher_.fail_detach = true;
+  EXPECT_FALSE(sched_->Release(id).ok());  // may still be attached: kept
+  EXPECT_EQ(sched_->Allocations().size(), 1u);
+  attacher_.fail_detach = false;
+  attacher_.calls.clear();
+  ASSERT_TRUE(sched_->Release(id).ok());
+  EXPECT_EQ(attacher_.calls.size(), 4u);
+  for (const Call& c : attacher_.calls) EXPECT_FALSE(c.attach);
+  EXPECT_TRUE(sched_->Allocations().empty());
+  EXPECT_EQ(sched_->Release(id).code(), Status::Code::kNotFound);
+  for (const auto& d : sched_->Inventory()) EXPECT_EQ(d["state"], "free");
+}
+
+TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
+  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  uint64_t id = 0;
+  ASSERT_TRUE(sched_->Allocate("acme", {4, 2, HZ_LOC_SAME_GROUP}, &id).ok());
+  TopologySummary before;
+  ASSERT_TRUE(sched_->Summary("acme", &before).ok());
+  const std::string victim = sched_->cluster().device(before.devices[2]).bdf;
+  std::string tenant;
+  uint32_t index = 0;
+  ASSERT_TRUE(sched_->TenantIndex(victim, &tenant, &index).ok());
+  EXPECT_EQ(tenant, "acme");
+  EXPECT_EQ(index, 2u);
+  attacher_.calls.clear();
+  ASSERT_TRUE(sched_->MarkFailed(victim, 3, 1'000'000).ok());
+  ASSERT_EQ(attacher_.calls.size(), 1u);
+  EXPECT_FALSE(attacher_.calls[0].attach);
+  EXPECT_EQ(attacher_.calls[0].bdf, victim);
+  ASSERT_EQ(sink_.events.size(), 2u);
+  EXPECT_EQ(sink_.events[0].tenant, "acme");
+  EXPECT_EQ(sink_.events[0].spec.topic, HZ_TOPIC_FAILURE);
+  EXPECT_EQ(sink_.events[0].spec.kind, ev::kFailureDeviceFailed);
+  ev::FailurePayload p;
+  std::memcpy(&p, sink_.events[0].spec.payload.data(), sizeof(p));
+  EXPECT_EQ(p.device_index, 2u);
+  EXPECT_EQ(p.errors, 2u);  // power-of-two bucket of 3
+  EXPECT_EQ(sink_.events[1].spec.topic, HZ_TOPIC_CAPACITY);
+  EXPECT_EQ(Bdfs(id).size(), 5u);
+  EXPECT_FALSE(Bdfs(id).count(victim));
+
+  Reopen();
+  EXPECT_EQ(Bdfs(id).size(), 5u);
+  for (const auto& d : sched_->Inventory()) {
+    if (d["bdf"] == victim) {
+      EXPECT_EQ(d["state"], "failed");
+    }
+  }
+  // Failing it again, or a free device, publishes nothing more.
+  sink_.events.clear();
+  EXPECT_TRUE(sched_->MarkFailed(victim, 1, 1'000'000).ok());
+  EXPECT_TRUE(sched_->MarkFailed("0000:bd:00.0", 1, 1'000'000).ok());
+  EXPECT_TRUE(sink_.events.empty());
+  EXPECT_EQ(sched_->MarkFailed("0000:ee:00.0", 1, 0).code(), Status::Code::kNotFound);
+  ASSERT_TRUE(sched_->Repair(victim).ok());
+  ASSERT_TRUE(sched_->Repair("0000:bd:00.0").ok());
+  for (const auto& d : sched_->Inventory()) EXPECT_NE(d["state"], "failed");
+}
+
+TEST_F(SchedulerFacade, DegradedDeviceStaysAttached) {
+  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  uint64_t id = 0;
+  ASSERT_TRUE(sched_->Allocate("acme", {1, 0, HZ_LOC_ANY}, &id).ok());
+  const std::string bdf = *Bdfs(id).begin();
+  attacher_.calls.clear();
+  ASSERT_TRUE(sched_->MarkDegraded(bdf, 1).ok());
+  EXPECT_TRUE(attacher_.calls.empty());
+  ASSERT_EQ(sink_.events.size(), 1u);
+  EXPECT_EQ(sink_.events[0].spec.kind, ev::kFailureDeviceDegraded);
+  EXPECT_EQ(Bdfs(id).size(), 1u);
+}
+
+TEST_F(SchedulerFacade, OperatorViews) {
+  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  uint64_t id = 0;
+  ASSERT_TRUE(sched_->Allocate("acme", {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  nlohmann::json inv = sched_->Inventory();
+  ASSERT_EQ(inv.size(), 16u);
+  int allocated = 0;
+  for (const auto& d : inv) {
+    EXPECT_TRUE(d.contains("serial"));
+    EXPECT_TRUE(d.contains("switch"));
+    if (d["state"] == "allocated") {
+      ++allocated;
+      EXPECT_EQ(d["tenant"], "acme");
+      EXPECT_EQ(d["allocation"], id);
+    }
+  }
+  EXPECT_EQ(allocated, 2);
+  nlohmann::json al = sched_->Allocations();
+  ASSERT_EQ(al.size(), 1u);
+  EXPECT_EQ(al[0]["gpus"], 2);
+  EXPECT_EQ(al[0]["locality"], HZ_LOC_SAME_GROUP);
+}
+
+TEST_F(SchedulerFacade, CorruptStateIsRefused) {
+  sched_.reset();
+  ASSERT_TRUE(WriteFileAtomically(options_.state_path, "{not json").ok());
+  std::unique_ptr<Scheduler> s;
+  EXPECT_EQ(Scheduler::Open(options_, &attacher_, &sink_, &s).code(), Status::Code::kCorruption);
+  ASSERT_TRUE(WriteFileAtomically(options_.state_path,
+                                  R"({"version":1,"allocator":{"next_id":1,"failed":[],)"
+                                  R"("allocations":[{"id":1,"tenant":"a","gpus":1,"nics":0,)"
+                                  R"("locality":0,"devices":[{"host":"elsewhere","bdf":)"
+                                  R"("0000:1a:00.0"}]}]},"tenants":{},"reservations":[]})")
+                  .ok());
+  Status st = Scheduler::Open(options_, &attacher_, &sink_, &s);
+  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_NE(st.message().find("elsewhere"), std::string::npos);
+  options_.state_path.clear();
+  EXPECT_FALSE(Scheduler::Open(options_, &attacher_, &sink_, &s).ok());
+}
+
+TEST_F(SchedulerFacade, ResourceProviderForNegotiation) {
+  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  // Pools: 2 GPU islands and 4 NIC switches.
+  auto pools = sched_->Pools();
+  ASSERT_EQ(pools.size(), 6u);
+  uint32_t gpu_pool = 0;
+  for (const auto& p : pools) {
+    if (p.kind == HZ_DEV_GPU) {
+      EXPECT_EQ(sched_->Capacity(p.id, 0), 4u);
+      gpu_pool = p.id;
+    }
+  }
+  uint64_t id = 0;
+  ASSERT_TRUE(sched_->Allocate("acme", {4, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  // A direct allocation takes capacity away from negotiation.
+  uint32_t total = 0;
+  for (const auto& p : pools) total += p.kind == HZ_DEV_GPU ? sched_->Capacity(p.id, 7) : 0;
+  EXPECT_EQ(total, 4u);
+  // Find the pool that is still free and attach a reservation from it.
+  for (const auto& p : pools) {
+    if (p.kind == HZ_DEV_GPU && sched_->Capacity(p.id, 0) == 4) gpu_pool = p.id;
+  }
+  attacher_.calls.clear();
+  ASSERT_TRUE(sched_->Attach("acme", 77, {{gpu_pool, 3}}).ok());
+  EXPECT_EQ(attacher_.calls.size(), 3u);
+  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
+  EXPECT_EQ(sched_->Capacity(gpu_pool, 0), 4u);  // reservation devices count as capacity
+  EXPECT_EQ(sched_->Attach("acme", 77, {{gpu_pool, 1}}).code(), Status::Code::kState);
+  EXPECT_FALSE(sched_->Attach("acme", 78, {{gpu_pool, 2}}).ok());  // only 1 left
+
+  Reopen();  // the reservation survives a restart
+  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
+  std::vector<ev::PoolCount> detached;
+  ASSERT_TRUE(sched_->Detach("acme", 77, 2, &detached).ok());
+  ASSERT_EQ(detached.size(), 1u);
+  EXPECT_EQ(detached[0], (ev::PoolCount{gpu_pool, 2}));
+  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 5u);
+  EXPECT_EQ(sched_->Detach("other", 77, 1, &detached).code(), Status::Code::kState);
+  EXPECT_EQ(sched_->Detach("acme", 77, 5, &detached).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(sched_->Detach("acme", 77, 1, &detached).ok());
+  EXPECT_EQ(sched_->Detach("acme", 77, 1, &detached).code(), Status::Code::kState);
+}
+
+TEST_F(SchedulerFacade, FailureOpensAReplacementOffer) {
+  ev::NegotiationOptions opts;
+  ev::NegotiationEngine engine(opts, sched_.get(), &sink_);
+  sched_->SetNegotiationEngine(&engine);
+  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  uint64_t id = 0;
+  ASSERT_TRUE(sched_->Allocate("acme", {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  const std::string victim = *Bdfs(id).begin();
+  const uint64_t now = 1'700'000'000;
+  ASSERT_TRUE(sched_->MarkFailed(victim, 1, now).ok());
+  ASSERT_EQ(sched_->Replacements().size(), 1u);
+  const uint64_t negotiation = sched_->Replacements().begin()->first;
+  std::vector<ev::Decision> decisions = engine.Decide(now);
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(decisions[0].tenant, "acme");
+  EXPECT_EQ(decisions[0].result.negotiation_id, negotiation);
+  EXPECT_TRUE(decisions[0].provider_initiated);
+  ASSERT_FALSE(decisions[0].offers.empty());
+  EXPECT_EQ(decisions[0].offers[0].count, 1);
+  // The engine tells the tenant about the offer.
+  bool offer_event = false;
+  for (const auto& e : sink_.events) {
+    offer_event |= e.tenant == "acme" && e.spec.topic == HZ_TOPIC_NEGOTIATION &&
+                   e.spec.kind == ev::kNegotiationOfferMade;
+  }
+  EXPECT_TRUE(offer_event);
+  // Accepting it attaches a healthy replacement when the reservation starts.
+  uint64_t reservation = 0;
+  ASSERT_TRUE(engine.Accept("acme", decisions[0].offers[0].offer_id, now, &reservation).ok());
+  engine.Tick(decisions[0].offers[0].start_s);
+  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 2u);
+  for (const auto& d : sched_->Inventory()) {
+    if (d["bdf"] == victim) {
+      EXPECT_EQ(d["state"], "failed");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hz::scheduler
