@@ -420,6 +420,7 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   in.max_threads = comm.constraints.max_threads;
   in.inline_max_bytes = opts_.inline_max_bytes;
   in.block_bytes_override = opts_.block_bytes;
+  in.stream_min_bytes = opts_.stream_min_bytes;
   if (in.total_bytes > opts_.inline_max_bytes && in.count != 0) {
     in.queued_tasks = sched_->queued();
     std::vector<const void*> addrs;
@@ -433,6 +434,7 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   Layout(*job, plan.block_bytes);
   job->algorithm = plan.algorithm;
   job->threads = std::max<uint32_t>(1, plan.threads);
+  job->stream_stores = plan.stream_stores;
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.algorithms[static_cast<size_t>(plan.algorithm)]++;
@@ -441,10 +443,10 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   }
   spdlog::debug(
       "collectives: comm {} {} count {} dtype {} ranks {}: {} threads {} block {} B "
-      "({} blocks, {} B moved, backlog {}, numa nodes {})",
+      "({} blocks, {} B moved, backlog {}, numa nodes {}, streaming stores {})",
       comm.id, OpName(job->op), job->count, job->dtype, job->nranks, AlgorithmName(plan.algorithm),
       job->threads, plan.block_bytes, job->nblocks, job->total_bytes, in.queued_tasks,
-      in.numa_nodes);
+      in.numa_nodes, plan.stream_stores);
 
   if (plan.algorithm == Algorithm::kNone || plan.algorithm == Algorithm::kInline ||
       job->nblocks == 0) {

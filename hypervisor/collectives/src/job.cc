@@ -1,5 +1,7 @@
 #include "job.h"
 
+#include "stream_copy.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -59,6 +61,15 @@ void StoreTo(const Job& job, const SpanList& dst, uint64_t off, uint64_t n, cons
              uint8_t** converted) {
   const uint64_t bytes = n * job.esize;
   uint8_t* out = dst.Contiguous(off, bytes);
+  if (out != nullptr && job.stream_stores) {
+    // Finish once into cache, then stream to every destination.
+    if (*converted == nullptr) {
+      *converted = Ensure(t_scratch.out, bytes);
+      job.kernel->store(*converted, acc, n, job.nranks);
+    }
+    StreamCopy(out, *converted, bytes);
+    return;
+  }
   if (out != nullptr) {
     job.kernel->store(out, acc, n, job.nranks);
     return;
@@ -141,18 +152,23 @@ void RunBlock(const Job& job, uint64_t b) {
       } else {
         StoreTo(job, job.io[unit].recv, off, n, acc, &converted);
       }
+      if (job.stream_stores) StreamFence();
       break;
     }
     case Op::kBroadcast:
       // The root's block stays in cache while it is written to every rank.
-      for (uint32_t r = 0; r < p; ++r)
-        CopySpans(job.io[r].recv, off, job.io[job.root].send, off, bytes);
+      for (uint32_t r = 0; r < p; ++r) {
+        CopySpans(job.io[r].recv, off, job.io[job.root].send, off, bytes, job.stream_stores);
+      }
+      if (job.stream_stores) StreamFence();
       break;
     case Op::kAllGather:
       // unit = source rank; its block lands at unit * stride in every recv.
       for (uint32_t r = 0; r < p; ++r) {
-        CopySpans(job.io[r].recv, unit * stride + off, job.io[unit].send, off, bytes);
+        CopySpans(job.io[r].recv, unit * stride + off, job.io[unit].send, off, bytes,
+                  job.stream_stores);
       }
+      if (job.stream_stores) StreamFence();
       break;
     case Op::kAllToAll: {
       auto [i, j] = job.pairs[unit];
@@ -172,7 +188,8 @@ void RunBlock(const Job& job, uint64_t b) {
     }
     case Op::kSend:
     case Op::kRecv:
-      CopySpans(job.io[0].recv, off, job.io[0].send, off, bytes);
+      CopySpans(job.io[0].recv, off, job.io[0].send, off, bytes, job.stream_stores);
+      if (job.stream_stores) StreamFence();
       break;
     case Op::kBarrier:
       break;

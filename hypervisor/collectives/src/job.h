@@ -46,6 +46,7 @@ struct Job {
   // Execution plan and progress.
   Algorithm algorithm = Algorithm::kNone;
   uint32_t threads = 1;
+  bool stream_stores = false;  // non-temporal stores for outputs (large ops)
   std::atomic<uint64_t> next_block{0};
   std::atomic<uint32_t> active_runners{0};
 

@@ -38,6 +38,7 @@ Plan ChoosePlan(const PlanInput& in) {
   block = std::clamp(block, kMinBlock, kMaxBlock) / 4096 * 4096;
   if (in.block_bytes_override != 0) block = in.block_bytes_override;
   plan.block_bytes = block;
+  plan.stream_stores = in.stream_min_bytes != 0 && in.total_bytes >= in.stream_min_bytes;
 
   const uint64_t per_rank = in.count * in.esize;
   const uint64_t nblocks_hint = (per_rank + block - 1) / block;

@@ -24,12 +24,14 @@ struct PlanInput {
   uint16_t max_threads = 0;  // tenant cap, 0 = none
   uint64_t inline_max_bytes = 0;
   uint64_t block_bytes_override = 0;
+  uint64_t stream_min_bytes = 0;  // 0: never stream
 };
 
 struct Plan {
   Algorithm algorithm = Algorithm::kNone;
   uint32_t threads = 0;
-  uint64_t block_bytes = 0;  // per rank per block
+  uint64_t block_bytes = 0;    // per rank per block
+  bool stream_stores = false;  // outputs bypass the caches
 };
 
 Plan ChoosePlan(const PlanInput& in);

@@ -1,5 +1,7 @@
 #include "span_list.h"
 
+#include "stream_copy.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -60,8 +62,8 @@ void SpanList::Write(uint64_t off, const void* src, uint64_t len) const {
   }
 }
 
-void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t soff,
-               uint64_t len) {
+void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t soff, uint64_t len,
+               bool stream) {
   if (len == 0) return;
   size_t di = dst.Find(doff), si = src.Find(soff);
   uint64_t din = doff - dst.starts_[di], sin = soff - src.starts_[si];
@@ -69,7 +71,13 @@ void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t
     uint64_t n = std::min({len, dst.spans_[di].len - din, src.spans_[si].len - sin});
     uint8_t* d = dst.spans_[di].data + din;
     const uint8_t* s = src.spans_[si].data + sin;
-    if (d != s) std::memmove(d, s, n);
+    if (d == s) {
+      // in place: nothing to copy
+    } else if (stream && (d + n <= s || s + n <= d)) {
+      StreamCopy(d, s, n);
+    } else {
+      std::memmove(d, s, n);
+    }
     len -= n;
     din += n;
     sin += n;

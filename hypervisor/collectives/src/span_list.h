@@ -31,7 +31,7 @@ class SpanList {
   const void* first_byte() const { return spans_.empty() ? nullptr : spans_[0].data; }
 
  private:
-  friend void CopySpans(const SpanList&, uint64_t, const SpanList&, uint64_t, uint64_t);
+  friend void CopySpans(const SpanList&, uint64_t, const SpanList&, uint64_t, uint64_t, bool);
   // Index of the extent holding byte off (off < size_).
   size_t Find(uint64_t off) const;
 
@@ -41,9 +41,10 @@ class SpanList {
 };
 
 // dst[doff, doff + len) = src[soff, soff + len), piece by piece with memmove,
-// so identical or overlapping pieces are safe.
-void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t soff,
-               uint64_t len);
+// so identical or overlapping pieces are safe. With stream, pieces that do
+// not overlap use non-temporal stores (the caller fences).
+void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t soff, uint64_t len,
+               bool stream = false);
 
 }  // namespace hz::coll::internal
 

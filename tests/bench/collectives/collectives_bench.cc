@@ -21,6 +21,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,9 @@ using hz::coll::OpDesc;
 using hz::coll::RedOp;
 using hz::coll::Status;
 using Clock = std::chrono::steady_clock;
+
+// The engine's streaming-store threshold, for reporting.
+uint64_t g_stream_min = EngineOptions{}.stream_min_bytes;
 
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -202,6 +206,7 @@ void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, double stream_bps) {
         {"ratio_to_bound", algbw / bound},
         {"algorithm", algo},
         {"workers", e.workers()},
+        {"streaming_stores", g_stream_min != 0 && bytes * 2 * p >= g_stream_min},
         {"check", ok ? "ok" : "FAILED"}});
   for (auto& mm : m) e.Destroy(mm);
 }
@@ -317,16 +322,30 @@ void BenchFairness(uint32_t workers, uint16_t prio_a, uint16_t prio_b, size_t by
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool full = false;
+  bool full = false, fairness = true;
+  EngineOptions opts;
+  std::vector<uint32_t> ranks = {2, 4, 8};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0) {
       full = true;
+    } else if (std::strcmp(argv[i], "--no-stream") == 0) {
+      opts.stream_min_bytes = 0;  // regular stores only, for comparison
+    } else if (std::strcmp(argv[i], "--no-fairness") == 0) {
+      fairness = false;
+    } else if (std::strcmp(argv[i], "--p") == 0 && i + 1 < argc) {
+      int p = std::atoi(argv[++i]);
+      if (p < 1 || p > 64) {
+        std::fprintf(stderr, "--p takes 1..64\n");
+        return 2;
+      }
+      ranks = {static_cast<uint32_t>(p)};
     } else {
-      std::fprintf(stderr, "usage: %s [--full]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--full] [--p N] [--no-stream] [--no-fairness]\n", argv[0]);
       return 2;
     }
   }
-  Engine engine;
+  g_stream_min = opts.stream_min_bytes;
+  Engine engine(opts);
   const uint32_t workers = engine.workers();
   const double stream = StreamCopy(workers, 256u << 20);
   Emit({{"bench", "stream"},
@@ -340,10 +359,12 @@ int main(int argc, char** argv) {
     sizes.clear();
     for (size_t s = 4u << 10; s <= (256u << 20); s *= 4) sizes.push_back(s);
   }
-  for (uint32_t p : {2u, 4u, 8u}) {
+  for (uint32_t p : ranks) {
     for (size_t s : sizes) BenchAllReduce(engine, p, s, stream);
   }
-  BenchFairness(workers, /*high*/ 2, /*low*/ 0, 4u << 20, full ? 5.0 : 2.0);
-  BenchFairness(workers, /*normal*/ 1, /*low*/ 0, 4u << 20, full ? 5.0 : 2.0);
+  if (fairness) {
+    BenchFairness(workers, /*high*/ 2, /*low*/ 0, 4u << 20, full ? 5.0 : 2.0);
+    BenchFairness(workers, /*normal*/ 1, /*low*/ 0, 4u << 20, full ? 5.0 : 2.0);
+  }
   return 0;
 }

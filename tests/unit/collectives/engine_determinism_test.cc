@@ -55,6 +55,7 @@ TEST(CollectivesDeterminism, SameBitsWithOneOrManyWorkersAndAnyBlockSize) {
       EngineOptions tiny_blocks;
       tiny_blocks.worker_threads = 3;
       tiny_blocks.block_bytes = 4096 + 8;  // blocks not a power of two
+      tiny_blocks.stream_min_bytes = 1;
       EngineOptions all_inline;
       all_inline.inline_max_bytes = ~0ull;
       for (const EngineOptions& o : {one, many, tiny_blocks, all_inline}) {

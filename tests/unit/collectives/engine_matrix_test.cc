@@ -229,11 +229,12 @@ TEST_P(CollectivesMatrix, MatchesReference) {
   // Default planning (inline for small, blocked above) ...
   Fixture plain(EngineOptions{});
   // ... and forced worker execution in tiny blocks, so that a few KB span
-  // many blocks, spread over three workers.
+  // many blocks, spread over three workers, with streaming stores.
   EngineOptions small;
   small.worker_threads = 3;
   small.inline_max_bytes = 0;
   small.block_bytes = 1024;
+  small.stream_min_bytes = 1;  // non-temporal stores on every op
   Fixture blocked(small);
 
   const std::vector<uint64_t> counts = {0, 1, 7, 1001, 3001};

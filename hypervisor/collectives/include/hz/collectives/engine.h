@@ -66,6 +66,9 @@ struct EngineOptions {
   uint64_t inline_max_bytes = 64 * 1024;
   // Override the block size (bytes per rank per block); 0: chosen per op.
   uint64_t block_bytes = 0;
+  // Operations moving at least this many bytes (read plus written) write
+  // their outputs with non-temporal stores, which bypass the caches. 0: never.
+  uint64_t stream_min_bytes = 128ull << 20;
 };
 
 // How an operation was executed (the micro-level choice).
@@ -153,10 +156,11 @@ class Engine {
   // Joins rank `rank` of an `nranks` communicator. done(kOk, member) once all
   // ranks have joined; otherwise done(error, nullptr) with kTimedOut (not all
   // joined in time), kPermission (uid of another tenant), kNotFound (unknown
-  // uid), kExists (rank taken), kMismatch (nranks differs from the first
-  // joiner's), kAborted (the uid's communicator was aborted or destroyed),
-  // kInvalid (nranks 0 or above max_ranks, rank >= nranks, bad priority
-  // class), kShutdown.
+  // uid, or one whose communicator has ended: every member destroyed, or its
+  // init timed out), kExists (rank taken), kMismatch (nranks differs from the
+  // first joiner's), kAborted (the uid's communicator was aborted and still
+  // has members), kInvalid (nranks 0 or above max_ranks, rank >= nranks, bad
+  // priority class), kShutdown.
   void Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank, Constraints c,
             std::function<void(Status, std::shared_ptr<Member>)> done);
 
