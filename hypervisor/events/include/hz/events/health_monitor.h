@@ -38,6 +38,7 @@ struct DeviceHealth {
 // Reads the three files of one device.
 Status ReadDeviceHealth(const std::string& sysfs_root, const std::string& bdf, DeviceHealth* out);
 
+// Not thread-safe: the service assigns devices and polls from one thread.
 class HealthMonitor {
  public:
   // Told about every failure published, for the scheduler's replacement offer.
