@@ -28,6 +28,9 @@ TEST(VdevFrontendMemory, CreateTranslateAndAllocate) {
   EXPECT_EQ(r.guest_phys_addr, GuestMemory::kFirstGpa);
   EXPECT_EQ(r.size, 1u << 20);
   EXPECT_GE(r.fd, 0);
+  // Sealed: nobody can shrink it under the back-end's mapping.
+  EXPECT_EQ(fcntl(r.fd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW), F_SEAL_SHRINK | F_SEAL_GROW);
+  EXPECT_NE(ftruncate(r.fd, 4096), 0);
 
   uint64_t gpa = 0;
   void* p = mem.Allocate(100, 256, &gpa);

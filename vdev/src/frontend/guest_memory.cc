@@ -41,10 +41,13 @@ Status GuestMemory::CreateRegion(uint64_t size, bool allocatable, RegionInfo* ou
   if (size == 0 || !AlignUp(size, PageSize(), &len) || len > (1ull << 46)) {
     return Status::InvalidArgument("region size must be between 1 byte and 64 TiB");
   }
-  int fd = memfd_create("vdev-guest-ram", MFD_CLOEXEC);
+  int fd = memfd_create("vdev-guest-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Status::IoError(Errno("memfd_create"));
-  if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
-    Status s = Status::IoError(Errno("ftruncate"));
+  // Sealed against resizing, so a back-end can verify (F_GET_SEALS) that its
+  // mapping can never lose its pages to a truncate (SIGBUS on access).
+  if (ftruncate(fd, static_cast<off_t>(len)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    Status s = Status::IoError(Errno("memfd set-up"));
     close(fd);
     return s;
   }

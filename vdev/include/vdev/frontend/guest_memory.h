@@ -49,7 +49,8 @@ class GuestMemory {
   GuestMemory(const GuestMemory&) = delete;
   GuestMemory& operator=(const GuestMemory&) = delete;
 
-  // Creates a memfd of `size` bytes (rounded up to whole pages) and maps it.
+  // Creates a memfd of `size` bytes (rounded up to whole pages), sealed
+  // against shrinking and growing, and maps it.
   // gpa 0 places it above every existing region; otherwise it must be page
   // aligned and must not overlap an existing region. An allocatable region
   // serves Allocate().
