@@ -122,7 +122,7 @@ class RawClient {
 };
 
 // Serves RecordingDevices on a temporary socket with the io_context on a thread.
-class ServerTest : public ::testing::Test {
+class VdevServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/vdev-server-test-XXXXXX";
@@ -228,7 +228,7 @@ bool WaitCall(int call) {
   return read(call, &v, sizeof(v)) == sizeof(v);
 }
 
-TEST_F(ServerTest, EchoRoundTripsThroughKickAndCallEventfds) {
+TEST_F(VdevServerTest, EchoRoundTripsThroughKickAndCallEventfds) {
   StartServer(path_);
   RawClient c = RawClient::Connect(path_);
   SimpleGuest guest;
@@ -264,7 +264,7 @@ TEST_F(ServerTest, EchoRoundTripsThroughKickAndCallEventfds) {
   close(call);
 }
 
-TEST_F(ServerTest, BusyPollServesWithoutKicks) {
+TEST_F(VdevServerTest, BusyPollServesWithoutKicks) {
   ServerOptions options;
   options.session.busy_poll = true;
   StartServer(path_, options);
@@ -282,7 +282,7 @@ TEST_F(ServerTest, BusyPollServesWithoutKicks) {
   close(call);
 }
 
-TEST_F(ServerTest, SecondConnectionIsRefusedAndTheFirstKeepsWorking) {
+TEST_F(VdevServerTest, SecondConnectionIsRefusedAndTheFirstKeepsWorking) {
   Server& server = StartServer(path_);
   RawClient a = RawClient::Connect(path_);
   ASSERT_EQ(a.Call(Msg0(vu::kGetQueueNum)).u64(), 2u);
@@ -299,7 +299,7 @@ TEST_F(ServerTest, SecondConnectionIsRefusedAndTheFirstKeepsWorking) {
   EXPECT_EQ(c.Call(Msg0(vu::kGetQueueNum)).u64(), 2u);
 }
 
-TEST_F(ServerTest, MalformedStreamsDisconnectCleanly) {
+TEST_F(VdevServerTest, MalformedStreamsDisconnectCleanly) {
   StartServer(path_);
   struct Case {
     const char* name;
@@ -323,7 +323,7 @@ TEST_F(ServerTest, MalformedStreamsDisconnectCleanly) {
   EXPECT_EQ(ok.Call(Msg0(vu::kGetQueueNum)).u64(), 2u);
 }
 
-TEST_F(ServerTest, ExcessFdsAreClosedAndTheConnectionDropped) {
+TEST_F(VdevServerTest, ExcessFdsAreClosedAndTheConnectionDropped) {
   StartServer(path_);
   RawClient warm = RawClient::Connect(path_);
   ASSERT_EQ(warm.Call(Msg0(vu::kGetQueueNum)).u64(), 2u);  // server fully set up
@@ -354,7 +354,7 @@ TEST_F(ServerTest, ExcessFdsAreClosedAndTheConnectionDropped) {
   EXPECT_EQ(CountOpenFds(), before);
 }
 
-TEST_F(ServerTest, MessagesSplitAcrossWritesAreReassembled) {
+TEST_F(VdevServerTest, MessagesSplitAcrossWritesAreReassembled) {
   StartServer(path_);
   RawClient c = RawClient::Connect(path_);
   vu::Header h{vu::kSetFeatures, vu::kVersion | vu::kFlagNeedReply, 8};
@@ -373,7 +373,7 @@ TEST_F(ServerTest, MessagesSplitAcrossWritesAreReassembled) {
   EXPECT_EQ(r.u64(), 0u);
 }
 
-TEST_F(ServerTest, OneConnectionFailingLeavesAnotherServerAlone) {
+TEST_F(VdevServerTest, OneConnectionFailingLeavesAnotherServerAlone) {
   std::string other = dir_ + "/other.sock";
   StartServer(path_);
   StartServer(other);
@@ -387,7 +387,7 @@ TEST_F(ServerTest, OneConnectionFailingLeavesAnotherServerAlone) {
   unlink(other.c_str());
 }
 
-TEST_F(ServerTest, ClientModeConnectsToAListeningFrontEnd) {
+TEST_F(VdevServerTest, ClientModeConnectsToAListeningFrontEnd) {
   int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -405,7 +405,7 @@ TEST_F(ServerTest, ClientModeConnectsToAListeningFrontEnd) {
   close(listener);
 }
 
-TEST_F(ServerTest, RefusesToReplaceANonSocketFile) {
+TEST_F(VdevServerTest, RefusesToReplaceANonSocketFile) {
   FILE* f = fopen(path_.c_str(), "w");
   ASSERT_NE(f, nullptr);
   fclose(f);

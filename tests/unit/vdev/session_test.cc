@@ -32,16 +32,16 @@ uint64_t Drain(int fd) {
   return v;
 }
 
-class SessionTest : public ::testing::Test {
+class VdevSessionTest : public ::testing::Test {
  protected:
-  SessionTest() {
+  VdevSessionTest() {
     auto dev = std::make_unique<RecordingDevice>();
     device_ = dev.get();
     session_ = std::make_unique<Session>(std::move(dev), &host_, SessionOptions{}, "test");
     session_->Start();
     call_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
-  ~SessionTest() override {
+  ~VdevSessionTest() override {
     session_.reset();
     close(call_);
   }
@@ -132,7 +132,7 @@ class SessionTest : public ::testing::Test {
   int call_ = -1;
 };
 
-TEST_F(SessionTest, QemuStyleBringupEchoesAChain) {
+TEST_F(VdevSessionTest, QemuStyleBringupEchoesAChain) {
   Bringup();
   EXPECT_EQ(device_->events, std::vector<std::string>{"start0"});
   EXPECT_TRUE(device_->features & vu::kFRingEventIdx);
@@ -163,7 +163,7 @@ TEST_F(SessionTest, QemuStyleBringupEchoesAChain) {
   EXPECT_FALSE(session_->queue(0).started());
 }
 
-TEST_F(SessionTest, RingsWaitForEnableWithProtocolFeatures) {
+TEST_F(VdevSessionTest, RingsWaitForEnableWithProtocolFeatures) {
   Negotiate(true);
   SetMemTable();
   SetupRing(0, kRingGpa, /*enable=*/false);
@@ -178,7 +178,7 @@ TEST_F(SessionTest, RingsWaitForEnableWithProtocolFeatures) {
   EXPECT_EQ(ring.used_idx(), 1);
 }
 
-TEST_F(SessionTest, RingsStartEnabledWithoutProtocolFeatures) {
+TEST_F(VdevSessionTest, RingsStartEnabledWithoutProtocolFeatures) {
   Negotiate(false);
   SetMemTable();
   SetupRing(0, kRingGpa, /*enable=*/false);
@@ -187,7 +187,7 @@ TEST_F(SessionTest, RingsStartEnabledWithoutProtocolFeatures) {
   Refused(Msg(vu::kSetVringEnable, vu::VringState{0, 1}));
 }
 
-TEST_F(SessionTest, NeedReplyErrorsAreAnsweredAndOtherwiseDisconnect) {
+TEST_F(VdevSessionTest, NeedReplyErrorsAreAnsweredAndOtherwiseDisconnect) {
   Negotiate();
   Refused(Msg(vu::kSetVringNum, vu::VringState{0, 3}));     // not a power of two
   Refused(Msg(vu::kSetVringNum, vu::VringState{0, 2048}));  // above the device maximum
@@ -208,7 +208,7 @@ TEST_F(SessionTest, NeedReplyErrorsAreAnsweredAndOtherwiseDisconnect) {
   EXPECT_TRUE(Send(Msg(vu::kGetFeatures, uint64_t{0}, true)).close);
 }
 
-TEST_F(SessionTest, FdsOfRefusedMessagesAreClosed) {
+TEST_F(VdevSessionTest, FdsOfRefusedMessagesAreClosed) {
   Negotiate();
   int fd = eventfd(0, EFD_CLOEXEC);
   Refused(WithFd(Msg(vu::kSetVringKick, uint64_t{9}), fd));  // queue 9 does not exist
@@ -232,7 +232,7 @@ TEST_F(SessionTest, FdsOfRefusedMessagesAreClosed) {
   EXPECT_EQ(session_->Memory(), nullptr);
 }
 
-TEST_F(SessionTest, KickWithBadRingAddressesIsRefused) {
+TEST_F(VdevSessionTest, KickWithBadRingAddressesIsRefused) {
   Negotiate();
   SetMemTable();
   Ok(Msg(vu::kSetVringNum, vu::VringState{0, kSize}, true));
@@ -243,7 +243,7 @@ TEST_F(SessionTest, KickWithBadRingAddressesIsRefused) {
   EXPECT_TRUE(host_.watched.empty());
 }
 
-TEST_F(SessionTest, ConfigSpaceReadsAndWrites) {
+TEST_F(VdevSessionTest, ConfigSpaceReadsAndWrites) {
   Negotiate();
   uint8_t payload[12 + 16] = {};
   vu::ConfigHeader h{0, 16, 0};
@@ -288,7 +288,7 @@ TEST_F(SessionTest, ConfigSpaceReadsAndWrites) {
   Refused(Msg(vu::kSetConfig, write));  // runs past the end
 }
 
-TEST_F(SessionTest, MemoryHotAddAndRemoveWhileAQueueRuns) {
+TEST_F(VdevSessionTest, MemoryHotAddAndRemoveWhileAQueueRuns) {
   Bringup();
   EXPECT_EQ(GetU64(vu::kGetMaxMemSlots), 32u);
   // A second memfd as hot-added memory at gpa 0x4000000.
@@ -322,7 +322,7 @@ TEST_F(SessionTest, MemoryHotAddAndRemoveWhileAQueueRuns) {
   EXPECT_EQ(session_->queue(0).stats().malformed, 1u);
 }
 
-TEST_F(SessionTest, MemorySlotsAreLimited) {
+TEST_F(VdevSessionTest, MemorySlotsAreLimited) {
   auto dev = std::make_unique<RecordingDevice>();
   SessionOptions options;
   options.max_mem_slots = 2;
@@ -337,7 +337,7 @@ TEST_F(SessionTest, MemorySlotsAreLimited) {
   }
 }
 
-TEST_F(SessionTest, NoFdKickMeansBusyPoll) {
+TEST_F(VdevSessionTest, NoFdKickMeansBusyPoll) {
   Negotiate();
   SetMemTable();
   Ok(Msg(vu::kSetVringNum, vu::VringState{1, kSize}, true));
@@ -358,7 +358,7 @@ TEST_F(SessionTest, NoFdKickMeansBusyPoll) {
   EXPECT_FALSE(host_.polling);
 }
 
-TEST_F(SessionTest, ResetDeviceAndStatus) {
+TEST_F(VdevSessionTest, ResetDeviceAndStatus) {
   Bringup();
   Ok(Msg(vu::kSetStatus, uint64_t{0x0f}, true));
   EXPECT_EQ(GetU64(vu::kGetStatus), 0x0fu);
@@ -375,7 +375,7 @@ TEST_F(SessionTest, ResetDeviceAndStatus) {
   EXPECT_FALSE(session_->queue_running(0));
 }
 
-TEST_F(SessionTest, ResetOwnerDisablesRingsButKeepsTheConnection) {
+TEST_F(VdevSessionTest, ResetOwnerDisablesRingsButKeepsTheConnection) {
   Bringup();
   Ok(Msg0(vu::kResetOwner, true));
   EXPECT_FALSE(session_->queue_running(0));
@@ -383,7 +383,7 @@ TEST_F(SessionTest, ResetOwnerDisablesRingsButKeepsTheConnection) {
   EXPECT_EQ(GetU64(vu::kGetQueueNum), 2u);
 }
 
-TEST_F(SessionTest, ConfigChangeGoesOverTheBackendChannel) {
+TEST_F(VdevSessionTest, ConfigChangeGoesOverTheBackendChannel) {
   Negotiate();
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
@@ -398,7 +398,7 @@ TEST_F(SessionTest, ConfigChangeGoesOverTheBackendChannel) {
   device_->ctx_->NotifyConfigChanged();  // peer gone: logged, no crash, no SIGPIPE
 }
 
-TEST_F(SessionTest, DisconnectStopsEverything) {
+TEST_F(VdevSessionTest, DisconnectStopsEverything) {
   Bringup();
   session_->Disconnect();
   EXPECT_EQ(device_->events.back(), "stop0");

@@ -35,9 +35,9 @@ uint64_t Drain(int fd) {
   return v;
 }
 
-class SplitQueueTest : public ::testing::Test {
+class VdevSplitQueueTest : public ::testing::Test {
  protected:
-  explicit SplitQueueTest(QueueLimits limits = {}) : q_(0, limits) {}
+  explicit VdevSplitQueueTest(QueueLimits limits = {}) : q_(0, limits) {}
 
   void SetUp() override {
     call_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -76,7 +76,7 @@ class SplitQueueTest : public ::testing::Test {
   int err_ = -1;
 };
 
-TEST_F(SplitQueueTest, PopsAChainAndPublishesTheCompletion) {
+TEST_F(VdevSplitQueueTest, PopsAChainAndPublishesTheCompletion) {
   std::memcpy(guest_.host(kBuf), "hello", 5);
   ring_.SetDesc(0, kBuf, 5, N, 1);
   ring_.SetDesc(1, kBuf + 0x1000, 64, W, 0);
@@ -105,7 +105,7 @@ TEST_F(SplitQueueTest, PopsAChainAndPublishesTheCompletion) {
   EXPECT_EQ(q_.last_avail(), 1);
 }
 
-TEST_F(SplitQueueTest, CompletionLengthIsClampedToTheWritableBytes) {
+TEST_F(VdevSplitQueueTest, CompletionLengthIsClampedToTheWritableBytes) {
   ring_.SetDesc(0, kBuf, 16, W, 0);
   ring_.Publish(0);
   Chain c;
@@ -115,7 +115,7 @@ TEST_F(SplitQueueTest, CompletionLengthIsClampedToTheWritableBytes) {
   EXPECT_EQ(ring_.used_elem(0).second, 16u);
 }
 
-TEST_F(SplitQueueTest, ZeroLengthDescriptorsYieldNoSegments) {
+TEST_F(VdevSplitQueueTest, ZeroLengthDescriptorsYieldNoSegments) {
   ring_.SetDesc(0, kBuf, 0, N, 1);
   ring_.SetDesc(1, 0xdead0000ull, 0, W, 0);  // address irrelevant at length 0
   ring_.Publish(0);
@@ -125,7 +125,7 @@ TEST_F(SplitQueueTest, ZeroLengthDescriptorsYieldNoSegments) {
   EXPECT_TRUE(c.writable().empty());
 }
 
-TEST_F(SplitQueueTest, OutOfOrderCompletionsAndAFullRing) {
+TEST_F(VdevSplitQueueTest, OutOfOrderCompletionsAndAFullRing) {
   for (uint16_t i = 0; i < kSize; ++i) {
     ring_.SetDesc(i, kBuf + 0x100 * i, 8, W, 0);
     ring_.Publish(i);
@@ -147,7 +147,7 @@ TEST_F(SplitQueueTest, OutOfOrderCompletionsAndAFullRing) {
   EXPECT_EQ(ring_.used_idx(), kSize);
 }
 
-TEST_F(SplitQueueTest, DescriptorLoopIsSkipped) {
+TEST_F(VdevSplitQueueTest, DescriptorLoopIsSkipped) {
   ring_.SetDesc(0, kBuf, 8, N, 1);
   ring_.SetDesc(1, kBuf, 8, N, 0);
   ring_.Publish(0);
@@ -163,7 +163,7 @@ TEST_F(SplitQueueTest, DescriptorLoopIsSkipped) {
   EXPECT_TRUE(q_.Pop(&c));
 }
 
-TEST_F(SplitQueueTest, LongestLegalChainIsAccepted) {
+TEST_F(VdevSplitQueueTest, LongestLegalChainIsAccepted) {
   for (uint16_t i = 0; i < kSize; ++i) {
     ring_.SetDesc(i, kBuf + i, 1, (i + 1 < kSize) ? N : 0, i + 1);
   }
@@ -174,7 +174,7 @@ TEST_F(SplitQueueTest, LongestLegalChainIsAccepted) {
   EXPECT_EQ(c.readable().size(), kSize);  // one segment per descriptor
 }
 
-TEST_F(SplitQueueTest, BadBuffersAreSkipped) {
+TEST_F(VdevSplitQueueTest, BadBuffersAreSkipped) {
   ring_.SetDesc(0, 0x5000000, 8, 0, 0);  // outside guest memory
   ring_.Publish(0);
   ExpectMalformed("outside memory");
@@ -193,7 +193,7 @@ TEST_F(SplitQueueTest, BadBuffersAreSkipped) {
   ExpectMalformed("next out of range");
 }
 
-TEST_F(SplitQueueTest, IndirectTablesAreFollowed) {
+TEST_F(VdevSplitQueueTest, IndirectTablesAreFollowed) {
   ring_.SetDesc(0, kBuf, 4, 0, 1, kTable);
   ring_.SetDesc(1, kBuf + 0x100, 4, 0, 2, kTable);  // NEXT not set: chain ends here
   ring_.SetDesc(0, kTable, 48, I, 0);
@@ -214,7 +214,7 @@ TEST_F(SplitQueueTest, IndirectTablesAreFollowed) {
   EXPECT_EQ(c.writable().size(), 2u);
 }
 
-TEST_F(SplitQueueTest, IndirectAbuseIsSkipped) {
+TEST_F(VdevSplitQueueTest, IndirectAbuseIsSkipped) {
   ring_.SetDesc(0, kTable, 0, I, 0);
   ring_.Publish(0);
   ExpectMalformed("zero-length table");
@@ -251,7 +251,7 @@ TEST_F(SplitQueueTest, IndirectAbuseIsSkipped) {
   ExpectMalformed("next outside table");
 }
 
-TEST_F(SplitQueueTest, IndirectWithoutTheFeatureIsSkipped) {
+TEST_F(VdevSplitQueueTest, IndirectWithoutTheFeatureIsSkipped) {
   q_.Stop();
   Configure(&q_, false, /*indirect=*/false);
   ring_.SetDesc(0, kBuf, 4, 0, 0, kTable);
@@ -260,7 +260,7 @@ TEST_F(SplitQueueTest, IndirectWithoutTheFeatureIsSkipped) {
   ExpectMalformed("indirect not negotiated");
 }
 
-TEST_F(SplitQueueTest, AvailIndexJumpBreaksTheRing) {
+TEST_F(VdevSplitQueueTest, AvailIndexJumpBreaksTheRing) {
   ring_.SetDesc(0, kBuf, 4, 0, 0);
   ring_.set_avail_idx(kSize + 1);
   Chain c;
@@ -281,7 +281,7 @@ TEST_F(SplitQueueTest, AvailIndexJumpBreaksTheRing) {
   EXPECT_TRUE(q_.Pop(&c));
 }
 
-TEST_F(SplitQueueTest, AvailIndexExactlyOneRingAheadIsLegal) {
+TEST_F(VdevSplitQueueTest, AvailIndexExactlyOneRingAheadIsLegal) {
   for (uint16_t i = 0; i < kSize; ++i) {
     ring_.SetDesc(i, kBuf, 4, 0, 0);
     ring_.Publish(i);
@@ -290,14 +290,14 @@ TEST_F(SplitQueueTest, AvailIndexExactlyOneRingAheadIsLegal) {
   EXPECT_FALSE(q_.broken());
 }
 
-TEST_F(SplitQueueTest, HeadOutsideTheRingBreaksIt) {
+TEST_F(VdevSplitQueueTest, HeadOutsideTheRingBreaksIt) {
   ring_.Publish(kSize);
   Chain c;
   EXPECT_FALSE(q_.Pop(&c));
   EXPECT_TRUE(q_.broken());
 }
 
-TEST_F(SplitQueueTest, HeadAlreadyInFlightBreaksTheRing) {
+TEST_F(VdevSplitQueueTest, HeadAlreadyInFlightBreaksTheRing) {
   ring_.SetDesc(0, kBuf, 4, 0, 0);
   ring_.Publish(0);
   ring_.Publish(0);
@@ -307,7 +307,7 @@ TEST_F(SplitQueueTest, HeadAlreadyInFlightBreaksTheRing) {
   EXPECT_TRUE(q_.broken());
 }
 
-TEST_F(SplitQueueTest, CompletionFromAStoppedRingIsIgnored) {
+TEST_F(VdevSplitQueueTest, CompletionFromAStoppedRingIsIgnored) {
   ring_.SetDesc(0, kBuf, 4, W, 0);
   ring_.Publish(0);
   Chain c;
@@ -321,7 +321,7 @@ TEST_F(SplitQueueTest, CompletionFromAStoppedRingIsIgnored) {
   EXPECT_EQ(ring_.used_idx(), 0);
 }
 
-TEST_F(SplitQueueTest, StartValidatesRingAddresses) {
+TEST_F(VdevSplitQueueTest, StartValidatesRingAddresses) {
   SplitQueue q(1);
   std::string error;
   EXPECT_FALSE(q.Start(guest_.memory, &error));  // no size, no addresses
@@ -353,7 +353,7 @@ TEST_F(SplitQueueTest, StartValidatesRingAddresses) {
   EXPECT_TRUE(SplitQueue::ValidSize(32768));
 }
 
-TEST_F(SplitQueueTest, ChainTotalsAreCapped) {
+TEST_F(VdevSplitQueueTest, ChainTotalsAreCapped) {
   SplitQueue q(1, QueueLimits{.max_indirect = 1024, .max_chain_bytes = 1000});
   Configure(&q, false, true);
   ring_.SetDesc(0, kBuf, 600, W | N, 1);
@@ -368,7 +368,7 @@ TEST_F(SplitQueueTest, ChainTotalsAreCapped) {
   EXPECT_EQ(c.writable_bytes(), 1000u);
 }
 
-TEST_F(SplitQueueTest, ATurnIsBoundedAndYields) {
+TEST_F(VdevSplitQueueTest, ATurnIsBoundedAndYields) {
   int yields = 0;
   q_.set_on_yield([&](uint16_t index) {
     EXPECT_EQ(index, 0);
@@ -393,7 +393,7 @@ TEST_F(SplitQueueTest, ATurnIsBoundedAndYields) {
   EXPECT_TRUE(q_.Pop(&c));
 }
 
-TEST_F(SplitQueueTest, NoInterruptFlagSuppressesCallsWithoutEventIdx) {
+TEST_F(VdevSplitQueueTest, NoInterruptFlagSuppressesCallsWithoutEventIdx) {
   ring_.set_avail_flags(kAvailNoInterrupt);
   ring_.SetDesc(0, kBuf, 4, W, 0);
   ring_.Publish(0);
@@ -406,7 +406,7 @@ TEST_F(SplitQueueTest, NoInterruptFlagSuppressesCallsWithoutEventIdx) {
   EXPECT_EQ(q_.stats().suppressed, 1u);
 }
 
-TEST_F(SplitQueueTest, EventIdxDecidesNotifications) {
+TEST_F(VdevSplitQueueTest, EventIdxDecidesNotifications) {
   q_.Stop();
   Configure(&q_, /*event_idx=*/true, true);
   for (uint16_t i = 0; i < 4; ++i) ring_.SetDesc(i, kBuf, 4, W, 0);
@@ -438,7 +438,7 @@ TEST_F(SplitQueueTest, EventIdxDecidesNotifications) {
   EXPECT_TRUE(q_.Pop(&c));
 }
 
-TEST_F(SplitQueueTest, BusyPollAsksTheDriverNotToKick) {
+TEST_F(VdevSplitQueueTest, BusyPollAsksTheDriverNotToKick) {
   EXPECT_EQ(ring_.used_flags(), 0);
   q_.set_polling(true);
   EXPECT_EQ(ring_.used_flags(), kUsedNoNotify);
@@ -449,7 +449,7 @@ TEST_F(SplitQueueTest, BusyPollAsksTheDriverNotToKick) {
   EXPECT_EQ(ring_.used_flags(), 0);
 }
 
-TEST_F(SplitQueueTest, NoCallFdMeansNoNotification) {
+TEST_F(VdevSplitQueueTest, NoCallFdMeansNoNotification) {
   q_.set_call_fd(-1);
   ring_.SetDesc(0, kBuf, 4, W, 0);
   ring_.Publish(0);
