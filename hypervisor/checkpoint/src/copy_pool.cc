@@ -5,13 +5,14 @@
 namespace hz::checkpoint {
 
 namespace {
-// Pieces are at most this long so the bytes split evenly across threads.
+// Small enough that the copiers finish together, large enough that taking a
+// piece costs nothing next to copying it.
 constexpr size_t kPieceBytes = 1u << 20;
 }  // namespace
 
 CopyPool::CopyPool(unsigned threads) {
   unsigned helpers = threads > 1 ? threads - 1 : 0;
-  for (unsigned i = 0; i < helpers; ++i) threads_.emplace_back([this, i] { Worker(i + 1); });
+  for (unsigned i = 0; i < helpers; ++i) threads_.emplace_back([this] { Worker(); });
 }
 
 CopyPool::~CopyPool() {
@@ -23,52 +24,47 @@ CopyPool::~CopyPool() {
   for (auto& t : threads_) t.join();
 }
 
-void CopyPool::CopyRange(unsigned part) {
-  for (size_t i = part_begin_[part]; i < part_begin_[part + 1]; ++i) {
-    const CopyOp& op = parts_ops_[i];
+void CopyPool::Drain() {
+  const size_t n = pieces_.size();
+  for (size_t i = next_.fetch_add(1, std::memory_order_relaxed); i < n;
+       i = next_.fetch_add(1, std::memory_order_relaxed)) {
+    const CopyOp& op = pieces_[i];
     std::memcpy(op.dst, op.src, op.len);
+    done_.fetch_add(1, std::memory_order_release);
   }
 }
 
 void CopyPool::Run(const std::vector<CopyOp>& ops) {
   std::lock_guard<std::mutex> run_lock(run_mu_);
-  unsigned parts = static_cast<unsigned>(threads_.size()) + 1;
   size_t total = 0;
   for (const CopyOp& op : ops) total += op.len;
-  if (parts == 1 || total < 2 * kPieceBytes) {
+  if (threads_.empty() || total < 2 * kPieceBytes) {
     for (const CopyOp& op : ops) {
       if (op.len != 0) std::memcpy(op.dst, op.src, op.len);
     }
     return;
   }
-  // Cut into pieces, then give each part a contiguous run of about total/parts bytes.
-  parts_ops_.clear();
-  for (const CopyOp& op : ops) {
-    for (size_t off = 0; off < op.len; off += kPieceBytes) {
-      size_t n = std::min(kPieceBytes, op.len - off);
-      parts_ops_.push_back({op.dst + off, op.src + off, n});
-    }
-  }
-  part_begin_.assign(parts + 1, parts_ops_.size());
-  part_begin_[0] = 0;
-  size_t acc = 0;
-  unsigned p = 1;
-  for (size_t i = 0; i < parts_ops_.size() && p < parts; ++i) {
-    acc += parts_ops_[i].len;
-    while (p < parts && acc >= total * p / parts) part_begin_[p++] = i + 1;
-  }
   {
-    std::lock_guard<std::mutex> l(mu_);
-    pending_ = parts - 1;
+    // Helpers are outside Drain between runs, so the list can be rebuilt.
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [this] { return active_helpers_ == 0; });
+    pieces_.clear();
+    for (const CopyOp& op : ops) {
+      for (size_t off = 0; off < op.len; off += kPieceBytes) {
+        pieces_.push_back({op.dst + off, op.src + off, std::min(kPieceBytes, op.len - off)});
+      }
+    }
+    next_.store(0, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
     ++generation_;
   }
   cv_.notify_all();
-  CopyRange(0);
-  std::unique_lock<std::mutex> l(mu_);
-  done_cv_.wait(l, [this] { return pending_ == 0; });
+  Drain();
+  // Only pieces a helper has already started can remain.
+  while (done_.load(std::memory_order_acquire) != pieces_.size()) std::this_thread::yield();
 }
 
-void CopyPool::Worker(unsigned index) {
+void CopyPool::Worker() {
   uint64_t seen = 0;
   for (;;) {
     {
@@ -76,13 +72,14 @@ void CopyPool::Worker(unsigned index) {
       cv_.wait(l, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      ++active_helpers_;
     }
-    CopyRange(index);
+    Drain();
     {
       std::lock_guard<std::mutex> l(mu_);
-      --pending_;
+      --active_helpers_;
     }
-    done_cv_.notify_one();
+    done_cv_.notify_all();
   }
 }
 

@@ -1,9 +1,11 @@
-// Parallel memcpy for snapshots: a few long-lived threads split a list of
-// copies by bytes; the calling thread takes a share too. Large states copy
-// faster than one thread can; small ones are copied on the caller alone.
+// Parallel memcpy for snapshots: a few long-lived threads and the caller take
+// 1 MiB pieces of the copy list from a shared counter until none is left.
+// The caller never waits for a helper that the scheduler has not run yet: it
+// copies what is left itself and waits at most for pieces already started.
 #ifndef HZ_CHECKPOINT_COPY_POOL_H_
 #define HZ_CHECKPOINT_COPY_POOL_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -27,23 +29,24 @@ class CopyPool {
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;
 
-  // Runs all copies; returns when every byte is copied. One Run at a time
-  // (callers serialize: Run takes a lock).
+  // Runs all copies; returns when every byte is copied. Concurrent callers
+  // take turns.
   void Run(const std::vector<CopyOp>& ops);
 
  private:
-  void Worker(unsigned index);
-  void CopyRange(unsigned part);
+  void Worker();
+  void Drain();  // copies pieces until none is left
 
   std::mutex run_mu_;  // one Run at a time
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable done_cv_;
   std::vector<std::thread> threads_;
-  std::vector<CopyOp> parts_ops_;   // pieces of the current run
-  std::vector<size_t> part_begin_;  // parts_ops_ index where part p starts
+  std::vector<CopyOp> pieces_;   // the current run, cut into pieces
+  std::atomic<size_t> next_{0};  // next piece to take
+  std::atomic<size_t> done_{0};  // pieces copied
   uint64_t generation_ = 0;
-  unsigned pending_ = 0;
+  unsigned active_helpers_ = 0;  // helpers inside Drain for this run
   bool stop_ = false;
 };
 
