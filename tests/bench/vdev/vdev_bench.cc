@@ -284,6 +284,54 @@ Result SpscRing(double seconds, int batch) {
 
 // ---- vdev ---------------------------------------------------------------------
 
+// The front-end's own share of a batch: AddChain x batch, Publish, and
+// PollUsed, with this thread playing the device by writing the used entries
+// itself (no back-end, no second CPU). Subtract it from a vdev case to see
+// what the back-end and the cross-CPU traffic cost.
+Result FrontendOnly(int batch, double seconds) {
+  Result r("vdev_frontend_only", batch);
+  vdev::frontend::GuestMemory memory;
+  std::unique_ptr<vdev::frontend::SplitRing> ring;
+  vdev::frontend::SplitRing::Options ro;
+  ro.size = 256;
+  ro.event_idx = true;
+  if (!memory.CreateRegion(1 << 20, true, nullptr).ok() ||
+      !vdev::frontend::SplitRing::Create(&memory, ro, &ring).ok()) {
+    r.error = "set-up failed";
+    return r;
+  }
+  Buffer req{0, kMsg}, resp{0, kMsg};
+  memory.Allocate(kMsg, 64, &req.gpa);
+  memory.Allocate(kMsg, 64, &resp.gpa);
+  // vring_used: flags, idx, then {id, len} entries.
+  auto* used = reinterpret_cast<uint16_t*>(ring->used_user_addr());
+  auto* entries = reinterpret_cast<uint32_t*>(used + 2);
+  uint16_t used_idx = 0;
+  std::vector<uint16_t> heads(static_cast<size_t>(batch));
+  Completion done[64];
+  TimedLoop(r, seconds, batch, [&] {
+    for (int i = 0; i < batch; ++i) {
+      if (!ring->AddChain({&req, 1}, {&resp, 1}, static_cast<uint64_t>(i), false,
+                          &heads[static_cast<size_t>(i)])
+               .ok()) {
+        r.error = "AddChain failed";
+      }
+    }
+    ring->Publish();
+    for (int i = 0; i < batch; ++i) {
+      const size_t slot = (used_idx % 256) * 2;
+      entries[slot] = heads[static_cast<size_t>(i)];
+      entries[slot + 1] = kMsg;
+      ++used_idx;
+    }
+    std::atomic_ref<uint16_t>(used[1]).store(used_idx, std::memory_order_release);
+    Status err;
+    int got = 0;
+    while (got < batch) got += static_cast<int>(ring->PollUsed(done, 64, &err));
+  });
+  return r;
+}
+
 // The back-end process: vdev::Server with the echo device, until SIGTERM.
 void RunBackend(const std::string& path) {
   // stdout carries only JSON lines.
@@ -401,6 +449,8 @@ int main(int argc, char** argv) {
     Report(spsc1 = SpscRing(seconds, 1));
     Report(spsc32 = SpscRing(seconds, 32));
   }
+  Result fe32("vdev_frontend_only", 32);
+  if (want("vdev_frontend_only")) Report(fe32 = FrontendOnly(32, std::min(seconds, 1.0)));
   if (want("vdev_interrupt")) {
     Report(irq1 = VdevRoundTrips(path, false, 1, seconds));
     Report(irq32 = VdevRoundTrips(path, false, 32, seconds));
