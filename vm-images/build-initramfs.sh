@@ -13,7 +13,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
-dir_arg= out= kver=
+dir_arg='' out='' kver=''
 modules=() programs=() tests=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -49,7 +49,9 @@ resolve() {
 	done
 	order+=("$rel")
 }
-for name in virtio_pci; do
+# virtio_pci brings the rest of the transport through modules.dep.
+transport=(virtio_pci)
+for name in "${transport[@]}"; do
 	rel=$(awk -F: -v n="$name" '{ f = $1; sub(/.*\//, "", f); sub(/\.ko(\.[a-z]+)?$/, "", f); if (f == n) { print $1; exit } }' "$moddir/modules.dep")
 	[ -n "$rel" ] || hz_die "module $name not found in $moddir/modules.dep"
 	resolve "$rel"

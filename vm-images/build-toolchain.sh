@@ -70,17 +70,18 @@ cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 # Mounts live in a private mount namespace, so they vanish with it even if this
 # script is killed; the trap unmounts them explicitly on ordinary failures.
 unshare --mount --propagation private bash -euo pipefail -c '
-	root=$1; shift
+	root=$1 nqemu=$2; shift 2
+	qemu_pkgs=("${@:1:$nqemu}") libvirt_pkgs=("${@:$((nqemu + 1))}")
 	cleanup() { umount -l "$root/dev" 2>/dev/null || true; umount -l "$root/proc" 2>/dev/null || true; }
 	trap cleanup EXIT
 	mount -t proc proc "$root/proc"
 	mount --bind /dev "$root/dev"
 	export DEBIAN_FRONTEND=noninteractive LC_ALL=C
 	chroot "$root" apt-get update -qq
-	chroot "$root" apt-get install -y -qq --no-install-recommends -t trixie-backports '"${qemu_pkgs[*]}"'
-	chroot "$root" apt-get install -y -qq --no-install-recommends '"${libvirt_pkgs[*]}"'
+	chroot "$root" apt-get install -y -qq --no-install-recommends -t trixie-backports "${qemu_pkgs[@]}"
+	chroot "$root" apt-get install -y -qq --no-install-recommends "${libvirt_pkgs[@]}"
 	chroot "$root" apt-get clean
-' hz-toolchain "$root" >"$dir/apt.log" 2>&1 || {
+' hz-toolchain "$root" "${#qemu_pkgs[@]}" "${qemu_pkgs[@]}" "${libvirt_pkgs[@]}" >"$dir/apt.log" 2>&1 || {
 	tail -n 30 "$dir/apt.log" >&2
 	hz_die "package installation failed (log: $dir/apt.log)"
 }

@@ -16,8 +16,8 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
-name= socket= test_name= mem=512M timeout_s=120 smp=1 num_vqs=3 vq_size=128
-config_size=64 log= dir_arg= kernel= initrd= append=
+name='' socket='' test_name='' mem=512M timeout_s=120 smp=1 num_vqs=3 vq_size=128
+config_size=64 log='' dir_arg='' kernel='' initrd='' append=''
 while [ $# -gt 0 ]; do
 	case $1 in
 	--name) name=$2; shift 2 ;;
@@ -66,6 +66,7 @@ cp "$initrd" "$boot/initrd.gz"
 
 # The guest's own limit leaves time to report before the host's runs out.
 guest_timeout=$((timeout_s > 60 ? timeout_s - 30 : timeout_s * 2 / 3))
+# shellcheck disable=SC2054 # commas belong to QEMU's option syntax
 qemu=(qemu-system-x86_64 -accel tcg -m "$mem" -smp "$smp"
 	-object "memory-backend-memfd,id=mem,size=$mem,share=on" -machine pc,memory-backend=mem
 	-kernel "/hz-boot/$name/vmlinuz" -initrd "/hz-boot/$name/initrd.gz"

@@ -14,8 +14,8 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
-name= socket= test_name= mem_mib=512 timeout_s=150 num_vqs=3 vq_size=128 config_size=64
-log= dir_arg=
+name='' socket='' test_name='' mem_mib=512 timeout_s=150 num_vqs=3 vq_size=128 config_size=64
+log='' dir_arg=''
 while [ $# -gt 0 ]; do
 	case $1 in
 	--name) name=$2; shift 2 ;;
@@ -72,7 +72,9 @@ name=$1 timeout_s=$2
 boot=/hz-boot/$name
 libvirtd --pid-file /run/hz-libvirtd.pid >"$boot/libvirtd.out" 2>&1 &
 daemon=$!
-trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
+# QEMU runs in its own session: a run cut short must destroy the domain.
+trap 'command virsh -q -c qemu:///system destroy "$name" >/dev/null 2>&1 || true
+	kill $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
 	[ -S /run/libvirt/libvirt-sock ] && break
 	kill -0 $daemon 2>/dev/null || { cat "$boot/libvirtd.out"; exit 3; }

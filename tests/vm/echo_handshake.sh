@@ -6,7 +6,7 @@
 # back-end's message log.
 # Usage: echo_handshake.sh ECHO_BACKEND VM_DIR
 set -euo pipefail
-HZ_TEST=vm_echo_handshake
+export HZ_TEST=vm_echo_handshake
 HZ_VM_DIR=$2
 source "$(dirname "$0")/lib.sh"
 backend=$1

@@ -3,7 +3,7 @@
 # device whose completions lie (lengths, statuses, request ids, events).
 # Usage: hostile_device.sh HOSTILE_BACKEND VM_DIR
 set -euo pipefail
-HZ_TEST=vm_driver_hostile_device
+export HZ_TEST=vm_driver_hostile_device
 HZ_VM_DIR=$2
 source "$(dirname "$0")/lib.sh"
 backend=$1

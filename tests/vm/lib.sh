@@ -1,5 +1,6 @@
 # Helpers for the host halves of the VM tests. Sourced.
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # HZ_TOP, HZ_LAST_PID are for the scripts that source this
 
 HZ_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HZ_PIDS=()
@@ -43,8 +44,8 @@ hz_spawn() {
 
 # Waits up to 20 s for a listening socket, failing early if its owner died.
 hz_wait_socket() {
-	local sock=$1 pid=$2 i
-	for i in $(seq 200); do
+	local sock=$1 pid=$2
+	for _ in $(seq 200); do
 		[ -S "$sock" ] && return 0
 		kill -0 "$pid" 2>/dev/null || fail "the process serving $sock exited"
 		sleep 0.1

@@ -8,7 +8,7 @@
 # Usage: service_guest.sh GUEST_TEST HARMONAIZED HZCTL VM_DIR [qemu|libvirt]
 set -euo pipefail
 guest_test=$1 harmonaized=$2 hzctl=$3 runner=${5:-qemu}
-HZ_TEST=vm_$guest_test
+export HZ_TEST=vm_$guest_test
 [ "$runner" = libvirt ] && HZ_TEST=vm_libvirt_$guest_test
 HZ_VM_DIR=$4
 source "$(dirname "$0")/lib.sh"

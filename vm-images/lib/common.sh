@@ -1,8 +1,10 @@
 # Shared helpers for the vm-images scripts. Sourced, not executed.
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # HZ_REPO_ROOT is for the scripts that source this
 
 HZ_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-HZ_STAMP_VERSION=1
+# Bumped when the toolchain recipe changes, so cached roots are rebuilt.
+export HZ_STAMP_VERSION=1
 
 hz_log() { echo "[$(basename "$0")] $*" >&2; }
 hz_die() { echo "[$(basename "$0")] error: $*" >&2; exit 1; }
