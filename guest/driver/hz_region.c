@@ -54,7 +54,11 @@ static void hz_region_free(struct hz_region *r)
 	unsigned long npages = r->pin.npages;
 
 	hz_pin_release(&r->pin);
-	account_locked_vm(r->mm, npages, false);
+	/* At exit the address space may be gone already: nothing to uncharge. */
+	if (mmget_not_zero(r->mm)) {
+		account_locked_vm(r->mm, npages, false);
+		mmput(r->mm);
+	}
 	mmdrop(r->mm);
 	kfree(r);
 }

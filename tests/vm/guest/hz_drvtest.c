@@ -351,6 +351,19 @@ static int cmd_async(void) {
   return 0;
 }
 
+// The process's locked memory in KiB (VmLck, where pinned regions are charged).
+static long vm_locked_kib(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  CHECK(f != NULL, "open /proc/self/status");
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "VmLck: %ld kB", &kib) == 1) break;
+  fclose(f);
+  CHECK(kib >= 0, "no VmLck in /proc/self/status");
+  return kib;
+}
+
 static int cmd_region(void) {
   int fd = open_dev();
   // Small enough that its extents fit in one request however fragmented
@@ -361,12 +374,17 @@ static int cmd_region(void) {
   memset(buf, 0x5a, len);
   struct hz_ioc_region reg = {
       .addr = (uintptr_t)buf, .len = len, .flags = HZ_REGION_RW_READ | HZ_REGION_RW_WRITE};
+  long locked_before = vm_locked_kib();
   CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "register: %s", strerror(errno));
-  printf("hz_drvtest: region id %u extents %u\n", reg.region_id, reg.num_extents);
+  long locked = vm_locked_kib();
+  printf("hz_drvtest: region id %u extents %u, VmLck %ld -> %ld kB\n", reg.region_id,
+         reg.num_extents, locked_before, locked);
+  CHECK(locked - locked_before == (long)(len >> 10), "region not charged to VmLck");
   CHECK(reg.region_id != HZ_REGION_NONE && reg.region_id != HZ_REGION_INLINE, "region id");
   CHECK(reg.num_extents >= 1 && reg.num_extents <= len / 4096, "extents %u", reg.num_extents);
   uint32_t id = reg.region_id;
   CHECK(ioctl(fd, HZ_IOC_REGION_UNREGISTER, &id) == 0, "unregister: %s", strerror(errno));
+  CHECK(vm_locked_kib() == locked_before, "VmLck not given back by unregister");
   CHECK(ioctl(fd, HZ_IOC_REGION_UNREGISTER, &id) < 0 && errno == ENOENT, "double unregister");
 
   struct hz_ioc_region bad = {.addr = (uintptr_t)buf + 1, .len = 4096, .flags = HZ_REGION_RW_READ};
@@ -394,6 +412,19 @@ static int cmd_region(void) {
   int wst = 0;
   CHECK(waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
         "over-limit region not refused with ENOMEM (child status %d)", wst);
+
+  // A process that exits with a region registered: exit closes its file
+  // after its address space is gone, and the region is still released.
+  pid_t quitter = fork();
+  CHECK(quitter >= 0, "fork");
+  if (quitter == 0) {
+    int cfd = open(g_dev, O_RDWR);
+    struct hz_ioc_region creg = {
+        .addr = (uintptr_t)buf, .len = len, .flags = HZ_REGION_RW_READ | HZ_REGION_RW_WRITE};
+    _exit(cfd >= 0 && ioctl(cfd, HZ_IOC_REGION_REGISTER, &creg) == 0 ? 0 : 5);
+  }
+  CHECK(waitpid(quitter, &wst, 0) == quitter && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+        "child region registration (status %d)", wst);
 
   // Left registered on purpose: close() must release it.
   CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "register again: %s", strerror(errno));
