@@ -11,6 +11,7 @@
 //   hz_drvtest exitmid  [DEV]   a process dies while the device holds its request
 //   hz_drvtest events   [DEV [N]] subscribe and wait for N device events
 //   hz_drvtest hostiledev [DEV] a lying device (vm-hostile-backend) is not trusted
+//   hz_drvtest allreduce [DEV]  two ranks, registered regions, ALLREDUCE on request queues
 //   hz_drvtest noleaks          no pinned pages or live requests remain
 #include <errno.h>
 #include <fcntl.h>
@@ -262,6 +263,81 @@ static int cmd_hostiledev(void) {
   CHECK(read(fd, &rec, sizeof(rec)) < 0 && errno == EAGAIN, "unexpected extra record");
   close(fd);
   printf("hz_drvtest: every device lie was refused\n");
+  return 0;
+}
+
+// Two ranks in one guest (two processes, one device session): each registers
+// its own region, and an FP32 ALLREDUCE(SUM) on a request queue leaves
+// a + b in both ranks' receive slices, written by the host into guest memory.
+static int allreduce_rank(int fd, const struct hz_comm_uid* uid, uint32_t rank, uint32_t n) {
+  size_t bytes = (size_t)n * sizeof(float);
+  size_t len = 2 * bytes;
+  float* buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(buf != MAP_FAILED, "mmap");
+  for (uint32_t i = 0; i < n; i++) {
+    buf[i] = (float)(rank == 0 ? i : 1000 * i);
+    buf[n + i] = -1;
+  }
+  struct hz_ioc_region reg = {
+      .addr = (uintptr_t)buf, .len = len, .flags = HZ_REGION_RW_READ | HZ_REGION_RW_WRITE};
+  CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "rank %u register: %s", rank,
+        strerror(errno));
+
+  struct hz_comm_init_args init = {.uid = *uid, .nranks = 2, .rank = rank};
+  init.constraints.timeout_ms = 60000;
+  struct hz_comm_init_result comm;
+  struct hz_ioc_submit sub =
+      control_call(fd, HZ_OP_COMM_INIT, &init, sizeof(init), &comm, sizeof(comm));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "rank %u COMM_INIT status %s", rank,
+        status_name(sub.status));
+
+  struct hz_coll_args args = {
+      .comm = comm.comm,
+      .seq = 0,
+      .count = n,
+      .dtype = HZ_FP32,
+      .redop = HZ_SUM,
+      .send = {.region_id = reg.region_id, .offset = 0, .length = bytes},
+      .recv = {.region_id = reg.region_id, .offset = bytes, .length = bytes}};
+  struct hz_ioc_submit coll = {.opcode = HZ_OP_ALLREDUCE,
+                               .queue = (uint16_t)rank,  // each rank on its own request queue
+                               .args_ptr = (uintptr_t)&args,
+                               .args_len = sizeof(args)};
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &coll) == 0, "rank %u ALLREDUCE: %s", rank, strerror(errno));
+  CHECK(coll.error == 0 && coll.status == HZ_S_OK, "rank %u ALLREDUCE error %d status %s detail %u",
+        rank, coll.error, status_name(coll.status), coll.detail);
+  for (uint32_t i = 0; i < n; i++)
+    CHECK(buf[n + i] == (float)(1001 * i), "rank %u element %u: %g", rank, i, buf[n + i]);
+  struct hz_comm_args destroy = {.comm = comm.comm};
+  control_call(fd, HZ_OP_COMM_DESTROY, &destroy, sizeof(destroy), NULL, 0);
+  printf("hz_drvtest: rank %u: ALLREDUCE of %u floats correct (request queue %u)\n", rank, n, rank);
+  return 0;
+}
+
+static int cmd_allreduce(void) {
+  enum { kFloats = 4096 };
+  int fd = open_dev();
+  struct hz_ioc_submit sub;
+  struct hz_hello_args hargs;
+  struct hz_ioc_seg seg;
+  struct hz_hello_result hres;
+  hello_submit(&sub, &hargs, &seg, &hres);
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  CHECK(hres.device_features & (1u << HZ_F_COLLECTIVES), "collectives not granted");
+  struct hz_comm_uid_result uid;
+  sub = control_call(fd, HZ_OP_COMM_UID, NULL, 0, &uid, sizeof(uid));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "COMM_UID status %s", status_name(sub.status));
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) {
+    int cfd = open_dev();
+    _exit(allreduce_rank(cfd, &uid.uid, 1, kFloats));
+  }
+  allreduce_rank(fd, &uid.uid, 0, kFloats);
+  int wst = 0;
+  CHECK(waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+        "rank 1 failed (status %d)", wst);
+  close(fd);
   return 0;
 }
 
@@ -542,7 +618,8 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: hz_drvtest "
-            "info|hello|async|region|hostile|unplug|exitmid|events|hostiledev|noleaks [DEV]\n");
+            "info|hello|async|region|hostile|unplug|exitmid|events|hostiledev|allreduce|noleaks "
+            "[DEV]\n");
     return 2;
   }
   if (argc > 2) g_dev = argv[2];
@@ -554,6 +631,7 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "hostile")) return cmd_hostile();
   if (!strcmp(cmd, "unplug")) return cmd_unplug();
   if (!strcmp(cmd, "exitmid")) return cmd_exitmid();
+  if (!strcmp(cmd, "allreduce")) return cmd_allreduce();
   if (!strcmp(cmd, "hostiledev")) return cmd_hostiledev();
   if (!strcmp(cmd, "events")) return cmd_events(argc > 3 ? atoi(argv[3]) : 1);
   if (!strcmp(cmd, "noleaks")) {
