@@ -33,6 +33,7 @@ class EngineImpl {
   ~EngineImpl();
 
   Status NewUid(TenantId tenant, Uid* out);
+  size_t ReleaseUnusedUids(TenantId tenant);
   void Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank, Constraints c,
             InitDone done);
   void Post(const std::shared_ptr<Member>& m, OpDesc op, Done done);
@@ -158,6 +159,25 @@ Status EngineImpl::NewUid(TenantId tenant, Uid* out) {
   ++count;
   *out = uid;
   return Status::kOk;
+}
+
+size_t EngineImpl::ReleaseUnusedUids(TenantId tenant) {
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  size_t n = 0;
+  for (auto it = uids_.begin(); it != uids_.end();) {
+    if (it->second.tenant == tenant && !it->second.comm) {
+      it = uids_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  auto t = uids_per_tenant_.find(tenant);
+  if (t != uids_per_tenant_.end()) {
+    t->second -= static_cast<uint32_t>(n);
+    if (t->second == 0) uids_per_tenant_.erase(t);
+  }
+  return n;
 }
 
 void EngineImpl::ReleaseUid(const std::shared_ptr<Comm>& c) {
@@ -753,6 +773,9 @@ Engine::Engine(EngineOptions opts) : impl_(std::make_unique<internal::EngineImpl
 Engine::~Engine() = default;
 Status Engine::NewUid(TenantId tenant, Uid* out) {
   return impl_->NewUid(tenant, out);
+}
+size_t Engine::ReleaseUnusedUids(TenantId tenant) {
+  return impl_->ReleaseUnusedUids(tenant);
 }
 void Engine::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank, Constraints c,
                   std::function<void(Status, std::shared_ptr<Member>)> done) {

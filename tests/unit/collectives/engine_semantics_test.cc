@@ -87,6 +87,27 @@ TEST(CollectivesInit, UidsAreRandomAndLimitedPerTenant) {
   EXPECT_EQ(e.NewUid(1, nullptr), Status::kInvalid);
 }
 
+TEST(CollectivesInit, ReleasingUnusedUidsFreesTheTenantsQuota) {
+  EngineOptions o;
+  o.max_uids_per_tenant = 2;
+  Engine e(o);
+  Uid used, fresh, other;
+  ASSERT_EQ(e.NewUid(1, &used), Status::kOk);
+  ASSERT_EQ(e.NewUid(1, &fresh), Status::kOk);
+  ASSERT_EQ(e.NewUid(2, &other), Status::kOk);
+  auto r0 = InitAsync(e, 1, used, 2, 0);  // communicator joining: in use
+  EXPECT_EQ(e.ReleaseUnusedUids(1), 1u);
+  auto gone = InitAsync(e, 1, fresh, 1, 0);
+  EXPECT_EQ(Get(gone).status, Status::kNotFound);
+  Uid again;
+  EXPECT_EQ(e.NewUid(1, &again), Status::kOk);  // quota freed
+  auto r1 = InitAsync(e, 1, used, 2, 1);
+  EXPECT_EQ(Get(r0).status, Status::kOk);
+  EXPECT_EQ(Get(r1).status, Status::kOk);
+  auto still = InitAsync(e, 2, other, 1, 0);  // other tenants untouched
+  EXPECT_EQ(Get(still).status, Status::kOk);
+}
+
 TEST(CollectivesInit, BadArgumentsAreInvalid) {
   EngineOptions o;
   o.max_ranks = 8;

@@ -153,6 +153,11 @@ class Engine {
   // max_uids_per_tenant uids that are not used by a live communicator.
   Status NewUid(TenantId tenant, Uid* out);
 
+  // Forgets the tenant's uids that no communicator uses yet, e.g. when its VM
+  // goes away; later Inits with them get kNotFound. Communicators end when
+  // their members are destroyed (or their init times out). Returns how many.
+  size_t ReleaseUnusedUids(TenantId tenant);
+
   // Joins rank `rank` of an `nranks` communicator. done(kOk, member) once all
   // ranks have joined; otherwise done(error, nullptr) with kTimedOut (not all
   // joined in time), kPermission (uid of another tenant), kNotFound (unknown
