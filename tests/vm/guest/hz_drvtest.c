@@ -12,6 +12,8 @@
 //   hz_drvtest events   [DEV [N]] subscribe and wait for N device events
 //   hz_drvtest hostiledev [DEV] a lying device (vm-hostile-backend) is not trusted
 //   hz_drvtest allreduce [DEV]  two ranks, registered regions, ALLREDUCE on request queues
+//   hz_drvtest xvm-rank0 [DEV]  rank 0 of an ALLREDUCE across two VMs (prints HZ-UID)
+//   hz_drvtest xvm-rank1 DEV UID  rank 1, joining the uid rank 0 printed
 //   hz_drvtest noleaks          no pinned pages or live requests remain
 #include <errno.h>
 #include <fcntl.h>
@@ -311,6 +313,37 @@ static int allreduce_rank(int fd, const struct hz_comm_uid* uid, uint32_t rank, 
   struct hz_comm_args destroy = {.comm = comm.comm};
   control_call(fd, HZ_OP_COMM_DESTROY, &destroy, sizeof(destroy), NULL, 0);
   printf("hz_drvtest: rank %u: ALLREDUCE of %u floats correct (request queue %u)\n", rank, n, rank);
+  return 0;
+}
+
+// Ranks in two VMs on one host: rank 0 prints the communicator uid on the
+// console (HZ-UID: hex) for the host to hand to rank 1's guest.
+static int cmd_xvm(int rank, const char* uid_hex) {
+  enum { kFloats = 4096 };
+  int fd = open_dev();
+  struct hz_ioc_submit sub;
+  struct hz_hello_args hargs;
+  struct hz_ioc_seg seg;
+  struct hz_hello_result hres;
+  hello_submit(&sub, &hargs, &seg, &hres);
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  struct hz_comm_uid_result uid;
+  if (rank == 0) {
+    sub = control_call(fd, HZ_OP_COMM_UID, NULL, 0, &uid, sizeof(uid));
+    CHECK(sub.error == 0 && sub.status == HZ_S_OK, "COMM_UID status %s", status_name(sub.status));
+    printf("HZ-UID: ");
+    for (int i = 0; i < HZ_UID_BYTES; i++) printf("%02x", uid.uid.bytes[i]);
+    printf("\n");
+  } else {
+    CHECK(uid_hex != NULL && strlen(uid_hex) == 2 * HZ_UID_BYTES, "uid argument");
+    for (int i = 0; i < HZ_UID_BYTES; i++) {
+      unsigned int b;
+      CHECK(sscanf(uid_hex + 2 * i, "%2x", &b) == 1, "uid hex");
+      uid.uid.bytes[i] = (uint8_t)b;
+    }
+  }
+  allreduce_rank(fd, &uid.uid, (uint32_t)rank, kFloats);
+  close(fd);
   return 0;
 }
 
@@ -632,6 +665,8 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "unplug")) return cmd_unplug();
   if (!strcmp(cmd, "exitmid")) return cmd_exitmid();
   if (!strcmp(cmd, "allreduce")) return cmd_allreduce();
+  if (!strcmp(cmd, "xvm-rank0")) return cmd_xvm(0, NULL);
+  if (!strcmp(cmd, "xvm-rank1")) return cmd_xvm(1, argc > 3 ? argv[3] : NULL);
   if (!strcmp(cmd, "hostiledev")) return cmd_hostiledev();
   if (!strcmp(cmd, "events")) return cmd_events(argc > 3 ? atoi(argv[3]) : 1);
   if (!strcmp(cmd, "noleaks")) {
