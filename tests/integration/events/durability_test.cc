@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <random>
 
 #include "hz/events/event_bus.h"
@@ -150,6 +151,15 @@ void VerifyLog(const std::string& dir, uint64_t max_seq, uint64_t max_ack, uint6
 
 class EventsDurability : public ::testing::TestWithParam<FsyncPolicy> {};
 
+}  // namespace
+
+// Names the parameter in test listings.
+void PrintTo(FsyncPolicy policy, std::ostream* os) {
+  *os << (policy == FsyncPolicy::kNone ? "fsync none" : "fsync always");
+}
+
+namespace {
+
 TEST_P(EventsDurability, SigkillLosesNothingAcknowledged) {
   std::mt19937_64 rng(12345);
   for (int trial = 0; trial < 3; ++trial) {
@@ -162,8 +172,11 @@ TEST_P(EventsDurability, SigkillLosesNothingAcknowledged) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, EventsDurability,
-                         ::testing::Values(FsyncPolicy::kNone, FsyncPolicy::kAlways));
+INSTANTIATE_TEST_SUITE_P(EventsFsync, EventsDurability,
+                         ::testing::Values(FsyncPolicy::kNone, FsyncPolicy::kAlways),
+                         [](const ::testing::TestParamInfo<FsyncPolicy>& p) {
+                           return std::string(p.param == FsyncPolicy::kNone ? "None" : "Always");
+                         });
 
 TEST(EventsDurabilityTornTail, EveryCutPointRecovers) {
   TempDir dir;
