@@ -105,6 +105,16 @@ const char* OpName(Op op) {
   return "unknown";
 }
 
+bool OpFromOpcode(uint16_t opcode, Op* out) {
+  static_assert(HZ_OP_BARRIER - HZ_OP_ALLREDUCE + 1 == kOpCount);
+  static_assert(HZ_OP_SEND - HZ_OP_ALLREDUCE == static_cast<int>(Op::kSend));
+  static_assert(HZ_OP_ALLTOALL - HZ_OP_ALLREDUCE == static_cast<int>(Op::kAllToAll));
+  static_assert(HZ_OP_BARRIER - HZ_OP_ALLREDUCE == static_cast<int>(Op::kBarrier));
+  if (out == nullptr || opcode < HZ_OP_ALLREDUCE || opcode > HZ_OP_BARRIER) return false;
+  *out = static_cast<Op>(opcode - HZ_OP_ALLREDUCE);
+  return true;
+}
+
 const char* AlgorithmName(Algorithm a) {
   switch (a) {
     case Algorithm::kNone:

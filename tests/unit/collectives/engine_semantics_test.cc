@@ -53,6 +53,21 @@ OpDesc Barrier(uint64_t seq) {
   return d;
 }
 
+TEST(CollectivesTypes, WireValuesMapToEngineValues) {
+  Op op;
+  ASSERT_TRUE(OpFromOpcode(0x0300, &op));
+  EXPECT_EQ(op, Op::kAllReduce);
+  ASSERT_TRUE(OpFromOpcode(0x0304, &op));
+  EXPECT_EQ(op, Op::kReduceScatter);
+  ASSERT_TRUE(OpFromOpcode(0x0308, &op));
+  EXPECT_EQ(op, Op::kBarrier);
+  EXPECT_FALSE(OpFromOpcode(0x0309, &op));
+  EXPECT_FALSE(OpFromOpcode(0x0201, &op));
+  EXPECT_EQ(DTypeSize(static_cast<uint8_t>(DType::kBf16)), 2u);
+  EXPECT_EQ(DTypeSize(kDTypeCount), 0u);
+  EXPECT_STREQ(StatusName(Status::kMismatch), "mismatch");
+}
+
 TEST(CollectivesInit, AnotherTenantsUidIsPermission) {
   Engine e;
   Uid uid;

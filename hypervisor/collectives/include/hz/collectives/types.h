@@ -85,7 +85,9 @@ inline constexpr uint16_t kPriorityCount = 3;
 // values are ignored.
 struct Constraints {
   // Reduce in rank order 0,1,2,... so results are bit-identical whatever
-  // the thread count or chunking. When cleared, the engine may reorder.
+  // the thread count or chunking. When cleared, the engine may reorder
+  // (today it still reduces in rank order: its blocked schedule gains
+  // nothing from another order on one host).
   bool deterministic = true;
   bool allow_lossy = false;     // across hosts only; no effect on one host
   uint16_t priority_class = 1;  // Priority; >= kPriorityCount is kInvalid
@@ -106,6 +108,9 @@ enum class Op : uint8_t {
 };
 inline constexpr size_t kOpCount = 9;
 const char* OpName(Op op);
+// The operation of a wire opcode (HZ_OP_ALLREDUCE .. HZ_OP_BARRIER); false for
+// any other opcode.
+bool OpFromOpcode(uint16_t opcode, Op* out);
 
 // One rank's part of an operation. count is in elements of dtype, with the
 // meaning of hz_coll_args: per rank for all-reduce, broadcast and reduce, the
