@@ -10,6 +10,8 @@
  *    request. A blocking submit returns the status in the same structure; an
  *    asynchronous one (HZ_SUBMIT_F_ASYNC) returns a token at once and the
  *    completion is read later as a struct hz_record with read()/poll().
+ *    A blocking submit interrupted by a signal fails with EINTR while the
+ *    request may still run; its buffers stay pinned until it completes.
  *  - registers long-lived memory regions with HZ_IOC_REGION_REGISTER: the
  *    pages stay pinned, charged against RLIMIT_MEMLOCK, until
  *    HZ_IOC_REGION_UNREGISTER or close().

@@ -137,7 +137,7 @@ static int hz_region_send(struct hz_dev *dev, struct hz_region *r,
 	n = hz_extents(&r->pin, NULL);
 	if ((max_extents && n > max_extents) ||
 	    check_mul_overflow(n, sizeof(*ext), &bytes) ||
-	    bytes > dev->max_args_len - sizeof(args))
+	    bytes + sizeof(args) > dev->max_args_len)
 		return -E2BIG;
 	ext = kvcalloc(n, sizeof(*ext), GFP_KERNEL);
 	if (!ext)
