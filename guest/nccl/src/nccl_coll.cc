@@ -1,0 +1,283 @@
+// Collectives, point-to-point operations and groups.
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "nccl_op.h"
+
+namespace hz::nccl {
+namespace {
+
+thread_local std::vector<Op> pending;
+
+bool MulOk(size_t a, size_t b, size_t* out) {
+  if (b != 0 && a > std::numeric_limits<size_t>::max() / b) return false;
+  *out = a * b;
+  return true;
+}
+
+// Checks the arguments and fills in the byte counts.
+ncclResult_t Validate(Op& op, bool uses_redop, bool uses_root) {
+  const std::string name = op.name;
+  if (op.comm == nullptr) return Fail(ncclInvalidArgument, name + ": comm is NULL");
+  if (ncclResult_t r = CheckType(op.dtype); r != ncclSuccess)
+    return Fail(r, name + ": " + LastError());
+  if (uses_redop) {
+    if (ncclResult_t r = CheckOp(op.redop); r != ncclSuccess)
+      return Fail(r, name + ": " + LastError());
+  }
+  if (uses_root && (op.root < 0 || op.root >= op.comm->nranks))
+    return Fail(ncclInvalidArgument,
+                name + ": " + (op.kind == Op::kSend || op.kind == Op::kRecv ? "peer " : "root ") +
+                    std::to_string(op.root) + " is outside [0, " + std::to_string(op.comm->nranks) +
+                    ")");
+  size_t bytes = 0, all = 0;
+  if (!MulOk(op.count, TypeSize(op.dtype), &bytes) ||
+      !MulOk(bytes, static_cast<size_t>(op.comm->nranks), &all))
+    return Fail(ncclInvalidArgument,
+                name + ": count " + std::to_string(op.count) + " is too large");
+  switch (op.kind) {
+    case Op::kAllGather:
+      op.send_bytes = bytes;
+      op.recv_bytes = all;
+      break;
+    case Op::kReduceScatter:
+      op.send_bytes = all;
+      op.recv_bytes = bytes;
+      break;
+    case Op::kSend:
+      op.send_bytes = bytes;
+      break;
+    case Op::kRecv:
+      op.recv_bytes = bytes;
+      break;
+    case Op::kBroadcast:
+      op.send_bytes = op.comm->rank == op.root ? bytes : 0;
+      op.recv_bytes = bytes;
+      break;
+    case Op::kReduce:
+      op.send_bytes = bytes;
+      op.recv_bytes = op.comm->rank == op.root ? bytes : 0;
+      break;
+    default:
+      op.send_bytes = op.recv_bytes = bytes;
+      break;
+  }
+  if ((op.send_bytes > 0 && op.send == nullptr) || (op.recv_bytes > 0 && op.recv == nullptr))
+    return Fail(ncclInvalidArgument, name + ": a buffer is NULL");
+  return ncclSuccess;
+}
+
+hz_dtype Dt(const Op& op) {
+  return static_cast<hz_dtype>(op.dtype);
+}
+hz_redop Rop(const Op& op) {
+  return static_cast<hz_redop>(op.redop);
+}
+uint32_t Root(const Op& op) {
+  return static_cast<uint32_t>(op.root);
+}
+
+int RunBlocking(const Op& op) {
+  hz_comm_t* c = op.comm->hz;
+  switch (op.kind) {
+    case Op::kAllReduce:
+      return hz_allreduce(c, op.send, op.recv, op.count, Dt(op), Rop(op));
+    case Op::kBroadcast:
+      return hz_broadcast(c, op.send, op.recv, op.count, Dt(op), Root(op));
+    case Op::kReduce:
+      return hz_reduce(c, op.send, op.recv, op.count, Dt(op), Rop(op), Root(op));
+    case Op::kAllGather:
+      return hz_allgather(c, op.send, op.recv, op.count, Dt(op));
+    case Op::kReduceScatter:
+      return hz_reduce_scatter(c, op.send, op.recv, op.count, Dt(op), Rop(op));
+    case Op::kSend:
+      return hz_send(c, op.send, op.count, Dt(op), Root(op));
+    case Op::kRecv:
+      return hz_recv(c, op.recv, op.count, Dt(op), Root(op));
+  }
+  return HZ_EINVAL;
+}
+
+int Start(const Op& op, hz_request_t** req) {
+  hz_comm_t* c = op.comm->hz;
+  switch (op.kind) {
+    case Op::kAllReduce:
+      return hz_allreduce_async(c, op.send, op.recv, op.count, Dt(op), Rop(op), req);
+    case Op::kBroadcast:
+      return hz_broadcast_async(c, op.send, op.recv, op.count, Dt(op), Root(op), req);
+    case Op::kReduce:
+      return hz_reduce_async(c, op.send, op.recv, op.count, Dt(op), Rop(op), Root(op), req);
+    case Op::kAllGather:
+      return hz_allgather_async(c, op.send, op.recv, op.count, Dt(op), req);
+    case Op::kReduceScatter:
+      return hz_reduce_scatter_async(c, op.send, op.recv, op.count, Dt(op), Rop(op), req);
+    case Op::kSend:
+      return hz_send_async(c, op.send, op.count, Dt(op), Root(op), req);
+    case Op::kRecv:
+      return hz_recv_async(c, op.recv, op.count, Dt(op), Root(op), req);
+  }
+  return HZ_EINVAL;
+}
+
+// Validates op, then runs it now or keeps it for ncclGroupEnd.
+ncclResult_t Submit(Op op, bool uses_redop, bool uses_root) {
+  if (ncclResult_t r = Validate(op, uses_redop, uses_root); r != ncclSuccess) return r;
+  if (ncclResult_t sticky = static_cast<ncclResult_t>(op.comm->async_error.load());
+      sticky != ncclSuccess)
+    return Fail(sticky, std::string(op.name) + ": the communicator already failed");
+  if (op.count == 0) return ncclSuccess;  // as NCCL: nothing to do
+  if (GroupDepth() > 0) {
+    pending.push_back(op);
+    return ncclSuccess;
+  }
+  if (ncclResult_t r = StageIn(op); r != ncclSuccess) return r;
+  int err = RunBlocking(op);
+  if (err != HZ_OK) {
+    StageDrop(op);
+    return FromHz(err, op.name, op.comm);
+  }
+  return StageOut(op);
+}
+
+// Issues every pending operation asynchronously (so that sends and receives
+// between the same ranks progress together), then waits for all of them.
+ncclResult_t Flush() {
+  std::vector<Op> ops;
+  ops.swap(pending);
+  ncclResult_t first = ncclSuccess;
+  std::string message;
+  auto note = [&](ncclResult_t r) {
+    if (r != ncclSuccess && first == ncclSuccess) {
+      first = r;
+      message = LastError();
+    }
+  };
+  std::vector<hz_request_t*> reqs(ops.size(), nullptr);
+  std::vector<bool> staged(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ncclResult_t r = StageIn(ops[i]);
+    note(r);
+    staged[i] = r == ncclSuccess;
+    if (r != ncclSuccess) continue;
+    int err = Start(ops[i], &reqs[i]);
+    if (err != HZ_OK) {
+      note(FromHz(err, ops[i].name, ops[i].comm));
+      reqs[i] = nullptr;
+    }
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (reqs[i] == nullptr) {
+      if (staged[i]) StageDrop(ops[i]);
+      continue;
+    }
+    int err = hz_wait(reqs[i], -1);
+    if (err != HZ_OK) {
+      note(FromHz(err, ops[i].name, ops[i].comm));
+      StageDrop(ops[i]);
+    } else {
+      note(StageOut(ops[i]));
+    }
+  }
+  if (first != ncclSuccess) return Fail(first, "ncclGroupEnd: " + message);
+  return ncclSuccess;
+}
+
+Op Make(Op::Kind kind, const char* name, ncclComm_t comm, const void* send, void* recv,
+        size_t count, ncclDataType_t dt, cudaStream_t stream) {
+  Op op;
+  op.kind = kind;
+  op.name = name;
+  op.comm = comm;
+  op.send = send;
+  op.recv = recv;
+  op.count = count;
+  op.dtype = dt;
+  op.stream = stream;
+  return op;
+}
+
+}  // namespace
+}  // namespace hz::nccl
+
+using hz::nccl::Make;
+using hz::nccl::Op;
+using hz::nccl::Submit;
+
+extern "C" {
+
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
+  Op o = Make(Op::kAllReduce, "ncclAllReduce", comm, sendbuff, recvbuff, count, datatype, stream);
+  o.redop = op;
+  return Submit(o, true, false);
+}
+
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+  Op o = Make(Op::kBroadcast, "ncclBroadcast", comm, sendbuff, recvbuff, count, datatype, stream);
+  o.root = root;
+  return Submit(o, false, true);
+}
+
+ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream) {
+  Op o = Make(Op::kBroadcast, "ncclBcast", comm, buff, buff, count, datatype, stream);
+  o.root = root;
+  return Submit(o, false, true);
+}
+
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  Op o = Make(Op::kReduce, "ncclReduce", comm, sendbuff, recvbuff, count, datatype, stream);
+  o.redop = op;
+  o.root = root;
+  return Submit(o, true, true);
+}
+
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return Submit(
+      Make(Op::kAllGather, "ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype, stream),
+      false, false);
+}
+
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+  Op o = Make(Op::kReduceScatter, "ncclReduceScatter", comm, sendbuff, recvbuff, recvcount,
+              datatype, stream);
+  o.redop = op;
+  return Submit(o, true, false);
+}
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  Op o = Make(Op::kSend, "ncclSend", comm, sendbuff, nullptr, count, datatype, stream);
+  o.root = peer;
+  return Submit(o, false, true);
+}
+
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  Op o = Make(Op::kRecv, "ncclRecv", comm, nullptr, recvbuff, count, datatype, stream);
+  o.root = peer;
+  return Submit(o, false, true);
+}
+
+ncclResult_t ncclGroupStart(void) {
+  ++hz::nccl::GroupDepth();
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+  int& depth = hz::nccl::GroupDepth();
+  if (depth == 0)
+    return hz::nccl::Fail(ncclInvalidUsage, "ncclGroupEnd without a matching ncclGroupStart");
+  if (--depth > 0) return ncclSuccess;
+  return hz::nccl::Flush();
+}
+
+}  // extern "C"
