@@ -7,7 +7,8 @@
 //   hz_drvtest async    [DEV]   HELLOs submitted asynchronously, read()/poll()
 //   hz_drvtest region   [DEV]   register and unregister a pinned region
 //   hz_drvtest hostile  [DEV]   malformed submissions are refused cleanly
-//   hz_drvtest unplug   [DEV]   the device goes away under an open file
+//   hz_drvtest unplug   [DEV]   the driver is unbound under an open file
+//   hz_drvtest pciunplug [DEV]  the PCI function is removed under an open file
 //   hz_drvtest exitmid  [DEV]   a process dies while the device holds its request
 //   hz_drvtest events   [DEV [N]] subscribe and wait for N device events
 //   hz_drvtest hostiledev [DEV] a lying device (vm-hostile-backend) is not trusted
@@ -18,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -597,16 +599,35 @@ static int cmd_hostile(void) {
   return 0;
 }
 
-// Unbinds the driver while a file is open; the file must report -ENODEV and
-// close cleanly, and the device must come back on rebind.
-static int cmd_unplug(void) {
+static void write_sysfs(const char* path, const char* value) {
+  int f = open(path, O_WRONLY);
+  CHECK(f >= 0, "open %s: %s", path, strerror(errno));
+  CHECK(write(f, value, strlen(value)) == (ssize_t)strlen(value), "write %s to %s: %s", value, path,
+        strerror(errno));
+  close(f);
+}
+
+// The device goes away while a file is open, with a registered region and a
+// completion not yet read: by driver unbind, or (pci) by removing the PCI
+// function as a hot unplug would. The file must report -ENODEV, drain what
+// was queued and close cleanly; the device then comes back (rebind or PCI
+// rescan) and works.
+static int cmd_unplug(int pci) {
   int fd = open_dev();
-  char path[256], name[256];
-  ssize_t n = readlink("/sys/class/misc/harmonaize0/device", path, sizeof(path) - 1);
+  char link[256], vpath[320], rpath[PATH_MAX + 16], pcidev[PATH_MAX];
+  ssize_t n = readlink("/sys/class/misc/harmonaize0/device", link, sizeof(link) - 1);
   CHECK(n > 0, "readlink device: %s", strerror(errno));
-  path[n] = 0;
-  const char* base = strrchr(path, '/');
-  snprintf(name, sizeof(name), "%s", base ? base + 1 : path);
+  link[n] = 0;
+  const char* name = strrchr(link, '/') ? strrchr(link, '/') + 1 : link;
+  snprintf(vpath, sizeof(vpath), "/sys/bus/virtio/devices/%s/..", name);
+  CHECK(realpath(vpath, pcidev) != NULL, "realpath %s: %s", vpath, strerror(errno));
+
+  size_t len = 16 << 10;
+  void* buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(buf != MAP_FAILED, "mmap");
+  memset(buf, 1, len);
+  struct hz_ioc_region reg = {.addr = (uintptr_t)buf, .len = len, .flags = HZ_REGION_RW_READ};
+  CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "register: %s", strerror(errno));
 
   // A completion waiting to be read must survive the removal.
   struct hz_ioc_submit sub;
@@ -617,12 +638,14 @@ static int cmd_unplug(void) {
   sub.flags = HZ_SUBMIT_F_ASYNC;
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0, "async submit: %s", strerror(errno));
 
-  int u = open("/sys/bus/virtio/drivers/harmonaize/unbind", O_WRONLY);
-  CHECK(u >= 0, "open unbind: %s", strerror(errno));
-  CHECK(write(u, name, strlen(name)) == (ssize_t)strlen(name), "unbind %s: %s", name,
-        strerror(errno));
-  close(u);
-  printf("hz_drvtest: unbound %s with the file open\n", name);
+  if (pci) {
+    snprintf(rpath, sizeof(rpath), "%s/remove", pcidev);
+    write_sysfs(rpath, "1");
+    printf("hz_drvtest: removed PCI function %s with the file open\n", strrchr(pcidev, '/') + 1);
+  } else {
+    write_sysfs("/sys/bus/virtio/drivers/harmonaize/unbind", name);
+    printf("hz_drvtest: unbound %s with the file open\n", name);
+  }
 
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == ENODEV, "submit after removal: %s",
         strerror(errno));
@@ -636,23 +659,29 @@ static int cmd_unplug(void) {
   printf("hz_drvtest: completion after removal: error %d status %s\n", rec.completion.error,
          status_name(rec.completion.status));
   CHECK(read(fd, &rec, sizeof(rec)) < 0 && errno == ENODEV, "read after drain");
+  uint32_t id = reg.region_id;
+  CHECK(ioctl(fd, HZ_IOC_REGION_UNREGISTER, &id) < 0 && errno == ENODEV,
+        "unregister after removal");
+  CHECK(driver_counter("pinned_pages") >= 4, "the open file's region lost its pins early");
   close(fd);
+  munmap(buf, len);
+  expect_no_leaks("after close on a removed device");
 
-  int b = open("/sys/bus/virtio/drivers/harmonaize/bind", O_WRONLY);
-  CHECK(b >= 0, "open bind: %s", strerror(errno));
-  CHECK(write(b, name, strlen(name)) == (ssize_t)strlen(name), "rebind: %s", strerror(errno));
-  close(b);
-  printf("hz_drvtest: rebound %s\n", name);
+  if (pci) {
+    write_sysfs("/sys/bus/pci/rescan", "1");
+    printf("hz_drvtest: rescanned the PCI bus\n");
+  } else {
+    write_sysfs("/sys/bus/virtio/drivers/harmonaize/bind", name);
+    printf("hz_drvtest: rebound %s\n", name);
+  }
+  for (int i = 0; i < 100 && access(g_dev, F_OK) != 0; i++) usleep(100 * 1000);
   return cmd_hello();
 }
 
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
-    fprintf(stderr,
-            "usage: hz_drvtest "
-            "info|hello|async|region|hostile|unplug|exitmid|events|hostiledev|allreduce|noleaks "
-            "[DEV]\n");
+    fprintf(stderr, "usage: hz_drvtest COMMAND [DEV] (commands: see the top of hz_drvtest.c)\n");
     return 2;
   }
   if (argc > 2) g_dev = argv[2];
@@ -662,7 +691,8 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "async")) return cmd_async();
   if (!strcmp(cmd, "region")) return cmd_region();
   if (!strcmp(cmd, "hostile")) return cmd_hostile();
-  if (!strcmp(cmd, "unplug")) return cmd_unplug();
+  if (!strcmp(cmd, "unplug")) return cmd_unplug(0);
+  if (!strcmp(cmd, "pciunplug")) return cmd_unplug(1);
   if (!strcmp(cmd, "exitmid")) return cmd_exitmid();
   if (!strcmp(cmd, "allreduce")) return cmd_allreduce();
   if (!strcmp(cmd, "xvm-rank0")) return cmd_xvm(0, NULL);
