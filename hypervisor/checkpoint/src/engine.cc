@@ -371,6 +371,7 @@ std::shared_ptr<Ckpt> Engine::Impl::AdmitLocked(TenantId tenant, StreamId stream
   job->manifest = std::move(manifest);
   job->manifest.chunk_crcs.assign(job->manifest.num_chunks(), 0);
   job->rpo_s = s->policy.rpo_s;
+  job->admitted_us = SteadyNowUs();
   incoming_.push_back(std::move(job));
   ++jobs_pending_;
   worker_cv_.notify_all();

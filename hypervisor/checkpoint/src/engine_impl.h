@@ -80,7 +80,9 @@ struct Job {
   bool started = false;
   bool failed = false;
   uint64_t first_write_us = 0;
-  uint32_t rpo_s = 0;  // the stream's objective bounds any stagger delay
+  uint32_t rpo_s = 0;
+  uint64_t admitted_us = 0;  // when the save completed (the RPO clock starts)  // the stream's
+                             // objective bounds any stagger delay
 };
 
 using PendingEvent = CheckpointEvent;

@@ -273,6 +273,9 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
     if (st == Status::kOk) {
       t.stats.bytes_persisted += job->manifest.padded_bytes();
       t.stats.persist_busy_us += finished_us - job->first_write_us;
+      if (job->rpo_s > 0 && finished_us - job->admitted_us > uint64_t{job->rpo_s} * 1000000) {
+        t.stats.rpo_misses++;
+      }
       if (!c.in_index) {
         // Deleted while committing: undo the commit.
         t.stats.disk_bytes -= c.disk_reserved;

@@ -341,3 +341,31 @@ TEST(CheckpointTiers, PersistFailureIsReportedAndKeptInMemory) {
 
 }  // namespace
 }  // namespace hz::checkpoint
+
+namespace hz::checkpoint {
+namespace {
+
+TEST(CheckpointTiers, PersistLaterThanTheRpoIsCounted) {
+  // The token bucket makes this persist take at least 1.5 s (a lower bound,
+  // not a race): 320 KiB at 128 KiB/s with 128 KiB of initial burst.
+  TempDir dir("rpo");
+  auto cfg = SmallConfig(dir.path());
+  cfg.disk_bandwidth_bytes_per_s = 128 << 10;
+  auto eng = Engine::Open(cfg, nullptr);
+  ASSERT_TRUE(eng);
+  Policy p;
+  p.rpo_s = 1;
+  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  auto st = MakeState({320 << 10}, 1);
+  auto sp = Spans(st);
+  SaveResult r;
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
+  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 60s), Status::kOk);
+  Stats s = eng->GetStats();
+  ASSERT_EQ(s.tenants.size(), 1u);
+  EXPECT_EQ(s.tenants[0].rpo_misses, 1u);
+  EXPECT_GE(s.tenants[0].persist_busy_us, 1000000u);
+}
+
+}  // namespace
+}  // namespace hz::checkpoint

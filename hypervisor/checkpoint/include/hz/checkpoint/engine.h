@@ -132,7 +132,9 @@ struct TenantStats {
   uint64_t restores = 0;
   uint64_t corrupt_restores = 0;
   uint64_t bytes_persisted = 0;  // chunk bytes written to disk
-  uint64_t persist_busy_us = 0;  // sum over persists of first-write-to-commit time
+  uint64_t persist_busy_us = 0;
+  uint64_t rpo_misses = 0;  // persists that became durable later than the stream's RPO  // sum over
+                            // persists of first-write-to-commit time
 };
 
 struct Stats {
