@@ -716,9 +716,11 @@ void EngineImpl::CheckTimeouts(const std::shared_ptr<Comm>& c, Clock::time_point
       ArmTimerLocked(c, *earliest);
     }
   }
-  Deliver(c->tenant, out);
   // Nobody holds a Member of a communicator that never finished joining.
+  // Released before the callbacks run, so a retry after the failure sees
+  // the uid gone rather than racing with its removal.
   if (init_failed) ReleaseUid(c);
+  Deliver(c->tenant, out);
 }
 
 EngineStats EngineImpl::Stats() const {
