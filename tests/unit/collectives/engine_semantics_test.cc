@@ -298,6 +298,41 @@ TEST(CollectivesMatch, AllGatherAndAllToAllLengthsScaleWithRanks) {
   EXPECT_EQ(w.Wait(), Status::kInvalid);
 }
 
+TEST(CollectivesMatch, UnusedBuffersMayBeEmpty) {
+  Engine e;
+  auto m = MakeComm(e, 1, 3);
+  std::vector<std::vector<int32_t>> in = {{1, 2}, {10, 20}, {100, 200}};
+  std::vector<int32_t> out(2), bc0(2), bc2(2);
+  auto span = [](std::vector<int32_t>& v) {
+    return IoVec{IoSpan{reinterpret_cast<uint8_t*>(v.data()), v.size() * 4}};
+  };
+  // Reduce to rank 1: the others have no recv buffer.
+  std::vector<OpDesc> d(3);
+  for (uint32_t r = 0; r < 3; ++r) {
+    d[r].op = Op::kReduce;
+    d[r].count = 2;
+    d[r].dtype = static_cast<uint8_t>(DType::kInt32);
+    d[r].redop = static_cast<uint8_t>(RedOp::kSum);
+    d[r].peer = 1;
+    d[r].send = span(in[r]);
+  }
+  d[1].recv = span(out);
+  for (Status st : RunAll(e, m, d)) EXPECT_EQ(st, Status::kOk);
+  EXPECT_EQ(out, std::vector<int32_t>({111, 222}));
+  // Broadcast from rank 1: the others have no send buffer.
+  for (uint32_t r = 0; r < 3; ++r) {
+    d[r].op = Op::kBroadcast;
+    d[r].seq = 1;
+    d[r].send.clear();
+  }
+  d[1].send = d[1].recv = span(out);
+  d[0].recv = span(bc0);
+  d[2].recv = span(bc2);
+  for (Status st : RunAll(e, m, d)) EXPECT_EQ(st, Status::kOk);
+  EXPECT_EQ(bc0, out);
+  EXPECT_EQ(bc2, out);
+}
+
 TEST(CollectivesMatch, SeqReuseStaleAndTooFarAhead) {
   EngineOptions o;
   o.max_seq_window = 4;
