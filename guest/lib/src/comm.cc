@@ -110,7 +110,7 @@ int Post(hz_comm* c, uint16_t opcode, const void* send, void* recv, size_t count
   a.comm = c->handle;
   a.seq = p2p ? 0 : c->seq;
   a.count = opcode == HZ_OP_BARRIER ? 0 : count;
-  a.dtype = static_cast<uint8_t>(dt);
+  a.dtype = opcode == HZ_OP_BARRIER ? 0 : static_cast<uint8_t>(dt);
   a.redop = reduces ? static_cast<uint8_t>(op) : 0;
   a.peer = (rooted || p2p) ? peer : 0;
 

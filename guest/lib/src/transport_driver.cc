@@ -26,6 +26,7 @@ namespace {
 int FromErrno(int e) {
   switch (e) {
     case ENODEV:
+    case ENOTTY:  // not a HarmonAIze device node
     case ENXIO:
     case ENOENT: return HZ_ENODEV;
     case ENOMEM: return HZ_ENOMEM;

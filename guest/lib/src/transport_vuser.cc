@@ -2,6 +2,8 @@
 // harmonaized's vhost-user socket itself. Guest memory is a memfd arena the
 // service maps; requests are copied into it, registered memory is allocated
 // from it (and grows by adding memfd regions).
+#include <sys/stat.h>
+
 #include <cstring>
 #include <deque>
 #include <map>
@@ -46,8 +48,11 @@ class VirtioUserTransport : public Transport {
     o.queue_size = 256;
     o.connect_timeout = std::chrono::milliseconds(5000);
     o.reply_timeout = std::chrono::milliseconds(5000);
-    int rc = FromVdev(dev_.Connect(path_, o));
-    if (rc != HZ_OK) return rc;
+    vdev::frontend::Status s = dev_.Connect(path_, o);
+    if (!s.ok()) {
+      // Nobody serving the socket is "no device"; anything else is a broken peer.
+      return s.code() == vdev::frontend::Status::Code::kIoError ? HZ_ENODEV : FromVdev(s);
+    }
     if (dev_.config().size() < sizeof(config_) ||
         (std::memcpy(&config_, dev_.config().data(), sizeof(config_)), config_.magic) !=
             HZ_CONFIG_MAGIC) {
@@ -303,6 +308,8 @@ class VirtioUserTransport : public Transport {
 }  // namespace
 
 int OpenVirtioUser(const std::string& socket, std::unique_ptr<Transport>* out) {
+  struct stat st;
+  if (stat(socket.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return HZ_ENODEV;
   auto t = std::make_unique<VirtioUserTransport>(socket);
   int rc = t->Connect();
   if (rc != HZ_OK) return rc;
