@@ -288,7 +288,7 @@ static int allreduce_rank(int fd, const struct hz_comm_uid* uid, uint32_t rank, 
         strerror(errno));
 
   struct hz_comm_init_args init = {.uid = *uid, .nranks = 2, .rank = rank};
-  init.constraints.timeout_ms = 60000;
+  init.constraints.timeout_ms = 150000;  // a second guest may take long to boot under TCG
   struct hz_comm_init_result comm;
   struct hz_ioc_submit sub =
       control_call(fd, HZ_OP_COMM_INIT, &init, sizeof(init), &comm, sizeof(comm));
