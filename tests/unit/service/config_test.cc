@@ -161,3 +161,25 @@ TEST(ServiceTenantsTest, QuotasAreOverflowSafe) {
 
 }  // namespace
 }  // namespace hz::service
+
+namespace hz::service {
+namespace {
+
+// The shipped example must parse and must spell out the defaults.
+TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
+  ServiceConfig parsed;
+  std::string error;
+  ASSERT_TRUE(LoadConfigFile(HZ_SERVICE_EXAMPLE_CONFIG, &parsed, &error)) << error;
+  ServiceConfig d;
+  EXPECT_EQ(parsed.state_dir, d.state_dir);
+  EXPECT_EQ(parsed.metrics_port, d.metrics_port);
+  EXPECT_EQ(parsed.worker_threads, d.worker_threads);
+  EXPECT_EQ(parsed.device.max_region_bytes, d.device.max_region_bytes);
+  EXPECT_EQ(parsed.device.max_args_bytes, d.device.max_args_bytes);
+  EXPECT_EQ(parsed.tenant_defaults.max_region_bytes, d.tenant_defaults.max_region_bytes);
+  EXPECT_EQ(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
+  EXPECT_TRUE(ValidateConfig(parsed, &error)) << error;
+}
+
+}  // namespace
+}  // namespace hz::service
