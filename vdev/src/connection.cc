@@ -22,6 +22,10 @@ namespace {
 // Messages handled per socket wake-up before yielding to other handlers on
 // the io_context (kicks, other connections).
 constexpr int kMessagesPerWakeup = 64;
+// Busy-poll passes per handler: amortises the cost of re-posting the loop
+// while still letting socket messages and other connections in every few
+// microseconds.
+constexpr int kPollPassesPerHandler = 64;
 // How long a reply may wait for socket buffer space before the connection is
 // considered dead. Front-ends wait for replies, so the buffer is normally empty.
 constexpr int kReplyTimeoutMs = 2000;
@@ -239,8 +243,10 @@ void Connection::SchedulePoll() {
   poll_scheduled_ = true;
   asio::post(strand_, [self = shared_from_this()] {
     self->poll_scheduled_ = false;
+    for (int i = 0; i < kPollPassesPerHandler && self->polling_ && !self->closed_; ++i) {
+      self->session_.Poll();
+    }
     if (!self->polling_ || self->closed_) return;
-    self->session_.Poll();
     self->SchedulePoll();
   });
 }

@@ -1,5 +1,6 @@
 #include "vdev/memory_map.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,8 +17,16 @@ MappedRegion::~MappedRegion() {
   if (fd >= 0) close(fd);
 }
 
+bool SealAgainstShrink(int fd) {
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return false;  // not a sealable file (hugetlbfs, tmpfs file, ...)
+  if (seals & F_SEAL_SHRINK) return true;
+  if (seals & F_SEAL_SEAL) return false;
+  return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0;
+}
+
 std::shared_ptr<MappedRegion> MapGuestRegion(const vu::MemRegion& desc, int fd, uint64_t max_bytes,
-                                             std::string* error) {
+                                             std::string* error, bool require_seal) {
   auto fail = [&](std::string why) -> std::shared_ptr<MappedRegion> {
     if (fd >= 0) close(fd);
     *error = std::move(why);
@@ -44,6 +53,10 @@ std::shared_ptr<MappedRegion> MapGuestRegion(const vu::MemRegion& desc, int fd, 
     return fail(fmt::format("memory region mmap_offset {:#x} too large", desc.mmap_offset));
   }
   uint64_t mapping_len = desc.mmap_offset + desc.memory_size;
+  // Seal before checking the size, so the size checked is one that lasts.
+  if (!SealAgainstShrink(fd) && require_seal) {
+    return fail("memory region fd is not sealed against shrinking (F_SEAL_SHRINK)");
+  }
   struct stat st;
   if (fstat(fd, &st) != 0) return fail("fstat on memory region fd failed");
   if (!S_ISREG(st.st_mode)) return fail("memory region fd is not a regular file or memfd");

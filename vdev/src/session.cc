@@ -1,8 +1,11 @@
 #include "vdev/session.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "spdlog/fmt/fmt.h"
@@ -28,6 +31,23 @@ bool HasOwnReply(uint32_t request) {
     default:
       return false;
   }
+}
+
+// Kick, call and err fds must be eventfds: a socket whose peer is gone would
+// raise SIGPIPE on the notification write, a full pipe would block the
+// connection's thread, and a file would never become readable.
+bool IsEventFd(int fd) {
+  char link[64];
+  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+  if (n <= 0) return false;
+  link[n] = 0;
+  return std::strcmp(link, "anon_inode:[eventfd]") == 0;
+}
+
+void SetNonBlocking(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0 && !(flags & O_NONBLOCK)) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
 }  // namespace
@@ -77,6 +97,11 @@ void Session::Disconnect() {
 
 void Session::Post(std::function<void()> fn) {
   host_->Post(std::move(fn));
+}
+
+MemoryMapPtr Session::Memory() const {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  return memory_;
 }
 
 uint64_t Session::OfferedFeatures() const {
@@ -305,6 +330,13 @@ Error Session::SetVringFd(Message& msg) {
   if (Error e = CheckIndex(index); !e.empty()) return e;
   QueueState& s = queues_[index];
   UniqueFd fd = nofd ? UniqueFd() : std::move(msg.fds[0]);
+  if (fd.valid()) {
+    if (!IsEventFd(fd.get())) {
+      return fmt::format("{} fd for queue {} is not an eventfd", RequestName(msg.request()), index);
+    }
+    // Notification writes and kick drains must never block the connection.
+    SetNonBlocking(fd.get());
+  }
   switch (msg.request()) {
     case vu::kSetVringCall:
       s.call = std::move(fd);
@@ -424,7 +456,10 @@ Error Session::InstallMemory(std::vector<std::shared_ptr<MappedRegion>> regions)
     }
     total += r->size;
   }
-  memory_ = std::make_shared<const MemoryMap>(std::move(regions));
+  {
+    std::lock_guard<std::mutex> lock(memory_mu_);
+    memory_ = std::make_shared<const MemoryMap>(std::move(regions));
+  }
   for (uint16_t i = 0; i < queues_.size(); ++i) {
     Error e;
     if (!queues_[i].q->Remap(memory_, &e)) {
@@ -443,7 +478,8 @@ Error Session::SetMemTable(Message& msg) {
     vu::MemRegion desc;
     std::memcpy(&desc, msg.payload + 8 + k * sizeof(desc), sizeof(desc));
     Error e;
-    auto r = MapGuestRegion(desc, msg.fds[k].release(), options_.max_region_bytes, &e);
+    auto r = MapGuestRegion(desc, msg.fds[k].release(), options_.max_region_bytes, &e,
+                            options_.require_sealed_memory);
     if (r == nullptr) return fmt::format("region {}: {}", k, e);
     spdlog::debug("vdev[{}]: region {} gpa={:#x} size={:#x} uva={:#x} offset={:#x}", name_, k,
                   desc.guest_phys_addr, desc.memory_size, desc.userspace_addr, desc.mmap_offset);
@@ -459,7 +495,8 @@ Error Session::AddMemReg(Message& msg) {
     return fmt::format("ADD_MEM_REG beyond {} memory slots", options_.max_mem_slots);
   }
   Error e;
-  auto r = MapGuestRegion(single.region, msg.fds[0].release(), options_.max_region_bytes, &e);
+  auto r = MapGuestRegion(single.region, msg.fds[0].release(), options_.max_region_bytes, &e,
+                          options_.require_sealed_memory);
   if (r == nullptr) return e;
   std::vector<std::shared_ptr<MappedRegion>> regions;
   if (memory_) regions = memory_->regions();

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   int max_queue_size = 1024;
   bool busy_poll = false;
   bool client = false;
+  bool require_sealed = false;
   std::string log_level = "info";
   app.add_option("--socket", socket_path, "vhost-user socket path")->required();
   app.add_option("--queues", queues, "number of virtqueues")->check(CLI::Range(1, 256));
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 32768));
   app.add_flag("--busy-poll", busy_poll, "poll every ring instead of waiting for kicks");
   app.add_flag("--client", client, "connect to the socket instead of listening on it");
+  app.add_flag("--require-sealed-memory", require_sealed,
+               "refuse guest memory that is not sealed against shrinking");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
@@ -43,6 +46,7 @@ int main(int argc, char** argv) {
   vdev::ServerOptions options;
   options.mode = client ? vdev::ServerOptions::Mode::kClient : vdev::ServerOptions::Mode::kServer;
   options.session.busy_poll = busy_poll;
+  options.session.require_sealed_memory = require_sealed;
 
   boost::asio::io_context io;
   vdev::Server server(

@@ -36,7 +36,7 @@ class NullHost : public vdev::SessionHost {
 
 struct GuestRam {
   GuestRam() {
-    fd = memfd_create("vdev-fuzz-ram", MFD_CLOEXEC);
+    fd = memfd_create("vdev-fuzz-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd >= 0 && ftruncate(fd, kGuestRam) == 0) {
       void* p = mmap(nullptr, kGuestRam, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (p != MAP_FAILED) view = static_cast<uint8_t*>(p);

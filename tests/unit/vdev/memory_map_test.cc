@@ -146,6 +146,26 @@ TEST(VdevMemoryMap, BadRegionsAreRefusedAndTheirFdsClosed) {
   EXPECT_EQ(MapGuestRegion({0, 0x1000, 0, 0}, -1, 1ull << 40, &error), nullptr);
 }
 
+TEST(VdevMemoryMap, GuestMemoryIsSealedAgainstShrinking) {
+  // A sealable memfd gets F_SEAL_SHRINK: the front-end can no longer pull
+  // pages out from under the mapping (which would SIGBUS the back-end).
+  int fd = memfd_create("sealable", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_EQ(ftruncate(fd, 0x2000), 0);
+  std::string error;
+  auto r = MapGuestRegion({0, 0x2000, 0x1000, 0}, dup(fd), 1ull << 40, &error, true);
+  ASSERT_NE(r, nullptr) << error;
+  EXPECT_NE(ftruncate(fd, 0x1000), 0);
+  EXPECT_EQ(ftruncate(fd, 0x3000), 0);  // growing stays allowed
+  close(fd);
+  // An unsealable memfd is refused when seals are required, accepted otherwise.
+  fd = memfd_create("unsealable", MFD_CLOEXEC);
+  ASSERT_EQ(ftruncate(fd, 0x2000), 0);
+  EXPECT_EQ(MapGuestRegion({0, 0x2000, 0x1000, 0}, dup(fd), 1ull << 40, &error, true), nullptr);
+  EXPECT_NE(error.find("sealed"), std::string::npos);
+  EXPECT_NE(MapGuestRegion({0, 0x2000, 0x1000, 0}, dup(fd), 1ull << 40, &error, false), nullptr);
+  close(fd);
+}
+
 TEST(VdevMemoryMap, OverlappingRegionsAreRefused) {
   GuestRam ram(0x4000);
   std::vector<std::shared_ptr<MappedRegion>> regions = {ram.Region(0x1000, 0x2000, 0, 0x10000),

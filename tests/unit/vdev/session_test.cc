@@ -232,6 +232,25 @@ TEST_F(VdevSessionTest, FdsOfRefusedMessagesAreClosed) {
   EXPECT_EQ(session_->Memory(), nullptr);
 }
 
+TEST_F(VdevSessionTest, NotificationFdsMustBeEventfds) {
+  Negotiate();
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  Refused(WithFd(Msg(vu::kSetVringCall, uint64_t{0}), p[1]));  // a pipe could block or SIGPIPE
+  EXPECT_FALSE(FdIsOpen(p[1]));
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  Refused(WithFd(Msg(vu::kSetVringErr, uint64_t{0}), sv[0]));
+  Refused(WithFd(Msg(vu::kSetVringKick, uint64_t{0}), dup(guest_.ram.fd())));
+  close(p[0]);
+  close(sv[1]);
+  // A blocking eventfd is accepted and made non-blocking.
+  int efd = eventfd(0, EFD_CLOEXEC);
+  Ok(WithFd(Msg(vu::kSetVringCall, uint64_t{0}, true), dup(efd)));
+  EXPECT_TRUE(fcntl(efd, F_GETFL) & O_NONBLOCK);
+  close(efd);
+}
+
 TEST_F(VdevSessionTest, KickWithBadRingAddressesIsRefused) {
   Negotiate();
   SetMemTable();

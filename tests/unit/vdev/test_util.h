@@ -31,7 +31,7 @@ inline bool Aliases(uint8_t* p, uint8_t* q) {
 }
 
 inline int MakeMemfd(size_t size) {
-  int fd = memfd_create("vdev-test", MFD_CLOEXEC);
+  int fd = memfd_create("vdev-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) return -1;
   return fd;
 }

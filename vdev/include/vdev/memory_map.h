@@ -36,9 +36,16 @@ struct MappedRegion {
 // failure). Rejects zero-size regions, sizes above max_bytes, address ranges
 // that wrap 2^64, and fds that are not regular files large enough for
 // mmap_offset + size (touching past the end of a shorter file would SIGBUS).
+// It first tries to seal the file against shrinking (F_SEAL_SHRINK), which
+// keeps a later truncation by the front-end from turning accesses into
+// SIGBUS; with require_seal, files that are not sealed that way are refused.
 // Returns nullptr and sets *error on failure.
 std::shared_ptr<MappedRegion> MapGuestRegion(const vu::MemRegion& desc, int fd, uint64_t max_bytes,
-                                             std::string* error);
+                                             std::string* error, bool require_seal = false);
+
+// True when fd cannot shrink (F_SEAL_SHRINK present), adding the seal when
+// the file allows it.
+bool SealAgainstShrink(int fd);
 
 class MemoryMap {
  public:

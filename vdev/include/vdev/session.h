@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ struct SessionOptions {
   // One region / all regions together.
   uint64_t max_region_bytes = 1ull << 40;
   uint64_t max_total_bytes = 1ull << 42;
+  // Guest memory fds must be sealed against shrinking (F_SEAL_SHRINK; the
+  // back-end adds the seal itself when the memfd allows it). A front-end that
+  // shrinks an unsealed file under the mapping makes the next access raise
+  // SIGBUS in this process, so set this for front-ends that are not trusted
+  // (containers using virtio-user). QEMU's memory-backend-memfd is sealed by
+  // default; file-backed (hugetlbfs) memory is not sealable.
+  bool require_sealed_memory = false;
   QueueLimits queue_limits;
 };
 
@@ -78,9 +86,10 @@ class Session final : public DeviceContext {
   // The connection is gone: stops every ring and tells the device.
   void Disconnect();
 
-  // DeviceContext.
+  // DeviceContext. Post and Memory are safe from any thread;
+  // NotifyConfigChanged belongs on the executor (Post it from elsewhere).
   void Post(std::function<void()> fn) override;
-  MemoryMapPtr Memory() const override { return memory_; }
+  MemoryMapPtr Memory() const override;
   void NotifyConfigChanged() override;
 
   // Introspection (tests, logs).
@@ -128,7 +137,8 @@ class Session final : public DeviceContext {
   const SessionOptions options_;
   const std::string name_;
   std::vector<QueueState> queues_;
-  MemoryMapPtr memory_;
+  MemoryMapPtr memory_;  // written on the executor, under memory_mu_
+  mutable std::mutex memory_mu_;
   UniqueFd backend_fd_;
   uint64_t acked_features_ = 0;
   bool features_set_ = false;
