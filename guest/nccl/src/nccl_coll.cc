@@ -1,4 +1,5 @@
 // Collectives, point-to-point operations and groups.
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -140,13 +141,48 @@ ncclResult_t Submit(Op op, bool uses_redop, bool uses_root) {
   return StageOut(op);
 }
 
+bool IsSelf(const Op& op) {
+  return (op.kind == Op::kSend || op.kind == Op::kRecv) && op.root == op.comm->rank;
+}
+
+// A rank's sends to itself are copied into its receives from itself, in
+// order, as NCCL does (the device has no loopback peer).
+ncclResult_t CopySelf(std::vector<Op>& ops) {
+  std::vector<Op> rest, sends, recvs;
+  for (Op& op : ops) {
+    if (!IsSelf(op)) {
+      rest.push_back(op);
+    } else {
+      (op.kind == Op::kSend ? sends : recvs).push_back(op);
+    }
+  }
+  ops.swap(rest);
+  for (size_t i = 0; i < sends.size() || i < recvs.size(); ++i) {
+    if (i >= sends.size() || i >= recvs.size() || recvs[i].comm != sends[i].comm ||
+        recvs[i].recv_bytes != sends[i].send_bytes)
+      return Fail(ncclInvalidUsage,
+                  "ncclGroupEnd: a send to self has no matching receive "
+                  "from self of the same size");
+    Op& r = recvs[i];
+    if (ncclResult_t res = StageIn(sends[i]); res != ncclSuccess) return res;
+    if (ncclResult_t res = StageIn(r); res != ncclSuccess) {
+      StageDrop(sends[i]);
+      return res;
+    }
+    std::memmove(r.recv, sends[i].send, r.recv_bytes);
+    StageDrop(sends[i]);
+    if (ncclResult_t res = StageOut(r); res != ncclSuccess) return res;
+  }
+  return ncclSuccess;
+}
+
 // Issues every pending operation asynchronously (so that sends and receives
 // between the same ranks progress together), then waits for all of them.
 ncclResult_t Flush() {
   std::vector<Op> ops;
   ops.swap(pending);
-  ncclResult_t first = ncclSuccess;
-  std::string message;
+  ncclResult_t first = CopySelf(ops);
+  std::string message = first == ncclSuccess ? "" : LastError();
   auto note = [&](ncclResult_t r) {
     if (r != ncclSuccess && first == ncclSuccess) {
       first = r;
