@@ -548,7 +548,7 @@ Status Allocator::FromJson(const nlohmann::json& in) {
       al.request.nics = a.at("nics").get<uint32_t>();
       int loc = a.at("locality").get<int>();
       if (loc < 0 || loc > HZ_LOC_SAME_GROUP) return Status::Corruption("bad locality");
-      al.request.locality = static_cast<hz_locality>(loc);
+      al.request.locality = static_cast<uint8_t>(loc);
       if (al.id == 0 || fresh.allocations_.count(al.id)) {
         return Status::Corruption("allocation id " + std::to_string(al.id) + " invalid or reused");
       }

@@ -85,8 +85,7 @@ TEST(SchedulerAllocator, LocalityLimits) {
   EXPECT_EQ(alloc.Allocate("t", {5, 0, HZ_LOC_SAME_GROUP}, &a).code(), Status::Code::kLimit);
   EXPECT_EQ(alloc.Allocate("t", {9, 0, HZ_LOC_ANY}, &a).code(), Status::Code::kLimit);
   EXPECT_EQ(alloc.Allocate("t", {0, 0, HZ_LOC_ANY}, &a).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(alloc.Allocate("t", {1, 0, static_cast<hz_locality>(7)}, &a).code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(alloc.Allocate("t", {1, 0, 7}, &a).code(), Status::Code::kInvalidArgument);
   ASSERT_TRUE(alloc.Allocate("t", {8, 8, HZ_LOC_SAME_HOST}, &a).ok());
   EXPECT_EQ(a.devices.size(), 16u);
   EXPECT_EQ(alloc.TotalFree(DeviceKind::kGpu), 0u);

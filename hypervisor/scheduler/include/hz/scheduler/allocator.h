@@ -30,7 +30,9 @@ namespace hz::scheduler {
 struct Request {
   uint32_t gpus = 0;
   uint32_t nics = 0;
-  hz_locality locality = HZ_LOC_ANY;
+  // enum hz_locality; a plain byte so an out-of-range wire value can be
+  // rejected instead of becoming an invalid enum.
+  uint8_t locality = HZ_LOC_ANY;
 };
 
 struct Allocation {
