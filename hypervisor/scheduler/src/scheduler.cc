@@ -224,7 +224,7 @@ Status Scheduler::Release(uint64_t allocation_id) {
 }
 
 Status Scheduler::MarkFailed(const std::string& bdf, uint64_t errors, uint64_t now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   DeviceRef d;
   Status s = FindDevice(bdf, &d);
   if (!s.ok()) return s;
@@ -264,22 +264,25 @@ Status Scheduler::MarkFailed(const std::string& bdf, uint64_t errors, uint64_t n
         nullptr);
     if (!s.ok()) return s;
   }
-  if (engine_ && allocator_.FreeOnHost(0, kind) > 0) {
-    hz_neg_request req{};
-    req.kind = WireKind(kind);
-    req.count = 1;
-    req.locality = static_cast<uint8_t>(a.request.locality);
-    req.earliest_start_s = now;
-    req.latest_start_s = now;
-    req.duration_s = options_.replacement_duration_s;
-    uint64_t negotiation = 0;
-    s = engine_->OfferReplacement(a.tenant, req, now, &negotiation);
-    if (s.ok()) {
-      replacements_[negotiation] = a.tenant;
-    } else {
-      spdlog::warn("scheduler: replacement request for {}: {}", a.tenant, s.ToString());
-    }
+  ev::NegotiationEngine* engine = engine_;
+  if (!engine || allocator_.FreeOnHost(0, kind) == 0) return Status::Ok();
+  hz_neg_request req{};
+  req.kind = WireKind(kind);
+  req.count = 1;
+  req.locality = a.request.locality;
+  req.earliest_start_s = now;
+  req.latest_start_s = now;
+  req.duration_s = options_.replacement_duration_s;
+  // The engine may ask this scheduler for capacity: call it unlocked.
+  lock.unlock();
+  uint64_t negotiation = 0;
+  s = engine->OfferReplacement(a.tenant, req, now, &negotiation);
+  if (!s.ok()) {
+    spdlog::warn("scheduler: replacement offer for {}: {}", a.tenant, s.ToString());
+    return Status::Ok();
   }
+  lock.lock();
+  replacements_[negotiation] = a.tenant;
   return Status::Ok();
 }
 
