@@ -84,7 +84,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   if (dev == nullptr) return ncclSystemError;
   hz_uid_t uid;
   int err = hz_comm_get_uid(dev, &uid);
-  if (err != HZ_OK) return FromHz(err, "ncclGetUniqueId: hz_comm_uid");
+  if (err != HZ_OK) return FromHz(err, "ncclGetUniqueId: hz_comm_get_uid");
   std::memset(id, 0, sizeof(*id));
   std::memcpy(id->internal, &hz::nccl::kIdMagic, 4);
   std::memcpy(id->internal + 4, &hz::nccl::kIdVersion, 4);
