@@ -228,6 +228,37 @@ Status Scheduler::MarkFailed(const std::string& bdf, uint64_t errors, uint64_t n
   DeviceRef d;
   Status s = FindDevice(bdf, &d);
   if (!s.ok()) return s;
+  return Fail(d, errors, now, /*publish_failure=*/true, lock);
+}
+
+Status Scheduler::DeviceLost(const std::string& tenant, uint32_t device_index, uint64_t now) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const TopologySummary summary =
+      BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
+  if (device_index >= summary.devices.size()) {
+    return Status::NotFound("tenant " + tenant + " has no device " + std::to_string(device_index));
+  }
+  return Fail(summary.devices[device_index], 0, now, /*publish_failure=*/false, lock);
+}
+
+std::vector<std::tuple<std::string, std::string, uint32_t>> Scheduler::Assignments() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> tenants;
+  for (const auto& [id, a] : allocator_.allocations()) tenants.insert(a.tenant);
+  std::vector<std::tuple<std::string, std::string, uint32_t>> out;
+  for (const std::string& t : tenants) {
+    const TopologySummary s = BuildTopologySummary(cluster_, TenantDevices(t), SeedLocked(t));
+    for (uint32_t i = 0; i < s.devices.size(); ++i) {
+      out.emplace_back(t, cluster_.device(s.devices[i]).bdf, i);
+    }
+  }
+  return out;
+}
+
+Status Scheduler::Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_failure,
+                       std::unique_lock<std::mutex>& lock) {
+  Status s;
+  const std::string bdf = cluster_.device(d).bdf;
   if (allocator_.IsFailed(d)) return Status::Ok();
   allocator_.SetFailed(d, true);
   const uint64_t owner = allocator_.Owner(d);
@@ -249,7 +280,7 @@ Status Scheduler::MarkFailed(const std::string& bdf, uint64_t errors, uint64_t n
     }
   }
   if (!(s = Persist()).ok()) return s;
-  if (sink_) {
+  if (sink_ && publish_failure) {
     s = sink_->Publish(a.tenant, ev::MakeFailure(ev::kFailureDeviceFailed, index, errors), nullptr);
     if (!s.ok()) return s;
   }

@@ -199,6 +199,26 @@ TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
   for (const auto& d : sched_->Inventory()) EXPECT_NE(d["state"], "failed");
 }
 
+TEST_F(SchedulerFacade, HealthMonitorFailureIsNotPublishedTwice) {
+  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  uint64_t id = 0;
+  ASSERT_TRUE(sched_->Allocate("acme", {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
+  auto assignments = sched_->Assignments();
+  ASSERT_EQ(assignments.size(), 4u);
+  const auto& [tenant, bdf, index] = assignments[3];
+  EXPECT_EQ(tenant, "acme");
+  EXPECT_EQ(index, 3u);
+  attacher_.calls.clear();
+  ASSERT_TRUE(sched_->DeviceLost("acme", 3, 1'000'000).ok());
+  ASSERT_EQ(attacher_.calls.size(), 1u);
+  EXPECT_EQ(attacher_.calls[0].bdf, bdf);
+  // Only the allocation change: the monitor published the FAILURE itself.
+  ASSERT_EQ(sink_.events.size(), 1u);
+  EXPECT_EQ(sink_.events[0].spec.topic, HZ_TOPIC_CAPACITY);
+  EXPECT_EQ(sched_->DeviceLost("acme", 3, 1'000'000).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sched_->Assignments().size(), 3u);
+}
+
 TEST_F(SchedulerFacade, DegradedDeviceStaysAttached) {
   ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
   uint64_t id = 0;

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "hz/events/event_spec.h"
@@ -76,6 +77,13 @@ class Scheduler : public hz::events::ResourceProvider {
   // tenant's behalf (NegotiationEngine::OfferReplacement; the engine publishes
   // NEGOTIATION/OFFER_MADE at its next decision point). `now` is unix seconds.
   Status MarkFailed(const std::string& bdf, uint64_t errors, uint64_t now);
+  // The same for a failure the health monitor already published (its
+  // FailureListener gives the tenant and the tenant-visible index): no
+  // second FAILURE event, the rest as MarkFailed.
+  Status DeviceLost(const std::string& tenant, uint32_t device_index, uint64_t now);
+  // Every allocated device with its tenant and current tenant-visible index,
+  // for HealthMonitor::Assign after each allocation change.
+  std::vector<std::tuple<std::string, std::string, uint32_t>> Assignments();
   // Uncorrectable non-fatal errors: FAILURE/DEVICE_DEGRADED, stays attached.
   Status MarkDegraded(const std::string& bdf, uint64_t errors);
   // The device can be placed again (it must not be allocated).
@@ -115,6 +123,8 @@ class Scheduler : public hz::events::ResourceProvider {
   Scheduler(HostInventory inventory, const SchedulerOptions& options, DomainAttacher* attacher,
             hz::events::EventSink* sink);
   Status Load();
+  Status Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_failure,
+              std::unique_lock<std::mutex>& lock);
   Status Persist();
   uint64_t SeedLocked(const std::string& tenant);
   std::vector<DeviceRef> TenantDevices(const std::string& tenant) const;
