@@ -46,6 +46,9 @@ ncclResult_t Validate(Op& op, bool uses_redop, bool uses_root) {
       op.send_bytes = all;
       op.recv_bytes = bytes;
       break;
+    case Op::kAllToAll:
+      op.send_bytes = op.recv_bytes = all;
+      break;
     case Op::kSend:
       op.send_bytes = bytes;
       break;
@@ -92,6 +95,8 @@ int RunBlocking(const Op& op) {
       return hz_allgather(c, op.send, op.recv, op.count, Dt(op));
     case Op::kReduceScatter:
       return hz_reduce_scatter(c, op.send, op.recv, op.count, Dt(op), Rop(op));
+    case Op::kAllToAll:
+      return hz_alltoall(c, op.send, op.recv, op.count, Dt(op));
     case Op::kSend:
       return hz_send(c, op.send, op.count, Dt(op), Root(op));
     case Op::kRecv:
@@ -113,6 +118,8 @@ int Start(const Op& op, hz_request_t** req) {
       return hz_allgather_async(c, op.send, op.recv, op.count, Dt(op), req);
     case Op::kReduceScatter:
       return hz_reduce_scatter_async(c, op.send, op.recv, op.count, Dt(op), Rop(op), req);
+    case Op::kAllToAll:
+      return hz_alltoall_async(c, op.send, op.recv, op.count, Dt(op), req);
     case Op::kSend:
       return hz_send_async(c, op.send, op.count, Dt(op), Root(op), req);
     case Op::kRecv:
@@ -287,6 +294,13 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
               datatype, stream);
   o.redop = op;
   return Submit(o, true, false);
+}
+
+ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return Submit(
+      Make(Op::kAllToAll, "ncclAlltoAll", comm, sendbuff, recvbuff, count, datatype, stream), false,
+      false);
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,

@@ -10,7 +10,16 @@
 namespace hz::nccl {
 
 struct Op {
-  enum Kind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kSend, kRecv };
+  enum Kind {
+    kAllReduce,
+    kBroadcast,
+    kReduce,
+    kAllGather,
+    kReduceScatter,
+    kAllToAll,
+    kSend,
+    kRecv
+  };
   Kind kind = kAllReduce;
   const char* name = "";
   ncclComm* comm = nullptr;

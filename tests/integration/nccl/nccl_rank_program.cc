@@ -130,6 +130,17 @@ void RootedAndGathers(ncclComm_t comm) {
     CHECK(sr[i] == nranks * static_cast<double>(rank * n + i) + nranks * (nranks - 1) / 2.0);
 }
 
+void AllToAll(ncclComm_t comm) {
+  const size_t n = 100;
+  std::vector<int32_t> s(n * nranks), r(n * nranks, -1);
+  for (int p = 0; p < nranks; ++p)
+    for (size_t i = 0; i < n; ++i) s[p * n + i] = rank * 10000 + p * 1000 + static_cast<int32_t>(i);
+  NCCL_OK(ncclAlltoAll(s.data(), r.data(), n, ncclInt32, comm, nullptr));
+  for (int p = 0; p < nranks; ++p)
+    for (size_t i = 0; i < n; ++i)
+      CHECK(r[p * n + i] == p * 10000 + rank * 1000 + static_cast<int32_t>(i));
+}
+
 // Each rank sends to the next and receives from the previous in one group:
 // without the group the blocking sends would wait on each other forever.
 void Ring(ncclComm_t comm) {
@@ -207,6 +218,7 @@ int main(int argc, char** argv) {
   if (mode == "collectives") {
     AllReduces(comm);
     RootedAndGathers(comm);
+    AllToAll(comm);
     Ring(comm);
   } else if (mode == "errors") {
     Errors(comm);
