@@ -15,6 +15,13 @@
 //   hz_drvtest allreduce [DEV]  two ranks, registered regions, ALLREDUCE on request queues
 //   hz_drvtest xvm-rank0 [DEV]  rank 0 of an ALLREDUCE across two VMs (prints HZ-UID)
 //   hz_drvtest xvm-rank1 DEV UID  rank 1, joining the uid rank 0 printed
+//   hz_drvtest ranks DEV UID NRANKS RANK  one rank of a communicator created
+//                               elsewhere (the host): ALLREDUCE and ALLGATHER of
+//                               several sizes in a region of several extents
+//   hz_drvtest refused DEV UID  COMM_INIT with another tenant's uid: EPERM
+//   hz_drvtest victim DEV UID   rank 2 of 3: one ALLREDUCE, then waits to be killed
+//   hz_drvtest survivor DEV UID rank 1 of 3: one ALLREDUCE; the next fails when
+//                               rank 2's VM dies; then a new 2-rank communicator
 //   hz_drvtest noleaks          no pinned pages or live requests remain
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +37,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harmonaize.h"
@@ -347,6 +355,267 @@ static int cmd_xvm(int rank, const char* uid_hex) {
   allreduce_rank(fd, &uid.uid, (uint32_t)rank, kFloats);
   close(fd);
   return 0;
+}
+
+static void parse_uid(const char* hex, struct hz_comm_uid* uid) {
+  CHECK(hex != NULL && strlen(hex) == 2 * HZ_UID_BYTES, "uid argument");
+  for (int i = 0; i < HZ_UID_BYTES; i++) {
+    unsigned int b;
+    CHECK(sscanf(hex + 2 * i, "%2x", &b) == 1, "uid hex");
+    uid->bytes[i] = (uint8_t)b;
+  }
+}
+
+static void hello_or_die(int fd) {
+  struct hz_ioc_submit sub;
+  struct hz_hello_args hargs;
+  struct hz_ioc_seg seg;
+  struct hz_hello_result hres;
+  hello_submit(&sub, &hargs, &seg, &hres);
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  CHECK(hres.device_features & (1u << HZ_F_COLLECTIVES), "collectives not granted");
+}
+
+// The values every rank of vm_mixed_tenant_ranks contributes (the host rank,
+// tests/vm/host_rank, computes the same): small integers, so FP32 sums are
+// exact in any order.
+static float mixed_reduce_value(uint32_t rank, uint32_t i) {
+  return (float)((rank + 1) * (i % 251));
+}
+static float mixed_gather_value(uint32_t rank, uint32_t i) {
+  return (float)(rank * 1000 + i % 997);
+}
+
+// One collective on request queue 0, blocking; returns the device status.
+static uint32_t coll_call(int fd, uint16_t opcode, struct hz_coll_args* args) {
+  struct hz_ioc_submit coll = {
+      .opcode = opcode, .queue = 0, .args_ptr = (uintptr_t)args, .args_len = sizeof(*args)};
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &coll) == 0, "collective 0x%x: %s", opcode, strerror(errno));
+  CHECK(coll.error == 0, "collective 0x%x error %d", opcode, coll.error);
+  if (coll.status != HZ_S_OK)
+    printf("hz_drvtest: collective 0x%x status %s detail %u\n", opcode, status_name(coll.status),
+           coll.detail);
+  return coll.status;
+}
+
+// One rank of a communicator whose uid another party (the host) created.
+// The region holds send, all-reduce result and all-gather result for the
+// largest size; its pages are faulted in interleaved with a second mapping so
+// that they are not physically contiguous and the region spans many extents.
+static int cmd_ranks(const char* uid_hex, uint32_t nranks, uint32_t rank) {
+  static const uint32_t sizes[] = {1, 1000, 4096, 200003};
+  const uint32_t max_n = 200003;
+  CHECK(nranks >= 2 && nranks <= 16 && rank < nranks, "nranks %u rank %u", nranks, rank);
+  struct hz_comm_uid uid;
+  parse_uid(uid_hex, &uid);
+  int fd = open_dev();
+  hello_or_die(fd);
+
+  size_t floats = (size_t)max_n * (2 + nranks);
+  size_t len = (floats * sizeof(float) + 4095) & ~(size_t)4095;
+  float* buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  volatile char* spacer =
+      mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(buf != MAP_FAILED && spacer != MAP_FAILED, "mmap");
+  for (size_t off = 0; off < len; off += 4096) {
+    ((volatile char*)buf)[off] = 0;
+    spacer[off] = 1;
+  }
+  struct hz_ioc_region reg = {
+      .addr = (uintptr_t)buf, .len = len, .flags = HZ_REGION_RW_READ | HZ_REGION_RW_WRITE};
+  CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "register %zu bytes: %s", len,
+        strerror(errno));
+  printf("hz_drvtest: rank %u: region of %zu bytes in %u extents\n", rank, len, reg.num_extents);
+  CHECK(reg.num_extents > 1, "the region is one extent; the test needs several");
+
+  struct hz_comm_init_args init = {.uid = uid, .nranks = nranks, .rank = rank};
+  init.constraints.timeout_ms = 150000;  // the other guest may take long to boot under TCG
+  struct hz_comm_init_result comm;
+  struct hz_ioc_submit sub =
+      control_call(fd, HZ_OP_COMM_INIT, &init, sizeof(init), &comm, sizeof(comm));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "rank %u COMM_INIT status %s", rank,
+        status_name(sub.status));
+
+  uint64_t seq = 0;
+  for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+    uint32_t n = sizes[k];
+    uint64_t bytes = (uint64_t)n * sizeof(float);
+    float* send = buf;
+    float* sum = buf + max_n;
+    float* gathered = buf + 2 * (size_t)max_n;
+    for (uint32_t i = 0; i < n; i++) {
+      send[i] = mixed_reduce_value(rank, i);
+      sum[i] = -1;
+    }
+    struct hz_coll_args ar = {
+        .comm = comm.comm,
+        .seq = seq++,
+        .count = n,
+        .dtype = HZ_FP32,
+        .redop = HZ_SUM,
+        .send = {.region_id = reg.region_id, .offset = 0, .length = bytes},
+        .recv = {.region_id = reg.region_id, .offset = max_n * sizeof(float), .length = bytes}};
+    CHECK(coll_call(fd, HZ_OP_ALLREDUCE, &ar) == HZ_S_OK, "rank %u ALLREDUCE of %u", rank, n);
+    for (uint32_t i = 0; i < n; i++) {
+      float want = 0;
+      for (uint32_t r = 0; r < nranks; r++) want += mixed_reduce_value(r, i);
+      CHECK(sum[i] == want, "rank %u ALLREDUCE of %u: element %u is %g, want %g", rank, n, i,
+            sum[i], want);
+    }
+    printf("hz_drvtest: rank %u: ALLREDUCE of %u floats correct\n", rank, n);
+
+    for (uint32_t i = 0; i < n; i++) send[i] = mixed_gather_value(rank, i);
+    for (size_t i = 0; i < (size_t)n * nranks; i++) gathered[i] = -1;
+    struct hz_coll_args ag = {.comm = comm.comm,
+                              .seq = seq++,
+                              .count = n,
+                              .dtype = HZ_FP32,
+                              .send = {.region_id = reg.region_id, .offset = 0, .length = bytes},
+                              .recv = {.region_id = reg.region_id,
+                                       .offset = 2ull * max_n * sizeof(float),
+                                       .length = bytes * nranks}};
+    CHECK(coll_call(fd, HZ_OP_ALLGATHER, &ag) == HZ_S_OK, "rank %u ALLGATHER of %u", rank, n);
+    for (uint32_t r = 0; r < nranks; r++)
+      for (uint32_t i = 0; i < n; i++)
+        CHECK(gathered[(size_t)r * n + i] == mixed_gather_value(r, i),
+              "rank %u ALLGATHER of %u: rank %u's element %u is %g", rank, n, r, i,
+              gathered[(size_t)r * n + i]);
+    printf("hz_drvtest: rank %u: ALLGATHER of %u floats correct\n", rank, n);
+  }
+  struct hz_comm_args destroy = {.comm = comm.comm};
+  control_call(fd, HZ_OP_COMM_DESTROY, &destroy, sizeof(destroy), NULL, 0);
+  close(fd);
+  printf("hz_drvtest: rank %u of %u: every size correct\n", rank, nranks);
+  return 0;
+}
+
+// A small registered region: send at 0, receive at kFloats.
+struct kill_rank {
+  int fd;
+  float* buf;
+  uint32_t region_id;
+  uint64_t comm;
+  uint64_t seq;
+};
+
+enum { kKillFloats = 4096 };
+
+static void kill_rank_init(struct kill_rank* k, const struct hz_comm_uid* uid, uint32_t nranks,
+                           uint32_t rank, int keep_fd) {
+  if (!keep_fd) {
+    k->fd = open_dev();
+    hello_or_die(k->fd);
+    size_t len = 2 * kKillFloats * sizeof(float);
+    k->buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(k->buf != MAP_FAILED, "mmap");
+    struct hz_ioc_region reg = {
+        .addr = (uintptr_t)k->buf, .len = len, .flags = HZ_REGION_RW_READ | HZ_REGION_RW_WRITE};
+    CHECK(ioctl(k->fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "register: %s", strerror(errno));
+    k->region_id = reg.region_id;
+  }
+  struct hz_comm_init_args init = {.uid = *uid, .nranks = nranks, .rank = rank};
+  init.constraints.timeout_ms = 150000;
+  struct hz_comm_init_result comm;
+  struct hz_ioc_submit sub =
+      control_call(k->fd, HZ_OP_COMM_INIT, &init, sizeof(init), &comm, sizeof(comm));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "rank %u of %u COMM_INIT status %s", rank, nranks,
+        status_name(sub.status));
+  k->comm = comm.comm;
+  k->seq = 0;
+}
+
+// ALLREDUCE(SUM) of (rank + 1) * i; returns the status, checks the data on OK.
+static uint32_t kill_rank_allreduce(struct kill_rank* k, uint32_t nranks, uint32_t rank) {
+  for (uint32_t i = 0; i < kKillFloats; i++) {
+    k->buf[i] = (float)((rank + 1) * i);
+    k->buf[kKillFloats + i] = -1;
+  }
+  uint64_t bytes = kKillFloats * sizeof(float);
+  struct hz_coll_args ar = {.comm = k->comm,
+                            .seq = k->seq++,
+                            .count = kKillFloats,
+                            .dtype = HZ_FP32,
+                            .redop = HZ_SUM,
+                            .send = {.region_id = k->region_id, .offset = 0, .length = bytes},
+                            .recv = {.region_id = k->region_id, .offset = bytes, .length = bytes}};
+  uint32_t st = coll_call(k->fd, HZ_OP_ALLREDUCE, &ar);
+  if (st == HZ_S_OK) {
+    float factor = (float)(nranks * (nranks + 1) / 2);
+    for (uint32_t i = 0; i < kKillFloats; i++)
+      CHECK(k->buf[kKillFloats + i] == factor * (float)i, "rank %u element %u: %g", rank, i,
+            k->buf[kKillFloats + i]);
+  }
+  return st;
+}
+
+static int cmd_victim(const char* uid_hex) {
+  struct hz_comm_uid uid;
+  parse_uid(uid_hex, &uid);
+  struct kill_rank k;
+  kill_rank_init(&k, &uid, 3, 2, 0);
+  CHECK(kill_rank_allreduce(&k, 3, 2) == HZ_S_OK, "first ALLREDUCE");
+  printf("hz_drvtest: rank 2: first ALLREDUCE correct\n");
+  printf("HZ-VICTIM-READY\n");
+  for (;;) pause();  // the host kills this VM
+}
+
+static int cmd_survivor(const char* uid_hex) {
+  struct hz_comm_uid uid;
+  parse_uid(uid_hex, &uid);
+  struct kill_rank k;
+  kill_rank_init(&k, &uid, 3, 1, 0);
+  CHECK(kill_rank_allreduce(&k, 3, 1) == HZ_S_OK, "first ALLREDUCE");
+  printf("hz_drvtest: rank 1: first ALLREDUCE correct\n");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  uint32_t st = kill_rank_allreduce(&k, 3, 1);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  printf("hz_drvtest: rank 1: ALLREDUCE with rank 2's VM gone: status %s after %ld s\n",
+         status_name(st), (long)(t1.tv_sec - t0.tv_sec));
+  CHECK(st == HZ_S_EABORTED || st == HZ_S_ETIMEDOUT, "status %s", status_name(st));
+  struct hz_comm_args destroy = {.comm = k.comm};
+  control_call(k.fd, HZ_OP_COMM_DESTROY, &destroy, sizeof(destroy), NULL, 0);
+
+  // The survivors start over: this rank creates the uid, the host joins.
+  struct hz_comm_uid_result fresh;
+  struct hz_ioc_submit sub = control_call(k.fd, HZ_OP_COMM_UID, NULL, 0, &fresh, sizeof(fresh));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "COMM_UID status %s", status_name(sub.status));
+  printf("HZ-UID2: ");
+  for (int i = 0; i < HZ_UID_BYTES; i++) printf("%02x", fresh.uid.bytes[i]);
+  printf("\n");
+  kill_rank_init(&k, &fresh.uid, 2, 1, 1);
+  CHECK(kill_rank_allreduce(&k, 2, 1) == HZ_S_OK, "ALLREDUCE among the survivors");
+  printf("hz_drvtest: rank 1: ALLREDUCE among the survivors correct\n");
+  destroy.comm = k.comm;
+  control_call(k.fd, HZ_OP_COMM_DESTROY, &destroy, sizeof(destroy), NULL, 0);
+  close(k.fd);
+  return 0;
+}
+
+static int cmd_hello(void);
+
+// COMM_INIT with a uid that another tenant created: the device refuses it
+// with EPERM, at once, and the session still works.
+static int cmd_refused(const char* uid_hex) {
+  struct hz_comm_uid uid;
+  parse_uid(uid_hex, &uid);
+  int fd = open_dev();
+  hello_or_die(fd);
+  struct hz_comm_init_args init = {.uid = uid, .nranks = 2, .rank = 1};
+  init.constraints.timeout_ms = 60000;
+  struct hz_comm_init_result comm;
+  struct hz_ioc_submit sub =
+      control_call(fd, HZ_OP_COMM_INIT, &init, sizeof(init), &comm, sizeof(comm));
+  printf("hz_drvtest: COMM_INIT with another tenant's uid: error %d status %s\n", sub.error,
+         status_name(sub.status));
+  CHECK(sub.error == 0 && sub.status == HZ_S_EPERM, "not refused with EPERM");
+  // The session is intact: its own uid still works.
+  struct hz_comm_uid_result own;
+  sub = control_call(fd, HZ_OP_COMM_UID, NULL, 0, &own, sizeof(own));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "COMM_UID after the refusal: %s",
+        status_name(sub.status));
+  close(fd);
+  return cmd_hello();
 }
 
 static int cmd_allreduce(void) {
@@ -698,6 +967,11 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "xvm-rank0")) return cmd_xvm(0, NULL);
   if (!strcmp(cmd, "xvm-rank1")) return cmd_xvm(1, argc > 3 ? argv[3] : NULL);
   if (!strcmp(cmd, "hostiledev")) return cmd_hostiledev();
+  if (!strcmp(cmd, "ranks") && argc > 5)
+    return cmd_ranks(argv[3], (uint32_t)atoi(argv[4]), (uint32_t)atoi(argv[5]));
+  if (!strcmp(cmd, "refused") && argc > 3) return cmd_refused(argv[3]);
+  if (!strcmp(cmd, "victim") && argc > 3) return cmd_victim(argv[3]);
+  if (!strcmp(cmd, "survivor") && argc > 3) return cmd_survivor(argv[3]);
   if (!strcmp(cmd, "events")) return cmd_events(argc > 3 ? atoi(argv[3]) : 1);
   if (!strcmp(cmd, "noleaks")) {
     expect_no_leaks("now");
