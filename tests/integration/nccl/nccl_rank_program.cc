@@ -7,6 +7,7 @@
 // Rank 0 writes the unique id to <id-file>; the others read it. Modes:
 //   collectives  every collective and a grouped send/recv ring, checked
 //   errors       argument errors and a count mismatch between ranks
+//   abort        rank 1 aborts; rank 0 sees ncclRemoteError, sticky
 // Exit status 0 on success; otherwise a message on stderr.
 #include <nccl.h>
 #include <unistd.h>
@@ -192,11 +193,31 @@ void Errors(ncclComm_t comm) {
   for (float v : r) CHECK(v == static_cast<float>(nranks));
 }
 
+// Rank 1 aborts; rank 0's next collective fails with ncclRemoteError, which
+// then sticks to its communicator.
+void Abort(ncclComm_t* comm) {
+  if (rank == 1) {
+    NCCL_OK(ncclCommAbort(*comm));
+    *comm = nullptr;
+    return;
+  }
+  float x = 1, y = 0;
+  CHECK(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, *comm, nullptr) == ncclRemoteError);
+  CHECK(Contains(ncclGetLastError(*comm), "ncclAllReduce"));
+  ncclResult_t async = ncclSuccess;
+  NCCL_OK(ncclCommGetAsyncError(*comm, &async));
+  CHECK(async == ncclRemoteError);
+  CHECK(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, *comm, nullptr) == ncclRemoteError);
+  CHECK(Contains(ncclGetLastError(*comm), "already failed"));
+  NCCL_OK(ncclCommAbort(*comm));
+  *comm = nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s collectives|errors <rank> <nranks> <id-file>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s collectives|errors|abort <rank> <nranks> <id-file>\n", argv[0]);
     return 2;
   }
   std::string mode = argv[1];
@@ -222,6 +243,9 @@ int main(int argc, char** argv) {
     Ring(comm);
   } else if (mode == "errors") {
     Errors(comm);
+  } else if (mode == "abort") {
+    Abort(&comm);
+    return 0;
   } else {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;

@@ -47,5 +47,9 @@ TEST_F(NcclTest, ArgumentErrorsAndACountMismatch) {
   EXPECT_EQ(Run("errors", 2), (std::vector<int>{0, 0}));
 }
 
+TEST_F(NcclTest, APeerAbortIsARemoteErrorThatSticks) {
+  EXPECT_EQ(Run("abort", 2), (std::vector<int>{0, 0}));
+}
+
 }  // namespace
 }  // namespace hz::testing
