@@ -7,12 +7,17 @@
 //                                     `hz_drvtest ranks`
 //   vm-host-rank uid SOCKET           prints a fresh uid, then keeps its session
 //                                     open until it is killed
+//   vm-host-rank survive SOCKET FILE  rank 0 of 3 (uid printed as above): one
+//                                     ALLREDUCE, then one that must fail when
+//                                     rank 2's VM is killed; then reads a new uid
+//                                     from FILE (a FIFO) and joins it as rank 0 of 2
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 
 #include "harmonaize/hz.h"
@@ -106,6 +111,67 @@ int Ranks(const char* socket, uint32_t nranks) {
   return 0;
 }
 
+// ALLREDUCE(SUM) of (rank + 1) * i over 4096 floats, as hz_drvtest's
+// kill_rank_allreduce; data checked when it succeeds.
+int SmallAllReduce(hz_comm_t* comm, float* buf, uint32_t nranks) {
+  constexpr uint32_t kN = 4096;
+  for (uint32_t i = 0; i < kN; ++i) {
+    buf[i] = static_cast<float>(i);
+    buf[kN + i] = -1;
+  }
+  int rc = hz_allreduce(comm, buf, buf + kN, kN, HZ_FP32, HZ_SUM);
+  if (rc != HZ_OK) return rc;
+  float factor = static_cast<float>(nranks * (nranks + 1) / 2);
+  for (uint32_t i = 0; i < kN; ++i) {
+    HOST_CHECK(buf[kN + i] == factor * static_cast<float>(i), "element %u is %g", i,
+               static_cast<double>(buf[kN + i]));
+  }
+  return HZ_OK;
+}
+
+int Survive(const char* socket, const char* fifo) {
+  hz_device_t* dev = Open(socket);
+  hz_uid_t uid = PrintNewUid(dev);
+  hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
+  cfg.timeout_ms = 150000;
+  hz_comm_t* comm = nullptr;
+  int rc = hz_comm_init(dev, &uid, 3, 0, &cfg, &comm);
+  HOST_CHECK(rc == HZ_OK, "hz_comm_init: %s", hz_strerror(rc));
+  void* mem = nullptr;
+  rc = hz_mem_alloc(dev, 2 * 4096 * sizeof(float), &mem);
+  HOST_CHECK(rc == HZ_OK, "hz_mem_alloc: %s", hz_strerror(rc));
+  float* buf = static_cast<float*>(mem);
+  rc = SmallAllReduce(comm, buf, 3);
+  HOST_CHECK(rc == HZ_OK, "first allreduce: %s", hz_strerror(rc));
+  std::printf("vm-host-rank: rank 0: first ALLREDUCE correct\n");
+  time_t t0 = time(nullptr);
+  rc = SmallAllReduce(comm, buf, 3);
+  std::printf("vm-host-rank: rank 0: ALLREDUCE with rank 2's VM gone: %s after %ld s\n",
+              hz_strerror(rc), static_cast<long>(time(nullptr) - t0));
+  HOST_CHECK(rc == HZ_EABORTED || rc == HZ_ETIMEDOUT, "the collective did not fail as it should");
+  hz_comm_destroy(comm);
+
+  FILE* f = std::fopen(fifo, "r");
+  HOST_CHECK(f != nullptr, "open %s", fifo);
+  char hex[2 * sizeof(uid.bytes) + 2] = {};
+  HOST_CHECK(std::fgets(hex, sizeof(hex), f) != nullptr, "no uid in %s", fifo);
+  std::fclose(f);
+  for (size_t i = 0; i < sizeof(uid.bytes); ++i) {
+    unsigned int b = 0;
+    HOST_CHECK(std::sscanf(hex + 2 * i, "%2x", &b) == 1, "bad uid %s", hex);
+    uid.bytes[i] = static_cast<uint8_t>(b);
+  }
+  rc = hz_comm_init(dev, &uid, 2, 0, &cfg, &comm);
+  HOST_CHECK(rc == HZ_OK, "hz_comm_init among the survivors: %s", hz_strerror(rc));
+  rc = SmallAllReduce(comm, buf, 2);
+  HOST_CHECK(rc == HZ_OK, "allreduce among the survivors: %s", hz_strerror(rc));
+  std::printf("vm-host-rank: rank 0: ALLREDUCE among the survivors correct\n");
+  hz_mem_free(dev, mem);
+  hz_comm_destroy(comm);
+  hz_close(dev);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,11 +181,13 @@ int main(int argc, char** argv) {
     HOST_CHECK(n >= 2 && n <= 16, "NRANKS must be 2..16");
     return Ranks(argv[2], static_cast<uint32_t>(n));
   }
+  if (argc == 4 && std::strcmp(argv[1], "survive") == 0) return Survive(argv[2], argv[3]);
   if (argc == 3 && std::strcmp(argv[1], "uid") == 0) {
     hz_device_t* dev = Open(argv[2]);
     PrintNewUid(dev);
     for (;;) pause();  // the uid's session stays until the test kills us
   }
-  std::fprintf(stderr, "usage: vm-host-rank ranks SOCKET NRANKS | uid SOCKET\n");
+  std::fprintf(stderr,
+               "usage: vm-host-rank ranks SOCKET NRANKS | uid SOCKET | survive SOCKET FIFO\n");
   return 2;
 }
