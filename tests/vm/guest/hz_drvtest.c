@@ -22,6 +22,8 @@
 //   hz_drvtest victim DEV UID   rank 2 of 3: one ALLREDUCE, then waits to be killed
 //   hz_drvtest survivor DEV UID rank 1 of 3: one ALLREDUCE; the next fails when
 //                               rank 2's VM dies; then a new 2-rank communicator
+//   hz_drvtest pending [DEV]    a COMM_INIT that no second rank joins, held by the
+//                               device until its 5 s timeout (ETIMEDOUT expected)
 //   hz_drvtest noleaks          no pinned pages or live requests remain
 #include <errno.h>
 #include <fcntl.h>
@@ -594,6 +596,25 @@ static int cmd_survivor(const char* uid_hex) {
 
 static int cmd_hello(void);
 
+// A request the device holds: COMM_INIT of rank 0 of 2, which nobody joins.
+static int cmd_pending(void) {
+  int fd = open_dev();
+  hello_or_die(fd);
+  struct hz_comm_uid_result uid;
+  struct hz_ioc_submit sub = control_call(fd, HZ_OP_COMM_UID, NULL, 0, &uid, sizeof(uid));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "COMM_UID status %s", status_name(sub.status));
+  struct hz_comm_init_args init = {.uid = uid.uid, .nranks = 2, .rank = 0};
+  init.constraints.timeout_ms = 5000;
+  struct hz_comm_init_result r;
+  printf("hz_drvtest: COMM_INIT in flight\n");
+  sub = control_call(fd, HZ_OP_COMM_INIT, &init, sizeof(init), &r, sizeof(r));
+  printf("hz_drvtest: pending COMM_INIT ended: error %d status %s\n", sub.error,
+         status_name(sub.status));
+  CHECK(sub.error == 0 && sub.status == HZ_S_ETIMEDOUT, "expected ETIMEDOUT");
+  close(fd);
+  return 0;
+}
+
 // COMM_INIT with a uid that another tenant created: the device refuses it
 // with EPERM, at once, and the session still works.
 static int cmd_refused(const char* uid_hex) {
@@ -970,6 +991,7 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "ranks") && argc > 5)
     return cmd_ranks(argv[3], (uint32_t)atoi(argv[4]), (uint32_t)atoi(argv[5]));
   if (!strcmp(cmd, "refused") && argc > 3) return cmd_refused(argv[3]);
+  if (!strcmp(cmd, "pending")) return cmd_pending();
   if (!strcmp(cmd, "victim") && argc > 3) return cmd_victim(argv[3]);
   if (!strcmp(cmd, "survivor") && argc > 3) return cmd_survivor(argv[3]);
   if (!strcmp(cmd, "events")) return cmd_events(argc > 3 ? atoi(argv[3]) : 1);
