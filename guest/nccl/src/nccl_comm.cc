@@ -143,14 +143,23 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* /*devlist*/
   return ncclSuccess;
 }
 
+// The device ends a communicator for every rank when one rank destroys it,
+// so ranks meet at a barrier first: a rank that finished early must not cut
+// off peers still exchanging data among themselves (NCCL programs commonly
+// destroy right after their last operation).
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-  // Every operation completes before its call (or ncclGroupEnd) returns.
   if (comm == nullptr) return Fail(ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
-  return ncclSuccess;
+  if (comm->finalized) return ncclSuccess;
+  comm->finalized = true;
+  if (ncclResult_t sticky = static_cast<ncclResult_t>(comm->async_error.load());
+      sticky != ncclSuccess)
+    return Fail(sticky, "ncclCommFinalize: the communicator already failed");
+  return FromHz(hz_barrier(comm->hz), "ncclCommFinalize: hz_barrier", comm);
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
+  ncclCommFinalize(comm);                   // a failure here still lets the destroy go ahead
   int err = hz_comm_destroy(comm->hz);
   delete comm;
   return FromHz(err, "ncclCommDestroy: hz_comm_destroy");

@@ -16,6 +16,8 @@ struct ncclComm {
   int rank = 0;
   // Sticky: the first failure that left the communicator unusable.
   std::atomic<int> async_error{ncclSuccess};
+  // ncclCommFinalize ran: every rank is past its last operation.
+  bool finalized = false;
 };
 
 namespace hz::nccl {
