@@ -4,10 +4,11 @@
 #     built against the guest kernel's headers with W=1 and sparse (C=1);
 #     any warning fails;
 #   - hz_drvtest, the static user-space exerciser of /dev/harmonaizeN;
+#   - hz_libtest, libharmonaize (guest/lib, driver transport) linked statically;
 #   - the guest halves of the VM tests (tests/vm/guest/tests/*).
 #
 # Usage: vm-images/build-guest.sh [DIR]   (DIR as for build-toolchain.sh)
-# Results: DIR/guest/{harmonaize.ko,hz_echo_test.ko,hz_drvtest},
+# Results: DIR/guest/{harmonaize.ko,hz_echo_test.ko,hz_drvtest,hz_libtest},
 #          DIR/images/initramfs.gz
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
@@ -24,11 +25,23 @@ gcc -static -O2 -Wall -Wextra -Werror -std=gnu11 -I"$top/protocol" -I"$top/guest
 	"$top/tests/vm/guest/hz_drvtest.c" -o "$out/hz_drvtest.tmp"
 mv "$out/hz_drvtest.tmp" "$out/hz_drvtest"
 
+# The library's sources without the virtio-user transport (the test program
+# stands in for it); rebuilt only when an input changed.
+lib=$top/guest/lib/src
+libtest_src=("$top/tests/vm/guest/hz_libtest.cc" "$lib/comm.cc" "$lib/control.cc" "$lib/device.cc"
+	"$lib/transport_driver.cc")
+if [ ! -x "$out/hz_libtest" ] || [ -n "$(find "${libtest_src[@]}" "$lib"/*.h "$top/include/harmonaize" \
+	"$top/protocol/harmonaize.h" "$top/guest/driver/harmonaize_uapi.h" -newer "$out/hz_libtest")" ]; then
+	g++ -static -O2 -std=c++20 -Wall -Wextra -Werror -pthread -I"$top" -I"$top/include" -I"$lib" \
+		"${libtest_src[@]}" -o "$out/hz_libtest.tmp"
+	mv "$out/hz_libtest.tmp" "$out/hz_libtest"
+fi
+
 tests=()
 for t in "$top"/tests/vm/guest/tests/*; do
 	[ -f "$t" ] && tests+=(--test "$t")
 done
 "$(dirname "$0")/build-initramfs.sh" --dir "$dir" --kver "$kver" \
 	--module "$out/harmonaize.ko" --module "$out/hz_echo_test.ko" \
-	--program "$out/hz_drvtest" "${tests[@]}"
+	--program "$out/hz_drvtest" --program "$out/hz_libtest" "${tests[@]}"
 hz_log "guest ready for $kver"
