@@ -144,7 +144,16 @@ bool Server::Start(std::string* error) {
       *error = path_ + " exists and is not a socket";
       return false;
     }
-    unlink(path_.c_str());  // stale socket of an earlier run
+    // A socket nobody accepts on is left over from an earlier run; one that
+    // accepts belongs to a live server, which must not lose its path.
+    boost::system::error_code probe_ec;
+    stream_protocol::socket probe(s.io);
+    probe.connect(stream_protocol::endpoint(path_), probe_ec);
+    if (!probe_ec) {
+      *error = path_ + " is in use by another server";
+      return false;
+    }
+    unlink(path_.c_str());
   }
   boost::system::error_code ec;
   s.acceptor.open(stream_protocol(), ec);

@@ -405,6 +405,29 @@ TEST_F(VdevServerTest, ClientModeConnectsToAListeningFrontEnd) {
   close(listener);
 }
 
+TEST_F(VdevServerTest, ReplacesAStaleSocketButNotALiveOne) {
+  // Stale: bound, never listened on (what a crashed server leaves behind).
+  int stale = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(stale, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  close(stale);
+  Server& first = StartServer(path_);  // expects success
+  Server second(io_, path_, [](const std::string&) { return std::make_unique<RecordingDevice>(); });
+  std::string error;
+  EXPECT_FALSE(second.Start(&error));
+  EXPECT_NE(error.find("in use"), std::string::npos);
+  // The probe was a (short) connection to the live server; let it go.
+  for (int i = 0; i < 1000 && (OnIo([&] { return first.connections(); }) == 0 ||
+                               OnIo([&] { return first.connected(); }));
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  RawClient c = RawClient::Connect(path_);
+  EXPECT_EQ(c.Call(Msg0(vu::kGetQueueNum)).u64(), 2u);
+}
+
 TEST_F(VdevServerTest, RefusesToReplaceANonSocketFile) {
   FILE* f = fopen(path_.c_str(), "w");
   ASSERT_NE(f, nullptr);
