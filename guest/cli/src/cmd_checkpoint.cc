@@ -1,5 +1,6 @@
 // hz checkpoint list|save|restore: a file's contents as a one-slice
 // checkpoint, for a quick check of a stream.
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -12,6 +13,26 @@ namespace hz::cli {
 namespace {
 
 using DevicePtr = std::unique_ptr<hz_device_t, decltype(&hz_close)>;
+
+// Registered memory for a slice (checkpoints read and write it in place).
+class Registered {
+ public:
+  Registered(hz_device_t* dev, size_t bytes) : dev_(dev) {
+    err_ = hz_mem_alloc(dev, bytes > 0 ? bytes : 1, &ptr_);
+  }
+  ~Registered() {
+    if (err_ == HZ_OK) hz_mem_free(dev_, ptr_);
+  }
+  Registered(const Registered&) = delete;
+  Registered& operator=(const Registered&) = delete;
+  int err() const { return err_; }
+  char* data() const { return static_cast<char*>(ptr_); }
+
+ private:
+  hz_device_t* dev_;
+  void* ptr_ = nullptr;
+  int err_ = HZ_OK;
+};
 
 nlohmann::json InfoJson(const hz_ckpt_info& i) {
   return {{"step", i.step},
@@ -59,7 +80,10 @@ int CheckpointSave(const Options& o, uint32_t stream, uint64_t step, const std::
   int code = kOk;
   DevicePtr dev(Open(o, &code), &hz_close);
   if (!dev) return code;
-  hz_buf slice{data.data(), data.size()};
+  Registered mem(dev.get(), data.size());
+  if (mem.err() != HZ_OK) return Error(o, "registered memory for " + file, mem.err());
+  std::copy(data.begin(), data.end(), mem.data());
+  hz_buf slice{mem.data(), data.size()};
   hz_ckpt_info info{};
   int err = hz_ckpt_save(dev.get(), stream, step, &slice, 1, nullptr, 0, &info);
   if (err == HZ_ENOENT) {
@@ -107,8 +131,9 @@ int CheckpointRestore(const Options& o, uint32_t stream, const std::string& step
       found = &entries[i];
   }
   if (found == nullptr) return Error(o, "restore from stream " + std::to_string(stream), HZ_ENOENT);
-  std::vector<char> data(found->bytes);
-  hz_buf slice{data.data(), data.size()};
+  Registered mem(dev.get(), found->bytes);
+  if (mem.err() != HZ_OK) return Error(o, "registered memory for the restore", mem.err());
+  hz_buf slice{mem.data(), found->bytes};
   hz_ckpt_info info{};
   size_t meta_len = 0;
   if (int err =
@@ -116,7 +141,7 @@ int CheckpointRestore(const Options& o, uint32_t stream, const std::string& step
       err != HZ_OK)
     return Error(o, "restore step " + std::to_string(found->step), err);
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  if (!out.write(data.data(), static_cast<std::streamsize>(data.size()))) {
+  if (!out.write(mem.data(), static_cast<std::streamsize>(found->bytes))) {
     std::fprintf(stderr, "hz: cannot write %s\n", file.c_str());
     return kFailed;
   }
