@@ -92,8 +92,11 @@ int hz_device_get_info(hz_device_t *dev, struct hz_device_info *out);
  * shared arena on virtio-user, pinned pages on the driver). hz_mem_register
  * registers an existing buffer: on the driver transport any page-aligned
  * buffer; on virtio-user only memory from hz_mem_alloc's arena.
- * Buffers that are not registered still work everywhere: the library stages
- * them through registered memory (one extra copy).
+ * Collective buffers that are not registered still work: the library carries
+ * small ones inside the request and stages large ones through registered
+ * memory (one extra copy). Checkpoint slices and the quiescence word must lie
+ * in registered memory (HZ_EFAULT otherwise): the provider reads them after
+ * the call returns.
  */
 int hz_mem_alloc(hz_device_t *dev, size_t bytes, void **ptr);
 int hz_mem_free(hz_device_t *dev, void *ptr);
