@@ -5,6 +5,10 @@
 //   hzctl tenant list | tenant remove NAME
 //   hzctl vm bind --tenant NAME --socket PATH | vm unbind --socket PATH | vm list
 //   hzctl comm list | counters | status
+//   hzctl event inject --tenant NAME --topic TOPIC [--kind KIND] [--deadline-s N] [--json '{..}']
+//         (--deadline-s: seconds from now; --json: further keys of the event, see
+//          hz/events/injection.h, e.g. '{"duration_s": 600, "approvable": true}')
+//   hzctl checkpoint list --tenant NAME   (streams, steps, tiers and the engine's decisions)
 //
 // Exit codes: 0 success, 1 the service refused the request, 2 usage error,
 // 3 the service could not be reached.
@@ -97,6 +101,21 @@ void PrintHuman(const std::string& cmd, const json& r) {
                   t.value("priority", std::string()).c_str(), U(t, "regions"), U(t, "max_regions"),
                   Human(U(t, "region_bytes")).c_str(), Human(U(t, "max_region_bytes")).c_str());
     }
+  } else if (cmd == "checkpoint.list") {
+    std::printf("%-8s %-20s %12s %-8s %-11s %s\n", "STREAM", "STEP", "BYTES", "STATE", "TIER",
+                "TIME_S");
+    for (const json& s : r.value("streams", json::array())) {
+      for (const json& c : s.value("checkpoints", json::array())) {
+        std::printf("%-8llu %-20llu %12s %-8s %-11s %llu\n", U(s, "stream"), U(c, "step"),
+                    Human(U(c, "bytes")).c_str(), c.value("state", std::string()).c_str(),
+                    c.value("tier", std::string()).c_str(), U(c, "time_s"));
+      }
+    }
+    for (const json& d : r.value("decisions", json::array())) {
+      std::printf("decision %s stream=%llu step=%llu value=%llu\n",
+                  d.value("kind", std::string()).c_str(), U(d, "stream"), U(d, "step"),
+                  U(d, "value"));
+    }
   } else if (cmd == "vm.list") {
     for (const json& v : r) {
       std::printf("%s  tenant=%s listening=%s\n", v.value("socket", std::string()).c_str(),
@@ -169,6 +188,21 @@ int main(int argc, char** argv) {
   auto* comm_cmd = app.add_subcommand("comm", "communicators")->require_subcommand(1);
   comm_cmd->add_subcommand("list", "communicators in the collective engine");
   auto* counters = app.add_subcommand("counters", "request and engine counters");
+
+  std::string topic, kind, event_json;
+  uint64_t deadline_s = 0;
+  auto* event_cmd = app.add_subcommand("event", "tenant events")->require_subcommand(1);
+  auto* einject = event_cmd->add_subcommand("inject", "publish an event to a tenant");
+  einject->add_option("--tenant", tenant, "tenant name")->required();
+  einject->add_option("--topic", topic, "maintenance, preemption, failure, capacity, ...")
+      ->required();
+  einject->add_option("--kind", kind, "kind within the topic (default: the topic's first)");
+  einject->add_option("--deadline-s", deadline_s, "deadline, in seconds from now");
+  einject->add_option("--json", event_json, "further fields of the event, as a JSON object");
+
+  auto* ckpt_cmd = app.add_subcommand("checkpoint", "tenant checkpoints")->require_subcommand(1);
+  auto* clist = ckpt_cmd->add_subcommand("list", "a tenant's streams, checkpoints and decisions");
+  clist->add_option("--tenant", tenant, "tenant name")->required();
   app.add_subcommand("status", "service status");
 
   try {
@@ -205,6 +239,24 @@ int main(int argc, char** argv) {
     cmd = "comm.list";
   } else if (counters->parsed()) {
     cmd = "counters";
+  } else if (clist->parsed()) {
+    cmd = "checkpoint.list";
+    req["tenant"] = tenant;
+  } else if (einject->parsed()) {
+    cmd = "event.inject";
+    json ev = json::object();
+    if (!event_json.empty()) {
+      ev = json::parse(event_json, nullptr, /*allow_exceptions=*/false);
+      if (!ev.is_object()) {
+        std::fprintf(stderr, "hzctl: --json must be a JSON object\n");
+        return 2;
+      }
+    }
+    ev["topic"] = topic;
+    if (!kind.empty()) ev["kind"] = kind;
+    if (einject->count("--deadline-s")) ev["in_s"] = deadline_s;
+    req["tenant"] = tenant;
+    req["event"] = ev;
   } else {
     cmd = "status";
   }

@@ -174,6 +174,13 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
     r.Int("max_region_bytes", &c.tenant_defaults.max_region_bytes, 0, kI64);
     r.RejectUnknown();
   }
+  if (const toml::table* t = top.Table("checkpoint")) {
+    TableReader r(*t, "checkpoint.", origin, error);
+    // At least two 4 MiB chunks; at most 64 GiB of host memory.
+    r.Int("staging_bytes", &c.ckpt_staging_bytes, 8u << 20, 64ull << 30);
+    r.Int("disk_bandwidth_bytes_per_s", &c.ckpt_disk_bandwidth_bytes_per_s, 0, kI64);
+    r.RejectUnknown();
+  }
   if (const toml::table* t = top.Table("shutdown")) {
     TableReader r(*t, "shutdown.", origin, error);
     r.Int("timeout_ms", &c.shutdown_timeout_ms, 1, 3600 * 1000);

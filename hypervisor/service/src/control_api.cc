@@ -204,6 +204,12 @@ json ControlApi::Dispatch(const std::string& cmd, const json& req) {
     OnlyFields(req, {});
     return target_->Counters();
   }
+  json out;
+  std::string err;
+  if (target_->EngineCommand(cmd, req, &out, &err)) {
+    if (!err.empty()) throw BadRequest(err);
+    return out;
+  }
   throw BadRequest("unknown command \"" + cmd + "\"");
 }
 

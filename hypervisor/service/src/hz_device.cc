@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "hz/service/engines.h"
 #include "spdlog/spdlog.h"
 #include "vdev/vhost_user.h"
 
@@ -83,12 +84,15 @@ HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, uint64_t tenan
       regions_(env.limits, tenant) {
   link_->dev = this;
   // The dispatch table by opcode family. Families without a handler (the
-  // checkpoint, event, topology, negotiation and hint engines) answer
-  // HZ_S_ENOTSUP, and HELLO never grants their feature bits.
+  // topology, negotiation and hint engines) answer HZ_S_ENOTSUP, and HELLO
+  // never grants their feature bits. Events and checkpoints live in
+  // hz_device_events.cc and hz_device_checkpoint.cc.
   families_[OpcodeFamily(HZ_OP_HELLO)] = &HzDevice::HandleHello;
   families_[OpcodeFamily(HZ_OP_REGION_REGISTER)] = &HzDevice::HandleRegion;
   families_[OpcodeFamily(HZ_OP_COMM_UID)] = &HzDevice::HandleComm;
   families_[OpcodeFamily(HZ_OP_ALLREDUCE)] = &HzDevice::HandleCollective;
+  families_[OpcodeFamily(HZ_OP_EVENT_SUBSCRIBE)] = &HzDevice::HandleEvent;
+  families_[OpcodeFamily(HZ_OP_CKPT_POLICY)] = &HzDevice::HandleCheckpoint;
   info_.socket_path = socket_path_;
   info_.tenant = tenant_->name();
   if (env_.registry != nullptr) env_.registry->Add(this);
@@ -160,6 +164,7 @@ bool HzDevice::draining() const {
 uint64_t HzDevice::offered_features() const {
   uint64_t f = 0;
   if (env_.coll != nullptr) f |= (1ull << HZ_F_COLLECTIVES) | (1ull << HZ_F_INLINE_DATA);
+  if (env_.engines != nullptr) f |= env_.engines->Features();
   return f;
 }
 
@@ -179,6 +184,7 @@ void HzDevice::OnKick(vdev::Queue& queue) {
       }
     }
     queue.Flush();
+    FillEvents();
     UpdateInfo();
     return;
   }
@@ -228,7 +234,8 @@ void HzDevice::HandleChain(vdev::Queue& queue, const vdev::Chain& chain) {
   }
   // Only REGION_REGISTER and the data-queue opcodes define a data segment
   // (SPEC §6.8); collectives check theirs against the inline send slice.
-  if (req.data_len != 0 && opcode != HZ_OP_REGION_REGISTER && cls != OpClass::kData) {
+  if (req.data_len != 0 && opcode != HZ_OP_REGION_REGISTER && opcode != HZ_OP_CKPT_QUIESCE &&
+      cls != OpClass::kData) {
     return fail(HZ_S_EINVAL);
   }
   Handler h = families_[OpcodeFamily(opcode)];
@@ -725,6 +732,11 @@ void HzDevice::Drain() {
 }
 
 void HzDevice::Teardown(bool rings_alive) {
+  // The subscription ends with the session (never from inside its callback:
+  // this runs on the executor).
+  delivery_.reset();
+  // Quiescence registrations are session-scoped and hold regions.
+  DropAllQuiesce();
   std::map<uint64_t, CommEntry> comms;
   comms.swap(comms_);
   if (rings_alive) {

@@ -54,6 +54,9 @@ bool Service::Start(std::string* error) {
   coll_ = std::make_unique<EngineBackend>(eo);
 #endif
   env_.coll = coll_.get();
+  engines_ = std::make_unique<Engines>(config_);
+  if (!engines_->Start(error)) return false;
+  env_.engines = engines_.get();
 
   vdev_work_ =
       std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
@@ -166,6 +169,7 @@ void Service::Shutdown() {
   vdev_threads_.clear();
   if (metrics_server_) metrics_server_->Stop();
   coll_.reset();
+  engines_.reset();
   spdlog::info("event=stopped");
 }
 
@@ -333,6 +337,7 @@ json Service::Counters() const {
     }
   }
   json out = {{"requests", requests}, {"dropped", metrics_.dropped()}};
+  if (engines_) out.update(engines_->Counters());
   if (coll_) {
     BackendStats s = coll_->Stats();
     json algos = json::object();
@@ -364,7 +369,24 @@ std::string Service::MetricsText() const {
     engine = coll_->Stats();
     snap.engine = &engine;
   }
-  return metrics_.Format(snap);
+  std::string text = metrics_.Format(snap);
+  if (engines_) text += engines_->MetricsText();
+  return text;
+}
+
+bool Service::EngineCommand(const std::string& cmd, const json& req, json* out,
+                            std::string* error) {
+  if (!engines_) return false;
+  // Every engine command names a tenant the operator created.
+  if (auto t = req.find("tenant"); t != req.end() && t->is_string()) {
+    if (!tenants_.Find(t->get<std::string>())) {
+      if (cmd.starts_with("event.") || cmd.starts_with("checkpoint.")) {
+        *error = "no tenant " + t->get<std::string>();
+        return true;
+      }
+    }
+  }
+  return engines_->Command(cmd, req, out, error);
 }
 
 // The operator's objects survive restarts: tenants and bindings are saved

@@ -49,6 +49,11 @@ struct ServiceConfig {
   DeviceLimits device;
   TenantLimits tenant_defaults;
 
+  // [checkpoint]: the staging pool every save is copied into, and the disk
+  // bandwidth persists share (0: unthrottled).
+  uint64_t ckpt_staging_bytes = 256ull << 20;
+  uint64_t ckpt_disk_bandwidth_bytes_per_s = 0;
+
   // The paths with their defaults filled in.
   std::string ControlSocketPath() const;
   std::string VmSocketDir() const;

@@ -40,6 +40,12 @@ class ControlTarget {
   virtual nlohmann::json Status() const = 0;
   virtual nlohmann::json Counters() const = 0;
   virtual TenantLimits DefaultTenantLimits() const = 0;
+  // Commands of the macro-level engines (events, checkpoints, ...): false
+  // when cmd is not one of theirs; otherwise *out, or *error on failure.
+  virtual bool EngineCommand(const std::string& /*cmd*/, const nlohmann::json& /*req*/,
+                             nlohmann::json* /*out*/, std::string* /*error*/) {
+    return false;
+  }
 };
 
 class ControlApi {

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "hz/checkpoint/engine.h"
+#include "hz/events/event_bus.h"
 #include "hz/service/coll_backend.h"
 #include "hz/service/config.h"
 #include "hz/service/metrics.h"
@@ -31,6 +33,7 @@
 namespace hz::service {
 
 class HzDevice;
+class Engines;
 
 // Live devices, for the operator's views and for shutdown (any thread).
 class DeviceRegistry {
@@ -63,6 +66,7 @@ struct DeviceEnv {
   Metrics* metrics = nullptr;   // may be null in tests
   const std::atomic<bool>* draining = nullptr;
   DeviceRegistry* registry = nullptr;  // may be null in tests
+  Engines* engines = nullptr;          // null: no macro-level engines (tests)
 };
 
 // A consistent view of one device for the operator (any thread).
@@ -184,6 +188,29 @@ class HzDevice : public vdev::Device {
   Reply HandleRegion(vdev::Queue& q, const Request& req);
   Reply HandleComm(vdev::Queue& q, const Request& req);
   Reply HandleCollective(vdev::Queue& q, const Request& req);
+  Reply HandleEvent(vdev::Queue& q, const Request& req);       // hz_device_events.cc
+  Reply HandleCheckpoint(vdev::Queue& q, const Request& req);  // hz_device_checkpoint.cc
+
+  // Checkpoint slices resolved to host spans (hz_device_checkpoint.cc).
+  struct CkptSpans {
+    std::vector<checkpoint::IoSpan> spans;               // one per slice, for the engine
+    std::vector<std::vector<checkpoint::IoSpan>> guest;  // each slice's guest extents
+    std::vector<std::vector<uint8_t>> bounce;            // for slices over several extents
+    std::vector<RegionPin> pins;
+  };
+  // A CKPT_QUIESCE registration of this session: it holds its regions.
+  struct QuiesceReg {
+    checkpoint::TenantId tenant = 0;
+    std::vector<RegionPin> pins;
+  };
+  uint32_t ResolveCkptSlices(const std::vector<hz_slice>& slices, bool write, CkptSpans* out,
+                             uint32_t* detail);
+  Reply CkptQuiesce(const Request& req, checkpoint::TenantId tid);
+  void DropQuiesce(uint32_t stream);
+  void DropAllQuiesce();
+
+  // Fills posted event buffers from the subscription (hz_device_events.cc).
+  void FillEvents();
 
   Reply CommUid(const Request& req);
   Reply CommInit(vdev::Queue& q, const Request& req);
@@ -216,6 +243,8 @@ class HzDevice : public vdev::Device {
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
   uint64_t next_op_ = 1;
   std::vector<std::pair<vdev::Chain, uint64_t>> events_;  // held buffers and their queue gen
+  std::unique_ptr<events::Delivery> delivery_;            // the session's subscription
+  std::map<uint32_t, QuiesceReg> quiesce_;                // stream -> registration
 
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> errors_{0};

@@ -24,6 +24,7 @@
 #include "hz/service/coll_backend.h"
 #include "hz/service/config.h"
 #include "hz/service/control_api.h"
+#include "hz/service/engines.h"
 #include "hz/service/hz_device.h"
 #include "hz/service/metrics.h"
 #include "hz/service/tenants.h"
@@ -70,6 +71,8 @@ class Service : public ControlTarget {
   nlohmann::json Status() const override;
   nlohmann::json Counters() const override;
   TenantLimits DefaultTenantLimits() const override { return config_.tenant_defaults; }
+  bool EngineCommand(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
+                     std::string* error) override;
 
  private:
   struct Binding {
@@ -97,6 +100,7 @@ class Service : public ControlTarget {
   Metrics metrics_;
   DeviceRegistry devices_;
   std::unique_ptr<CollBackend> coll_;
+  std::unique_ptr<Engines> engines_;  // event bus, checkpoints, negotiation
   DeviceEnv env_;
 
   boost::asio::io_context io_;  // control, metrics, signals

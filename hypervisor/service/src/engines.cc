@@ -1,0 +1,342 @@
+#include "hz/service/engines.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "hz/events/injection.h"
+#include "protocol/harmonaize.h"
+#include "spdlog/spdlog.h"
+
+namespace hz::service {
+
+using json = nlohmann::json;
+
+// The checkpoint engine's events, onto the tenant's log.
+class Engines::CkptSink : public checkpoint::EventSink {
+ public:
+  explicit CkptSink(Engines* e) : e_(e) {}
+  void Publish(checkpoint::TenantId tenant, checkpoint::EventKind kind, checkpoint::StreamId stream,
+               uint64_t step) override {
+    checkpoint::CheckpointEvent ev;
+    ev.tenant = tenant;
+    ev.kind = kind;
+    ev.stream = stream;
+    ev.step = step;
+    PublishEvent(ev);
+  }
+  void PublishEvent(const checkpoint::CheckpointEvent& ev) override { e_->PublishCheckpoint(ev); }
+
+ private:
+  Engines* e_;
+};
+
+Engines::Engines(const ServiceConfig& config) : config_(config) {}
+
+Engines::~Engines() {
+  std::vector<std::thread> notices;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notices.swap(notices_);
+  }
+  for (auto& t : notices) t.join();
+  ckpt_.reset();  // before the sink and the bus it publishes to
+  sink_.reset();
+}
+
+bool Engines::Start(std::string* error) {
+  events::BusOptions bo;
+  bo.dir = config_.state_dir + "/events";
+  // Infrastructure events are rare; losing one to a power cut would lose a
+  // maintenance notice, so every append is flushed.
+  bo.fsync = events::FsyncPolicy::kAlways;
+  events::Status st = events::EventBus::Open(bo, &bus_);
+  if (!st.ok()) {
+    *error = bo.dir + ": " + st.ToString();
+    return false;
+  }
+
+  const std::string root = config_.state_dir + "/checkpoints";
+  {
+    std::ifstream in(root + "/tenants.json");
+    json ids = in ? json::parse(in, nullptr, /*allow_exceptions=*/false) : json::object();
+    if (ids.is_object()) {
+      for (const auto& [name, id] : ids.items()) {
+        if (!id.is_number_unsigned() || id.get<uint64_t>() == 0) continue;
+        ckpt_ids_[name] = id.get<uint64_t>();
+        ckpt_names_[id.get<uint64_t>()] = name;
+      }
+    }
+  }
+  sink_ = std::make_unique<CkptSink>(this);
+  checkpoint::EngineConfig cc;
+  cc.root = root;
+  cc.staging_bytes = config_.ckpt_staging_bytes;
+  cc.memory_tier_bytes = std::min<size_t>(cc.memory_tier_bytes, cc.staging_bytes / 2);
+  cc.disk_bandwidth_bytes_per_s = config_.ckpt_disk_bandwidth_bytes_per_s;
+  cc.default_limits.staging_bytes = cc.staging_bytes;
+  cc.sink = sink_.get();
+  std::string cerr;
+  ckpt_ = checkpoint::Engine::Open(cc, &cerr);
+  if (!ckpt_) {
+    *error = root + ": " + cerr;
+    return false;
+  }
+  return true;
+}
+
+checkpoint::TenantId Engines::CkptTenant(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ckpt_ids_.find(tenant);
+  if (it != ckpt_ids_.end()) return it->second;
+  checkpoint::TenantId id = ckpt_names_.empty() ? 1 : ckpt_names_.rbegin()->first + 1;
+  ckpt_ids_[tenant] = id;
+  ckpt_names_[id] = tenant;
+  SaveTenantIds();
+  return id;
+}
+
+// Under mu_. Written to a temporary file, then renamed.
+void Engines::SaveTenantIds() {
+  json ids = json::object();
+  for (const auto& [name, id] : ckpt_ids_) ids[name] = id;
+  const std::string path = config_.state_dir + "/checkpoints/tenants.json";
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    out << ids.dump() << "\n";
+    if (!out) {
+      spdlog::error("event=ckpt_tenants_save_failed path={}", path);
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(path + ".tmp", path, ec);
+  if (ec) spdlog::error("event=ckpt_tenants_save_failed path={} error=\"{}\"", path, ec.message());
+}
+
+bool Engines::ClaimQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = quiesce_.try_emplace({t, s}, owner);
+  return inserted || it->second == owner;
+}
+
+void Engines::ReleaseQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = quiesce_.find({t, s});
+  if (it != quiesce_.end() && it->second == owner) quiesce_.erase(it);
+}
+
+void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
+  std::string tenant;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ckpt_names_.find(e.tenant);
+    if (it == ckpt_names_.end()) return;
+    tenant = it->second;
+  }
+  events::EventSpec spec =
+      events::MakeCheckpoint(static_cast<events::CheckpointKind>(e.kind), e.stream,
+                             static_cast<hz_ckpt_tier>(e.tier), e.step, e.status, e.flags);
+  uint64_t seq = 0;
+  events::Status st = bus_->Publish(tenant, spec, &seq);
+  if (!st.ok()) {
+    spdlog::warn("event=ckpt_event_lost tenant={} stream={} step={} error=\"{}\"", tenant, e.stream,
+                 e.step, st.ToString());
+    return;
+  }
+  ckpt_events_.fetch_add(1, std::memory_order_relaxed);
+  published_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// SPEC §7.5.7: a SCHEDULED notice (or STARTED) lets the provider copy every
+// registered stream before the deadline. OnNotice waits for the copies, so it
+// runs on a thread of its own, never on the operator's or a VM's.
+void Engines::Notice(const std::string& tenant, const hz_event& ev) {
+  if (!ckpt_) return;
+  if (ev.topic != HZ_TOPIC_MAINTENANCE && ev.topic != HZ_TOPIC_PREEMPTION) return;
+  checkpoint::TenantId id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ckpt_ids_.find(tenant);
+    if (it == ckpt_ids_.end()) return;  // never used checkpoints
+    id = it->second;
+  }
+  const uint64_t now = static_cast<uint64_t>(std::time(nullptr));
+  // Without a deadline (STARTED) the copy still gets a bounded window.
+  uint64_t left_s = ev.deadline_s > now ? ev.deadline_s - now : 10;
+  left_s = std::min<uint64_t>(left_s, 3600);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(left_s);
+  jit_notices_.fetch_add(1, std::memory_order_relaxed);
+  checkpoint::Engine* engine = ckpt_.get();
+  std::lock_guard<std::mutex> lock(mu_);
+  notices_.emplace_back([engine, id, deadline, tenant] {
+    for (const checkpoint::NoticeOutcome& o : engine->OnNotice(id, deadline)) {
+      spdlog::info("event=ckpt_jit tenant={} stream={} step={} status={} attempts={}", tenant,
+                   o.stream, o.step, checkpoint::StatusName(o.status), o.attempts);
+    }
+  });
+}
+
+uint64_t Engines::Features() const {
+  uint64_t f = 0;
+  if (bus_) f |= 1ull << HZ_F_EVENTS;
+  if (ckpt_) f |= 1ull << HZ_F_CHECKPOINT;
+  return f;
+}
+
+bool Engines::Command(const std::string& cmd, const json& req, json* out, std::string* error) {
+  if (cmd == "event.inject") {
+    *error = InjectEvent(req, out);
+    return true;
+  }
+  if (cmd == "checkpoint.list") {
+    *error = ListCheckpoints(req, out);
+    return true;
+  }
+  return false;
+}
+
+// {"cmd": "event.inject", "tenant": "t1", "event": {"topic": "maintenance", ...}}
+// The event object is SpecFromJson's (hz/events/injection.h).
+std::string Engines::InjectEvent(const json& req, json* out) {
+  for (const auto& [k, v] : req.items()) {
+    if (k != "cmd" && k != "id" && k != "tenant" && k != "event") {
+      return "unknown field \"" + k + "\"";
+    }
+  }
+  auto t = req.find("tenant");
+  if (t == req.end() || !t->is_string()) return "field \"tenant\" must be a string";
+  auto e = req.find("event");
+  if (e == req.end() || !e->is_object()) return "field \"event\" must be an object";
+  if (!bus_) return "the event bus is not running";
+  events::EventSpec spec;
+  events::Status st =
+      events::SpecFromJson(e->dump(), static_cast<uint64_t>(std::time(nullptr)), &spec);
+  if (!st.ok()) return st.message().empty() ? st.ToString() : st.message();
+  uint64_t seq = 0;
+  const std::string tenant = t->get<std::string>();
+  st = bus_->Publish(tenant, spec, &seq);
+  if (!st.ok()) return st.ToString();
+  published_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::info("event=event_injected tenant={} topic={} kind={} seq={} deadline_s={}", tenant,
+               spec.topic, spec.kind, seq, spec.deadline_s);
+  hz_event ev{};
+  json res = {{"tenant", tenant}, {"seq", seq}};
+  if (bus_->Get(tenant, seq, &ev).ok()) {
+    res["deadline_s"] = ev.deadline_s;
+    Notice(tenant, ev);
+  }
+  *out = res;
+  return {};
+}
+
+// {"cmd": "checkpoint.list", "tenant": "t1"}: the tenant's streams with their
+// checkpoints, and the engine's recent decisions about them.
+std::string Engines::ListCheckpoints(const json& req, json* out) {
+  for (const auto& [k, v] : req.items()) {
+    if (k != "cmd" && k != "id" && k != "tenant") return "unknown field \"" + k + "\"";
+  }
+  auto t = req.find("tenant");
+  if (t == req.end() || !t->is_string()) return "field \"tenant\" must be a string";
+  if (!ckpt_) return "the checkpoint engine is not running";
+  const std::string tenant = t->get<std::string>();
+  checkpoint::TenantId id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ckpt_ids_.find(tenant);
+    if (it == ckpt_ids_.end()) {
+      *out = {{"tenant", tenant}, {"streams", json::array()}, {"decisions", json::array()}};
+      return {};
+    }
+    id = it->second;
+  }
+  // Streams are the directories under <root>/<tenant id>/.
+  json streams = json::array();
+  std::error_code ec;
+  std::vector<checkpoint::StreamId> ids;
+  for (const auto& de : std::filesystem::directory_iterator(
+           config_.state_dir + "/checkpoints/" + std::to_string(id), ec)) {
+    const std::string name = de.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    unsigned long long v = std::strtoull(name.c_str(), nullptr, 10);
+    if (v == 0 || v > UINT32_MAX) continue;
+    ids.push_back(static_cast<checkpoint::StreamId>(v));
+  }
+  std::sort(ids.begin(), ids.end());
+  for (checkpoint::StreamId s : ids) {
+    std::vector<checkpoint::ListEntry> entries;
+    bool more = false;
+    if (ckpt_->List(id, s, 0, 1024, &entries, &more) != checkpoint::Status::kOk) continue;
+    json steps = json::array();
+    for (const auto& e : entries) {
+      steps.push_back(
+          {{"step", e.step},
+           {"bytes", e.bytes},
+           {"time_s", e.time_s},
+           {"state", e.state == checkpoint::CkptState::kDurable ? "durable" : "staged"},
+           {"tier", e.tier == checkpoint::TierKind::kHostMemory ? "host_memory" : "local_disk"}});
+    }
+    streams.push_back({{"stream", s}, {"checkpoints", steps}, {"more", more}});
+  }
+  json decisions = json::array();
+  for (const checkpoint::Decision& d : ckpt_->Decisions()) {
+    if (d.tenant != id) continue;
+    decisions.push_back({{"kind", checkpoint::DecisionKindName(d.kind)},
+                         {"stream", d.stream},
+                         {"step", d.step},
+                         {"value", d.value}});
+  }
+  *out = {{"tenant", tenant}, {"streams", streams}, {"decisions", decisions}};
+  return {};
+}
+
+json Engines::Counters() const {
+  json out = {{"events", {{"published", published_.load()}, {"delivered", delivered_.load()}}}};
+  if (ckpt_) {
+    checkpoint::Stats s = ckpt_->GetStats();
+    uint64_t saves = 0, durable = 0, bytes = 0, restores = 0, corrupt = 0, failures = 0;
+    for (const auto& t : s.tenants) {
+      saves += t.saves;
+      durable += t.durable;
+      bytes += t.bytes_persisted;
+      restores += t.restores;
+      corrupt += t.corrupt_restores;
+      failures += t.persist_failures;
+    }
+    out["checkpoints"] = {{"saves", saves},
+                          {"persisted", durable},
+                          {"bytes_persisted", bytes},
+                          {"restores", restores},
+                          {"corrupt_restores", corrupt},
+                          {"persist_failures", failures},
+                          {"jit_notices", jit_notices_.load()},
+                          {"events", ckpt_events_.load()},
+                          {"free_chunks", s.free_chunks},
+                          {"pool_chunks", s.pool_chunks}};
+  }
+  return out;
+}
+
+std::string Engines::MetricsText() const {
+  std::string out;
+  out += "# HELP hz_events_published_total Events published to tenants' logs.\n";
+  out += "# TYPE hz_events_published_total counter\n";
+  out += "hz_events_published_total " + std::to_string(published_.load()) + "\n";
+  out += "# HELP hz_events_delivered_total Event records written into guests' event buffers.\n";
+  out += "# TYPE hz_events_delivered_total counter\n";
+  out += "hz_events_delivered_total " + std::to_string(delivered_.load()) + "\n";
+  if (ckpt_) {
+    json c = Counters()["checkpoints"];
+    for (const char* k :
+         {"saves", "persisted", "bytes_persisted", "restores", "corrupt_restores"}) {
+      out += std::string("# TYPE hz_checkpoint_") + k + "_total counter\n";
+      out += std::string("hz_checkpoint_") + k + "_total " + std::to_string(c[k].get<uint64_t>()) +
+             "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace hz::service

@@ -1,0 +1,238 @@
+// Checkpoints end to end: a tenant process saves, lists and restores through
+// libharmonaize; the service keeps the bytes on its disk and verifies them.
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harmonaize/hz.h"
+#include "service_harness.h"
+
+namespace {
+
+using hz::testing::ServiceProcess;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr int kWaitMs = 10000;  // only detects hangs
+constexpr size_t kBytes = 1u << 20;
+
+struct CkptPayload {  // SPEC §8.3.6
+  uint32_t stream;
+  uint32_t tier;
+  uint64_t step;
+  uint32_t status;
+  uint32_t flags;
+};
+
+class EngineCheckpoints : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(svc_.Start());
+    socks_ = svc_.TenantWithVms("ck", 1);
+    ASSERT_EQ(socks_.size(), 1u);
+    Open();
+  }
+  void TearDown() override {
+    if (dev_ != nullptr) hz_close(dev_);
+  }
+  void Open() {
+    ASSERT_EQ(hz_open(("vhost-user:" + socks_[0]).c_str(), &dev_), HZ_OK);
+    hz_device_info info;
+    ASSERT_EQ(hz_device_get_info(dev_, &info), HZ_OK);
+    ASSERT_TRUE(info.features & (1ull << HZ_F_CHECKPOINT));
+  }
+  void SetPolicy(uint32_t stream, uint32_t flags = 0) {
+    hz_ckpt_policy p{flags, 2, HZ_TIER_LOCAL_DISK, 1000, 0};
+    ASSERT_EQ(hz_ckpt_set_policy(dev_, stream, &p), HZ_OK);
+  }
+  // Waits until every checkpoint of the stream is durable; returns the list.
+  std::vector<hz_ckpt_info> WaitDurable(uint32_t stream) {
+    std::vector<hz_ckpt_info> e(16);
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+    while (std::chrono::steady_clock::now() < until) {
+      size_t n = 0;
+      if (hz_ckpt_list(dev_, stream, e.data(), e.size(), &n) != HZ_OK) break;
+      bool all = n > 0;
+      for (size_t i = 0; i < n; ++i) all = all && e[i].state == HZ_CKPT_DURABLE;
+      if (all) return {e.begin(), e.begin() + static_cast<long>(n)};
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "stream " << stream << " never became durable";
+    return {};
+  }
+  // Fills with a pattern that depends on seed.
+  static void Fill(uint8_t* p, size_t n, uint32_t seed) {
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>((i * 2654435761u + seed) >> 7);
+  }
+  std::string DataFile(uint32_t stream, uint64_t step) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "%020llu", static_cast<unsigned long long>(step));
+    for (const auto& t : fs::directory_iterator(svc_.dir() + "/checkpoints")) {
+      fs::path p = t.path() / std::to_string(stream) / name / "data";
+      if (fs::exists(p)) return p.string();
+    }
+    return {};
+  }
+
+  ServiceProcess svc_;
+  std::vector<std::string> socks_;
+  hz_device_t* dev_ = nullptr;
+};
+
+TEST_F(EngineCheckpoints, SaveListRestoreAcrossARestartAndDetectCorruption) {
+  SetPolicy(1);
+  void* p = nullptr;
+  ASSERT_EQ(hz_mem_alloc(dev_, kBytes, &p), HZ_OK);
+  auto* buf = static_cast<uint8_t*>(p);
+  Fill(buf, kBytes, 7);
+  std::vector<uint8_t> want(buf, buf + kBytes);
+  hz_buf slice{buf, kBytes};
+  const char meta[] = "layout:v1";
+  hz_ckpt_info ci{};
+  ASSERT_EQ(hz_ckpt_save(dev_, 1, 10, &slice, 1, meta, sizeof(meta), &ci), HZ_OK);
+  EXPECT_EQ(ci.step, 10u);
+  // Steps only increase, and a step is saved once.
+  EXPECT_EQ(hz_ckpt_save(dev_, 1, 10, &slice, 1, nullptr, 0, &ci), HZ_EEXIST);
+  EXPECT_EQ(hz_ckpt_save(dev_, 1, 5, &slice, 1, nullptr, 0, &ci), HZ_EINVAL);
+
+  std::vector<hz_ckpt_info> list = WaitDurable(1);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].step, 10u);
+  EXPECT_EQ(list[0].bytes, kBytes);
+  EXPECT_EQ(list[0].tier, HZ_TIER_LOCAL_DISK);
+
+  // The operator's view.
+  json r = svc_.Control({{"cmd", "checkpoint.list"}, {"tenant", "ck"}});
+  ASSERT_TRUE(r.value("ok", false)) << r.dump();
+  ASSERT_EQ(r["result"]["streams"].size(), 1u);
+  EXPECT_EQ(r["result"]["streams"][0]["checkpoints"][0]["step"], 10);
+  EXPECT_EQ(r["result"]["streams"][0]["checkpoints"][0]["state"], "durable");
+  r = svc_.Control({{"cmd", "counters"}});
+  EXPECT_GE(r["result"]["checkpoints"]["saves"].get<uint64_t>(), 1u);
+  EXPECT_GE(r["result"]["checkpoints"]["bytes_persisted"].get<uint64_t>(), kBytes);
+
+  // Restore in the same session.
+  std::memset(buf, 0, kBytes);
+  char got_meta[64] = {};
+  size_t meta_len = sizeof(got_meta);
+  ASSERT_EQ(hz_ckpt_restore(dev_, 1, HZ_STEP_LATEST, &slice, 1, got_meta, &meta_len, &ci), HZ_OK);
+  EXPECT_EQ(ci.step, 10u);
+  EXPECT_EQ(meta_len, sizeof(meta));
+  EXPECT_STREQ(got_meta, meta);
+  EXPECT_EQ(std::memcmp(buf, want.data(), kBytes), 0);
+
+  // A restart of the service: the checkpoint comes back from disk.
+  hz_close(dev_);
+  dev_ = nullptr;
+  ASSERT_EQ(svc_.Terminate(), 0);
+  ASSERT_TRUE(svc_.Start());
+  Open();
+  ASSERT_EQ(hz_mem_alloc(dev_, kBytes, &p), HZ_OK);
+  buf = static_cast<uint8_t*>(p);
+  slice = {buf, kBytes};
+  std::memset(buf, 0, kBytes);
+  meta_len = sizeof(got_meta);
+  ASSERT_EQ(hz_ckpt_restore(dev_, 1, 10, &slice, 1, got_meta, &meta_len, &ci), HZ_OK);
+  EXPECT_EQ(std::memcmp(buf, want.data(), kBytes), 0);
+
+  // One flipped byte in the chunk file: ECORRUPT and no guest byte written.
+  std::string data = DataFile(1, 10);
+  ASSERT_FALSE(data.empty());
+  {
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(4096);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(4096);
+    f.write(&c, 1);
+    ASSERT_TRUE(f.good());
+  }
+  std::memset(buf, 0xEE, kBytes);
+  meta_len = sizeof(got_meta);
+  EXPECT_EQ(hz_ckpt_restore(dev_, 1, 10, &slice, 1, got_meta, &meta_len, &ci), HZ_ECORRUPT);
+  size_t untouched = 0;
+  for (size_t i = 0; i < kBytes; ++i) untouched += buf[i] == 0xEE;
+  EXPECT_EQ(untouched, kBytes);
+}
+
+TEST_F(EngineCheckpoints, UnknownStreamsAndBadRequests) {
+  void* p = nullptr;
+  ASSERT_EQ(hz_mem_alloc(dev_, 4096, &p), HZ_OK);
+  hz_buf slice{p, 4096};
+  hz_ckpt_info ci{};
+  size_t n = 0;
+  hz_ckpt_info e[4];
+  EXPECT_EQ(hz_ckpt_list(dev_, 77, e, 4, &n), HZ_ENOENT);
+  size_t meta_len = 0;
+  EXPECT_EQ(hz_ckpt_restore(dev_, 77, HZ_STEP_LATEST, &slice, 1, nullptr, &meta_len, &ci),
+            HZ_ENOENT);
+  EXPECT_EQ(hz_ckpt_save(dev_, 77, 1, &slice, 1, nullptr, 0, &ci), HZ_ENOENT);
+  hz_ckpt_policy peer{0, 1, HZ_TIER_PEER_HOST, 0, 0};
+  EXPECT_EQ(hz_ckpt_set_policy(dev_, 3, &peer), HZ_ENOTSUP);
+  hz_ckpt_policy flags{0x80, 1, HZ_TIER_LOCAL_DISK, 0, 0};
+  EXPECT_EQ(hz_ckpt_set_policy(dev_, 3, &flags), HZ_ENOTSUP);
+  SetPolicy(3);
+  // A restore with the wrong slice size is refused before anything is written.
+  ASSERT_EQ(hz_ckpt_save(dev_, 3, 1, &slice, 1, nullptr, 0, &ci), HZ_OK);
+  hz_buf small{p, 1024};
+  EXPECT_EQ(hz_ckpt_restore(dev_, 3, 1, &small, 1, nullptr, &meta_len, &ci), HZ_EINVAL);
+  EXPECT_EQ(hz_ckpt_delete(dev_, 3, 1), HZ_OK);
+  EXPECT_EQ(hz_ckpt_delete(dev_, 3, 1), HZ_ENOENT);
+}
+
+TEST_F(EngineCheckpoints, MaintenanceNoticeTakesAJustInTimeCheckpoint) {
+  SetPolicy(2, HZ_CKPT_F_AUTO_SAVE_ON_NOTICE);
+  void* w = nullptr;
+  void* s = nullptr;
+  ASSERT_EQ(hz_mem_alloc(dev_, 4096, &w), HZ_OK);
+  ASSERT_EQ(hz_mem_alloc(dev_, 64 * 1024, &s), HZ_OK);
+  auto* word = static_cast<hz_quiesce_word*>(w);
+  auto* state = static_cast<uint8_t*>(s);
+  Fill(state, 64 * 1024, 42);
+  std::vector<uint8_t> want(state, state + 64 * 1024);
+  word->step = 42;
+  __atomic_store_n(&word->seq, 2, __ATOMIC_RELEASE);  // even: consistent
+  hz_buf slice{state, 64 * 1024};
+  ASSERT_EQ(hz_ckpt_quiesce(dev_, 2, word, &slice, 1), HZ_OK);
+  ASSERT_EQ(hz_event_subscribe(dev_, HZ_TOPIC_ALL, HZ_SEQ_CURSOR), HZ_OK);
+
+  json r =
+      svc_.Control({{"cmd", "event.inject"},
+                    {"tenant", "ck"},
+                    {"event", {{"topic", "maintenance"}, {"kind", "scheduled"}, {"in_s", 120}}}});
+  ASSERT_TRUE(r.value("ok", false)) << r.dump();
+
+  bool maintenance = false, jit = false;
+  hz_event ev{};
+  while (!(maintenance && jit)) {
+    ASSERT_EQ(hz_event_next(dev_, &ev, kWaitMs), HZ_OK) << "maintenance=" << maintenance;
+    if (ev.topic == HZ_TOPIC_MAINTENANCE) maintenance = true;
+    if (ev.topic == HZ_TOPIC_CHECKPOINT && ev.kind == 2 /* JIT_SAVED */) {
+      CkptPayload c;
+      std::memcpy(&c, ev.payload, sizeof(c));
+      EXPECT_EQ(c.stream, 2u);
+      EXPECT_EQ(c.step, 42u);
+      jit = true;
+    }
+  }
+  size_t n = 0;
+  hz_ckpt_info e[4];
+  ASSERT_EQ(hz_ckpt_list(dev_, 2, e, 4, &n), HZ_OK);
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(e[0].step, 42u);
+  EXPECT_EQ(e[0].bytes, 64u * 1024);
+  std::memset(state, 0, 64 * 1024);
+  size_t meta_len = 0;
+  hz_ckpt_info ci{};
+  ASSERT_EQ(hz_ckpt_restore(dev_, 2, 42, &slice, 1, nullptr, &meta_len, &ci), HZ_OK);
+  EXPECT_EQ(std::memcmp(state, want.data(), want.size()), 0);
+}
+
+}  // namespace
