@@ -85,9 +85,7 @@ class Comm {
   hz_comm_t* get() const { return comm_; }
   int rank() const { return hz_comm_rank(comm_); }
   int size() const { return hz_comm_size(comm_); }
-  void Abort() {
-    hz_comm_abort(std::exchange(comm_, nullptr));
-  }
+  void Abort() { hz_comm_abort(std::exchange(comm_, nullptr)); }
   void AllReduce(const void* send, void* recv, size_t count, hz_dtype dt, hz_redop op) {
     Check(hz_allreduce(comm_, send, recv, count, dt, op));
   }

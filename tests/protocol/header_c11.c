@@ -8,5 +8,9 @@
 size_t hz_c11_sizeof_event(void);
 size_t hz_c11_offsetof_coll_recv(void);
 
-size_t hz_c11_sizeof_event(void) { return sizeof(struct hz_event); }
-size_t hz_c11_offsetof_coll_recv(void) { return offsetof(struct hz_coll_args, recv); }
+size_t hz_c11_sizeof_event(void) {
+  return sizeof(struct hz_event);
+}
+size_t hz_c11_offsetof_coll_recv(void) {
+  return offsetof(struct hz_coll_args, recv);
+}

@@ -13,8 +13,8 @@ struct hz_comm {
   uint64_t handle = 0;
   uint32_t rank = 0;
   uint32_t nranks = 0;
-  uint64_t seq = 0;      // next collective sequence number
-  uint16_t queue = 0;    // request queue this communicator posts on
+  uint64_t seq = 0;    // next collective sequence number
+  uint16_t queue = 0;  // request queue this communicator posts on
 };
 
 struct hz_request {
@@ -42,16 +42,21 @@ constexpr size_t kInlineMax = 64 * 1024;
 size_t ElementSize(int dt) {
   switch (dt) {
     case HZ_INT8:
-    case HZ_UINT8: return 1;
+    case HZ_UINT8:
+      return 1;
     case HZ_FP16:
-    case HZ_BF16: return 2;
+    case HZ_BF16:
+      return 2;
     case HZ_INT32:
     case HZ_UINT32:
-    case HZ_FP32: return 4;
+    case HZ_FP32:
+      return 4;
     case HZ_INT64:
     case HZ_UINT64:
-    case HZ_FP64: return 8;
-    default: return 0;
+    case HZ_FP64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -72,23 +77,50 @@ int Sizes(const hz_comm* c, uint16_t opcode, size_t count, int dt, uint32_t root
   const size_t nb = b * c->nranks;
   const bool is_root = c->rank == root;
   switch (opcode) {
-    case HZ_OP_ALLREDUCE: p->send_bytes = b; p->recv_bytes = b; break;
-    case HZ_OP_BROADCAST: p->send_bytes = is_root ? b : 0; p->recv_bytes = b; break;
-    case HZ_OP_REDUCE: p->send_bytes = b; p->recv_bytes = is_root ? b : 0; break;
-    case HZ_OP_ALLGATHER: p->send_bytes = b; p->recv_bytes = nb; break;
-    case HZ_OP_REDUCE_SCATTER: p->send_bytes = nb; p->recv_bytes = b; break;
-    case HZ_OP_ALLTOALL: p->send_bytes = nb; p->recv_bytes = nb; break;
-    case HZ_OP_SEND: p->send_bytes = b; p->recv_bytes = 0; break;
-    case HZ_OP_RECV: p->send_bytes = 0; p->recv_bytes = b; break;
-    default: p->send_bytes = 0; p->recv_bytes = 0; break;  // barrier
+    case HZ_OP_ALLREDUCE:
+      p->send_bytes = b;
+      p->recv_bytes = b;
+      break;
+    case HZ_OP_BROADCAST:
+      p->send_bytes = is_root ? b : 0;
+      p->recv_bytes = b;
+      break;
+    case HZ_OP_REDUCE:
+      p->send_bytes = b;
+      p->recv_bytes = is_root ? b : 0;
+      break;
+    case HZ_OP_ALLGATHER:
+      p->send_bytes = b;
+      p->recv_bytes = nb;
+      break;
+    case HZ_OP_REDUCE_SCATTER:
+      p->send_bytes = nb;
+      p->recv_bytes = b;
+      break;
+    case HZ_OP_ALLTOALL:
+      p->send_bytes = nb;
+      p->recv_bytes = nb;
+      break;
+    case HZ_OP_SEND:
+      p->send_bytes = b;
+      p->recv_bytes = 0;
+      break;
+    case HZ_OP_RECV:
+      p->send_bytes = 0;
+      p->recv_bytes = b;
+      break;
+    default:
+      p->send_bytes = 0;
+      p->recv_bytes = 0;
+      break;  // barrier
   }
   if ((p->send_bytes && p->send == nullptr) || (p->recv_bytes && p->recv == nullptr))
     return HZ_EINVAL;
   return HZ_OK;
 }
 
-int Post(hz_comm* c, uint16_t opcode, const void* send, void* recv, size_t count, int dt,
-         int op, uint32_t peer, hz_request** out) {
+int Post(hz_comm* c, uint16_t opcode, const void* send, void* recv, size_t count, int dt, int op,
+         uint32_t peer, hz_request** out) {
   if (c == nullptr || out == nullptr) return HZ_EINVAL;
   hz_device* dev = c->dev;
   if (!Granted(dev, HZ_F_COLLECTIVES)) return HZ_ENOTSUP;
@@ -96,8 +128,8 @@ int Post(hz_comm* c, uint16_t opcode, const void* send, void* recv, size_t count
   const bool p2p = opcode == HZ_OP_SEND || opcode == HZ_OP_RECV;
   if ((rooted || p2p) && peer >= c->nranks) return HZ_EINVAL;
   if (p2p && peer == c->rank) return HZ_EINVAL;
-  const bool reduces = opcode == HZ_OP_ALLREDUCE || opcode == HZ_OP_REDUCE ||
-                       opcode == HZ_OP_REDUCE_SCATTER;
+  const bool reduces =
+      opcode == HZ_OP_ALLREDUCE || opcode == HZ_OP_REDUCE || opcode == HZ_OP_REDUCE_SCATTER;
   if (reduces && (op < 0 || op >= HZ_REDOP_MAX)) return HZ_EINVAL;
   if (opcode == HZ_OP_BARRIER) dt = HZ_UINT8;
   Plan plan{opcode, send, recv, 0, 0};
@@ -166,8 +198,8 @@ int Post(hz_comm* c, uint16_t opcode, const void* send, void* recv, size_t count
     }
   }
 
-  rc = dev->transport->Submit(c->queue, opcode, &a, sizeof(a), {&data, data.len ? 1u : 0u},
-                              result, result_len, &req->ticket);
+  rc = dev->transport->Submit(c->queue, opcode, &a, sizeof(a), {&data, data.len ? 1u : 0u}, result,
+                              result_len, &req->ticket);
   if (rc != HZ_OK) {
     if (req->stage) hz_mem_free(dev, req->stage);
     return rc;
@@ -214,8 +246,8 @@ extern "C" int hz_comm_get_uid(hz_device_t* dev, hz_uid_t* uid) {
   return rc;
 }
 
-extern "C" int hz_comm_init(hz_device_t* dev, const hz_uid_t* uid, uint32_t nranks,
-                            uint32_t rank, const struct hz_comm_config* cfg, hz_comm_t** out) {
+extern "C" int hz_comm_init(hz_device_t* dev, const hz_uid_t* uid, uint32_t nranks, uint32_t rank,
+                            const struct hz_comm_config* cfg, hz_comm_t** out) {
   if (dev == nullptr || uid == nullptr || out == nullptr || nranks == 0 || rank >= nranks)
     return HZ_EINVAL;
   if (!Granted(dev, HZ_F_COLLECTIVES)) return HZ_ENOTSUP;
@@ -256,10 +288,18 @@ static int CommCall(hz_comm_t* comm, uint16_t opcode) {
   return rc;
 }
 
-extern "C" int hz_comm_destroy(hz_comm_t* comm) { return CommCall(comm, HZ_OP_COMM_DESTROY); }
-extern "C" int hz_comm_abort(hz_comm_t* comm) { return CommCall(comm, HZ_OP_COMM_ABORT); }
-extern "C" int hz_comm_rank(const hz_comm_t* comm) { return comm ? int(comm->rank) : HZ_EINVAL; }
-extern "C" int hz_comm_size(const hz_comm_t* comm) { return comm ? int(comm->nranks) : HZ_EINVAL; }
+extern "C" int hz_comm_destroy(hz_comm_t* comm) {
+  return CommCall(comm, HZ_OP_COMM_DESTROY);
+}
+extern "C" int hz_comm_abort(hz_comm_t* comm) {
+  return CommCall(comm, HZ_OP_COMM_ABORT);
+}
+extern "C" int hz_comm_rank(const hz_comm_t* comm) {
+  return comm ? int(comm->rank) : HZ_EINVAL;
+}
+extern "C" int hz_comm_size(const hz_comm_t* comm) {
+  return comm ? int(comm->nranks) : HZ_EINVAL;
+}
 
 extern "C" int hz_allreduce(hz_comm_t* c, const void* s, void* r, size_t n, enum hz_dtype dt,
                             enum hz_redop op) {
@@ -276,8 +316,8 @@ extern "C" int hz_reduce(hz_comm_t* c, const void* s, void* r, size_t n, enum hz
 extern "C" int hz_allgather(hz_comm_t* c, const void* s, void* r, size_t n, enum hz_dtype dt) {
   return Blocking(c, HZ_OP_ALLGATHER, s, r, n, dt, 0, 0);
 }
-extern "C" int hz_reduce_scatter(hz_comm_t* c, const void* s, void* r, size_t n,
-                                 enum hz_dtype dt, enum hz_redop op) {
+extern "C" int hz_reduce_scatter(hz_comm_t* c, const void* s, void* r, size_t n, enum hz_dtype dt,
+                                 enum hz_redop op) {
   return Blocking(c, HZ_OP_REDUCE_SCATTER, s, r, n, dt, op, 0);
 }
 extern "C" int hz_alltoall(hz_comm_t* c, const void* s, void* r, size_t n, enum hz_dtype dt) {
@@ -293,32 +333,32 @@ extern "C" int hz_barrier(hz_comm_t* c) {
   return Blocking(c, HZ_OP_BARRIER, nullptr, nullptr, 0, HZ_UINT8, 0, 0);
 }
 
-extern "C" int hz_allreduce_async(hz_comm_t* c, const void* s, void* r, size_t n,
-                                  enum hz_dtype dt, enum hz_redop op, hz_request_t** q) {
+extern "C" int hz_allreduce_async(hz_comm_t* c, const void* s, void* r, size_t n, enum hz_dtype dt,
+                                  enum hz_redop op, hz_request_t** q) {
   return Post(c, HZ_OP_ALLREDUCE, s, r, n, dt, op, 0, q);
 }
-extern "C" int hz_broadcast_async(hz_comm_t* c, const void* s, void* r, size_t n,
-                                  enum hz_dtype dt, uint32_t root, hz_request_t** q) {
+extern "C" int hz_broadcast_async(hz_comm_t* c, const void* s, void* r, size_t n, enum hz_dtype dt,
+                                  uint32_t root, hz_request_t** q) {
   return Post(c, HZ_OP_BROADCAST, s, r, n, dt, 0, root, q);
 }
 extern "C" int hz_reduce_async(hz_comm_t* c, const void* s, void* r, size_t n, enum hz_dtype dt,
                                enum hz_redop op, uint32_t root, hz_request_t** q) {
   return Post(c, HZ_OP_REDUCE, s, r, n, dt, op, root, q);
 }
-extern "C" int hz_allgather_async(hz_comm_t* c, const void* s, void* r, size_t n,
-                                  enum hz_dtype dt, hz_request_t** q) {
+extern "C" int hz_allgather_async(hz_comm_t* c, const void* s, void* r, size_t n, enum hz_dtype dt,
+                                  hz_request_t** q) {
   return Post(c, HZ_OP_ALLGATHER, s, r, n, dt, 0, 0, q);
 }
 extern "C" int hz_reduce_scatter_async(hz_comm_t* c, const void* s, void* r, size_t n,
                                        enum hz_dtype dt, enum hz_redop op, hz_request_t** q) {
   return Post(c, HZ_OP_REDUCE_SCATTER, s, r, n, dt, op, 0, q);
 }
-extern "C" int hz_alltoall_async(hz_comm_t* c, const void* s, void* r, size_t n,
-                                 enum hz_dtype dt, hz_request_t** q) {
+extern "C" int hz_alltoall_async(hz_comm_t* c, const void* s, void* r, size_t n, enum hz_dtype dt,
+                                 hz_request_t** q) {
   return Post(c, HZ_OP_ALLTOALL, s, r, n, dt, 0, 0, q);
 }
-extern "C" int hz_send_async(hz_comm_t* c, const void* b, size_t n, enum hz_dtype dt,
-                             uint32_t peer, hz_request_t** q) {
+extern "C" int hz_send_async(hz_comm_t* c, const void* b, size_t n, enum hz_dtype dt, uint32_t peer,
+                             hz_request_t** q) {
   return Post(c, HZ_OP_SEND, b, nullptr, n, dt, 0, peer, q);
 }
 extern "C" int hz_recv_async(hz_comm_t* c, void* b, size_t n, enum hz_dtype dt, uint32_t peer,

@@ -21,7 +21,9 @@ int Slices(hz_device* dev, const hz_buf* bufs, size_t n, std::vector<hz_slice>* 
   return HZ_OK;
 }
 
-int Need(hz_device* dev, int feature) { return Granted(dev, feature) ? HZ_OK : HZ_ENOTSUP; }
+int Need(hz_device* dev, int feature) {
+  return Granted(dev, feature) ? HZ_OK : HZ_ENOTSUP;
+}
 
 void CopyNegotiation(const std::vector<uint8_t>& raw, uint32_t len, hz_negotiation* out) {
   hz_neg_result r;
@@ -81,8 +83,8 @@ extern "C" int hz_ckpt_save(hz_device_t* dev, uint32_t stream, uint64_t step, co
   hz_ckpt_save_result r{};
   // Saves go on a request queue: they stall only the caller, not control traffic.
   uint64_t ticket = 0;
-  int rc = dev->transport->Submit(0, HZ_OP_CKPT_SAVE, &a, sizeof(a), {data, meta_len ? 2u : 1u},
-                                  &r, sizeof(r), &ticket);
+  int rc = dev->transport->Submit(0, HZ_OP_CKPT_SAVE, &a, sizeof(a), {data, meta_len ? 2u : 1u}, &r,
+                                  sizeof(r), &ticket);
   if (rc != HZ_OK) return rc;
   Completion c;
   rc = dev->transport->Wait(ticket, -1, &c);
@@ -99,9 +101,8 @@ extern "C" int hz_ckpt_save(hz_device_t* dev, uint32_t stream, uint64_t step, co
   return HZ_OK;
 }
 
-extern "C" int hz_ckpt_restore(hz_device_t* dev, uint32_t stream, uint64_t step,
-                               const hz_buf* bufs, size_t n, void* meta, size_t* meta_len,
-                               hz_ckpt_info* out) {
+extern "C" int hz_ckpt_restore(hz_device_t* dev, uint32_t stream, uint64_t step, const hz_buf* bufs,
+                               size_t n, void* meta, size_t* meta_len, hz_ckpt_info* out) {
   if (dev == nullptr || stream == 0 || n > UINT32_MAX) return HZ_EINVAL;
   if (meta_len != nullptr && *meta_len > 0 && meta == nullptr) return HZ_EINVAL;
   if (int rc = Need(dev, HZ_F_CHECKPOINT); rc != HZ_OK) return rc;
@@ -266,7 +267,9 @@ extern "C" int hz_topology_get(hz_device_t* dev, hz_topology** out) {
   return HZ_OK;
 }
 
-extern "C" void hz_topology_free(hz_topology* t) { std::free(t); }
+extern "C" void hz_topology_free(hz_topology* t) {
+  std::free(t);
+}
 
 extern "C" int hz_neg_start(hz_device_t* dev, const hz_neg_request* req, hz_negotiation* out) {
   if (dev == nullptr || req == nullptr || out == nullptr || req->count == 0) return HZ_EINVAL;

@@ -98,9 +98,8 @@ int Hello(hz_device* dev) {
   a.version_major = HZ_VERSION_MAJOR;
   a.version_minor = HZ_VERSION_MINOR;
   a.driver_features = (1ull << HZ_F_COLLECTIVES) | (1ull << HZ_F_CHECKPOINT) |
-                      (1ull << HZ_F_EVENTS) | (1ull << HZ_F_NEGOTIATION) |
-                      (1ull << HZ_F_TOPOLOGY) | (1ull << HZ_F_HINTS) |
-                      (1ull << HZ_F_INLINE_DATA);
+                      (1ull << HZ_F_EVENTS) | (1ull << HZ_F_NEGOTIATION) | (1ull << HZ_F_TOPOLOGY) |
+                      (1ull << HZ_F_HINTS) | (1ull << HZ_F_INLINE_DATA);
   hz_hello_result r{};
   Completion c;
   int rc = ControlCall(dev, HZ_OP_HELLO, &a, sizeof(a), {}, &r, sizeof(r), &c);
@@ -192,30 +191,55 @@ extern "C" int hz_mem_unregister(hz_device_t* dev, void* ptr) {
 
 extern "C" const char* hz_strerror(int err) {
   switch (err) {
-    case HZ_OK: return "success";
-    case HZ_EINVAL: return "invalid argument";
-    case HZ_ENOTSUP: return "operation not supported by the device";
-    case HZ_EPERM: return "object belongs to another tenant";
-    case HZ_ENOENT: return "no such object";
-    case HZ_EEXIST: return "object already exists";
-    case HZ_ELIMIT: return "tenant quota or device limit reached";
-    case HZ_EAGAIN: return "temporarily out of resources, retry";
-    case HZ_ETIMEDOUT: return "timed out";
-    case HZ_EABORTED: return "communicator or operation aborted";
-    case HZ_EMISMATCH: return "ranks disagree on the operation";
-    case HZ_EFAULT: return "buffer outside registered memory";
-    case HZ_EIO: return "host I/O failure";
-    case HZ_ECORRUPT: return "stored data failed verification";
-    case HZ_ESHUTDOWN: return "the host service is shutting down";
-    case HZ_EVERSION: return "incompatible protocol version";
-    case HZ_ETOOSMALL: return "result buffer too small";
-    case HZ_EBUSY: return "object in use";
-    case HZ_ESTATE: return "not valid in the current state";
-    case HZ_EQUEUE: return "opcode not allowed on this queue";
-    case HZ_ENODEV: return "no HarmonAIze device (or it went away)";
-    case HZ_ETRANSPORT: return "transport failure talking to the device";
-    case HZ_ENOMEM: return "out of memory";
-    case HZ_EPENDING: return "request still in progress";
-    default: return "unknown error";
+    case HZ_OK:
+      return "success";
+    case HZ_EINVAL:
+      return "invalid argument";
+    case HZ_ENOTSUP:
+      return "operation not supported by the device";
+    case HZ_EPERM:
+      return "object belongs to another tenant";
+    case HZ_ENOENT:
+      return "no such object";
+    case HZ_EEXIST:
+      return "object already exists";
+    case HZ_ELIMIT:
+      return "tenant quota or device limit reached";
+    case HZ_EAGAIN:
+      return "temporarily out of resources, retry";
+    case HZ_ETIMEDOUT:
+      return "timed out";
+    case HZ_EABORTED:
+      return "communicator or operation aborted";
+    case HZ_EMISMATCH:
+      return "ranks disagree on the operation";
+    case HZ_EFAULT:
+      return "buffer outside registered memory";
+    case HZ_EIO:
+      return "host I/O failure";
+    case HZ_ECORRUPT:
+      return "stored data failed verification";
+    case HZ_ESHUTDOWN:
+      return "the host service is shutting down";
+    case HZ_EVERSION:
+      return "incompatible protocol version";
+    case HZ_ETOOSMALL:
+      return "result buffer too small";
+    case HZ_EBUSY:
+      return "object in use";
+    case HZ_ESTATE:
+      return "not valid in the current state";
+    case HZ_EQUEUE:
+      return "opcode not allowed on this queue";
+    case HZ_ENODEV:
+      return "no HarmonAIze device (or it went away)";
+    case HZ_ETRANSPORT:
+      return "transport failure talking to the device";
+    case HZ_ENOMEM:
+      return "out of memory";
+    case HZ_EPENDING:
+      return "request still in progress";
+    default:
+      return "unknown error";
   }
 }

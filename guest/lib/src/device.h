@@ -36,7 +36,9 @@ struct hz_device {
 namespace hz::lib {
 
 // Maps a device status to the API's error code.
-inline int FromStatus(uint32_t s) { return s == HZ_S_OK ? HZ_OK : -static_cast<int>(s); }
+inline int FromStatus(uint32_t s) {
+  return s == HZ_S_OK ? HZ_OK : -static_cast<int>(s);
+}
 
 bool Granted(const hz_device* dev, int feature);
 

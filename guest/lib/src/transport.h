@@ -22,7 +22,7 @@ struct DataSeg {
 };
 
 struct Completion {
-  int err = 0;  // 0, or a library error (HZ_ETRANSPORT, HZ_ENODEV, ...)
+  int err = 0;          // 0, or a library error (HZ_ETRANSPORT, HZ_ENODEV, ...)
   uint32_t status = 0;  // HZ_S_* when err == 0
   uint32_t result_len = 0;
   uint32_t detail = 0;

@@ -28,15 +28,23 @@ int FromErrno(int e) {
     case ENODEV:
     case ENOTTY:  // not a HarmonAIze device node
     case ENXIO:
-    case ENOENT: return HZ_ENODEV;
-    case ENOMEM: return HZ_ENOMEM;
-    case EFAULT: return HZ_EFAULT;
-    case EINVAL: return HZ_EINVAL;
-    case EAGAIN: return HZ_EAGAIN;
+    case ENOENT:
+      return HZ_ENODEV;
+    case ENOMEM:
+      return HZ_ENOMEM;
+    case EFAULT:
+      return HZ_EFAULT;
+    case EINVAL:
+      return HZ_EINVAL;
+    case EAGAIN:
+      return HZ_EAGAIN;
     case EPERM:
-    case EACCES: return HZ_EPERM;
-    case ETIMEDOUT: return HZ_ETIMEDOUT;
-    default: return HZ_ETRANSPORT;
+    case EACCES:
+      return HZ_EPERM;
+    case ETIMEDOUT:
+      return HZ_ETIMEDOUT;
+    default:
+      return HZ_ETRANSPORT;
   }
 }
 
@@ -71,7 +79,8 @@ class DriverTransport : public Transport {
     for (const DataSeg& d : data) {
       if (d.len) segs.push_back({reinterpret_cast<uint64_t>(d.ptr), d.len, 0, 0});
     }
-    if (result_len) segs.push_back({reinterpret_cast<uint64_t>(result), result_len, HZ_SEG_F_WRITE, 0});
+    if (result_len)
+      segs.push_back({reinterpret_cast<uint64_t>(result), result_len, HZ_SEG_F_WRITE, 0});
     hz_ioc_submit s{};
     s.opcode = opcode;
     s.queue = queue == kControlQueue ? HZ_QUEUE_CONTROL : queue;
@@ -162,11 +171,13 @@ class DriverTransport : public Transport {
   int ReadRecords(Clock::time_point deadline) {
     auto now = Clock::now();
     if (now >= deadline) return HZ_ETIMEDOUT;
-    int wait_ms = deadline == Clock::time_point::max()
-                      ? 1000
-                      : static_cast<int>(std::min<int64_t>(
-                            1000, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      deadline - now).count() + 1));
+    int wait_ms =
+        deadline == Clock::time_point::max()
+            ? 1000
+            : static_cast<int>(std::min<int64_t>(
+                  1000,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() +
+                      1));
     pollfd p{fd_, POLLIN, 0};
     int n = poll(&p, 1, wait_ms);
     if (n < 0) return errno == EINTR ? HZ_OK : FromErrno(errno);
@@ -222,7 +233,8 @@ int OpenDriver(const std::string& node, std::unique_ptr<Transport>* out) {
 
 int OpenTransport(const std::string& spec, std::unique_ptr<Transport>* out) {
   static constexpr char kVhostUser[] = "vhost-user:";
-  if (spec.rfind(kVhostUser, 0) == 0) return OpenVirtioUser(spec.substr(sizeof(kVhostUser) - 1), out);
+  if (spec.rfind(kVhostUser, 0) == 0)
+    return OpenVirtioUser(spec.substr(sizeof(kVhostUser) - 1), out);
   return OpenDriver(spec, out);
 }
 

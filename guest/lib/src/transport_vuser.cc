@@ -10,8 +10,8 @@
 #include <mutex>
 #include <vector>
 
-#include "transport.h"
 #include "harmonaize/hz.h"
+#include "transport.h"
 #include "vdev/frontend/virtio_user.h"
 
 namespace hz::lib {
@@ -21,18 +21,23 @@ using vdev::frontend::Completion;
 using vdev::frontend::HostBuffer;
 using vdev::frontend::VirtioUser;
 
-constexpr uint64_t kArenaBytes = 64ull << 20;   // first memfd region
-constexpr uint64_t kGrowBytes = 64ull << 20;    // smallest extra region
-constexpr uint32_t kEventBuffers = 64;          // event-queue buffers kept posted
+constexpr uint64_t kArenaBytes = 64ull << 20;  // first memfd region
+constexpr uint64_t kGrowBytes = 64ull << 20;   // smallest extra region
+constexpr uint32_t kEventBuffers = 64;         // event-queue buffers kept posted
 
 int FromVdev(const vdev::frontend::Status& s) {
   using Code = vdev::frontend::Status::Code;
   switch (s.code()) {
-    case Code::kOk: return HZ_OK;
-    case Code::kTimeout: return HZ_ETIMEDOUT;
-    case Code::kNoSpace: return HZ_ENOMEM;
-    case Code::kDisconnected: return HZ_ENODEV;
-    default: return HZ_ETRANSPORT;
+    case Code::kOk:
+      return HZ_OK;
+    case Code::kTimeout:
+      return HZ_ETIMEDOUT;
+    case Code::kNoSpace:
+      return HZ_ENOMEM;
+    case Code::kDisconnected:
+      return HZ_ENODEV;
+    default:
+      return HZ_ETRANSPORT;
   }
 }
 
@@ -58,7 +63,8 @@ class VirtioUserTransport : public Transport {
             HZ_CONFIG_MAGIC) {
       return HZ_ENODEV;  // not a HarmonAIze device
     }
-    for (uint16_t i = 0; i < dev_.num_queues(); ++i) queues_.push_back(std::make_unique<QueueState>());
+    for (uint16_t i = 0; i < dev_.num_queues(); ++i)
+      queues_.push_back(std::make_unique<QueueState>());
     return HZ_OK;
   }
 
@@ -107,8 +113,8 @@ class VirtioUserTransport : public Transport {
       dev_.Free(resp);
       return FromVdev(s);
     }
-    queues_[q]->pending[id] = Pending{req, resp, static_cast<uint32_t>(writable), result,
-                                     result_len};
+    queues_[q]->pending[id] =
+        Pending{req, resp, static_cast<uint32_t>(writable), result, result_len};
     *ticket = (uint64_t{q} << 56) | id;
     return HZ_OK;
   }
@@ -118,9 +124,9 @@ class VirtioUserTransport : public Transport {
     const uint64_t id = ticket & ((1ull << 56) - 1);
     if (q >= queues_.size()) return HZ_EINVAL;
     QueueState& qs = *queues_[q];
-    const auto deadline = timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
-                                         : std::chrono::steady_clock::now() +
-                                               std::chrono::milliseconds(timeout_ms);
+    const auto deadline =
+        timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
+                       : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     std::lock_guard<std::mutex> lock(qs.mu);
     auto it = qs.pending.find(id);
     if (it == qs.pending.end()) return HZ_EINVAL;
@@ -222,9 +228,9 @@ class VirtioUserTransport : public Transport {
     QueueState& qs = *queues_[HZ_VQ_EVENT];
     std::lock_guard<std::mutex> lock(qs.mu);
     if (event_buffers_.empty()) return HZ_ESTATE;
-    const auto deadline = timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
-                                         : std::chrono::steady_clock::now() +
-                                               std::chrono::milliseconds(timeout_ms);
+    const auto deadline =
+        timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
+                       : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (event_ready_.empty()) {
       auto now = std::chrono::steady_clock::now();
       if (now >= deadline) return HZ_ETIMEDOUT;

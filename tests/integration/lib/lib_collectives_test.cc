@@ -20,8 +20,8 @@ using hz::testing::ServiceProcess;
 constexpr int kRanks = 3;
 
 // Each failed check exits the rank process with a distinct code.
-#define RANK_CHECK(cond, code) \
-  do {                         \
+#define RANK_CHECK(cond, code)  \
+  do {                          \
     if (!(cond)) return (code); \
   } while (0)
 
@@ -37,7 +37,9 @@ int OpenComm(const std::string& sock, int rank, Pipe& pipe, hz_device_t** dev, h
   return hz_comm_init(*dev, &uid, kRanks, rank, nullptr, comm) == HZ_OK ? 0 : 13;
 }
 
-float Val(int rank, size_t i) { return static_cast<float>(rank + 1) * 0.5f + static_cast<float>(i % 97); }
+float Val(int rank, size_t i) {
+  return static_cast<float>(rank + 1) * 0.5f + static_cast<float>(i % 97);
+}
 
 // All-reduce sum of `count` floats with send/recv placed by `alloc`.
 int AllReduceCase(hz_device_t* dev, hz_comm_t* comm, int rank, size_t count, bool registered,
@@ -130,8 +132,10 @@ int CollectivesRank(const std::string& sock, int rank, Pipe& pipe) {
   // Two asynchronous all-reduces in flight, then a barrier.
   std::vector<float> x(100, 1.0f), y(100, 2.0f);
   hz_request_t *r1 = nullptr, *r2 = nullptr;
-  RANK_CHECK(hz_allreduce_async(comm, x.data(), x.data(), x.size(), HZ_FP32, HZ_SUM, &r1) == HZ_OK, 44);
-  RANK_CHECK(hz_allreduce_async(comm, y.data(), y.data(), y.size(), HZ_FP32, HZ_AVG, &r2) == HZ_OK, 45);
+  RANK_CHECK(hz_allreduce_async(comm, x.data(), x.data(), x.size(), HZ_FP32, HZ_SUM, &r1) == HZ_OK,
+             44);
+  RANK_CHECK(hz_allreduce_async(comm, y.data(), y.data(), y.size(), HZ_FP32, HZ_AVG, &r2) == HZ_OK,
+             45);
   RANK_CHECK(hz_wait(r1, 20000) == HZ_OK && hz_wait(r2, 20000) == HZ_OK, 46);
   RANK_CHECK(x[0] == 3.0f && y[99] == 2.0f, 47);
   RANK_CHECK(hz_barrier(comm) == HZ_OK, 48);
