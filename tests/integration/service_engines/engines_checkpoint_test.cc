@@ -30,7 +30,7 @@ struct CkptPayload {  // SPEC §8.3.6
   uint32_t flags;
 };
 
-class EngineCheckpoints : public ::testing::Test {
+class ServiceEngineCheckpoints : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(svc_.Start());
@@ -85,7 +85,7 @@ class EngineCheckpoints : public ::testing::Test {
   hz_device_t* dev_ = nullptr;
 };
 
-TEST_F(EngineCheckpoints, SaveListRestoreAcrossARestartAndDetectCorruption) {
+TEST_F(ServiceEngineCheckpoints, SaveListRestoreAcrossARestartAndDetectCorruption) {
   SetPolicy(1);
   void* p = nullptr;
   ASSERT_EQ(hz_mem_alloc(dev_, kBytes, &p), HZ_OK);
@@ -132,7 +132,15 @@ TEST_F(EngineCheckpoints, SaveListRestoreAcrossARestartAndDetectCorruption) {
   dev_ = nullptr;
   ASSERT_EQ(svc_.Terminate(), 0);
   ASSERT_TRUE(svc_.Start());
-  Open();
+  // The daemon answers its control socket before it has restored the VM
+  // bindings: wait (bounded) until the socket is served again.
+  for (int i = 0; i < 500 && dev_ == nullptr; ++i) {
+    if (hz_open(("vhost-user:" + socks_[0]).c_str(), &dev_) != HZ_OK) {
+      dev_ = nullptr;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ASSERT_NE(dev_, nullptr);
   ASSERT_EQ(hz_mem_alloc(dev_, kBytes, &p), HZ_OK);
   buf = static_cast<uint8_t*>(p);
   slice = {buf, kBytes};
@@ -162,7 +170,7 @@ TEST_F(EngineCheckpoints, SaveListRestoreAcrossARestartAndDetectCorruption) {
   EXPECT_EQ(untouched, kBytes);
 }
 
-TEST_F(EngineCheckpoints, UnknownStreamsAndBadRequests) {
+TEST_F(ServiceEngineCheckpoints, UnknownStreamsAndBadRequests) {
   void* p = nullptr;
   ASSERT_EQ(hz_mem_alloc(dev_, 4096, &p), HZ_OK);
   hz_buf slice{p, 4096};
@@ -187,7 +195,7 @@ TEST_F(EngineCheckpoints, UnknownStreamsAndBadRequests) {
   EXPECT_EQ(hz_ckpt_delete(dev_, 3, 1), HZ_ENOENT);
 }
 
-TEST_F(EngineCheckpoints, MaintenanceNoticeTakesAJustInTimeCheckpoint) {
+TEST_F(ServiceEngineCheckpoints, MaintenanceNoticeTakesAJustInTimeCheckpoint) {
   SetPolicy(2, HZ_CKPT_F_AUTO_SAVE_ON_NOTICE);
   void* w = nullptr;
   void* s = nullptr;

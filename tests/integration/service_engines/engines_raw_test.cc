@@ -19,7 +19,7 @@ using hz::testing::ServiceProcess;
 
 constexpr uint16_t kReq = HZ_VQ_REQUEST_BASE;
 
-class EngineCkptWire : public ::testing::Test {
+class ServiceEngineCkptWire : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(svc_.Start());
@@ -56,7 +56,7 @@ class EngineCkptWire : public ::testing::Test {
   HzClient c_;
 };
 
-TEST_F(EngineCkptWire, MultiExtentRegionsRoundTripByteExact) {
+TEST_F(ServiceEngineCkptWire, MultiExtentRegionsRoundTripByteExact) {
   GuestBuffer b;
   const uint64_t size = 3 * 65536 + 512;
   ASSERT_EQ(c_.Register(size, 3, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &b), HZ_S_OK);
@@ -82,7 +82,7 @@ TEST_F(EngineCkptWire, MultiExtentRegionsRoundTripByteExact) {
   EXPECT_EQ(got, want);
 }
 
-TEST_F(EngineCkptWire, SlicesOutsideARegionAndOverlapsAreRefused) {
+TEST_F(ServiceEngineCkptWire, SlicesOutsideARegionAndOverlapsAreRefused) {
   GuestBuffer b;
   ASSERT_EQ(c_.Register(65536, 1, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &b), HZ_S_OK);
   Reply r = Save(1, {{b.region, 0, 65536 - 100, 200}});
@@ -107,7 +107,7 @@ TEST_F(EngineCkptWire, SlicesOutsideARegionAndOverlapsAreRefused) {
   EXPECT_EQ(got, marker);
 }
 
-TEST_F(EngineCkptWire, SaveIsARequestQueueOperation) {
+TEST_F(ServiceEngineCkptWire, SaveIsARequestQueueOperation) {
   GuestBuffer b;
   ASSERT_EQ(c_.Register(4096, 1, HZ_REGION_F_READ, &b), HZ_S_OK);
   hz_ckpt_save_args a{};
