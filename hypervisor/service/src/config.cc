@@ -166,6 +166,7 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
     r.Int("max_args_bytes", &d.max_args_bytes, 4096, 64u << 20);
     r.Int("max_comm_ranks", &d.max_comm_ranks, 1, 1u << 16);
     r.Int("max_comms", &d.max_comms, 1, 1u << 16);
+    r.Bool("require_sealed_memory", &d.require_sealed_memory);
     r.RejectUnknown();
   }
   if (const toml::table* t = top.Table("tenant_defaults")) {

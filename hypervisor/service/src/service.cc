@@ -235,6 +235,7 @@ std::string Service::BindVm(const std::string& tenant, const std::string& socket
     return std::make_unique<HzDevice>(env, t, tenant_id, p);
   };
   vdev::ServerOptions opts;
+  opts.session.require_sealed_memory = config_.device.require_sealed_memory;
   std::unique_ptr<vdev::Server> server;
   bool ok = false;
   OnVdevThread([&] {

@@ -20,6 +20,11 @@ struct DeviceLimits {
   uint32_t max_args_bytes = 1u << 20;       // readable header + args + data
   uint32_t max_comm_ranks = 64;             // ranks per communicator
   uint32_t max_comms = 64;                  // live communicators per device
+  // Guest memory fds must be sealed against shrinking. A front-end that
+  // shrinks a mapped file would otherwise crash the service with SIGBUS.
+  // QEMU's memory-backend-memfd and libharmonaize's arena are sealed; turn
+  // this off only for trusted VMs on file-backed (hugetlbfs) memory.
+  bool require_sealed_memory = true;
 };
 
 // Per-tenant quotas, summed over all VMs bound to the tenant. A tenant created
