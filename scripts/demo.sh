@@ -5,7 +5,8 @@
 #   3. the operator creates a tenant and binds three VM sockets to it (hzctl);
 #   4. three tenant processes, one per socket, each a container-style tenant on
 #      the virtio-user transport, join one communicator and all-reduce 16 MiB
-#      through the service, zero-copy from their registered memory;
+#      through the service, zero-copy from their registered memory, then
+#      save, restore and verify a checkpoint of their shard;
 #   5. the operator's view: connected VMs, communicators, counters and metrics.
 # Everything printed comes from the programs that did the work.
 set -euo pipefail

@@ -61,20 +61,23 @@ static int exchange_uid(hz_device_t* dev, int rank, const char* path, hz_uid_t* 
 }
 
 static int checkpoint_round_trip(hz_device_t* dev, int rank, float* buf, size_t bytes) {
+  /* One checkpoint stream per rank: each rank saves its own shard. */
+  const uint32_t stream = (uint32_t)rank + 1;
+  char meta[64];
   struct hz_ckpt_policy pol = {0, 2, HZ_TIER_LOCAL_DISK, 1000, 60};
   struct hz_buf slice = {buf, bytes};
   struct hz_ckpt_info info;
   float first = buf[0], last = buf[COUNT - 1];
-  size_t meta_len = 0;
+  size_t meta_len = sizeof(meta);
   int rc;
 
-  rc = hz_ckpt_set_policy(dev, 1, &pol);
-  if (rc == HZ_OK) rc = hz_ckpt_save(dev, 1, 100, &slice, 1, "demo", 4, &info);
+  rc = hz_ckpt_set_policy(dev, stream, &pol);
+  if (rc == HZ_OK) rc = hz_ckpt_save(dev, stream, 100, &slice, 1, "demo", 4, &info);
   if (rc != HZ_OK) return rc;
   printf("rank %d: checkpoint step 100 saved (%zu MiB, stall %u us)\n", rank, bytes >> 20,
          info.stall_us);
   memset(buf, 0, bytes);
-  rc = hz_ckpt_restore(dev, 1, HZ_STEP_LATEST, &slice, 1, NULL, &meta_len, &info);
+  rc = hz_ckpt_restore(dev, stream, HZ_STEP_LATEST, &slice, 1, meta, &meta_len, &info);
   if (rc != HZ_OK) return rc;
   if (buf[0] != first || buf[COUNT - 1] != last) return HZ_ECORRUPT;
   printf("rank %d: checkpoint step %llu restored and verified\n", rank,
