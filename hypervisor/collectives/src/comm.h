@@ -72,6 +72,7 @@ class Comm {
   std::condition_variable idle;  // signalled when running_jobs drops to 0
   CommState state = CommState::kJoining;
   Status abort_reason = Status::kOk;
+  AbortCause abort_cause = AbortCause::kNone;
 
   std::vector<uint8_t> joined;
   uint32_t njoined = 0;

@@ -37,8 +37,9 @@ class EngineImpl {
   void Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank, Constraints c,
             InitDone done);
   void Post(const std::shared_ptr<Member>& m, OpDesc op, Done done);
-  void Destroy(const std::shared_ptr<Member>& m);
-  void Abort(const std::shared_ptr<Member>& m);
+  void Destroy(const std::shared_ptr<Member>& m, AbortCause cause);
+  void Abort(const std::shared_ptr<Member>& m, AbortCause cause);
+  AbortCause AbortCauseOf(const std::shared_ptr<Member>& m) const;
   void Shutdown();
   EngineStats Stats() const;
   std::vector<CommInfo> Communicators() const;
@@ -58,7 +59,7 @@ class EngineImpl {
   bool IsShutdown() const;
   void Deliver(TenantId tenant, Completions& c);
   // Requires c.mu. Fails every pending operation and init with reason.
-  void AbortLocked(Comm& c, Status reason, Completions& out);
+  void AbortLocked(Comm& c, Status reason, AbortCause cause, Completions& out);
   void ReleaseUid(const std::shared_ptr<Comm>& c);
   void PostP2P(const std::shared_ptr<Comm>& c, uint32_t rank, OpDesc op, Done done,
                Completions& out, std::shared_ptr<Job>* job);
@@ -561,10 +562,11 @@ void EngineImpl::Finish(const std::shared_ptr<Job>& job, bool incomplete, bool p
   if (pump && job->collective) Pump(job->comm);
 }
 
-void EngineImpl::AbortLocked(Comm& c, Status reason, Completions& out) {
+void EngineImpl::AbortLocked(Comm& c, Status reason, AbortCause cause, Completions& out) {
   if (c.state == CommState::kAborted) return;
   c.state = CommState::kAborted;
   c.abort_reason = reason;
+  c.abort_cause = cause;
   c.aborted.store(true);
   for (auto& [seq, pc] : c.colls) {
     for (auto& p : pc.posts) {
@@ -581,14 +583,14 @@ void EngineImpl::AbortLocked(Comm& c, Status reason, Completions& out) {
   c.pending_p2p = 0;
   for (auto& [r, fn] : c.init_waiters) out.inits.emplace_back(std::move(fn), reason);
   c.init_waiters.clear();
-  spdlog::debug("collectives: communicator {} of tenant {} aborted ({})", c.id, c.tenant,
-                StatusName(reason));
+  spdlog::debug("collectives: communicator {} of tenant {} aborted ({}, {})", c.id, c.tenant,
+                StatusName(reason), AbortCauseName(cause));
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.aborts;
   if (reason == Status::kTimedOut) ++stats_.timeouts;
 }
 
-void EngineImpl::Destroy(const std::shared_ptr<Member>& m) {
+void EngineImpl::Destroy(const std::shared_ptr<Member>& m, AbortCause cause) {
   if (!m || !m->comm_) return;
   const std::shared_ptr<Comm>& comm = m->comm_;
   Completions out;
@@ -600,7 +602,7 @@ void EngineImpl::Destroy(const std::shared_ptr<Member>& m) {
       ++comm->nleft;
       all_left = comm->nleft == comm->nranks;
     }
-    AbortLocked(*comm, Status::kAborted, out);
+    AbortLocked(*comm, Status::kAborted, cause, out);
   }
   Deliver(comm->tenant, out);
   if (!Scheduler::OnWorker()) {
@@ -612,14 +614,20 @@ void EngineImpl::Destroy(const std::shared_ptr<Member>& m) {
   if (all_left) ReleaseUid(comm);
 }
 
-void EngineImpl::Abort(const std::shared_ptr<Member>& m) {
+void EngineImpl::Abort(const std::shared_ptr<Member>& m, AbortCause cause) {
   if (!m || !m->comm_) return;
   Completions out;
   {
     std::lock_guard<std::mutex> lock(m->comm_->mu);
-    AbortLocked(*m->comm_, Status::kAborted, out);
+    AbortLocked(*m->comm_, Status::kAborted, cause, out);
   }
   Deliver(m->comm_->tenant, out);
+}
+
+AbortCause EngineImpl::AbortCauseOf(const std::shared_ptr<Member>& m) const {
+  if (!m || !m->comm_) return AbortCause::kNone;
+  std::lock_guard<std::mutex> lock(m->comm_->mu);
+  return m->comm_->abort_cause;
 }
 
 void EngineImpl::Shutdown() {
@@ -635,7 +643,7 @@ void EngineImpl::Shutdown() {
     Completions out;
     {
       std::lock_guard<std::mutex> lock(c->mu);
-      AbortLocked(*c, Status::kShutdown, out);
+      AbortLocked(*c, Status::kShutdown, AbortCause::kProvider, out);
     }
     Deliver(c->tenant, out);
   }
@@ -711,7 +719,7 @@ void EngineImpl::CheckTimeouts(const std::shared_ptr<Comm>& c, Clock::time_point
     if (earliest && *earliest <= now) {
       init_failed = c->state == CommState::kJoining;
       spdlog::debug("collectives: communicator {} timed out", c->id);
-      AbortLocked(*c, Status::kTimedOut, out);
+      AbortLocked(*c, Status::kTimedOut, AbortCause::kTimedOut, out);
     } else if (earliest) {
       ArmTimerLocked(c, *earliest);
     }
@@ -748,6 +756,7 @@ std::vector<CommInfo> EngineImpl::Communicators() const {
     i.pending = static_cast<uint32_t>(c->colls.size() + c->pending_p2p);
     i.state = c->state;
     i.abort_reason = c->abort_reason;
+    i.abort_cause = c->abort_cause;
     i.constraints = c->constraints;
     infos.push_back(i);
   }
@@ -786,14 +795,17 @@ void Engine::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t ran
 void Engine::Post(const std::shared_ptr<Member>& m, OpDesc op, Done done) {
   impl_->Post(m, std::move(op), std::move(done));
 }
-void Engine::Destroy(const std::shared_ptr<Member>& m) {
-  impl_->Destroy(m);
-}
-void Engine::Abort(const std::shared_ptr<Member>& m) {
-  impl_->Abort(m);
-}
 void Engine::Shutdown() {
   impl_->Shutdown();
+}
+void Engine::Destroy(const std::shared_ptr<Member>& m, AbortCause cause) {
+  impl_->Destroy(m, cause);
+}
+void Engine::Abort(const std::shared_ptr<Member>& m, AbortCause cause) {
+  impl_->Abort(m, cause);
+}
+AbortCause Engine::AbortCauseOf(const std::shared_ptr<Member>& m) const {
+  return impl_->AbortCauseOf(m);
 }
 EngineStats Engine::Stats() const {
   return impl_->Stats();

@@ -81,6 +81,24 @@ size_t DTypeSize(uint8_t dtype) {
   return 0;
 }
 
+const char* AbortCauseName(AbortCause c) {
+  switch (c) {
+    case AbortCause::kNone:
+      return "none";
+    case AbortCause::kAbortCalled:
+      return "abort-called";
+    case AbortCause::kSessionEnded:
+      return "session-ended";
+    case AbortCause::kTimedOut:
+      return "timed-out";
+    case AbortCause::kDestroyed:
+      return "destroyed";
+    case AbortCause::kProvider:
+      return "provider";
+  }
+  return "unknown";
+}
+
 const char* OpName(Op op) {
   switch (op) {
     case Op::kAllReduce:

@@ -407,6 +407,8 @@ TEST(CollectivesFailure, RankMissingPastTheTimeoutAbortsEveryone) {
   ASSERT_EQ(infos.size(), 1u);
   EXPECT_EQ(infos[0].state, CommState::kAborted);
   EXPECT_EQ(infos[0].abort_reason, Status::kTimedOut);
+  EXPECT_EQ(infos[0].abort_cause, AbortCause::kTimedOut);
+  EXPECT_EQ(e.AbortCauseOf(m[2]), AbortCause::kTimedOut);  // what the late rank is told
   EXPECT_EQ(e.Stats().timeouts, 1u);
 }
 
@@ -416,14 +418,17 @@ TEST(CollectivesFailure, DestroyedRankAbortsWaitingPeers) {
   Waiter w0, w1;
   e.Post(m[0], Barrier(0), w0.Callback());
   e.Post(m[1], Barrier(0), w1.Callback());
-  e.Destroy(m[2]);
+  EXPECT_EQ(e.AbortCauseOf(m[0]), AbortCause::kNone);
+  e.Destroy(m[2], AbortCause::kDestroyed);
   EXPECT_EQ(w0.Wait(), Status::kAborted);
   EXPECT_EQ(w1.Wait(), Status::kAborted);
+  EXPECT_EQ(e.AbortCauseOf(m[0]), AbortCause::kDestroyed);
   Waiter after;
   e.Post(m[0], Barrier(1), after.Callback());
   EXPECT_EQ(after.Wait(), Status::kAborted);
   e.Destroy(m[2]);  // idempotent
-  e.Destroy(m[0]);
+  e.Destroy(m[0]);  // a later session end does not rewrite the cause
+  EXPECT_EQ(e.AbortCauseOf(m[1]), AbortCause::kDestroyed);
   EXPECT_EQ(e.Communicators().size(), 1u);
   e.Destroy(m[1]);
   EXPECT_TRUE(e.Communicators().empty());  // last member gone
@@ -446,6 +451,7 @@ TEST(CollectivesFailure, AbortFailsPendingAndFutureOpsOnEveryRank) {
   e.Abort(m[1]);
   EXPECT_EQ(w0.Wait(), Status::kAborted);
   EXPECT_EQ(s0.Wait(), Status::kAborted);
+  EXPECT_EQ(e.AbortCauseOf(m[0]), AbortCause::kAbortCalled);
   Waiter w1;
   e.Post(m[1], Barrier(0), w1.Callback());
   EXPECT_EQ(w1.Wait(), Status::kAborted);
@@ -467,7 +473,8 @@ TEST(CollectivesFailure, DestroyStopsRunningWorkBeforeReturning) {
   Waiter w0, w1;
   e.Post(m[0], AllReduce(0, *s0, *r0), w0.Callback());
   e.Post(m[1], AllReduce(0, *s1, *r1), w1.Callback());
-  e.Destroy(m[0]);
+  e.Destroy(m[0]);  // the default cause: the rank's session ended
+  EXPECT_EQ(e.AbortCauseOf(m[1]), AbortCause::kSessionEnded);
   e.Destroy(m[1]);
   s0.reset();
   s1.reset();

@@ -117,6 +117,7 @@ struct CommInfo {
   uint32_t pending = 0;   // collectives and point-to-point ops waiting for peers
   CommState state = CommState::kJoining;
   Status abort_reason = Status::kOk;
+  AbortCause abort_cause = AbortCause::kNone;
   Constraints constraints;
 };
 
@@ -178,11 +179,17 @@ class Engine {
   // When Destroy returns the engine no longer touches this member's memory,
   // so the service may unmap it. Idempotent. Must not be called from a Done
   // callback (it would wait for itself); Abort may be.
-  void Destroy(const std::shared_ptr<Member>& m);
+  // cause says why (a session that ended, or a rank's explicit destroy); it
+  // is what AbortCauseOf reports to the other ranks.
+  void Destroy(const std::shared_ptr<Member>& m, AbortCause cause = AbortCause::kSessionEnded);
 
   // Aborts the whole communicator: all pending and future operations on every
   // rank complete with kAborted. Does not wait for running blocks.
-  void Abort(const std::shared_ptr<Member>& m);
+  void Abort(const std::shared_ptr<Member>& m, AbortCause cause = AbortCause::kAbortCalled);
+
+  // Why m's communicator was aborted (kNone while it is not). The first
+  // cause wins: later destroys of an aborted communicator do not change it.
+  AbortCause AbortCauseOf(const std::shared_ptr<Member>& m) const;
 
   // Graceful stop: everything pending completes with kShutdown, running
   // operations stop after their current block; later calls get kShutdown.

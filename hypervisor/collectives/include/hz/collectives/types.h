@@ -47,6 +47,19 @@ enum class Status : uint32_t {
 
 const char* StatusName(Status s);
 
+// Why a communicator was aborted; numerically the detail of HZ_S_EABORTED
+// (SPEC §7.3.5), so the service can report it to every rank unchanged.
+enum class AbortCause : uint32_t {
+  kNone = 0,
+  kAbortCalled = 1,   // a rank called COMM_ABORT
+  kSessionEnded = 2,  // a rank's session ended (reset, disconnect, new HELLO)
+  kTimedOut = 3,      // an operation or the init timed out
+  kDestroyed = 4,     // a rank destroyed its handle while others needed it
+  kProvider = 5,      // the provider aborted it (host failure, shutdown)
+};
+
+const char* AbortCauseName(AbortCause c);
+
 // Data types, numerically equal to enum hz_dtype (NCCL's ncclDataType_t).
 enum class DType : uint8_t {
   kInt8 = 0,
