@@ -6,8 +6,13 @@
 #   4. three tenant processes, one per socket, each a container-style tenant on
 #      the virtio-user transport, join one communicator and all-reduce 16 MiB
 #      through the service, zero-copy from their registered memory, then
-#      save, restore and verify a checkpoint of their shard;
-#   5. the operator's view: connected VMs, communicators, counters and metrics.
+#      subscribe to maintenance notices while they work;
+#   5. the operator publishes a scheduled maintenance (hzctl event inject) once
+#      every rank has subscribed; each rank saves a checkpoint of its shard in
+#      reaction, acknowledges the notice approving an early start, then
+#      restores and verifies the checkpoint;
+#   6. the operator's view: connected VMs, counters, the ranks' checkpoints and
+#      the approval in the tenant's durable event state.
 # Everything printed comes from the programs that did the work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,13 +49,26 @@ hzctl tenant create acme --weight 2
 for i in 0 1 2; do hzctl vm bind --tenant acme --socket "$work/vm$i.sock"; done
 hzctl tenant list
 
-say "tenant: three ranks all-reduce through the device"
+say "tenant: three ranks subscribe to maintenance notices and all-reduce through the device"
 pids=()
 for i in 0 1 2; do
   HZ_DEVICE="vhost-user:$work/vm$i.sock" \
-    "$bin/guest/examples/hz_demo_tenant" "$i" 3 "$work/uid" &
+    "$bin/guest/examples/hz_demo_tenant" "$i" 3 "$work/uid" \
+    --maintenance "$work/ready$i" --notice-timeout-s 60 &
   pids+=($!)
 done
+# The notice goes out once every rank has subscribed (bounded wait).
+for _ in $(seq 600); do
+  [ -e "$work/ready0" ] && [ -e "$work/ready1" ] && [ -e "$work/ready2" ] && break
+  sleep 0.1
+done
+for i in 0 1 2; do
+  [ -e "$work/ready$i" ] || { echo "rank $i did not subscribe"; cat "$work/harmonaized.log"; exit 1; }
+done
+
+say "operator: publish a maintenance notice to 'acme' (starts in 10 minutes unless approved)"
+hzctl event inject --tenant acme --topic maintenance --kind scheduled --deadline-s 600 \
+  --json '{"duration_s": 300, "approvable": true}'
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 [ "$status" -eq 0 ] || { echo "a tenant rank failed"; cat "$work/harmonaized.log"; exit 1; }
@@ -58,6 +76,13 @@ for p in "${pids[@]}"; do wait "$p" || status=1; done
 say "operator: what the service saw"
 hzctl vm list
 hzctl counters
+
+say "operator: the checkpoints the ranks saved"
+hzctl checkpoint list --tenant acme
+
+say "operator: harmonaized's durable event state for 'acme' (cursors per VM, approvals)"
+cat "$work/events/acme/state.json"
+echo
 
 say "stopping harmonaized (SIGTERM drains in-flight requests)"
 kill -TERM "$daemon_pid"
