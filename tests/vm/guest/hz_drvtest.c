@@ -10,7 +10,7 @@
 //   hz_drvtest unplug   [DEV]   the driver is unbound under an open file
 //   hz_drvtest pciunplug [DEV]  the PCI function is removed under an open file
 //   hz_drvtest exitmid  [DEV]   a process dies while the device holds its request
-//   hz_drvtest events   [DEV [N]] subscribe and wait for N device events
+//   hz_drvtest events   [DEV [N]] subscribe, wait for N device events, acknowledge them
 //   hz_drvtest hostiledev [DEV] a lying device (vm-hostile-backend) is not trusted
 //   hz_drvtest allreduce [DEV]  two ranks, registered regions, ALLREDUCE on request queues
 //   hz_drvtest xvm-rank0 [DEV]  rank 0 of an ALLREDUCE across two VMs (prints HZ-UID)
@@ -182,7 +182,10 @@ static int cmd_exitmid(void) {
 }
 
 // Events: enabled on the file, subscribed on the device, read as records.
-// Waits for COUNT events (argument 3, default 1) and prints each.
+// Waits for COUNT events (argument 3, default 1), prints each with its
+// payload, acknowledges the last one with EVENT_ACK and checks, by
+// subscribing again from the cursor, that the device recorded the ACK.
+// "HZ-EVENTS: subscribed" tells the host half when to inject.
 static int cmd_events(int count) {
   int fd = open_dev();
   uint32_t on = 1;
@@ -193,14 +196,14 @@ static int cmd_events(int count) {
   struct hz_hello_result hres;
   hello_submit(&sub, &hargs, &seg, &hres);
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  CHECK(hres.device_features & (1u << HZ_F_EVENTS), "the device did not grant HZ_F_EVENTS");
   struct hz_event_subscribe_args sargs = {.topics = HZ_TOPIC_ALL, .from_seq = 1};
   struct hz_event_subscribe_result sres;
   sub = control_call(fd, HZ_OP_EVENT_SUBSCRIBE, &sargs, sizeof(sargs), &sres, sizeof(sres));
   CHECK(sub.error == 0 && sub.status == HZ_S_OK, "EVENT_SUBSCRIBE status %s",
         status_name(sub.status));
-  printf("hz_drvtest: subscribed: cursor %" PRIu64 " next_seq %" PRIu64 "\n", (uint64_t)sres.cursor,
-         (uint64_t)sres.next_seq);
-  printf("hz_drvtest: waiting for %d events\n", count);
+  printf("HZ-EVENTS: subscribed cursor %" PRIu64 " next_seq %" PRIu64 " waiting for %d\n",
+         (uint64_t)sres.cursor, (uint64_t)sres.next_seq, count);
   int got = 0;
   uint64_t last_seq = 0;
   while (got < count) {
@@ -211,12 +214,32 @@ static int cmd_events(int count) {
     if (rec.type != HZ_REC_EVENT) continue;
     struct hz_event ev;
     memcpy(&ev, rec.event, sizeof(ev));
-    printf("hz_drvtest: event seq %" PRIu64 " topic %u kind %u flags 0x%x\n", (uint64_t)ev.seq,
-           ev.topic, ev.kind, ev.flags);
+    char hex[2 * 32 + 1];
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", ev.payload[i]);
+    printf("HZ-EVENT: seq %" PRIu64 " topic %u kind %u flags 0x%x deadline_s %" PRIu64
+           " payload %s\n",
+           (uint64_t)ev.seq, ev.topic, ev.kind, ev.flags, (uint64_t)ev.deadline_s, hex);
     CHECK(ev.seq > last_seq, "event seq %" PRIu64 " not increasing", (uint64_t)ev.seq);
     last_seq = ev.seq;
     got++;
   }
+
+  // An ACK beyond what was delivered is refused; the real one moves the cursor.
+  struct hz_event_ack_args ack = {.seq = last_seq + 1000};
+  sub = control_call(fd, HZ_OP_EVENT_ACK, &ack, sizeof(ack), NULL, 0);
+  CHECK(sub.error == 0 && sub.status == HZ_S_EINVAL, "ACK of an undelivered seq: status %s",
+        status_name(sub.status));
+  ack.seq = last_seq;
+  sub = control_call(fd, HZ_OP_EVENT_ACK, &ack, sizeof(ack), NULL, 0);
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "EVENT_ACK status %s", status_name(sub.status));
+  sargs.from_seq = HZ_SEQ_CURSOR;
+  sub = control_call(fd, HZ_OP_EVENT_SUBSCRIBE, &sargs, sizeof(sargs), &sres, sizeof(sres));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "re-SUBSCRIBE status %s", status_name(sub.status));
+  printf("HZ-EVENTS: acked seq %" PRIu64 ": cursor %" PRIu64 " next_seq %" PRIu64 "\n", last_seq,
+         (uint64_t)sres.cursor, (uint64_t)sres.next_seq);
+  CHECK(sres.cursor == last_seq, "cursor %" PRIu64 " after ACK of %" PRIu64, (uint64_t)sres.cursor,
+        last_seq);
+  CHECK(sres.next_seq == last_seq + 1, "next_seq %" PRIu64, (uint64_t)sres.next_seq);
   close(fd);
   return 0;
 }
