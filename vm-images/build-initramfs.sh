@@ -5,8 +5,13 @@
 #
 # Usage: vm-images/build-initramfs.sh [--dir DIR] [--out FILE] [--kver VER]
 #          [--module KO]... [--program FILE]... [--test FILE]...
+#          [--kmod NAME]... [--dynamic FILE]...
 #   --module   copied to /lib/modules/ (loaded by the tests, not by /init)
 #   --program  copied to /bin/ (must be statically linked)
+#   --kmod     a module of the guest kernel by name (e.g. virtio_net), with
+#              its dependencies; loaded by /init after the virtio transport
+#   --dynamic  a dynamically linked program, copied to /bin/ with the shared
+#              libraries ldd finds for it (at the same paths)
 #   --test     copied to /tests/; run by hz.test=<file name>
 #   --out      default DIR/images/initramfs.gz; DIR as for build-toolchain.sh
 # Idempotent: when no input changed the existing image is kept.
@@ -14,7 +19,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
 dir_arg='' out='' kver=''
-modules=() programs=() tests=()
+modules=() programs=() tests=() kmods=() dynamic=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--dir) dir_arg=$2; shift 2 ;;
@@ -23,7 +28,9 @@ while [ $# -gt 0 ]; do
 	--module) modules+=("$2"); shift 2 ;;
 	--program) programs+=("$2"); shift 2 ;;
 	--test) tests+=("$2"); shift 2 ;;
-	-h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+	--kmod) kmods+=("$2"); shift 2 ;;
+	--dynamic) dynamic+=("$2"); shift 2 ;;
+	-h | --help) sed -n '2,17p' "$0"; exit 0 ;;
 	*) hz_die "unknown argument: $1" ;;
 	esac
 done
@@ -50,21 +57,30 @@ resolve() {
 	order+=("$rel")
 }
 # virtio_pci brings the rest of the transport through modules.dep.
-transport=(virtio_pci)
+transport=(virtio_pci "${kmods[@]}")
 for name in "${transport[@]}"; do
+	[[ $name =~ ^[A-Za-z0-9_-]+$ ]] || hz_die "bad module name: $name"
 	rel=$(awk -F: -v n="$name" '{ f = $1; sub(/.*\//, "", f); sub(/\.ko(\.[a-z]+)?$/, "", f); if (f == n) { print $1; exit } }' "$moddir/modules.dep")
 	[ -n "$rel" ] || hz_die "module $name not found in $moddir/modules.dep"
 	resolve "$rel"
 done
 
-for f in "${modules[@]}" "${programs[@]}" "${tests[@]}"; do
+for f in "${modules[@]}" "${programs[@]}" "${tests[@]}" "${dynamic[@]}"; do
 	[ -f "$f" ] || hz_die "no such file: $f"
 done
+# Shared libraries of the dynamic programs, as ldd resolves them on this host
+# (the loader included).
+libs=()
+if [ "${#dynamic[@]}" -gt 0 ]; then
+	mapfile -t libs < <(ldd "${dynamic[@]}" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $1 !~ /:$/ { print $1 }' | LC_ALL=C sort -u)
+	[ "${#libs[@]}" -gt 0 ] || hz_die "ldd found no libraries for ${dynamic[*]}"
+fi
 
 # Skip the rebuild when nothing that goes into the image changed.
-inputs=("$0" "$(dirname "$0")/initramfs/init" "$busybox" "${modules[@]}" "${programs[@]}" "${tests[@]}")
+inputs=("$0" "$(dirname "$0")/initramfs/init" "$busybox" "${modules[@]}" "${programs[@]}" "${tests[@]}"
+	"${dynamic[@]}" "${libs[@]}")
 for rel in "${order[@]}"; do inputs+=("$moddir/$rel"); done
-digest=$( (echo "$kver ${modules[*]} ${programs[*]} ${tests[*]}"; sha256sum "${inputs[@]}") | sha256sum | cut -d' ' -f1)
+digest=$( (echo "$kver ${modules[*]} ${programs[*]} ${tests[*]} ${kmods[*]} ${dynamic[*]}"; sha256sum "${inputs[@]}") | sha256sum | cut -d' ' -f1)
 if [ -f "$out" ] && [ "$(cat "$out.digest" 2>/dev/null)" = "$digest" ]; then
 	hz_log "initramfs up to date: $out"
 	exit 0
@@ -92,6 +108,11 @@ done
 for f in "${modules[@]}"; do cp "$f" "$stage/lib/modules/"; done
 for f in "${programs[@]}"; do install -m 755 "$f" "$stage/bin/"; done
 for f in "${tests[@]}"; do install -m 755 "$f" "$stage/tests/"; done
+for f in "${dynamic[@]}"; do install -m 755 "$f" "$stage/bin/"; done
+for f in "${libs[@]}"; do
+	mkdir -p "$stage$(dirname "$f")"
+	cp -L "$f" "$stage$f"
+done
 
 mkdir -p "$(dirname "$out")"
 (cd "$stage" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1) >"$out.tmp"

@@ -6,10 +6,11 @@
 # Usage: vm-images/run-guest.sh --name NAME [--socket PATH] [--test TEST]
 #          [--mem 512M] [--timeout 120] [--smp 1] [--num-vqs 3] [--vq-size 128]
 #          [--config-size 64] [--log FILE] [--dir DIR] [--kernel FILE]
-#          [--initrd FILE] [--append ARGS]
+#          [--initrd FILE] [--append ARGS] [--qemu-arg ARG]...
 #   --socket  the back-end's vhost-user socket; without it no device is added
 #   --test    passed to the guest as hz.test=TEST (a script in its /tests)
 #   --dir     as for build-toolchain.sh; the root must be built already
+#   --qemu-arg one more QEMU argument (repeat for each), e.g. a -netdev
 # Exit status: 0 when the guest reports "HZ-RESULT: PASS TEST", 1 on a FAIL
 # report, 2 when the guest ended without a report, 124 on timeout. Without
 # --test, QEMU's own exit status.
@@ -17,7 +18,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
 name='' socket='' test_name='' mem=512M timeout_s=120 smp=1 num_vqs=3 vq_size=128
-config_size=64 log='' dir_arg='' kernel='' initrd='' append=''
+config_size=64 log='' dir_arg='' kernel='' initrd='' append='' extra=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--name) name=$2; shift 2 ;;
@@ -34,7 +35,8 @@ while [ $# -gt 0 ]; do
 	--kernel) kernel=$2; shift 2 ;;
 	--initrd) initrd=$2; shift 2 ;;
 	--append) append=$2; shift 2 ;;
-	-h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+	--qemu-arg) extra+=("$2"); shift 2 ;;
+	-h | --help) sed -n '2,16p' "$0"; exit 0 ;;
 	*) hz_die "unknown argument: $1" ;;
 	esac
 done
@@ -79,6 +81,7 @@ if [ -n "$socket" ]; then
 	qemu+=(-chardev "socket,id=hz0,path=/run/hz/$(basename "$socket")"
 		-device "vhost-user-test-device-pci,chardev=hz0,virtio-id=21,num_vqs=$num_vqs,vq_size=$vq_size,config_size=$config_size")
 fi
+qemu+=("${extra[@]}")
 
 start=$SECONDS
 set +e
