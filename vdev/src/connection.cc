@@ -1,11 +1,11 @@
 #include "connection.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <boost/asio/bind_executor.hpp>
@@ -22,13 +22,24 @@ namespace {
 // Messages handled per socket wake-up before yielding to other handlers on
 // the io_context (kicks, other connections).
 constexpr int kMessagesPerWakeup = 64;
-// Busy-poll passes per handler: amortises the cost of re-posting the loop
-// while still letting socket messages and other connections in every few
-// microseconds.
-constexpr int kPollPassesPerHandler = 64;
-// How long a reply may wait for socket buffer space before the connection is
-// considered dead. Front-ends wait for replies, so the buffer is normally empty.
-constexpr int kReplyTimeoutMs = 2000;
+// Busy-poll slice: one handler spins over the polled rings for this long,
+// then re-posts itself so socket messages, kicks, posted completions and other
+// connections on the io_context get their turn. Re-posting goes through the
+// reactor (an epoll_wait and the strand's bookkeeping, about a microsecond);
+// a slice makes that a small fraction of the loop, while a control message
+// still waits at most one slice.
+constexpr auto kPollSlice = std::chrono::microseconds(50);
+// Reading the clock (vDSO, tens of ns) every pass would cost more than an
+// idle pass itself.
+constexpr unsigned kPassesPerClockCheck = 64;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 void SetNonBlocking(int fd) {
   int flags = fcntl(fd, F_GETFL);
@@ -38,13 +49,17 @@ void SetNonBlocking(int fd) {
 }  // namespace
 
 Connection::Connection(asio::io_context& io, Socket socket, std::unique_ptr<Device> device,
-                       SessionOptions options, std::string name, std::function<void()> on_closed)
+                       SessionOptions options, std::string name, std::function<void()> on_closed,
+                       ReplyLimits reply_limits)
     : io_(io),
       strand_(asio::make_strand(io)),
       socket_(std::move(socket)),
       session_(std::move(device), this, std::move(options), name),
       name_(std::move(name)),
-      on_closed_(std::move(on_closed)) {
+      on_closed_(std::move(on_closed)),
+      reply_limits_(reply_limits),
+      reply_timer_(strand_),
+      stop_timer_(strand_) {
   kicks_.resize(session_.num_queues());
 }
 
@@ -75,7 +90,10 @@ void Connection::Close(std::string reason) {
 
 void Connection::Post(std::function<void()> fn) {
   asio::post(strand_, [self = shared_from_this(), fn = std::move(fn)] {
-    if (!self->closed_) fn();
+    if (self->closed_) return;
+    fn();
+    // Completions of a draining ring arrive this way.
+    self->MaybeFinishStop();
   });
 }
 
@@ -84,6 +102,11 @@ void Connection::DoClose(const std::string& reason) {
   closed_ = true;
   spdlog::info("vdev[{}]: connection closed: {}", name_, reason);
   polling_ = false;
+  stop_waiting_ = false;
+  reply_timer_.cancel();
+  stop_timer_.cancel();
+  out_.clear();
+  out_bytes_ = 0;
   // The session unwatches kicks (releasing the fds it owns) and stops rings.
   session_.Disconnect();
   for (auto& k : kicks_) {
@@ -160,12 +183,19 @@ void Connection::OnReadable() {
     }
     if (!reader_.Ready()) continue;
     Session::Result r = session_.Handle(reader_.Take());
-    if (!r.reply.empty() && !SendReply(r.reply)) {
-      DoClose("could not send a reply");
-      return;
-    }
+    if (!r.reply.empty() && !SendReply(std::move(r.reply))) return;
     if (r.close) {
       DoClose("protocol error");
+      return;
+    }
+    if (r.stop_pending) {
+      // No further message until the device has completed the chains it
+      // holds (or the bound passes); the front-end waits for this reply.
+      stop_waiting_ = true;
+      stop_timer_.expires_after(session_.options().stop_drain_timeout);
+      stop_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (!ec) self->MaybeFinishStop(true);
+      });
       return;
     }
     if (++handled == kMessagesPerWakeup) {
@@ -177,23 +207,94 @@ void Connection::OnReadable() {
   }
 }
 
-bool Connection::SendReply(const std::vector<uint8_t>& bytes) {
-  const int fd = socket_.native_handle();
-  size_t sent = 0;
-  while (sent < bytes.size()) {
-    ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      struct pollfd p = {fd, POLLOUT, 0};
-      if (poll(&p, 1, kReplyTimeoutMs) > 0) continue;
-    }
+bool Connection::SendReply(std::vector<uint8_t> bytes) {
+  if (closed_) return false;
+  out_bytes_ += bytes.size();
+  out_.push_back(std::move(bytes));
+  // A front-end that sends requests without reading the answers must not
+  // make this process buffer without bound.
+  if (out_bytes_ > reply_limits_.max_queued_bytes) {
+    spdlog::error(
+        "vdev[{}]: front-end does not read its replies ({} bytes unread, limit {}); disconnecting",
+        name_, out_bytes_, reply_limits_.max_queued_bytes);
+    DoClose("reply queue over its limit");
     return false;
   }
-  return true;
+  if (write_waiting_) return true;  // behind replies the socket did not take yet
+  OnWritable();
+  return !closed_;
+}
+
+void Connection::OnWritable() {
+  const int fd = socket_.native_handle();
+  bool progress = false;
+  while (!out_.empty() && !closed_) {
+    const std::vector<uint8_t>& front = out_.front();
+    ssize_t n = send(fd, front.data() + out_offset_, front.size() - out_offset_,
+                     MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n <= 0) {
+      DoClose(std::string("could not send a reply: ") + std::strerror(errno));
+      return;
+    }
+    progress = true;
+    out_offset_ += static_cast<size_t>(n);
+    out_bytes_ -= static_cast<size_t>(n);
+    if (out_offset_ == front.size()) {
+      out_.pop_front();
+      out_offset_ = 0;
+    }
+  }
+  if (out_.empty()) {
+    if (write_waiting_) {
+      write_waiting_ = false;
+      ++reply_timer_gen_;
+      reply_timer_.cancel();
+    }
+    return;
+  }
+  // The socket buffer is full: wait for room without holding up anything
+  // else, and give the front-end a bounded time to read.
+  if (!write_waiting_ || progress) ArmReplyTimer();
+  write_waiting_ = true;
+  WaitWritable();
+}
+
+void Connection::WaitWritable() {
+  socket_.async_wait(Socket::wait_write,
+                     asio::bind_executor(
+                         strand_, [self = shared_from_this()](const boost::system::error_code& ec) {
+                           if (self->closed_) return;
+                           if (ec) {
+                             self->DoClose("socket wait failed: " + ec.message());
+                             return;
+                           }
+                           self->OnWritable();
+                         }));
+}
+
+void Connection::ArmReplyTimer() {
+  const uint64_t gen = ++reply_timer_gen_;
+  reply_timer_.expires_after(reply_limits_.drain_timeout);
+  reply_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
+    if (ec || self->closed_ || gen != self->reply_timer_gen_ || self->out_.empty()) return;
+    spdlog::error(
+        "vdev[{}]: front-end read none of its replies for {} ms ({} bytes unread); "
+        "disconnecting",
+        self->name_, self->reply_limits_.drain_timeout.count(), self->out_bytes_);
+    self->DoClose("replies not read in time");
+  });
+}
+
+void Connection::MaybeFinishStop(bool timed_out) {
+  if (!stop_waiting_ || closed_) return;
+  if (!timed_out && !session_.StopDrained()) return;
+  stop_waiting_ = false;
+  stop_timer_.cancel();
+  if (!SendReply(session_.FinishStop())) return;
+  // Messages that arrived meanwhile are waiting in the socket.
+  WaitReadable();
 }
 
 void Connection::WatchKick(uint16_t queue, int fd) {
@@ -230,6 +331,7 @@ void Connection::ArmKick(uint16_t queue, uint64_t generation) {
                      [[maybe_unused]] ssize_t r =
                          read(cur->sd.native_handle(), &count, sizeof(count));
                      self->session_.Kick(queue);
+                     self->MaybeFinishStop();
                    }));
 }
 
@@ -243,12 +345,22 @@ void Connection::SchedulePoll() {
   poll_scheduled_ = true;
   asio::post(strand_, [self = shared_from_this()] {
     self->poll_scheduled_ = false;
-    for (int i = 0; i < kPollPassesPerHandler && self->polling_ && !self->closed_; ++i) {
-      self->session_.Poll();
-    }
+    self->PollSlice();
+    self->MaybeFinishStop();
     if (!self->polling_ || self->closed_) return;
     self->SchedulePoll();
   });
+}
+
+void Connection::PollSlice() {
+  // Nothing else runs on the strand meanwhile, so no memory-table change can
+  // happen under the rings: each queue holds its map for the whole slice and
+  // no pass takes a reference of its own.
+  const auto deadline = std::chrono::steady_clock::now() + kPollSlice;
+  for (unsigned pass = 1; polling_ && !closed_; ++pass) {
+    if (!session_.Poll()) CpuRelax();
+    if (pass % kPassesPerClockCheck == 0 && std::chrono::steady_clock::now() >= deadline) return;
+  }
 }
 
 }  // namespace vdev

@@ -4,7 +4,10 @@
 #ifndef VDEV_SRC_CONNECTION_H_
 #define VDEV_SRC_CONNECTION_H_
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -13,6 +16,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
 #include "vdev/message.h"
@@ -20,12 +24,19 @@
 
 namespace vdev {
 
+// How much unread reply data a connection may pile up, and for how long.
+struct ReplyLimits {
+  size_t max_queued_bytes = 256 * 1024;
+  std::chrono::milliseconds drain_timeout{2000};
+};
+
 class Connection final : public std::enable_shared_from_this<Connection>, public SessionHost {
  public:
   using Socket = boost::asio::local::stream_protocol::socket;
 
   Connection(boost::asio::io_context& io, Socket socket, std::unique_ptr<Device> device,
-             SessionOptions options, std::string name, std::function<void()> on_closed);
+             SessionOptions options, std::string name, std::function<void()> on_closed,
+             ReplyLimits reply_limits = {});
   ~Connection() override;
 
   // Starts the session and reading; call once, right after construction.
@@ -48,9 +59,19 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
 
   void WaitReadable();
   void OnReadable();
-  bool SendReply(const std::vector<uint8_t>& bytes);
+  // Sends what the socket takes now and queues the rest (never blocks);
+  // false when the connection was closed for it.
+  bool SendReply(std::vector<uint8_t> bytes);
+  void WaitWritable();
+  void OnWritable();
+  void ArmReplyTimer();
+  // Handler epilogue: answers a GET_VRING_BASE that waited for in-flight
+  // chains once they are all completed (or timed_out).
+  void MaybeFinishStop(bool timed_out = false);
   void ArmKick(uint16_t queue, uint64_t generation);
   void SchedulePoll();
+  // Busy-polls the session's polled rings for one bounded slice.
+  void PollSlice();
   void DoClose(const std::string& reason);
 
   boost::asio::io_context& io_;
@@ -65,6 +86,17 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   bool polling_ = false;
   bool poll_scheduled_ = false;
   bool closed_ = false;
+  // Outgoing replies the socket did not take yet; front() is partly sent.
+  const ReplyLimits reply_limits_;
+  std::deque<std::vector<uint8_t>> out_;
+  size_t out_offset_ = 0;  // bytes of out_.front() already sent
+  size_t out_bytes_ = 0;   // unsent bytes in out_
+  bool write_waiting_ = false;
+  boost::asio::steady_timer reply_timer_;
+  uint64_t reply_timer_gen_ = 0;
+  // GET_VRING_BASE waiting for in-flight chains: reading is paused.
+  boost::asio::steady_timer stop_timer_;
+  bool stop_waiting_ = false;
 };
 
 }  // namespace vdev

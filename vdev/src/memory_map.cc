@@ -55,7 +55,13 @@ std::shared_ptr<MappedRegion> MapGuestRegion(const vu::MemRegion& desc, int fd, 
   uint64_t mapping_len = desc.mmap_offset + desc.memory_size;
   // Seal before checking the size, so the size checked is one that lasts.
   if (!SealAgainstShrink(fd) && require_seal) {
-    return fail("memory region fd is not sealed against shrinking (F_SEAL_SHRINK)");
+    return fail(
+        fcntl(fd, F_GET_SEALS) < 0
+            ? "memory region fd is a file that cannot be sealed against shrinking "
+              "(F_SEAL_SHRINK); use a memfd, or let the back-end trust the front-end "
+              "(require_sealed_memory off)"
+            : "memory region memfd is not sealed against shrinking (F_SEAL_SHRINK) and does "
+              "not allow adding the seal (created without MFD_ALLOW_SEALING)");
   }
   struct stat st;
   if (fstat(fd, &st) != 0) return fail("fstat on memory region fd failed");

@@ -54,10 +54,12 @@ void Server::State::Adopt(stream_protocol::socket socket) {
     return;
   }
   std::weak_ptr<State> weak = weak_from_this();
-  auto conn = std::make_shared<Connection>(io, std::move(socket), std::move(device),
-                                           options.session, path, [weak] {
-                                             if (auto s = weak.lock()) s->OnConnectionClosed();
-                                           });
+  auto conn = std::make_shared<Connection>(
+      io, std::move(socket), std::move(device), options.session, path,
+      [weak] {
+        if (auto s = weak.lock()) s->OnConnectionClosed();
+      },
+      ReplyLimits{options.max_queued_reply_bytes, options.reply_drain_timeout});
   {
     std::lock_guard<std::mutex> lock(mu);
     active = conn;

@@ -90,9 +90,30 @@ void Session::Start() {
 void Session::Disconnect() {
   if (disconnected_) return;
   disconnected_ = true;
+  pending_stop_ = -1;
   StopAllQueues();
   device_->OnReset();
   device_->OnDisconnect();
+}
+
+bool Session::StopDrained() const {
+  return pending_stop_ >= 0 && queues_[pending_stop_].q->in_flight() == 0;
+}
+
+std::vector<uint8_t> Session::FinishStop() {
+  if (pending_stop_ < 0) return {};
+  const uint16_t i = static_cast<uint16_t>(pending_stop_);
+  pending_stop_ = -1;
+  SplitQueue& q = *queues_[i].q;
+  if (q.in_flight() > 0) {
+    spdlog::warn(
+        "vdev[{}]: GET_VRING_BASE {}: {} chains still in flight after {} ms; answering base {}, "
+        "their completions will be dropped",
+        name_, i, q.in_flight(), options_.stop_drain_timeout.count(), q.last_avail());
+  }
+  StopQueue(i);
+  vu::VringState out{i, q.last_avail()};
+  return MakeReply(vu::kGetVringBase, &out, sizeof(out));
 }
 
 void Session::Post(std::function<void()> fn) {
@@ -145,7 +166,9 @@ Session::Result Session::Handle(Message msg) {
   spdlog::debug("vdev[{}]: {} size={} fds={}{}", name_, RequestName(request), msg.header.size,
                 msg.fds.size(), need_reply ? " need_reply" : "");
   Error error = ValidateMessage(msg);
+  if (error.empty() && StopPending()) error = "message while a GET_VRING_BASE reply is pending";
   if (error.empty()) error = Dispatch(msg, &result.reply);
+  result.stop_pending = StopPending();
   msg.fds.clear();  // closes every descriptor that was not kept
   if (error.empty()) {
     // REPLY_ACK: messages without a reply of their own are acknowledged.
@@ -275,8 +298,24 @@ Error Session::Dispatch(Message& msg, std::vector<uint8_t>* reply) {
     case vu::kGetVringBase: {
       auto st = msg.Get<vu::VringState>();
       if (Error e = CheckIndex(st.index); !e.empty()) return e;
-      StopQueue(static_cast<uint16_t>(st.index));
-      vu::VringState out{st.index, queues_[st.index].q->last_avail()};
+      const uint16_t i = static_cast<uint16_t>(st.index);
+      SplitQueue& q = *queues_[i].q;
+      if (queues_[i].delivered && q.in_flight() > 0 && options_.stop_drain_timeout.count() > 0) {
+        // Drain before answering: the base we report says every chain
+        // before it is done, so completions must land while the ring is
+        // still ours. Nothing new is popped meanwhile.
+        q.set_draining();
+        device_->OnQueueStopping(q);
+        q.Flush();
+        if (q.in_flight() > 0) {
+          spdlog::debug("vdev[{}]: GET_VRING_BASE {} waits for {} chains in flight", name_, i,
+                        q.in_flight());
+          pending_stop_ = i;
+          return {};
+        }
+      }
+      StopQueue(i);
+      vu::VringState out{st.index, q.last_avail()};
       *reply = MakeReply(request, &out, sizeof(out));
       return {};
     }
@@ -417,10 +456,12 @@ void Session::Reconcile(uint16_t i) {
 }
 
 void Session::UpdatePolling() {
-  bool want = false;
+  // The busy-poll loop walks this list on every pass: keep it precomputed.
+  polled_.clear();
   for (uint16_t i = 0; i < queues_.size(); ++i) {
-    if (queues_[i].delivered && Polled(i)) want = true;
+    if (queues_[i].delivered && Polled(i)) polled_.push_back(i);
   }
+  bool want = !polled_.empty();
   if (want != polling_) {
     polling_ = want;
     host_->SetPolling(want);
@@ -435,9 +476,11 @@ void Session::Kick(uint16_t queue) {
 
 bool Session::Poll() {
   bool work = false;
-  for (uint16_t i = 0; i < queues_.size(); ++i) {
-    QueueState& s = queues_[i];
-    if (!s.delivered || !Polled(i)) continue;
+  // Indexing (not iterators): a device callback cannot change the list, but
+  // stay safe if one ever does.
+  for (size_t k = 0; k < polled_.size(); ++k) {
+    QueueState& s = queues_[polled_[k]];
+    if (!s.delivered) continue;
     if (s.q->HasAvailable()) {
       work = true;
       s.q->NewTurn();

@@ -133,9 +133,11 @@ bool SplitQueue::Start(MemoryMapPtr memory, std::string* error) {
   if (!Translate(*memory, error)) return false;
   memory_ = std::move(memory);
   inflight_.assign(size_, 0);
+  in_flight_ = 0;
   ring_id_ = NextRingId();
   started_ = true;
   broken_ = false;
+  draining_ = false;
   avail_cache_ = last_avail_;
   used_idx_ = Load<uint16_t>(used_ + 2, __ATOMIC_ACQUIRE);
   used_published_ = used_idx_;
@@ -165,6 +167,8 @@ void SplitQueue::Stop() {
   memory_.reset();
   desc_ = avail_ = used_ = nullptr;
   inflight_.clear();
+  in_flight_ = 0;
+  draining_ = false;
 }
 
 void SplitQueue::MarkBroken(const std::string& why) {
@@ -207,7 +211,7 @@ bool SplitQueue::EnableNotifyAndRecheck() {
 }
 
 bool SplitQueue::HasAvailable() {
-  if (!started_ || broken_) return false;
+  if (!started_ || broken_ || draining_) return false;
   if (last_avail_ != avail_cache_) return true;
   if (!RefreshAvail()) return false;
   return last_avail_ != avail_cache_;
@@ -291,7 +295,7 @@ SplitQueue::WalkResult SplitQueue::Walk(uint16_t head, Chain* out) {
 }
 
 bool SplitQueue::Pop(Chain* out) {
-  if (!started_ || broken_) return false;
+  if (!started_ || broken_ || draining_) return false;
   for (;;) {
     if (last_avail_ == avail_cache_) {
       if (!RefreshAvail()) return false;
@@ -331,6 +335,7 @@ bool SplitQueue::Pop(Chain* out) {
       continue;
     }
     inflight_[head] = 1;
+    ++in_flight_;
     out->head_ = head;
     out->ring_id_ = ring_id_;
     if (out->memory_ != memory_) out->memory_ = memory_;
@@ -356,6 +361,7 @@ void SplitQueue::Complete(const Chain& chain, uint32_t written) {
     return;
   }
   inflight_[head] = 0;
+  --in_flight_;
   // The device cannot claim more than the driver offered.
   written = static_cast<uint32_t>(std::min<uint64_t>(written, chain.writable_bytes_));
   PushUsed(head, written);

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   bool busy_poll = false;
   bool client = false;
   bool require_sealed = false;
+  bool allow_unsealed = false;
   std::string log_level = "info";
   app.add_option("--socket", socket_path, "vhost-user socket path")->required();
   app.add_option("--queues", queues, "number of virtqueues")->check(CLI::Range(1, 256));
@@ -31,7 +32,11 @@ int main(int argc, char** argv) {
   app.add_flag("--busy-poll", busy_poll, "poll every ring instead of waiting for kicks");
   app.add_flag("--client", client, "connect to the socket instead of listening on it");
   app.add_flag("--require-sealed-memory", require_sealed,
-               "refuse guest memory that is not sealed against shrinking");
+               "refuse guest memory that is not sealed against shrinking (the default)");
+  app.add_flag("--allow-unsealed-memory", allow_unsealed,
+               "accept guest memory that cannot be sealed against shrinking: trusts the "
+               "front-end never to truncate it (a truncation crashes this process)")
+      ->excludes("--require-sealed-memory");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
@@ -46,7 +51,7 @@ int main(int argc, char** argv) {
   vdev::ServerOptions options;
   options.mode = client ? vdev::ServerOptions::Mode::kClient : vdev::ServerOptions::Mode::kServer;
   options.session.busy_poll = busy_poll;
-  options.session.require_sealed_memory = require_sealed;
+  options.session.require_sealed_memory = require_sealed || !allow_unsealed;
 
   boost::asio::io_context io;
   vdev::Server server(

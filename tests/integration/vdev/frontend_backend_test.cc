@@ -340,7 +340,7 @@ TEST_F(VdevFrontendBackend, MemoryHotAddAndRemoveWhileAQueueRuns) {
   EXPECT_EQ(std::memcmp(extra.host + 4096, "in-the-new-region", 17), 0);
 
   // A caller-owned memfd arena.
-  int arena = memfd_create("arena", MFD_CLOEXEC);
+  int arena = memfd_create("arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ASSERT_GE(arena, 0);
   ASSERT_EQ(ftruncate(arena, 2 << 20), 0);
   RegionInfo adopted;

@@ -165,8 +165,8 @@ uint64_t RawConn::Acked(uint32_t request, const void* payload, uint32_t size,
   return r.u64();
 }
 
-HandRing::HandRing() {
-  memfd_ = memfd_create("hand-ring", MFD_CLOEXEC);
+HandRing::HandRing(bool sealable) {
+  memfd_ = memfd_create("hand-ring", MFD_CLOEXEC | (sealable ? MFD_ALLOW_SEALING : 0u));
   if (memfd_ >= 0 && ftruncate(memfd_, kSize) == 0) {
     void* p = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, memfd_, 0);
     if (p != MAP_FAILED) host_ = static_cast<uint8_t*>(p);

@@ -67,7 +67,10 @@ class HandRing {
   static constexpr uint64_t kUsedOff = 0x2000;
   static constexpr uint64_t kDataOff = 0x10000;
 
-  HandRing();
+  // sealable: the memfd allows seals (MFD_ALLOW_SEALING), so the back-end
+  // can seal it against shrinking; without, a back-end requiring sealed
+  // memory refuses it.
+  explicit HandRing(bool sealable = true);
   ~HandRing();
   int memfd() const { return memfd_; }
   uint8_t* host() const { return host_; }

@@ -122,6 +122,14 @@ class Device {
   // OnQueueStopped for the same index.
   virtual void OnQueueStarted(Queue& /*queue*/) {}
   virtual void OnQueueStopped(uint16_t /*index*/) {}
+  // The front-end is stopping the queue (GET_VRING_BASE) while the device
+  // still holds chains popped from it. Pop finds nothing from now on, but
+  // Complete and Flush still work: finish or hand back (length 0) what it
+  // holds, now or through later Posts. vdev waits for those completions, up to
+  // SessionOptions::stop_drain_timeout, before it answers and stops the queue;
+  // completions after that are dropped. Devices that hold buffers
+  // indefinitely (event queues) should complete them here.
+  virtual void OnQueueStopping(Queue& /*queue*/) {}
   // The driver kicked the queue (or the busy-poll loop found work).
   virtual void OnKick(Queue& queue) = 0;
   // RESET_DEVICE, SET_STATUS 0 or disconnect: drop all per-driver state.

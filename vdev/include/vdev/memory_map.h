@@ -39,7 +39,9 @@ struct MappedRegion {
 // It first tries to seal the file against shrinking (F_SEAL_SHRINK), which
 // keeps a later truncation by the front-end from turning accesses into
 // SIGBUS; with require_seal, files that are not sealed that way are refused.
-// Returns nullptr and sets *error on failure.
+// Returns nullptr and sets *error on failure. (The default, false, is kept
+// for source compatibility; Session passes SessionOptions::require_sealed_memory,
+// which defaults to true.)
 std::shared_ptr<MappedRegion> MapGuestRegion(const vu::MemRegion& desc, int fd, uint64_t max_bytes,
                                              std::string* error, bool require_seal = false);
 

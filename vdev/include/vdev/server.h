@@ -14,11 +14,17 @@
 // strand, so a slow, busy-polling or failing connection does not stall or
 // affect another one beyond sharing the io_context's threads.
 //
-// Busy-poll queues are served by a handler that re-posts itself on the
-// connection's strand while at least one such queue runs: it checks the avail
-// index without waiting for kicks. It keeps one io_context thread busy, so
-// give busy-polling servers their own io_context (and thread) when latency
-// of other work matters.
+// Busy-poll queues are served by a handler that spins on the connection's
+// strand while at least one such queue runs: it checks the avail indices
+// without waiting for kicks, for a slice of about 50 us, then re-posts itself
+// so messages, kicks, completions and other connections get their turn
+// between slices. It keeps one io_context thread busy, so give busy-polling
+// servers their own io_context (and thread) when latency of other work
+// matters.
+//
+// Replies never block the thread: each connection queues what its socket
+// does not take (bounded, see ServerOptions), so a front-end that stops
+// reading costs the others nothing.
 //
 // One connection per socket path: a second front-end connecting while one is
 // active is refused (accepted and closed at once, with a log line). In client
@@ -43,6 +49,13 @@ struct ServerOptions {
   SessionOptions session;
   // Client mode: delay between connection attempts.
   std::chrono::milliseconds reconnect_interval{200};
+  // Replies are written without blocking; what the socket does not take is
+  // queued per connection. A front-end that lets more than this pile up
+  // unread, or reads nothing for reply_drain_timeout while replies wait, is
+  // disconnected (with a log line). Front-ends wait for each reply, so a
+  // well-behaved one never gets near either bound.
+  size_t max_queued_reply_bytes = 256 * 1024;
+  std::chrono::milliseconds reply_drain_timeout{2000};
 };
 
 class Server {

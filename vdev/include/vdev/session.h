@@ -11,6 +11,7 @@
 #ifndef VDEV_SESSION_H_
 #define VDEV_SESSION_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,13 +37,23 @@ struct SessionOptions {
   uint64_t max_region_bytes = 1ull << 40;
   uint64_t max_total_bytes = 1ull << 42;
   // Guest memory fds must be sealed against shrinking (F_SEAL_SHRINK; the
-  // back-end adds the seal itself when the memfd allows it). A front-end that
-  // shrinks an unsealed file under the mapping makes the next access raise
-  // SIGBUS in this process, so set this for front-ends that are not trusted
-  // (containers using virtio-user). QEMU's memory-backend-memfd is sealed by
-  // default; file-backed (hugetlbfs) memory is not sealable.
-  bool require_sealed_memory = false;
+  // back-end adds the seal itself when the memfd allows it, i.e. was created
+  // with MFD_ALLOW_SEALING and is not F_SEAL_SEAL'ed without it). A front-end
+  // that shrinks an unsealed file under the mapping makes the next access
+  // raise SIGBUS in this process, so unsealable memory is refused by default:
+  // memfds created without MFD_ALLOW_SEALING, and files that cannot carry
+  // seals at all (tmpfs or hugetlbfs files, QEMU's memory-backend-file).
+  // QEMU's memory-backend-memfd is sealable (seal=on by default), as is the
+  // virtio-user front-end's memory. Setting this to false accepts unsealable
+  // memory and means trusting the front-end never to truncate it: a
+  // truncation then crashes the back-end (SIGBUS). Only for front-ends as
+  // trusted as the back-end itself.
+  bool require_sealed_memory = true;
   QueueLimits queue_limits;
+  // GET_VRING_BASE on a ring whose chains the device still holds: how long
+  // the reply waits for their completions (the spec has the back-end drain
+  // in-flight requests before answering). Zero answers at once.
+  std::chrono::milliseconds stop_drain_timeout{1000};
 };
 
 // What a Session needs from its event loop. Called on the session's executor.
@@ -67,6 +78,10 @@ class Session final : public DeviceContext {
   struct Result {
     std::vector<uint8_t> reply;  // empty: nothing to send
     bool close = false;          // protocol violation: drop the connection
+    // GET_VRING_BASE is waiting for the device's in-flight chains: read no
+    // further message until FinishStop() produced the reply. Call it once
+    // StopDrained() or after options().stop_drain_timeout.
+    bool stop_pending = false;
   };
 
   Session(std::unique_ptr<Device> device, SessionHost* host, SessionOptions options,
@@ -85,6 +100,14 @@ class Session final : public DeviceContext {
   bool Poll();
   // The connection is gone: stops every ring and tells the device.
   void Disconnect();
+  // A GET_VRING_BASE reply waits for in-flight chains (Result::stop_pending).
+  bool StopPending() const { return pending_stop_ >= 0; }
+  // True when that ring has no chain in flight any more.
+  bool StopDrained() const;
+  // Stops the pending ring and returns the GET_VRING_BASE reply; chains still
+  // in flight are abandoned (their late completions are ignored).
+  std::vector<uint8_t> FinishStop();
+  const SessionOptions& options() const { return options_; }
 
   // DeviceContext. Post and Memory are safe from any thread;
   // NotifyConfigChanged belongs on the executor (Post it from elsewhere).
@@ -145,7 +168,9 @@ class Session final : public DeviceContext {
   uint64_t acked_protocol_ = 0;
   uint8_t status_ = 0;
   bool polling_ = false;
+  std::vector<uint16_t> polled_;  // delivered queues the busy-poll loop serves
   bool ever_started_ = false;
+  int pending_stop_ = -1;  // queue whose GET_VRING_BASE reply waits, or -1
   bool disconnected_ = false;
 };
 

@@ -94,6 +94,13 @@ class SplitQueue final : public Queue {
   bool Remap(MemoryMapPtr memory, std::string* error);
   // Stops the ring: chains popped before are no longer completable.
   void Stop();
+  // Stopping in two steps (GET_VRING_BASE waits for the device): while
+  // draining, Pop and HasAvailable find nothing, but chains in flight can
+  // still be completed and flushed. Stop() or Start() ends it.
+  void set_draining() { draining_ = true; }
+  bool draining() const { return draining_; }
+  // Chains popped and not completed yet.
+  uint32_t in_flight() const { return in_flight_; }
 
   bool started() const { return started_; }
   bool broken() const { return broken_; }
@@ -138,6 +145,7 @@ class SplitQueue final : public Queue {
 
   bool started_ = false;
   bool broken_ = false;
+  bool draining_ = false;
   uint64_t ring_id_ = 0;
   MemoryMapPtr memory_;
   // Host views of the three ring parts (valid while memory_ is held).
@@ -154,6 +162,7 @@ class SplitQueue final : public Queue {
   uint16_t avail_event_written_ = 0;
   bool avail_event_valid_ = false;
   std::vector<uint8_t> inflight_;  // per head: popped, not completed
+  uint32_t in_flight_ = 0;         // heads set in inflight_
   uint32_t budget_ = 0;            // chains left in this turn
   bool yielded_ = false;
   std::function<void(uint16_t)> on_yield_;
