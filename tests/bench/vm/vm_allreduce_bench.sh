@@ -90,7 +90,7 @@ wait "$vm0" || rc0=$?
 wait "$vm1" || rc1=$?
 say "guests done after $((SECONDS - start)) s"
 for r in 0 1; do
-	grep -a 'HZ-GUEST\|hz_vmbench\|HZ-BENCH\|HZ-RESULT' "$HZ_WORK/bench-vm$r-guest.log" | sed "s/^/[vm$r] /" || true
+	grep -a 'HZ-GUEST\|HZ-NET\|hz_vmbench\|HZ-BENCH\|HZ-RESULT' "$HZ_WORK/bench-vm$r-guest.log" | sed "s/^/[vm$r] /" || true
 done
 [ "$rc0" -eq 0 ] || fail "rank 0's guest failed (exit $rc0)"
 [ "$rc1" -eq 0 ] || fail "rank 1's guest failed (exit $rc1)"
@@ -99,6 +99,13 @@ python3 - "$HZ_WORK/bench-vm0-guest.log" "$HZ_WORK/bench-vm1-guest.log" "$sizes"
 import json, sys
 logs, sizes, iters, warmup = sys.argv[1:3], [int(s) for s in sys.argv[3].split(",")], int(sys.argv[4]), int(sys.argv[5])
 per_rank = []
+rtt = None
+for line in open(logs[1], errors="replace"):
+    if line.startswith("HZ-NET: rtt_avg_ms "):
+        try:
+            rtt = float(line.split()[2])
+        except ValueError:
+            pass
 for path in logs:
     rows = {}
     for line in open(path, errors="replace"):
@@ -124,6 +131,7 @@ for size in sizes:
                       "ratio_gloo_over_device": round(gloo / dev, 2) if dev > 0 else None,
                       "device": "harmonaize (libharmonaize, registered buffers)",
                       "reference": "gloo ring, tcp over virtio-net (QEMU stream netdev)",
+                      "net_rtt_ms": rtt,
                       "check": check}), flush=True)
 sys.exit(0 if ok else 1)
 PY
