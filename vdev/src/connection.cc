@@ -192,9 +192,11 @@ void Connection::OnReadable() {
       // No further message until the device has completed the chains it
       // holds (or the bound passes); the front-end waits for this reply.
       stop_waiting_ = true;
+      const uint64_t gen = ++stop_timer_gen_;
       stop_timer_.expires_after(session_.options().stop_drain_timeout);
-      stop_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-        if (!ec) self->MaybeFinishStop(true);
+      stop_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
+        // A stale expiry (already queued when this stop ended) is ignored.
+        if (!ec && gen == self->stop_timer_gen_) self->MaybeFinishStop(true);
       });
       return;
     }

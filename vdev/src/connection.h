@@ -97,6 +97,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   // GET_VRING_BASE waiting for in-flight chains: reading is paused.
   boost::asio::steady_timer stop_timer_;
   bool stop_waiting_ = false;
+  uint64_t stop_timer_gen_ = 0;
 };
 
 }  // namespace vdev

@@ -341,6 +341,60 @@ TEST_F(VdevSessionTest, MemoryHotAddAndRemoveWhileAQueueRuns) {
   EXPECT_EQ(session_->queue(0).stats().malformed, 1u);
 }
 
+TEST_F(VdevSessionTest, GetVringBaseWaitsForChainsTheDeviceHolds) {
+  Bringup();
+  device_->hold = true;
+  RingDriver ring = Ring();
+  PostPing(ring, 0);
+  session_->Kick(0);
+  ASSERT_EQ(device_->held.size(), 1u);
+  // The reply waits: the base would claim the held chain is done.
+  Session::Result r = Send(Msg(vu::kGetVringBase, vu::VringState{0, 0}));
+  EXPECT_TRUE(r.reply.empty());
+  EXPECT_FALSE(r.close);
+  EXPECT_TRUE(r.stop_pending);
+  EXPECT_TRUE(session_->StopPending());
+  EXPECT_FALSE(session_->StopDrained());
+  EXPECT_EQ(device_->events.back(), "stopping0");
+  // Meanwhile nothing new is popped, and other messages are refused.
+  PostPing(ring, 2);
+  session_->Kick(0);
+  EXPECT_TRUE(session_->Poll() == false);
+  EXPECT_EQ(device_->held.size(), 1u);
+  Refused(Msg0(vu::kSetOwner));
+  // The completion still lands on the ring; then the reply can go.
+  device_->CompleteHeld();
+  EXPECT_TRUE(session_->StopDrained());
+  EXPECT_EQ(ring.used_idx(), 1);
+  EXPECT_EQ(ring.used_elem(0), std::make_pair(0u, 4u));
+  ParsedReply p = Parse(session_->FinishStop());
+  ASSERT_EQ(p.header.size, sizeof(vu::VringState));
+  EXPECT_EQ(p.header.request, static_cast<uint32_t>(vu::kGetVringBase));
+  vu::VringState st;
+  std::memcpy(&st, p.payload.data(), sizeof(st));
+  EXPECT_EQ(st.num, 1u);  // the second chain was never popped: resubmitted after restart
+  EXPECT_EQ(device_->events.back(), "stop0");
+  EXPECT_FALSE(session_->queue(0).started());
+  EXPECT_FALSE(session_->StopPending());
+}
+
+TEST_F(VdevSessionTest, GetVringBaseGivesUpOnChainsNeverCompleted) {
+  Bringup();
+  device_->hold = true;
+  RingDriver ring = Ring();
+  PostPing(ring, 0);
+  session_->Kick(0);
+  EXPECT_TRUE(Send(Msg(vu::kGetVringBase, vu::VringState{0, 0})).stop_pending);
+  // The host's bound passed: answer anyway; the late completion is ignored.
+  ParsedReply p = Parse(session_->FinishStop());
+  vu::VringState st;
+  ASSERT_EQ(p.payload.size(), sizeof(st));
+  std::memcpy(&st, p.payload.data(), sizeof(st));
+  EXPECT_EQ(st.num, 1u);
+  device_->CompleteHeld();
+  EXPECT_EQ(ring.used_idx(), 0);
+}
+
 TEST_F(VdevSessionTest, MemorySlotsAreLimited) {
   auto dev = std::make_unique<RecordingDevice>();
   SessionOptions options;

@@ -69,9 +69,24 @@ class RecordingDevice : public Device {
   void OnMemory(const MemoryMapPtr& m) override { memory_updates++, memory = m; }
   void OnQueueStarted(Queue& q) override { events.push_back("start" + std::to_string(q.index())); }
   void OnQueueStopped(uint16_t i) override { events.push_back("stop" + std::to_string(i)); }
+  void OnQueueStopping(Queue& q) override {
+    events.push_back("stopping" + std::to_string(q.index()));
+  }
   void OnKick(Queue& q) override {
     ++kicks;
-    echo_.OnKick(q);
+    if (!hold) {
+      echo_.OnKick(q);
+      return;
+    }
+    // Like a device whose requests complete later (worker threads).
+    Chain c;
+    while (q.Pop(&c)) held.push_back(c);
+    held_queue = &q;
+  }
+  void CompleteHeld() {
+    for (const Chain& c : held) held_queue->Complete(c, static_cast<uint32_t>(EchoChain(c)));
+    held.clear();
+    held_queue->Flush();
   }
   void OnReset() override { ++resets; }
   void OnDisconnect() override { ++disconnects; }
@@ -85,6 +100,9 @@ class RecordingDevice : public Device {
   int kicks = 0;
   int resets = 0;
   int disconnects = 0;
+  bool hold = false;
+  std::vector<Chain> held;
+  Queue* held_queue = nullptr;
 
  private:
   EchoDevice echo_;
