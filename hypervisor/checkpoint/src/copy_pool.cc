@@ -1,5 +1,6 @@
 #include "copy_pool.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace hz::checkpoint {
@@ -29,21 +30,28 @@ void CopyPool::Drain() {
   for (size_t i = next_.fetch_add(1, std::memory_order_relaxed); i < n;
        i = next_.fetch_add(1, std::memory_order_relaxed)) {
     const CopyOp& op = pieces_[i];
-    std::memcpy(op.dst, op.src, op.len);
+    if (!*cancelled_ || !(*cancelled_)()) {
+      std::memcpy(op.dst, op.src, op.len);
+    }
     done_.fetch_add(1, std::memory_order_release);
   }
 }
 
-void CopyPool::Run(const std::vector<CopyOp>& ops) {
-  std::lock_guard<std::mutex> run_lock(run_mu_);
+bool CopyPool::Run(const std::vector<CopyOp>& ops, const std::function<bool()>& cancel) {
+  auto cancelled = [&cancel] { return cancel && cancel(); };
   size_t total = 0;
   for (const CopyOp& op : ops) total += op.len;
   if (threads_.empty() || total < 2 * kPieceBytes) {
+    // On the caller alone, without waiting for another caller's turn.
     for (const CopyOp& op : ops) {
-      if (op.len != 0) std::memcpy(op.dst, op.src, op.len);
+      for (size_t off = 0; off < op.len; off += kPieceBytes) {
+        if (cancelled()) return false;
+        std::memcpy(op.dst + off, op.src + off, std::min(kPieceBytes, op.len - off));
+      }
     }
-    return;
+    return !cancelled();
   }
+  std::lock_guard<std::mutex> run_lock(run_mu_);
   {
     // Helpers are outside Drain between runs, so the list can be rebuilt.
     std::unique_lock<std::mutex> l(mu_);
@@ -56,12 +64,14 @@ void CopyPool::Run(const std::vector<CopyOp>& ops) {
     }
     next_.store(0, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
+    cancelled_ = &cancel;
     ++generation_;
   }
   cv_.notify_all();
   Drain();
   // Only pieces a helper has already started can remain.
   while (done_.load(std::memory_order_acquire) != pieces_.size()) std::this_thread::yield();
+  return !cancelled();
 }
 
 void CopyPool::Worker() {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,9 +30,11 @@ class CopyPool {
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;
 
-  // Runs all copies; returns when every byte is copied. Concurrent callers
+  // Runs all copies; returns when every byte is copied (true), or, once
+  // cancelled (polled between 1 MiB pieces, from every copier) returns true,
+  // when no copier touches the buffers any more (false). Concurrent callers
   // take turns.
-  void Run(const std::vector<CopyOp>& ops);
+  bool Run(const std::vector<CopyOp>& ops, const std::function<bool()>& cancelled = {});
 
  private:
   void Worker();
@@ -42,9 +45,10 @@ class CopyPool {
   std::condition_variable cv_;
   std::condition_variable done_cv_;
   std::vector<std::thread> threads_;
-  std::vector<CopyOp> pieces_;   // the current run, cut into pieces
-  std::atomic<size_t> next_{0};  // next piece to take
-  std::atomic<size_t> done_{0};  // pieces copied
+  std::vector<CopyOp> pieces_;                        // the current run, cut into pieces
+  std::atomic<size_t> next_{0};                       // next piece to take
+  std::atomic<size_t> done_{0};                       // pieces copied (or skipped after a cancel)
+  const std::function<bool()>* cancelled_ = nullptr;  // the current run's
   uint64_t generation_ = 0;
   unsigned active_helpers_ = 0;  // helpers inside Drain for this run
   bool stop_ = false;

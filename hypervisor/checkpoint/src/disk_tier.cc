@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
@@ -22,6 +23,7 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kManifestTmp = "manifest.json.tmp";  // written by older layouts
 constexpr const char* kPendingSuffix = ".tmp";             // a step directory being written
+constexpr const char* kRetiredSuffix = ".del";             // a step directory being removed
 constexpr const char* kPolicy = "policy.json";
 constexpr const char* kPolicyTmp = "policy.json.tmp";
 constexpr const char* kData = "data";
@@ -147,7 +149,7 @@ std::unique_ptr<DiskTier> DiskTier::Open(const Options& options, std::string* er
     return nullptr;
   }
   t->ring_ok_ = true;
-  rc = io_uring_queue_init(4, &t->sync_ring_, 0);
+  rc = io_uring_queue_init(8, &t->sync_ring_, 0);
   if (rc < 0) {
     *error = std::string("io_uring_queue_init: ") + strerror(-rc);
     return nullptr;
@@ -336,17 +338,19 @@ void DiskTier::Poll(uint64_t wait_us, std::vector<Completion>* out) {
   }
 }
 
-// Flushes two files at once (their flushes share one journal commit on
-// journalling filesystems), on the commit ring so chunk writes are not mixed in.
-bool DiskTier::SyncBoth(int data_fd, int manifest_fd) {
-  io_uring_sqe* a = io_uring_get_sqe(&sync_ring_);
-  io_uring_sqe* b = io_uring_get_sqe(&sync_ring_);
-  if (a == nullptr || b == nullptr) return false;
-  io_uring_prep_fsync(a, data_fd, IORING_FSYNC_DATASYNC);
-  io_uring_prep_fsync(b, manifest_fd, 0);
-  if (io_uring_submit(&sync_ring_) != 2) return false;
-  bool ok = true;
-  for (int i = 0; i < 2; ++i) {
+// Flushes several files and directories at once, on the commit ring so chunk
+// writes are not mixed in. On a journalling filesystem the flushes share one
+// journal commit (and one device cache flush).
+bool DiskTier::SyncAll(const std::vector<std::pair<int, bool>>& fds) {
+  for (const auto& [fd, datasync] : fds) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&sync_ring_);
+    if (sqe == nullptr) return false;
+    io_uring_prep_fsync(sqe, fd, datasync ? IORING_FSYNC_DATASYNC : 0);
+  }
+  int submitted = io_uring_submit(&sync_ring_);
+  if (submitted < 0) return false;
+  bool ok = static_cast<size_t>(submitted) == fds.size();
+  for (int i = 0; i < submitted; ++i) {
     io_uring_cqe* cqe = nullptr;
     int rc;
     do {
@@ -371,8 +375,7 @@ Status DiskTier::Commit(uint64_t write_id, const Manifest& m) {
   fs::path pending(w.dir);
   fs::path final_dir = StepDir(m.tenant, m.stream, m.step);
   std::error_code ec;
-  // 1. The manifest next to the data, then data and manifest durable together:
-  //    the manifest must never become visible naming bytes not on disk.
+  // 1. The manifest next to the data.
   std::string text = EncodeManifest(m);
   int mfd = open((pending / kManifest).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
   bool ok = mfd >= 0;
@@ -382,13 +385,22 @@ Status DiskTier::Commit(uint64_t write_id, const Manifest& m) {
     ok = n > 0;
     if (ok) done += static_cast<size_t>(n);
   }
-  if (ok) ok = SyncBoth(w.fd, mfd);
-  if (mfd >= 0) close(mfd);
-  close(w.fd);
-  // 2. The commit point: the pending directory takes the step's name, and the
-  //    stream directory is flushed so the new name is durable.
+  // 2. One flush makes everything durable together: the data, the manifest,
+  //    and the entries that name them (the pending directory's and the stream
+  //    directory's). From here the checkpoint survives a crash: start-up
+  //    adopts a pending directory whose manifest and every chunk verify.
+  int pdir = ok ? open(pending.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC) : -1;
+  int sdir = ok ? open(final_dir.parent_path().c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC) : -1;
+  ok = ok && pdir >= 0 && sdir >= 0;
+  if (ok) ok = SyncAll({{w.fd, true}, {mfd, false}, {pdir, false}, {sdir, false}});
+  for (int fd : {mfd, pdir, sdir, w.fd}) {
+    if (fd >= 0) close(fd);
+  }
+  // 3. The step's final name, issued only after the flush, so a step
+  //    directory is never reachable before its bytes are durable. It needs no
+  //    flush of its own: until it reaches the disk, start-up finds the pending
+  //    directory, verifies it and finishes the rename.
   if (ok) ok = rename(pending.c_str(), final_dir.c_str()) == 0;
-  if (ok) ok = FsyncPath(final_dir.parent_path().string(), true);
   if (!ok) {
     fs::remove_all(pending, ec);
     return Status::kIo;
@@ -406,7 +418,8 @@ void DiskTier::Abort(uint64_t write_id) {
   writes_.erase(it);
 }
 
-Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len) {
+Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len,
+                      const std::function<bool()>& cancelled) {
   fs::path dir = StepDir(m.tenant, m.stream, m.step);
   // The manifest on disk must still be the one committed.
   std::string text;
@@ -443,7 +456,11 @@ Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len) {
   if (direct) limit = want;
   uint64_t done = 0;
   while (done < limit) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(limit - done, 64u << 20));
+    if (cancelled && cancelled()) {
+      close(fd);
+      return Status::kCancelled;
+    }
+    size_t n = static_cast<size_t>(std::min<uint64_t>(limit - done, 16u << 20));
     ssize_t r = pread(fd, dst + done, n, static_cast<off_t>(done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
@@ -467,6 +484,50 @@ Status DiskTier::Remove(TenantId tenant, StreamId stream, uint64_t step) {
   return ec ? Status::kIo : Status::kOk;
 }
 
+bool DiskTier::Retire(TenantId tenant, StreamId stream, uint64_t step, std::string* path) {
+  std::string dir = StepDir(tenant, stream, step);
+  std::string retired = dir + kRetiredSuffix;
+  std::error_code ec;
+  if (fs::exists(retired, ec)) return false;
+  if (rename(dir.c_str(), retired.c_str()) != 0) return false;
+  *path = std::move(retired);
+  return true;
+}
+
+void DiskTier::RemoveRetired(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) spdlog::warn("checkpoint: cannot remove {}: {}", path, ec.message());
+}
+
+bool DiskTier::VerifyData(const std::string& dir, const Manifest& m) {
+  int fd = open((fs::path(dir) / kData).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool ok = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) >= m.payload_bytes();
+  std::vector<uint8_t> buf(ok ? static_cast<size_t>(std::min<uint64_t>(m.chunk_bytes, 64u << 20))
+                              : 0);
+  for (uint64_t i = 0; ok && i < m.num_chunks(); ++i) {
+    // A chunk larger than the buffer cannot come from this engine's pool.
+    uint64_t len = m.chunk_len(i);
+    if (len > buf.size()) {
+      ok = false;
+      break;
+    }
+    uint64_t done = 0;
+    while (ok && done < len) {
+      ssize_t r = pread(fd, buf.data() + done, static_cast<size_t>(len - done),
+                        static_cast<off_t>(i * m.chunk_bytes + done));
+      if (r < 0 && errno == EINTR) continue;
+      ok = r > 0;
+      if (ok) done += static_cast<uint64_t>(r);
+    }
+    ok = ok && Crc32c(buf.data(), static_cast<size_t>(len)) == m.chunk_crcs[i];
+  }
+  close(fd);
+  return ok;
+}
+
 Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::string>* cleaned) {
   std::error_code ec;
   for (const auto& t : fs::directory_iterator(root_, ec)) {
@@ -480,32 +541,43 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
       if (!s.is_directory() || !ParseNumber(s.path().filename().string(), UINT32_MAX, &stream)) {
         continue;
       }
+      // Names first, so pending directories are judged after the final ones.
+      std::vector<fs::path> entries;
       std::error_code ec3;
       for (const auto& d : fs::directory_iterator(s.path(), ec3)) {
-        std::string name = d.path().filename().string();
+        if (d.is_directory()) entries.push_back(d.path());
+      }
+      std::sort(entries.begin(), entries.end());
+      std::vector<fs::path> pending;
+      for (const fs::path& d : entries) {
+        std::string name = d.filename().string();
         uint64_t step = 0;
         std::error_code ec5;
-        if (d.is_directory() && name.size() == 20 + strlen(kPendingSuffix) &&
-            name.compare(20, std::string::npos, kPendingSuffix) == 0 &&
-            ParseNumber(name.substr(0, 20), UINT64_MAX, &step)) {
-          // A persist that never reached its commit point.
-          fs::remove_all(d.path(), ec5);
-          cleaned->push_back(d.path().string());
+        bool is_pending = name.size() == 20 + strlen(kPendingSuffix) &&
+                          name.compare(20, std::string::npos, kPendingSuffix) == 0;
+        bool retired = name.size() == 20 + strlen(kRetiredSuffix) &&
+                       name.compare(20, std::string::npos, kRetiredSuffix) == 0;
+        if ((is_pending || retired) && ParseNumber(name.substr(0, 20), UINT64_MAX, &step)) {
+          if (is_pending) {
+            pending.push_back(d);
+            continue;
+          }
+          // A checkpoint that retention dropped.
+          fs::remove_all(d, ec5);
+          cleaned->push_back(d.string());
           continue;
         }
-        if (!d.is_directory() || name.size() != 20 || !ParseNumber(name, UINT64_MAX, &step)) {
-          continue;
-        }
+        if (name.size() != 20 || !ParseNumber(name, UINT64_MAX, &step)) continue;
         std::error_code ec4;
-        fs::remove(d.path() / kManifestTmp, ec4);
+        fs::remove(d / kManifestTmp, ec4);
         std::string text;
         bool missing = false;
         Manifest m;
-        if (!ReadSmallFile(d.path() / kManifest, &text, &missing)) {
+        if (!ReadSmallFile(d / kManifest, &text, &missing)) {
           if (missing) {
             // Never committed: an interrupted persist.
-            fs::remove_all(d.path(), ec4);
-            cleaned->push_back(d.path().string());
+            fs::remove_all(d, ec4);
+            cleaned->push_back(d.string());
           }
           continue;
         }
@@ -513,10 +585,35 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
             m.step != step) {
           // A committed manifest that no longer verifies: keep it for the
           // operator, but never list or restore it.
-          spdlog::warn("checkpoint: corrupt manifest in {}; not adopted", d.path().string());
+          spdlog::warn("checkpoint: corrupt manifest in {}; not adopted", d.string());
           continue;
         }
         committed->push_back(std::move(m));
+      }
+      for (const fs::path& d : pending) {
+        // Committed (flushed) but maybe not yet renamed when the process
+        // stopped: adopted only if the manifest and every chunk verify and the
+        // step has no final directory; anything else never reached its commit
+        // point.
+        std::string name = d.filename().string();
+        uint64_t step = 0;
+        ParseNumber(name.substr(0, 20), UINT64_MAX, &step);
+        fs::path final_dir = d.parent_path() / name.substr(0, 20);
+        std::string text;
+        bool missing = false;
+        Manifest m;
+        std::error_code ec6;
+        bool adopt = !fs::exists(final_dir, ec6) && ReadSmallFile(d / kManifest, &text, &missing) &&
+                     DecodeManifest(text, &m) == Status::kOk && m.tenant == tenant &&
+                     m.stream == stream && m.step == step && VerifyData(d.string(), m);
+        if (adopt && rename(d.c_str(), final_dir.c_str()) == 0) {
+          FsyncPath(s.path().string(), true);
+          spdlog::info("checkpoint: adopted committed {}", final_dir.string());
+          committed->push_back(std::move(m));
+          continue;
+        }
+        fs::remove_all(d, ec6);
+        cleaned->push_back(d.string());
       }
     }
   }

@@ -1,15 +1,21 @@
 // The local-disk tier: io_uring writes (O_DIRECT, registered staging buffers,
 // several in flight), one data file per checkpoint, and a manifest committed
-// with write-temp, fsync, rename, fsync-directory.
+// with a single flush.
 //
 //   <root>/<tenant>/<stream>/policy.json
 //   <root>/<tenant>/<stream>/<step, 20 digits>/data           chunks at i * chunk_bytes
 //   <root>/<tenant>/<stream>/<step, 20 digits>/manifest.json  the commit record
 //
-// A checkpoint is written under "<step>.tmp/" (data, then manifest.json), both
-// files are flushed, and the directory is renamed to "<step>/" and the stream
-// directory flushed: the rename is the commit point. Start-up removes every
-// "<step>.tmp/" and every step directory without a manifest.
+// A checkpoint is written under "<step>.tmp/" (data, then manifest.json). One
+// batch of flushes (data, manifest, the pending directory and the stream
+// directory, issued together) makes it durable: that is the commit point, and
+// DURABLE follows. Only then is the directory renamed to "<step>/", without a
+// flush of its own. So a "<step>/" directory always names durable bytes, and
+// start-up treats a "<step>.tmp/" directory as committed exactly when its
+// manifest decodes and every chunk of its data verifies (sizes and CRC32C):
+// it finishes the rename; otherwise (an interrupted persist) it removes the
+// directory. Start-up also removes every "<step>.del/" (a checkpoint that
+// retention dropped) and every step directory without a manifest.
 //
 // Where the filesystem refuses O_DIRECT (tmpfs), files are written through the
 // page cache and made durable with fdatasync; a warning is logged once.
@@ -19,6 +25,7 @@
 #include <liburing.h>
 #include <sys/uio.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,8 +74,19 @@ class DiskTier : public Tier {
   void Poll(uint64_t wait_us, std::vector<Completion>* out) override;
   Status Commit(uint64_t write_id, const Manifest& m) override;
   void Abort(uint64_t write_id) override;
-  Status Read(const Manifest& m, uint8_t* dst, size_t dst_len) override;
+  Status Read(const Manifest& m, uint8_t* dst, size_t dst_len) override {
+    return Read(m, dst, dst_len, {});
+  }
+  // Read that stops with kCancelled once cancelled() returns true.
+  Status Read(const Manifest& m, uint8_t* dst, size_t dst_len,
+              const std::function<bool()>& cancelled);
   Status Remove(TenantId tenant, StreamId stream, uint64_t step) override;
+  // Takes a committed checkpoint out of the way at once by renaming its step
+  // directory to "<step>.del" (no flush: if a crash undoes the rename, start-up
+  // applies retention again). *path names the renamed directory for
+  // RemoveRetired. False when the rename failed; the caller then uses Remove.
+  bool Retire(TenantId tenant, StreamId stream, uint64_t step, std::string* path);
+  void RemoveRetired(const std::string& path);
   Status Recover(std::vector<Manifest>* committed, std::vector<std::string>* cleaned) override;
 
  private:
@@ -89,7 +107,10 @@ class DiskTier : public Tier {
   explicit DiskTier(const Options& options);
   int OpenData(const std::string& path, int flags);
   bool Queue(Op* op);
-  bool SyncBoth(int data_fd, int manifest_fd);
+  bool SyncAll(const std::vector<std::pair<int, bool>>& fds);  // (fd, datasync only)
+  // True when the data file of a pending directory holds every chunk of m
+  // intact (sizes and CRC32C), read back from the disk.
+  bool VerifyData(const std::string& dir, const Manifest& m);
 
   std::string root_;
   unsigned queue_depth_;

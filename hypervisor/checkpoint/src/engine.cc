@@ -58,6 +58,10 @@ std::unique_ptr<Engine> Engine::Open(const EngineConfig& config, std::string* er
     *error = "copy_threads must be 1..64";
     return nullptr;
   }
+  if (config.request_threads == 0 || config.request_threads > 64) {
+    *error = "request_threads must be 1..64";
+    return nullptr;
+  }
   auto pool = std::make_unique<StagingPool>(config.chunk_bytes, chunks);
   if (!pool->ok()) {
     *error = "cannot allocate the staging pool";
@@ -110,6 +114,9 @@ Status Engine::WaitDurable(TenantId t, StreamId s, uint64_t step, std::chrono::m
 Status Engine::Flush(std::chrono::milliseconds timeout) {
   return impl_->Flush(timeout);
 }
+void Engine::RunAsync(std::function<void()> fn) {
+  impl_->RunAsync(std::move(fn));
+}
 Stats Engine::GetStats() const {
   return impl_->GetStats();
 }
@@ -133,6 +140,15 @@ Engine::Impl::~Impl() {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
   }
+  // Queued work still runs (its saves answer kShutdown) so every caller
+  // hears back; then the request threads end.
+  staging_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> l(async_mu_);
+    async_stop_ = true;
+  }
+  async_cv_.notify_all();
+  for (auto& t : requesters_) t.join();
   worker_cv_.notify_all();
   staging_cv_.notify_all();
   durable_cv_.notify_all();
@@ -148,6 +164,31 @@ Engine::Impl::~Impl() {
 void Engine::Impl::Start() {
   worker_ = std::thread([this] { WorkerLoop(); });
   committer_ = std::thread([this] { CommitLoop(); });
+  for (unsigned i = 0; i < config_.request_threads; ++i) {
+    requesters_.emplace_back([this] { RequestLoop(); });
+  }
+}
+
+void Engine::Impl::RunAsync(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> l(async_mu_);
+    async_.push_back(std::move(fn));
+  }
+  async_cv_.notify_one();
+}
+
+void Engine::Impl::RequestLoop() {
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::unique_lock<std::mutex> l(async_mu_);
+      async_cv_.wait(l, [this] { return async_stop_ || !async_.empty(); });
+      if (async_.empty()) return;  // stopping with nothing left
+      fn = std::move(async_.front());
+      async_.pop_front();
+    }
+    fn();
+  }
 }
 
 bool Engine::Impl::Recover(std::string* error) {
@@ -291,8 +332,8 @@ Status Engine::Impl::CheckStepLocked(const StreamState& s, uint64_t step) const 
 }
 
 Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId tenant, size_t n,
-                                   Clock::time_point deadline, std::vector<uint32_t>* chunks,
-                                   uint64_t* waited_us) {
+                                   Clock::time_point deadline, const std::function<bool()>* cancel,
+                                   std::vector<uint32_t>* chunks, uint64_t* waited_us) {
   TenantState& t = TenantLocked(tenant);
   uint64_t quota_chunks = t.limits.staging_bytes / config_.chunk_bytes;
   *waited_us = 0;
@@ -302,7 +343,15 @@ Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId 
   };
   auto start = Clock::now();
   // Backpressure: wait for the worker to free chunks, never grow the pool.
-  if (!fits()) staging_cv_.wait_until(lock, deadline, fits);
+  // A cancellable wait looks at the caller's flag every few milliseconds.
+  auto cancelled = [cancel] { return cancel != nullptr && *cancel && (*cancel)(); };
+  while (!fits() && !cancelled() && Clock::now() < deadline) {
+    auto until = cancel == nullptr || !*cancel
+                     ? deadline
+                     : std::min(deadline, Clock::now() + std::chrono::milliseconds(5));
+    staging_cv_.wait_until(lock, until, fits);
+  }
+  if (cancelled()) return Status::kCancelled;
   *waited_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
   if (stop_) return Status::kShutdown;

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -80,9 +81,10 @@ struct Job {
   bool started = false;
   bool failed = false;
   uint64_t first_write_us = 0;
-  uint32_t rpo_s = 0;
-  uint64_t admitted_us = 0;  // when the save completed (the RPO clock starts)  // the stream's
-                             // objective bounds any stagger delay
+  uint64_t writes_done_us = 0;  // the last chunk write completed
+  uint64_t commit_us = 0;       // time the commit took
+  uint32_t rpo_s = 0;           // the stream's objective bounds any stagger delay
+  uint64_t admitted_us = 0;     // when the save completed (the RPO clock starts)
 };
 
 using PendingEvent = CheckpointEvent;
@@ -111,6 +113,7 @@ class Engine::Impl {
   Status WaitDurable(TenantId tenant, StreamId stream, uint64_t step,
                      std::chrono::milliseconds timeout);
   Status Flush(std::chrono::milliseconds timeout);
+  void RunAsync(std::function<void()> fn);
   Stats GetStats() const;
   std::vector<Decision> Decisions() const;
 
@@ -125,10 +128,12 @@ class Engine::Impl {
   // Evicts durable checkpoints beyond retention; appends disk removals.
   void RetainLocked(TenantId tenant, StreamId stream, StreamState* s,
                     std::vector<std::shared_ptr<Ckpt>>* remove_from_disk);
-  // Waits for n chunks within the deadline; takes them on success.
+  // Waits for n chunks within the deadline (or until *cancel returns true:
+  // kCancelled); takes them on success.
   Status AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId tenant, size_t n,
                        std::chrono::steady_clock::time_point deadline,
-                       std::vector<uint32_t>* chunks, uint64_t* waited_us);
+                       const std::function<bool()>* cancel, std::vector<uint32_t>* chunks,
+                       uint64_t* waited_us);
   // Registers a complete snapshot (staged; durable at once in the memory
   // tier) and queues its job; appends retention's disk removals.
   std::shared_ptr<Ckpt> AdmitLocked(TenantId tenant, StreamId stream, StreamState* s,
@@ -148,6 +153,9 @@ class Engine::Impl {
                                   const std::vector<uint32_t>& chunks) const;
   void ZeroTail(const Manifest& m, const std::vector<uint32_t>& chunks) const;
   void Publish(const std::vector<PendingEvent>& events);
+
+  // --- request threads (RunAsync) ---
+  void RequestLoop();
 
   // --- persist worker (worker.cc) ---
   void WorkerLoop();
@@ -185,6 +193,13 @@ class Engine::Impl {
   std::map<uint64_t, std::shared_ptr<Job>> in_flight_jobs_;      // by job id
   std::map<TenantId, uint64_t> last_start_us_;
   std::thread worker_;
+
+  // Request threads: run RunAsync work, in order.
+  std::mutex async_mu_;
+  std::condition_variable async_cv_;
+  std::deque<std::function<void()>> async_;
+  bool async_stop_ = false;
+  std::vector<std::thread> requesters_;
 
   // Commit thread: flushes and renames while the worker keeps writing.
   std::mutex commit_mu_;

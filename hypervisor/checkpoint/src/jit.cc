@@ -39,7 +39,7 @@ Status Engine::Impl::DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan wor
   std::vector<uint32_t> reserved;
   uint64_t waited = 0;
   auto deadline = Clock::now() + std::chrono::milliseconds(s->policy.stall_budget_ms);
-  Status st = AcquireLocked(lock, tenant, nchunks, deadline, &reserved, &waited);
+  Status st = AcquireLocked(lock, tenant, nchunks, deadline, nullptr, &reserved, &waited);
   if (st == Status::kShutdown) return st;
   if (st != Status::kOk) return Status::kLimit;
   auto d = std::make_unique<QuiesceDecl>();
@@ -106,7 +106,7 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_p
       ReleaseChunksLocked(tenant, chunks);
       chunks.clear();
       uint64_t waited = 0;
-      o.status = AcquireLocked(lock, tenant, m.num_chunks(), deadline, &chunks, &waited);
+      o.status = AcquireLocked(lock, tenant, m.num_chunks(), deadline, nullptr, &chunks, &waited);
       if (o.status == Status::kLimit) o.status = Status::kAgain;
     }
     lock.unlock();

@@ -87,6 +87,7 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   m.slice_sizes.reserve(req.slices.size());
   for (const IoSpan& s : req.slices) m.slice_sizes.push_back(s.len);
 
+  if (req.cancelled && req.cancelled()) return Status::kCancelled;
   std::unique_lock<std::mutex> lock(mu_);
   if (stop_) return Status::kShutdown;
   // Stream nodes are never erased, so the pointer outlives the waits below.
@@ -104,7 +105,8 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   auto deadline = start + std::chrono::milliseconds(s->policy.stall_budget_ms);
   std::vector<uint32_t> chunks;
   uint64_t waited_us = 0;
-  st = AcquireLocked(lock, req.tenant, m.num_chunks(), deadline, &chunks, &waited_us);
+  st = AcquireLocked(lock, req.tenant, m.num_chunks(), deadline, &req.cancelled, &chunks,
+                     &waited_us);
   if (st != Status::kOk) {
     s->saving = false;
     TenantLocked(req.tenant).stats.disk_bytes -= disk_reserved;
@@ -124,8 +126,9 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   std::vector<CopyOp> ops = SnapshotOps(req.slices, req.meta, chunks);
   uint64_t total = 0;
   for (const CopyOp& op : ops) total += op.len;
-  if (total >= config_.parallel_copy_min_bytes) {
-    copier_.Run(ops);
+  bool copied = true;
+  if (total >= config_.parallel_copy_min_bytes || req.cancelled) {
+    copied = copier_.Run(ops, req.cancelled);
   } else {
     for (const CopyOp& op : ops) std::memcpy(op.dst, op.src, op.len);
   }
@@ -134,6 +137,12 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   std::vector<std::shared_ptr<Ckpt>> evicted;
   lock.lock();
   s->saving = false;
+  if (!copied) {
+    // Cancelled mid-copy: no checkpoint; give back the chunks and the quota.
+    ReleaseChunksLocked(req.tenant, chunks);
+    TenantLocked(req.tenant).stats.disk_bytes -= disk_reserved;
+    return Status::kCancelled;
+  }
   auto c = AdmitLocked(req.tenant, req.stream, s, std::move(m), std::move(chunks), want_memory,
                        disk_reserved, &evicted);
   result->state = c->state;
@@ -181,18 +190,23 @@ Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
   for (uint64_t i = 0; from_memory && i < nchunks; ++i) chunk_ptr[i] = pool_->chunk(c->chunks[i]);
   lock.unlock();
 
-  Status st = Status::kOk;
+  auto cancelled = [&req] { return req.cancelled && req.cancelled(); };
+  Status st = cancelled() ? Status::kCancelled : Status::kOk;
   std::unique_ptr<ReadBuffer> buf;
   if (!from_memory) {
     buf = std::make_unique<ReadBuffer>(m.padded_bytes());
     if (!buf->ok()) st = Status::kAgain;
-    if (st == Status::kOk) st = disk_->Read(m, buf->data(), m.padded_bytes());
+    if (st == Status::kOk) st = disk_->Read(m, buf->data(), m.padded_bytes(), req.cancelled);
     for (uint64_t i = 0; st == Status::kOk && i < nchunks; ++i) chunk_ptr[i] = buf->data() + i * cb;
   }
   // Verify every chunk (slices and metadata) before the first byte goes out.
   for (uint64_t i = 0; st == Status::kOk && verify && i < nchunks; ++i) {
-    if (Crc32c(chunk_ptr[i], m.chunk_len(i)) != m.chunk_crcs[i]) st = Status::kCorrupt;
+    if (i % 16 == 15 && cancelled()) st = Status::kCancelled;
+    if (st == Status::kOk && Crc32c(chunk_ptr[i], m.chunk_len(i)) != m.chunk_crcs[i]) {
+      st = Status::kCorrupt;
+    }
   }
+  if (st == Status::kOk && cancelled()) st = Status::kCancelled;
   if (st == Status::kOk) {
     std::vector<CopyOp> ops;
     uint64_t pos = 0;
@@ -213,7 +227,9 @@ Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
     }
     result->meta.assign(m.meta_len, 0);
     add(result->meta.data(), m.meta_len);
-    copier_.Run(ops);
+    if (!copier_.Run(ops, req.cancelled)) st = Status::kCancelled;
+  }
+  if (st == Status::kOk) {
     result->step = m.step;
     result->bytes = m.slice_bytes();
     result->tier = tier;

@@ -30,6 +30,8 @@ const char* StatusName(Status s) {
       return "corrupt";
     case Status::kShutdown:
       return "shutdown";
+    case Status::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -60,6 +62,8 @@ uint32_t ToWireStatus(Status s) {
       return HZ_S_ECORRUPT;
     case Status::kShutdown:
       return HZ_S_ESHUTDOWN;
+    case Status::kCancelled:
+      return HZ_S_EABORTED;
   }
   return HZ_S_EIO;
 }

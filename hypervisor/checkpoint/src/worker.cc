@@ -227,6 +227,7 @@ void Engine::Impl::FinishJob(const std::shared_ptr<Job>& job) {
     cancelled = job->ckpt->cancelled;
   }
   in_flight_jobs_.erase(job->id);
+  job->writes_done_us = SteadyNowUs();
   if (job->failed || cancelled || !job->started) {
     if (job->started) disk_->Abort(job->write_id);
     CompleteJob(job, Status::kIo, cancelled);
@@ -250,7 +251,9 @@ void Engine::Impl::CommitLoop() {
       job = commits_.front();
       commits_.pop_front();
     }
+    uint64_t begin_us = SteadyNowUs();
     Status st = disk_->Commit(job->write_id, job->manifest);
+    job->commit_us = SteadyNowUs() - begin_us;
     bool cancelled;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -273,6 +276,10 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
     if (st == Status::kOk) {
       t.stats.bytes_persisted += job->manifest.padded_bytes();
       t.stats.persist_busy_us += finished_us - job->first_write_us;
+      t.stats.persist_queue_us +=
+          job->first_write_us - std::min(job->first_write_us, job->admitted_us);
+      t.stats.persist_write_us += job->writes_done_us - job->first_write_us;
+      t.stats.persist_commit_us += job->commit_us;
       if (job->rpo_s > 0 && finished_us - job->admitted_us > uint64_t{job->rpo_s} * 1000000) {
         t.stats.rpo_misses++;
       }
@@ -322,9 +329,22 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
     }
     MaybeReleaseLocked(job->tenant, &c);
   }
-  RemoveFromDisk(remove);
+  // Retention must not delay DURABLE: the evicted step directories are only
+  // renamed out of the way here (start-up removes such names, and re-applies
+  // retention if a crash undoes the rename); their files go after the waiters
+  // have been woken.
+  std::vector<std::string> trash;
+  for (const auto& r : remove) {
+    std::string path;
+    if (disk_->Retire(r->manifest.tenant, r->manifest.stream, r->manifest.step, &path)) {
+      trash.push_back(std::move(path));
+    } else {
+      disk_->Remove(r->manifest.tenant, r->manifest.stream, r->manifest.step);
+    }
+  }
   Publish(events);
   Settle(job);
+  for (const std::string& path : trash) disk_->RemoveRetired(path);
 }
 
 void Engine::Impl::AbandonAll() {

@@ -128,6 +128,50 @@ TEST_F(CheckpointCorruption, MissingManifestMeansNeverCommitted) {
   EXPECT_FALSE(fs::exists(step_dir_));  // removed as an interrupted persist
 }
 
+// A persist that was flushed but whose final rename did not reach the disk
+// leaves "<step>.tmp/" with data and manifest: start-up adopts it only when
+// every chunk verifies.
+TEST_F(CheckpointCorruption, FlushedPendingDirectoryIsAdoptedWhenItVerifies) {
+  eng_.reset();
+  fs::rename(step_dir_, step_dir_ + ".tmp");
+  Open();
+  std::vector<ListEntry> e;
+  bool more = false;
+  ASSERT_EQ(eng_->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].step, 3u);
+  EXPECT_EQ(e[0].state, CkptState::kDurable);
+  EXPECT_TRUE(fs::exists(step_dir_ + "/manifest.json"));
+  EXPECT_FALSE(fs::exists(step_dir_ + ".tmp"));
+  EXPECT_EQ(RestoreChecked(), Status::kOk);
+}
+
+TEST_F(CheckpointCorruption, PendingDirectoryWithABadChunkIsRemoved) {
+  eng_.reset();
+  fs::rename(step_dir_, step_dir_ + ".tmp");
+  FlipByte(step_dir_ + ".tmp/data", (64 << 10) + 5);  // the second chunk
+  Open();
+  std::vector<ListEntry> e;
+  bool more = false;
+  ASSERT_EQ(eng_->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  EXPECT_TRUE(e.empty());
+  EXPECT_FALSE(fs::exists(step_dir_ + ".tmp"));
+  EXPECT_FALSE(fs::exists(step_dir_));
+  EXPECT_EQ(RestoreChecked(), Status::kNotFound);
+}
+
+TEST_F(CheckpointCorruption, PendingDirectoryWithTruncatedDataIsRemoved) {
+  eng_.reset();
+  fs::rename(step_dir_, step_dir_ + ".tmp");
+  fs::resize_file(step_dir_ + ".tmp/data", 100000);
+  Open();
+  std::vector<ListEntry> e;
+  bool more = false;
+  ASSERT_EQ(eng_->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  EXPECT_TRUE(e.empty());
+  EXPECT_FALSE(fs::exists(step_dir_ + ".tmp"));
+}
+
 TEST_F(CheckpointCorruption, CorruptCountsInStats) {
   FlipByte(step_dir_ + "/data", 9);
   EXPECT_EQ(RestoreChecked(), Status::kCorrupt);

@@ -1,7 +1,9 @@
 // Bad requests, limits and quotas, listing, deletion, retention, concurrency.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "hz/checkpoint/engine.h"
@@ -332,6 +334,96 @@ TEST_F(CheckpointRequests, ConcurrentTenantsEachRestoreTheirOwn) {
     EXPECT_EQ(Steps(t, 1), (std::vector<uint64_t>{kSteps - 1, kSteps}));
     EXPECT_EQ(sink_.Count(EventKind::kDurable, t, 1, kSteps), 1u);
   }
+}
+
+// A save waiting for staging stops when its caller cancels it: no checkpoint,
+// and the chunks and the disk quota it had reserved come back.
+TEST(CheckpointCancel, WaitingSaveStopsWhenCancelled) {
+  TempDir dir("cancelwait");
+  auto cfg = SmallConfig(dir.path());
+  cfg.staging_bytes = 4 * cfg.chunk_bytes;
+  cfg.memory_tier_bytes = 2 * cfg.chunk_bytes;
+  auto eng = Engine::Open(cfg, nullptr);
+  ASSERT_TRUE(eng);
+  Policy mem;
+  mem.tier = TierKind::kHostMemory;
+  ASSERT_EQ(eng->SetPolicy(1, 1, mem), Status::kOk);
+  Policy disk;
+  disk.stall_budget_ms = 600000;  // only the cancel ends the wait
+  ASSERT_EQ(eng->SetPolicy(1, 2, disk), Status::kOk);
+  auto held = MakeState({2 * cfg.chunk_bytes}, 1);
+  auto held_spans = Spans(held);
+  SaveResult r;
+  ASSERT_EQ(eng->Save({1, 1, 1, held_spans, {}}, &r), Status::kOk);
+  ASSERT_EQ(r.state, CkptState::kDurable);  // holds two of the four chunks
+
+  auto big = MakeState({3 * cfg.chunk_bytes}, 2);
+  auto big_spans = Spans(big);
+  SaveRequest req{1, 2, 1, big_spans, {}};
+  std::atomic<int> polls{0};
+  // Polled while the save waits; the third poll cancels it.
+  req.cancelled = [&polls] { return polls.fetch_add(1) >= 2; };
+  EXPECT_EQ(eng->Save(req, &r), Status::kCancelled);
+  EXPECT_GE(polls.load(), 3);
+  std::vector<ListEntry> e;
+  bool more = false;
+  ASSERT_EQ(eng->List(1, 2, 0, 10, &e, &more), Status::kOk);
+  EXPECT_TRUE(e.empty());
+  Stats stats = eng->GetStats();
+  EXPECT_EQ(stats.free_chunks, 2u);
+  ASSERT_EQ(stats.tenants.size(), 1u);
+  EXPECT_EQ(stats.tenants[0].disk_bytes, 0u);
+  // The stream is not left busy: the same step saves once staging is free.
+  ASSERT_EQ(eng->Delete(1, 1, 1), Status::kOk);
+  req.cancelled = nullptr;
+  EXPECT_EQ(eng->Save(req, &r), Status::kOk);
+}
+
+TEST(CheckpointCancel, CancelledRestoreWritesNothing) {
+  TempDir dir("cancelrestore");
+  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  ASSERT_TRUE(eng);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  auto st = MakeState({300000}, 4);
+  auto sp = Spans(st);
+  SaveResult r;
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
+  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s), Status::kOk);
+  auto out = ZeroState({300000});
+  auto out_spans = Spans(out);
+  RestoreRequest rq{1, 1, 1, out_spans};
+  rq.cancelled = [] { return true; };
+  RestoreResult rr;
+  EXPECT_EQ(eng->Restore(rq, &rr), Status::kCancelled);
+  EXPECT_EQ(out, ZeroState({300000}));
+  EXPECT_EQ(ToWireStatus(Status::kCancelled), static_cast<uint32_t>(HZ_S_EABORTED));
+  rq.cancelled = nullptr;
+  EXPECT_EQ(eng->Restore(rq, &rr), Status::kOk);
+  EXPECT_EQ(out, st);
+}
+
+// RunAsync work runs on the engine's threads, in order, and every queued
+// piece still runs when the engine is destroyed.
+TEST(CheckpointAsync, RunAsyncRunsEveryPieceOffTheCaller) {
+  TempDir dir("async");
+  auto cfg = SmallConfig(dir.path());
+  cfg.request_threads = 1;
+  auto eng = Engine::Open(cfg, nullptr);
+  ASSERT_TRUE(eng);
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread::id> threads;
+  for (int i = 0; i < 50; ++i) {
+    eng->RunAsync([&, i] {
+      std::lock_guard<std::mutex> l(mu);
+      order.push_back(i);
+      threads.push_back(std::this_thread::get_id());
+    });
+  }
+  eng.reset();
+  ASSERT_EQ(order.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+  for (auto id : threads) EXPECT_NE(id, std::this_thread::get_id());
 }
 
 }  // namespace

@@ -184,10 +184,15 @@ TEST(CheckpointTiers, StartupRemovesUncommittedLeftovers) {
   fs::create_directories(pending);
   std::ofstream(pending + "/data") << "partial";
   std::ofstream(pending + "/manifest.json") << "{}";
+  // And a checkpoint retention had renamed out of the way but not yet removed.
+  std::string retired = testing::StepDir(dir.path(), 1, 1, 8) + ".del";
+  fs::create_directories(retired);
+  std::ofstream(retired + "/data") << "old";
   auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
   ASSERT_TRUE(eng);
   EXPECT_FALSE(fs::exists(step));
   EXPECT_FALSE(fs::exists(pending));
+  EXPECT_FALSE(fs::exists(retired));
   EXPECT_FALSE(fs::exists(dir.path() + "/1/1/policy.json.tmp"));
   EXPECT_TRUE(fs::exists(dir.path() + "/1/1/policy.json"));
   bool cleaned = false;

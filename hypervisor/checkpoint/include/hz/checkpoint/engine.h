@@ -33,6 +33,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,6 +50,7 @@ struct EngineConfig {
   size_t memory_tier_bytes = 64u << 20;  // part of the pool that may hold memory-tier checkpoints
   unsigned queue_depth = 16;             // io_uring writes in flight
   unsigned copy_threads = 2;             // snapshot memcpy threads (1: copy on the caller)
+  unsigned request_threads = 2;          // threads running RunAsync work (1..64)
   size_t parallel_copy_min_bytes = 8u << 20;  // smaller snapshots are copied on the caller
   uint64_t disk_bandwidth_bytes_per_s = 0;    // bandwidth shared by tenants; 0: unthrottled
   uint32_t stagger_ms = 0;                    // spacing between persist starts of different tenants
@@ -65,6 +67,10 @@ struct SaveRequest {
   uint64_t step = 0;               // 1..2^64-2, above every step the stream holds
   std::span<const IoSpan> slices;  // at least one; empty slices allowed
   std::span<const uint8_t> meta;   // may be empty
+  // Optional: once it returns true, the save stops waiting for staging and
+  // copying and answers kCancelled without a checkpoint. Polled every few
+  // milliseconds, possibly from several threads at once.
+  std::function<bool()> cancelled = nullptr;
 };
 
 struct SaveResult {
@@ -78,6 +84,10 @@ struct RestoreRequest {
   StreamId stream = 0;
   uint64_t step = kLatestStep;     // or a given step
   std::span<const IoSpan> slices;  // same count and sizes as saved; empty: probe
+  // Optional, as for SaveRequest: the restore stops reading, verifying or
+  // writing the destination and answers kCancelled (the destination may be
+  // partly written).
+  std::function<bool()> cancelled = nullptr;
 };
 
 struct RestoreResult {
@@ -132,9 +142,12 @@ struct TenantStats {
   uint64_t restores = 0;
   uint64_t corrupt_restores = 0;
   uint64_t bytes_persisted = 0;  // chunk bytes written to disk
-  uint64_t persist_busy_us = 0;
-  uint64_t rpo_misses = 0;  // persists that became durable later than the stream's RPO  // sum over
-                            // persists of first-write-to-commit time
+  // Sums over the disk persists that became durable, by phase (microseconds):
+  uint64_t persist_busy_us = 0;    // first chunk write to durable
+  uint64_t persist_queue_us = 0;   // save completed to first chunk write (stagger, other tenants)
+  uint64_t persist_write_us = 0;   // first chunk write to the last one completed
+  uint64_t persist_commit_us = 0;  // the commit's flushes and rename
+  uint64_t rpo_misses = 0;         // persists that became durable later than the stream's RPO
 };
 
 struct Stats {
@@ -204,6 +217,12 @@ class Engine {
   // publishes JIT_SAVED or JIT_FAILED for each.
   std::vector<NoticeOutcome> OnNotice(TenantId tenant,
                                       std::chrono::steady_clock::time_point deadline);
+
+  // Runs fn on one of the engine's request threads, in submission order, for
+  // callers that must not block on Save or Restore (the host service's
+  // connection threads). fn runs exactly once: a fn still queued when the
+  // engine stops runs during its destruction (Save then answers kShutdown).
+  void RunAsync(std::function<void()> fn);
 
   // Waits until the step is durable (kOk), failed (kIo), deleted (kNotFound)
   // or the timeout passed (kTimedOut).

@@ -18,17 +18,18 @@ namespace hz::checkpoint {
 // Result of every engine call.
 enum class Status {
   kOk = 0,
-  kInvalid,   // malformed request: zero slices, step below the highest, size mismatch
-  kNotFound,  // unknown stream or step, or a stored file is missing
-  kExists,    // a checkpoint with this step exists
-  kBusy,      // the stream or checkpoint is being saved or restored
-  kState,     // not valid in the stream's state (quiescence without auto-save)
-  kLimit,     // a tenant quota or engine limit can never admit the request
-  kAgain,     // temporarily out of staging memory within the stall budget
-  kTimedOut,  // a deadline passed (just-in-time save)
-  kIo,        // host I/O failure
-  kCorrupt,   // stored data failed verification (checksum, size, manifest)
-  kShutdown,  // the engine is stopping
+  kInvalid,    // malformed request: zero slices, step below the highest, size mismatch
+  kNotFound,   // unknown stream or step, or a stored file is missing
+  kExists,     // a checkpoint with this step exists
+  kBusy,       // the stream or checkpoint is being saved or restored
+  kState,      // not valid in the stream's state (quiescence without auto-save)
+  kLimit,      // a tenant quota or engine limit can never admit the request
+  kAgain,      // temporarily out of staging memory within the stall budget
+  kTimedOut,   // a deadline passed (just-in-time save)
+  kIo,         // host I/O failure
+  kCorrupt,    // stored data failed verification (checksum, size, manifest)
+  kShutdown,   // the engine is stopping
+  kCancelled,  // the caller's cancel flag was set (the request's session ended)
 };
 
 const char* StatusName(Status s);
