@@ -9,12 +9,15 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "harmonaize/hz.h"
 #include "service_harness.h"
 
 namespace {
 
+using hz::testing::Pipe;
+using hz::testing::RunRanks;
 using hz::testing::ServiceProcess;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -241,6 +244,89 @@ TEST_F(ServiceEngineCheckpoints, MaintenanceNoticeTakesAJustInTimeCheckpoint) {
   hz_ckpt_info ci{};
   ASSERT_EQ(hz_ckpt_restore(dev_, 2, 42, &slice, 1, nullptr, &meta_len, &ci), HZ_OK);
   EXPECT_EQ(std::memcmp(state, want.data(), want.size()), 0);
+}
+
+// One connection thread serves both VMs. VM A's save waits for staging
+// memory that only VM B can free (by deleting the host-memory checkpoint that
+// holds it), so B's requests must be served while A's save is in progress:
+// with saves on the connection thread, B would wait behind A until A's stall
+// budget ran out, and A's save would fail with EAGAIN.
+TEST(ServiceEngineCheckpointsAsync, AnotherVmIsServedWhileASaveWaits) {
+  ServiceProcess svc;
+  const std::string conf = svc.dir() + "/async.toml";
+  {
+    std::ofstream f(conf);
+    f << "[checkpoint]\nstaging_bytes = " << (8u << 20) << "\n";  // two 4 MiB chunks
+  }
+  ASSERT_TRUE(svc.Start({"--config", conf, "--worker-threads", "1"}));
+  std::vector<std::string> socks = svc.TenantWithVms("ck", 2);
+  ASSERT_EQ(socks.size(), 2u);
+  constexpr size_t kHeld = 1u << 20;  // one chunk, kept in the host-memory tier
+  constexpr size_t kBig = 5u << 20;   // two chunks: waits for the held one
+  Pipe held;                          // A -> B: the host-memory checkpoint is saved
+  Pipe done;                          // A -> B: A's big save completed
+  std::vector<int> codes = RunRanks(2, [&](int rank) -> int {
+    hz_device_t* dev = nullptr;
+    if (hz_open(("vhost-user:" + socks[rank]).c_str(), &dev) != HZ_OK) return 2;
+    if (rank == 0) {
+      hz_ckpt_policy mem{0, 1, HZ_TIER_HOST_MEMORY, 1000, 0};
+      hz_ckpt_policy disk{0, 1, HZ_TIER_LOCAL_DISK, 20000, 0};
+      if (hz_ckpt_set_policy(dev, 1, &mem) != HZ_OK) return 3;
+      if (hz_ckpt_set_policy(dev, 2, &disk) != HZ_OK) return 4;
+      void* p = nullptr;
+      if (hz_mem_alloc(dev, kHeld + kBig, &p) != HZ_OK) return 5;
+      auto* buf = static_cast<uint8_t*>(p);
+      for (size_t i = 0; i < kHeld + kBig; ++i) buf[i] = static_cast<uint8_t>(i * 7);
+      hz_buf small{buf, kHeld};
+      hz_ckpt_info ci{};
+      if (hz_ckpt_save(dev, 1, 1, &small, 1, nullptr, 0, &ci) != HZ_OK) return 6;
+      if (ci.state != HZ_CKPT_DURABLE) return 7;  // held in the host-memory tier
+      char one = 1;
+      held.Send(&one, 1);
+      hz_buf big{buf + kHeld, kBig};
+      int rc = hz_ckpt_save(dev, 2, 1, &big, 1, nullptr, 0, &ci);
+      done.Send(&one, 1);
+      hz_close(dev);
+      return rc == HZ_OK ? 0 : 10;
+    }
+    char c = 0;
+    if (!held.Receive(&c, 1)) return 20;
+    // Wait (hang guard only) until the daemon holds A's save in flight.
+    bool waiting = false;
+    for (int i = 0; i < 1000 && !waiting; ++i) {
+      json r = svc.Control({{"cmd", "vm.list"}});
+      for (const auto& vm : r["result"]) {
+        if (vm["socket"] != socks[0]) continue;
+        for (const auto& d : vm["devices"]) waiting |= d.value("in_flight", 0) == 1;
+      }
+      if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!waiting) return 21;
+    // Served on the same connection thread while A's save waits: a control
+    // request, and a restore on a request queue.
+    hz_ckpt_info e[4];
+    size_t n = 0;
+    if (hz_ckpt_list(dev, 1, e, 4, &n) != HZ_OK || n != 1) return 22;
+    void* p = nullptr;
+    if (hz_mem_alloc(dev, kHeld, &p) != HZ_OK) return 23;
+    hz_buf slice{p, kHeld};
+    size_t meta_len = 0;
+    hz_ckpt_info ci{};
+    if (hz_ckpt_restore(dev, 1, 1, &slice, 1, nullptr, &meta_len, &ci) != HZ_OK) return 24;
+    for (size_t i = 0; i < kHeld; ++i) {
+      if (static_cast<uint8_t*>(p)[i] != static_cast<uint8_t>(i * 7)) return 25;
+    }
+    // A's save cannot have completed: nothing has freed its staging yet.
+    if (done.Receive(&c, 1, 0)) return 26;
+    // Freeing the held chunk lets A's save through.
+    if (hz_ckpt_delete(dev, 1, 1) != HZ_OK) return 27;
+    if (!done.Receive(&c, 1, 60000)) return 28;
+    hz_close(dev);
+    return 0;
+  });
+  ASSERT_EQ(codes.size(), 2u);
+  EXPECT_EQ(codes[0], 0) << "VM A (the waiting save)";
+  EXPECT_EQ(codes[1], 0) << "VM B (served meanwhile)";
 }
 
 }  // namespace

@@ -207,7 +207,16 @@ class HzDevice : public vdev::Device {
                              uint32_t* detail);
   Reply CkptQuiesce(const Request& req, checkpoint::TenantId tid);
   void DropQuiesce(uint32_t stream);
+  // The session's end for its checkpoint state (called by Teardown): drops
+  // the quiescence registrations and stops every CKPT_SAVE/RESTORE in flight
+  // from touching guest memory before it returns.
   void DropAllQuiesce();
+  // A CKPT_SAVE or CKPT_RESTORE running on a checkpoint-engine thread, so
+  // that its copy and disk reads never hold up the connection's executor.
+  struct CkptOp;
+  Reply StartCkptOp(vdev::Queue& q, const Request& req, std::shared_ptr<CkptOp> op);
+  void OnCkptDone(uint64_t id);
+  void StopCkptOps();
 
   // Fills posted event buffers from the subscription (hz_device_events.cc).
   void FillEvents();
@@ -245,6 +254,8 @@ class HzDevice : public vdev::Device {
   std::vector<std::pair<vdev::Chain, uint64_t>> events_;  // held buffers and their queue gen
   std::unique_ptr<events::Delivery> delivery_;            // the session's subscription
   std::map<uint32_t, QuiesceReg> quiesce_;                // stream -> registration
+  std::map<uint64_t, std::shared_ptr<CkptOp>> ckpt_ops_;  // CKPT_SAVE/RESTORE in flight
+  uint64_t next_ckpt_op_ = 1;
 
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> errors_{0};
