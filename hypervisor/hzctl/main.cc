@@ -9,6 +9,13 @@
 //         (--deadline-s: seconds from now; --json: further keys of the event, see
 //          hz/events/injection.h, e.g. '{"duration_s": 600, "approvable": true}')
 //   hzctl checkpoint list --tenant NAME   (streams, steps, tiers and the engine's decisions)
+//   hzctl inventory                       (this host's GPUs and NICs, state and owner)
+//   hzctl allocations                     (allocations with their devices)
+//   hzctl alloc --tenant NAME [--gpus N] [--nics M] [--locality any|host|group]
+//   hzctl release ID
+//   hzctl device fail|degrade BDF [--errors N] | device repair BDF
+//   hzctl tenant domain NAME --domain DOMAIN   (the tenant's libvirt domain)
+//   hzctl negotiation list                (offers and reservations)
 //
 // Exit codes: 0 success, 1 the service refused the request, 2 usage error,
 // 3 the service could not be reached.
@@ -175,6 +182,10 @@ int main(int argc, char** argv) {
   auto* tlist = tenant_cmd->add_subcommand("list", "list tenants");
   auto* tremove = tenant_cmd->add_subcommand("remove", "remove a tenant without bound VMs");
   tremove->add_option("name", name, "tenant name")->required();
+  std::string domain;
+  auto* tdomain = tenant_cmd->add_subcommand("domain", "bind a tenant to its VM's libvirt domain");
+  tdomain->add_option("name", name, "tenant name")->required();
+  tdomain->add_option("--domain", domain, "libvirt domain name")->required();
 
   auto* vm_cmd = app.add_subcommand("vm", "bind VM sockets to tenants")->require_subcommand(1);
   auto* vbind = vm_cmd->add_subcommand("bind", "serve a vhost-user socket for a tenant's VM");
@@ -205,6 +216,30 @@ int main(int argc, char** argv) {
   clist->add_option("--tenant", tenant, "tenant name")->required();
   app.add_subcommand("status", "service status");
 
+  auto* inventory = app.add_subcommand("inventory", "this host's GPUs and NICs");
+  auto* allocations = app.add_subcommand("allocations", "allocations and their devices");
+  uint64_t gpus = 0, nics = 0, alloc_id = 0, errors = 0;
+  std::string locality, bdf;
+  auto* alloc = app.add_subcommand("alloc", "allocate devices to a tenant");
+  alloc->add_option("--tenant", tenant, "tenant name")->required();
+  alloc->add_option("--gpus", gpus, "GPUs");
+  alloc->add_option("--nics", nics, "NICs");
+  alloc->add_option("--locality", locality, "any, host or group")
+      ->check(CLI::IsMember({"any", "host", "group"}));
+  auto* release = app.add_subcommand("release", "release an allocation");
+  release->add_option("id", alloc_id, "allocation id")->required();
+  auto* device_cmd = app.add_subcommand("device", "device health")->require_subcommand(1);
+  auto* dfail = device_cmd->add_subcommand("fail", "a device is lost: detach, notify, replace");
+  dfail->add_option("bdf", bdf, "PCI address")->required();
+  dfail->add_option("--errors", errors, "error count to report");
+  auto* ddegrade = device_cmd->add_subcommand("degrade", "a device reports non-fatal errors");
+  ddegrade->add_option("bdf", bdf, "PCI address")->required();
+  ddegrade->add_option("--errors", errors, "error count to report");
+  auto* drepair = device_cmd->add_subcommand("repair", "a failed device can be placed again");
+  drepair->add_option("bdf", bdf, "PCI address")->required();
+  auto* neg_cmd = app.add_subcommand("negotiation", "negotiation")->require_subcommand(1);
+  auto* nlist = neg_cmd->add_subcommand("list", "open offers and reservations");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -223,6 +258,31 @@ int main(int argc, char** argv) {
     if (tcreate->count("--max-region-bytes")) req["max_region_bytes"] = max_region_bytes;
   } else if (tlist->parsed()) {
     cmd = "tenant.list";
+  } else if (tdomain->parsed()) {
+    cmd = "tenant.domain";
+    req["tenant"] = name;
+    req["domain"] = domain;
+  } else if (inventory->parsed()) {
+    cmd = "inventory";
+  } else if (allocations->parsed()) {
+    cmd = "allocation.list";
+  } else if (alloc->parsed()) {
+    cmd = "alloc";
+    req["tenant"] = tenant;
+    req["gpus"] = gpus;
+    req["nics"] = nics;
+    if (!locality.empty()) req["locality"] = locality;
+  } else if (release->parsed()) {
+    cmd = "release";
+    req["allocation"] = alloc_id;
+  } else if (dfail->parsed() || ddegrade->parsed() || drepair->parsed()) {
+    cmd = dfail->parsed() ? "device.fail" : ddegrade->parsed() ? "device.degrade" : "device.repair";
+    req["bdf"] = bdf;
+    if (!drepair->parsed() && (dfail->count("--errors") || ddegrade->count("--errors"))) {
+      req["errors"] = errors;
+    }
+  } else if (nlist->parsed()) {
+    cmd = "negotiation.list";
   } else if (tremove->parsed()) {
     cmd = "tenant.remove";
     req["name"] = name;

@@ -96,6 +96,9 @@ Status ReadDevice(const std::string& root, const std::string& bdf, bool* candida
   if (!(s = sysfs::ReadAttr(dir + "/vendor", &text)).ok()) return s;
   if (!(s = sysfs::ParseHex(text, dir + "/vendor", 0xffff, &v)).ok()) return s;
   dev->vendor = static_cast<uint16_t>(v);
+  // Virtio functions (Red Hat, 0x1af4) are paravirtual devices of a host that
+  // is itself a VM (its own network), never hardware to hand to a tenant.
+  if (dev->vendor == 0x1af4) return Status::Ok();
   if (IsGpu(dev->vendor, dev->pci_class)) {
     dev->kind = DeviceKind::kGpu;
   } else if (IsNic(dev->pci_class)) {

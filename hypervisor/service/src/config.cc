@@ -112,6 +112,11 @@ std::string ServiceConfig::ControlSocketPath() const {
   return control_socket.empty() ? state_dir + "/control.sock" : control_socket;
 }
 
+std::string ServiceConfig::SchedulerStatePath() const {
+  const std::string& f = scheduler.state_file;
+  return !f.empty() && f[0] == '/' ? f : state_dir + "/" + f;
+}
+
 std::string ServiceConfig::VmSocketDir() const {
   return vm_socket_dir.empty() ? state_dir + "/vms" : vm_socket_dir;
 }
@@ -182,6 +187,30 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
     r.Int("disk_bandwidth_bytes_per_s", &c.ckpt_disk_bandwidth_bytes_per_s, 0, kI64);
     r.RejectUnknown();
   }
+  if (const toml::table* t = top.Table("scheduler")) {
+    TableReader r(*t, "scheduler.", origin, error);
+    SchedulerConfig& s = c.scheduler;
+    r.Bool("enabled", &s.enabled);
+    r.String("sysfs_root", &s.sysfs_root);
+    r.String("provider_file", &s.provider_file);
+    r.String("libvirt_uri", &s.libvirt_uri);
+    r.String("state_file", &s.state_file);
+    r.Bool("bind_vfio", &s.bind_vfio);
+    r.Bool("sync", &s.sync);
+    r.Int("health_poll_ms", &s.health_poll_ms, 0, 3600 * 1000);
+    r.RejectUnknown();
+  }
+  if (const toml::table* t = top.Table("negotiation")) {
+    TableReader r(*t, "negotiation.", origin, error);
+    NegotiationConfig& n = c.negotiation;
+    r.Int("window_s", &n.window_s, 10, 7 * 86400);
+    r.Int("offer_ttl_s", &n.offer_ttl_s, 10, 86400);
+    r.Int("max_lookahead_s", &n.max_lookahead_s, 1, 365 * 86400);
+    r.Int("max_duration_s", &n.max_duration_s, 1, 365 * 86400);
+    r.Int("max_open_per_tenant", &n.max_open_per_tenant, 1, 1u << 16);
+    r.Int("decide_interval_ms", &n.decide_interval_ms, 10, 1000);
+    r.RejectUnknown();
+  }
   if (const toml::table* t = top.Table("shutdown")) {
     TableReader r(*t, "shutdown.", origin, error);
     r.Int("timeout_ms", &c.shutdown_timeout_ms, 1, 3600 * 1000);
@@ -216,6 +245,15 @@ bool ValidateConfig(const ServiceConfig& c, std::string* error) {
   // sockaddr_un holds 107 path bytes plus the NUL.
   if (c.ControlSocketPath().size() > 107) {
     *error = fmt::format("control socket path is longer than 107 bytes: {}", c.ControlSocketPath());
+    return false;
+  }
+  if (c.negotiation.window_s % 10 != 0) {
+    *error =
+        fmt::format("negotiation.window_s ({}) must be a multiple of 10", c.negotiation.window_s);
+    return false;
+  }
+  if (c.scheduler.enabled && (c.scheduler.sysfs_root.empty() || c.scheduler.state_file.empty())) {
+    *error = "scheduler.sysfs_root and scheduler.state_file must not be empty";
     return false;
   }
   if (c.device.max_extents * sizeof(hz_extent) + sizeof(hz_req_hdr) +

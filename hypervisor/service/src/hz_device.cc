@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "hz/service/engines.h"
+#include "hz/service/provider.h"
 #include "spdlog/spdlog.h"
 #include "vdev/vhost_user.h"
 
@@ -83,16 +84,19 @@ HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, uint64_t tenan
       session_id_(RandomU64()),
       regions_(env.limits, tenant) {
   link_->dev = this;
-  // The dispatch table by opcode family. Families without a handler (the
-  // topology, negotiation and hint engines) answer HZ_S_ENOTSUP, and HELLO
-  // never grants their feature bits. Events and checkpoints live in
-  // hz_device_events.cc and hz_device_checkpoint.cc.
+  // The dispatch table by opcode family. Families without a handler answer
+  // HZ_S_ENOTSUP. Events, checkpoints and the provider side (topology,
+  // negotiation, hints) live in hz_device_events.cc, hz_device_checkpoint.cc
+  // and hz_device_provider.cc.
   families_[OpcodeFamily(HZ_OP_HELLO)] = &HzDevice::HandleHello;
   families_[OpcodeFamily(HZ_OP_REGION_REGISTER)] = &HzDevice::HandleRegion;
   families_[OpcodeFamily(HZ_OP_COMM_UID)] = &HzDevice::HandleComm;
   families_[OpcodeFamily(HZ_OP_ALLREDUCE)] = &HzDevice::HandleCollective;
   families_[OpcodeFamily(HZ_OP_EVENT_SUBSCRIBE)] = &HzDevice::HandleEvent;
   families_[OpcodeFamily(HZ_OP_CKPT_POLICY)] = &HzDevice::HandleCheckpoint;
+  families_[OpcodeFamily(HZ_OP_TOPOLOGY_GET)] = &HzDevice::HandleTopology;
+  families_[OpcodeFamily(HZ_OP_NEG_REQUEST)] = &HzDevice::HandleNegotiation;
+  families_[OpcodeFamily(HZ_OP_HINT_DECLARE)] = &HzDevice::HandleHint;
   info_.socket_path = socket_path_;
   info_.tenant = tenant_->name();
   if (env_.registry != nullptr) env_.registry->Add(this);
@@ -165,6 +169,7 @@ uint64_t HzDevice::offered_features() const {
   uint64_t f = 0;
   if (env_.coll != nullptr) f |= (1ull << HZ_F_COLLECTIVES) | (1ull << HZ_F_INLINE_DATA);
   if (env_.engines != nullptr) f |= env_.engines->Features();
+  if (env_.provider != nullptr) f |= env_.provider->Features();
   return f;
 }
 

@@ -57,6 +57,11 @@ bool Service::Start(std::string* error) {
   engines_ = std::make_unique<Engines>(config_);
   if (!engines_->Start(error)) return false;
   env_.engines = engines_.get();
+  if (config_.scheduler.enabled) {
+    provider_ = std::make_unique<Provider>(config_, io_, engines_->bus());
+    if (!provider_->Start(error)) return false;
+    env_.provider = provider_.get();
+  }
 
   vdev_work_ =
       std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
@@ -169,6 +174,9 @@ void Service::Shutdown() {
   vdev_threads_.clear();
   if (metrics_server_) metrics_server_->Stop();
   coll_.reset();
+  // The provider publishes to the bus: it goes first.
+  if (provider_) provider_->Stop();
+  provider_.reset();
   engines_.reset();
   spdlog::info("event=stopped");
 }
@@ -321,7 +329,8 @@ json Service::Status() const {
           {"tenants", tenants_.List().size()},
           {"vms_bound", bound},
           {"vms_connected", connected},
-          {"collectives", coll_ != nullptr}};
+          {"collectives", coll_ != nullptr},
+          {"scheduler", provider_ != nullptr}};
 }
 
 json Service::Counters() const {
@@ -339,6 +348,7 @@ json Service::Counters() const {
   }
   json out = {{"requests", requests}, {"dropped", metrics_.dropped()}};
   if (engines_) out.update(engines_->Counters());
+  if (provider_) out["provider"] = provider_->Counters();
   if (coll_) {
     BackendStats s = coll_->Stats();
     json algos = json::object();
@@ -381,13 +391,25 @@ bool Service::EngineCommand(const std::string& cmd, const json& req, json* out,
   // Every engine command names a tenant the operator created.
   if (auto t = req.find("tenant"); t != req.end() && t->is_string()) {
     if (!tenants_.Find(t->get<std::string>())) {
-      if (cmd.starts_with("event.") || cmd.starts_with("checkpoint.")) {
+      if (cmd.starts_with("event.") || cmd.starts_with("checkpoint.") || cmd == "alloc" ||
+          cmd == "tenant.domain") {
         *error = "no tenant " + t->get<std::string>();
         return true;
       }
     }
   }
-  return engines_->Command(cmd, req, out, error);
+  if (engines_->Command(cmd, req, out, error)) return true;
+  if (provider_ && provider_->Command(cmd, req, out, error)) return true;
+  static const char* kProviderCommands[] = {"inventory",     "allocation.list", "alloc",
+                                            "release",       "device.fail",     "device.degrade",
+                                            "device.repair", "tenant.domain",   "negotiation.list"};
+  for (const char* c : kProviderCommands) {
+    if (cmd == c) {
+      *error = "the scheduler is disabled ([scheduler] enabled = false)";
+      return true;
+    }
+  }
+  return false;
 }
 
 // The operator's objects survive restarts: tenants and bindings are saved

@@ -260,5 +260,18 @@ TEST(SchedulerInventory, ProviderFileErrors) {
   EXPECT_NE(s.message().find("/nonexistent/inventory.toml"), std::string::npos);
 }
 
+// A host that is itself a VM: its virtio NIC is its own network, never a
+// device for a tenant.
+TEST_F(SchedulerInventoryMalformed, VirtioFunctionsAreNeverCandidates) {
+  HostInventory before;
+  ASSERT_TRUE(DiscoverPci(root_, &before).ok());
+  Write(Dev("0000:1c:00.0") + "/vendor", "0x1af4\n");
+  HostInventory after;
+  Status s = DiscoverPci(root_, &after);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(after.devices.size() + 1, before.devices.size());
+  for (const Device& d : after.devices) EXPECT_NE(d.bdf, "0000:1c:00.0");
+}
+
 }  // namespace
 }  // namespace hz::scheduler

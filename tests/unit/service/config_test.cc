@@ -41,6 +41,21 @@ max_regions = 5
 max_region_bytes = 123
 [shutdown]
 timeout_ms = 2500
+[scheduler]
+sysfs_root = "/srv/sysfs"
+provider_file = "/etc/hz/inventory.toml"
+libvirt_uri = "test:///default"
+state_file = "sched.json"
+bind_vfio = false
+sync = false
+health_poll_ms = 250
+[negotiation]
+window_s = 20
+offer_ttl_s = 15
+max_lookahead_s = 3600
+max_duration_s = 7200
+max_open_per_tenant = 4
+decide_interval_ms = 100
 )";
   ServiceConfig c;
   std::string error;
@@ -61,6 +76,21 @@ timeout_ms = 2500
   EXPECT_EQ(c.tenant_defaults.max_regions, 5u);
   EXPECT_EQ(c.tenant_defaults.max_region_bytes, 123u);
   EXPECT_EQ(c.shutdown_timeout_ms, 2500u);
+  EXPECT_EQ(c.scheduler.sysfs_root, "/srv/sysfs");
+  EXPECT_EQ(c.scheduler.provider_file, "/etc/hz/inventory.toml");
+  EXPECT_EQ(c.scheduler.libvirt_uri, "test:///default");
+  EXPECT_EQ(c.SchedulerStatePath(), "/srv/hz/sched.json");
+  EXPECT_FALSE(c.scheduler.bind_vfio);
+  EXPECT_FALSE(c.scheduler.sync);
+  EXPECT_EQ(c.scheduler.health_poll_ms, 250u);
+  EXPECT_EQ(c.negotiation.window_s, 20u);
+  EXPECT_EQ(c.negotiation.offer_ttl_s, 15u);
+  EXPECT_EQ(c.negotiation.max_lookahead_s, 3600u);
+  EXPECT_EQ(c.negotiation.max_duration_s, 7200u);
+  EXPECT_EQ(c.negotiation.max_open_per_tenant, 4u);
+  EXPECT_EQ(c.negotiation.decide_interval_ms, 100u);
+  c.scheduler.state_file = "/abs/state.json";
+  EXPECT_EQ(c.SchedulerStatePath(), "/abs/state.json");
 }
 
 // Each bad document is rejected with a message naming the place and key.
@@ -80,6 +110,11 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
       {"log_level = \"loud\"", "log_level: expected one of"},
       {"control = 5", "control: expected a table"},
       {"[control]\nsockt = \"/x\"", "control.sockt: unknown key"},
+      {"[scheduler]\nsysfs = \"/x\"", "scheduler.sysfs: unknown key"},
+      {"[scheduler]\nhealth_poll_ms = -5", "scheduler.health_poll_ms"},
+      {"[negotiation]\nwindow_s = 5", "negotiation.window_s"},
+      {"[negotiation]\noffer_ttl_s = 1", "negotiation.offer_ttl_s"},
+      {"[negotiation]\ndecide_interval_ms = 5000", "negotiation.decide_interval_ms"},
   };
   for (const Case& c : cases) {
     ServiceConfig config;
@@ -112,6 +147,13 @@ TEST(ServiceConfigTest, ValidateCatchesInconsistentLimits) {
   EXPECT_NE(error.find("max_args_bytes"), std::string::npos);
   c = ServiceConfig();
   c.control_socket = std::string(200, 'x');
+  EXPECT_FALSE(ValidateConfig(c, &error));
+  c = ServiceConfig();
+  c.negotiation.window_s = 25;
+  EXPECT_FALSE(ValidateConfig(c, &error));
+  EXPECT_NE(error.find("multiple of 10"), std::string::npos) << error;
+  c = ServiceConfig();
+  c.scheduler.sysfs_root.clear();
   EXPECT_FALSE(ValidateConfig(c, &error));
 }
 
@@ -178,6 +220,15 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.device.max_args_bytes, d.device.max_args_bytes);
   EXPECT_EQ(parsed.tenant_defaults.max_region_bytes, d.tenant_defaults.max_region_bytes);
   EXPECT_EQ(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
+  EXPECT_EQ(parsed.scheduler.enabled, d.scheduler.enabled);
+  EXPECT_EQ(parsed.scheduler.sysfs_root, d.scheduler.sysfs_root);
+  EXPECT_EQ(parsed.scheduler.libvirt_uri, d.scheduler.libvirt_uri);
+  EXPECT_EQ(parsed.scheduler.state_file, d.scheduler.state_file);
+  EXPECT_EQ(parsed.scheduler.health_poll_ms, d.scheduler.health_poll_ms);
+  EXPECT_EQ(parsed.negotiation.window_s, d.negotiation.window_s);
+  EXPECT_EQ(parsed.negotiation.offer_ttl_s, d.negotiation.offer_ttl_s);
+  EXPECT_EQ(parsed.negotiation.max_lookahead_s, d.negotiation.max_lookahead_s);
+  EXPECT_EQ(parsed.negotiation.decide_interval_ms, d.negotiation.decide_interval_ms);
   EXPECT_TRUE(ValidateConfig(parsed, &error)) << error;
 }
 

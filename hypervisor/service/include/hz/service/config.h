@@ -34,6 +34,32 @@ struct TenantLimits {
   uint64_t max_region_bytes = 256ull << 30;  // total registered bytes
 };
 
+// [scheduler]: the provider scheduler (inventory, allocation, vfio, libvirt
+// attach, device health). The defaults need no GPU: a host without any has an
+// empty inventory, and every request for devices is simply refused.
+struct SchedulerConfig {
+  bool enabled = true;
+  std::string sysfs_root = "/sys";
+  std::string provider_file;                  // optional provider inventory (TOML)
+  std::string libvirt_uri;                    // empty: devices are not attached to VMs
+  std::string state_file = "scheduler.json";  // relative paths are under state_dir
+  bool bind_vfio = true;                      // bind allocated devices to vfio-pci
+  bool sync = true;                           // fsync the state file on every change
+  uint32_t health_poll_ms = 5000;             // AER counters of assigned devices; 0: off
+};
+
+// [negotiation]: reservation windows, offers and the decision point.
+struct NegotiationConfig {
+  uint64_t window_s = 60;  // a multiple of 10
+  uint64_t offer_ttl_s = 30;
+  uint64_t max_lookahead_s = 7 * 86400;
+  uint64_t max_duration_s = 86400;
+  uint32_t max_open_per_tenant = 64;
+  // How often queued requests are decided and reservations start or end
+  // (SPEC §9.3 asks for at least once a second).
+  uint32_t decide_interval_ms = 1000;
+};
+
 struct ServiceConfig {
   std::string state_dir = "/var/lib/harmonaize";
   std::string control_socket;  // empty: <state_dir>/control.sock
@@ -59,8 +85,12 @@ struct ServiceConfig {
   uint64_t ckpt_staging_bytes = 256ull << 20;
   uint64_t ckpt_disk_bandwidth_bytes_per_s = 0;
 
+  SchedulerConfig scheduler;
+  NegotiationConfig negotiation;
+
   // The paths with their defaults filled in.
   std::string ControlSocketPath() const;
+  std::string SchedulerStatePath() const;
   std::string VmSocketDir() const;
 };
 

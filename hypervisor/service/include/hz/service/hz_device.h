@@ -34,6 +34,7 @@ namespace hz::service {
 
 class HzDevice;
 class Engines;
+class Provider;
 
 // Live devices, for the operator's views and for shutdown (any thread).
 class DeviceRegistry {
@@ -67,6 +68,7 @@ struct DeviceEnv {
   const std::atomic<bool>* draining = nullptr;
   DeviceRegistry* registry = nullptr;  // may be null in tests
   Engines* engines = nullptr;          // null: no macro-level engines (tests)
+  Provider* provider = nullptr;        // null: no scheduler, negotiation or hints
 };
 
 // A consistent view of one device for the operator (any thread).
@@ -190,6 +192,15 @@ class HzDevice : public vdev::Device {
   Reply HandleCollective(vdev::Queue& q, const Request& req);
   Reply HandleEvent(vdev::Queue& q, const Request& req);       // hz_device_events.cc
   Reply HandleCheckpoint(vdev::Queue& q, const Request& req);  // hz_device_checkpoint.cc
+
+  // Topology, negotiation and hints (hz_device_provider.cc).
+  Reply HandleTopology(vdev::Queue& q, const Request& req);
+  Reply HandleNegotiation(vdev::Queue& q, const Request& req);
+  Reply HandleHint(vdev::Queue& q, const Request& req);
+  // NEG_REQUEST/NEG_COUNTER wait for the decision point (hz_device_provider.cc).
+  Reply NegPending(vdev::Queue& q, const Request& req, uint64_t counter_id,
+                   const hz_neg_request& r);
+  void OnDecision(uint64_t op_id, const std::vector<uint8_t>& result);
 
   // Checkpoint slices resolved to host spans (hz_device_checkpoint.cc).
   struct CkptSpans {

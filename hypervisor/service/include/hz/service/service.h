@@ -27,6 +27,7 @@
 #include "hz/service/engines.h"
 #include "hz/service/hz_device.h"
 #include "hz/service/metrics.h"
+#include "hz/service/provider.h"
 #include "hz/service/tenants.h"
 
 namespace vdev {
@@ -100,7 +101,8 @@ class Service : public ControlTarget {
   Metrics metrics_;
   DeviceRegistry devices_;
   std::unique_ptr<CollBackend> coll_;
-  std::unique_ptr<Engines> engines_;  // event bus, checkpoints, negotiation
+  std::unique_ptr<Engines> engines_;    // event bus, checkpoints
+  std::unique_ptr<Provider> provider_;  // scheduler, negotiation, hints, health
   DeviceEnv env_;
 
   boost::asio::io_context io_;  // control, metrics, signals

@@ -1,0 +1,127 @@
+// The provider side of harmonaized: the scheduler (inventory, allocation,
+// vfio, libvirt attach, failures, topology summaries), the negotiation engine
+// (reservation windows and offers), the batch-size hint engine and the
+// device-health monitor, wired as hypervisor/scheduler/README.md and
+// hypervisor/events/README.md describe.
+//
+// Threads: the negotiation engine and the health monitor are not
+// thread-safe, so every call into them (from VM executors, the operator and
+// the timers) holds mu_. The scheduler locks itself and calls the engine
+// without its own lock, so nothing here calls back into Provider. Decisions
+// are handed to the waiting devices through callbacks that only post to the
+// device's executor.
+//
+// Timers run on the service's io_context: the decision point (Decide + Tick)
+// every negotiation.decide_interval_ms and the health poll every
+// scheduler.health_poll_ms.
+#ifndef HZ_SERVICE_PROVIDER_H_
+#define HZ_SERVICE_PROVIDER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "hz/events/event_spec.h"
+#include "hz/events/health_monitor.h"
+#include "hz/events/hints.h"
+#include "hz/events/negotiation.h"
+#include "hz/scheduler/domain_attacher.h"
+#include "hz/scheduler/scheduler.h"
+#include "hz/service/config.h"
+#include "protocol/harmonaize.h"
+
+namespace hz::service {
+
+class Provider {
+ public:
+  // Receives the decision of a request the device keeps pending.
+  using DecisionFn = std::function<void(const events::Decision&)>;
+
+  Provider(const ServiceConfig& config, boost::asio::io_context& io, events::EventSink* sink);
+  ~Provider();
+  Provider(const Provider&) = delete;
+  Provider& operator=(const Provider&) = delete;
+
+  // Opens the scheduler (and libvirt) and starts the timers.
+  bool Start(std::string* error);
+  // Cancels the timers and forgets waiting requests (on the io_context's thread
+  // or after it stopped).
+  void Stop();
+
+  // HZ_F_TOPOLOGY | HZ_F_NEGOTIATION | HZ_F_HINTS.
+  uint64_t Features() const;
+
+  // TOPOLOGY_GET: the tenant's private summary.
+  events::Status Summary(const std::string& tenant, std::vector<uint8_t>* bytes);
+
+  // NEG_REQUEST / NEG_COUNTER: queued; `done` runs (any thread) at the
+  // decision point. weight and max_priority are the tenant's operator policy.
+  events::Status Submit(const std::string& tenant, uint32_t weight, uint8_t max_priority,
+                        const hz_neg_request& request, DecisionFn done);
+  events::Status Counter(const std::string& tenant, uint64_t negotiation_id,
+                         const hz_neg_request& request, DecisionFn done);
+  events::Status Accept(const std::string& tenant, uint64_t offer_id, uint64_t* reservation_id);
+  events::Status Decline(const std::string& tenant, uint64_t negotiation_id);
+  events::Status Release(const std::string& tenant, const hz_neg_release_args& args);
+
+  // HINT_DECLARE.
+  events::Status DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
+                             hz_hint_declare_result* result);
+
+  // Operator commands (control API): false when `cmd` is not the provider's.
+  bool Command(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
+               std::string* error);
+
+  nlohmann::json Counters() const;
+
+  // One decision point (Decide, Tick, health assignments); the timer calls it.
+  void DecisionPoint();
+  // One health poll; the timer calls it.
+  void PollHealth();
+
+ private:
+  static uint64_t Now();
+  void ArmDecide();
+  void ArmHealth();
+  // Under mu_: health monitor assignments follow the scheduler's, and the
+  // hint engine learns the tenants' GPU counts.
+  void SyncLocked();
+  std::string Run(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out);
+  nlohmann::json NegotiationJson();
+
+  ServiceConfig config_;
+  boost::asio::io_context& io_;
+  events::EventSink* sink_;
+  std::unique_ptr<scheduler::LibvirtAttacher> virt_;
+  std::unique_ptr<scheduler::Scheduler> sched_;
+  std::unique_ptr<events::NegotiationEngine> engine_;
+  std::unique_ptr<events::HintEngine> hints_;
+  std::unique_ptr<events::HealthMonitor> health_;
+  boost::asio::steady_timer decide_timer_;
+  boost::asio::steady_timer health_timer_;
+  // Shared with the timer handlers, which may run after Stop().
+  std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
+
+  mutable std::mutex mu_;                   // engine_, health_, everything below
+  std::map<uint64_t, DecisionFn> waiting_;  // negotiation id -> the device's request
+  std::map<std::string, std::pair<std::string, uint32_t>> assigned_;  // bdf -> tenant, index
+  std::map<std::string, uint32_t> gpus_;  // tenant -> GPUs the hint engine was told
+  uint64_t decisions_ = 0;
+  uint64_t offers_made_ = 0;
+  uint64_t health_polls_ = 0;
+  uint64_t devices_lost_ = 0;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_PROVIDER_H_
