@@ -38,8 +38,7 @@ HzDevice::Reply HzDevice::HandleTopology(vdev::Queue&, const Request& req) {
     return {HZ_S_ENOTSUP, 0, 0, false};
   }
   if (req.hdr.opcode != HZ_OP_TOPOLOGY_GET) return {HZ_S_ENOTSUP, 0, 0, false};
-  char none;
-  if (uint32_t st = ReadArgsBytes(req, &none, 0); st != HZ_S_OK) return {st, 0, 0, false};
+  if (req.args_len != 0) return {HZ_S_EINVAL, 0, 0, false};  // SPEC §7.7: no arguments
   std::vector<uint8_t> bytes;
   events::Status st = p->Summary(tenant_->name(), &bytes);
   if (!st.ok()) return {Wire(st), 0, 0, false};
