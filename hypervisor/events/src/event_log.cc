@@ -155,6 +155,19 @@ Status RecordFile::Append(const hz_event& event) {
   return Status::Ok();
 }
 
+Status RecordFile::AppendDeferred(const hz_event& event, int* sync_fd) {
+  *sync_fd = -1;
+  if (fd_ < 0) return Status::State("record file not open");
+  Status s = WriteAll(fd_, EncodeRecord(event));
+  if (!s.ok()) return s;
+  ++records_;
+  if (sync_) {
+    *sync_fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+    if (*sync_fd < 0) return Status::IoError(Errno("dup", path_));
+  }
+  return Status::Ok();
+}
+
 Status RecordFile::Rewrite(const std::vector<hz_event>& events) {
   std::string bytes;
   bytes.reserve(events.size() * (kRecordHeaderBytes + sizeof(hz_event)));
