@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "hz/events/coarse.h"
 #include "hz/scheduler/state_file.h"
 
 namespace hz::scheduler {
@@ -301,8 +302,10 @@ Status Scheduler::Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_
   req.kind = WireKind(kind);
   req.count = 1;
   req.locality = a.request.locality;
+  // As soon as possible. Offer starts are rounded up to the time granularity
+  // (SPEC.md §9.2), so a start range of exactly `now` would admit no offer.
   req.earliest_start_s = now;
-  req.latest_start_s = now;
+  req.latest_start_s = now + ev::kTimeGranularityS;
   req.duration_s = options_.replacement_duration_s;
   // The engine may ask this scheduler for capacity: call it unlocked.
   lock.unlock();

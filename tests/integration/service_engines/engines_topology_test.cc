@@ -252,12 +252,13 @@ TEST_F(ServiceEngineTopology, FailedDeviceIsReportedByIndexAndDetached) {
 
 // Known gap: the replacement offer (NEGOTIATION/OFFER_MADE) for a device of
 // an operator allocation does not reach the tenant yet.
-TEST_F(ServiceEngineTopology, DISABLED_FailedDeviceGetsAReplacementOffer) {
+TEST_F(ServiceEngineTopology, FailedDeviceGetsAReplacementOffer) {
   hz_device_t* a = OpenVm(socks_a_[0]);
   hz_device_t* b = OpenVm(socks_b_[0]);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   ASSERT_EQ(hz_event_subscribe(a, HZ_TOPIC_ALL, HZ_SEQ_CURSOR), HZ_OK);
+  ASSERT_EQ(hz_event_subscribe(b, HZ_TOPIC_ALL, HZ_SEQ_CURSOR), HZ_OK);
   json r = host_.Control({{"cmd", "alloc"}, {"tenant", "ta"}, {"gpus", 4}, {"nics", 0}});
   ASSERT_TRUE(r.value("ok", false)) << r.dump();
   const std::string lost = r["result"]["devices"][0].get<std::string>();
