@@ -54,8 +54,17 @@ void EngineBackend::Destroy(const MemberPtr& m) {
   engine_.Destroy(Unwrap(m));
 }
 
+void EngineBackend::Leave(const MemberPtr& m) {
+  engine_.Destroy(Unwrap(m), coll::AbortCause::kDestroyed);
+}
+
+uint32_t EngineBackend::AbortDetail(const MemberPtr& m) const {
+  return static_cast<uint32_t>(engine_.AbortCauseOf(Unwrap(m)));
+}
+
 void EngineBackend::DestroyAsync(MemberPtr m) {
-  engine_.Abort(Unwrap(m));
+  // Called when the rank's session ended while its Init completed.
+  engine_.Abort(Unwrap(m), coll::AbortCause::kSessionEnded);
   {
     std::lock_guard<std::mutex> lock(mu_);
     reap_.push_back(std::move(m));

@@ -154,6 +154,20 @@ void HzDevice::OnQueueStarted(vdev::Queue& queue) {
   UpdateInfo();
 }
 
+void HzDevice::OnQueueStopping(vdev::Queue& queue) {
+  // The front-end is taking the event ring back (GET_VRING_BASE): the held
+  // buffers go back unused (SPEC §2.8) at once, so the ring stops without
+  // waiting for events that may never come. Request queues are left alone:
+  // vdev waits (bounded) for their in-flight requests to complete.
+  if (queue.index() != HZ_VQ_EVENT) return;
+  for (auto& [chain, gen] : events_) {
+    if (gen == queues_[HZ_VQ_EVENT].gen) queue.Complete(chain, 0);
+  }
+  events_.clear();
+  queue.Flush();
+  UpdateInfo();
+}
+
 void HzDevice::OnQueueStopped(uint16_t index) {
   if (index >= queues_.size()) return;
   queues_[index] = {nullptr, next_gen_++};
@@ -468,7 +482,7 @@ HzDevice::Reply HzDevice::CommDestroyOrAbort(const Request& req) {
   }
   if (entry.in_flight != 0) return {HZ_S_EBUSY, 0, 0, false};
   comms_.erase(it);
-  env_.coll->Destroy(m);
+  env_.coll->Leave(m);
   UpdateInfo();
   return {HZ_S_OK, 0, 0, false};
 }
@@ -668,10 +682,17 @@ void HzDevice::OnOpDone(uint64_t op_id, coll::Status st) {
   uint32_t status = FromEngine(st);
   if (draining() && status != HZ_S_OK) status = HZ_S_ESHUTDOWN;
   if (status == HZ_S_OK && env_.metrics != nullptr) env_.metrics->AddBytes(p->opcode, p->bytes);
-  FinishPending(*p, status, status == HZ_S_OK ? p->result_len : 0);
+  auto cit = comms_.find(p->comm);
+  // EABORTED says why (SPEC §7.3.5), the same on every rank.
+  // A handle that is gone went with this session (Teardown): detail 2.
+  uint32_t detail = 0;
+  if (status == HZ_S_EABORTED) {
+    detail = cit != comms_.end() ? env_.coll->AbortDetail(cit->second.member)
+                                 : static_cast<uint32_t>(coll::AbortCause::kSessionEnded);
+  }
+  FinishPending(*p, status, status == HZ_S_OK ? p->result_len : 0, detail);
   p->pins.clear();
   // The last operation of a handle releases the COMM_ABORTs waiting for it.
-  auto cit = comms_.find(p->comm);
   if (cit != comms_.end() && --cit->second.in_flight == 0) {
     for (const auto& abort : cit->second.aborts) {
       in_flight_--;
@@ -681,7 +702,8 @@ void HzDevice::OnOpDone(uint64_t op_id, coll::Status st) {
   }
 }
 
-void HzDevice::FinishPending(const Pending& p, uint32_t status, uint32_t result_len) {
+void HzDevice::FinishPending(const Pending& p, uint32_t status, uint32_t result_len,
+                             uint32_t detail) {
   requests_++;
   if (status != HZ_S_OK) errors_++;
   if (env_.metrics != nullptr) env_.metrics->CountRequest(p.opcode, status);
@@ -689,7 +711,7 @@ void HzDevice::FinishPending(const Pending& p, uint32_t status, uint32_t result_
   // A queue stopped (or restarted) since the request was popped has lost the
   // ring the chain belonged to; there is nobody left to answer.
   if (slot.queue == nullptr || slot.gen != p.queue_gen) return;
-  uint32_t used = WriteStatus(p.chain, status, result_len, p.request_id);
+  uint32_t used = WriteStatus(p.chain, status, result_len, p.request_id, detail);
   slot.queue->Complete(p.chain, used);
   slot.queue->Flush();
 }
@@ -750,7 +772,8 @@ void HzDevice::Teardown(bool rings_alive) {
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second->opcode == HZ_OP_COMM_INIT) {
         in_flight_--;
-        FinishPending(*it->second, HZ_S_EABORTED, 0);
+        FinishPending(*it->second, HZ_S_EABORTED, 0,
+                      static_cast<uint32_t>(coll::AbortCause::kSessionEnded));
         it = pending_.erase(it);
       } else {
         ++it;

@@ -7,6 +7,7 @@
 // 2 for command-line or configuration errors.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <string>
@@ -31,6 +32,21 @@ void SetUpLogging(const hz::service::ServiceConfig& c) {
   logger->set_level(spdlog::level::from_str(c.log_level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+}
+
+// Each VM connection holds about eight descriptors (socket, memory fds,
+// kick/call eventfds), so the usual soft limit of 1024 caps a host near 120
+// VMs. Raise the soft limit to the hard one, as systemd's LimitNOFILE would.
+void RaiseFdLimit() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t before = rl.rlim_cur;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = before;
+  }
+  spdlog::info("event=fd_limit soft={} hard={} vms_approx={}", rl.rlim_cur, rl.rlim_max,
+               rl.rlim_cur / 8);
 }
 
 }  // namespace
@@ -85,6 +101,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   SetUpLogging(config);
+  RaiseFdLimit();
 
   hz::service::Service service(config);
   if (!service.Start(&error)) {

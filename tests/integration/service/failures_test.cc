@@ -153,6 +153,39 @@ TEST_F(ServiceFailuresTest, MismatchedRanksAllGetEMismatchAndGoOn) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
+TEST_F(ServiceFailuresTest, ARankDestroyingItsHandleAbortsWaitingPeersWithThatCause) {
+  auto vms = svc_.TenantWithVms("t1", 2);
+  Pipe posted;
+  auto codes = TwoRanks(vms, 0, [&](int rank, HzClient& c, uint64_t comm) {
+    GuestBuffer s, r;
+    if (c.Register(4096, 1, HZ_REGION_F_READ, &s) || c.Register(4096, 1, HZ_REGION_F_WRITE, &r)) {
+      return 10;
+    }
+    if (rank == 1) {
+      char x;
+      if (!posted.Receive(&x, 1, 30000)) return 20;
+      hz_comm_args d{};
+      d.comm = comm;
+      return c.Call(HZ_VQ_CONTROL, HZ_OP_COMM_DESTROY, d).status == HZ_S_OK ? 0 : 21;
+    }
+    hz_coll_args a = AllReduceArgs(comm, 0, s, r, 8);
+    uint64_t op = c.Post(2, HZ_OP_ALLREDUCE, &a, sizeof(a));
+    char x = 1;
+    posted.Send(&x, 1);
+    Reply rep = c.Wait(2, op, milliseconds(15000));
+    if (rep.status != HZ_S_EABORTED) return 11;
+    if (rep.st.detail != 4) {  // SPEC §7.3.5: a rank destroyed its handle
+      std::fprintf(stderr, "rank 0 got detail %u\n", rep.st.detail);
+      return 12;
+    }
+    // Every later operation on the communicator is refused with the same cause.
+    a.seq = 1;
+    rep = c.Wait(2, c.Post(2, HZ_OP_ALLREDUCE, &a, sizeof(a)), milliseconds(15000));
+    return rep.status == HZ_S_EABORTED && rep.st.detail == 4 ? 0 : 13;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
 TEST_F(ServiceFailuresTest, AStalledRankTimesOutInBoundedTime) {
   auto vms = svc_.TenantWithVms("t1", 2);
   Pipe timed_out;
@@ -223,6 +256,11 @@ TEST_F(ServiceFailuresTest, ARankDyingMidCollectiveAbortsTheOthers) {
     if (rep.status != HZ_S_EABORTED) {
       std::fprintf(stderr, "rank 0 got status %u\n", rep.status);
       return 11;
+    }
+    // The cause (SPEC §7.3.5): a rank's session ended.
+    if (rep.st.detail != 2) {
+      std::fprintf(stderr, "rank 0 got detail %u\n", rep.st.detail);
+      return 13;
     }
     return Clock::now() - t0 < std::chrono::seconds(15) ? 0 : 12;
   });

@@ -63,6 +63,12 @@ class CollBackend {
   // a completion callback (a rank whose VM left while its Init completed).
   virtual void DestroyAsync(MemberPtr m) = 0;
   virtual void Abort(const MemberPtr& m) = 0;
+  // COMM_DESTROY: the rank leaves on purpose. Like Destroy, but the other
+  // ranks learn that a rank destroyed its handle (SPEC §7.3.5, detail 4)
+  // rather than that its session ended.
+  virtual void Leave(const MemberPtr& m) { Destroy(m); }
+  // Why m's communicator was aborted: the HZ_S_EABORTED detail, 0 if unknown.
+  virtual uint32_t AbortDetail(const MemberPtr& /*m*/) const { return 0; }
   virtual void Shutdown() = 0;
   virtual BackendStats Stats() const = 0;
   virtual std::vector<CommSummary> Communicators() const = 0;

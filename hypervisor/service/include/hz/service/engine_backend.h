@@ -25,6 +25,8 @@ class EngineBackend : public CollBackend {
   void Destroy(const MemberPtr& m) override;
   void DestroyAsync(MemberPtr m) override;
   void Abort(const MemberPtr& m) override;
+  void Leave(const MemberPtr& m) override;
+  uint32_t AbortDetail(const MemberPtr& m) const override;
   void Shutdown() override;
   BackendStats Stats() const override;
   std::vector<CommSummary> Communicators() const override;

@@ -111,6 +111,7 @@ class HzDevice : public vdev::Device {
   std::vector<uint8_t> ConfigSpace() const override;
   void OnConnect(vdev::DeviceContext& ctx) override;
   void OnQueueStarted(vdev::Queue& queue) override;
+  void OnQueueStopping(vdev::Queue& queue) override;
   void OnQueueStopped(uint16_t index) override;
   void OnKick(vdev::Queue& queue) override;
   void OnReset() override;
@@ -176,7 +177,7 @@ class HzDevice : public vdev::Device {
   void Finish(vdev::Queue& queue, const vdev::Chain& chain, uint16_t opcode, uint64_t request_id,
               const Reply& r);
   // Completes a pending request if its queue is still the one it came from.
-  void FinishPending(const Pending& p, uint32_t status, uint32_t result_len);
+  void FinishPending(const Pending& p, uint32_t status, uint32_t result_len, uint32_t detail = 0);
   uint64_t offered_features() const;
   bool draining() const;
   // Ends the session: leaves every communicator and drops every region.
