@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   hz_uid_t uid;
   float *buf = NULL, small[8], gathered[8 * 64];
   const char* ready_file = NULL;
-  int rank, nranks, rc, notice_timeout_s = 60;
+  int rank, nranks, rc, ret, notice_timeout_s = 60;
   double t0, t1;
 
   for (int i = 4; i < argc; i++) {
@@ -200,31 +200,48 @@ int main(int argc, char** argv) {
 
     if ((info.features & need) != need) {
       fprintf(stderr, "rank %d: the service offers no events or no checkpoints\n", rank);
-      return 1;
+      ret = 1;
+      goto out;
     }
     rc = maintenance_subscribe(dev, rank, ready_file);
-    if (rc != HZ_OK) return fail(rank, "subscribe to maintenance notices", rc);
+    if (rc != HZ_OK) {
+      ret = fail(rank, "subscribe to maintenance notices", rc);
+      goto out;
+    }
   }
 
   rc = hz_mem_alloc(dev, COUNT * sizeof(float), (void**)&buf);
-  if (rc != HZ_OK) return fail(rank, "allocate registered memory", rc);
+  if (rc != HZ_OK) {
+    ret = fail(rank, "allocate registered memory", rc);
+    goto out;
+  }
   rc = exchange_uid(dev, rank, argv[3], &uid);
-  if (rc != HZ_OK) return fail(rank, "communicator uid", rc);
+  if (rc != HZ_OK) {
+    ret = fail(rank, "communicator uid", rc);
+    goto out;
+  }
   rc = hz_comm_init(dev, &uid, nranks, rank, NULL, &comm);
-  if (rc != HZ_OK) return fail(rank, "join communicator", rc);
+  if (rc != HZ_OK) {
+    ret = fail(rank, "join communicator", rc);
+    goto out;
+  }
 
   for (unsigned i = 0; i < COUNT; i++) buf[i] = (float)(rank + 1) + (float)(i % 1024);
   t0 = now_s();
   rc = hz_allreduce(comm, buf, buf, COUNT, HZ_FP32, HZ_SUM);
   t1 = now_s();
-  if (rc != HZ_OK) return fail(rank, "all-reduce", rc);
+  if (rc != HZ_OK) {
+    ret = fail(rank, "all-reduce", rc);
+    goto out;
+  }
   for (unsigned i = 0; i < COUNT; i++) {
     float want = 0;
 
     for (int k = 0; k < nranks; k++) want += (float)(k + 1) + (float)(i % 1024);
     if (buf[i] != want) {
       fprintf(stderr, "rank %d: all-reduce element %u is %g, want %g\n", rank, i, buf[i], want);
-      return 1;
+      ret = 1;
+      goto out;
     }
   }
   printf("rank %d: all-reduce of 16 MiB fp32 across %d ranks verified (%.1f ms, %.2f GB/s algbw)\n",
@@ -232,30 +249,51 @@ int main(int argc, char** argv) {
 
   for (int i = 0; i < 8; i++) small[i] = (float)(rank * 100 + i);
   rc = hz_allgather(comm, small, gathered, 8, HZ_FP32);
-  if (rc != HZ_OK) return fail(rank, "all-gather", rc);
+  if (rc != HZ_OK) {
+    ret = fail(rank, "all-gather", rc);
+    goto out;
+  }
   for (int k = 0; k < nranks; k++)
     for (int i = 0; i < 8; i++)
-      if (gathered[k * 8 + i] != (float)(k * 100 + i))
-        return fail(rank, "all-gather result", HZ_ECORRUPT);
+      if (gathered[k * 8 + i] != (float)(k * 100 + i)) {
+        ret = fail(rank, "all-gather result", HZ_ECORRUPT);
+        goto out;
+      }
   printf("rank %d: all-gather from unregistered memory verified\n", rank);
 
   if (ready_file) {
     rc = maintenance_react(dev, rank, buf, COUNT * sizeof(float), notice_timeout_s);
-    if (rc != HZ_OK) return fail(rank, "maintenance notice", rc);
+    if (rc != HZ_OK) {
+      ret = fail(rank, "maintenance notice", rc);
+      goto out;
+    }
     rc = checkpoint_restore(dev, rank, buf, COUNT * sizeof(float));
-    if (rc != HZ_OK) return fail(rank, "checkpoint", rc);
+    if (rc != HZ_OK) {
+      ret = fail(rank, "checkpoint", rc);
+      goto out;
+    }
   } else if (info.features & (1ull << HZ_F_CHECKPOINT)) {
     rc = checkpoint_save(dev, rank, buf, COUNT * sizeof(float), "");
     if (rc == HZ_OK) rc = checkpoint_restore(dev, rank, buf, COUNT * sizeof(float));
-    if (rc != HZ_OK) return fail(rank, "checkpoint", rc);
+    if (rc != HZ_OK) {
+      ret = fail(rank, "checkpoint", rc);
+      goto out;
+    }
   } else if (rank == 0) {
     printf("rank 0: the service offers no checkpoints; none attempted\n");
   }
 
   rc = hz_barrier(comm);
-  if (rc != HZ_OK) return fail(rank, "barrier", rc);
-  hz_comm_destroy(comm);
-  hz_mem_free(dev, buf);
+  if (rc != HZ_OK) {
+    ret = fail(rank, "barrier", rc);
+    goto out;
+  }
+  ret = 0;
+out:
+  /* Every path releases what it holds (the device would on exit too, but
+   * a tenant program should not depend on that). */
+  if (comm) hz_comm_destroy(comm);
+  if (buf) hz_mem_free(dev, buf);
   hz_close(dev);
-  return 0;
+  return ret;
 }
