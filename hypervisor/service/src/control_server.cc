@@ -59,8 +59,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
 
 ControlServer::ControlServer(asio::io_context& io, std::string path, size_t max_line,
                              size_t max_clients, Handler handler)
-    : io_(io),
-      path_(std::move(path)),
+    : path_(std::move(path)),
       max_line_(max_line),
       max_clients_(max_clients),
       handler_(std::move(handler)),

@@ -25,7 +25,6 @@ class ControlServer {
   class Session;
   void Accept();
 
-  boost::asio::io_context& io_;
   std::string path_;
   size_t max_line_;
   size_t max_clients_;

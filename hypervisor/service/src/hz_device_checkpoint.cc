@@ -521,13 +521,14 @@ void HzDevice::StopCkptOps() {
   // Cancel, then wait for the ones running: once this returns no engine
   // thread touches this session's guest memory. A queued one never starts.
   for (auto& [id, op] : ckpt_ops_) op->cancel.store(true);
-  for (auto& [id, op] : ckpt_ops_) {
-    std::unique_lock<std::mutex> l(op->mu);
-    if (op->phase == CkptOp::Phase::kQueued) {
-      op->phase = CkptOp::Phase::kDone;
-      op->status = op->Wire(checkpoint::Status::kCancelled);
+  for (auto& entry : ckpt_ops_) {
+    CkptOp& op = *entry.second;  // a plain reference: lambdas may capture it
+    std::unique_lock<std::mutex> l(op.mu);
+    if (op.phase == CkptOp::Phase::kQueued) {
+      op.phase = CkptOp::Phase::kDone;
+      op.status = op.Wire(checkpoint::Status::kCancelled);
     }
-    op->cv.wait(l, [&] { return op->phase == CkptOp::Phase::kDone; });
+    op.cv.wait(l, [&] { return op.phase == CkptOp::Phase::kDone; });
   }
   // With the rings alive (a new HELLO) or a reset, the answers still come
   // back through the executor (OnCkptDone: answered, or dropped with their

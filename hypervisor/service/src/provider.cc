@@ -67,7 +67,7 @@ std::string Why(const ev::Status& s) {
 }  // namespace
 
 Provider::Provider(const ServiceConfig& config, boost::asio::io_context& io, ev::EventSink* sink)
-    : config_(config), io_(io), sink_(sink), decide_timer_(io), health_timer_(io) {}
+    : config_(config), sink_(sink), decide_timer_(io), health_timer_(io) {}
 
 Provider::~Provider() {
   Stop();

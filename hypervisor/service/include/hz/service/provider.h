@@ -100,7 +100,6 @@ class Provider {
   nlohmann::json NegotiationJson();
 
   ServiceConfig config_;
-  boost::asio::io_context& io_;
   events::EventSink* sink_;
   std::unique_ptr<scheduler::LibvirtAttacher> virt_;
   std::unique_ptr<scheduler::Scheduler> sched_;
