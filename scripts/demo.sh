@@ -80,9 +80,8 @@ hzctl counters
 say "operator: the checkpoints the ranks saved"
 hzctl checkpoint list --tenant acme
 
-say "operator: harmonaized's durable event state for 'acme' (cursors per VM, approvals)"
-cat "$work/events/acme/state.json"
-echo
+say "operator: 'acme's event log: each VM's cursor, and the notice it approved early"
+hzctl event status --tenant acme
 
 say "stopping harmonaized (SIGTERM drains in-flight requests)"
 kill -TERM "$daemon_pid"

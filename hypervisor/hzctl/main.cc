@@ -8,6 +8,7 @@
 //   hzctl event inject --tenant NAME --topic TOPIC [--kind KIND] [--deadline-s N] [--json '{..}']
 //         (--deadline-s: seconds from now; --json: further keys of the event, see
 //          hz/events/injection.h, e.g. '{"duration_s": 600, "approvable": true}')
+//   hzctl event status --tenant NAME   (the log, each binding's cursor, early approvals)
 //   hzctl checkpoint list --tenant NAME   (streams, steps, tiers and the engine's decisions)
 //   hzctl inventory                       (this host's GPUs and NICs, state and owner)
 //   hzctl allocations                     (allocations with their devices)
@@ -108,6 +109,19 @@ void PrintHuman(const std::string& cmd, const json& r) {
                   t.value("priority", std::string()).c_str(), U(t, "regions"), U(t, "max_regions"),
                   Human(U(t, "region_bytes")).c_str(), Human(U(t, "max_region_bytes")).c_str());
     }
+  } else if (cmd == "event.status") {
+    std::printf("tenant %s: next seq %llu, oldest retained %llu\n",
+                r.value("tenant", std::string()).c_str(), U(r, "next_seq"), U(r, "oldest_seq"));
+    std::printf("%-28s %10s %10s %s\n", "BINDING", "CURSOR", "DELIVERED", "CONNECTED");
+    for (const json& b : r.value("bindings", json::array())) {
+      std::printf("%-28s %10llu %10llu %s\n", b.value("binding", std::string()).c_str(),
+                  U(b, "cursor"), U(b, "delivered"), b.value("connected", false) ? "yes" : "no");
+    }
+    std::string approved;
+    for (const json& a : r.value("approved", json::array())) {
+      approved += (approved.empty() ? "" : " ") + std::to_string(a.get<uint64_t>());
+    }
+    std::printf("approved early: %s\n", approved.empty() ? "none" : approved.c_str());
   } else if (cmd == "checkpoint.list") {
     std::printf("%-8s %-20s %12s %-8s %-11s %s\n", "STREAM", "STEP", "BYTES", "STATE", "TIER",
                 "TIME_S");
@@ -210,6 +224,8 @@ int main(int argc, char** argv) {
   einject->add_option("--kind", kind, "kind within the topic (default: the topic's first)");
   einject->add_option("--deadline-s", deadline_s, "deadline, in seconds from now");
   einject->add_option("--json", event_json, "further fields of the event, as a JSON object");
+  auto* estatus = event_cmd->add_subcommand("status", "a tenant's event log, cursors, approvals");
+  estatus->add_option("--tenant", tenant, "tenant name")->required();
 
   auto* ckpt_cmd = app.add_subcommand("checkpoint", "tenant checkpoints")->require_subcommand(1);
   auto* clist = ckpt_cmd->add_subcommand("list", "a tenant's streams, checkpoints and decisions");
@@ -301,6 +317,9 @@ int main(int argc, char** argv) {
     cmd = "counters";
   } else if (clist->parsed()) {
     cmd = "checkpoint.list";
+    req["tenant"] = tenant;
+  } else if (estatus->parsed()) {
+    cmd = "event.status";
     req["tenant"] = tenant;
   } else if (einject->parsed()) {
     cmd = "event.inject";

@@ -442,6 +442,11 @@ void TenantLog::Summary(TenantSummary* summary) {
   summary->next_seq = next_seq_;
   summary->oldest_seq = OldestLocked();
   summary->approvals = approved_.size();
+  summary->bindings.clear();
+  for (const auto& [name, sub] : subscribers_) {
+    summary->bindings.push_back({name, sub->cursor, sub->delivered, sub->connected});
+  }
+  summary->approved.assign(approved_.begin(), approved_.end());
 }
 
 Status TenantLog::Get(uint64_t seq, hz_event* event) {

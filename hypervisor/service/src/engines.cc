@@ -195,7 +195,39 @@ bool Engines::Command(const std::string& cmd, const json& req, json* out, std::s
     *error = ListCheckpoints(req, out);
     return true;
   }
+  if (cmd == "event.status") {
+    *error = EventStatus(req, out);
+    return true;
+  }
   return false;
+}
+
+// {"cmd": "event.status", "tenant": "t1"}: the tenant's log, each binding's
+// cursor and the events it approved early (what the tenant acknowledged).
+std::string Engines::EventStatus(const json& req, json* out) {
+  for (const auto& [k, v] : req.items()) {
+    if (k != "cmd" && k != "id" && k != "tenant") return "unknown field \"" + k + "\"";
+  }
+  auto t = req.find("tenant");
+  if (t == req.end() || !t->is_string()) return "field \"tenant\" must be a string";
+  if (!bus_) return "the event bus is not running";
+  const std::string tenant = t->get<std::string>();
+  events::TenantSummary s;
+  events::Status st = bus_->Summary(tenant, &s);
+  if (!st.ok()) return st.ToString();
+  json bindings = json::array();
+  for (const auto& b : s.bindings) {
+    bindings.push_back({{"binding", b.name},
+                        {"cursor", b.cursor},
+                        {"delivered", b.delivered},
+                        {"connected", b.connected}});
+  }
+  *out = {{"tenant", tenant},
+          {"next_seq", s.next_seq},
+          {"oldest_seq", s.oldest_seq},
+          {"bindings", bindings},
+          {"approved", s.approved}};
+  return {};
 }
 
 // {"cmd": "event.inject", "tenant": "t1", "event": {"topic": "maintenance", ...}}

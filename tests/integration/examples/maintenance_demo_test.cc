@@ -167,6 +167,16 @@ TEST(ExamplesMaintenanceTest, RanksCheckpointAndApproveOnNotice) {
   EXPECT_NE(std::find(state["approved"].begin(), state["approved"].end(), json(seq)),
             state["approved"].end())
       << state.dump();
+  // The operator sees the same through hzctl: every VM's cursor at the
+  // notice, and the approval.
+  ASSERT_EQ(Hzctl(svc, "--json event status --tenant acme", &out), 0) << out;
+  json status = json::parse(out, nullptr, false);
+  ASSERT_TRUE(status.is_object()) << out;
+  const json& es = status["result"];
+  EXPECT_EQ(es["approved"], json::array({seq})) << out;
+  ASSERT_EQ(es["bindings"].size(), 3u) << out;
+  for (const json& b : es["bindings"]) EXPECT_EQ(b.value("cursor", uint64_t{0}), seq) << out;
+  EXPECT_NE(Hzctl(svc, "--json event status", &out), 0) << "--tenant is required";
 
   // Each VM's acknowledgement is durable: a new session of VM 0 resumes
   // after the notice.

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "hz/events/event_spec.h"
 #include "hz/events/status.h"
@@ -91,6 +92,14 @@ struct TenantSummary {
   uint64_t next_seq = 1;    // seq of the next event
   uint64_t oldest_seq = 1;  // oldest retained (== next_seq when empty)
   uint64_t approvals = 0;   // approvals recorded
+  struct Binding {
+    std::string name;
+    uint64_t cursor = 0;     // last acknowledged seq
+    uint64_t delivered = 0;  // highest seq delivered
+    bool connected = false;  // a session holds it now
+  };
+  std::vector<Binding> bindings;   // by name
+  std::vector<uint64_t> approved;  // seqs approved early, ascending
 };
 
 class EventBus : public EventSink {

@@ -64,6 +64,7 @@ class Engines {
   class CkptSink;
   std::string InjectEvent(const nlohmann::json& req, nlohmann::json* out);
   std::string ListCheckpoints(const nlohmann::json& req, nlohmann::json* out);
+  std::string EventStatus(const nlohmann::json& req, nlohmann::json* out);
   void PublishCheckpoint(const checkpoint::CheckpointEvent& e);
   // Just-in-time saves for a notice published to tenant (any thread).
   void Notice(const std::string& tenant, const hz_event& ev);
