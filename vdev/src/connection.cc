@@ -122,16 +122,19 @@ void Connection::DoClose(const std::string& reason) {
 
 void Connection::WaitReadable() {
   if (closed_) return;
-  socket_.async_wait(Socket::wait_read,
-                     asio::bind_executor(
-                         strand_, [self = shared_from_this()](const boost::system::error_code& ec) {
-                           if (self->closed_) return;
-                           if (ec) {
-                             self->DoClose("socket wait failed: " + ec.message());
-                             return;
-                           }
-                           self->OnReadable();
-                         }));
+  WaitSocket(Socket::wait_read, &Connection::OnReadable);
+}
+
+void Connection::WaitSocket(Socket::wait_type what, void (Connection::*ready)()) {
+  socket_.async_wait(what, asio::bind_executor(strand_, [self = shared_from_this(), ready](
+                                                            const boost::system::error_code& ec) {
+                       if (self->closed_) return;
+                       if (ec) {
+                         self->DoClose("socket wait failed: " + ec.message());
+                         return;
+                       }
+                       ((*self).*ready)();
+                     }));
 }
 
 void Connection::OnReadable() {
@@ -264,16 +267,7 @@ void Connection::OnWritable() {
 }
 
 void Connection::WaitWritable() {
-  socket_.async_wait(Socket::wait_write,
-                     asio::bind_executor(
-                         strand_, [self = shared_from_this()](const boost::system::error_code& ec) {
-                           if (self->closed_) return;
-                           if (ec) {
-                             self->DoClose("socket wait failed: " + ec.message());
-                             return;
-                           }
-                           self->OnWritable();
-                         }));
+  WaitSocket(Socket::wait_write, &Connection::OnWritable);
 }
 
 void Connection::ArmReplyTimer() {

@@ -58,6 +58,8 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   };
 
   void WaitReadable();
+  // Calls `ready` on the strand once the socket can `what`; closes on error.
+  void WaitSocket(Socket::wait_type what, void (Connection::*ready)());
   void OnReadable();
   // Sends what the socket takes now and queues the rest (never blocks);
   // false when the connection was closed for it.

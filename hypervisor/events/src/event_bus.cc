@@ -210,7 +210,7 @@ Status TenantLog::Publish(const EventSpec& spec, uint64_t* seq) {
     std::memcpy(ev.payload, spec.payload.data(), HZ_EVENT_PAYLOAD_BYTES);
     // Written, not yet flushed: subscribers are woken before the flush so
     // that delivery never waits for the disk; the publisher's answer does.
-    s = file_.AppendDeferred(ev, &sync_fd);
+    s = file_.Append(ev, &sync_fd);
     if (!s.ok()) return s;
     ++next_seq_;
     events_.push_back(ev);

@@ -145,19 +145,10 @@ Status RecordFile::WriteAll(int fd, const std::string& bytes) {
   return WriteFd(fd, bytes.data(), bytes.size(), path_);
 }
 
-Status RecordFile::Append(const hz_event& event) {
-  if (fd_ < 0) return Status::State("record file not open");
-  // One write() per record: a crash leaves at most one torn record at the tail.
-  Status s = WriteAll(fd_, EncodeRecord(event));
-  if (!s.ok()) return s;
-  if (sync_ && ::fdatasync(fd_) != 0) return Status::IoError(Errno("fdatasync", path_));
-  ++records_;
-  return Status::Ok();
-}
-
-Status RecordFile::AppendDeferred(const hz_event& event, int* sync_fd) {
+Status RecordFile::Append(const hz_event& event, int* sync_fd) {
   *sync_fd = -1;
   if (fd_ < 0) return Status::State("record file not open");
+  // One write() per record: a crash leaves at most one torn record at the tail.
   Status s = WriteAll(fd_, EncodeRecord(event));
   if (!s.ok()) return s;
   ++records_;

@@ -5,6 +5,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <string>
 
 #include "hz/events/injection.h"
 #include "protocol/harmonaize.h"
@@ -13,6 +15,27 @@
 namespace hz::service {
 
 using json = nlohmann::json;
+
+namespace {
+
+// The operator commands of the engines name one tenant: checks that req has
+// only cmd, id, tenant and `extra`, and that tenant is a string. Returns the
+// error to answer with, or "" with *tenant set.
+std::string ReadTenant(const json& req, std::initializer_list<const char*> extra,
+                       std::string* tenant) {
+  for (const auto& [k, v] : req.items()) {
+    if (k == "cmd" || k == "id" || k == "tenant") continue;
+    if (std::none_of(extra.begin(), extra.end(), [&k](const char* e) { return k == e; })) {
+      return "unknown field \"" + k + "\"";
+    }
+  }
+  auto t = req.find("tenant");
+  if (t == req.end() || !t->is_string()) return "field \"tenant\" must be a string";
+  *tenant = t->get<std::string>();
+  return {};
+}
+
+}  // namespace
 
 // The checkpoint engine's events, onto the tenant's log.
 class Engines::CkptSink : public checkpoint::EventSink {
@@ -205,13 +228,9 @@ bool Engines::Command(const std::string& cmd, const json& req, json* out, std::s
 // {"cmd": "event.status", "tenant": "t1"}: the tenant's log, each binding's
 // cursor and the events it approved early (what the tenant acknowledged).
 std::string Engines::EventStatus(const json& req, json* out) {
-  for (const auto& [k, v] : req.items()) {
-    if (k != "cmd" && k != "id" && k != "tenant") return "unknown field \"" + k + "\"";
-  }
-  auto t = req.find("tenant");
-  if (t == req.end() || !t->is_string()) return "field \"tenant\" must be a string";
+  std::string tenant;
+  if (std::string err = ReadTenant(req, {}, &tenant); !err.empty()) return err;
   if (!bus_) return "the event bus is not running";
-  const std::string tenant = t->get<std::string>();
   events::TenantSummary s;
   events::Status st = bus_->Summary(tenant, &s);
   if (!st.ok()) return st.ToString();
@@ -233,13 +252,8 @@ std::string Engines::EventStatus(const json& req, json* out) {
 // {"cmd": "event.inject", "tenant": "t1", "event": {"topic": "maintenance", ...}}
 // The event object is SpecFromJson's (hz/events/injection.h).
 std::string Engines::InjectEvent(const json& req, json* out) {
-  for (const auto& [k, v] : req.items()) {
-    if (k != "cmd" && k != "id" && k != "tenant" && k != "event") {
-      return "unknown field \"" + k + "\"";
-    }
-  }
-  auto t = req.find("tenant");
-  if (t == req.end() || !t->is_string()) return "field \"tenant\" must be a string";
+  std::string tenant;
+  if (std::string err = ReadTenant(req, {"event"}, &tenant); !err.empty()) return err;
   auto e = req.find("event");
   if (e == req.end() || !e->is_object()) return "field \"event\" must be an object";
   if (!bus_) return "the event bus is not running";
@@ -248,7 +262,6 @@ std::string Engines::InjectEvent(const json& req, json* out) {
       events::SpecFromJson(e->dump(), static_cast<uint64_t>(std::time(nullptr)), &spec);
   if (!st.ok()) return st.message().empty() ? st.ToString() : st.message();
   uint64_t seq = 0;
-  const std::string tenant = t->get<std::string>();
   st = bus_->Publish(tenant, spec, &seq);
   if (!st.ok()) return st.ToString();
   published_.fetch_add(1, std::memory_order_relaxed);
@@ -267,13 +280,9 @@ std::string Engines::InjectEvent(const json& req, json* out) {
 // {"cmd": "checkpoint.list", "tenant": "t1"}: the tenant's streams with their
 // checkpoints, and the engine's recent decisions about them.
 std::string Engines::ListCheckpoints(const json& req, json* out) {
-  for (const auto& [k, v] : req.items()) {
-    if (k != "cmd" && k != "id" && k != "tenant") return "unknown field \"" + k + "\"";
-  }
-  auto t = req.find("tenant");
-  if (t == req.end() || !t->is_string()) return "field \"tenant\" must be a string";
+  std::string tenant;
+  if (std::string err = ReadTenant(req, {}, &tenant); !err.empty()) return err;
   if (!ckpt_) return "the checkpoint engine is not running";
-  const std::string tenant = t->get<std::string>();
   checkpoint::TenantId id;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -160,12 +160,18 @@ void HzDevice::OnQueueStopping(vdev::Queue& queue) {
   // waiting for events that may never come. Request queues are left alone:
   // vdev waits (bounded) for their in-flight requests to complete.
   if (queue.index() != HZ_VQ_EVENT) return;
+  ReturnEventBuffers();
+  UpdateInfo();
+}
+
+void HzDevice::ReturnEventBuffers() {
+  vdev::Queue* eq = queues_[HZ_VQ_EVENT].queue;
   for (auto& [chain, gen] : events_) {
-    if (gen == queues_[HZ_VQ_EVENT].gen) queue.Complete(chain, 0);
+    if (eq == nullptr || gen != queues_[HZ_VQ_EVENT].gen) continue;
+    eq->Complete(chain, 0);  // SPEC §2.8: returned unused
   }
   events_.clear();
-  queue.Flush();
-  UpdateInfo();
+  if (eq != nullptr) eq->Flush();
 }
 
 void HzDevice::OnQueueStopped(uint16_t index) {
@@ -747,13 +753,7 @@ void HzDevice::Drain() {
     entry.aborts.clear();
     entry.in_flight = 0;
   }
-  vdev::Queue* eq = queues_[HZ_VQ_EVENT].queue;
-  for (auto& [chain, gen] : events_) {
-    if (eq == nullptr || gen != queues_[HZ_VQ_EVENT].gen) continue;
-    eq->Complete(chain, 0);  // SPEC §2.8: returned unused
-  }
-  events_.clear();
-  if (eq != nullptr) eq->Flush();
+  ReturnEventBuffers();
   if (ctx_ != nullptr) ctx_->NotifyConfigChanged();
   UpdateInfo();
 }

@@ -140,8 +140,8 @@ bool Provider::Start(std::string* error) {
   spdlog::info("event=scheduler_started sysfs_root={} devices={} libvirt={} state={}", c.sysfs_root,
                sched_->Inventory().size(), c.libvirt_uri.empty() ? "none" : c.libvirt_uri,
                o.state_path);
-  ArmDecide();
-  ArmHealth();
+  ArmEvery(decide_timer_, config_.negotiation.decide_interval_ms, &Provider::DecisionPoint);
+  ArmEvery(health_timer_, config_.scheduler.health_poll_ms, &Provider::PollHealth);
   return true;
 }
 
@@ -157,24 +157,15 @@ uint64_t Provider::Features() const {
   return (1ull << HZ_F_TOPOLOGY) | (1ull << HZ_F_NEGOTIATION) | (1ull << HZ_F_HINTS);
 }
 
-void Provider::ArmDecide() {
-  decide_timer_.expires_after(std::chrono::milliseconds(config_.negotiation.decide_interval_ms));
+void Provider::ArmEvery(boost::asio::steady_timer& timer, uint64_t interval_ms,
+                        void (Provider::*tick)()) {
+  if (interval_ms == 0) return;  // off
+  timer.expires_after(std::chrono::milliseconds(interval_ms));
   std::shared_ptr<std::atomic<bool>> alive = alive_;
-  decide_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+  timer.async_wait([this, &timer, interval_ms, tick, alive](const boost::system::error_code& ec) {
     if (ec || !alive->load()) return;
-    DecisionPoint();
-    ArmDecide();
-  });
-}
-
-void Provider::ArmHealth() {
-  if (config_.scheduler.health_poll_ms == 0) return;
-  health_timer_.expires_after(std::chrono::milliseconds(config_.scheduler.health_poll_ms));
-  std::shared_ptr<std::atomic<bool>> alive = alive_;
-  health_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || !alive->load()) return;
-    PollHealth();
-    ArmHealth();
+    (this->*tick)();
+    ArmEvery(timer, interval_ms, tick);
   });
 }
 

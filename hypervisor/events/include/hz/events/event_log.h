@@ -42,14 +42,12 @@ class RecordFile {
   // increasing seq), truncates a bad tail, and positions for appends.
   Status Open(const std::string& path, bool sync, std::vector<hz_event>* events,
               RecoveryReport* report);
-  // Appends one record; fdatasync()s first when opened with sync.
-  Status Append(const hz_event& event);
   // Appends one record without waiting for the disk. When opened with sync,
   // *sync_fd receives a duplicate of the file's descriptor (else -1): the
   // caller fdatasync()s and closes it later, outside its own locks, so that
   // readers never wait for a flush. The record is in the page cache, which
   // survives a crash of this process, as soon as this returns.
-  Status AppendDeferred(const hz_event& event, int* sync_fd);
+  Status Append(const hz_event& event, int* sync_fd);
   // Replaces the file with exactly `events` (write to a temporary file,
   // fsync, rename, fsync the directory) and reopens it for appends.
   Status Rewrite(const std::vector<hz_event>& events);

@@ -232,6 +232,8 @@ class HzDevice : public vdev::Device {
 
   // Fills posted event buffers from the subscription (hz_device_events.cc).
   void FillEvents();
+  // Completes every held event buffer unused (SPEC §2.8): drain, ring stop.
+  void ReturnEventBuffers();
 
   Reply CommUid(const Request& req);
   Reply CommInit(vdev::Queue& q, const Request& req);

@@ -91,8 +91,8 @@ class Provider {
 
  private:
   static uint64_t Now();
-  void ArmDecide();
-  void ArmHealth();
+  // Runs tick every interval_ms (0: never) on the service's io_context.
+  void ArmEvery(boost::asio::steady_timer& timer, uint64_t interval_ms, void (Provider::*tick)());
   // Under mu_: health monitor assignments follow the scheduler's, and the
   // hint engine learns the tenants' GPU counts.
   void SyncLocked();
