@@ -23,7 +23,8 @@ namespace {
 // error to answer with, or "" with *tenant set.
 std::string ReadTenant(const json& req, std::initializer_list<const char*> extra,
                        std::string* tenant) {
-  for (const auto& [k, v] : req.items()) {
+  for (const auto& item : req.items()) {
+    const std::string& k = item.key();  // a plain name: clang 14 cannot capture bindings
     if (k == "cmd" || k == "id" || k == "tenant") continue;
     if (std::none_of(extra.begin(), extra.end(), [&k](const char* e) { return k == e; })) {
       return "unknown field \"" + k + "\"";
