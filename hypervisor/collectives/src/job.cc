@@ -34,24 +34,39 @@ uint64_t Units(const Job& job) {
   }
 }
 
+// The accumulator is filled and drained in pieces of this many bytes, so it
+// stays in the L1 cache while the rank inputs stream past it once and the
+// outputs are written from it. (A whole block's accumulator would sit in L2
+// and cost a pass through it per rank.)
+constexpr uint64_t kAccPieceBytes = 8 * 1024;
+
+// Rank r's send bytes [off, off + bytes): in place when contiguous, else
+// gathered into the given scratch buffer.
+const uint8_t* SendBytes(const Job& job, uint32_t r, uint64_t off, uint64_t bytes,
+                         std::vector<uint64_t>& bounce) {
+  const SpanList& s = job.io[r].send;
+  const uint8_t* src = s.Contiguous(off, bytes);
+  if (src != nullptr) return src;
+  uint8_t* b = Ensure(bounce, bytes);
+  s.Read(off, b, bytes);
+  return b;
+}
+
 // acc = reduction over ranks, in rank order, of n elements at byte offset off
 // of every rank's send buffer.
 void ReduceInto(const Job& job, uint64_t off, uint64_t n, void* acc) {
   const ReduceKernel& k = *job.kernel;
   const uint64_t bytes = n * job.esize;
-  for (uint32_t r = 0; r < job.nranks; ++r) {
-    const SpanList& s = job.io[r].send;
-    const uint8_t* src = s.Contiguous(off, bytes);
-    if (src == nullptr) {
-      uint8_t* bounce = Ensure(t_scratch.in, bytes);
-      s.Read(off, bounce, bytes);
-      src = bounce;
-    }
-    if (r == 0) {
-      k.load(acc, src, n);
-    } else {
-      k.accumulate(acc, src, n);
-    }
+  if (job.nranks == 1) {
+    k.load(acc, SendBytes(job, 0, off, bytes, t_scratch.in), n);
+    return;
+  }
+  // Ranks 0 and 1 in one pass: (r0 op r1), then op each later rank.
+  const uint8_t* a = SendBytes(job, 0, off, bytes, t_scratch.in);
+  const uint8_t* b = SendBytes(job, 1, off, bytes, t_scratch.tmp);
+  k.combine(acc, a, b, n);
+  for (uint32_t r = 2; r < job.nranks; ++r) {
+    k.accumulate(acc, SendBytes(job, r, off, bytes, t_scratch.in), n);
   }
 }
 
@@ -140,17 +155,22 @@ void RunBlock(const Job& job, uint64_t b) {
     case Op::kAllReduce:
     case Op::kReduce:
     case Op::kReduceScatter: {
-      void* acc = Ensure(t_scratch.acc, n * job.kernel->acc_size);
-      // Reduce-scatter: unit is the rank that receives this range.
-      const uint64_t in_off = job.op == Op::kReduceScatter ? unit * stride + off : off;
-      ReduceInto(job, in_off, n, acc);
-      uint8_t* converted = nullptr;
-      if (job.op == Op::kAllReduce) {
-        for (uint32_t r = 0; r < p; ++r) StoreTo(job, job.io[r].recv, off, n, acc, &converted);
-      } else if (job.op == Op::kReduce) {
-        StoreTo(job, job.io[job.root].recv, off, n, acc, &converted);
-      } else {
-        StoreTo(job, job.io[unit].recv, off, n, acc, &converted);
+      const uint64_t piece = std::max<uint64_t>(1, kAccPieceBytes / job.kernel->acc_size);
+      void* acc = Ensure(t_scratch.acc, std::min(n, piece) * job.kernel->acc_size);
+      for (uint64_t done = 0; done < n; done += piece) {
+        const uint64_t m = std::min(piece, n - done);
+        const uint64_t o = off + done * es;
+        // Reduce-scatter: unit is the rank that receives this range.
+        const uint64_t in_o = job.op == Op::kReduceScatter ? unit * stride + o : o;
+        ReduceInto(job, in_o, m, acc);
+        uint8_t* converted = nullptr;
+        if (job.op == Op::kAllReduce) {
+          for (uint32_t r = 0; r < p; ++r) StoreTo(job, job.io[r].recv, o, m, acc, &converted);
+        } else if (job.op == Op::kReduce) {
+          StoreTo(job, job.io[job.root].recv, o, m, acc, &converted);
+        } else {
+          StoreTo(job, job.io[unit].recv, o, m, acc, &converted);
+        }
       }
       if (job.stream_stores) StreamFence();
       break;

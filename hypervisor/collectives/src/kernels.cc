@@ -113,6 +113,17 @@ HZ_INLINE void AccumulateImpl(void* accv, const uint8_t* __restrict src, size_t 
   }
 }
 
+template <class Tr, template <class> class OpT>
+HZ_INLINE void CombineImpl(void* accv, const uint8_t* __restrict a, const uint8_t* __restrict b,
+                           size_t n) {
+  using A = typename Tr::Acc;
+  constexpr size_t kSize = sizeof(typename Tr::Mem);
+  auto* __restrict acc = static_cast<A*>(accv);
+  for (size_t i = 0; i < n; ++i) {
+    acc[i] = OpT<A>::Apply(Tr::Load(a + i * kSize), Tr::Load(b + i * kSize));
+  }
+}
+
 template <class Tr>
 HZ_INLINE void StoreImpl(uint8_t* __restrict dst, const void* accv, size_t n) {
   const auto* __restrict acc = static_cast<const typename Tr::Acc*>(accv);
@@ -142,34 +153,46 @@ HZ_INLINE void StoreAvgImpl(uint8_t* __restrict dst, const void* accv, size_t n,
 
 // Non-template entry points, one set per element type and operation, so that
 // target_clones can multiversion each of them.
-#define HZ_DEFINE_TYPE(NAME, TR)                                                     \
-  HZ_CLONES void NAME##_load(void* a, const uint8_t* s, size_t n) {                  \
-    LoadImpl<TR>(a, s, n);                                                           \
-  }                                                                                  \
-  HZ_CLONES void NAME##_store(uint8_t* d, const void* a, size_t n, uint32_t) {       \
-    StoreImpl<TR>(d, a, n);                                                          \
-  }                                                                                  \
-  HZ_CLONES void NAME##_store_avg(uint8_t* d, const void* a, size_t n, uint32_t k) { \
-    StoreAvgImpl<TR>(d, a, n, k);                                                    \
-  }                                                                                  \
-  HZ_CLONES void NAME##_sum(void* a, const uint8_t* s, size_t n) {                   \
-    AccumulateImpl<TR, SumOp>(a, s, n);                                              \
-  }                                                                                  \
-  HZ_CLONES void NAME##_prod(void* a, const uint8_t* s, size_t n) {                  \
-    AccumulateImpl<TR, ProdOp>(a, s, n);                                             \
-  }                                                                                  \
-  HZ_CLONES void NAME##_max(void* a, const uint8_t* s, size_t n) {                   \
-    AccumulateImpl<TR, MaxOp>(a, s, n);                                              \
-  }                                                                                  \
-  HZ_CLONES void NAME##_min(void* a, const uint8_t* s, size_t n) {                   \
-    AccumulateImpl<TR, MinOp>(a, s, n);                                              \
-  }                                                                                  \
-  constexpr ReduceKernel NAME##_kernels[kRedOpCount] = {                             \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_sum, NAME##_store},     \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_prod, NAME##_store},    \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_max, NAME##_store},     \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_min, NAME##_store},     \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_sum, NAME##_store_avg}, \
+#define HZ_DEFINE_TYPE(NAME, TR)                                                                  \
+  HZ_CLONES void NAME##_load(void* a, const uint8_t* s, size_t n) {                               \
+    LoadImpl<TR>(a, s, n);                                                                        \
+  }                                                                                               \
+  HZ_CLONES void NAME##_store(uint8_t* d, const void* a, size_t n, uint32_t) {                    \
+    StoreImpl<TR>(d, a, n);                                                                       \
+  }                                                                                               \
+  HZ_CLONES void NAME##_store_avg(uint8_t* d, const void* a, size_t n, uint32_t k) {              \
+    StoreAvgImpl<TR>(d, a, n, k);                                                                 \
+  }                                                                                               \
+  HZ_CLONES void NAME##_sum(void* a, const uint8_t* s, size_t n) {                                \
+    AccumulateImpl<TR, SumOp>(a, s, n);                                                           \
+  }                                                                                               \
+  HZ_CLONES void NAME##_prod(void* a, const uint8_t* s, size_t n) {                               \
+    AccumulateImpl<TR, ProdOp>(a, s, n);                                                          \
+  }                                                                                               \
+  HZ_CLONES void NAME##_max(void* a, const uint8_t* s, size_t n) {                                \
+    AccumulateImpl<TR, MaxOp>(a, s, n);                                                           \
+  }                                                                                               \
+  HZ_CLONES void NAME##_min(void* a, const uint8_t* s, size_t n) {                                \
+    AccumulateImpl<TR, MinOp>(a, s, n);                                                           \
+  }                                                                                               \
+  HZ_CLONES void NAME##_sum2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {             \
+    CombineImpl<TR, SumOp>(c, a, b, n);                                                           \
+  }                                                                                               \
+  HZ_CLONES void NAME##_prod2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {            \
+    CombineImpl<TR, ProdOp>(c, a, b, n);                                                          \
+  }                                                                                               \
+  HZ_CLONES void NAME##_max2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {             \
+    CombineImpl<TR, MaxOp>(c, a, b, n);                                                           \
+  }                                                                                               \
+  HZ_CLONES void NAME##_min2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {             \
+    CombineImpl<TR, MinOp>(c, a, b, n);                                                           \
+  }                                                                                               \
+  constexpr ReduceKernel NAME##_kernels[kRedOpCount] = {                                          \
+      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_sum, NAME##_sum2, NAME##_store},     \
+      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_prod, NAME##_prod2, NAME##_store},   \
+      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_max, NAME##_max2, NAME##_store},     \
+      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_min, NAME##_min2, NAME##_store},     \
+      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_sum, NAME##_sum2, NAME##_store_avg}, \
   };
 
 HZ_DEFINE_TYPE(i8, Plain<int8_t>)

@@ -16,6 +16,9 @@ struct ReduceKernel {
   void (*load)(void* acc, const uint8_t* src, size_t n);
   // acc = acc (op) src, element-wise, acc on the left
   void (*accumulate)(void* acc, const uint8_t* src, size_t n);
+  // acc = a (op) b: load then accumulate in one pass over the accumulator,
+  // with the same result bit for bit
+  void (*combine)(void* acc, const uint8_t* a, const uint8_t* b, size_t n);
   // dst = acc, or acc / divisor for avg (divisor is ignored otherwise)
   void (*store)(uint8_t* dst, const void* acc, size_t n, uint32_t divisor);
 };
