@@ -68,7 +68,13 @@ class EngineImpl {
   void Pump(const std::shared_ptr<Comm>& c);
   // Plans and starts a job; true when it ran to completion inline.
   bool Start(const std::shared_ptr<Job>& job);
-  void RunRunner(const std::shared_ptr<Job>& job);
+  // Runs blocks of the job until none are left. A worker's runner yields to
+  // the scheduler when other tasks wait, and the last one out finishes the
+  // job and starts the communicator's next. The caller's runner (see
+  // EngineOptions::caller_runs_max_bytes) never yields, since it holds no
+  // worker, and leaves the next job to its caller. Returns true when this
+  // runner finished the job.
+  bool RunRunner(const std::shared_ptr<Job>& job, bool on_caller = false);
   void Finish(const std::shared_ptr<Job>& job, bool incomplete, bool pump);
   void RecordBlocks(TenantId tenant, uint64_t blocks, uint64_t cost, Clock::duration busy);
   void ArmTimerLocked(const std::shared_ptr<Comm>& c, Clock::time_point when);
@@ -483,14 +489,18 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
     return true;
   }
   job->active_runners.store(job->threads);
+  const bool caller_runs = job->total_bytes <= opts_.caller_runs_max_bytes;
+  const uint32_t queued = caller_runs ? job->threads - 1 : job->threads;
   const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
-  for (uint32_t i = 0; i < job->threads; ++i) {
+  for (uint32_t i = 0; i < queued; ++i) {
     sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
   }
-  return false;
+  // The caller's Pump loop goes on to the next operation itself when the
+  // job finished here.
+  return caller_runs && RunRunner(job, /*on_caller=*/true);
 }
 
-void EngineImpl::RunRunner(const std::shared_ptr<Job>& job) {
+bool EngineImpl::RunRunner(const std::shared_ptr<Job>& job, bool on_caller) {
   // A runner that finds the communicator aborted pushes the block counter
   // far past the end: the other runners stop too, and the last one out sees
   // that blocks were skipped.
@@ -509,17 +519,17 @@ void EngineImpl::RunRunner(const std::shared_ptr<Job>& job) {
     RunBlock(*job, b);
     ++ran;
     if (job->next_block.load() >= job->nblocks) break;
-    if (sched_->HasWaiting()) {
+    if (!on_caller && sched_->HasWaiting()) {
       RecordBlocks(comm.tenant, ran, BlockCost(*job), Clock::now() - t0);
       const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
       sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
-      return;
+      return false;
     }
   }
   RecordBlocks(comm.tenant, ran, BlockCost(*job), Clock::now() - t0);
-  if (job->active_runners.fetch_sub(1) == 1) {
-    Finish(job, job->next_block.load() >= job->nblocks + (1ull << 62), /*pump=*/true);
-  }
+  if (job->active_runners.fetch_sub(1) != 1) return false;
+  Finish(job, job->next_block.load() >= job->nblocks + (1ull << 62), /*pump=*/!on_caller);
+  return true;
 }
 
 void EngineImpl::RecordBlocks(TenantId tenant, uint64_t blocks, uint64_t cost,

@@ -64,6 +64,13 @@ struct EngineOptions {
   // Collectives touching at most this many bytes in total run at once on the
   // thread that completed the match (no hand-off to a worker). 0 disables.
   uint64_t inline_max_bytes = 64 * 1024;
+  // Larger collectives touching at most this many bytes are started by the
+  // thread that completed the match: it runs one runner's share itself
+  // while the workers it woke join in, instead of waiting for a worker to
+  // wake (tens of microseconds on a busy host, a large part of a 1 MiB
+  // operation). Bounded so that a vhost-user thread is never tied up for
+  // long. 0 disables.
+  uint64_t caller_runs_max_bytes = 8ull << 20;
   // Override the block size (bytes per rank per block); 0: chosen per op.
   uint64_t block_bytes = 0;
   // Operations moving at least this many bytes (read plus written) write
