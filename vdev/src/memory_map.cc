@@ -140,6 +140,14 @@ uint8_t* MemoryMap::GpaToHost(uint64_t gpa, uint64_t len) const {
   return r.host + (gpa - r.gpa);
 }
 
+bool MemoryMap::FindRange(uint64_t gpa, HostRange* out) const {
+  int i = FindGpa(gpa);
+  if (i < 0) return false;
+  const Range& r = ranges_[i];
+  *out = {r.gpa, r.end - r.gpa, r.host};
+  return true;
+}
+
 uint8_t* MemoryMap::UvaToHost(uint64_t uva, uint64_t len) const {
   for (const auto& r : regions_) {
     if (uva < r->userspace_addr) continue;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 
 #include "ring_layout.h"
 #include "spdlog/fmt/fmt.h"
@@ -23,6 +24,9 @@ constexpr size_t kDescSize = VDEV_VRING_DESC_SIZE;
 constexpr size_t kRingHeader = VDEV_VRING_AVAIL_RING;  // flags + idx
 static_assert(VDEV_VRING_USED_RING == kRingHeader);
 constexpr size_t kUsedElemSize = VDEV_VRING_USED_ELEM_SIZE;
+
+static_assert(std::endian::native == std::endian::little,
+              "the ring is little-endian and is read with native loads");
 
 // Guest memory is shared with a concurrently running driver: every access is
 // a single atomic load or store, so a value is read exactly once.
@@ -132,12 +136,14 @@ bool SplitQueue::Start(MemoryMapPtr memory, std::string* error) {
   }
   if (!Translate(*memory, error)) return false;
   memory_ = std::move(memory);
+  hot_ = {};
   inflight_.assign(size_, 0);
   in_flight_ = 0;
   ring_id_ = NextRingId();
   started_ = true;
   broken_ = false;
   draining_ = false;
+  UpdatePopping();
   avail_cache_ = last_avail_;
   used_idx_ = Load<uint16_t>(used_ + 2, __ATOMIC_ACQUIRE);
   used_published_ = used_idx_;
@@ -155,9 +161,12 @@ bool SplitQueue::Remap(MemoryMapPtr memory, std::string* error) {
     // The old mapping stays held (memory_) so the stale pointers stay valid,
     // but the ring does nothing more until restarted.
     MarkBroken(*error);
+    hot_ = {};
     return false;
   }
   memory_ = std::move(memory);
+  // The cached region may be gone from the new map.
+  hot_ = {};
   return true;
 }
 
@@ -165,10 +174,12 @@ void SplitQueue::Stop() {
   started_ = false;
   ring_id_ = 0;
   memory_.reset();
+  hot_ = {};
   desc_ = avail_ = used_ = nullptr;
   inflight_.clear();
   in_flight_ = 0;
   draining_ = false;
+  UpdatePopping();
 }
 
 void SplitQueue::MarkBroken(const std::string& why) {
@@ -177,6 +188,7 @@ void SplitQueue::MarkBroken(const std::string& why) {
     if (err_fd_ >= 0) Signal(err_fd_);
   }
   broken_ = true;
+  UpdatePopping();
 }
 
 void SplitQueue::Signal(int fd) {
@@ -211,98 +223,162 @@ bool SplitQueue::EnableNotifyAndRecheck() {
 }
 
 bool SplitQueue::HasAvailable() {
-  if (!started_ || broken_ || draining_) return false;
+  if (!popping_) return false;
   if (last_avail_ != avail_cache_) return true;
   if (!RefreshAvail()) return false;
   return last_avail_ != avail_cache_;
 }
 
-bool SplitQueue::AddBuffer(uint64_t addr, uint32_t len, bool writable, Chain* out) {
-  size_t& total = writable ? out->writable_bytes_ : out->readable_bytes_;
-  if (len > limits_.max_chain_bytes - total) return false;
-  if (!memory_->TranslateGpa(addr, len, writable ? &out->writable_ : &out->readable_)) {
-    return false;
+[[gnu::always_inline]] inline void SplitQueue::PushUsed(uint16_t head, uint32_t len) {
+  uint8_t* e = used_ + kRingHeader + kUsedElemSize * (used_idx_ & (size_ - 1));
+  // An entry that already holds these values (the same head completed in
+  // the same slot as a ring's worth of entries ago, with the same length) is
+  // not rewritten: the store would take the cache line from the driver, which
+  // then misses on it. The loads only decide that; nothing else uses them.
+  if (Load<uint32_t>(e) != head) Store<uint32_t>(e, head);
+  if (Load<uint32_t>(e + 4) != len) Store<uint32_t>(e + 4, len);
+  ++used_idx_;
+  ++stats_.completed;
+}
+
+SplitQueue::WalkResult SplitQueue::Malformed(uint16_t head, const std::string& why) {
+  ++stats_.malformed;
+  // A guest can produce these at will: log the first few loudly only.
+  if (stats_.malformed <= 8) {
+    spdlog::warn("vdev: queue {} head {}: {} (chain skipped)", index_, head, why);
+  } else {
+    spdlog::debug("vdev: queue {} head {}: {} (chain skipped)", index_, head, why);
   }
-  total += len;
+  return WalkResult::kMalformed;
+}
+
+bool SplitQueue::TranslateSlow(uint64_t addr, uint32_t len, std::vector<Segment>* out) {
+  if (!memory_->TranslateGpa(addr, len, out)) return false;
+  // Remember the region the buffer starts in: the next buffers most likely
+  // lie in it too. (A buffer crossing into another region keeps missing the
+  // cache and takes this path every time, which stays correct.)
+  memory_->FindRange(addr, &hot_);
   return true;
 }
 
-SplitQueue::WalkResult SplitQueue::Walk(uint16_t head, Chain* out) {
-  auto malformed = [&](const std::string& why) {
-    ++stats_.malformed;
-    // A guest can produce these at will: log the first few loudly only.
-    if (stats_.malformed <= 8) {
-      spdlog::warn("vdev: queue {} head {}: {} (chain skipped)", index_, head, why);
-    } else {
-      spdlog::debug("vdev: queue {} head {}: {} (chain skipped)", index_, head, why);
-    }
-    return WalkResult::kMalformed;
-  };
+SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uint64_t addr,
+                                                 uint32_t len, uint16_t flags,
+                                                 const uint8_t** table, uint32_t* entries) {
+  if (!indirect_) {
+    return Malformed(head, "indirect descriptor without VIRTIO_RING_F_INDIRECT_DESC");
+  }
+  if (nested) return Malformed(head, "nested indirect descriptor");
+  if (flags & VDEV_VRING_DESC_F_NEXT) return Malformed(head, "indirect descriptor with NEXT");
+  if (len == 0 || len % kDescSize != 0) {
+    return Malformed(head, fmt::format("indirect table length {} invalid", len));
+  }
+  uint32_t n = len / kDescSize;
+  if (n > limits_.max_indirect) {
+    return Malformed(head, fmt::format("indirect table of {} entries over limit", n));
+  }
+  if (!Aligned(addr, 16)) {
+    return Malformed(head, fmt::format("misaligned indirect table {:#x}", addr));
+  }
+  const uint8_t* host = memory_->GpaToHost(addr, len);
+  if (host == nullptr || !Aligned(host, 16)) {
+    return Malformed(head, fmt::format("indirect table {:#x}+{} outside guest memory", addr, len));
+  }
+  *table = host;
+  *entries = n;
+  return WalkResult::kOk;
+}
+
+// The hot path of every chain: kept inline in Pop, with the error paths out of
+// line (Malformed, IndirectTable, TranslateSlow).
+[[gnu::always_inline]] inline SplitQueue::WalkResult SplitQueue::Walk(uint16_t head, Chain* out) {
   const uint8_t* table = desc_;
   uint32_t table_size = size_;
   uint32_t budget = size_;  // descriptors left in this table before it must be a loop
   uint32_t i = head;
   bool in_indirect = false;
-  bool seen_writable = false;
+  // Readable descriptors come first; `writing` flips once, at the first
+  // writable one, and the running total and segment list switch with it.
+  bool writing = false;
+  std::vector<Segment>* segments = &out->readable_;
+  uint64_t total = 0;
+  uint64_t readable_total = 0;
+  const uint64_t max_bytes = limits_.max_chain_bytes;
+  MemoryMap::HostRange hot = hot_;  // a local copy: segment stores cannot alias it
   for (;;) {
-    if (budget == 0) return malformed("descriptor chain loops or exceeds its table");
+    if (budget == 0) [[unlikely]] {
+      return Malformed(head, "descriptor chain loops or exceeds its table");
+    }
     --budget;
+    // Two loads fetch the whole descriptor once: addr, then len | flags |
+    // next (little-endian, like the ring itself).
     const uint8_t* d = table + kDescSize * i;
-    uint64_t addr = Load<uint64_t>(d + VDEV_VRING_DESC_ADDR);
-    uint32_t len = Load<uint32_t>(d + VDEV_VRING_DESC_LEN);
-    uint16_t flags = Load<uint16_t>(d + VDEV_VRING_DESC_FLAGS);
-    uint16_t next = Load<uint16_t>(d + VDEV_VRING_DESC_NEXT);
+    static_assert(VDEV_VRING_DESC_LEN == 8 && VDEV_VRING_DESC_FLAGS == 12 &&
+                  VDEV_VRING_DESC_NEXT == 14);
+    const uint64_t addr = Load<uint64_t>(d + VDEV_VRING_DESC_ADDR);
+    const uint64_t rest = Load<uint64_t>(d + VDEV_VRING_DESC_LEN);
+    const auto len = static_cast<uint32_t>(rest);
+    const auto flags = static_cast<uint16_t>(rest >> 32);
+    const auto next = static_cast<uint16_t>(rest >> 48);
 
-    if (flags & VDEV_VRING_DESC_F_INDIRECT) {
-      if (!indirect_) return malformed("indirect descriptor without VIRTIO_RING_F_INDIRECT_DESC");
-      if (in_indirect) return malformed("nested indirect descriptor");
-      if (flags & VDEV_VRING_DESC_F_NEXT) return malformed("indirect descriptor with NEXT");
-      if (len == 0 || len % kDescSize != 0) {
-        return malformed(fmt::format("indirect table length {} invalid", len));
+    if (flags & VDEV_VRING_DESC_F_INDIRECT) [[unlikely]] {
+      if (IndirectTable(head, in_indirect, addr, len, flags, &table, &table_size) !=
+          WalkResult::kOk) {
+        return WalkResult::kMalformed;
       }
-      uint32_t n = len / kDescSize;
-      if (n > limits_.max_indirect) {
-        return malformed(fmt::format("indirect table of {} entries over limit", n));
-      }
-      if (!Aligned(addr, 16))
-        return malformed(fmt::format("misaligned indirect table {:#x}", addr));
-      const uint8_t* host = memory_->GpaToHost(addr, len);
-      if (host == nullptr || !Aligned(host, 16)) {
-        return malformed(fmt::format("indirect table {:#x}+{} outside guest memory", addr, len));
-      }
-      table = host;
-      table_size = n;
-      budget = n;
+      budget = table_size;
       i = 0;
       in_indirect = true;
       continue;
     }
 
-    bool writable = flags & VDEV_VRING_DESC_F_WRITE;
-    if (writable) {
-      seen_writable = true;
-    } else if (seen_writable) {
-      return malformed("readable descriptor after a writable one");
+    const bool writable = flags & VDEV_VRING_DESC_F_WRITE;
+    if (writable != writing) [[unlikely]] {
+      if (!writable) return Malformed(head, "readable descriptor after a writable one");
+      writing = true;
+      readable_total = total;
+      total = 0;
+      segments = &out->writable_;
     }
-    if (!AddBuffer(addr, len, writable, out)) {
-      return malformed(
-          fmt::format("buffer {:#x}+{} outside guest memory or over the limit", addr, len));
+    if (len > max_bytes - total) [[unlikely]] {
+      return Malformed(head, fmt::format("buffer {:#x}+{} over the chain limit", addr, len));
     }
-    if (!(flags & VDEV_VRING_DESC_F_NEXT)) return WalkResult::kOk;
-    if (next >= table_size) return malformed(fmt::format("next index {} out of range", next));
+    if (len != 0) {
+      // Most buffers lie in the region the previous one hit: translate inline.
+      if (uint8_t* host = hot.Translate(addr, len); host != nullptr) [[likely]] {
+        segments->push_back({host, len});
+      } else {
+        if (!TranslateSlow(addr, len, segments)) {
+          return Malformed(head, fmt::format("buffer {:#x}+{} outside guest memory", addr, len));
+        }
+        hot = hot_;
+      }
+      total += len;
+    }
+    if (!(flags & VDEV_VRING_DESC_F_NEXT)) break;
+    if (next >= table_size) [[unlikely]] {
+      return Malformed(head, fmt::format("next index {} out of range", next));
+    }
     i = next;
   }
+  if (writing) {
+    out->readable_bytes_ = readable_total;
+    out->writable_bytes_ = total;
+  } else {
+    out->readable_bytes_ = total;
+    out->writable_bytes_ = 0;
+  }
+  return WalkResult::kOk;
 }
 
 bool SplitQueue::Pop(Chain* out) {
-  if (!started_ || broken_ || draining_) return false;
+  if (!popping_) return false;
   for (;;) {
     if (last_avail_ == avail_cache_) {
       if (!RefreshAvail()) return false;
       if (last_avail_ == avail_cache_ && !EnableNotifyAndRecheck()) return false;
       if (broken_) return false;
     }
-    if (budget_ == 0) {
+    if (budget_ == 0) [[unlikely]] {
       if (!yielded_) {
         yielded_ = true;
         if (on_yield_) on_yield_(index_);
@@ -312,20 +388,18 @@ bool SplitQueue::Pop(Chain* out) {
     --budget_;
     uint16_t slot = last_avail_ & (size_ - 1);
     uint16_t head = Load<uint16_t>(avail_ + kRingHeader + 2 * slot);
-    if (head >= size_) {
+    if (head >= size_) [[unlikely]] {
       MarkBroken(fmt::format("avail entry {} names head {} outside the ring", last_avail_, head));
       return false;
     }
-    if (inflight_[head]) {
+    if (inflight_[head]) [[unlikely]] {
       MarkBroken(fmt::format("avail entry {} names head {} already in flight", last_avail_, head));
       return false;
     }
     ++last_avail_;
     out->readable_.clear();
     out->writable_.clear();
-    out->readable_bytes_ = 0;
-    out->writable_bytes_ = 0;
-    if (Walk(head, out) != WalkResult::kOk) {
+    if (Walk(head, out) != WalkResult::kOk) [[unlikely]] {
       out->readable_.clear();
       out->writable_.clear();
       out->readable_bytes_ = 0;
@@ -338,18 +412,11 @@ bool SplitQueue::Pop(Chain* out) {
     ++in_flight_;
     out->head_ = head;
     out->ring_id_ = ring_id_;
-    if (out->memory_ != memory_) out->memory_ = memory_;
+    if (out->memory_ != memory_) [[unlikely]]
+      out->memory_ = memory_;
     ++stats_.popped;
     return true;
   }
-}
-
-void SplitQueue::PushUsed(uint16_t head, uint32_t len) {
-  uint8_t* e = used_ + kRingHeader + kUsedElemSize * (used_idx_ & (size_ - 1));
-  Store<uint32_t>(e, head);
-  Store<uint32_t>(e + 4, len);
-  ++used_idx_;
-  ++stats_.completed;
 }
 
 void SplitQueue::Complete(const Chain& chain, uint32_t written) {

@@ -101,6 +101,31 @@ TEST(VdevMemoryMap, TranslationFollowsAdjacentRegionsAndStopsAtGaps) {
   EXPECT_EQ(keep.size(), 1u);
 }
 
+TEST(VdevMemoryMap, FindRangeGivesTheWholeRegionAndItsTranslationIsBounded) {
+  GuestRam ram(0x10000);
+  MemoryMap map = MapOf(
+      {ram.Region(0x2000, 0x1000, 0x1000, 0x200000), ram.Region(0x0, 0x2000, 0x8000, 0x100000)});
+  MemoryMap::HostRange r;
+  ASSERT_TRUE(map.FindRange(0x2abc, &r));
+  EXPECT_EQ(r.gpa, 0x2000u);
+  EXPECT_EQ(r.size, 0x1000u);
+  EXPECT_TRUE(testing::Aliases(r.Translate(0x2000, 1), ram.at(0x1000)));
+  EXPECT_TRUE(testing::Aliases(r.Translate(0x2ff0, 0x10), ram.at(0x1ff0)));
+  EXPECT_EQ(r.Translate(0x2ff0, 0x11), nullptr);  // past the region's end
+  EXPECT_EQ(r.Translate(0x1fff, 1), nullptr);     // below its start (offset wraps)
+  EXPECT_EQ(r.Translate(0x3000, 0), nullptr);     // its end is outside it
+  EXPECT_EQ(r.Translate(0x2800, ~0ull), nullptr);
+  EXPECT_EQ(r.Translate(~0ull, 1), nullptr);
+  // Gaps and addresses past every region leave *out as it was.
+  MemoryMap::HostRange keep{1, 2, nullptr};
+  EXPECT_FALSE(map.FindRange(0x3000, &keep));
+  EXPECT_FALSE(map.FindRange(~0ull, &keep));
+  EXPECT_EQ(keep.gpa, 1u);
+  EXPECT_EQ(keep.size, 2u);
+  // An empty range holds nothing.
+  EXPECT_EQ(MemoryMap::HostRange{}.Translate(0, 1), nullptr);
+}
+
 TEST(VdevMemoryMap, MmapOffsetIsHonoured) {
   GuestRam ram(0x6000);
   for (uint32_t i = 0; i < 0x6000; ++i) *ram.at(i) = static_cast<uint8_t>(i * 7);

@@ -513,5 +513,141 @@ TEST(VdevSplitQueueRegions, BuffersAreSplitAtRegionBoundariesAndRemapKeepsChains
   EXPECT_TRUE(q.broken());
 }
 
+// The queue translates most buffers through a copy of the region the previous
+// buffer hit. These check that the copy never changes what a chain means.
+class VdevSplitQueueHotRegion : public ::testing::Test {
+ protected:
+  // gpa [0x0, 0x10000) -> file 0x20000; gpa [0x10000, 0x20000) -> file 0x0;
+  // the ring lives in the high region (desc 0x10000, avail 0x11000, used 0x12000).
+  VdevSplitQueueHotRegion()
+      : ram_(0x40000),
+        lo_(ram_.Region(0x0, 0x10000, 0x20000, 0x100000)),
+        hi_(ram_.Region(0x10000, 0x10000, 0x0, 0x200000)),
+        q_(0) {
+    q_.set_size(4);
+    q_.set_addresses(0x200000, 0x201000, 0x202000);
+  }
+  uint8_t* host(uint64_t gpa) {
+    return gpa >= 0x10000 ? ram_.at(gpa - 0x10000) : ram_.at(0x20000 + gpa);
+  }
+  void SetDesc(uint16_t i, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
+    uint8_t* d = host(0x10000 + 16ull * i);
+    std::memcpy(d, &addr, 8);
+    std::memcpy(d + 8, &len, 4);
+    std::memcpy(d + 12, &flags, 2);
+    std::memcpy(d + 14, &next, 2);
+  }
+  void Publish(uint16_t head) {
+    uint16_t idx;
+    std::memcpy(&idx, host(0x11002), 2);
+    std::memcpy(host(0x11004 + 2ull * (idx % 4)), &head, 2);
+    ++idx;
+    std::memcpy(host(0x11002), &idx, 2);
+  }
+  uint32_t UsedLen(uint16_t i) {
+    uint32_t len;
+    std::memcpy(&len, host(0x12004 + 8ull * (i % 4) + 4), 4);
+    return len;
+  }
+  // Pops a one-buffer writable chain at addr and completes it.
+  void PopOne(uint64_t addr, uint32_t len, size_t expect_segments) {
+    SetDesc(0, addr, len, W, 0);
+    Publish(0);
+    Chain c;
+    ASSERT_TRUE(q_.Pop(&c));
+    EXPECT_EQ(c.writable().size(), expect_segments);
+    q_.Complete(c, 0);
+    q_.Flush();
+  }
+
+  testing::GuestRam ram_;
+  std::shared_ptr<MappedRegion> lo_, hi_;
+  SplitQueue q_;
+};
+
+TEST_F(VdevSplitQueueHotRegion, BufferCrossingOutOfTheCachedRegionIsStillSplit) {
+  auto memory =
+      std::make_shared<const MemoryMap>(std::vector<std::shared_ptr<MappedRegion>>{lo_, hi_});
+  std::string error;
+  ASSERT_TRUE(q_.Start(memory, &error)) << error;
+  // Prime the cache with the low region, then cross from it into the high one.
+  PopOne(0x8000, 0x100, 1);
+  SetDesc(0, 0x9000, 0x10, N, 1);  // readable, low region
+  SetDesc(1, 0xfff0, 0x20, W, 0);  // writable, crosses 0x10000
+  Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  ASSERT_EQ(c.readable().size(), 1u);
+  EXPECT_TRUE(testing::Aliases(c.readable()[0].data, host(0x9000)));
+  ASSERT_EQ(c.writable().size(), 2u);
+  EXPECT_TRUE(testing::Aliases(c.writable()[0].data, host(0xfff0)));
+  EXPECT_EQ(c.writable()[0].len, 0x10u);
+  EXPECT_TRUE(testing::Aliases(c.writable()[1].data, host(0x10000)));
+  EXPECT_EQ(c.writable()[1].len, 0x10u);
+  EXPECT_EQ(c.writable_bytes(), 0x20u);
+  q_.Complete(c, 0x20);
+  q_.Flush();
+  EXPECT_EQ(UsedLen(1), 0x20u);
+  // Back and forth between the regions: every buffer lands where its gpa says.
+  for (uint64_t gpa : {0x100ull, 0x18000ull, 0x200ull, 0x1f000ull}) {
+    SetDesc(0, gpa, 0x40, W, 0);
+    Publish(0);
+    ASSERT_TRUE(q_.Pop(&c)) << gpa;
+    ASSERT_EQ(c.writable().size(), 1u) << gpa;
+    EXPECT_TRUE(testing::Aliases(c.writable()[0].data, host(gpa))) << gpa;
+    q_.Complete(c, 0);
+    q_.Flush();
+  }
+  // The end of the last region: one byte past it is refused.
+  SetDesc(0, 0x1ffc0, 0x41, W, 0);
+  Publish(0);
+  EXPECT_FALSE(q_.Pop(&c));
+  EXPECT_EQ(q_.stats().malformed, 1u);
+  EXPECT_FALSE(q_.broken());
+}
+
+TEST_F(VdevSplitQueueHotRegion, RegionRemovedByAMemoryChangeIsNeverUsedAgain) {
+  auto memory =
+      std::make_shared<const MemoryMap>(std::vector<std::shared_ptr<MappedRegion>>{lo_, hi_});
+  std::string error;
+  ASSERT_TRUE(q_.Start(memory, &error)) << error;
+  PopOne(0x4000, 0x80, 1);  // the low region is now the cached one
+  // Hot-remove the low region: the ring (high region) keeps running.
+  ASSERT_TRUE(q_.Remap(
+      std::make_shared<const MemoryMap>(std::vector<std::shared_ptr<MappedRegion>>{hi_}), &error))
+      << error;
+  memory.reset();
+  lo_.reset();  // unmapped now: a stale translation would touch unmapped memory
+  // A buffer in the removed region is malformed (completed with 0), not
+  // translated through the old region.
+  SetDesc(0, 0x4000, 0x80, W, 0);
+  Publish(0);
+  Chain c;
+  EXPECT_FALSE(q_.Pop(&c));
+  EXPECT_EQ(q_.stats().malformed, 1u);
+  EXPECT_EQ(UsedLen(1), 0u);
+  EXPECT_FALSE(q_.broken());
+  // The remaining region still translates.
+  PopOne(0x18000, 0x80, 1);
+}
+
+TEST_F(VdevSplitQueueHotRegion, RestartWithADifferentMapDropsTheCachedRegion) {
+  auto both =
+      std::make_shared<const MemoryMap>(std::vector<std::shared_ptr<MappedRegion>>{lo_, hi_});
+  std::string error;
+  ASSERT_TRUE(q_.Start(both, &error)) << error;
+  PopOne(0x2000, 0x80, 1);
+  q_.Stop();
+  q_.set_last_avail(1);
+  ASSERT_TRUE(q_.Start(
+      std::make_shared<const MemoryMap>(std::vector<std::shared_ptr<MappedRegion>>{hi_}), &error))
+      << error;
+  SetDesc(0, 0x2000, 0x80, W, 0);
+  Publish(0);
+  Chain c;
+  EXPECT_FALSE(q_.Pop(&c));
+  EXPECT_EQ(q_.stats().malformed, 1u);
+}
+
 }  // namespace
 }  // namespace vdev

@@ -69,6 +69,24 @@ class MemoryMap {
   // was, if any byte lies outside guest RAM or the range overflows.
   bool TranslateGpa(uint64_t gpa, uint64_t len, std::vector<Segment>* out) const;
 
+  // One region's guest-physical range and where it is mapped. The map is
+  // immutable, so a copy stays valid for as long as the map is held; the
+  // queues cache the region they hit last to translate most buffers inline.
+  struct HostRange {
+    uint64_t gpa = 0;
+    uint64_t size = 0;  // 0: empty, holds nothing
+    uint8_t* host = nullptr;
+    // Host view of [addr, addr+len) when it lies wholly in this range, else
+    // nullptr. Overflow-safe: addr below gpa wraps to a huge offset.
+    uint8_t* Translate(uint64_t addr, uint64_t len) const {
+      uint64_t off = addr - gpa;
+      if (off >= size || len > size - off) return nullptr;
+      return host + off;
+    }
+  };
+  // The range of the region holding gpa; false (and *out untouched) if none.
+  bool FindRange(uint64_t gpa, HostRange* out) const;
+
   const std::vector<std::shared_ptr<MappedRegion>>& regions() const { return regions_; }
   uint64_t total_bytes() const;
 

@@ -97,7 +97,10 @@ class SplitQueue final : public Queue {
   // Stopping in two steps (GET_VRING_BASE waits for the device): while
   // draining, Pop and HasAvailable find nothing, but chains in flight can
   // still be completed and flushed. Stop() or Start() ends it.
-  void set_draining() { draining_ = true; }
+  void set_draining() {
+    draining_ = true;
+    UpdatePopping();
+  }
   bool draining() const { return draining_; }
   // Chains popped and not completed yet.
   uint32_t in_flight() const { return in_flight_; }
@@ -121,13 +124,20 @@ class SplitQueue final : public Queue {
 
   bool Translate(const MemoryMap& memory, std::string* error);
   WalkResult Walk(uint16_t head, Chain* out);
-  bool AddBuffer(uint64_t addr, uint32_t len, bool writable, Chain* out);
+  // Checks an indirect descriptor and returns its table (error path out of line).
+  WalkResult IndirectTable(uint16_t head, bool nested, uint64_t addr, uint32_t len, uint16_t flags,
+                           const uint8_t** table, uint32_t* entries);
+  // Full MemoryMap translation (buffers outside the cached region, or
+  // crossing its end); refreshes the cache.
+  bool TranslateSlow(uint64_t addr, uint32_t len, std::vector<Segment>* out);
+  [[gnu::cold]] WalkResult Malformed(uint16_t head, const std::string& why);
   void MarkBroken(const std::string& why);
   // Re-reads the avail index; false when it jumped (ring broken).
   bool RefreshAvail();
   // Arms driver notifications and re-checks for work (EVENT_IDX idiom).
   bool EnableNotifyAndRecheck();
   void PushUsed(uint16_t head, uint32_t len);
+  void UpdatePopping() { popping_ = started_ && !broken_ && !draining_; }
   void Signal(int fd);
 
   const uint16_t index_;
@@ -146,8 +156,12 @@ class SplitQueue final : public Queue {
   bool started_ = false;
   bool broken_ = false;
   bool draining_ = false;
+  bool popping_ = false;  // started_ && !broken_ && !draining_: Pop may find chains
   uint64_t ring_id_ = 0;
   MemoryMapPtr memory_;
+  // The region the last translated buffer fell in, a copy out of memory_
+  // (valid while memory_ is held; emptied whenever memory_ changes).
+  MemoryMap::HostRange hot_;
   // Host views of the three ring parts (valid while memory_ is held).
   uint8_t* desc_ = nullptr;
   uint8_t* avail_ = nullptr;
