@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -302,6 +303,132 @@ TEST_F(VdevFrontendRing, ZeroLengthAndEmptyChainsAreRefused) {
   EXPECT_EQ(ring_->AddChain({&z, 1}, {}, 0, false, &h).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(ring_->AddChain(std::span<const Buffer>(), {}, 0, false, &h).code(),
             Status::Code::kInvalidArgument);
+}
+
+// The descriptors of the chain at head, following NEXT links.
+std::vector<uint16_t> ChainDescriptors(const vring_desc* desc, uint16_t head) {
+  std::vector<uint16_t> out{head};
+  while ((desc[out.back()].flags & VRING_DESC_F_NEXT) && out.size() < 64) {
+    out.push_back(desc[out.back()].next);
+  }
+  return out;
+}
+
+TEST_F(VdevFrontendRing, RepostedBuffersGetTheirDescriptorsBackInOrder) {
+  Make(8, false, false);
+  Buffer r[3] = {Buf(8), Buf(8), Buf(8)}, w[3] = {Buf(16), Buf(16), Buf(16)};
+  uint16_t first[3];
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(ring_->AddChain({&r[i], 1}, {&w[i], 1}, i, false, &first[i]).ok());
+  }
+  ring_->PublishPolled();
+  EXPECT_EQ(avail_->idx, 3);
+  for (int i = 0; i < 3; ++i) DeviceComplete(first[i], 16);
+  Completion c[8];
+  Status err;
+  ASSERT_EQ(ring_->PollUsed(c, 8, &err), 3u);
+  ASSERT_TRUE(err.ok());
+  // Completed in order and posted again: the same heads, the same links.
+  for (int i = 0; i < 3; ++i) {
+    uint16_t h;
+    ASSERT_TRUE(ring_->AddChain({&r[i], 1}, {&w[i], 1}, 10 + i, false, &h).ok());
+    EXPECT_EQ(h, first[i]);
+    std::vector<uint16_t> d = ChainDescriptors(desc_, h);
+    ASSERT_EQ(d.size(), 2u);
+    EXPECT_EQ(desc_[d[0]].addr, r[i].gpa);
+    EXPECT_EQ(desc_[d[0]].flags, VRING_DESC_F_NEXT);
+    EXPECT_EQ(desc_[d[1]].addr, w[i].gpa);
+    EXPECT_EQ(desc_[d[1]].len, 16u);
+    EXPECT_EQ(desc_[d[1]].flags, VRING_DESC_F_WRITE);
+  }
+  ring_->PublishPolled();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(avail_->ring[3 + i], first[i]);
+}
+
+TEST_F(VdevFrontendRing, OutOfOrderCompletionsKeepTheFreeListWhole) {
+  Make(8, false, false);
+  Buffer r = Buf(8), w = Buf(8);
+  uint16_t heads[4];
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(ring_->AddChain({&r, 1}, {&w, 1}, i, false, &heads[i]).ok());
+  }
+  EXPECT_EQ(ring_->free_descriptors(), 0);
+  ring_->PublishPolled();
+  for (int i : {2, 0, 3}) DeviceComplete(heads[i], 0);
+  Completion c[8];
+  Status err;
+  ASSERT_EQ(ring_->PollUsed(c, 2, &err), 2u);  // two now, one later
+  ASSERT_EQ(ring_->PollUsed(c, 8, &err), 1u);
+  ASSERT_TRUE(err.ok());
+  EXPECT_EQ(ring_->free_descriptors(), 6);
+  // Refill the ring: every chain gets descriptors no other chain in flight uses.
+  std::vector<uint16_t> in_flight = {heads[1]};
+  for (int i = 0; i < 3; ++i) {
+    uint16_t h;
+    ASSERT_TRUE(ring_->AddChain({&r, 1}, {&w, 1}, 20 + i, false, &h).ok());
+    in_flight.push_back(h);
+  }
+  uint16_t h;
+  EXPECT_EQ(ring_->AddChain({&r, 1}, {}, 9, false, &h).code(), Status::Code::kNoSpace);
+  std::vector<uint16_t> all;
+  for (uint16_t head : in_flight) {
+    std::vector<uint16_t> d = ChainDescriptors(desc_, head);
+    EXPECT_EQ(d.size(), 2u);
+    all.insert(all.end(), d.begin(), d.end());
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());
+  EXPECT_EQ(all.size(), 8u);
+}
+
+TEST_F(VdevFrontendRing, DescriptorTheDeviceScribbledOnIsWrittenAgain) {
+  Make(8, false, false);
+  Buffer r = Buf(8), w = Buf(24);
+  uint16_t head;
+  ASSERT_TRUE(ring_->AddChain({&r, 1}, {&w, 1}, 0, false, &head).ok());
+  ring_->PublishPolled();
+  DeviceComplete(head, 0);
+  Completion c;
+  Status err;
+  ASSERT_EQ(ring_->PollUsed(&c, 1, &err), 1u);
+  // A hostile device rewrites the now free descriptors.
+  std::vector<uint16_t> d = ChainDescriptors(desc_, head);
+  ASSERT_EQ(d.size(), 2u);
+  desc_[d[0]].addr = 0xdead0000;
+  desc_[d[1]].len = 1;
+  desc_[d[1]].flags = VRING_DESC_F_INDIRECT;
+  avail_->ring[1] = static_cast<uint16_t>(head + 1);  // the slot the next chain takes
+  uint16_t again;
+  ASSERT_TRUE(ring_->AddChain({&r, 1}, {&w, 1}, 1, false, &again).ok());
+  EXPECT_EQ(again, head);
+  EXPECT_EQ(desc_[d[0]].addr, r.gpa);
+  EXPECT_EQ(desc_[d[0]].len, 8u);
+  EXPECT_EQ(desc_[d[0]].flags, VRING_DESC_F_NEXT);
+  EXPECT_EQ(desc_[d[0]].next, d[1]);
+  EXPECT_EQ(desc_[d[1]].addr, w.gpa);
+  EXPECT_EQ(desc_[d[1]].len, 24u);
+  EXPECT_EQ(desc_[d[1]].flags, VRING_DESC_F_WRITE);
+  // The avail slot is written again too when it names another head.
+  ring_->PublishPolled();
+  EXPECT_EQ(avail_->ring[1], head);
+  EXPECT_EQ(avail_->idx, 2);
+}
+
+TEST_F(VdevFrontendRing, RefusedChainLeavesTheRingAsItWas) {
+  Make(8, false, false);
+  Buffer r = Buf(8), w = Buf(8), z{w.gpa, 0};
+  Buffer wr[] = {w, z};
+  uint16_t h = 77;
+  EXPECT_EQ(ring_->AddChain({&r, 1}, wr, 0, false, &h).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h, 77);
+  EXPECT_EQ(ring_->free_descriptors(), 8);
+  EXPECT_EQ(ring_->in_flight(), 0);
+  EXPECT_EQ(ring_->avail_idx(), 0);
+  // The ring still works and all eight descriptors are still there.
+  Buffer eight[8] = {r, r, r, r, r, r, r, w};
+  ASSERT_TRUE(ring_->AddChain(std::span<const Buffer>(eight, 7), {&w, 1}, 1, false, &h).ok());
+  EXPECT_EQ(ChainDescriptors(desc_, h).size(), 8u);
+  EXPECT_EQ(ring_->free_descriptors(), 0);
 }
 
 }  // namespace

@@ -6,10 +6,15 @@
 #endif
 #include <linux/virtio_ring.h>
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 
 namespace vdev::frontend {
+
+static_assert(std::endian::native == std::endian::little,
+              "descriptors and used entries are little-endian and written with native stores");
 
 namespace {
 
@@ -22,6 +27,9 @@ uint16_t LoadAcquire(const uint16_t* p) {
 }
 uint16_t LoadRelaxed(const uint16_t* p) {
   return std::atomic_ref<uint16_t>(*const_cast<uint16_t*>(p)).load(std::memory_order_relaxed);
+}
+uint32_t LoadRelaxed32(const uint32_t* p) {
+  return std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(p)).load(std::memory_order_relaxed);
 }
 void StoreRelease(uint16_t* p, uint16_t v) {
   std::atomic_ref<uint16_t>(*p).store(v, std::memory_order_release);
@@ -97,74 +105,125 @@ void SplitRing::Reset() {
 
 Status SplitRing::AddChain(std::span<const Buffer> readable, std::span<const Buffer> writable,
                            uint64_t cookie, bool use_indirect, uint16_t* head) {
-  const size_t total = readable.size() + writable.size();
-  if (total == 0) return Status::InvalidArgument("a chain needs at least one buffer");
-  if (total > size_) return Status::InvalidArgument("chain longer than the queue size");
-  for (const Buffer& b : readable) {
-    if (b.len == 0) return Status::InvalidArgument("zero-length buffer");
+  const size_t nr = readable.size();
+  const size_t total = nr + writable.size();
+  if (total == 0) [[unlikely]] {
+    return Status::InvalidArgument("a chain needs at least one buffer");
   }
-  for (const Buffer& b : writable) {
-    if (b.len == 0) return Status::InvalidArgument("zero-length buffer");
+  if (total > size_) [[unlikely]] {
+    return Status::InvalidArgument("chain longer than the queue size");
   }
   const bool indirect = use_indirect && indirect_;
   const uint16_t need = indirect ? 1 : static_cast<uint16_t>(total);
-  if (need > num_free_) return Status::NoSpace("not enough free descriptors");
-
-  const uint16_t first = free_head_;
-  ChainState& state = chains_[first];
-  uint64_t writable_bytes = 0;
-  for (const Buffer& b : writable) writable_bytes += b.len;
-
-  // Writes buffer i of the chain into table[slot], linking it to next_slot.
-  auto emit = [&](vring_desc* table, size_t i, uint16_t slot, uint16_t next_slot) {
-    const bool write = i >= readable.size();
-    const Buffer& b = write ? writable[i - readable.size()] : readable[i];
-    const bool more = i + 1 < total;
-    vring_desc& d = table[slot];
-    d.addr = b.gpa;
-    d.len = b.len;
-    d.flags =
-        static_cast<uint16_t>((write ? VRING_DESC_F_WRITE : 0) | (more ? VRING_DESC_F_NEXT : 0));
-    d.next = more ? next_slot : 0;
-  };
-
-  if (indirect) {
-    uint64_t table_gpa = 0;
-    void* table = memory_->Allocate(total * sizeof(vring_desc), 16, &table_gpa);
-    if (table == nullptr) return Status::NoSpace("no guest memory for an indirect table");
-    auto* t = static_cast<vring_desc*>(table);
-    for (size_t i = 0; i < total; ++i) {
-      emit(t, i, static_cast<uint16_t>(i), static_cast<uint16_t>(i + 1));
-    }
-    vring_desc& d = desc_[first];
-    d.addr = table_gpa;
-    d.len = static_cast<uint32_t>(total * sizeof(vring_desc));
-    d.flags = VRING_DESC_F_INDIRECT;
-    d.next = 0;
-    state.indirect = table;
-    state.last = first;
-    free_head_ = next_free_[first];
-  } else {
-    // Take descriptors in private free-list order; the chain's links follow it.
-    uint16_t cur = free_head_;
-    for (size_t i = 0; i < total; ++i) {
-      const uint16_t next = next_free_[cur];
-      emit(desc_, i, cur, next);
-      state.last = cur;
-      cur = next;
-    }
-    state.indirect = nullptr;
-    free_head_ = cur;
+  if (need > num_free_) [[unlikely]] {
+    // Zero-length buffers are reported first, as they are for a chain that fits.
+    if (HasEmptyBuffer(readable, writable)) return Status::InvalidArgument("zero-length buffer");
+    return Status::NoSpace("not enough free descriptors");
   }
-  state.writable_bytes = writable_bytes;
-  state.cookie = cookie;
-  state.ndesc = need;
-  state.in_flight = true;
-  num_free_ = static_cast<uint16_t>(num_free_ - need);
-  ++in_flight_;
+  if (indirect) return AddIndirect(readable, writable, cookie, head);
 
-  avail_->ring[shadow_avail_idx_ & (size_ - 1)] = first;
+  // Descriptors are taken in private free-list order and linked in it; each
+  // is written with two 8-byte stores. Nothing is committed (free list, chain
+  // state, avail ring) until every buffer was checked, so an error leaves
+  // only unreferenced descriptor contents behind.
+  const uint16_t first = free_head_;
+  uint16_t cur = first;
+  uint16_t last = first;
+  uint64_t writable_bytes = 0;
+  for (size_t i = 0; i < total; ++i) {
+    const bool write = i >= nr;
+    const Buffer& b = write ? writable[i - nr] : readable[i];
+    if (b.len == 0) [[unlikely]] {
+      return Status::InvalidArgument("zero-length buffer");
+    }
+    const uint16_t next = next_free_[cur];
+    const bool more = i + 1 < total;
+    const uint16_t flags =
+        static_cast<uint16_t>((write ? VRING_DESC_F_WRITE : 0) | (more ? VRING_DESC_F_NEXT : 0));
+    PutDesc(&desc_[cur], b.gpa, b.len, flags, more ? next : 0);
+    if (write) writable_bytes += b.len;
+    last = cur;
+    cur = next;
+  }
+  free_head_ = cur;
+  ChainState& state = chains_[first];
+  state.cookie = cookie;
+  state.writable_bytes = writable_bytes;
+  state.ndesc = need;
+  state.last = last;
+  state.in_flight = true;
+  state.indirect = nullptr;
+  Commit(first, need);
+  if (head != nullptr) *head = first;
+  return Status::Ok();
+}
+
+bool SplitRing::HasEmptyBuffer(std::span<const Buffer> readable, std::span<const Buffer> writable) {
+  for (const Buffer& b : readable) {
+    if (b.len == 0) return true;
+  }
+  for (const Buffer& b : writable) {
+    if (b.len == 0) return true;
+  }
+  return false;
+}
+
+void SplitRing::PutDesc(vring_desc* d, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
+  // addr, then len | flags | next as one word (the ring is little-endian).
+  const uint64_t words[2] = {addr, static_cast<uint64_t>(len) | static_cast<uint64_t>(flags) << 32 |
+                                       static_cast<uint64_t>(next) << 48};
+  static_assert(sizeof(vring_desc) == sizeof(words));
+  // A descriptor that already holds these bytes (the same buffer posted in
+  // the same slot again, the usual case for fixed request/response buffers)
+  // is left alone: a store would take the cache line away from the device,
+  // which then misses on it when it reads the chain.
+  uint64_t old[2];
+  std::memcpy(old, static_cast<const void*>(d), sizeof(old));
+  if (old[0] != words[0] || old[1] != words[1]) {
+    std::memcpy(static_cast<void*>(d), words, sizeof(words));
+  }
+}
+
+void SplitRing::Commit(uint16_t head, uint16_t ndesc) {
+  num_free_ = static_cast<uint16_t>(num_free_ - ndesc);
+  ++in_flight_;
+  // Like descriptors, an avail slot already naming this head is not rewritten.
+  uint16_t& slot = avail_->ring[shadow_avail_idx_ & (size_ - 1)];
+  if (slot != head) slot = head;
   ++shadow_avail_idx_;
+}
+
+Status SplitRing::AddIndirect(std::span<const Buffer> readable, std::span<const Buffer> writable,
+                              uint64_t cookie, uint16_t* head) {
+  if (HasEmptyBuffer(readable, writable)) return Status::InvalidArgument("zero-length buffer");
+  const size_t nr = readable.size();
+  const size_t total = nr + writable.size();
+  uint64_t table_gpa = 0;
+  void* table = memory_->Allocate(total * sizeof(vring_desc), 16, &table_gpa);
+  if (table == nullptr) return Status::NoSpace("no guest memory for an indirect table");
+  auto* t = static_cast<vring_desc*>(table);
+  uint64_t writable_bytes = 0;
+  for (size_t i = 0; i < total; ++i) {
+    const bool write = i >= nr;
+    const Buffer& b = write ? writable[i - nr] : readable[i];
+    const bool more = i + 1 < total;
+    const uint16_t flags =
+        static_cast<uint16_t>((write ? VRING_DESC_F_WRITE : 0) | (more ? VRING_DESC_F_NEXT : 0));
+    PutDesc(&t[i], b.gpa, b.len, flags, more ? static_cast<uint16_t>(i + 1) : 0);
+    if (write) writable_bytes += b.len;
+  }
+  const uint16_t first = free_head_;
+  PutDesc(&desc_[first], table_gpa, static_cast<uint32_t>(total * sizeof(vring_desc)),
+          VRING_DESC_F_INDIRECT, 0);
+  free_head_ = next_free_[first];
+  ChainState& state = chains_[first];
+  state.cookie = cookie;
+  state.writable_bytes = writable_bytes;
+  state.ndesc = 1;
+  state.last = first;
+  state.in_flight = true;
+  state.indirect = table;
+  Commit(first, 1);
   if (head != nullptr) *head = first;
   return Status::Ok();
 }
@@ -185,6 +244,12 @@ bool SplitRing::Publish() {
   return (LoadRelaxed(&used_->flags) & VRING_USED_F_NO_NOTIFY) == 0;
 }
 
+void SplitRing::PublishPolled() {
+  if (published_avail_idx_ == shadow_avail_idx_) return;
+  StoreRelease(&avail_->idx, shadow_avail_idx_);
+  published_avail_idx_ = shadow_avail_idx_;
+}
+
 uint16_t SplitRing::ReadUsedIdx() const {
   return LoadAcquire(&used_->idx);
 }
@@ -200,36 +265,55 @@ void SplitRing::WriteUsedEvent(uint16_t value) {
 size_t SplitRing::PollUsed(Completion* out, size_t max, Status* error) {
   const uint16_t used_idx = ReadUsedIdx();
   const uint16_t pending = static_cast<uint16_t>(used_idx - last_used_idx_);
-  if (pending > in_flight_) {
+  if (pending == 0) return 0;
+  if (pending > in_flight_) [[unlikely]] {
     *error = Status::ProtocolError("used index advanced past the chains in flight");
     return 0;
   }
+  const size_t todo = std::min<size_t>(max, pending);
+  // Completed chains go back on the free list in completion order, ahead of
+  // what was free before: a driver that re-posts the same buffers in the
+  // same order then gets the same descriptors with the same contents, which
+  // PutDesc does not need to rewrite.
+  uint16_t batch_head = 0;
+  uint16_t batch_tail = 0;  // last descriptor of the previous chain freed
   size_t n = 0;
-  while (n < max && last_used_idx_ != used_idx) {
+  for (; n < todo; ++n) {
+    // Each field of the entry is fetched once.
     const vring_used_elem& e = used_->ring[last_used_idx_ & (size_ - 1)];
-    const uint32_t id = e.id;
-    const uint32_t len = e.len;
-    if (id >= size_ || !chains_[id].in_flight) {
+    const uint32_t id = LoadRelaxed32(&e.id);
+    const uint32_t len = LoadRelaxed32(&e.len);
+    if (id >= size_ || !chains_[id].in_flight) [[unlikely]] {
       *error = Status::ProtocolError("used entry names a descriptor that is not in flight");
       break;
     }
     ChainState& c = chains_[id];
-    if (len > c.writable_bytes) {
+    if (len > c.writable_bytes) [[unlikely]] {
       *error = Status::ProtocolError("used length exceeds the chain's writable bytes");
       break;
     }
-    if (c.indirect != nullptr) memory_->Free(c.indirect);
-    next_free_[c.last] = free_head_;
-    free_head_ = static_cast<uint16_t>(id);
+    if (c.indirect != nullptr) {
+      memory_->Free(c.indirect);
+      c.indirect = nullptr;
+    }
+    c.in_flight = false;
+    if (n == 0) {
+      batch_head = static_cast<uint16_t>(id);
+    } else {
+      next_free_[batch_tail] = static_cast<uint16_t>(id);
+    }
+    batch_tail = c.last;
     num_free_ = static_cast<uint16_t>(num_free_ + c.ndesc);
-    --in_flight_;
     out[n].head = static_cast<uint16_t>(id);
     out[n].len = len;
     out[n].cookie = c.cookie;
-    c = ChainState();
-    ++n;
     ++last_used_idx_;
   }
+  if (n > 0) {
+    next_free_[batch_tail] = free_head_;
+    free_head_ = batch_head;
+  }
+  in_flight_ = static_cast<uint16_t>(in_flight_ - n);
   if (event_idx_ && n > 0) {
     // Keep the device's notification threshold just past what we consumed
     // (interrupt mode) or half a ring-index space away (busy-poll mode).

@@ -431,12 +431,10 @@ Status VirtioUser::RemoveMemory(uint64_t gpa) {
 Status VirtioUser::AddChain(uint16_t queue, std::span<const Buffer> readable,
                             std::span<const Buffer> writable, uint64_t cookie, uint16_t* head,
                             bool indirect) {
-  Status s = CheckQueue(queue);
-  if (!s.ok()) return s;
-  uint16_t h = 0;
-  s = queues_[queue].ring->AddChain(readable, writable, cookie, indirect, &h);
-  if (s.ok() && head != nullptr) *head = h;
-  return s;
+  if (queue >= queues_.size()) [[unlikely]] {
+    return Status::InvalidArgument("no such queue");
+  }
+  return queues_[queue].ring->AddChain(readable, writable, cookie, indirect, head);
 }
 
 Status VirtioUser::AddChain(uint16_t queue, std::span<const HostBuffer> readable,
@@ -470,11 +468,18 @@ Status VirtioUser::AddChain(uint16_t queue, std::span<const HostBuffer> readable
 }
 
 Status VirtioUser::Kick(uint16_t queue) {
-  Status s = CheckQueue(queue);
-  if (!s.ok()) return s;
+  if (queue >= queues_.size()) [[unlikely]] {
+    return Status::InvalidArgument("no such queue");
+  }
   if (!connected()) return Status::Disconnected("not connected");
   Queue& q = queues_[queue];
-  if (q.ring->Publish() && q.kick_fd >= 0) {
+  if (q.kick_fd < 0) {
+    // Busy-poll: the back-end is never kicked, so whether it asked to be
+    // does not matter.
+    q.ring->PublishPolled();
+    return Status::Ok();
+  }
+  if (q.ring->Publish()) {
     const uint64_t one = 1;
     // An eventfd write only fails if the counter would overflow; the
     // back-end then has a notification pending anyway.
@@ -486,19 +491,22 @@ Status VirtioUser::Kick(uint16_t queue) {
 }
 
 size_t VirtioUser::PollUsed(uint16_t queue, Completion* out, size_t max, Status* error) {
-  Status s = CheckQueue(queue);
-  if (!s.ok()) {
-    if (error != nullptr) *error = s;
+  if (queue >= queues_.size()) [[unlikely]] {
+    if (error != nullptr) *error = Status::InvalidArgument("no such queue");
     return 0;
   }
-  Queue& q = queues_[queue];
-  if (q.broken) {
+  return PollQueue(queues_[queue], out, max, error);
+}
+
+size_t VirtioUser::PollQueue(Queue& q, Completion* out, size_t max, Status* error) {
+  if (q.broken) [[unlikely]] {
     if (error != nullptr) *error = Status::ProtocolError("queue broken by a bogus used entry");
     return 0;
   }
+  if (!q.ring->HasUsed()) return 0;
   Status ring_error;
   size_t n = q.ring->PollUsed(out, max, &ring_error);
-  if (!ring_error.ok()) {
+  if (!ring_error.ok()) [[unlikely]] {
     q.broken = true;
     if (error != nullptr) *error = ring_error;
   }
@@ -514,14 +522,16 @@ Status VirtioUser::WaitUsed(uint16_t queue, std::chrono::nanoseconds timeout, Co
   const auto deadline = Clock::now() + timeout;
   const int sock = channel_.fd();
   for (uint32_t spins = 0;; ++spins) {
-    Status err;
-    *n = PollUsed(queue, out, max, &err);
-    if (*n > 0) return Status::Ok();
-    if (!err.ok()) return err;
+    if (q.broken || q.ring->HasUsed()) {
+      Status err;
+      *n = PollQueue(q, out, max, &err);
+      if (*n > 0) return Status::Ok();
+      if (!err.ok()) return err;
+    }
     if (!connected()) return Status::Disconnected("not connected");
     if (q.call_fd < 0) {
-      // Busy-poll: spin on the used index, looking at the clock and the
-      // socket only now and then.
+      // Busy-poll: spin on the used index (one load a pass while nothing
+      // arrives), looking at the clock and the socket only now and then.
       if ((spins & 1023) == 1023) {
         if (Clock::now() >= deadline) return Status::Timeout("no completion");
         if ((spins & 0xfffff) == 0xfffff) {
@@ -549,12 +559,12 @@ Status VirtioUser::WaitUsed(uint16_t queue, std::chrono::nanoseconds timeout, Co
     }
     if (sock >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
       // Collect whatever was completed before the back-end went away.
-      *n = PollUsed(queue, out, max, &err);
+      *n = PollQueue(q, out, max, nullptr);
       if (*n > 0) return Status::Ok();
       return Status::Disconnected("back-end went away");
     }
     if (r == 0 && Clock::now() >= deadline) {
-      *n = PollUsed(queue, out, max, &err);
+      *n = PollQueue(q, out, max, nullptr);
       return *n > 0 ? Status::Ok() : Status::Timeout("no completion");
     }
   }

@@ -73,6 +73,9 @@ class SplitRing {
   // Returns true when the device asked to be notified (EVENT_IDX avail_event
   // or the used ring's NO_NOTIFY flag).
   bool Publish();
+  // The same for a device that busy-polls and is never notified: skips the
+  // fence and the suppression check that only the answer needs.
+  void PublishPolled();
 
   // Collects up to max completions. Sets *error and stops if the device
   // wrote a used entry that does not name an in-flight chain.
@@ -108,6 +111,12 @@ class SplitRing {
   };
 
   SplitRing(GuestMemory* memory, const Options& options);
+  Status AddIndirect(std::span<const Buffer> readable, std::span<const Buffer> writable,
+                     uint64_t cookie, uint16_t* head);
+  static bool HasEmptyBuffer(std::span<const Buffer> readable, std::span<const Buffer> writable);
+  static void PutDesc(vring_desc* d, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next);
+  // Takes ndesc descriptors off the free count and puts head on the avail ring.
+  void Commit(uint16_t head, uint16_t ndesc);
   void WriteUsedEvent(uint16_t value);
   uint16_t ReadUsedIdx() const;
 

@@ -173,6 +173,7 @@ class VirtioUser {
   Status StartQueueLocked(uint16_t queue, uint16_t base);
   Status Handshake(const std::string& socket_path);
   Status CheckQueue(uint16_t queue) const;
+  size_t PollQueue(Queue& q, Completion* out, size_t max, Status* error);
   void CloseQueues();
 
   Options options_;
