@@ -133,15 +133,25 @@ void Service::Shutdown() {
     std::condition_variable cv;
     size_t left = 0;
   };
+  // One ticket per device, released when the posted drain is destroyed:
+  // after it ran, or unrun when the VM's connection closed first (a VM that
+  // disconnects just before SIGTERM). Counting runs instead would wait out
+  // the whole timeout for such a VM.
+  struct Ticket {
+    explicit Ticket(std::shared_ptr<Waiter> waiter) : w(std::move(waiter)) {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->left++;
+    }
+    ~Ticket() {
+      std::lock_guard<std::mutex> lock(w->mu);
+      if (--w->left == 0) w->cv.notify_all();
+    }
+    std::shared_ptr<Waiter> w;
+  };
   auto w = std::make_shared<Waiter>();
   devices_.ForEach([&](HzDevice& d) {
-    std::lock_guard<std::mutex> lock(w->mu);
-    bool posted = d.PostToDevice([w](HzDevice& dev) {
-      dev.Drain();
-      std::lock_guard<std::mutex> l(w->mu);
-      if (--w->left == 0) w->cv.notify_all();
-    });
-    if (posted) w->left++;
+    auto ticket = std::make_shared<Ticket>(w);
+    d.PostToDevice([ticket](HzDevice& dev) { dev.Drain(); });
   });
   {
     std::unique_lock<std::mutex> lock(w->mu);

@@ -5,9 +5,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <filesystem>
-
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "hz_client.h"
@@ -331,6 +331,45 @@ TEST_F(ServiceFailuresTest, SigtermAnswersEveryInFlightRequestWithShutdown) {
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
   EXPECT_EQ(svc_.Wait(), 0) << "harmonaized exits 0 after draining";
+}
+
+// A VM that disconnects just as SIGTERM arrives must not make the drain wait
+// for it: its connection closes before the drain posted to it runs.
+TEST(ServiceShutdownTest, SigtermAsVmsDisconnectDoesNotWaitOutTheDrainTimeout) {
+  constexpr int kVms = 6;
+  for (int round = 0; round < 3; ++round) {
+    ServiceProcess svc;
+    const std::string cfg = svc.dir() + "/hz.toml";
+    {
+      std::ofstream f(cfg);
+      f << "[shutdown]\ntimeout_ms = 600000\n";
+    }
+    ASSERT_TRUE(svc.Start({"--config", cfg}));
+    auto vms = svc.TenantWithVms("t1", kVms);
+    ASSERT_EQ(vms.size(), static_cast<size_t>(kVms));
+    Pipe ready, go;
+    const pid_t service = svc.pid();
+    auto codes = RunRanks(kVms + 1, [&](int rank) {
+      if (rank == kVms) {  // the operator
+        char x;
+        for (int i = 0; i < kVms; ++i) {
+          if (!ready.Receive(&x, 1, 30000)) return 2;
+        }
+        for (int i = 0; i < kVms; ++i) go.Send(&x, 1);
+        kill(service, SIGTERM);
+        return 0;
+      }
+      HzClient c;
+      if (!c.Connect(vms[rank]) || c.Hello() != HZ_S_OK) return 3;
+      char x = 1;
+      ready.Send(&x, 1);
+      return go.Receive(&x, 1, 30000) ? 0 : 4;  // exiting closes the connection
+    });
+    EXPECT_EQ(codes, std::vector<int>(kVms + 1, 0));
+    // Far below the 600 s drain timeout: only a drain that waits for a
+    // vanished VM gets here.
+    EXPECT_EQ(svc.Wait(60000), 0) << "round " << round;
+  }
 }
 
 }  // namespace
