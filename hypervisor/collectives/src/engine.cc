@@ -489,7 +489,9 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
     return true;
   }
   job->active_runners.store(job->threads);
-  const bool caller_runs = job->total_bytes <= opts_.caller_runs_max_bytes;
+  // Only while no other work waits for the workers: under contention the
+  // weighted scheduler decides who runs, and a caller's share would bypass it.
+  const bool caller_runs = job->total_bytes <= opts_.caller_runs_max_bytes && !sched_->HasWaiting();
   const uint32_t queued = caller_runs ? job->threads - 1 : job->threads;
   const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
   for (uint32_t i = 0; i < queued; ++i) {

@@ -58,7 +58,13 @@ TEST(CollectivesDeterminism, SameBitsWithOneOrManyWorkersAndAnyBlockSize) {
       tiny_blocks.stream_min_bytes = 1;
       EngineOptions all_inline;
       all_inline.inline_max_bytes = ~0ull;
-      for (const EngineOptions& o : {one, many, tiny_blocks, all_inline}) {
+      // Every block on the workers: the matching thread runs no share.
+      EngineOptions workers_only;
+      workers_only.worker_threads = 2;
+      workers_only.inline_max_bytes = 0;
+      workers_only.caller_runs_max_bytes = 0;
+      workers_only.block_bytes = 4096;
+      for (const EngineOptions& o : {one, many, tiny_blocks, all_inline, workers_only}) {
         EXPECT_TRUE(RunAllReduce(o, dtype, redop, p, count, in) == want)
             << "workers " << o.worker_threads << " block " << o.block_bytes;
       }

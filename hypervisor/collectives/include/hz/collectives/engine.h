@@ -69,7 +69,8 @@ struct EngineOptions {
   // while the workers it woke join in, instead of waiting for a worker to
   // wake (tens of microseconds on a busy host, a large part of a 1 MiB
   // operation). Bounded so that a vhost-user thread is never tied up for
-  // long. 0 disables.
+  // long, and only while no other task waits for a worker, so that under
+  // contention the priority weights still decide. 0 disables.
   uint64_t caller_runs_max_bytes = 8ull << 20;
   // Override the block size (bytes per rank per block); 0: chosen per op.
   uint64_t block_bytes = 0;
