@@ -326,6 +326,29 @@ enum hz_dtype {
 	HZ_DTYPE_MAX = 10,
 };
 
+/* Bytes per element of a dtype (SPEC.md §7.4); 0 for an unknown value. */
+static inline unsigned int hz_dtype_size(unsigned int dtype)
+{
+	switch (dtype) {
+	case HZ_INT8:
+	case HZ_UINT8:
+		return 1;
+	case HZ_FP16:
+	case HZ_BF16:
+		return 2;
+	case HZ_INT32:
+	case HZ_UINT32:
+	case HZ_FP32:
+		return 4;
+	case HZ_INT64:
+	case HZ_UINT64:
+	case HZ_FP64:
+		return 8;
+	default:
+		return 0;
+	}
+}
+
 /* Values follow NCCL's ncclRedOp_t. */
 enum hz_redop {
 	HZ_SUM = 0,

@@ -39,27 +39,6 @@ namespace {
 // Buffers up to this size travel inside the request when not registered.
 constexpr size_t kInlineMax = 64 * 1024;
 
-size_t ElementSize(int dt) {
-  switch (dt) {
-    case HZ_INT8:
-    case HZ_UINT8:
-      return 1;
-    case HZ_FP16:
-    case HZ_BF16:
-      return 2;
-    case HZ_INT32:
-    case HZ_UINT32:
-    case HZ_FP32:
-      return 4;
-    case HZ_INT64:
-    case HZ_UINT64:
-    case HZ_FP64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
 struct Plan {
   uint16_t opcode;
   const void* send;
@@ -70,7 +49,7 @@ struct Plan {
 
 // Computes each side's byte count with NCCL's count conventions.
 int Sizes(const hz_comm* c, uint16_t opcode, size_t count, int dt, uint32_t root, Plan* p) {
-  const size_t es = ElementSize(dt);
+  const size_t es = hz_dtype_size(static_cast<unsigned>(dt));
   if (es == 0) return HZ_EINVAL;
   if (count > std::numeric_limits<uint64_t>::max() / es / c->nranks) return HZ_EINVAL;
   const size_t b = count * es;

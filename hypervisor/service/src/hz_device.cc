@@ -556,7 +556,7 @@ HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
   if (!reduces && a.redop != 0) return {HZ_S_EINVAL, 0, 0, false};
   if (!rooted && a.peer != 0) return {HZ_S_EINVAL, 0, 0, false};
   if (rooted && a.peer >= nranks) return {HZ_S_EINVAL, 0, 0, false};
-  const size_t esize = DtypeSize(a.dtype);
+  const size_t esize = hz_dtype_size(a.dtype);
   if (opcode != HZ_OP_BARRIER && esize == 0) return {HZ_S_EINVAL, 0, 0, false};
   if (reduces && a.redop >= HZ_REDOP_MAX) return {HZ_S_EINVAL, 0, 0, false};
 

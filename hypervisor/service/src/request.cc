@@ -192,25 +192,4 @@ const char* StatusName(uint32_t status) {
   return status < HZ_S_MAX ? kNames[status] : "UNKNOWN";
 }
 
-size_t DtypeSize(uint8_t dtype) {
-  switch (dtype) {
-    case HZ_INT8:
-    case HZ_UINT8:
-      return 1;
-    case HZ_FP16:
-    case HZ_BF16:
-      return 2;
-    case HZ_INT32:
-    case HZ_UINT32:
-    case HZ_FP32:
-      return 4;
-    case HZ_INT64:
-    case HZ_UINT64:
-    case HZ_FP64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
 }  // namespace hz::service

@@ -82,9 +82,6 @@ const char* OpcodeName(uint16_t opcode);
 // Printable status name ("EINVAL").
 const char* StatusName(uint32_t status);
 
-// Bytes per element of an hz_dtype; 0 if invalid.
-size_t DtypeSize(uint8_t dtype);
-
 }  // namespace hz::service
 
 #endif  // HZ_SERVICE_REQUEST_H_
