@@ -16,6 +16,15 @@
 //     processed until the ring is restarted. A malformed chain (bad buffer) is
 //     completed with length 0 and skipped.
 //
+// Hot path (busy-poll runs it tens of millions of times a second): each
+// descriptor is fetched with two 8-byte loads (addr; len | flags | next) and
+// translated through a copy of the region the previous buffer hit, falling
+// back to the MemoryMap lookup when it lies elsewhere or crosses the region's
+// end; that copy is dropped whenever the map changes (Start, Remap, Stop).
+// Error reporting is out of line. A used entry that already holds the values
+// to publish (the same head completed in the same slot a ring ago) is not
+// rewritten, which keeps the driver's copy of the cache line valid.
+//
 // Memory ordering: the avail index is loaded with acquire before reading ring
 // entries; used entries are written plainly and the used index is published
 // with a release store; a full fence separates that store from reading the

@@ -122,26 +122,35 @@ Status SplitRing::AddChain(std::span<const Buffer> readable, std::span<const Buf
   }
   if (indirect) return AddIndirect(readable, writable, cookie, head);
 
-  // Descriptors are taken in private free-list order and linked in it; each
-  // is written with two 8-byte stores. Nothing is committed (free list, chain
-  // state, avail ring) until every buffer was checked, so an error leaves
-  // only unreferenced descriptor contents behind.
+  // Descriptors are taken in private free-list order and linked in it
+  // (PutDesc). Nothing is committed (free list, chain state, avail ring)
+  // until every buffer was checked, so an error leaves only unreferenced
+  // descriptor contents behind.
   const uint16_t first = free_head_;
   uint16_t cur = first;
   uint16_t last = first;
-  uint64_t writable_bytes = 0;
-  for (size_t i = 0; i < total; ++i) {
-    const bool write = i >= nr;
-    const Buffer& b = write ? writable[i - nr] : readable[i];
+  size_t left = total;  // descriptors still to write, this one included
+  for (const Buffer& b : readable) {
     if (b.len == 0) [[unlikely]] {
       return Status::InvalidArgument("zero-length buffer");
     }
     const uint16_t next = next_free_[cur];
-    const bool more = i + 1 < total;
-    const uint16_t flags =
-        static_cast<uint16_t>((write ? VRING_DESC_F_WRITE : 0) | (more ? VRING_DESC_F_NEXT : 0));
-    PutDesc(&desc_[cur], b.gpa, b.len, flags, more ? next : 0);
-    if (write) writable_bytes += b.len;
+    const bool more = --left != 0;
+    PutDesc(&desc_[cur], b.gpa, b.len, more ? VRING_DESC_F_NEXT : 0, more ? next : 0);
+    last = cur;
+    cur = next;
+  }
+  uint64_t writable_bytes = 0;
+  for (const Buffer& b : writable) {
+    if (b.len == 0) [[unlikely]] {
+      return Status::InvalidArgument("zero-length buffer");
+    }
+    const uint16_t next = next_free_[cur];
+    const bool more = --left != 0;
+    PutDesc(&desc_[cur], b.gpa, b.len,
+            static_cast<uint16_t>(VRING_DESC_F_WRITE | (more ? VRING_DESC_F_NEXT : 0)),
+            more ? next : 0);
+    writable_bytes += b.len;
     last = cur;
     cur = next;
   }
@@ -179,7 +188,7 @@ void SplitRing::PutDesc(vring_desc* d, uint64_t addr, uint32_t len, uint16_t fla
   // which then misses on it when it reads the chain.
   uint64_t old[2];
   std::memcpy(old, static_cast<const void*>(d), sizeof(old));
-  if (old[0] != words[0] || old[1] != words[1]) {
+  if (((old[0] ^ words[0]) | (old[1] ^ words[1])) != 0) {
     std::memcpy(static_cast<void*>(d), words, sizeof(words));
   }
 }

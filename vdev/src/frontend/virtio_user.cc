@@ -243,8 +243,12 @@ Status VirtioUser::StartQueueLocked(uint16_t index, uint16_t base) {
   return Status::Ok();
 }
 
+Status VirtioUser::NoSuchQueue() {
+  return Status::InvalidArgument("no such queue");
+}
+
 Status VirtioUser::CheckQueue(uint16_t queue) const {
-  if (queue >= queues_.size()) return Status::InvalidArgument("no such queue");
+  if (queue >= queues_.size()) return NoSuchQueue();
   return Status::Ok();
 }
 
@@ -428,15 +432,6 @@ Status VirtioUser::RemoveMemory(uint64_t gpa) {
 
 // ---- data path -----------------------------------------------------------
 
-Status VirtioUser::AddChain(uint16_t queue, std::span<const Buffer> readable,
-                            std::span<const Buffer> writable, uint64_t cookie, uint16_t* head,
-                            bool indirect) {
-  if (queue >= queues_.size()) [[unlikely]] {
-    return Status::InvalidArgument("no such queue");
-  }
-  return queues_[queue].ring->AddChain(readable, writable, cookie, indirect, head);
-}
-
 Status VirtioUser::AddChain(uint16_t queue, std::span<const HostBuffer> readable,
                             std::span<const HostBuffer> writable, uint64_t cookie, uint16_t* head,
                             bool indirect) {
@@ -519,6 +514,13 @@ Status VirtioUser::WaitUsed(uint16_t queue, std::chrono::nanoseconds timeout, Co
   Status s = CheckQueue(queue);
   if (!s.ok()) return s;
   Queue& q = queues_[queue];
+  // Completions already waiting need no deadline (and no clock read).
+  if (q.ring->HasUsed() && !q.broken) {
+    Status err;
+    *n = PollQueue(q, out, max, &err);
+    if (*n > 0) return Status::Ok();
+    if (!err.ok()) return err;
+  }
   const auto deadline = Clock::now() + timeout;
   const int sock = channel_.fd();
   for (uint32_t spins = 0;; ++spins) {

@@ -7,6 +7,13 @@
 // bookkeeping live in private memory, and used entries naming a descriptor
 // that is not in flight are reported as a protocol error.
 //
+// Shared cache lines are written only when their contents change: a
+// descriptor or avail slot that already holds what AddChain would store is
+// left alone, and completed chains return to the free list in completion
+// order, so a driver that re-posts the same buffers in the same order (and
+// polls each batch of completions whole) gets descriptors that need no
+// rewriting. The device then reads them from its own cache.
+//
 // Thread-safety: none. One thread at a time drives a SplitRing.
 #ifndef VDEV_FRONTEND_SPLIT_RING_H_
 #define VDEV_FRONTEND_SPLIT_RING_H_

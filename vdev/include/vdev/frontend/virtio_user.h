@@ -125,9 +125,15 @@ class VirtioUser {
 
   // Data path. AddChain queues a chain (not yet visible); Kick publishes all
   // queued chains of the queue and notifies the back-end if it asked to be.
+  // (Inline: the busy-poll data path adds chains at tens of millions a second.)
   Status AddChain(uint16_t queue, std::span<const Buffer> readable,
                   std::span<const Buffer> writable, uint64_t cookie = 0, uint16_t* head = nullptr,
-                  bool indirect = false);
+                  bool indirect = false) {
+    if (queue >= queues_.size()) [[unlikely]] {
+      return NoSuchQueue();
+    }
+    return queues_[queue].ring->AddChain(readable, writable, cookie, indirect, head);
+  }
   Status AddChain(uint16_t queue, std::span<const HostBuffer> readable,
                   std::span<const HostBuffer> writable, uint64_t cookie = 0,
                   uint16_t* head = nullptr, bool indirect = false);
@@ -173,6 +179,7 @@ class VirtioUser {
   Status StartQueueLocked(uint16_t queue, uint16_t base);
   Status Handshake(const std::string& socket_path);
   Status CheckQueue(uint16_t queue) const;
+  static Status NoSuchQueue();
   size_t PollQueue(Queue& q, Completion* out, size_t max, Status* error);
   void CloseQueues();
 
