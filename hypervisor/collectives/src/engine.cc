@@ -462,18 +462,25 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   job->algorithm = plan.algorithm;
   job->threads = std::max<uint32_t>(1, plan.threads);
   job->stream_stores = plan.stream_stores;
+  // The matching thread runs a share only while no other work waits for the
+  // workers: under contention the weighted scheduler decides who runs, and a
+  // caller's share would bypass it.
+  const bool caller_runs = plan.algorithm != Algorithm::kNone &&
+                           plan.algorithm != Algorithm::kInline && job->nblocks != 0 &&
+                           job->total_bytes <= opts_.caller_runs_max_bytes && !sched_->HasWaiting();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.algorithms[static_cast<size_t>(plan.algorithm)]++;
     if (plan.algorithm == Algorithm::kBlockedParallel) stats_.threads_chosen += job->threads;
     if (in.numa_nodes > 1) ++stats_.numa_remote;
+    if (caller_runs) ++stats_.caller_shares;
   }
   spdlog::debug(
       "collectives: comm {} {} count {} dtype {} ranks {}: {} threads {} block {} B "
-      "({} blocks, {} B moved, backlog {}, numa nodes {}, streaming stores {})",
+      "({} blocks, {} B moved, backlog {}, numa nodes {}, streaming stores {}, caller share {})",
       comm.id, OpName(job->op), job->count, job->dtype, job->nranks, AlgorithmName(plan.algorithm),
       job->threads, plan.block_bytes, job->nblocks, job->total_bytes, in.queued_tasks,
-      in.numa_nodes, plan.stream_stores);
+      in.numa_nodes, plan.stream_stores, caller_runs);
 
   if (plan.algorithm == Algorithm::kNone || plan.algorithm == Algorithm::kInline ||
       job->nblocks == 0) {
@@ -489,9 +496,6 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
     return true;
   }
   job->active_runners.store(job->threads);
-  // Only while no other work waits for the workers: under contention the
-  // weighted scheduler decides who runs, and a caller's share would bypass it.
-  const bool caller_runs = job->total_bytes <= opts_.caller_runs_max_bytes && !sched_->HasWaiting();
   const uint32_t queued = caller_runs ? job->threads - 1 : job->threads;
   const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
   for (uint32_t i = 0; i < queued; ++i) {

@@ -92,8 +92,40 @@ TEST(CollectivesDeterminism, ParallelPlanIsChosenForLargeOps) {
   EngineStats st = e.Stats();
   EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kBlockedParallel)], 1u);
   EXPECT_EQ(st.threads_chosen, 4u);
+  EXPECT_EQ(st.caller_shares, 0u) << "16 MiB touched is above caller_runs_max_bytes";
   EXPECT_EQ(x[777], 3.0f);
   EXPECT_EQ(y[(1 << 20) - 1], 3.0f);
+}
+
+// A mid-sized operation on an idle engine is started by the thread that
+// completed the match (it runs a share while the workers join); the choice
+// is counted, and turning it off leaves everything to the workers.
+TEST(CollectivesDeterminism, MidSizedOpsGetACallerShareUnlessDisabled) {
+  for (uint64_t limit : {uint64_t{8} << 20, uint64_t{0}}) {
+    EngineOptions o;
+    o.worker_threads = 2;
+    o.caller_runs_max_bytes = limit;
+    Engine e(o);
+    auto m = MakeComm(e, 3, 2);
+    constexpr size_t kCount = 1 << 18;  // 1 MiB per rank, 4 MiB touched
+    std::vector<float> a(kCount, 1), b(kCount, 2), x(kCount), y(kCount);
+    std::vector<OpDesc> d(2);
+    for (int i = 0; i < 2; ++i) {
+      d[i].op = Op::kAllReduce;
+      d[i].count = kCount;
+      d[i].dtype = static_cast<uint8_t>(DType::kFp32);
+      auto& s = i ? b : a;
+      auto& r = i ? y : x;
+      d[i].send = {IoSpan{reinterpret_cast<uint8_t*>(s.data()), s.size() * 4}};
+      d[i].recv = {IoSpan{reinterpret_cast<uint8_t*>(r.data()), r.size() * 4}};
+    }
+    for (Status st : RunAll(e, m, d)) EXPECT_EQ(st, Status::kOk);
+    EngineStats st = e.Stats();
+    EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kBlockedParallel)], 1u);
+    EXPECT_EQ(st.caller_shares, limit != 0 ? 1u : 0u) << "limit " << limit;
+    EXPECT_EQ(x[0], 3.0f);
+    EXPECT_EQ(y[kCount - 1], 3.0f);
+  }
 }
 
 }  // namespace

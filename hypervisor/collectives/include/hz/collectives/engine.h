@@ -108,6 +108,7 @@ struct EngineStats {
   uint64_t aborts = 0;         // communicators aborted (Destroy, Abort, timeout)
   uint64_t timeouts = 0;       // communicators aborted by a timeout
   uint64_t numa_remote = 0;    // ops whose ranks' memory spans several NUMA nodes
+  uint64_t caller_shares = 0;  // ops whose matching thread ran a share (caller_runs_max_bytes)
   uint64_t communicators = 0;  // live communicators
   std::map<TenantId, TenantStats> tenants;
 };
