@@ -27,15 +27,12 @@ bool EchoDevice::SetConfig(uint32_t offset, std::span<const uint8_t> data) {
   return true;
 }
 
-size_t EchoChain(const Chain& chain) {
+namespace {
+
+// Any number of segments on either side.
+[[gnu::noinline]] size_t EchoSegments(const Chain& chain, size_t total) {
   const auto& src = chain.readable();
   const auto& dst = chain.writable();
-  size_t total = std::min(chain.readable_bytes(), chain.writable_bytes());
-  // The usual request/response chain: one buffer each way.
-  if (src.size() == 1 && dst.size() == 1) {
-    std::memmove(dst[0].data, src[0].data, total);
-    return total;
-  }
   size_t si = 0, so = 0, di = 0, dof = 0, done = 0;
   while (done < total) {
     // Skip exhausted (or zero-length) segments.
@@ -54,6 +51,20 @@ size_t EchoChain(const Chain& chain) {
     done += n;
   }
   return total;
+}
+
+}  // namespace
+
+size_t EchoChain(const Chain& chain) {
+  const size_t total = std::min(chain.readable_bytes(), chain.writable_bytes());
+  const auto& src = chain.readable();
+  const auto& dst = chain.writable();
+  // The usual request/response chain: one buffer each way.
+  if (src.size() == 1 && dst.size() == 1) {
+    std::memmove(dst[0].data, src[0].data, total);
+    return total;
+  }
+  return EchoSegments(chain, total);
 }
 
 void EchoDevice::OnKick(Queue& queue) {

@@ -252,6 +252,25 @@ SplitQueue::WalkResult SplitQueue::Malformed(uint16_t head, const std::string& w
   return WalkResult::kMalformed;
 }
 
+// Error reports of the hot path, out of line so that building their messages
+// does not weigh on Pop's stack frame and registers.
+SplitQueue::WalkResult SplitQueue::MalformedWhy(uint16_t head, const char* why) {
+  return Malformed(head, why);
+}
+
+SplitQueue::WalkResult SplitQueue::MalformedBuffer(uint16_t head, const char* what, uint64_t addr,
+                                                   uint32_t len) {
+  return Malformed(head, fmt::format("buffer {:#x}+{} {}", addr, len, what));
+}
+
+SplitQueue::WalkResult SplitQueue::MalformedNext(uint16_t head, uint16_t next) {
+  return Malformed(head, fmt::format("next index {} out of range", next));
+}
+
+void SplitQueue::BrokenHead(const char* what, uint16_t head) {
+  MarkBroken(fmt::format("avail entry {} names head {} {}", last_avail_, head, what));
+}
+
 bool SplitQueue::TranslateSlow(uint64_t addr, uint32_t len, std::vector<Segment>* out) {
   if (!memory_->TranslateGpa(addr, len, out)) return false;
   // Remember the region the buffer starts in: the next buffers most likely
@@ -306,7 +325,7 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
   MemoryMap::HostRange hot = hot_;  // a local copy: segment stores cannot alias it
   for (;;) {
     if (budget == 0) [[unlikely]] {
-      return Malformed(head, "descriptor chain loops or exceeds its table");
+      return MalformedWhy(head, "descriptor chain loops or exceeds its table");
     }
     --budget;
     // Two loads fetch the whole descriptor once: addr, then len | flags |
@@ -333,14 +352,14 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
 
     const bool writable = flags & VDEV_VRING_DESC_F_WRITE;
     if (writable != writing) [[unlikely]] {
-      if (!writable) return Malformed(head, "readable descriptor after a writable one");
+      if (!writable) return MalformedWhy(head, "readable descriptor after a writable one");
       writing = true;
       readable_total = total;
       total = 0;
       segments = &out->writable_;
     }
     if (len > max_bytes - total) [[unlikely]] {
-      return Malformed(head, fmt::format("buffer {:#x}+{} over the chain limit", addr, len));
+      return MalformedBuffer(head, "over the chain limit", addr, len);
     }
     if (len != 0) {
       // Most buffers lie in the region the previous one hit: translate inline.
@@ -348,7 +367,7 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
         segments->push_back({host, len});
       } else {
         if (!TranslateSlow(addr, len, segments)) {
-          return Malformed(head, fmt::format("buffer {:#x}+{} outside guest memory", addr, len));
+          return MalformedBuffer(head, "outside guest memory", addr, len);
         }
         hot = hot_;
       }
@@ -356,7 +375,7 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
     }
     if (!(flags & VDEV_VRING_DESC_F_NEXT)) break;
     if (next >= table_size) [[unlikely]] {
-      return Malformed(head, fmt::format("next index {} out of range", next));
+      return MalformedNext(head, next);
     }
     i = next;
   }
@@ -389,11 +408,11 @@ bool SplitQueue::Pop(Chain* out) {
     uint16_t slot = last_avail_ & (size_ - 1);
     uint16_t head = Load<uint16_t>(avail_ + kRingHeader + 2 * slot);
     if (head >= size_) [[unlikely]] {
-      MarkBroken(fmt::format("avail entry {} names head {} outside the ring", last_avail_, head));
+      BrokenHead("outside the ring", head);
       return false;
     }
     if (inflight_[head]) [[unlikely]] {
-      MarkBroken(fmt::format("avail entry {} names head {} already in flight", last_avail_, head));
+      BrokenHead("already in flight", head);
       return false;
     }
     ++last_avail_;

@@ -1,5 +1,7 @@
 #include "vdev/echo_device.h"
 
+#include <cstring>
+
 #include "gtest/gtest.h"
 
 namespace vdev {
@@ -14,6 +16,21 @@ TEST(VdevEchoDevice, CopiesAcrossUnevenSegments) {
   EXPECT_EQ(dst1[1], 2);
   EXPECT_EQ(dst3[0], 3);
   EXPECT_EQ(dst3[3], 6);
+}
+
+TEST(VdevEchoDevice, OneBufferEachWayCopiesTheShorterLength) {
+  uint8_t src[5] = {1, 2, 3, 4, 5}, dst[8] = {};
+  EXPECT_EQ(EchoChain(Chain(0, {{src, 5}}, {{dst, 8}}, nullptr)), 5u);
+  EXPECT_EQ(dst[4], 5);
+  EXPECT_EQ(dst[5], 0);
+  uint8_t small[2] = {};
+  EXPECT_EQ(EchoChain(Chain(0, {{src, 5}}, {{small, 2}}, nullptr)), 2u);
+  EXPECT_EQ(small[1], 2);
+  // A guest may make the two buffers overlap: the copy behaves like memmove.
+  uint8_t both[6] = {1, 2, 3, 4, 5, 6};
+  EXPECT_EQ(EchoChain(Chain(0, {{both, 4}}, {{both + 2, 4}}, nullptr)), 4u);
+  const uint8_t want[6] = {1, 2, 1, 2, 3, 4};
+  EXPECT_EQ(std::memcmp(both, want, 6), 0);
 }
 
 TEST(VdevEchoDevice, EmptySidesCopyNothing) {

@@ -140,6 +140,11 @@ class SplitQueue final : public Queue {
   // crossing its end); refreshes the cache.
   bool TranslateSlow(uint64_t addr, uint32_t len, std::vector<Segment>* out);
   [[gnu::cold]] WalkResult Malformed(uint16_t head, const std::string& why);
+  [[gnu::cold, gnu::noinline]] WalkResult MalformedWhy(uint16_t head, const char* why);
+  [[gnu::cold, gnu::noinline]] WalkResult MalformedBuffer(uint16_t head, const char* what,
+                                                          uint64_t addr, uint32_t len);
+  [[gnu::cold, gnu::noinline]] WalkResult MalformedNext(uint16_t head, uint16_t next);
+  [[gnu::cold, gnu::noinline]] void BrokenHead(const char* what, uint16_t head);
   void MarkBroken(const std::string& why);
   // Re-reads the avail index; false when it jumped (ring broken).
   bool RefreshAvail();
