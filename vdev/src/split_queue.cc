@@ -321,8 +321,6 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
   std::vector<Segment>* segments = &out->readable_;
   uint64_t total = 0;
   uint64_t readable_total = 0;
-  const uint64_t max_bytes = limits_.max_chain_bytes;
-  MemoryMap::HostRange hot = hot_;  // a local copy: segment stores cannot alias it
   for (;;) {
     if (budget == 0) [[unlikely]] {
       return MalformedWhy(head, "descriptor chain loops or exceeds its table");
@@ -358,18 +356,17 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
       total = 0;
       segments = &out->writable_;
     }
-    if (len > max_bytes - total) [[unlikely]] {
+    if (len > limits_.max_chain_bytes - total) [[unlikely]] {
       return MalformedBuffer(head, "over the chain limit", addr, len);
     }
     if (len != 0) {
       // Most buffers lie in the region the previous one hit: translate inline.
-      if (uint8_t* host = hot.Translate(addr, len); host != nullptr) [[likely]] {
+      if (uint8_t* host = hot_.Translate(addr, len); host != nullptr) [[likely]] {
         segments->push_back({host, len});
       } else {
         if (!TranslateSlow(addr, len, segments)) {
           return MalformedBuffer(head, "outside guest memory", addr, len);
         }
-        hot = hot_;
       }
       total += len;
     }
