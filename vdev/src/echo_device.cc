@@ -31,8 +31,8 @@ namespace {
 
 // Any number of segments on either side.
 [[gnu::noinline]] size_t EchoSegments(const Chain& chain, size_t total) {
-  const auto& src = chain.readable();
-  const auto& dst = chain.writable();
+  const std::span<const Segment> src = chain.readable();
+  const std::span<const Segment> dst = chain.writable();
   size_t si = 0, so = 0, di = 0, dof = 0, done = 0;
   while (done < total) {
     // Skip exhausted (or zero-length) segments.
@@ -57,8 +57,8 @@ namespace {
 
 size_t EchoChain(const Chain& chain) {
   const size_t total = std::min(chain.readable_bytes(), chain.writable_bytes());
-  const auto& src = chain.readable();
-  const auto& dst = chain.writable();
+  const std::span<const Segment> src = chain.readable();
+  const std::span<const Segment> dst = chain.writable();
   // The usual request/response chain: one buffer each way.
   if (src.size() == 1 && dst.size() == 1) {
     std::memmove(dst[0].data, src[0].data, total);

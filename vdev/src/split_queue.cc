@@ -271,8 +271,10 @@ void SplitQueue::BrokenHead(const char* what, uint16_t head) {
   MarkBroken(fmt::format("avail entry {} names head {} {}", last_avail_, head, what));
 }
 
-bool SplitQueue::TranslateSlow(uint64_t addr, uint32_t len, std::vector<Segment>* out) {
-  if (!memory_->TranslateGpa(addr, len, out)) return false;
+bool SplitQueue::TranslateSlow(uint64_t addr, uint32_t len, Chain* out) {
+  slow_segments_.clear();
+  if (!memory_->TranslateGpa(addr, len, &slow_segments_)) return false;
+  for (const Segment& s : slow_segments_) out->Append(s);
   // Remember the region the buffer starts in: the next buffers most likely
   // lie in it too. (A buffer crossing into another region keeps missing the
   // cache and takes this path every time, which stays correct.)
@@ -316,9 +318,8 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
   uint32_t i = head;
   bool in_indirect = false;
   // Readable descriptors come first; `writing` flips once, at the first
-  // writable one, and the running total and segment list switch with it.
+  // writable one, where the readable segment count and total are recorded.
   bool writing = false;
-  std::vector<Segment>* segments = &out->readable_;
   uint64_t total = 0;
   uint64_t readable_total = 0;
   for (;;) {
@@ -354,7 +355,7 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
       writing = true;
       readable_total = total;
       total = 0;
-      segments = &out->writable_;
+      out->num_readable_ = out->num_segments_;
     }
     if (len > limits_.max_chain_bytes - total) [[unlikely]] {
       return MalformedBuffer(head, "over the chain limit", addr, len);
@@ -362,9 +363,9 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
     if (len != 0) {
       // Most buffers lie in the region the previous one hit: translate inline.
       if (uint8_t* host = hot_.Translate(addr, len); host != nullptr) [[likely]] {
-        segments->push_back({host, len});
+        out->Append({host, len});
       } else {
-        if (!TranslateSlow(addr, len, segments)) {
+        if (!TranslateSlow(addr, len, out)) {
           return MalformedBuffer(head, "outside guest memory", addr, len);
         }
       }
@@ -380,6 +381,7 @@ SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uin
     out->readable_bytes_ = readable_total;
     out->writable_bytes_ = total;
   } else {
+    out->num_readable_ = out->num_segments_;
     out->readable_bytes_ = total;
     out->writable_bytes_ = 0;
   }
@@ -413,11 +415,9 @@ bool SplitQueue::Pop(Chain* out) {
       return false;
     }
     ++last_avail_;
-    out->readable_.clear();
-    out->writable_.clear();
+    out->ClearSegments();
     if (Walk(head, out) != WalkResult::kOk) [[unlikely]] {
-      out->readable_.clear();
-      out->writable_.clear();
+      out->ClearSegments();
       out->readable_bytes_ = 0;
       out->writable_bytes_ = 0;
       PushUsed(head, 0);

@@ -214,6 +214,77 @@ TEST_F(VdevSplitQueueTest, IndirectTablesAreFollowed) {
   EXPECT_EQ(c.writable().size(), 2u);
 }
 
+// An indirect table of many entries gives a chain with more segments than a
+// Chain holds inline; the same Chain then takes a short chain again.
+TEST_F(VdevSplitQueueTest, LongIndirectChainSpillsAndTheChainIsReused) {
+  constexpr uint16_t kEntries = 100;  // 40 readable, then 60 writable
+  constexpr uint16_t kReadable = 40;
+  static_assert(kEntries > Chain::kInlineSegments);
+  for (uint16_t i = 0; i < kEntries; ++i) {
+    const bool last = i + 1 == kEntries;
+    const uint16_t flags = static_cast<uint16_t>((last ? 0 : N) | (i >= kReadable ? W : 0));
+    ring_.SetDesc(i, kBuf + 0x10 * i, 1 + i % 7, flags, static_cast<uint16_t>(i + 1), kTable);
+  }
+  ring_.SetDesc(0, kTable, 16 * kEntries, I, 0);
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  ASSERT_EQ(c.readable().size(), kReadable);
+  ASSERT_EQ(c.writable().size(), kEntries - kReadable);
+  size_t readable_bytes = 0, writable_bytes = 0;
+  for (uint16_t i = 0; i < kEntries; ++i) {
+    const Segment& s = i < kReadable ? c.readable()[i] : c.writable()[i - kReadable];
+    EXPECT_TRUE(testing::Aliases(s.data, guest_.host(kBuf + 0x10 * i))) << i;
+    EXPECT_EQ(s.len, 1u + i % 7) << i;
+    (i < kReadable ? readable_bytes : writable_bytes) += s.len;
+  }
+  EXPECT_EQ(c.readable_bytes(), readable_bytes);
+  EXPECT_EQ(c.writable_bytes(), writable_bytes);
+
+  // A copy holds the same segments; the moved-from chain is left empty.
+  Chain copy = c;
+  ASSERT_EQ(copy.writable().size(), kEntries - kReadable);
+  EXPECT_EQ(copy.writable()[5].data, c.writable()[5].data);
+  Chain moved = std::move(copy);
+  EXPECT_EQ(moved.readable().size(), kReadable);
+  EXPECT_TRUE(copy.readable().empty());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(copy.writable().empty());  // NOLINT(bugprone-use-after-move)
+  q_.Complete(moved, 3);
+  q_.Flush();
+  EXPECT_EQ(ring_.used_elem(0).second, 3u);
+
+  ring_.SetDesc(1, kBuf, 4, N, 2);
+  ring_.SetDesc(2, kBuf + 0x100, 8, W, 0);
+  ring_.Publish(1);
+  ASSERT_TRUE(q_.Pop(&c));
+  ASSERT_EQ(c.readable().size(), 1u);
+  ASSERT_EQ(c.writable().size(), 1u);
+  EXPECT_TRUE(testing::Aliases(c.readable()[0].data, guest_.host(kBuf)));
+  EXPECT_TRUE(testing::Aliases(c.writable()[0].data, guest_.host(kBuf + 0x100)));
+  EXPECT_EQ(c.readable_bytes(), 4u);
+  EXPECT_EQ(c.writable_bytes(), 8u);
+}
+
+// The inline/heap boundary itself: exactly kInlineSegments, then one more.
+TEST_F(VdevSplitQueueTest, ChainsAroundTheInlineCapacity) {
+  for (uint32_t n : {Chain::kInlineSegments, Chain::kInlineSegments + 1}) {
+    for (uint16_t i = 0; i < n; ++i) {
+      ring_.SetDesc(i, kBuf + 0x10 * i, 2, static_cast<uint16_t>((i + 1u < n ? N : 0) | W),
+                    static_cast<uint16_t>(i + 1), kTable);
+    }
+    ring_.SetDesc(0, kTable, 16u * n, I, 0);
+    ring_.Publish(0);
+    Chain c;
+    ASSERT_TRUE(q_.Pop(&c)) << n;
+    EXPECT_TRUE(c.readable().empty());
+    ASSERT_EQ(c.writable().size(), n);
+    EXPECT_EQ(c.writable_bytes(), 2u * n);
+    EXPECT_TRUE(testing::Aliases(c.writable()[n - 1].data, guest_.host(kBuf + 0x10 * (n - 1))));
+    q_.Complete(c, 0);
+    q_.Flush();
+  }
+}
+
 TEST_F(VdevSplitQueueTest, IndirectAbuseIsSkipped) {
   ring_.SetDesc(0, kTable, 0, I, 0);
   ring_.Publish(0);

@@ -31,15 +31,32 @@ struct Segment {
 
 // One validated descriptor chain: readable segments first, then writable ones.
 // Lengths and bounds were checked against the memory map by vdev.
+//
+// The segments live in one array, readable then writable, held inline for
+// the usual short chain (no allocation, and refilling a Chain in place costs
+// a few stores); longer chains spill to the heap. The spans readable() and
+// writable() return stay valid until the Chain is refilled, assigned, moved
+// from or destroyed.
 class Chain {
  public:
+  // Segments held without a heap allocation.
+  static constexpr uint32_t kInlineSegments = 8;
+
   Chain() = default;
-  Chain(uint16_t head, std::vector<Segment> readable, std::vector<Segment> writable,
+  // Builds a chain by hand (devices' tests); copies the segments.
+  Chain(uint16_t head, const std::vector<Segment>& readable, const std::vector<Segment>& writable,
         MemoryMapPtr memory);
+  Chain(const Chain& other);
+  Chain& operator=(const Chain& other);
+  Chain(Chain&& other) noexcept;
+  Chain& operator=(Chain&& other) noexcept;
+  ~Chain() = default;
 
   uint16_t head() const { return head_; }
-  const std::vector<Segment>& readable() const { return readable_; }
-  const std::vector<Segment>& writable() const { return writable_; }
+  std::span<const Segment> readable() const { return {segments_, num_readable_}; }
+  std::span<const Segment> writable() const {
+    return {segments_ + num_readable_, num_segments_ - num_readable_};
+  }
   size_t readable_bytes() const { return readable_bytes_; }
   size_t writable_bytes() const { return writable_bytes_; }
   const MemoryMapPtr& memory() const { return memory_; }
@@ -50,17 +67,37 @@ class Chain {
   size_t Write(size_t offset, const void* src, size_t len) const;
 
  private:
+  // Empties the segment list, keeping its capacity.
+  void ClearSegments() {
+    num_segments_ = 0;
+    num_readable_ = 0;
+  }
+  void Append(Segment s) {
+    if (num_segments_ == capacity_) [[unlikely]]
+      Grow();
+    segments_[num_segments_++] = s;
+  }
+  // Doubles the capacity (moving to the heap when it leaves the inline array).
+  [[gnu::noinline]] void Grow();
+  // Replaces the segments with a copy of r followed by w.
+  void AssignSegments(std::span<const Segment> r, std::span<const Segment> w);
+  void CopyFrom(const Chain& other);
+
   uint16_t head_ = 0;
-  std::vector<Segment> readable_;
-  std::vector<Segment> writable_;
+  uint32_t num_segments_ = 0;
+  uint32_t num_readable_ = 0;  // the first num_readable_ segments are readable
+  uint32_t capacity_ = kInlineSegments;
+  Segment* segments_ = inline_;  // inline_ or heap_.get()
   size_t readable_bytes_ = 0;
   size_t writable_bytes_ = 0;
   MemoryMapPtr memory_;
   // Which started instance of a ring the chain was popped from, so completing
   // it after the ring stopped (or restarted) is recognised and ignored.
   uint64_t ring_id_ = 0;
+  std::unique_ptr<Segment[]> heap_;
+  Segment inline_[kInlineSegments];
 
-  // The queue refills a Chain in place, reusing its vectors' capacity.
+  // The queue refills a Chain in place, reusing its segment capacity.
   friend class SplitQueue;
 };
 

@@ -138,7 +138,7 @@ class SplitQueue final : public Queue {
                            const uint8_t** table, uint32_t* entries);
   // Full MemoryMap translation (buffers outside the cached region, or
   // crossing its end); refreshes the cache.
-  bool TranslateSlow(uint64_t addr, uint32_t len, std::vector<Segment>* out);
+  bool TranslateSlow(uint64_t addr, uint32_t len, Chain* out);
   [[gnu::cold]] WalkResult Malformed(uint16_t head, const std::string& why);
   [[gnu::cold, gnu::noinline]] WalkResult MalformedWhy(uint16_t head, const char* why);
   [[gnu::cold, gnu::noinline]] WalkResult MalformedBuffer(uint16_t head, const char* what,
@@ -195,6 +195,7 @@ class SplitQueue final : public Queue {
   bool yielded_ = false;
   std::function<void(uint16_t)> on_yield_;
   QueueStats stats_;
+  std::vector<Segment> slow_segments_;  // TranslateSlow's scratch list
 };
 
 }  // namespace vdev
