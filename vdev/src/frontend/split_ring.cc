@@ -75,6 +75,10 @@ Status SplitRing::Create(GuestMemory* memory, const Options& options,
   ring->desc_ = reinterpret_cast<vring_desc*>(base);
   ring->avail_ = reinterpret_cast<vring_avail*>(base + avail_off);
   ring->used_ = reinterpret_cast<vring_used*>(base + used_off);
+  ring->desc_bytes_ = base;
+  ring->avail_ring_ = ring->avail_->ring;
+  static_assert(sizeof(vring_desc) == kDescBytes && VRING_DESC_F_NEXT == kDescNext &&
+                VRING_DESC_F_WRITE == kDescWrite);
   ring->Reset();
   *out = std::move(ring);
   return Status::Ok();
@@ -103,8 +107,8 @@ void SplitRing::Reset() {
   if (!notifications_enabled_) DisableNotifications();
 }
 
-Status SplitRing::AddChain(std::span<const Buffer> readable, std::span<const Buffer> writable,
-                           uint64_t cookie, bool use_indirect, uint16_t* head) {
+Status SplitRing::AddChainSlow(std::span<const Buffer> readable, std::span<const Buffer> writable,
+                               uint64_t cookie, bool use_indirect, uint16_t* head) {
   const size_t nr = readable.size();
   const size_t total = nr + writable.size();
   if (total == 0) [[unlikely]] {
@@ -175,31 +179,6 @@ bool SplitRing::HasEmptyBuffer(std::span<const Buffer> readable, std::span<const
     if (b.len == 0) return true;
   }
   return false;
-}
-
-void SplitRing::PutDesc(vring_desc* d, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
-  // addr, then len | flags | next as one word (the ring is little-endian).
-  const uint64_t words[2] = {addr, static_cast<uint64_t>(len) | static_cast<uint64_t>(flags) << 32 |
-                                       static_cast<uint64_t>(next) << 48};
-  static_assert(sizeof(vring_desc) == sizeof(words));
-  // A descriptor that already holds these bytes (the same buffer posted in
-  // the same slot again, the usual case for fixed request/response buffers)
-  // is left alone: a store would take the cache line away from the device,
-  // which then misses on it when it reads the chain.
-  uint64_t old[2];
-  std::memcpy(old, static_cast<const void*>(d), sizeof(old));
-  if (((old[0] ^ words[0]) | (old[1] ^ words[1])) != 0) {
-    std::memcpy(static_cast<void*>(d), words, sizeof(words));
-  }
-}
-
-void SplitRing::Commit(uint16_t head, uint16_t ndesc) {
-  num_free_ = static_cast<uint16_t>(num_free_ - ndesc);
-  ++in_flight_;
-  // Like descriptors, an avail slot already naming this head is not rewritten.
-  uint16_t& slot = avail_->ring[shadow_avail_idx_ & (size_ - 1)];
-  if (slot != head) slot = head;
-  ++shadow_avail_idx_;
 }
 
 Status SplitRing::AddIndirect(std::span<const Buffer> readable, std::span<const Buffer> writable,

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
@@ -73,8 +74,59 @@ class SplitRing {
   // use_indirect (and indirect negotiated) the chain occupies one ring
   // descriptor and a table allocated in guest memory. Not visible to the
   // device until Publish(). kNoSpace when the ring has too few descriptors.
+  // (Inline: the usual chain, direct and fitting, is a few stores; anything
+  // else, errors included, goes through AddChainSlow.)
   Status AddChain(std::span<const Buffer> readable, std::span<const Buffer> writable,
-                  uint64_t cookie, bool use_indirect, uint16_t* head);
+                  uint64_t cookie, bool use_indirect, uint16_t* head) {
+    const size_t total = readable.size() + writable.size();
+    // total - 1 wraps for an empty chain; num_free_ <= size_ covers chains
+    // longer than the ring.
+    if (total - 1 >= num_free_ || (use_indirect && indirect_)) [[unlikely]] {
+      return AddChainSlow(readable, writable, cookie, use_indirect, head);
+    }
+    // Descriptors are taken in private free-list order and linked in it.
+    // Nothing is committed (free list, chain state, avail ring) until every
+    // buffer was checked; a zero-length buffer sends the whole chain to the
+    // slow path, which reports it.
+    const uint16_t first = free_head_;
+    uint16_t cur = first;
+    uint16_t last = first;
+    size_t left = total;  // descriptors still to write, this one included
+    for (const Buffer& b : readable) {
+      if (b.len == 0) [[unlikely]] {
+        return AddChainSlow(readable, writable, cookie, use_indirect, head);
+      }
+      const uint16_t next = next_free_[cur];
+      const bool more = --left != 0;
+      PutDesc(cur, b.gpa, b.len, more ? kDescNext : 0, more ? next : 0);
+      last = cur;
+      cur = next;
+    }
+    uint64_t writable_bytes = 0;
+    for (const Buffer& b : writable) {
+      if (b.len == 0) [[unlikely]] {
+        return AddChainSlow(readable, writable, cookie, use_indirect, head);
+      }
+      const uint16_t next = next_free_[cur];
+      const bool more = --left != 0;
+      PutDesc(cur, b.gpa, b.len, static_cast<uint16_t>(kDescWrite | (more ? kDescNext : 0)),
+              more ? next : 0);
+      writable_bytes += b.len;
+      last = cur;
+      cur = next;
+    }
+    free_head_ = cur;
+    ChainState& state = chains_[first];
+    state.cookie = cookie;
+    state.writable_bytes = writable_bytes;
+    state.ndesc = static_cast<uint16_t>(total);
+    state.last = last;
+    state.in_flight = true;
+    state.indirect = nullptr;
+    Commit(first, static_cast<uint16_t>(total));
+    if (head != nullptr) *head = first;
+    return Status::Ok();
+  }
 
   // Makes every chain added since the last Publish visible to the device.
   // Returns true when the device asked to be notified (EVENT_IDX avail_event
@@ -117,13 +169,46 @@ class SplitRing {
     void* indirect = nullptr;
   };
 
+  // VRING_DESC_F_NEXT / _WRITE (checked against <linux/virtio_ring.h>).
+  static constexpr uint16_t kDescNext = 1;
+  static constexpr uint16_t kDescWrite = 2;
+
   SplitRing(GuestMemory* memory, const Options& options);
+  // Every chain AddChain does not take inline: indirect ones and errors.
+  Status AddChainSlow(std::span<const Buffer> readable, std::span<const Buffer> writable,
+                      uint64_t cookie, bool use_indirect, uint16_t* head);
   Status AddIndirect(std::span<const Buffer> readable, std::span<const Buffer> writable,
                      uint64_t cookie, uint16_t* head);
   static bool HasEmptyBuffer(std::span<const Buffer> readable, std::span<const Buffer> writable);
-  static void PutDesc(vring_desc* d, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next);
+  static void PutDesc(vring_desc* d, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
+    PutDescBytes(reinterpret_cast<uint8_t*>(d), addr, len, flags, next);
+  }
+  void PutDesc(uint16_t i, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
+    PutDescBytes(desc_bytes_ + kDescBytes * i, addr, len, flags, next);
+  }
+  static void PutDescBytes(uint8_t* d, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
+    // addr, then len | flags | next as one word (the ring is little-endian).
+    const uint64_t words[2] = {addr, static_cast<uint64_t>(len) |
+                                         static_cast<uint64_t>(flags) << 32 |
+                                         static_cast<uint64_t>(next) << 48};
+    // A descriptor that already holds these bytes (the same buffer posted in
+    // the same slot again, the usual case for fixed request/response buffers)
+    // is left alone: a store would take the cache line away from the device,
+    // which then misses on it when it reads the chain.
+    uint64_t old[2];
+    std::memcpy(old, d, sizeof(old));
+    if (((old[0] ^ words[0]) | (old[1] ^ words[1])) != 0) std::memcpy(d, words, sizeof(words));
+  }
   // Takes ndesc descriptors off the free count and puts head on the avail ring.
-  void Commit(uint16_t head, uint16_t ndesc);
+  void Commit(uint16_t head, uint16_t ndesc) {
+    num_free_ = static_cast<uint16_t>(num_free_ - ndesc);
+    ++in_flight_;
+    // Like descriptors, an avail slot already naming this head is not rewritten.
+    uint16_t& slot = avail_ring_[shadow_avail_idx_ & (size_ - 1)];
+    if (slot != head) slot = head;
+    ++shadow_avail_idx_;
+  }
+  static constexpr size_t kDescBytes = 16;
   void WriteUsedEvent(uint16_t value);
   uint16_t ReadUsedIdx() const;
 
@@ -138,6 +223,8 @@ class SplitRing {
   vring_desc* desc_ = nullptr;
   vring_avail* avail_ = nullptr;
   vring_used* used_ = nullptr;
+  uint8_t* desc_bytes_ = nullptr;   // desc_, for the inline AddChain
+  uint16_t* avail_ring_ = nullptr;  // avail_->ring
 
   std::vector<uint16_t> next_free_;  // private free list links
   std::vector<ChainState> chains_;   // indexed by head
