@@ -265,13 +265,19 @@ size_t SplitRing::PollUsed(Completion* out, size_t max, Status* error) {
   // PutDesc does not need to rewrite.
   uint16_t batch_head = 0;
   uint16_t batch_tail = 0;  // last descriptor of the previous chain freed
+  // Working copies in registers: the stores to out[] and next_free_ could
+  // alias the members, which would make every iteration reload them.
+  uint16_t used = last_used_idx_;
+  uint16_t num_free = num_free_;
+  const uint16_t size = size_;
+  const uint16_t mask = static_cast<uint16_t>(size - 1);
   size_t n = 0;
   for (; n < todo; ++n) {
     // Each field of the entry is fetched once.
-    const vring_used_elem& e = used_->ring[last_used_idx_ & (size_ - 1)];
+    const vring_used_elem& e = used_->ring[used & mask];
     const uint32_t id = LoadRelaxed32(&e.id);
     const uint32_t len = LoadRelaxed32(&e.len);
-    if (id >= size_ || !chains_[id].in_flight) [[unlikely]] {
+    if (id >= size || !chains_[id].in_flight) [[unlikely]] {
       *error = Status::ProtocolError("used entry names a descriptor that is not in flight");
       break;
     }
@@ -291,12 +297,14 @@ size_t SplitRing::PollUsed(Completion* out, size_t max, Status* error) {
       next_free_[batch_tail] = static_cast<uint16_t>(id);
     }
     batch_tail = c.last;
-    num_free_ = static_cast<uint16_t>(num_free_ + c.ndesc);
+    num_free = static_cast<uint16_t>(num_free + c.ndesc);
     out[n].head = static_cast<uint16_t>(id);
     out[n].len = len;
     out[n].cookie = c.cookie;
-    ++last_used_idx_;
+    ++used;
   }
+  last_used_idx_ = used;
+  num_free_ = num_free;
   if (n > 0) {
     next_free_[batch_tail] = free_head_;
     free_head_ = batch_head;
