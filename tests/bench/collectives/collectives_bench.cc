@@ -331,6 +331,8 @@ int main(int argc, char** argv) {
       full = true;
     } else if (std::strcmp(argv[i], "--no-stream") == 0) {
       opts.stream_min_bytes = 0;  // regular stores only, for comparison
+    } else if (std::strcmp(argv[i], "--stream-min") == 0 && i + 1 < argc) {
+      opts.stream_min_bytes = std::strtoull(argv[++i], nullptr, 0);  // bytes touched
     } else if (std::strcmp(argv[i], "--no-fairness") == 0) {
       fairness = false;
     } else if (std::strcmp(argv[i], "--p") == 0 && i + 1 < argc) {
@@ -341,7 +343,7 @@ int main(int argc, char** argv) {
       }
       ranks = {static_cast<uint32_t>(p)};
     } else {
-      std::fprintf(stderr, "usage: %s [--full] [--p N] [--no-stream] [--no-fairness]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--full] [--p N] [--no-stream | --stream-min BYTES] [--no-fairness]\n", argv[0]);
       return 2;
     }
   }
