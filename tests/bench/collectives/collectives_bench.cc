@@ -343,7 +343,9 @@ int main(int argc, char** argv) {
       }
       ranks = {static_cast<uint32_t>(p)};
     } else {
-      std::fprintf(stderr, "usage: %s [--full] [--p N] [--no-stream | --stream-min BYTES] [--no-fairness]\n", argv[0]);
+      std::fprintf(
+          stderr, "usage: %s [--full] [--p N] [--no-stream | --stream-min BYTES] [--no-fairness]\n",
+          argv[0]);
       return 2;
     }
   }
