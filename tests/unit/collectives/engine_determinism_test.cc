@@ -72,23 +72,27 @@ TEST(CollectivesDeterminism, SameBitsWithOneOrManyWorkersAndAnyBlockSize) {
   }
 }
 
+// One fp32 sum all-reduce: rank i sends sends[i] and receives into recvs[i].
+std::vector<OpDesc> Fp32AllReduce(const std::vector<std::vector<float>*>& sends,
+                                  const std::vector<std::vector<float>*>& recvs) {
+  std::vector<OpDesc> d(sends.size());
+  for (size_t i = 0; i < d.size(); ++i) {
+    d[i].op = Op::kAllReduce;
+    d[i].count = sends[i]->size();
+    d[i].dtype = static_cast<uint8_t>(DType::kFp32);
+    d[i].send = {IoSpan{reinterpret_cast<uint8_t*>(sends[i]->data()), sends[i]->size() * 4}};
+    d[i].recv = {IoSpan{reinterpret_cast<uint8_t*>(recvs[i]->data()), recvs[i]->size() * 4}};
+  }
+  return d;
+}
+
 TEST(CollectivesDeterminism, ParallelPlanIsChosenForLargeOps) {
   EngineOptions o;
   o.worker_threads = 4;
   Engine e(o);
   auto m = MakeComm(e, 3, 2);
   std::vector<float> a(1 << 20, 1), b(1 << 20, 2), x(1 << 20), y(1 << 20);
-  std::vector<OpDesc> d(2);
-  for (int i = 0; i < 2; ++i) {
-    d[i].op = Op::kAllReduce;
-    d[i].count = 1 << 20;
-    d[i].dtype = static_cast<uint8_t>(DType::kFp32);
-    auto& s = i ? b : a;
-    auto& r = i ? y : x;
-    d[i].send = {IoSpan{reinterpret_cast<uint8_t*>(s.data()), s.size() * 4}};
-    d[i].recv = {IoSpan{reinterpret_cast<uint8_t*>(r.data()), r.size() * 4}};
-  }
-  for (Status st : RunAll(e, m, d)) EXPECT_EQ(st, Status::kOk);
+  for (Status st : RunAll(e, m, Fp32AllReduce({&a, &b}, {&x, &y}))) EXPECT_EQ(st, Status::kOk);
   EngineStats st = e.Stats();
   EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kBlockedParallel)], 1u);
   EXPECT_EQ(st.threads_chosen, 4u);
@@ -109,17 +113,7 @@ TEST(CollectivesDeterminism, MidSizedOpsGetACallerShareUnlessDisabled) {
     auto m = MakeComm(e, 3, 2);
     constexpr size_t kCount = 1 << 18;  // 1 MiB per rank, 4 MiB touched
     std::vector<float> a(kCount, 1), b(kCount, 2), x(kCount), y(kCount);
-    std::vector<OpDesc> d(2);
-    for (int i = 0; i < 2; ++i) {
-      d[i].op = Op::kAllReduce;
-      d[i].count = kCount;
-      d[i].dtype = static_cast<uint8_t>(DType::kFp32);
-      auto& s = i ? b : a;
-      auto& r = i ? y : x;
-      d[i].send = {IoSpan{reinterpret_cast<uint8_t*>(s.data()), s.size() * 4}};
-      d[i].recv = {IoSpan{reinterpret_cast<uint8_t*>(r.data()), r.size() * 4}};
-    }
-    for (Status st : RunAll(e, m, d)) EXPECT_EQ(st, Status::kOk);
+    for (Status st : RunAll(e, m, Fp32AllReduce({&a, &b}, {&x, &y}))) EXPECT_EQ(st, Status::kOk);
     EngineStats st = e.Stats();
     EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kBlockedParallel)], 1u);
     EXPECT_EQ(st.caller_shares, limit != 0 ? 1u : 0u) << "limit " << limit;

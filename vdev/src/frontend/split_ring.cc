@@ -125,50 +125,10 @@ Status SplitRing::AddChainSlow(std::span<const Buffer> readable, std::span<const
     return Status::NoSpace("not enough free descriptors");
   }
   if (indirect) return AddIndirect(readable, writable, cookie, head);
-
-  // Descriptors are taken in private free-list order and linked in it
-  // (PutDesc). Nothing is committed (free list, chain state, avail ring)
-  // until every buffer was checked, so an error leaves only unreferenced
-  // descriptor contents behind.
-  const uint16_t first = free_head_;
-  uint16_t cur = first;
-  uint16_t last = first;
-  size_t left = total;  // descriptors still to write, this one included
-  for (const Buffer& b : readable) {
-    if (b.len == 0) [[unlikely]] {
-      return Status::InvalidArgument("zero-length buffer");
-    }
-    const uint16_t next = next_free_[cur];
-    const bool more = --left != 0;
-    PutDesc(&desc_[cur], b.gpa, b.len, more ? VRING_DESC_F_NEXT : 0, more ? next : 0);
-    last = cur;
-    cur = next;
-  }
-  uint64_t writable_bytes = 0;
-  for (const Buffer& b : writable) {
-    if (b.len == 0) [[unlikely]] {
-      return Status::InvalidArgument("zero-length buffer");
-    }
-    const uint16_t next = next_free_[cur];
-    const bool more = --left != 0;
-    PutDesc(&desc_[cur], b.gpa, b.len,
-            static_cast<uint16_t>(VRING_DESC_F_WRITE | (more ? VRING_DESC_F_NEXT : 0)),
-            more ? next : 0);
-    writable_bytes += b.len;
-    last = cur;
-    cur = next;
-  }
-  free_head_ = cur;
-  ChainState& state = chains_[first];
-  state.cookie = cookie;
-  state.writable_bytes = writable_bytes;
-  state.ndesc = need;
-  state.last = last;
-  state.in_flight = true;
-  state.indirect = nullptr;
-  Commit(first, need);
-  if (head != nullptr) *head = first;
-  return Status::Ok();
+  // A direct chain that fits: the inline AddChain writes it, unless a buffer
+  // is empty (that is what sent it here, and nothing was committed).
+  if (HasEmptyBuffer(readable, writable)) return Status::InvalidArgument("zero-length buffer");
+  return AddChain(readable, writable, cookie, /*use_indirect=*/false, head);
 }
 
 bool SplitRing::HasEmptyBuffer(std::span<const Buffer> readable, std::span<const Buffer> writable) {
