@@ -4,7 +4,32 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
+#include <string>
+
+namespace hz::coll {
+
+uint64_t DefaultStreamMinBytes() {
+  // The size of the L3 that this CPU shares with its neighbours, as sysfs
+  // reports it ("32768K"). sysconf(_SC_LEVEL3_CACHE_SIZE) is not used: on
+  // multi-chiplet CPUs glibc sums every chiplet's L3, which no single
+  // operation can use.
+  constexpr uint64_t kFallback = uint64_t{32} << 20;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
+    std::ifstream level(dir + "/level"), size(dir + "/size");
+    int lv = 0;
+    uint64_t kib = 0;
+    char unit = 0;
+    if (!(level >> lv) || lv != 3) continue;
+    if (!(size >> kib >> unit) || unit != 'K' || kib == 0 || kib > (uint64_t{1} << 30)) break;
+    return kib << 10;
+  }
+  return kFallback;
+}
+
+}  // namespace hz::coll
 
 namespace hz::coll::internal {
 namespace {

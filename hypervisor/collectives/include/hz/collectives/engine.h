@@ -52,6 +52,10 @@ class Comm;
 class EngineImpl;
 }  // namespace internal
 
+// The size of the L3 cache this CPU shares (from sysfs), or 32 MiB when it
+// cannot be read.
+uint64_t DefaultStreamMinBytes();
+
 struct EngineOptions {
   uint32_t worker_threads = 0;          // 0: std::thread::hardware_concurrency()
   uint32_t default_timeout_ms = 60000;  // when Constraints::timeout_ms is 0
@@ -76,7 +80,10 @@ struct EngineOptions {
   uint64_t block_bytes = 0;
   // Operations moving at least this many bytes (read plus written) write
   // their outputs with non-temporal stores, which bypass the caches. 0: never.
-  uint64_t stream_min_bytes = 128ull << 20;
+  // The default is the last-level cache size: an operation whose working set
+  // exceeds it has its outputs evicted before anyone reads them, and regular
+  // stores would first read every output line from memory.
+  uint64_t stream_min_bytes = DefaultStreamMinBytes();
 };
 
 // How an operation was executed (the micro-level choice).
