@@ -281,7 +281,7 @@ TEST_F(ServiceFailuresTest, ARankDyingMidCollectiveAbortsTheOthers) {
 
 TEST_F(ServiceFailuresTest, SigtermAnswersEveryInFlightRequestWithShutdown) {
   auto vms = svc_.TenantWithVms("t1", 2);
-  Pipe ready;
+  Pipe ready, joined;
   pid_t service = svc_.pid();
   std::vector<Pipe> pipes(2);
   auto codes = RunRanks(2, [&](int rank) {
@@ -297,7 +297,8 @@ TEST_F(ServiceFailuresTest, SigtermAnswersEveryInFlightRequestWithShutdown) {
     uint64_t comm = 0;
     if (c.InitComm(uid, 2, rank, &comm, 60000) != HZ_S_OK) return 5;
     if (rank == 1) {
-      char x;
+      char x = 1;
+      joined.Send(&x, 1);
       ready.Receive(&x, 1, 30000);  // stays connected, posts nothing
       std::this_thread::sleep_for(milliseconds(500));
       return 0;
@@ -318,11 +319,13 @@ TEST_F(ServiceFailuresTest, SigtermAnswersEveryInFlightRequestWithShutdown) {
     ia.constraints.priority_class = HZ_PRIO_NORMAL;
     uint64_t init = c.Post(HZ_VQ_CONTROL, HZ_OP_COMM_INIT, &ia, sizeof(ia));
     uint64_t ev = c.PostRaw(HZ_VQ_EVENT, {}, sizeof(hz_event));
+    // Rank 1 has its COMM_INIT answer: the stop cannot overtake it.
+    char x;
+    if (!joined.Receive(&x, 1, 30000)) return 15;
     kill(service, SIGTERM);
     Reply r1 = c.Wait(2, op, milliseconds(15000));
     Reply r2 = c.Wait(HZ_VQ_CONTROL, init, milliseconds(15000));
     Reply r3 = c.Wait(HZ_VQ_EVENT, ev, milliseconds(15000));
-    char x = 1;
     ready.Send(&x, 1);
     if (r1.status != HZ_S_ESHUTDOWN) return 12;
     if (r2.status != HZ_S_ESHUTDOWN) return 13;
