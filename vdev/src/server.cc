@@ -27,12 +27,16 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
         factory(std::move(factory_in)),
         options(std::move(options_in)),
         acceptor(io_in),
-        timer(io_in) {}
+        timer(io_in),
+        handover_timer(io_in) {}
 
   void Accept();
   void Connect();
   void Adopt(stream_protocol::socket socket);
   void OnConnectionClosed();
+  // A front-end arrived while busy: park it (or refuse it if one waits).
+  void Park(stream_protocol::socket socket);
+  void Refuse(stream_protocol::socket socket);
 
   asio::io_context& io;
   const std::string path;
@@ -43,6 +47,12 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
   mutable std::mutex mu;
   std::weak_ptr<Connection> active;  // guarded by mu
   bool busy = false;                 // guarded by mu
+  // The front-end waiting for the hand-over, and which one it is (so that a
+  // late timer never refuses a newer one). Guarded by mu.
+  std::unique_ptr<stream_protocol::socket> waiting;
+  uint64_t waiting_generation = 0;
+  // Touched only by Accept (one at a time), never cancelled from elsewhere.
+  asio::steady_timer handover_timer;
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> accepted{0};
 };
@@ -70,10 +80,16 @@ void Server::State::Adopt(stream_protocol::socket socket) {
 }
 
 void Server::State::OnConnectionClosed() {
+  std::unique_ptr<stream_protocol::socket> next;
   {
     std::lock_guard<std::mutex> lock(mu);
     busy = false;
     active.reset();
+    next = std::move(waiting);
+  }
+  if (next != nullptr && !stopped) {
+    Adopt(std::move(*next));
+    return;
   }
   if (options.mode == ServerOptions::Mode::kClient && !stopped) {
     timer.expires_after(options.reconnect_interval);
@@ -96,16 +112,47 @@ void Server::State::Accept() {
         refuse = self->busy;
       }
       if (refuse) {
-        spdlog::warn("vdev[{}]: refusing a second front-end: one connection per socket",
-                     self->path);
-        boost::system::error_code ignored;
-        socket.close(ignored);
+        self->Park(std::move(socket));
       } else {
         self->Adopt(std::move(socket));
       }
     }
     self->Accept();
   });
+}
+
+void Server::State::Refuse(stream_protocol::socket socket) {
+  spdlog::warn("vdev[{}]: refusing a second front-end: one connection per socket", path);
+  boost::system::error_code ignored;
+  socket.close(ignored);
+}
+
+void Server::State::Park(stream_protocol::socket socket) {
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (waiting == nullptr && busy) {
+      waiting = std::make_unique<stream_protocol::socket>(std::move(socket));
+      generation = ++waiting_generation;
+    } else if (!busy) {
+      generation = 0;  // the connection closed meanwhile: adopt below
+    } else {
+      generation = ~uint64_t{0};  // one waits already
+    }
+  }
+  if (generation == 0) return Adopt(std::move(socket));
+  if (generation == ~uint64_t{0}) return Refuse(std::move(socket));
+  handover_timer.expires_after(options.handover_timeout);
+  handover_timer.async_wait(
+      [self = shared_from_this(), generation](const boost::system::error_code& ec) {
+        if (ec) return;  // replaced by a newer wait
+        std::unique_ptr<stream_protocol::socket> late;
+        {
+          std::lock_guard<std::mutex> lock(self->mu);
+          if (self->waiting_generation == generation) late = std::move(self->waiting);
+        }
+        if (late != nullptr) self->Refuse(std::move(*late));
+      });
 }
 
 void Server::State::Connect() {
@@ -180,9 +227,15 @@ void Server::Stop() {
   }
   s.timer.cancel();
   std::shared_ptr<Connection> conn;
+  std::unique_ptr<stream_protocol::socket> waiting;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     conn = s.active.lock();
+    waiting = std::move(s.waiting);
+  }
+  if (waiting != nullptr) {
+    boost::system::error_code ignored;
+    waiting->close(ignored);
   }
   if (conn) conn->Close("server stopped");
 }

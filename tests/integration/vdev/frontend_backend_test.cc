@@ -411,6 +411,18 @@ TEST_F(VdevFrontendBackend, SecondFrontEndOnABusySocketGetsACleanError) {
   EXPECT_EQ(EchoOnce(dev_, 0, 3), "");  // the first one is unaffected
 }
 
+// A front-end that connects while the back-end is still tearing down the
+// previous connection (a tool run twice in a row, a VM reconnecting) waits for
+// the hand-over instead of being refused: no retry loop is needed.
+TEST_F(VdevFrontendBackend, ReconnectingRightAfterADisconnectIsHandedTheSocket) {
+  for (int i = 0; i < 20; ++i) {
+    VirtioUser dev;
+    ASSERT_TRUE(dev.Connect(path_, DefaultOptions()).ok()) << "round " << i;
+    ASSERT_EQ(EchoOnce(dev, 0, static_cast<uint32_t>(i)), "") << "round " << i;
+    dev.Disconnect();
+  }
+}
+
 TEST(VdevFrontendTwoSockets, TwoConnectionsAtOnce) {
   const std::string a = TempSocketPath("two-a"), b = TempSocketPath("two-b");
   InProcessBackend backend({a, b});

@@ -56,6 +56,11 @@ struct ServerOptions {
   // well-behaved one never gets near either bound.
   size_t max_queued_reply_bytes = 256 * 1024;
   std::chrono::milliseconds reply_drain_timeout{2000};
+  // Server mode, one front-end per socket: a front-end that connects while
+  // the previous connection is still being torn down (its peer just closed,
+  // as when a VM or tool reconnects at once) waits up to this long for the
+  // hand-over instead of being refused. One waits at most; others are refused.
+  std::chrono::milliseconds handover_timeout{1000};
 };
 
 class Server {
