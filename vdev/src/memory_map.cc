@@ -132,12 +132,8 @@ int MemoryMap::FindGpa(uint64_t gpa) const {
 }
 
 uint8_t* MemoryMap::GpaToHost(uint64_t gpa, uint64_t len) const {
-  int i = FindGpa(gpa);
-  if (i < 0) return nullptr;
-  const Range& r = ranges_[i];
-  // gpa < r.end, so r.end - gpa cannot underflow and the comparison cannot wrap.
-  if (len > r.end - gpa) return nullptr;
-  return r.host + (gpa - r.gpa);
+  HostRange r;
+  return FindRange(gpa, &r) ? r.Translate(gpa, len) : nullptr;
 }
 
 bool MemoryMap::FindRange(uint64_t gpa, HostRange* out) const {

@@ -34,8 +34,9 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
   void Connect();
   void Adopt(stream_protocol::socket socket);
   void OnConnectionClosed();
-  // A front-end arrived while busy: park it (or refuse it if one waits).
-  void Park(stream_protocol::socket socket);
+  // A front-end arrived: adopt it, or while busy let it wait for the
+  // hand-over (refused if one waits already).
+  void Admit(stream_protocol::socket socket);
   void Refuse(stream_protocol::socket socket);
 
   asio::io_context& io;
@@ -106,16 +107,7 @@ void Server::State::Accept() {
     if (ec) {
       spdlog::warn("vdev[{}]: accept failed: {}", self->path, ec.message());
     } else {
-      bool refuse;
-      {
-        std::lock_guard<std::mutex> lock(self->mu);
-        refuse = self->busy;
-      }
-      if (refuse) {
-        self->Park(std::move(socket));
-      } else {
-        self->Adopt(std::move(socket));
-      }
+      self->Admit(std::move(socket));
     }
     self->Accept();
   });
@@ -127,21 +119,23 @@ void Server::State::Refuse(stream_protocol::socket socket) {
   socket.close(ignored);
 }
 
-void Server::State::Park(stream_protocol::socket socket) {
-  uint64_t generation;
+void Server::State::Admit(stream_protocol::socket socket) {
+  enum class Fate { kAdopt, kWait, kRefuse } fate;
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (waiting == nullptr && busy) {
+    if (!busy) {
+      fate = Fate::kAdopt;
+    } else if (waiting != nullptr) {
+      fate = Fate::kRefuse;  // one waits already
+    } else {
+      fate = Fate::kWait;
       waiting = std::make_unique<stream_protocol::socket>(std::move(socket));
       generation = ++waiting_generation;
-    } else if (!busy) {
-      generation = 0;  // the connection closed meanwhile: adopt below
-    } else {
-      generation = ~uint64_t{0};  // one waits already
     }
   }
-  if (generation == 0) return Adopt(std::move(socket));
-  if (generation == ~uint64_t{0}) return Refuse(std::move(socket));
+  if (fate == Fate::kAdopt) return Adopt(std::move(socket));
+  if (fate == Fate::kRefuse) return Refuse(std::move(socket));
   handover_timer.expires_after(options.handover_timeout);
   handover_timer.async_wait(
       [self = shared_from_this(), generation](const boost::system::error_code& ec) {

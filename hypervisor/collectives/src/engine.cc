@@ -465,9 +465,10 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   // The matching thread runs a share only while no other work waits for the
   // workers: under contention the weighted scheduler decides who runs, and a
   // caller's share would bypass it.
-  const bool caller_runs = plan.algorithm != Algorithm::kNone &&
-                           plan.algorithm != Algorithm::kInline && job->nblocks != 0 &&
-                           job->total_bytes <= opts_.caller_runs_max_bytes && !sched_->HasWaiting();
+  const bool run_inline = plan.algorithm == Algorithm::kNone ||
+                          plan.algorithm == Algorithm::kInline || job->nblocks == 0;
+  const bool caller_runs =
+      !run_inline && job->total_bytes <= opts_.caller_runs_max_bytes && !sched_->HasWaiting();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.algorithms[static_cast<size_t>(plan.algorithm)]++;
@@ -482,8 +483,7 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
       job->threads, plan.block_bytes, job->nblocks, job->total_bytes, in.queued_tasks,
       in.numa_nodes, plan.stream_stores, caller_runs);
 
-  if (plan.algorithm == Algorithm::kNone || plan.algorithm == Algorithm::kInline ||
-      job->nblocks == 0) {
+  if (run_inline) {
     bool incomplete = false;
     for (uint64_t b = 0; b < job->nblocks; ++b) {
       if (comm.aborted.load(std::memory_order_relaxed)) {

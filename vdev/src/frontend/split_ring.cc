@@ -109,25 +109,16 @@ void SplitRing::Reset() {
 
 Status SplitRing::AddChainSlow(std::span<const Buffer> readable, std::span<const Buffer> writable,
                                uint64_t cookie, bool use_indirect, uint16_t* head) {
-  const size_t nr = readable.size();
-  const size_t total = nr + writable.size();
-  if (total == 0) [[unlikely]] {
-    return Status::InvalidArgument("a chain needs at least one buffer");
-  }
-  if (total > size_) [[unlikely]] {
-    return Status::InvalidArgument("chain longer than the queue size");
-  }
+  const size_t total = readable.size() + writable.size();
+  if (total == 0) return Status::InvalidArgument("a chain needs at least one buffer");
+  if (total > size_) return Status::InvalidArgument("chain longer than the queue size");
+  if (HasEmptyBuffer(readable, writable)) return Status::InvalidArgument("zero-length buffer");
   const bool indirect = use_indirect && indirect_;
   const uint16_t need = indirect ? 1 : static_cast<uint16_t>(total);
-  if (need > num_free_) [[unlikely]] {
-    // Zero-length buffers are reported first, as they are for a chain that fits.
-    if (HasEmptyBuffer(readable, writable)) return Status::InvalidArgument("zero-length buffer");
-    return Status::NoSpace("not enough free descriptors");
-  }
+  if (need > num_free_) return Status::NoSpace("not enough free descriptors");
   if (indirect) return AddIndirect(readable, writable, cookie, head);
-  // A direct chain that fits: the inline AddChain writes it, unless a buffer
-  // is empty (that is what sent it here, and nothing was committed).
-  if (HasEmptyBuffer(readable, writable)) return Status::InvalidArgument("zero-length buffer");
+  // A direct chain that fits and has no empty buffer: the inline AddChain
+  // writes it (nothing was committed when it sent the chain here).
   return AddChain(readable, writable, cookie, /*use_indirect=*/false, head);
 }
 
@@ -143,7 +134,6 @@ bool SplitRing::HasEmptyBuffer(std::span<const Buffer> readable, std::span<const
 
 Status SplitRing::AddIndirect(std::span<const Buffer> readable, std::span<const Buffer> writable,
                               uint64_t cookie, uint16_t* head) {
-  if (HasEmptyBuffer(readable, writable)) return Status::InvalidArgument("zero-length buffer");
   const size_t nr = readable.size();
   const size_t total = nr + writable.size();
   uint64_t table_gpa = 0;
