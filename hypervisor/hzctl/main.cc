@@ -139,9 +139,10 @@ void PrintHuman(const std::string& cmd, const json& r) {
     }
   } else if (cmd == "vm.list") {
     for (const json& v : r) {
-      std::printf("%s  tenant=%s listening=%s\n", v.value("socket", std::string()).c_str(),
+      std::printf("%s  tenant=%s listening=%s thread=%llu\n",
+                  v.value("socket", std::string()).c_str(),
                   v.value("tenant", std::string()).c_str(),
-                  v.value("listening", false) ? "yes" : "no");
+                  v.value("listening", false) ? "yes" : "no", U(v, "thread"));
       for (const json& d : v.value("devices", json::array())) {
         std::printf(
             "  connected=%s hello=%s queues=%zu regions=%llu (%s) communicators=%zu "

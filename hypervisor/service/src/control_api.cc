@@ -181,6 +181,7 @@ json ControlApi::Dispatch(const std::string& cmd, const json& req) {
       out.push_back({{"socket", v.socket_path},
                      {"tenant", v.tenant},
                      {"listening", v.listening},
+                     {"thread", v.thread},
                      {"devices", devices}});
     }
     return out;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -63,11 +64,13 @@ bool Service::Start(std::string* error) {
     env_.provider = provider_.get();
   }
 
-  vdev_work_ =
-      std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
-          vdev_io_.get_executor());
   for (uint32_t i = 0; i < config_.worker_threads; ++i) {
-    vdev_threads_.emplace_back([this] { vdev_io_.run(); });
+    auto t = std::make_unique<VdevThread>();
+    t->work =
+        std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
+            t->io.get_executor());
+    t->thread = std::thread([io = &t->io] { io->run(); });
+    vdev_threads_.push_back(std::move(t));
   }
 
   control_ = std::make_unique<ControlServer>(
@@ -108,9 +111,9 @@ void Service::RequestStop() {
   });
 }
 
-void Service::OnVdevThread(const std::function<void()>& fn) {
+void Service::OnVdevThread(size_t i, const std::function<void()>& fn) {
   std::promise<void> done;
-  boost::asio::post(vdev_io_, [&] {
+  boost::asio::post(vdev_threads_[i]->io, [&] {
     fn();
     done.set_value();
   });
@@ -165,22 +168,27 @@ void Service::Shutdown() {
   spdlog::info("event=drained in_flight={}", in_flight);
   // 4. Close the VM sockets and connections, then the threads.
   if (!vdev_threads_.empty()) {
-    OnVdevThread([this] {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& [path, b] : bindings_) {
-        if (b.server) b.server->Stop();
+    // Each server is stopped and destroyed on the thread that serves it.
+    auto for_each_server = [this](const std::function<void(std::unique_ptr<vdev::Server>&)>& fn) {
+      for (size_t i = 0; i < vdev_threads_.size(); ++i) {
+        OnVdevThread(i, [&] {
+          std::lock_guard<std::mutex> lock(mu_);
+          for (auto& [path, b] : bindings_) {
+            if (b.thread == i && b.server) fn(b.server);
+          }
+        });
       }
-    });
+    };
+    for_each_server([](std::unique_ptr<vdev::Server>& s) { s->Stop(); });
     // Stop() finishes asynchronously on each connection's strand.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    OnVdevThread([this] {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& [path, b] : bindings_) b.server.reset();
-    });
+    for_each_server([](std::unique_ptr<vdev::Server>& s) { s.reset(); });
   }
-  vdev_work_.reset();
-  vdev_io_.stop();
-  for (auto& t : vdev_threads_) t.join();
+  for (auto& t : vdev_threads_) {
+    t->work.reset();
+    t->io.stop();
+  }
+  for (auto& t : vdev_threads_) t->thread.join();
   vdev_threads_.clear();
   if (metrics_server_) metrics_server_->Stop();
   coll_.reset();
@@ -234,16 +242,19 @@ std::string Service::RemoveTenant(const std::string& name) {
 std::string Service::BindVm(const std::string& tenant, const std::string& socket_path,
                             std::string* resolved_path) {
   if (draining_) return "the service is stopping";
+  if (vdev_threads_.empty()) return "the service is not started";
   std::string path = ResolveSocketPath(socket_path);
   if (path.empty()) return "empty socket path";
   if (path.size() > 107) return "socket path is longer than 107 bytes";
   std::shared_ptr<Tenant> t = tenants_.Find(tenant);
   if (!t) return "no tenant " + tenant;
   uint64_t tenant_id;
+  size_t thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (bindings_.count(path) != 0) return path + " is already bound";
     tenant_id = tenant_ids_[tenant];
+    thread = ThreadForTenantLocked(tenant);
   }
   std::error_code fec;
   fs::create_directories(fs::path(path).parent_path(), fec);
@@ -256,8 +267,8 @@ std::string Service::BindVm(const std::string& tenant, const std::string& socket
   opts.session.require_sealed_memory = config_.device.require_sealed_memory;
   std::unique_ptr<vdev::Server> server;
   bool ok = false;
-  OnVdevThread([&] {
-    server = std::make_unique<vdev::Server>(vdev_io_, path, factory, opts);
+  OnVdevThread(thread, [&] {
+    server = std::make_unique<vdev::Server>(vdev_threads_[thread]->io, path, factory, opts);
     ok = server->Start(&error);
     if (!ok) server.reset();
   });
@@ -268,6 +279,7 @@ std::string Service::BindVm(const std::string& tenant, const std::string& socket
     b.tenant = tenant;
     b.tenant_ptr = t;
     b.tenant_id = tenant_id;
+    b.thread = thread;
     b.server = std::move(server);
   }
   spdlog::info("event=vm_bound tenant={} socket={}", tenant, path);
@@ -276,19 +288,30 @@ std::string Service::BindVm(const std::string& tenant, const std::string& socket
   return {};
 }
 
+size_t Service::ThreadForTenantLocked(const std::string& tenant) const {
+  std::vector<size_t> vms(vdev_threads_.size(), 0);
+  for (const auto& [path, b] : bindings_) {
+    if (b.tenant == tenant) return b.thread;
+    vms[b.thread]++;
+  }
+  return static_cast<size_t>(std::min_element(vms.begin(), vms.end()) - vms.begin());
+}
+
 std::string Service::UnbindVm(const std::string& socket_path) {
   std::string path = ResolveSocketPath(socket_path);
   std::unique_ptr<vdev::Server> server;
+  size_t thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = bindings_.find(path);
     if (it == bindings_.end()) return path + " is not bound";
     server = std::move(it->second.server);
+    thread = it->second.thread;
     bindings_.erase(it);
   }
   if (server) {
-    OnVdevThread([&] { server->Stop(); });
-    OnVdevThread([&] { server.reset(); });
+    OnVdevThread(thread, [&] { server->Stop(); });
+    OnVdevThread(thread, [&] { server.reset(); });
   }
   spdlog::info("event=vm_unbound socket={}", path);
   SaveState();
@@ -304,6 +327,7 @@ std::vector<VmView> Service::Vms() const {
       v.socket_path = path;
       v.tenant = b.tenant;
       v.listening = b.server != nullptr;
+      v.thread = b.thread;
       out.push_back(std::move(v));
     }
   }

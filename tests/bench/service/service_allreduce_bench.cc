@@ -13,6 +13,7 @@
 // busbw = algbw * 2 (p - 1) / p.
 //
 //   service_allreduce_bench [--full] [--ranks 2,4,8] [--iters-scale X]
+//                           [--io-threads N]   (the daemon's --worker-threads, default 2)
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -180,6 +181,7 @@ int main(int argc, char** argv) {
   bool full = false;
   std::vector<int> ranks = {2, 4, 8};
   double scale = 1.0;
+  std::string io_threads = "2";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -191,8 +193,12 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--iters-scale" && i + 1 < argc) {
       scale = std::atof(argv[++i]);
+    } else if (a == "--io-threads" && i + 1 < argc) {
+      io_threads = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--full] [--ranks 2,4,8] [--iters-scale X]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--full] [--ranks 2,4,8] [--iters-scale X] [--io-threads N]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -208,7 +214,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   ServiceProcess svc;
-  if (!svc.Start({"--worker-threads", "2"})) {
+  if (!svc.Start({"--worker-threads", io_threads})) {
     std::fprintf(stderr, "cannot start harmonaized\n");
     return 1;
   }

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
+#include <set>
 #include <string>
 
 #include "hz_client.h"
@@ -104,6 +106,37 @@ TEST(ServiceOperatorTest, SavedTenantsAndBindingsSurviveARestart) {
   HzClient c;
   ASSERT_TRUE(c.Connect(vms[0]));
   EXPECT_EQ(c.Hello(), HZ_S_OK);
+}
+
+// The VMs of one tenant share a connection thread (a collective's completions
+// for its ranks then run back to back on it); tenants spread over threads.
+TEST(ServiceOperatorTest, VmsOfATenantShareAConnectionThread) {
+  ServiceProcess svc;
+  ASSERT_TRUE(svc.Start({"--worker-threads", "2"}));
+  ASSERT_EQ(svc.TenantWithVms("a", 3).size(), 3u);
+  ASSERT_EQ(svc.TenantWithVms("b", 2).size(), 2u);
+  auto r = svc.Control({{"cmd", "vm.list"}});
+  ASSERT_TRUE(r.value("ok", false)) << r.dump();
+  ASSERT_EQ(r["result"].size(), 5u);
+  std::map<std::string, std::set<size_t>> threads;
+  for (const auto& v : r["result"]) {
+    threads[v["tenant"].get<std::string>()].insert(v["thread"].get<size_t>());
+  }
+  ASSERT_EQ(threads["a"].size(), 1u);
+  ASSERT_EQ(threads["b"].size(), 1u);
+  EXPECT_NE(*threads["a"].begin(), *threads["b"].begin());
+  EXPECT_LT(*threads["a"].begin(), 2u);
+  EXPECT_LT(*threads["b"].begin(), 2u);
+  // Both tenants' VMs are served: each answers HELLO.
+  for (const auto& v : r["result"]) {
+    HzClient c;
+    ASSERT_TRUE(c.Connect(v["socket"].get<std::string>()));
+    EXPECT_EQ(c.Hello(), HZ_S_OK) << v.dump();
+  }
+  std::string out;
+  EXPECT_EQ(Hzctl(svc, "vm list", &out), 0);
+  EXPECT_NE(out.find("thread="), std::string::npos) << out;
+  EXPECT_EQ(svc.Terminate(), 0);
 }
 
 TEST(ServiceOperatorTest, MetricsEndpoint) {

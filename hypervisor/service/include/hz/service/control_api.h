@@ -22,6 +22,7 @@ struct VmView {
   std::string socket_path;
   std::string tenant;
   bool listening = false;
+  size_t thread = 0;                // the connection thread serving it
   std::vector<DeviceInfo> devices;  // the live connection, if any
 };
 

@@ -3,8 +3,10 @@
 // operator's control socket, the Prometheus endpoint and graceful shutdown.
 //
 // Threads: Run() drives the main io_context (control socket, metrics,
-// signals); worker_threads threads drive the vhost-user connections; the
-// collective engine has its own workers.
+// signals); worker_threads connection threads drive the vhost-user
+// connections, each with an io_context of its own, and every VM of a tenant
+// is served by the same one (see BindVm); the collective engine has its own
+// workers.
 #ifndef HZ_SERVICE_SERVICE_H_
 #define HZ_SERVICE_SERVICE_H_
 
@@ -80,12 +82,26 @@ class Service : public ControlTarget {
     std::string tenant;
     std::shared_ptr<Tenant> tenant_ptr;
     uint64_t tenant_id = 0;
+    size_t thread = 0;  // index into vdev_threads_
     std::unique_ptr<vdev::Server> server;
+  };
+  // A connection thread with its own io_context. A shared io_context would
+  // let a handler posted for one VM (a collective's completion for each of
+  // its ranks) wake a second, idle thread: a wake-up on the critical path of
+  // every operation. With one context per thread, the completions for the
+  // ranks of a tenant run one after another on the thread that posted them.
+  struct VdevThread {
+    boost::asio::io_context io{1};
+    std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
+    std::thread thread;
   };
 
   void Shutdown();
-  // Runs fn on the connection threads and waits for it.
-  void OnVdevThread(const std::function<void()>& fn);
+  // Runs fn on connection thread i and waits for it.
+  void OnVdevThread(size_t i, const std::function<void()>& fn);
+  // The connection thread for a new VM of tenant: the one already serving
+  // its VMs, else the one serving the fewest VMs. Called with mu_ held.
+  size_t ThreadForTenantLocked(const std::string& tenant) const;
   std::string ResolveSocketPath(const std::string& path) const;
   void SaveState();
   void LoadState();
@@ -107,10 +123,7 @@ class Service : public ControlTarget {
 
   boost::asio::io_context io_;  // control, metrics, signals
   std::unique_ptr<boost::asio::signal_set> signals_;
-  boost::asio::io_context vdev_io_;  // vhost-user connections
-  std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
-      vdev_work_;
-  std::vector<std::thread> vdev_threads_;
+  std::vector<std::unique_ptr<VdevThread>> vdev_threads_;  // vhost-user connections
 
   mutable std::mutex mu_;                    // bindings_, tenant_ids_
   std::map<std::string, Binding> bindings_;  // socket path -> binding
