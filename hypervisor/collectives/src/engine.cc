@@ -73,8 +73,14 @@ class EngineImpl {
   // job and starts the communicator's next. The caller's runner (see
   // EngineOptions::caller_runs_max_bytes) never yields, since it holds no
   // worker, and leaves the next job to its caller. Returns true when this
-  // runner finished the job.
-  bool RunRunner(const std::shared_ptr<Job>& job, bool on_caller = false);
+  // runner finished the job. `queued` is false for a runner that yielded
+  // and was queued again (it is no longer among the unstarted ones).
+  bool RunRunner(const std::shared_ptr<Job>& job, bool on_caller = false, bool queued = true);
+  // The caller's runner, out of blocks: withdraws the runners that have not
+  // started and waits, briefly, for the others to finish their last block,
+  // so that it finishes the job itself (see the definition).
+  // per_block: how long one block took this runner.
+  void AwaitOtherRunners(Job& job, Clock::duration per_block);
   void Finish(const std::shared_ptr<Job>& job, bool incomplete, bool pump);
   void RecordBlocks(TenantId tenant, uint64_t blocks, uint64_t cost, Clock::duration busy);
   void ArmTimerLocked(const std::shared_ptr<Comm>& c, Clock::time_point when);
@@ -497,6 +503,7 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   }
   job->active_runners.store(job->threads);
   const uint32_t queued = caller_runs ? job->threads - 1 : job->threads;
+  job->unstarted_runners.store(queued);
   const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
   for (uint32_t i = 0; i < queued; ++i) {
     sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
@@ -506,7 +513,14 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   return caller_runs && RunRunner(job, /*on_caller=*/true);
 }
 
-bool EngineImpl::RunRunner(const std::shared_ptr<Job>& job, bool on_caller) {
+bool EngineImpl::RunRunner(const std::shared_ptr<Job>& job, bool on_caller, bool queued) {
+  if (!on_caller && queued) {
+    // Withdrawn by the caller's runner: it counted this runner out already.
+    uint32_t u = job->unstarted_runners.load();
+    do {
+      if (u == 0) return false;
+    } while (!job->unstarted_runners.compare_exchange_weak(u, u - 1));
+  }
   // A runner that finds the communicator aborted pushes the block counter
   // far past the end: the other runners stop too, and the last one out sees
   // that blocks were skipped.
@@ -528,14 +542,54 @@ bool EngineImpl::RunRunner(const std::shared_ptr<Job>& job, bool on_caller) {
     if (!on_caller && sched_->HasWaiting()) {
       RecordBlocks(comm.tenant, ran, BlockCost(*job), Clock::now() - t0);
       const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
-      sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
+      sched_->Submit(flow, WeightOf(comm), BlockCost(*job),
+                     [this, job] { RunRunner(job, /*on_caller=*/false, /*queued=*/false); });
       return false;
     }
   }
-  RecordBlocks(comm.tenant, ran, BlockCost(*job), Clock::now() - t0);
+  const Clock::duration busy = Clock::now() - t0;
+  RecordBlocks(comm.tenant, ran, BlockCost(*job), busy);
+  if (on_caller) {
+    AwaitOtherRunners(*job,
+                      ran != 0 ? busy / static_cast<Clock::rep>(ran) : Clock::duration::zero());
+  }
   if (job->active_runners.fetch_sub(1) != 1) return false;
+  if (on_caller) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.caller_finishes;
+  }
   Finish(job, job->next_block.load() >= job->nblocks + (1ull << 62), /*pump=*/!on_caller);
   return true;
+}
+
+void EngineImpl::AwaitOtherRunners(Job& job, Clock::duration per_block) {
+  // Whoever finishes the job hands each rank its completion. From a worker
+  // that is a post to the rank's connection thread, which has to be woken
+  // for it (tens of microseconds on an idle CPU, on the critical path of
+  // every operation); from the caller, the connection thread itself, the
+  // completions run right after it returns. So the caller's runner, out of
+  // blocks, keeps its own count until the other runners are done:
+  //   - runners still queued will find no block: withdraw them;
+  //   - running ones are in their last block: wait for them, up to about
+  //     two blocks' time as this runner measured it (a runner that is
+  //     descheduled takes longer), then leave the job to the last one.
+  // The caller's runner only exists for operations of up to
+  // caller_runs_max_bytes, so a block is short.
+  constexpr auto kSlack = std::chrono::microseconds(20);
+  constexpr auto kNoMeasure = std::chrono::microseconds(100);
+  if (uint32_t withdrawn = job.unstarted_runners.exchange(0); withdrawn != 0) {
+    job.active_runners.fetch_sub(withdrawn);
+  }
+  if (job.active_runners.load() == 1) return;
+  const Clock::duration wait =
+      per_block != Clock::duration::zero() ? 2 * per_block + kSlack : Clock::duration(kNoMeasure);
+  const auto deadline = Clock::now() + wait;
+  for (unsigned spins = 1; job.active_runners.load() > 1; ++spins) {
+    if (spins % 64 == 0 && Clock::now() >= deadline) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
 }
 
 void EngineImpl::RecordBlocks(TenantId tenant, uint64_t blocks, uint64_t cost,

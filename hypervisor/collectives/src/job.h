@@ -49,6 +49,10 @@ struct Job {
   bool stream_stores = false;  // non-temporal stores for outputs (large ops)
   std::atomic<uint64_t> next_block{0};
   std::atomic<uint32_t> active_runners{0};
+  // Runners queued on the scheduler that have not started yet. The caller's
+  // runner may withdraw them (see EngineImpl::RunRunner) once no block is
+  // left for them; a withdrawn runner finds this at 0 and does nothing.
+  std::atomic<uint32_t> unstarted_runners{0};
 
   // Completion: one callback per participating rank.
   std::vector<Done> dones;

@@ -116,6 +116,9 @@ struct EngineStats {
   uint64_t timeouts = 0;       // communicators aborted by a timeout
   uint64_t numa_remote = 0;    // ops whose ranks' memory spans several NUMA nodes
   uint64_t caller_shares = 0;  // ops whose matching thread ran a share (caller_runs_max_bytes)
+  // Of those, ops the matching thread also finished: their completions went
+  // out from it rather than from a worker (no hand-over to another thread).
+  uint64_t caller_finishes = 0;
   uint64_t communicators = 0;  // live communicators
   std::map<TenantId, TenantStats> tenants;
 };
