@@ -229,16 +229,14 @@ bool SplitQueue::HasAvailable() {
   return last_avail_ != avail_cache_;
 }
 
-[[gnu::always_inline]] inline void SplitQueue::PushUsed(uint16_t head, uint32_t len) {
-  uint8_t* e = used_ + kRingHeader + kUsedElemSize * (used_idx_ & (size_ - 1));
-  // An entry that already holds these values (the same head completed in
-  // the same slot as a ring's worth of entries ago, with the same length) is
-  // not rewritten: the store would take the cache line from the driver, which
-  // then misses on it. The loads only decide that; nothing else uses them.
+// Writes one used entry (at e) unless it already holds these values (the
+// same head completed in the same slot a ring's worth of entries ago, with
+// the same length): the store would take the cache line from the driver,
+// which then misses on it. The loads only decide that; nothing else uses
+// them.
+[[gnu::always_inline]] inline void SplitQueue::PushUsed(uint8_t* e, uint16_t head, uint32_t len) {
   if (Load<uint32_t>(e) != head) Store<uint32_t>(e, head);
   if (Load<uint32_t>(e + 4) != len) Store<uint32_t>(e + 4, len);
-  ++used_idx_;
-  ++stats_.completed;
 }
 
 SplitQueue::WalkResult SplitQueue::Malformed(uint16_t head, const std::string& why) {
@@ -272,6 +270,7 @@ void SplitQueue::BrokenHead(const char* what, uint16_t head) {
 }
 
 bool SplitQueue::TranslateSlow(uint64_t addr, uint32_t len, Chain* out) {
+  if (len == 0) return true;  // no bytes, no segment
   slow_segments_.clear();
   if (!memory_->TranslateGpa(addr, len, &slow_segments_)) return false;
   for (const Segment& s : slow_segments_) out->Append(s);
@@ -282,172 +281,362 @@ bool SplitQueue::TranslateSlow(uint64_t addr, uint32_t len, Chain* out) {
   return true;
 }
 
-SplitQueue::WalkResult SplitQueue::IndirectTable(uint16_t head, bool nested, uint64_t addr,
-                                                 uint32_t len, uint16_t flags,
-                                                 const uint8_t** table, uint32_t* entries) {
+SplitQueue::WalkResult SplitQueue::MalformedTotals(uint16_t head, uint64_t readable,
+                                                   uint64_t writable) {
+  return Malformed(head, fmt::format("{} readable / {} writable bytes over the chain limit {}",
+                                     readable, writable, limits_.max_chain_bytes));
+}
+
+void SplitQueue::SkipMalformed(uint16_t head, Chain* out) {
+  out->ClearSegments();
+  out->readable_bytes_ = 0;
+  out->writable_bytes_ = 0;
+  PushUsed(used_ + kRingHeader + kUsedElemSize * (used_idx_ & (size_ - 1)), head, 0);
+  ++used_idx_;
+  ++stats_.completed;
+  Flush();
+}
+
+const uint8_t* SplitQueue::IndirectTable(uint16_t head, bool nested, uint64_t addr, uint32_t len,
+                                         uint16_t flags) {
   if (!indirect_) {
-    return Malformed(head, "indirect descriptor without VIRTIO_RING_F_INDIRECT_DESC");
+    Malformed(head, "indirect descriptor without VIRTIO_RING_F_INDIRECT_DESC");
+    return nullptr;
   }
-  if (nested) return Malformed(head, "nested indirect descriptor");
-  if (flags & VDEV_VRING_DESC_F_NEXT) return Malformed(head, "indirect descriptor with NEXT");
+  if (nested) {
+    Malformed(head, "nested indirect descriptor");
+    return nullptr;
+  }
+  if (flags & VDEV_VRING_DESC_F_NEXT) {
+    Malformed(head, "indirect descriptor with NEXT");
+    return nullptr;
+  }
   if (len == 0 || len % kDescSize != 0) {
-    return Malformed(head, fmt::format("indirect table length {} invalid", len));
+    Malformed(head, fmt::format("indirect table length {} invalid", len));
+    return nullptr;
   }
-  uint32_t n = len / kDescSize;
-  if (n > limits_.max_indirect) {
-    return Malformed(head, fmt::format("indirect table of {} entries over limit", n));
+  if (len / kDescSize > limits_.max_indirect) {
+    Malformed(head, fmt::format("indirect table of {} entries over limit", len / kDescSize));
+    return nullptr;
   }
   if (!Aligned(addr, 16)) {
-    return Malformed(head, fmt::format("misaligned indirect table {:#x}", addr));
+    Malformed(head, fmt::format("misaligned indirect table {:#x}", addr));
+    return nullptr;
   }
   const uint8_t* host = memory_->GpaToHost(addr, len);
   if (host == nullptr || !Aligned(host, 16)) {
-    return Malformed(head, fmt::format("indirect table {:#x}+{} outside guest memory", addr, len));
+    Malformed(head, fmt::format("indirect table {:#x}+{} outside guest memory", addr, len));
+    return nullptr;
   }
-  *table = host;
-  *entries = n;
+  return host;
+}
+
+// One descriptor as the driver wrote it: addr, then len | flags | next as
+// one little-endian word, as in the ring.
+struct SplitQueue::Desc {
+  uint64_t addr;
+  uint64_t rest;
+  uint32_t len() const { return static_cast<uint32_t>(rest); }
+  uint16_t flags() const { return static_cast<uint16_t>(rest >> 32); }
+  uint16_t next() const { return static_cast<uint16_t>(rest >> 48); }
+};
+
+// Where a walk stands: the table it reads (the ring's, or one indirect
+// table) and how many more descriptors that table may yield before the
+// chain must be a loop.
+struct SplitQueue::Cursor {
+  const uint8_t* table;
+  uint32_t table_size;
+  uint32_t budget;
+  uint32_t i;
+  bool in_indirect;
+};
+
+// Reads descriptor i of table with two loads.
+[[gnu::always_inline]] inline SplitQueue::Desc SplitQueue::LoadDesc(const uint8_t* table,
+                                                                    uint32_t i) {
+  static_assert(VDEV_VRING_DESC_LEN == 8 && VDEV_VRING_DESC_FLAGS == 12 &&
+                VDEV_VRING_DESC_NEXT == 14);
+  const uint8_t* p = table + kDescSize * i;
+  return {Load<uint64_t>(p + VDEV_VRING_DESC_ADDR), Load<uint64_t>(p + VDEV_VRING_DESC_LEN)};
+}
+
+// Switches the walk to the indirect table d describes (checked out of line).
+bool SplitQueue::EnterIndirect(uint16_t head, const Desc& d, Cursor* cur) {
+  const uint8_t* table = IndirectTable(head, cur->in_indirect, d.addr, d.len(), d.flags());
+  if (table == nullptr) return false;
+  cur->table = table;
+  cur->table_size = d.len() / kDescSize;
+  cur->budget = cur->table_size;
+  cur->i = 0;
+  cur->in_indirect = true;
+  return true;
+}
+
+// Checks the per-direction totals and fills in the chain's counts.
+[[gnu::always_inline]] inline SplitQueue::WalkResult SplitQueue::FinishWalk(
+    uint16_t head, Chain* out, uint32_t num_segments, uint32_t num_readable, uint64_t readable,
+    uint64_t writable) {
+  if (readable > limits_.max_chain_bytes || writable > limits_.max_chain_bytes) [[unlikely]] {
+    return MalformedTotals(head, readable, writable);
+  }
+  out->num_segments_ = num_segments;
+  out->num_readable_ = num_readable;
+  out->readable_bytes_ = readable;
+  out->writable_bytes_ = writable;
   return WalkResult::kOk;
 }
 
-// The hot path of every chain: kept inline in Pop, with the error paths out of
-// line (Malformed, IndirectTable, TranslateSlow).
+// The hot path of every chain, inline in PopBatch: a direct chain whose
+// buffers lie in the cached region and fit the chain's segment array (one
+// segment per descriptor). The first descriptor that is anything else
+// (indirect, elsewhere, zero-length, one segment too many) hands the walk,
+// with that descriptor as read, over to WalkSlow, which continues from
+// there; errors are reported out of line. Nothing is called in the middle of
+// the loops: a call there would make every value they keep live across it
+// (and the compiler then spills them). The readable and the writable
+// descriptors have a loop each: the direction is where the code is, not a
+// value to test.
+//
+// The end of the segment array doubles as the loop bound: it is capped at
+// the ring size, and each descriptor taken here adds one segment, so no
+// more than size_ descriptors are read before WalkSlow takes over with the
+// remaining budget.
+//
+// Bytes per direction cannot overflow: a walk visits at most kMaxSize ring
+// descriptors plus one table of under 2^28 entries (its byte length is 32
+// bits), each under 2^32 bytes, far below 2^64. The limit is therefore
+// checked once, in FinishWalk.
 [[gnu::always_inline]] inline SplitQueue::WalkResult SplitQueue::Walk(uint16_t head, Chain* out) {
-  const uint8_t* table = desc_;
-  uint32_t table_size = size_;
-  uint32_t budget = size_;  // descriptors left in this table before it must be a loop
+  Segment* const segs = out->segments_;
+  Segment* const segs_end = segs + std::min(out->capacity_, uint32_t{size_});
+  Segment* seg = segs;  // next segment to write
   uint32_t i = head;
-  bool in_indirect = false;
-  // Readable descriptors come first; `writing` flips once, at the first
-  // writable one, where the readable segment count and total are recorded.
-  bool writing = false;
-  uint64_t total = 0;
-  uint64_t readable_total = 0;
+  uint64_t readable = 0;
+  Desc d = LoadDesc(desc_, i);
+  // Readable descriptors, up to the first writable one (left in d).
   for (;;) {
-    if (budget == 0) [[unlikely]] {
-      return MalformedWhy(head, "descriptor chain loops or exceeds its table");
+    if (d.flags() & (VDEV_VRING_DESC_F_INDIRECT | VDEV_VRING_DESC_F_WRITE)) [[unlikely]] {
+      if (!(d.flags() & VDEV_VRING_DESC_F_INDIRECT)) break;
+      return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, true, d.addr, d.rest, false);
     }
-    --budget;
-    // Two loads fetch the whole descriptor once: addr, then len | flags |
-    // next (little-endian, like the ring itself).
-    const uint8_t* d = table + kDescSize * i;
-    static_assert(VDEV_VRING_DESC_LEN == 8 && VDEV_VRING_DESC_FLAGS == 12 &&
-                  VDEV_VRING_DESC_NEXT == 14);
-    const uint64_t addr = Load<uint64_t>(d + VDEV_VRING_DESC_ADDR);
-    const uint64_t rest = Load<uint64_t>(d + VDEV_VRING_DESC_LEN);
-    const auto len = static_cast<uint32_t>(rest);
-    const auto flags = static_cast<uint16_t>(rest >> 32);
-    const auto next = static_cast<uint16_t>(rest >> 48);
-
-    if (flags & VDEV_VRING_DESC_F_INDIRECT) [[unlikely]] {
-      if (IndirectTable(head, in_indirect, addr, len, flags, &table, &table_size) !=
-          WalkResult::kOk) {
-        return WalkResult::kMalformed;
-      }
-      budget = table_size;
-      i = 0;
-      in_indirect = true;
-      continue;
+    // [addr, addr+len) wholly inside the cached region. Overflow-safe: an
+    // addr below hot_.gpa wraps off past hot_.size. A zero-length buffer
+    // fails the second test (len - 1 wraps) and is left to WalkSlow, which
+    // appends nothing for it.
+    const uint64_t off = d.addr - hot_.gpa;
+    if (off >= hot_.size || uint64_t{d.len()} - 1 >= hot_.size - off) [[unlikely]] {
+      return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, true, d.addr, d.rest, false);
     }
-
-    const bool writable = flags & VDEV_VRING_DESC_F_WRITE;
-    if (writable != writing) [[unlikely]] {
-      if (!writable) return MalformedWhy(head, "readable descriptor after a writable one");
-      writing = true;
-      readable_total = total;
-      total = 0;
-      out->num_readable_ = out->num_segments_;
+    *seg++ = {hot_.host + off, d.len()};
+    readable += d.len();
+    if (!(d.flags() & VDEV_VRING_DESC_F_NEXT)) {
+      const auto n = static_cast<uint32_t>(seg - segs);
+      return FinishWalk(head, out, n, n, readable, 0);
     }
-    if (len > limits_.max_chain_bytes - total) [[unlikely]] {
-      return MalformedBuffer(head, "over the chain limit", addr, len);
+    if (d.next() >= size_) [[unlikely]] {
+      return MalformedNext(head, d.next());
     }
-    if (len != 0) {
-      // Most buffers lie in the region the previous one hit: translate inline.
-      if (uint8_t* host = hot_.Translate(addr, len); host != nullptr) [[likely]] {
-        out->Append({host, len});
-      } else {
-        if (!TranslateSlow(addr, len, out)) {
-          return MalformedBuffer(head, "outside guest memory", addr, len);
-        }
-      }
-      total += len;
+    i = d.next();
+    if (seg == segs_end) [[unlikely]] {
+      return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, false, 0, 0, false);
     }
-    if (!(flags & VDEV_VRING_DESC_F_NEXT)) break;
-    if (next >= table_size) [[unlikely]] {
-      return MalformedNext(head, next);
-    }
-    i = next;
+    d = LoadDesc(desc_, i);
   }
-  if (writing) {
-    out->readable_bytes_ = readable_total;
-    out->writable_bytes_ = total;
+  const auto num_readable = static_cast<uint32_t>(seg - segs);
+  out->num_readable_ = num_readable;  // for WalkSlow
+  uint64_t writable = 0;
+  // Writable descriptors, starting with the one in d.
+  for (;;) {
+    if ((d.flags() & (VDEV_VRING_DESC_F_INDIRECT | VDEV_VRING_DESC_F_WRITE)) !=
+        VDEV_VRING_DESC_F_WRITE) [[unlikely]] {
+      if (!(d.flags() & VDEV_VRING_DESC_F_INDIRECT)) {
+        return MalformedWhy(head, "readable descriptor after a writable one");
+      }
+      return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, true, d.addr, d.rest, true);
+    }
+    const uint64_t off = d.addr - hot_.gpa;
+    if (off >= hot_.size || uint64_t{d.len()} - 1 >= hot_.size - off) [[unlikely]] {
+      return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, true, d.addr, d.rest, true);
+    }
+    *seg++ = {hot_.host + off, d.len()};
+    writable += d.len();
+    if (!(d.flags() & VDEV_VRING_DESC_F_NEXT)) break;
+    if (d.next() >= size_) [[unlikely]] {
+      return MalformedNext(head, d.next());
+    }
+    i = d.next();
+    if (seg == segs_end) [[unlikely]] {
+      return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, false, 0, 0, true);
+    }
+    d = LoadDesc(desc_, i);
+  }
+  return FinishWalk(head, out, static_cast<uint32_t>(seg - segs), num_readable, readable, writable);
+}
+
+// Continues a walk Walk handed over: indirect tables, buffers outside the
+// cached region (or crossing its end), zero-length buffers, segments past
+// the chain's array. One loop, one descriptor at a time, the same checks.
+// Walk took `visited` descriptors of the ring (one segment each, in out;
+// num_readable_ set once writing) and stopped at descriptor i: already
+// fetched (addr, rest) when `fetched`, else still to read.
+SplitQueue::WalkResult SplitQueue::WalkSlow(uint16_t head, Chain* out, uint32_t visited, uint32_t i,
+                                            bool fetched, uint64_t addr, uint64_t rest,
+                                            bool writing) {
+  Desc d{addr, rest};
+  out->num_segments_ = visited;
+  if (!writing) out->num_readable_ = visited;
+  // The totals so far: one segment per descriptor, of its length.
+  uint64_t readable = 0;
+  uint64_t writable = 0;
+  for (uint32_t k = 0; k < visited; ++k) {
+    (k < out->num_readable_ ? readable : writable) += out->segments_[k].len;
+  }
+  // The ring's budget less what Walk read (d included, if it read it).
+  Cursor cur{desc_, size_, size_ - visited, i, false};
+  if (fetched) {
+    --cur.budget;  // Walk only fetches while visited < size_
   } else {
-    out->num_readable_ = out->num_segments_;
-    out->readable_bytes_ = total;
-    out->writable_bytes_ = 0;
+    if (cur.budget == 0) return MalformedLoop(head);
+    --cur.budget;
+    d = LoadDesc(cur.table, cur.i);
   }
-  return WalkResult::kOk;
+  for (;;) {
+    if (d.flags() & VDEV_VRING_DESC_F_INDIRECT) {
+      // An indirect descriptor's WRITE flag means nothing (virtio 2.7.5.3.2).
+      if (!EnterIndirect(head, d, &cur)) return WalkResult::kMalformed;
+    } else {
+      const uint32_t len = d.len();
+      if (d.flags() & VDEV_VRING_DESC_F_WRITE) {
+        if (!writing) {
+          writing = true;
+          out->num_readable_ = out->num_segments_;
+        }
+        writable += len;
+      } else {
+        if (writing) return MalformedWhy(head, "readable descriptor after a writable one");
+        readable += len;
+      }
+      if (uint8_t* host = hot_.Translate(d.addr, len); host != nullptr && len != 0) {
+        out->Append({host, len});
+      } else if (!TranslateSlow(d.addr, len, out)) {
+        return MalformedBuffer(head, "outside guest memory", d.addr, len);
+      }
+      if (!(d.flags() & VDEV_VRING_DESC_F_NEXT)) break;
+      if (d.next() >= cur.table_size) return MalformedNext(head, d.next());
+      cur.i = d.next();
+    }
+    if (cur.budget == 0) return MalformedLoop(head);
+    --cur.budget;
+    d = LoadDesc(cur.table, cur.i);
+  }
+  if (!writing) out->num_readable_ = out->num_segments_;
+  return FinishWalk(head, out, out->num_segments_, out->num_readable_, readable, writable);
+}
+
+SplitQueue::WalkResult SplitQueue::MalformedLoop(uint16_t head) {
+  return Malformed(head, "descriptor chain loops or exceeds its table");
 }
 
 bool SplitQueue::Pop(Chain* out) {
-  if (!popping_) return false;
-  for (;;) {
+  return PopBatch({out, 1}) == 1;
+}
+
+size_t SplitQueue::PopBatch(std::span<Chain> out) {
+  if (!popping_) return 0;
+  size_t n = 0;
+  while (n < out.size()) {
     if (last_avail_ == avail_cache_) {
-      if (!RefreshAvail()) return false;
-      if (last_avail_ == avail_cache_ && !EnableNotifyAndRecheck()) return false;
-      if (broken_) return false;
+      if (!RefreshAvail()) break;
+      if (last_avail_ == avail_cache_ && !EnableNotifyAndRecheck()) break;
+      if (broken_) break;
     }
     if (budget_ == 0) [[unlikely]] {
       if (!yielded_) {
         yielded_ = true;
         if (on_yield_) on_yield_(index_);
       }
-      return false;
+      break;
     }
-    --budget_;
-    uint16_t slot = last_avail_ & (size_ - 1);
-    uint16_t head = Load<uint16_t>(avail_ + kRingHeader + 2 * slot);
-    if (head >= size_) [[unlikely]] {
-      BrokenHead("outside the ring", head);
-      return false;
+    // A run of avail entries the driver published, the turn allows and out
+    // has room for: the checks above hold for all of them, and the
+    // bookkeeping below is settled once for the run.
+    const auto todo = static_cast<uint16_t>(std::min<size_t>(
+        {static_cast<uint16_t>(avail_cache_ - last_avail_), budget_, out.size() - n}));
+    const uint16_t run_end = static_cast<uint16_t>(last_avail_ + todo);
+    // Few values are kept across the chains of the run (members are read
+    // where needed): the walk inlined below needs most of the registers.
+    Chain* const first = out.data() + n;
+    Chain* c = first;
+    uint16_t idx = last_avail_;
+    while (idx != run_end) {
+      const uint16_t head = Load<uint16_t>(avail_ + kRingHeader + 2 * (idx & (size_ - 1)));
+      if (head >= size_ || inflight_[head]) [[unlikely]] {
+        last_avail_ = idx;
+        budget_ -= static_cast<uint16_t>(idx - (run_end - todo));
+        in_flight_ += static_cast<uint32_t>(c - first);
+        stats_.popped += static_cast<uint64_t>(c - first);
+        BrokenHead(head >= size_ ? "outside the ring" : "already in flight", head);
+        return static_cast<size_t>(c - out.data());
+      }
+      ++idx;
+      if (Walk(head, c) != WalkResult::kOk) [[unlikely]] {
+        SkipMalformed(head, c);
+        continue;
+      }
+      inflight_[head] = 1;
+      c->head_ = head;
+      c->ring_id_ = ring_id_;
+      if (c->memory_ != memory_) [[unlikely]]
+        c->memory_ = memory_;
+      ++c;
     }
-    if (inflight_[head]) [[unlikely]] {
-      BrokenHead("already in flight", head);
-      return false;
-    }
-    ++last_avail_;
-    out->ClearSegments();
-    if (Walk(head, out) != WalkResult::kOk) [[unlikely]] {
-      out->ClearSegments();
-      out->readable_bytes_ = 0;
-      out->writable_bytes_ = 0;
-      PushUsed(head, 0);
-      Flush();
-      continue;
-    }
-    inflight_[head] = 1;
-    ++in_flight_;
-    out->head_ = head;
-    out->ring_id_ = ring_id_;
-    if (out->memory_ != memory_) [[unlikely]]
-      out->memory_ = memory_;
-    ++stats_.popped;
-    return true;
+    n = static_cast<size_t>(c - out.data());
+    last_avail_ = run_end;
+    budget_ -= todo;
+    in_flight_ += static_cast<uint32_t>(c - first);
+    stats_.popped += static_cast<uint64_t>(c - first);
   }
+  return n;
 }
 
 void SplitQueue::Complete(const Chain& chain, uint32_t written) {
-  if (!started_ || chain.ring_id_ != ring_id_) return;  // the ring it came from is gone
-  uint16_t head = chain.head_;
-  if (head >= size_ || !inflight_[head]) {
-    spdlog::error("vdev: queue {}: completion of head {} that is not in flight (ignored)", index_,
-                  head);
-    return;
+  CompleteBatch({&chain, 1}, {&written, 1});
+}
+
+void SplitQueue::CompleteBatch(std::span<const Chain> chains, std::span<const uint32_t> written) {
+  if (!started_) return;  // every chain's ring is gone
+  // Copies of the members the loop uses: its stores into the used ring
+  // could otherwise make the compiler reload them for every chain.
+  const uint64_t ring_id = ring_id_;
+  const uint16_t size = size_;
+  uint8_t* const inflight = inflight_.data();
+  uint8_t* const used_ring = used_ + kRingHeader;
+  uint16_t used_idx = used_idx_;
+  uint32_t done = 0;
+  for (size_t k = 0; k < chains.size(); ++k) {
+    const Chain& chain = chains[k];
+    if (chain.ring_id_ != ring_id) continue;  // the ring it came from is gone
+    const uint16_t head = chain.head_;
+    if (head >= size || !inflight[head]) [[unlikely]] {
+      NotInFlight(head);
+      continue;
+    }
+    inflight[head] = 0;
+    ++done;
+    // The device cannot claim more than the driver offered.
+    const auto len = static_cast<uint32_t>(std::min<uint64_t>(written[k], chain.writable_bytes_));
+    PushUsed(used_ring + kUsedElemSize * (used_idx & (size - 1)), head, len);
+    ++used_idx;
   }
-  inflight_[head] = 0;
-  --in_flight_;
-  // The device cannot claim more than the driver offered.
-  written = static_cast<uint32_t>(std::min<uint64_t>(written, chain.writable_bytes_));
-  PushUsed(head, written);
+  used_idx_ = used_idx;
+  in_flight_ -= done;
+  stats_.completed += done;
+}
+
+void SplitQueue::NotInFlight(uint16_t head) {
+  spdlog::error("vdev: queue {}: completion of head {} that is not in flight (ignored)", index_,
+                head);
 }
 
 void SplitQueue::Flush() {

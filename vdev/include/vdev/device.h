@@ -119,6 +119,24 @@ class Queue {
   // Publishes pending used entries and notifies the driver unless
   // notifications are suppressed (EVENT_IDX / NO_INTERRUPT).
   virtual void Flush() = 0;
+
+  // Batch forms for devices that serve many small chains per kick: the same
+  // results as the loops below (which are the defaults), with the queue's
+  // per-call checks paid once per batch.
+  //
+  // Pops up to out.size() chains into out[0, n) and returns n; fewer than
+  // out.size() means Pop would have returned false next. The contents of
+  // out[n, out.size()) are unspecified afterwards.
+  virtual size_t PopBatch(std::span<Chain> out) {
+    size_t n = 0;
+    while (n < out.size() && Pop(&out[n])) ++n;
+    return n;
+  }
+  // Complete(chains[i], written[i]) for every i, in order; the spans have the
+  // same size.
+  virtual void CompleteBatch(std::span<const Chain> chains, std::span<const uint32_t> written) {
+    for (size_t i = 0; i < chains.size(); ++i) Complete(chains[i], written[i]);
+  }
 };
 
 // What vdev gives a device for the lifetime of one front-end connection.

@@ -39,15 +39,19 @@ class EchoDevice final : public Device {
   void OnDisconnect() override { ctx_ = nullptr; }
 
   // Chains echoed so far (any thread may read).
-  uint64_t chains() const { return chains_.load(std::memory_order_relaxed); }
+  uint64_t chains() const { return chains_echoed_.load(std::memory_order_relaxed); }
   DeviceContext* context() const { return ctx_; }
 
  private:
   const Options options_;
   std::vector<uint8_t> config_;
-  Chain chain_;  // reused for every pop: no allocation per chain once warm
+  // Chains are popped, echoed and completed this many at a time. The array
+  // is reused for every batch: no allocation per chain once warm.
+  static constexpr size_t kBatch = 32;
+  Chain chains_[kBatch];
+  uint32_t written_[kBatch] = {};
   DeviceContext* ctx_ = nullptr;
-  std::atomic<uint64_t> chains_{0};
+  std::atomic<uint64_t> chains_echoed_{0};
 };
 
 // Copies min(readable, writable) bytes of a chain from its readable to its

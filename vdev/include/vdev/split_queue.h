@@ -16,14 +16,25 @@
 //     processed until the ring is restarted. A malformed chain (bad buffer) is
 //     completed with length 0 and skipped.
 //
-// Hot path (busy-poll runs it tens of millions of times a second): each
-// descriptor is fetched with two 8-byte loads (addr; len | flags | next) and
-// translated through a copy of the region the previous buffer hit, falling
-// back to the MemoryMap lookup when it lies elsewhere or crosses the region's
-// end; that copy is dropped whenever the map changes (Start, Remap, Stop).
-// Error reporting is out of line. A used entry that already holds the values
-// to publish (the same head completed in the same slot a ring ago) is not
-// rewritten, which keeps the driver's copy of the cache line valid.
+// Hot path (busy-poll runs it tens of millions of times a second): PopBatch
+// and CompleteBatch serve a run of chains per call, so the per-call checks
+// (started, avail index, turn budget) and the bookkeeping (counters, indices)
+// are paid once per run; Pop and Complete are the same code for one chain.
+// Each descriptor is fetched with two 8-byte loads (addr; len | flags |
+// next). The walk of a chain is inline while the chain is plain: direct
+// descriptors whose buffers lie wholly in the region the previous buffer hit
+// (a copy of that region, dropped whenever the map changes: Start, Remap,
+// Stop), one segment each, readable then writable, no more than the chain's
+// inline array holds (and never more than the ring size, which bounds the
+// loop). The first descriptor that is anything else (indirect, elsewhere,
+// crossing the region's end, zero-length, one segment too many) hands the
+// walk, with the descriptor already read, to an out-of-line walk that
+// handles everything with the same checks, so no descriptor is read twice.
+// The per-direction byte limit is checked once per chain (totals cannot
+// overflow: see Walk). Error reporting is out of line. A used entry that
+// already holds the values to publish (the same head completed in the same
+// slot a ring ago) is not rewritten, which keeps the driver's copy of the
+// cache line valid.
 //
 // Memory ordering: the avail index is loaded with acquire before reading ring
 // entries; used entries are written plainly and the used index is published
@@ -37,6 +48,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -124,33 +136,51 @@ class SplitQueue final : public Queue {
   // --- Queue ---
   uint16_t index() const override { return index_; }
   uint16_t size() const override { return size_; }
+  // Pop and Complete are the batch forms for one chain: one implementation.
   bool Pop(Chain* out) override;
   void Complete(const Chain& chain, uint32_t written) override;
   void Flush() override;
+  size_t PopBatch(std::span<Chain> out) override;
+  void CompleteBatch(std::span<const Chain> chains, std::span<const uint32_t> written) override;
 
  private:
   enum class WalkResult { kOk, kMalformed };
+  struct Desc;    // one descriptor as the walk sees it (split_queue.cc)
+  struct Cursor;  // where the walk stands
 
   bool Translate(const MemoryMap& memory, std::string* error);
   WalkResult Walk(uint16_t head, Chain* out);
-  // Checks an indirect descriptor and returns its table (error path out of line).
-  WalkResult IndirectTable(uint16_t head, bool nested, uint64_t addr, uint32_t len, uint16_t flags,
-                           const uint8_t** table, uint32_t* entries);
+  WalkResult WalkSlow(uint16_t head, Chain* out, uint32_t visited, uint32_t i, bool fetched,
+                      uint64_t addr, uint64_t rest, bool writing);
+  static Desc LoadDesc(const uint8_t* table, uint32_t i);
+  bool EnterIndirect(uint16_t head, const Desc& d, Cursor* cur);
+  WalkResult FinishWalk(uint16_t head, Chain* out, uint32_t num_segments, uint32_t num_readable,
+                        uint64_t readable, uint64_t writable);
+  [[gnu::cold, gnu::noinline]] WalkResult MalformedLoop(uint16_t head);
+  // Checks an indirect descriptor and returns its table, or nullptr (reported).
+  const uint8_t* IndirectTable(uint16_t head, bool nested, uint64_t addr, uint32_t len,
+                               uint16_t flags);
   // Full MemoryMap translation (buffers outside the cached region, or
-  // crossing its end); refreshes the cache.
+  // crossing its end) appended to out; refreshes the cache. A zero-length
+  // buffer appends nothing.
   bool TranslateSlow(uint64_t addr, uint32_t len, Chain* out);
   [[gnu::cold]] WalkResult Malformed(uint16_t head, const std::string& why);
   [[gnu::cold, gnu::noinline]] WalkResult MalformedWhy(uint16_t head, const char* why);
   [[gnu::cold, gnu::noinline]] WalkResult MalformedBuffer(uint16_t head, const char* what,
                                                           uint64_t addr, uint32_t len);
   [[gnu::cold, gnu::noinline]] WalkResult MalformedNext(uint16_t head, uint16_t next);
+  [[gnu::cold, gnu::noinline]] WalkResult MalformedTotals(uint16_t head, uint64_t readable,
+                                                          uint64_t writable);
+  // Completes a malformed chain with length 0 and publishes it.
+  [[gnu::cold, gnu::noinline]] void SkipMalformed(uint16_t head, Chain* out);
+  [[gnu::cold, gnu::noinline]] void NotInFlight(uint16_t head);
   [[gnu::cold, gnu::noinline]] void BrokenHead(const char* what, uint16_t head);
   void MarkBroken(const std::string& why);
   // Re-reads the avail index; false when it jumped (ring broken).
   bool RefreshAvail();
   // Arms driver notifications and re-checks for work (EVENT_IDX idiom).
   bool EnableNotifyAndRecheck();
-  void PushUsed(uint16_t head, uint32_t len);
+  static void PushUsed(uint8_t* e, uint16_t head, uint32_t len);
   void UpdatePopping() { popping_ = started_ && !broken_ && !draining_; }
   void Signal(int fd);
 

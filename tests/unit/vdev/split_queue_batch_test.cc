@@ -1,0 +1,255 @@
+// PopBatch / CompleteBatch against Pop / Complete, and the walk's hand-over
+// from the inline path to the general one (long chains, loops, buffers
+// outside the cached region) in a ring larger than a Chain's inline array.
+#include <sys/eventfd.h>
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "test_util.h"
+#include "vdev/split_queue.h"
+
+namespace vdev {
+namespace {
+
+using testing::kGpaBase;
+using testing::RingDriver;
+using testing::SimpleGuest;
+
+constexpr uint16_t kSize = 64;
+constexpr uint64_t kDesc = kGpaBase;
+constexpr uint64_t kAvail = kGpaBase + 0x1000;
+constexpr uint64_t kUsed = kGpaBase + 0x2000;
+constexpr uint64_t kTable = kGpaBase + 0x8000;
+constexpr uint64_t kBuf = kGpaBase + 0x10000;
+constexpr uint16_t N = 1;  // VRING_DESC_F_NEXT
+constexpr uint16_t W = 2;  // VRING_DESC_F_WRITE
+constexpr uint16_t I = 4;  // VRING_DESC_F_INDIRECT
+
+// One guest with its ring and a started queue on it.
+struct Ring {
+  explicit Ring(QueueLimits limits = {}) : q(0, limits) {
+    q.set_size(kSize);
+    q.set_addresses(driver.desc_uva(), driver.avail_uva(), driver.used_uva());
+    q.set_features(/*event_idx=*/false, /*indirect=*/true);
+    std::string error;
+    EXPECT_TRUE(q.Start(guest.memory, &error)) << error;
+    q.set_polling(true);
+  }
+  // A chain of `readable` then `writable` descriptors starting at `first`
+  // (consecutive indices), buffers of `len` bytes at kBuf + 0x100 * index.
+  void Chain(uint16_t first, uint16_t readable, uint16_t writable, uint32_t len = 16) {
+    const uint16_t n = readable + writable;
+    for (uint16_t k = 0; k < n; ++k) {
+      const auto i = static_cast<uint16_t>(first + k);
+      const uint16_t flags = static_cast<uint16_t>((k + 1 < n ? N : 0) | (k >= readable ? W : 0));
+      driver.SetDesc(i, kBuf + 0x100ull * i, len, flags, static_cast<uint16_t>(i + 1));
+    }
+    driver.Publish(first);
+  }
+
+  SimpleGuest guest;
+  RingDriver driver{&guest, kSize, kDesc, kAvail, kUsed};
+  SplitQueue q;
+};
+
+// What a chain says about itself, comparable across two guests (whose host
+// addresses differ): head, segment lengths per direction, totals, bytes.
+std::string Describe(const Chain& c) {
+  std::string s = "head " + std::to_string(c.head()) + " r";
+  for (const Segment& g : c.readable()) s += " " + std::to_string(g.len);
+  s += " w";
+  for (const Segment& g : c.writable()) s += " " + std::to_string(g.len);
+  s += " bytes " + std::to_string(c.readable_bytes()) + "/" + std::to_string(c.writable_bytes());
+  std::vector<char> data(c.readable_bytes());
+  c.Read(0, data.data(), data.size());
+  s += " data " + std::string(data.begin(), data.end());
+  return s;
+}
+
+// Lays out the same mix of chains in a ring: ordinary, readable- or
+// writable-only, zero-length descriptors, longer than the inline array,
+// indirect, and malformed ones (skipped) in between.
+void LayOut(Ring& r) {
+  for (uint64_t i = 0; i < 0x100ull * kSize; ++i) {
+    *r.guest.host(kBuf + i) = static_cast<uint8_t>('a' + i % 23);
+  }
+  r.Chain(0, 1, 1);
+  r.Chain(2, 3, 0);
+  r.Chain(5, 0, 2, 8);
+  r.Chain(7, 10, 3);                          // 13 segments: past the inline array
+  r.driver.SetDesc(20, 0x7fff0000, 8, 0, 0);  // outside guest memory: skipped
+  r.driver.Publish(20);
+  r.Chain(21, 1, 1, 0);                      // zero-length buffers yield no segments
+  r.driver.SetDesc(23, kBuf, 8, W | N, 24);  // readable after writable: skipped
+  r.driver.SetDesc(24, kBuf, 8, 0, 0);
+  r.driver.Publish(23);
+  for (uint16_t k = 0; k < 4; ++k) {
+    r.driver.SetDesc(k, kBuf + 0x40 * k, 12,
+                     static_cast<uint16_t>((k < 3 ? N : 0) | (k >= 2 ? W : 0)),
+                     static_cast<uint16_t>(k + 1), kTable);
+  }
+  r.driver.SetDesc(25, kTable, 64, I, 0);
+  r.driver.Publish(25);
+  r.Chain(26, 2, 2);
+}
+
+TEST(VdevSplitQueueBatch, PopBatchPopsWhatPopWould) {
+  Ring one, batch;
+  LayOut(one);
+  LayOut(batch);
+  std::vector<std::string> want;
+  Chain c;
+  while (one.q.Pop(&c)) want.push_back(Describe(c));
+  ASSERT_EQ(want.size(), 7u);  // nine published, two malformed
+
+  std::vector<std::string> got;
+  Chain chains[3];
+  for (;;) {
+    const size_t n = batch.q.PopBatch(chains);
+    for (size_t i = 0; i < n; ++i) got.push_back(Describe(chains[i]));
+    if (n < 3) break;
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(batch.q.stats().popped, one.q.stats().popped);
+  EXPECT_EQ(batch.q.stats().malformed, 2u);
+  EXPECT_EQ(batch.q.in_flight(), 7u);
+  EXPECT_EQ(batch.q.last_avail(), one.q.last_avail());
+  // The malformed chains were completed with length 0 as they were met.
+  EXPECT_EQ(batch.driver.used_idx(), 2);
+  EXPECT_EQ(batch.driver.used_elem(0), std::make_pair(20u, 0u));
+  EXPECT_EQ(batch.driver.used_elem(1), std::make_pair(23u, 0u));
+}
+
+TEST(VdevSplitQueueBatch, CompleteBatchPublishesInOrderAndIgnoresWhatCompleteIgnores) {
+  Ring r;
+  for (uint16_t k = 0; k < 4; ++k) r.Chain(static_cast<uint16_t>(2 * k), 1, 1);
+  Chain chains[4];
+  ASSERT_EQ(r.q.PopBatch(chains), 4u);
+  EXPECT_EQ(r.q.in_flight(), 4u);
+  // Out of order, one length over the writable bytes (clamped to 16), and
+  // the same chain twice (the second time it is not in flight: ignored).
+  const Chain order[5] = {chains[2], chains[0], chains[3], chains[1], chains[0]};
+  const uint32_t written[5] = {5, 100, 0, 16, 7};
+  r.q.CompleteBatch(order, written);
+  EXPECT_EQ(r.driver.used_idx(), 0);  // published by Flush only
+  r.q.Flush();
+  ASSERT_EQ(r.driver.used_idx(), 4);
+  EXPECT_EQ(r.driver.used_elem(0), std::make_pair(4u, 5u));
+  EXPECT_EQ(r.driver.used_elem(1), std::make_pair(0u, 16u));
+  EXPECT_EQ(r.driver.used_elem(2), std::make_pair(6u, 0u));
+  EXPECT_EQ(r.driver.used_elem(3), std::make_pair(2u, 16u));
+  EXPECT_EQ(r.q.in_flight(), 0u);
+  EXPECT_EQ(r.q.stats().completed, 4u);
+
+  // Chains of a ring that was restarted since are ignored, and an empty
+  // batch is nothing.
+  r.Chain(0, 1, 1);
+  ASSERT_EQ(r.q.PopBatch({chains, 1}), 1u);
+  r.q.Stop();
+  r.q.set_last_avail(5);
+  std::string error;
+  ASSERT_TRUE(r.q.Start(r.guest.memory, &error)) << error;
+  r.q.CompleteBatch({chains, 1}, {written, 1});
+  r.q.CompleteBatch({}, {});
+  r.q.Flush();
+  EXPECT_EQ(r.driver.used_idx(), 4);
+}
+
+TEST(VdevSplitQueueBatch, TheDefaultBatchFormsLoopOverPopAndComplete) {
+  // A Queue that only has the one-chain calls.
+  class Fifo final : public Queue {
+   public:
+    uint16_t index() const override { return 0; }
+    uint16_t size() const override { return 8; }
+    bool Pop(Chain* out) override {
+      if (next_ == 3) return false;
+      *out = Chain(next_++, {}, {}, nullptr);
+      return true;
+    }
+    void Complete(const Chain& chain, uint32_t written) override {
+      completed.emplace_back(chain.head(), written);
+    }
+    void Flush() override {}
+    std::vector<std::pair<uint16_t, uint32_t>> completed;
+
+   private:
+    uint16_t next_ = 0;
+  };
+  Fifo q;
+  Chain chains[2];
+  Queue& queue = q;
+  ASSERT_EQ(queue.PopBatch(chains), 2u);
+  EXPECT_EQ(chains[1].head(), 1);
+  const uint32_t written[2] = {10, 11};
+  queue.CompleteBatch(chains, written);
+  ASSERT_EQ(queue.PopBatch(chains), 1u);
+  EXPECT_EQ(chains[0].head(), 2);
+  EXPECT_EQ(queue.PopBatch(chains), 0u);
+  const std::vector<std::pair<uint16_t, uint32_t>> want = {{0, 10}, {1, 11}};
+  EXPECT_EQ(q.completed, want);
+}
+
+// The inline walk takes at most a Chain's inline array (capped at the ring
+// size) of descriptors; the general walk continues with what is left of the
+// ring-size bound.
+TEST(VdevSplitQueueBatch, LongChainsAndLoopsBeyondTheInlineArray) {
+  static_assert(kSize > 2 * Chain::kInlineSegments);
+  Ring r;
+  Chain c;
+  // The longest legal chain: every descriptor of the ring, readable then writable.
+  r.Chain(0, kSize - 5, 5, 4);
+  ASSERT_TRUE(r.q.Pop(&c));
+  EXPECT_EQ(c.readable().size(), kSize - 5u);
+  EXPECT_EQ(c.writable().size(), 5u);
+  EXPECT_EQ(c.readable_bytes(), 4u * (kSize - 5));
+  EXPECT_EQ(c.writable_bytes(), 20u);
+  EXPECT_TRUE(testing::Aliases(c.writable()[4].data, r.guest.host(kBuf + 0x100ull * (kSize - 1))));
+  r.q.Complete(c, 0);
+
+  // A loop through the whole ring: one descriptor more than the ring holds.
+  for (uint16_t i = 0; i < kSize; ++i) {
+    r.driver.SetDesc(i, kBuf, 4, N, static_cast<uint16_t>((i + 1) % kSize));
+  }
+  r.driver.Publish(0);
+  EXPECT_FALSE(r.q.Pop(&c));
+  EXPECT_EQ(r.q.stats().malformed, 1u);
+  // A short loop, caught within the inline walk's reach or just past it.
+  for (uint32_t len : {2u, 3u, Chain::kInlineSegments, Chain::kInlineSegments + 1}) {
+    for (uint16_t i = 0; i < len; ++i) {
+      r.driver.SetDesc(i, kBuf, 4, W | N, static_cast<uint16_t>((i + 1) % len));
+    }
+    r.driver.Publish(0);
+    EXPECT_FALSE(r.q.Pop(&c)) << len;
+  }
+  EXPECT_EQ(r.q.stats().malformed, 5u);
+
+  // Readable descriptors past the inline array, a writable one, then a
+  // readable one again: the general walk still rejects it.
+  r.Chain(0, 12, 2);
+  r.driver.SetDesc(13, kBuf, 4, 0, 0);
+  EXPECT_FALSE(r.q.Pop(&c));
+  EXPECT_EQ(r.q.stats().malformed, 6u);
+  EXPECT_FALSE(r.q.broken());
+}
+
+TEST(VdevSplitQueueBatch, ChainLimitCountsEachDirection) {
+  Ring r(QueueLimits{.max_indirect = 64, .max_chain_bytes = 100});
+  Chain c;
+  r.Chain(0, 5, 0, 20);  // 100 readable bytes: at the limit
+  ASSERT_TRUE(r.q.Pop(&c));
+  EXPECT_EQ(c.readable_bytes(), 100u);
+  r.q.Complete(c, 0);
+  r.Chain(0, 4, 4, 25);  // 100 each way
+  ASSERT_TRUE(r.q.Pop(&c));
+  r.q.Complete(c, 0);
+  r.Chain(0, 11, 0, 10);  // 110 readable, past the inline array
+  EXPECT_FALSE(r.q.Pop(&c));
+  r.Chain(0, 1, 6, 17);  // 102 writable
+  EXPECT_FALSE(r.q.Pop(&c));
+  EXPECT_EQ(r.q.stats().malformed, 2u);
+}
+
+}  // namespace
+}  // namespace vdev
