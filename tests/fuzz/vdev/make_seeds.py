@@ -101,3 +101,9 @@ write("corpus/ring/indirect", ring_seed(
 write("corpus/ring/cross_region", ring_seed(
     [(GPA + A_LEN - 8, 16, 1, 1), (GPA + 0x3100, 16, 2, 0)], [0]))
 write("corpus/ring/loop", ring_seed([(GPA + 0x3000, 8, 1, 1), (GPA + 0x3000, 8, 1, 0)], [0, 1]))
+# Compare mode (flag 16, batches of 3): a mix of chains, one looping.
+write("corpus/ring/batch", ring_seed(
+    [(GPA + 0x3000, 16, 1, 1), (GPA + 0x3100, 16, 2, 0), (GPA + 0x3200, 0, 2, 0),
+     (GPA + 0x1E00, 32, 4, 0), (GPA + 0x3300, 8, 1, 4), (GPA + 0x3300, 8, 1, 4)],
+    [0, 2, 3, 4, 1], tables=[(0x1E00, [(GPA + 0x3000, 8, 1, 1), (GPA + 0x3100, 8, 2, 0)])],
+    flags=3 | 16 | (2 << 5), size_log2=4))
