@@ -610,12 +610,14 @@ void SplitQueue::CompleteBatch(std::span<const Chain> chains, std::span<const ui
   // could otherwise make the compiler reload them for every chain.
   const uint64_t ring_id = ring_id_;
   const uint16_t size = size_;
+  const uint16_t mask = static_cast<uint16_t>(size - 1);
   uint8_t* const inflight = inflight_.data();
   uint8_t* const used_ring = used_ + kRingHeader;
-  uint16_t used_idx = used_idx_;
-  uint32_t done = 0;
-  for (size_t k = 0; k < chains.size(); ++k) {
-    const Chain& chain = chains[k];
+  const uint16_t used_start = used_idx_;
+  uint16_t used_idx = used_start;
+  const uint32_t* len = written.data();
+  for (const Chain& chain : chains) {
+    const uint32_t wrote = *len++;
     if (chain.ring_id_ != ring_id) continue;  // the ring it came from is gone
     const uint16_t head = chain.head_;
     if (head >= size || !inflight[head]) [[unlikely]] {
@@ -623,12 +625,12 @@ void SplitQueue::CompleteBatch(std::span<const Chain> chains, std::span<const ui
       continue;
     }
     inflight[head] = 0;
-    ++done;
     // The device cannot claim more than the driver offered.
-    const auto len = static_cast<uint32_t>(std::min<uint64_t>(written[k], chain.writable_bytes_));
-    PushUsed(used_ring + kUsedElemSize * (used_idx & (size - 1)), head, len);
+    PushUsed(used_ring + kUsedElemSize * (used_idx & mask), head,
+             static_cast<uint32_t>(std::min<uint64_t>(wrote, chain.writable_bytes_)));
     ++used_idx;
   }
+  const auto done = static_cast<uint16_t>(used_idx - used_start);  // at most the ring size
   used_idx_ = used_idx;
   in_flight_ -= done;
   stats_.completed += done;
