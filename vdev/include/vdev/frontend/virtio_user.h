@@ -126,9 +126,9 @@ class VirtioUser {
   // Data path. AddChain queues a chain (not yet visible); Kick publishes all
   // queued chains of the queue and notifies the back-end if it asked to be.
   // (Inline: the busy-poll data path adds chains at tens of millions a second.)
-  Status AddChain(uint16_t queue, std::span<const Buffer> readable,
-                  std::span<const Buffer> writable, uint64_t cookie = 0, uint16_t* head = nullptr,
-                  bool indirect = false) {
+  [[gnu::always_inline]] Status AddChain(uint16_t queue, std::span<const Buffer> readable,
+                                         std::span<const Buffer> writable, uint64_t cookie = 0,
+                                         uint16_t* head = nullptr, bool indirect = false) {
     if (queue >= queues_.size()) [[unlikely]] {
       return NoSuchQueue();
     }
