@@ -388,8 +388,8 @@ bool SplitQueue::EnterIndirect(uint16_t head, const Desc& d, Cursor* cur) {
 }
 
 // The hot path of every chain, inline in PopBatch: a direct chain whose
-// buffers lie in the cached region and fit a Chain's inline segment array
-// (one segment per descriptor). The first descriptor that is anything else
+// buffers lie in the cached region and fit the chain's segment array (one
+// segment per descriptor). The first descriptor that is anything else
 // (indirect, elsewhere, zero-length, one segment too many) hands the walk,
 // with that descriptor as read, over to WalkSlow, which continues from
 // there; errors are reported out of line. Nothing is called in the middle of
@@ -398,7 +398,7 @@ bool SplitQueue::EnterIndirect(uint16_t head, const Desc& d, Cursor* cur) {
 // descriptors have a loop each: the direction is where the code is, not a
 // value to test.
 //
-// The end of the inline array doubles as the loop bound: it is capped at
+// The end of the segment array doubles as the loop bound: it is capped at
 // the ring size, and each descriptor taken here adds one segment, so no
 // more than size_ descriptors are read before WalkSlow takes over with the
 // remaining budget.
@@ -409,8 +409,7 @@ bool SplitQueue::EnterIndirect(uint16_t head, const Desc& d, Cursor* cur) {
 // checked once, in FinishWalk.
 [[gnu::always_inline]] inline SplitQueue::WalkResult SplitQueue::Walk(uint16_t head, Chain* out) {
   Segment* const segs = out->segments_;
-  // Every Chain holds at least kInlineSegments (its array only grows).
-  Segment* const segs_end = segs + std::min<uint32_t>(Chain::kInlineSegments, size_);
+  Segment* const segs_end = segs + std::min(out->capacity_, uint32_t{size_});
   Segment* seg = segs;  // next segment to write
   uint32_t i = head;
   uint64_t readable = 0;
