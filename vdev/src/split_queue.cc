@@ -538,26 +538,79 @@ SplitQueue::WalkResult SplitQueue::MalformedLoop(uint16_t head) {
   return Malformed(head, "descriptor chain loops or exceeds its table");
 }
 
+// True when an avail entry may be taken now: one is published (the avail
+// index is re-read, and notifications re-armed, when none is known) and the
+// turn's budget allows it. Pop and PopBatch start every take with this.
+[[gnu::always_inline]] inline bool SplitQueue::CanTake() {
+  if (last_avail_ == avail_cache_) {
+    if (!RefreshAvail()) return false;
+    if (last_avail_ == avail_cache_ && !EnableNotifyAndRecheck()) return false;
+    if (broken_) return false;
+  }
+  if (budget_ == 0) [[unlikely]] {
+    if (!yielded_) {
+      yielded_ = true;
+      if (on_yield_) on_yield_(index_);
+    }
+    return false;
+  }
+  return true;
+}
+
+// Takes the chain of avail entry idx into *c. A malformed chain is
+// completed with length 0 (kSkipped); a head the ring cannot take is left
+// to the caller (kBadHead, *head set), which breaks the ring.
+[[gnu::always_inline]] inline SplitQueue::TakeResult SplitQueue::Take(uint16_t idx, Chain* c,
+                                                                      uint16_t* head_out) {
+  const uint16_t head = Load<uint16_t>(avail_ + kRingHeader + 2 * (idx & (size_ - 1)));
+  *head_out = head;
+  if (head >= size_ || inflight_[head]) [[unlikely]] {
+    return TakeResult::kBadHead;
+  }
+  if (Walk(head, c) != WalkResult::kOk) [[unlikely]] {
+    SkipMalformed(head, c);
+    return TakeResult::kSkipped;
+  }
+  inflight_[head] = 1;
+  c->head_ = head;
+  c->ring_id_ = ring_id_;
+  if (c->memory_ != memory_) [[unlikely]]
+    c->memory_ = memory_;
+  return TakeResult::kTaken;
+}
+
+void SplitQueue::BadHead(uint16_t head) {
+  BrokenHead(head >= size_ ? "outside the ring" : "already in flight", head);
+}
+
+// One chain at a time (devices that do not batch): the same checks and walk
+// as PopBatch, without its run bookkeeping.
 bool SplitQueue::Pop(Chain* out) {
-  return PopBatch({out, 1}) == 1;
+  if (!popping_) return false;
+  while (CanTake()) {
+    --budget_;
+    uint16_t head;
+    switch (Take(last_avail_, out, &head)) {
+      case TakeResult::kTaken:
+        ++last_avail_;
+        ++in_flight_;
+        ++stats_.popped;
+        return true;
+      case TakeResult::kSkipped:
+        ++last_avail_;
+        break;
+      case TakeResult::kBadHead:
+        BadHead(head);
+        return false;
+    }
+  }
+  return false;
 }
 
 size_t SplitQueue::PopBatch(std::span<Chain> out) {
   if (!popping_) return 0;
   size_t n = 0;
-  while (n < out.size()) {
-    if (last_avail_ == avail_cache_) {
-      if (!RefreshAvail()) break;
-      if (last_avail_ == avail_cache_ && !EnableNotifyAndRecheck()) break;
-      if (broken_) break;
-    }
-    if (budget_ == 0) [[unlikely]] {
-      if (!yielded_) {
-        yielded_ = true;
-        if (on_yield_) on_yield_(index_);
-      }
-      break;
-    }
+  while (n < out.size() && CanTake()) {
     // A run of avail entries the driver published, the turn allows and out
     // has room for: the checks above hold for all of them, and the
     // bookkeeping below is settled once for the run.
@@ -570,26 +623,18 @@ size_t SplitQueue::PopBatch(std::span<Chain> out) {
     Chain* c = first;
     uint16_t idx = last_avail_;
     while (idx != run_end) {
-      const uint16_t head = Load<uint16_t>(avail_ + kRingHeader + 2 * (idx & (size_ - 1)));
-      if (head >= size_ || inflight_[head]) [[unlikely]] {
+      uint16_t head;
+      const TakeResult r = Take(idx, c, &head);
+      if (r == TakeResult::kBadHead) [[unlikely]] {
         last_avail_ = idx;
         budget_ -= static_cast<uint16_t>(idx - (run_end - todo));
         in_flight_ += static_cast<uint32_t>(c - first);
         stats_.popped += static_cast<uint64_t>(c - first);
-        BrokenHead(head >= size_ ? "outside the ring" : "already in flight", head);
+        BadHead(head);
         return static_cast<size_t>(c - out.data());
       }
       ++idx;
-      if (Walk(head, c) != WalkResult::kOk) [[unlikely]] {
-        SkipMalformed(head, c);
-        continue;
-      }
-      inflight_[head] = 1;
-      c->head_ = head;
-      c->ring_id_ = ring_id_;
-      if (c->memory_ != memory_) [[unlikely]]
-        c->memory_ = memory_;
-      ++c;
+      if (r == TakeResult::kTaken) ++c;
     }
     n = static_cast<size_t>(c - out.data());
     last_avail_ = run_end;
@@ -600,8 +645,22 @@ size_t SplitQueue::PopBatch(std::span<Chain> out) {
   return n;
 }
 
+// One chain (devices that do not batch): CompleteBatch's checks without its
+// loop set-up.
 void SplitQueue::Complete(const Chain& chain, uint32_t written) {
-  CompleteBatch({&chain, 1}, {&written, 1});
+  if (!started_ || chain.ring_id_ != ring_id_) return;  // the ring it came from is gone
+  const uint16_t head = chain.head_;
+  if (head >= size_ || !inflight_[head]) [[unlikely]] {
+    NotInFlight(head);
+    return;
+  }
+  inflight_[head] = 0;
+  --in_flight_;
+  ++stats_.completed;
+  // The device cannot claim more than the driver offered.
+  PushUsed(used_ + kRingHeader + kUsedElemSize * (used_idx_ & (size_ - 1)), head,
+           static_cast<uint32_t>(std::min<uint64_t>(written, chain.writable_bytes_)));
+  ++used_idx_;
 }
 
 void SplitQueue::CompleteBatch(std::span<const Chain> chains, std::span<const uint32_t> written) {

@@ -136,7 +136,6 @@ class SplitQueue final : public Queue {
   // --- Queue ---
   uint16_t index() const override { return index_; }
   uint16_t size() const override { return size_; }
-  // Pop and Complete are the batch forms for one chain: one implementation.
   bool Pop(Chain* out) override;
   void Complete(const Chain& chain, uint32_t written) override;
   void Flush() override;
@@ -145,10 +144,14 @@ class SplitQueue final : public Queue {
 
  private:
   enum class WalkResult { kOk, kMalformed };
+  enum class TakeResult { kTaken, kSkipped, kBadHead };
   struct Desc;    // one descriptor as the walk sees it (split_queue.cc)
   struct Cursor;  // where the walk stands
 
   bool Translate(const MemoryMap& memory, std::string* error);
+  bool CanTake();
+  TakeResult Take(uint16_t idx, Chain* c, uint16_t* head);
+  [[gnu::cold, gnu::noinline]] void BadHead(uint16_t head);
   WalkResult Walk(uint16_t head, Chain* out);
   WalkResult WalkSlow(uint16_t head, Chain* out, uint32_t visited, uint32_t i, bool fetched,
                       uint64_t addr, uint64_t rest, bool writing);
