@@ -19,7 +19,8 @@
 // Hot path (busy-poll runs it tens of millions of times a second): PopBatch
 // and CompleteBatch serve a run of chains per call, so the per-call checks
 // (started, avail index, turn budget) and the bookkeeping (counters, indices)
-// are paid once per run; Pop and Complete are the same code for one chain.
+// are paid once per run; Pop and Complete share their checks and the walk
+// but skip the run set-up, for devices that take one chain at a time.
 // Each descriptor is fetched with two 8-byte loads (addr; len | flags |
 // next). The walk of a chain is inline while the chain is plain: direct
 // descriptors whose buffers lie wholly in the region the previous buffer hit
