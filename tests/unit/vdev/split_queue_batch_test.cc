@@ -13,19 +13,19 @@
 namespace vdev {
 namespace {
 
+using testing::I;
+using testing::kAvail;
+using testing::kBuf;
+using testing::kDesc;
 using testing::kGpaBase;
+using testing::kTable;
+using testing::kUsed;
+using testing::N;
 using testing::RingDriver;
 using testing::SimpleGuest;
+using testing::W;
 
 constexpr uint16_t kSize = 64;
-constexpr uint64_t kDesc = kGpaBase;
-constexpr uint64_t kAvail = kGpaBase + 0x1000;
-constexpr uint64_t kUsed = kGpaBase + 0x2000;
-constexpr uint64_t kTable = kGpaBase + 0x8000;
-constexpr uint64_t kBuf = kGpaBase + 0x10000;
-constexpr uint16_t N = 1;  // VRING_DESC_F_NEXT
-constexpr uint16_t W = 2;  // VRING_DESC_F_WRITE
-constexpr uint16_t I = 4;  // VRING_DESC_F_INDIRECT
 
 // One guest with its ring and a started queue on it.
 struct Ring {

@@ -10,22 +10,22 @@
 namespace vdev {
 namespace {
 
+using testing::I;
+using testing::kAvail;
+using testing::kBuf;
+using testing::kDesc;
 using testing::kGpaBase;
+using testing::kTable;
+using testing::kUsed;
 using testing::kUvaDelta;
+using testing::N;
 using testing::RingDriver;
 using testing::SimpleGuest;
+using testing::W;
 
 constexpr uint16_t kSize = 8;
-constexpr uint64_t kDesc = kGpaBase;
-constexpr uint64_t kAvail = kGpaBase + 0x1000;
-constexpr uint64_t kUsed = kGpaBase + 0x2000;
-constexpr uint64_t kBuf = kGpaBase + 0x10000;
-constexpr uint64_t kTable = kGpaBase + 0x8000;
 // <linux/virtio_ring.h> values (its inline helpers are not C++).
-constexpr uint16_t N = 1;                  // VRING_DESC_F_NEXT
-constexpr uint16_t W = 2;                  // VRING_DESC_F_WRITE
-constexpr uint16_t I = 4;                  // VRING_DESC_F_INDIRECT
-constexpr uint16_t kAvailNoInterrupt = 1;  // kAvailNoInterrupt
+constexpr uint16_t kAvailNoInterrupt = 1;  // VRING_AVAIL_F_NO_INTERRUPT
 constexpr uint16_t kUsedNoNotify = 1;      // VRING_USED_F_NO_NOTIFY
 
 // Reads and resets an eventfd counter (0 when not signalled).

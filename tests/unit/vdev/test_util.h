@@ -72,6 +72,18 @@ class GuestRam {
 constexpr uint64_t kGpaBase = 0x10000;
 constexpr uint64_t kUvaDelta = 0x7f0000000000;
 
+// Where the split-queue tests put a ring's parts, an indirect table and
+// their buffers.
+constexpr uint64_t kDesc = kGpaBase;
+constexpr uint64_t kAvail = kGpaBase + 0x1000;
+constexpr uint64_t kUsed = kGpaBase + 0x2000;
+constexpr uint64_t kTable = kGpaBase + 0x8000;
+constexpr uint64_t kBuf = kGpaBase + 0x10000;
+// <linux/virtio_ring.h> descriptor flags (its inline helpers are not C++).
+constexpr uint16_t N = 1;  // VRING_DESC_F_NEXT
+constexpr uint16_t W = 2;  // VRING_DESC_F_WRITE
+constexpr uint16_t I = 4;  // VRING_DESC_F_INDIRECT
+
 struct SimpleGuest {
   explicit SimpleGuest(size_t size = 1 << 20) : ram(size) {
     memory = std::make_shared<const MemoryMap>(std::vector<std::shared_ptr<MappedRegion>>{
