@@ -140,6 +140,7 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
              {"trace", "debug", "info", "warn", "error", "critical", "off"});
   top.String("log_format", &c.log_format, {"text", "json"});
   top.Int("worker_threads", &c.worker_threads, 1, 256);
+  top.Int("connection_poll_us", &c.connection_poll_us, 0, 100000);
   if (const toml::table* t = top.Table("control")) {
     TableReader r(*t, "control.", origin, error);
     r.String("socket", &c.control_socket);

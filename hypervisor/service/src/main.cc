@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   std::string state_dir, control_socket, vm_socket_dir, log_level, log_format;
   int metrics_port = -1;
   uint32_t workers = 0;
+  int poll_us = -1;
   bool foreground = false, no_metrics = false;
   app.add_option("-c,--config", config_file, "TOML configuration file");
   app.add_option("--state-dir", state_dir, "state directory (default /var/lib/harmonaize)");
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-metrics", no_metrics, "do not serve /metrics");
   app.add_option("--worker-threads", workers, "threads serving VM connections")
       ->check(CLI::Range(1, 256));
+  app.add_option("--connection-poll-us", poll_us,
+                 "how long a connection thread keeps polling after work before it sleeps")
+      ->check(CLI::Range(0, 100000));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_option("--log-format", log_format, "text (key=value) or json")
@@ -94,6 +98,7 @@ int main(int argc, char** argv) {
   if (metrics_port >= 0) config.metrics_port = static_cast<uint16_t>(metrics_port);
   if (no_metrics) config.metrics_enabled = false;
   if (workers > 0) config.worker_threads = workers;
+  if (poll_us >= 0) config.connection_poll_us = static_cast<uint32_t>(poll_us);
   if (!log_level.empty()) config.log_level = log_level;
   if (!log_format.empty()) config.log_format = log_format;
   if (!hz::service::ValidateConfig(config, &error)) {

@@ -14,6 +14,7 @@
 //
 //   service_allreduce_bench [--full] [--ranks 2,4,8] [--iters-scale X]
 //                           [--io-threads N]   (the daemon's --worker-threads, default 2)
+//                           [--poll-us N]      (its --connection-poll-us, default its own)
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -182,6 +183,7 @@ int main(int argc, char** argv) {
   std::vector<int> ranks = {2, 4, 8};
   double scale = 1.0;
   std::string io_threads = "2";
+  std::string poll_us;  // empty: the daemon's default
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -195,10 +197,13 @@ int main(int argc, char** argv) {
       scale = std::atof(argv[++i]);
     } else if (a == "--io-threads" && i + 1 < argc) {
       io_threads = argv[++i];
+    } else if (a == "--poll-us" && i + 1 < argc) {
+      poll_us = argv[++i];
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--full] [--ranks 2,4,8] [--iters-scale X] [--io-threads N]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--full] [--ranks 2,4,8] [--iters-scale X] [--io-threads N] [--poll-us N]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -214,7 +219,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   ServiceProcess svc;
-  if (!svc.Start({"--worker-threads", io_threads})) {
+  std::vector<std::string> daemon_args = {"--worker-threads", io_threads};
+  if (!poll_us.empty()) daemon_args.insert(daemon_args.end(), {"--connection-poll-us", poll_us});
+  if (!svc.Start(daemon_args)) {
     std::fprintf(stderr, "cannot start harmonaized\n");
     return 1;
   }

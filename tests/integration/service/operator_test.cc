@@ -6,10 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <memory>
 #include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include "hz_client.h"
 #include "service_harness.h"
@@ -136,6 +141,45 @@ TEST(ServiceOperatorTest, VmsOfATenantShareAConnectionThread) {
   std::string out;
   EXPECT_EQ(Hzctl(svc, "vm list", &out), 0);
   EXPECT_NE(out.find("thread="), std::string::npos) << out;
+  EXPECT_EQ(svc.Terminate(), 0);
+}
+
+// CPU time (user + system) the process has used so far, from /proc.
+double CpuSeconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  // Fields after the command name, which is in parentheses and may hold spaces.
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Connection threads poll for a while after work (connection_poll_us), then
+// sleep: a daemon whose VMs went quiet uses no CPU.
+TEST(ServiceOperatorTest, ConnectionThreadsSleepWhenTheVmsGoQuiet) {
+  ServiceProcess svc;
+  ASSERT_TRUE(svc.Start({"--connection-poll-us", "1000"}));
+  auto vms = svc.TenantWithVms("quiet", 2);
+  ASSERT_EQ(vms.size(), 2u);
+  std::vector<std::unique_ptr<HzClient>> clients;
+  for (const auto& v : vms) {
+    clients.push_back(std::make_unique<HzClient>());
+    ASSERT_TRUE(clients.back()->Connect(v));
+    ASSERT_EQ(clients.back()->Hello(), HZ_S_OK);
+  }
+  // Busy for a moment, then quiet with both VMs still connected.
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(clients[i % 2]->Hello(), HZ_S_OK);
+  const double before = CpuSeconds(svc.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double used = CpuSeconds(svc.pid()) - before;
+  // A thread that kept polling would use about 2 s of CPU here.
+  EXPECT_LT(used, 0.5) << "CPU seconds used while idle";
   EXPECT_EQ(svc.Terminate(), 0);
 }
 

@@ -72,6 +72,13 @@ struct ServiceConfig {
   uint16_t metrics_port = 9464;  // 0: pick a free port (tests)
 
   uint32_t worker_threads = 2;  // vhost-user connection executors
+  // After handling anything, a connection thread keeps checking for more
+  // (without sleeping) for this long before it blocks: a rank's next request
+  // then needs no wake-up. 0: block at once. 50 us covers a rank's turn-around
+  // between a barrier and its collective (service_allreduce_bench, p=2 1 MiB:
+  // 8.1-9.1 GB/s against 5.8-8.3 without) at a small cost to ranks that share
+  // the CPUs (p=8 on 2 CPUs: unchanged).
+  uint32_t connection_poll_us = 50;
   std::string log_level = "info";
   std::string log_format = "text";  // text (key=value) or json
 
