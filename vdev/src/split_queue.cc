@@ -229,6 +229,10 @@ bool SplitQueue::HasAvailable() {
   return last_avail_ != avail_cache_;
 }
 
+[[gnu::always_inline]] inline uint8_t* SplitQueue::UsedEntry(uint16_t idx) const {
+  return used_ + kRingHeader + kUsedElemSize * (idx & (size_ - 1));
+}
+
 // Writes one used entry (at e) unless it already holds these values (the
 // same head completed in the same slot a ring's worth of entries ago, with
 // the same length): the store would take the cache line from the driver,
@@ -291,7 +295,7 @@ void SplitQueue::SkipMalformed(uint16_t head, Chain* out) {
   out->ClearSegments();
   out->readable_bytes_ = 0;
   out->writable_bytes_ = 0;
-  PushUsed(used_ + kRingHeader + kUsedElemSize * (used_idx_ & (size_ - 1)), head, 0);
+  PushUsed(UsedEntry(used_idx_), head, 0);
   ++used_idx_;
   ++stats_.completed;
   Flush();
@@ -658,7 +662,7 @@ void SplitQueue::Complete(const Chain& chain, uint32_t written) {
   --in_flight_;
   ++stats_.completed;
   // The device cannot claim more than the driver offered.
-  PushUsed(used_ + kRingHeader + kUsedElemSize * (used_idx_ & (size_ - 1)), head,
+  PushUsed(UsedEntry(used_idx_), head,
            static_cast<uint32_t>(std::min<uint64_t>(written, chain.writable_bytes_)));
   ++used_idx_;
 }

@@ -185,6 +185,8 @@ class SplitQueue final : public Queue {
   // Arms driver notifications and re-checks for work (EVENT_IDX idiom).
   bool EnableNotifyAndRecheck();
   static void PushUsed(uint8_t* e, uint16_t head, uint32_t len);
+  // The used-ring entry that used index idx lands in.
+  uint8_t* UsedEntry(uint16_t idx) const;
   void UpdatePopping() { popping_ = started_ && !broken_ && !draining_; }
   void Signal(int fd);
 
