@@ -73,10 +73,9 @@ class EngineImpl {
   // job and starts the communicator's next. The caller's runner (see
   // EngineOptions::caller_runs_max_bytes) never yields, since it holds no
   // worker, and leaves the next job to its caller. Returns true when this
-  // runner finished the job. `queued` is false for a runner that yielded
-  // and was queued again (it is no longer among the unstarted ones).
-  bool RunRunner(const std::shared_ptr<Job>& job, bool on_caller = false, bool queued = true);
-  // The caller's runner, out of blocks: withdraws the runners that have not
+  // runner finished the job.
+  bool RunRunner(const std::shared_ptr<Job>& job, bool on_caller = false);
+  // The caller's runner, out of blocks: cancels the runners that have not
   // started and waits, briefly, for the others to finish their last block,
   // so that it finishes the job itself (see the definition).
   // per_block: how long one block took this runner.
@@ -503,24 +502,18 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   }
   job->active_runners.store(job->threads);
   const uint32_t queued = caller_runs ? job->threads - 1 : job->threads;
-  job->unstarted_runners.store(queued);
   const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
   for (uint32_t i = 0; i < queued; ++i) {
-    sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
+    Scheduler::Ticket t =
+        sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
+    if (caller_runs) job->queued_runners.push_back(t);
   }
   // The caller's Pump loop goes on to the next operation itself when the
   // job finished here.
   return caller_runs && RunRunner(job, /*on_caller=*/true);
 }
 
-bool EngineImpl::RunRunner(const std::shared_ptr<Job>& job, bool on_caller, bool queued) {
-  if (!on_caller && queued) {
-    // Withdrawn by the caller's runner: it counted this runner out already.
-    uint32_t u = job->unstarted_runners.load();
-    do {
-      if (u == 0) return false;
-    } while (!job->unstarted_runners.compare_exchange_weak(u, u - 1));
-  }
+bool EngineImpl::RunRunner(const std::shared_ptr<Job>& job, bool on_caller) {
   // A runner that finds the communicator aborted pushes the block counter
   // far past the end: the other runners stop too, and the last one out sees
   // that blocks were skipped.
@@ -542,8 +535,7 @@ bool EngineImpl::RunRunner(const std::shared_ptr<Job>& job, bool on_caller, bool
     if (!on_caller && sched_->HasWaiting()) {
       RecordBlocks(comm.tenant, ran, BlockCost(*job), Clock::now() - t0);
       const Scheduler::FlowKey flow{comm.tenant, comm.constraints.priority_class};
-      sched_->Submit(flow, WeightOf(comm), BlockCost(*job),
-                     [this, job] { RunRunner(job, /*on_caller=*/false, /*queued=*/false); });
+      sched_->Submit(flow, WeightOf(comm), BlockCost(*job), [this, job] { RunRunner(job); });
       return false;
     }
   }
@@ -569,7 +561,7 @@ void EngineImpl::AwaitOtherRunners(Job& job, Clock::duration per_block) {
   // every operation); from the caller, the connection thread itself, the
   // completions run right after it returns. So the caller's runner, out of
   // blocks, keeps its own count until the other runners are done:
-  //   - runners still queued will find no block: withdraw them;
+  //   - runners still queued would find no block: cancel them;
   //   - running ones are in their last block: wait for them, up to about
   //     two blocks' time as this runner measured it (a runner that is
   //     descheduled takes longer), then leave the job to the last one.
@@ -577,8 +569,8 @@ void EngineImpl::AwaitOtherRunners(Job& job, Clock::duration per_block) {
   // caller_runs_max_bytes, so a block is short.
   constexpr auto kSlack = std::chrono::microseconds(20);
   constexpr auto kNoMeasure = std::chrono::microseconds(100);
-  if (uint32_t withdrawn = job.unstarted_runners.exchange(0); withdrawn != 0) {
-    job.active_runners.fetch_sub(withdrawn);
+  for (const Scheduler::Ticket& t : job.queued_runners) {
+    if (sched_->Cancel(t)) job.active_runners.fetch_sub(1);
   }
   if (job.active_runners.load() == 1) return;
   const Clock::duration wait =

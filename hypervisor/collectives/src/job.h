@@ -12,6 +12,7 @@
 
 #include "hz/collectives/engine.h"
 #include "kernels.h"
+#include "scheduler.h"
 #include "span_list.h"
 
 namespace hz::coll::internal {
@@ -49,10 +50,10 @@ struct Job {
   bool stream_stores = false;  // non-temporal stores for outputs (large ops)
   std::atomic<uint64_t> next_block{0};
   std::atomic<uint32_t> active_runners{0};
-  // Runners queued on the scheduler that have not started yet. The caller's
-  // runner may withdraw them (see EngineImpl::RunRunner) once no block is
-  // left for them; a withdrawn runner finds this at 0 and does nothing.
-  std::atomic<uint32_t> unstarted_runners{0};
+  // The runners Start queued on the scheduler, which the caller's runner
+  // cancels once no block is left for them (see EngineImpl::RunRunner). Set
+  // and read by the caller's thread only.
+  std::vector<Scheduler::Ticket> queued_runners;
 
   // Completion: one callback per participating rank.
   std::vector<Done> dones;

@@ -25,7 +25,8 @@ bool Scheduler::OnWorker() {
   return t_on_worker;
 }
 
-void Scheduler::Submit(FlowKey key, uint32_t weight, uint64_t cost, Task task) {
+Scheduler::Ticket Scheduler::Submit(FlowKey key, uint32_t weight, uint64_t cost, Task task) {
+  Ticket ticket{key, 0};
   {
     std::lock_guard<std::mutex> lock(mu_);
     Flow& f = flows_[key];
@@ -33,10 +34,29 @@ void Scheduler::Submit(FlowKey key, uint32_t weight, uint64_t cost, Task task) {
     // A flow that was idle starts at the current virtual time: it gets its
     // share from now on, not credit for the time it had nothing to run.
     if (f.items.empty()) f.pass = std::max(f.pass, vtime_);
-    f.items.push_back(Item{std::max<uint64_t>(cost, 1), std::move(task)});
+    ticket.id = next_id_++;
+    f.items.push_back(Item{ticket.id, std::max<uint64_t>(cost, 1), std::move(task)});
     waiting_.store(++queued_, std::memory_order_relaxed);
   }
   cv_.notify_one();
+  return ticket;
+}
+
+bool Scheduler::Cancel(const Ticket& ticket) {
+  Task dropped;  // destroyed outside the lock, like a task that ran
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto f = flows_.find(ticket.flow);
+    if (f == flows_.end()) return false;
+    auto& items = f->second.items;
+    auto it = std::find_if(items.begin(), items.end(),
+                           [&](const Item& item) { return item.id == ticket.id; });
+    if (it == items.end()) return false;  // taken by a worker already
+    dropped = std::move(it->task);
+    items.erase(it);
+    waiting_.store(--queued_, std::memory_order_relaxed);
+  }
+  return true;
 }
 
 size_t Scheduler::queued() const {

@@ -34,8 +34,16 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // A queued task, for Cancel.
+  struct Ticket {
+    FlowKey flow;
+    uint64_t id;
+  };
+
   // Queues a task; cost is in bytes (any consistent unit), weight >= 1.
-  void Submit(FlowKey flow, uint32_t weight, uint64_t cost, Task task);
+  Ticket Submit(FlowKey flow, uint32_t weight, uint64_t cost, Task task);
+  // Removes the task if no worker has taken it yet: true when it will not run.
+  bool Cancel(const Ticket& ticket);
 
   uint32_t threads() const { return static_cast<uint32_t>(workers_.size()); }
   // Tasks queued and not yet started.
@@ -48,6 +56,7 @@ class Scheduler {
 
  private:
   struct Item {
+    uint64_t id;
     uint64_t cost;
     Task task;
   };
@@ -63,6 +72,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::map<FlowKey, Flow> flows_;
   size_t queued_ = 0;
+  uint64_t next_id_ = 1;
   std::atomic<size_t> waiting_{0};  // mirrors queued_
   double vtime_ = 0;                // pass of the last task started
   bool stop_ = false;

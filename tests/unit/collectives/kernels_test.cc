@@ -1,12 +1,14 @@
 // The engine's fp16/bf16 conversions against independent references
 // (the compiler's _Float16, a branchy bf16 rounding), the span list, and the
 // weighted fair scheduler's shares.
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -89,6 +91,42 @@ TEST(CollectivesKernels, SpanListAddressesAcrossExtents) {
   std::vector<uint8_t> out(7);
   s.Read(3, out.data(), 7);
   EXPECT_EQ(out, std::vector<uint8_t>({4, 5, 6, 7, 8, 9, 10}));
+}
+
+TEST(CollectivesScheduler, CancelRemovesOnlyTasksNotYetTaken) {
+  internal::Scheduler sched(1);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false, started = false;
+  // The only worker takes this one and holds it.
+  auto held = sched.Submit({1, 0}, 1, 1, [&] {
+    std::unique_lock<std::mutex> l(mu);
+    started = true;
+    cv.notify_all();
+    cv.wait(l, [&] { return go; });
+  });
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return started; });
+  }
+  std::atomic<int> ran{0};
+  auto a = sched.Submit({1, 0}, 1, 1, [&] { ran += 1; });
+  auto b = sched.Submit({2, 0}, 1, 1, [&] { ran += 10; });
+  EXPECT_EQ(sched.queued(), 2u);
+  EXPECT_FALSE(sched.Cancel(held)) << "already taken";
+  EXPECT_TRUE(sched.Cancel(a));
+  EXPECT_FALSE(sched.Cancel(a)) << "cancelled twice";
+  EXPECT_EQ(sched.queued(), 1u);
+  EXPECT_TRUE(sched.HasWaiting());
+  {
+    std::lock_guard<std::mutex> l(mu);
+    go = true;
+  }
+  cv.notify_all();
+  while (ran.load() == 0) std::this_thread::yield();
+  EXPECT_EQ(ran.load(), 10);
+  EXPECT_FALSE(sched.Cancel(b)) << "ran already";
+  EXPECT_FALSE(sched.HasWaiting());
 }
 
 TEST(CollectivesScheduler, BackloggedFlowsShareByWeight) {
