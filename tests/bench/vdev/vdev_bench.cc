@@ -46,6 +46,7 @@ using vdev::frontend::VirtioUser;
 constexpr size_t kMsg = 64;  // request and response bytes
 constexpr int kFrontendCpu = 0;
 constexpr int kPeerCpu = 1;
+constexpr int kPairedRounds = 7;
 
 bool g_pin = true;
 
@@ -470,6 +471,25 @@ int main(int argc, char** argv) {
     Report(poll1 = VdevRoundTrips(path, true, 1, seconds));
     Report(poll32 = VdevRoundTrips(path, true, 32, seconds));
   }
+  // The busy-poll goal once more, as short rounds that alternate the ring
+  // and vdev: a neighbour that slows this machine for a while then slows
+  // both sides of a round, not just one case. The median round is the result.
+  std::vector<double> paired;
+  if (want("paired")) {
+    const double slice = std::max(seconds / kPairedRounds, 0.1);
+    for (int round = 0; round < kPairedRounds; ++round) {
+      Result ring = SpscRing(slice, 32);
+      Result ours = VdevRoundTrips(path, true, 32, slice);
+      if (!ours.error.empty()) {
+        Report(ours);
+        break;
+      }
+      paired.push_back(ours.rps() / std::max(ring.rps(), 1.0));
+    }
+    if (!paired.empty()) {
+      Print({{"bench", "vdev"}, {"case", "paired_rounds"}, {"batch", 32}, {"ratios", paired}});
+    }
+  }
 
   kill(backend, SIGTERM);
   waitpid(backend, nullptr, 0);
@@ -486,6 +506,12 @@ int main(int argc, char** argv) {
   const double r2m = poll32.RpsAtP50() / std::max(spsc32.RpsAtP50(), 1.0);
   ratio("vdev_busy_poll_batch32_rps_at_p50_over_spsc_batch32_rps_at_p50", r2m, ">= 0.5",
         r2m >= 0.5);
+  if (!paired.empty()) {
+    std::sort(paired.begin(), paired.end());
+    const double r2p = paired[paired.size() / 2];
+    ratio("vdev_busy_poll_batch32_rps_over_spsc_batch32_rps_paired_median", r2p, ">= 0.5",
+          r2p >= 0.5);
+  }
   const double r3 = poll1.Percentile(0.5) / std::max(spsc1.Percentile(0.5), 1.0);
   ratio("vdev_busy_poll_p50_over_spsc_p50", r3, "informational", true);
   const double r4 = irq1.Percentile(0.5) / std::max(unix64.Percentile(0.5), 1.0);
