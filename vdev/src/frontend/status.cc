@@ -2,9 +2,14 @@
 
 namespace vdev::frontend {
 
+const std::string& Status::message() const {
+  static const std::string kNone;
+  return state_ ? state_->message : kNone;
+}
+
 std::string Status::ToString() const {
   const char* name = "ok";
-  switch (code_) {
+  switch (code()) {
     case Code::kOk:
       return "ok";
     case Code::kInvalidArgument:
@@ -29,7 +34,8 @@ std::string Status::ToString() const {
       name = "disconnected";
       break;
   }
-  return message_.empty() ? std::string(name) : std::string(name) + ": " + message_;
+  const std::string& msg = message();
+  return msg.empty() ? std::string(name) : std::string(name) + ": " + msg;
 }
 
 }  // namespace vdev::frontend

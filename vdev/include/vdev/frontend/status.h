@@ -1,7 +1,10 @@
 // Result of a front-end operation: ok, or a code and a human-readable reason.
+// As in LevelDB, an ok Status is one null pointer: the data path returns one
+// per chain, and building or destroying it must cost next to nothing.
 #ifndef VDEV_FRONTEND_STATUS_H_
 #define VDEV_FRONTEND_STATUS_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -21,6 +24,14 @@ class Status {
   };
 
   Status() = default;
+  Status(const Status& other)
+      : state_(other.state_ ? std::make_unique<State>(*other.state_) : nullptr) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) state_ = other.state_ ? std::make_unique<State>(*other.state_) : nullptr;
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
 
   static Status Ok() { return Status(); }
   static Status InvalidArgument(std::string msg) {
@@ -33,16 +44,21 @@ class Status {
   static Status ProtocolError(std::string msg) { return {Code::kProtocolError, std::move(msg)}; }
   static Status Disconnected(std::string msg) { return {Code::kDisconnected, std::move(msg)}; }
 
-  bool ok() const { return code_ == Code::kOk; }
-  Code code() const { return code_; }
-  const std::string& message() const { return message_; }
+  bool ok() const { return state_ == nullptr; }
+  Code code() const { return state_ ? state_->code : Code::kOk; }
+  const std::string& message() const;
   std::string ToString() const;
 
  private:
-  Status(Code code, std::string msg) : code_(code), message_(std::move(msg)) {}
+  struct State {
+    Code code;
+    std::string message;
+  };
 
-  Code code_ = Code::kOk;
-  std::string message_;
+  Status(Code code, std::string msg)
+      : state_(std::make_unique<State>(State{code, std::move(msg)})) {}
+
+  std::unique_ptr<State> state_;  // null when ok
 };
 
 }  // namespace vdev::frontend
