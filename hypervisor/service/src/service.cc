@@ -13,6 +13,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "control_server.h"
+#include "hz/scheduler/state_file.h"
 #include "metrics_server.h"
 #include "spdlog/spdlog.h"
 #include "vdev/server.h"
@@ -480,7 +481,7 @@ bool Service::EngineCommand(const std::string& cmd, const json& req, json* out,
 }
 
 // The operator's objects survive restarts: tenants and bindings are saved
-// in <state_dir>/state.json (written to a temporary file, then renamed).
+// in <state_dir>/state.json, replaced whole on every change.
 void Service::SaveState() {
   json tenants = json::array();
   for (const auto& t : tenants_.List()) {
@@ -497,18 +498,11 @@ void Service::SaveState() {
       bindings.push_back({{"tenant", b.tenant}, {"socket", path}});
   }
   json state = {{"tenants", tenants}, {"bindings", bindings}};
-  std::string path = config_.state_dir + "/state.json";
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << state.dump(2) << "\n";
-    if (!out) {
-      spdlog::error("event=state_save_failed path={}", tmp);
-      return;
-    }
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0)
-    spdlog::error("event=state_save_failed path={}", path);
+  const std::string path = config_.state_dir + "/state.json";
+  // fsynced before and after the rename: a tenant or binding the operator
+  // was told about is still there after a power loss.
+  hz::scheduler::Status s = hz::scheduler::WriteFileAtomically(path, state.dump(2) + "\n");
+  if (!s.ok()) spdlog::error("event=state_save_failed path={} reason=\"{}\"", path, s.ToString());
 }
 
 void Service::LoadState() {
