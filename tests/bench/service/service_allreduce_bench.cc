@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hz_client.h"
+#include "ref_sizes.h"
 #include "service_harness.h"
 
 namespace {
@@ -112,9 +113,21 @@ double MemoryBandwidthGBps(size_t bytes) {
   return best;
 }
 
-int Iters(size_t bytes, double scale) {
+// Warm-up and timed iterations per size: the reference programs' own counts
+// where they measure the size, so both results are medians of as many
+// iterations; elsewhere about 64 MiB of data.
+hz::coll::bench::SizeRun Runs(size_t bytes, double scale) {
+  for (const auto& r : hz::coll::bench::RefSizes(/*full=*/true)) {
+    if (r.bytes == bytes) {
+      return {bytes, r.warmup, std::max(5, static_cast<int>(r.iters * scale))};
+    }
+  }
   double it = (64.0 * (1 << 20)) / static_cast<double>(bytes) * scale;
-  return static_cast<int>(std::clamp(it, 5.0, 200.0));
+  return {bytes, 1, static_cast<int>(std::clamp(it, 5.0, 200.0))};
+}
+
+int Iters(size_t bytes, double scale) {
+  return Runs(bytes, scale).iters;
 }
 
 // Runs one p-rank job over all sizes; returns the median time per size.
@@ -153,8 +166,8 @@ std::vector<double> RunJob(ServiceProcess& svc, int p, const std::vector<size_t>
     uint64_t seq = 0;
     for (size_t si = 0; si < sizes.size(); ++si) {
       size_t bytes = sizes[si];
-      int iters = Iters(bytes, scale);
-      for (int it = -1; it < iters; ++it) {  // one warm-up
+      const hz::coll::bench::SizeRun run = Runs(bytes, scale);
+      for (int it = -run.warmup; it < run.iters; ++it) {
         hz_coll_args b{};
         b.comm = comm;
         b.seq = seq++;
