@@ -6,6 +6,7 @@
 #include <atomic>
 #include <bit>
 
+#include "notify_fd.h"
 #include "ring_layout.h"
 #include "spdlog/fmt/fmt.h"
 #include "spdlog/spdlog.h"
@@ -185,16 +186,21 @@ void SplitQueue::Stop() {
 void SplitQueue::MarkBroken(const std::string& why) {
   if (!broken_) {
     spdlog::error("vdev: queue {} broken: {}", index_, why);
-    if (err_fd_ >= 0) Signal(err_fd_);
+    if (err_fd_ >= 0 && NotifyEventFd(err_fd_) == NotifyResult::kRefused) {
+      spdlog::error("vdev: queue {}: the error eventfd was made blocking; not signalled", index_);
+    }
   }
   broken_ = true;
   UpdatePopping();
 }
 
-void SplitQueue::Signal(int fd) {
-  uint64_t one = 1;
-  // EAGAIN means the counter is saturated: the peer is signalled anyway.
-  [[maybe_unused]] ssize_t r = write(fd, &one, sizeof(one));
+// A call fd the front-end made blocking again is refused for good: the
+// queue stops (its completions so far are published), and this thread is
+// never at the mercy of the front-end's counter.
+void SplitQueue::SignalCall() {
+  if (NotifyEventFd(call_fd_) == NotifyResult::kRefused) {
+    MarkBroken("the front-end made the call eventfd blocking (or it is unusable)");
+  }
 }
 
 bool SplitQueue::RefreshAvail() {
@@ -724,7 +730,7 @@ void SplitQueue::Flush() {
   }
   if (notify) {
     ++stats_.notifications;
-    Signal(call_fd_);
+    SignalCall();
   } else {
     ++stats_.suppressed;
   }

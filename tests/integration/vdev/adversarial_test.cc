@@ -1383,5 +1383,49 @@ TEST(VdevAdversarialChild, NotificationFdsThatBreakTheBackEnd) {
   for (int fd : parked) close(fd);
 }
 
+// A front-end shares the call eventfd's open file with the back-end, so it
+// can take back the O_NONBLOCK the back-end set at SET_VRING_CALL, and fill
+// the counter to its maximum: a plain write() of the next completion's
+// notification then never returns, and the connection's thread (serving
+// other VMs too) is stuck for good. The back-end must not block: the
+// completion is published, the notification is skipped or refused, and the
+// back-end keeps answering.
+TEST(VdevAdversarialChild, CallFdMadeBlockingAndSaturatedAfterSetUp) {
+  const std::string path = TempSocketPath("satcall");
+  ChildBackend backend(path);
+  ASSERT_TRUE(backend.ok());
+  HandRing ring;
+  RawConn c;
+  ASSERT_TRUE(c.Connect(path));
+  std::string why;
+  ASSERT_TRUE(RawHandshake(c, &why)) << why;
+  ASSERT_TRUE(RawSetMemTable(c, ring, &why)) << why;
+  const int kick = NewEventFd(), call = NewEventFd(), err = NewEventFd();
+  ASSERT_TRUE(RawSetupQueue(c, ring, kQ, kN, kick, call, err, &why)) << why;
+  ASSERT_EQ(fcntl(call, F_SETFL, fcntl(call, F_GETFL) & ~O_NONBLOCK), 0);
+  const uint64_t full = 0xfffffffffffffffeull;  // the most an eventfd holds
+  ASSERT_EQ(write(call, &full, 8), 8);
+
+  ring.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
+  ring.SetDesc(1, kData + 64, 8, VRING_DESC_F_WRITE, 0);
+  ring.PushAvail(0, kN);
+  const uint64_t one = 1;
+  ASSERT_EQ(write(kick, &one, 8), 8);
+  ASSERT_TRUE(WaitUsedIdx(ring, 1));
+  // The connection's thread is free: it answers this connection, and once
+  // that one is gone, the next front-end on the socket.
+  uint64_t features = 0;
+  EXPECT_TRUE(c.GetU64(vu::kGetFeatures, &features)) << "the back-end stopped answering";
+  c.Close();
+  RawConn next;
+  ASSERT_TRUE(next.Connect(path));
+  EXPECT_TRUE(RawHandshake(next, &why)) << why;
+  int status = 0;
+  EXPECT_EQ(waitpid(backend.pid(), &status, WNOHANG), 0) << "the back-end died";
+  close(kick);
+  close(call);
+  close(err);
+}
+
 }  // namespace
 }  // namespace vdev::testing

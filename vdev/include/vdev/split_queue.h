@@ -188,7 +188,7 @@ class SplitQueue final : public Queue {
   // The used-ring entry that used index idx lands in.
   uint8_t* UsedEntry(uint16_t idx) const;
   void UpdatePopping() { popping_ = started_ && !broken_ && !draining_; }
-  void Signal(int fd);
+  void SignalCall();
 
   const uint16_t index_;
   const QueueLimits limits_;

@@ -1,0 +1,63 @@
+// NotifyEventFd: a notification never blocks the back-end, whatever the
+// front-end did to the eventfd it shares with it.
+#include "notify_fd.h"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+#include <gtest/gtest.h>
+
+namespace vdev {
+namespace {
+
+constexpr uint64_t kFull = 0xfffffffffffffffeull;  // the most an eventfd holds
+
+uint64_t Drain(int fd) {
+  uint64_t v = 0;
+  return read(fd, &v, sizeof(v)) == sizeof(v) ? v : 0;
+}
+
+TEST(NotifyEventFd, IncrementsANonBlockingCounter) {
+  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kSent);
+  EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kSent);
+  EXPECT_EQ(Drain(fd), 2u);
+  close(fd);
+}
+
+TEST(NotifyEventFd, AFullCounterIsAlreadyANotification) {
+  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, &kFull, sizeof(kFull)), 8);
+  EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kPending);
+  EXPECT_EQ(Drain(fd), kFull);  // unchanged, and still readable
+  close(fd);
+}
+
+// In blocking mode a write to this counter would never return; a test that
+// regresses hangs here, so ctest's timeout reports it.
+TEST(NotifyEventFd, RefusesAnFdMadeBlockingAgain) {
+  const int fd = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, &kFull, sizeof(kFull)), 8);
+  EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kRefused);
+  // Refused even with room in the counter: the front-end took back
+  // O_NONBLOCK, so the next write could block.
+  EXPECT_EQ(Drain(fd), kFull);
+  EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kRefused);
+  close(fd);
+}
+
+TEST(NotifyEventFd, RefusesAClosedFd) {
+  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kRefused);
+}
+
+}  // namespace
+}  // namespace vdev
