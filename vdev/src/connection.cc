@@ -11,6 +11,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 
+#include "notify_fd.h"
 #include "spdlog/spdlog.h"
 
 namespace vdev {
@@ -323,9 +324,10 @@ void Connection::ArmKick(uint16_t queue, uint64_t generation) {
                      // Re-arm before draining: a kick landing after the drain then
                      // completes the new wait instead of being lost (edge-triggered).
                      self->ArmKick(queue, generation);
-                     uint64_t count;
-                     [[maybe_unused]] ssize_t r =
-                         read(cur->sd.native_handle(), &count, sizeof(count));
+                     if (!DrainEventFd(cur->sd.native_handle())) {
+                       self->DoClose("the front-end made a kick eventfd blocking");
+                       return;
+                     }
                      self->session_.Kick(queue);
                      self->MaybeFinishStop();
                    }));

@@ -1,4 +1,4 @@
-// Notifications to a front-end's eventfd (call and error fds).
+// Notifications to and from a front-end's eventfds (call, error and kick).
 //
 // The back-end makes these fds non-blocking when it receives them, but the
 // open file is shared with the front-end, which can take O_NONBLOCK back and
@@ -20,6 +20,13 @@ enum class NotifyResult {
 };
 
 NotifyResult NotifyEventFd(int fd);
+
+// Empties a kick eventfd's counter without ever blocking, also when the
+// front-end cleared O_NONBLOCK and emptied the counter itself between the
+// readiness event and this read (preadv2 with RWF_NOWAIT; kernels without it
+// for eventfds fall back to reading only while O_NONBLOCK is still set).
+// Returns false when the fd was made blocking on such a kernel.
+bool DrainEventFd(int fd);
 
 }  // namespace vdev
 

@@ -1427,5 +1427,49 @@ TEST(VdevAdversarialChild, CallFdMadeBlockingAndSaturatedAfterSetUp) {
   close(err);
 }
 
+// The kick fd is shared the same way: a front-end that clears O_NONBLOCK and
+// takes each kick back right after writing it can empty the counter between
+// the back-end seeing it readable and reading it, and a plain read() then
+// never returns. The race cannot be forced from outside, so this drives it
+// for 300 ms at varying delays (DrainEventFd's unit tests pin the read
+// itself); the back-end must keep answering, however it falls.
+TEST(VdevAdversarialChild, KickFdMadeBlockingAndDrainedByTheFrontEnd) {
+  const std::string path = TempSocketPath("drainkick");
+  ChildBackend backend(path);
+  ASSERT_TRUE(backend.ok());
+  HandRing ring;
+  RawConn c;
+  ASSERT_TRUE(c.Connect(path));
+  std::string why;
+  ASSERT_TRUE(RawHandshake(c, &why)) << why;
+  ASSERT_TRUE(RawSetMemTable(c, ring, &why)) << why;
+  const int kick = NewEventFd(), call = NewEventFd(), err = NewEventFd();
+  ASSERT_TRUE(RawSetupQueue(c, ring, kQ, kN, kick, call, err, &why)) << why;
+  const int flags = fcntl(kick, F_GETFL);
+  // Kick in blocking mode, wait a varying moment (0-63 us, spinning), take
+  // the kick back (non-blocking for this read only, so the test itself never
+  // waits), and leave the fd blocking and empty.
+  const uint64_t one = 1;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  for (unsigned i = 0; std::chrono::steady_clock::now() < end; ++i) {
+    ASSERT_EQ(fcntl(kick, F_SETFL, flags & ~O_NONBLOCK), 0);
+    ASSERT_EQ(write(kick, &one, 8), 8);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(i % 64);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    ASSERT_EQ(fcntl(kick, F_SETFL, flags | O_NONBLOCK), 0);
+    uint64_t v;
+    (void)!read(kick, &v, 8);
+    ASSERT_EQ(fcntl(kick, F_SETFL, flags & ~O_NONBLOCK), 0);
+  }
+  uint64_t features = 0;
+  EXPECT_TRUE(c.GetU64(vu::kGetFeatures, &features)) << "the back-end stopped answering";
+  int status = 0;
+  EXPECT_EQ(waitpid(backend.pid(), &status, WNOHANG), 0) << "the back-end died";
+  close(kick);
+  close(call);
+  close(err);
+}
+
 }  // namespace
 }  // namespace vdev::testing

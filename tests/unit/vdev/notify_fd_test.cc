@@ -1,5 +1,5 @@
-// NotifyEventFd: a notification never blocks the back-end, whatever the
-// front-end did to the eventfd it shares with it.
+// NotifyEventFd and DrainEventFd: notifications never block the back-end,
+// whatever the front-end did to the eventfd it shares with it.
 #include "notify_fd.h"
 
 #include <fcntl.h>
@@ -57,6 +57,29 @@ TEST(NotifyEventFd, RefusesAClosedFd) {
   ASSERT_GE(fd, 0);
   close(fd);
   EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kRefused);
+}
+
+TEST(DrainEventFd, EmptiesTheCounter) {
+  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const uint64_t three = 3;
+  ASSERT_EQ(write(fd, &three, sizeof(three)), 8);
+  EXPECT_TRUE(DrainEventFd(fd));
+  uint64_t v = 0;
+  EXPECT_EQ(read(fd, &v, sizeof(v)), -1);  // empty now
+  close(fd);
+}
+
+// The front-end emptied the counter and cleared O_NONBLOCK between the
+// back-end's readiness event and its read: a plain read() would wait forever.
+// A regression hangs here, so ctest's timeout reports it.
+TEST(DrainEventFd, NeverWaitsOnAnEmptyBlockingCounter) {
+  const int fd = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  // Read without waiting (preadv2 with RWF_NOWAIT, which eventfds have had
+  // since Linux 5.12).
+  EXPECT_TRUE(DrainEventFd(fd));
+  close(fd);
 }
 
 }  // namespace
