@@ -34,14 +34,20 @@ uint64_t Units(const Job& job) {
   }
 }
 
-// The accumulator is filled and drained in pieces of this many bytes, so it
-// stays in the L1 cache while the rank inputs stream past it once and the
-// outputs are written from it. (A whole block's accumulator would sit in L2
-// and cost a pass through it per rank.) Small pieces also keep each burst of
-// streaming stores short between the input reads: in collectives_bench,
-// 2 KiB pieces took the p=2 and p=4 all-reduces of 16 and 64 MiB 20-30% less
-// time than 8 KiB ones, and p=8 about the same.
-constexpr uint64_t kAccPieceBytes = 2 * 1024;
+// The accumulator is filled and drained in pieces, so it stays in the
+// cache while the rank inputs stream past it once and the outputs are
+// written from it. (A whole block's accumulator would cost a pass through
+// L2 or memory per rank.) The best size depends on the rank count, measured
+// with collectives_bench on all-reduces of 16 and 64 MiB:
+//   - up to 4 ranks, 2 KiB (in L1): each burst of streaming stores stays
+//     short between the input reads; p=2 and p=4 took 20-30% less time than
+//     with 8 KiB pieces;
+//   - more ranks, 32 KiB: every piece switches between 2p memory streams,
+//     and longer runs per stream pay more than L1 residence; p=6 and p=8
+//     took 10-25% less time than with 2 KiB pieces.
+uint64_t AccPieceBytes(uint32_t nranks) {
+  return nranks <= 4 ? 2 * 1024 : 32 * 1024;
+}
 
 // Rank r's send bytes [off, off + bytes): in place when contiguous, else
 // gathered into the given scratch buffer.
@@ -158,7 +164,8 @@ void RunBlock(const Job& job, uint64_t b) {
     case Op::kAllReduce:
     case Op::kReduce:
     case Op::kReduceScatter: {
-      const uint64_t piece = std::max<uint64_t>(1, kAccPieceBytes / job.kernel->acc_size);
+      const uint64_t piece =
+          std::max<uint64_t>(1, AccPieceBytes(job.nranks) / job.kernel->acc_size);
       void* acc = Ensure(t_scratch.acc, std::min(n, piece) * job.kernel->acc_size);
       for (uint64_t done = 0; done < n; done += piece) {
         const uint64_t m = std::min(piece, n - done);
