@@ -1383,6 +1383,36 @@ TEST(VdevAdversarialChild, NotificationFdsThatBreakTheBackEnd) {
   for (int fd : parked) close(fd);
 }
 
+// A back-end in a child process with queue kQ of a hand ring set up over
+// plain eventfds, for the cases that tamper with those fds afterwards.
+struct ChildWithQueue {
+  explicit ChildWithQueue(const char* tag) : path(TempSocketPath(tag)), backend(path) {}
+  ~ChildWithQueue() {
+    close(kick);
+    close(call);
+    close(err);
+  }
+  ::testing::AssertionResult Start() {
+    std::string why;
+    if (!backend.ok() || !c.Connect(path)) return ::testing::AssertionFailure() << "no back-end";
+    if (!RawHandshake(c, &why) || !RawSetMemTable(c, ring, &why) ||
+        !RawSetupQueue(c, ring, kQ, kN, kick, call, err, &why)) {
+      return ::testing::AssertionFailure() << why;
+    }
+    return ::testing::AssertionSuccess();
+  }
+  bool Alive() {
+    int status = 0;
+    return waitpid(backend.pid(), &status, WNOHANG) == 0;
+  }
+
+  std::string path;
+  ChildBackend backend;
+  HandRing ring;
+  RawConn c;
+  int kick = NewEventFd(), call = NewEventFd(), err = NewEventFd();
+};
+
 // A front-end shares the call eventfd's open file with the back-end, so it
 // can take back the O_NONBLOCK the back-end set at SET_VRING_CALL, and fill
 // the counter to its maximum: a plain write() of the next completion's
@@ -1391,40 +1421,28 @@ TEST(VdevAdversarialChild, NotificationFdsThatBreakTheBackEnd) {
 // completion is published, the notification is skipped or refused, and the
 // back-end keeps answering.
 TEST(VdevAdversarialChild, CallFdMadeBlockingAndSaturatedAfterSetUp) {
-  const std::string path = TempSocketPath("satcall");
-  ChildBackend backend(path);
-  ASSERT_TRUE(backend.ok());
-  HandRing ring;
-  RawConn c;
-  ASSERT_TRUE(c.Connect(path));
-  std::string why;
-  ASSERT_TRUE(RawHandshake(c, &why)) << why;
-  ASSERT_TRUE(RawSetMemTable(c, ring, &why)) << why;
-  const int kick = NewEventFd(), call = NewEventFd(), err = NewEventFd();
-  ASSERT_TRUE(RawSetupQueue(c, ring, kQ, kN, kick, call, err, &why)) << why;
-  ASSERT_EQ(fcntl(call, F_SETFL, fcntl(call, F_GETFL) & ~O_NONBLOCK), 0);
+  ChildWithQueue b("satcall");
+  ASSERT_TRUE(b.Start());
+  ASSERT_EQ(fcntl(b.call, F_SETFL, fcntl(b.call, F_GETFL) & ~O_NONBLOCK), 0);
   const uint64_t full = 0xfffffffffffffffeull;  // the most an eventfd holds
-  ASSERT_EQ(write(call, &full, 8), 8);
+  ASSERT_EQ(write(b.call, &full, 8), 8);
 
-  ring.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
-  ring.SetDesc(1, kData + 64, 8, VRING_DESC_F_WRITE, 0);
-  ring.PushAvail(0, kN);
+  b.ring.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
+  b.ring.SetDesc(1, kData + 64, 8, VRING_DESC_F_WRITE, 0);
+  b.ring.PushAvail(0, kN);
   const uint64_t one = 1;
-  ASSERT_EQ(write(kick, &one, 8), 8);
-  ASSERT_TRUE(WaitUsedIdx(ring, 1));
+  ASSERT_EQ(write(b.kick, &one, 8), 8);
+  ASSERT_TRUE(WaitUsedIdx(b.ring, 1));
   // The connection's thread is free: it answers this connection, and once
   // that one is gone, the next front-end on the socket.
   uint64_t features = 0;
-  EXPECT_TRUE(c.GetU64(vu::kGetFeatures, &features)) << "the back-end stopped answering";
-  c.Close();
+  EXPECT_TRUE(b.c.GetU64(vu::kGetFeatures, &features)) << "the back-end stopped answering";
+  b.c.Close();
   RawConn next;
-  ASSERT_TRUE(next.Connect(path));
+  ASSERT_TRUE(next.Connect(b.path));
+  std::string why;
   EXPECT_TRUE(RawHandshake(next, &why)) << why;
-  int status = 0;
-  EXPECT_EQ(waitpid(backend.pid(), &status, WNOHANG), 0) << "the back-end died";
-  close(kick);
-  close(call);
-  close(err);
+  EXPECT_TRUE(b.Alive()) << "the back-end died";
 }
 
 // The kick fd is shared the same way: a front-end that clears O_NONBLOCK and
@@ -1434,41 +1452,28 @@ TEST(VdevAdversarialChild, CallFdMadeBlockingAndSaturatedAfterSetUp) {
 // for 300 ms at varying delays (DrainEventFd's unit tests pin the read
 // itself); the back-end must keep answering, however it falls.
 TEST(VdevAdversarialChild, KickFdMadeBlockingAndDrainedByTheFrontEnd) {
-  const std::string path = TempSocketPath("drainkick");
-  ChildBackend backend(path);
-  ASSERT_TRUE(backend.ok());
-  HandRing ring;
-  RawConn c;
-  ASSERT_TRUE(c.Connect(path));
-  std::string why;
-  ASSERT_TRUE(RawHandshake(c, &why)) << why;
-  ASSERT_TRUE(RawSetMemTable(c, ring, &why)) << why;
-  const int kick = NewEventFd(), call = NewEventFd(), err = NewEventFd();
-  ASSERT_TRUE(RawSetupQueue(c, ring, kQ, kN, kick, call, err, &why)) << why;
-  const int flags = fcntl(kick, F_GETFL);
+  ChildWithQueue b("drainkick");
+  ASSERT_TRUE(b.Start());
+  const int flags = fcntl(b.kick, F_GETFL);
   // Kick in blocking mode, wait a varying moment (0-63 us, spinning), take
   // the kick back (non-blocking for this read only, so the test itself never
   // waits), and leave the fd blocking and empty.
   const uint64_t one = 1;
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
   for (unsigned i = 0; std::chrono::steady_clock::now() < end; ++i) {
-    ASSERT_EQ(fcntl(kick, F_SETFL, flags & ~O_NONBLOCK), 0);
-    ASSERT_EQ(write(kick, &one, 8), 8);
+    ASSERT_EQ(fcntl(b.kick, F_SETFL, flags & ~O_NONBLOCK), 0);
+    ASSERT_EQ(write(b.kick, &one, 8), 8);
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(i % 64);
     while (std::chrono::steady_clock::now() < until) {
     }
-    ASSERT_EQ(fcntl(kick, F_SETFL, flags | O_NONBLOCK), 0);
+    ASSERT_EQ(fcntl(b.kick, F_SETFL, flags | O_NONBLOCK), 0);
     uint64_t v;
-    (void)!read(kick, &v, 8);
-    ASSERT_EQ(fcntl(kick, F_SETFL, flags & ~O_NONBLOCK), 0);
+    (void)!read(b.kick, &v, 8);
+    ASSERT_EQ(fcntl(b.kick, F_SETFL, flags & ~O_NONBLOCK), 0);
   }
   uint64_t features = 0;
-  EXPECT_TRUE(c.GetU64(vu::kGetFeatures, &features)) << "the back-end stopped answering";
-  int status = 0;
-  EXPECT_EQ(waitpid(backend.pid(), &status, WNOHANG), 0) << "the back-end died";
-  close(kick);
-  close(call);
-  close(err);
+  EXPECT_TRUE(b.c.GetU64(vu::kGetFeatures, &features)) << "the back-end stopped answering";
+  EXPECT_TRUE(b.Alive()) << "the back-end died";
 }
 
 }  // namespace
