@@ -26,14 +26,11 @@ using hz::testing::Reply;
 using hz::testing::UnixNow;
 using json = nlohmann::json;
 
-class ServiceEngineNegotiation : public ::testing::Test {
+class ServiceEngineNegotiation : public hz::testing::TwoTenantHostTest {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(host_.Start());
-    socks_a_ = host_.svc().TenantWithVms("ta", 1);
-    socks_b_ = host_.svc().TenantWithVms("tb", 1);
-    ASSERT_EQ(socks_a_.size(), 1u);
-    ASSERT_EQ(socks_b_.size(), 1u);
+    TwoTenantHostTest::SetUp();
+    if (HasFatalFailure()) return;
     a_ = OpenVm(socks_a_[0]);
     b_ = OpenVm(socks_b_[0]);
     ASSERT_NE(a_, nullptr);
@@ -57,8 +54,6 @@ class ServiceEngineNegotiation : public ::testing::Test {
     return r;
   }
 
-  ProviderHost host_;
-  std::vector<std::string> socks_a_, socks_b_;
   hz_device_t* a_ = nullptr;
   hz_device_t* b_ = nullptr;
 };

@@ -24,16 +24,8 @@ using hz::testing::PayloadAt;
 using hz::testing::ProviderHost;
 using json = nlohmann::json;
 
-class ServiceEngineTopology : public ::testing::Test {
+class ServiceEngineTopology : public hz::testing::TwoTenantHostTest {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(host_.Start());
-    socks_a_ = host_.svc().TenantWithVms("ta", 1);
-    socks_b_ = host_.svc().TenantWithVms("tb", 1);
-    ASSERT_EQ(socks_a_.size(), 1u);
-    ASSERT_EQ(socks_b_.size(), 1u);
-  }
-
   // The summary's bytes exactly as the device returned them.
   static std::vector<uint8_t> Bytes(const hz_topology* t) {
     const size_t n = sizeof(hz_topo_header) + t->header.num_groups * sizeof(hz_topo_group) +
@@ -46,9 +38,6 @@ class ServiceEngineTopology : public ::testing::Test {
                 t->devices, t->header.num_devices * sizeof(hz_topo_device));
     return out;
   }
-
-  ProviderHost host_;
-  std::vector<std::string> socks_a_, socks_b_;
 };
 
 TEST_F(ServiceEngineTopology, HelloGrantsTheProviderFeatures) {

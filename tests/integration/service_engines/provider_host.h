@@ -124,6 +124,22 @@ inline hz_device_t* OpenVm(const std::string& sock) {
   return rc == HZ_OK ? d : nullptr;
 }
 
+// A provider host with two tenants, "ta" and "tb", one VM each: the set-up of
+// the tests that check what each tenant sees and that the two stay apart.
+class TwoTenantHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(host_.Start());
+    socks_a_ = host_.svc().TenantWithVms("ta", 1);
+    socks_b_ = host_.svc().TenantWithVms("tb", 1);
+    ASSERT_EQ(socks_a_.size(), 1u);
+    ASSERT_EQ(socks_b_.size(), 1u);
+  }
+
+  ProviderHost host_;
+  std::vector<std::string> socks_a_, socks_b_;
+};
+
 // Reads events until one matches (topic, kind); false on a hang.
 inline bool NextEventOf(hz_device_t* d, uint16_t topic, uint16_t kind, hz_event* out,
                         int timeout_ms = kProviderWaitMs) {
