@@ -35,7 +35,9 @@ bool HasOwnReply(uint32_t request) {
 
 // Kick, call and err fds must be eventfds: a socket whose peer is gone would
 // raise SIGPIPE on the notification write, a full pipe would block the
-// connection's thread, and a file would never become readable.
+// connection's thread, and a file would never become readable. (An eventfd's
+// file flags stay shared with the front-end, which can make it blocking
+// again: notify_fd.h reads and writes them so that this never blocks.)
 bool IsEventFd(int fd) {
   char link[64];
   std::string path = "/proc/self/fd/" + std::to_string(fd);
