@@ -483,6 +483,7 @@ bool Service::EngineCommand(const std::string& cmd, const json& req, json* out,
 // The operator's objects survive restarts: tenants and bindings are saved
 // in <state_dir>/state.json, replaced whole on every change.
 void Service::SaveState() {
+  if (loading_state_) return;
   json tenants = json::array();
   for (const auto& t : tenants_.List()) {
     tenants.push_back({{"name", t->name()},
@@ -514,6 +515,7 @@ void Service::LoadState() {
     spdlog::error("event=state_unreadable path={}", path);
     return;
   }
+  loading_state_ = true;
   try {
     for (const json& t : state.value("tenants", json::array())) {
       TenantSpec spec;
@@ -533,8 +535,12 @@ void Service::LoadState() {
       if (!err.empty()) spdlog::warn("event=state_binding_skipped reason=\"{}\"", err);
     }
   } catch (const json::exception& e) {
+    loading_state_ = false;
     spdlog::error("event=state_unreadable path={} error=\"{}\"", path, e.what());
+    return;
   }
+  loading_state_ = false;
+  SaveState();  // once: what was loaded, without the objects that were skipped
 }
 
 }  // namespace hz::service

@@ -107,6 +107,10 @@ class Service : public ControlTarget {
   void LoadState();
 
   ServiceConfig config_;
+  // While LoadState re-creates the saved objects, their Create/Bind calls
+  // do not save: the file would be rewritten (and fsynced) once per object,
+  // and a crash half-way would leave only the objects loaded so far.
+  std::atomic<bool> loading_state_{false};
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopped_{false};
   std::chrono::steady_clock::time_point started_;
