@@ -1,7 +1,6 @@
 #include "notify_fd.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -11,16 +10,9 @@
 namespace vdev {
 
 NotifyResult NotifyEventFd(int fd) {
+  // Still non-blocking, so a full counter fails the write with EAGAIN.
   const int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || !(flags & O_NONBLOCK)) return NotifyResult::kRefused;
-  // A full counter is not writable; poll() says so without blocking, and a
-  // write then would only fail with EAGAIN (or block, had the front-end
-  // cleared O_NONBLOCK since the check above).
-  pollfd p{fd, POLLOUT, 0};
-  if (poll(&p, 1, 0) != 1) return NotifyResult::kPending;
-  if (!(p.revents & POLLOUT)) {
-    return p.revents & (POLLERR | POLLNVAL) ? NotifyResult::kRefused : NotifyResult::kPending;
-  }
   const uint64_t one = 1;
   if (write(fd, &one, sizeof(one)) == sizeof(one)) return NotifyResult::kSent;
   return errno == EAGAIN ? NotifyResult::kPending : NotifyResult::kRefused;

@@ -5,9 +5,10 @@
 // fill the counter to its maximum (0xfffffffffffffffe). A plain write() of
 // the next notification would then never return, and the thread serving
 // this connection (and other VMs) would be stuck for good. NotifyEventFd
-// never blocks: it refuses an fd that is no longer non-blocking, and skips
-// the write when the counter is full (the front-end has a notification
-// pending anyway).
+// refuses an fd that is no longer non-blocking; on one that is, a full
+// counter fails the write with EAGAIN (the front-end has a notification
+// pending anyway). Left open: a front-end that clears O_NONBLOCK and fills
+// the counter between that check and the write.
 #ifndef VDEV_SRC_NOTIFY_FD_H_
 #define VDEV_SRC_NOTIFY_FD_H_
 
