@@ -204,6 +204,53 @@ TEST_F(VdevFrontendBackend, BatchOf32WithOneKick) {
   }
 }
 
+// The same through AddChains: one call posts the batch, with buffers of
+// different sizes so that every completion's length is checked.
+TEST_F(VdevFrontendBackend, BatchOf32ThroughAddChains) {
+  ASSERT_TRUE(dev_.Connect(path_, DefaultOptions()).ok());
+  constexpr size_t kBatch = 32;
+  std::vector<uint8_t*> ins(kBatch), outs(kBatch);
+  std::vector<Buffer> r(kBatch), w(kBatch);
+  std::vector<ChainBuffers> chains(kBatch);
+  for (size_t i = 0; i < kBatch; ++i) {
+    const uint32_t len = static_cast<uint32_t>(16 + i);
+    ins[i] = static_cast<uint8_t*>(dev_.Allocate(len, &r[i].gpa));
+    outs[i] = static_cast<uint8_t*>(dev_.Allocate(len, &w[i].gpa));
+    r[i].len = w[i].len = len;
+    chains[i] = {{&r[i], 1}, {&w[i], 1}, i};
+  }
+  for (int round = 0; round < 20; ++round) {
+    for (size_t i = 0; i < kBatch; ++i) {
+      auto p = Pattern(static_cast<uint32_t>(round * kBatch + i), r[i].len);
+      std::memcpy(ins[i], p.data(), r[i].len);
+    }
+    size_t added = 0;
+    ASSERT_TRUE(dev_.AddChains(1, chains, &added).ok());
+    ASSERT_EQ(added, kBatch);
+    ASSERT_TRUE(dev_.Kick(1).ok());
+    std::vector<bool> seen(kBatch);
+    size_t got = 0;
+    while (got < kBatch) {
+      Completion c[kBatch];
+      size_t n = 0;
+      ASSERT_TRUE(dev_.WaitUsed(1, kWait, c, kBatch, &n).ok());
+      for (size_t k = 0; k < n; ++k) {
+        ASSERT_LT(c[k].cookie, kBatch);
+        ASSERT_FALSE(seen[c[k].cookie]);
+        seen[c[k].cookie] = true;
+        EXPECT_EQ(c[k].len, r[c[k].cookie].len);
+        ++got;
+      }
+    }
+    for (size_t i = 0; i < kBatch; ++i) {
+      EXPECT_EQ(std::memcmp(ins[i], outs[i], r[i].len), 0) << round << " " << i;
+    }
+  }
+  size_t added = 1;
+  EXPECT_EQ(dev_.AddChains(99, chains, &added).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(added, 0u);
+}
+
 TEST_F(VdevFrontendBackend, IndirectScatterGatherChains) {
   ASSERT_TRUE(dev_.Connect(path_, DefaultOptions()).ok());
   ASSERT_TRUE(dev_.features() & vu::kFRingIndirectDesc);

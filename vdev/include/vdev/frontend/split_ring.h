@@ -42,6 +42,14 @@ struct Buffer {
   uint32_t len = 0;
 };
 
+// One chain for SplitRing::AddChains: device-readable then device-writable
+// buffers, and what the completion will carry back.
+struct ChainBuffers {
+  std::span<const Buffer> readable;
+  std::span<const Buffer> writable;
+  uint64_t cookie = 0;
+};
+
 // A chain the device has finished with.
 struct Completion {
   uint16_t head = 0;
@@ -130,6 +138,14 @@ class SplitRing {
     if (head != nullptr) *head = first;
     return Status::Ok();
   }
+
+  // Queues direct chains in order, exactly as AddChain would one at a time,
+  // but with the ring's bookkeeping held in registers across the batch
+  // instead of reloaded for every chain (stores into guest memory may alias
+  // any member, so AddChain cannot keep them). Stops at the first chain
+  // AddChain would refuse and returns its status; *added counts the chains
+  // queued before it. Not visible to the device until Publish().
+  Status AddChains(std::span<const ChainBuffers> chains, size_t* added);
 
   // Makes every chain added since the last Publish visible to the device.
   // Returns true when the device asked to be notified (EVENT_IDX avail_event
