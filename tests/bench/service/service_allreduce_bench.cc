@@ -14,6 +14,8 @@
 // busbw = algbw * 2 (p - 1) / p.
 //
 //   service_allreduce_bench [--full] [--ranks 2,4,8] [--iters-scale X]
+//                           [--sizes 1M,16M]   (only these sizes)
+//                           [--no-references]  (skip Open MPI and Gloo; profiling)
 //                           [--io-threads N]   (the daemon's --worker-threads, default 2)
 //                           [--poll-us N]      (its --connection-poll-us, default its own)
 #include <sys/mman.h>
@@ -240,6 +242,23 @@ double Lookup(const std::vector<std::pair<size_t, double>>& ref, size_t bytes) {
   return 0;
 }
 
+// "4K", "1M", "16M" or a plain byte count; 0 when it is none of these.
+size_t ParseBytes(const char* text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (end == text || v == 0 || v > (1ull << 40)) return 0;
+  switch (*end) {
+    case '\0':
+      return v;
+    case 'K':
+      return end[1] == '\0' ? v << 10 : 0;
+    case 'M':
+      return end[1] == '\0' ? v << 20 : 0;
+    default:
+      return 0;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,6 +267,8 @@ int main(int argc, char** argv) {
   double scale = 1.0;
   std::string io_threads = "2";
   std::string poll_us;  // empty: the daemon's default
+  std::vector<size_t> only_sizes;
+  bool references = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -263,11 +284,21 @@ int main(int argc, char** argv) {
       io_threads = argv[++i];
     } else if (a == "--poll-us" && i + 1 < argc) {
       poll_us = argv[++i];
+    } else if (a == "--sizes" && i + 1 < argc) {
+      for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) {
+        only_sizes.push_back(ParseBytes(t));
+        if (only_sizes.back() == 0) {
+          std::fprintf(stderr, "--sizes: '%s' is not a size (4K, 1M, 16777216 ...)\n", t);
+          return 2;
+        }
+      }
+    } else if (a == "--no-references") {
+      references = false;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--full] [--ranks 2,4,8] [--iters-scale X] [--io-threads N] [--poll-us N]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
+                   "          [--iters-scale X] [--io-threads N] [--poll-us N]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -277,6 +308,7 @@ int main(int argc, char** argv) {
   } else {
     sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};  // references stop at 16 MiB
   }
+  if (!only_sizes.empty()) sizes = only_sizes;
 
   // STREAM's rule: each array at least four times the last-level cache, so
   // that the copy measures memory, not cache.
@@ -300,15 +332,17 @@ int main(int argc, char** argv) {
   for (int p : ranks) {
     std::vector<size_t> job_sizes = sizes;
     // Eight ranks on a small machine: keep the default run short.
-    if (p >= 8 && !full) job_sizes = {4 << 10, 1 << 20, 16 << 20};
+    if (p >= 8 && !full && only_sizes.empty()) job_sizes = {4 << 10, 1 << 20, 16 << 20};
     std::vector<std::pair<size_t, double>> mpi, gloo;
 #ifdef HZ_REF_MPI_ALLREDUCE
-    mpi = Reference("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(p) + " " +
-                    HZ_REF_MPI_ALLREDUCE + (full ? " --full" : "") + " 2>/dev/null");
+    if (references)
+      mpi = Reference("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(p) + " " +
+                      HZ_REF_MPI_ALLREDUCE + (full ? " --full" : "") + " 2>/dev/null");
 #endif
 #ifdef HZ_REF_GLOO_ALLREDUCE
-    gloo = Reference(std::string(HZ_REF_GLOO_ALLREDUCE) + " --ranks " + std::to_string(p) +
-                     (full ? " --full" : "") + " 2>/dev/null");
+    if (references)
+      gloo = Reference(std::string(HZ_REF_GLOO_ALLREDUCE) + " --ranks " + std::to_string(p) +
+                       (full ? " --full" : "") + " 2>/dev/null");
 #endif
     std::vector<double> med = RunJob(svc, p, job_sizes, scale);
     if (med.size() != job_sizes.size()) {
