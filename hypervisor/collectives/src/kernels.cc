@@ -124,6 +124,32 @@ HZ_INLINE void CombineImpl(void* accv, const uint8_t* __restrict a, const uint8_
   }
 }
 
+template <class Tr, template <class> class OpT>
+HZ_INLINE void Combine4Impl(void* accv, const uint8_t* __restrict a, const uint8_t* __restrict b,
+                            const uint8_t* __restrict c, const uint8_t* __restrict d, size_t n) {
+  using A = typename Tr::Acc;
+  using Op = OpT<A>;
+  constexpr size_t kSize = sizeof(typename Tr::Mem);
+  auto* __restrict acc = static_cast<A*>(accv);
+  for (size_t i = 0; i < n; ++i) {
+    const A ab = Op::Apply(Tr::Load(a + i * kSize), Tr::Load(b + i * kSize));
+    acc[i] = Op::Apply(Op::Apply(ab, Tr::Load(c + i * kSize)), Tr::Load(d + i * kSize));
+  }
+}
+
+template <class Tr, template <class> class OpT>
+HZ_INLINE void Accumulate4Impl(void* accv, const uint8_t* __restrict a, const uint8_t* __restrict b,
+                               const uint8_t* __restrict c, const uint8_t* __restrict d, size_t n) {
+  using A = typename Tr::Acc;
+  using Op = OpT<A>;
+  constexpr size_t kSize = sizeof(typename Tr::Mem);
+  auto* __restrict acc = static_cast<A*>(accv);
+  for (size_t i = 0; i < n; ++i) {
+    const A x = Op::Apply(Op::Apply(acc[i], Tr::Load(a + i * kSize)), Tr::Load(b + i * kSize));
+    acc[i] = Op::Apply(Op::Apply(x, Tr::Load(c + i * kSize)), Tr::Load(d + i * kSize));
+  }
+}
+
 template <class Tr>
 HZ_INLINE void StoreImpl(uint8_t* __restrict dst, const void* accv, size_t n) {
   const auto* __restrict acc = static_cast<const typename Tr::Acc*>(accv);
@@ -151,48 +177,67 @@ HZ_INLINE void StoreAvgImpl(uint8_t* __restrict dst, const void* accv, size_t n,
   }
 }
 
+// The four-rank kernels of one operation.
+#define HZ_DEFINE_FOUR(NAME, TR, OP, OPT)                                                  \
+  HZ_CLONES void NAME##_##OP##_accumulate4(void* acc, const uint8_t* a, const uint8_t* b,  \
+                                           const uint8_t* c, const uint8_t* d, size_t n) { \
+    Accumulate4Impl<TR, OPT>(acc, a, b, c, d, n);                                          \
+  }                                                                                        \
+  HZ_CLONES void NAME##_##OP##_combine4(void* acc, const uint8_t* a, const uint8_t* b,     \
+                                        const uint8_t* c, const uint8_t* d, size_t n) {    \
+    Combine4Impl<TR, OPT>(acc, a, b, c, d, n);                                             \
+  }
+// One table entry: the operation's kernels and a store (plain or avg).
+#define HZ_KERNEL(NAME, TR, OP, STORE)                                          \
+  {                                                                             \
+    sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_##OP, NAME##_##OP##2, \
+        NAME##_##OP##_combine4, NAME##_##OP##_accumulate4, NAME##_##STORE       \
+  }
+
 // Non-template entry points, one set per element type and operation, so that
 // target_clones can multiversion each of them.
-#define HZ_DEFINE_TYPE(NAME, TR)                                                                  \
-  HZ_CLONES void NAME##_load(void* a, const uint8_t* s, size_t n) {                               \
-    LoadImpl<TR>(a, s, n);                                                                        \
-  }                                                                                               \
-  HZ_CLONES void NAME##_store(uint8_t* d, const void* a, size_t n, uint32_t) {                    \
-    StoreImpl<TR>(d, a, n);                                                                       \
-  }                                                                                               \
-  HZ_CLONES void NAME##_store_avg(uint8_t* d, const void* a, size_t n, uint32_t k) {              \
-    StoreAvgImpl<TR>(d, a, n, k);                                                                 \
-  }                                                                                               \
-  HZ_CLONES void NAME##_sum(void* a, const uint8_t* s, size_t n) {                                \
-    AccumulateImpl<TR, SumOp>(a, s, n);                                                           \
-  }                                                                                               \
-  HZ_CLONES void NAME##_prod(void* a, const uint8_t* s, size_t n) {                               \
-    AccumulateImpl<TR, ProdOp>(a, s, n);                                                          \
-  }                                                                                               \
-  HZ_CLONES void NAME##_max(void* a, const uint8_t* s, size_t n) {                                \
-    AccumulateImpl<TR, MaxOp>(a, s, n);                                                           \
-  }                                                                                               \
-  HZ_CLONES void NAME##_min(void* a, const uint8_t* s, size_t n) {                                \
-    AccumulateImpl<TR, MinOp>(a, s, n);                                                           \
-  }                                                                                               \
-  HZ_CLONES void NAME##_sum2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {             \
-    CombineImpl<TR, SumOp>(c, a, b, n);                                                           \
-  }                                                                                               \
-  HZ_CLONES void NAME##_prod2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {            \
-    CombineImpl<TR, ProdOp>(c, a, b, n);                                                          \
-  }                                                                                               \
-  HZ_CLONES void NAME##_max2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {             \
-    CombineImpl<TR, MaxOp>(c, a, b, n);                                                           \
-  }                                                                                               \
-  HZ_CLONES void NAME##_min2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {             \
-    CombineImpl<TR, MinOp>(c, a, b, n);                                                           \
-  }                                                                                               \
-  constexpr ReduceKernel NAME##_kernels[kRedOpCount] = {                                          \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_sum, NAME##_sum2, NAME##_store},     \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_prod, NAME##_prod2, NAME##_store},   \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_max, NAME##_max2, NAME##_store},     \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_min, NAME##_min2, NAME##_store},     \
-      {sizeof(TR::Mem), sizeof(TR::Acc), NAME##_load, NAME##_sum, NAME##_sum2, NAME##_store_avg}, \
+#define HZ_DEFINE_TYPE(NAME, TR)                                                       \
+  HZ_CLONES void NAME##_load(void* a, const uint8_t* s, size_t n) {                    \
+    LoadImpl<TR>(a, s, n);                                                             \
+  }                                                                                    \
+  HZ_CLONES void NAME##_store(uint8_t* d, const void* a, size_t n, uint32_t) {         \
+    StoreImpl<TR>(d, a, n);                                                            \
+  }                                                                                    \
+  HZ_CLONES void NAME##_store_avg(uint8_t* d, const void* a, size_t n, uint32_t k) {   \
+    StoreAvgImpl<TR>(d, a, n, k);                                                      \
+  }                                                                                    \
+  HZ_CLONES void NAME##_sum(void* a, const uint8_t* s, size_t n) {                     \
+    AccumulateImpl<TR, SumOp>(a, s, n);                                                \
+  }                                                                                    \
+  HZ_CLONES void NAME##_prod(void* a, const uint8_t* s, size_t n) {                    \
+    AccumulateImpl<TR, ProdOp>(a, s, n);                                               \
+  }                                                                                    \
+  HZ_CLONES void NAME##_max(void* a, const uint8_t* s, size_t n) {                     \
+    AccumulateImpl<TR, MaxOp>(a, s, n);                                                \
+  }                                                                                    \
+  HZ_CLONES void NAME##_min(void* a, const uint8_t* s, size_t n) {                     \
+    AccumulateImpl<TR, MinOp>(a, s, n);                                                \
+  }                                                                                    \
+  HZ_CLONES void NAME##_sum2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {  \
+    CombineImpl<TR, SumOp>(c, a, b, n);                                                \
+  }                                                                                    \
+  HZ_CLONES void NAME##_prod2(void* c, const uint8_t* a, const uint8_t* b, size_t n) { \
+    CombineImpl<TR, ProdOp>(c, a, b, n);                                               \
+  }                                                                                    \
+  HZ_CLONES void NAME##_max2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {  \
+    CombineImpl<TR, MaxOp>(c, a, b, n);                                                \
+  }                                                                                    \
+  HZ_CLONES void NAME##_min2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {  \
+    CombineImpl<TR, MinOp>(c, a, b, n);                                                \
+  }                                                                                    \
+  HZ_DEFINE_FOUR(NAME, TR, sum, SumOp)                                                 \
+  HZ_DEFINE_FOUR(NAME, TR, prod, ProdOp)                                               \
+  HZ_DEFINE_FOUR(NAME, TR, max, MaxOp)                                                 \
+  HZ_DEFINE_FOUR(NAME, TR, min, MinOp)                                                 \
+  constexpr ReduceKernel NAME##_kernels[kRedOpCount] = {                               \
+      HZ_KERNEL(NAME, TR, sum, store),     HZ_KERNEL(NAME, TR, prod, store),           \
+      HZ_KERNEL(NAME, TR, max, store),     HZ_KERNEL(NAME, TR, min, store),            \
+      HZ_KERNEL(NAME, TR, sum, store_avg),                                             \
   };
 
 HZ_DEFINE_TYPE(i8, Plain<int8_t>)

@@ -19,6 +19,13 @@ struct ReduceKernel {
   // acc = a (op) b: load then accumulate in one pass over the accumulator,
   // with the same result bit for bit
   void (*combine)(void* acc, const uint8_t* a, const uint8_t* b, size_t n);
+  // acc = (((a (op) b) (op) c) (op) d), and acc = ((((acc (op) a) (op) b)
+  // (op) c) (op) d): four ranks in one pass over the accumulator, element by
+  // element in the same order as one rank at a time, so bit for bit the same
+  void (*combine4)(void* acc, const uint8_t* a, const uint8_t* b, const uint8_t* c,
+                   const uint8_t* d, size_t n);
+  void (*accumulate4)(void* acc, const uint8_t* a, const uint8_t* b, const uint8_t* c,
+                      const uint8_t* d, size_t n);
   // dst = acc, or acc / divisor for avg (divisor is ignored otherwise)
   void (*store)(uint8_t* dst, const void* acc, size_t n, uint32_t divisor);
 };
