@@ -104,7 +104,12 @@ void StoreTo(const Job& job, const SpanList& dst, uint64_t off, uint64_t n, cons
   const uint64_t bytes = n * job.esize;
   uint8_t* out = dst.Contiguous(off, bytes);
   if (out != nullptr && job.stream_stores) {
-    // Finish once into cache, then stream to every destination.
+    // Finish once into cache (unless the accumulator already holds the
+    // output bytes), then stream to every destination.
+    if (job.kernel->store_copies) {
+      StreamCopy(out, static_cast<const uint8_t*>(acc), bytes);
+      return;
+    }
     if (*converted == nullptr) {
       *converted = Ensure(t_scratch.out, bytes);
       job.kernel->store(*converted, acc, n, job.nranks);

@@ -28,6 +28,8 @@ struct ReduceKernel {
                       const uint8_t* d, size_t n);
   // dst = acc, or acc / divisor for avg (divisor is ignored otherwise)
   void (*store)(uint8_t* dst, const void* acc, size_t n, uint32_t divisor);
+  // store is a plain copy: the accumulator already holds the output bytes
+  bool store_copies;
 };
 
 // nullptr for an out-of-range dtype or redop.
