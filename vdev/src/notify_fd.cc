@@ -1,5 +1,7 @@
 #include "notify_fd.h"
 
+#include "blocking_call_guard.h"
+
 #include <fcntl.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -14,7 +16,14 @@ NotifyResult NotifyEventFd(int fd) {
   const int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || !(flags & O_NONBLOCK)) return NotifyResult::kRefused;
   const uint64_t one = 1;
-  if (write(fd, &one, sizeof(one)) == sizeof(one)) return NotifyResult::kSent;
+  ssize_t n;
+  {
+    // The front-end may clear O_NONBLOCK right after the check: a write
+    // that blocks is interrupted (EINTR) and refused like the check's case.
+    BlockingCallGuard guard;
+    n = write(fd, &one, sizeof(one));
+  }
+  if (n == sizeof(one)) return NotifyResult::kSent;
   return errno == EAGAIN ? NotifyResult::kPending : NotifyResult::kRefused;
 }
 
@@ -24,8 +33,8 @@ bool DrainEventFd(int fd) {
   if (preadv2(fd, &iov, 1, -1, RWF_NOWAIT) >= 0 || errno != EOPNOTSUPP) return true;
   const int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || !(flags & O_NONBLOCK)) return false;
-  (void)!read(fd, &count, sizeof(count));
-  return true;
+  BlockingCallGuard guard;  // as in NotifyEventFd: the flag may go after the check
+  return read(fd, &count, sizeof(count)) >= 0 || errno != EINTR;
 }
 
 }  // namespace vdev

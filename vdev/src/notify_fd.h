@@ -7,8 +7,10 @@
 // this connection (and other VMs) would be stuck for good. NotifyEventFd
 // refuses an fd that is no longer non-blocking; on one that is, a full
 // counter fails the write with EAGAIN (the front-end has a notification
-// pending anyway). Left open: a front-end that clears O_NONBLOCK and fills
-// the counter between that check and the write.
+// pending anyway). A front-end that clears O_NONBLOCK and fills the counter
+// between that check and the write blocks the write for at most two ticks of
+// the BlockingCallGuard watchdog (about 100 ms), which then interrupts it;
+// the fd is refused.
 #ifndef VDEV_SRC_NOTIFY_FD_H_
 #define VDEV_SRC_NOTIFY_FD_H_
 
@@ -25,8 +27,9 @@ NotifyResult NotifyEventFd(int fd);
 // Empties a kick eventfd's counter without ever blocking, also when the
 // front-end cleared O_NONBLOCK and emptied the counter itself between the
 // readiness event and this read (preadv2 with RWF_NOWAIT; kernels without it
-// for eventfds fall back to reading only while O_NONBLOCK is still set).
-// Returns false when the fd was made blocking on such a kernel.
+// for eventfds fall back to reading only while O_NONBLOCK is still set, with
+// the same watchdog as NotifyEventFd). Returns false when the fd was made
+// blocking on such a kernel.
 bool DrainEventFd(int fd);
 
 }  // namespace vdev

@@ -1,0 +1,136 @@
+// BlockingCallGuard: a call on a front-end's eventfd that blocks inside a
+// guard is interrupted by the watchdog; one outside a guard is not.
+#include "blocking_call_guard.h"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "notify_fd.h"
+
+namespace vdev {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint64_t kFull = 0xfffffffffffffffeull;  // the most an eventfd holds
+
+// A blocking eventfd whose counter is full: the next write waits forever.
+int FullBlockingEventFd() {
+  const int fd = eventfd(0, EFD_CLOEXEC);
+  if (fd >= 0 && write(fd, &kFull, sizeof(kFull)) != sizeof(kFull)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Waits for flag, at most `limit` (a guard against hanging, not a measure).
+bool WaitFor(const std::atomic<bool>& flag, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!flag.load() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(1ms);
+  return flag.load();
+}
+
+uint64_t Drain(int fd) {
+  uint64_t v = 0;
+  return read(fd, &v, sizeof(v)) == sizeof(v) ? v : 0;
+}
+
+TEST(BlockingCallGuard, InterruptsAWriteThatWouldNeverReturn) {
+  ASSERT_TRUE(BlockingCallGuard::Bounded());
+  const int fd = FullBlockingEventFd();
+  ASSERT_GE(fd, 0);
+  std::atomic<bool> done{false};
+  ssize_t n = 0;
+  int err = 0;
+  std::thread writer([&] {
+    const uint64_t one = 1;
+    {
+      BlockingCallGuard guard;
+      n = write(fd, &one, sizeof(one));
+      err = errno;
+    }
+    done = true;
+  });
+  const bool returned = WaitFor(done, 10s);
+  if (!returned) Drain(fd);  // let the writer go, then fail
+  writer.join();
+  ASSERT_TRUE(returned) << "the guarded write was not interrupted";
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(err, EINTR);
+  EXPECT_EQ(Drain(fd), kFull);  // nothing was added
+  close(fd);
+}
+
+TEST(BlockingCallGuard, LeavesCallsOutsideAGuardAlone) {
+  ASSERT_TRUE(BlockingCallGuard::Bounded());
+  const int fd = FullBlockingEventFd();
+  ASSERT_GE(fd, 0);
+  std::atomic<bool> done{false};
+  ssize_t n = 0;
+  std::thread writer([&] {
+    {
+      BlockingCallGuard guard;  // this thread is watched, but not in this write
+    }
+    const uint64_t one = 1;
+    n = write(fd, &one, sizeof(one));
+    done = true;
+  });
+  // Six ticks: the watchdog would have interrupted a guarded call by two.
+  EXPECT_FALSE(WaitFor(done, 6 * kWatchdogTick));
+  EXPECT_EQ(Drain(fd), kFull);  // room for the write, which now completes
+  ASSERT_TRUE(WaitFor(done, 10s));
+  writer.join();
+  EXPECT_EQ(n, 8);
+  EXPECT_EQ(Drain(fd), 1u);
+  close(fd);
+}
+
+// The window the guard closes: the front-end clears O_NONBLOCK between
+// NotifyEventFd's check and its write, on a full counter. A thread toggles
+// the flag as fast as it can while notifications are sent; every one of
+// them returns (a regression hangs, and ctest's timeout reports it), and
+// none adds to the full counter.
+TEST(NotifyEventFd, ReturnsWhileTheFrontEndTogglesNonBlocking) {
+  const int fd = FullBlockingEventFd();
+  ASSERT_GE(fd, 0);
+  std::atomic<bool> stop{false};
+  std::thread toggler([&] {
+    const int flags = fcntl(fd, F_GETFL);
+    while (!stop.load(std::memory_order_relaxed)) {
+      fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+      fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    }
+  });
+  int pending = 0, refused = 0, interrupted = 0;
+  // Until a few notifications were caught in the window (each costs up to
+  // two watchdog ticks), or enough were sent that it was not hit.
+  for (int i = 0; i < 20000 && interrupted < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const NotifyResult r = NotifyEventFd(fd);
+    if (std::chrono::steady_clock::now() - t0 >= kWatchdogTick) ++interrupted;
+    ASSERT_NE(r, NotifyResult::kSent);  // the counter is full
+    (r == NotifyResult::kPending ? pending : refused)++;
+  }
+  stop = true;
+  toggler.join();
+  RecordProperty("pending", pending);
+  RecordProperty("refused", refused);
+  RecordProperty("interrupted", interrupted);
+  EXPECT_GT(pending + refused, 0);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  EXPECT_EQ(Drain(fd), kFull);
+  close(fd);
+}
+
+}  // namespace
+}  // namespace vdev

@@ -1,0 +1,180 @@
+#include "blocking_call_guard.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+namespace vdev {
+
+// One per thread that has made a guarded call.
+struct BlockingCallGuard::Slot {
+  // Odd while the thread is inside a guarded call; it moves on with every
+  // call, so the watchdog can tell one long call from two short ones.
+  std::atomic<uint32_t> seq{0};
+  pthread_t thread{};
+  uint32_t last_seen = 0;   // the watchdog's previous look
+  uint32_t generation = 0;  // the process (fork) the slot was registered in
+};
+
+namespace {
+
+using Slot = BlockingCallGuard::Slot;
+
+struct Registry {
+  std::mutex mu;
+  std::vector<Slot*> slots;
+  bool watchdog_running = false;
+};
+
+// Never destroyed: the watchdog thread may look at it until the process ends.
+Registry& TheRegistry() {
+  static Registry* registry = new Registry;
+  return *registry;
+}
+
+// Moves on in every child process: a fork copies the calling thread and its
+// slot, but not the watchdog thread nor any other thread.
+std::atomic<uint32_t> g_generation{0};
+
+// Registers the thread on first use and unregisters it when the thread
+// exits, so the watchdog never signals a thread that is gone.
+struct ThreadRegistration {
+  Slot* slot = nullptr;
+  ~ThreadRegistration() {
+    if (slot == nullptr) return;
+    Registry& r = TheRegistry();
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      auto it = std::find(r.slots.begin(), r.slots.end(), slot);
+      if (it != r.slots.end()) r.slots.erase(it);
+    }
+    delete slot;
+  }
+};
+thread_local ThreadRegistration t_registration;
+
+void OnInterrupt(int) {}
+
+// The registry's lock is held across fork(), so the child never inherits
+// it locked by a thread that does not exist there.
+void PrepareFork() {
+  TheRegistry().mu.lock();
+}
+void ParentAfterFork() {
+  TheRegistry().mu.unlock();
+}
+void ChildAfterFork() {
+  Registry& r = TheRegistry();
+  r.slots.clear();
+  if (t_registration.slot != nullptr) r.slots.push_back(t_registration.slot);
+  r.watchdog_running = false;  // the next guarded call starts one
+  g_generation.fetch_add(1, std::memory_order_relaxed);
+  r.mu.unlock();
+}
+
+bool InstallHandler() {
+  struct sigaction old {};
+  if (sigaction(InterruptSignal(), nullptr, &old) != 0) return false;
+  const bool plain = !(old.sa_flags & SA_SIGINFO);
+  if (plain && old.sa_handler == OnInterrupt) return true;
+  if (!plain || old.sa_handler != SIG_DFL) {
+    spdlog::warn(
+        "vdev: signal {} has a handler already; a front-end that makes its call eventfd block "
+        "between the back-end's check and its write can stall a connection thread",
+        InterruptSignal());
+    return false;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: the interrupted call must fail with EINTR
+  if (sigaction(InterruptSignal(), &sa, nullptr) != 0) return false;
+  pthread_atfork(PrepareFork, ParentAfterFork, ChildAfterFork);
+  return true;
+}
+
+bool HandlerInstalled() {
+  static const bool installed = InstallHandler();
+  return installed;
+}
+
+void WatchdogLoop() {
+  Registry& r = TheRegistry();
+  for (;;) {
+    std::this_thread::sleep_for(kWatchdogTick);
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (Slot* s : r.slots) {
+      const uint32_t seq = s->seq.load(std::memory_order_acquire);
+      if ((seq & 1) != 0 && seq == s->last_seen) pthread_kill(s->thread, InterruptSignal());
+      s->last_seen = seq;
+    }
+  }
+}
+
+// First guarded call of a thread, or its first in a forked child: makes sure
+// this process has a watchdog and the thread a slot it watches.
+Slot* RegisterThread() {
+  if (!HandlerInstalled()) return nullptr;
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.watchdog_running) {
+    try {
+      std::thread(WatchdogLoop).detach();
+    } catch (const std::system_error& e) {
+      spdlog::warn("vdev: no watchdog thread ({}); blocking calls are not bounded", e.what());
+      return nullptr;
+    }
+    r.watchdog_running = true;
+  }
+  Slot* slot = t_registration.slot;
+  if (slot == nullptr) {
+    slot = new Slot;
+    slot->thread = pthread_self();
+    r.slots.push_back(slot);
+    t_registration.slot = slot;
+  }
+  slot->generation = g_generation.load(std::memory_order_relaxed);
+  return slot;
+}
+
+Slot* ThisThreadSlot() {
+  Slot* slot = t_registration.slot;
+  if (slot != nullptr && slot->generation == g_generation.load(std::memory_order_relaxed)) {
+    return slot;
+  }
+  return RegisterThread();
+}
+
+}  // namespace
+
+int InterruptSignal() {
+  return SIGRTMIN + 5;
+}
+
+bool BlockingCallGuard::Bounded() {
+  return HandlerInstalled();
+}
+
+// Only this thread writes its counter: a plain store, no locked instruction.
+BlockingCallGuard::BlockingCallGuard() : slot_(ThisThreadSlot()) {
+  if (slot_ != nullptr) {
+    slot_->seq.store(slot_->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+}
+
+BlockingCallGuard::~BlockingCallGuard() {
+  if (slot_ != nullptr) {
+    slot_->seq.store(slot_->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+}
+
+}  // namespace vdev

@@ -1,0 +1,51 @@
+// A bound on the few system calls the back-end makes on files it shares with
+// a front-end (the eventfds of a ring), which the front-end can turn into
+// calls that never return.
+//
+// NotifyEventFd checks that a call fd is still non-blocking before it writes,
+// but a front-end can clear O_NONBLOCK and fill the counter between the check
+// and the write; eventfds have no RWF_NOWAIT for writes to close that window.
+// So the write runs inside a BlockingCallGuard: a watchdog thread looks at
+// every guarded thread once a tick (kWatchdogTick), and a thread it finds in
+// the same guarded call on two looks in a row is sent InterruptSignal(). The
+// signal's handler does nothing and is installed without SA_RESTART, so the
+// blocked call fails with EINTR, and the caller refuses the fd as it would
+// one that was made blocking before the check. A thread is stuck for at most
+// two ticks, where before it was stuck for good.
+//
+// Cost per guarded call: two stores to a thread-local counter. A thread is
+// registered with the watchdog on its first guarded call and unregistered
+// when it exits. If the application already handles InterruptSignal(), the
+// guard leaves it alone and only logs, once, that calls are not bounded.
+#ifndef VDEV_SRC_BLOCKING_CALL_GUARD_H_
+#define VDEV_SRC_BLOCKING_CALL_GUARD_H_
+
+#include <chrono>
+
+namespace vdev {
+
+// SIGRTMIN + 5: a real-time signal that nothing else in the project uses.
+// (glibc keeps the ones it needs below SIGRTMIN.)
+int InterruptSignal();
+inline constexpr std::chrono::milliseconds kWatchdogTick{50};
+
+class BlockingCallGuard {
+ public:
+  BlockingCallGuard();
+  ~BlockingCallGuard();
+  BlockingCallGuard(const BlockingCallGuard&) = delete;
+  BlockingCallGuard& operator=(const BlockingCallGuard&) = delete;
+
+  // Whether guarded calls in this process are bounded (the handler is
+  // installed). False only when the application owns InterruptSignal().
+  static bool Bounded();
+
+  struct Slot;  // the watchdog's view of one thread (private to the .cc)
+
+ private:
+  Slot* slot_;  // this thread's, or null when calls are not bounded
+};
+
+}  // namespace vdev
+
+#endif  // VDEV_SRC_BLOCKING_CALL_GUARD_H_
