@@ -124,29 +124,20 @@ HZ_INLINE void CombineImpl(void* accv, const uint8_t* __restrict a, const uint8_
   }
 }
 
-template <class Tr, template <class> class OpT>
-HZ_INLINE void Combine4Impl(void* accv, const uint8_t* __restrict a, const uint8_t* __restrict b,
-                            const uint8_t* __restrict c, const uint8_t* __restrict d, size_t n) {
+// Four ranks in one pass, left to right: acc = a op b op c op d, or with
+// kOntoAcc, acc = acc op a op b op c op d.
+template <class Tr, template <class> class OpT, bool kOntoAcc>
+HZ_INLINE void Reduce4Impl(void* accv, const uint8_t* __restrict a, const uint8_t* __restrict b,
+                           const uint8_t* __restrict c, const uint8_t* __restrict d, size_t n) {
   using A = typename Tr::Acc;
   using Op = OpT<A>;
   constexpr size_t kSize = sizeof(typename Tr::Mem);
   auto* __restrict acc = static_cast<A*>(accv);
   for (size_t i = 0; i < n; ++i) {
-    const A ab = Op::Apply(Tr::Load(a + i * kSize), Tr::Load(b + i * kSize));
-    acc[i] = Op::Apply(Op::Apply(ab, Tr::Load(c + i * kSize)), Tr::Load(d + i * kSize));
-  }
-}
-
-template <class Tr, template <class> class OpT>
-HZ_INLINE void Accumulate4Impl(void* accv, const uint8_t* __restrict a, const uint8_t* __restrict b,
-                               const uint8_t* __restrict c, const uint8_t* __restrict d, size_t n) {
-  using A = typename Tr::Acc;
-  using Op = OpT<A>;
-  constexpr size_t kSize = sizeof(typename Tr::Mem);
-  auto* __restrict acc = static_cast<A*>(accv);
-  for (size_t i = 0; i < n; ++i) {
-    const A x = Op::Apply(Op::Apply(acc[i], Tr::Load(a + i * kSize)), Tr::Load(b + i * kSize));
-    acc[i] = Op::Apply(Op::Apply(x, Tr::Load(c + i * kSize)), Tr::Load(d + i * kSize));
+    A x = Tr::Load(a + i * kSize);
+    if constexpr (kOntoAcc) x = Op::Apply(acc[i], x);
+    x = Op::Apply(Op::Apply(x, Tr::Load(b + i * kSize)), Tr::Load(c + i * kSize));
+    acc[i] = Op::Apply(x, Tr::Load(d + i * kSize));
   }
 }
 
@@ -181,11 +172,11 @@ HZ_INLINE void StoreAvgImpl(uint8_t* __restrict dst, const void* accv, size_t n,
 #define HZ_DEFINE_FOUR(NAME, TR, OP, OPT)                                                  \
   HZ_CLONES void NAME##_##OP##_accumulate4(void* acc, const uint8_t* a, const uint8_t* b,  \
                                            const uint8_t* c, const uint8_t* d, size_t n) { \
-    Accumulate4Impl<TR, OPT>(acc, a, b, c, d, n);                                          \
+    Reduce4Impl<TR, OPT, true>(acc, a, b, c, d, n);                                        \
   }                                                                                        \
   HZ_CLONES void NAME##_##OP##_combine4(void* acc, const uint8_t* a, const uint8_t* b,     \
                                         const uint8_t* c, const uint8_t* d, size_t n) {    \
-    Combine4Impl<TR, OPT>(acc, a, b, c, d, n);                                             \
+    Reduce4Impl<TR, OPT, false>(acc, a, b, c, d, n);                                       \
   }
 // One table entry: the operation's kernels and a store (plain or avg);
 // STORE_COPIES says whether that store is a plain copy of the accumulator.
