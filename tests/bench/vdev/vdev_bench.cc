@@ -511,11 +511,15 @@ int main(int argc, char** argv) {
   };
   const double r1 = irq1.Percentile(0.5) / std::max(eventfd.Percentile(0.5), 1.0);
   ratio("vdev_interrupt_p50_over_eventfd_p50", r1, "<= 1.5", r1 <= 1.5);
+  // The busy-poll goal is judged on the paired rounds. The two long cases
+  // above ran seconds apart, and this host's neighbours can slow one of
+  // them by a factor of three and not the other (single-case ratios of 0.47
+  // and 2.2 came from runs whose paired medians were 0.56 and 0.58).
   const double r2 = poll32.rps() / std::max(spsc32.rps(), 1.0);
-  ratio("vdev_busy_poll_batch32_rps_over_spsc_batch32_rps", r2, ">= 0.5", r2 >= 0.5);
+  ratio("vdev_busy_poll_batch32_rps_over_spsc_batch32_rps", r2, "informational (unpaired)", true);
   const double r2m = poll32.RpsAtP50() / std::max(spsc32.RpsAtP50(), 1.0);
-  ratio("vdev_busy_poll_batch32_rps_at_p50_over_spsc_batch32_rps_at_p50", r2m, ">= 0.5",
-        r2m >= 0.5);
+  ratio("vdev_busy_poll_batch32_rps_at_p50_over_spsc_batch32_rps_at_p50", r2m,
+        "informational (unpaired)", true);
   if (!paired.empty()) {
     std::sort(paired.begin(), paired.end());
     const double r2p = paired[paired.size() / 2];
