@@ -13,7 +13,12 @@
 // iteration's time is the maximum over ranks, the result the median.
 // busbw = algbw * 2 (p - 1) / p.
 //
+// Each rank count runs in rounds (3 by default): the copy, Open MPI and Gloo,
+// then the service, back to back. Ratios are taken within a round and the
+// line of a size reports their median, with every round's ratios beside it.
+//
 //   service_allreduce_bench [--full] [--ranks 2,4,8] [--iters-scale X]
+//                           [--rounds N]
 //                           [--sizes 1M,16M]   (only these sizes)
 //                           [--no-references]  (skip Open MPI and Gloo; profiling)
 //                           [--io-threads N]   (the daemon's --worker-threads, default 2)
@@ -77,8 +82,18 @@ void CopyNonTemporal(char* dst, const char* src, size_t n) {
 
 // STREAM copy: each of `threads` threads copies its slice, and a pass takes
 // as long as the slowest. Best of 5, 2 x bytes counted.
-double StreamCopyGBps(size_t bytes, size_t threads, bool non_temporal) {
-  std::vector<char> a(bytes, 1), b(bytes, 2);
+// The arrays of the STREAM-style copy, allocated (and first touched) once:
+// each round measures the copy again, on the same pages.
+struct CopyArrays {
+  explicit CopyArrays(size_t n) : bytes(n), a(n, 1), b(n, 2) {}
+  size_t bytes;
+  std::vector<char> a, b;
+};
+
+double StreamCopyGBps(CopyArrays& arrays, size_t threads, bool non_temporal) {
+  const size_t bytes = arrays.bytes;
+  char* const a = arrays.a.data();
+  char* const b = arrays.b.data();
   double best = 1e30;
   for (int i = 0; i < 6; ++i) {
     auto t0 = Clock::now();
@@ -89,9 +104,9 @@ double StreamCopyGBps(size_t bytes, size_t threads, bool non_temporal) {
         const size_t lo = bytes * t / threads / 64 * 64;
         const size_t hi = t + 1 == threads ? bytes : bytes * (t + 1) / threads / 64 * 64;
         if (non_temporal) {
-          CopyNonTemporal(b.data() + lo, a.data() + lo, hi - lo);
+          CopyNonTemporal(b + lo, a + lo, hi - lo);
         } else {
-          std::memcpy(b.data() + lo, a.data() + lo, hi - lo);
+          std::memcpy(b + lo, a + lo, hi - lo);
         }
       });
     }
@@ -106,12 +121,12 @@ double StreamCopyGBps(size_t bytes, size_t threads, bool non_temporal) {
 // The machine's copy bandwidth: the best of memcpy and a non-temporal copy,
 // each on one thread and on every online CPU (the daemon's engine uses them
 // all, but on a small or shared machine one thread can copy as fast).
-double MemoryBandwidthGBps(size_t bytes) {
+double MemoryBandwidthGBps(CopyArrays& arrays) {
   const auto cpus = static_cast<size_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   double best = 0;
   for (size_t threads : {size_t{1}, cpus}) {
     for (bool non_temporal : {false, true}) {
-      best = std::max(best, StreamCopyGBps(bytes, threads, non_temporal));
+      best = std::max(best, StreamCopyGBps(arrays, threads, non_temporal));
     }
   }
   return best;
@@ -242,6 +257,39 @@ double Lookup(const std::vector<std::pair<size_t, double>>& ref, size_t bytes) {
   return 0;
 }
 
+// One size's measurements, one entry per round.
+struct SizeRounds {
+  std::vector<double> time_s, to_memory, mpi_gbps, to_mpi, gloo_gbps, to_gloo;
+};
+
+json MedianOrNull(const std::vector<double>& v) {
+  return v.empty() ? json(nullptr) : json(hz::coll::bench::MedianOf(v));
+}
+
+// The result line of one size: medians over the rounds, and every round's
+// ratios as measured.
+json Summary(int p, size_t bytes, const SizeRounds& r) {
+  const double t = hz::coll::bench::MedianOf(r.time_s);
+  const double algbw = bytes / t / 1e9;
+  return {{"bench", "service_allreduce"},
+          {"dtype", "fp32"},
+          {"op", "sum"},
+          {"ranks", p},
+          {"bytes", bytes},
+          {"rounds", r.time_s.size()},
+          {"time_us", t * 1e6},
+          {"algbw_gbps", algbw},
+          {"busbw_gbps", algbw * 2.0 * (p - 1) / p},
+          {"mpi_busbw_gbps", MedianOrNull(r.mpi_gbps)},
+          {"gloo_busbw_gbps", MedianOrNull(r.gloo_gbps)},
+          {"ratio_to_memory_bound", MedianOrNull(r.to_memory)},
+          {"ratio_to_mpi", MedianOrNull(r.to_mpi)},
+          {"ratio_to_gloo", MedianOrNull(r.to_gloo)},
+          {"round_ratios_to_memory_bound", r.to_memory},
+          {"round_ratios_to_mpi", r.to_mpi},
+          {"round_ratios_to_gloo", r.to_gloo}};
+}
+
 // "4K", "1M", "16M" or a plain byte count; 0 when it is none of these.
 size_t ParseBytes(const char* text) {
   char* end = nullptr;
@@ -269,6 +317,7 @@ int main(int argc, char** argv) {
   std::string poll_us;  // empty: the daemon's default
   std::vector<size_t> only_sizes;
   bool references = true;
+  int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -294,10 +343,16 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--no-references") {
       references = false;
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::atoi(argv[++i]);
+      if (rounds < 1 || rounds > 99) {
+        std::fprintf(stderr, "--rounds: 1 to 99\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
-                   "          [--iters-scale X] [--io-threads N] [--poll-us N]\n",
+                   "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n",
                    argv[0]);
       return 2;
     }
@@ -315,12 +370,7 @@ int main(int argc, char** argv) {
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
   const size_t stream_bytes =
       std::max<size_t>(full ? (256u << 20) : (64u << 20), l3 > 0 ? 4 * static_cast<size_t>(l3) : 0);
-  double copy_gbps = MemoryBandwidthGBps(stream_bytes);
-  std::printf("%s\n",
-              json({{"reference", "stream_copy"}, {"gbps", copy_gbps}, {"bytes", stream_bytes}})
-                  .dump()
-                  .c_str());
-  std::fflush(stdout);
+  CopyArrays copy_arrays(stream_bytes);
 
   ServiceProcess svc;
   std::vector<std::string> daemon_args = {"--worker-threads", io_threads};
@@ -333,46 +383,61 @@ int main(int argc, char** argv) {
     std::vector<size_t> job_sizes = sizes;
     // Eight ranks on a small machine: keep the default run short.
     if (p >= 8 && !full && only_sizes.empty()) job_sizes = {4 << 10, 1 << 20, 16 << 20};
-    std::vector<std::pair<size_t, double>> mpi, gloo;
+    // Each round measures the references and then the service, back to
+    // back, and every ratio is taken within a round: a neighbour that slows
+    // this machine for a while then moves both sides of a ratio, not one.
+    // The result is each ratio's median over the rounds.
+    std::vector<SizeRounds> results(job_sizes.size());
+    bool failed = false;
+    for (int round = 0; round < rounds && !failed; ++round) {
+      const double copy_gbps = MemoryBandwidthGBps(copy_arrays);
+      std::printf("%s\n", json({{"reference", "stream_copy"},
+                                {"ranks", p},
+                                {"round", round},
+                                {"gbps", copy_gbps},
+                                {"bytes", stream_bytes}})
+                              .dump()
+                              .c_str());
+      std::fflush(stdout);
+      std::vector<std::pair<size_t, double>> mpi, gloo;
 #ifdef HZ_REF_MPI_ALLREDUCE
-    if (references)
-      mpi = Reference("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(p) + " " +
-                      HZ_REF_MPI_ALLREDUCE + (full ? " --full" : "") + " 2>/dev/null");
+      if (references)
+        mpi = Reference("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(p) +
+                        " " + HZ_REF_MPI_ALLREDUCE + (full ? " --full" : "") + " 2>/dev/null");
 #endif
 #ifdef HZ_REF_GLOO_ALLREDUCE
-    if (references)
-      gloo = Reference(std::string(HZ_REF_GLOO_ALLREDUCE) + " --ranks " + std::to_string(p) +
-                       (full ? " --full" : "") + " 2>/dev/null");
+      if (references)
+        gloo = Reference(std::string(HZ_REF_GLOO_ALLREDUCE) + " --ranks " + std::to_string(p) +
+                         (full ? " --full" : "") + " 2>/dev/null");
 #endif
-    std::vector<double> med = RunJob(svc, p, job_sizes, scale);
-    if (med.size() != job_sizes.size()) {
-      std::printf("%s\n",
-                  json({{"bench", "service_allreduce"}, {"ranks", p}, {"error", "job failed"}})
-                      .dump()
-                      .c_str());
-      continue;
+      std::vector<double> med = RunJob(svc, p, job_sizes, scale);
+      if (med.size() != job_sizes.size()) {
+        std::printf("%s\n",
+                    json({{"bench", "service_allreduce"}, {"ranks", p}, {"error", "job failed"}})
+                        .dump()
+                        .c_str());
+        failed = true;
+        break;
+      }
+      for (size_t i = 0; i < job_sizes.size(); ++i) {
+        SizeRounds& r = results[i];
+        const size_t bytes = job_sizes[i];
+        const double busbw = bytes / med[i] / 1e9 * 2.0 * (p - 1) / p;
+        r.time_s.push_back(med[i]);
+        r.to_memory.push_back(2.0 * p * bytes / (copy_gbps * 1e9) / med[i]);
+        if (double m = Lookup(mpi, bytes); m > 0) {
+          r.mpi_gbps.push_back(m);
+          r.to_mpi.push_back(busbw / m);
+        }
+        if (double g = Lookup(gloo, bytes); g > 0) {
+          r.gloo_gbps.push_back(g);
+          r.to_gloo.push_back(busbw / g);
+        }
+      }
     }
+    if (failed) continue;
     for (size_t i = 0; i < job_sizes.size(); ++i) {
-      size_t bytes = job_sizes[i];
-      double algbw = bytes / med[i] / 1e9;
-      double busbw = algbw * 2.0 * (p - 1) / p;
-      double bound_s = 2.0 * p * bytes / (copy_gbps * 1e9);
-      json j = {{"bench", "service_allreduce"},
-                {"dtype", "fp32"},
-                {"op", "sum"},
-                {"ranks", p},
-                {"bytes", bytes},
-                {"time_us", med[i] * 1e6},
-                {"algbw_gbps", algbw},
-                {"busbw_gbps", busbw},
-                {"memory_bound_time_us", bound_s * 1e6},
-                {"ratio_to_memory_bound", bound_s / med[i]}};
-      double m = Lookup(mpi, bytes), g = Lookup(gloo, bytes);
-      j["mpi_busbw_gbps"] = m > 0 ? json(m) : json(nullptr);
-      j["ratio_to_mpi"] = m > 0 ? json(busbw / m) : json(nullptr);
-      j["gloo_busbw_gbps"] = g > 0 ? json(g) : json(nullptr);
-      j["ratio_to_gloo"] = g > 0 ? json(busbw / g) : json(nullptr);
-      std::printf("%s\n", j.dump().c_str());
+      std::printf("%s\n", Summary(p, job_sizes[i], results[i]).dump().c_str());
       std::fflush(stdout);
     }
   }
