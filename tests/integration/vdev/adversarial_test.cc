@@ -1445,6 +1445,42 @@ TEST(VdevAdversarialChild, CallFdMadeBlockingAndSaturatedAfterSetUp) {
   EXPECT_TRUE(b.Alive()) << "the back-end died";
 }
 
+// The same attack on the window the check leaves: the front-end toggles
+// O_NONBLOCK on its full call eventfd as fast as it can, so the flag can be
+// set at the back-end's check and clear at its write. The watchdog of
+// BlockingCallGuard interrupts such a write; each round the back-end must
+// publish the completion and then answer a request again. (Whether a round
+// hits the window is up to the scheduler; NotifyEventFd's unit test hits it
+// on purpose. Without the guard a hit here stops the back-end for good.)
+TEST(VdevAdversarialChild, CallFdTogglesNonBlockingAroundEachNotification) {
+  for (int round = 0; round < 10; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    ChildWithQueue b("togglecall");
+    ASSERT_TRUE(b.Start());
+    const uint64_t full = 0xfffffffffffffffeull;
+    ASSERT_EQ(write(b.call, &full, 8), 8);
+    std::atomic<bool> stop{false};
+    std::thread toggler([&] {
+      const int flags = fcntl(b.call, F_GETFL);
+      while (!stop.load(std::memory_order_relaxed)) {
+        fcntl(b.call, F_SETFL, flags | O_NONBLOCK);
+        fcntl(b.call, F_SETFL, flags & ~O_NONBLOCK);
+      }
+    });
+    b.ring.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
+    b.ring.SetDesc(1, kData + 64, 8, VRING_DESC_F_WRITE, 0);
+    b.ring.PushAvail(0, kN);
+    const uint64_t one = 1;
+    EXPECT_EQ(write(b.kick, &one, 8), 8);
+    EXPECT_TRUE(WaitUsedIdx(b.ring, 1));
+    uint64_t features = 0;
+    EXPECT_TRUE(b.c.GetU64(vu::kGetFeatures, &features)) << "the back-end stopped answering";
+    stop = true;
+    toggler.join();
+    EXPECT_TRUE(b.Alive()) << "the back-end died";
+  }
+}
+
 // The kick fd is shared the same way: a front-end that clears O_NONBLOCK and
 // takes each kick back right after writing it can empty the counter between
 // the back-end seeing it readable and reading it, and a plain read() then
