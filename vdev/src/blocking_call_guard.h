@@ -29,6 +29,8 @@ namespace vdev {
 int InterruptSignal();
 inline constexpr std::chrono::milliseconds kWatchdogTick{50};
 
+// Marks the calling thread as inside a call the watchdog may interrupt, for
+// the guard's lifetime. Guards do not nest.
 class BlockingCallGuard {
  public:
   BlockingCallGuard();
