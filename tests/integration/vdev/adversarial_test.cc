@@ -1405,6 +1405,21 @@ struct ChildWithQueue {
     int status = 0;
     return waitpid(backend.pid(), &status, WNOHANG) == 0;
   }
+  // Posts one request/response chain, kicks, and checks that it completes
+  // and that the back-end then answers a request on the socket.
+  ::testing::AssertionResult CompletesAndAnswers() {
+    ring.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
+    ring.SetDesc(1, kData + 64, 8, VRING_DESC_F_WRITE, 0);
+    ring.PushAvail(0, kN);
+    const uint64_t one = 1;
+    if (write(kick, &one, 8) != 8) return ::testing::AssertionFailure() << "kick failed";
+    if (!WaitUsedIdx(ring, 1)) return ::testing::AssertionFailure() << "no completion";
+    uint64_t features = 0;
+    if (!c.GetU64(vu::kGetFeatures, &features)) {
+      return ::testing::AssertionFailure() << "the back-end stopped answering";
+    }
+    return ::testing::AssertionSuccess();
+  }
 
   std::string path;
   ChildBackend backend;
@@ -1426,17 +1441,9 @@ TEST(VdevAdversarialChild, CallFdMadeBlockingAndSaturatedAfterSetUp) {
   ASSERT_EQ(fcntl(b.call, F_SETFL, fcntl(b.call, F_GETFL) & ~O_NONBLOCK), 0);
   const uint64_t full = 0xfffffffffffffffeull;  // the most an eventfd holds
   ASSERT_EQ(write(b.call, &full, 8), 8);
-
-  b.ring.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
-  b.ring.SetDesc(1, kData + 64, 8, VRING_DESC_F_WRITE, 0);
-  b.ring.PushAvail(0, kN);
-  const uint64_t one = 1;
-  ASSERT_EQ(write(b.kick, &one, 8), 8);
-  ASSERT_TRUE(WaitUsedIdx(b.ring, 1));
   // The connection's thread is free: it answers this connection, and once
   // that one is gone, the next front-end on the socket.
-  uint64_t features = 0;
-  EXPECT_TRUE(b.c.GetU64(vu::kGetFeatures, &features)) << "the back-end stopped answering";
+  EXPECT_TRUE(b.CompletesAndAnswers());
   b.c.Close();
   RawConn next;
   ASSERT_TRUE(next.Connect(b.path));
@@ -1467,14 +1474,7 @@ TEST(VdevAdversarialChild, CallFdTogglesNonBlockingAroundEachNotification) {
         fcntl(b.call, F_SETFL, flags & ~O_NONBLOCK);
       }
     });
-    b.ring.SetDesc(0, kData, 8, VRING_DESC_F_NEXT, 1);
-    b.ring.SetDesc(1, kData + 64, 8, VRING_DESC_F_WRITE, 0);
-    b.ring.PushAvail(0, kN);
-    const uint64_t one = 1;
-    EXPECT_EQ(write(b.kick, &one, 8), 8);
-    EXPECT_TRUE(WaitUsedIdx(b.ring, 1));
-    uint64_t features = 0;
-    EXPECT_TRUE(b.c.GetU64(vu::kGetFeatures, &features)) << "the back-end stopped answering";
+    EXPECT_TRUE(b.CompletesAndAnswers());
     stop = true;
     toggler.join();
     EXPECT_TRUE(b.Alive()) << "the back-end died";
