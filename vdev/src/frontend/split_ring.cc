@@ -125,8 +125,9 @@ Status SplitRing::AddChainSlow(std::span<const Buffer> readable, std::span<const
 Status SplitRing::AddChains(std::span<const ChainBuffers> chains, size_t* added) {
   size_t i = 0;
   while (i < chains.size()) {
-    // A run of chains that fit and have no empty buffer, with the ring's
-    // state in locals; it is stored back before anything else looks at it.
+    // A run of request/response chains (one non-empty buffer each way) that
+    // fit, with the ring's state in locals; it is stored back before
+    // anything else looks at it.
     uint16_t free_head = free_head_;
     uint16_t num_free = num_free_;
     uint16_t avail_idx = shadow_avail_idx_;
@@ -137,56 +138,20 @@ Status SplitRing::AddChains(std::span<const ChainBuffers> chains, size_t* added)
     uint16_t* const avail_ring = avail_ring_;
     for (; i < chains.size(); ++i) {
       const ChainBuffers& c = chains[i];
-      const size_t total = c.readable.size() + c.writable.size();
-      if (total - 1 >= num_free) break;  // empty, or too long: AddChain says why
+      if (c.readable.size() != 1 || c.writable.size() != 1 || num_free < 2) break;
+      const Buffer& r = c.readable[0];
+      const Buffer& w = c.writable[0];
+      if (r.len == 0 || w.len == 0) break;
       const uint16_t first = free_head;
-      uint16_t cur = first;
-      uint16_t last = first;
-      uint64_t writable_bytes = 0;
-      bool empty = false;
-      if (c.readable.size() == 1 && c.writable.size() == 1) [[likely]] {
-        // The usual request/response chain, written without loops.
-        const Buffer& r = c.readable[0];
-        const Buffer& w = c.writable[0];
-        last = next_free[first];
-        cur = next_free[last];
-        PutDescBytes(desc + kDescBytes * first, r.gpa, r.len, kDescNext, last);
-        PutDescBytes(desc + kDescBytes * last, w.gpa, w.len, kDescWrite, 0);
-        writable_bytes = w.len;
-        empty = r.len == 0 || w.len == 0;
-      } else {
-        size_t left = total;
-        for (const Buffer& b : c.readable) {
-          empty |= b.len == 0;
-          const uint16_t next = next_free[cur];
-          const bool more = --left != 0;
-          PutDescBytes(desc + kDescBytes * cur, b.gpa, b.len, more ? kDescNext : 0,
-                       more ? next : 0);
-          last = cur;
-          cur = next;
-        }
-        for (const Buffer& b : c.writable) {
-          empty |= b.len == 0;
-          const uint16_t next = next_free[cur];
-          const bool more = --left != 0;
-          PutDescBytes(desc + kDescBytes * cur, b.gpa, b.len,
-                       static_cast<uint16_t>(kDescWrite | (more ? kDescNext : 0)), more ? next : 0);
-          writable_bytes += b.len;
-          last = cur;
-          cur = next;
-        }
-      }
-      // The descriptors written so far are free ones: harmless until the
-      // head reaches the avail ring, which an empty buffer prevents.
-      if (empty) [[unlikely]] {
-        break;
-      }
-      free_head = cur;
-      num_free = static_cast<uint16_t>(num_free - total);
+      const uint16_t last = next_free[first];
+      PutDescBytes(desc + kDescBytes * first, r.gpa, r.len, kDescNext, last);
+      PutDescBytes(desc + kDescBytes * last, w.gpa, w.len, kDescWrite, 0);
+      free_head = next_free[last];
+      num_free = static_cast<uint16_t>(num_free - 2);
       ChainState& state = states[first];
       state.cookie = c.cookie;
-      state.writable_bytes = writable_bytes;
-      state.ndesc = static_cast<uint16_t>(total);
+      state.writable_bytes = w.len;
+      state.ndesc = 2;
       state.last = last;
       state.in_flight = true;
       state.indirect = nullptr;
@@ -199,7 +164,8 @@ Status SplitRing::AddChains(std::span<const ChainBuffers> chains, size_t* added)
     num_free_ = num_free;
     shadow_avail_idx_ = avail_idx;
     if (i == chains.size()) break;
-    // The chain that ended the run: AddChain queues it or reports why not.
+    // Any other chain (another shape, an empty buffer, no room) goes
+    // through AddChain, which queues it or says why not.
     const ChainBuffers& c = chains[i];
     Status s = AddChain(c.readable, c.writable, c.cookie, /*use_indirect=*/false, nullptr);
     if (!s.ok()) {

@@ -139,12 +139,14 @@ class SplitRing {
     return Status::Ok();
   }
 
-  // Queues direct chains in order, exactly as AddChain would one at a time,
-  // but with the ring's bookkeeping held in registers across the batch
-  // instead of reloaded for every chain (stores into guest memory may alias
-  // any member, so AddChain cannot keep them). Stops at the first chain
-  // AddChain would refuse and returns its status; *added counts the chains
-  // queued before it. Not visible to the device until Publish().
+  // Queues direct chains in order, exactly as AddChain would one at a time.
+  // Request/response chains (one buffer each way) are written with the
+  // ring's bookkeeping held in registers across the batch instead of
+  // reloaded for every chain (stores into guest memory may alias any member,
+  // so AddChain cannot keep them); other shapes go through AddChain. Stops
+  // at the first chain AddChain would refuse and returns its status; *added
+  // counts the chains queued before it. Not visible to the device until
+  // Publish().
   Status AddChains(std::span<const ChainBuffers> chains, size_t* added);
 
   // Makes every chain added since the last Publish visible to the device.
