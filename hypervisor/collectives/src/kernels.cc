@@ -168,16 +168,27 @@ HZ_INLINE void StoreAvgImpl(uint8_t* __restrict dst, const void* accv, size_t n,
   }
 }
 
-// The four-rank kernels of one operation.
-#define HZ_DEFINE_FOUR(NAME, TR, OP, OPT)                                                  \
-  HZ_CLONES void NAME##_##OP##_accumulate4(void* acc, const uint8_t* a, const uint8_t* b,  \
-                                           const uint8_t* c, const uint8_t* d, size_t n) { \
-    Reduce4Impl<TR, OPT, true>(acc, a, b, c, d, n);                                        \
+// Non-template entry points, one set per element type and operation, so that
+// target_clones can multiversion each of them.
+
+// The kernels of one reduction: one rank onto the accumulator, two ranks into
+// it, four ranks into it and four onto it.
+#define HZ_DEFINE_OP(NAME, TR, OP, OPT)                                                    \
+  HZ_CLONES void NAME##_##OP(void* acc, const uint8_t* s, size_t n) {                      \
+    AccumulateImpl<TR, OPT>(acc, s, n);                                                    \
+  }                                                                                        \
+  HZ_CLONES void NAME##_##OP##2(void* acc, const uint8_t* a, const uint8_t* b, size_t n) { \
+    CombineImpl<TR, OPT>(acc, a, b, n);                                                    \
   }                                                                                        \
   HZ_CLONES void NAME##_##OP##_combine4(void* acc, const uint8_t* a, const uint8_t* b,     \
                                         const uint8_t* c, const uint8_t* d, size_t n) {    \
     Reduce4Impl<TR, OPT, false>(acc, a, b, c, d, n);                                       \
+  }                                                                                        \
+  HZ_CLONES void NAME##_##OP##_accumulate4(void* acc, const uint8_t* a, const uint8_t* b,  \
+                                           const uint8_t* c, const uint8_t* d, size_t n) { \
+    Reduce4Impl<TR, OPT, true>(acc, a, b, c, d, n);                                        \
   }
+
 // One table entry: the operation's kernels and a store (plain or avg);
 // STORE_COPIES says whether that store is a plain copy of the accumulator.
 #define HZ_KERNEL(NAME, TR, OP, STORE, STORE_COPIES)                            \
@@ -187,8 +198,6 @@ HZ_INLINE void StoreAvgImpl(uint8_t* __restrict dst, const void* accv, size_t n,
         (STORE_COPIES) && std::is_same_v<TR::Mem, TR::Acc>                      \
   }
 
-// Non-template entry points, one set per element type and operation, so that
-// target_clones can multiversion each of them.
 #define HZ_DEFINE_TYPE(NAME, TR)                                                          \
   HZ_CLONES void NAME##_load(void* a, const uint8_t* s, size_t n) {                       \
     LoadImpl<TR>(a, s, n);                                                                \
@@ -199,34 +208,10 @@ HZ_INLINE void StoreAvgImpl(uint8_t* __restrict dst, const void* accv, size_t n,
   HZ_CLONES void NAME##_store_avg(uint8_t* d, const void* a, size_t n, uint32_t k) {      \
     StoreAvgImpl<TR>(d, a, n, k);                                                         \
   }                                                                                       \
-  HZ_CLONES void NAME##_sum(void* a, const uint8_t* s, size_t n) {                        \
-    AccumulateImpl<TR, SumOp>(a, s, n);                                                   \
-  }                                                                                       \
-  HZ_CLONES void NAME##_prod(void* a, const uint8_t* s, size_t n) {                       \
-    AccumulateImpl<TR, ProdOp>(a, s, n);                                                  \
-  }                                                                                       \
-  HZ_CLONES void NAME##_max(void* a, const uint8_t* s, size_t n) {                        \
-    AccumulateImpl<TR, MaxOp>(a, s, n);                                                   \
-  }                                                                                       \
-  HZ_CLONES void NAME##_min(void* a, const uint8_t* s, size_t n) {                        \
-    AccumulateImpl<TR, MinOp>(a, s, n);                                                   \
-  }                                                                                       \
-  HZ_CLONES void NAME##_sum2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {     \
-    CombineImpl<TR, SumOp>(c, a, b, n);                                                   \
-  }                                                                                       \
-  HZ_CLONES void NAME##_prod2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {    \
-    CombineImpl<TR, ProdOp>(c, a, b, n);                                                  \
-  }                                                                                       \
-  HZ_CLONES void NAME##_max2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {     \
-    CombineImpl<TR, MaxOp>(c, a, b, n);                                                   \
-  }                                                                                       \
-  HZ_CLONES void NAME##_min2(void* c, const uint8_t* a, const uint8_t* b, size_t n) {     \
-    CombineImpl<TR, MinOp>(c, a, b, n);                                                   \
-  }                                                                                       \
-  HZ_DEFINE_FOUR(NAME, TR, sum, SumOp)                                                    \
-  HZ_DEFINE_FOUR(NAME, TR, prod, ProdOp)                                                  \
-  HZ_DEFINE_FOUR(NAME, TR, max, MaxOp)                                                    \
-  HZ_DEFINE_FOUR(NAME, TR, min, MinOp)                                                    \
+  HZ_DEFINE_OP(NAME, TR, sum, SumOp)                                                      \
+  HZ_DEFINE_OP(NAME, TR, prod, ProdOp)                                                    \
+  HZ_DEFINE_OP(NAME, TR, max, MaxOp)                                                      \
+  HZ_DEFINE_OP(NAME, TR, min, MinOp)                                                      \
   constexpr ReduceKernel NAME##_kernels[kRedOpCount] = {                                  \
       HZ_KERNEL(NAME, TR, sum, store, true),      HZ_KERNEL(NAME, TR, prod, store, true), \
       HZ_KERNEL(NAME, TR, max, store, true),      HZ_KERNEL(NAME, TR, min, store, true),  \
