@@ -516,6 +516,7 @@ void Service::LoadState() {
     return;
   }
   loading_state_ = true;
+  bool readable = true;
   try {
     for (const json& t : state.value("tenants", json::array())) {
       TenantSpec spec;
@@ -535,12 +536,13 @@ void Service::LoadState() {
       if (!err.empty()) spdlog::warn("event=state_binding_skipped reason=\"{}\"", err);
     }
   } catch (const json::exception& e) {
-    loading_state_ = false;
+    readable = false;
     spdlog::error("event=state_unreadable path={} error=\"{}\"", path, e.what());
-    return;
   }
   loading_state_ = false;
-  SaveState();  // once: what was loaded, without the objects that were skipped
+  // Once: what was loaded, without the objects that were skipped. An
+  // unreadable file is left as it is.
+  if (readable) SaveState();
 }
 
 }  // namespace hz::service
