@@ -1,13 +1,13 @@
 #include "notify_fd.h"
 
-#include "blocking_call_guard.h"
-
 #include <fcntl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+
+#include "blocking_call_guard.h"
 
 namespace vdev {
 

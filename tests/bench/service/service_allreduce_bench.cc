@@ -80,8 +80,6 @@ void CopyNonTemporal(char* dst, const char* src, size_t n) {
 #endif
 }
 
-// STREAM copy: each of `threads` threads copies its slice, and a pass takes
-// as long as the slowest. Best of 5, 2 x bytes counted.
 // The arrays of the STREAM-style copy, allocated (and first touched) once:
 // each round measures the copy again, on the same pages.
 struct CopyArrays {
@@ -90,6 +88,8 @@ struct CopyArrays {
   std::vector<char> a, b;
 };
 
+// STREAM copy: each of `threads` threads copies its slice, and a pass takes
+// as long as the slowest. Best of 5, 2 x bytes counted.
 double StreamCopyGBps(CopyArrays& arrays, size_t threads, bool non_temporal) {
   const size_t bytes = arrays.bytes;
   char* const a = arrays.a.data();

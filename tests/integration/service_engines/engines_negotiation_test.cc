@@ -21,7 +21,6 @@ using hz::testing::HzClient;
 using hz::testing::NextEventOf;
 using hz::testing::OpenVm;
 using hz::testing::PayloadAt;
-using hz::testing::ProviderHost;
 using hz::testing::Reply;
 using hz::testing::UnixNow;
 using json = nlohmann::json;

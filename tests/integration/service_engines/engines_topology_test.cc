@@ -21,7 +21,6 @@ namespace {
 using hz::testing::NextEventOf;
 using hz::testing::OpenVm;
 using hz::testing::PayloadAt;
-using hz::testing::ProviderHost;
 using json = nlohmann::json;
 
 class ServiceEngineTopology : public hz::testing::TwoTenantHostTest {
