@@ -122,6 +122,82 @@ TEST(VdevSplitQueueBatch, PopBatchPopsWhatPopWould) {
   EXPECT_EQ(batch.driver.used_elem(1), std::make_pair(23u, 0u));
 }
 
+// PopBatch serves a readable-then-writable pair of direct descriptors on a
+// path of its own; every chain that starts like one and then differs goes
+// on from the descriptor where it differs. Each must come out as Pop has it.
+void LayOutPairs(Ring& r) {
+  for (uint64_t i = 0; i < 0x100ull * kSize; ++i) {
+    *r.guest.host(kBuf + i) = static_cast<uint8_t>('A' + i % 19);
+  }
+  r.Chain(0, 1, 1);  // the pair itself
+  r.Chain(2, 1, 2);  // a second writable descriptor
+  r.Chain(5, 2, 1);  // a second readable descriptor
+  r.Chain(8, 1, 1);  // writable buffer outside guest memory: skipped
+  r.driver.SetDesc(9, 0x7fff0000, 8, W, 0);
+  r.Chain(10, 1, 1, 0);                  // zero-length buffers
+  r.driver.SetDesc(12, kBuf, 8, N, 13);  // then an indirect table
+  r.driver.SetDesc(0, kBuf + 0x40, 12, W, 0, kTable);
+  r.driver.SetDesc(13, kTable, 16, I, 0);
+  r.driver.Publish(12);
+  r.Chain(14, 1, 1);  // next index outside the ring: skipped
+  r.driver.SetDesc(14, kBuf, 8, N, kSize);
+  r.Chain(16, 1, 1);  // readable buffer outside guest memory: skipped
+  r.driver.SetDesc(16, 0x7fff0000, 8, N, 17);
+  r.Chain(18, 1, 1);  // the pair again, after all that
+}
+
+TEST(VdevSplitQueueBatch, PopBatchTakesPairsAndWhatStartsLikeThemAsPopDoes) {
+  Ring one, batch;
+  LayOutPairs(one);
+  LayOutPairs(batch);
+  std::vector<std::string> want;
+  Chain c;
+  while (one.q.Pop(&c)) want.push_back(Describe(c));
+  ASSERT_EQ(want.size(), 6u);  // nine published, three malformed
+
+  std::vector<std::string> got;
+  Chain chains[4];
+  for (;;) {
+    const size_t n = batch.q.PopBatch(chains);
+    for (size_t i = 0; i < n; ++i) got.push_back(Describe(chains[i]));
+    if (n < 4) break;
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(batch.q.stats().malformed, 3u);
+  EXPECT_EQ(batch.q.in_flight(), 6u);
+  EXPECT_EQ(batch.q.last_avail(), 9);
+  EXPECT_FALSE(batch.q.broken());
+  // The shapes, as the device sees them.
+  EXPECT_EQ(got[0].substr(0, got[0].find(" data")), "head 0 r 16 w 16 bytes 16/16");
+  EXPECT_EQ(got[1].substr(0, got[1].find(" data")), "head 2 r 16 w 16 16 bytes 16/32");
+  EXPECT_EQ(got[2].substr(0, got[2].find(" data")), "head 5 r 16 16 w 16 bytes 32/16");
+  EXPECT_EQ(got[3].substr(0, got[3].find(" data")), "head 10 r w bytes 0/0");
+  EXPECT_EQ(got[4].substr(0, got[4].find(" data")), "head 12 r 8 w 12 bytes 8/12");
+  EXPECT_EQ(got[5].substr(0, got[5].find(" data")), "head 18 r 16 w 16 bytes 16/16");
+}
+
+// A ring of one descriptor cannot hold a pair: a head whose NEXT names
+// itself is a loop, however the descriptor reads the second time.
+TEST(VdevSplitQueueBatch, APairInARingOfOneIsALoop) {
+  SimpleGuest guest;
+  RingDriver driver(&guest, 1, kDesc, kAvail, kUsed);
+  SplitQueue q(0);
+  q.set_size(1);
+  q.set_addresses(driver.desc_uva(), driver.avail_uva(), driver.used_uva());
+  std::string error;
+  ASSERT_TRUE(q.Start(guest.memory, &error)) << error;
+  driver.SetDesc(0, kBuf, 8, N, 0);
+  driver.Publish(0);
+  Chain chains[2];
+  EXPECT_EQ(q.PopBatch(chains), 0u);
+  EXPECT_EQ(q.stats().malformed, 1u);
+  EXPECT_EQ(driver.used_idx(), 1);   // completed with length 0
+  driver.SetDesc(0, kBuf, 8, 0, 0);  // a single descriptor fits
+  driver.Publish(0);
+  ASSERT_EQ(q.PopBatch(chains), 1u);
+  EXPECT_EQ(chains[0].readable_bytes(), 8u);
+}
+
 TEST(VdevSplitQueueBatch, CompleteBatchPublishesInOrderAndIgnoresWhatCompleteIgnores) {
   Ring r;
   for (uint16_t k = 0; k < 4; ++k) r.Chain(static_cast<uint16_t>(2 * k), 1, 1);
@@ -249,6 +325,19 @@ TEST(VdevSplitQueueBatch, ChainLimitCountsEachDirection) {
   r.Chain(0, 1, 6, 17);  // 102 writable
   EXPECT_FALSE(r.q.Pop(&c));
   EXPECT_EQ(r.q.stats().malformed, 2u);
+  // PopBatch's own path for a readable/writable pair checks it too.
+  Chain chains[1];
+  r.Chain(0, 1, 1, 100);
+  ASSERT_EQ(r.q.PopBatch(chains), 1u);
+  EXPECT_EQ(chains[0].writable_bytes(), 100u);
+  r.q.Complete(chains[0], 0);
+  r.Chain(0, 1, 1, 101);
+  EXPECT_EQ(r.q.PopBatch(chains), 0u);
+  r.driver.SetDesc(0, kBuf, 100, N, 1);  // only the writable one over
+  r.driver.SetDesc(1, kBuf, 101, W, 0);
+  r.driver.Publish(0);
+  EXPECT_EQ(r.q.PopBatch(chains), 0u);
+  EXPECT_EQ(r.q.stats().malformed, 4u);
 }
 
 }  // namespace

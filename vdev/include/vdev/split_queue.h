@@ -22,7 +22,9 @@
 // are paid once per run; Pop and Complete share their checks and the walk
 // but skip the run set-up, for devices that take one chain at a time.
 // Each descriptor is fetched with two 8-byte loads (addr; len | flags |
-// next). The walk of a chain is inline while the chain is plain: direct
+// next). PopBatch takes the commonest chain, one readable then one writable
+// direct buffer, in its own loop with a few compares. Any other walk is
+// inline while the chain is plain: direct
 // descriptors whose buffers lie wholly in the region the previous buffer hit
 // (a copy of that region, dropped whenever the map changes: Start, Remap,
 // Stop), one segment each, readable then writable, no more than the chain's
@@ -152,8 +154,14 @@ class SplitQueue final : public Queue {
   bool Translate(const MemoryMap& memory, std::string* error);
   bool CanTake();
   TakeResult Take(uint16_t idx, Chain* c, uint16_t* head);
+  TakeResult TakeFrom(uint16_t head, Chain* c, Desc d, uint32_t i, uint32_t taken,
+                      uint64_t readable);
+  [[gnu::noinline]] TakeResult TakeOther(uint16_t head, Chain* c, Desc d, uint32_t i,
+                                         uint32_t taken, uint64_t readable);
+  void Claim(uint16_t head, Chain* c);
   [[gnu::cold, gnu::noinline]] void BadHead(uint16_t head);
-  WalkResult Walk(uint16_t head, Chain* out);
+  WalkResult Walk(uint16_t head, Chain* out, Desc d, uint32_t i, uint32_t taken, uint64_t readable);
+
   WalkResult WalkSlow(uint16_t head, Chain* out, uint32_t visited, uint32_t i, bool fetched,
                       uint64_t addr, uint64_t rest, bool writing);
   static Desc LoadDesc(const uint8_t* table, uint32_t i);
