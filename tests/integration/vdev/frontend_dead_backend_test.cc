@@ -1,15 +1,18 @@
 // The front-end against back-ends that misbehave at the socket level: absent,
 // silent, closing, or answering garbage. Each must give a clean error within
 // the configured timeouts: no hang, no SIGPIPE, no crash.
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -58,6 +61,28 @@ class FakeBackend {
 // Reads one message header and its payload; false on EOF.
 bool ReadMessage(int fd, vu::Header* hdr) {
   if (recv(fd, hdr, sizeof(*hdr), MSG_WAITALL) != sizeof(*hdr)) return false;
+  std::vector<char> payload(hdr->size);
+  return hdr->size == 0 || recv(fd, payload.data(), hdr->size, MSG_WAITALL) == hdr->size;
+}
+
+// ReadMessage that also keeps the fds sent with the message.
+bool ReadMessageWithFds(int fd, vu::Header* hdr, std::vector<int>* fds) {
+  iovec iov{hdr, sizeof(*hdr)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  if (recvmsg(fd, &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC) != sizeof(*hdr)) return false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_type != SCM_RIGHTS) continue;
+    for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+      int rfd;
+      std::memcpy(&rfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds->push_back(rfd);
+    }
+  }
   std::vector<char> payload(hdr->size);
   return hdr->size == 0 || recv(fd, payload.data(), hdr->size, MSG_WAITALL) == hdr->size;
 }
@@ -178,6 +203,51 @@ TEST(VdevFrontendDeadBackend, DeathAfterHandshakeIsSeenByWaitersAndControlCalls)
   EXPECT_FALSE(dev.AddMemory(1 << 20, false, &r).ok() && dev.connected());
   uint16_t base;
   EXPECT_FALSE(dev.StopQueue(0, &base).ok());
+}
+
+// The kick eventfd's open file is shared with the back-end, which can clear
+// O_NONBLOCK on it and fill its counter: a plain write() of the next kick
+// would then never return. Kick refuses the fd with a clear error instead.
+TEST(VdevFrontendDeadBackend, KickEventfdMadeBlockingAndFullIsRefused) {
+  std::atomic<int> stage{0};  // 1: the back-end set its trap; 2: the test is done
+  FakeBackend be([&stage](int fd) {
+    vu::Header hdr;
+    std::vector<int> fds;
+    int kick = -1;
+    while (ReadMessageWithFds(fd, &hdr, &fds)) {
+      if (hdr.request == vu::kGetFeatures) {
+        const uint64_t features = vu::kFVersion1;
+        SendReply(fd, hdr.request, vu::kReplyFlags, &features, sizeof(features));
+      }
+      if (hdr.request == vu::kSetVringKick && kick < 0 && !fds.empty()) {
+        kick = fds.front();
+        fds.erase(fds.begin());
+      }
+      for (int f : fds) close(f);
+      fds.clear();
+      if (hdr.request == vu::kSetVringCall) break;  // last set-up message
+    }
+    if (kick >= 0) {
+      fcntl(kick, F_SETFL, fcntl(kick, F_GETFL) & ~O_NONBLOCK);
+      const uint64_t full = 0xfffffffffffffffeull;
+      EXPECT_EQ(write(kick, &full, sizeof(full)), 8);
+    }
+    stage = 1;
+    for (int i = 0; i < 1000 && stage != 2; ++i) std::this_thread::sleep_for(10ms);
+    if (kick >= 0) close(kick);
+  });
+  VirtioUser dev;
+  ASSERT_TRUE(dev.Connect(be.path(), Fast()).ok());
+  for (int i = 0; i < 1000 && stage != 1; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(stage, 1);
+  uint64_t gpa;
+  ASSERT_NE(dev.Allocate(64, &gpa), nullptr);
+  Buffer r{gpa, 32}, w{gpa + 32, 32};
+  ASSERT_TRUE(dev.AddChain(0, {&r, 1}, {&w, 1}, 1).ok());
+  Status s = dev.Kick(0);
+  EXPECT_EQ(s.code(), Status::Code::kProtocolError) << s.ToString();
+  EXPECT_NE(s.ToString().find("kick eventfd"), std::string::npos) << s.ToString();
+  stage = 2;
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "notify_fd.h"
+
 namespace vdev::frontend {
 
 namespace {
@@ -474,13 +476,12 @@ Status VirtioUser::Kick(uint16_t queue) {
     q.ring->PublishPolled();
     return Status::Ok();
   }
-  if (q.ring->Publish()) {
-    const uint64_t one = 1;
-    // An eventfd write only fails if the counter would overflow; the
-    // back-end then has a notification pending anyway.
-    if (write(q.kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
-      return Status::IoError(Errno("eventfd write"));
-    }
+  // The back-end shares the kick eventfd's open file, so it can make it
+  // blocking and fill its counter: NotifyEventFd refuses such an fd rather
+  // than block this thread (a full counter on a non-blocking fd means a
+  // notification is pending anyway).
+  if (q.ring->Publish() && NotifyEventFd(q.kick_fd) == NotifyResult::kRefused) {
+    return Status::ProtocolError("the kick eventfd was made blocking (or is unusable)");
   }
   return Status::Ok();
 }
@@ -555,9 +556,10 @@ Status VirtioUser::WaitUsed(uint16_t queue, std::chrono::nanoseconds timeout, Co
     pollfd p[2] = {{q.call_fd, POLLIN, 0}, {sock, POLLRDHUP, 0}};
     int r = poll(p, sock >= 0 ? 2 : 1, static_cast<int>(left.count()) + 1);
     if (r < 0 && errno != EINTR) return Status::IoError(Errno("poll"));
-    if (p[0].revents & POLLIN) {
-      uint64_t v;
-      (void)!read(q.call_fd, &v, sizeof(v));
+    // Emptied without blocking, also if the back-end (which shares the
+    // file) cleared O_NONBLOCK and emptied it since poll() saw it readable.
+    if ((p[0].revents & POLLIN) && !DrainEventFd(q.call_fd)) {
+      return Status::ProtocolError("the call eventfd was made blocking");
     }
     if (sock >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
       // Collect whatever was completed before the back-end went away.
