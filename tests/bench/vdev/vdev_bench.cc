@@ -474,12 +474,12 @@ int main(int argc, char** argv) {
     Report(poll1 = VdevRoundTrips(path, true, 1, seconds));
     Report(poll32 = VdevRoundTrips(path, true, 32, seconds));
   }
-  // The busy-poll goal once more, as short rounds that alternate the ring
-  // and vdev: a neighbour that slows this machine for a while then slows
-  // both sides of a round, not just one case. The median round is the result.
+  // Both goals once more, as short rounds that alternate the reference and
+  // vdev: a neighbour that slows this machine for a while then slows both
+  // sides of a round, not just one case. The median round is the result.
+  const double slice = std::max(seconds / kPairedRounds, 0.1);
   std::vector<double> paired, paired_ring_rps, paired_vdev_rps;
-  if (want("paired")) {
-    const double slice = std::max(seconds / kPairedRounds, 0.1);
+  if (want("paired_busy_poll")) {
     for (int round = 0; round < kPairedRounds; ++round) {
       Result ring = SpscRing(slice, 32);
       Result ours = VdevRoundTrips(path, true, 32, slice);
@@ -500,6 +500,28 @@ int main(int argc, char** argv) {
              {"vdev_busy_poll_requests_per_s", paired_vdev_rps}});
     }
   }
+  std::vector<double> paired_irq, paired_eventfd_p50, paired_irq_p50;
+  if (want("paired_interrupt")) {
+    for (int round = 0; round < kPairedRounds; ++round) {
+      Result floor = EventfdPingPong(slice);
+      Result ours = VdevRoundTrips(path, false, 1, slice);
+      if (!ours.error.empty()) {
+        Report(ours);
+        break;
+      }
+      paired_eventfd_p50.push_back(floor.Percentile(0.5) / 1000.0);
+      paired_irq_p50.push_back(ours.Percentile(0.5) / 1000.0);
+      paired_irq.push_back(ours.Percentile(0.5) / std::max(floor.Percentile(0.5), 1.0));
+    }
+    if (!paired_irq.empty()) {
+      Print({{"bench", "vdev"},
+             {"case", "paired_interrupt_rounds"},
+             {"batch", 1},
+             {"ratios", paired_irq},
+             {"eventfd_pingpong_p50_us", paired_eventfd_p50},
+             {"vdev_interrupt_p50_us", paired_irq_p50}});
+    }
+  }
 
   kill(backend, SIGTERM);
   waitpid(backend, nullptr, 0);
@@ -509,12 +531,17 @@ int main(int argc, char** argv) {
   auto ratio = [](const char* name, double value, const char* goal, bool met) {
     Print({{"bench", "vdev"}, {"ratio", name}, {"value", value}, {"goal", goal}, {"met", met}});
   };
-  const double r1 = irq1.Percentile(0.5) / std::max(eventfd.Percentile(0.5), 1.0);
-  ratio("vdev_interrupt_p50_over_eventfd_p50", r1, "<= 1.5", r1 <= 1.5);
-  // The busy-poll goal is judged on the paired rounds. The two long cases
-  // above ran seconds apart, and this host's neighbours can slow one of
-  // them by a factor of three and not the other (single-case ratios of 0.47
+  // Both goals are judged on the paired rounds. The long cases above ran
+  // seconds apart, and this host's neighbours can slow one of them by a
+  // factor of three and not the other (single-case busy-poll ratios of 0.47
   // and 2.2 came from runs whose paired medians were 0.56 and 0.58).
+  const double r1 = irq1.Percentile(0.5) / std::max(eventfd.Percentile(0.5), 1.0);
+  ratio("vdev_interrupt_p50_over_eventfd_p50", r1, "informational (unpaired)", true);
+  if (!paired_irq.empty()) {
+    std::sort(paired_irq.begin(), paired_irq.end());
+    const double r1p = paired_irq[paired_irq.size() / 2];
+    ratio("vdev_interrupt_p50_over_eventfd_p50_paired_median", r1p, "<= 1.5", r1p <= 1.5);
+  }
   const double r2 = poll32.rps() / std::max(spsc32.rps(), 1.0);
   ratio("vdev_busy_poll_batch32_rps_over_spsc_batch32_rps", r2, "informational (unpaired)", true);
   const double r2m = poll32.RpsAtP50() / std::max(spsc32.RpsAtP50(), 1.0);
