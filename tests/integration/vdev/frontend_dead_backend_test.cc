@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "raw_vhost.h"
 #include "vdev/frontend/virtio_user.h"
 #include "vdev/vhost_user.h"
 
@@ -67,22 +68,7 @@ bool ReadMessage(int fd, vu::Header* hdr) {
 
 // ReadMessage that also keeps the fds sent with the message.
 bool ReadMessageWithFds(int fd, vu::Header* hdr, std::vector<int>* fds) {
-  iovec iov{hdr, sizeof(*hdr)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  if (recvmsg(fd, &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC) != sizeof(*hdr)) return false;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_type != SCM_RIGHTS) continue;
-    for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-      int rfd;
-      std::memcpy(&rfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      fds->push_back(rfd);
-    }
-  }
+  if (testing::RecvWithFds(fd, hdr, sizeof(*hdr), MSG_WAITALL, fds) != sizeof(*hdr)) return false;
   std::vector<char> payload(hdr->size);
   return hdr->size == 0 || recv(fd, payload.data(), hdr->size, MSG_WAITALL) == hdr->size;
 }

@@ -17,6 +17,27 @@
 
 namespace vdev::testing {
 
+ssize_t RecvWithFds(int fd, void* buf, size_t len, int flags, std::vector<int>* fds) {
+  iovec iov{buf, len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const ssize_t n = recvmsg(fd, &msg, flags | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_type != SCM_RIGHTS) continue;
+    for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+      int rfd;
+      std::memcpy(&rfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds->push_back(rfd);
+    }
+  }
+  return n;
+}
+
 uint64_t RawReply::u64() const {
   uint64_t v = ~0ull;
   if (payload.size() == sizeof(v)) std::memcpy(&v, payload.data(), sizeof(v));
@@ -98,26 +119,13 @@ Got ReadExact(int fd, void* buf, size_t len, std::chrono::steady_clock::time_poi
     int r = poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
     if (r == 0) return Got::kTimeout;
     if (r < 0) continue;
-    iovec iov{static_cast<char*>(buf) + got, len - got};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    std::vector<int> fds;
+    ssize_t n = RecvWithFds(fd, static_cast<char*>(buf) + got, len - got, MSG_DONTWAIT, &fds);
+    for (int rfd : fds) close(rfd);
     if (n == 0) return Got::kClosed;
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
       return Got::kClosed;  // ECONNRESET
-    }
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_type != SCM_RIGHTS) continue;
-      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-        int rfd;
-        std::memcpy(&rfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        close(rfd);
-      }
     }
     got += static_cast<size_t>(n);
   }

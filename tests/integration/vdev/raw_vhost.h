@@ -3,6 +3,8 @@
 #ifndef TESTS_INTEGRATION_VDEV_RAW_VHOST_H_
 #define TESTS_INTEGRATION_VDEV_RAW_VHOST_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -12,6 +14,10 @@
 #include "vdev/vhost_user.h"
 
 namespace vdev::testing {
+
+// recvmsg() of up to len bytes into buf; the fds that came with them are
+// appended to *fds, and the caller owns them. Returns what recvmsg returned.
+ssize_t RecvWithFds(int fd, void* buf, size_t len, int flags, std::vector<int>* fds);
 
 struct RawReply {
   vu::Header hdr{};
