@@ -68,6 +68,26 @@ std::string Describe(const Chain& c) {
   return s;
 }
 
+// Every chain the ring has, as Pop takes them one at a time.
+std::vector<std::string> PopOneByOne(Ring& r) {
+  std::vector<std::string> popped;
+  Chain c;
+  while (r.q.Pop(&c)) popped.push_back(Describe(c));
+  return popped;
+}
+
+// The same through PopBatch, kBatch chains at most per call.
+template <size_t kBatch>
+std::vector<std::string> PopInBatches(Ring& r) {
+  std::vector<std::string> popped;
+  Chain chains[kBatch];
+  for (;;) {
+    const size_t n = r.q.PopBatch(chains);
+    for (size_t i = 0; i < n; ++i) popped.push_back(Describe(chains[i]));
+    if (n < kBatch) return popped;
+  }
+}
+
 // Lays out the same mix of chains in a ring: ordinary, readable- or
 // writable-only, zero-length descriptors, longer than the inline array,
 // indirect, and malformed ones (skipped) in between.
@@ -99,19 +119,9 @@ TEST(VdevSplitQueueBatch, PopBatchPopsWhatPopWould) {
   Ring one, batch;
   LayOut(one);
   LayOut(batch);
-  std::vector<std::string> want;
-  Chain c;
-  while (one.q.Pop(&c)) want.push_back(Describe(c));
+  const std::vector<std::string> want = PopOneByOne(one);
   ASSERT_EQ(want.size(), 7u);  // nine published, two malformed
-
-  std::vector<std::string> got;
-  Chain chains[3];
-  for (;;) {
-    const size_t n = batch.q.PopBatch(chains);
-    for (size_t i = 0; i < n; ++i) got.push_back(Describe(chains[i]));
-    if (n < 3) break;
-  }
-  EXPECT_EQ(got, want);
+  EXPECT_EQ(PopInBatches<3>(batch), want);
   EXPECT_EQ(batch.q.stats().popped, one.q.stats().popped);
   EXPECT_EQ(batch.q.stats().malformed, 2u);
   EXPECT_EQ(batch.q.in_flight(), 7u);
@@ -150,19 +160,10 @@ TEST(VdevSplitQueueBatch, PopBatchTakesPairsAndWhatStartsLikeThemAsPopDoes) {
   Ring one, batch;
   LayOutPairs(one);
   LayOutPairs(batch);
-  std::vector<std::string> want;
-  Chain c;
-  while (one.q.Pop(&c)) want.push_back(Describe(c));
+  const std::vector<std::string> want = PopOneByOne(one);
   ASSERT_EQ(want.size(), 6u);  // nine published, three malformed
-
-  std::vector<std::string> got;
-  Chain chains[4];
-  for (;;) {
-    const size_t n = batch.q.PopBatch(chains);
-    for (size_t i = 0; i < n; ++i) got.push_back(Describe(chains[i]));
-    if (n < 4) break;
-  }
-  EXPECT_EQ(got, want);
+  const std::vector<std::string> got = PopInBatches<4>(batch);
+  ASSERT_EQ(got, want);
   EXPECT_EQ(batch.q.stats().malformed, 3u);
   EXPECT_EQ(batch.q.in_flight(), 6u);
   EXPECT_EQ(batch.q.last_avail(), 9);
