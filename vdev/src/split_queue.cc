@@ -50,6 +50,16 @@ bool Aligned(const uint8_t* p, uint64_t a) {
   return Aligned(reinterpret_cast<uintptr_t>(p), a);
 }
 
+// Where the non-empty buffer [addr, addr+len) starts in r, when it lies
+// wholly inside r. Overflow-safe: an addr below r.gpa wraps *off past
+// r.size, and a zero len wraps len - 1. (The walks leave such buffers to
+// WalkSlow, which appends nothing for an empty one.)
+[[gnu::always_inline]] inline bool HoldsWhole(const MemoryMap::HostRange& r, uint64_t addr,
+                                              uint32_t len, uint64_t* off) {
+  *off = addr - r.gpa;
+  return *off < r.size && uint64_t{len} - 1 < r.size - *off;
+}
+
 uint64_t NextRingId() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
@@ -438,12 +448,8 @@ bool SplitQueue::EnterIndirect(uint16_t head, const Desc& d, Cursor* cur) {
       if (!(d.flags() & VDEV_VRING_DESC_F_INDIRECT)) break;
       return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, true, d.addr, d.rest, false);
     }
-    // [addr, addr+len) wholly inside the cached region. Overflow-safe: an
-    // addr below hot_.gpa wraps off past hot_.size. A zero-length buffer
-    // fails the second test (len - 1 wraps) and is left to WalkSlow, which
-    // appends nothing for it.
-    const uint64_t off = d.addr - hot_.gpa;
-    if (off >= hot_.size || uint64_t{d.len()} - 1 >= hot_.size - off) [[unlikely]] {
+    uint64_t off;
+    if (!HoldsWhole(hot_, d.addr, d.len(), &off)) [[unlikely]] {
       return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, true, d.addr, d.rest, false);
     }
     *seg++ = {hot_.host + off, d.len()};
@@ -473,8 +479,8 @@ bool SplitQueue::EnterIndirect(uint16_t head, const Desc& d, Cursor* cur) {
       }
       return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, true, d.addr, d.rest, true);
     }
-    const uint64_t off = d.addr - hot_.gpa;
-    if (off >= hot_.size || uint64_t{d.len()} - 1 >= hot_.size - off) [[unlikely]] {
+    uint64_t off;
+    if (!HoldsWhole(hot_, d.addr, d.len(), &off)) [[unlikely]] {
       return WalkSlow(head, out, static_cast<uint32_t>(seg - segs), i, true, d.addr, d.rest, true);
     }
     *seg++ = {hot_.host + off, d.len()};
@@ -689,19 +695,18 @@ size_t SplitQueue::PopBatch(std::span<Chain> out) {
       // descriptor is read once: a chain that turns out otherwise goes on
       // out of line from the descriptor where it differs.
       const Desc d0 = LoadDesc(desc, head);
-      const uint64_t off0 = d0.addr - hot.gpa;
-      if ((d0.flags() & kShapeFlags) != VDEV_VRING_DESC_F_NEXT || off0 >= hot.size ||
-          uint64_t{d0.len()} - 1 >= hot.size - off0 || d0.next() >= pair_limit) [[unlikely]] {
+      uint64_t off0, off1;
+      if ((d0.flags() & kShapeFlags) != VDEV_VRING_DESC_F_NEXT ||
+          !HoldsWhole(hot, d0.addr, d0.len(), &off0) || d0.next() >= pair_limit) [[unlikely]] {
         if (TakeOther(head, c, d0, head, 0, 0) == TakeResult::kTaken) ++c;
         hot = hot_;  // the walk may have cached another region
         continue;
       }
       const Desc d1 = LoadDesc(desc, d0.next());
-      const uint64_t off1 = d1.addr - hot.gpa;
       c->segments_[0] = {hot.host + off0, d0.len()};  // room for kInlineSegments at least
-      if ((d1.flags() & kShapeFlags) != VDEV_VRING_DESC_F_WRITE || off1 >= hot.size ||
-          uint64_t{d1.len()} - 1 >= hot.size - off1 || d0.len() > max_bytes || d1.len() > max_bytes)
-          [[unlikely]] {
+      if ((d1.flags() & kShapeFlags) != VDEV_VRING_DESC_F_WRITE ||
+          !HoldsWhole(hot, d1.addr, d1.len(), &off1) || d0.len() > max_bytes ||
+          d1.len() > max_bytes) [[unlikely]] {
         if (TakeOther(head, c, d1, d0.next(), 1, d0.len()) == TakeResult::kTaken) ++c;
         hot = hot_;
         continue;

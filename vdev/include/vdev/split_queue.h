@@ -24,20 +24,19 @@
 // Each descriptor is fetched with two 8-byte loads (addr; len | flags |
 // next). PopBatch takes the commonest chain, one readable then one writable
 // direct buffer, in its own loop with a few compares. Any other walk is
-// inline while the chain is plain: direct
-// descriptors whose buffers lie wholly in the region the previous buffer hit
-// (a copy of that region, dropped whenever the map changes: Start, Remap,
-// Stop), one segment each, readable then writable, no more than the chain's
-// inline array holds (and never more than the ring size, which bounds the
-// loop). The first descriptor that is anything else (indirect, elsewhere,
-// crossing the region's end, zero-length, one segment too many) hands the
-// walk, with the descriptor already read, to an out-of-line walk that
-// handles everything with the same checks, so no descriptor is read twice.
-// The per-direction byte limit is checked once per chain (totals cannot
-// overflow: see Walk). Error reporting is out of line. A used entry that
-// already holds the values to publish (the same head completed in the same
-// slot a ring ago) is not rewritten, which keeps the driver's copy of the
-// cache line valid.
+// inline while the chain is plain: direct descriptors whose buffers lie
+// wholly in the region the previous buffer hit (a copy of that region,
+// dropped whenever the map changes: Start, Remap, Stop), one segment each,
+// readable then writable, no more than the chain's inline array holds (and
+// never more than the ring size, which bounds the loop). The first
+// descriptor that is anything else (indirect, elsewhere, crossing the
+// region's end, zero-length, one segment too many) hands the walk, with the
+// descriptor already read, to an out-of-line walk that handles everything
+// with the same checks, so no descriptor is read twice. The per-direction
+// byte limit is checked once per chain (totals cannot overflow: see Walk).
+// Error reporting is out of line. A used entry that already holds the
+// values to publish (the same head completed in the same slot a ring ago)
+// is not rewritten, which keeps the driver's copy of the cache line valid.
 //
 // Memory ordering: the avail index is loaded with acquire before reading ring
 // entries; used entries are written plainly and the used index is published
@@ -161,7 +160,6 @@ class SplitQueue final : public Queue {
   void Claim(uint16_t head, Chain* c);
   [[gnu::cold, gnu::noinline]] void BadHead(uint16_t head);
   WalkResult Walk(uint16_t head, Chain* out, Desc d, uint32_t i, uint32_t taken, uint64_t readable);
-
   WalkResult WalkSlow(uint16_t head, Chain* out, uint32_t visited, uint32_t i, bool fetched,
                       uint64_t addr, uint64_t rest, bool writing);
   static Desc LoadDesc(const uint8_t* table, uint32_t i);
