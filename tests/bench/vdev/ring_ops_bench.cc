@@ -119,32 +119,34 @@ class Rig {
 
   // Plays the device without the back-end: completes every chain the
   // front-end published, in order, by writing the used ring directly.
+  // (vring_avail: flags, idx, ring[]; vring_used: flags, idx, {id, len}[].)
   void CompleteByHand() {
     auto* avail = reinterpret_cast<const uint16_t*>(ring_->avail_user_addr());
     auto* used = reinterpret_cast<uint16_t*>(ring_->used_user_addr());
     auto* entries = reinterpret_cast<uint32_t*>(used + 2);
+    const uint16_t used_idx = used[1];
     for (int i = 0; i < kBatch; ++i) {
-      const uint16_t slot = (used_idx_ + i) & (kQueueSize - 1);
+      const uint16_t slot = (used_idx + i) & (kQueueSize - 1);
       entries[2 * slot] = avail[2 + slot];
       entries[2 * slot + 1] = kMsg;
     }
-    used_idx_ = static_cast<uint16_t>(used_idx_ + kBatch);
-    std::atomic_ref<uint16_t>(used[1]).store(used_idx_, std::memory_order_release);
+    std::atomic_ref<uint16_t>(used[1]).store(static_cast<uint16_t>(used_idx + kBatch),
+                                             std::memory_order_release);
   }
 
   // Plays the driver without the front-end: re-publishes the chains the
   // front-end laid out on its first post (descriptors stay as they are).
   void RepublishByHand() {
     auto* avail = reinterpret_cast<uint16_t*>(ring_->avail_user_addr());
+    const uint16_t avail_idx = avail[1];
     for (int i = 0; i < kBatch; ++i) {
       // The heads of the first post, in avail slots 0 to kBatch - 1.
-      const uint16_t slot = (avail_idx_ + i) & (kQueueSize - 1);
+      const uint16_t slot = (avail_idx + i) & (kQueueSize - 1);
       if (avail[2 + slot] != avail[2 + i]) avail[2 + slot] = avail[2 + i];
     }
-    avail_idx_ = static_cast<uint16_t>(avail_idx_ + kBatch);
-    std::atomic_ref<uint16_t>(avail[1]).store(avail_idx_, std::memory_order_release);
+    std::atomic_ref<uint16_t>(avail[1]).store(static_cast<uint16_t>(avail_idx + kBatch),
+                                              std::memory_order_release);
   }
-  void set_avail_idx(uint16_t v) { avail_idx_ = v; }
 
  private:
   bool ok_ = false;
@@ -158,8 +160,6 @@ class Rig {
   vdev::Chain popped_[kBatch];
   uint32_t written_[kBatch] = {};
   Completion done_[kBatch];
-  uint16_t used_idx_ = 0;
-  uint16_t avail_idx_ = 0;
 };
 
 // Everything a request costs through vdev on one CPU.
@@ -191,7 +191,6 @@ BENCHMARK(BM_FrontEnd);
 void BM_BackEnd(benchmark::State& state) {
   Rig rig;
   if (!rig.ok() || !rig.Post() || !rig.Serve()) return state.SkipWithError("set-up failed");
-  rig.set_avail_idx(kBatch);
   for (auto _ : state) {
     rig.RepublishByHand();
     if (!rig.Serve()) return state.SkipWithError("lost a chain");
