@@ -6,7 +6,8 @@ set -euo pipefail
 
 # Why each group is here:
 #  toolchain      - gcc/g++ 12 build the project; clang 14 + libFuzzer + compiler-rt
-#                   build the fuzz targets and give LeakSanitizer a runtime.
+#                   build the fuzz targets and give LeakSanitizer a runtime; ccache
+#                   lets every build reuse objects an earlier build compiled.
 #  service libs   - Boost (Asio for all service I/O, Beast for the metrics endpoint),
 #                   liburing (checkpoint storage I/O), ISA-L (CRC32C of checkpoint chunks),
 #                   spdlog/fmt, nlohmann-json, toml++, CLI11: the established libraries the
@@ -19,7 +20,7 @@ set -euo pipefail
 #                   busybox-static/cpio build the guest initramfs; the guest kernel and
 #                   its headers build and run the guest driver; sparse checks the driver.
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   clang-14 clang llvm-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy
   libboost-dev liburing-dev libisal-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
