@@ -31,5 +31,5 @@ fi
 cd "$here"
 # User-space headers cannot use BIT(); that check is left out for them.
 "$cp" --no-tree --strict --quiet -f hz_*.c hz_drv.h test/*.c Kbuild
-"$cp" --no-tree --strict --quiet --ignore BIT_MACRO -f harmonaize_uapi.h
+"$cp" --no-tree --strict --quiet --ignore BIT_MACRO -f ../../include/uapi/harmonaize/harmonaize_uapi.h
 echo "checkpatch.sh: clean ($cp)"

@@ -25,7 +25,7 @@
 #include <linux/workqueue.h>
 
 #include "harmonaize.h"
-#include "harmonaize_uapi.h"
+#include "harmonaize/harmonaize_uapi.h"
 
 #define HZ_DRV_NAME "harmonaize"
 

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <vector>
 
-#include "guest/driver/harmonaize_uapi.h"
+#include "harmonaize/harmonaize_uapi.h"
 #include "harmonaize/hz.h"
 #include "transport.h"
 

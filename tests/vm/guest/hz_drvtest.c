@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 #include "harmonaize.h"
-#include "harmonaize_uapi.h"
+#include "harmonaize/harmonaize_uapi.h"
 
 static const char* g_dev = "/dev/harmonaize0";
 
