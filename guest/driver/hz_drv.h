@@ -26,6 +26,7 @@
 
 #include "harmonaize.h"
 #include "harmonaize/harmonaize_uapi.h"
+#include "hz_compat.h"
 
 #define HZ_DRV_NAME "harmonaize"
 
@@ -43,7 +44,7 @@ struct hz_vq {
 	spinlock_t lock;	/* ring access and the dead check */
 	wait_queue_head_t space;	/* submitters waiting for ring slots */
 	unsigned int size;	/* ring size, kept past remove() */
-	char name[16];
+	char name[sizeof("request.4294967295")];	/* any queue index */
 };
 
 struct hz_dev {

@@ -294,5 +294,5 @@ const struct file_operations hz_fops = {
 	.poll = hz_poll,
 	.unlocked_ioctl = hz_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
-	.llseek = no_llseek,
+	/* No .llseek: stream_open() makes lseek() fail (see hz_compat.h). */
 };

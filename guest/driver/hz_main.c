@@ -195,8 +195,7 @@ static int hz_read_config(struct hz_dev *dev)
 
 static int hz_find_vqs(struct hz_dev *dev)
 {
-	vq_callback_t **callbacks;
-	const char **names;
+	struct virtqueue_info *vqs_info;
 	struct virtqueue **vqs;
 	unsigned int i;
 	int err = -ENOMEM;
@@ -204,9 +203,8 @@ static int hz_find_vqs(struct hz_dev *dev)
 	dev->nvqs = HZ_VQ_REQUEST_BASE + dev->num_request_queues;
 	dev->vqs = kcalloc(dev->nvqs, sizeof(*dev->vqs), GFP_KERNEL);
 	vqs = kcalloc(dev->nvqs, sizeof(*vqs), GFP_KERNEL);
-	callbacks = kcalloc(dev->nvqs, sizeof(*callbacks), GFP_KERNEL);
-	names = kcalloc(dev->nvqs, sizeof(*names), GFP_KERNEL);
-	if (!dev->vqs || !vqs || !callbacks || !names)
+	vqs_info = kcalloc(dev->nvqs, sizeof(*vqs_info), GFP_KERNEL);
+	if (!dev->vqs || !vqs || !vqs_info)
 		goto out;
 
 	for (i = 0; i < dev->nvqs; i++) {
@@ -221,11 +219,10 @@ static int hz_find_vqs(struct hz_dev *dev)
 		else
 			snprintf(hv->name, sizeof(hv->name), "request.%u",
 				 i - HZ_VQ_REQUEST_BASE);
-		callbacks[i] = hz_vq_callback;
-		names[i] = hv->name;
+		vqs_info[i].callback = hz_vq_callback;
+		vqs_info[i].name = hv->name;
 	}
-	err = virtio_find_vqs(dev->vdev, dev->nvqs, vqs, callbacks, names,
-			      NULL);
+	err = hz_virtio_find_vqs(dev->vdev, dev->nvqs, vqs, vqs_info, NULL);
 	if (err) {
 		dev_err(&dev->vdev->dev, "cannot set up %u queues: %d\n",
 			dev->nvqs, err);
@@ -236,8 +233,7 @@ static int hz_find_vqs(struct hz_dev *dev)
 		dev->vqs[i].size = virtqueue_get_vring_size(vqs[i]);
 	}
 out:
-	kfree(names);
-	kfree(callbacks);
+	kfree(vqs_info);
 	kfree(vqs);
 	return err;
 }
