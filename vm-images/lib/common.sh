@@ -5,6 +5,8 @@
 HZ_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # Bumped when the toolchain recipe changes, so cached roots are rebuilt.
 export HZ_STAMP_VERSION=1
+# The same for the guest kernels installed into the root.
+export HZ_KERNELS_STAMP_VERSION=1
 
 hz_log() { echo "[$(basename "$0")] $*" >&2; }
 hz_die() { echo "[$(basename "$0")] error: $*" >&2; exit 1; }
@@ -82,6 +84,55 @@ hz_uris_deb822() {
 	END { flush() }' "$1"
 }
 
+# The guest kernels the driver is built and tested for, named by the Debian
+# suite they come from:
+#   bookworm          Debian 12's linux-image-amd64 (6.1), installed on the
+#                     host by scripts/install-deps.sh
+#   trixie            Debian 13's linux-image-amd64 (6.12), in the toolchain root
+#   trixie-backports  the newest kernel in trixie-backports, in the toolchain root
+# build-toolchain.sh installs the last two and records their versions in
+# DIR/kernels/. The scripts use $HZ_GUEST_KERNEL, bookworm when unset.
+HZ_GUEST_KERNELS=(bookworm trixie trixie-backports)
+
+hz_guest_kernel() {
+	local k=${HZ_GUEST_KERNEL:-bookworm}
+	case $k in
+	bookworm | trixie | trixie-backports) echo "$k" ;;
+	*) hz_die "HZ_GUEST_KERNEL=$k is not one of: ${HZ_GUEST_KERNELS[*]}" ;;
+	esac
+}
+
+# hz_guest_kernel_version [KERNEL [DIR]]: the kernel's version (its uname -r).
 hz_guest_kernel_version() {
-	"$HZ_REPO_ROOT/scripts/guest-kernel-version.sh"
+	local k=${1:-$(hz_guest_kernel)} dir
+	if [ "$k" = bookworm ]; then
+		"$HZ_REPO_ROOT/scripts/guest-kernel-version.sh"
+		return
+	fi
+	dir=$(hz_vm_dir "${2:-}")
+	[ -f "$dir/kernels/$k.unavailable" ] && hz_die "no $k kernel: $(cat "$dir/kernels/$k.unavailable")"
+	[ -s "$dir/kernels/$k" ] || hz_die "the $k kernel is not installed in $dir/root (run vm-images/build-toolchain.sh)"
+	cat "$dir/kernels/$k"
+}
+
+# hz_guest_kernel_unavailable KERNEL DIR: succeeds, printing why, when the
+# toolchain found no such kernel in Debian's archive.
+hz_guest_kernel_unavailable() {
+	[ "$1" != bookworm ] && [ -f "$2/kernels/$1.unavailable" ] && cat "$2/kernels/$1.unavailable"
+}
+
+# hz_guest_kernel_root KERNEL DIR: the root its image, modules and headers are
+# in (and its module build runs in); empty for the host's bookworm kernel.
+hz_guest_kernel_root() {
+	[ "$1" = bookworm ] || echo "$2/root"
+}
+
+# hz_guest_dir DIR KERNEL: where build-guest.sh puts the kernel's modules.
+hz_guest_dir() {
+	if [ "$2" = bookworm ]; then echo "$1/guest"; else echo "$1/guest-$2"; fi
+}
+
+# hz_guest_initramfs DIR KERNEL: the kernel's guest image.
+hz_guest_initramfs() {
+	if [ "$2" = bookworm ]; then echo "$1/images/initramfs.gz"; else echo "$1/images/initramfs-$2.gz"; fi
 }
