@@ -16,9 +16,11 @@ set -euo pipefail
 #                   virt-xml-validate for validating generated domain XML.
 #  tests/bench    - GoogleTest/GoogleMock, Google Benchmark, RapidCheck (property tests),
 #                   Open MPI and Gloo (the collective references the benchmarks measure).
-#  VM tests       - debootstrap builds the Debian 13 root that carries QEMU >= 10.2;
-#                   busybox-static/cpio build the guest initramfs; the guest kernel and
-#                   its headers build and run the guest driver; sparse checks the driver.
+#  VM tests       - debootstrap builds the Debian 13 root that carries QEMU >= 10.2 and
+#                   the newer guest kernels (vm-images/build-toolchain.sh installs those
+#                   from trixie and trixie-backports); busybox-static/cpio build the guest
+#                   initramfs (xz-utils unpacks Debian 13's modules); Debian 12's guest
+#                   kernel and its headers build and run the guest driver; sparse checks it.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
   clang-14 clang llvm-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy
@@ -27,7 +29,7 @@ PACKAGES=(
   libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   openmpi-bin libopenmpi-dev libgloo-dev
-  debootstrap busybox-static cpio gzip kmod
+  debootstrap busybox-static cpio gzip xz-utils kmod
   linux-image-amd64 linux-headers-amd64 sparse linux-source-6.1
   python3 procps iproute2 util-linux
 )

@@ -8,18 +8,26 @@
 #   - the guest halves of the VM tests (tests/vm/guest/tests/*).
 #
 # Usage: vm-images/build-guest.sh [DIR]   (DIR as for build-toolchain.sh)
-# Results: DIR/guest/{harmonaize.ko,hz_echo_test.ko,hz_drvtest,hz_libtest},
-#          DIR/images/initramfs.gz
+# The guest kernel is $HZ_GUEST_KERNEL (bookworm, trixie or trixie-backports;
+# vm-images/lib/common.sh), bookworm when unset. The modules of the two newer
+# kernels are built inside the toolchain root, which has their headers.
+# Results: DIR/guest/{hz_drvtest,hz_libtest} for every kernel;
+#          bookworm: DIR/guest/{harmonaize.ko,hz_echo_test.ko}, DIR/images/initramfs.gz
+#          others:   DIR/guest-KERNEL/{harmonaize.ko,hz_echo_test.ko},
+#                    DIR/images/initramfs-KERNEL.gz
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
 dir=$(hz_vm_dir "${1:-}")
-kver=$(hz_guest_kernel_version)
+kernel=$(hz_guest_kernel)
+kver=$(hz_guest_kernel_version "$kernel" "$dir")
+root=$(hz_guest_kernel_root "$kernel" "$dir")
+kmods=$(hz_guest_dir "$dir" "$kernel")
 out=$dir/guest
 top=$HZ_REPO_ROOT
-mkdir -p "$out"
+mkdir -p "$out" "$kmods"
 
-"$top/guest/driver/build.sh" "$out" "$kver" >&2
+"$top/guest/driver/build.sh" "$kmods" "$kver" ${root:+"$root"} >&2
 
 gcc -static -O2 -Wall -Wextra -Werror -std=gnu11 -I"$top/protocol" -I"$top/include/uapi" \
 	"$top/tests/vm/guest/hz_drvtest.c" -o "$out/hz_drvtest.tmp"
@@ -41,7 +49,8 @@ tests=()
 for t in "$top"/tests/vm/guest/tests/*; do
 	[ -f "$t" ] && tests+=(--test "$t")
 done
-"$(dirname "$0")/build-initramfs.sh" --dir "$dir" --kver "$kver" \
-	--module "$out/harmonaize.ko" --module "$out/hz_echo_test.ko" \
+"$(dirname "$0")/build-initramfs.sh" --dir "$dir" --kver "$kver" --root "$root" \
+	--out "$(hz_guest_initramfs "$dir" "$kernel")" \
+	--module "$kmods/harmonaize.ko" --module "$kmods/hz_echo_test.ko" \
 	--program "$out/hz_drvtest" --program "$out/hz_libtest" "${tests[@]}"
-hz_log "guest ready for $kver"
+hz_log "guest ready for $kernel ($kver)"

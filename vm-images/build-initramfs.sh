@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Builds the guest initramfs: busybox-static, /init, the virtio transport
 # modules of the guest kernel (with their dependencies from modules.dep,
-# decompressed), extra kernel modules (the driver), programs and test scripts.
+# decompressed; those built into the kernel are left out), extra kernel
+# modules (the driver), programs and test scripts.
 #
 # Usage: vm-images/build-initramfs.sh [--dir DIR] [--out FILE] [--kver VER]
-#          [--module KO]... [--program FILE]... [--test FILE]...
+#          [--root ROOT] [--module KO]... [--program FILE]... [--test FILE]...
 #          [--kmod NAME]... [--dynamic FILE]...
+#   --kver, --root  the guest kernel's version and the root its modules are
+#              in (ROOT/lib/modules/VER); by default those of $HZ_GUEST_KERNEL
+#              (vm-images/lib/common.sh), bookworm's on the host when unset
 #   --module   copied to /lib/modules/ (loaded by the tests, not by /init)
 #   --program  copied to /bin/ (must be statically linked)
 #   --kmod     a module of the guest kernel by name (e.g. virtio_net), with
@@ -18,31 +22,39 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
-dir_arg='' out='' kver=''
+dir_arg='' out='' kver='' root='' root_set=''
 modules=() programs=() tests=() kmods=() dynamic=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--dir) dir_arg=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
 	--kver) kver=$2; shift 2 ;;
+	--root) root=$2; root_set=1; shift 2 ;;
 	--module) modules+=("$2"); shift 2 ;;
 	--program) programs+=("$2"); shift 2 ;;
 	--test) tests+=("$2"); shift 2 ;;
 	--kmod) kmods+=("$2"); shift 2 ;;
 	--dynamic) dynamic+=("$2"); shift 2 ;;
-	-h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,21p' "$0"; exit 0 ;;
 	*) hz_die "unknown argument: $1" ;;
 	esac
 done
 
 dir=$(hz_vm_dir "$dir_arg")
-out=${out:-$dir/images/initramfs.gz}
-kver=${kver:-$(hz_guest_kernel_version)}
-moddir=/lib/modules/$kver
+kernel=$(hz_guest_kernel)
+out=${out:-$(hz_guest_initramfs "$dir" "$kernel")}
+kver=${kver:-$(hz_guest_kernel_version "$kernel" "$dir")}
+[ -n "$root_set" ] || root=$(hz_guest_kernel_root "$kernel" "$dir")
+moddir=$root/lib/modules/$kver
 busybox=$(command -v busybox) || hz_die "busybox not found (install busybox-static)"
 file -L "$busybox" 2>/dev/null | grep -q 'statically linked' ||
 	ldd "$busybox" 2>&1 | grep -q 'not a dynamic' || hz_die "$busybox is not static (install busybox-static)"
 [ -f "$moddir/modules.dep" ] || hz_die "$moddir/modules.dep missing (install linux-image-$kver)"
+# Debian 13's kernels have the virtio core and PCI transport built in.
+is_builtin() {
+	[ -f "$moddir/modules.builtin" ] &&
+		awk -v n="$1" '{ f = $1; sub(/.*\//, "", f); sub(/\.ko$/, "", f); if (f == n) found = 1 } END { exit !found }' "$moddir/modules.builtin"
+}
 
 # Resolves a module name to its file and the files it depends on, deepest first.
 declare -A seen=()
@@ -61,6 +73,10 @@ transport=(virtio_pci "${kmods[@]}")
 for name in "${transport[@]}"; do
 	[[ $name =~ ^[A-Za-z0-9_-]+$ ]] || hz_die "bad module name: $name"
 	rel=$(awk -F: -v n="$name" '{ f = $1; sub(/.*\//, "", f); sub(/\.ko(\.[a-z]+)?$/, "", f); if (f == n) { print $1; exit } }' "$moddir/modules.dep")
+	if [ -z "$rel" ] && is_builtin "$name"; then
+		hz_log "$name is built into $kver"
+		continue
+	fi
 	[ -n "$rel" ] || hz_die "module $name not found in $moddir/modules.dep"
 	resolve "$rel"
 done
@@ -118,4 +134,5 @@ mkdir -p "$(dirname "$out")"
 (cd "$stage" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1) >"$out.tmp"
 mv "$out.tmp" "$out"
 echo "$digest" >"$out.digest"
-hz_log "initramfs ready: $out ($(du -h "$out" | cut -f1); virtio: $(tr '\n' ' ' <"$stage/etc/hz-modules"))"
+transport_mods=$(tr '\n' ' ' <"$stage/etc/hz-modules")
+hz_log "initramfs ready: $out ($(du -h "$out" | cut -f1); virtio: ${transport_mods:-built into $kver})"

@@ -11,6 +11,8 @@
 #   --test    passed to the guest as hz.test=TEST (a script in its /tests)
 #   --dir     as for build-toolchain.sh; the root must be built already
 #   --qemu-arg one more QEMU argument (repeat for each), e.g. a -netdev
+#   --kernel, --initrd  default to those of the guest kernel $HZ_GUEST_KERNEL
+#             (bookworm, trixie or trixie-backports; vm-images/lib/common.sh)
 # Exit status: 0 when the guest reports "HZ-RESULT: PASS TEST", 1 on a FAIL
 # report, 2 when the guest ended without a report, 124 on timeout. Without
 # --test, QEMU's own exit status.
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
 	--initrd) initrd=$2; shift 2 ;;
 	--append) append=$2; shift 2 ;;
 	--qemu-arg) extra+=("$2"); shift 2 ;;
-	-h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
 	*) hz_die "unknown argument: $1" ;;
 	esac
 done
@@ -51,8 +53,13 @@ done
 dir=$(hz_vm_dir "$dir_arg")
 root=$dir/root
 [ -f "$dir/toolchain.stamp" ] || hz_die "no toolchain in $dir (run vm-images/build-toolchain.sh)"
-kernel=${kernel:-/boot/vmlinuz-$(hz_guest_kernel_version)}
-initrd=${initrd:-$dir/images/initramfs.gz}
+guest_kernel=$(hz_guest_kernel)
+if [ -z "$kernel" ]; then
+	kver=$(hz_guest_kernel_version "$guest_kernel" "$dir")
+	kernel=$(hz_guest_kernel_root "$guest_kernel" "$dir")/boot/vmlinuz-$kver
+	hz_log "$name: guest kernel $guest_kernel ($kver)"
+fi
+initrd=${initrd:-$(hz_guest_initramfs "$dir" "$guest_kernel")}
 [ -f "$kernel" ] || hz_die "no kernel $kernel"
 [ -f "$initrd" ] || hz_die "no initramfs $initrd (run vm-images/build-initramfs.sh)"
 log=${log:-$dir/logs/$name.log}

@@ -44,8 +44,12 @@ dir=$(hz_vm_dir "$dir_arg")
 root=$dir/root
 [ -f "$dir/toolchain.stamp" ] || hz_die "no toolchain in $dir (run vm-images/build-toolchain.sh)"
 [ -x "$root/usr/sbin/libvirtd" ] || hz_die "no libvirtd in $root (rebuild the toolchain)"
-kernel=/boot/vmlinuz-$(hz_guest_kernel_version)
-initrd=$dir/images/initramfs.gz
+# The guest kernel and its image: $HZ_GUEST_KERNEL's (vm-images/lib/common.sh).
+guest_kernel=$(hz_guest_kernel)
+kver=$(hz_guest_kernel_version "$guest_kernel" "$dir")
+kernel=$(hz_guest_kernel_root "$guest_kernel" "$dir")/boot/vmlinuz-$kver
+initrd=$(hz_guest_initramfs "$dir" "$guest_kernel")
+hz_log "$name: guest kernel $guest_kernel ($kver)"
 [ -f "$initrd" ] || hz_die "no initramfs $initrd (run vm-images/build-guest.sh)"
 log=${log:-$dir/logs/$name-libvirt.log}
 mkdir -p "$(dirname "$log")"

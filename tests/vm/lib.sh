@@ -25,10 +25,12 @@ hz_cleanup() {
 	for pid in "${HZ_PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
 	done
-	# Logs stay next to the guest logs for a post-mortem.
+	# Logs stay next to the guest logs for a post-mortem (those of the newer
+	# guest kernels in a folder of each kernel's own).
 	if [ -n "${HZ_WORK:-}" ] && [ -d "$HZ_WORK" ]; then
-		mkdir -p "$HZ_VM_DIR/logs"
-		cp "$HZ_WORK"/*.log "$HZ_VM_DIR/logs/" 2>/dev/null || true
+		local logs=$HZ_VM_DIR/logs${HZ_GUEST_KERNEL:+/$HZ_GUEST_KERNEL}
+		mkdir -p "$logs"
+		cp "$HZ_WORK"/*.log "$logs/" 2>/dev/null || true
 		rm -rf "$HZ_WORK"
 	fi
 }

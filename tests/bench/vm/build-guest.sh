@@ -12,7 +12,10 @@ dir=$1
 out=$dir/bench
 mkdir -p "$out"
 [ -f /usr/include/gloo/allreduce.h ] || { echo "build-guest.sh: libgloo-dev is not installed" >&2; exit 1; }
-if [ ! -f "$dir/guest/harmonaize.ko" ] || [ ! -x "$dir/guest/hz_drvtest" ]; then
+# The driver of the guest kernel the image is for ($HZ_GUEST_KERNEL).
+source "$top/vm-images/lib/common.sh"
+kmods=$(hz_guest_dir "$dir" "$(hz_guest_kernel)")
+if [ ! -f "$kmods/harmonaize.ko" ] || [ ! -x "$dir/guest/hz_drvtest" ]; then
 	"$top/vm-images/build-guest.sh" "$dir"
 fi
 
@@ -25,5 +28,5 @@ if [ ! -x "$out/hz_vmbench" ] || [ -n "$(find "${src[@]}" "$lib"/*.h "$top/inclu
 	mv "$out/hz_vmbench.tmp" "$out/hz_vmbench"
 fi
 "$top/vm-images/build-initramfs.sh" --dir "$dir" --out "$dir/images/initramfs-bench.gz" \
-	--kmod virtio_net --module "$dir/guest/harmonaize.ko" --program "$dir/guest/hz_drvtest" \
+	--kmod virtio_net --module "$kmods/harmonaize.ko" --program "$dir/guest/hz_drvtest" \
 	--dynamic "$out/hz_vmbench" --test "$here/guest/vm_allreduce_bench"
