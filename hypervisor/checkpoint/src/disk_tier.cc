@@ -177,13 +177,14 @@ std::string DiskTier::StepDir(TenantId tenant, StreamId stream, uint64_t step) c
 
 Status DiskTier::SavePolicy(TenantId tenant, StreamId stream, const Policy& p) {
   fs::path dir = fs::path(root_) / std::to_string(tenant) / std::to_string(stream);
-  if (!MakeDirDurable(dir)) return Status::kIo;
+  if (!MakeDirDurable(dir)) return Status::IoError();
   nlohmann::json j = {{"retention", p.retention},
                       {"tier", static_cast<uint32_t>(p.tier)},
                       {"stall_budget_ms", p.stall_budget_ms},
                       {"rpo_s", p.rpo_s},
                       {"auto_save_on_notice", p.auto_save_on_notice}};
-  return WriteFileAtomic(dir, kPolicyTmp, kPolicy, j.dump() + "\n") ? Status::kOk : Status::kIo;
+  return WriteFileAtomic(dir, kPolicyTmp, kPolicy, j.dump() + "\n") ? Status::Ok()
+                                                                    : Status::IoError();
 }
 
 void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
@@ -246,12 +247,12 @@ Status DiskTier::BeginWrite(const Manifest& m, uint64_t* write_id) {
   }
   // The stream directory is made durable once; the pending directory needs no
   // durability until Commit renames it.
-  if (!MakeDirDurable(dir.parent_path())) return Status::kIo;
-  if (mkdir(dir.c_str(), 0750) != 0) return Status::kIo;
+  if (!MakeDirDurable(dir.parent_path())) return Status::IoError();
+  if (mkdir(dir.c_str(), 0750) != 0) return Status::IoError();
   int fd = OpenData((dir / kData).string(), O_WRONLY | O_CREAT | O_TRUNC);
   if (fd < 0) {
     fs::remove_all(dir, ec);
-    return Status::kIo;
+    return Status::IoError();
   }
   // Allocating the whole file up front keeps the chunk writes inside i_size,
   // so the filesystem can run them concurrently, and lays the file out at once.
@@ -259,13 +260,13 @@ Status DiskTier::BeginWrite(const Manifest& m, uint64_t* write_id) {
   if (len > 0 && fallocate(fd, 0, 0, len) != 0 && ftruncate(fd, len) != 0) {
     close(fd);
     fs::remove_all(dir, ec);
-    return Status::kIo;
+    return Status::IoError();
   }
   std::lock_guard<std::mutex> l(writes_mu_);
   uint64_t id = next_write_id_++;
   writes_[id] = Write{fd, dir.string(), m.chunk_bytes};
   *write_id = id;
-  return Status::kOk;
+  return Status::Ok();
 }
 
 bool DiskTier::Queue(Op* op) {
@@ -292,16 +293,16 @@ Status DiskTier::SubmitChunk(uint64_t write_id, uint64_t index, const uint8_t* d
   {
     std::lock_guard<std::mutex> l(writes_mu_);
     auto it = writes_.find(write_id);
-    if (it == writes_.end() || in_flight_ >= queue_depth_) return Status::kInvalid;
+    if (it == writes_.end() || in_flight_ >= queue_depth_) return Status::InvalidArgument();
     chunk_bytes = it->second.chunk_bytes;
   }
   auto* op = new Op{write_id, token, data, padded, index * chunk_bytes, buf_index};
   if (!Queue(op)) {
     delete op;
-    return Status::kIo;
+    return Status::IoError();
   }
   ++in_flight_;
-  return Status::kOk;
+  return Status::Ok();
 }
 
 void DiskTier::Poll(uint64_t wait_us, std::vector<Completion>* out) {
@@ -332,7 +333,7 @@ void DiskTier::Poll(uint64_t wait_us, std::vector<Completion>* out) {
       res = -EIO;
     }
     --in_flight_;
-    out->push_back({op->token, res < 0 ? Status::kIo : Status::kOk});
+    out->push_back({op->token, res < 0 ? Status::IoError() : Status::Ok()});
     if (res < 0) spdlog::error("checkpoint: chunk write failed: {}", strerror(-res));
     delete op;
   }
@@ -368,7 +369,7 @@ Status DiskTier::Commit(uint64_t write_id, const Manifest& m) {
   {
     std::lock_guard<std::mutex> l(writes_mu_);
     auto it = writes_.find(write_id);
-    if (it == writes_.end()) return Status::kInvalid;
+    if (it == writes_.end()) return Status::InvalidArgument();
     w = it->second;
     writes_.erase(it);
   }
@@ -403,9 +404,9 @@ Status DiskTier::Commit(uint64_t write_id, const Manifest& m) {
   if (ok) ok = rename(pending.c_str(), final_dir.c_str()) == 0;
   if (!ok) {
     fs::remove_all(pending, ec);
-    return Status::kIo;
+    return Status::IoError();
   }
-  return Status::kOk;
+  return Status::Ok();
 }
 
 void DiskTier::Abort(uint64_t write_id) {
@@ -425,31 +426,31 @@ Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len,
   std::string text;
   bool missing = false;
   if (!ReadSmallFile(dir / kManifest, &text, &missing)) {
-    return missing ? Status::kNotFound : Status::kCorrupt;
+    return missing ? Status::NotFound() : Status::Corruption();
   }
   Manifest on_disk;
-  if (DecodeManifest(text, &on_disk) != Status::kOk || on_disk.chunk_crcs != m.chunk_crcs ||
+  if (!DecodeManifest(text, &on_disk).ok() || on_disk.chunk_crcs != m.chunk_crcs ||
       on_disk.slice_sizes != m.slice_sizes || on_disk.meta_len != m.meta_len ||
       on_disk.chunk_bytes != m.chunk_bytes) {
-    return Status::kCorrupt;
+    return Status::Corruption();
   }
   uint64_t want = m.padded_bytes();
-  if (dst_len < want) return Status::kInvalid;
+  if (dst_len < want) return Status::InvalidArgument();
   bool direct = direct_io_;
   int fd = direct ? open((dir / kData).c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC) : -1;
   if (fd < 0) {
     direct = false;
     fd = open((dir / kData).c_str(), O_RDONLY | O_CLOEXEC);
   }
-  if (fd < 0) return errno == ENOENT ? Status::kNotFound : Status::kIo;
+  if (fd < 0) return errno == ENOENT ? Status::NotFound() : Status::IoError();
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     close(fd);
-    return Status::kIo;
+    return Status::IoError();
   }
   if (static_cast<uint64_t>(st.st_size) < m.payload_bytes()) {
     close(fd);
-    return Status::kCorrupt;  // truncated
+    return Status::Corruption();  // truncated
   }
   // Read no further than the file: a buffered file may end at the payload.
   uint64_t limit = std::min<uint64_t>(want, static_cast<uint64_t>(st.st_size));
@@ -458,30 +459,30 @@ Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len,
   while (done < limit) {
     if (cancelled && cancelled()) {
       close(fd);
-      return Status::kCancelled;
+      return Status::Aborted();
     }
     size_t n = static_cast<size_t>(std::min<uint64_t>(limit - done, 16u << 20));
     ssize_t r = pread(fd, dst + done, n, static_cast<off_t>(done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       close(fd);
-      return Status::kIo;
+      return Status::IoError();
     }
     if (r == 0) break;
     done += static_cast<uint64_t>(r);
   }
   close(fd);
-  return done >= m.payload_bytes() ? Status::kOk : Status::kCorrupt;
+  return done >= m.payload_bytes() ? Status::Ok() : Status::Corruption();
 }
 
 Status DiskTier::Remove(TenantId tenant, StreamId stream, uint64_t step) {
   fs::path dir = StepDir(tenant, stream, step);
   // Uncommit first (one unlink, made durable), then reclaim the space.
-  if (unlink((dir / kManifest).c_str()) != 0 && errno != ENOENT) return Status::kIo;
+  if (unlink((dir / kManifest).c_str()) != 0 && errno != ENOENT) return Status::IoError();
   FsyncPath(dir.string(), true);
   std::error_code ec;
   fs::remove_all(dir, ec);
-  return ec ? Status::kIo : Status::kOk;
+  return ec ? Status::IoError() : Status::Ok();
 }
 
 bool DiskTier::Retire(TenantId tenant, StreamId stream, uint64_t step, std::string* path) {
@@ -581,7 +582,7 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
           }
           continue;
         }
-        if (DecodeManifest(text, &m) != Status::kOk || m.tenant != tenant || m.stream != stream ||
+        if (!DecodeManifest(text, &m).ok() || m.tenant != tenant || m.stream != stream ||
             m.step != step) {
           // A committed manifest that no longer verifies: keep it for the
           // operator, but never list or restore it.
@@ -604,8 +605,8 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
         Manifest m;
         std::error_code ec6;
         bool adopt = !fs::exists(final_dir, ec6) && ReadSmallFile(d / kManifest, &text, &missing) &&
-                     DecodeManifest(text, &m) == Status::kOk && m.tenant == tenant &&
-                     m.stream == stream && m.step == step && VerifyData(d.string(), m);
+                     DecodeManifest(text, &m).ok() && m.tenant == tenant && m.stream == stream &&
+                     m.step == step && VerifyData(d.string(), m);
         if (adopt && rename(d.c_str(), final_dir.c_str()) == 0) {
           FsyncPath(s.path().string(), true);
           spdlog::info("checkpoint: adopted committed {}", final_dir.string());
@@ -617,7 +618,7 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
       }
     }
   }
-  return ec ? Status::kIo : Status::kOk;
+  return ec ? Status::IoError() : Status::Ok();
 }
 
 }  // namespace hz::checkpoint

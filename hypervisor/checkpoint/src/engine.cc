@@ -196,7 +196,7 @@ bool Engine::Impl::Recover(std::string* error) {
   disk_->LoadPolicies(&policies);
   std::vector<Manifest> committed;
   std::vector<std::string> cleaned;
-  if (disk_->Recover(&committed, &cleaned) != Status::kOk) {
+  if (!disk_->Recover(&committed, &cleaned).ok()) {
     *error = "cannot scan checkpoint root " + config_.root;
     return false;
   }
@@ -325,10 +325,10 @@ void Engine::Impl::RemoveFromDisk(const std::vector<std::shared_ptr<Ckpt>>& ckpt
 }
 
 Status Engine::Impl::CheckStepLocked(const StreamState& s, uint64_t step) const {
-  if (step == 0 || step == kLatestStep) return Status::kInvalid;
-  if (s.ckpts.count(step) != 0) return Status::kExists;
-  if (!s.ckpts.empty() && step < s.ckpts.rbegin()->first) return Status::kInvalid;
-  return Status::kOk;
+  if (step == 0 || step == kLatestStep) return Status::InvalidArgument();
+  if (s.ckpts.count(step) != 0) return Status::Exists();
+  if (!s.ckpts.empty() && step < s.ckpts.rbegin()->first) return Status::InvalidArgument();
+  return Status::Ok();
 }
 
 Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId tenant, size_t n,
@@ -337,7 +337,7 @@ Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId 
   TenantState& t = TenantLocked(tenant);
   uint64_t quota_chunks = t.limits.staging_bytes / config_.chunk_bytes;
   *waited_us = 0;
-  if (n > pool_->total() || n > quota_chunks) return Status::kLimit;
+  if (n > pool_->total() || n > quota_chunks) return Status::Limit();
   auto fits = [&] {
     return stop_ || (pool_->free_count() >= n && t.held_chunks + n <= quota_chunks);
   };
@@ -351,13 +351,13 @@ Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId 
                      : std::min(deadline, Clock::now() + std::chrono::milliseconds(5));
     staging_cv_.wait_until(lock, until, fits);
   }
-  if (cancelled()) return Status::kCancelled;
+  if (cancelled()) return Status::Aborted();
   *waited_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-  if (stop_) return Status::kShutdown;
-  if (!fits() || !pool_->TryAcquire(n, chunks)) return Status::kAgain;
+  if (stop_) return Status::Shutdown();
+  if (!fits() || !pool_->TryAcquire(n, chunks)) return Status::TryAgain();
   t.held_chunks += n;
-  return Status::kOk;
+  return Status::Ok();
 }
 
 Status Engine::Impl::PlaceLocked(TenantId tenant, StreamId stream, const StreamState& s,
@@ -371,7 +371,7 @@ Status Engine::Impl::PlaceLocked(TenantId tenant, StreamId stream, const StreamS
     if (memory_tier_chunks_ + n <= budget) {
       *want_memory = true;
       DecideLocked(Decision::Kind::kPlaceMemory, tenant, stream, m.step, m.payload_bytes());
-      return Status::kOk;
+      return Status::Ok();
     }
     DecideLocked(Decision::Kind::kSpillToDisk, tenant, stream, m.step, m.payload_bytes());
   } else {
@@ -380,12 +380,12 @@ Status Engine::Impl::PlaceLocked(TenantId tenant, StreamId stream, const StreamS
   // Until the retention pass after the commit, the old checkpoints still count.
   uint64_t need = m.padded_bytes();
   if (need > t.limits.disk_bytes || t.stats.disk_bytes > t.limits.disk_bytes - need) {
-    return Status::kLimit;
+    return Status::Limit();
   }
   // Reserved now, so concurrent saves cannot overshoot the quota together.
   t.stats.disk_bytes += need;
   *disk_reserved = need;
-  return Status::kOk;
+  return Status::Ok();
 }
 
 std::shared_ptr<Ckpt> Engine::Impl::AdmitLocked(TenantId tenant, StreamId stream, StreamState* s,
@@ -467,36 +467,38 @@ void Engine::Impl::Publish(const std::vector<PendingEvent>& events) {
 // Policies and limits
 
 Status Engine::Impl::SetLimits(TenantId tenant, const TenantLimits& limits) {
-  if (limits.max_streams == 0 || limits.weight == 0) return Status::kInvalid;
+  if (limits.max_streams == 0 || limits.weight == 0) return Status::InvalidArgument();
   std::lock_guard<std::mutex> l(mu_);
   TenantState& t = TenantLocked(tenant);
   t.limits = limits;
   sched_.SetWeight(tenant, limits.weight);
   staging_cv_.notify_all();
-  return Status::kOk;
+  return Status::Ok();
 }
 
 Status Engine::Impl::SetPolicy(TenantId tenant, StreamId stream, const Policy& policy) {
-  if (stream == 0 || policy.retention == 0 || policy.retention > 1000000) return Status::kInvalid;
+  if (stream == 0 || policy.retention == 0 || policy.retention > 1000000)
+    return Status::InvalidArgument();
   if (policy.tier != TierKind::kHostMemory && policy.tier != TierKind::kLocalDisk) {
-    return Status::kInvalid;  // the peer-host tier is not offered yet (the wire says ENOTSUP)
+    return Status::InvalidArgument();  // the peer-host tier is not offered yet (the wire says
+                                       // ENOTSUP)
   }
   {
     std::lock_guard<std::mutex> l(mu_);
     TenantState& t = TenantLocked(tenant);
     if (t.streams.find(stream) == t.streams.end() && t.streams.size() >= t.limits.max_streams) {
-      return Status::kLimit;
+      return Status::Limit();
     }
   }
   // Persisted first so a restarted engine knows the stream and its retention.
   Status st = disk_->SavePolicy(tenant, stream, policy);
-  if (st != Status::kOk) return st;
+  if (!st.ok()) return st;
   std::vector<std::shared_ptr<Ckpt>> evicted;
   {
     std::lock_guard<std::mutex> l(mu_);
     TenantState& t = TenantLocked(tenant);
     if (t.streams.find(stream) == t.streams.end() && t.streams.size() >= t.limits.max_streams) {
-      return Status::kLimit;
+      return Status::Limit();
     }
     StreamState& s = t.streams[stream];
     s.policy = policy;
@@ -504,7 +506,7 @@ Status Engine::Impl::SetPolicy(TenantId tenant, StreamId stream, const Policy& p
     RetainLocked(tenant, stream, &s, &evicted);
   }
   RemoveFromDisk(evicted);
-  return Status::kOk;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------
@@ -514,22 +516,22 @@ Status Engine::Impl::WaitDurable(TenantId tenant, StreamId stream, uint64_t step
                                  std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   StreamState* s = StreamLocked(tenant, stream);
-  if (s == nullptr) return Status::kNotFound;
+  if (s == nullptr) return Status::NotFound();
   auto it = s->ckpts.find(step);
-  if (it == s->ckpts.end()) return Status::kNotFound;
+  if (it == s->ckpts.end()) return Status::NotFound();
   std::shared_ptr<Ckpt> c = it->second;
   bool done = durable_cv_.wait_for(lock, timeout, [&] { return stop_ || c->settled; });
-  if (!done) return Status::kTimedOut;
-  if (c->failed) return Status::kIo;
-  if (c->cancelled) return Status::kNotFound;
-  if (c->state == CkptState::kDurable) return Status::kOk;
-  return stop_ ? Status::kShutdown : Status::kNotFound;
+  if (!done) return Status::TimedOut();
+  if (c->failed) return Status::IoError();
+  if (c->cancelled) return Status::NotFound();
+  if (c->state == CkptState::kDurable) return Status::Ok();
+  return stop_ ? Status::Shutdown() : Status::NotFound();
 }
 
 Status Engine::Impl::Flush(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   bool done = durable_cv_.wait_for(lock, timeout, [&] { return stop_ || jobs_pending_ == 0; });
-  return done && jobs_pending_ == 0 ? Status::kOk : Status::kTimedOut;
+  return done && jobs_pending_ == 0 ? Status::Ok() : Status::TimedOut();
 }
 
 Stats Engine::Impl::GetStats() const {

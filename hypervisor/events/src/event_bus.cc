@@ -138,7 +138,7 @@ Status TenantLog::LoadState() {
   std::string text;
   std::string path = dir_ + "/state.json";
   Status s = ReadFile(path, &text);
-  if (s.code() == Status::Code::kNotFound) return Status::Ok();
+  if (s.code() == StatusCode::kNotFound) return Status::Ok();
   if (!s.ok()) return s;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto bad = [&](const std::string& why) { return Status::Corruption(path + ": " + why); };

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "hz/events/injection.h"
+#include "hz/service/wire_status.h"
 #include "protocol/harmonaize.h"
 #include "spdlog/spdlog.h"
 
@@ -76,7 +77,7 @@ bool Engines::Start(std::string* error) {
   // Infrastructure events are rare; losing one to a power cut would lose a
   // maintenance notice, so every append is flushed.
   bo.fsync = events::FsyncPolicy::kAlways;
-  events::Status st = events::EventBus::Open(bo, &bus_);
+  Status st = events::EventBus::Open(bo, &bus_);
   if (!st.ok()) {
     *error = bo.dir + ": " + st.ToString();
     return false;
@@ -160,11 +161,11 @@ void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
     if (it == ckpt_names_.end()) return;
     tenant = it->second;
   }
-  events::EventSpec spec =
-      events::MakeCheckpoint(static_cast<events::CheckpointKind>(e.kind), e.stream,
-                             static_cast<hz_ckpt_tier>(e.tier), e.step, e.status, e.flags);
+  events::EventSpec spec = events::MakeCheckpoint(static_cast<events::CheckpointKind>(e.kind),
+                                                  e.stream, static_cast<hz_ckpt_tier>(e.tier),
+                                                  e.step, ToWireStatus(e.status), e.flags);
   uint64_t seq = 0;
-  events::Status st = bus_->Publish(tenant, spec, &seq);
+  Status st = bus_->Publish(tenant, spec, &seq);
   if (!st.ok()) {
     spdlog::warn("event=ckpt_event_lost tenant={} stream={} step={} error=\"{}\"", tenant, e.stream,
                  e.step, st.ToString());
@@ -197,8 +198,8 @@ void Engines::Notice(const std::string& tenant, const hz_event& ev) {
   std::lock_guard<std::mutex> lock(mu_);
   notices_.emplace_back([engine, id, deadline, tenant] {
     for (const checkpoint::NoticeOutcome& o : engine->OnNotice(id, deadline)) {
-      spdlog::info("event=ckpt_jit tenant={} stream={} step={} status={} attempts={}", tenant,
-                   o.stream, o.step, checkpoint::StatusName(o.status), o.attempts);
+      spdlog::info("event=ckpt_jit tenant={} stream={} step={} status=\"{}\" attempts={}", tenant,
+                   o.stream, o.step, o.status.ToString(), o.attempts);
     }
   });
 }
@@ -233,7 +234,7 @@ std::string Engines::EventStatus(const json& req, json* out) {
   if (std::string err = ReadTenant(req, {}, &tenant); !err.empty()) return err;
   if (!bus_) return "the event bus is not running";
   events::TenantSummary s;
-  events::Status st = bus_->Summary(tenant, &s);
+  Status st = bus_->Summary(tenant, &s);
   if (!st.ok()) return st.ToString();
   json bindings = json::array();
   for (const auto& b : s.bindings) {
@@ -259,8 +260,7 @@ std::string Engines::InjectEvent(const json& req, json* out) {
   if (e == req.end() || !e->is_object()) return "field \"event\" must be an object";
   if (!bus_) return "the event bus is not running";
   events::EventSpec spec;
-  events::Status st =
-      events::SpecFromJson(e->dump(), static_cast<uint64_t>(std::time(nullptr)), &spec);
+  Status st = events::SpecFromJson(e->dump(), static_cast<uint64_t>(std::time(nullptr)), &spec);
   if (!st.ok()) return st.message().empty() ? st.ToString() : st.message();
   uint64_t seq = 0;
   st = bus_->Publish(tenant, spec, &seq);
@@ -310,7 +310,7 @@ std::string Engines::ListCheckpoints(const json& req, json* out) {
   for (checkpoint::StreamId s : ids) {
     std::vector<checkpoint::ListEntry> entries;
     bool more = false;
-    if (ckpt_->List(id, s, 0, 1024, &entries, &more) != checkpoint::Status::kOk) continue;
+    if (!ckpt_->List(id, s, 0, 1024, &entries, &more).ok()) continue;
     json steps = json::array();
     for (const auto& e : entries) {
       steps.push_back(

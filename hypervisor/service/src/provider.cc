@@ -60,7 +60,7 @@ std::string GetUInt(const json& req, const char* key, uint64_t def, uint64_t max
   return {};
 }
 
-std::string Why(const ev::Status& s) {
+std::string Why(const Status& s) {
   return s.message().empty() ? s.ToString() : s.message();
 }
 
@@ -86,7 +86,7 @@ uint64_t Provider::Now() {
 bool Provider::Start(std::string* error) {
   const SchedulerConfig& c = config_.scheduler;
   if (!c.libvirt_uri.empty()) {
-    ev::Status s = sc::LibvirtAttacher::Open(c.libvirt_uri, &virt_);
+    Status s = sc::LibvirtAttacher::Open(c.libvirt_uri, &virt_);
     if (!s.ok()) {
       *error = "libvirt " + c.libvirt_uri + ": " + s.ToString();
       return false;
@@ -98,7 +98,7 @@ bool Provider::Start(std::string* error) {
   o.state_path = config_.SchedulerStatePath();
   o.bind_vfio = c.bind_vfio;
   o.sync = c.sync;
-  ev::Status s = sc::Scheduler::Open(o, virt_.get(), sink_, &sched_);
+  Status s = sc::Scheduler::Open(o, virt_.get(), sink_, &sched_);
   if (!s.ok()) {
     *error = "scheduler (sysfs " + c.sysfs_root + "): " + s.ToString();
     return false;
@@ -129,7 +129,7 @@ bool Provider::Start(std::string* error) {
       [this, sched](const std::string& tenant, uint32_t index, ev::FailureKind kind) {
         if (kind != ev::kFailureDeviceFailed) return;  // degraded devices stay attached
         devices_lost_++;
-        ev::Status st = sched->DeviceLost(tenant, index, Now());
+        Status st = sched->DeviceLost(tenant, index, Now());
         spdlog::warn("event=device_lost tenant={} index={} result=\"{}\"", tenant, index,
                      st.ToString());
       });
@@ -182,7 +182,7 @@ void Provider::SyncLocked() {
     if (it != assigned_.end() && it->second == who) continue;
     // A device whose counters cannot be read is still tracked by the
     // scheduler; the monitor reports it at each poll.
-    ev::Status s = health_->Assign(who.first, bdf, who.second);
+    Status s = health_->Assign(who.first, bdf, who.second);
     if (!s.ok()) spdlog::warn("event=health_assign_failed bdf={} error=\"{}\"", bdf, s.ToString());
   }
   assigned_ = std::move(now);
@@ -225,34 +225,34 @@ void Provider::PollHealth() {
   if (!health_) return;
   SyncLocked();
   health_polls_++;
-  ev::Status s = health_->Poll();
+  Status s = health_->Poll();
   if (!s.ok()) spdlog::debug("event=health_poll error=\"{}\"", s.ToString());
   SyncLocked();  // a lost device moved indices
 }
 
-ev::Status Provider::Summary(const std::string& tenant, std::vector<uint8_t>* bytes) {
+Status Provider::Summary(const std::string& tenant, std::vector<uint8_t>* bytes) {
   sc::TopologySummary s;
-  ev::Status st = sched_->Summary(tenant, &s);
+  Status st = sched_->Summary(tenant, &s);
   if (st.ok()) *bytes = std::move(s.bytes);
   return st;
 }
 
-ev::Status Provider::Submit(const std::string& tenant, uint32_t weight, uint8_t max_priority,
-                            const hz_neg_request& request, DecisionFn done) {
+Status Provider::Submit(const std::string& tenant, uint32_t weight, uint8_t max_priority,
+                        const hz_neg_request& request, DecisionFn done) {
   std::lock_guard<std::mutex> lock(mu_);
   // The operator's tenant policy (hzctl tenant create --weight --priority).
   engine_->SetWeight(tenant, weight == 0 ? 1 : weight);
   engine_->SetMaxPriority(tenant, max_priority);
   uint64_t id = 0;
-  ev::Status s = engine_->Submit(tenant, request, Now(), &id);
+  Status s = engine_->Submit(tenant, request, Now(), &id);
   if (s.ok()) waiting_[id] = std::move(done);
   return s;
 }
 
-ev::Status Provider::Counter(const std::string& tenant, uint64_t negotiation_id,
-                             const hz_neg_request& request, DecisionFn done) {
+Status Provider::Counter(const std::string& tenant, uint64_t negotiation_id,
+                         const hz_neg_request& request, DecisionFn done) {
   std::lock_guard<std::mutex> lock(mu_);
-  ev::Status s = engine_->Counter(tenant, negotiation_id, request, Now());
+  Status s = engine_->Counter(tenant, negotiation_id, request, Now());
   // A counter to a negotiation whose earlier request is still undecided:
   // both requests complete with the one decision of the new round.
   if (s.ok()) {
@@ -270,11 +270,10 @@ ev::Status Provider::Counter(const std::string& tenant, uint64_t negotiation_id,
   return s;
 }
 
-ev::Status Provider::Accept(const std::string& tenant, uint64_t offer_id,
-                            uint64_t* reservation_id) {
+Status Provider::Accept(const std::string& tenant, uint64_t offer_id, uint64_t* reservation_id) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t now = Now();
-  ev::Status s = engine_->Accept(tenant, offer_id, now, reservation_id);
+  Status s = engine_->Accept(tenant, offer_id, now, reservation_id);
   // A reservation starting now starts at once instead of at the next tick.
   if (s.ok()) {
     engine_->Tick(now);
@@ -283,20 +282,20 @@ ev::Status Provider::Accept(const std::string& tenant, uint64_t offer_id,
   return s;
 }
 
-ev::Status Provider::Decline(const std::string& tenant, uint64_t negotiation_id) {
+Status Provider::Decline(const std::string& tenant, uint64_t negotiation_id) {
   std::lock_guard<std::mutex> lock(mu_);
   return engine_->Decline(tenant, negotiation_id, Now());
 }
 
-ev::Status Provider::Release(const std::string& tenant, const hz_neg_release_args& args) {
+Status Provider::Release(const std::string& tenant, const hz_neg_release_args& args) {
   std::lock_guard<std::mutex> lock(mu_);
-  ev::Status s = engine_->Release(tenant, args, Now());
+  Status s = engine_->Release(tenant, args, Now());
   if (s.ok()) SyncLocked();
   return s;
 }
 
-ev::Status Provider::DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
-                                 hz_hint_declare_result* result) {
+Status Provider::DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
+                             hz_hint_declare_result* result) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t n = sched_->DevicesHeld(tenant, HZ_DEV_GPU);
   gpus_[tenant] = n;
@@ -335,7 +334,7 @@ std::string Provider::Run(const std::string& cmd, const json& req, json* out) {
     std::string tenant, domain;
     if (!(err = GetString(req, "tenant", &tenant)).empty()) return err;
     if (!(err = GetString(req, "domain", &domain)).empty()) return err;
-    ev::Status s = sched_->BindTenant(tenant, domain);
+    Status s = sched_->BindTenant(tenant, domain);
     if (!s.ok()) return Why(s);
     spdlog::info("event=tenant_domain tenant={} domain={}", tenant, domain);
     *out = {{"tenant", tenant}, {"domain", domain}};
@@ -366,7 +365,7 @@ std::string Provider::Run(const std::string& cmd, const json& req, json* out) {
     if (r.gpus + r.nics == 0) return "ask for at least one device (gpus or nics)";
     uint64_t id = 0;
     std::lock_guard<std::mutex> lock(mu_);
-    ev::Status s = sched_->Allocate(tenant, r, &id);
+    Status s = sched_->Allocate(tenant, r, &id);
     if (!s.ok()) return Why(s);
     SyncLocked();
     spdlog::info("event=allocated tenant={} id={} gpus={} nics={} locality={}", tenant, id, gpus,
@@ -383,7 +382,7 @@ std::string Provider::Run(const std::string& cmd, const json& req, json* out) {
     if (!req.contains("allocation")) return "missing field \"allocation\"";
     if (!(err = GetUInt(req, "allocation", 0, UINT64_MAX, &id)).empty()) return err;
     std::lock_guard<std::mutex> lock(mu_);
-    ev::Status s = sched_->Release(id);
+    Status s = sched_->Release(id);
     if (!s.ok()) return Why(s);
     SyncLocked();
     spdlog::info("event=released id={}", id);
@@ -397,7 +396,7 @@ std::string Provider::Run(const std::string& cmd, const json& req, json* out) {
   if (!(err = GetString(req, "bdf", &bdf)).empty()) return err;
   if (!(err = GetUInt(req, "errors", 1, UINT32_MAX, &errors)).empty()) return err;
   std::lock_guard<std::mutex> lock(mu_);
-  ev::Status s;
+  Status s;
   if (cmd == "device.fail") {
     s = sched_->MarkFailed(bdf, errors, Now());
   } else if (cmd == "device.degrade") {

@@ -502,7 +502,7 @@ void Service::SaveState() {
   const std::string path = config_.state_dir + "/state.json";
   // fsynced before and after the rename: a tenant or binding the operator
   // was told about is still there after a power loss.
-  hz::scheduler::Status s = hz::scheduler::WriteFileAtomically(path, state.dump(2) + "\n");
+  hz::Status s = hz::scheduler::WriteFileAtomically(path, state.dump(2) + "\n");
   if (!s.ok()) spdlog::error("event=state_save_failed path={} reason=\"{}\"", path, s.ToString());
 }
 

@@ -26,6 +26,7 @@
 namespace {
 
 using namespace hz::checkpoint;
+using hz::Status;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -214,14 +215,14 @@ EngineRun SaveAndPersist(Engine& eng, TenantId tenant, uint64_t step,
   auto t0 = Clock::now();
   Status st = eng.Save({tenant, 1, step, slices, {}}, &sr);
   auto t1 = Clock::now();
-  if (st != Status::kOk) {
-    std::cerr << "save failed: " << StatusName(st) << "\n";
+  if (!st.ok()) {
+    std::cerr << "save failed: " << st << "\n";
     exit(1);
   }
   st = eng.WaitDurable(tenant, 1, step, std::chrono::minutes(10));
   auto t2 = Clock::now();
-  if (st != Status::kOk) {
-    std::cerr << "persist failed: " << StatusName(st) << "\n";
+  if (!st.ok()) {
+    std::cerr << "persist failed: " << st << "\n";
     exit(1);
   }
   r.stall_s = Seconds(t1 - t0);

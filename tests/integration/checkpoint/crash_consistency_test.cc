@@ -115,7 +115,8 @@ TEST(CheckpointCrash, SigkillDuringPersistNeverLosesOrTearsCheckpoints) {
     std::vector<ListEntry> entries;
     bool more = false;
     if (reported.empty()) continue;
-    ASSERT_EQ(eng->List(crash::kTenant, crash::kStream, 0, 1000, &entries, &more), Status::kOk);
+    ASSERT_EQ(eng->List(crash::kTenant, crash::kStream, 0, 1000, &entries, &more).code(),
+              StatusCode::kOk);
     EXPECT_LE(entries.size(), crash::kRetention);
     std::set<uint64_t> listed;
     for (const ListEntry& e : entries) {
@@ -128,7 +129,8 @@ TEST(CheckpointCrash, SigkillDuringPersistNeverLosesOrTearsCheckpoints) {
       for (auto& s : expect) out.emplace_back(s.size(), 0);
       for (auto& s : out) spans.push_back({s.data(), s.size()});
       RestoreResult rr;
-      ASSERT_EQ(eng->Restore({crash::kTenant, crash::kStream, e.step, spans}, &rr), Status::kOk)
+      ASSERT_EQ(eng->Restore({crash::kTenant, crash::kStream, e.step, spans}, &rr).code(),
+                StatusCode::kOk)
           << "step " << e.step << " iteration " << iterations;
       EXPECT_EQ(out, expect) << "step " << e.step;
       EXPECT_EQ(rr.meta, crash::MetaFor(e.step));

@@ -37,19 +37,19 @@ TEST(CheckpointTiers, HostMemoryTierHoldsDurableCheckpointsWithoutDisk) {
   Policy p;
   p.tier = TierKind::kHostMemory;
   p.retention = 1;
-  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(1, 1, p).code(), StatusCode::kOk);
   auto st = MakeState({200000}, 1);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
   EXPECT_EQ(r.state, CkptState::kDurable);  // durable on completion in host memory
-  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s), Status::kOk);
+  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s).code(), StatusCode::kOk);
   EXPECT_EQ(sink.Count(EventKind::kDurable, 1, 1, 1), 1u);
   EXPECT_TRUE(HasDecision(*eng, Decision::Kind::kPlaceMemory, 1, 1));
   EXPECT_FALSE(fs::exists(testing::StepDir(dir.path(), 1, 1, 1)));
   std::vector<ListEntry> e;
   bool more;
-  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].tier, TierKind::kHostMemory);
   EXPECT_EQ(e[0].state, CkptState::kDurable);
@@ -60,20 +60,20 @@ TEST(CheckpointTiers, HostMemoryTierHoldsDurableCheckpointsWithoutDisk) {
   auto out = ZeroState({200000});
   auto osp = Spans(out);
   RestoreResult rr;
-  ASSERT_EQ(eng->Restore({1, 1, kLatestStep, osp}, &rr), Status::kOk);
+  ASSERT_EQ(eng->Restore({1, 1, kLatestStep, osp}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(rr.tier, TierKind::kHostMemory);
   EXPECT_EQ(out, st);
 
   // Retention 1: the next save replaces it and its chunks go back to the pool.
   auto st2 = MakeState({200000}, 2);
   auto sp2 = Spans(st2);
-  ASSERT_EQ(eng->Save({1, 1, 2, sp2, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->WaitDurable(1, 1, 2, 30s), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 2, sp2, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(1, 1, 2, 30s).code(), StatusCode::kOk);
   EXPECT_EQ(eng->GetStats().memory_tier_chunks, 4u);
-  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].step, 2u);
-  ASSERT_EQ(eng->Delete(1, 1, 2), Status::kOk);
+  ASSERT_EQ(eng->Delete(1, 1, 2).code(), StatusCode::kOk);
   EXPECT_EQ(eng->GetStats().memory_tier_chunks, 0u);
   EXPECT_EQ(eng->GetStats().free_chunks, eng->GetStats().pool_chunks);
 }
@@ -85,18 +85,18 @@ TEST(CheckpointTiers, FullMemoryTierSpillsToDisk) {
   Policy p;
   p.tier = TierKind::kHostMemory;
   p.retention = 5;
-  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(1, 1, p).code(), StatusCode::kOk);
   auto st = MakeState({600 << 10}, 1);  // 10 chunks
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->Save({1, 1, 2, sp, {}}, &r), Status::kOk);  // 20 chunks > 16 of budget
-  ASSERT_EQ(eng->Flush(30s), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 2, sp, {}}, &r).code(), StatusCode::kOk);  // 20 chunks > 16 of budget
+  ASSERT_EQ(eng->Flush(30s).code(), StatusCode::kOk);
   EXPECT_TRUE(HasDecision(*eng, Decision::Kind::kPlaceMemory, 1, 1));
   EXPECT_TRUE(HasDecision(*eng, Decision::Kind::kSpillToDisk, 1, 2));
   std::vector<ListEntry> e;
   bool more;
-  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   ASSERT_EQ(e.size(), 2u);
   EXPECT_EQ(e[0].tier, TierKind::kHostMemory);
   EXPECT_EQ(e[1].tier, TierKind::kLocalDisk);
@@ -110,14 +110,14 @@ TEST(CheckpointTiers, PolicySurvivesRestartAndRetentionAppliesOnStartup) {
     ASSERT_TRUE(eng);
     Policy p;
     p.retention = 3;
-    ASSERT_EQ(eng->SetPolicy(5, 7, p), Status::kOk);
+    ASSERT_EQ(eng->SetPolicy(5, 7, p).code(), StatusCode::kOk);
     for (uint64_t s = 1; s <= 3; ++s) {
       auto st = MakeState({1000}, s);
       auto sp = Spans(st);
       SaveResult r;
-      ASSERT_EQ(eng->Save({5, 7, s, sp, {}}, &r), Status::kOk);
+      ASSERT_EQ(eng->Save({5, 7, s, sp, {}}, &r).code(), StatusCode::kOk);
     }
-    ASSERT_EQ(eng->Flush(30s), Status::kOk);
+    ASSERT_EQ(eng->Flush(30s).code(), StatusCode::kOk);
   }
   std::vector<ListEntry> e;
   bool more;
@@ -125,16 +125,16 @@ TEST(CheckpointTiers, PolicySurvivesRestartAndRetentionAppliesOnStartup) {
     // The stream, its retention and its last step come back from disk.
     auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
     ASSERT_TRUE(eng);
-    ASSERT_EQ(eng->List(5, 7, 0, 10, &e, &more), Status::kOk);
+    ASSERT_EQ(eng->List(5, 7, 0, 10, &e, &more).code(), StatusCode::kOk);
     EXPECT_EQ(e.size(), 3u);
     auto st = MakeState({1000}, 4);
     auto sp = Spans(st);
     SaveResult r;
-    EXPECT_EQ(eng->Save({5, 7, 3, sp, {}}, &r), Status::kExists);
-    EXPECT_EQ(eng->Save({5, 7, 2, sp, {}}, &r), Status::kExists);
-    EXPECT_EQ(eng->Save({5, 7, 4, sp, {}}, &r), Status::kOk);
-    ASSERT_EQ(eng->Flush(30s), Status::kOk);
-    ASSERT_EQ(eng->List(5, 7, 0, 10, &e, &more), Status::kOk);
+    EXPECT_EQ(eng->Save({5, 7, 3, sp, {}}, &r).code(), StatusCode::kExists);
+    EXPECT_EQ(eng->Save({5, 7, 2, sp, {}}, &r).code(), StatusCode::kExists);
+    EXPECT_EQ(eng->Save({5, 7, 4, sp, {}}, &r).code(), StatusCode::kOk);
+    ASSERT_EQ(eng->Flush(30s).code(), StatusCode::kOk);
+    ASSERT_EQ(eng->List(5, 7, 0, 10, &e, &more).code(), StatusCode::kOk);
     ASSERT_EQ(e.size(), 3u);
     EXPECT_EQ(e.front().step, 2u);
   }
@@ -143,7 +143,7 @@ TEST(CheckpointTiers, PolicySurvivesRestartAndRetentionAppliesOnStartup) {
   std::ofstream(dir.path() + "/5/7/policy.json") << R"({"retention":1,"tier":1})";
   auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->List(5, 7, 0, 10, &e, &more), Status::kOk);
+  ASSERT_EQ(eng->List(5, 7, 0, 10, &e, &more).code(), StatusCode::kOk);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].step, 4u);
   EXPECT_FALSE(fs::exists(testing::StepDir(dir.path(), 5, 7, 3)));
@@ -162,7 +162,7 @@ TEST(CheckpointTiers, MalformedPolicyFilesFallBackToDefaults) {
     auto st = MakeState({10}, 1);
     auto sp = Spans(st);
     SaveResult r;
-    EXPECT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk) << text;
+    EXPECT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk) << text;
   }
 }
 
@@ -171,7 +171,7 @@ TEST(CheckpointTiers, StartupRemovesUncommittedLeftovers) {
   {
     auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
     ASSERT_TRUE(eng);
-    ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+    ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   }
   // What a kill mid-persist leaves: a step directory with data and a temp manifest.
   std::string step = testing::StepDir(dir.path(), 1, 1, 9);
@@ -202,7 +202,7 @@ TEST(CheckpointTiers, StartupRemovesUncommittedLeftovers) {
   auto st = MakeState({10}, 9);
   auto sp = Spans(st);
   SaveResult r;
-  EXPECT_EQ(eng->Save({1, 1, 9, sp, {}}, &r), Status::kOk);
+  EXPECT_EQ(eng->Save({1, 1, 9, sp, {}}, &r).code(), StatusCode::kOk);
 }
 
 TEST(CheckpointTiers, StaggerDelaysAnotherTenantsPersistStart) {
@@ -211,16 +211,16 @@ TEST(CheckpointTiers, StaggerDelaysAnotherTenantsPersistStart) {
   cfg.stagger_ms = 1000;
   auto eng = Engine::Open(cfg, nullptr);
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   Policy tight;
   tight.rpo_s = 0;
-  ASSERT_EQ(eng->SetPolicy(2, 1, tight), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(2, 1, tight).code(), StatusCode::kOk);
   auto st = MakeState({300000}, 1);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->Save({2, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->Flush(30s), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Save({2, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Flush(30s).code(), StatusCode::kOk);
   // Exactly one of the two starts was delayed, by at most the stagger interval.
   int staggered = 0;
   for (const Decision& d : eng->Decisions()) {
@@ -243,14 +243,14 @@ TEST(CheckpointTiers, TwoTenantsUnderABandwidthCapBothComplete) {
   cfg.staging_bytes = 8 << 20;
   auto eng = Engine::Open(cfg, nullptr);
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
-  ASSERT_EQ(eng->SetPolicy(2, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->SetPolicy(2, 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({1 << 20}, 1);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->Save({2, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->Flush(60s), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Save({2, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Flush(60s).code(), StatusCode::kOk);
   Stats s = eng->GetStats();
   ASSERT_EQ(s.tenants.size(), 2u);
   EXPECT_EQ(s.tenants[0].bytes_persisted, s.tenants[1].bytes_persisted);
@@ -267,18 +267,18 @@ TEST(CheckpointTiers, BufferedFallbackWhenDirectIoIsOff) {
   ASSERT_TRUE(eng);
   EXPECT_FALSE(eng->GetStats().direct_io);
   EXPECT_FALSE(eng->GetStats().registered_buffers);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({123457, 5}, 4);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s).code(), StatusCode::kOk);
   eng.reset();
   eng = Engine::Open(cfg, nullptr);
   auto out = ZeroState({123457, 5});
   auto osp = Spans(out);
   RestoreResult rr;
-  ASSERT_EQ(eng->Restore({1, 1, 1, osp}, &rr), Status::kOk);
+  ASSERT_EQ(eng->Restore({1, 1, 1, osp}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(out, st);
 }
 
@@ -286,12 +286,12 @@ TEST(CheckpointTiers, DirectIoAndRegisteredBuffersOnTheBuildFilesystem) {
   TempDir dir("direct");
   auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({100000}, 4);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s).code(), StatusCode::kOk);
   // The engine uses O_DIRECT exactly where the filesystem accepts it (ext4,
   // xfs), and falls back (and says so in Stats) where it does not (tmpfs).
   std::string probe = dir.path() + "/probe";
@@ -315,28 +315,28 @@ TEST(CheckpointTiers, PersistFailureIsReportedAndKeptInMemory) {
   RecordingSink sink;
   auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   // The stream directory turns into a file: no step directory can be created.
   fs::remove_all(dir.path() + "/1/1");
   std::ofstream(dir.path() + "/1/1") << "not a directory";
   auto st = MakeState({100000}, 1);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  EXPECT_EQ(eng->WaitDurable(1, 1, 1, 30s), Status::kIo);
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  EXPECT_EQ(eng->WaitDurable(1, 1, 1, 30s).code(), StatusCode::kIoError);
   EXPECT_EQ(sink.Count(EventKind::kFailed, 1, 1, 1), 1u);
   EXPECT_EQ(sink.Count(EventKind::kDurable, 1, 1, 1), 0u);
   // It stays restorable as STAGED from host memory (SPEC.md §7.5.2).
   std::vector<ListEntry> e;
   bool more;
-  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].state, CkptState::kStaged);
   EXPECT_EQ(e[0].tier, TierKind::kHostMemory);
   auto out = ZeroState({100000});
   auto osp = Spans(out);
   RestoreResult rr;
-  ASSERT_EQ(eng->Restore({1, 1, 1, osp}, &rr), Status::kOk);
+  ASSERT_EQ(eng->Restore({1, 1, 1, osp}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(out, st);
   EXPECT_TRUE(HasDecision(*eng, Decision::Kind::kKeepAfterFailure, 1, 1));
   Stats s = eng->GetStats();
@@ -344,7 +344,7 @@ TEST(CheckpointTiers, PersistFailureIsReportedAndKeptInMemory) {
   EXPECT_EQ(s.tenants[0].persist_failures, 1u);
   EXPECT_EQ(s.tenants[0].disk_bytes, 0u);
   // Deleting it gives everything back.
-  ASSERT_EQ(eng->Delete(1, 1, 1), Status::kOk);
+  ASSERT_EQ(eng->Delete(1, 1, 1).code(), StatusCode::kOk);
   s = eng->GetStats();
   EXPECT_EQ(s.free_chunks, s.pool_chunks);
   EXPECT_EQ(s.memory_tier_chunks, 0u);
@@ -366,12 +366,12 @@ TEST(CheckpointTiers, PersistLaterThanTheRpoIsCounted) {
   ASSERT_TRUE(eng);
   Policy p;
   p.rpo_s = 1;
-  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(1, 1, p).code(), StatusCode::kOk);
   auto st = MakeState({320 << 10}, 1);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 60s), Status::kOk);
+  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 60s).code(), StatusCode::kOk);
   Stats s = eng->GetStats();
   ASSERT_EQ(s.tenants.size(), 1u);
   EXPECT_EQ(s.tenants[0].rpo_misses, 1u);

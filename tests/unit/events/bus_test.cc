@@ -137,11 +137,11 @@ TEST_F(EventsBus, UnknownTopicBitsAndFutureFromSeqAreRejected) {
   std::unique_ptr<Delivery> d;
   ASSERT_TRUE(bus_->Connect("t1", "guest", &d).ok());
   hz_event_subscribe_result r{};
-  EXPECT_EQ(d->Subscribe({1ull << 12, HZ_SEQ_CURSOR}, &r).code(), Status::Code::kNotSupported);
+  EXPECT_EQ(d->Subscribe({1ull << 12, HZ_SEQ_CURSOR}, &r).code(), StatusCode::kNotSupported);
   // LOST's own bit is allowed; a mask of 0 delivers only LOST records.
   EXPECT_TRUE(d->Subscribe({HZ_TOPIC_MASK(HZ_TOPIC_LOST), HZ_SEQ_CURSOR}, &r).ok());
   Publish("t1", HZ_TOPIC_FAILURE);
-  EXPECT_EQ(d->Subscribe({HZ_TOPIC_ALL, 3}, &r).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(d->Subscribe({HZ_TOPIC_ALL, 3}, &r).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(d->Subscribe({HZ_TOPIC_ALL, 2}, &r).ok());  // next_seq itself is fine
 }
 
@@ -256,14 +256,14 @@ TEST_F(EventsBus, AckValidation) {
   Publish("t1", HZ_TOPIC_FAILURE);
   hz_event ev;
   ASSERT_TRUE(d->Next(&ev));
-  EXPECT_EQ(Ack(*d, 2).code(), Status::Code::kInvalidArgument);  // not delivered yet
-  EXPECT_EQ(Ack(*d, 1, 0x80).code(), Status::Code::kNotSupported);
+  EXPECT_EQ(Ack(*d, 2).code(), StatusCode::kInvalidArgument);  // not delivered yet
+  EXPECT_EQ(Ack(*d, 1, 0x80).code(), StatusCode::kNotSupported);
   hz_event_ack_args bad{1, 0, 7};
-  EXPECT_EQ(d->Ack(bad).code(), Status::Code::kNotSupported);
+  EXPECT_EQ(d->Ack(bad).code(), StatusCode::kNotSupported);
   EXPECT_TRUE(Ack(*d, 1).ok());
   EXPECT_TRUE(Ack(*d, 1).ok());  // idempotent
   EXPECT_TRUE(Ack(*d, 0).ok());  // never moves the cursor back
-  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);  // not approvable
+  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), StatusCode::kInvalidArgument);  // not approvable
 }
 
 TEST_F(EventsBus, ApproveNotifiesOperatorOnceAndPersists) {
@@ -281,7 +281,7 @@ TEST_F(EventsBus, ApproveNotifiesOperatorOnceAndPersists) {
                             nullptr)
                   .ok());
   Drain(*d);
-  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(Ack(*d, 1, HZ_ACK_F_APPROVE).ok());
   ASSERT_TRUE(Ack(*d, 1, HZ_ACK_F_APPROVE).ok());
   ASSERT_EQ(approvals.size(), 1u);
@@ -311,7 +311,7 @@ TEST_F(EventsBus, TenantsAreIsolated) {
   for (const auto& ev : ea) EXPECT_EQ(ev.kind, 1u);
   // Acks on one tenant do not touch the other.
   EXPECT_TRUE(Ack(*a, 2).ok());
-  EXPECT_EQ(Ack(*b, 2).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Ack(*b, 2).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsBus, SubscribersOfOneTenantHaveTheirOwnCursors) {
@@ -331,19 +331,19 @@ TEST_F(EventsBus, SubscribersOfOneTenantHaveTheirOwnCursors) {
 TEST_F(EventsBus, OneLiveDeliveryPerSubscriber) {
   auto d = Connect("t1", "guest");
   std::unique_ptr<Delivery> second;
-  EXPECT_EQ(bus_->Connect("t1", "guest", &second).code(), Status::Code::kState);
+  EXPECT_EQ(bus_->Connect("t1", "guest", &second).code(), StatusCode::kState);
   d.reset();
   EXPECT_TRUE(bus_->Connect("t1", "guest", &second).ok());
 }
 
 TEST_F(EventsBus, BadNamesAreRejected) {
   std::unique_ptr<Delivery> d;
-  EXPECT_EQ(bus_->Connect("../x", "guest", &d).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(bus_->Connect("t1", "a/b", &d).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(bus_->Connect("../x", "guest", &d).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bus_->Connect("t1", "a/b", &d).code(), StatusCode::kInvalidArgument);
   EventSpec spec;
-  EXPECT_EQ(bus_->Publish("", spec, nullptr).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(bus_->Publish("", spec, nullptr).code(), StatusCode::kInvalidArgument);
   spec.topic = HZ_TOPIC_LOST;
-  EXPECT_EQ(bus_->Publish("t1", spec, nullptr).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(bus_->Publish("t1", spec, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsBus, NotifyFiresForWantedTopicsOnly) {
@@ -372,7 +372,7 @@ TEST_F(EventsBus, RetentionSurvivesRestartAndCompaction) {
   EXPECT_EQ(s.next_seq, 301u);
   EXPECT_EQ(s.oldest_seq, 296u);
   hz_event ev;
-  EXPECT_EQ(bus_->Get("t1", 295, &ev).code(), Status::Code::kNotFound);
+  EXPECT_EQ(bus_->Get("t1", 295, &ev).code(), StatusCode::kNotFound);
   ASSERT_TRUE(bus_->Get("t1", 300, &ev).ok());
   EXPECT_EQ(ev.seq, 300u);
 }
@@ -426,7 +426,7 @@ TEST_F(EventsBus, CorruptStateFileIsAClearError) {
   }
   Reopen(16);
   Status s = bus_->Publish("t1", EventSpec{}, nullptr);
-  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("state.json"), std::string::npos);
   // Other tenants are unaffected.
   EXPECT_EQ(Publish("t2", HZ_TOPIC_FAILURE), 1u);
@@ -462,7 +462,7 @@ TEST_F(EventsBus, ZeroRetentionIsRejected) {
   o.dir = dir_.path();
   o.retention = 0;
   std::unique_ptr<EventBus> bus;
-  EXPECT_EQ(EventBus::Open(o, &bus).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(EventBus::Open(o, &bus).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsBus, ApprovalIsRefusedOnceTooLate) {
@@ -486,8 +486,8 @@ TEST_F(EventsBus, ApprovalIsRefusedOnceTooLate) {
   ASSERT_TRUE(
       bus_->Publish("t1", MakePreemption(kPreemptionCancelled, 0, 4, 0, false), nullptr).ok());
   Drain(*d);
-  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kState);
-  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), Status::Code::kState);
+  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), StatusCode::kState);
+  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), StatusCode::kState);
   EXPECT_TRUE(Ack(*d, 3, HZ_ACK_F_APPROVE).ok());  // device 5 is unaffected
   EXPECT_EQ(approvals, 1);
   // Past its deadline an event can no longer be approved.
@@ -496,7 +496,7 @@ TEST_F(EventsBus, ApprovalIsRefusedOnceTooLate) {
           .ok());
   Drain(*d);
   now_ = deadline;
-  EXPECT_EQ(Ack(*d, 6, HZ_ACK_F_APPROVE).code(), Status::Code::kState);
+  EXPECT_EQ(Ack(*d, 6, HZ_ACK_F_APPROVE).code(), StatusCode::kState);
   // Approving again what was approved is harmless, even later.
   EXPECT_TRUE(Ack(*d, 3, HZ_ACK_F_APPROVE).ok());
   EXPECT_EQ(approvals, 1);
@@ -513,7 +513,7 @@ TEST_F(EventsBus, ApprovalOfAnEventNoLongerRetainedIsInvalid) {
   ASSERT_TRUE(d->Next(&ev));
   Publish("t1", HZ_TOPIC_CAPACITY);
   Publish("t1", HZ_TOPIC_CAPACITY);
-  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsBus, ReplayMarksSurviveARestartWithoutAck) {

@@ -71,7 +71,7 @@ TEST_F(EventsHealth, MalformedTextIsAClearError) {
                        "A 1 2\n"};
   for (const char* text : bad) {
     Status s = ParseAerCounters(text, "aer_dev_fatal", &c);
-    EXPECT_EQ(s.code(), Status::Code::kCorruption) << text;
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << text;
     EXPECT_NE(s.message().find("aer_dev_fatal"), std::string::npos) << s.message();
   }
   Status s = ParseAerCounters("A 1\nB oops\n", "aer_dev_fatal", &c);
@@ -85,7 +85,7 @@ TEST_F(EventsHealth, ValidatesPciAddresses) {
   EXPECT_FALSE(ValidBdf("0000:3b:00.8"));
   EXPECT_FALSE(ValidBdf("0000:3b:00"));
   DeviceHealth h;
-  EXPECT_EQ(ReadDeviceHealth(root_, "0000:3b/../00.0", &h).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ReadDeviceHealth(root_, "0000:3b/../00.0", &h).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsHealth, ReadsFixtureTree) {
@@ -94,7 +94,7 @@ TEST_F(EventsHealth, ReadsFixtureTree) {
   EXPECT_EQ(h.correctable, 4u);
   EXPECT_EQ(h.nonfatal, 0u);
   EXPECT_EQ(h.fatal, 0u);
-  EXPECT_EQ(ReadDeviceHealth(root_, "0000:99:00.0", &h).code(), Status::Code::kNotFound);
+  EXPECT_EQ(ReadDeviceHealth(root_, "0000:99:00.0", &h).code(), StatusCode::kNotFound);
 }
 
 TEST_F(EventsHealth, QuietDevicesPublishNothing) {
@@ -114,7 +114,7 @@ TEST_F(EventsHealth, NonFatalAndFatalIncreasesPublishFailures) {
   ASSERT_TRUE(m.Assign("t1", "0000:3b:00.0", 1).ok());
   ASSERT_TRUE(m.Assign("t1", "0000:5e:00.0", 0).ok());
   ASSERT_TRUE(m.Assign("t2", "0000:86:00.0", 0).ok());
-  EXPECT_EQ(m.Assign("t3", "0000:86:00.0", 1).code(), Status::Code::kState);
+  EXPECT_EQ(m.Assign("t3", "0000:86:00.0", 1).code(), StatusCode::kState);
 
   SetCounter("0000:3b:00.0", "aer_dev_nonfatal", "CmpltTO", 3);
   ASSERT_TRUE(m.Poll().ok());
@@ -161,7 +161,7 @@ TEST_F(EventsHealth, UnreadableDeviceIsReportedOthersStillChecked) {
   std::ofstream(root_ + "/bus/pci/devices/0000:3b:00.0/aer_dev_fatal", std::ios::trunc) << "junk\n";
   SetCounter("0000:5e:00.0", "aer_dev_fatal", "DLP", 1);
   Status s = m.Poll();
-  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("0000:3b:00.0/aer_dev_fatal"), std::string::npos) << s.message();
   ASSERT_EQ(sink_.entries().size(), 1u);
   EXPECT_EQ(testing::PayloadAs<FailurePayload>(sink_.entries()[0].spec.payload.data()).device_index,
@@ -172,16 +172,16 @@ TEST_F(EventsHealth, MalformedFixtureTree) {
   const std::string root = kFixtures + "/sysfs-malformed";
   DeviceHealth h;
   Status s = ReadDeviceHealth(root, "0000:3b:00.0", &h);
-  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("line 2"), std::string::npos) << s.message();
-  EXPECT_EQ(ReadDeviceHealth(root, "0000:5e:00.0", &h).code(), Status::Code::kNotFound);
+  EXPECT_EQ(ReadDeviceHealth(root, "0000:5e:00.0", &h).code(), StatusCode::kNotFound);
   s = ReadDeviceHealth(root, "0000:86:00.0", &h);
-  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("overflow"), std::string::npos) << s.message();
-  EXPECT_EQ(ReadDeviceHealth(root, "0000:87:00.0", &h).code(), Status::Code::kCorruption);
+  EXPECT_EQ(ReadDeviceHealth(root, "0000:87:00.0", &h).code(), StatusCode::kCorruption);
   HealthMonitor m(root, &sink_);
   EXPECT_FALSE(m.Assign("t1", "0000:3b:00.0", 0).ok());
-  EXPECT_EQ(m.Unassign("0000:3b:00.0").code(), Status::Code::kNotFound);
+  EXPECT_EQ(m.Unassign("0000:3b:00.0").code(), StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -27,11 +27,11 @@ TEST(EventsHints, DeclareValidates) {
   testing::RecordingSink sink;
   HintEngine h(&sink);
   hz_hint_declare_result r{};
-  EXPECT_EQ(h.Declare("t", {10, 5, 1, 0}, &r).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(h.Declare("t", {1, 5, 0, 0}, &r).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(h.Declare("t", {1, 5, 1, 1}, &r).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h.Declare("t", {10, 5, 1, 0}, &r).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.Declare("t", {1, 5, 0, 0}, &r).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.Declare("t", {1, 5, 1, 1}, &r).code(), StatusCode::kInvalidArgument);
   HintPayload p;
-  EXPECT_EQ(h.Current("t", &p).code(), Status::Code::kNotFound);
+  EXPECT_EQ(h.Current("t", &p).code(), StatusCode::kNotFound);
   EXPECT_TRUE(h.Declare("t", {5, 5, 1, 0}, &r).ok());
   EXPECT_EQ(r.suggested, 5u);
 }
@@ -61,7 +61,7 @@ TEST(EventsHints, AllocationChangesPublishHints) {
   EXPECT_EQ(p2.devices_peak, 16u);
   // Another tenant is unaffected.
   HintPayload p;
-  EXPECT_EQ(h.Current("other", &p).code(), Status::Code::kNotFound);
+  EXPECT_EQ(h.Current("other", &p).code(), StatusCode::kNotFound);
   // A new declaration restarts the peak at the devices held now.
   ASSERT_TRUE(h.Declare("t", {32, 256, 32, 0}, &r).ok());
   EXPECT_EQ(r.suggested, 256u);

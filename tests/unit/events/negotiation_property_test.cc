@@ -97,7 +97,7 @@ RC_GTEST_PROP(EventsNegotiationProperty, NoDoubleBookingOffersValidAcceptedHonou
         uint64_t id = 0;
         Status s = e.Submit(tenant, r, now, &id);
         if (r.latest_start_s < now) {
-          RC_ASSERT(s.code() == Status::Code::kInvalidArgument);
+          RC_ASSERT(s.code() == StatusCode::kInvalidArgument);
         } else {
           RC_ASSERT(s.ok());
           requests[id] = r;
@@ -134,9 +134,9 @@ RC_GTEST_PROP(EventsNegotiationProperty, NoDoubleBookingOffersValidAcceptedHonou
         uint64_t res = 0;
         Status s = e.Accept(by, offer.offer_id, now, &res);
         if (who != by) {
-          RC_ASSERT(s.code() == Status::Code::kPermission);
+          RC_ASSERT(s.code() == StatusCode::kPermission);
         } else if (now >= offer.expires_s) {
-          RC_ASSERT(s.code() == Status::Code::kNotFound);
+          RC_ASSERT(s.code() == StatusCode::kNotFound);
         }
         if (s.ok()) accepted.emplace_back(res, by);
         break;

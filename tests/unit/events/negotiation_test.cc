@@ -118,11 +118,10 @@ TEST_F(EventsNegotiation, ExpiredUnknownAndForeignOffersAreNotFound) {
   Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60));
   ASSERT_EQ(d.offers.size(), 1u);
   uint64_t res = 0;
-  EXPECT_EQ(engine_.Accept("b", d.offers[0].offer_id, kNow, &res).code(),
-            Status::Code::kPermission);
-  EXPECT_EQ(engine_.Accept("a", 9999, kNow, &res).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Accept("b", d.offers[0].offer_id, kNow, &res).code(), StatusCode::kPermission);
+  EXPECT_EQ(engine_.Accept("a", 9999, kNow, &res).code(), StatusCode::kNotFound);
   EXPECT_EQ(engine_.Accept("a", d.offers[0].offer_id, d.offers[0].expires_s, &res).code(),
-            Status::Code::kNotFound);
+            StatusCode::kNotFound);
   EXPECT_TRUE(engine_.Offers().empty());
   EXPECT_EQ(engine_.Booked(0, engine_.WindowOf(kNow)) + engine_.Booked(2, engine_.WindowOf(kNow)),
             0u);
@@ -185,7 +184,7 @@ TEST_F(EventsNegotiation, WeightsScaleUsage) {
     ASSERT_TRUE(engine_.Accept(t, d.offers[0].offer_id, kNow, &res).ok());
   }
   ASSERT_TRUE(engine_.SetWeight("a", 2).ok());
-  EXPECT_EQ(engine_.SetWeight("a", 0).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(engine_.SetWeight("a", 0).code(), StatusCode::kInvalidArgument);
   uint64_t id;
   ASSERT_TRUE(
       engine_.Submit("b", Req(2, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_HIGH, HZ_DEV_NIC), kNow, &id)
@@ -282,27 +281,27 @@ TEST_F(EventsNegotiation, RoundsAreLimited) {
     EXPECT_EQ(decisions[0].result.round, round);
   }
   EXPECT_EQ(engine_.Counter("a", id, Req(1, HZ_LOC_ANY, kNow, kNow + 60, 60), kNow).code(),
-            Status::Code::kLimit);
+            StatusCode::kLimit);
 }
 
 TEST_F(EventsNegotiation, DeclineEndsTheNegotiation) {
   Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow + 60, 60));
   ASSERT_FALSE(d.offers.empty());
-  EXPECT_EQ(engine_.Decline("b", d.result.negotiation_id, kNow).code(), Status::Code::kPermission);
+  EXPECT_EQ(engine_.Decline("b", d.result.negotiation_id, kNow).code(), StatusCode::kPermission);
   ASSERT_TRUE(engine_.Decline("a", d.result.negotiation_id, kNow).ok());
   EXPECT_TRUE(engine_.Offers().empty());
   uint64_t res;
-  EXPECT_EQ(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).code(), StatusCode::kNotFound);
   EXPECT_EQ(engine_.Counter("a", d.result.negotiation_id, Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow)
                 .code(),
-            Status::Code::kNotFound);
-  EXPECT_EQ(engine_.Decline("a", d.result.negotiation_id, kNow).code(), Status::Code::kNotFound);
+            StatusCode::kNotFound);
+  EXPECT_EQ(engine_.Decline("a", d.result.negotiation_id, kNow).code(), StatusCode::kNotFound);
 }
 
 TEST_F(EventsNegotiation, BadRequestsAreRejected) {
   uint64_t id;
   auto code = [&](hz_neg_request r) { return engine_.Submit("a", r, kNow, &id).code(); };
-  using C = Status::Code;
+  using C = StatusCode;
   EXPECT_EQ(code(Req(0, HZ_LOC_ANY, kNow, kNow, 60)), C::kInvalidArgument);
   EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow + 60, kNow, 60)), C::kInvalidArgument);
   EXPECT_EQ(code(Req(1, HZ_LOC_ANY, kNow - 120, kNow - 60, 60)), C::kInvalidArgument);
@@ -334,7 +333,7 @@ TEST_F(EventsNegotiation, OpenNegotiationsAreLimited) {
     ASSERT_TRUE(engine_.Submit("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow, &id).ok());
   }
   EXPECT_EQ(engine_.Submit("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow, &id).code(),
-            Status::Code::kLimit);
+            StatusCode::kLimit);
   EXPECT_TRUE(engine_.Submit("b", Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow, &id).ok());
 }
 
@@ -344,10 +343,10 @@ TEST_F(EventsNegotiation, ReleaseScalesDown) {
   Decision d = Ask("a", Req(4, HZ_LOC_SAME_GROUP, kNow, kNow, 600));
   uint64_t res;
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
-  EXPECT_EQ(engine_.Release("b", res, 1, kNow).code(), Status::Code::kPermission);
+  EXPECT_EQ(engine_.Release("b", res, 1, kNow).code(), StatusCode::kPermission);
   hz_neg_release_args bad{res, 1, 1, 0};
-  EXPECT_EQ(engine_.Release("a", bad, kNow).code(), Status::Code::kNotSupported);
-  EXPECT_EQ(engine_.Release("a", res, 5, kNow).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(engine_.Release("a", bad, kNow).code(), StatusCode::kNotSupported);
+  EXPECT_EQ(engine_.Release("a", res, 5, kNow).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(engine_.Release("a", res, 1, kNow + 60).ok());
   EXPECT_EQ(inv_.Attached("a"), 3u);
   EXPECT_EQ(alloc.back(), 3u);
@@ -360,7 +359,7 @@ TEST_F(EventsNegotiation, ReleaseScalesDown) {
   ASSERT_TRUE(engine_.Release("a", res, 0, kNow + 120).ok());
   EXPECT_EQ(inv_.Attached("a"), 0u);
   EXPECT_EQ(engine_.Reservations()[0].state, ReservationState::kReleased);
-  EXPECT_EQ(engine_.Release("a", res, 0, kNow + 120).code(), Status::Code::kState);
+  EXPECT_EQ(engine_.Release("a", res, 0, kNow + 120).code(), StatusCode::kState);
 }
 
 TEST_F(EventsNegotiation, CapacityLossRevokesWithAnEvent) {
@@ -430,7 +429,7 @@ TEST_F(EventsNegotiation, OperatorRevoke) {
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
   ASSERT_TRUE(engine_.Revoke(res, kRevokeHardwareFailure, kNow + 10).ok());
   EXPECT_EQ(inv_.Attached("a"), 0u);
-  EXPECT_EQ(engine_.Revoke(res, kRevokeHardwareFailure, kNow + 10).code(), Status::Code::kState);
+  EXPECT_EQ(engine_.Revoke(res, kRevokeHardwareFailure, kNow + 10).code(), StatusCode::kState);
   auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked);
   ASSERT_EQ(revoked.size(), 1u);
   EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data()).reason,
@@ -464,9 +463,9 @@ TEST_F(EventsNegotiation, NegotiationWithoutOffersClosesAfterOneLifetime) {
   engine_.Tick(kNow + 40);
   EXPECT_EQ(
       engine_.Counter("a", id, Req(1, HZ_LOC_ANY, kNow + 40, kNow + 60, 60), kNow + 40).code(),
-      Status::Code::kNotFound);
-  EXPECT_EQ(engine_.Decline("a", id, kNow + 40).code(), Status::Code::kNotFound);
-  EXPECT_EQ(engine_.Decline("b", id, kNow + 40).code(), Status::Code::kPermission);
+      StatusCode::kNotFound);
+  EXPECT_EQ(engine_.Decline("a", id, kNow + 40).code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_.Decline("b", id, kNow + 40).code(), StatusCode::kPermission);
 }
 
 TEST_F(EventsNegotiation, ReplacementOfferIsPublished) {
@@ -530,13 +529,13 @@ TEST_F(EventsNegotiation, FinishedReservationsAreForgottenAfterTheHorizon) {
   uint32_t weight;
   engine_.Usage("a", kNow + 60, &usage, &weight);
   EXPECT_EQ(usage, 60u);
-  EXPECT_EQ(engine_.Release("a", res, 0, kNow + 61).code(), Status::Code::kState);
+  EXPECT_EQ(engine_.Release("a", res, 0, kNow + 61).code(), StatusCode::kState);
   engine_.Tick(kNow + 60 + 3600);
   EXPECT_TRUE(engine_.Reservations().empty());
   engine_.Usage("a", kNow + 3660, &usage, &weight);
   EXPECT_EQ(usage, 0u);
   engine_.Tick(kNow + 60 + 2 * 3600);
-  EXPECT_EQ(engine_.Release("a", res, 0, kNow + 2 * 3600 + 61).code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_.Release("a", res, 0, kNow + 2 * 3600 + 61).code(), StatusCode::kNotFound);
 }
 
 TEST_F(EventsNegotiation, CapacityEventsReportTheWholeAllocation) {

@@ -139,7 +139,7 @@ std::vector<Bytes> Transcript(const std::string& fixture, uint64_t workload_seed
       const size_t k = rng() % live.size();
       // An allocation whose devices all failed is gone already.
       Status st = s->Release(live[k].first);
-      EXPECT_TRUE(st.ok() || st.code() == Status::Code::kNotFound) << st.ToString();
+      EXPECT_TRUE(st.ok() || st.code() == StatusCode::kNotFound) << st.ToString();
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
     } else if (op < 9) {
       // Fail the tenant's device at a random tenant-visible index.

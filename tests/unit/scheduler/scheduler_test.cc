@@ -104,18 +104,18 @@ TEST_F(SchedulerFacade, AllocateBindsAttachesAndPersists) {
   ASSERT_TRUE(sched_->Allocate("acme", {4, 4, HZ_LOC_SAME_GROUP}, &id2).ok());
   EXPECT_NE(id2, id);
   for (const std::string& b : Bdfs(id2)) EXPECT_FALSE(bdfs.count(b)) << b;
-  EXPECT_EQ(sched_->Allocate("acme", {1, 0, HZ_LOC_ANY}, &id2).code(), Status::Code::kLimit);
+  EXPECT_EQ(sched_->Allocate("acme", {1, 0, HZ_LOC_ANY}, &id2).code(), StatusCode::kLimit);
 }
 
 TEST_F(SchedulerFacade, TenantWithoutVmIsRejectedAndRolledBack) {
   uint64_t id = 0;
   Status s = sched_->Allocate("nobody", {2, 0, HZ_LOC_ANY}, &id);
-  EXPECT_EQ(s.code(), Status::Code::kState);
+  EXPECT_EQ(s.code(), StatusCode::kState);
   EXPECT_TRUE(sched_->Allocations().empty());
   Reopen();
   EXPECT_TRUE(sched_->Allocations().empty());
   EXPECT_EQ(sched_->Allocate("bad/name", {1, 0, HZ_LOC_ANY}, &id).code(),
-            Status::Code::kInvalidArgument);
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(SchedulerFacade, AttachFailureRollsBack) {
@@ -123,7 +123,7 @@ TEST_F(SchedulerFacade, AttachFailureRollsBack) {
   attacher_.fail_after = 2;
   uint64_t id = 0;
   Status s = sched_->Allocate("acme", {4, 0, HZ_LOC_SAME_GROUP}, &id);
-  ASSERT_EQ(s.code(), Status::Code::kIoError);
+  ASSERT_EQ(s.code(), StatusCode::kIoError);
   // The two attached devices were detached again, nothing stays allocated.
   int attached = 0, detached = 0;
   for (const Call& c : attacher_.calls) (c.attach ? attached : detached)++;
@@ -148,7 +148,7 @@ TEST_F(SchedulerFacade, ReleaseDetachesAndFrees) {
   EXPECT_EQ(attacher_.calls.size(), 4u);
   for (const Call& c : attacher_.calls) EXPECT_FALSE(c.attach);
   EXPECT_TRUE(sched_->Allocations().empty());
-  EXPECT_EQ(sched_->Release(id).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sched_->Release(id).code(), StatusCode::kNotFound);
   for (const auto& d : sched_->Inventory()) EXPECT_EQ(d["state"], "free");
 }
 
@@ -193,7 +193,7 @@ TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
   EXPECT_TRUE(sched_->MarkFailed(victim, 1, 1'000'000).ok());
   EXPECT_TRUE(sched_->MarkFailed("0000:bd:00.0", 1, 1'000'000).ok());
   EXPECT_TRUE(sink_.events.empty());
-  EXPECT_EQ(sched_->MarkFailed("0000:ee:00.0", 1, 0).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sched_->MarkFailed("0000:ee:00.0", 1, 0).code(), StatusCode::kNotFound);
   ASSERT_TRUE(sched_->Repair(victim).ok());
   ASSERT_TRUE(sched_->Repair("0000:bd:00.0").ok());
   for (const auto& d : sched_->Inventory()) EXPECT_NE(d["state"], "failed");
@@ -215,7 +215,7 @@ TEST_F(SchedulerFacade, HealthMonitorFailureIsNotPublishedTwice) {
   // Only the allocation change: the monitor published the FAILURE itself.
   ASSERT_EQ(sink_.events.size(), 1u);
   EXPECT_EQ(sink_.events[0].spec.topic, HZ_TOPIC_CAPACITY);
-  EXPECT_EQ(sched_->DeviceLost("acme", 3, 1'000'000).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sched_->DeviceLost("acme", 3, 1'000'000).code(), StatusCode::kNotFound);
   EXPECT_EQ(sched_->Assignments().size(), 3u);
 }
 
@@ -259,7 +259,7 @@ TEST_F(SchedulerFacade, CorruptStateIsRefused) {
   sched_.reset();
   ASSERT_TRUE(WriteFileAtomically(options_.state_path, "{not json").ok());
   std::unique_ptr<Scheduler> s;
-  EXPECT_EQ(Scheduler::Open(options_, &attacher_, &sink_, &s).code(), Status::Code::kCorruption);
+  EXPECT_EQ(Scheduler::Open(options_, &attacher_, &sink_, &s).code(), StatusCode::kCorruption);
   ASSERT_TRUE(WriteFileAtomically(options_.state_path,
                                   R"({"version":1,"allocator":{"next_id":1,"failed":[],)"
                                   R"("allocations":[{"id":1,"tenant":"a","gpus":1,"nics":0,)"
@@ -267,7 +267,7 @@ TEST_F(SchedulerFacade, CorruptStateIsRefused) {
                                   R"("0000:1a:00.0"}]}]},"tenants":{},"reservations":[]})")
                   .ok());
   Status st = Scheduler::Open(options_, &attacher_, &sink_, &s);
-  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
   EXPECT_NE(st.message().find("elsewhere"), std::string::npos);
   options_.state_path.clear();
   EXPECT_FALSE(Scheduler::Open(options_, &attacher_, &sink_, &s).ok());
@@ -300,7 +300,7 @@ TEST_F(SchedulerFacade, ResourceProviderForNegotiation) {
   EXPECT_EQ(attacher_.calls.size(), 3u);
   EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
   EXPECT_EQ(sched_->Capacity(gpu_pool, 0), 4u);  // reservation devices count as capacity
-  EXPECT_EQ(sched_->Attach("acme", 77, {{gpu_pool, 1}}).code(), Status::Code::kState);
+  EXPECT_EQ(sched_->Attach("acme", 77, {{gpu_pool, 1}}).code(), StatusCode::kState);
   EXPECT_FALSE(sched_->Attach("acme", 78, {{gpu_pool, 2}}).ok());  // only 1 left
 
   Reopen();  // the reservation survives a restart
@@ -310,10 +310,10 @@ TEST_F(SchedulerFacade, ResourceProviderForNegotiation) {
   ASSERT_EQ(detached.size(), 1u);
   EXPECT_EQ(detached[0], (ev::PoolCount{gpu_pool, 2}));
   EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 5u);
-  EXPECT_EQ(sched_->Detach("other", 77, 1, &detached).code(), Status::Code::kState);
-  EXPECT_EQ(sched_->Detach("acme", 77, 5, &detached).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(sched_->Detach("other", 77, 1, &detached).code(), StatusCode::kState);
+  EXPECT_EQ(sched_->Detach("acme", 77, 5, &detached).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(sched_->Detach("acme", 77, 1, &detached).ok());
-  EXPECT_EQ(sched_->Detach("acme", 77, 1, &detached).code(), Status::Code::kState);
+  EXPECT_EQ(sched_->Detach("acme", 77, 1, &detached).code(), StatusCode::kState);
 }
 
 TEST_F(SchedulerFacade, FailureOpensAReplacementOffer) {

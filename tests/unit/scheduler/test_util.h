@@ -45,11 +45,11 @@ struct Published {
 
 class RecordingSink : public hz::events::EventSink {
  public:
-  hz::events::Status Publish(const std::string& tenant, const hz::events::EventSpec& spec,
-                             uint64_t* seq) override {
+  hz::Status Publish(const std::string& tenant, const hz::events::EventSpec& spec,
+                     uint64_t* seq) override {
     events.push_back({tenant, spec});
     if (seq) *seq = events.size();
-    return hz::events::Status::Ok();
+    return hz::Status::Ok();
   }
   std::vector<Published> events;
 };

@@ -100,10 +100,10 @@ struct RestoreResult {
 // Outcome of OnNotice for one opted-in stream.
 struct NoticeOutcome {
   StreamId stream = 0;
-  Status status = Status::kOk;  // kOk: snapshot taken (or that step was already saved)
-  uint64_t step = 0;            // the step read from the quiescence word
-  uint32_t attempts = 0;        // seqlock copies tried
-  bool existed = false;         // kOk without a new checkpoint: that step was saved already
+  Status status = Status::Ok();  // kOk: snapshot taken (or that step was already saved)
+  uint64_t step = 0;             // the step read from the quiescence word
+  uint32_t attempts = 0;         // seqlock copies tried
+  bool existed = false;          // kOk without a new checkpoint: that step was saved already
 };
 
 // One provider decision, for metrics and hzctl.

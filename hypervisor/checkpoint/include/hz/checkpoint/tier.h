@@ -27,7 +27,7 @@ class Tier {
  public:
   struct Completion {
     uint64_t token = 0;
-    Status status = Status::kOk;
+    Status status = Status::Ok();
   };
 
   virtual ~Tier() = default;

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "hz/common/status.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/status.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::events {

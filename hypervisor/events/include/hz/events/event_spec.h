@@ -14,8 +14,8 @@
 #include <cstring>
 #include <string>
 
+#include "hz/common/status.h"
 #include "hz/events/coarse.h"
-#include "hz/events/status.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::events {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "hz/common/status.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/status.h"
 
 namespace hz::events {
 

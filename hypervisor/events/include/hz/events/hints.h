@@ -11,8 +11,8 @@
 #include <mutex>
 #include <string>
 
+#include "hz/common/status.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/status.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::events {

@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "hz/common/status.h"
 #include "hz/events/event_spec.h"
 #include "hz/events/resource_provider.h"
-#include "hz/events/status.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::events {

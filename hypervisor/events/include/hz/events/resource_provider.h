@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "hz/events/status.h"
+#include "hz/common/status.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::events {

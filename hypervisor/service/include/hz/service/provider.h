@@ -31,6 +31,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
+#include "hz/common/status.h"
 #include "hz/events/event_spec.h"
 #include "hz/events/health_monitor.h"
 #include "hz/events/hints.h"
@@ -62,21 +63,21 @@ class Provider {
   uint64_t Features() const;
 
   // TOPOLOGY_GET: the tenant's private summary.
-  events::Status Summary(const std::string& tenant, std::vector<uint8_t>* bytes);
+  Status Summary(const std::string& tenant, std::vector<uint8_t>* bytes);
 
   // NEG_REQUEST / NEG_COUNTER: queued; `done` runs (any thread) at the
   // decision point. weight and max_priority are the tenant's operator policy.
-  events::Status Submit(const std::string& tenant, uint32_t weight, uint8_t max_priority,
-                        const hz_neg_request& request, DecisionFn done);
-  events::Status Counter(const std::string& tenant, uint64_t negotiation_id,
-                         const hz_neg_request& request, DecisionFn done);
-  events::Status Accept(const std::string& tenant, uint64_t offer_id, uint64_t* reservation_id);
-  events::Status Decline(const std::string& tenant, uint64_t negotiation_id);
-  events::Status Release(const std::string& tenant, const hz_neg_release_args& args);
+  Status Submit(const std::string& tenant, uint32_t weight, uint8_t max_priority,
+                const hz_neg_request& request, DecisionFn done);
+  Status Counter(const std::string& tenant, uint64_t negotiation_id, const hz_neg_request& request,
+                 DecisionFn done);
+  Status Accept(const std::string& tenant, uint64_t offer_id, uint64_t* reservation_id);
+  Status Decline(const std::string& tenant, uint64_t negotiation_id);
+  Status Release(const std::string& tenant, const hz_neg_release_args& args);
 
   // HINT_DECLARE.
-  events::Status DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
-                             hz_hint_declare_result* result);
+  Status DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
+                     hz_hint_declare_result* result);
 
   // Operator commands (control API): false when `cmd` is not the provider's.
   bool Command(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
