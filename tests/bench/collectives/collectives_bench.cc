@@ -36,6 +36,7 @@
 
 namespace {
 
+using hz::Status;
 using hz::coll::Constraints;
 using hz::coll::DType;
 using hz::coll::Engine;
@@ -45,7 +46,6 @@ using hz::coll::Member;
 using hz::coll::Op;
 using hz::coll::OpDesc;
 using hz::coll::RedOp;
-using hz::coll::Status;
 using Clock = std::chrono::steady_clock;
 
 // The engine's streaming-store threshold, for reporting.
@@ -96,12 +96,12 @@ double StreamCopy(uint32_t threads, size_t bytes) {
 
 std::vector<std::shared_ptr<Member>> Join(Engine& e, uint64_t tenant, uint32_t p, Constraints c) {
   hz::coll::Uid uid;
-  if (e.NewUid(tenant, &uid) != Status::kOk) std::abort();
+  if (!e.NewUid(tenant, &uid).ok()) std::abort();
   std::vector<std::shared_ptr<Member>> m(p);
   std::atomic<uint32_t> done{0};
   for (uint32_t r = 0; r < p; ++r) {
     e.Init(tenant, uid, p, r, c, [&, r](Status s, std::shared_ptr<Member> mm) {
-      if (s != Status::kOk) std::abort();
+      if (!s.ok()) std::abort();
       m[r] = std::move(mm);
       done++;
     });
@@ -121,7 +121,7 @@ class Latch {
   hz::coll::Done Callback() {
     return [this](Status s) {
       std::lock_guard<std::mutex> l(mu_);
-      failed_ |= s != Status::kOk;
+      failed_ |= !s.ok();
       if (--left_ == 0) cv_.notify_all();
     };
   }
@@ -248,7 +248,7 @@ void BenchFairness(uint32_t workers, uint16_t prio_a, uint16_t prio_b, size_t by
         float* s = t.bufs[(k * p + r) * 2].get();
         float* d = t.bufs[(k * p + r) * 2 + 1].get();
         e.Post(t.comms[k][r], AllReduceDesc(seq, n, s, d), [&, k, left](Status st) {
-          if (st != Status::kOk) std::abort();
+          if (!st.ok()) std::abort();
           if (left->fetch_sub(1) == 1) {
             t.ops++;
             std::lock_guard<std::mutex> l(mu);

@@ -165,7 +165,8 @@ void Verify(Prepared& pr) {
   auto& sends = pr.sends;
   auto& recvs = pr.recvs;
   auto& recv_before = pr.recv_before;
-  for (uint32_t r = 0; r < p; ++r) ASSERT_EQ(pr.waiters[r].Wait(), Status::kOk) << "rank " << r;
+  for (uint32_t r = 0; r < p; ++r)
+    ASSERT_EQ(pr.waiters[r].Wait().code(), StatusCode::kOk) << "rank " << r;
 
   auto slice = [&](const std::vector<uint8_t>& v, size_t off) {
     return std::vector<uint8_t>(v.begin() + off, v.begin() + off + b);

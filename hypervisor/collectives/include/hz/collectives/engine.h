@@ -135,7 +135,7 @@ struct CommInfo {
   uint64_t next_seq = 0;  // next collective seq to execute
   uint32_t pending = 0;   // collectives and point-to-point ops waiting for peers
   CommState state = CommState::kJoining;
-  Status abort_reason = Status::kOk;
+  Status abort_reason = Status::Ok();
   AbortCause abort_cause = AbortCause::kNone;
   Constraints constraints;
 };

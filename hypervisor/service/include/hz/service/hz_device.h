@@ -238,8 +238,8 @@ class HzDevice : public vdev::Device {
   Reply CommUid(const Request& req);
   Reply CommInit(vdev::Queue& q, const Request& req);
   Reply CommDestroyOrAbort(const Request& req);
-  void OnInitDone(uint64_t op_id, coll::Status status, MemberPtr member);
-  void OnOpDone(uint64_t op_id, coll::Status status);
+  void OnInitDone(uint64_t op_id, Status status, MemberPtr member);
+  void OnOpDone(uint64_t op_id, Status status);
 
   // Resolves one slice of a collective into host spans.
   uint32_t ResolveSlice(const Request& req, const hz_slice& s, uint64_t need, bool write,
