@@ -10,9 +10,9 @@
 #include <cinttypes>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "hz/common/file.h"
 
 namespace hz::checkpoint {
 
@@ -25,16 +25,8 @@ constexpr const char* kManifestTmp = "manifest.json.tmp";  // written by older l
 constexpr const char* kPendingSuffix = ".tmp";             // a step directory being written
 constexpr const char* kRetiredSuffix = ".del";             // a step directory being removed
 constexpr const char* kPolicy = "policy.json";
-constexpr const char* kPolicyTmp = "policy.json.tmp";
+constexpr const char* kPolicyTmp = "policy.json.tmp";  // what a crash in WriteFileAtomic leaves
 constexpr const char* kData = "data";
-
-bool FsyncPath(const std::string& path, bool directory) {
-  int fd = open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = fsync(fd) == 0;
-  close(fd);
-  return ok;
-}
 
 // Creates dir (and parents), fsyncing each parent whose entry is new, so a
 // committed manifest is never reachable only through a lost directory entry.
@@ -42,50 +34,13 @@ bool MakeDirDurable(const fs::path& dir) {
   if (fs::is_directory(dir)) return true;
   if (dir.has_parent_path() && !MakeDirDurable(dir.parent_path())) return false;
   if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) return false;
-  return FsyncPath(dir.parent_path().string(), true);
+  return SyncDir(dir.parent_path().string()).ok();
 }
 
-// Writes a small file atomically: temp, fsync, rename, fsync directory.
-bool WriteFileAtomic(const fs::path& dir, const char* tmp_name, const char* name,
-                     const std::string& text) {
-  std::string tmp = (dir / tmp_name).string();
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return false;
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      close(fd);
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  bool ok = fsync(fd) == 0;
-  close(fd);
-  if (!ok) return false;
-  if (rename(tmp.c_str(), (dir / name).c_str()) != 0) return false;
-  return FsyncPath(dir.string(), true);
-}
-
-bool ReadSmallFile(const fs::path& path, std::string* out, bool* missing) {
-  *missing = false;
-  std::error_code ec;
-  auto size = fs::file_size(path, ec);
-  if (ec) {
-    *missing = true;
-    return false;
-  }
-  if (size > kMaxManifestBytes) return false;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *missing = true;
-    return false;
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
+// A manifest or a policy: kNotFound when it is absent, another failure when
+// it cannot be one (unreadable, or too large).
+StatusOr<std::string> ReadSmallFile(const fs::path& path) {
+  return ReadFile(path.string(), kMaxManifestBytes);
 }
 
 // Parses a decimal directory name; false for anything else (never adopted).
@@ -183,8 +138,7 @@ Status DiskTier::SavePolicy(TenantId tenant, StreamId stream, const Policy& p) {
                       {"stall_budget_ms", p.stall_budget_ms},
                       {"rpo_s", p.rpo_s},
                       {"auto_save_on_notice", p.auto_save_on_notice}};
-  return WriteFileAtomic(dir, kPolicyTmp, kPolicy, j.dump() + "\n") ? Status::Ok()
-                                                                    : Status::IoError();
+  return WriteFileAtomic((dir / kPolicy).string(), j.dump() + "\n", /*sync=*/true, 0640);
 }
 
 void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
@@ -201,11 +155,9 @@ void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
         continue;
       }
       fs::remove(s.path() / kPolicyTmp, ec2);
-      std::string text;
-      bool missing = false;
       Policy p;
-      if (ReadSmallFile(s.path() / kPolicy, &text, &missing)) {
-        auto j = nlohmann::json::parse(text, nullptr, false);
+      if (StatusOr<std::string> text = ReadSmallFile(s.path() / kPolicy); text.ok()) {
+        auto j = nlohmann::json::parse(*text, nullptr, false);
         if (j.is_object()) {
           p.retention = std::max<uint32_t>(1, PolicyU32(j, "retention", 1));
           uint32_t tier = PolicyU32(j, "tier", 1);
@@ -423,13 +375,13 @@ Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len,
                       const std::function<bool()>& cancelled) {
   fs::path dir = StepDir(m.tenant, m.stream, m.step);
   // The manifest on disk must still be the one committed.
-  std::string text;
-  bool missing = false;
-  if (!ReadSmallFile(dir / kManifest, &text, &missing)) {
-    return missing ? Status::NotFound() : Status::Corruption();
+  StatusOr<std::string> text = ReadSmallFile(dir / kManifest);
+  if (!text.ok()) {
+    return text.status().IsNotFound() ? text.status()
+                                      : Status::Corruption(dir.string() + ": unreadable manifest");
   }
   Manifest on_disk;
-  if (!DecodeManifest(text, &on_disk).ok() || on_disk.chunk_crcs != m.chunk_crcs ||
+  if (!DecodeManifest(*text, &on_disk).ok() || on_disk.chunk_crcs != m.chunk_crcs ||
       on_disk.slice_sizes != m.slice_sizes || on_disk.meta_len != m.meta_len ||
       on_disk.chunk_bytes != m.chunk_bytes) {
     return Status::Corruption();
@@ -479,7 +431,7 @@ Status DiskTier::Remove(TenantId tenant, StreamId stream, uint64_t step) {
   fs::path dir = StepDir(tenant, stream, step);
   // Uncommit first (one unlink, made durable), then reclaim the space.
   if (unlink((dir / kManifest).c_str()) != 0 && errno != ENOENT) return Status::IoError();
-  FsyncPath(dir.string(), true);
+  SyncDir(dir.string());
   std::error_code ec;
   fs::remove_all(dir, ec);
   return ec ? Status::IoError() : Status::Ok();
@@ -571,18 +523,17 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
         if (name.size() != 20 || !ParseNumber(name, UINT64_MAX, &step)) continue;
         std::error_code ec4;
         fs::remove(d / kManifestTmp, ec4);
-        std::string text;
-        bool missing = false;
         Manifest m;
-        if (!ReadSmallFile(d / kManifest, &text, &missing)) {
-          if (missing) {
+        StatusOr<std::string> text = ReadSmallFile(d / kManifest);
+        if (!text.ok()) {
+          if (text.status().IsNotFound()) {
             // Never committed: an interrupted persist.
             fs::remove_all(d, ec4);
             cleaned->push_back(d.string());
           }
           continue;
         }
-        if (!DecodeManifest(text, &m).ok() || m.tenant != tenant || m.stream != stream ||
+        if (!DecodeManifest(*text, &m).ok() || m.tenant != tenant || m.stream != stream ||
             m.step != step) {
           // A committed manifest that no longer verifies: keep it for the
           // operator, but never list or restore it.
@@ -600,15 +551,14 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
         uint64_t step = 0;
         ParseNumber(name.substr(0, 20), UINT64_MAX, &step);
         fs::path final_dir = d.parent_path() / name.substr(0, 20);
-        std::string text;
-        bool missing = false;
         Manifest m;
         std::error_code ec6;
-        bool adopt = !fs::exists(final_dir, ec6) && ReadSmallFile(d / kManifest, &text, &missing) &&
-                     DecodeManifest(text, &m).ok() && m.tenant == tenant && m.stream == stream &&
-                     m.step == step && VerifyData(d.string(), m);
+        StatusOr<std::string> text = ReadSmallFile(d / kManifest);
+        bool adopt = !fs::exists(final_dir, ec6) && text.ok() && DecodeManifest(*text, &m).ok() &&
+                     m.tenant == tenant && m.stream == stream && m.step == step &&
+                     VerifyData(d.string(), m);
         if (adopt && rename(d.c_str(), final_dir.c_str()) == 0) {
-          FsyncPath(s.path().string(), true);
+          SyncDir(s.path().string());
           spdlog::info("checkpoint: adopted committed {}", final_dir.string());
           committed->push_back(std::move(m));
           continue;

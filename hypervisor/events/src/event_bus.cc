@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "hz/common/file.h"
 #include "hz/events/coarse.h"
 #include "hz/events/event_log.h"
 
@@ -135,12 +136,10 @@ Status TenantLog::Open() {
 }
 
 Status TenantLog::LoadState() {
-  std::string text;
   std::string path = dir_ + "/state.json";
-  Status s = ReadFile(path, &text);
-  if (s.code() == StatusCode::kNotFound) return Status::Ok();
-  if (!s.ok()) return s;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status().IsNotFound() ? Status::Ok() : text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   auto bad = [&](const std::string& why) { return Status::Corruption(path + ": " + why); };
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
   auto u64 = [](const nlohmann::json& v, uint64_t* out) {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <random>
 
+#include "hz/common/file.h"
 #include "hz/events/coarse.h"
-#include "hz/scheduler/state_file.h"
 
 namespace hz::scheduler {
 
@@ -54,11 +54,9 @@ Status Scheduler::OpenWithInventory(HostInventory inventory, const SchedulerOpti
 }
 
 Status Scheduler::Load() {
-  std::string text;
-  bool exists = false;
-  Status s = ReadWholeFile(options_.state_path, &text, &exists);
-  if (!s.ok() || !exists) return s;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  StatusOr<std::string> text = ReadFile(options_.state_path);
+  if (!text.ok()) return text.status().IsNotFound() ? Status::Ok() : text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return Status::Corruption(options_.state_path + " is not valid JSON");
   }
@@ -66,7 +64,7 @@ Status Scheduler::Load() {
     if (j.at("version").get<int>() != 1) {
       return Status::Corruption(options_.state_path + ": unknown state version");
     }
-    if (!(s = allocator_.FromJson(j.at("allocator"))).ok()) {
+    if (Status s = allocator_.FromJson(j.at("allocator")); !s.ok()) {
       return Status::Corruption(options_.state_path + ": " + s.message());
     }
     for (const auto& [tenant, t] : j.at("tenants").items()) {
@@ -98,7 +96,7 @@ Status Scheduler::Persist() {
   for (const auto& [rid, aid] : reservations_) res.push_back({rid, aid});
   nlohmann::json j{
       {"version", 1}, {"allocator", alloc}, {"tenants", tenants}, {"reservations", res}};
-  return WriteFileAtomically(options_.state_path, j.dump(1), options_.sync);
+  return WriteFileAtomic(options_.state_path, j.dump(1), options_.sync);
 }
 
 uint64_t Scheduler::SeedLocked(const std::string& tenant) {

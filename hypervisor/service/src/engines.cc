@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "hz/common/file.h"
 #include "hz/events/injection.h"
 #include "hz/service/wire_status.h"
 #include "protocol/harmonaize.h"
@@ -123,22 +124,14 @@ checkpoint::TenantId Engines::CkptTenant(const std::string& tenant) {
   return id;
 }
 
-// Under mu_. Written to a temporary file, then renamed.
+// Under mu_. Durable before the number names a directory: a tenant whose
+// number were lost could find another tenant's checkpoints under it.
 void Engines::SaveTenantIds() {
   json ids = json::object();
   for (const auto& [name, id] : ckpt_ids_) ids[name] = id;
   const std::string path = config_.state_dir + "/checkpoints/tenants.json";
-  {
-    std::ofstream out(path + ".tmp", std::ios::trunc);
-    out << ids.dump() << "\n";
-    if (!out) {
-      spdlog::error("event=ckpt_tenants_save_failed path={}", path);
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(path + ".tmp", path, ec);
-  if (ec) spdlog::error("event=ckpt_tenants_save_failed path={} error=\"{}\"", path, ec.message());
+  Status s = WriteFileAtomic(path, ids.dump() + "\n");
+  if (!s.ok()) spdlog::error("event=ckpt_tenants_save_failed error=\"{}\"", s.ToString());
 }
 
 bool Engines::ClaimQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner) {

@@ -13,7 +13,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "control_server.h"
-#include "hz/scheduler/state_file.h"
+#include "hz/common/file.h"
 #include "metrics_server.h"
 #include "spdlog/spdlog.h"
 #include "vdev/server.h"
@@ -502,7 +502,7 @@ void Service::SaveState() {
   const std::string path = config_.state_dir + "/state.json";
   // fsynced before and after the rename: a tenant or binding the operator
   // was told about is still there after a power loss.
-  hz::Status s = hz::scheduler::WriteFileAtomically(path, state.dump(2) + "\n");
+  hz::Status s = WriteFileAtomic(path, state.dump(2) + "\n");
   if (!s.ok()) spdlog::error("event=state_save_failed path={} reason=\"{}\"", path, s.ToString());
 }
 

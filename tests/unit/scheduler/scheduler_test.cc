@@ -8,8 +8,8 @@
 #include <fstream>
 #include <set>
 
+#include "hz/common/file.h"
 #include "hz/events/negotiation.h"
-#include "hz/scheduler/state_file.h"
 #include "test_util.h"
 
 namespace hz::scheduler {
@@ -257,14 +257,14 @@ TEST_F(SchedulerFacade, OperatorViews) {
 
 TEST_F(SchedulerFacade, CorruptStateIsRefused) {
   sched_.reset();
-  ASSERT_TRUE(WriteFileAtomically(options_.state_path, "{not json").ok());
+  ASSERT_TRUE(WriteFileAtomic(options_.state_path, "{not json").ok());
   std::unique_ptr<Scheduler> s;
   EXPECT_EQ(Scheduler::Open(options_, &attacher_, &sink_, &s).code(), StatusCode::kCorruption);
-  ASSERT_TRUE(WriteFileAtomically(options_.state_path,
-                                  R"({"version":1,"allocator":{"next_id":1,"failed":[],)"
-                                  R"("allocations":[{"id":1,"tenant":"a","gpus":1,"nics":0,)"
-                                  R"("locality":0,"devices":[{"host":"elsewhere","bdf":)"
-                                  R"("0000:1a:00.0"}]}]},"tenants":{},"reservations":[]})")
+  ASSERT_TRUE(WriteFileAtomic(options_.state_path,
+                              R"({"version":1,"allocator":{"next_id":1,"failed":[],)"
+                              R"("allocations":[{"id":1,"tenant":"a","gpus":1,"nics":0,)"
+                              R"("locality":0,"devices":[{"host":"elsewhere","bdf":)"
+                              R"("0000:1a:00.0"}]}]},"tenants":{},"reservations":[]})")
                   .ok());
   Status st = Scheduler::Open(options_, &attacher_, &sink_, &s);
   EXPECT_EQ(st.code(), StatusCode::kCorruption);

@@ -62,12 +62,6 @@ class RecordFile {
   uint64_t records_ = 0;
 };
 
-// Writes `contents` to `path` atomically (temporary file, optional fsync,
-// rename, optional directory fsync).
-Status WriteFileAtomic(const std::string& path, const std::string& contents, bool sync);
-// Reads a whole file; kNotFound when it does not exist.
-Status ReadFile(const std::string& path, std::string* contents);
-
 }  // namespace hz::events
 
 #endif  // HZ_EVENTS_EVENT_LOG_H_
