@@ -84,33 +84,23 @@ DiskTier::~DiskTier() {
   if (sync_ring_ok_) io_uring_queue_exit(&sync_ring_);
 }
 
-std::unique_ptr<DiskTier> DiskTier::Open(const Options& options, std::string* error) {
-  if (options.root.empty()) {
-    *error = "checkpoint root is empty";
-    return nullptr;
-  }
+Status DiskTier::Open(const Options& options, std::unique_ptr<DiskTier>* out) {
+  if (options.root.empty()) return Status::InvalidArgument("checkpoint root is empty");
   if (options.queue_depth == 0 || options.queue_depth > 4096) {
-    *error = "queue depth must be 1..4096";
-    return nullptr;
+    return Status::InvalidArgument("queue depth must be 1..4096");
   }
   std::unique_ptr<DiskTier> t(new DiskTier(options));
   if (!MakeDirDurable(fs::path(options.root))) {
-    *error = "cannot create checkpoint root " + options.root + ": " + strerror(errno);
-    return nullptr;
+    return Errno("cannot create checkpoint root", options.root);
   }
   int rc = io_uring_queue_init(options.queue_depth, &t->ring_, 0);
-  if (rc < 0) {
-    *error = std::string("io_uring_queue_init: ") + strerror(-rc);
-    return nullptr;
-  }
+  if (rc < 0) return Status::IoError(std::string("io_uring_queue_init: ") + strerror(-rc));
   t->ring_ok_ = true;
   rc = io_uring_queue_init(8, &t->sync_ring_, 0);
-  if (rc < 0) {
-    *error = std::string("io_uring_queue_init: ") + strerror(-rc);
-    return nullptr;
-  }
+  if (rc < 0) return Status::IoError(std::string("io_uring_queue_init: ") + strerror(-rc));
   t->sync_ring_ok_ = true;
-  return t;
+  *out = std::move(t);
+  return Status::Ok();
 }
 
 bool DiskTier::RegisterBuffers(const std::vector<iovec>& buffers) {

@@ -51,7 +51,7 @@ class DiskTier : public Tier {
     Policy policy;
   };
 
-  static std::unique_ptr<DiskTier> Open(const Options& options, std::string* error);
+  static Status Open(const Options& options, std::unique_ptr<DiskTier>* out);
   ~DiskTier() override;
 
   // Registers the staging pool with the ring; false (and plain writes) when the

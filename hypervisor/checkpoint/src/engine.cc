@@ -37,47 +37,40 @@ uint64_t WallTime10s() {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-std::unique_ptr<Engine> Engine::Open(const EngineConfig& config, std::string* error) {
-  std::string ignored;
-  if (error == nullptr) error = &ignored;
+Status Engine::Open(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   if (config.chunk_bytes == 0 || config.chunk_bytes % kIoAlign != 0 ||
       config.chunk_bytes > (1u << 30)) {
-    *error = "chunk_bytes must be a non-zero multiple of 4096, at most 1 GiB";
-    return nullptr;
+    return Status::InvalidArgument(
+        "chunk_bytes must be a non-zero multiple of 4096, at most 1 GiB");
   }
   size_t chunks = config.staging_bytes / config.chunk_bytes;
   if (chunks == 0 || chunks > 65536) {
-    *error = "staging_bytes must hold 1..65536 chunks";
-    return nullptr;
+    return Status::InvalidArgument("staging_bytes must hold 1..65536 chunks");
   }
   if (config.memory_tier_bytes > config.staging_bytes) {
-    *error = "memory_tier_bytes exceeds staging_bytes";
-    return nullptr;
+    return Status::InvalidArgument("memory_tier_bytes exceeds staging_bytes");
   }
   if (config.copy_threads == 0 || config.copy_threads > 64) {
-    *error = "copy_threads must be 1..64";
-    return nullptr;
+    return Status::InvalidArgument("copy_threads must be 1..64");
   }
   if (config.request_threads == 0 || config.request_threads > 64) {
-    *error = "request_threads must be 1..64";
-    return nullptr;
+    return Status::InvalidArgument("request_threads must be 1..64");
   }
   auto pool = std::make_unique<StagingPool>(config.chunk_bytes, chunks);
-  if (!pool->ok()) {
-    *error = "cannot allocate the staging pool";
-    return nullptr;
-  }
+  if (!pool->ok()) return Status::Limit("cannot allocate the staging pool");
   DiskTier::Options opt;
   opt.root = config.root;
   opt.queue_depth = config.queue_depth;
   opt.direct_io = config.direct_io;
-  auto disk = DiskTier::Open(opt, error);
-  if (!disk) return nullptr;
+  std::unique_ptr<DiskTier> disk;
+  Status s = DiskTier::Open(opt, &disk);
+  if (!s.ok()) return s;
   if (config.register_buffers) disk->RegisterBuffers(pool->Iovecs());
   auto impl = std::make_unique<Impl>(config, std::move(pool), std::move(disk));
-  if (!impl->Recover(error)) return nullptr;
+  if (!(s = impl->Recover()).ok()) return s;
   impl->Start();
-  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  out->reset(new Engine(std::move(impl)));
+  return Status::Ok();
 }
 
 Status Engine::SetLimits(TenantId t, const TenantLimits& l) {
@@ -191,14 +184,13 @@ void Engine::Impl::RequestLoop() {
   }
 }
 
-bool Engine::Impl::Recover(std::string* error) {
+Status Engine::Impl::Recover() {
   std::vector<DiskTier::StreamPolicy> policies;
   disk_->LoadPolicies(&policies);
   std::vector<Manifest> committed;
   std::vector<std::string> cleaned;
   if (!disk_->Recover(&committed, &cleaned).ok()) {
-    *error = "cannot scan checkpoint root " + config_.root;
-    return false;
+    return Status::IoError("cannot scan checkpoint root " + config_.root);
   }
   std::vector<std::shared_ptr<Ckpt>> evicted;
   {
@@ -228,7 +220,7 @@ bool Engine::Impl::Recover(std::string* error) {
     }
   }
   RemoveFromDisk(evicted);
-  return true;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------

@@ -95,7 +95,7 @@ class Engine::Impl {
        std::unique_ptr<DiskTier> disk);
   ~Impl();
 
-  bool Recover(std::string* error);
+  Status Recover();
   void Start();
 
   Status SetLimits(TenantId tenant, const TenantLimits& limits);

@@ -21,21 +21,21 @@ using json = nlohmann::json;
 namespace {
 
 // The operator commands of the engines name one tenant: checks that req has
-// only cmd, id, tenant and `extra`, and that tenant is a string. Returns the
-// error to answer with, or "" with *tenant set.
-std::string ReadTenant(const json& req, std::initializer_list<const char*> extra,
-                       std::string* tenant) {
+// only cmd, id, tenant and `extra`, and that tenant is a string.
+Status ReadTenant(const json& req, std::initializer_list<const char*> extra, std::string* tenant) {
   for (const auto& item : req.items()) {
     const std::string& k = item.key();  // a plain name: clang 14 cannot capture bindings
     if (k == "cmd" || k == "id" || k == "tenant") continue;
     if (std::none_of(extra.begin(), extra.end(), [&k](const char* e) { return k == e; })) {
-      return "unknown field \"" + k + "\"";
+      return Status::InvalidArgument("unknown field \"" + k + "\"");
     }
   }
   auto t = req.find("tenant");
-  if (t == req.end() || !t->is_string()) return "field \"tenant\" must be a string";
+  if (t == req.end() || !t->is_string()) {
+    return Status::InvalidArgument("field \"tenant\" must be a string");
+  }
   *tenant = t->get<std::string>();
-  return {};
+  return Status::Ok();
 }
 
 }  // namespace
@@ -72,17 +72,14 @@ Engines::~Engines() {
   sink_.reset();
 }
 
-bool Engines::Start(std::string* error) {
+Status Engines::Start() {
   events::BusOptions bo;
   bo.dir = config_.state_dir + "/events";
   // Infrastructure events are rare; losing one to a power cut would lose a
   // maintenance notice, so every append is flushed.
   bo.fsync = events::FsyncPolicy::kAlways;
   Status st = events::EventBus::Open(bo, &bus_);
-  if (!st.ok()) {
-    *error = bo.dir + ": " + st.ToString();
-    return false;
-  }
+  if (!st.ok()) return Status(st.code(), bo.dir + ": " + st.ToString());
 
   const std::string root = config_.state_dir + "/checkpoints";
   {
@@ -104,13 +101,9 @@ bool Engines::Start(std::string* error) {
   cc.disk_bandwidth_bytes_per_s = config_.ckpt_disk_bandwidth_bytes_per_s;
   cc.default_limits.staging_bytes = cc.staging_bytes;
   cc.sink = sink_.get();
-  std::string cerr;
-  ckpt_ = checkpoint::Engine::Open(cc, &cerr);
-  if (!ckpt_) {
-    *error = root + ": " + cerr;
-    return false;
-  }
-  return true;
+  st = checkpoint::Engine::Open(cc, &ckpt_);
+  if (!st.ok()) return Status(st.code(), root + ": " + st.message());
+  return Status::Ok();
 }
 
 checkpoint::TenantId Engines::CkptTenant(const std::string& tenant) {
@@ -204,31 +197,26 @@ uint64_t Engines::Features() const {
   return f;
 }
 
-bool Engines::Command(const std::string& cmd, const json& req, json* out, std::string* error) {
-  if (cmd == "event.inject") {
-    *error = InjectEvent(req, out);
-    return true;
-  }
-  if (cmd == "checkpoint.list") {
-    *error = ListCheckpoints(req, out);
-    return true;
-  }
-  if (cmd == "event.status") {
-    *error = EventStatus(req, out);
-    return true;
-  }
-  return false;
+bool Engines::Handles(const std::string& cmd) {
+  return cmd == "event.inject" || cmd == "checkpoint.list" || cmd == "event.status";
+}
+
+StatusOr<json> Engines::Command(const std::string& cmd, const json& req) {
+  if (cmd == "event.inject") return InjectEvent(req);
+  if (cmd == "checkpoint.list") return ListCheckpoints(req);
+  if (cmd == "event.status") return EventStatus(req);
+  return Status::NotSupported("unknown command \"" + cmd + "\"");
 }
 
 // {"cmd": "event.status", "tenant": "t1"}: the tenant's log, each binding's
 // cursor and the events it approved early (what the tenant acknowledged).
-std::string Engines::EventStatus(const json& req, json* out) {
+StatusOr<json> Engines::EventStatus(const json& req) {
   std::string tenant;
-  if (std::string err = ReadTenant(req, {}, &tenant); !err.empty()) return err;
-  if (!bus_) return "the event bus is not running";
+  if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
+  if (!bus_) return Status::State("the event bus is not running");
   events::TenantSummary s;
   Status st = bus_->Summary(tenant, &s);
-  if (!st.ok()) return st.ToString();
+  if (!st.ok()) return st;
   json bindings = json::array();
   for (const auto& b : s.bindings) {
     bindings.push_back({{"binding", b.name},
@@ -236,28 +224,29 @@ std::string Engines::EventStatus(const json& req, json* out) {
                         {"delivered", b.delivered},
                         {"connected", b.connected}});
   }
-  *out = {{"tenant", tenant},
-          {"next_seq", s.next_seq},
-          {"oldest_seq", s.oldest_seq},
-          {"bindings", bindings},
-          {"approved", s.approved}};
-  return {};
+  return json{{"tenant", tenant},
+              {"next_seq", s.next_seq},
+              {"oldest_seq", s.oldest_seq},
+              {"bindings", bindings},
+              {"approved", s.approved}};
 }
 
 // {"cmd": "event.inject", "tenant": "t1", "event": {"topic": "maintenance", ...}}
 // The event object is SpecFromJson's (hz/events/injection.h).
-std::string Engines::InjectEvent(const json& req, json* out) {
+StatusOr<json> Engines::InjectEvent(const json& req) {
   std::string tenant;
-  if (std::string err = ReadTenant(req, {"event"}, &tenant); !err.empty()) return err;
+  if (Status s = ReadTenant(req, {"event"}, &tenant); !s.ok()) return s;
   auto e = req.find("event");
-  if (e == req.end() || !e->is_object()) return "field \"event\" must be an object";
-  if (!bus_) return "the event bus is not running";
+  if (e == req.end() || !e->is_object()) {
+    return Status::InvalidArgument("field \"event\" must be an object");
+  }
+  if (!bus_) return Status::State("the event bus is not running");
   events::EventSpec spec;
   Status st = events::SpecFromJson(e->dump(), static_cast<uint64_t>(std::time(nullptr)), &spec);
-  if (!st.ok()) return st.message().empty() ? st.ToString() : st.message();
+  if (!st.ok()) return st;
   uint64_t seq = 0;
   st = bus_->Publish(tenant, spec, &seq);
-  if (!st.ok()) return st.ToString();
+  if (!st.ok()) return st;
   published_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("event=event_injected tenant={} topic={} kind={} seq={} deadline_s={}", tenant,
                spec.topic, spec.kind, seq, spec.deadline_s);
@@ -267,23 +256,21 @@ std::string Engines::InjectEvent(const json& req, json* out) {
     res["deadline_s"] = ev.deadline_s;
     Notice(tenant, ev);
   }
-  *out = res;
-  return {};
+  return res;
 }
 
 // {"cmd": "checkpoint.list", "tenant": "t1"}: the tenant's streams with their
 // checkpoints, and the engine's recent decisions about them.
-std::string Engines::ListCheckpoints(const json& req, json* out) {
+StatusOr<json> Engines::ListCheckpoints(const json& req) {
   std::string tenant;
-  if (std::string err = ReadTenant(req, {}, &tenant); !err.empty()) return err;
-  if (!ckpt_) return "the checkpoint engine is not running";
+  if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
+  if (!ckpt_) return Status::State("the checkpoint engine is not running");
   checkpoint::TenantId id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = ckpt_ids_.find(tenant);
     if (it == ckpt_ids_.end()) {
-      *out = {{"tenant", tenant}, {"streams", json::array()}, {"decisions", json::array()}};
-      return {};
+      return json{{"tenant", tenant}, {"streams", json::array()}, {"decisions", json::array()}};
     }
     id = it->second;
   }
@@ -323,8 +310,7 @@ std::string Engines::ListCheckpoints(const json& req, json* out) {
                          {"step", d.step},
                          {"value", d.value}});
   }
-  *out = {{"tenant", tenant}, {"streams", streams}, {"decisions", decisions}};
-  return {};
+  return json{{"tenant", tenant}, {"streams", streams}, {"decisions", decisions}};
 }
 
 json Engines::Counters() const {

@@ -30,38 +30,36 @@ const char* ReservationStateName(ev::ReservationState s) {
 }
 
 // Operator input: unknown fields are errors, as everywhere in the control API.
-std::string OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
+Status OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
   std::set<std::string> ok = {"cmd", "id"};
   for (const char* a : allowed) ok.insert(a);
   for (const auto& [k, v] : req.items()) {
-    if (ok.count(k) == 0) return "unknown field \"" + k + "\"";
+    if (ok.count(k) == 0) return Status::InvalidArgument("unknown field \"" + k + "\"");
   }
-  return {};
+  return Status::Ok();
 }
 
-std::string GetString(const json& req, const char* key, std::string* out) {
+Status GetString(const json& req, const char* key, std::string* out) {
   auto it = req.find(key);
-  if (it == req.end() || !it->is_string())
-    return std::string("field \"") + key + "\" must be a string";
+  if (it == req.end() || !it->is_string()) {
+    return Status::InvalidArgument(std::string("field \"") + key + "\" must be a string");
+  }
   *out = it->get<std::string>();
-  return {};
+  return Status::Ok();
 }
 
-std::string GetUInt(const json& req, const char* key, uint64_t def, uint64_t max, uint64_t* out) {
+Status GetUInt(const json& req, const char* key, uint64_t def, uint64_t max, uint64_t* out) {
   auto it = req.find(key);
   if (it == req.end()) {
     *out = def;
-    return {};
+    return Status::Ok();
   }
   if (!it->is_number_unsigned() || it->get<uint64_t>() > max) {
-    return std::string("field \"") + key + "\" must be an integer in 0.." + std::to_string(max);
+    return Status::InvalidArgument(std::string("field \"") + key + "\" must be an integer in 0.." +
+                                   std::to_string(max));
   }
   *out = it->get<uint64_t>();
-  return {};
-}
-
-std::string Why(const Status& s) {
-  return s.message().empty() ? s.ToString() : s.message();
+  return Status::Ok();
 }
 
 }  // namespace
@@ -83,14 +81,11 @@ uint64_t Provider::Now() {
   return static_cast<uint64_t>(std::time(nullptr));
 }
 
-bool Provider::Start(std::string* error) {
+Status Provider::Start() {
   const SchedulerConfig& c = config_.scheduler;
   if (!c.libvirt_uri.empty()) {
     Status s = sc::LibvirtAttacher::Open(c.libvirt_uri, &virt_);
-    if (!s.ok()) {
-      *error = "libvirt " + c.libvirt_uri + ": " + s.ToString();
-      return false;
-    }
+    if (!s.ok()) return Status(s.code(), "libvirt " + c.libvirt_uri + ": " + s.ToString());
   }
   sc::SchedulerOptions o;
   o.sysfs_root = c.sysfs_root;
@@ -100,8 +95,7 @@ bool Provider::Start(std::string* error) {
   o.sync = c.sync;
   Status s = sc::Scheduler::Open(o, virt_.get(), sink_, &sched_);
   if (!s.ok()) {
-    *error = "scheduler (sysfs " + c.sysfs_root + "): " + s.ToString();
-    return false;
+    return Status(s.code(), "scheduler (sysfs " + c.sysfs_root + "): " + s.ToString());
   }
   ev::NegotiationOptions no;
   no.window_s = config_.negotiation.window_s;
@@ -110,10 +104,7 @@ bool Provider::Start(std::string* error) {
   no.max_duration_s = config_.negotiation.max_duration_s;
   no.max_open_per_tenant = config_.negotiation.max_open_per_tenant;
   s = ev::NegotiationEngine::ValidateOptions(no);
-  if (!s.ok()) {
-    *error = "negotiation: " + s.ToString();
-    return false;
-  }
+  if (!s.ok()) return Status(s.code(), "negotiation: " + s.ToString());
   hints_ = std::make_unique<ev::HintEngine>(sink_);
   engine_ = std::make_unique<ev::NegotiationEngine>(no, sched_.get(), sink_);
   // Hints follow every change of a tenant's GPU count the engine makes.
@@ -142,7 +133,7 @@ bool Provider::Start(std::string* error) {
                o.state_path);
   ArmEvery(decide_timer_, config_.negotiation.decide_interval_ms, &Provider::DecisionPoint);
   ArmEvery(health_timer_, config_.scheduler.health_poll_ms, &Provider::PollHealth);
-  return true;
+  return Status::Ok();
 }
 
 void Provider::Stop() {
@@ -303,51 +294,50 @@ Status Provider::DeclareHint(const std::string& tenant, const hz_hint_declare_ar
   return hints_->Declare(tenant, args, result);
 }
 
-bool Provider::Command(const std::string& cmd, const json& req, json* out, std::string* error) {
+bool Provider::Handles(const std::string& cmd) {
   static const std::set<std::string> kCommands = {
       "inventory",      "allocation.list", "alloc",         "release",         "device.fail",
       "device.degrade", "device.repair",   "tenant.domain", "negotiation.list"};
-  if (kCommands.count(cmd) == 0) return false;
-  *error = Run(cmd, req, out);
-  return true;
+  return kCommands.count(cmd) != 0;
 }
 
-std::string Provider::Run(const std::string& cmd, const json& req, json* out) {
-  std::string err;
+StatusOr<json> Provider::Command(const std::string& cmd, const json& req) {
+  if (!Handles(cmd)) return Status::NotSupported("unknown command \"" + cmd + "\"");
+  return Run(cmd, req);
+}
+
+StatusOr<json> Provider::Run(const std::string& cmd, const json& req) {
+  Status err;
   if (cmd == "inventory") {
-    if (!(err = OnlyFields(req, {})).empty()) return err;
-    *out = sched_->Inventory();
-    return {};
+    if (!(err = OnlyFields(req, {})).ok()) return err;
+    return sched_->Inventory();
   }
   if (cmd == "allocation.list") {
-    if (!(err = OnlyFields(req, {})).empty()) return err;
-    *out = sched_->Allocations();
-    return {};
+    if (!(err = OnlyFields(req, {})).ok()) return err;
+    return sched_->Allocations();
   }
   if (cmd == "negotiation.list") {
-    if (!(err = OnlyFields(req, {})).empty()) return err;
-    *out = NegotiationJson();
-    return {};
+    if (!(err = OnlyFields(req, {})).ok()) return err;
+    return NegotiationJson();
   }
   if (cmd == "tenant.domain") {
-    if (!(err = OnlyFields(req, {"tenant", "domain"})).empty()) return err;
+    if (!(err = OnlyFields(req, {"tenant", "domain"})).ok()) return err;
     std::string tenant, domain;
-    if (!(err = GetString(req, "tenant", &tenant)).empty()) return err;
-    if (!(err = GetString(req, "domain", &domain)).empty()) return err;
+    if (!(err = GetString(req, "tenant", &tenant)).ok()) return err;
+    if (!(err = GetString(req, "domain", &domain)).ok()) return err;
     Status s = sched_->BindTenant(tenant, domain);
-    if (!s.ok()) return Why(s);
+    if (!s.ok()) return s;
     spdlog::info("event=tenant_domain tenant={} domain={}", tenant, domain);
-    *out = {{"tenant", tenant}, {"domain", domain}};
-    return {};
+    return json{{"tenant", tenant}, {"domain", domain}};
   }
   if (cmd == "alloc") {
-    if (!(err = OnlyFields(req, {"tenant", "gpus", "nics", "locality"})).empty()) return err;
+    if (!(err = OnlyFields(req, {"tenant", "gpus", "nics", "locality"})).ok()) return err;
     std::string tenant, locality = "any";
     uint64_t gpus = 0, nics = 0;
-    if (!(err = GetString(req, "tenant", &tenant)).empty()) return err;
-    if (!(err = GetUInt(req, "gpus", 0, 65535, &gpus)).empty()) return err;
-    if (!(err = GetUInt(req, "nics", 0, 65535, &nics)).empty()) return err;
-    if (req.contains("locality") && !(err = GetString(req, "locality", &locality)).empty()) {
+    if (!(err = GetString(req, "tenant", &tenant)).ok()) return err;
+    if (!(err = GetUInt(req, "gpus", 0, 65535, &gpus)).ok()) return err;
+    if (!(err = GetUInt(req, "nics", 0, 65535, &nics)).ok()) return err;
+    if (req.contains("locality") && !(err = GetString(req, "locality", &locality)).ok()) {
       return err;
     }
     sc::Request r;
@@ -360,41 +350,44 @@ std::string Provider::Run(const std::string& cmd, const json& req, json* out) {
     } else if (locality == "group" || locality == "same_group") {
       r.locality = HZ_LOC_SAME_GROUP;
     } else {
-      return "field \"locality\" must be any, host or group";
+      return Status::InvalidArgument("field \"locality\" must be any, host or group");
     }
-    if (r.gpus + r.nics == 0) return "ask for at least one device (gpus or nics)";
+    if (r.gpus + r.nics == 0) {
+      return Status::InvalidArgument("ask for at least one device (gpus or nics)");
+    }
     uint64_t id = 0;
     std::lock_guard<std::mutex> lock(mu_);
     Status s = sched_->Allocate(tenant, r, &id);
-    if (!s.ok()) return Why(s);
+    if (!s.ok()) return s;
     SyncLocked();
     spdlog::info("event=allocated tenant={} id={} gpus={} nics={} locality={}", tenant, id, gpus,
                  nics, locality);
-    *out = {{"id", id}, {"tenant", tenant}};
+    json out = {{"id", id}, {"tenant", tenant}};
     for (const json& a : sched_->Allocations()) {
-      if (a.value("id", uint64_t{0}) == id) (*out)["devices"] = a["devices"];
+      if (a.value("id", uint64_t{0}) == id) out["devices"] = a["devices"];
     }
-    return {};
+    return out;
   }
   if (cmd == "release") {
-    if (!(err = OnlyFields(req, {"allocation"})).empty()) return err;
+    if (!(err = OnlyFields(req, {"allocation"})).ok()) return err;
     uint64_t id = 0;
-    if (!req.contains("allocation")) return "missing field \"allocation\"";
-    if (!(err = GetUInt(req, "allocation", 0, UINT64_MAX, &id)).empty()) return err;
+    if (!req.contains("allocation")) {
+      return Status::InvalidArgument("missing field \"allocation\"");
+    }
+    if (!(err = GetUInt(req, "allocation", 0, UINT64_MAX, &id)).ok()) return err;
     std::lock_guard<std::mutex> lock(mu_);
     Status s = sched_->Release(id);
-    if (!s.ok()) return Why(s);
+    if (!s.ok()) return s;
     SyncLocked();
     spdlog::info("event=released id={}", id);
-    *out = json::object();
-    return {};
+    return json::object();
   }
   // device.fail / device.degrade / device.repair {"bdf": ..., "errors": N}
-  if (!(err = OnlyFields(req, {"bdf", "errors"})).empty()) return err;
+  if (!(err = OnlyFields(req, {"bdf", "errors"})).ok()) return err;
   std::string bdf;
   uint64_t errors = 0;
-  if (!(err = GetString(req, "bdf", &bdf)).empty()) return err;
-  if (!(err = GetUInt(req, "errors", 1, UINT32_MAX, &errors)).empty()) return err;
+  if (!(err = GetString(req, "bdf", &bdf)).ok()) return err;
+  if (!(err = GetUInt(req, "errors", 1, UINT32_MAX, &errors)).ok()) return err;
   std::lock_guard<std::mutex> lock(mu_);
   Status s;
   if (cmd == "device.fail") {
@@ -402,14 +395,13 @@ std::string Provider::Run(const std::string& cmd, const json& req, json* out) {
   } else if (cmd == "device.degrade") {
     s = sched_->MarkDegraded(bdf, errors);
   } else {
-    if (req.contains("errors")) return "unknown field \"errors\"";
+    if (req.contains("errors")) return Status::InvalidArgument("unknown field \"errors\"");
     s = sched_->Repair(bdf);
   }
-  if (!s.ok()) return Why(s);
+  if (!s.ok()) return s;
   SyncLocked();
   spdlog::info("event={} bdf={}", cmd == "device.fail" ? "device_failed" : cmd, bdf);
-  *out = {{"bdf", bdf}};
-  return {};
+  return json{{"bdf", bdf}};
 }
 
 json Provider::NegotiationJson() {

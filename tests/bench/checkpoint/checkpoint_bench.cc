@@ -253,9 +253,8 @@ void RunSize(const std::string& dir, size_t bytes, int reps, unsigned copy_threa
   cfg.memory_tier_bytes = 0;
   cfg.copy_threads = copy_threads;
   cfg.queue_depth = queue_depth;
-  std::string err;
-  auto eng = Engine::Open(cfg, &err);
-  if (!eng) {
+  std::unique_ptr<Engine> eng;
+  if (Status err = Engine::Open(cfg, &eng); !err.ok()) {
     std::cerr << "engine: " << err << "\n";
     exit(1);
   }
@@ -347,8 +346,7 @@ void RunSize(const std::string& dir, size_t bytes, int reps, unsigned copy_threa
 
   // Two tenants, each with half the bytes, saving at the same moment.
   cfg.staging_bytes = bytes + 4 * kBlock;
-  eng = Engine::Open(cfg, &err);
-  if (!eng) {
+  if (Status err = Engine::Open(cfg, &eng); !err.ok()) {
     std::cerr << "engine: " << err << "\n";
     exit(1);
   }

@@ -108,9 +108,9 @@ TEST(CheckpointCrash, SigkillDuringPersistNeverLosesOrTearsCheckpoints) {
     kills_after_progress += reported.size() > before;
 
     // A fresh engine on the same directory.
-    std::string err;
-    auto eng = Engine::Open(crash::LoopConfig(root), &err);
-    ASSERT_TRUE(eng) << err;
+    std::unique_ptr<Engine> eng;
+    Status err = Engine::Open(crash::LoopConfig(root), &eng);
+    ASSERT_TRUE(err.ok()) << err;
     EXPECT_TRUE(Leftovers(root).empty()) << Leftovers(root).front();
     std::vector<ListEntry> entries;
     bool more = false;

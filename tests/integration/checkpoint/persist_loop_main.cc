@@ -34,10 +34,9 @@ int main(int argc, char** argv) {
   StdoutSink sink;
   EngineConfig cfg = crash::LoopConfig(argv[1]);
   cfg.sink = &sink;
-  std::string err;
-  auto eng = Engine::Open(cfg, &err);
-  if (!eng) {
-    fprintf(stderr, "open: %s\n", err.c_str());
+  std::unique_ptr<Engine> eng;
+  if (Status err = Engine::Open(cfg, &eng); !err.ok()) {
+    fprintf(stderr, "open: %s\n", err.ToString().c_str());
     return 1;
   }
   Policy p;

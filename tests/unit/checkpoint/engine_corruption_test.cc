@@ -37,8 +37,8 @@ class CheckpointCorruption : public ::testing::Test {
   }
   void Open() {
     eng_.reset();
-    std::string err;
-    eng_ = Engine::Open(SmallConfig(dir_->path()), &err);
+    Status err;
+    eng_ = testing::OpenEngine(SmallConfig(dir_->path()), &err);
     ASSERT_TRUE(eng_) << err;
   }
   // Restores into a canary-filled destination; checks nothing was written on failure.

@@ -39,7 +39,7 @@ struct LiveState {
 TEST(CheckpointJit, NoticeSnapshotsAConsistentStepWhileTheTenantMutates) {
   TempDir dir("jit");
   RecordingSink sink;
-  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink));
   ASSERT_TRUE(eng);
   Policy p;
   p.auto_save_on_notice = true;
@@ -83,7 +83,7 @@ TEST(CheckpointJit, NoticeSnapshotsAConsistentStepWhileTheTenantMutates) {
 TEST(CheckpointJit, TenantStuckMidUpdateMissesTheDeadline) {
   TempDir dir("jit-miss");
   RecordingSink sink;
-  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink));
   ASSERT_TRUE(eng);
   Policy p;
   p.auto_save_on_notice = true;
@@ -108,7 +108,7 @@ TEST(CheckpointJit, TenantStuckMidUpdateMissesTheDeadline) {
 TEST(CheckpointJit, OnlyOptedInDeclaredStreamsAreSaved) {
   TempDir dir("jit-opt");
   RecordingSink sink;
-  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink));
   ASSERT_TRUE(eng);
   Policy in;
   in.auto_save_on_notice = true;
@@ -148,7 +148,7 @@ TEST(CheckpointJit, OnlyOptedInDeclaredStreamsAreSaved) {
 
 TEST(CheckpointJit, DeclarationsAreValidated) {
   TempDir dir("jit-decl");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   LiveState s;
   auto sp = s.spans();

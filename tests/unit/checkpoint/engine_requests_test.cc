@@ -25,8 +25,8 @@ class CheckpointRequests : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::make_unique<TempDir>("requests");
-    std::string err;
-    eng_ = Engine::Open(SmallConfig(dir_->path(), &sink_), &err);
+    Status err;
+    eng_ = testing::OpenEngine(SmallConfig(dir_->path(), &sink_), &err);
     ASSERT_TRUE(eng_) << err;
   }
   Status SaveStep(TenantId t, StreamId s, uint64_t step, std::vector<size_t> sizes = {5000}) {
@@ -178,7 +178,7 @@ TEST_F(CheckpointRequests, FullStagingPoolBackpressuresThenAgain) {
   auto cfg = SmallConfig(dir.path());
   cfg.disk_bandwidth_bytes_per_s = 1 << 20;
   cfg.staging_bytes = 1 << 20;  // 16 chunks
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   Policy p;
   p.stall_budget_ms = 50;
@@ -279,7 +279,7 @@ TEST_F(CheckpointRequests, DeleteRemovesFilesAndIndex) {
   EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 1)));
   // Survives a restart.
   eng_.reset();
-  eng_ = Engine::Open(SmallConfig(dir_->path()), nullptr);
+  eng_ = testing::OpenEngine(SmallConfig(dir_->path()));
   ASSERT_TRUE(eng_);
   EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{2}));
 }
@@ -288,7 +288,7 @@ TEST_F(CheckpointRequests, DeleteWhilePersistingCancelsCleanly) {
   TempDir dir("cancel");
   auto cfg = SmallConfig(dir.path());
   cfg.disk_bandwidth_bytes_per_s = 64 << 10;  // ~1 s for 64 KiB chunks
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({1 << 20}, 1);
@@ -348,7 +348,7 @@ TEST(CheckpointCancel, WaitingSaveStopsWhenCancelled) {
   auto cfg = SmallConfig(dir.path());
   cfg.staging_bytes = 4 * cfg.chunk_bytes;
   cfg.memory_tier_bytes = 2 * cfg.chunk_bytes;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   Policy mem;
   mem.tier = TierKind::kHostMemory;
@@ -386,7 +386,7 @@ TEST(CheckpointCancel, WaitingSaveStopsWhenCancelled) {
 
 TEST(CheckpointCancel, CancelledRestoreWritesNothing) {
   TempDir dir("cancelrestore");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({300000}, 4);
@@ -412,7 +412,7 @@ TEST(CheckpointAsync, RunAsyncRunsEveryPieceOffTheCaller) {
   TempDir dir("async");
   auto cfg = SmallConfig(dir.path());
   cfg.request_threads = 1;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   std::mutex mu;
   std::vector<int> order;

@@ -28,8 +28,8 @@ TEST_P(CheckpointSaveRestore, RestoresBitExactFromDisk) {
   const Layout& lay = GetParam();
   TempDir dir("save-restore");
   RecordingSink sink;
-  std::string err;
-  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), &err);
+  Status err;
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink), &err);
   ASSERT_TRUE(eng) << err;
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
 
@@ -48,7 +48,7 @@ TEST_P(CheckpointSaveRestore, RestoresBitExactFromDisk) {
 
   // Restore through a fresh engine so the bytes come from disk, not memory.
   eng.reset();
-  eng = Engine::Open(SmallConfig(dir.path(), &sink), &err);
+  eng = testing::OpenEngine(SmallConfig(dir.path(), &sink), &err);
   ASSERT_TRUE(eng) << err;
   auto out = ZeroState(lay.sizes);
   auto out_spans = Spans(out);
@@ -80,7 +80,7 @@ TEST(CheckpointSaveRestoreBasics, RestoreOfStagedCheckpointComesFromMemory) {
   auto cfg = SmallConfig(dir.path());
   cfg.disk_bandwidth_bytes_per_s = 64 << 10;  // slow persist keeps it staged
   cfg.staging_bytes = 8 << 20;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   auto state = MakeState({3u << 20}, 1);
@@ -103,7 +103,7 @@ TEST(CheckpointSaveRestoreBasics, RestoreOfStagedCheckpointComesFromMemory) {
 
 TEST(CheckpointSaveRestoreBasics, GivenStepAndLatest) {
   TempDir dir("steps");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   Policy p;
   p.retention = 3;
@@ -132,7 +132,7 @@ TEST(CheckpointSaveRestoreBasics, GivenStepAndLatest) {
 
 TEST(CheckpointSaveRestoreBasics, ProbeReturnsMetadataAndWritesNothing) {
   TempDir dir("probe");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({70000, 5}, 2);
@@ -149,7 +149,7 @@ TEST(CheckpointSaveRestoreBasics, ProbeReturnsMetadataAndWritesNothing) {
 
 TEST(CheckpointSaveRestoreBasics, OverlappingDestinationsAreRefused) {
   TempDir dir("overlap");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({100, 100}, 2);
@@ -169,7 +169,7 @@ TEST(CheckpointSaveRestoreBasics, LargeStateUsesParallelCopyAndSurvivesRestart) 
   cfg.chunk_bytes = 1 << 20;
   cfg.staging_bytes = 16 << 20;
   cfg.parallel_copy_min_bytes = 1 << 20;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   auto state = MakeState({(5u << 20) + 3, (4u << 20) + 4093}, 3);
@@ -183,7 +183,7 @@ TEST(CheckpointSaveRestoreBasics, LargeStateUsesParallelCopyAndSurvivesRestart) 
   EXPECT_EQ(st.tenants[0].durable, 1u);
   EXPECT_GE(st.tenants[0].bytes_persisted, (9u << 20));
   eng.reset();
-  eng = Engine::Open(cfg, nullptr);
+  eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   auto out = ZeroState({(5u << 20) + 3, (4u << 20) + 4093});
   auto out_spans = Spans(out);

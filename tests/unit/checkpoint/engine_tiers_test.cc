@@ -32,7 +32,7 @@ TEST(CheckpointTiers, HostMemoryTierHoldsDurableCheckpointsWithoutDisk) {
   TempDir dir("memtier");
   RecordingSink sink;
   auto cfg = SmallConfig(dir.path(), &sink);  // 1 MiB memory tier
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   Policy p;
   p.tier = TierKind::kHostMemory;
@@ -80,7 +80,7 @@ TEST(CheckpointTiers, HostMemoryTierHoldsDurableCheckpointsWithoutDisk) {
 
 TEST(CheckpointTiers, FullMemoryTierSpillsToDisk) {
   TempDir dir("spill");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);  // 1 MiB memory tier
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));  // 1 MiB memory tier
   ASSERT_TRUE(eng);
   Policy p;
   p.tier = TierKind::kHostMemory;
@@ -106,7 +106,7 @@ TEST(CheckpointTiers, FullMemoryTierSpillsToDisk) {
 TEST(CheckpointTiers, PolicySurvivesRestartAndRetentionAppliesOnStartup) {
   TempDir dir("policy");
   {
-    auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+    auto eng = testing::OpenEngine(SmallConfig(dir.path()));
     ASSERT_TRUE(eng);
     Policy p;
     p.retention = 3;
@@ -123,7 +123,7 @@ TEST(CheckpointTiers, PolicySurvivesRestartAndRetentionAppliesOnStartup) {
   bool more;
   {
     // The stream, its retention and its last step come back from disk.
-    auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+    auto eng = testing::OpenEngine(SmallConfig(dir.path()));
     ASSERT_TRUE(eng);
     ASSERT_EQ(eng->List(5, 7, 0, 10, &e, &more).code(), StatusCode::kOk);
     EXPECT_EQ(e.size(), 3u);
@@ -141,7 +141,7 @@ TEST(CheckpointTiers, PolicySurvivesRestartAndRetentionAppliesOnStartup) {
   // A stream holding more than its retention (a crash between a commit and
   // its eviction) is trimmed at start-up.
   std::ofstream(dir.path() + "/5/7/policy.json") << R"({"retention":1,"tier":1})";
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->List(5, 7, 0, 10, &e, &more).code(), StatusCode::kOk);
   ASSERT_EQ(e.size(), 1u);
@@ -156,7 +156,7 @@ TEST(CheckpointTiers, MalformedPolicyFilesFallBackToDefaults) {
     fs::remove_all(dir.path() + "/1");
     fs::create_directories(dir.path() + "/1/1");
     std::ofstream(dir.path() + "/1/1/policy.json") << text;
-    auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+    auto eng = testing::OpenEngine(SmallConfig(dir.path()));
     ASSERT_TRUE(eng) << text;
     // The stream exists with a default policy and works.
     auto st = MakeState({10}, 1);
@@ -169,7 +169,7 @@ TEST(CheckpointTiers, MalformedPolicyFilesFallBackToDefaults) {
 TEST(CheckpointTiers, StartupRemovesUncommittedLeftovers) {
   TempDir dir("leftovers");
   {
-    auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+    auto eng = testing::OpenEngine(SmallConfig(dir.path()));
     ASSERT_TRUE(eng);
     ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   }
@@ -188,7 +188,7 @@ TEST(CheckpointTiers, StartupRemovesUncommittedLeftovers) {
   std::string retired = testing::StepDir(dir.path(), 1, 1, 8) + ".del";
   fs::create_directories(retired);
   std::ofstream(retired + "/data") << "old";
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   EXPECT_FALSE(fs::exists(step));
   EXPECT_FALSE(fs::exists(pending));
@@ -209,7 +209,7 @@ TEST(CheckpointTiers, StaggerDelaysAnotherTenantsPersistStart) {
   TempDir dir("stagger");
   auto cfg = SmallConfig(dir.path());
   cfg.stagger_ms = 1000;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   Policy tight;
@@ -241,7 +241,7 @@ TEST(CheckpointTiers, TwoTenantsUnderABandwidthCapBothComplete) {
   auto cfg = SmallConfig(dir.path());
   cfg.disk_bandwidth_bytes_per_s = 4 << 20;
   cfg.staging_bytes = 8 << 20;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   ASSERT_EQ(eng->SetPolicy(2, 1, Policy{}).code(), StatusCode::kOk);
@@ -263,7 +263,7 @@ TEST(CheckpointTiers, BufferedFallbackWhenDirectIoIsOff) {
   auto cfg = SmallConfig(dir.path());
   cfg.direct_io = false;
   cfg.register_buffers = false;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   EXPECT_FALSE(eng->GetStats().direct_io);
   EXPECT_FALSE(eng->GetStats().registered_buffers);
@@ -274,7 +274,7 @@ TEST(CheckpointTiers, BufferedFallbackWhenDirectIoIsOff) {
   ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
   ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s).code(), StatusCode::kOk);
   eng.reset();
-  eng = Engine::Open(cfg, nullptr);
+  eng = testing::OpenEngine(cfg);
   auto out = ZeroState({123457, 5});
   auto osp = Spans(out);
   RestoreResult rr;
@@ -284,7 +284,7 @@ TEST(CheckpointTiers, BufferedFallbackWhenDirectIoIsOff) {
 
 TEST(CheckpointTiers, DirectIoAndRegisteredBuffersOnTheBuildFilesystem) {
   TempDir dir("direct");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({100000}, 4);
@@ -313,7 +313,7 @@ namespace {
 TEST(CheckpointTiers, PersistFailureIsReportedAndKeptInMemory) {
   TempDir dir("persist-fail");
   RecordingSink sink;
-  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink));
   ASSERT_TRUE(eng);
   ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
   // The stream directory turns into a file: no step directory can be created.
@@ -362,7 +362,7 @@ TEST(CheckpointTiers, PersistLaterThanTheRpoIsCounted) {
   TempDir dir("rpo");
   auto cfg = SmallConfig(dir.path());
   cfg.disk_bandwidth_bytes_per_s = 128 << 10;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   Policy p;
   p.rpo_s = 1;

@@ -122,6 +122,14 @@ inline EngineConfig SmallConfig(const std::string& root, EventSink* sink = nullp
   return c;
 }
 
+// The engine at config.root, or null (with *status saying why).
+inline std::unique_ptr<Engine> OpenEngine(const EngineConfig& config, Status* status = nullptr) {
+  std::unique_ptr<Engine> engine;
+  Status s = Engine::Open(config, &engine);
+  if (status != nullptr) *status = s;
+  return engine;
+}
+
 inline std::string StepDir(const std::string& root, TenantId t, StreamId s, uint64_t step) {
   char buf[32];
   snprintf(buf, sizeof buf, "%020llu", static_cast<unsigned long long>(step));

@@ -163,9 +163,8 @@ struct Stats {
 
 class Engine {
  public:
-  // Opens (and recovers) the engine at config.root. On failure returns null
-  // and sets *error.
-  static std::unique_ptr<Engine> Open(const EngineConfig& config, std::string* error);
+  // Opens (and recovers) the engine at config.root into *engine.
+  static Status Open(const EngineConfig& config, std::unique_ptr<Engine>* engine);
   ~Engine();  // stops the worker; staged persists that did not finish are abandoned
 
   Engine(const Engine&) = delete;

@@ -23,6 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "hz/checkpoint/engine.h"
+#include "hz/common/status.h"
+#include "hz/common/status_or.h"
 #include "hz/events/event_bus.h"
 #include "hz/service/config.h"
 
@@ -36,7 +38,7 @@ class Engines {
   Engines& operator=(const Engines&) = delete;
 
   // Opens the engines' state under the state directory.
-  bool Start(std::string* error);
+  Status Start();
 
   events::EventBus* bus() const { return bus_.get(); }
   checkpoint::Engine* ckpt() const { return ckpt_.get(); }
@@ -50,10 +52,9 @@ class Engines {
   // Feature bits (1 << HZ_F_*) of the engines that are running.
   uint64_t Features() const;
 
-  // Operator commands (control API). Returns false for a command that is not
-  // an engine's; otherwise fills *out, or *error with why it failed.
-  bool Command(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
-               std::string* error);
+  // Operator commands (control API): Handles says which are the engines'.
+  static bool Handles(const std::string& cmd);
+  StatusOr<nlohmann::json> Command(const std::string& cmd, const nlohmann::json& req);
 
   void CountDelivered(uint64_t n) { delivered_.fetch_add(n, std::memory_order_relaxed); }
 
@@ -62,9 +63,9 @@ class Engines {
 
  private:
   class CkptSink;
-  std::string InjectEvent(const nlohmann::json& req, nlohmann::json* out);
-  std::string ListCheckpoints(const nlohmann::json& req, nlohmann::json* out);
-  std::string EventStatus(const nlohmann::json& req, nlohmann::json* out);
+  StatusOr<nlohmann::json> InjectEvent(const nlohmann::json& req);
+  StatusOr<nlohmann::json> ListCheckpoints(const nlohmann::json& req);
+  StatusOr<nlohmann::json> EventStatus(const nlohmann::json& req);
   void PublishCheckpoint(const checkpoint::CheckpointEvent& e);
   // Just-in-time saves for a notice published to tenant (any thread).
   void Notice(const std::string& tenant, const hz_event& ev);

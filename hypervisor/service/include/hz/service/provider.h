@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hz/common/status.h"
+#include "hz/common/status_or.h"
 #include "hz/events/event_spec.h"
 #include "hz/events/health_monitor.h"
 #include "hz/events/hints.h"
@@ -54,7 +55,7 @@ class Provider {
   Provider& operator=(const Provider&) = delete;
 
   // Opens the scheduler (and libvirt) and starts the timers.
-  bool Start(std::string* error);
+  Status Start();
   // Cancels the timers and forgets waiting requests (on the io_context's thread
   // or after it stopped).
   void Stop();
@@ -79,9 +80,9 @@ class Provider {
   Status DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
                      hz_hint_declare_result* result);
 
-  // Operator commands (control API): false when `cmd` is not the provider's.
-  bool Command(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
-               std::string* error);
+  // Operator commands (control API): Handles says which are the provider's.
+  static bool Handles(const std::string& cmd);
+  StatusOr<nlohmann::json> Command(const std::string& cmd, const nlohmann::json& req);
 
   nlohmann::json Counters() const;
 
@@ -97,7 +98,7 @@ class Provider {
   // Under mu_: health monitor assignments follow the scheduler's, and the
   // hint engine learns the tenants' GPU counts.
   void SyncLocked();
-  std::string Run(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out);
+  StatusOr<nlohmann::json> Run(const std::string& cmd, const nlohmann::json& req);
   nlohmann::json NegotiationJson();
 
   ServiceConfig config_;

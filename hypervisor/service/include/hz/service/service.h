@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,8 +51,8 @@ class Service : public ControlTarget {
 
   // Creates the directories, starts the engine, the connection threads, the
   // control socket and the metrics endpoint, and restores saved tenants and
-  // bindings. Returns false with *error when the service cannot run.
-  bool Start(std::string* error);
+  // bindings. Fails when the service cannot run.
+  hz::Status Start();
   // Serves until SIGTERM/SIGINT or RequestStop(), then shuts down gracefully.
   void Run();
   // Asks Run() to shut down (any thread).
@@ -63,19 +64,19 @@ class Service : public ControlTarget {
   std::string MetricsText() const;
 
   // ControlTarget
-  std::string CreateTenant(const TenantSpec& spec) override;
-  std::string RemoveTenant(const std::string& name) override;
-  std::string BindVm(const std::string& tenant, const std::string& socket_path,
-                     std::string* resolved_path) override;
-  std::string UnbindVm(const std::string& socket_path) override;
+  hz::Status CreateTenant(const TenantSpec& spec) override;
+  hz::Status RemoveTenant(const std::string& name) override;
+  hz::StatusOr<std::string> BindVm(const std::string& tenant,
+                                   const std::string& socket_path) override;
+  hz::Status UnbindVm(const std::string& socket_path) override;
   std::vector<std::shared_ptr<Tenant>> Tenants() const override { return tenants_.List(); }
   std::vector<VmView> Vms() const override;
   std::vector<CommSummary> Communicators() const override;
   nlohmann::json Status() const override;
   nlohmann::json Counters() const override;
   TenantLimits DefaultTenantLimits() const override { return config_.tenant_defaults; }
-  bool EngineCommand(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
-                     std::string* error) override;
+  std::optional<CommandResult> EngineCommand(const std::string& cmd,
+                                             const nlohmann::json& req) override;
 
  private:
   struct Binding {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "hz/common/status.h"
 #include "hz/service/config.h"
 #include "protocol/harmonaize.h"
 
@@ -52,9 +53,9 @@ class TenantRegistry {
   // Tenant names: 1..64 bytes of [A-Za-z0-9._-], starting with a letter or digit.
   static bool ValidName(const std::string& name);
 
-  // Returns an empty string on success, else why not.
-  std::string Create(const TenantSpec& spec);
-  std::string Remove(const std::string& name);
+  // kInvalidArgument, kExists; kNotFound.
+  Status Create(const TenantSpec& spec);
+  Status Remove(const std::string& name);
   std::shared_ptr<Tenant> Find(const std::string& name) const;
   std::vector<std::shared_ptr<Tenant>> List() const;  // sorted by name
 
