@@ -294,7 +294,7 @@ Status Scheduler::Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_
         nullptr);
     if (!s.ok()) return s;
   }
-  ev::NegotiationEngine* engine = engine_;
+  negotiation::NegotiationEngine* engine = engine_;
   if (!engine || allocator_.FreeOnHost(0, kind) == 0) return Status::Ok();
   hz_neg_request req{};
   req.kind = WireKind(kind);
@@ -416,7 +416,7 @@ nlohmann::json Scheduler::Allocations() const {
   return out;
 }
 
-void Scheduler::SetNegotiationEngine(ev::NegotiationEngine* engine) {
+void Scheduler::SetNegotiationEngine(negotiation::NegotiationEngine* engine) {
   std::lock_guard<std::mutex> lock(mu_);
   engine_ = engine;
 }
@@ -426,11 +426,11 @@ std::map<uint64_t, std::string> Scheduler::Replacements() const {
   return replacements_;
 }
 
-std::vector<ev::Pool> Scheduler::Pools() const {
-  std::vector<ev::Pool> out;
+std::vector<negotiation::Pool> Scheduler::Pools() const {
+  std::vector<negotiation::Pool> out;
   for (uint32_t p = 0; p < cluster_.pools().size(); ++p) {
     const Pool& pool = cluster_.pools()[p];
-    out.push_back(ev::Pool{p, WireKind(pool.kind), pool.host});
+    out.push_back(negotiation::Pool{p, WireKind(pool.kind), pool.host});
   }
   return out;
 }
@@ -450,7 +450,7 @@ uint32_t Scheduler::Capacity(uint32_t pool, uint64_t /*window*/) const {
 }
 
 Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
-                         const std::vector<ev::PoolCount>& devices) {
+                         const std::vector<negotiation::PoolCount>& devices) {
   std::lock_guard<std::mutex> lock(mu_);
   if (reservations_.count(reservation_id)) {
     return Status::State("reservation " + std::to_string(reservation_id) + " already attached");
@@ -458,7 +458,7 @@ Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
   std::vector<DeviceRef> chosen;
   Request req;
   req.locality = HZ_LOC_SAME_HOST;
-  for (const ev::PoolCount& pc : devices) {
+  for (const negotiation::PoolCount& pc : devices) {
     if (pc.pool >= cluster_.pools().size()) return Status::InvalidArgument("unknown pool");
     const Pool& p = cluster_.pools()[pc.pool];
     uint32_t left = pc.count;
@@ -488,7 +488,7 @@ Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
 }
 
 Status Scheduler::Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
-                         std::vector<ev::PoolCount>* detached) {
+                         std::vector<negotiation::PoolCount>* detached) {
   std::lock_guard<std::mutex> lock(mu_);
   if (detached) detached->clear();
   auto it = reservations_.find(reservation_id);

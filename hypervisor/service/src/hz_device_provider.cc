@@ -17,7 +17,7 @@ constexpr uint32_t kNegResultMax =
     sizeof(hz_neg_result) + HZ_NEG_MAX_OFFERS * sizeof(hz_neg_offer);  // 336
 
 // The wire result of a decision: hz_neg_result, then its offers.
-std::vector<uint8_t> DecisionBytes(const events::Decision& d) {
+std::vector<uint8_t> DecisionBytes(const negotiation::Decision& d) {
   hz_neg_result r = d.result;
   const size_t n = std::min<size_t>(d.offers.size(), HZ_NEG_MAX_OFFERS);
   r.num_offers = static_cast<uint32_t>(n);
@@ -111,7 +111,7 @@ HzDevice::Reply HzDevice::NegPending(vdev::Queue& q, const Request& req, uint64_
   pending_[op_id] = pend;
   in_flight_++;
   std::weak_ptr<Link> weak = link_;
-  Provider::DecisionFn done = [weak, op_id](const events::Decision& d) {
+  Provider::DecisionFn done = [weak, op_id](const negotiation::Decision& d) {
     std::shared_ptr<Link> link = weak.lock();
     if (!link) return;
     std::vector<uint8_t> bytes = DecisionBytes(d);

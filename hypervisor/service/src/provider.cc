@@ -9,21 +9,22 @@ namespace hz::service {
 
 using json = nlohmann::json;
 namespace ev = hz::events;
+namespace neg = hz::negotiation;
 namespace sc = hz::scheduler;
 
 namespace {
 
-const char* ReservationStateName(ev::ReservationState s) {
+const char* ReservationStateName(neg::ReservationState s) {
   switch (s) {
-    case ev::ReservationState::kAccepted:
+    case neg::ReservationState::kAccepted:
       return "accepted";
-    case ev::ReservationState::kActive:
+    case neg::ReservationState::kActive:
       return "active";
-    case ev::ReservationState::kEnded:
+    case neg::ReservationState::kEnded:
       return "ended";
-    case ev::ReservationState::kReleased:
+    case neg::ReservationState::kReleased:
       return "released";
-    case ev::ReservationState::kRevoked:
+    case neg::ReservationState::kRevoked:
       return "revoked";
   }
   return "unknown";
@@ -97,18 +98,18 @@ Status Provider::Start() {
   if (!s.ok()) {
     return Status(s.code(), "scheduler (sysfs " + c.sysfs_root + "): " + s.ToString());
   }
-  ev::NegotiationOptions no;
+  neg::NegotiationOptions no;
   no.window_s = config_.negotiation.window_s;
   no.offer_ttl_s = config_.negotiation.offer_ttl_s;
   no.max_lookahead_s = config_.negotiation.max_lookahead_s;
   no.max_duration_s = config_.negotiation.max_duration_s;
   no.max_open_per_tenant = config_.negotiation.max_open_per_tenant;
-  s = ev::NegotiationEngine::ValidateOptions(no);
+  s = neg::NegotiationEngine::ValidateOptions(no);
   if (!s.ok()) return Status(s.code(), "negotiation: " + s.ToString());
-  hints_ = std::make_unique<ev::HintEngine>(sink_);
-  engine_ = std::make_unique<ev::NegotiationEngine>(no, sched_.get(), sink_);
+  hints_ = std::make_unique<neg::HintEngine>(sink_);
+  engine_ = std::make_unique<neg::NegotiationEngine>(no, sched_.get(), sink_);
   // Hints follow every change of a tenant's GPU count the engine makes.
-  ev::HintEngine* hints = hints_.get();
+  neg::HintEngine* hints = hints_.get();
   engine_->SetAllocationListener([this, hints](const std::string& tenant, uint32_t gpus) {
     gpus_[tenant] = gpus;  // the engine runs under mu_
     hints->SetDevices(tenant, gpus);
@@ -191,12 +192,12 @@ void Provider::SyncLocked() {
 }
 
 void Provider::DecisionPoint() {
-  std::vector<std::pair<DecisionFn, ev::Decision>> done;
+  std::vector<std::pair<DecisionFn, neg::Decision>> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!engine_) return;
     const uint64_t now = Now();
-    for (ev::Decision& d : engine_->Decide(now)) {
+    for (neg::Decision& d : engine_->Decide(now)) {
       decisions_++;
       offers_made_ += d.offers.size();
       if (d.provider_initiated) continue;  // the engine published OFFER_MADE
@@ -250,7 +251,7 @@ Status Provider::Counter(const std::string& tenant, uint64_t negotiation_id,
     auto it = waiting_.find(negotiation_id);
     if (it != waiting_.end()) {
       DecisionFn older = std::move(it->second);
-      it->second = [older = std::move(older), done = std::move(done)](const ev::Decision& d) {
+      it->second = [older = std::move(older), done = std::move(done)](const neg::Decision& d) {
         older(d);
         done(d);
       };
@@ -407,7 +408,7 @@ StatusOr<json> Provider::Run(const std::string& cmd, const json& req) {
 json Provider::NegotiationJson() {
   std::lock_guard<std::mutex> lock(mu_);
   json reservations = json::array();
-  for (const ev::ReservationInfo& r : engine_->Reservations()) {
+  for (const neg::ReservationInfo& r : engine_->Reservations()) {
     reservations.push_back({{"id", r.id},
                             {"tenant", r.tenant},
                             {"negotiation", r.negotiation_id},
@@ -418,7 +419,7 @@ json Provider::NegotiationJson() {
                             {"state", ReservationStateName(r.state)}});
   }
   json offers = json::array();
-  for (const ev::OfferInfo& o : engine_->Offers()) {
+  for (const neg::OfferInfo& o : engine_->Offers()) {
     offers.push_back({{"id", o.offer.offer_id},
                       {"tenant", o.tenant},
                       {"negotiation", o.negotiation_id},

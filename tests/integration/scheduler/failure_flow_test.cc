@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "hz/events/event_bus.h"
-#include "hz/events/negotiation.h"
+#include "hz/negotiation/negotiation.h"
 #include "hz/scheduler/scheduler.h"
 #include "test_util.h"
 
@@ -46,7 +46,7 @@ TEST(SchedulerFailureFlow, TenantSeesOnlyAnIndexAndGetsAReplacementOffer) {
   RecordingAttacher attacher;
   std::unique_ptr<Scheduler> sched;
   ASSERT_TRUE(Scheduler::Open(o, &attacher, bus.get(), &sched).ok());
-  ev::NegotiationEngine engine(ev::NegotiationOptions{}, sched.get(), bus.get());
+  negotiation::NegotiationEngine engine(negotiation::NegotiationOptions{}, sched.get(), bus.get());
   sched->SetNegotiationEngine(&engine);
 
   ASSERT_TRUE(sched->BindTenant("acme", "vm-acme").ok());
@@ -88,7 +88,7 @@ TEST(SchedulerFailureFlow, TenantSeesOnlyAnIndexAndGetsAReplacementOffer) {
   // The replacement negotiation is decided at the next decision point and
   // offered to the tenant, who accepts it; the new GPU is attached when the
   // reservation starts.
-  std::vector<ev::Decision> decisions = engine.Decide(now);
+  std::vector<negotiation::Decision> decisions = engine.Decide(now);
   ASSERT_EQ(decisions.size(), 1u);
   ASSERT_FALSE(decisions[0].offers.empty());
   bool offered = false;

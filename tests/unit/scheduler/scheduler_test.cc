@@ -9,7 +9,7 @@
 #include <set>
 
 #include "hz/common/file.h"
-#include "hz/events/negotiation.h"
+#include "hz/negotiation/negotiation.h"
 #include "test_util.h"
 
 namespace hz::scheduler {
@@ -305,10 +305,10 @@ TEST_F(SchedulerFacade, ResourceProviderForNegotiation) {
 
   Reopen();  // the reservation survives a restart
   EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
-  std::vector<ev::PoolCount> detached;
+  std::vector<negotiation::PoolCount> detached;
   ASSERT_TRUE(sched_->Detach("acme", 77, 2, &detached).ok());
   ASSERT_EQ(detached.size(), 1u);
-  EXPECT_EQ(detached[0], (ev::PoolCount{gpu_pool, 2}));
+  EXPECT_EQ(detached[0], (negotiation::PoolCount{gpu_pool, 2}));
   EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 5u);
   EXPECT_EQ(sched_->Detach("other", 77, 1, &detached).code(), StatusCode::kState);
   EXPECT_EQ(sched_->Detach("acme", 77, 5, &detached).code(), StatusCode::kInvalidArgument);
@@ -317,8 +317,8 @@ TEST_F(SchedulerFacade, ResourceProviderForNegotiation) {
 }
 
 TEST_F(SchedulerFacade, FailureOpensAReplacementOffer) {
-  ev::NegotiationOptions opts;
-  ev::NegotiationEngine engine(opts, sched_.get(), &sink_);
+  negotiation::NegotiationOptions opts;
+  negotiation::NegotiationEngine engine(opts, sched_.get(), &sink_);
   sched_->SetNegotiationEngine(&engine);
   ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
   uint64_t id = 0;
@@ -328,7 +328,7 @@ TEST_F(SchedulerFacade, FailureOpensAReplacementOffer) {
   ASSERT_TRUE(sched_->MarkFailed(victim, 1, now).ok());
   ASSERT_EQ(sched_->Replacements().size(), 1u);
   const uint64_t negotiation = sched_->Replacements().begin()->first;
-  std::vector<ev::Decision> decisions = engine.Decide(now);
+  std::vector<negotiation::Decision> decisions = engine.Decide(now);
   ASSERT_EQ(decisions.size(), 1u);
   EXPECT_EQ(decisions[0].tenant, "acme");
   EXPECT_EQ(decisions[0].result.negotiation_id, negotiation);

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "hz/events/event_spec.h"
-#include "hz/events/negotiation.h"
-#include "hz/events/resource_provider.h"
+#include "hz/negotiation/negotiation.h"
+#include "hz/negotiation/resource_provider.h"
 #include "hz/scheduler/allocator.h"
 #include "hz/scheduler/cluster.h"
 #include "hz/scheduler/domain_attacher.h"
@@ -49,7 +49,7 @@ struct SchedulerOptions {
   std::function<uint64_t(const std::string& tenant)> tenant_seed;
 };
 
-class Scheduler : public hz::events::ResourceProvider {
+class Scheduler : public hz::negotiation::ResourceProvider {
  public:
   // Discovers the host from options.sysfs_root (+ provider file) and loads the
   // state. `attacher` and `sink` may be null (no VM attach / no events) and
@@ -100,20 +100,20 @@ class Scheduler : public hz::events::ResourceProvider {
   nlohmann::json Allocations() const;
 
   // Replacement offers through the negotiation engine (optional).
-  void SetNegotiationEngine(hz::events::NegotiationEngine* engine);
+  void SetNegotiationEngine(hz::negotiation::NegotiationEngine* engine);
   // Replacement negotiations opened so far (negotiation id -> tenant).
   std::map<uint64_t, std::string> Replacements() const;
 
   // ResourceProvider: pools are the cluster's pools; capacity is the healthy
   // devices not held by direct allocations (the engine books its own).
-  std::vector<hz::events::Pool> Pools() const override;
+  std::vector<hz::negotiation::Pool> Pools() const override;
   uint32_t Capacity(uint32_t pool, uint64_t window) const override;
   Status Attach(const std::string& tenant, uint64_t reservation_id,
-                const std::vector<hz::events::PoolCount>& devices) override;
+                const std::vector<hz::negotiation::PoolCount>& devices) override;
   // Detaches the reservation's `count` devices with the highest
   // tenant-visible indices.
   Status Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
-                std::vector<hz::events::PoolCount>* detached) override;
+                std::vector<hz::negotiation::PoolCount>* detached) override;
   uint32_t DevicesHeld(const std::string& tenant, hz_device_kind kind) const override;
 
   const Cluster& cluster() const { return cluster_; }
@@ -141,7 +141,7 @@ class Scheduler : public hz::events::ResourceProvider {
   VfioBinder binder_;
   DomainAttacher* attacher_;
   hz::events::EventSink* sink_;
-  hz::events::NegotiationEngine* engine_ = nullptr;
+  hz::negotiation::NegotiationEngine* engine_ = nullptr;
   std::map<std::string, uint64_t> seeds_;         // tenant -> summary permutation seed
   std::map<std::string, std::string> domains_;    // tenant -> libvirt domain
   std::map<uint64_t, uint64_t> reservations_;     // reservation id -> allocation id

@@ -35,8 +35,8 @@
 #include "hz/common/status_or.h"
 #include "hz/events/event_spec.h"
 #include "hz/events/health_monitor.h"
-#include "hz/events/hints.h"
-#include "hz/events/negotiation.h"
+#include "hz/negotiation/hints.h"
+#include "hz/negotiation/negotiation.h"
 #include "hz/scheduler/domain_attacher.h"
 #include "hz/scheduler/scheduler.h"
 #include "hz/service/config.h"
@@ -47,7 +47,7 @@ namespace hz::service {
 class Provider {
  public:
   // Receives the decision of a request the device keeps pending.
-  using DecisionFn = std::function<void(const events::Decision&)>;
+  using DecisionFn = std::function<void(const negotiation::Decision&)>;
 
   Provider(const ServiceConfig& config, boost::asio::io_context& io, events::EventSink* sink);
   ~Provider();
@@ -105,8 +105,8 @@ class Provider {
   events::EventSink* sink_;
   std::unique_ptr<scheduler::LibvirtAttacher> virt_;
   std::unique_ptr<scheduler::Scheduler> sched_;
-  std::unique_ptr<events::NegotiationEngine> engine_;
-  std::unique_ptr<events::HintEngine> hints_;
+  std::unique_ptr<negotiation::NegotiationEngine> engine_;
+  std::unique_ptr<negotiation::HintEngine> hints_;
   std::unique_ptr<events::HealthMonitor> health_;
   boost::asio::steady_timer decide_timer_;
   boost::asio::steady_timer health_timer_;

@@ -17,8 +17,8 @@
 // Not thread-safe: the service calls it from one thread (its control strand)
 // and calls Decide() at least once per second and Tick() at least once per
 // window.
-#ifndef HZ_EVENTS_NEGOTIATION_H_
-#define HZ_EVENTS_NEGOTIATION_H_
+#ifndef HZ_NEGOTIATION_NEGOTIATION_H_
+#define HZ_NEGOTIATION_NEGOTIATION_H_
 
 #include <cstdint>
 #include <functional>
@@ -28,10 +28,10 @@
 
 #include "hz/common/status.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/resource_provider.h"
+#include "hz/negotiation/resource_provider.h"
 #include "protocol/harmonaize.h"
 
-namespace hz::events {
+namespace hz::negotiation {
 
 struct NegotiationOptions {
   uint64_t window_s = 60;                // reservation window, a multiple of 10 s
@@ -83,7 +83,8 @@ class NegotiationEngine {
 
   // `provider` and `sink` (may be null) must outlive the engine. The options
   // must pass ValidateOptions.
-  NegotiationEngine(NegotiationOptions options, ResourceProvider* provider, EventSink* sink);
+  NegotiationEngine(NegotiationOptions options, ResourceProvider* provider,
+                    events::EventSink* sink);
 
   static Status ValidateOptions(const NegotiationOptions& options);
 
@@ -118,7 +119,7 @@ class NegotiationEngine {
   Status Release(const std::string& tenant, const hz_neg_release_args& args, uint64_t now);
   // Provider side: withdraws an accepted reservation, with a NEGOTIATION/
   // RESERVATION_REVOKED event to its tenant.
-  Status Revoke(uint64_t reservation_id, RevokeReason reason, uint64_t now);
+  Status Revoke(uint64_t reservation_id, events::RevokeReason reason, uint64_t now);
 
   // Time passes: expires offers (OFFER_EXPIRED), closes negotiations whose
   // offers are gone, starts reservations whose start came (attach +
@@ -189,11 +190,11 @@ class NegotiationEngine {
   void Collect(uint64_t now);
   void EndReservation(Reservation& reservation, ReservationState state, uint64_t now);
   void NotifyAllocation(const std::string& tenant);
-  void PublishTo(const std::string& tenant, const EventSpec& spec);
+  void PublishTo(const std::string& tenant, const events::EventSpec& spec);
 
   NegotiationOptions options_;
   ResourceProvider* provider_;
-  EventSink* sink_;
+  events::EventSink* sink_;
   AllocationListener listener_;
 
   uint64_t id_counter_ = 0;
@@ -209,6 +210,6 @@ class NegotiationEngine {
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> booked_;
 };
 
-}  // namespace hz::events
+}  // namespace hz::negotiation
 
-#endif  // HZ_EVENTS_NEGOTIATION_H_
+#endif  // HZ_NEGOTIATION_NEGOTIATION_H_

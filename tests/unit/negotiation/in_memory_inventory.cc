@@ -1,6 +1,9 @@
-#include "hz/events/resource_provider.h"
+#include "in_memory_inventory.h"
 
-namespace hz::events {
+#include <algorithm>
+#include <iterator>
+
+namespace hz::negotiation::testing {
 
 uint32_t InMemoryInventory::AddPool(hz_device_kind kind, uint32_t host, uint32_t count) {
   uint32_t id = static_cast<uint32_t>(pools_.size());
@@ -87,4 +90,4 @@ Status InMemoryInventory::Detach(const std::string& tenant, uint64_t reservation
   return Status::Ok();
 }
 
-}  // namespace hz::events
+}  // namespace hz::negotiation::testing

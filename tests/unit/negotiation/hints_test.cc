@@ -1,13 +1,13 @@
-#include "hz/events/hints.h"
+#include "hz/negotiation/hints.h"
 
 #include <gtest/gtest.h>
 
 #include "test_util.h"
 
-namespace hz::events {
+namespace hz::negotiation {
 namespace {
 
-TEST(EventsHints, SuggestionRule) {
+TEST(NegotiationHints, SuggestionRule) {
   // Full allocation: the largest step value within max.
   EXPECT_EQ(SuggestBatch(32, 256, 32, 8, 8), 256u);
   EXPECT_EQ(SuggestBatch(30, 250, 32, 8, 8), 222u);
@@ -23,21 +23,21 @@ TEST(EventsHints, SuggestionRule) {
   EXPECT_EQ(SuggestBatch(1, UINT32_MAX, 1, UINT32_MAX, UINT32_MAX), UINT32_MAX);
 }
 
-TEST(EventsHints, DeclareValidates) {
-  testing::RecordingSink sink;
+TEST(NegotiationHints, DeclareValidates) {
+  events::testing::RecordingSink sink;
   HintEngine h(&sink);
   hz_hint_declare_result r{};
   EXPECT_EQ(h.Declare("t", {10, 5, 1, 0}, &r).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(h.Declare("t", {1, 5, 0, 0}, &r).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(h.Declare("t", {1, 5, 1, 1}, &r).code(), StatusCode::kInvalidArgument);
-  HintPayload p;
+  events::HintPayload p;
   EXPECT_EQ(h.Current("t", &p).code(), StatusCode::kNotFound);
   EXPECT_TRUE(h.Declare("t", {5, 5, 1, 0}, &r).ok());
   EXPECT_EQ(r.suggested, 5u);
 }
 
-TEST(EventsHints, AllocationChangesPublishHints) {
-  testing::RecordingSink sink;
+TEST(NegotiationHints, AllocationChangesPublishHints) {
+  events::testing::RecordingSink sink;
   HintEngine h(&sink);
   h.SetDevices("t", 8);  // before any declaration: nothing published
   EXPECT_TRUE(sink.entries().empty());
@@ -50,17 +50,18 @@ TEST(EventsHints, AllocationChangesPublishHints) {
   h.SetDevices("t", 12);
   auto e = sink.entries();
   ASSERT_EQ(e.size(), 3u);
-  auto p0 = testing::PayloadAs<HintPayload>(e[0].spec.payload.data());
+  auto p0 = events::testing::PayloadAs<events::HintPayload>(e[0].spec.payload.data());
   EXPECT_EQ(e[0].spec.topic, HZ_TOPIC_HINT);
   EXPECT_EQ(p0.suggested, 128u);
   EXPECT_EQ(p0.devices_now, 4u);
   EXPECT_EQ(p0.devices_peak, 8u);
-  EXPECT_EQ(testing::PayloadAs<HintPayload>(e[1].spec.payload.data()).suggested, 256u);
-  auto p2 = testing::PayloadAs<HintPayload>(e[2].spec.payload.data());
+  EXPECT_EQ(events::testing::PayloadAs<events::HintPayload>(e[1].spec.payload.data()).suggested,
+            256u);
+  auto p2 = events::testing::PayloadAs<events::HintPayload>(e[2].spec.payload.data());
   EXPECT_EQ(p2.suggested, 192u);  // 256 * 12 / 16
   EXPECT_EQ(p2.devices_peak, 16u);
   // Another tenant is unaffected.
-  HintPayload p;
+  events::HintPayload p;
   EXPECT_EQ(h.Current("other", &p).code(), StatusCode::kNotFound);
   // A new declaration restarts the peak at the devices held now.
   ASSERT_TRUE(h.Declare("t", {32, 256, 32, 0}, &r).ok());
@@ -68,4 +69,4 @@ TEST(EventsHints, AllocationChangesPublishHints) {
 }
 
 }  // namespace
-}  // namespace hz::events
+}  // namespace hz::negotiation

@@ -1,4 +1,4 @@
-#include "hz/events/negotiation.h"
+#include "hz/negotiation/negotiation.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,13 +7,13 @@
 
 #include "hz/events/coarse.h"
 
-namespace hz::events {
+namespace hz::negotiation {
 
 namespace {
 
 uint64_t RoundUpTime(uint64_t s) {
-  uint64_t down = RoundDownTime(s);
-  return down == s ? s : down + kTimeGranularityS;
+  uint64_t down = events::RoundDownTime(s);
+  return down == s ? s : down + events::kTimeGranularityS;
 }
 
 // Candidate start windows examined per request and decision point, so one
@@ -40,7 +40,7 @@ uint32_t Sum(const std::vector<PoolCount>& devices) {
 }  // namespace
 
 NegotiationEngine::NegotiationEngine(NegotiationOptions options, ResourceProvider* provider,
-                                     EventSink* sink)
+                                     events::EventSink* sink)
     : options_(options), provider_(provider), sink_(sink) {
   if (options_.id_key == 0) {
     std::random_device rd;
@@ -49,10 +49,11 @@ NegotiationEngine::NegotiationEngine(NegotiationOptions options, ResourceProvide
 }
 
 Status NegotiationEngine::ValidateOptions(const NegotiationOptions& o) {
-  if (o.window_s < kTimeGranularityS || o.window_s % kTimeGranularityS != 0) {
+  if (o.window_s < events::kTimeGranularityS || o.window_s % events::kTimeGranularityS != 0) {
     return Status::InvalidArgument("window_s must be a positive multiple of 10");
   }
-  if (o.offer_ttl_s < kTimeGranularityS) return Status::InvalidArgument("offer_ttl_s below 10");
+  if (o.offer_ttl_s < events::kTimeGranularityS)
+    return Status::InvalidArgument("offer_ttl_s below 10");
   if (o.max_rounds == 0) return Status::InvalidArgument("max_rounds is zero");
   if (o.usage_horizon_s == 0) return Status::InvalidArgument("usage_horizon_s is zero");
   if (o.max_duration_s == 0 || o.max_lookahead_s == 0) {
@@ -315,7 +316,7 @@ bool NegotiationEngine::MakeOffer(uint64_t negotiation_id, Negotiation& n, uint6
     o.info.offer.offer_id = offer_id;
     o.info.offer.start_s = start;
     o.info.offer.duration_s = r.duration_s;
-    o.info.offer.expires_s = RoundDownTime(now + options_.offer_ttl_s);
+    o.info.offer.expires_s = events::RoundDownTime(now + options_.offer_ttl_s);
     o.info.offer.count = r.count;
     o.info.offer.locality = r.locality;
     n.offers.push_back(offer_id);
@@ -358,17 +359,17 @@ void NegotiationEngine::ExpireOffers(uint64_t now) {
   for (uint64_t id : expired) {
     OfferInfo info = offers_[id].info;
     DropOffer(id, now);
-    NegotiationPayload p{};
+    events::NegotiationPayload p{};
     p.negotiation_id = info.negotiation_id;
     p.offer_id = id;
-    PublishTo(info.tenant, MakeNegotiation(kNegotiationOfferExpired, p));
+    PublishTo(info.tenant, events::MakeNegotiation(events::kNegotiationOfferExpired, p));
   }
   // A decided negotiation closes when its offers are gone and one offer
   // lifetime has passed since its decision (SPEC.md §9.4).
   std::vector<uint64_t> done;
   for (const auto& [id, n] : negotiations_) {
     if (n.state == NegState::kOpen && n.offers.empty() &&
-        now >= RoundDownTime(n.decided_s + options_.offer_ttl_s)) {
+        now >= events::RoundDownTime(n.decided_s + options_.offer_ttl_s)) {
       done.push_back(id);
     }
   }
@@ -443,7 +444,7 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
     d.result.num_offers = static_cast<uint32_t>(d.offers.size());
     if (n.provider_initiated) {
       for (const hz_neg_offer& o : d.offers) {
-        NegotiationPayload p{};
+        events::NegotiationPayload p{};
         p.negotiation_id = k.id;
         p.offer_id = o.offer_id;
         p.start_s = o.start_s;
@@ -452,7 +453,7 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
         p.count = o.count;
         p.locality = o.locality;
         p.device_kind = static_cast<uint8_t>(n.request.kind);
-        PublishTo(n.tenant, MakeNegotiation(kNegotiationOfferMade, p));
+        PublishTo(n.tenant, events::MakeNegotiation(events::kNegotiationOfferMade, p));
       }
     }
     decisions.push_back(std::move(d));
@@ -562,9 +563,9 @@ Status NegotiationEngine::Release(const std::string& tenant, uint64_t reservatio
     r.info.state = ReservationState::kReleased;
     r.closed_s = now;
   }
-  PublishTo(tenant,
-            MakeAllocationCapacity(kCapacityReservationReleased, reservation_id, count,
-                                   provider_->DevicesHeld(tenant, r.info.kind), r.info.kind));
+  PublishTo(tenant, events::MakeAllocationCapacity(
+                        events::kCapacityReservationReleased, reservation_id, count,
+                        provider_->DevicesHeld(tenant, r.info.kind), r.info.kind));
   if (was_active) NotifyAllocation(tenant);
   return Status::Ok();
 }
@@ -580,7 +581,8 @@ void NegotiationEngine::EndReservation(Reservation& r, ReservationState state, u
   r.closed_s = now;
 }
 
-Status NegotiationEngine::Revoke(uint64_t reservation_id, RevokeReason reason, uint64_t now) {
+Status NegotiationEngine::Revoke(uint64_t reservation_id, events::RevokeReason reason,
+                                 uint64_t now) {
   auto it = reservations_.find(reservation_id);
   if (it == reservations_.end()) return Status::NotFound("no such reservation");
   Reservation& r = it->second;
@@ -590,13 +592,13 @@ Status NegotiationEngine::Revoke(uint64_t reservation_id, RevokeReason reason, u
   const bool was_active = r.info.state == ReservationState::kActive;
   const uint32_t count = r.info.count;
   EndReservation(r, ReservationState::kRevoked, now);
-  NegotiationPayload p{};
+  events::NegotiationPayload p{};
   p.negotiation_id = r.info.negotiation_id;
   p.reservation_id = reservation_id;
   p.reason = reason;
   p.count = static_cast<uint16_t>(count);
   p.device_kind = static_cast<uint8_t>(r.info.kind);
-  PublishTo(r.info.tenant, MakeNegotiation(kNegotiationReservationRevoked, p));
+  PublishTo(r.info.tenant, events::MakeNegotiation(events::kNegotiationReservationRevoked, p));
   if (was_active) NotifyAllocation(r.info.tenant);
   return Status::Ok();
 }
@@ -614,23 +616,23 @@ void NegotiationEngine::StartAndEnd(uint64_t now) {
       Status s = provider_->Attach(r.info.tenant, id, r.info.devices);
       if (!s.ok()) {
         spdlog::warn("negotiation: attach for a reservation failed: {}", s.ToString());
-        Revoke(id, kRevokeAttachFailed, now);
+        Revoke(id, events::kRevokeAttachFailed, now);
         continue;
       }
       r.info.state = ReservationState::kActive;
-      PublishTo(
-          r.info.tenant,
-          MakeAllocationCapacity(kCapacityReservationStarted, id, r.info.count,
-                                 provider_->DevicesHeld(r.info.tenant, r.info.kind), r.info.kind));
+      PublishTo(r.info.tenant,
+                events::MakeAllocationCapacity(
+                    events::kCapacityReservationStarted, id, r.info.count,
+                    provider_->DevicesHeld(r.info.tenant, r.info.kind), r.info.kind));
       NotifyAllocation(r.info.tenant);
     }
     if (r.info.state == ReservationState::kActive && now >= r.info.start_s + r.info.duration_s) {
       const uint32_t count = r.info.count;
       EndReservation(r, ReservationState::kEnded, now);
-      PublishTo(
-          r.info.tenant,
-          MakeAllocationCapacity(kCapacityReservationEnded, id, count,
-                                 provider_->DevicesHeld(r.info.tenant, r.info.kind), r.info.kind));
+      PublishTo(r.info.tenant,
+                events::MakeAllocationCapacity(events::kCapacityReservationEnded, id, count,
+                                               provider_->DevicesHeld(r.info.tenant, r.info.kind),
+                                               r.info.kind));
       NotifyAllocation(r.info.tenant);
     }
   }
@@ -670,11 +672,11 @@ void NegotiationEngine::Reconcile(uint64_t now) {
       if (victim != 0) {
         OfferInfo info = offers_[victim].info;
         DropOffer(victim, now);
-        NegotiationPayload p{};
+        events::NegotiationPayload p{};
         p.negotiation_id = info.negotiation_id;
         p.offer_id = victim;
-        p.reason = kRevokeCapacityLost;
-        PublishTo(info.tenant, MakeNegotiation(kNegotiationOfferWithdrawn, p));
+        p.reason = events::kRevokeCapacityLost;
+        PublishTo(info.tenant, events::MakeNegotiation(events::kNegotiationOfferWithdrawn, p));
         continue;
       }
       for (const auto& [id, r] : reservations_) {
@@ -687,7 +689,7 @@ void NegotiationEngine::Reconcile(uint64_t now) {
         }
       }
       if (victim == 0) break;  // nothing left to take back
-      Revoke(victim, kRevokeCapacityLost, now);
+      Revoke(victim, events::kRevokeCapacityLost, now);
     }
   }
 }
@@ -725,7 +727,7 @@ void NegotiationEngine::NotifyAllocation(const std::string& tenant) {
   if (listener_) listener_(tenant, provider_->DevicesHeld(tenant, HZ_DEV_GPU));
 }
 
-void NegotiationEngine::PublishTo(const std::string& tenant, const EventSpec& spec) {
+void NegotiationEngine::PublishTo(const std::string& tenant, const events::EventSpec& spec) {
   if (sink_ == nullptr) return;
   Status s = sink_->Publish(tenant, spec, nullptr);
   if (!s.ok()) spdlog::warn("negotiation: publishing to {} failed: {}", tenant, s.ToString());
@@ -756,4 +758,4 @@ uint32_t NegotiationEngine::Booked(uint32_t pool, uint64_t window) const {
   return it == booked_.end() ? 0 : it->second;
 }
 
-}  // namespace hz::events
+}  // namespace hz::negotiation

@@ -1,12 +1,13 @@
-#include "hz/events/negotiation.h"
+#include "hz/negotiation/negotiation.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
+#include "in_memory_inventory.h"
 #include "test_util.h"
 
-namespace hz::events {
+namespace hz::negotiation {
 namespace {
 
 constexpr uint64_t kNow = 600000;  // a window boundary (60 s windows)
@@ -25,9 +26,9 @@ hz_neg_request Req(uint16_t count, uint8_t locality, uint64_t earliest, uint64_t
   return r;
 }
 
-class EventsNegotiation : public ::testing::Test {
+class Negotiation : public ::testing::Test {
  protected:
-  EventsNegotiation() : engine_(NegotiationOptions{}, &inv_, &sink_) {
+  Negotiation() : engine_(NegotiationOptions{}, &inv_, &sink_) {
     inv_.AddPool(HZ_DEV_GPU, 0, 4);  // pool 0
     inv_.AddPool(HZ_DEV_GPU, 0, 4);  // pool 1
     inv_.AddPool(HZ_DEV_GPU, 1, 8);  // pool 2
@@ -46,12 +47,12 @@ class EventsNegotiation : public ::testing::Test {
     return {};
   }
 
-  InMemoryInventory inv_;
-  testing::RecordingSink sink_;
+  testing::InMemoryInventory inv_;
+  events::testing::RecordingSink sink_;
   NegotiationEngine engine_;
 };
 
-TEST_F(EventsNegotiation, OffersRespectTheRequestedWindow) {
+TEST_F(Negotiation, OffersRespectTheRequestedWindow) {
   uint64_t earliest = kNow + 25, latest = kNow + 300;
   Decision d = Ask("a", Req(4, HZ_LOC_SAME_GROUP, earliest, latest, 600));
   EXPECT_EQ(d.result.round, 1u);
@@ -74,7 +75,7 @@ TEST_F(EventsNegotiation, OffersRespectTheRequestedWindow) {
   EXPECT_EQ(d.offers[1].start_s, kNow + 60);
 }
 
-TEST_F(EventsNegotiation, AcceptedReservationStartsAndEnds) {
+TEST_F(Negotiation, AcceptedReservationStartsAndEnds) {
   std::vector<std::pair<std::string, uint32_t>> alloc;
   engine_.SetAllocationListener(
       [&](const std::string& t, uint32_t n) { alloc.emplace_back(t, n); });
@@ -85,9 +86,9 @@ TEST_F(EventsNegotiation, AcceptedReservationStartsAndEnds) {
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow + 5, &res).ok());
   EXPECT_TRUE(engine_.Offers().empty());  // the alternatives were released
   EXPECT_EQ(inv_.Attached("a"), 4u);
-  auto started = sink_.Matching(HZ_TOPIC_CAPACITY, kCapacityReservationStarted);
+  auto started = sink_.Matching(HZ_TOPIC_CAPACITY, events::kCapacityReservationStarted);
   ASSERT_EQ(started.size(), 1u);
-  auto p = testing::PayloadAs<CapacityPayload>(started[0].spec.payload.data());
+  auto p = events::testing::PayloadAs<events::CapacityPayload>(started[0].spec.payload.data());
   EXPECT_EQ(p.reservation_id, res);
   EXPECT_EQ(p.count, 4u);
   EXPECT_EQ(p.devices_now, 4u);
@@ -98,12 +99,12 @@ TEST_F(EventsNegotiation, AcceptedReservationStartsAndEnds) {
   EXPECT_EQ(inv_.Attached("a"), 4u);
   engine_.Tick(kNow + 300);
   EXPECT_EQ(inv_.Attached("a"), 0u);
-  EXPECT_EQ(sink_.Matching(HZ_TOPIC_CAPACITY, kCapacityReservationEnded).size(), 1u);
+  EXPECT_EQ(sink_.Matching(HZ_TOPIC_CAPACITY, events::kCapacityReservationEnded).size(), 1u);
   EXPECT_EQ(alloc.back().second, 0u);
   EXPECT_EQ(engine_.Reservations()[0].state, ReservationState::kEnded);
 }
 
-TEST_F(EventsNegotiation, FutureReservationStartsAtItsStart) {
+TEST_F(Negotiation, FutureReservationStartsAtItsStart) {
   Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow + 600, kNow + 600, 60));
   ASSERT_EQ(d.offers.size(), 1u);
   uint64_t res = 0;
@@ -114,7 +115,7 @@ TEST_F(EventsNegotiation, FutureReservationStartsAtItsStart) {
   EXPECT_EQ(inv_.Attached("a"), 2u);
 }
 
-TEST_F(EventsNegotiation, ExpiredUnknownAndForeignOffersAreNotFound) {
+TEST_F(Negotiation, ExpiredUnknownAndForeignOffersAreNotFound) {
   Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60));
   ASSERT_EQ(d.offers.size(), 1u);
   uint64_t res = 0;
@@ -125,15 +126,15 @@ TEST_F(EventsNegotiation, ExpiredUnknownAndForeignOffersAreNotFound) {
   EXPECT_TRUE(engine_.Offers().empty());
   EXPECT_EQ(engine_.Booked(0, engine_.WindowOf(kNow)) + engine_.Booked(2, engine_.WindowOf(kNow)),
             0u);
-  auto expired = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationOfferExpired);
+  auto expired = sink_.Matching(HZ_TOPIC_NEGOTIATION, events::kNegotiationOfferExpired);
   ASSERT_EQ(expired.size(), 1u);
   EXPECT_EQ(expired[0].tenant, "a");
-  auto p = testing::PayloadAs<NegotiationPayload>(expired[0].spec.payload.data());
+  auto p = events::testing::PayloadAs<events::NegotiationPayload>(expired[0].spec.payload.data());
   EXPECT_EQ(p.offer_id, d.offers[0].offer_id);
   EXPECT_EQ(p.negotiation_id, d.result.negotiation_id);
 }
 
-TEST_F(EventsNegotiation, OffersHoldCapacity) {
+TEST_F(Negotiation, OffersHoldCapacity) {
   // Pool 2 is the only group with 8 GPUs.
   Decision a = Ask("a", Req(8, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
   ASSERT_EQ(a.offers.size(), 1u);
@@ -155,7 +156,7 @@ TEST_F(EventsNegotiation, OffersHoldCapacity) {
   EXPECT_EQ(engine_.Booked(2, engine_.WindowOf(kNow + 60)), 8u);
 }
 
-TEST_F(EventsNegotiation, LowerWeightedUsageIsServedFirst) {
+TEST_F(Negotiation, LowerWeightedUsageIsServedFirst) {
   // a already holds a reservation: its usage is higher than b's.
   Decision first = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_HIGH, HZ_DEV_NIC));
   uint64_t res = 0;
@@ -176,7 +177,7 @@ TEST_F(EventsNegotiation, LowerWeightedUsageIsServedFirst) {
   EXPECT_TRUE(decisions[1].offers.empty());
 }
 
-TEST_F(EventsNegotiation, WeightsScaleUsage) {
+TEST_F(Negotiation, WeightsScaleUsage) {
   // a and b each hold 60 NIC-seconds; a's weight of 2 halves its weighted usage.
   for (const char* t : {"a", "b"}) {
     Decision d = Ask(t, Req(1, HZ_LOC_ANY, kNow + 600, kNow + 600, 60, HZ_PRIO_NORMAL, HZ_DEV_NIC));
@@ -199,7 +200,7 @@ TEST_F(EventsNegotiation, WeightsScaleUsage) {
   EXPECT_TRUE(decisions[1].offers.empty());
 }
 
-TEST_F(EventsNegotiation, TiesBreakByPriorityThenArrivalThenId) {
+TEST_F(Negotiation, TiesBreakByPriorityThenArrivalThenId) {
   uint64_t id1, id2, id3;
   ASSERT_TRUE(
       engine_.Submit("x", Req(2, HZ_LOC_ANY, kNow, kNow, 60, HZ_PRIO_LOW, HZ_DEV_NIC), kNow, &id1)
@@ -222,12 +223,12 @@ TEST_F(EventsNegotiation, TiesBreakByPriorityThenArrivalThenId) {
   EXPECT_TRUE(decisions[2].offers.empty());
 }
 
-TEST_F(EventsNegotiation, DecisionsAreDeterministic) {
+TEST_F(Negotiation, DecisionsAreDeterministic) {
   auto run = [] {
-    InMemoryInventory inv;
+    testing::InMemoryInventory inv;
     inv.AddPool(HZ_DEV_GPU, 0, 3);
     inv.AddPool(HZ_DEV_GPU, 1, 5);
-    testing::RecordingSink sink;
+    events::testing::RecordingSink sink;
     NegotiationOptions options;
     options.id_key = 42;
     NegotiationEngine e(options, &inv, &sink);
@@ -252,7 +253,7 @@ TEST_F(EventsNegotiation, DecisionsAreDeterministic) {
   EXPECT_EQ(run(), run());
 }
 
-TEST_F(EventsNegotiation, LocalityShapesPlacement) {
+TEST_F(Negotiation, LocalityShapesPlacement) {
   Decision host = Ask("a", Req(6, HZ_LOC_SAME_HOST, kNow, kNow, 60));
   ASSERT_EQ(host.offers.size(), 1u);
   auto offers = engine_.Offers();
@@ -271,7 +272,7 @@ TEST_F(EventsNegotiation, LocalityShapesPlacement) {
   EXPECT_EQ(any5.offers.size(), 1u);
 }
 
-TEST_F(EventsNegotiation, RoundsAreLimited) {
+TEST_F(Negotiation, RoundsAreLimited) {
   Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow + 60, 60));
   uint64_t id = d.result.negotiation_id;
   for (uint32_t round = 2; round <= 8; ++round) {
@@ -284,7 +285,7 @@ TEST_F(EventsNegotiation, RoundsAreLimited) {
             StatusCode::kLimit);
 }
 
-TEST_F(EventsNegotiation, DeclineEndsTheNegotiation) {
+TEST_F(Negotiation, DeclineEndsTheNegotiation) {
   Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow + 60, 60));
   ASSERT_FALSE(d.offers.empty());
   EXPECT_EQ(engine_.Decline("b", d.result.negotiation_id, kNow).code(), StatusCode::kPermission);
@@ -298,7 +299,7 @@ TEST_F(EventsNegotiation, DeclineEndsTheNegotiation) {
   EXPECT_EQ(engine_.Decline("a", d.result.negotiation_id, kNow).code(), StatusCode::kNotFound);
 }
 
-TEST_F(EventsNegotiation, BadRequestsAreRejected) {
+TEST_F(Negotiation, BadRequestsAreRejected) {
   uint64_t id;
   auto code = [&](hz_neg_request r) { return engine_.Submit("a", r, kNow, &id).code(); };
   using C = StatusCode;
@@ -324,10 +325,10 @@ TEST_F(EventsNegotiation, BadRequestsAreRejected) {
             C::kNotFound);
   EXPECT_EQ(engine_.Decline("a", 42, kNow).code(), C::kNotFound);
   EXPECT_EQ(engine_.Release("a", 42, 0, kNow).code(), C::kNotFound);
-  EXPECT_EQ(engine_.Revoke(42, kRevokeOperator, kNow).code(), C::kNotFound);
+  EXPECT_EQ(engine_.Revoke(42, events::kRevokeOperator, kNow).code(), C::kNotFound);
 }
 
-TEST_F(EventsNegotiation, OpenNegotiationsAreLimited) {
+TEST_F(Negotiation, OpenNegotiationsAreLimited) {
   uint64_t id;
   for (int i = 0; i < 64; ++i) {
     ASSERT_TRUE(engine_.Submit("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow, &id).ok());
@@ -337,7 +338,7 @@ TEST_F(EventsNegotiation, OpenNegotiationsAreLimited) {
   EXPECT_TRUE(engine_.Submit("b", Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow, &id).ok());
 }
 
-TEST_F(EventsNegotiation, ReleaseScalesDown) {
+TEST_F(Negotiation, ReleaseScalesDown) {
   std::vector<uint32_t> alloc;
   engine_.SetAllocationListener([&](const std::string&, uint32_t n) { alloc.push_back(n); });
   Decision d = Ask("a", Req(4, HZ_LOC_SAME_GROUP, kNow, kNow, 600));
@@ -350,9 +351,11 @@ TEST_F(EventsNegotiation, ReleaseScalesDown) {
   ASSERT_TRUE(engine_.Release("a", res, 1, kNow + 60).ok());
   EXPECT_EQ(inv_.Attached("a"), 3u);
   EXPECT_EQ(alloc.back(), 3u);
-  auto rel = sink_.Matching(HZ_TOPIC_CAPACITY, kCapacityReservationReleased);
+  auto rel = sink_.Matching(HZ_TOPIC_CAPACITY, events::kCapacityReservationReleased);
   ASSERT_EQ(rel.size(), 1u);
-  EXPECT_EQ(testing::PayloadAs<CapacityPayload>(rel[0].spec.payload.data()).devices_now, 3u);
+  EXPECT_EQ(
+      events::testing::PayloadAs<events::CapacityPayload>(rel[0].spec.payload.data()).devices_now,
+      3u);
   // The released device is free again from the current window on.
   uint32_t pool = engine_.Reservations()[0].devices[0].pool;
   EXPECT_EQ(engine_.Booked(pool, engine_.WindowOf(kNow + 60)), 3u);
@@ -362,7 +365,7 @@ TEST_F(EventsNegotiation, ReleaseScalesDown) {
   EXPECT_EQ(engine_.Release("a", res, 0, kNow + 120).code(), StatusCode::kState);
 }
 
-TEST_F(EventsNegotiation, CapacityLossRevokesWithAnEvent) {
+TEST_F(Negotiation, CapacityLossRevokesWithAnEvent) {
   Decision d = Ask("a", Req(8, HZ_LOC_SAME_GROUP, kNow + 120, kNow + 120, 600));
   uint64_t res;
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
@@ -371,18 +374,18 @@ TEST_F(EventsNegotiation, CapacityLossRevokesWithAnEvent) {
   // Pool 2 loses half its GPUs from the reservation's second window.
   inv_.SetCapacityFrom(2, engine_.WindowOf(kNow + 180), 4);
   engine_.Tick(kNow + 10);
-  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked);
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, events::kNegotiationReservationRevoked);
   ASSERT_EQ(revoked.size(), 1u);
   EXPECT_EQ(revoked[0].tenant, "a");
-  auto p = testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data());
+  auto p = events::testing::PayloadAs<events::NegotiationPayload>(revoked[0].spec.payload.data());
   EXPECT_EQ(p.reservation_id, res);
-  EXPECT_EQ(p.reason, kRevokeCapacityLost);
+  EXPECT_EQ(p.reason, events::kRevokeCapacityLost);
   EXPECT_EQ(engine_.Reservations()[0].state, ReservationState::kRevoked);
   // b's offer sits on pool 0 or 1 and is unaffected.
   EXPECT_EQ(engine_.Offers().size(), 1u);
 }
 
-TEST_F(EventsNegotiation, CapacityLossWithdrawsOffersFirst) {
+TEST_F(Negotiation, CapacityLossWithdrawsOffersFirst) {
   // a reserves 2 GPUs of pool 0 (best fit); b is offered the other 2 of pool 0.
   Decision d = Ask("a", Req(2, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
   uint64_t res;
@@ -394,63 +397,68 @@ TEST_F(EventsNegotiation, CapacityLossWithdrawsOffersFirst) {
   // Pool 0 shrinks to 2: the tentative offer goes, the reservation stays.
   inv_.SetCapacityFrom(0, engine_.WindowOf(kNow), 2);
   engine_.Tick(kNow);
-  auto withdrawn = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationOfferWithdrawn);
+  auto withdrawn = sink_.Matching(HZ_TOPIC_NEGOTIATION, events::kNegotiationOfferWithdrawn);
   ASSERT_EQ(withdrawn.size(), 1u);
   EXPECT_EQ(withdrawn[0].tenant, "b");
-  EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(withdrawn[0].spec.payload.data()).offer_id,
+  EXPECT_EQ(events::testing::PayloadAs<events::NegotiationPayload>(withdrawn[0].spec.payload.data())
+                .offer_id,
             b.offers[0].offer_id);
   EXPECT_TRUE(engine_.Offers().empty());
-  EXPECT_TRUE(sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked).empty());
+  EXPECT_TRUE(sink_.Matching(HZ_TOPIC_NEGOTIATION, events::kNegotiationReservationRevoked).empty());
   EXPECT_EQ(inv_.Attached("a"), 2u);
   // Shrinking further takes the reservation back, with an event.
   inv_.SetCapacityFrom(0, engine_.WindowOf(kNow), 1);
   engine_.Tick(kNow + 1);
-  EXPECT_EQ(sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked).size(), 1u);
+  EXPECT_EQ(sink_.Matching(HZ_TOPIC_NEGOTIATION, events::kNegotiationReservationRevoked).size(),
+            1u);
   EXPECT_EQ(inv_.Attached("a"), 0u);
 }
 
-TEST_F(EventsNegotiation, AttachFailureRevokes) {
+TEST_F(Negotiation, AttachFailureRevokes) {
   inv_.FailAttach(true);
   Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow, kNow, 60));
   uint64_t res;
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
-  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked);
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, events::kNegotiationReservationRevoked);
   ASSERT_EQ(revoked.size(), 1u);
-  EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data()).reason,
-            kRevokeAttachFailed);
+  EXPECT_EQ(
+      events::testing::PayloadAs<events::NegotiationPayload>(revoked[0].spec.payload.data()).reason,
+      events::kRevokeAttachFailed);
   EXPECT_EQ(engine_.Booked(0, engine_.WindowOf(kNow)) + engine_.Booked(1, engine_.WindowOf(kNow)) +
                 engine_.Booked(2, engine_.WindowOf(kNow)),
             0u);
 }
 
-TEST_F(EventsNegotiation, OperatorRevoke) {
+TEST_F(Negotiation, OperatorRevoke) {
   Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow, kNow, 600));
   uint64_t res;
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
-  ASSERT_TRUE(engine_.Revoke(res, kRevokeHardwareFailure, kNow + 10).ok());
+  ASSERT_TRUE(engine_.Revoke(res, events::kRevokeHardwareFailure, kNow + 10).ok());
   EXPECT_EQ(inv_.Attached("a"), 0u);
-  EXPECT_EQ(engine_.Revoke(res, kRevokeHardwareFailure, kNow + 10).code(), StatusCode::kState);
-  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked);
+  EXPECT_EQ(engine_.Revoke(res, events::kRevokeHardwareFailure, kNow + 10).code(),
+            StatusCode::kState);
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, events::kNegotiationReservationRevoked);
   ASSERT_EQ(revoked.size(), 1u);
-  EXPECT_EQ(testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data()).reason,
-            kRevokeHardwareFailure);
+  EXPECT_EQ(
+      events::testing::PayloadAs<events::NegotiationPayload>(revoked[0].spec.payload.data()).reason,
+      events::kRevokeHardwareFailure);
 }
 
-TEST_F(EventsNegotiation, RevocationEventCarriesCountAndKind) {
+TEST_F(Negotiation, RevocationEventCarriesCountAndKind) {
   Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow, kNow, 600, HZ_PRIO_NORMAL, HZ_DEV_NIC));
   uint64_t res;
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
-  ASSERT_TRUE(engine_.Revoke(res, kRevokeOperator, kNow + 10).ok());
-  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationReservationRevoked);
+  ASSERT_TRUE(engine_.Revoke(res, events::kRevokeOperator, kNow + 10).ok());
+  auto revoked = sink_.Matching(HZ_TOPIC_NEGOTIATION, events::kNegotiationReservationRevoked);
   ASSERT_EQ(revoked.size(), 1u);
-  auto p = testing::PayloadAs<NegotiationPayload>(revoked[0].spec.payload.data());
+  auto p = events::testing::PayloadAs<events::NegotiationPayload>(revoked[0].spec.payload.data());
   EXPECT_EQ(p.count, 2u);
   EXPECT_EQ(p.device_kind, HZ_DEV_NIC);
   EXPECT_EQ(p.negotiation_id, d.result.negotiation_id);
-  EXPECT_EQ(p.reason, kRevokeOperator);
+  EXPECT_EQ(p.reason, events::kRevokeOperator);
 }
 
-TEST_F(EventsNegotiation, NegotiationWithoutOffersClosesAfterOneLifetime) {
+TEST_F(Negotiation, NegotiationWithoutOffersClosesAfterOneLifetime) {
   Decision d = Ask("a", Req(9, HZ_LOC_SAME_GROUP, kNow, kNow, 60));
   ASSERT_TRUE(d.offers.empty());
   uint64_t id = d.result.negotiation_id;
@@ -468,7 +476,7 @@ TEST_F(EventsNegotiation, NegotiationWithoutOffersClosesAfterOneLifetime) {
   EXPECT_EQ(engine_.Decline("b", id, kNow + 40).code(), StatusCode::kPermission);
 }
 
-TEST_F(EventsNegotiation, ReplacementOfferIsPublished) {
+TEST_F(Negotiation, ReplacementOfferIsPublished) {
   uint64_t id = 0;
   ASSERT_TRUE(
       engine_.OfferReplacement("a", Req(1, HZ_LOC_SAME_GROUP, kNow, kNow, 300), kNow, &id).ok());
@@ -476,9 +484,9 @@ TEST_F(EventsNegotiation, ReplacementOfferIsPublished) {
   ASSERT_EQ(decisions.size(), 1u);
   EXPECT_TRUE(decisions[0].provider_initiated);
   ASSERT_EQ(decisions[0].offers.size(), 1u);
-  auto made = sink_.Matching(HZ_TOPIC_NEGOTIATION, kNegotiationOfferMade);
+  auto made = sink_.Matching(HZ_TOPIC_NEGOTIATION, events::kNegotiationOfferMade);
   ASSERT_EQ(made.size(), 1u);
-  auto p = testing::PayloadAs<NegotiationPayload>(made[0].spec.payload.data());
+  auto p = events::testing::PayloadAs<events::NegotiationPayload>(made[0].spec.payload.data());
   EXPECT_EQ(p.negotiation_id, id);
   EXPECT_EQ(p.offer_id, decisions[0].offers[0].offer_id);
   EXPECT_EQ(p.start_s, kNow);
@@ -492,9 +500,9 @@ TEST_F(EventsNegotiation, ReplacementOfferIsPublished) {
   EXPECT_EQ(inv_.Attached("a"), 1u);
 }
 
-TEST_F(EventsNegotiation, IdentifiersAreUniqueAndKeyed) {
+TEST_F(Negotiation, IdentifiersAreUniqueAndKeyed) {
   auto ids = [](uint64_t key) {
-    InMemoryInventory inv;
+    testing::InMemoryInventory inv;
     inv.AddPool(HZ_DEV_GPU, 0, 64);
     NegotiationOptions o;
     o.id_key = key;
@@ -520,7 +528,7 @@ TEST_F(EventsNegotiation, IdentifiersAreUniqueAndKeyed) {
   EXPECT_GT(a[1] > a[0] ? a[1] - a[0] : a[0] - a[1], 1000u);
 }
 
-TEST_F(EventsNegotiation, FinishedReservationsAreForgottenAfterTheHorizon) {
+TEST_F(Negotiation, FinishedReservationsAreForgottenAfterTheHorizon) {
   Decision d = Ask("a", Req(1, HZ_LOC_ANY, kNow, kNow, 60));
   uint64_t res;
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
@@ -538,21 +546,23 @@ TEST_F(EventsNegotiation, FinishedReservationsAreForgottenAfterTheHorizon) {
   EXPECT_EQ(engine_.Release("a", res, 0, kNow + 2 * 3600 + 61).code(), StatusCode::kNotFound);
 }
 
-TEST_F(EventsNegotiation, CapacityEventsReportTheWholeAllocation) {
+TEST_F(Negotiation, CapacityEventsReportTheWholeAllocation) {
   inv_.SetBaseDevices("a", HZ_DEV_GPU, 8);
   std::vector<uint32_t> gpus;
   engine_.SetAllocationListener([&](const std::string&, uint32_t n) { gpus.push_back(n); });
   Decision d = Ask("a", Req(2, HZ_LOC_ANY, kNow, kNow, 60));
   uint64_t res;
   ASSERT_TRUE(engine_.Accept("a", d.offers[0].offer_id, kNow, &res).ok());
-  auto started = sink_.Matching(HZ_TOPIC_CAPACITY, kCapacityReservationStarted);
+  auto started = sink_.Matching(HZ_TOPIC_CAPACITY, events::kCapacityReservationStarted);
   ASSERT_EQ(started.size(), 1u);
-  EXPECT_EQ(testing::PayloadAs<CapacityPayload>(started[0].spec.payload.data()).devices_now, 10u);
+  EXPECT_EQ(events::testing::PayloadAs<events::CapacityPayload>(started[0].spec.payload.data())
+                .devices_now,
+            10u);
   ASSERT_EQ(gpus.size(), 1u);
   EXPECT_EQ(gpus[0], 10u);
 }
 
-TEST(EventsNegotiationOptions, Validation) {
+TEST(NegotiationOptions, Validation) {
   NegotiationOptions o;
   EXPECT_TRUE(NegotiationEngine::ValidateOptions(o).ok());
   o.window_s = 55;
@@ -566,4 +576,4 @@ TEST(EventsNegotiationOptions, Validation) {
 }
 
 }  // namespace
-}  // namespace hz::events
+}  // namespace hz::negotiation
