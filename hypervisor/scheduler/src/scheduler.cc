@@ -6,7 +6,6 @@
 #include <random>
 
 #include "hz/common/file.h"
-#include "hz/events/coarse.h"
 
 namespace hz::scheduler {
 
@@ -19,11 +18,11 @@ uint64_t RandomSeed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
+}  // namespace
+
 hz_device_kind WireKind(DeviceKind k) {
   return k == DeviceKind::kGpu ? HZ_DEV_GPU : HZ_DEV_NIC;
 }
-
-}  // namespace
 
 Scheduler::Scheduler(HostInventory inventory, const SchedulerOptions& options,
                      DomainAttacher* attacher, ev::EventSink* sink)
@@ -222,22 +221,22 @@ Status Scheduler::Release(uint64_t allocation_id) {
   return Persist();
 }
 
-Status Scheduler::MarkFailed(const std::string& bdf, uint64_t errors, uint64_t now) {
-  std::unique_lock<std::mutex> lock(mu_);
+StatusOr<DeviceLoss> Scheduler::MarkFailed(const std::string& bdf, uint64_t errors) {
+  std::lock_guard<std::mutex> lock(mu_);
   DeviceRef d;
   Status s = FindDevice(bdf, &d);
   if (!s.ok()) return s;
-  return Fail(d, errors, now, /*publish_failure=*/true, lock);
+  return FailLocked(d, errors, /*publish_failure=*/true);
 }
 
-Status Scheduler::DeviceLost(const std::string& tenant, uint32_t device_index, uint64_t now) {
-  std::unique_lock<std::mutex> lock(mu_);
+StatusOr<DeviceLoss> Scheduler::DeviceLost(const std::string& tenant, uint32_t device_index) {
+  std::lock_guard<std::mutex> lock(mu_);
   const TopologySummary summary =
       BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
   if (device_index >= summary.devices.size()) {
     return Status::NotFound("tenant " + tenant + " has no device " + std::to_string(device_index));
   }
-  return Fail(summary.devices[device_index], 0, now, /*publish_failure=*/false, lock);
+  return FailLocked(summary.devices[device_index], 0, /*publish_failure=*/false);
 }
 
 std::vector<std::tuple<std::string, std::string, uint32_t>> Scheduler::Assignments() {
@@ -254,14 +253,16 @@ std::vector<std::tuple<std::string, std::string, uint32_t>> Scheduler::Assignmen
   return out;
 }
 
-Status Scheduler::Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_failure,
-                       std::unique_lock<std::mutex>& lock) {
+StatusOr<DeviceLoss> Scheduler::FailLocked(DeviceRef d, uint64_t errors, bool publish_failure) {
   Status s;
   const std::string bdf = cluster_.device(d).bdf;
-  if (allocator_.IsFailed(d)) return Status::Ok();
+  if (allocator_.IsFailed(d)) return DeviceLoss{};
   allocator_.SetFailed(d, true);
   const uint64_t owner = allocator_.Owner(d);
-  if (owner == 0) return Persist();
+  if (owner == 0) {
+    if (!(s = Persist()).ok()) return s;
+    return DeviceLoss{};
+  }
 
   const Allocation a = *allocator_.Find(owner);
   const uint32_t index =
@@ -294,28 +295,12 @@ Status Scheduler::Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_
         nullptr);
     if (!s.ok()) return s;
   }
-  negotiation::NegotiationEngine* engine = engine_;
-  if (!engine || allocator_.FreeOnHost(0, kind) == 0) return Status::Ok();
-  hz_neg_request req{};
-  req.kind = WireKind(kind);
-  req.count = 1;
-  req.locality = a.request.locality;
-  // As soon as possible. Offer starts are rounded up to the time granularity
-  // (SPEC.md §9.2), so a start range of exactly `now` would admit no offer.
-  req.earliest_start_s = now;
-  req.latest_start_s = now + ev::kTimeGranularityS;
-  req.duration_s = options_.replacement_duration_s;
-  // The engine may ask this scheduler for capacity: call it unlocked.
-  lock.unlock();
-  uint64_t negotiation = 0;
-  s = engine->OfferReplacement(a.tenant, req, now, &negotiation);
-  if (!s.ok()) {
-    spdlog::warn("scheduler: replacement offer for {}: {}", a.tenant, s.ToString());
-    return Status::Ok();
-  }
-  lock.lock();
-  replacements_[negotiation] = a.tenant;
-  return Status::Ok();
+  DeviceLoss loss;
+  loss.tenant = a.tenant;
+  loss.kind = kind;
+  loss.locality = a.request.locality;
+  loss.replaceable = allocator_.FreeOnHost(0, kind) != 0;
+  return loss;
 }
 
 Status Scheduler::MarkDegraded(const std::string& bdf, uint64_t errors) {
@@ -416,26 +401,7 @@ nlohmann::json Scheduler::Allocations() const {
   return out;
 }
 
-void Scheduler::SetNegotiationEngine(negotiation::NegotiationEngine* engine) {
-  std::lock_guard<std::mutex> lock(mu_);
-  engine_ = engine;
-}
-
-std::map<uint64_t, std::string> Scheduler::Replacements() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return replacements_;
-}
-
-std::vector<negotiation::Pool> Scheduler::Pools() const {
-  std::vector<negotiation::Pool> out;
-  for (uint32_t p = 0; p < cluster_.pools().size(); ++p) {
-    const Pool& pool = cluster_.pools()[p];
-    out.push_back(negotiation::Pool{p, WireKind(pool.kind), pool.host});
-  }
-  return out;
-}
-
-uint32_t Scheduler::Capacity(uint32_t pool, uint64_t /*window*/) const {
+uint32_t Scheduler::ReservableDevices(uint32_t pool) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (pool >= cluster_.pools().size()) return 0;
   const Pool& p = cluster_.pools()[pool];
@@ -449,8 +415,8 @@ uint32_t Scheduler::Capacity(uint32_t pool, uint64_t /*window*/) const {
   return n;
 }
 
-Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
-                         const std::vector<negotiation::PoolCount>& devices) {
+Status Scheduler::AttachReservation(const std::string& tenant, uint64_t reservation_id,
+                                    const std::vector<PoolDevices>& devices) {
   std::lock_guard<std::mutex> lock(mu_);
   if (reservations_.count(reservation_id)) {
     return Status::State("reservation " + std::to_string(reservation_id) + " already attached");
@@ -458,7 +424,7 @@ Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
   std::vector<DeviceRef> chosen;
   Request req;
   req.locality = HZ_LOC_SAME_HOST;
-  for (const negotiation::PoolCount& pc : devices) {
+  for (const PoolDevices& pc : devices) {
     if (pc.pool >= cluster_.pools().size()) return Status::InvalidArgument("unknown pool");
     const Pool& p = cluster_.pools()[pc.pool];
     uint32_t left = pc.count;
@@ -487,10 +453,10 @@ Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
   return Status::Ok();
 }
 
-Status Scheduler::Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
-                         std::vector<negotiation::PoolCount>* detached) {
+StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const std::string& tenant,
+                                                                uint64_t reservation_id,
+                                                                uint32_t count) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (detached) detached->clear();
   auto it = reservations_.find(reservation_id);
   if (it == reservations_.end()) {
     return Status::State("reservation " + std::to_string(reservation_id) + " is not attached");
@@ -518,11 +484,11 @@ Status Scheduler::Detach(const std::string& tenant, uint64_t reservation_id, uin
     per_pool[cluster_.PoolOf(d)]++;
     allocator_.RemoveDevice(d);
   }
-  if (detached) {
-    for (auto [pool, n] : per_pool) detached->push_back({pool, n});
-  }
+  std::vector<PoolDevices> detached;
+  for (auto [pool, n] : per_pool) detached.push_back({pool, n});
   if (!allocator_.Find(aid)) reservations_.erase(it);
-  return Persist();
+  if (Status s = Persist(); !s.ok()) return s;
+  return detached;
 }
 
 uint32_t Scheduler::DevicesHeld(const std::string& tenant, hz_device_kind kind) const {

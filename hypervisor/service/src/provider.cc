@@ -70,9 +70,9 @@ Provider::Provider(const ServiceConfig& config, boost::asio::io_context& io, ev:
 
 Provider::~Provider() {
   Stop();
-  // The engine refers to the scheduler and the scheduler to the engine.
-  if (sched_) sched_->SetNegotiationEngine(nullptr);
+  // The engine refers to the scheduler through resources_.
   engine_.reset();
+  resources_.reset();
   health_.reset();
   sched_.reset();
   virt_.reset();
@@ -107,23 +107,24 @@ Status Provider::Start() {
   s = neg::NegotiationEngine::ValidateOptions(no);
   if (!s.ok()) return Status(s.code(), "negotiation: " + s.ToString());
   hints_ = std::make_unique<neg::HintEngine>(sink_);
-  engine_ = std::make_unique<neg::NegotiationEngine>(no, sched_.get(), sink_);
+  resources_ = std::make_unique<SchedulerResources>(sched_.get());
+  engine_ = std::make_unique<neg::NegotiationEngine>(no, resources_.get(), sink_);
   // Hints follow every change of a tenant's GPU count the engine makes.
   neg::HintEngine* hints = hints_.get();
   engine_->SetAllocationListener([this, hints](const std::string& tenant, uint32_t gpus) {
     gpus_[tenant] = gpus;  // the engine runs under mu_
     hints->SetDevices(tenant, gpus);
   });
-  sched_->SetNegotiationEngine(engine_.get());
   health_ = std::make_unique<ev::HealthMonitor>(c.sysfs_root, sink_);
   sc::Scheduler* sched = sched_.get();
   health_->SetFailureListener(
       [this, sched](const std::string& tenant, uint32_t index, ev::FailureKind kind) {
         if (kind != ev::kFailureDeviceFailed) return;  // degraded devices stay attached
         devices_lost_++;
-        Status st = sched->DeviceLost(tenant, index, Now());
+        StatusOr<sc::DeviceLoss> loss = sched->DeviceLost(tenant, index);
         spdlog::warn("event=device_lost tenant={} index={} result=\"{}\"", tenant, index,
-                     st.ToString());
+                     loss.status().ToString());
+        if (loss.ok()) OfferReplacementLocked(*loss, Now());  // the monitor polls under mu_
       });
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -188,6 +189,17 @@ void Provider::SyncLocked() {
     if (it != gpus_.end() && it->second == n) continue;
     gpus_[t] = n;
     hints_->SetDevices(t, n);
+  }
+}
+
+void Provider::OfferReplacementLocked(const sc::DeviceLoss& loss, uint64_t now) {
+  if (loss.tenant.empty() || !loss.replaceable) return;
+  uint64_t negotiation = 0;
+  Status s =
+      engine_->OfferReplacement(loss.tenant, ReplacementRequest(loss, now), now, &negotiation);
+  if (!s.ok()) {
+    spdlog::warn("event=replacement_offer_failed tenant={} error=\"{}\"", loss.tenant,
+                 s.ToString());
   }
 }
 
@@ -392,7 +404,9 @@ StatusOr<json> Provider::Run(const std::string& cmd, const json& req) {
   std::lock_guard<std::mutex> lock(mu_);
   Status s;
   if (cmd == "device.fail") {
-    s = sched_->MarkFailed(bdf, errors, Now());
+    StatusOr<sc::DeviceLoss> loss = sched_->MarkFailed(bdf, errors);
+    s = loss.status();
+    if (loss.ok()) OfferReplacementLocked(*loss, Now());
   } else if (cmd == "device.degrade") {
     s = sched_->MarkDegraded(bdf, errors);
   } else {

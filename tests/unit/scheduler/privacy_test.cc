@@ -147,7 +147,7 @@ std::vector<Bytes> Transcript(const std::string& fixture, uint64_t workload_seed
       EXPECT_TRUE(s->Summary(tenant, &sum).ok());
       if (!sum.devices.empty()) {
         const DeviceRef d = sum.devices[rng() % sum.devices.size()];
-        Status st = s->MarkFailed(s->cluster().device(d).bdf, rng() % 8, 1'700'000'000);
+        Status st = s->MarkFailed(s->cluster().device(d).bdf, rng() % 8).status();
         EXPECT_TRUE(st.ok()) << st.ToString();
       }
     } else {

@@ -1,5 +1,5 @@
 // The Scheduler facade: allocation with vfio and attach, crash-safe state,
-// failures with events and replacement offers, the ResourceProvider side.
+// failures with events and what they took, the devices of reservations.
 #include "hz/scheduler/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +9,6 @@
 #include <set>
 
 #include "hz/common/file.h"
-#include "hz/negotiation/negotiation.h"
 #include "test_util.h"
 
 namespace hz::scheduler {
@@ -165,7 +164,7 @@ TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
   EXPECT_EQ(tenant, "acme");
   EXPECT_EQ(index, 2u);
   attacher_.calls.clear();
-  ASSERT_TRUE(sched_->MarkFailed(victim, 3, 1'000'000).ok());
+  ASSERT_TRUE(sched_->MarkFailed(victim, 3).ok());
   ASSERT_EQ(attacher_.calls.size(), 1u);
   EXPECT_FALSE(attacher_.calls[0].attach);
   EXPECT_EQ(attacher_.calls[0].bdf, victim);
@@ -190,10 +189,10 @@ TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
   }
   // Failing it again, or a free device, publishes nothing more.
   sink_.events.clear();
-  EXPECT_TRUE(sched_->MarkFailed(victim, 1, 1'000'000).ok());
-  EXPECT_TRUE(sched_->MarkFailed("0000:bd:00.0", 1, 1'000'000).ok());
+  EXPECT_TRUE(sched_->MarkFailed(victim, 1).ok());
+  EXPECT_TRUE(sched_->MarkFailed("0000:bd:00.0", 1).ok());
   EXPECT_TRUE(sink_.events.empty());
-  EXPECT_EQ(sched_->MarkFailed("0000:ee:00.0", 1, 0).code(), StatusCode::kNotFound);
+  EXPECT_EQ(sched_->MarkFailed("0000:ee:00.0", 1).status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(sched_->Repair(victim).ok());
   ASSERT_TRUE(sched_->Repair("0000:bd:00.0").ok());
   for (const auto& d : sched_->Inventory()) EXPECT_NE(d["state"], "failed");
@@ -209,13 +208,13 @@ TEST_F(SchedulerFacade, HealthMonitorFailureIsNotPublishedTwice) {
   EXPECT_EQ(tenant, "acme");
   EXPECT_EQ(index, 3u);
   attacher_.calls.clear();
-  ASSERT_TRUE(sched_->DeviceLost("acme", 3, 1'000'000).ok());
+  ASSERT_TRUE(sched_->DeviceLost("acme", 3).ok());
   ASSERT_EQ(attacher_.calls.size(), 1u);
   EXPECT_EQ(attacher_.calls[0].bdf, bdf);
   // Only the allocation change: the monitor published the FAILURE itself.
   ASSERT_EQ(sink_.events.size(), 1u);
   EXPECT_EQ(sink_.events[0].spec.topic, HZ_TOPIC_CAPACITY);
-  EXPECT_EQ(sched_->DeviceLost("acme", 3, 1'000'000).code(), StatusCode::kNotFound);
+  EXPECT_EQ(sched_->DeviceLost("acme", 3).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(sched_->Assignments().size(), 3u);
 }
 
@@ -273,85 +272,64 @@ TEST_F(SchedulerFacade, CorruptStateIsRefused) {
   EXPECT_FALSE(Scheduler::Open(options_, &attacher_, &sink_, &s).ok());
 }
 
-TEST_F(SchedulerFacade, ResourceProviderForNegotiation) {
+TEST_F(SchedulerFacade, ReservationsTakeReservableDevicesAndGiveThemBack) {
   ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
   // Pools: 2 GPU islands and 4 NIC switches.
-  auto pools = sched_->Pools();
+  const std::vector<Pool>& pools = sched_->cluster().pools();
   ASSERT_EQ(pools.size(), 6u);
   uint32_t gpu_pool = 0;
-  for (const auto& p : pools) {
-    if (p.kind == HZ_DEV_GPU) {
-      EXPECT_EQ(sched_->Capacity(p.id, 0), 4u);
-      gpu_pool = p.id;
+  for (uint32_t p = 0; p < pools.size(); ++p) {
+    if (pools[p].kind == DeviceKind::kGpu) {
+      EXPECT_EQ(sched_->ReservableDevices(p), 4u);
+      gpu_pool = p;
     }
   }
   uint64_t id = 0;
   ASSERT_TRUE(sched_->Allocate("acme", {4, 0, HZ_LOC_SAME_GROUP}, &id).ok());
   // A direct allocation takes capacity away from negotiation.
   uint32_t total = 0;
-  for (const auto& p : pools) total += p.kind == HZ_DEV_GPU ? sched_->Capacity(p.id, 7) : 0;
+  for (uint32_t p = 0; p < pools.size(); ++p) {
+    total += pools[p].kind == DeviceKind::kGpu ? sched_->ReservableDevices(p) : 0;
+  }
   EXPECT_EQ(total, 4u);
   // Find the pool that is still free and attach a reservation from it.
-  for (const auto& p : pools) {
-    if (p.kind == HZ_DEV_GPU && sched_->Capacity(p.id, 0) == 4) gpu_pool = p.id;
+  for (uint32_t p = 0; p < pools.size(); ++p) {
+    if (pools[p].kind == DeviceKind::kGpu && sched_->ReservableDevices(p) == 4) gpu_pool = p;
   }
   attacher_.calls.clear();
-  ASSERT_TRUE(sched_->Attach("acme", 77, {{gpu_pool, 3}}).ok());
+  ASSERT_TRUE(sched_->AttachReservation("acme", 77, {{gpu_pool, 3}}).ok());
   EXPECT_EQ(attacher_.calls.size(), 3u);
   EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
-  EXPECT_EQ(sched_->Capacity(gpu_pool, 0), 4u);  // reservation devices count as capacity
-  EXPECT_EQ(sched_->Attach("acme", 77, {{gpu_pool, 1}}).code(), StatusCode::kState);
-  EXPECT_FALSE(sched_->Attach("acme", 78, {{gpu_pool, 2}}).ok());  // only 1 left
+  EXPECT_EQ(sched_->ReservableDevices(gpu_pool), 4u);  // reservation devices count as capacity
+  EXPECT_EQ(sched_->AttachReservation("acme", 77, {{gpu_pool, 1}}).code(), StatusCode::kState);
+  EXPECT_FALSE(sched_->AttachReservation("acme", 78, {{gpu_pool, 2}}).ok());  // only 1 left
 
   Reopen();  // the reservation survives a restart
   EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
-  std::vector<negotiation::PoolCount> detached;
-  ASSERT_TRUE(sched_->Detach("acme", 77, 2, &detached).ok());
-  ASSERT_EQ(detached.size(), 1u);
-  EXPECT_EQ(detached[0], (negotiation::PoolCount{gpu_pool, 2}));
+  StatusOr<std::vector<PoolDevices>> detached = sched_->DetachReservation("acme", 77, 2);
+  ASSERT_TRUE(detached.ok());
+  ASSERT_EQ(detached->size(), 1u);
+  EXPECT_EQ((*detached)[0], (PoolDevices{gpu_pool, 2}));
   EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 5u);
-  EXPECT_EQ(sched_->Detach("other", 77, 1, &detached).code(), StatusCode::kState);
-  EXPECT_EQ(sched_->Detach("acme", 77, 5, &detached).code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE(sched_->Detach("acme", 77, 1, &detached).ok());
-  EXPECT_EQ(sched_->Detach("acme", 77, 1, &detached).code(), StatusCode::kState);
+  EXPECT_EQ(sched_->DetachReservation("other", 77, 1).status().code(), StatusCode::kState);
+  EXPECT_EQ(sched_->DetachReservation("acme", 77, 5).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(sched_->DetachReservation("acme", 77, 1).ok());
+  EXPECT_EQ(sched_->DetachReservation("acme", 77, 1).status().code(), StatusCode::kState);
 }
 
-TEST_F(SchedulerFacade, FailureOpensAReplacementOffer) {
-  negotiation::NegotiationOptions opts;
-  negotiation::NegotiationEngine engine(opts, sched_.get(), &sink_);
-  sched_->SetNegotiationEngine(&engine);
+TEST_F(SchedulerFacade, FailureReportsWhatTheTenantLost) {
   ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
   uint64_t id = 0;
   ASSERT_TRUE(sched_->Allocate("acme", {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
   const std::string victim = *Bdfs(id).begin();
-  const uint64_t now = 1'700'000'000;
-  ASSERT_TRUE(sched_->MarkFailed(victim, 1, now).ok());
-  ASSERT_EQ(sched_->Replacements().size(), 1u);
-  const uint64_t negotiation = sched_->Replacements().begin()->first;
-  std::vector<negotiation::Decision> decisions = engine.Decide(now);
-  ASSERT_EQ(decisions.size(), 1u);
-  EXPECT_EQ(decisions[0].tenant, "acme");
-  EXPECT_EQ(decisions[0].result.negotiation_id, negotiation);
-  EXPECT_TRUE(decisions[0].provider_initiated);
-  ASSERT_FALSE(decisions[0].offers.empty());
-  EXPECT_EQ(decisions[0].offers[0].count, 1);
-  // The engine tells the tenant about the offer.
-  bool offer_event = false;
-  for (const auto& e : sink_.events) {
-    offer_event |= e.tenant == "acme" && e.spec.topic == HZ_TOPIC_NEGOTIATION &&
-                   e.spec.kind == ev::kNegotiationOfferMade;
-  }
-  EXPECT_TRUE(offer_event);
-  // Accepting it attaches a healthy replacement when the reservation starts.
-  uint64_t reservation = 0;
-  ASSERT_TRUE(engine.Accept("acme", decisions[0].offers[0].offer_id, now, &reservation).ok());
-  engine.Tick(decisions[0].offers[0].start_s);
-  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 2u);
-  for (const auto& d : sched_->Inventory()) {
-    if (d["bdf"] == victim) {
-      EXPECT_EQ(d["state"], "failed");
-    }
-  }
+  StatusOr<DeviceLoss> loss = sched_->MarkFailed(victim, 1);
+  ASSERT_TRUE(loss.ok());
+  EXPECT_EQ(loss->tenant, "acme");
+  EXPECT_EQ(loss->kind, DeviceKind::kGpu);
+  EXPECT_EQ(loss->locality, HZ_LOC_SAME_GROUP);
+  EXPECT_TRUE(loss->replaceable);  // six healthy GPUs are free
+  // A device that failed before, or a free one, takes nothing from anyone.
+  EXPECT_TRUE(sched_->MarkFailed(victim, 1)->tenant.empty());
 }
 
 }  // namespace

@@ -4,12 +4,16 @@
 // device-health monitor, wired as hypervisor/scheduler/README.md and
 // hypervisor/events/README.md describe.
 //
+// The scheduler and the negotiation engine know nothing of each other
+// (scheduler_resources.h): the engine reaches the scheduler through
+// SchedulerResources, and when the scheduler reports that a failure took a
+// device, Provider asks the engine for the replacement offer.
+//
 // Threads: the negotiation engine and the health monitor are not
 // thread-safe, so every call into them (from VM executors, the operator and
-// the timers) holds mu_. The scheduler locks itself and calls the engine
-// without its own lock, so nothing here calls back into Provider. Decisions
-// are handed to the waiting devices through callbacks that only post to the
-// device's executor.
+// the timers) holds mu_. The scheduler locks itself and calls nothing back.
+// Decisions are handed to the waiting devices through callbacks that only
+// post to the device's executor.
 //
 // Timers run on the service's io_context: the decision point (Decide + Tick)
 // every negotiation.decide_interval_ms and the health poll every
@@ -40,6 +44,7 @@
 #include "hz/scheduler/domain_attacher.h"
 #include "hz/scheduler/scheduler.h"
 #include "hz/service/config.h"
+#include "hz/service/scheduler_resources.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::service {
@@ -98,6 +103,9 @@ class Provider {
   // Under mu_: health monitor assignments follow the scheduler's, and the
   // hint engine learns the tenants' GPU counts.
   void SyncLocked();
+  // Under mu_: a replacement offer for what a failure took, when a healthy
+  // device of its kind is free.
+  void OfferReplacementLocked(const scheduler::DeviceLoss& loss, uint64_t now);
   StatusOr<nlohmann::json> Run(const std::string& cmd, const nlohmann::json& req);
   nlohmann::json NegotiationJson();
 
@@ -105,6 +113,7 @@ class Provider {
   events::EventSink* sink_;
   std::unique_ptr<scheduler::LibvirtAttacher> virt_;
   std::unique_ptr<scheduler::Scheduler> sched_;
+  std::unique_ptr<SchedulerResources> resources_;  // the engine's view of sched_
   std::unique_ptr<negotiation::NegotiationEngine> engine_;
   std::unique_ptr<negotiation::HintEngine> hints_;
   std::unique_ptr<events::HealthMonitor> health_;

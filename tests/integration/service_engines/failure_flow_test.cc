@@ -1,5 +1,6 @@
 // A failed device end to end: scheduler, the real event bus and a tenant's
-// delivery, and a replacement offer through the negotiation engine.
+// delivery, and a replacement offer through the negotiation engine, joined as
+// the service joins them (scheduler_resources.h).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,10 +8,14 @@
 #include "hz/events/event_bus.h"
 #include "hz/negotiation/negotiation.h"
 #include "hz/scheduler/scheduler.h"
+#include "hz/service/scheduler_resources.h"
 #include "test_util.h"
 
 namespace hz::scheduler {
 namespace {
+
+using service::ReplacementRequest;
+using service::SchedulerResources;
 
 namespace ev = hz::events;
 using testing::CopyFixtureSysfs;
@@ -46,8 +51,8 @@ TEST(SchedulerFailureFlow, TenantSeesOnlyAnIndexAndGetsAReplacementOffer) {
   RecordingAttacher attacher;
   std::unique_ptr<Scheduler> sched;
   ASSERT_TRUE(Scheduler::Open(o, &attacher, bus.get(), &sched).ok());
-  negotiation::NegotiationEngine engine(negotiation::NegotiationOptions{}, sched.get(), bus.get());
-  sched->SetNegotiationEngine(&engine);
+  SchedulerResources resources(sched.get());
+  negotiation::NegotiationEngine engine(negotiation::NegotiationOptions{}, &resources, bus.get());
 
   ASSERT_TRUE(sched->BindTenant("acme", "vm-acme").ok());
   uint64_t id = 0;
@@ -67,7 +72,8 @@ TEST(SchedulerFailureFlow, TenantSeesOnlyAnIndexAndGetsAReplacementOffer) {
   const uint32_t lost_index = 1;
   const std::string bdf = sched->cluster().device(summary.devices[lost_index]).bdf;
   const uint64_t now = 1'700'000'000;
-  ASSERT_TRUE(sched->MarkFailed(bdf, 1, now).ok());
+  StatusOr<DeviceLoss> loss = sched->MarkFailed(bdf, 1);
+  ASSERT_TRUE(loss.ok());
   EXPECT_EQ(attacher.attached.size(), 7u);
   EXPECT_FALSE(attacher.attached.count("vm-acme/" + bdf));
 
@@ -85,9 +91,13 @@ TEST(SchedulerFailureFlow, TenantSeesOnlyAnIndexAndGetsAReplacementOffer) {
   ASSERT_TRUE(delivery->Next(&e));
   EXPECT_EQ(e.topic, HZ_TOPIC_CAPACITY);
 
-  // The replacement negotiation is decided at the next decision point and
-  // offered to the tenant, who accepts it; the new GPU is attached when the
-  // reservation starts.
+  // The service opens a replacement negotiation for what the failure took; it
+  // is decided at the next decision point and offered to the tenant, who
+  // accepts it; the new GPU is attached when the reservation starts.
+  uint64_t negotiation = 0;
+  ASSERT_TRUE(
+      engine.OfferReplacement(loss->tenant, ReplacementRequest(*loss, now), now, &negotiation)
+          .ok());
   std::vector<negotiation::Decision> decisions = engine.Decide(now);
   ASSERT_EQ(decisions.size(), 1u);
   ASSERT_FALSE(decisions[0].offers.empty());
