@@ -261,7 +261,7 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
         }
         comm->init_waiters.clear();
         spdlog::debug("collectives: communicator {} of tenant {} active, {} ranks", comm->id,
-                      tenant, nranks);
+                      tenant.name(), nranks);
       } else {
         ArmTimerLocked(comm, comm->init_deadline);
       }
@@ -645,7 +645,7 @@ void EngineImpl::AbortLocked(Comm& c, Status reason, AbortCause cause, Completio
   c.pending_p2p = 0;
   for (auto& [r, fn] : c.init_waiters) out.inits.emplace_back(std::move(fn), reason);
   c.init_waiters.clear();
-  spdlog::debug("collectives: communicator {} of tenant {} aborted ({}, {})", c.id, c.tenant,
+  spdlog::debug("collectives: communicator {} of tenant {} aborted ({}, {})", c.id, c.tenant.name(),
                 reason.ToString(), AbortCauseName(cause));
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.aborts;

@@ -69,11 +69,9 @@ bool CollOp(uint16_t opcode, coll::Op* op) {
 
 }  // namespace
 
-HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, uint64_t tenant_id,
-                   std::string socket_path)
+HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, std::string socket_path)
     : env_(env),
       tenant_(tenant),
-      tenant_id_(tenant_id),
       socket_path_(std::move(socket_path)),
       link_(std::make_shared<Link>()),
       session_id_(RandomU64()),
@@ -355,7 +353,7 @@ HzDevice::Reply HzDevice::CommUid(const Request& req) {
     return {HZ_S_ETOOSMALL, 0, sizeof(hz_comm_uid_result), false};
   }
   coll::Uid uid;
-  Status st = env_.coll->NewUid(tenant_id_, &uid);
+  Status st = env_.coll->NewUid(tenant_->id(), &uid);
   if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
   hz_comm_uid_result res{};
   std::memcpy(res.uid.bytes, uid.bytes.data(), HZ_UID_BYTES);
@@ -404,7 +402,7 @@ HzDevice::Reply HzDevice::CommInit(vdev::Queue& q, const Request& req) {
   in_flight_++;
   std::weak_ptr<Link> weak = link_;
   CollBackend* coll = env_.coll;
-  env_.coll->Init(tenant_id_, uid, a.nranks, a.rank, cons,
+  env_.coll->Init(tenant_->id(), uid, a.nranks, a.rank, cons,
                   [weak, op_id, coll](Status st, MemberPtr m) {
                     std::shared_ptr<Link> link = weak.lock();
                     bool posted = false;

@@ -240,10 +240,6 @@ std::string Service::ResolveSocketPath(const std::string& path) const {
 hz::Status Service::CreateTenant(const TenantSpec& spec) {
   if (draining_) return hz::Status::Shutdown("the service is stopping");
   if (hz::Status s = tenants_.Create(spec); !s.ok()) return s;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    tenant_ids_[spec.name] = next_tenant_id_++;
-  }
   spdlog::info(
       "event=tenant_created tenant={} weight={} priority={} max_regions={} "
       "max_region_bytes={}",
@@ -262,10 +258,6 @@ hz::Status Service::RemoveTenant(const std::string& name) {
     }
   }
   if (hz::Status s = tenants_.Remove(name); !s.ok()) return s;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    tenant_ids_.erase(name);
-  }
   spdlog::info("event=tenant_removed tenant={}", name);
   SaveState();
   return hz::Status::Ok();
@@ -280,20 +272,18 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
   if (path.size() > 107) return hz::Status::InvalidArgument("socket path is longer than 107 bytes");
   std::shared_ptr<Tenant> t = tenants_.Find(tenant);
   if (!t) return hz::Status::NotFound("no tenant " + tenant);
-  uint64_t tenant_id;
   size_t thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (bindings_.count(path) != 0) return hz::Status::Exists(path + " is already bound");
-    tenant_id = tenant_ids_[tenant];
     thread = ThreadForTenantLocked(tenant);
   }
   std::error_code fec;
   fs::create_directories(fs::path(path).parent_path(), fec);
   std::string error;
   DeviceEnv env = env_;
-  vdev::DeviceFactory factory = [env, t, tenant_id](const std::string& p) {
-    return std::make_unique<HzDevice>(env, t, tenant_id, p);
+  vdev::DeviceFactory factory = [env, t](const std::string& p) {
+    return std::make_unique<HzDevice>(env, t, p);
   };
   vdev::ServerOptions opts;
   opts.session.require_sealed_memory = config_.device.require_sealed_memory;
@@ -310,7 +300,6 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
     Binding& b = bindings_[path];
     b.tenant = tenant;
     b.tenant_ptr = t;
-    b.tenant_id = tenant_id;
     b.thread = thread;
     b.server = std::move(server);
   }

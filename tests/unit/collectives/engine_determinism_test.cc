@@ -10,7 +10,7 @@ std::vector<uint8_t> RunAllReduce(EngineOptions o, uint8_t dtype, uint8_t redop,
                                   uint64_t count, const std::vector<std::vector<uint8_t>>& in,
                                   Constraints c = {}) {
   Engine e(o);
-  auto m = MakeComm(e, 3, p, c);
+  auto m = MakeComm(e, Tenant(3), p, c);
   std::vector<std::unique_ptr<Buffer>> s(p), r(p);
   std::vector<OpDesc> d(p);
   for (uint32_t i = 0; i < p; ++i) {
@@ -90,7 +90,7 @@ TEST(CollectivesDeterminism, ParallelPlanIsChosenForLargeOps) {
   EngineOptions o;
   o.worker_threads = 4;
   Engine e(o);
-  auto m = MakeComm(e, 3, 2);
+  auto m = MakeComm(e, Tenant(3), 2);
   std::vector<float> a(1 << 20, 1), b(1 << 20, 2), x(1 << 20), y(1 << 20);
   for (Status st : RunAll(e, m, Fp32AllReduce({&a, &b}, {&x, &y})))
     EXPECT_EQ(st.code(), StatusCode::kOk);
@@ -111,7 +111,7 @@ TEST(CollectivesDeterminism, MidSizedOpsGetACallerShareUnlessDisabled) {
     o.worker_threads = 2;
     o.caller_runs_max_bytes = limit;
     Engine e(o);
-    auto m = MakeComm(e, 3, 2);
+    auto m = MakeComm(e, Tenant(3), 2);
     constexpr size_t kCount = 1 << 18;  // 1 MiB per rank, 4 MiB touched
     std::vector<float> a(kCount, 1), b(kCount, 2), x(kCount), y(kCount);
     for (Status st : RunAll(e, m, Fp32AllReduce({&a, &b}, {&x, &y})))
@@ -131,7 +131,7 @@ TEST(CollectivesDeterminism, TheMatchingThreadFinishesTheOpsItShares) {
   EngineOptions o;
   o.worker_threads = 2;
   Engine e(o);
-  auto m = MakeComm(e, 3, 2);
+  auto m = MakeComm(e, Tenant(3), 2);
   constexpr size_t kCount = 1 << 18;  // 1 MiB per rank
   constexpr int kOps = 40;
   std::vector<float> a(kCount), b(kCount), x(kCount), y(kCount);

@@ -44,7 +44,7 @@ class Fixture {
   Engine& engine() { return engine_; }
   std::vector<std::shared_ptr<Member>>& Comm(uint32_t p) {
     auto& c = comms_[p];
-    if (c.empty()) c = MakeComm(engine_, /*tenant=*/7, p);
+    if (c.empty()) c = MakeComm(engine_, Tenant(7), p);
     return c;
   }
   uint64_t NextSeq(uint32_t p) { return seq_[p]++; }

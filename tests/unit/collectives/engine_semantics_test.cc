@@ -71,13 +71,13 @@ TEST(CollectivesTypes, WireValuesMapToEngineValues) {
 TEST(CollectivesInit, AnotherTenantsUidIsPermission) {
   Engine e;
   Uid uid;
-  ASSERT_EQ(e.NewUid(1, &uid).code(), StatusCode::kOk);
-  auto f = InitAsync(e, 2, uid, 1, 0);
+  ASSERT_EQ(e.NewUid(Tenant(1), &uid).code(), StatusCode::kOk);
+  auto f = InitAsync(e, Tenant(2), uid, 1, 0);
   InitResult r = Get(f);
   EXPECT_EQ(r.status.code(), StatusCode::kPermission);
   EXPECT_EQ(r.member, nullptr);
   // The owner can still use it.
-  auto g = InitAsync(e, 1, uid, 1, 0);
+  auto g = InitAsync(e, Tenant(1), uid, 1, 0);
   EXPECT_EQ(Get(g).status.code(), StatusCode::kOk);
 }
 
@@ -85,7 +85,7 @@ TEST(CollectivesInit, UnknownUidIsNotFound) {
   Engine e;
   Uid uid;
   uid.bytes.fill(0x42);
-  auto f = InitAsync(e, 1, uid, 2, 0);
+  auto f = InitAsync(e, Tenant(1), uid, 2, 0);
   EXPECT_EQ(Get(f).status.code(), StatusCode::kNotFound);
 }
 
@@ -94,12 +94,12 @@ TEST(CollectivesInit, UidsAreRandomAndLimitedPerTenant) {
   o.max_uids_per_tenant = 2;
   Engine e(o);
   Uid a, b, c;
-  ASSERT_EQ(e.NewUid(1, &a).code(), StatusCode::kOk);
-  ASSERT_EQ(e.NewUid(1, &b).code(), StatusCode::kOk);
+  ASSERT_EQ(e.NewUid(Tenant(1), &a).code(), StatusCode::kOk);
+  ASSERT_EQ(e.NewUid(Tenant(1), &b).code(), StatusCode::kOk);
   EXPECT_NE(a, b);
-  EXPECT_EQ(e.NewUid(1, &c).code(), StatusCode::kLimit);
-  EXPECT_EQ(e.NewUid(2, &c).code(), StatusCode::kOk);  // other tenants are not affected
-  EXPECT_EQ(e.NewUid(1, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.NewUid(Tenant(1), &c).code(), StatusCode::kLimit);
+  EXPECT_EQ(e.NewUid(Tenant(2), &c).code(), StatusCode::kOk);  // other tenants are not affected
+  EXPECT_EQ(e.NewUid(Tenant(1), nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CollectivesInit, ReleasingUnusedUidsFreesTheTenantsQuota) {
@@ -107,19 +107,19 @@ TEST(CollectivesInit, ReleasingUnusedUidsFreesTheTenantsQuota) {
   o.max_uids_per_tenant = 2;
   Engine e(o);
   Uid used, fresh, other;
-  ASSERT_EQ(e.NewUid(1, &used).code(), StatusCode::kOk);
-  ASSERT_EQ(e.NewUid(1, &fresh).code(), StatusCode::kOk);
-  ASSERT_EQ(e.NewUid(2, &other).code(), StatusCode::kOk);
-  auto r0 = InitAsync(e, 1, used, 2, 0);  // communicator joining: in use
-  EXPECT_EQ(e.ReleaseUnusedUids(1), 1u);
-  auto gone = InitAsync(e, 1, fresh, 1, 0);
+  ASSERT_EQ(e.NewUid(Tenant(1), &used).code(), StatusCode::kOk);
+  ASSERT_EQ(e.NewUid(Tenant(1), &fresh).code(), StatusCode::kOk);
+  ASSERT_EQ(e.NewUid(Tenant(2), &other).code(), StatusCode::kOk);
+  auto r0 = InitAsync(e, Tenant(1), used, 2, 0);  // communicator joining: in use
+  EXPECT_EQ(e.ReleaseUnusedUids(Tenant(1)), 1u);
+  auto gone = InitAsync(e, Tenant(1), fresh, 1, 0);
   EXPECT_EQ(Get(gone).status.code(), StatusCode::kNotFound);
   Uid again;
-  EXPECT_EQ(e.NewUid(1, &again).code(), StatusCode::kOk);  // quota freed
-  auto r1 = InitAsync(e, 1, used, 2, 1);
+  EXPECT_EQ(e.NewUid(Tenant(1), &again).code(), StatusCode::kOk);  // quota freed
+  auto r1 = InitAsync(e, Tenant(1), used, 2, 1);
   EXPECT_EQ(Get(r0).status.code(), StatusCode::kOk);
   EXPECT_EQ(Get(r1).status.code(), StatusCode::kOk);
-  auto still = InitAsync(e, 2, other, 1, 0);  // other tenants untouched
+  auto still = InitAsync(e, Tenant(2), other, 1, 0);  // other tenants untouched
   EXPECT_EQ(Get(still).status.code(), StatusCode::kOk);
 }
 
@@ -128,28 +128,28 @@ TEST(CollectivesInit, BadArgumentsAreInvalid) {
   o.max_ranks = 8;
   Engine e(o);
   Uid uid;
-  ASSERT_EQ(e.NewUid(1, &uid).code(), StatusCode::kOk);
+  ASSERT_EQ(e.NewUid(Tenant(1), &uid).code(), StatusCode::kOk);
   Constraints bad_prio;
   bad_prio.priority_class = 3;
   std::vector<std::future<InitResult>> fs;
-  fs.push_back(InitAsync(e, 1, uid, 0, 0));            // no ranks
-  fs.push_back(InitAsync(e, 1, uid, 2, 2));            // rank out of range
-  fs.push_back(InitAsync(e, 1, uid, 9, 0));            // above max_ranks
-  fs.push_back(InitAsync(e, 1, uid, 2, 0, bad_prio));  // priority class
+  fs.push_back(InitAsync(e, Tenant(1), uid, 0, 0));            // no ranks
+  fs.push_back(InitAsync(e, Tenant(1), uid, 2, 2));            // rank out of range
+  fs.push_back(InitAsync(e, Tenant(1), uid, 9, 0));            // above max_ranks
+  fs.push_back(InitAsync(e, Tenant(1), uid, 2, 0, bad_prio));  // priority class
   for (auto& f : fs) EXPECT_EQ(Get(f).status.code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CollectivesInit, TakenRankAndDifferentRankCount) {
   Engine e;
   Uid uid;
-  ASSERT_EQ(e.NewUid(1, &uid).code(), StatusCode::kOk);
-  auto r0 = InitAsync(e, 1, uid, 2, 0);
-  auto dup = InitAsync(e, 1, uid, 2, 0);
+  ASSERT_EQ(e.NewUid(Tenant(1), &uid).code(), StatusCode::kOk);
+  auto r0 = InitAsync(e, Tenant(1), uid, 2, 0);
+  auto dup = InitAsync(e, Tenant(1), uid, 2, 0);
   EXPECT_EQ(Get(dup).status.code(), StatusCode::kExists);
-  auto other = InitAsync(e, 1, uid, 3, 1);
+  auto other = InitAsync(e, Tenant(1), uid, 3, 1);
   EXPECT_EQ(Get(other).status.code(), StatusCode::kMismatch);
   EXPECT_FALSE(r0.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
-  auto r1 = InitAsync(e, 1, uid, 2, 1);
+  auto r1 = InitAsync(e, Tenant(1), uid, 2, 1);
   InitResult a = Get(r0), b = Get(r1);
   ASSERT_EQ(a.status.code(), StatusCode::kOk);
   ASSERT_EQ(b.status.code(), StatusCode::kOk);
@@ -157,32 +157,32 @@ TEST(CollectivesInit, TakenRankAndDifferentRankCount) {
   EXPECT_EQ(b.member->rank(), 1u);
   EXPECT_EQ(a.member->nranks(), 2u);
   EXPECT_EQ(a.member->comm_id(), b.member->comm_id());
-  EXPECT_EQ(a.member->tenant(), 1u);
+  EXPECT_EQ(a.member->tenant(), Tenant(1));
   // Everyone joined: the rank is taken.
-  auto late = InitAsync(e, 1, uid, 2, 1);
+  auto late = InitAsync(e, Tenant(1), uid, 2, 1);
   EXPECT_EQ(Get(late).status.code(), StatusCode::kExists);
 }
 
 TEST(CollectivesInit, NotAllRanksJoiningTimesOut) {
   Engine e;
   Uid uid;
-  ASSERT_EQ(e.NewUid(1, &uid).code(), StatusCode::kOk);
+  ASSERT_EQ(e.NewUid(Tenant(1), &uid).code(), StatusCode::kOk);
   Constraints c;
   c.timeout_ms = 30;
-  auto r0 = InitAsync(e, 1, uid, 3, 0, c);
-  auto r2 = InitAsync(e, 1, uid, 3, 2, c);
+  auto r0 = InitAsync(e, Tenant(1), uid, 3, 0, c);
+  auto r2 = InitAsync(e, Tenant(1), uid, 3, 2, c);
   EXPECT_EQ(Get(r0).status.code(), StatusCode::kTimedOut);
   EXPECT_EQ(Get(r2).status.code(), StatusCode::kTimedOut);
   EXPECT_EQ(e.Stats().timeouts, 1u);
   // The failed communicator is gone with its uid.
-  auto late = InitAsync(e, 1, uid, 3, 1, c);
+  auto late = InitAsync(e, Tenant(1), uid, 3, 1, c);
   EXPECT_EQ(Get(late).status.code(), StatusCode::kNotFound);
   EXPECT_TRUE(e.Communicators().empty());
 }
 
 TEST(CollectivesMatch, DisagreeingRanksAllGetMismatchAndTheCommStaysUsable) {
   Engine e;
-  auto m = MakeComm(e, 1, 3);
+  auto m = MakeComm(e, Tenant(1), 3);
   std::vector<std::vector<float>> s(3, std::vector<float>(8, 1.0f)), r(3, std::vector<float>(8));
   std::vector<OpDesc> d;
   for (int i = 0; i < 3; ++i) d.push_back(AllReduce(0, s[i], r[i]));
@@ -215,7 +215,7 @@ TEST(CollectivesMatch, DisagreeingRanksAllGetMismatchAndTheCommStaysUsable) {
 
 TEST(CollectivesMatch, RootsMustAgree) {
   Engine e;
-  auto m = MakeComm(e, 1, 2);
+  auto m = MakeComm(e, Tenant(1), 2);
   std::vector<float> a(4, 1), b(4, 2);
   std::vector<OpDesc> d(2);
   for (uint32_t i = 0; i < 2; ++i) {
@@ -233,7 +233,7 @@ TEST(CollectivesMatch, RootsMustAgree) {
 
 TEST(CollectivesMatch, InvalidDescriptorsAreRejectedAndPeersGetMismatch) {
   Engine e;
-  auto m = MakeComm(e, 1, 2);
+  auto m = MakeComm(e, Tenant(1), 2);
   std::vector<float> s0(8, 1), r0(8), s1(8, 1), r1(8);
   uint64_t seq = 0;
   auto check = [&](const char* what, auto mutate) {
@@ -271,7 +271,7 @@ TEST(CollectivesMatch, InvalidDescriptorsAreRejectedAndPeersGetMismatch) {
 
 TEST(CollectivesMatch, AllGatherAndAllToAllLengthsScaleWithRanks) {
   Engine e;
-  auto m = MakeComm(e, 1, 1);
+  auto m = MakeComm(e, Tenant(1), 1);
   std::vector<uint8_t> a(16), b(16);
   uint64_t seq = 0;
   for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}) {
@@ -288,7 +288,7 @@ TEST(CollectivesMatch, AllGatherAndAllToAllLengthsScaleWithRanks) {
     EXPECT_EQ(run(seq++, 1).code(), StatusCode::kOk) << OpName(op);
   }
   // Two ranks: an all-gather of 16 needs 32 bytes of recv.
-  auto m2 = MakeComm(e, 1, 2);
+  auto m2 = MakeComm(e, Tenant(1), 2);
   OpDesc d;
   d.op = Op::kAllGather;
   d.count = 16;
@@ -302,7 +302,7 @@ TEST(CollectivesMatch, AllGatherAndAllToAllLengthsScaleWithRanks) {
 
 TEST(CollectivesMatch, UnusedBuffersMayBeEmpty) {
   Engine e;
-  auto m = MakeComm(e, 1, 3);
+  auto m = MakeComm(e, Tenant(1), 3);
   std::vector<std::vector<int32_t>> in = {{1, 2}, {10, 20}, {100, 200}};
   std::vector<int32_t> out(2), bc0(2), bc2(2);
   auto span = [](std::vector<int32_t>& v) {
@@ -339,7 +339,7 @@ TEST(CollectivesMatch, SeqReuseStaleAndTooFarAhead) {
   EngineOptions o;
   o.max_seq_window = 4;
   Engine e(o);
-  auto m = MakeComm(e, 1, 2);
+  auto m = MakeComm(e, Tenant(1), 2);
   Waiter first;
   e.Post(m[0], Barrier(0), first.Callback());
   Waiter dup;
@@ -360,7 +360,7 @@ TEST(CollectivesMatch, SeqReuseStaleAndTooFarAhead) {
 
 TEST(CollectivesMatch, OutOfOrderPostsExecuteInSeqOrder) {
   Engine e;
-  auto m = MakeComm(e, 1, 2);
+  auto m = MakeComm(e, Tenant(1), 2);
   // seq 0 sums into x; seq 1 broadcasts x from rank 0 into y. Rank 1 posts
   // seq 1 first; seq 1 must still see seq 0's result.
   std::vector<float> in0(64, 1), in1(64, 2), x0(64), x1(64), y1(64);
@@ -384,7 +384,7 @@ TEST(CollectivesMatch, OutOfOrderPostsExecuteInSeqOrder) {
 
 TEST(CollectivesMatch, BarrierWaitsForEveryRank) {
   Engine e;
-  auto m = MakeComm(e, 1, 4);
+  auto m = MakeComm(e, Tenant(1), 4);
   std::vector<Waiter> w(4);
   for (int r = 0; r < 3; ++r) e.Post(m[r], Barrier(0), w[r].Callback());
   for (int r = 0; r < 3; ++r) EXPECT_FALSE(w[r].Ready());
@@ -396,7 +396,7 @@ TEST(CollectivesFailure, RankMissingPastTheTimeoutAbortsEveryone) {
   Engine e;
   Constraints c;
   c.timeout_ms = 30;
-  auto m = MakeComm(e, 1, 3, c);
+  auto m = MakeComm(e, Tenant(1), 3, c);
   Waiter w0, w1;
   e.Post(m[0], Barrier(0), w0.Callback());
   e.Post(m[1], Barrier(0), w1.Callback());
@@ -416,7 +416,7 @@ TEST(CollectivesFailure, RankMissingPastTheTimeoutAbortsEveryone) {
 
 TEST(CollectivesFailure, DestroyedRankAbortsWaitingPeers) {
   Engine e;
-  auto m = MakeComm(e, 1, 3);
+  auto m = MakeComm(e, Tenant(1), 3);
   Waiter w0, w1;
   e.Post(m[0], Barrier(0), w0.Callback());
   e.Post(m[1], Barrier(0), w1.Callback());
@@ -439,7 +439,7 @@ TEST(CollectivesFailure, DestroyedRankAbortsWaitingPeers) {
 
 TEST(CollectivesFailure, AbortFailsPendingAndFutureOpsOnEveryRank) {
   Engine e;
-  auto m = MakeComm(e, 1, 2);
+  auto m = MakeComm(e, Tenant(1), 2);
   Waiter w0, s0;
   e.Post(m[0], Barrier(0), w0.Callback());
   std::vector<uint8_t> buf(4);
@@ -465,7 +465,7 @@ TEST(CollectivesFailure, DestroyStopsRunningWorkBeforeReturning) {
   o.worker_threads = 2;
   o.block_bytes = 4096;
   Engine e(o);
-  auto m = MakeComm(e, 1, 2);
+  auto m = MakeComm(e, Tenant(1), 2);
   // Big enough for many blocks; the buffers are freed right after Destroy,
   // so any later access would be a use-after-free (ASan build).
   auto s0 = std::make_unique<std::vector<float>>(1 << 20, 1.0f);
@@ -489,9 +489,9 @@ TEST(CollectivesFailure, DestroyStopsRunningWorkBeforeReturning) {
 
 TEST(CollectivesFailure, ShutdownFailsPendingAndLaterCalls) {
   Engine e;
-  auto m = MakeComm(e, 1, 2);
+  auto m = MakeComm(e, Tenant(1), 2);
   Uid spare;
-  ASSERT_EQ(e.NewUid(1, &spare).code(), StatusCode::kOk);
+  ASSERT_EQ(e.NewUid(Tenant(1), &spare).code(), StatusCode::kOk);
   Waiter w;
   e.Post(m[0], Barrier(0), w.Callback());
   e.Shutdown();
@@ -499,17 +499,17 @@ TEST(CollectivesFailure, ShutdownFailsPendingAndLaterCalls) {
   Waiter later;
   e.Post(m[1], Barrier(0), later.Callback());
   EXPECT_EQ(later.Wait().code(), StatusCode::kShutdown);
-  auto f = InitAsync(e, 1, spare, 1, 0);
+  auto f = InitAsync(e, Tenant(1), spare, 1, 0);
   EXPECT_EQ(Get(f).status.code(), StatusCode::kShutdown);
   Uid u;
-  EXPECT_EQ(e.NewUid(1, &u).code(), StatusCode::kShutdown);
+  EXPECT_EQ(e.NewUid(Tenant(1), &u).code(), StatusCode::kShutdown);
 }
 
 TEST(CollectivesFailure, EngineDestructorCompletesPendingOps) {
   Waiter w;
   {
     Engine e;
-    auto m = MakeComm(e, 1, 2);
+    auto m = MakeComm(e, Tenant(1), 2);
     e.Post(m[0], Barrier(0), w.Callback());
   }
   EXPECT_EQ(w.Wait().code(), StatusCode::kShutdown);
@@ -528,7 +528,7 @@ OpDesc P2P(Op op, uint32_t peer, std::vector<uint8_t>& buf, uint64_t count) {
 
 TEST(CollectivesP2P, SendsPairWithRecvsInPostOrder) {
   Engine e;
-  auto m = MakeComm(e, 1, 3);
+  auto m = MakeComm(e, Tenant(1), 3);
   std::vector<uint8_t> a(100, 1), b(100, 2), x(100), y(100);
   Waiter sa, sb, rx, ry;
   e.Post(m[0], P2P(Op::kSend, 2, a, 100), sa.Callback());
@@ -555,7 +555,7 @@ TEST(CollectivesP2P, SendsPairWithRecvsInPostOrder) {
 
 TEST(CollectivesP2P, SizeMismatchFailsBothSidesAndBadPeerIsInvalid) {
   Engine e;
-  auto m = MakeComm(e, 1, 2);
+  auto m = MakeComm(e, Tenant(1), 2);
   std::vector<uint8_t> a(100, 1), x(100);
   Waiter s, r;
   e.Post(m[0], P2P(Op::kSend, 1, a, 100), s.Callback());
@@ -572,7 +572,7 @@ TEST(CollectivesP2P, UnmatchedSendTimesOut) {
   Engine e;
   Constraints c;
   c.timeout_ms = 30;
-  auto m = MakeComm(e, 1, 2, c);
+  auto m = MakeComm(e, Tenant(1), 2, c);
   std::vector<uint8_t> a(8);
   Waiter s;
   e.Post(m[0], P2P(Op::kSend, 1, a, 8), s.Callback());
@@ -584,7 +584,7 @@ TEST(CollectivesView, CommunicatorsAndStatsDescribeTheEngine) {
   Constraints c;
   c.priority_class = 2;
   c.max_threads = 1;
-  auto m = MakeComm(e, 5, 2, c);
+  auto m = MakeComm(e, Tenant(5), 2, c);
   std::vector<float> s0(1 << 18, 1), s1(1 << 18, 2), r0(1 << 18), r1(1 << 18);
   for (Status st : RunAll(e, m, {AllReduce(0, s0, r0), AllReduce(0, s1, r1)})) {
     EXPECT_EQ(st.code(), StatusCode::kOk);
@@ -592,7 +592,7 @@ TEST(CollectivesView, CommunicatorsAndStatsDescribeTheEngine) {
   EXPECT_EQ(r1[12345], 3.0f);
   auto infos = e.Communicators();
   ASSERT_EQ(infos.size(), 1u);
-  EXPECT_EQ(infos[0].tenant, 5u);
+  EXPECT_EQ(infos[0].tenant, Tenant(5));
   EXPECT_EQ(infos[0].nranks, 2u);
   EXPECT_EQ(infos[0].joined, 2u);
   EXPECT_EQ(infos[0].next_seq, 1u);
@@ -604,8 +604,8 @@ TEST(CollectivesView, CommunicatorsAndStatsDescribeTheEngine) {
   // The tenant capped threads at one: 2 MiB moved would otherwise run parallel.
   EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kSingleThread)], 1u);
   EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kBlockedParallel)], 0u);
-  EXPECT_EQ(st.tenants[5].ops_completed, 2u);
-  EXPECT_GT(st.tenants[5].blocks, 0u);
+  EXPECT_EQ(st.tenants[Tenant(5)].ops_completed, 2u);
+  EXPECT_GT(st.tenants[Tenant(5)].blocks, 0u);
   EXPECT_EQ(st.communicators, 1u);
 }
 

@@ -43,7 +43,7 @@ TEST(CollectivesStress, AbortOrDestroyWhileRanksPost) {
   for (int round = 0; round < 12; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     const uint32_t p = 2 + round % 4;
-    auto m = MakeComm(e, 1, p);
+    auto m = MakeComm(e, Tenant(1), p);
     std::vector<std::vector<float>> send(p, std::vector<float>(3000, 1.0f));
     std::vector<std::vector<float>> recv(p, std::vector<float>(3000));
     std::vector<std::vector<float>> p2p(p, std::vector<float>(300));
@@ -101,7 +101,7 @@ TEST(CollectivesStress, AbortOrDestroyWhileRanksPost) {
   EXPECT_EQ(expected, counter.completed.load());
   EXPECT_TRUE(e.Communicators().empty());
   // The engine still works.
-  auto m = MakeComm(e, 2, 3);
+  auto m = MakeComm(e, Tenant(2), 3);
   std::vector<OpDesc> d(3);
   for (auto& x : d) x.op = Op::kBarrier;
   for (Status s : RunAll(e, m, d)) EXPECT_EQ(s.code(), StatusCode::kOk);

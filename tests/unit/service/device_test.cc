@@ -40,7 +40,7 @@ class DeviceTest : public ::testing::Test {
     env.draining = &draining_;
     queues_.clear();
     dev_.reset();
-    dev_ = std::make_unique<HzDevice>(env, tenant_, 1, "/run/vm0.sock");
+    dev_ = std::make_unique<HzDevice>(env, tenant_, "/run/vm0.sock");
     dev_->OnConnect(ctx_);
     for (uint16_t i = 0; i < dev_->NumQueues(); ++i) {
       queues_.push_back(std::make_unique<FakeQueue>(i));
@@ -420,7 +420,7 @@ TEST_F(DeviceTest, CommInitValidatesArguments) {
 TEST_F(DeviceTest, AnotherTenantsUidIsRefused) {
   Hello();
   coll::Uid foreign;
-  ASSERT_EQ(backend_.NewUid(/*tenant=*/2, &foreign).code(), StatusCode::kOk);
+  ASSERT_EQ(backend_.NewUid(TenantId("another"), &foreign).code(), StatusCode::kOk);
   hz_comm_init_args a{};
   std::memcpy(&a.uid, foreign.bytes.data(), sizeof(a.uid));
   a.nranks = 1;

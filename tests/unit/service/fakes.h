@@ -198,7 +198,7 @@ class FakeMember : public CommMember {
 // completes at once, others wait for the test; posted ops wait for the test.
 class FakeBackend : public CollBackend {
  public:
-  Status NewUid(uint64_t tenant, coll::Uid* out) override {
+  Status NewUid(const TenantId& tenant, coll::Uid* out) override {
     std::lock_guard<std::mutex> lock(mu);
     coll::Uid u;
     u.bytes[0] = static_cast<uint8_t>(++uids);
@@ -206,7 +206,7 @@ class FakeBackend : public CollBackend {
     *out = u;
     return Status::Ok();
   }
-  void Init(uint64_t tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
+  void Init(const TenantId& tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
             coll::Constraints c, std::function<void(Status, MemberPtr)> done) override {
     Status st = Status::Ok();
     {
@@ -258,7 +258,7 @@ class FakeBackend : public CollBackend {
   };
   std::mutex mu;
   int uids = 0;
-  std::map<coll::Uid, uint64_t> uid_tenant;
+  std::map<coll::Uid, TenantId> uid_tenant;
   std::vector<PendingInit> inits;
   std::vector<Posted> posts;
   std::vector<MemberPtr> destroyed, aborted;

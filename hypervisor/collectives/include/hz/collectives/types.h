@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 
 namespace hz::coll {
 
@@ -26,8 +27,6 @@ struct IoSpan {
 // A buffer: its extents in order, possibly many and unaligned. Elements may
 // straddle two extents. Zero-length extents are allowed and skipped.
 using IoVec = std::vector<IoSpan>;
-
-using TenantId = uint64_t;
 
 // Why a communicator was aborted; numerically the detail of HZ_S_EABORTED
 // (SPEC §7.3.5), so the service can report it to every rank unchanged.

@@ -18,8 +18,8 @@ class EngineBackend : public CollBackend {
   explicit EngineBackend(coll::EngineOptions opts);
   ~EngineBackend() override;
 
-  Status NewUid(uint64_t tenant, coll::Uid* out) override;
-  void Init(uint64_t tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
+  Status NewUid(const TenantId& tenant, coll::Uid* out) override;
+  void Init(const TenantId& tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
             coll::Constraints c, std::function<void(Status, MemberPtr)> done) override;
   void Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) override;
   void Destroy(const MemberPtr& m) override;

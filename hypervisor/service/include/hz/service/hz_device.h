@@ -98,8 +98,7 @@ struct DeviceInfo {
 
 class HzDevice : public vdev::Device {
  public:
-  HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, uint64_t tenant_id,
-           std::string socket_path);
+  HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, std::string socket_path);
   ~HzDevice() override;
   HzDevice(const HzDevice&) = delete;
   HzDevice& operator=(const HzDevice&) = delete;
@@ -247,7 +246,6 @@ class HzDevice : public vdev::Device {
 
   DeviceEnv env_;
   std::shared_ptr<Tenant> tenant_;
-  uint64_t tenant_id_;
   std::string socket_path_;
   std::shared_ptr<Link> link_;
   std::array<Handler, 256> families_{};

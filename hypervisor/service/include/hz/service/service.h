@@ -82,7 +82,6 @@ class Service : public ControlTarget {
   struct Binding {
     std::string tenant;
     std::shared_ptr<Tenant> tenant_ptr;
-    uint64_t tenant_id = 0;
     size_t thread = 0;  // index into vdev_threads_
     std::unique_ptr<vdev::Server> server;
   };
@@ -117,8 +116,6 @@ class Service : public ControlTarget {
   std::chrono::steady_clock::time_point started_;
 
   TenantRegistry tenants_;
-  std::map<std::string, uint64_t> tenant_ids_;  // name -> engine tenant id
-  uint64_t next_tenant_id_ = 1;
   Metrics metrics_;
   DeviceRegistry devices_;
   std::unique_ptr<CollBackend> coll_;
@@ -130,7 +127,7 @@ class Service : public ControlTarget {
   std::unique_ptr<boost::asio::signal_set> signals_;
   std::vector<std::unique_ptr<VdevThread>> vdev_threads_;  // vhost-user connections
 
-  mutable std::mutex mu_;                    // bindings_, tenant_ids_
+  mutable std::mutex mu_;                    // bindings_
   std::map<std::string, Binding> bindings_;  // socket path -> binding
 
   ControlApi api_{this};

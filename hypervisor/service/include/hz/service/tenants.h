@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 #include "hz/service/config.h"
 #include "protocol/harmonaize.h"
 
@@ -27,10 +28,12 @@ struct TenantSpec {
 // One tenant. Usage counters are shared by every VM of the tenant.
 class Tenant {
  public:
-  explicit Tenant(TenantSpec spec) : spec_(std::move(spec)) {}
+  explicit Tenant(TenantSpec spec) : spec_(std::move(spec)), id_(spec_.name) {}
 
   const TenantSpec& spec() const { return spec_; }
   const std::string& name() const { return spec_.name; }
+  // What the engines know the tenant by.
+  const TenantId& id() const { return id_; }
 
   // Reserves one region of `bytes` against the quotas; HZ_S_OK or HZ_S_ELIMIT.
   uint32_t ReserveRegion(uint64_t bytes);
@@ -44,6 +47,7 @@ class Tenant {
 
  private:
   const TenantSpec spec_;
+  const TenantId id_;
   mutable std::mutex mu_;
   Usage usage_;
 };
