@@ -85,9 +85,9 @@ Status ReadDeviceHealth(const std::string& sysfs_root, const std::string& bdf, D
   return Status::Ok();
 }
 
-Status HealthMonitor::Assign(const std::string& tenant, const std::string& bdf,
+Status HealthMonitor::Assign(const TenantId& tenant, const std::string& bdf,
                              uint32_t device_index) {
-  if (!ValidName(tenant)) return Status::InvalidArgument("bad tenant name");
+  if (!ValidName(tenant.name())) return Status::InvalidArgument("bad tenant name");
   if (devices_.count(bdf) != 0) return Status::State(bdf + " is already assigned");
   Assigned a;
   a.tenant = tenant;

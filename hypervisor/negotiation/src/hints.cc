@@ -23,7 +23,7 @@ events::HintPayload HintEngine::Compute(const TenantHint& t) {
   return p;
 }
 
-Status HintEngine::Declare(const std::string& tenant, const hz_hint_declare_args& args,
+Status HintEngine::Declare(const TenantId& tenant, const hz_hint_declare_args& args,
                            hz_hint_declare_result* result) {
   if (args.flags != 0) return Status::InvalidArgument("hint flags must be zero");
   if (args.step == 0) return Status::InvalidArgument("hint step is zero");
@@ -38,7 +38,7 @@ Status HintEngine::Declare(const std::string& tenant, const hz_hint_declare_args
   return Status::Ok();
 }
 
-void HintEngine::SetDevices(const std::string& tenant, uint32_t devices) {
+void HintEngine::SetDevices(const TenantId& tenant, uint32_t devices) {
   events::HintPayload hint{};
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -53,7 +53,7 @@ void HintEngine::SetDevices(const std::string& tenant, uint32_t devices) {
   (void)sink_->Publish(tenant, events::MakeHint(hint), nullptr);
 }
 
-Status HintEngine::Current(const std::string& tenant, events::HintPayload* hint) const {
+Status HintEngine::Current(const TenantId& tenant, events::HintPayload* hint) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tenants_.find(tenant);
   if (it == tenants_.end() || !it->second.declared) {

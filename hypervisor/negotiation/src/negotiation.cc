@@ -72,8 +72,7 @@ uint64_t NegotiationEngine::NewId() {
   }
 }
 
-Status NegotiationEngine::CheckOwner(uint64_t id, const std::string& tenant,
-                                     const char* what) const {
+Status NegotiationEngine::CheckOwner(uint64_t id, const TenantId& tenant, const char* what) const {
   auto it = owners_.find(id);
   if (it == owners_.end()) return Status::NotFound(std::string("unknown ") + what);
   if (it->second.tenant != tenant)
@@ -87,19 +86,19 @@ void NegotiationEngine::CloseId(uint64_t id, uint64_t now) {
     it->second.closed_s = std::max<uint64_t>(now, 1);
 }
 
-Status NegotiationEngine::SetWeight(const std::string& tenant, uint32_t weight) {
+Status NegotiationEngine::SetWeight(const TenantId& tenant, uint32_t weight) {
   if (weight == 0) return Status::InvalidArgument("weight must be at least 1");
   weights_[tenant] = weight;
   return Status::Ok();
 }
 
-Status NegotiationEngine::SetMaxPriority(const std::string& tenant, uint8_t priority_class) {
+Status NegotiationEngine::SetMaxPriority(const TenantId& tenant, uint8_t priority_class) {
   if (priority_class >= HZ_PRIO_MAX) return Status::InvalidArgument("unknown priority class");
   max_priority_[tenant] = priority_class;
   return Status::Ok();
 }
 
-Status NegotiationEngine::ValidateRequest(const std::string& tenant, const hz_neg_request& r,
+Status NegotiationEngine::ValidateRequest(const TenantId& tenant, const hz_neg_request& r,
                                           uint64_t now) const {
   // The order of SPEC.md §7.8.1's table.
   if (r.reserved != 0) return Status::NotSupported("reserved field is not zero");
@@ -123,7 +122,7 @@ Status NegotiationEngine::ValidateRequest(const std::string& tenant, const hz_ne
   return Status::Ok();
 }
 
-Status NegotiationEngine::CountOpen(const std::string& tenant) const {
+Status NegotiationEngine::CountOpen(const TenantId& tenant) const {
   uint32_t open = 0;
   for (const auto& [id, n] : negotiations_) {
     if (n.tenant == tenant && !n.provider_initiated) ++open;
@@ -132,7 +131,7 @@ Status NegotiationEngine::CountOpen(const std::string& tenant) const {
   return Status::Ok();
 }
 
-Status NegotiationEngine::Submit(const std::string& tenant, const hz_neg_request& request,
+Status NegotiationEngine::Submit(const TenantId& tenant, const hz_neg_request& request,
                                  uint64_t now, uint64_t* negotiation_id) {
   Status s = ValidateRequest(tenant, request, now);
   if (!s.ok()) return s;
@@ -148,12 +147,12 @@ Status NegotiationEngine::Submit(const std::string& tenant, const hz_neg_request
   return Status::Ok();
 }
 
-Status NegotiationEngine::OfferReplacement(const std::string& tenant, const hz_neg_request& request,
+Status NegotiationEngine::OfferReplacement(const TenantId& tenant, const hz_neg_request& request,
                                            uint64_t now, uint64_t* negotiation_id) {
   hz_neg_request r = request;
   r.priority_class = std::min<uint8_t>(r.priority_class, HZ_PRIO_HIGH);
   // The provider's own request is not bound by the tenant's priority cap.
-  Status s = ValidateRequest("", r, now);
+  Status s = ValidateRequest(TenantId(), r, now);
   if (!s.ok()) return s;
   uint64_t id = NewId();
   owners_[id] = Owner{tenant, 0};
@@ -166,7 +165,7 @@ Status NegotiationEngine::OfferReplacement(const std::string& tenant, const hz_n
   return Status::Ok();
 }
 
-Status NegotiationEngine::Counter(const std::string& tenant, uint64_t negotiation_id,
+Status NegotiationEngine::Counter(const TenantId& tenant, uint64_t negotiation_id,
                                   const hz_neg_request& request, uint64_t now) {
   ExpireOffers(now);
   Status s = CheckOwner(negotiation_id, tenant, "negotiation");
@@ -376,7 +375,7 @@ void NegotiationEngine::ExpireOffers(uint64_t now) {
   for (uint64_t id : done) CloseNegotiation(id, now);
 }
 
-void NegotiationEngine::Usage(const std::string& tenant, uint64_t now, uint64_t* device_seconds,
+void NegotiationEngine::Usage(const TenantId& tenant, uint64_t now, uint64_t* device_seconds,
                               uint32_t* weight) const {
   uint64_t sum = 0;
   for (const auto& [id, r] : reservations_) {
@@ -399,7 +398,7 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
     uint64_t arrival;
   };
   std::vector<Key> order;
-  std::map<std::string, std::pair<uint64_t, uint32_t>> usage;
+  std::map<TenantId, std::pair<uint64_t, uint32_t>> usage;
   for (const auto& [id, n] : negotiations_) {
     if (n.state != NegState::kPending) continue;
     auto u = usage.find(n.tenant);
@@ -461,7 +460,7 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
   return decisions;
 }
 
-Status NegotiationEngine::Accept(const std::string& tenant, uint64_t offer_id, uint64_t now,
+Status NegotiationEngine::Accept(const TenantId& tenant, uint64_t offer_id, uint64_t now,
                                  uint64_t* reservation_id) {
   ExpireOffers(now);
   Status s = CheckOwner(offer_id, tenant, "offer");
@@ -500,8 +499,7 @@ Status NegotiationEngine::Accept(const std::string& tenant, uint64_t offer_id, u
   return Status::Ok();
 }
 
-Status NegotiationEngine::Decline(const std::string& tenant, uint64_t negotiation_id,
-                                  uint64_t now) {
+Status NegotiationEngine::Decline(const TenantId& tenant, uint64_t negotiation_id, uint64_t now) {
   ExpireOffers(now);
   Status s = CheckOwner(negotiation_id, tenant, "negotiation");
   if (!s.ok()) return s;
@@ -510,7 +508,7 @@ Status NegotiationEngine::Decline(const std::string& tenant, uint64_t negotiatio
   return Status::Ok();
 }
 
-Status NegotiationEngine::Release(const std::string& tenant, const hz_neg_release_args& args,
+Status NegotiationEngine::Release(const TenantId& tenant, const hz_neg_release_args& args,
                                   uint64_t now) {
   if (args.reserved != 0 || args.reserved2 != 0) {
     return Status::NotSupported("reserved field is not zero");
@@ -518,8 +516,8 @@ Status NegotiationEngine::Release(const std::string& tenant, const hz_neg_releas
   return Release(tenant, args.reservation_id, args.count, now);
 }
 
-Status NegotiationEngine::Release(const std::string& tenant, uint64_t reservation_id,
-                                  uint32_t count, uint64_t now) {
+Status NegotiationEngine::Release(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
+                                  uint64_t now) {
   Status s = CheckOwner(reservation_id, tenant, "reservation");
   if (!s.ok()) return s;
   auto it = reservations_.find(reservation_id);
@@ -723,14 +721,16 @@ void NegotiationEngine::Tick(uint64_t now) {
   Collect(now);
 }
 
-void NegotiationEngine::NotifyAllocation(const std::string& tenant) {
+void NegotiationEngine::NotifyAllocation(const TenantId& tenant) {
   if (listener_) listener_(tenant, provider_->DevicesHeld(tenant, HZ_DEV_GPU));
 }
 
-void NegotiationEngine::PublishTo(const std::string& tenant, const events::EventSpec& spec) {
+void NegotiationEngine::PublishTo(const TenantId& tenant, const events::EventSpec& spec) {
   if (sink_ == nullptr) return;
   Status s = sink_->Publish(tenant, spec, nullptr);
-  if (!s.ok()) spdlog::warn("negotiation: publishing to {} failed: {}", tenant, s.ToString());
+  if (!s.ok()) {
+    spdlog::warn("negotiation: publishing to {} failed: {}", tenant.name(), s.ToString());
+  }
 }
 
 std::vector<ReservationInfo> NegotiationEngine::Reservations() const {

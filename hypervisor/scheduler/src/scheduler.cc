@@ -101,7 +101,7 @@ Status Scheduler::Persist() {
 uint64_t Scheduler::SeedLocked(const std::string& tenant) {
   auto it = seeds_.find(tenant);
   if (it != seeds_.end() && it->second != 0) return it->second;
-  uint64_t seed = options_.tenant_seed ? options_.tenant_seed(tenant) : 0;
+  uint64_t seed = options_.tenant_seed ? options_.tenant_seed(TenantId(tenant)) : 0;
   while (seed == 0) seed = RandomSeed();
   seeds_[tenant] = seed;
   return seed;
@@ -131,7 +131,8 @@ bool Scheduler::IsReservationAllocation(uint64_t allocation_id) const {
   return false;
 }
 
-Status Scheduler::BindTenant(const std::string& tenant, const std::string& domain) {
+Status Scheduler::BindTenant(const TenantId& id, const std::string& domain) {
+  const std::string& tenant = id.name();
   if (!ev::ValidName(tenant)) return Status::InvalidArgument("invalid tenant name");
   if (domain.empty() || domain.size() > 256) return Status::InvalidArgument("invalid domain name");
   std::lock_guard<std::mutex> lock(mu_);
@@ -182,8 +183,8 @@ void Scheduler::DetachDevices(const std::string& tenant, const std::vector<Devic
   }
 }
 
-Status Scheduler::Allocate(const std::string& tenant, const Request& request,
-                           uint64_t* allocation_id) {
+Status Scheduler::Allocate(const TenantId& id, const Request& request, uint64_t* allocation_id) {
+  const std::string& tenant = id.name();
   if (!ev::ValidName(tenant)) return Status::InvalidArgument("invalid tenant name");
   std::lock_guard<std::mutex> lock(mu_);
   Allocation a;
@@ -229,7 +230,8 @@ StatusOr<DeviceLoss> Scheduler::MarkFailed(const std::string& bdf, uint64_t erro
   return FailLocked(d, errors, /*publish_failure=*/true);
 }
 
-StatusOr<DeviceLoss> Scheduler::DeviceLost(const std::string& tenant, uint32_t device_index) {
+StatusOr<DeviceLoss> Scheduler::DeviceLost(const TenantId& id, uint32_t device_index) {
+  const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
   const TopologySummary summary =
       BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
@@ -239,15 +241,15 @@ StatusOr<DeviceLoss> Scheduler::DeviceLost(const std::string& tenant, uint32_t d
   return FailLocked(summary.devices[device_index], 0, /*publish_failure=*/false);
 }
 
-std::vector<std::tuple<std::string, std::string, uint32_t>> Scheduler::Assignments() {
+std::vector<std::tuple<TenantId, std::string, uint32_t>> Scheduler::Assignments() {
   std::lock_guard<std::mutex> lock(mu_);
   std::set<std::string> tenants;
   for (const auto& [id, a] : allocator_.allocations()) tenants.insert(a.tenant);
-  std::vector<std::tuple<std::string, std::string, uint32_t>> out;
+  std::vector<std::tuple<TenantId, std::string, uint32_t>> out;
   for (const std::string& t : tenants) {
     const TopologySummary s = BuildTopologySummary(cluster_, TenantDevices(t), SeedLocked(t));
     for (uint32_t i = 0; i < s.devices.size(); ++i) {
-      out.emplace_back(t, cluster_.device(s.devices[i]).bdf, i);
+      out.emplace_back(TenantId(t), cluster_.device(s.devices[i]).bdf, i);
     }
   }
   return out;
@@ -281,7 +283,8 @@ StatusOr<DeviceLoss> Scheduler::FailLocked(DeviceRef d, uint64_t errors, bool pu
   }
   if (!(s = Persist()).ok()) return s;
   if (sink_ && publish_failure) {
-    s = sink_->Publish(a.tenant, ev::MakeFailure(ev::kFailureDeviceFailed, index, errors), nullptr);
+    s = sink_->Publish(TenantId(a.tenant), ev::MakeFailure(ev::kFailureDeviceFailed, index, errors),
+                       nullptr);
     if (!s.ok()) return s;
   }
   const DeviceKind kind = cluster_.device(d).kind;
@@ -290,13 +293,13 @@ StatusOr<DeviceLoss> Scheduler::FailLocked(DeviceRef d, uint64_t errors, bool pu
     uint32_t held = 0;
     for (DeviceRef t : TenantDevices(a.tenant)) held += cluster_.device(t).kind == kind;
     s = sink_->Publish(
-        a.tenant,
+        TenantId(a.tenant),
         ev::MakeAllocationCapacity(ev::kCapacityAllocationChanged, 0, 1, held, WireKind(kind)),
         nullptr);
     if (!s.ok()) return s;
   }
   DeviceLoss loss;
-  loss.tenant = a.tenant;
+  loss.tenant = TenantId(a.tenant);
   loss.kind = kind;
   loss.locality = a.request.locality;
   loss.replaceable = allocator_.FreeOnHost(0, kind) != 0;
@@ -313,8 +316,8 @@ Status Scheduler::MarkDegraded(const std::string& bdf, uint64_t errors) {
   const std::string tenant = allocator_.Find(owner)->tenant;
   const uint32_t index =
       BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant)).IndexOf(d);
-  return sink_->Publish(tenant, ev::MakeFailure(ev::kFailureDeviceDegraded, index, errors),
-                        nullptr);
+  return sink_->Publish(TenantId(tenant),
+                        ev::MakeFailure(ev::kFailureDeviceDegraded, index, errors), nullptr);
 }
 
 Status Scheduler::Repair(const std::string& bdf) {
@@ -327,21 +330,23 @@ Status Scheduler::Repair(const std::string& bdf) {
   return Persist();
 }
 
-Status Scheduler::Summary(const std::string& tenant, TopologySummary* out) {
+Status Scheduler::Summary(const TenantId& id, TopologySummary* out) {
+  const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
   *out = BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
   return Status::Ok();
 }
 
-Status Scheduler::TenantIndex(const std::string& bdf, std::string* tenant, uint32_t* index) {
+Status Scheduler::TenantIndex(const std::string& bdf, TenantId* tenant, uint32_t* index) {
   std::lock_guard<std::mutex> lock(mu_);
   DeviceRef d;
   Status s = FindDevice(bdf, &d);
   if (!s.ok()) return s;
   const uint64_t owner = allocator_.Owner(d);
   if (owner == 0) return Status::NotFound(bdf + " is not allocated");
-  *tenant = allocator_.Find(owner)->tenant;
-  *index = BuildTopologySummary(cluster_, TenantDevices(*tenant), SeedLocked(*tenant)).IndexOf(d);
+  const std::string& name = allocator_.Find(owner)->tenant;
+  *tenant = TenantId(name);
+  *index = BuildTopologySummary(cluster_, TenantDevices(name), SeedLocked(name)).IndexOf(d);
   return Status::Ok();
 }
 
@@ -415,8 +420,9 @@ uint32_t Scheduler::ReservableDevices(uint32_t pool) const {
   return n;
 }
 
-Status Scheduler::AttachReservation(const std::string& tenant, uint64_t reservation_id,
+Status Scheduler::AttachReservation(const TenantId& id, uint64_t reservation_id,
                                     const std::vector<PoolDevices>& devices) {
+  const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
   if (reservations_.count(reservation_id)) {
     return Status::State("reservation " + std::to_string(reservation_id) + " already attached");
@@ -453,9 +459,10 @@ Status Scheduler::AttachReservation(const std::string& tenant, uint64_t reservat
   return Status::Ok();
 }
 
-StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const std::string& tenant,
+StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const TenantId& id,
                                                                 uint64_t reservation_id,
                                                                 uint32_t count) {
+  const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = reservations_.find(reservation_id);
   if (it == reservations_.end()) {
@@ -491,7 +498,8 @@ StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const std::strin
   return detached;
 }
 
-uint32_t Scheduler::DevicesHeld(const std::string& tenant, hz_device_kind kind) const {
+uint32_t Scheduler::DevicesHeld(const TenantId& id, hz_device_kind kind) const {
+  const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
   uint32_t n = 0;
   for (DeviceRef d : TenantDevices(tenant)) n += WireKind(cluster_.device(d).kind) == kind;

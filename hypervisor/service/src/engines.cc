@@ -151,7 +151,7 @@ void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
                                                   e.stream, static_cast<hz_ckpt_tier>(e.tier),
                                                   e.step, ToWireStatus(e.status), e.flags);
   uint64_t seq = 0;
-  Status st = bus_->Publish(tenant, spec, &seq);
+  Status st = bus_->Publish(TenantId(tenant), spec, &seq);
   if (!st.ok()) {
     spdlog::warn("event=ckpt_event_lost tenant={} stream={} step={} error=\"{}\"", tenant, e.stream,
                  e.step, st.ToString());
@@ -215,7 +215,7 @@ StatusOr<json> Engines::EventStatus(const json& req) {
   if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
   if (!bus_) return Status::State("the event bus is not running");
   events::TenantSummary s;
-  Status st = bus_->Summary(tenant, &s);
+  Status st = bus_->Summary(TenantId(tenant), &s);
   if (!st.ok()) return st;
   json bindings = json::array();
   for (const auto& b : s.bindings) {
@@ -245,14 +245,14 @@ StatusOr<json> Engines::InjectEvent(const json& req) {
   Status st = events::SpecFromJson(e->dump(), static_cast<uint64_t>(std::time(nullptr)), &spec);
   if (!st.ok()) return st;
   uint64_t seq = 0;
-  st = bus_->Publish(tenant, spec, &seq);
+  st = bus_->Publish(TenantId(tenant), spec, &seq);
   if (!st.ok()) return st;
   published_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("event=event_injected tenant={} topic={} kind={} seq={} deadline_s={}", tenant,
                spec.topic, spec.kind, seq, spec.deadline_s);
   hz_event ev{};
   json res = {{"tenant", tenant}, {"seq", seq}};
-  if (bus_->Get(tenant, seq, &ev).ok()) {
+  if (bus_->Get(TenantId(tenant), seq, &ev).ok()) {
     res["deadline_s"] = ev.deadline_s;
     Notice(tenant, ev);
   }

@@ -49,7 +49,7 @@ HzDevice::Reply HzDevice::HandleEvent(vdev::Queue&, const Request& req) {
   }
   if (!delivery_) {
     std::unique_ptr<events::Delivery> d;
-    Status st = bus->Connect(tenant_->name(), SubscriberName(socket_path_), &d);
+    Status st = bus->Connect(tenant_->id(), SubscriberName(socket_path_), &d);
     if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
     // Runs on the publisher's thread: hop onto this connection's executor.
     std::weak_ptr<Link> weak = link_;

@@ -37,7 +37,7 @@ HzDevice::Reply HzDevice::HandleTopology(vdev::Queue&, const Request& req) {
   if (req.hdr.opcode != HZ_OP_TOPOLOGY_GET) return {HZ_S_ENOTSUP, 0, 0, false};
   if (req.args_len != 0) return {HZ_S_EINVAL, 0, 0, false};  // SPEC §7.7: no arguments
   std::vector<uint8_t> bytes;
-  Status st = p->Summary(tenant_->name(), &bytes);
+  Status st = p->Summary(tenant_->id(), &bytes);
   if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
   if (bytes.size() > req.result_capacity) {
     return {HZ_S_ETOOSMALL, 0, static_cast<uint32_t>(bytes.size()), false};
@@ -51,7 +51,7 @@ HzDevice::Reply HzDevice::HandleNegotiation(vdev::Queue& q, const Request& req) 
   if (p == nullptr || (features_ & (1ull << HZ_F_NEGOTIATION)) == 0) {
     return {HZ_S_ENOTSUP, 0, 0, false};
   }
-  const std::string& tenant = tenant_->name();
+  const TenantId& tenant = tenant_->id();
   switch (req.hdr.opcode) {
     case HZ_OP_NEG_REQUEST: {
       hz_neg_request a;
@@ -127,10 +127,10 @@ HzDevice::Reply HzDevice::NegPending(vdev::Queue& q, const Request& req, uint64_
     });
   };
   Status st = counter_id == 0
-                  ? env_.provider->Submit(tenant_->name(), tenant_->spec().weight,
+                  ? env_.provider->Submit(tenant_->id(), tenant_->spec().weight,
                                           static_cast<uint8_t>(tenant_->spec().priority), r,
                                           std::move(done))
-                  : env_.provider->Counter(tenant_->name(), counter_id, r, std::move(done));
+                  : env_.provider->Counter(tenant_->id(), counter_id, r, std::move(done));
   if (!st.ok()) {
     pending_.erase(op_id);
     in_flight_--;
@@ -168,7 +168,7 @@ HzDevice::Reply HzDevice::HandleHint(vdev::Queue&, const Request& req) {
     return {HZ_S_ETOOSMALL, 0, sizeof(hz_hint_declare_result), false};
   }
   hz_hint_declare_result r{};
-  Status st = p->DeclareHint(tenant_->name(), a, &r);
+  Status st = p->DeclareHint(tenant_->id(), a, &r);
   if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
   WriteResult(req, &r, sizeof(r));
   return {HZ_S_OK, sizeof(r), 0, false};

@@ -111,18 +111,18 @@ Status Provider::Start() {
   engine_ = std::make_unique<neg::NegotiationEngine>(no, resources_.get(), sink_);
   // Hints follow every change of a tenant's GPU count the engine makes.
   neg::HintEngine* hints = hints_.get();
-  engine_->SetAllocationListener([this, hints](const std::string& tenant, uint32_t gpus) {
+  engine_->SetAllocationListener([this, hints](const TenantId& tenant, uint32_t gpus) {
     gpus_[tenant] = gpus;  // the engine runs under mu_
     hints->SetDevices(tenant, gpus);
   });
   health_ = std::make_unique<ev::HealthMonitor>(c.sysfs_root, sink_);
   sc::Scheduler* sched = sched_.get();
   health_->SetFailureListener(
-      [this, sched](const std::string& tenant, uint32_t index, ev::FailureKind kind) {
+      [this, sched](const TenantId& tenant, uint32_t index, ev::FailureKind kind) {
         if (kind != ev::kFailureDeviceFailed) return;  // degraded devices stay attached
         devices_lost_++;
         StatusOr<sc::DeviceLoss> loss = sched->DeviceLost(tenant, index);
-        spdlog::warn("event=device_lost tenant={} index={} result=\"{}\"", tenant, index,
+        spdlog::warn("event=device_lost tenant={} index={} result=\"{}\"", tenant.name(), index,
                      loss.status().ToString());
         if (loss.ok()) OfferReplacementLocked(*loss, Now());  // the monitor polls under mu_
       });
@@ -163,8 +163,7 @@ void Provider::ArmEvery(boost::asio::steady_timer& timer, uint64_t interval_ms,
 }
 
 void Provider::SyncLocked() {
-  std::map<std::string, std::pair<std::string, uint32_t>> now;
-  std::map<std::string, uint32_t> gpus;
+  std::map<std::string, std::pair<TenantId, uint32_t>> now;
   for (const auto& [tenant, bdf, index] : sched_->Assignments()) now[bdf] = {tenant, index};
   for (const auto& [bdf, who] : assigned_) {
     auto it = now.find(bdf);
@@ -180,10 +179,10 @@ void Provider::SyncLocked() {
   }
   assigned_ = std::move(now);
   // Every tenant the scheduler or the hint engine knows gets its GPU count.
-  std::set<std::string> tenants;
+  std::set<TenantId> tenants;
   for (const auto& [bdf, who] : assigned_) tenants.insert(who.first);
   for (const auto& [tenant, n] : gpus_) tenants.insert(tenant);
-  for (const std::string& t : tenants) {
+  for (const TenantId& t : tenants) {
     const uint32_t n = sched_->DevicesHeld(t, HZ_DEV_GPU);
     auto it = gpus_.find(t);
     if (it != gpus_.end() && it->second == n) continue;
@@ -198,7 +197,7 @@ void Provider::OfferReplacementLocked(const sc::DeviceLoss& loss, uint64_t now) 
   Status s =
       engine_->OfferReplacement(loss.tenant, ReplacementRequest(loss, now), now, &negotiation);
   if (!s.ok()) {
-    spdlog::warn("event=replacement_offer_failed tenant={} error=\"{}\"", loss.tenant,
+    spdlog::warn("event=replacement_offer_failed tenant={} error=\"{}\"", loss.tenant.name(),
                  s.ToString());
   }
 }
@@ -234,14 +233,14 @@ void Provider::PollHealth() {
   SyncLocked();  // a lost device moved indices
 }
 
-Status Provider::Summary(const std::string& tenant, std::vector<uint8_t>* bytes) {
+Status Provider::Summary(const TenantId& tenant, std::vector<uint8_t>* bytes) {
   sc::TopologySummary s;
   Status st = sched_->Summary(tenant, &s);
   if (st.ok()) *bytes = std::move(s.bytes);
   return st;
 }
 
-Status Provider::Submit(const std::string& tenant, uint32_t weight, uint8_t max_priority,
+Status Provider::Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority,
                         const hz_neg_request& request, DecisionFn done) {
   std::lock_guard<std::mutex> lock(mu_);
   // The operator's tenant policy (hzctl tenant create --weight --priority).
@@ -253,7 +252,7 @@ Status Provider::Submit(const std::string& tenant, uint32_t weight, uint8_t max_
   return s;
 }
 
-Status Provider::Counter(const std::string& tenant, uint64_t negotiation_id,
+Status Provider::Counter(const TenantId& tenant, uint64_t negotiation_id,
                          const hz_neg_request& request, DecisionFn done) {
   std::lock_guard<std::mutex> lock(mu_);
   Status s = engine_->Counter(tenant, negotiation_id, request, Now());
@@ -274,7 +273,7 @@ Status Provider::Counter(const std::string& tenant, uint64_t negotiation_id,
   return s;
 }
 
-Status Provider::Accept(const std::string& tenant, uint64_t offer_id, uint64_t* reservation_id) {
+Status Provider::Accept(const TenantId& tenant, uint64_t offer_id, uint64_t* reservation_id) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t now = Now();
   Status s = engine_->Accept(tenant, offer_id, now, reservation_id);
@@ -286,19 +285,19 @@ Status Provider::Accept(const std::string& tenant, uint64_t offer_id, uint64_t* 
   return s;
 }
 
-Status Provider::Decline(const std::string& tenant, uint64_t negotiation_id) {
+Status Provider::Decline(const TenantId& tenant, uint64_t negotiation_id) {
   std::lock_guard<std::mutex> lock(mu_);
   return engine_->Decline(tenant, negotiation_id, Now());
 }
 
-Status Provider::Release(const std::string& tenant, const hz_neg_release_args& args) {
+Status Provider::Release(const TenantId& tenant, const hz_neg_release_args& args) {
   std::lock_guard<std::mutex> lock(mu_);
   Status s = engine_->Release(tenant, args, Now());
   if (s.ok()) SyncLocked();
   return s;
 }
 
-Status Provider::DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
+Status Provider::DeclareHint(const TenantId& tenant, const hz_hint_declare_args& args,
                              hz_hint_declare_result* result) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t n = sched_->DevicesHeld(tenant, HZ_DEV_GPU);
@@ -338,7 +337,7 @@ StatusOr<json> Provider::Run(const std::string& cmd, const json& req) {
     std::string tenant, domain;
     if (!(err = GetString(req, "tenant", &tenant)).ok()) return err;
     if (!(err = GetString(req, "domain", &domain)).ok()) return err;
-    Status s = sched_->BindTenant(tenant, domain);
+    Status s = sched_->BindTenant(TenantId(tenant), domain);
     if (!s.ok()) return s;
     spdlog::info("event=tenant_domain tenant={} domain={}", tenant, domain);
     return json{{"tenant", tenant}, {"domain", domain}};
@@ -370,7 +369,7 @@ StatusOr<json> Provider::Run(const std::string& cmd, const json& req) {
     }
     uint64_t id = 0;
     std::lock_guard<std::mutex> lock(mu_);
-    Status s = sched_->Allocate(tenant, r, &id);
+    Status s = sched_->Allocate(TenantId(tenant), r, &id);
     if (!s.ok()) return s;
     SyncLocked();
     spdlog::info("event=allocated tenant={} id={} gpus={} nics={} locality={}", tenant, id, gpus,
@@ -424,7 +423,7 @@ json Provider::NegotiationJson() {
   json reservations = json::array();
   for (const neg::ReservationInfo& r : engine_->Reservations()) {
     reservations.push_back({{"id", r.id},
-                            {"tenant", r.tenant},
+                            {"tenant", r.tenant.name()},
                             {"negotiation", r.negotiation_id},
                             {"kind", r.kind == HZ_DEV_GPU ? "gpu" : "nic"},
                             {"count", r.count},
@@ -435,7 +434,7 @@ json Provider::NegotiationJson() {
   json offers = json::array();
   for (const neg::OfferInfo& o : engine_->Offers()) {
     offers.push_back({{"id", o.offer.offer_id},
-                      {"tenant", o.tenant},
+                      {"tenant", o.tenant.name()},
                       {"negotiation", o.negotiation_id},
                       {"count", o.offer.count},
                       {"start_s", o.offer.start_s},

@@ -17,15 +17,15 @@ uint32_t SchedulerResources::Capacity(uint32_t pool, uint64_t /*window*/) const 
   return sched_->ReservableDevices(pool);
 }
 
-Status SchedulerResources::Attach(const std::string& tenant, uint64_t reservation_id,
+Status SchedulerResources::Attach(const TenantId& tenant, uint64_t reservation_id,
                                   const std::vector<negotiation::PoolCount>& devices) {
   std::vector<scheduler::PoolDevices> taken;
   for (const negotiation::PoolCount& pc : devices) taken.push_back({pc.pool, pc.count});
   return sched_->AttachReservation(tenant, reservation_id, taken);
 }
 
-Status SchedulerResources::Detach(const std::string& tenant, uint64_t reservation_id,
-                                  uint32_t count, std::vector<negotiation::PoolCount>* detached) {
+Status SchedulerResources::Detach(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
+                                  std::vector<negotiation::PoolCount>* detached) {
   detached->clear();
   StatusOr<std::vector<scheduler::PoolDevices>> given =
       sched_->DetachReservation(tenant, reservation_id, count);
@@ -34,7 +34,7 @@ Status SchedulerResources::Detach(const std::string& tenant, uint64_t reservatio
   return Status::Ok();
 }
 
-uint32_t SchedulerResources::DevicesHeld(const std::string& tenant, hz_device_kind kind) const {
+uint32_t SchedulerResources::DevicesHeld(const TenantId& tenant, hz_device_kind kind) const {
   return sched_->DevicesHeld(tenant, kind);
 }
 

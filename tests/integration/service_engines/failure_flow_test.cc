@@ -54,13 +54,13 @@ TEST(SchedulerFailureFlow, TenantSeesOnlyAnIndexAndGetsAReplacementOffer) {
   SchedulerResources resources(sched.get());
   negotiation::NegotiationEngine engine(negotiation::NegotiationOptions{}, &resources, bus.get());
 
-  ASSERT_TRUE(sched->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched->Allocate("acme", {4, 4, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched->Allocate(TenantId("acme"), {4, 4, HZ_LOC_SAME_GROUP}, &id).ok());
   EXPECT_EQ(attacher.attached.size(), 8u);
 
   std::unique_ptr<ev::Delivery> delivery;
-  ASSERT_TRUE(bus->Connect("acme", "guest0", &delivery).ok());
+  ASSERT_TRUE(bus->Connect(TenantId("acme"), "guest0", &delivery).ok());
   hz_event_subscribe_args args{};
   args.topics = HZ_TOPIC_ALL;
   args.from_seq = HZ_SEQ_CURSOR;
@@ -68,7 +68,7 @@ TEST(SchedulerFailureFlow, TenantSeesOnlyAnIndexAndGetsAReplacementOffer) {
   ASSERT_TRUE(delivery->Subscribe(args, &res).ok());
 
   TopologySummary summary;
-  ASSERT_TRUE(sched->Summary("acme", &summary).ok());
+  ASSERT_TRUE(sched->Summary(TenantId("acme"), &summary).ok());
   const uint32_t lost_index = 1;
   const std::string bdf = sched->cluster().device(summary.devices[lost_index]).bdf;
   const uint64_t now = 1'700'000'000;
@@ -107,10 +107,11 @@ TEST(SchedulerFailureFlow, TenantSeesOnlyAnIndexAndGetsAReplacementOffer) {
   }
   EXPECT_TRUE(offered);
   uint64_t reservation = 0;
-  ASSERT_TRUE(engine.Accept("acme", decisions[0].offers[0].offer_id, now, &reservation).ok());
+  ASSERT_TRUE(
+      engine.Accept(TenantId("acme"), decisions[0].offers[0].offer_id, now, &reservation).ok());
   engine.Tick(decisions[0].offers[0].start_s);
   EXPECT_EQ(attacher.attached.size(), 8u);
-  EXPECT_EQ(sched->DevicesHeld("acme", HZ_DEV_GPU), 4u);
+  EXPECT_EQ(sched->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 4u);
   EXPECT_FALSE(attacher.attached.count("vm-acme/" + bdf));
 }
 

@@ -27,27 +27,27 @@ TEST(NegotiationHints, DeclareValidates) {
   events::testing::RecordingSink sink;
   HintEngine h(&sink);
   hz_hint_declare_result r{};
-  EXPECT_EQ(h.Declare("t", {10, 5, 1, 0}, &r).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(h.Declare("t", {1, 5, 0, 0}, &r).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(h.Declare("t", {1, 5, 1, 1}, &r).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.Declare(TenantId("t"), {10, 5, 1, 0}, &r).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.Declare(TenantId("t"), {1, 5, 0, 0}, &r).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.Declare(TenantId("t"), {1, 5, 1, 1}, &r).code(), StatusCode::kInvalidArgument);
   events::HintPayload p;
-  EXPECT_EQ(h.Current("t", &p).code(), StatusCode::kNotFound);
-  EXPECT_TRUE(h.Declare("t", {5, 5, 1, 0}, &r).ok());
+  EXPECT_EQ(h.Current(TenantId("t"), &p).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(h.Declare(TenantId("t"), {5, 5, 1, 0}, &r).ok());
   EXPECT_EQ(r.suggested, 5u);
 }
 
 TEST(NegotiationHints, AllocationChangesPublishHints) {
   events::testing::RecordingSink sink;
   HintEngine h(&sink);
-  h.SetDevices("t", 8);  // before any declaration: nothing published
+  h.SetDevices(TenantId("t"), 8);  // before any declaration: nothing published
   EXPECT_TRUE(sink.entries().empty());
   hz_hint_declare_result r{};
-  ASSERT_TRUE(h.Declare("t", {32, 256, 32, 0}, &r).ok());
+  ASSERT_TRUE(h.Declare(TenantId("t"), {32, 256, 32, 0}, &r).ok());
   EXPECT_EQ(r.suggested, 256u);
-  h.SetDevices("t", 4);
-  h.SetDevices("t", 4);   // unchanged: no event
-  h.SetDevices("t", 16);  // new peak
-  h.SetDevices("t", 12);
+  h.SetDevices(TenantId("t"), 4);
+  h.SetDevices(TenantId("t"), 4);   // unchanged: no event
+  h.SetDevices(TenantId("t"), 16);  // new peak
+  h.SetDevices(TenantId("t"), 12);
   auto e = sink.entries();
   ASSERT_EQ(e.size(), 3u);
   auto p0 = events::testing::PayloadAs<events::HintPayload>(e[0].spec.payload.data());
@@ -62,9 +62,9 @@ TEST(NegotiationHints, AllocationChangesPublishHints) {
   EXPECT_EQ(p2.devices_peak, 16u);
   // Another tenant is unaffected.
   events::HintPayload p;
-  EXPECT_EQ(h.Current("other", &p).code(), StatusCode::kNotFound);
+  EXPECT_EQ(h.Current(TenantId("other"), &p).code(), StatusCode::kNotFound);
   // A new declaration restarts the peak at the devices held now.
-  ASSERT_TRUE(h.Declare("t", {32, 256, 32, 0}, &r).ok());
+  ASSERT_TRUE(h.Declare(TenantId("t"), {32, 256, 32, 0}, &r).ok());
   EXPECT_EQ(r.suggested, 256u);
 }
 

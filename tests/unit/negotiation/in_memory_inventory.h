@@ -20,29 +20,29 @@ class InMemoryInventory : public ResourceProvider {
   // From window `from` on, the pool has `count` devices (failure, maintenance).
   void SetCapacityFrom(uint32_t pool, uint64_t from, uint32_t count);
   // Devices a tenant holds outside reservations (its initial allocation).
-  void SetBaseDevices(const std::string& tenant, hz_device_kind kind, uint32_t count);
+  void SetBaseDevices(const TenantId& tenant, hz_device_kind kind, uint32_t count);
   // Makes the next Attach calls fail (tests of the revoke path).
   void FailAttach(bool fail) { fail_attach_ = fail; }
   // Devices attached to a tenant through reservations now, all kinds.
-  uint32_t Attached(const std::string& tenant) const;
+  uint32_t Attached(const TenantId& tenant) const;
 
   std::vector<Pool> Pools() const override { return pools_; }
   uint32_t Capacity(uint32_t pool, uint64_t window) const override;
-  Status Attach(const std::string& tenant, uint64_t reservation_id,
+  Status Attach(const TenantId& tenant, uint64_t reservation_id,
                 const std::vector<PoolCount>& devices) override;
-  Status Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
+  Status Detach(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
                 std::vector<PoolCount>* detached) override;
-  uint32_t DevicesHeld(const std::string& tenant, hz_device_kind kind) const override;
+  uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const override;
 
  private:
   struct Attachment {
-    std::string tenant;
+    TenantId tenant;
     std::vector<PoolCount> devices;  // in tenant-visible index order
   };
   std::vector<Pool> pools_;
   std::vector<std::map<uint64_t, uint32_t>> capacity_;  // per pool: from-window -> count
   std::map<uint64_t, Attachment> attached_;             // by reservation
-  std::map<std::pair<std::string, int>, uint32_t> base_;
+  std::map<std::pair<TenantId, int>, uint32_t> base_;
   bool fail_attach_ = false;
 };
 

@@ -80,18 +80,18 @@ RC_GTEST_PROP(NegotiationProperty, NoDoubleBookingOffersValidAcceptedHonouredOrR
   NegotiationOptions options;
   options.usage_horizon_s = 30 * 86400;  // keep every reservation for the final checks
   NegotiationEngine e(options, &inv, &sink);
-  const std::vector<std::string> tenants = {"t0", "t1", "t2"};
+  const std::vector<TenantId> tenants = {TenantId("t0"), TenantId("t1"), TenantId("t2")};
 
   uint64_t now = kStart;
   std::map<uint64_t, hz_neg_request> requests;  // negotiation -> current request
-  std::map<uint64_t, std::string> owner;        // negotiation -> tenant
-  std::vector<std::pair<hz_neg_offer, std::string>> seen_offers;
-  std::vector<std::pair<uint64_t, std::string>> accepted;  // reservation, tenant
+  std::map<uint64_t, TenantId> owner;           // negotiation -> tenant
+  std::vector<std::pair<hz_neg_offer, TenantId>> seen_offers;
+  std::vector<std::pair<uint64_t, TenantId>> accepted;  // reservation, tenant
 
   const int steps = *rc::gen::inRange(10, 80);
   for (int step = 0; step < steps; ++step) {
     const int op = *rc::gen::inRange(0, 10);
-    const std::string& tenant = tenants[static_cast<size_t>(*rc::gen::inRange(0, 3))];
+    const TenantId& tenant = tenants[static_cast<size_t>(*rc::gen::inRange(0, 3))];
     switch (op) {
       case 0:
       case 1: {  // request
@@ -132,7 +132,7 @@ RC_GTEST_PROP(NegotiationProperty, NoDoubleBookingOffersValidAcceptedHonouredOrR
         if (seen_offers.empty()) break;
         auto [offer, who] =
             seen_offers[static_cast<size_t>(*rc::gen::inRange<size_t>(0, seen_offers.size()))];
-        const std::string& by = *rc::gen::inRange(0, 4) == 0 ? tenant : who;
+        const TenantId& by = *rc::gen::inRange(0, 4) == 0 ? tenant : who;
         uint64_t res = 0;
         Status s = e.Accept(by, offer.offer_id, now, &res);
         if (who != by) {
@@ -218,7 +218,7 @@ RC_GTEST_PROP(NegotiationProperty, NoDoubleBookingOffersValidAcceptedHonouredOrR
   RC_ASSERT(e.Reservations().size() == accepted.size());
   RC_TAG(accepted.empty() ? "no reservation" : "reservations");
   RC_TAG(revoked.empty() ? "no revocation" : "revocations");
-  for (const std::string& t : tenants) RC_ASSERT(inv.Attached(t) == 0u);
+  for (const TenantId& t : tenants) RC_ASSERT(inv.Attached(t) == 0u);
 }
 
 RC_GTEST_PROP(NegotiationProperty, EqualWeightsGetEqualShares, ()) {
@@ -232,7 +232,7 @@ RC_GTEST_PROP(NegotiationProperty, EqualWeightsGetEqualShares, ()) {
   NegotiationEngine e(options, &inv, nullptr);
 
   const uint64_t kMaxDuration = 180;
-  std::map<std::string, uint64_t> share;
+  std::map<TenantId, uint64_t> share;
   uint64_t now = kStart;
   const int rounds = 200;
   for (int round = 0; round < rounds; ++round) {
@@ -246,7 +246,7 @@ RC_GTEST_PROP(NegotiationProperty, EqualWeightsGetEqualShares, ()) {
       r.latest_start_s = now;
       r.duration_s = 60 * static_cast<uint64_t>(*rc::gen::inRange(1, 4));
       uint64_t id;
-      RC_ASSERT(e.Submit("t" + std::to_string(t), r, now, &id).ok());
+      RC_ASSERT(e.Submit(TenantId("t" + std::to_string(t)), r, now, &id).ok());
     }
     for (const Decision& d : e.Decide(now)) {
       if (d.offers.empty()) {
@@ -262,7 +262,7 @@ RC_GTEST_PROP(NegotiationProperty, EqualWeightsGetEqualShares, ()) {
   }
   uint64_t lo = UINT64_MAX, hi = 0, total = 0;
   for (int t = 0; t < k; ++t) {
-    uint64_t s = share["t" + std::to_string(t)];
+    uint64_t s = share[TenantId("t" + std::to_string(t))];
     lo = std::min(lo, s);
     hi = std::max(hi, s);
     total += s;

@@ -79,9 +79,9 @@ class SchedulerFacade : public ::testing::Test {
 };
 
 TEST_F(SchedulerFacade, AllocateBindsAttachesAndPersists) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {4, 4, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {4, 4, HZ_LOC_SAME_GROUP}, &id).ok());
   std::set<std::string> bdfs = Bdfs(id);
   ASSERT_EQ(bdfs.size(), 8u);
   ASSERT_EQ(attacher_.calls.size(), 8u);
@@ -100,28 +100,29 @@ TEST_F(SchedulerFacade, AllocateBindsAttachesAndPersists) {
   Reopen();
   EXPECT_EQ(Bdfs(id), bdfs);
   uint64_t id2 = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {4, 4, HZ_LOC_SAME_GROUP}, &id2).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {4, 4, HZ_LOC_SAME_GROUP}, &id2).ok());
   EXPECT_NE(id2, id);
   for (const std::string& b : Bdfs(id2)) EXPECT_FALSE(bdfs.count(b)) << b;
-  EXPECT_EQ(sched_->Allocate("acme", {1, 0, HZ_LOC_ANY}, &id2).code(), StatusCode::kLimit);
+  EXPECT_EQ(sched_->Allocate(TenantId("acme"), {1, 0, HZ_LOC_ANY}, &id2).code(),
+            StatusCode::kLimit);
 }
 
 TEST_F(SchedulerFacade, TenantWithoutVmIsRejectedAndRolledBack) {
   uint64_t id = 0;
-  Status s = sched_->Allocate("nobody", {2, 0, HZ_LOC_ANY}, &id);
+  Status s = sched_->Allocate(TenantId("nobody"), {2, 0, HZ_LOC_ANY}, &id);
   EXPECT_EQ(s.code(), StatusCode::kState);
   EXPECT_TRUE(sched_->Allocations().empty());
   Reopen();
   EXPECT_TRUE(sched_->Allocations().empty());
-  EXPECT_EQ(sched_->Allocate("bad/name", {1, 0, HZ_LOC_ANY}, &id).code(),
+  EXPECT_EQ(sched_->Allocate(TenantId("bad/name"), {1, 0, HZ_LOC_ANY}, &id).code(),
             StatusCode::kInvalidArgument);
 }
 
 TEST_F(SchedulerFacade, AttachFailureRollsBack) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   attacher_.fail_after = 2;
   uint64_t id = 0;
-  Status s = sched_->Allocate("acme", {4, 0, HZ_LOC_SAME_GROUP}, &id);
+  Status s = sched_->Allocate(TenantId("acme"), {4, 0, HZ_LOC_SAME_GROUP}, &id);
   ASSERT_EQ(s.code(), StatusCode::kIoError);
   // The two attached devices were detached again, nothing stays allocated.
   int attached = 0, detached = 0;
@@ -134,9 +135,9 @@ TEST_F(SchedulerFacade, AttachFailureRollsBack) {
 }
 
 TEST_F(SchedulerFacade, ReleaseDetachesAndFrees) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
   attacher_.calls.clear();
   attacher_.fail_detach = true;
   EXPECT_FALSE(sched_->Release(id).ok());  // may still be attached: kept
@@ -152,16 +153,16 @@ TEST_F(SchedulerFacade, ReleaseDetachesAndFrees) {
 }
 
 TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {4, 2, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {4, 2, HZ_LOC_SAME_GROUP}, &id).ok());
   TopologySummary before;
-  ASSERT_TRUE(sched_->Summary("acme", &before).ok());
+  ASSERT_TRUE(sched_->Summary(TenantId("acme"), &before).ok());
   const std::string victim = sched_->cluster().device(before.devices[2]).bdf;
-  std::string tenant;
+  TenantId tenant;
   uint32_t index = 0;
   ASSERT_TRUE(sched_->TenantIndex(victim, &tenant, &index).ok());
-  EXPECT_EQ(tenant, "acme");
+  EXPECT_EQ(tenant, TenantId("acme"));
   EXPECT_EQ(index, 2u);
   attacher_.calls.clear();
   ASSERT_TRUE(sched_->MarkFailed(victim, 3).ok());
@@ -169,7 +170,7 @@ TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
   EXPECT_FALSE(attacher_.calls[0].attach);
   EXPECT_EQ(attacher_.calls[0].bdf, victim);
   ASSERT_EQ(sink_.events.size(), 2u);
-  EXPECT_EQ(sink_.events[0].tenant, "acme");
+  EXPECT_EQ(sink_.events[0].tenant, TenantId("acme"));
   EXPECT_EQ(sink_.events[0].spec.topic, HZ_TOPIC_FAILURE);
   EXPECT_EQ(sink_.events[0].spec.kind, ev::kFailureDeviceFailed);
   ev::FailurePayload p;
@@ -199,29 +200,29 @@ TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
 }
 
 TEST_F(SchedulerFacade, HealthMonitorFailureIsNotPublishedTwice) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
   auto assignments = sched_->Assignments();
   ASSERT_EQ(assignments.size(), 4u);
   const auto& [tenant, bdf, index] = assignments[3];
-  EXPECT_EQ(tenant, "acme");
+  EXPECT_EQ(tenant, TenantId("acme"));
   EXPECT_EQ(index, 3u);
   attacher_.calls.clear();
-  ASSERT_TRUE(sched_->DeviceLost("acme", 3).ok());
+  ASSERT_TRUE(sched_->DeviceLost(TenantId("acme"), 3).ok());
   ASSERT_EQ(attacher_.calls.size(), 1u);
   EXPECT_EQ(attacher_.calls[0].bdf, bdf);
   // Only the allocation change: the monitor published the FAILURE itself.
   ASSERT_EQ(sink_.events.size(), 1u);
   EXPECT_EQ(sink_.events[0].spec.topic, HZ_TOPIC_CAPACITY);
-  EXPECT_EQ(sched_->DeviceLost("acme", 3).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(sched_->DeviceLost(TenantId("acme"), 3).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(sched_->Assignments().size(), 3u);
 }
 
 TEST_F(SchedulerFacade, DegradedDeviceStaysAttached) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {1, 0, HZ_LOC_ANY}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {1, 0, HZ_LOC_ANY}, &id).ok());
   const std::string bdf = *Bdfs(id).begin();
   attacher_.calls.clear();
   ASSERT_TRUE(sched_->MarkDegraded(bdf, 1).ok());
@@ -232,9 +233,9 @@ TEST_F(SchedulerFacade, DegradedDeviceStaysAttached) {
 }
 
 TEST_F(SchedulerFacade, OperatorViews) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
   nlohmann::json inv = sched_->Inventory();
   ASSERT_EQ(inv.size(), 16u);
   int allocated = 0;
@@ -273,7 +274,7 @@ TEST_F(SchedulerFacade, CorruptStateIsRefused) {
 }
 
 TEST_F(SchedulerFacade, ReservationsTakeReservableDevicesAndGiveThemBack) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   // Pools: 2 GPU islands and 4 NIC switches.
   const std::vector<Pool>& pools = sched_->cluster().pools();
   ASSERT_EQ(pools.size(), 6u);
@@ -285,7 +286,7 @@ TEST_F(SchedulerFacade, ReservationsTakeReservableDevicesAndGiveThemBack) {
     }
   }
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {4, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {4, 0, HZ_LOC_SAME_GROUP}, &id).ok());
   // A direct allocation takes capacity away from negotiation.
   uint32_t total = 0;
   for (uint32_t p = 0; p < pools.size(); ++p) {
@@ -297,34 +298,38 @@ TEST_F(SchedulerFacade, ReservationsTakeReservableDevicesAndGiveThemBack) {
     if (pools[p].kind == DeviceKind::kGpu && sched_->ReservableDevices(p) == 4) gpu_pool = p;
   }
   attacher_.calls.clear();
-  ASSERT_TRUE(sched_->AttachReservation("acme", 77, {{gpu_pool, 3}}).ok());
+  ASSERT_TRUE(sched_->AttachReservation(TenantId("acme"), 77, {{gpu_pool, 3}}).ok());
   EXPECT_EQ(attacher_.calls.size(), 3u);
-  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
+  EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 7u);
   EXPECT_EQ(sched_->ReservableDevices(gpu_pool), 4u);  // reservation devices count as capacity
-  EXPECT_EQ(sched_->AttachReservation("acme", 77, {{gpu_pool, 1}}).code(), StatusCode::kState);
-  EXPECT_FALSE(sched_->AttachReservation("acme", 78, {{gpu_pool, 2}}).ok());  // only 1 left
+  EXPECT_EQ(sched_->AttachReservation(TenantId("acme"), 77, {{gpu_pool, 1}}).code(),
+            StatusCode::kState);
+  EXPECT_FALSE(
+      sched_->AttachReservation(TenantId("acme"), 78, {{gpu_pool, 2}}).ok());  // only 1 left
 
   Reopen();  // the reservation survives a restart
-  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
-  StatusOr<std::vector<PoolDevices>> detached = sched_->DetachReservation("acme", 77, 2);
+  EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 7u);
+  StatusOr<std::vector<PoolDevices>> detached = sched_->DetachReservation(TenantId("acme"), 77, 2);
   ASSERT_TRUE(detached.ok());
   ASSERT_EQ(detached->size(), 1u);
   EXPECT_EQ((*detached)[0], (PoolDevices{gpu_pool, 2}));
-  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 5u);
-  EXPECT_EQ(sched_->DetachReservation("other", 77, 1).status().code(), StatusCode::kState);
-  EXPECT_EQ(sched_->DetachReservation("acme", 77, 5).status().code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE(sched_->DetachReservation("acme", 77, 1).ok());
-  EXPECT_EQ(sched_->DetachReservation("acme", 77, 1).status().code(), StatusCode::kState);
+  EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 5u);
+  EXPECT_EQ(sched_->DetachReservation(TenantId("other"), 77, 1).status().code(),
+            StatusCode::kState);
+  EXPECT_EQ(sched_->DetachReservation(TenantId("acme"), 77, 5).status().code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(sched_->DetachReservation(TenantId("acme"), 77, 1).ok());
+  EXPECT_EQ(sched_->DetachReservation(TenantId("acme"), 77, 1).status().code(), StatusCode::kState);
 }
 
 TEST_F(SchedulerFacade, FailureReportsWhatTheTenantLost) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
   const std::string victim = *Bdfs(id).begin();
   StatusOr<DeviceLoss> loss = sched_->MarkFailed(victim, 1);
   ASSERT_TRUE(loss.ok());
-  EXPECT_EQ(loss->tenant, "acme");
+  EXPECT_EQ(loss->tenant, TenantId("acme"));
   EXPECT_EQ(loss->kind, DeviceKind::kGpu);
   EXPECT_EQ(loss->locality, HZ_LOC_SAME_GROUP);
   EXPECT_TRUE(loss->replaceable);  // six healthy GPUs are free

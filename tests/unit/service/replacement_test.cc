@@ -58,13 +58,13 @@ TEST_F(ServiceReplacement, PoolsAndCapacityAreTheSchedulersReservableDevices) {
   }
   EXPECT_EQ(gpus, 8u);
   std::vector<negotiation::PoolCount> detached;
-  EXPECT_EQ(resources_->Detach("acme", 77, 1, &detached).code(), StatusCode::kState);
+  EXPECT_EQ(resources_->Detach(TenantId("acme"), 77, 1, &detached).code(), StatusCode::kState);
 }
 
 TEST_F(ServiceReplacement, FailureOpensAReplacementOffer) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
   std::string victim;
   for (const auto& a : sched_->Allocations()) victim = a["devices"][0].get<std::string>();
   const uint64_t now = 1'700'000'000;
@@ -77,7 +77,7 @@ TEST_F(ServiceReplacement, FailureOpensAReplacementOffer) {
           .ok());
   std::vector<negotiation::Decision> decisions = engine_->Decide(now);
   ASSERT_EQ(decisions.size(), 1u);
-  EXPECT_EQ(decisions[0].tenant, "acme");
+  EXPECT_EQ(decisions[0].tenant, TenantId("acme"));
   EXPECT_EQ(decisions[0].result.negotiation_id, negotiation);
   EXPECT_TRUE(decisions[0].provider_initiated);
   ASSERT_FALSE(decisions[0].offers.empty());
@@ -85,15 +85,16 @@ TEST_F(ServiceReplacement, FailureOpensAReplacementOffer) {
   // The engine tells the tenant about the offer.
   bool offer_event = false;
   for (const auto& e : sink_.events) {
-    offer_event |= e.tenant == "acme" && e.spec.topic == HZ_TOPIC_NEGOTIATION &&
+    offer_event |= e.tenant == TenantId("acme") && e.spec.topic == HZ_TOPIC_NEGOTIATION &&
                    e.spec.kind == ev::kNegotiationOfferMade;
   }
   EXPECT_TRUE(offer_event);
   // Accepting it attaches a healthy replacement when the reservation starts.
   uint64_t reservation = 0;
-  ASSERT_TRUE(engine_->Accept("acme", decisions[0].offers[0].offer_id, now, &reservation).ok());
+  ASSERT_TRUE(
+      engine_->Accept(TenantId("acme"), decisions[0].offers[0].offer_id, now, &reservation).ok());
   engine_->Tick(decisions[0].offers[0].start_s);
-  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 2u);
+  EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 2u);
   for (const auto& d : sched_->Inventory()) {
     if (d["bdf"] == victim) {
       EXPECT_EQ(d["state"], "failed");
@@ -103,7 +104,7 @@ TEST_F(ServiceReplacement, FailureOpensAReplacementOffer) {
 
 TEST_F(ServiceReplacement, ReplacementRequestAsksForOneDeviceAsSoonAsPossible) {
   sc::DeviceLoss loss;
-  loss.tenant = "acme";
+  loss.tenant = TenantId("acme");
   loss.kind = sc::DeviceKind::kNic;
   loss.locality = HZ_LOC_SAME_HOST;
   hz_neg_request r = ReplacementRequest(loss, 1000, 60);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 #include "hz/events/event_spec.h"
 #include "protocol/harmonaize.h"
 
@@ -27,13 +28,13 @@ class HintEngine {
 
   // HINT_DECLARE: min > max, step 0 or non-zero flags are invalid. Starts a new
   // declaration (n_peak = devices now).
-  Status Declare(const std::string& tenant, const hz_hint_declare_args& args,
+  Status Declare(const TenantId& tenant, const hz_hint_declare_args& args,
                  hz_hint_declare_result* result);
   // The tenant now holds `devices`; publishes a HINT event when it changed and
   // the tenant has a declaration.
-  void SetDevices(const std::string& tenant, uint32_t devices);
+  void SetDevices(const TenantId& tenant, uint32_t devices);
   // Current suggestion; kNotFound without a declaration.
-  Status Current(const std::string& tenant, events::HintPayload* hint) const;
+  Status Current(const TenantId& tenant, events::HintPayload* hint) const;
 
  private:
   struct TenantHint {
@@ -46,7 +47,7 @@ class HintEngine {
 
   events::EventSink* sink_;
   mutable std::mutex mu_;
-  std::map<std::string, TenantHint> tenants_;
+  std::map<TenantId, TenantHint> tenants_;
 };
 
 }  // namespace hz::negotiation

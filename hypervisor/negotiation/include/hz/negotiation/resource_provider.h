@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::negotiation {
@@ -35,16 +36,16 @@ class ResourceProvider {
   // Devices of `pool` usable in reservation window `window` (index, not seconds).
   virtual uint32_t Capacity(uint32_t pool, uint64_t window) const = 0;
   // Attaches the devices of a starting reservation to the tenant.
-  virtual Status Attach(const std::string& tenant, uint64_t reservation_id,
+  virtual Status Attach(const TenantId& tenant, uint64_t reservation_id,
                         const std::vector<PoolCount>& devices) = 0;
   // Detaches `count` devices of a started reservation: those with the highest
   // tenant-visible indices among its devices (SPEC.md §7.8.5). *detached
   // receives the pools they came from.
-  virtual Status Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
+  virtual Status Detach(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
                         std::vector<PoolCount>* detached) = 0;
   // Devices of `kind` the tenant holds now, from every source (its base
   // allocation and its reservations).
-  virtual uint32_t DevicesHeld(const std::string& tenant, hz_device_kind kind) const = 0;
+  virtual uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const = 0;
 };
 
 }  // namespace hz::negotiation

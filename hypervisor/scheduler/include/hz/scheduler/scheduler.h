@@ -29,6 +29,7 @@
 
 #include "hz/common/status.h"
 #include "hz/common/status_or.h"
+#include "hz/common/tenant_id.h"
 #include "hz/events/event_spec.h"
 #include "hz/scheduler/allocator.h"
 #include "hz/scheduler/cluster.h"
@@ -48,14 +49,14 @@ struct SchedulerOptions {
   bool sync = true;
   // Source of each new tenant's secret permutation seed; empty: a random
   // draw (std::random_device). Tests inject fixed seeds.
-  std::function<uint64_t(const std::string& tenant)> tenant_seed;
+  std::function<uint64_t(const TenantId& tenant)> tenant_seed;
 };
 
 // What a device failure took from its tenant: enough for a replacement offer
 // (SPEC.md §9.7). `tenant` is empty when the failure took nothing from anyone
 // (the device was free, or had failed before).
 struct DeviceLoss {
-  std::string tenant;
+  TenantId tenant;
   DeviceKind kind = DeviceKind::kGpu;
   uint8_t locality = HZ_LOC_ANY;  // of the allocation the device left
   bool replaceable = false;       // a healthy device of that kind is free on the host
@@ -83,10 +84,10 @@ class Scheduler {
                                   std::unique_ptr<Scheduler>* out);
 
   // Operator: the tenant's VM (libvirt domain). Persisted.
-  Status BindTenant(const std::string& tenant, const std::string& domain);
+  Status BindTenant(const TenantId& tenant, const std::string& domain);
   // Places, records (durably), binds to vfio-pci and attaches to the tenant's
   // domain; rolls back when binding or attaching fails.
-  Status Allocate(const std::string& tenant, const Request& request, uint64_t* allocation_id);
+  Status Allocate(const TenantId& tenant, const Request& request, uint64_t* allocation_id);
   // Detaches, hands the devices back to their host drivers, forgets.
   Status Release(uint64_t allocation_id);
 
@@ -99,19 +100,19 @@ class Scheduler {
   // The same for a failure the health monitor already published (its
   // FailureListener gives the tenant and the tenant-visible index): no
   // second FAILURE event, the rest as MarkFailed.
-  StatusOr<DeviceLoss> DeviceLost(const std::string& tenant, uint32_t device_index);
+  StatusOr<DeviceLoss> DeviceLost(const TenantId& tenant, uint32_t device_index);
   // Every allocated device with its tenant and current tenant-visible index,
   // for HealthMonitor::Assign after each allocation change.
-  std::vector<std::tuple<std::string, std::string, uint32_t>> Assignments();
+  std::vector<std::tuple<TenantId, std::string, uint32_t>> Assignments();
   // Uncorrectable non-fatal errors: FAILURE/DEVICE_DEGRADED, stays attached.
   Status MarkDegraded(const std::string& bdf, uint64_t errors);
   // The device can be placed again (it must not be allocated).
   Status Repair(const std::string& bdf);
 
   // TOPOLOGY_GET result for the tenant's whole allocation on this host.
-  Status Summary(const std::string& tenant, TopologySummary* out);
+  Status Summary(const TenantId& tenant, TopologySummary* out);
   // Tenant-visible index of a device (for the health monitor's Assign).
-  Status TenantIndex(const std::string& bdf, std::string* tenant, uint32_t* index);
+  Status TenantIndex(const std::string& bdf, TenantId* tenant, uint32_t* index);
 
   // Operator views (JSON for hzctl): every device with its state and owner;
   // every allocation with its devices.
@@ -123,14 +124,14 @@ class Scheduler {
   // (the negotiation engine books its own among them).
   uint32_t ReservableDevices(uint32_t pool) const;
   // Allocates, binds and attaches a starting reservation's devices.
-  Status AttachReservation(const std::string& tenant, uint64_t reservation_id,
+  Status AttachReservation(const TenantId& tenant, uint64_t reservation_id,
                            const std::vector<PoolDevices>& devices);
   // Detaches the reservation's `count` devices with the highest
   // tenant-visible indices; returns the pools they came from.
-  StatusOr<std::vector<PoolDevices>> DetachReservation(const std::string& tenant,
+  StatusOr<std::vector<PoolDevices>> DetachReservation(const TenantId& tenant,
                                                        uint64_t reservation_id, uint32_t count);
   // Devices of `kind` the tenant holds, from every allocation.
-  uint32_t DevicesHeld(const std::string& tenant, hz_device_kind kind) const;
+  uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const;
 
   const Cluster& cluster() const { return cluster_; }
   const VfioBinder& binder() const { return binder_; }
@@ -141,6 +142,7 @@ class Scheduler {
   Status Load();
   StatusOr<DeviceLoss> FailLocked(DeviceRef d, uint64_t errors, bool publish_failure);
   Status Persist();
+  // The state and the allocator keep tenants by name.
   uint64_t SeedLocked(const std::string& tenant);
   std::vector<DeviceRef> TenantDevices(const std::string& tenant) const;
   Status AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices);

@@ -37,6 +37,7 @@
 
 #include "hz/common/status.h"
 #include "hz/common/status_or.h"
+#include "hz/common/tenant_id.h"
 #include "hz/events/event_spec.h"
 #include "hz/events/health_monitor.h"
 #include "hz/negotiation/hints.h"
@@ -69,20 +70,20 @@ class Provider {
   uint64_t Features() const;
 
   // TOPOLOGY_GET: the tenant's private summary.
-  Status Summary(const std::string& tenant, std::vector<uint8_t>* bytes);
+  Status Summary(const TenantId& tenant, std::vector<uint8_t>* bytes);
 
   // NEG_REQUEST / NEG_COUNTER: queued; `done` runs (any thread) at the
   // decision point. weight and max_priority are the tenant's operator policy.
-  Status Submit(const std::string& tenant, uint32_t weight, uint8_t max_priority,
+  Status Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority,
                 const hz_neg_request& request, DecisionFn done);
-  Status Counter(const std::string& tenant, uint64_t negotiation_id, const hz_neg_request& request,
+  Status Counter(const TenantId& tenant, uint64_t negotiation_id, const hz_neg_request& request,
                  DecisionFn done);
-  Status Accept(const std::string& tenant, uint64_t offer_id, uint64_t* reservation_id);
-  Status Decline(const std::string& tenant, uint64_t negotiation_id);
-  Status Release(const std::string& tenant, const hz_neg_release_args& args);
+  Status Accept(const TenantId& tenant, uint64_t offer_id, uint64_t* reservation_id);
+  Status Decline(const TenantId& tenant, uint64_t negotiation_id);
+  Status Release(const TenantId& tenant, const hz_neg_release_args& args);
 
   // HINT_DECLARE.
-  Status DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
+  Status DeclareHint(const TenantId& tenant, const hz_hint_declare_args& args,
                      hz_hint_declare_result* result);
 
   // Operator commands (control API): Handles says which are the provider's.
@@ -124,8 +125,8 @@ class Provider {
 
   mutable std::mutex mu_;                   // engine_, health_, everything below
   std::map<uint64_t, DecisionFn> waiting_;  // negotiation id -> the device's request
-  std::map<std::string, std::pair<std::string, uint32_t>> assigned_;  // bdf -> tenant, index
-  std::map<std::string, uint32_t> gpus_;  // tenant -> GPUs the hint engine was told
+  std::map<std::string, std::pair<TenantId, uint32_t>> assigned_;  // bdf -> tenant, index
+  std::map<TenantId, uint32_t> gpus_;  // tenant -> GPUs the hint engine was told
   uint64_t decisions_ = 0;
   uint64_t offers_made_ = 0;
   uint64_t health_polls_ = 0;

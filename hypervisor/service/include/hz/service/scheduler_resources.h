@@ -28,11 +28,11 @@ class SchedulerResources : public negotiation::ResourceProvider {
   // Reservations are not planned per window on this host: every window has
   // the pool's reservable devices.
   uint32_t Capacity(uint32_t pool, uint64_t window) const override;
-  Status Attach(const std::string& tenant, uint64_t reservation_id,
+  Status Attach(const TenantId& tenant, uint64_t reservation_id,
                 const std::vector<negotiation::PoolCount>& devices) override;
-  Status Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
+  Status Detach(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
                 std::vector<negotiation::PoolCount>* detached) override;
-  uint32_t DevicesHeld(const std::string& tenant, hz_device_kind kind) const override;
+  uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const override;
 
  private:
   scheduler::Scheduler* sched_;
