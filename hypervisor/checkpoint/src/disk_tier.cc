@@ -115,12 +115,12 @@ bool DiskTier::RegisterBuffers(const std::vector<iovec>& buffers) {
   return true;
 }
 
-std::string DiskTier::StepDir(TenantId tenant, StreamId stream, uint64_t step) const {
+std::string DiskTier::StepDir(TenantNo tenant, StreamId stream, uint64_t step) const {
   return (fs::path(root_) / std::to_string(tenant) / std::to_string(stream) / StepName(step))
       .string();
 }
 
-Status DiskTier::SavePolicy(TenantId tenant, StreamId stream, const Policy& p) {
+Status DiskTier::SavePolicy(TenantNo tenant, StreamId stream, const Policy& p) {
   fs::path dir = fs::path(root_) / std::to_string(tenant) / std::to_string(stream);
   if (!MakeDirDurable(dir)) return Status::IoError();
   nlohmann::json j = {{"retention", p.retention},
@@ -129,6 +129,32 @@ Status DiskTier::SavePolicy(TenantId tenant, StreamId stream, const Policy& p) {
                       {"rpo_s", p.rpo_s},
                       {"auto_save_on_notice", p.auto_save_on_notice}};
   return WriteFileAtomic((dir / kPolicy).string(), j.dump() + "\n", /*sync=*/true, 0640);
+}
+
+TenantNo DiskTier::HighestTenant() const {
+  TenantNo highest = 0;
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator(root_, ec)) {
+    uint64_t tenant = 0;
+    if (t.is_directory() && ParseNumber(t.path().filename().string(), UINT64_MAX, &tenant)) {
+      highest = std::max(highest, tenant);
+    }
+  }
+  return highest;
+}
+
+std::vector<StreamId> DiskTier::Streams(TenantNo tenant) const {
+  std::vector<StreamId> out;
+  std::error_code ec;
+  for (const auto& s : fs::directory_iterator(fs::path(root_) / std::to_string(tenant), ec)) {
+    uint64_t stream = 0;
+    if (s.is_directory() && ParseNumber(s.path().filename().string(), UINT32_MAX, &stream) &&
+        stream != 0) {
+      out.push_back(static_cast<StreamId>(stream));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
@@ -417,7 +443,7 @@ Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len,
   return done >= m.payload_bytes() ? Status::Ok() : Status::Corruption();
 }
 
-Status DiskTier::Remove(TenantId tenant, StreamId stream, uint64_t step) {
+Status DiskTier::Remove(TenantNo tenant, StreamId stream, uint64_t step) {
   fs::path dir = StepDir(tenant, stream, step);
   // Uncommit first (one unlink, made durable), then reclaim the space.
   if (unlink((dir / kManifest).c_str()) != 0 && errno != ENOENT) return Status::IoError();
@@ -427,7 +453,7 @@ Status DiskTier::Remove(TenantId tenant, StreamId stream, uint64_t step) {
   return ec ? Status::IoError() : Status::Ok();
 }
 
-bool DiskTier::Retire(TenantId tenant, StreamId stream, uint64_t step, std::string* path) {
+bool DiskTier::Retire(TenantNo tenant, StreamId stream, uint64_t step, std::string* path) {
   std::string dir = StepDir(tenant, stream, step);
   std::string retired = dir + kRetiredSuffix;
   std::error_code ec;

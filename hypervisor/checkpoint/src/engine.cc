@@ -67,42 +67,57 @@ Status Engine::Open(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   if (!s.ok()) return s;
   if (config.register_buffers) disk->RegisterBuffers(pool->Iovecs());
   auto impl = std::make_unique<Impl>(config, std::move(pool), std::move(disk));
+  if (!(s = impl->LoadTenantNumbers()).ok()) return s;
   if (!(s = impl->Recover()).ok()) return s;
   impl->Start();
   out->reset(new Engine(std::move(impl)));
   return Status::Ok();
 }
 
-Status Engine::SetLimits(TenantId t, const TenantLimits& l) {
-  return impl_->SetLimits(t, l);
+// Policies and limits give a tenant its number; every other call looks the
+// number up, and a tenant without one is kNoTenant, which holds nothing.
+Status Engine::SetLimits(const TenantId& t, const TenantLimits& l) {
+  StatusOr<TenantNo> n = impl_->AssignNumber(t);
+  if (!n.ok()) return n.status();
+  return impl_->SetLimits(*n, l);
 }
-Status Engine::SetPolicy(TenantId t, StreamId s, const Policy& p) {
-  return impl_->SetPolicy(t, s, p);
+Status Engine::SetPolicy(const TenantId& t, StreamId s, const Policy& p) {
+  StatusOr<TenantNo> n = impl_->AssignNumber(t);
+  if (!n.ok()) return n.status();
+  return impl_->SetPolicy(*n, s, p);
 }
 Status Engine::Save(const SaveRequest& r, SaveResult* out) {
-  return impl_->Save(r, out);
+  return impl_->Save(impl_->NumberOf(r.tenant), r, out);
 }
 Status Engine::Restore(const RestoreRequest& r, RestoreResult* out) {
-  return impl_->Restore(r, out);
+  return impl_->Restore(impl_->NumberOf(r.tenant), r, out);
 }
-Status Engine::List(TenantId t, StreamId s, uint64_t after, uint32_t max, std::vector<ListEntry>* e,
-                    bool* more) {
-  return impl_->List(t, s, after, max, e, more);
+Status Engine::List(const TenantId& t, StreamId s, uint64_t after, uint32_t max,
+                    std::vector<ListEntry>* e, bool* more) {
+  return impl_->List(impl_->NumberOf(t), s, after, max, e, more);
 }
-Status Engine::Delete(TenantId t, StreamId s, uint64_t step) {
-  return impl_->Delete(t, s, step);
+Status Engine::Delete(const TenantId& t, StreamId s, uint64_t step) {
+  return impl_->Delete(impl_->NumberOf(t), s, step);
 }
-Status Engine::DeclareQuiesce(TenantId t, StreamId s, IoSpan w, std::span<const IoSpan> sl) {
-  return impl_->DeclareQuiesce(t, s, w, sl);
+Status Engine::DeclareQuiesce(const TenantId& t, StreamId s, IoSpan w, std::span<const IoSpan> sl) {
+  return impl_->DeclareQuiesce(impl_->NumberOf(t), s, w, sl);
 }
-Status Engine::CancelQuiesce(TenantId t, StreamId s) {
-  return impl_->CancelQuiesce(t, s);
+Status Engine::CancelQuiesce(const TenantId& t, StreamId s) {
+  return impl_->CancelQuiesce(impl_->NumberOf(t), s);
 }
-std::vector<NoticeOutcome> Engine::OnNotice(TenantId t, Clock::time_point deadline) {
-  return impl_->OnNotice(t, deadline);
+std::vector<NoticeOutcome> Engine::OnNotice(const TenantId& t, Clock::time_point deadline) {
+  return impl_->OnNotice(impl_->NumberOf(t), deadline);
 }
-Status Engine::WaitDurable(TenantId t, StreamId s, uint64_t step, std::chrono::milliseconds to) {
-  return impl_->WaitDurable(t, s, step, to);
+Status Engine::WaitDurable(const TenantId& t, StreamId s, uint64_t step,
+                           std::chrono::milliseconds to) {
+  return impl_->WaitDurable(impl_->NumberOf(t), s, step, to);
+}
+bool Engine::HasTenant(const TenantId& t) const {
+  return impl_->NumberOf(t) != kNoTenant;
+}
+std::vector<StreamId> Engine::Streams(const TenantId& t) const {
+  const TenantNo n = impl_->NumberOf(t);
+  return n == kNoTenant ? std::vector<StreamId>{} : impl_->StreamsOnDisk(n);
 }
 Status Engine::Flush(std::chrono::milliseconds timeout) {
   return impl_->Flush(timeout);
@@ -184,6 +199,10 @@ void Engine::Impl::RequestLoop() {
   }
 }
 
+Status Engine::Impl::LoadTenantNumbers() {
+  return numbers_.Load(config_.root, disk_->HighestTenant());
+}
+
 Status Engine::Impl::Recover() {
   std::vector<DiskTier::StreamPolicy> policies;
   disk_->LoadPolicies(&policies);
@@ -226,38 +245,38 @@ Status Engine::Impl::Recover() {
 // ---------------------------------------------------------------------------
 // Helpers under mu_
 
-TenantState& Engine::Impl::TenantLocked(TenantId tenant) {
+TenantState& Engine::Impl::TenantLocked(TenantNo tenant) {
   auto it = tenants_.find(tenant);
   if (it != tenants_.end()) return it->second;
   TenantState& t = tenants_[tenant];
   t.limits = config_.default_limits;
-  t.stats.tenant = tenant;
+  t.stats.tenant = numbers_.Name(tenant);
   sched_.SetWeight(tenant, t.limits.weight);
   return t;
 }
 
-StreamState* Engine::Impl::StreamLocked(TenantId tenant, StreamId stream) {
+StreamState* Engine::Impl::StreamLocked(TenantNo tenant, StreamId stream) {
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return nullptr;
   auto s = it->second.streams.find(stream);
   return s == it->second.streams.end() ? nullptr : &s->second;
 }
 
-void Engine::Impl::DecideLocked(Decision::Kind kind, TenantId tenant, StreamId stream,
+void Engine::Impl::DecideLocked(Decision::Kind kind, TenantNo tenant, StreamId stream,
                                 uint64_t step, uint64_t value) {
   if (config_.max_decisions == 0) return;
   if (decisions_.size() >= config_.max_decisions) decisions_.pop_front();
-  decisions_.push_back(Decision{SteadyNowUs(), kind, tenant, stream, step, value});
+  decisions_.push_back(Decision{SteadyNowUs(), kind, numbers_.Name(tenant), stream, step, value});
 }
 
-void Engine::Impl::ReleaseChunksLocked(TenantId tenant, const std::vector<uint32_t>& chunks) {
+void Engine::Impl::ReleaseChunksLocked(TenantNo tenant, const std::vector<uint32_t>& chunks) {
   if (chunks.empty()) return;
   TenantLocked(tenant).held_chunks -= chunks.size();
   pool_->Release(chunks);
   staging_cv_.notify_all();
 }
 
-void Engine::Impl::MaybeReleaseLocked(TenantId tenant, Ckpt* c) {
+void Engine::Impl::MaybeReleaseLocked(TenantNo tenant, Ckpt* c) {
   if (c->chunks.empty() || c->job_active || c->pins > 0) return;
   // Memory-tier checkpoints (and failed persists kept in memory) hold their
   // chunks while they are listed.
@@ -272,7 +291,7 @@ void Engine::Impl::MaybeReleaseLocked(TenantId tenant, Ckpt* c) {
   c->chunks.clear();
 }
 
-void Engine::Impl::RetainLocked(TenantId tenant, StreamId stream, StreamState* s,
+void Engine::Impl::RetainLocked(TenantNo tenant, StreamId stream, StreamState* s,
                                 std::vector<std::shared_ptr<Ckpt>>* remove_from_disk) {
   uint32_t keep = std::max<uint32_t>(1, s->policy.retention);
   uint32_t durable = 0;
@@ -323,7 +342,7 @@ Status Engine::Impl::CheckStepLocked(const StreamState& s, uint64_t step) const 
   return Status::Ok();
 }
 
-Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId tenant, size_t n,
+Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantNo tenant, size_t n,
                                    Clock::time_point deadline, const std::function<bool()>* cancel,
                                    std::vector<uint32_t>* chunks, uint64_t* waited_us) {
   TenantState& t = TenantLocked(tenant);
@@ -352,7 +371,7 @@ Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId 
   return Status::Ok();
 }
 
-Status Engine::Impl::PlaceLocked(TenantId tenant, StreamId stream, const StreamState& s,
+Status Engine::Impl::PlaceLocked(TenantNo tenant, StreamId stream, const StreamState& s,
                                  const Manifest& m, bool* want_memory, uint64_t* disk_reserved) {
   TenantState& t = TenantLocked(tenant);
   *want_memory = false;
@@ -380,7 +399,7 @@ Status Engine::Impl::PlaceLocked(TenantId tenant, StreamId stream, const StreamS
   return Status::Ok();
 }
 
-std::shared_ptr<Ckpt> Engine::Impl::AdmitLocked(TenantId tenant, StreamId stream, StreamState* s,
+std::shared_ptr<Ckpt> Engine::Impl::AdmitLocked(TenantNo tenant, StreamId stream, StreamState* s,
                                                 Manifest manifest, std::vector<uint32_t> chunks,
                                                 bool want_memory, uint64_t disk_reserved,
                                                 std::vector<std::shared_ptr<Ckpt>>* evicted) {
@@ -458,7 +477,7 @@ void Engine::Impl::Publish(const std::vector<PendingEvent>& events) {
 // ---------------------------------------------------------------------------
 // Policies and limits
 
-Status Engine::Impl::SetLimits(TenantId tenant, const TenantLimits& limits) {
+Status Engine::Impl::SetLimits(TenantNo tenant, const TenantLimits& limits) {
   if (limits.max_streams == 0 || limits.weight == 0) return Status::InvalidArgument();
   std::lock_guard<std::mutex> l(mu_);
   TenantState& t = TenantLocked(tenant);
@@ -468,7 +487,7 @@ Status Engine::Impl::SetLimits(TenantId tenant, const TenantLimits& limits) {
   return Status::Ok();
 }
 
-Status Engine::Impl::SetPolicy(TenantId tenant, StreamId stream, const Policy& policy) {
+Status Engine::Impl::SetPolicy(TenantNo tenant, StreamId stream, const Policy& policy) {
   if (stream == 0 || policy.retention == 0 || policy.retention > 1000000)
     return Status::InvalidArgument();
   if (policy.tier != TierKind::kHostMemory && policy.tier != TierKind::kLocalDisk) {
@@ -504,7 +523,7 @@ Status Engine::Impl::SetPolicy(TenantId tenant, StreamId stream, const Policy& p
 // ---------------------------------------------------------------------------
 // Waiting and observation
 
-Status Engine::Impl::WaitDurable(TenantId tenant, StreamId stream, uint64_t step,
+Status Engine::Impl::WaitDurable(TenantNo tenant, StreamId stream, uint64_t step,
                                  std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   StreamState* s = StreamLocked(tenant, stream);
@@ -538,7 +557,7 @@ Stats Engine::Impl::GetStats() const {
   st.persists_in_flight = jobs_pending_;
   for (const auto& [id, t] : tenants_) {
     TenantStats ts = t.stats;
-    ts.tenant = id;
+    ts.tenant = numbers_.Name(id);
     ts.streams = static_cast<uint32_t>(t.streams.size());
     ts.staging_bytes = t.held_chunks * config_.chunk_bytes;
     ts.memory_tier_bytes = t.memory_chunks * config_.chunk_bytes;

@@ -12,13 +12,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
-void Engine::Impl::DropQuiesceLocked(TenantId tenant, StreamState* s) {
+void Engine::Impl::DropQuiesceLocked(TenantNo tenant, StreamState* s) {
   if (!s->quiesce) return;
   ReleaseChunksLocked(tenant, s->quiesce->reserved);
   s->quiesce.reset();
 }
 
-Status Engine::Impl::DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan word,
+Status Engine::Impl::DeclareQuiesce(TenantNo tenant, StreamId stream, IoSpan word,
                                     std::span<const IoSpan> slices) {
   if (word.data == nullptr || word.len != sizeof(hz_quiesce_word) ||
       reinterpret_cast<uintptr_t>(word.data) % alignof(uint64_t) != 0) {
@@ -50,7 +50,7 @@ Status Engine::Impl::DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan wor
   return Status::Ok();
 }
 
-Status Engine::Impl::CancelQuiesce(TenantId tenant, StreamId stream) {
+Status Engine::Impl::CancelQuiesce(TenantNo tenant, StreamId stream) {
   std::lock_guard<std::mutex> l(mu_);
   StreamState* s = StreamLocked(tenant, stream);
   if (s == nullptr || !s->quiesce) return Status::NotFound();
@@ -58,7 +58,7 @@ Status Engine::Impl::CancelQuiesce(TenantId tenant, StreamId stream) {
   return Status::Ok();
 }
 
-std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_point deadline) {
+std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantNo tenant, Clock::time_point deadline) {
   std::vector<StreamId> streams;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -85,7 +85,8 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_p
     TierKind policy_tier = s->policy.tier;
     if (s->saving) {
       o.status = Status::TimedOut();
-      events.push_back({tenant, EventKind::kJitFailed, sid, 0, policy_tier, o.status.code(), 0});
+      events.push_back(
+          {numbers_.Name(tenant), EventKind::kJitFailed, sid, 0, policy_tier, o.status.code(), 0});
       out.push_back(o);
       continue;
     }
@@ -130,8 +131,8 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_p
         // That step is saved already: nothing new, and that is a success.
         o.status = Status::Ok();
         o.existed = true;
-        events.push_back({tenant, EventKind::kJitSaved, sid, m.step, policy_tier, StatusCode::kOk,
-                          kJitFlagExisted});
+        events.push_back({numbers_.Name(tenant), EventKind::kJitSaved, sid, m.step, policy_tier,
+                          StatusCode::kOk, kJitFlagExisted});
       } else if (o.status.ok()) {
         bool want_memory = false;
         uint64_t disk_reserved = 0;
@@ -141,8 +142,8 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_p
           std::vector<std::shared_ptr<Ckpt>> evicted;
           AdmitLocked(tenant, sid, s, m, chunks, want_memory, disk_reserved, &evicted);
           admitted = true;
-          events.push_back(
-              {tenant, EventKind::kJitSaved, sid, m.step, policy_tier, StatusCode::kOk, 0});
+          events.push_back({numbers_.Name(tenant), EventKind::kJitSaved, sid, m.step, policy_tier,
+                            StatusCode::kOk, 0});
           lock.unlock();
           RemoveFromDisk(evicted);
           lock.lock();
@@ -150,8 +151,8 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_p
       }
     }
     if (!o.status.ok()) {
-      events.push_back(
-          {tenant, EventKind::kJitFailed, sid, o.step, policy_tier, o.status.code(), 0});
+      events.push_back({numbers_.Name(tenant), EventKind::kJitFailed, sid, o.step, policy_tier,
+                        o.status.code(), 0});
     }
     // Keep (or renew) the reservation for the next notice.
     if (!admitted && s->quiesce && s->quiesce->reserved.empty() &&

@@ -65,7 +65,7 @@ bool SumSpans(std::span<const IoSpan> spans, uint64_t cap, uint64_t* total) {
 // ---------------------------------------------------------------------------
 // Save
 
-Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
+Status Engine::Impl::Save(TenantNo tenant, const SaveRequest& req, SaveResult* result) {
   const auto start = Clock::now();
   if (req.slices.empty() || req.slices.size() > kMaxSlices || req.step == 0 ||
       req.step == kLatestStep) {
@@ -79,7 +79,7 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
     return Status::InvalidArgument();
   }
   Manifest m;
-  m.tenant = req.tenant;
+  m.tenant = tenant;
   m.stream = req.stream;
   m.step = req.step;
   m.chunk_bytes = config_.chunk_bytes;
@@ -91,34 +91,32 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   std::unique_lock<std::mutex> lock(mu_);
   if (stop_) return Status::Shutdown();
   // Stream nodes are never erased, so the pointer outlives the waits below.
-  StreamState* s = StreamLocked(req.tenant, req.stream);
+  StreamState* s = StreamLocked(tenant, req.stream);
   if (s == nullptr) return Status::NotFound();
   if (s->saving) return Status::Busy();
   Status st = CheckStepLocked(*s, req.step);
   if (!st.ok()) return st;
   bool want_memory = false;
   uint64_t disk_reserved = 0;
-  st = PlaceLocked(req.tenant, req.stream, *s, m, &want_memory, &disk_reserved);
+  st = PlaceLocked(tenant, req.stream, *s, m, &want_memory, &disk_reserved);
   if (!st.ok()) return st;
   s->saving = true;
   s->saving_step = req.step;
   auto deadline = start + std::chrono::milliseconds(s->policy.stall_budget_ms);
   std::vector<uint32_t> chunks;
   uint64_t waited_us = 0;
-  st = AcquireLocked(lock, req.tenant, m.num_chunks(), deadline, &req.cancelled, &chunks,
-                     &waited_us);
+  st = AcquireLocked(lock, tenant, m.num_chunks(), deadline, &req.cancelled, &chunks, &waited_us);
   if (!st.ok()) {
     s->saving = false;
-    TenantLocked(req.tenant).stats.disk_bytes -= disk_reserved;
+    TenantLocked(tenant).stats.disk_bytes -= disk_reserved;
     if (st.code() == StatusCode::kTryAgain) {
-      TenantLocked(req.tenant).stats.saves_again++;
-      DecideLocked(Decision::Kind::kRejectAgain, req.tenant, req.stream, req.step,
-                   m.payload_bytes());
+      TenantLocked(tenant).stats.saves_again++;
+      DecideLocked(Decision::Kind::kRejectAgain, tenant, req.stream, req.step, m.payload_bytes());
     }
     return st;
   }
   if (waited_us > 0) {
-    DecideLocked(Decision::Kind::kBackpressure, req.tenant, req.stream, req.step, waited_us);
+    DecideLocked(Decision::Kind::kBackpressure, tenant, req.stream, req.step, waited_us);
   }
   lock.unlock();
 
@@ -139,11 +137,11 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   s->saving = false;
   if (!copied) {
     // Cancelled mid-copy: no checkpoint; give back the chunks and the quota.
-    ReleaseChunksLocked(req.tenant, chunks);
-    TenantLocked(req.tenant).stats.disk_bytes -= disk_reserved;
+    ReleaseChunksLocked(tenant, chunks);
+    TenantLocked(tenant).stats.disk_bytes -= disk_reserved;
     return Status::Aborted();
   }
-  auto c = AdmitLocked(req.tenant, req.stream, s, std::move(m), std::move(chunks), want_memory,
+  auto c = AdmitLocked(tenant, req.stream, s, std::move(m), std::move(chunks), want_memory,
                        disk_reserved, &evicted);
   result->state = c->state;
   lock.unlock();
@@ -157,10 +155,10 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
 // ---------------------------------------------------------------------------
 // Restore
 
-Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
+Status Engine::Impl::Restore(TenantNo tenant, const RestoreRequest& req, RestoreResult* result) {
   if (req.slices.size() > kMaxSlices || Overlap(req.slices)) return Status::InvalidArgument();
   std::unique_lock<std::mutex> lock(mu_);
-  StreamState* s = StreamLocked(req.tenant, req.stream);
+  StreamState* s = StreamLocked(tenant, req.stream);
   if (s == nullptr || s->ckpts.empty()) return Status::NotFound();
   std::shared_ptr<Ckpt> c;
   if (req.step == kLatestStep) {
@@ -237,8 +235,8 @@ Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
 
   lock.lock();
   c->pins--;
-  MaybeReleaseLocked(req.tenant, c.get());
-  TenantState& t = TenantLocked(req.tenant);
+  MaybeReleaseLocked(tenant, c.get());
+  TenantState& t = TenantLocked(tenant);
   if (st.ok()) t.stats.restores++;
   if (st.code() == StatusCode::kCorruption) t.stats.corrupt_restores++;
   return st;
@@ -247,7 +245,7 @@ Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
 // ---------------------------------------------------------------------------
 // List and delete
 
-Status Engine::Impl::List(TenantId tenant, StreamId stream, uint64_t start_after,
+Status Engine::Impl::List(TenantNo tenant, StreamId stream, uint64_t start_after,
                           uint32_t max_entries, std::vector<ListEntry>* entries, bool* more) {
   std::lock_guard<std::mutex> l(mu_);
   StreamState* s = StreamLocked(tenant, stream);
@@ -266,7 +264,7 @@ Status Engine::Impl::List(TenantId tenant, StreamId stream, uint64_t start_after
   return Status::Ok();
 }
 
-Status Engine::Impl::Delete(TenantId tenant, StreamId stream, uint64_t step) {
+Status Engine::Impl::Delete(TenantNo tenant, StreamId stream, uint64_t step) {
   if (step == 0) return Status::InvalidArgument();
   std::shared_ptr<Ckpt> on_disk;
   {

@@ -121,7 +121,7 @@ void Engine::Impl::SealInMemory(const std::shared_ptr<Job>& job) {
     c.sealed = true;
     // Durable since the save completed; the event follows the sealing.
     if (c.in_index) {
-      events.push_back({job->tenant, EventKind::kDurable, job->stream, m.step,
+      events.push_back({numbers_.Name(job->tenant), EventKind::kDurable, job->stream, m.step,
                         TierKind::kHostMemory, StatusCode::kOk, 0});
     }
     MaybeReleaseLocked(job->tenant, &c);
@@ -171,7 +171,7 @@ bool Engine::Impl::SubmitMore(uint64_t now_us, uint64_t* retry_us) {
     }
     if (cands.empty()) return false;
     uint64_t retry = 0;
-    std::optional<TenantId> pick = sched_.Pick(now_us, cands, &retry);
+    std::optional<TenantNo> pick = sched_.Pick(now_us, cands, &retry);
     if (!pick) {
       *retry_us = retry;
       return true;
@@ -293,8 +293,8 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
         c.state = CkptState::kDurable;
         c.tier = TierKind::kLocalDisk;
         t.stats.durable++;
-        events.push_back({job->tenant, EventKind::kDurable, job->stream, job->manifest.step,
-                          TierKind::kLocalDisk, StatusCode::kOk, 0});
+        events.push_back({numbers_.Name(job->tenant), EventKind::kDurable, job->stream,
+                          job->manifest.step, TierKind::kLocalDisk, StatusCode::kOk, 0});
         if (s != nullptr) RetainLocked(job->tenant, job->stream, s, &remove);
       }
     } else {
@@ -304,8 +304,8 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
         c.failed = true;
         t.stats.persist_failures++;
         TierKind policy_tier = s != nullptr ? s->policy.tier : TierKind::kLocalDisk;
-        events.push_back({job->tenant, EventKind::kFailed, job->stream, job->manifest.step,
-                          policy_tier, st.code(), 0});
+        events.push_back({numbers_.Name(job->tenant), EventKind::kFailed, job->stream,
+                          job->manifest.step, policy_tier, st.code(), 0});
         // The snapshot stays restorable as STAGED while the memory-tier budget
         // has room for it (SPEC.md §7.5.2); a newer durable checkpoint
         // supersedes it.

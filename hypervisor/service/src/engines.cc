@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <string>
 
@@ -44,7 +42,7 @@ Status ReadTenant(const json& req, std::initializer_list<const char*> extra, std
 class Engines::CkptSink : public checkpoint::EventSink {
  public:
   explicit CkptSink(Engines* e) : e_(e) {}
-  void Publish(checkpoint::TenantId tenant, checkpoint::EventKind kind, checkpoint::StreamId stream,
+  void Publish(const TenantId& tenant, checkpoint::EventKind kind, checkpoint::StreamId stream,
                uint64_t step) override {
     checkpoint::CheckpointEvent ev;
     ev.tenant = tenant;
@@ -82,17 +80,6 @@ Status Engines::Start() {
   if (!st.ok()) return Status(st.code(), bo.dir + ": " + st.ToString());
 
   const std::string root = config_.state_dir + "/checkpoints";
-  {
-    std::ifstream in(root + "/tenants.json");
-    json ids = in ? json::parse(in, nullptr, /*allow_exceptions=*/false) : json::object();
-    if (ids.is_object()) {
-      for (const auto& [name, id] : ids.items()) {
-        if (!id.is_number_unsigned() || id.get<uint64_t>() == 0) continue;
-        ckpt_ids_[name] = id.get<uint64_t>();
-        ckpt_names_[id.get<uint64_t>()] = name;
-      }
-    }
-  }
   sink_ = std::make_unique<CkptSink>(this);
   checkpoint::EngineConfig cc;
   cc.root = root;
@@ -106,55 +93,28 @@ Status Engines::Start() {
   return Status::Ok();
 }
 
-checkpoint::TenantId Engines::CkptTenant(const std::string& tenant) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = ckpt_ids_.find(tenant);
-  if (it != ckpt_ids_.end()) return it->second;
-  checkpoint::TenantId id = ckpt_names_.empty() ? 1 : ckpt_names_.rbegin()->first + 1;
-  ckpt_ids_[tenant] = id;
-  ckpt_names_[id] = tenant;
-  SaveTenantIds();
-  return id;
-}
-
-// Under mu_. Durable before the number names a directory: a tenant whose
-// number were lost could find another tenant's checkpoints under it.
-void Engines::SaveTenantIds() {
-  json ids = json::object();
-  for (const auto& [name, id] : ckpt_ids_) ids[name] = id;
-  const std::string path = config_.state_dir + "/checkpoints/tenants.json";
-  Status s = WriteFileAtomic(path, ids.dump() + "\n");
-  if (!s.ok()) spdlog::error("event=ckpt_tenants_save_failed error=\"{}\"", s.ToString());
-}
-
-bool Engines::ClaimQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner) {
+bool Engines::ClaimQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner) {
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = quiesce_.try_emplace({t, s}, owner);
   return inserted || it->second == owner;
 }
 
-void Engines::ReleaseQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner) {
+void Engines::ReleaseQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = quiesce_.find({t, s});
   if (it != quiesce_.end() && it->second == owner) quiesce_.erase(it);
 }
 
 void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
-  std::string tenant;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = ckpt_names_.find(e.tenant);
-    if (it == ckpt_names_.end()) return;
-    tenant = it->second;
-  }
+  if (e.tenant.empty()) return;  // a directory no tenant owns
   events::EventSpec spec = events::MakeCheckpoint(static_cast<events::CheckpointKind>(e.kind),
                                                   e.stream, static_cast<hz_ckpt_tier>(e.tier),
                                                   e.step, ToWireStatus(e.status), e.flags);
   uint64_t seq = 0;
-  Status st = bus_->Publish(TenantId(tenant), spec, &seq);
+  Status st = bus_->Publish(e.tenant, spec, &seq);
   if (!st.ok()) {
-    spdlog::warn("event=ckpt_event_lost tenant={} stream={} step={} error=\"{}\"", tenant, e.stream,
-                 e.step, st.ToString());
+    spdlog::warn("event=ckpt_event_lost tenant={} stream={} step={} error=\"{}\"", e.tenant.name(),
+                 e.stream, e.step, st.ToString());
     return;
   }
   ckpt_events_.fetch_add(1, std::memory_order_relaxed);
@@ -164,16 +124,10 @@ void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
 // SPEC §7.5.7: a SCHEDULED notice (or STARTED) lets the provider copy every
 // registered stream before the deadline. OnNotice waits for the copies, so it
 // runs on a thread of its own, never on the operator's or a VM's.
-void Engines::Notice(const std::string& tenant, const hz_event& ev) {
+void Engines::Notice(const TenantId& tenant, const hz_event& ev) {
   if (!ckpt_) return;
   if (ev.topic != HZ_TOPIC_MAINTENANCE && ev.topic != HZ_TOPIC_PREEMPTION) return;
-  checkpoint::TenantId id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = ckpt_ids_.find(tenant);
-    if (it == ckpt_ids_.end()) return;  // never used checkpoints
-    id = it->second;
-  }
+  if (!ckpt_->HasTenant(tenant)) return;  // never used checkpoints
   const uint64_t now = static_cast<uint64_t>(std::time(nullptr));
   // Without a deadline (STARTED) the copy still gets a bounded window.
   uint64_t left_s = ev.deadline_s > now ? ev.deadline_s - now : 10;
@@ -182,10 +136,10 @@ void Engines::Notice(const std::string& tenant, const hz_event& ev) {
   jit_notices_.fetch_add(1, std::memory_order_relaxed);
   checkpoint::Engine* engine = ckpt_.get();
   std::lock_guard<std::mutex> lock(mu_);
-  notices_.emplace_back([engine, id, deadline, tenant] {
-    for (const checkpoint::NoticeOutcome& o : engine->OnNotice(id, deadline)) {
-      spdlog::info("event=ckpt_jit tenant={} stream={} step={} status=\"{}\" attempts={}", tenant,
-                   o.stream, o.step, o.status.ToString(), o.attempts);
+  notices_.emplace_back([engine, deadline, tenant] {
+    for (const checkpoint::NoticeOutcome& o : engine->OnNotice(tenant, deadline)) {
+      spdlog::info("event=ckpt_jit tenant={} stream={} step={} status=\"{}\" attempts={}",
+                   tenant.name(), o.stream, o.step, o.status.ToString(), o.attempts);
     }
   });
 }
@@ -254,7 +208,7 @@ StatusOr<json> Engines::InjectEvent(const json& req) {
   json res = {{"tenant", tenant}, {"seq", seq}};
   if (bus_->Get(TenantId(tenant), seq, &ev).ok()) {
     res["deadline_s"] = ev.deadline_s;
-    Notice(tenant, ev);
+    Notice(TenantId(tenant), ev);
   }
   return res;
 }
@@ -265,29 +219,12 @@ StatusOr<json> Engines::ListCheckpoints(const json& req) {
   std::string tenant;
   if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
   if (!ckpt_) return Status::State("the checkpoint engine is not running");
-  checkpoint::TenantId id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = ckpt_ids_.find(tenant);
-    if (it == ckpt_ids_.end()) {
-      return json{{"tenant", tenant}, {"streams", json::array()}, {"decisions", json::array()}};
-    }
-    id = it->second;
+  const TenantId id(tenant);
+  if (!ckpt_->HasTenant(id)) {
+    return json{{"tenant", tenant}, {"streams", json::array()}, {"decisions", json::array()}};
   }
-  // Streams are the directories under <root>/<tenant id>/.
   json streams = json::array();
-  std::error_code ec;
-  std::vector<checkpoint::StreamId> ids;
-  for (const auto& de : std::filesystem::directory_iterator(
-           config_.state_dir + "/checkpoints/" + std::to_string(id), ec)) {
-    const std::string name = de.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    unsigned long long v = std::strtoull(name.c_str(), nullptr, 10);
-    if (v == 0 || v > UINT32_MAX) continue;
-    ids.push_back(static_cast<checkpoint::StreamId>(v));
-  }
-  std::sort(ids.begin(), ids.end());
-  for (checkpoint::StreamId s : ids) {
+  for (checkpoint::StreamId s : ckpt_->Streams(id)) {
     std::vector<checkpoint::ListEntry> entries;
     bool more = false;
     if (!ckpt_->List(id, s, 0, 1024, &entries, &more).ok()) continue;

@@ -43,7 +43,7 @@ struct HzDevice::CkptOp {
   // What the engine thread works on. The pins keep the regions (and the
   // guest memory map) alive until the answer.
   checkpoint::Engine* eng = nullptr;
-  checkpoint::TenantId tid = 0;
+  TenantId tid;
   uint32_t stream = 0;
   uint64_t step = 0;
   uint32_t num_slices = 0;
@@ -118,7 +118,7 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
   checkpoint::Engine* eng = env_.engines != nullptr ? env_.engines->ckpt() : nullptr;
   if (eng == nullptr || (features_ & (1ull << HZ_F_CHECKPOINT)) == 0) return Err(HZ_S_ENOTSUP);
   const auto start = std::chrono::steady_clock::now();
-  const checkpoint::TenantId tid = env_.engines->CkptTenant(tenant_->name());
+  const TenantId& tid = tenant_->id();
   switch (req.hdr.opcode) {
     case HZ_OP_CKPT_POLICY: {
       hz_ckpt_policy_args a;
@@ -371,7 +371,7 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
   }
 }
 
-HzDevice::Reply HzDevice::CkptQuiesce(const Request& req, checkpoint::TenantId tid) {
+HzDevice::Reply HzDevice::CkptQuiesce(const Request& req, const TenantId& tid) {
   auto Err = [](uint32_t status, uint32_t detail = 0) { return Reply{status, 0, detail, false}; };
   checkpoint::Engine* eng = env_.engines->ckpt();
   hz_ckpt_quiesce_args a;

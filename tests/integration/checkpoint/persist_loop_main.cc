@@ -16,7 +16,7 @@ using hz::Status;
 
 class StdoutSink : public EventSink {
  public:
-  void Publish(TenantId, EventKind kind, StreamId, uint64_t step) override {
+  void Publish(const hz::TenantId&, EventKind kind, StreamId, uint64_t step) override {
     if (kind != EventKind::kDurable) return;
     char line[48];
     int n = snprintf(line, sizeof line, "D %llu\n", static_cast<unsigned long long>(step));

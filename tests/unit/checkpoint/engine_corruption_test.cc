@@ -17,6 +17,7 @@ using testing::Pattern;
 using testing::SmallConfig;
 using testing::Spans;
 using testing::TempDir;
+using testing::Tenant;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -27,13 +28,13 @@ class CheckpointCorruption : public ::testing::Test {
   void SetUp() override {
     dir_ = std::make_unique<TempDir>("corrupt");
     Open();
-    ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
+    ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
     auto st = MakeState(kSizes, 8);
     auto sp = Spans(st);
     SaveResult r;
-    ASSERT_EQ(eng_->Save({1, 1, 3, sp, Pattern(10, 1)}, &r).code(), StatusCode::kOk);
-    ASSERT_EQ(eng_->WaitDurable(1, 1, 3, 30s).code(), StatusCode::kOk);
-    step_dir_ = testing::StepDir(dir_->path(), 1, 1, 3);
+    ASSERT_EQ(eng_->Save({Tenant(1), 1, 3, sp, Pattern(10, 1)}, &r).code(), StatusCode::kOk);
+    ASSERT_EQ(eng_->WaitDurable(Tenant(1), 1, 3, 30s).code(), StatusCode::kOk);
+    step_dir_ = testing::StepDir(dir_->path(), Tenant(1), 1, 3);
   }
   void Open() {
     eng_.reset();
@@ -47,7 +48,7 @@ class CheckpointCorruption : public ::testing::Test {
     for (auto& b : out) std::fill(b.begin(), b.end(), 0xc3);
     auto sp = Spans(out);
     RestoreResult rr;
-    Status st = eng_->Restore({1, 1, 3, sp}, &rr);
+    Status st = eng_->Restore({Tenant(1), 1, 3, sp}, &rr);
     if (st.ok()) {
       EXPECT_EQ(out, MakeState(kSizes, 8));
     } else {
@@ -111,7 +112,7 @@ TEST_F(CheckpointCorruption, CorruptManifestIsDetectedLiveAndNotAdoptedOnRestart
   Open();
   std::vector<ListEntry> e;
   bool more = false;
-  ASSERT_EQ(eng_->List(1, 1, 0, 10, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->List(Tenant(1), 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   EXPECT_TRUE(e.empty());  // never listed
   EXPECT_EQ(RestoreChecked().code(), StatusCode::kNotFound);
   EXPECT_TRUE(fs::exists(path));  // kept for the operator
@@ -123,7 +124,7 @@ TEST_F(CheckpointCorruption, MissingManifestMeansNeverCommitted) {
   Open();
   std::vector<ListEntry> e;
   bool more = false;
-  ASSERT_EQ(eng_->List(1, 1, 0, 10, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->List(Tenant(1), 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   EXPECT_TRUE(e.empty());
   EXPECT_FALSE(fs::exists(step_dir_));  // removed as an interrupted persist
 }
@@ -137,7 +138,7 @@ TEST_F(CheckpointCorruption, FlushedPendingDirectoryIsAdoptedWhenItVerifies) {
   Open();
   std::vector<ListEntry> e;
   bool more = false;
-  ASSERT_EQ(eng_->List(1, 1, 0, 10, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->List(Tenant(1), 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].step, 3u);
   EXPECT_EQ(e[0].state, CkptState::kDurable);
@@ -153,7 +154,7 @@ TEST_F(CheckpointCorruption, PendingDirectoryWithABadChunkIsRemoved) {
   Open();
   std::vector<ListEntry> e;
   bool more = false;
-  ASSERT_EQ(eng_->List(1, 1, 0, 10, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->List(Tenant(1), 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   EXPECT_TRUE(e.empty());
   EXPECT_FALSE(fs::exists(step_dir_ + ".tmp"));
   EXPECT_FALSE(fs::exists(step_dir_));
@@ -167,7 +168,7 @@ TEST_F(CheckpointCorruption, PendingDirectoryWithTruncatedDataIsRemoved) {
   Open();
   std::vector<ListEntry> e;
   bool more = false;
-  ASSERT_EQ(eng_->List(1, 1, 0, 10, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->List(Tenant(1), 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   EXPECT_TRUE(e.empty());
   EXPECT_FALSE(fs::exists(step_dir_ + ".tmp"));
 }

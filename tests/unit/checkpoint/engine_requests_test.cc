@@ -18,6 +18,7 @@ using testing::RecordingSink;
 using testing::SmallConfig;
 using testing::Spans;
 using testing::TempDir;
+using testing::Tenant;
 using testing::ZeroState;
 using namespace std::chrono_literals;
 
@@ -49,123 +50,128 @@ class CheckpointRequests : public ::testing::Test {
 };
 
 TEST_F(CheckpointRequests, UnknownStreamIsNotFound) {
-  EXPECT_EQ(SaveStep(1, 9, 1).code(), StatusCode::kNotFound);
+  EXPECT_EQ(SaveStep(Tenant(1), 9, 1).code(), StatusCode::kNotFound);
   auto out = ZeroState({5000});
   auto sp = Spans(out);
   RestoreResult rr;
-  EXPECT_EQ(eng_->Restore({1, 9, kLatestStep, sp}, &rr).code(), StatusCode::kNotFound);
+  EXPECT_EQ(eng_->Restore({Tenant(1), 9, kLatestStep, sp}, &rr).code(), StatusCode::kNotFound);
   std::vector<ListEntry> e;
   bool more;
-  EXPECT_EQ(eng_->List(1, 9, 0, 10, &e, &more).code(), StatusCode::kNotFound);
-  EXPECT_EQ(eng_->Delete(1, 9, 1).code(), StatusCode::kNotFound);
+  EXPECT_EQ(eng_->List(Tenant(1), 9, 0, 10, &e, &more).code(), StatusCode::kNotFound);
+  EXPECT_EQ(eng_->Delete(Tenant(1), 9, 1).code(), StatusCode::kNotFound);
 }
 
 TEST_F(CheckpointRequests, MalformedSavesAreRefused) {
-  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   SaveResult r;
-  EXPECT_EQ(eng_->Save({1, 1, 1, {}, {}}, &r).code(), StatusCode::kInvalidArgument);  // zero slices
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, 1, {}, {}}, &r).code(),
+            StatusCode::kInvalidArgument);  // zero slices
   IoSpan null_span{nullptr, 10};
-  EXPECT_EQ(eng_->Save({1, 1, 1, {&null_span, 1}, {}}, &r).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, 1, {&null_span, 1}, {}}, &r).code(),
+            StatusCode::kInvalidArgument);
   uint8_t byte = 0;
   IoSpan ok{&byte, 1};
-  EXPECT_EQ(eng_->Save({1, 1, kLatestStep, {&ok, 1}, {}}, &r).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(eng_->Save({1, 1, 0, {&ok, 1}, {}}, &r).code(),
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, kLatestStep, {&ok, 1}, {}}, &r).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, 0, {&ok, 1}, {}}, &r).code(),
             StatusCode::kInvalidArgument);  // 0 is not a step
   // Lengths whose sum overflows.
   IoSpan huge[2] = {{&byte, SIZE_MAX / 2}, {&byte, SIZE_MAX / 2}};
-  EXPECT_EQ(eng_->Save({1, 1, 1, huge, {}}, &r).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, 1, huge, {}}, &r).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(CheckpointRequests, StepsIncreaseAboveWhatTheStreamHolds) {
   Policy p;
   p.retention = 5;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 5).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 5).code(), StatusCode::kExists);
-  EXPECT_EQ(SaveStep(1, 1, 4).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SaveStep(1, 1, 6).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 5).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 5).code(), StatusCode::kExists);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 6).code(), StatusCode::kOk);
   // Other streams and tenants have their own steps.
-  ASSERT_EQ(eng_->SetPolicy(1, 2, Policy{}).code(), StatusCode::kOk);
-  ASSERT_EQ(eng_->SetPolicy(2, 1, Policy{}).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveStep(1, 2, 1).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveStep(2, 1, 1).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 2, Policy{}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(2), 1, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 2, 1).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(2), 1, 1).code(), StatusCode::kOk);
   // A tenant that goes back deletes the newer checkpoints, then saves again
   // from there (SPEC.md §7.5.2).
   ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
-  EXPECT_EQ(eng_->Delete(1, 1, kLatestStep).code(), StatusCode::kOk);  // step 6
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{5}));
-  EXPECT_EQ(SaveStep(1, 1, 6).code(), StatusCode::kOk);
-  EXPECT_EQ(eng_->Delete(1, 1, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng_->Delete(Tenant(1), 1, kLatestStep).code(), StatusCode::kOk);  // step 6
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{5}));
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 6).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->Delete(Tenant(1), 1, 0).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(CheckpointRequests, RestoreLayoutMustMatch) {
-  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
-  ASSERT_EQ(SaveStep(1, 1, 1, {100, 200}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
+  ASSERT_EQ(SaveStep(Tenant(1), 1, 1, {100, 200}).code(), StatusCode::kOk);
   ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
   RestoreResult rr;
   for (std::vector<size_t> sizes :
        {std::vector<size_t>{100}, {100, 201}, {99, 200}, {200, 100}, {100, 200, 0}}) {
     auto out = ZeroState(sizes);
     auto sp = Spans(out);
-    EXPECT_EQ(eng_->Restore({1, 1, 1, sp}, &rr).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(eng_->Restore({Tenant(1), 1, 1, sp}, &rr).code(), StatusCode::kInvalidArgument);
     for (auto& b : out) {
       for (uint8_t v : b) ASSERT_EQ(v, 0);  // nothing written on refusal
     }
   }
   auto out = ZeroState({100, 200});
   auto sp = Spans(out);
-  EXPECT_EQ(eng_->Restore({1, 1, 2, sp}, &rr).code(), StatusCode::kNotFound);  // no such step
-  EXPECT_EQ(eng_->Restore({1, 1, 1, sp}, &rr).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->Restore({Tenant(1), 1, 2, sp}, &rr).code(),
+            StatusCode::kNotFound);  // no such step
+  EXPECT_EQ(eng_->Restore({Tenant(1), 1, 1, sp}, &rr).code(), StatusCode::kOk);
 }
 
 TEST_F(CheckpointRequests, PolicyValidationAndStreamLimit) {
   Policy bad;
   bad.retention = 0;
-  EXPECT_EQ(eng_->SetPolicy(1, 1, bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(1), 1, bad).code(), StatusCode::kInvalidArgument);
   Policy peer;
   peer.tier = TierKind::kPeerHost;
-  EXPECT_EQ(eng_->SetPolicy(1, 1, peer).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(eng_->SetPolicy(1, 0, Policy{}).code(),
+  EXPECT_EQ(eng_->SetPolicy(Tenant(1), 1, peer).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(1), 0, Policy{}).code(),
             StatusCode::kInvalidArgument);  // stream 0 is reserved
   TenantLimits lim;
   lim.max_streams = 2;
-  ASSERT_EQ(eng_->SetLimits(3, lim).code(), StatusCode::kOk);
-  EXPECT_EQ(eng_->SetPolicy(3, 1, Policy{}).code(), StatusCode::kOk);
-  EXPECT_EQ(eng_->SetPolicy(3, 2, Policy{}).code(), StatusCode::kOk);
-  EXPECT_EQ(eng_->SetPolicy(3, 3, Policy{}).code(), StatusCode::kLimit);
-  EXPECT_EQ(eng_->SetPolicy(3, 2, Policy{}).code(),
+  ASSERT_EQ(eng_->SetLimits(Tenant(3), lim).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(3), 1, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(3), 2, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(3), 3, Policy{}).code(), StatusCode::kLimit);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(3), 2, Policy{}).code(),
             StatusCode::kOk);  // updating is not a new stream
 }
 
 TEST_F(CheckpointRequests, StagingQuotaAndPoolSizeGiveLimit) {
   TenantLimits lim;
   lim.staging_bytes = 256 << 10;  // four 64 KiB chunks
-  ASSERT_EQ(eng_->SetLimits(1, lim).code(), StatusCode::kOk);
-  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 1, {(256 << 10) + 1}).code(), StatusCode::kLimit);
-  EXPECT_EQ(SaveStep(1, 1, 1, {256 << 10}).code(), StatusCode::kOk);  // the refused step stays free
+  ASSERT_EQ(eng_->SetLimits(Tenant(1), lim).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 1, {(256 << 10) + 1}).code(), StatusCode::kLimit);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 1, {256 << 10}).code(),
+            StatusCode::kOk);  // the refused step stays free
   // Larger than the whole pool: never admissible, whatever the quota.
-  ASSERT_EQ(eng_->SetPolicy(2, 1, Policy{}).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveStep(2, 1, 1, {(4u << 20) + 1}).code(), StatusCode::kLimit);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(2), 1, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(2), 1, 1, {(4u << 20) + 1}).code(), StatusCode::kLimit);
 }
 
 TEST_F(CheckpointRequests, DiskQuotaGivesLimit) {
   TenantLimits lim;
   lim.disk_bytes = 3 * 8192;
-  ASSERT_EQ(eng_->SetLimits(1, lim).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetLimits(Tenant(1), lim).code(), StatusCode::kOk);
   Policy p;
   p.retention = 5;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 1, {8000}).code(), StatusCode::kOk);  // 8 KiB on disk each
-  EXPECT_EQ(SaveStep(1, 1, 2, {8000}).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 3, {8000}).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 4, {8000}).code(), StatusCode::kLimit);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 1, {8000}).code(), StatusCode::kOk);  // 8 KiB on disk each
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 2, {8000}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 3, {8000}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 4, {8000}).code(), StatusCode::kLimit);
   ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
-  ASSERT_EQ(eng_->Delete(1, 1, 1).code(), StatusCode::kOk);  // frees room
-  EXPECT_EQ(SaveStep(1, 1, 4, {8000}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->Delete(Tenant(1), 1, 1).code(), StatusCode::kOk);  // frees room
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 4, {8000}).code(), StatusCode::kOk);
   Stats st = eng_->GetStats();
   for (auto& t : st.tenants) {
-    if (t.tenant == 1) {
+    if (t.tenant == Tenant(1)) {
       EXPECT_EQ(t.disk_bytes, 3u * 8192);
     }
   }
@@ -183,12 +189,12 @@ TEST_F(CheckpointRequests, FullStagingPoolBackpressuresThenAgain) {
   Policy p;
   p.stall_budget_ms = 50;
   p.retention = 10;
-  ASSERT_EQ(eng->SetPolicy(1, 1, p).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
   auto st = MakeState({768 << 10}, 1);  // 12 chunks
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
-  ASSERT_EQ(eng->Save({1, 1, 2, sp, {}}, &r).code(), StatusCode::kTryAgain);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 2, sp, {}}, &r).code(), StatusCode::kTryAgain);
   Stats stats = eng->GetStats();
   EXPECT_LE(stats.pool_chunks - stats.free_chunks, 16u);
   ASSERT_EQ(stats.tenants.size(), 1u);
@@ -201,8 +207,8 @@ TEST_F(CheckpointRequests, FullStagingPoolBackpressuresThenAgain) {
   // With a budget long enough for the persist to free chunks, the save waits
   // (backpressure) and succeeds with the same step.
   p.stall_budget_ms = 60000;
-  ASSERT_EQ(eng->SetPolicy(1, 1, p).code(), StatusCode::kOk);
-  ASSERT_EQ(eng->Save({1, 1, 2, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 2, sp, {}}, &r).code(), StatusCode::kOk);
   bool waited = false;
   for (const Decision& d : eng->Decisions()) {
     waited |= d.kind == Decision::Kind::kBackpressure && d.step == 2 && d.value > 0;
@@ -215,9 +221,9 @@ TEST_F(CheckpointRequests, FullStagingPoolBackpressuresThenAgain) {
 TEST_F(CheckpointRequests, ListPagesInStepOrder) {
   Policy p;
   p.retention = 100;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
   for (uint64_t s = 1; s <= 25; ++s)
-    ASSERT_EQ(SaveStep(1, 1, s * 10, {100}).code(), StatusCode::kOk);
+    ASSERT_EQ(SaveStep(Tenant(1), 1, s * 10, {100}).code(), StatusCode::kOk);
   ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
   std::vector<uint64_t> seen;
   uint64_t after = 0;
@@ -225,7 +231,7 @@ TEST_F(CheckpointRequests, ListPagesInStepOrder) {
   int pages = 0;
   while (more) {
     std::vector<ListEntry> e;
-    ASSERT_EQ(eng_->List(1, 1, after, 7, &e, &more).code(), StatusCode::kOk);
+    ASSERT_EQ(eng_->List(Tenant(1), 1, after, 7, &e, &more).code(), StatusCode::kOk);
     ASSERT_LE(e.size(), 7u);
     for (auto& x : e) {
       seen.push_back(x.step);
@@ -242,46 +248,46 @@ TEST_F(CheckpointRequests, ListPagesInStepOrder) {
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], (i + 1) * 10);
   // max_entries 0: nothing returned, but "more" says whether any exist.
   std::vector<ListEntry> e;
-  ASSERT_EQ(eng_->List(1, 1, 0, 0, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->List(Tenant(1), 1, 0, 0, &e, &more).code(), StatusCode::kOk);
   EXPECT_TRUE(e.empty());
   EXPECT_TRUE(more);
-  ASSERT_EQ(eng_->List(1, 1, 250, 0, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->List(Tenant(1), 1, 250, 0, &e, &more).code(), StatusCode::kOk);
   EXPECT_FALSE(more);
 }
 
 TEST_F(CheckpointRequests, RetentionKeepsTheNewestDurable) {
   Policy p;
   p.retention = 2;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
   for (uint64_t s = 1; s <= 5; ++s) {
-    ASSERT_EQ(SaveStep(1, 1, s).code(), StatusCode::kOk);
-    ASSERT_EQ(eng_->WaitDurable(1, 1, s, 30s).code(), StatusCode::kOk);
+    ASSERT_EQ(SaveStep(Tenant(1), 1, s).code(), StatusCode::kOk);
+    ASSERT_EQ(eng_->WaitDurable(Tenant(1), 1, s, 30s).code(), StatusCode::kOk);
   }
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{4, 5}));
-  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 3)));
-  EXPECT_TRUE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 5)));
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{4, 5}));
+  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), Tenant(1), 1, 3)));
+  EXPECT_TRUE(std::filesystem::exists(testing::StepDir(dir_->path(), Tenant(1), 1, 5)));
   // Lowering retention evicts at once.
   p.retention = 1;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p).code(), StatusCode::kOk);
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{5}));
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{5}));
 }
 
 TEST_F(CheckpointRequests, DeleteRemovesFilesAndIndex) {
   Policy p;
   p.retention = 3;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p).code(), StatusCode::kOk);
-  ASSERT_EQ(SaveStep(1, 1, 1).code(), StatusCode::kOk);
-  ASSERT_EQ(SaveStep(1, 1, 2).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  ASSERT_EQ(SaveStep(Tenant(1), 1, 1).code(), StatusCode::kOk);
+  ASSERT_EQ(SaveStep(Tenant(1), 1, 2).code(), StatusCode::kOk);
   ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
-  ASSERT_EQ(eng_->Delete(1, 1, 1).code(), StatusCode::kOk);
-  EXPECT_EQ(eng_->Delete(1, 1, 1).code(), StatusCode::kNotFound);
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{2}));
-  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 1)));
+  ASSERT_EQ(eng_->Delete(Tenant(1), 1, 1).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->Delete(Tenant(1), 1, 1).code(), StatusCode::kNotFound);
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{2}));
+  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), Tenant(1), 1, 1)));
   // Survives a restart.
   eng_.reset();
   eng_ = testing::OpenEngine(SmallConfig(dir_->path()));
   ASSERT_TRUE(eng_);
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{2}));
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{2}));
 }
 
 TEST_F(CheckpointRequests, DeleteWhilePersistingCancelsCleanly) {
@@ -290,15 +296,15 @@ TEST_F(CheckpointRequests, DeleteWhilePersistingCancelsCleanly) {
   cfg.disk_bandwidth_bytes_per_s = 64 << 10;  // ~1 s for 64 KiB chunks
   auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({1 << 20}, 1);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
-  ASSERT_EQ(eng->Delete(1, 1, 1).code(), StatusCode::kOk);
-  EXPECT_EQ(eng->WaitDurable(1, 1, 1, 1s).code(), StatusCode::kNotFound);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Delete(Tenant(1), 1, 1).code(), StatusCode::kOk);
+  EXPECT_EQ(eng->WaitDurable(Tenant(1), 1, 1, 1s).code(), StatusCode::kNotFound);
   ASSERT_EQ(eng->Flush(60s).code(), StatusCode::kOk);
-  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir.path(), 1, 1, 1)));
+  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir.path(), Tenant(1), 1, 1)));
   Stats stats = eng->GetStats();
   EXPECT_EQ(stats.free_chunks, stats.pool_chunks);
   EXPECT_EQ(stats.tenants[0].disk_bytes, 0u);
@@ -311,7 +317,7 @@ TEST_F(CheckpointRequests, ConcurrentTenantsEachRestoreTheirOwn) {
     Policy p;
     p.retention = 2;
     p.stall_budget_ms = 60000;
-    ASSERT_EQ(eng_->SetPolicy(t, 1, p).code(), StatusCode::kOk);
+    ASSERT_EQ(eng_->SetPolicy(Tenant(t), 1, p).code(), StatusCode::kOk);
   }
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
@@ -321,7 +327,7 @@ TEST_F(CheckpointRequests, ConcurrentTenantsEachRestoreTheirOwn) {
         auto st = MakeState({70000, 12345}, t * 100 + s);
         auto sp = Spans(st);
         SaveResult r;
-        if (!eng_->Save({static_cast<TenantId>(t), 1, s, sp, {}}, &r).ok()) failures++;
+        if (!eng_->Save({Tenant(t), 1, s, sp, {}}, &r).ok()) failures++;
       }
     });
   }
@@ -332,12 +338,11 @@ TEST_F(CheckpointRequests, ConcurrentTenantsEachRestoreTheirOwn) {
     auto out = ZeroState({70000, 12345});
     auto sp = Spans(out);
     RestoreResult rr;
-    ASSERT_EQ(eng_->Restore({static_cast<TenantId>(t), 1, kLatestStep, sp}, &rr).code(),
-              StatusCode::kOk);
+    ASSERT_EQ(eng_->Restore({Tenant(t), 1, kLatestStep, sp}, &rr).code(), StatusCode::kOk);
     EXPECT_EQ(rr.step, static_cast<uint64_t>(kSteps));
     EXPECT_EQ(out, MakeState({70000, 12345}, t * 100 + kSteps));
-    EXPECT_EQ(Steps(t, 1), (std::vector<uint64_t>{kSteps - 1, kSteps}));
-    EXPECT_EQ(sink_.Count(EventKind::kDurable, t, 1, kSteps), 1u);
+    EXPECT_EQ(Steps(Tenant(t), 1), (std::vector<uint64_t>{kSteps - 1, kSteps}));
+    EXPECT_EQ(sink_.Count(EventKind::kDurable, Tenant(t), 1, kSteps), 1u);
   }
 }
 
@@ -352,19 +357,19 @@ TEST(CheckpointCancel, WaitingSaveStopsWhenCancelled) {
   ASSERT_TRUE(eng);
   Policy mem;
   mem.tier = TierKind::kHostMemory;
-  ASSERT_EQ(eng->SetPolicy(1, 1, mem).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, mem).code(), StatusCode::kOk);
   Policy disk;
   disk.stall_budget_ms = 600000;  // only the cancel ends the wait
-  ASSERT_EQ(eng->SetPolicy(1, 2, disk).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 2, disk).code(), StatusCode::kOk);
   auto held = MakeState({2 * cfg.chunk_bytes}, 1);
   auto held_spans = Spans(held);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, held_spans, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, held_spans, {}}, &r).code(), StatusCode::kOk);
   ASSERT_EQ(r.state, CkptState::kDurable);  // holds two of the four chunks
 
   auto big = MakeState({3 * cfg.chunk_bytes}, 2);
   auto big_spans = Spans(big);
-  SaveRequest req{1, 2, 1, big_spans, {}};
+  SaveRequest req{Tenant(1), 2, 1, big_spans, {}};
   std::atomic<int> polls{0};
   // Polled while the save waits; the third poll cancels it.
   req.cancelled = [&polls] { return polls.fetch_add(1) >= 2; };
@@ -372,14 +377,14 @@ TEST(CheckpointCancel, WaitingSaveStopsWhenCancelled) {
   EXPECT_GE(polls.load(), 3);
   std::vector<ListEntry> e;
   bool more = false;
-  ASSERT_EQ(eng->List(1, 2, 0, 10, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->List(Tenant(1), 2, 0, 10, &e, &more).code(), StatusCode::kOk);
   EXPECT_TRUE(e.empty());
   Stats stats = eng->GetStats();
   EXPECT_EQ(stats.free_chunks, 2u);
   ASSERT_EQ(stats.tenants.size(), 1u);
   EXPECT_EQ(stats.tenants[0].disk_bytes, 0u);
   // The stream is not left busy: the same step saves once staging is free.
-  ASSERT_EQ(eng->Delete(1, 1, 1).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Delete(Tenant(1), 1, 1).code(), StatusCode::kOk);
   req.cancelled = nullptr;
   EXPECT_EQ(eng->Save(req, &r).code(), StatusCode::kOk);
 }
@@ -388,15 +393,15 @@ TEST(CheckpointCancel, CancelledRestoreWritesNothing) {
   TempDir dir("cancelrestore");
   auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({300000}, 4);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
-  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(Tenant(1), 1, 1, 30s).code(), StatusCode::kOk);
   auto out = ZeroState({300000});
   auto out_spans = Spans(out);
-  RestoreRequest rq{1, 1, 1, out_spans};
+  RestoreRequest rq{Tenant(1), 1, 1, out_spans};
   rq.cancelled = [] { return true; };
   RestoreResult rr;
   EXPECT_EQ(eng->Restore(rq, &rr).code(), StatusCode::kAborted);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::checkpoint {
@@ -22,7 +23,11 @@ struct IoSpan {
   size_t len = 0;
 };
 
-using TenantId = uint64_t;
+// The engine's own number for a tenant: its directory under the root
+// (<root>/<number>/...). Callers name tenants by hz::TenantId; the engine
+// keeps the numbering (in <root>/tenants.json), so that what was saved under
+// a number is found again after a restart.
+using TenantNo = uint64_t;
 using StreamId = uint32_t;
 
 // Reserved step meaning "the newest checkpoint" (HZ_STEP_LATEST).
@@ -74,7 +79,7 @@ inline constexpr uint32_t kJitFlagExisted = 1u << 0;
 
 // Everything the CHECKPOINT payload carries (SPEC.md §8.3.6).
 struct CheckpointEvent {
-  TenantId tenant = 0;
+  TenantId tenant;
   EventKind kind = EventKind::kDurable;
   StreamId stream = 0;
   uint64_t step = 0;
@@ -90,7 +95,7 @@ struct CheckpointEvent {
 class EventSink {
  public:
   virtual ~EventSink() = default;
-  virtual void Publish(TenantId tenant, EventKind kind, StreamId stream, uint64_t step) = 0;
+  virtual void Publish(const TenantId& tenant, EventKind kind, StreamId stream, uint64_t step) = 0;
   virtual void PublishEvent(const CheckpointEvent& e) {
     Publish(e.tenant, e.kind, e.stream, e.step);
   }

@@ -3,9 +3,7 @@
 // engine (<state_dir>/checkpoints). One Engines object per service, shared by
 // every HzDevice through DeviceEnv; thread-safe.
 //
-// The checkpoint engine names tenants by number; those numbers are kept in
-// <state_dir>/checkpoints/tenants.json so a tenant finds its streams again
-// after a restart. Its events go to the tenant's log on the bus, and a
+// The checkpoint engine's events go to the tenant's log on the bus, and a
 // MAINTENANCE or PREEMPTION notice published through the operator triggers
 // its just-in-time saves (OnNotice) on a thread of its own.
 #ifndef HZ_SERVICE_ENGINES_H_
@@ -42,13 +40,11 @@ class Engines {
 
   events::EventBus* bus() const { return bus_.get(); }
   checkpoint::Engine* ckpt() const { return ckpt_.get(); }
-  // The checkpoint engine's number for a tenant (stable across restarts).
-  checkpoint::TenantId CkptTenant(const std::string& tenant);
 
   // Quiescence registrations belong to one session at a time (SPEC §7.5.7):
   // Claim returns false when another owner holds (tenant, stream).
-  bool ClaimQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner);
-  void ReleaseQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner);
+  bool ClaimQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner);
+  void ReleaseQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner);
   // Feature bits (1 << HZ_F_*) of the engines that are running.
   uint64_t Features() const;
 
@@ -68,8 +64,7 @@ class Engines {
   StatusOr<nlohmann::json> EventStatus(const nlohmann::json& req);
   void PublishCheckpoint(const checkpoint::CheckpointEvent& e);
   // Just-in-time saves for a notice published to tenant (any thread).
-  void Notice(const std::string& tenant, const hz_event& ev);
-  void SaveTenantIds();
+  void Notice(const TenantId& tenant, const hz_event& ev);
 
   ServiceConfig config_;
   std::unique_ptr<events::EventBus> bus_;
@@ -77,9 +72,7 @@ class Engines {
   std::unique_ptr<checkpoint::Engine> ckpt_;
 
   std::mutex mu_;  // everything below
-  std::map<std::string, checkpoint::TenantId> ckpt_ids_;
-  std::map<checkpoint::TenantId, std::string> ckpt_names_;
-  std::map<std::pair<checkpoint::TenantId, checkpoint::StreamId>, const void*> quiesce_;
+  std::map<std::pair<TenantId, checkpoint::StreamId>, const void*> quiesce_;
   std::vector<std::thread> notices_;  // joined on destruction
   std::atomic<uint64_t> published_{0};
   std::atomic<uint64_t> delivered_{0};

@@ -211,12 +211,12 @@ class HzDevice : public vdev::Device {
   };
   // A CKPT_QUIESCE registration of this session: it holds its regions.
   struct QuiesceReg {
-    checkpoint::TenantId tenant = 0;
+    TenantId tenant;
     std::vector<RegionPin> pins;
   };
   uint32_t ResolveCkptSlices(const std::vector<hz_slice>& slices, bool write, CkptSpans* out,
                              uint32_t* detail);
-  Reply CkptQuiesce(const Request& req, checkpoint::TenantId tid);
+  Reply CkptQuiesce(const Request& req, const TenantId& tid);
   void DropQuiesce(uint32_t stream);
   // The session's end for its checkpoint state (called by Teardown): drops
   // the quiescence registrations and stops every CKPT_SAVE/RESTORE in flight
