@@ -161,9 +161,9 @@ void PrintHuman(const std::string& cmd, const json& r) {
     std::printf("%-8s %-8s %-7s %-7s %-9s %-8s %-9s\n", "ID", "TENANT", "NRANKS", "JOINED",
                 "NEXT_SEQ", "PENDING", "STATE");
     for (const json& c : r) {
-      std::printf("%-8llu %-8llu %-7llu %-7llu %-9llu %-8llu %-9s\n", U(c, "id"), U(c, "tenant"),
-                  U(c, "nranks"), U(c, "joined"), U(c, "next_seq"), U(c, "pending"),
-                  c.value("state", std::string()).c_str());
+      std::printf("%-8llu %-8s %-7llu %-7llu %-9llu %-8llu %-9s\n", U(c, "id"),
+                  c.value("tenant", std::string()).c_str(), U(c, "nranks"), U(c, "joined"),
+                  U(c, "next_seq"), U(c, "pending"), c.value("state", std::string()).c_str());
     }
   } else if (r.is_object() && r.empty()) {
     std::printf("ok\n");

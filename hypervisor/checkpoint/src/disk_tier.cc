@@ -10,9 +10,9 @@
 #include <cinttypes>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "hz/common/file.h"
 
 namespace hz::checkpoint {
 
@@ -25,16 +25,8 @@ constexpr const char* kManifestTmp = "manifest.json.tmp";  // written by older l
 constexpr const char* kPendingSuffix = ".tmp";             // a step directory being written
 constexpr const char* kRetiredSuffix = ".del";             // a step directory being removed
 constexpr const char* kPolicy = "policy.json";
-constexpr const char* kPolicyTmp = "policy.json.tmp";
+constexpr const char* kPolicyTmp = "policy.json.tmp";  // what a crash in WriteFileAtomic leaves
 constexpr const char* kData = "data";
-
-bool FsyncPath(const std::string& path, bool directory) {
-  int fd = open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = fsync(fd) == 0;
-  close(fd);
-  return ok;
-}
 
 // Creates dir (and parents), fsyncing each parent whose entry is new, so a
 // committed manifest is never reachable only through a lost directory entry.
@@ -42,50 +34,13 @@ bool MakeDirDurable(const fs::path& dir) {
   if (fs::is_directory(dir)) return true;
   if (dir.has_parent_path() && !MakeDirDurable(dir.parent_path())) return false;
   if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) return false;
-  return FsyncPath(dir.parent_path().string(), true);
+  return SyncDir(dir.parent_path().string()).ok();
 }
 
-// Writes a small file atomically: temp, fsync, rename, fsync directory.
-bool WriteFileAtomic(const fs::path& dir, const char* tmp_name, const char* name,
-                     const std::string& text) {
-  std::string tmp = (dir / tmp_name).string();
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return false;
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      close(fd);
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  bool ok = fsync(fd) == 0;
-  close(fd);
-  if (!ok) return false;
-  if (rename(tmp.c_str(), (dir / name).c_str()) != 0) return false;
-  return FsyncPath(dir.string(), true);
-}
-
-bool ReadSmallFile(const fs::path& path, std::string* out, bool* missing) {
-  *missing = false;
-  std::error_code ec;
-  auto size = fs::file_size(path, ec);
-  if (ec) {
-    *missing = true;
-    return false;
-  }
-  if (size > kMaxManifestBytes) return false;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *missing = true;
-    return false;
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
+// A manifest or a policy: kNotFound when it is absent, another failure when
+// it cannot be one (unreadable, or too large).
+StatusOr<std::string> ReadSmallFile(const fs::path& path) {
+  return ReadFile(path.string(), kMaxManifestBytes);
 }
 
 // Parses a decimal directory name; false for anything else (never adopted).
@@ -129,33 +84,23 @@ DiskTier::~DiskTier() {
   if (sync_ring_ok_) io_uring_queue_exit(&sync_ring_);
 }
 
-std::unique_ptr<DiskTier> DiskTier::Open(const Options& options, std::string* error) {
-  if (options.root.empty()) {
-    *error = "checkpoint root is empty";
-    return nullptr;
-  }
+Status DiskTier::Open(const Options& options, std::unique_ptr<DiskTier>* out) {
+  if (options.root.empty()) return Status::InvalidArgument("checkpoint root is empty");
   if (options.queue_depth == 0 || options.queue_depth > 4096) {
-    *error = "queue depth must be 1..4096";
-    return nullptr;
+    return Status::InvalidArgument("queue depth must be 1..4096");
   }
   std::unique_ptr<DiskTier> t(new DiskTier(options));
   if (!MakeDirDurable(fs::path(options.root))) {
-    *error = "cannot create checkpoint root " + options.root + ": " + strerror(errno);
-    return nullptr;
+    return Errno("cannot create checkpoint root", options.root);
   }
   int rc = io_uring_queue_init(options.queue_depth, &t->ring_, 0);
-  if (rc < 0) {
-    *error = std::string("io_uring_queue_init: ") + strerror(-rc);
-    return nullptr;
-  }
+  if (rc < 0) return Status::IoError(std::string("io_uring_queue_init: ") + strerror(-rc));
   t->ring_ok_ = true;
   rc = io_uring_queue_init(8, &t->sync_ring_, 0);
-  if (rc < 0) {
-    *error = std::string("io_uring_queue_init: ") + strerror(-rc);
-    return nullptr;
-  }
+  if (rc < 0) return Status::IoError(std::string("io_uring_queue_init: ") + strerror(-rc));
   t->sync_ring_ok_ = true;
-  return t;
+  *out = std::move(t);
+  return Status::Ok();
 }
 
 bool DiskTier::RegisterBuffers(const std::vector<iovec>& buffers) {
@@ -170,20 +115,46 @@ bool DiskTier::RegisterBuffers(const std::vector<iovec>& buffers) {
   return true;
 }
 
-std::string DiskTier::StepDir(TenantId tenant, StreamId stream, uint64_t step) const {
+std::string DiskTier::StepDir(TenantNo tenant, StreamId stream, uint64_t step) const {
   return (fs::path(root_) / std::to_string(tenant) / std::to_string(stream) / StepName(step))
       .string();
 }
 
-Status DiskTier::SavePolicy(TenantId tenant, StreamId stream, const Policy& p) {
+Status DiskTier::SavePolicy(TenantNo tenant, StreamId stream, const Policy& p) {
   fs::path dir = fs::path(root_) / std::to_string(tenant) / std::to_string(stream);
-  if (!MakeDirDurable(dir)) return Status::kIo;
+  if (!MakeDirDurable(dir)) return Status::IoError();
   nlohmann::json j = {{"retention", p.retention},
                       {"tier", static_cast<uint32_t>(p.tier)},
                       {"stall_budget_ms", p.stall_budget_ms},
                       {"rpo_s", p.rpo_s},
                       {"auto_save_on_notice", p.auto_save_on_notice}};
-  return WriteFileAtomic(dir, kPolicyTmp, kPolicy, j.dump() + "\n") ? Status::kOk : Status::kIo;
+  return WriteFileAtomic((dir / kPolicy).string(), j.dump() + "\n", /*sync=*/true, 0640);
+}
+
+TenantNo DiskTier::HighestTenant() const {
+  TenantNo highest = 0;
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator(root_, ec)) {
+    uint64_t tenant = 0;
+    if (t.is_directory() && ParseNumber(t.path().filename().string(), UINT64_MAX, &tenant)) {
+      highest = std::max(highest, tenant);
+    }
+  }
+  return highest;
+}
+
+std::vector<StreamId> DiskTier::Streams(TenantNo tenant) const {
+  std::vector<StreamId> out;
+  std::error_code ec;
+  for (const auto& s : fs::directory_iterator(fs::path(root_) / std::to_string(tenant), ec)) {
+    uint64_t stream = 0;
+    if (s.is_directory() && ParseNumber(s.path().filename().string(), UINT32_MAX, &stream) &&
+        stream != 0) {
+      out.push_back(static_cast<StreamId>(stream));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
@@ -200,11 +171,9 @@ void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
         continue;
       }
       fs::remove(s.path() / kPolicyTmp, ec2);
-      std::string text;
-      bool missing = false;
       Policy p;
-      if (ReadSmallFile(s.path() / kPolicy, &text, &missing)) {
-        auto j = nlohmann::json::parse(text, nullptr, false);
+      if (StatusOr<std::string> text = ReadSmallFile(s.path() / kPolicy); text.ok()) {
+        auto j = nlohmann::json::parse(*text, nullptr, false);
         if (j.is_object()) {
           p.retention = std::max<uint32_t>(1, PolicyU32(j, "retention", 1));
           uint32_t tier = PolicyU32(j, "tier", 1);
@@ -246,12 +215,12 @@ Status DiskTier::BeginWrite(const Manifest& m, uint64_t* write_id) {
   }
   // The stream directory is made durable once; the pending directory needs no
   // durability until Commit renames it.
-  if (!MakeDirDurable(dir.parent_path())) return Status::kIo;
-  if (mkdir(dir.c_str(), 0750) != 0) return Status::kIo;
+  if (!MakeDirDurable(dir.parent_path())) return Status::IoError();
+  if (mkdir(dir.c_str(), 0750) != 0) return Status::IoError();
   int fd = OpenData((dir / kData).string(), O_WRONLY | O_CREAT | O_TRUNC);
   if (fd < 0) {
     fs::remove_all(dir, ec);
-    return Status::kIo;
+    return Status::IoError();
   }
   // Allocating the whole file up front keeps the chunk writes inside i_size,
   // so the filesystem can run them concurrently, and lays the file out at once.
@@ -259,13 +228,13 @@ Status DiskTier::BeginWrite(const Manifest& m, uint64_t* write_id) {
   if (len > 0 && fallocate(fd, 0, 0, len) != 0 && ftruncate(fd, len) != 0) {
     close(fd);
     fs::remove_all(dir, ec);
-    return Status::kIo;
+    return Status::IoError();
   }
   std::lock_guard<std::mutex> l(writes_mu_);
   uint64_t id = next_write_id_++;
   writes_[id] = Write{fd, dir.string(), m.chunk_bytes};
   *write_id = id;
-  return Status::kOk;
+  return Status::Ok();
 }
 
 bool DiskTier::Queue(Op* op) {
@@ -292,16 +261,16 @@ Status DiskTier::SubmitChunk(uint64_t write_id, uint64_t index, const uint8_t* d
   {
     std::lock_guard<std::mutex> l(writes_mu_);
     auto it = writes_.find(write_id);
-    if (it == writes_.end() || in_flight_ >= queue_depth_) return Status::kInvalid;
+    if (it == writes_.end() || in_flight_ >= queue_depth_) return Status::InvalidArgument();
     chunk_bytes = it->second.chunk_bytes;
   }
   auto* op = new Op{write_id, token, data, padded, index * chunk_bytes, buf_index};
   if (!Queue(op)) {
     delete op;
-    return Status::kIo;
+    return Status::IoError();
   }
   ++in_flight_;
-  return Status::kOk;
+  return Status::Ok();
 }
 
 void DiskTier::Poll(uint64_t wait_us, std::vector<Completion>* out) {
@@ -332,7 +301,7 @@ void DiskTier::Poll(uint64_t wait_us, std::vector<Completion>* out) {
       res = -EIO;
     }
     --in_flight_;
-    out->push_back({op->token, res < 0 ? Status::kIo : Status::kOk});
+    out->push_back({op->token, res < 0 ? Status::IoError() : Status::Ok()});
     if (res < 0) spdlog::error("checkpoint: chunk write failed: {}", strerror(-res));
     delete op;
   }
@@ -368,7 +337,7 @@ Status DiskTier::Commit(uint64_t write_id, const Manifest& m) {
   {
     std::lock_guard<std::mutex> l(writes_mu_);
     auto it = writes_.find(write_id);
-    if (it == writes_.end()) return Status::kInvalid;
+    if (it == writes_.end()) return Status::InvalidArgument();
     w = it->second;
     writes_.erase(it);
   }
@@ -403,9 +372,9 @@ Status DiskTier::Commit(uint64_t write_id, const Manifest& m) {
   if (ok) ok = rename(pending.c_str(), final_dir.c_str()) == 0;
   if (!ok) {
     fs::remove_all(pending, ec);
-    return Status::kIo;
+    return Status::IoError();
   }
-  return Status::kOk;
+  return Status::Ok();
 }
 
 void DiskTier::Abort(uint64_t write_id) {
@@ -422,34 +391,34 @@ Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len,
                       const std::function<bool()>& cancelled) {
   fs::path dir = StepDir(m.tenant, m.stream, m.step);
   // The manifest on disk must still be the one committed.
-  std::string text;
-  bool missing = false;
-  if (!ReadSmallFile(dir / kManifest, &text, &missing)) {
-    return missing ? Status::kNotFound : Status::kCorrupt;
+  StatusOr<std::string> text = ReadSmallFile(dir / kManifest);
+  if (!text.ok()) {
+    return text.status().IsNotFound() ? text.status()
+                                      : Status::Corruption(dir.string() + ": unreadable manifest");
   }
   Manifest on_disk;
-  if (DecodeManifest(text, &on_disk) != Status::kOk || on_disk.chunk_crcs != m.chunk_crcs ||
+  if (!DecodeManifest(*text, &on_disk).ok() || on_disk.chunk_crcs != m.chunk_crcs ||
       on_disk.slice_sizes != m.slice_sizes || on_disk.meta_len != m.meta_len ||
       on_disk.chunk_bytes != m.chunk_bytes) {
-    return Status::kCorrupt;
+    return Status::Corruption();
   }
   uint64_t want = m.padded_bytes();
-  if (dst_len < want) return Status::kInvalid;
+  if (dst_len < want) return Status::InvalidArgument();
   bool direct = direct_io_;
   int fd = direct ? open((dir / kData).c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC) : -1;
   if (fd < 0) {
     direct = false;
     fd = open((dir / kData).c_str(), O_RDONLY | O_CLOEXEC);
   }
-  if (fd < 0) return errno == ENOENT ? Status::kNotFound : Status::kIo;
+  if (fd < 0) return errno == ENOENT ? Status::NotFound() : Status::IoError();
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     close(fd);
-    return Status::kIo;
+    return Status::IoError();
   }
   if (static_cast<uint64_t>(st.st_size) < m.payload_bytes()) {
     close(fd);
-    return Status::kCorrupt;  // truncated
+    return Status::Corruption();  // truncated
   }
   // Read no further than the file: a buffered file may end at the payload.
   uint64_t limit = std::min<uint64_t>(want, static_cast<uint64_t>(st.st_size));
@@ -458,33 +427,33 @@ Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len,
   while (done < limit) {
     if (cancelled && cancelled()) {
       close(fd);
-      return Status::kCancelled;
+      return Status::Aborted();
     }
     size_t n = static_cast<size_t>(std::min<uint64_t>(limit - done, 16u << 20));
     ssize_t r = pread(fd, dst + done, n, static_cast<off_t>(done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       close(fd);
-      return Status::kIo;
+      return Status::IoError();
     }
     if (r == 0) break;
     done += static_cast<uint64_t>(r);
   }
   close(fd);
-  return done >= m.payload_bytes() ? Status::kOk : Status::kCorrupt;
+  return done >= m.payload_bytes() ? Status::Ok() : Status::Corruption();
 }
 
-Status DiskTier::Remove(TenantId tenant, StreamId stream, uint64_t step) {
+Status DiskTier::Remove(TenantNo tenant, StreamId stream, uint64_t step) {
   fs::path dir = StepDir(tenant, stream, step);
   // Uncommit first (one unlink, made durable), then reclaim the space.
-  if (unlink((dir / kManifest).c_str()) != 0 && errno != ENOENT) return Status::kIo;
-  FsyncPath(dir.string(), true);
+  if (unlink((dir / kManifest).c_str()) != 0 && errno != ENOENT) return Status::IoError();
+  SyncDir(dir.string());
   std::error_code ec;
   fs::remove_all(dir, ec);
-  return ec ? Status::kIo : Status::kOk;
+  return ec ? Status::IoError() : Status::Ok();
 }
 
-bool DiskTier::Retire(TenantId tenant, StreamId stream, uint64_t step, std::string* path) {
+bool DiskTier::Retire(TenantNo tenant, StreamId stream, uint64_t step, std::string* path) {
   std::string dir = StepDir(tenant, stream, step);
   std::string retired = dir + kRetiredSuffix;
   std::error_code ec;
@@ -570,18 +539,17 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
         if (name.size() != 20 || !ParseNumber(name, UINT64_MAX, &step)) continue;
         std::error_code ec4;
         fs::remove(d / kManifestTmp, ec4);
-        std::string text;
-        bool missing = false;
         Manifest m;
-        if (!ReadSmallFile(d / kManifest, &text, &missing)) {
-          if (missing) {
+        StatusOr<std::string> text = ReadSmallFile(d / kManifest);
+        if (!text.ok()) {
+          if (text.status().IsNotFound()) {
             // Never committed: an interrupted persist.
             fs::remove_all(d, ec4);
             cleaned->push_back(d.string());
           }
           continue;
         }
-        if (DecodeManifest(text, &m) != Status::kOk || m.tenant != tenant || m.stream != stream ||
+        if (!DecodeManifest(*text, &m).ok() || m.tenant != tenant || m.stream != stream ||
             m.step != step) {
           // A committed manifest that no longer verifies: keep it for the
           // operator, but never list or restore it.
@@ -599,15 +567,14 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
         uint64_t step = 0;
         ParseNumber(name.substr(0, 20), UINT64_MAX, &step);
         fs::path final_dir = d.parent_path() / name.substr(0, 20);
-        std::string text;
-        bool missing = false;
         Manifest m;
         std::error_code ec6;
-        bool adopt = !fs::exists(final_dir, ec6) && ReadSmallFile(d / kManifest, &text, &missing) &&
-                     DecodeManifest(text, &m) == Status::kOk && m.tenant == tenant &&
-                     m.stream == stream && m.step == step && VerifyData(d.string(), m);
+        StatusOr<std::string> text = ReadSmallFile(d / kManifest);
+        bool adopt = !fs::exists(final_dir, ec6) && text.ok() && DecodeManifest(*text, &m).ok() &&
+                     m.tenant == tenant && m.stream == stream && m.step == step &&
+                     VerifyData(d.string(), m);
         if (adopt && rename(d.c_str(), final_dir.c_str()) == 0) {
-          FsyncPath(s.path().string(), true);
+          SyncDir(s.path().string());
           spdlog::info("checkpoint: adopted committed {}", final_dir.string());
           committed->push_back(std::move(m));
           continue;
@@ -617,7 +584,7 @@ Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::stri
       }
     }
   }
-  return ec ? Status::kIo : Status::kOk;
+  return ec ? Status::IoError() : Status::Ok();
 }
 
 }  // namespace hz::checkpoint

@@ -46,12 +46,12 @@ class DiskTier : public Tier {
     bool direct_io = true;
   };
   struct StreamPolicy {
-    TenantId tenant;
+    TenantNo tenant;
     StreamId stream;
     Policy policy;
   };
 
-  static std::unique_ptr<DiskTier> Open(const Options& options, std::string* error);
+  static Status Open(const Options& options, std::unique_ptr<DiskTier>* out);
   ~DiskTier() override;
 
   // Registers the staging pool with the ring; false (and plain writes) when the
@@ -60,10 +60,14 @@ class DiskTier : public Tier {
   bool registered() const { return registered_; }
   bool direct_io() const { return direct_io_; }
 
-  Status SavePolicy(TenantId tenant, StreamId stream, const Policy& policy);
+  Status SavePolicy(TenantNo tenant, StreamId stream, const Policy& policy);
   void LoadPolicies(std::vector<StreamPolicy>* out);
+  // The highest tenant number among the root's directories (0: none).
+  TenantNo HighestTenant() const;
+  // The stream directories of a tenant, in order.
+  std::vector<StreamId> Streams(TenantNo tenant) const;
 
-  std::string StepDir(TenantId tenant, StreamId stream, uint64_t step) const;
+  std::string StepDir(TenantNo tenant, StreamId stream, uint64_t step) const;
 
   TierKind kind() const override { return TierKind::kLocalDisk; }
   Status BeginWrite(const Manifest& m, uint64_t* write_id) override;
@@ -80,12 +84,12 @@ class DiskTier : public Tier {
   // Read that stops with kCancelled once cancelled() returns true.
   Status Read(const Manifest& m, uint8_t* dst, size_t dst_len,
               const std::function<bool()>& cancelled);
-  Status Remove(TenantId tenant, StreamId stream, uint64_t step) override;
+  Status Remove(TenantNo tenant, StreamId stream, uint64_t step) override;
   // Takes a committed checkpoint out of the way at once by renaming its step
   // directory to "<step>.del" (no flush: if a crash undoes the rename, start-up
   // applies retention again). *path names the renamed directory for
   // RemoveRetired. False when the rename failed; the caller then uses Remove.
-  bool Retire(TenantId tenant, StreamId stream, uint64_t step, std::string* path);
+  bool Retire(TenantNo tenant, StreamId stream, uint64_t step, std::string* path);
   void RemoveRetired(const std::string& path);
   Status Recover(std::vector<Manifest>* committed, std::vector<std::string>* cleaned) override;
 

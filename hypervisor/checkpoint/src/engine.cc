@@ -37,79 +37,87 @@ uint64_t WallTime10s() {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-std::unique_ptr<Engine> Engine::Open(const EngineConfig& config, std::string* error) {
-  std::string ignored;
-  if (error == nullptr) error = &ignored;
+Status Engine::Open(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   if (config.chunk_bytes == 0 || config.chunk_bytes % kIoAlign != 0 ||
       config.chunk_bytes > (1u << 30)) {
-    *error = "chunk_bytes must be a non-zero multiple of 4096, at most 1 GiB";
-    return nullptr;
+    return Status::InvalidArgument(
+        "chunk_bytes must be a non-zero multiple of 4096, at most 1 GiB");
   }
   size_t chunks = config.staging_bytes / config.chunk_bytes;
   if (chunks == 0 || chunks > 65536) {
-    *error = "staging_bytes must hold 1..65536 chunks";
-    return nullptr;
+    return Status::InvalidArgument("staging_bytes must hold 1..65536 chunks");
   }
   if (config.memory_tier_bytes > config.staging_bytes) {
-    *error = "memory_tier_bytes exceeds staging_bytes";
-    return nullptr;
+    return Status::InvalidArgument("memory_tier_bytes exceeds staging_bytes");
   }
   if (config.copy_threads == 0 || config.copy_threads > 64) {
-    *error = "copy_threads must be 1..64";
-    return nullptr;
+    return Status::InvalidArgument("copy_threads must be 1..64");
   }
   if (config.request_threads == 0 || config.request_threads > 64) {
-    *error = "request_threads must be 1..64";
-    return nullptr;
+    return Status::InvalidArgument("request_threads must be 1..64");
   }
   auto pool = std::make_unique<StagingPool>(config.chunk_bytes, chunks);
-  if (!pool->ok()) {
-    *error = "cannot allocate the staging pool";
-    return nullptr;
-  }
+  if (!pool->ok()) return Status::Limit("cannot allocate the staging pool");
   DiskTier::Options opt;
   opt.root = config.root;
   opt.queue_depth = config.queue_depth;
   opt.direct_io = config.direct_io;
-  auto disk = DiskTier::Open(opt, error);
-  if (!disk) return nullptr;
+  std::unique_ptr<DiskTier> disk;
+  Status s = DiskTier::Open(opt, &disk);
+  if (!s.ok()) return s;
   if (config.register_buffers) disk->RegisterBuffers(pool->Iovecs());
   auto impl = std::make_unique<Impl>(config, std::move(pool), std::move(disk));
-  if (!impl->Recover(error)) return nullptr;
+  if (!(s = impl->LoadTenantNumbers()).ok()) return s;
+  if (!(s = impl->Recover()).ok()) return s;
   impl->Start();
-  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  out->reset(new Engine(std::move(impl)));
+  return Status::Ok();
 }
 
-Status Engine::SetLimits(TenantId t, const TenantLimits& l) {
-  return impl_->SetLimits(t, l);
+// Policies and limits give a tenant its number; every other call looks the
+// number up, and a tenant without one is kNoTenant, which holds nothing.
+Status Engine::SetLimits(const TenantId& t, const TenantLimits& l) {
+  StatusOr<TenantNo> n = impl_->AssignNumber(t);
+  if (!n.ok()) return n.status();
+  return impl_->SetLimits(*n, l);
 }
-Status Engine::SetPolicy(TenantId t, StreamId s, const Policy& p) {
-  return impl_->SetPolicy(t, s, p);
+Status Engine::SetPolicy(const TenantId& t, StreamId s, const Policy& p) {
+  StatusOr<TenantNo> n = impl_->AssignNumber(t);
+  if (!n.ok()) return n.status();
+  return impl_->SetPolicy(*n, s, p);
 }
 Status Engine::Save(const SaveRequest& r, SaveResult* out) {
-  return impl_->Save(r, out);
+  return impl_->Save(impl_->NumberOf(r.tenant), r, out);
 }
 Status Engine::Restore(const RestoreRequest& r, RestoreResult* out) {
-  return impl_->Restore(r, out);
+  return impl_->Restore(impl_->NumberOf(r.tenant), r, out);
 }
-Status Engine::List(TenantId t, StreamId s, uint64_t after, uint32_t max, std::vector<ListEntry>* e,
-                    bool* more) {
-  return impl_->List(t, s, after, max, e, more);
+Status Engine::List(const TenantId& t, StreamId s, uint64_t after, uint32_t max,
+                    std::vector<ListEntry>* e, bool* more) {
+  return impl_->List(impl_->NumberOf(t), s, after, max, e, more);
 }
-Status Engine::Delete(TenantId t, StreamId s, uint64_t step) {
-  return impl_->Delete(t, s, step);
+Status Engine::Delete(const TenantId& t, StreamId s, uint64_t step) {
+  return impl_->Delete(impl_->NumberOf(t), s, step);
 }
-Status Engine::DeclareQuiesce(TenantId t, StreamId s, IoSpan w, std::span<const IoSpan> sl) {
-  return impl_->DeclareQuiesce(t, s, w, sl);
+Status Engine::DeclareQuiesce(const TenantId& t, StreamId s, IoSpan w, std::span<const IoSpan> sl) {
+  return impl_->DeclareQuiesce(impl_->NumberOf(t), s, w, sl);
 }
-Status Engine::CancelQuiesce(TenantId t, StreamId s) {
-  return impl_->CancelQuiesce(t, s);
+Status Engine::CancelQuiesce(const TenantId& t, StreamId s) {
+  return impl_->CancelQuiesce(impl_->NumberOf(t), s);
 }
-std::vector<NoticeOutcome> Engine::OnNotice(TenantId t, Clock::time_point deadline) {
-  return impl_->OnNotice(t, deadline);
+std::vector<NoticeOutcome> Engine::OnNotice(const TenantId& t, Clock::time_point deadline) {
+  return impl_->OnNotice(impl_->NumberOf(t), deadline);
 }
-Status Engine::WaitDurable(TenantId t, StreamId s, uint64_t step, std::chrono::milliseconds to) {
-  return impl_->WaitDurable(t, s, step, to);
+Status Engine::WaitDurable(const TenantId& t, StreamId s, uint64_t step,
+                           std::chrono::milliseconds to) {
+  return impl_->WaitDurable(impl_->NumberOf(t), s, step, to);
+}
+bool Engine::HasTenant(const TenantId& t) const {
+  return impl_->NumberOf(t) != kNoTenant;
+}
+std::vector<StreamId> Engine::Streams(const TenantId& t) const {
+  const TenantNo n = impl_->NumberOf(t);
+  return n == kNoTenant ? std::vector<StreamId>{} : impl_->StreamsOnDisk(n);
 }
 Status Engine::Flush(std::chrono::milliseconds timeout) {
   return impl_->Flush(timeout);
@@ -191,14 +199,17 @@ void Engine::Impl::RequestLoop() {
   }
 }
 
-bool Engine::Impl::Recover(std::string* error) {
+Status Engine::Impl::LoadTenantNumbers() {
+  return numbers_.Load(config_.root, disk_->HighestTenant());
+}
+
+Status Engine::Impl::Recover() {
   std::vector<DiskTier::StreamPolicy> policies;
   disk_->LoadPolicies(&policies);
   std::vector<Manifest> committed;
   std::vector<std::string> cleaned;
-  if (disk_->Recover(&committed, &cleaned) != Status::kOk) {
-    *error = "cannot scan checkpoint root " + config_.root;
-    return false;
+  if (!disk_->Recover(&committed, &cleaned).ok()) {
+    return Status::IoError("cannot scan checkpoint root " + config_.root);
   }
   std::vector<std::shared_ptr<Ckpt>> evicted;
   {
@@ -228,44 +239,44 @@ bool Engine::Impl::Recover(std::string* error) {
     }
   }
   RemoveFromDisk(evicted);
-  return true;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------
 // Helpers under mu_
 
-TenantState& Engine::Impl::TenantLocked(TenantId tenant) {
+TenantState& Engine::Impl::TenantLocked(TenantNo tenant) {
   auto it = tenants_.find(tenant);
   if (it != tenants_.end()) return it->second;
   TenantState& t = tenants_[tenant];
   t.limits = config_.default_limits;
-  t.stats.tenant = tenant;
+  t.stats.tenant = numbers_.Name(tenant);
   sched_.SetWeight(tenant, t.limits.weight);
   return t;
 }
 
-StreamState* Engine::Impl::StreamLocked(TenantId tenant, StreamId stream) {
+StreamState* Engine::Impl::StreamLocked(TenantNo tenant, StreamId stream) {
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return nullptr;
   auto s = it->second.streams.find(stream);
   return s == it->second.streams.end() ? nullptr : &s->second;
 }
 
-void Engine::Impl::DecideLocked(Decision::Kind kind, TenantId tenant, StreamId stream,
+void Engine::Impl::DecideLocked(Decision::Kind kind, TenantNo tenant, StreamId stream,
                                 uint64_t step, uint64_t value) {
   if (config_.max_decisions == 0) return;
   if (decisions_.size() >= config_.max_decisions) decisions_.pop_front();
-  decisions_.push_back(Decision{SteadyNowUs(), kind, tenant, stream, step, value});
+  decisions_.push_back(Decision{SteadyNowUs(), kind, numbers_.Name(tenant), stream, step, value});
 }
 
-void Engine::Impl::ReleaseChunksLocked(TenantId tenant, const std::vector<uint32_t>& chunks) {
+void Engine::Impl::ReleaseChunksLocked(TenantNo tenant, const std::vector<uint32_t>& chunks) {
   if (chunks.empty()) return;
   TenantLocked(tenant).held_chunks -= chunks.size();
   pool_->Release(chunks);
   staging_cv_.notify_all();
 }
 
-void Engine::Impl::MaybeReleaseLocked(TenantId tenant, Ckpt* c) {
+void Engine::Impl::MaybeReleaseLocked(TenantNo tenant, Ckpt* c) {
   if (c->chunks.empty() || c->job_active || c->pins > 0) return;
   // Memory-tier checkpoints (and failed persists kept in memory) hold their
   // chunks while they are listed.
@@ -280,7 +291,7 @@ void Engine::Impl::MaybeReleaseLocked(TenantId tenant, Ckpt* c) {
   c->chunks.clear();
 }
 
-void Engine::Impl::RetainLocked(TenantId tenant, StreamId stream, StreamState* s,
+void Engine::Impl::RetainLocked(TenantNo tenant, StreamId stream, StreamState* s,
                                 std::vector<std::shared_ptr<Ckpt>>* remove_from_disk) {
   uint32_t keep = std::max<uint32_t>(1, s->policy.retention);
   uint32_t durable = 0;
@@ -325,19 +336,19 @@ void Engine::Impl::RemoveFromDisk(const std::vector<std::shared_ptr<Ckpt>>& ckpt
 }
 
 Status Engine::Impl::CheckStepLocked(const StreamState& s, uint64_t step) const {
-  if (step == 0 || step == kLatestStep) return Status::kInvalid;
-  if (s.ckpts.count(step) != 0) return Status::kExists;
-  if (!s.ckpts.empty() && step < s.ckpts.rbegin()->first) return Status::kInvalid;
-  return Status::kOk;
+  if (step == 0 || step == kLatestStep) return Status::InvalidArgument();
+  if (s.ckpts.count(step) != 0) return Status::Exists();
+  if (!s.ckpts.empty() && step < s.ckpts.rbegin()->first) return Status::InvalidArgument();
+  return Status::Ok();
 }
 
-Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId tenant, size_t n,
+Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantNo tenant, size_t n,
                                    Clock::time_point deadline, const std::function<bool()>* cancel,
                                    std::vector<uint32_t>* chunks, uint64_t* waited_us) {
   TenantState& t = TenantLocked(tenant);
   uint64_t quota_chunks = t.limits.staging_bytes / config_.chunk_bytes;
   *waited_us = 0;
-  if (n > pool_->total() || n > quota_chunks) return Status::kLimit;
+  if (n > pool_->total() || n > quota_chunks) return Status::Limit();
   auto fits = [&] {
     return stop_ || (pool_->free_count() >= n && t.held_chunks + n <= quota_chunks);
   };
@@ -351,16 +362,16 @@ Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId 
                      : std::min(deadline, Clock::now() + std::chrono::milliseconds(5));
     staging_cv_.wait_until(lock, until, fits);
   }
-  if (cancelled()) return Status::kCancelled;
+  if (cancelled()) return Status::Aborted();
   *waited_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-  if (stop_) return Status::kShutdown;
-  if (!fits() || !pool_->TryAcquire(n, chunks)) return Status::kAgain;
+  if (stop_) return Status::Shutdown();
+  if (!fits() || !pool_->TryAcquire(n, chunks)) return Status::TryAgain();
   t.held_chunks += n;
-  return Status::kOk;
+  return Status::Ok();
 }
 
-Status Engine::Impl::PlaceLocked(TenantId tenant, StreamId stream, const StreamState& s,
+Status Engine::Impl::PlaceLocked(TenantNo tenant, StreamId stream, const StreamState& s,
                                  const Manifest& m, bool* want_memory, uint64_t* disk_reserved) {
   TenantState& t = TenantLocked(tenant);
   *want_memory = false;
@@ -371,7 +382,7 @@ Status Engine::Impl::PlaceLocked(TenantId tenant, StreamId stream, const StreamS
     if (memory_tier_chunks_ + n <= budget) {
       *want_memory = true;
       DecideLocked(Decision::Kind::kPlaceMemory, tenant, stream, m.step, m.payload_bytes());
-      return Status::kOk;
+      return Status::Ok();
     }
     DecideLocked(Decision::Kind::kSpillToDisk, tenant, stream, m.step, m.payload_bytes());
   } else {
@@ -380,15 +391,15 @@ Status Engine::Impl::PlaceLocked(TenantId tenant, StreamId stream, const StreamS
   // Until the retention pass after the commit, the old checkpoints still count.
   uint64_t need = m.padded_bytes();
   if (need > t.limits.disk_bytes || t.stats.disk_bytes > t.limits.disk_bytes - need) {
-    return Status::kLimit;
+    return Status::Limit();
   }
   // Reserved now, so concurrent saves cannot overshoot the quota together.
   t.stats.disk_bytes += need;
   *disk_reserved = need;
-  return Status::kOk;
+  return Status::Ok();
 }
 
-std::shared_ptr<Ckpt> Engine::Impl::AdmitLocked(TenantId tenant, StreamId stream, StreamState* s,
+std::shared_ptr<Ckpt> Engine::Impl::AdmitLocked(TenantNo tenant, StreamId stream, StreamState* s,
                                                 Manifest manifest, std::vector<uint32_t> chunks,
                                                 bool want_memory, uint64_t disk_reserved,
                                                 std::vector<std::shared_ptr<Ckpt>>* evicted) {
@@ -466,37 +477,39 @@ void Engine::Impl::Publish(const std::vector<PendingEvent>& events) {
 // ---------------------------------------------------------------------------
 // Policies and limits
 
-Status Engine::Impl::SetLimits(TenantId tenant, const TenantLimits& limits) {
-  if (limits.max_streams == 0 || limits.weight == 0) return Status::kInvalid;
+Status Engine::Impl::SetLimits(TenantNo tenant, const TenantLimits& limits) {
+  if (limits.max_streams == 0 || limits.weight == 0) return Status::InvalidArgument();
   std::lock_guard<std::mutex> l(mu_);
   TenantState& t = TenantLocked(tenant);
   t.limits = limits;
   sched_.SetWeight(tenant, limits.weight);
   staging_cv_.notify_all();
-  return Status::kOk;
+  return Status::Ok();
 }
 
-Status Engine::Impl::SetPolicy(TenantId tenant, StreamId stream, const Policy& policy) {
-  if (stream == 0 || policy.retention == 0 || policy.retention > 1000000) return Status::kInvalid;
+Status Engine::Impl::SetPolicy(TenantNo tenant, StreamId stream, const Policy& policy) {
+  if (stream == 0 || policy.retention == 0 || policy.retention > 1000000)
+    return Status::InvalidArgument();
   if (policy.tier != TierKind::kHostMemory && policy.tier != TierKind::kLocalDisk) {
-    return Status::kInvalid;  // the peer-host tier is not offered yet (the wire says ENOTSUP)
+    return Status::InvalidArgument();  // the peer-host tier is not offered yet (the wire says
+                                       // ENOTSUP)
   }
   {
     std::lock_guard<std::mutex> l(mu_);
     TenantState& t = TenantLocked(tenant);
     if (t.streams.find(stream) == t.streams.end() && t.streams.size() >= t.limits.max_streams) {
-      return Status::kLimit;
+      return Status::Limit();
     }
   }
   // Persisted first so a restarted engine knows the stream and its retention.
   Status st = disk_->SavePolicy(tenant, stream, policy);
-  if (st != Status::kOk) return st;
+  if (!st.ok()) return st;
   std::vector<std::shared_ptr<Ckpt>> evicted;
   {
     std::lock_guard<std::mutex> l(mu_);
     TenantState& t = TenantLocked(tenant);
     if (t.streams.find(stream) == t.streams.end() && t.streams.size() >= t.limits.max_streams) {
-      return Status::kLimit;
+      return Status::Limit();
     }
     StreamState& s = t.streams[stream];
     s.policy = policy;
@@ -504,32 +517,32 @@ Status Engine::Impl::SetPolicy(TenantId tenant, StreamId stream, const Policy& p
     RetainLocked(tenant, stream, &s, &evicted);
   }
   RemoveFromDisk(evicted);
-  return Status::kOk;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------
 // Waiting and observation
 
-Status Engine::Impl::WaitDurable(TenantId tenant, StreamId stream, uint64_t step,
+Status Engine::Impl::WaitDurable(TenantNo tenant, StreamId stream, uint64_t step,
                                  std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   StreamState* s = StreamLocked(tenant, stream);
-  if (s == nullptr) return Status::kNotFound;
+  if (s == nullptr) return Status::NotFound();
   auto it = s->ckpts.find(step);
-  if (it == s->ckpts.end()) return Status::kNotFound;
+  if (it == s->ckpts.end()) return Status::NotFound();
   std::shared_ptr<Ckpt> c = it->second;
   bool done = durable_cv_.wait_for(lock, timeout, [&] { return stop_ || c->settled; });
-  if (!done) return Status::kTimedOut;
-  if (c->failed) return Status::kIo;
-  if (c->cancelled) return Status::kNotFound;
-  if (c->state == CkptState::kDurable) return Status::kOk;
-  return stop_ ? Status::kShutdown : Status::kNotFound;
+  if (!done) return Status::TimedOut();
+  if (c->failed) return Status::IoError();
+  if (c->cancelled) return Status::NotFound();
+  if (c->state == CkptState::kDurable) return Status::Ok();
+  return stop_ ? Status::Shutdown() : Status::NotFound();
 }
 
 Status Engine::Impl::Flush(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   bool done = durable_cv_.wait_for(lock, timeout, [&] { return stop_ || jobs_pending_ == 0; });
-  return done && jobs_pending_ == 0 ? Status::kOk : Status::kTimedOut;
+  return done && jobs_pending_ == 0 ? Status::Ok() : Status::TimedOut();
 }
 
 Stats Engine::Impl::GetStats() const {
@@ -544,7 +557,7 @@ Stats Engine::Impl::GetStats() const {
   st.persists_in_flight = jobs_pending_;
   for (const auto& [id, t] : tenants_) {
     TenantStats ts = t.stats;
-    ts.tenant = id;
+    ts.tenant = numbers_.Name(id);
     ts.streams = static_cast<uint32_t>(t.streams.size());
     ts.staging_bytes = t.held_chunks * config_.chunk_bytes;
     ts.memory_tier_bytes = t.memory_chunks * config_.chunk_bytes;

@@ -18,6 +18,7 @@
 #include "hz/checkpoint/engine.h"
 #include "hz/checkpoint/manifest.h"
 #include "staging_pool.h"
+#include "tenant_numbers.h"
 
 namespace hz::checkpoint {
 
@@ -68,7 +69,7 @@ struct TenantState {
 // A persist (or seal, for the memory tier) handled by the worker thread.
 struct Job {
   uint64_t id = 0;
-  TenantId tenant = 0;
+  TenantNo tenant = 0;
   StreamId stream = 0;
   std::shared_ptr<Ckpt> ckpt;
   Manifest manifest;  // worker's copy; crcs filled as chunks are sealed
@@ -89,28 +90,41 @@ struct Job {
 
 using PendingEvent = CheckpointEvent;
 
+// Numbers start at 1: no tenant owns 0.
+inline constexpr TenantNo kNoTenant = 0;
+
 class Engine::Impl {
  public:
+  // Reads the tenant numbers (<root>/tenants.json); before Recover.
+  Status LoadTenantNumbers();
+  // The tenant's number, or kNoTenant when it has none yet.
+  TenantNo NumberOf(const TenantId& tenant) const {
+    return numbers_.Find(tenant).value_or(kNoTenant);
+  }
+  // The tenant's number, a new one when it has none (policies, limits).
+  StatusOr<TenantNo> AssignNumber(const TenantId& tenant) { return numbers_.FindOrAssign(tenant); }
+  std::vector<StreamId> StreamsOnDisk(TenantNo tenant) const { return disk_->Streams(tenant); }
+
   Impl(const EngineConfig& config, std::unique_ptr<StagingPool> pool,
        std::unique_ptr<DiskTier> disk);
   ~Impl();
 
-  bool Recover(std::string* error);
+  Status Recover();
   void Start();
 
-  Status SetLimits(TenantId tenant, const TenantLimits& limits);
-  Status SetPolicy(TenantId tenant, StreamId stream, const Policy& policy);
-  Status Save(const SaveRequest& req, SaveResult* result);
-  Status Restore(const RestoreRequest& req, RestoreResult* result);
-  Status List(TenantId tenant, StreamId stream, uint64_t start_after, uint32_t max_entries,
+  Status SetLimits(TenantNo tenant, const TenantLimits& limits);
+  Status SetPolicy(TenantNo tenant, StreamId stream, const Policy& policy);
+  Status Save(TenantNo tenant, const SaveRequest& req, SaveResult* result);
+  Status Restore(TenantNo tenant, const RestoreRequest& req, RestoreResult* result);
+  Status List(TenantNo tenant, StreamId stream, uint64_t start_after, uint32_t max_entries,
               std::vector<ListEntry>* entries, bool* more);
-  Status Delete(TenantId tenant, StreamId stream, uint64_t step);
-  Status DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan word,
+  Status Delete(TenantNo tenant, StreamId stream, uint64_t step);
+  Status DeclareQuiesce(TenantNo tenant, StreamId stream, IoSpan word,
                         std::span<const IoSpan> slices);
-  Status CancelQuiesce(TenantId tenant, StreamId stream);
-  std::vector<NoticeOutcome> OnNotice(TenantId tenant,
+  Status CancelQuiesce(TenantNo tenant, StreamId stream);
+  std::vector<NoticeOutcome> OnNotice(TenantNo tenant,
                                       std::chrono::steady_clock::time_point deadline);
-  Status WaitDurable(TenantId tenant, StreamId stream, uint64_t step,
+  Status WaitDurable(TenantNo tenant, StreamId stream, uint64_t step,
                      std::chrono::milliseconds timeout);
   Status Flush(std::chrono::milliseconds timeout);
   void RunAsync(std::function<void()> fn);
@@ -119,34 +133,34 @@ class Engine::Impl {
 
  private:
   // --- helpers under mu_ ---
-  TenantState& TenantLocked(TenantId tenant);
-  StreamState* StreamLocked(TenantId tenant, StreamId stream);
-  void DecideLocked(Decision::Kind kind, TenantId tenant, StreamId stream, uint64_t step,
+  TenantState& TenantLocked(TenantNo tenant);
+  StreamState* StreamLocked(TenantNo tenant, StreamId stream);
+  void DecideLocked(Decision::Kind kind, TenantNo tenant, StreamId stream, uint64_t step,
                     uint64_t value);
   // Returns the chunks to the pool when nothing needs them any more.
-  void MaybeReleaseLocked(TenantId tenant, Ckpt* c);
+  void MaybeReleaseLocked(TenantNo tenant, Ckpt* c);
   // Evicts durable checkpoints beyond retention; appends disk removals.
-  void RetainLocked(TenantId tenant, StreamId stream, StreamState* s,
+  void RetainLocked(TenantNo tenant, StreamId stream, StreamState* s,
                     std::vector<std::shared_ptr<Ckpt>>* remove_from_disk);
   // Waits for n chunks within the deadline (or until *cancel returns true:
   // kCancelled); takes them on success.
-  Status AcquireLocked(std::unique_lock<std::mutex>& lock, TenantId tenant, size_t n,
+  Status AcquireLocked(std::unique_lock<std::mutex>& lock, TenantNo tenant, size_t n,
                        std::chrono::steady_clock::time_point deadline,
                        const std::function<bool()>* cancel, std::vector<uint32_t>* chunks,
                        uint64_t* waited_us);
   // Registers a complete snapshot (staged; durable at once in the memory
   // tier) and queues its job; appends retention's disk removals.
-  std::shared_ptr<Ckpt> AdmitLocked(TenantId tenant, StreamId stream, StreamState* s,
+  std::shared_ptr<Ckpt> AdmitLocked(TenantNo tenant, StreamId stream, StreamState* s,
                                     Manifest manifest, std::vector<uint32_t> chunks,
                                     bool want_memory, uint64_t disk_reserved,
                                     std::vector<std::shared_ptr<Ckpt>>* evicted);
   // Validates a new step against what the stream holds (SPEC.md §7.5.2).
   Status CheckStepLocked(const StreamState& s, uint64_t step) const;
-  void ReleaseChunksLocked(TenantId tenant, const std::vector<uint32_t>& chunks);
-  void DropQuiesceLocked(TenantId tenant, StreamState* s);
+  void ReleaseChunksLocked(TenantNo tenant, const std::vector<uint32_t>& chunks);
+  void DropQuiesceLocked(TenantNo tenant, StreamState* s);
   void RemoveFromDisk(const std::vector<std::shared_ptr<Ckpt>>& ckpts);
   // Chooses memory or disk for a new snapshot and checks the disk quota.
-  Status PlaceLocked(TenantId tenant, StreamId stream, const StreamState& s, const Manifest& m,
+  Status PlaceLocked(TenantNo tenant, StreamId stream, const StreamState& s, const Manifest& m,
                      bool* want_memory, uint64_t* disk_reserved);
 
   std::vector<CopyOp> SnapshotOps(std::span<const IoSpan> slices, std::span<const uint8_t> meta,
@@ -173,12 +187,15 @@ class Engine::Impl {
   std::unique_ptr<StagingPool> pool_;
   std::unique_ptr<DiskTier> disk_;
   CopyPool copier_;
+  // Callers' tenants -> the numbers below. A tenant without one is kNoTenant,
+  // which holds nothing, so every lookup of it finds nothing.
+  TenantNumbers numbers_;
 
   mutable std::mutex mu_;
   std::condition_variable staging_cv_;  // chunks released
   std::condition_variable durable_cv_;  // a job finished
   std::condition_variable worker_cv_;   // new jobs or stop
-  std::map<TenantId, TenantState> tenants_;
+  std::map<TenantNo, TenantState> tenants_;
   std::deque<std::shared_ptr<Job>> incoming_;
   std::deque<Decision> decisions_;
   uint64_t jobs_pending_ = 0;  // admitted and not finished
@@ -189,9 +206,9 @@ class Engine::Impl {
   // Worker-only state.
   FairScheduler sched_;
   std::vector<std::shared_ptr<Job>> waiting_;                    // staggered
-  std::map<TenantId, std::deque<std::shared_ptr<Job>>> active_;  // submitting, per tenant
+  std::map<TenantNo, std::deque<std::shared_ptr<Job>>> active_;  // submitting, per tenant
   std::map<uint64_t, std::shared_ptr<Job>> in_flight_jobs_;      // by job id
-  std::map<TenantId, uint64_t> last_start_us_;
+  std::map<TenantNo, uint64_t> last_start_us_;
   std::thread worker_;
 
   // Request threads: run RunAsync work, in order.

@@ -12,11 +12,11 @@ FairScheduler::FairScheduler(uint64_t bandwidth_bytes_per_s, uint64_t quantum_by
       quantum_(std::max<uint64_t>(quantum_bytes, 1)),
       burst_(static_cast<double>(burst_bytes)) {}
 
-void FairScheduler::SetWeight(TenantId tenant, uint32_t weight) {
+void FairScheduler::SetWeight(TenantNo tenant, uint32_t weight) {
   state_[tenant].weight = std::max<uint32_t>(weight, 1);
 }
 
-uint64_t FairScheduler::charged(TenantId tenant) const {
+uint64_t FairScheduler::charged(TenantNo tenant) const {
   auto it = state_.find(tenant);
   return it == state_.end() ? 0 : it->second.charged;
 }
@@ -40,7 +40,7 @@ void FairScheduler::Refill(uint64_t now_us, std::span<const Candidate> ready) {
   }
 }
 
-std::optional<TenantId> FairScheduler::Pick(uint64_t now_us, std::span<const Candidate> ready,
+std::optional<TenantNo> FairScheduler::Pick(uint64_t now_us, std::span<const Candidate> ready,
                                             uint64_t* retry_us) {
   *retry_us = now_us;
   if (ready.empty()) {
@@ -54,7 +54,7 @@ std::optional<TenantId> FairScheduler::Pick(uint64_t now_us, std::span<const Can
                                 [id = id](const Candidate& c) { return c.tenant == id; });
     if (!has_work) s.deficit = 0;
   }
-  auto has_tokens = [&](TenantId t) { return bandwidth_ == 0 || state_[t].tokens >= 0; };
+  auto has_tokens = [&](TenantNo t) { return bandwidth_ == 0 || state_[t].tokens >= 0; };
 
   // Visit order: ready tenants sorted by id, starting at the current turn.
   std::vector<Candidate> order(ready.begin(), ready.end());
@@ -64,7 +64,7 @@ std::optional<TenantId> FairScheduler::Pick(uint64_t now_us, std::span<const Can
   bool current_ready = false;
   if (current_) {
     auto it = std::lower_bound(order.begin(), order.end(), *current_,
-                               [](const Candidate& c, TenantId t) { return c.tenant < t; });
+                               [](const Candidate& c, TenantNo t) { return c.tenant < t; });
     if (it != order.end() && it->tenant == *current_) current_ready = true;
     start = static_cast<size_t>(it - order.begin()) % order.size();
   }

@@ -26,23 +26,23 @@ namespace hz::checkpoint {
 class FairScheduler {
  public:
   struct Candidate {
-    TenantId tenant;
+    TenantNo tenant;
     uint64_t head_bytes;  // size of the tenant's next chunk
   };
 
   // bandwidth 0: no token buckets (DRR order only).
   FairScheduler(uint64_t bandwidth_bytes_per_s, uint64_t quantum_bytes, uint64_t burst_bytes);
 
-  void SetWeight(TenantId tenant, uint32_t weight);
+  void SetWeight(TenantNo tenant, uint32_t weight);
 
   // Picks the tenant whose chunk goes next among `ready` and charges it
   // head_bytes. nullopt when every candidate is out of tokens: *retry_us then
   // holds the earliest time at which one will have tokens again.
-  std::optional<TenantId> Pick(uint64_t now_us, std::span<const Candidate> ready,
+  std::optional<TenantNo> Pick(uint64_t now_us, std::span<const Candidate> ready,
                                uint64_t* retry_us);
 
   // For Stats: bytes charged to a tenant so far.
-  uint64_t charged(TenantId tenant) const;
+  uint64_t charged(TenantNo tenant) const;
 
  private:
   struct State {
@@ -60,8 +60,8 @@ class FairScheduler {
   double burst_;
   uint64_t last_us_ = 0;
   bool have_time_ = false;
-  std::map<TenantId, State> state_;
-  std::optional<TenantId> current_;  // tenant whose DRR turn it is
+  std::map<TenantNo, State> state_;
+  std::optional<TenantNo> current_;  // tenant whose DRR turn it is
 };
 
 }  // namespace hz::checkpoint

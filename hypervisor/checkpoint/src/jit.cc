@@ -12,27 +12,27 @@ namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
-void Engine::Impl::DropQuiesceLocked(TenantId tenant, StreamState* s) {
+void Engine::Impl::DropQuiesceLocked(TenantNo tenant, StreamState* s) {
   if (!s->quiesce) return;
   ReleaseChunksLocked(tenant, s->quiesce->reserved);
   s->quiesce.reset();
 }
 
-Status Engine::Impl::DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan word,
+Status Engine::Impl::DeclareQuiesce(TenantNo tenant, StreamId stream, IoSpan word,
                                     std::span<const IoSpan> slices) {
   if (word.data == nullptr || word.len != sizeof(hz_quiesce_word) ||
       reinterpret_cast<uintptr_t>(word.data) % alignof(uint64_t) != 0) {
-    return Status::kInvalid;
+    return Status::InvalidArgument();
   }
   uint64_t total = 0;
   if (slices.empty() || slices.size() > kMaxSlices ||
       !SumSpans(slices, std::numeric_limits<uint64_t>::max() / 4, &total)) {
-    return Status::kInvalid;
+    return Status::InvalidArgument();
   }
   std::unique_lock<std::mutex> lock(mu_);
   StreamState* s = StreamLocked(tenant, stream);
-  if (s == nullptr) return Status::kNotFound;
-  if (!s->policy.auto_save_on_notice) return Status::kState;
+  if (s == nullptr) return Status::NotFound();
+  if (!s->policy.auto_save_on_notice) return Status::State();
   // Set staging memory aside now, so a notice never waits for it.
   DropQuiesceLocked(tenant, s);
   uint64_t nchunks = total / config_.chunk_bytes + (total % config_.chunk_bytes != 0 ? 1 : 0);
@@ -40,25 +40,25 @@ Status Engine::Impl::DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan wor
   uint64_t waited = 0;
   auto deadline = Clock::now() + std::chrono::milliseconds(s->policy.stall_budget_ms);
   Status st = AcquireLocked(lock, tenant, nchunks, deadline, nullptr, &reserved, &waited);
-  if (st == Status::kShutdown) return st;
-  if (st != Status::kOk) return Status::kLimit;
+  if (st.code() == StatusCode::kShutdown) return st;
+  if (!st.ok()) return Status::Limit();
   auto d = std::make_unique<QuiesceDecl>();
   d->word = word;
   d->slices.assign(slices.begin(), slices.end());
   d->reserved = std::move(reserved);
   s->quiesce = std::move(d);
-  return Status::kOk;
+  return Status::Ok();
 }
 
-Status Engine::Impl::CancelQuiesce(TenantId tenant, StreamId stream) {
+Status Engine::Impl::CancelQuiesce(TenantNo tenant, StreamId stream) {
   std::lock_guard<std::mutex> l(mu_);
   StreamState* s = StreamLocked(tenant, stream);
-  if (s == nullptr || !s->quiesce) return Status::kNotFound;
+  if (s == nullptr || !s->quiesce) return Status::NotFound();
   DropQuiesceLocked(tenant, s);
-  return Status::kOk;
+  return Status::Ok();
 }
 
-std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_point deadline) {
+std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantNo tenant, Clock::time_point deadline) {
   std::vector<StreamId> streams;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -84,9 +84,9 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_p
     if (s == nullptr || !s->quiesce || !s->policy.auto_save_on_notice) continue;
     TierKind policy_tier = s->policy.tier;
     if (s->saving) {
-      o.status = Status::kTimedOut;
+      o.status = Status::TimedOut();
       events.push_back(
-          {tenant, EventKind::kJitFailed, sid, 0, policy_tier, ToWireStatus(o.status), 0});
+          {numbers_.Name(tenant), EventKind::kJitFailed, sid, 0, policy_tier, o.status.code(), 0});
       out.push_back(o);
       continue;
     }
@@ -107,51 +107,52 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantId tenant, Clock::time_p
       chunks.clear();
       uint64_t waited = 0;
       o.status = AcquireLocked(lock, tenant, m.num_chunks(), deadline, nullptr, &chunks, &waited);
-      if (o.status == Status::kLimit) o.status = Status::kAgain;
+      if (o.status.code() == StatusCode::kLimit) o.status = Status::TryAgain();
     }
     lock.unlock();
 
-    if (o.status == Status::kOk) {
+    if (o.status.ok()) {
       std::vector<CopyOp> ops = SnapshotOps(decl.slices, {}, chunks);
       SeqlockCopyResult r = SeqlockCopy(
           decl.word.data, [&] { copier_.Run(ops); }, deadline);
       o.attempts = r.attempts;
       o.step = r.step;
       m.step = r.step;
-      if (!r.consistent) o.status = Status::kTimedOut;
-      if (o.status == Status::kOk) ZeroTail(m, chunks);
+      if (!r.consistent) o.status = Status::TimedOut();
+      if (o.status.ok()) ZeroTail(m, chunks);
     }
 
     lock.lock();
     s->saving = false;
     bool admitted = false;
-    if (o.status == Status::kOk) {
+    if (o.status.ok()) {
       o.status = CheckStepLocked(*s, m.step);
-      if (o.status == Status::kExists) {
+      if (o.status.code() == StatusCode::kExists) {
         // That step is saved already: nothing new, and that is a success.
-        o.status = Status::kOk;
+        o.status = Status::Ok();
         o.existed = true;
-        events.push_back(
-            {tenant, EventKind::kJitSaved, sid, m.step, policy_tier, 0, kJitFlagExisted});
-      } else if (o.status == Status::kOk) {
+        events.push_back({numbers_.Name(tenant), EventKind::kJitSaved, sid, m.step, policy_tier,
+                          StatusCode::kOk, kJitFlagExisted});
+      } else if (o.status.ok()) {
         bool want_memory = false;
         uint64_t disk_reserved = 0;
         o.status = PlaceLocked(tenant, sid, *s, m, &want_memory, &disk_reserved);
-        if (o.status == Status::kOk) {
+        if (o.status.ok()) {
           DecideLocked(Decision::Kind::kJit, tenant, sid, m.step, o.attempts);
           std::vector<std::shared_ptr<Ckpt>> evicted;
           AdmitLocked(tenant, sid, s, m, chunks, want_memory, disk_reserved, &evicted);
           admitted = true;
-          events.push_back({tenant, EventKind::kJitSaved, sid, m.step, policy_tier, 0, 0});
+          events.push_back({numbers_.Name(tenant), EventKind::kJitSaved, sid, m.step, policy_tier,
+                            StatusCode::kOk, 0});
           lock.unlock();
           RemoveFromDisk(evicted);
           lock.lock();
         }
       }
     }
-    if (o.status != Status::kOk) {
-      events.push_back(
-          {tenant, EventKind::kJitFailed, sid, o.step, policy_tier, ToWireStatus(o.status), 0});
+    if (!o.status.ok()) {
+      events.push_back({numbers_.Name(tenant), EventKind::kJitFailed, sid, o.step, policy_tier,
+                        o.status.code(), 0});
     }
     // Keep (or renew) the reservation for the next notice.
     if (!admitted && s->quiesce && s->quiesce->reserved.empty() &&

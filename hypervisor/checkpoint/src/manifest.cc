@@ -70,34 +70,35 @@ std::string EncodeManifest(const Manifest& m) {
 }
 
 Status DecodeManifest(std::string_view text, Manifest* out) {
-  if (text.size() > kMaxManifestBytes) return Status::kCorrupt;
+  if (text.size() > kMaxManifestBytes) return Status::Corruption();
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object()) return Status::kCorrupt;
+  if (!doc.is_object()) return Status::Corruption();
   auto body_it = doc.find("body");
   uint64_t crc = 0;
   if (body_it == doc.end() || !body_it->is_object() || !GetU64(doc, "crc32c", &crc)) {
-    return Status::kCorrupt;
+    return Status::Corruption();
   }
   const json& body = *body_it;
   std::string dumped = body.dump();
   if (crc != Crc32c(reinterpret_cast<const uint8_t*>(dumped.data()), dumped.size())) {
-    return Status::kCorrupt;
+    return Status::Corruption();
   }
   auto fmt = body.find("format");
   if (fmt == body.end() || !fmt->is_string() || fmt->get<std::string>() != "hz-checkpoint") {
-    return Status::kCorrupt;
+    return Status::Corruption();
   }
   Manifest m;
   uint64_t version = 0, tenant = 0, stream = 0, chunk = 0;
-  if (!GetU64(body, "version", &version) || version != kManifestVersion) return Status::kCorrupt;
+  if (!GetU64(body, "version", &version) || version != kManifestVersion)
+    return Status::Corruption();
   if (!GetU64(body, "tenant", &tenant) || !GetU64(body, "stream", &stream) ||
       !GetU64(body, "step", &m.step) || !GetU64(body, "time_s", &m.time_s) ||
       !GetU64(body, "chunk_bytes", &chunk) || !GetU64(body, "meta_len", &m.meta_len)) {
-    return Status::kCorrupt;
+    return Status::Corruption();
   }
   if (stream > std::numeric_limits<StreamId>::max() || chunk == 0 || chunk % kIoAlign != 0 ||
       chunk > (1ull << 30)) {
-    return Status::kCorrupt;
+    return Status::Corruption();
   }
   m.version = static_cast<uint32_t>(version);
   m.tenant = tenant;
@@ -107,30 +108,30 @@ Status DecodeManifest(std::string_view text, Manifest* out) {
   auto crcs = body.find("chunk_crc32c");
   if (slices == body.end() || !slices->is_array() || slices->size() > kMaxSlices ||
       crcs == body.end() || !crcs->is_array()) {
-    return Status::kCorrupt;
+    return Status::Corruption();
   }
   // Sizes are untrusted: sum them without overflow, capped well below 2^63.
   const uint64_t cap = kU64Max / 4;
   uint64_t total = m.meta_len;
-  if (total > cap) return Status::kCorrupt;
+  if (total > cap) return Status::Corruption();
   m.slice_sizes.reserve(slices->size());
   for (const json& s : *slices) {
-    if (!s.is_number_unsigned()) return Status::kCorrupt;
+    if (!s.is_number_unsigned()) return Status::Corruption();
     uint64_t v = s.get<uint64_t>();
-    if (v > cap - total) return Status::kCorrupt;
+    if (v > cap - total) return Status::Corruption();
     total += v;
     m.slice_sizes.push_back(v);
   }
-  if (m.slice_sizes.empty()) return Status::kCorrupt;
+  if (m.slice_sizes.empty()) return Status::Corruption();
   uint64_t expect_chunks = total / chunk + (total % chunk != 0 ? 1 : 0);
-  if (crcs->size() != expect_chunks) return Status::kCorrupt;
+  if (crcs->size() != expect_chunks) return Status::Corruption();
   m.chunk_crcs.reserve(crcs->size());
   for (const json& c : *crcs) {
-    if (!c.is_number_unsigned() || c.get<uint64_t>() > 0xffffffffull) return Status::kCorrupt;
+    if (!c.is_number_unsigned() || c.get<uint64_t>() > 0xffffffffull) return Status::Corruption();
     m.chunk_crcs.push_back(static_cast<uint32_t>(c.get<uint64_t>()));
   }
   *out = std::move(m);
-  return Status::kOk;
+  return Status::Ok();
 }
 
 }  // namespace hz::checkpoint

@@ -65,21 +65,21 @@ bool SumSpans(std::span<const IoSpan> spans, uint64_t cap, uint64_t* total) {
 // ---------------------------------------------------------------------------
 // Save
 
-Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
+Status Engine::Impl::Save(TenantNo tenant, const SaveRequest& req, SaveResult* result) {
   const auto start = Clock::now();
   if (req.slices.empty() || req.slices.size() > kMaxSlices || req.step == 0 ||
       req.step == kLatestStep) {
-    return Status::kInvalid;
+    return Status::InvalidArgument();
   }
   if (req.meta.size() > kMaxMetaBytes || (!req.meta.empty() && req.meta.data() == nullptr)) {
-    return Status::kInvalid;
+    return Status::InvalidArgument();
   }
   uint64_t slice_bytes = 0;
   if (!SumSpans(req.slices, std::numeric_limits<uint64_t>::max() / 4, &slice_bytes)) {
-    return Status::kInvalid;
+    return Status::InvalidArgument();
   }
   Manifest m;
-  m.tenant = req.tenant;
+  m.tenant = tenant;
   m.stream = req.stream;
   m.step = req.step;
   m.chunk_bytes = config_.chunk_bytes;
@@ -87,38 +87,36 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   m.slice_sizes.reserve(req.slices.size());
   for (const IoSpan& s : req.slices) m.slice_sizes.push_back(s.len);
 
-  if (req.cancelled && req.cancelled()) return Status::kCancelled;
+  if (req.cancelled && req.cancelled()) return Status::Aborted();
   std::unique_lock<std::mutex> lock(mu_);
-  if (stop_) return Status::kShutdown;
+  if (stop_) return Status::Shutdown();
   // Stream nodes are never erased, so the pointer outlives the waits below.
-  StreamState* s = StreamLocked(req.tenant, req.stream);
-  if (s == nullptr) return Status::kNotFound;
-  if (s->saving) return Status::kBusy;
+  StreamState* s = StreamLocked(tenant, req.stream);
+  if (s == nullptr) return Status::NotFound();
+  if (s->saving) return Status::Busy();
   Status st = CheckStepLocked(*s, req.step);
-  if (st != Status::kOk) return st;
+  if (!st.ok()) return st;
   bool want_memory = false;
   uint64_t disk_reserved = 0;
-  st = PlaceLocked(req.tenant, req.stream, *s, m, &want_memory, &disk_reserved);
-  if (st != Status::kOk) return st;
+  st = PlaceLocked(tenant, req.stream, *s, m, &want_memory, &disk_reserved);
+  if (!st.ok()) return st;
   s->saving = true;
   s->saving_step = req.step;
   auto deadline = start + std::chrono::milliseconds(s->policy.stall_budget_ms);
   std::vector<uint32_t> chunks;
   uint64_t waited_us = 0;
-  st = AcquireLocked(lock, req.tenant, m.num_chunks(), deadline, &req.cancelled, &chunks,
-                     &waited_us);
-  if (st != Status::kOk) {
+  st = AcquireLocked(lock, tenant, m.num_chunks(), deadline, &req.cancelled, &chunks, &waited_us);
+  if (!st.ok()) {
     s->saving = false;
-    TenantLocked(req.tenant).stats.disk_bytes -= disk_reserved;
-    if (st == Status::kAgain) {
-      TenantLocked(req.tenant).stats.saves_again++;
-      DecideLocked(Decision::Kind::kRejectAgain, req.tenant, req.stream, req.step,
-                   m.payload_bytes());
+    TenantLocked(tenant).stats.disk_bytes -= disk_reserved;
+    if (st.code() == StatusCode::kTryAgain) {
+      TenantLocked(tenant).stats.saves_again++;
+      DecideLocked(Decision::Kind::kRejectAgain, tenant, req.stream, req.step, m.payload_bytes());
     }
     return st;
   }
   if (waited_us > 0) {
-    DecideLocked(Decision::Kind::kBackpressure, req.tenant, req.stream, req.step, waited_us);
+    DecideLocked(Decision::Kind::kBackpressure, tenant, req.stream, req.step, waited_us);
   }
   lock.unlock();
 
@@ -139,11 +137,11 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   s->saving = false;
   if (!copied) {
     // Cancelled mid-copy: no checkpoint; give back the chunks and the quota.
-    ReleaseChunksLocked(req.tenant, chunks);
-    TenantLocked(req.tenant).stats.disk_bytes -= disk_reserved;
-    return Status::kCancelled;
+    ReleaseChunksLocked(tenant, chunks);
+    TenantLocked(tenant).stats.disk_bytes -= disk_reserved;
+    return Status::Aborted();
   }
-  auto c = AdmitLocked(req.tenant, req.stream, s, std::move(m), std::move(chunks), want_memory,
+  auto c = AdmitLocked(tenant, req.stream, s, std::move(m), std::move(chunks), want_memory,
                        disk_reserved, &evicted);
   result->state = c->state;
   lock.unlock();
@@ -151,32 +149,32 @@ Status Engine::Impl::Save(const SaveRequest& req, SaveResult* result) {
   result->step = req.step;
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
   result->stall_us = static_cast<uint32_t>(std::min<int64_t>(us, UINT32_MAX));
-  return Status::kOk;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------
 // Restore
 
-Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
-  if (req.slices.size() > kMaxSlices || Overlap(req.slices)) return Status::kInvalid;
+Status Engine::Impl::Restore(TenantNo tenant, const RestoreRequest& req, RestoreResult* result) {
+  if (req.slices.size() > kMaxSlices || Overlap(req.slices)) return Status::InvalidArgument();
   std::unique_lock<std::mutex> lock(mu_);
-  StreamState* s = StreamLocked(req.tenant, req.stream);
-  if (s == nullptr || s->ckpts.empty()) return Status::kNotFound;
+  StreamState* s = StreamLocked(tenant, req.stream);
+  if (s == nullptr || s->ckpts.empty()) return Status::NotFound();
   std::shared_ptr<Ckpt> c;
   if (req.step == kLatestStep) {
     c = s->ckpts.rbegin()->second;
   } else {
     auto it = s->ckpts.find(req.step);
-    if (it == s->ckpts.end()) return Status::kNotFound;
+    if (it == s->ckpts.end()) return Status::NotFound();
     c = it->second;
   }
   const Manifest m = c->manifest;
   // The destination must have the saved layout exactly (or be empty: a probe).
   const bool probe = req.slices.empty();
-  if (!probe && req.slices.size() != m.slice_sizes.size()) return Status::kInvalid;
+  if (!probe && req.slices.size() != m.slice_sizes.size()) return Status::InvalidArgument();
   for (size_t i = 0; !probe && i < req.slices.size(); ++i) {
-    if (req.slices[i].len != m.slice_sizes[i]) return Status::kInvalid;
-    if (req.slices[i].len != 0 && req.slices[i].data == nullptr) return Status::kInvalid;
+    if (req.slices[i].len != m.slice_sizes[i]) return Status::InvalidArgument();
+    if (req.slices[i].len != 0 && req.slices[i].data == nullptr) return Status::InvalidArgument();
   }
   const uint64_t cb = m.chunk_bytes;
   const uint64_t nchunks = m.num_chunks();
@@ -191,23 +189,23 @@ Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
   lock.unlock();
 
   auto cancelled = [&req] { return req.cancelled && req.cancelled(); };
-  Status st = cancelled() ? Status::kCancelled : Status::kOk;
+  Status st = cancelled() ? Status::Aborted() : Status::Ok();
   std::unique_ptr<ReadBuffer> buf;
   if (!from_memory) {
     buf = std::make_unique<ReadBuffer>(m.padded_bytes());
-    if (!buf->ok()) st = Status::kAgain;
-    if (st == Status::kOk) st = disk_->Read(m, buf->data(), m.padded_bytes(), req.cancelled);
-    for (uint64_t i = 0; st == Status::kOk && i < nchunks; ++i) chunk_ptr[i] = buf->data() + i * cb;
+    if (!buf->ok()) st = Status::TryAgain();
+    if (st.ok()) st = disk_->Read(m, buf->data(), m.padded_bytes(), req.cancelled);
+    for (uint64_t i = 0; st.ok() && i < nchunks; ++i) chunk_ptr[i] = buf->data() + i * cb;
   }
   // Verify every chunk (slices and metadata) before the first byte goes out.
-  for (uint64_t i = 0; st == Status::kOk && verify && i < nchunks; ++i) {
-    if (i % 16 == 15 && cancelled()) st = Status::kCancelled;
-    if (st == Status::kOk && Crc32c(chunk_ptr[i], m.chunk_len(i)) != m.chunk_crcs[i]) {
-      st = Status::kCorrupt;
+  for (uint64_t i = 0; st.ok() && verify && i < nchunks; ++i) {
+    if (i % 16 == 15 && cancelled()) st = Status::Aborted();
+    if (st.ok() && Crc32c(chunk_ptr[i], m.chunk_len(i)) != m.chunk_crcs[i]) {
+      st = Status::Corruption();
     }
   }
-  if (st == Status::kOk && cancelled()) st = Status::kCancelled;
-  if (st == Status::kOk) {
+  if (st.ok() && cancelled()) st = Status::Aborted();
+  if (st.ok()) {
     std::vector<CopyOp> ops;
     uint64_t pos = 0;
     auto add = [&](uint8_t* dst, uint64_t len) {
@@ -227,9 +225,9 @@ Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
     }
     result->meta.assign(m.meta_len, 0);
     add(result->meta.data(), m.meta_len);
-    if (!copier_.Run(ops, req.cancelled)) st = Status::kCancelled;
+    if (!copier_.Run(ops, req.cancelled)) st = Status::Aborted();
   }
-  if (st == Status::kOk) {
+  if (st.ok()) {
     result->step = m.step;
     result->bytes = m.slice_bytes();
     result->tier = tier;
@@ -237,21 +235,21 @@ Status Engine::Impl::Restore(const RestoreRequest& req, RestoreResult* result) {
 
   lock.lock();
   c->pins--;
-  MaybeReleaseLocked(req.tenant, c.get());
-  TenantState& t = TenantLocked(req.tenant);
-  if (st == Status::kOk) t.stats.restores++;
-  if (st == Status::kCorrupt) t.stats.corrupt_restores++;
+  MaybeReleaseLocked(tenant, c.get());
+  TenantState& t = TenantLocked(tenant);
+  if (st.ok()) t.stats.restores++;
+  if (st.code() == StatusCode::kCorruption) t.stats.corrupt_restores++;
   return st;
 }
 
 // ---------------------------------------------------------------------------
 // List and delete
 
-Status Engine::Impl::List(TenantId tenant, StreamId stream, uint64_t start_after,
+Status Engine::Impl::List(TenantNo tenant, StreamId stream, uint64_t start_after,
                           uint32_t max_entries, std::vector<ListEntry>* entries, bool* more) {
   std::lock_guard<std::mutex> l(mu_);
   StreamState* s = StreamLocked(tenant, stream);
-  if (s == nullptr) return Status::kNotFound;
+  if (s == nullptr) return Status::NotFound();
   entries->clear();
   *more = false;
   for (auto it = s->ckpts.upper_bound(start_after); it != s->ckpts.end(); ++it) {
@@ -263,22 +261,22 @@ Status Engine::Impl::List(TenantId tenant, StreamId stream, uint64_t start_after
     entries->push_back(
         ListEntry{it->first, c.manifest.slice_bytes(), c.manifest.time_s, c.state, c.tier});
   }
-  return Status::kOk;
+  return Status::Ok();
 }
 
-Status Engine::Impl::Delete(TenantId tenant, StreamId stream, uint64_t step) {
-  if (step == 0) return Status::kInvalid;
+Status Engine::Impl::Delete(TenantNo tenant, StreamId stream, uint64_t step) {
+  if (step == 0) return Status::InvalidArgument();
   std::shared_ptr<Ckpt> on_disk;
   {
     std::lock_guard<std::mutex> l(mu_);
     StreamState* s = StreamLocked(tenant, stream);
-    if (s == nullptr) return Status::kNotFound;
-    if (s->saving && (step == kLatestStep || step == s->saving_step)) return Status::kBusy;
+    if (s == nullptr) return Status::NotFound();
+    if (s->saving && (step == kLatestStep || step == s->saving_step)) return Status::Busy();
     auto it = step == kLatestStep ? (s->ckpts.empty() ? s->ckpts.end() : std::prev(s->ckpts.end()))
                                   : s->ckpts.find(step);
-    if (it == s->ckpts.end()) return Status::kNotFound;
+    if (it == s->ckpts.end()) return Status::NotFound();
     std::shared_ptr<Ckpt> c = it->second;
-    if (c->pins > 0) return Status::kBusy;
+    if (c->pins > 0) return Status::Busy();
     step = it->first;
     s->ckpts.erase(it);
     c->in_index = false;
@@ -294,7 +292,7 @@ Status Engine::Impl::Delete(TenantId tenant, StreamId stream, uint64_t step) {
     durable_cv_.notify_all();
   }
   if (on_disk) return disk_->Remove(tenant, stream, step);
-  return Status::kOk;
+  return Status::Ok();
 }
 
 }  // namespace hz::checkpoint

@@ -121,8 +121,8 @@ void Engine::Impl::SealInMemory(const std::shared_ptr<Job>& job) {
     c.sealed = true;
     // Durable since the save completed; the event follows the sealing.
     if (c.in_index) {
-      events.push_back(
-          {job->tenant, EventKind::kDurable, job->stream, m.step, TierKind::kHostMemory, 0, 0});
+      events.push_back({numbers_.Name(job->tenant), EventKind::kDurable, job->stream, m.step,
+                        TierKind::kHostMemory, StatusCode::kOk, 0});
     }
     MaybeReleaseLocked(job->tenant, &c);
   }
@@ -157,7 +157,7 @@ bool Engine::Impl::SubmitMore(uint64_t now_us, uint64_t* retry_us) {
         q.pop_front();
         j->all_submitted = true;
         if (empty_payload && !cancelled && !j->failed && !j->started) {
-          j->started = disk_->BeginWrite(j->manifest, &j->write_id) == Status::kOk;
+          j->started = disk_->BeginWrite(j->manifest, &j->write_id).ok();
           j->failed = !j->started;
           j->first_write_us = now_us;
           in_flight_jobs_[j->id] = j;
@@ -171,7 +171,7 @@ bool Engine::Impl::SubmitMore(uint64_t now_us, uint64_t* retry_us) {
     }
     if (cands.empty()) return false;
     uint64_t retry = 0;
-    std::optional<TenantId> pick = sched_.Pick(now_us, cands, &retry);
+    std::optional<TenantNo> pick = sched_.Pick(now_us, cands, &retry);
     if (!pick) {
       *retry_us = retry;
       return true;
@@ -179,7 +179,7 @@ bool Engine::Impl::SubmitMore(uint64_t now_us, uint64_t* retry_us) {
     auto& q = active_[*pick];
     std::shared_ptr<Job> job = q.front();
     if (!job->started) {
-      if (disk_->BeginWrite(job->manifest, &job->write_id) != Status::kOk) {
+      if (!disk_->BeginWrite(job->manifest, &job->write_id).ok()) {
         job->failed = true;
         continue;  // dropped at the top of the next round
       }
@@ -194,8 +194,7 @@ bool Engine::Impl::SubmitMore(uint64_t now_us, uint64_t* retry_us) {
     uint64_t len = job->manifest.chunk_len(i);
     job->manifest.chunk_crcs[i] = Crc32c(data, len);
     int buf_index = disk_->registered() ? static_cast<int>(pool_index) : -1;
-    if (disk_->SubmitChunk(job->write_id, i, data, Padded(len), buf_index, job->id) ==
-        Status::kOk) {
+    if (disk_->SubmitChunk(job->write_id, i, data, Padded(len), buf_index, job->id).ok()) {
       job->submitted++;
     } else {
       job->failed = true;
@@ -215,7 +214,7 @@ void Engine::Impl::OnCompletions(const std::vector<Tier::Completion>& done) {
     if (it == in_flight_jobs_.end()) continue;
     std::shared_ptr<Job> job = it->second;
     job->done_chunks++;
-    if (c.status != Status::kOk) job->failed = true;
+    if (!c.status.ok()) job->failed = true;
     if (job->all_submitted && job->done_chunks == job->submitted) FinishJob(job);
   }
 }
@@ -230,7 +229,7 @@ void Engine::Impl::FinishJob(const std::shared_ptr<Job>& job) {
   job->writes_done_us = SteadyNowUs();
   if (job->failed || cancelled || !job->started) {
     if (job->started) disk_->Abort(job->write_id);
-    CompleteJob(job, Status::kIo, cancelled);
+    CompleteJob(job, Status::IoError(), cancelled);
     return;
   }
   // The commit's flushes run on the commit thread; the worker moves on.
@@ -273,7 +272,7 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
     TenantState& t = TenantLocked(job->tenant);
     StreamState* s = StreamLocked(job->tenant, job->stream);
     c.job_active = false;
-    if (st == Status::kOk) {
+    if (st.ok()) {
       t.stats.bytes_persisted += job->manifest.padded_bytes();
       t.stats.persist_busy_us += finished_us - job->first_write_us;
       t.stats.persist_queue_us +=
@@ -294,8 +293,8 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
         c.state = CkptState::kDurable;
         c.tier = TierKind::kLocalDisk;
         t.stats.durable++;
-        events.push_back({job->tenant, EventKind::kDurable, job->stream, job->manifest.step,
-                          TierKind::kLocalDisk, 0, 0});
+        events.push_back({numbers_.Name(job->tenant), EventKind::kDurable, job->stream,
+                          job->manifest.step, TierKind::kLocalDisk, StatusCode::kOk, 0});
         if (s != nullptr) RetainLocked(job->tenant, job->stream, s, &remove);
       }
     } else {
@@ -305,8 +304,8 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
         c.failed = true;
         t.stats.persist_failures++;
         TierKind policy_tier = s != nullptr ? s->policy.tier : TierKind::kLocalDisk;
-        events.push_back({job->tenant, EventKind::kFailed, job->stream, job->manifest.step,
-                          policy_tier, ToWireStatus(st), 0});
+        events.push_back({numbers_.Name(job->tenant), EventKind::kFailed, job->stream,
+                          job->manifest.step, policy_tier, st.code(), 0});
         // The snapshot stays restorable as STAGED while the memory-tier budget
         // has room for it (SPEC.md §7.5.2); a newer durable checkpoint
         // supersedes it.

@@ -71,7 +71,7 @@ class Comm {
   std::mutex mu;
   std::condition_variable idle;  // signalled when running_jobs drops to 0
   CommState state = CommState::kJoining;
-  Status abort_reason = Status::kOk;
+  Status abort_reason = Status::Ok();
   AbortCause abort_cause = AbortCause::kNone;
 
   std::vector<uint8_t> joined;

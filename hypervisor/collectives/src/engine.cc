@@ -133,7 +133,7 @@ uint32_t EngineImpl::WeightOf(const Comm& c) const {
 void EngineImpl::Deliver(TenantId tenant, Completions& c) {
   if (c.empty()) return;
   uint64_t failed = 0;
-  for (auto& [fn, st] : c.ops) failed += st != Status::kOk;
+  for (auto& [fn, st] : c.ops) failed += !st.ok();
   if (failed != 0) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.tenants[tenant].ops_failed += failed;
@@ -145,32 +145,32 @@ void EngineImpl::Deliver(TenantId tenant, Completions& c) {
     if (fn) fn(st, nullptr);
   }
   for (auto& [fn, m] : c.joined) {
-    if (fn) fn(Status::kOk, std::move(m));
+    if (fn) fn(Status::Ok(), std::move(m));
   }
   c = Completions{};
 }
 
 Status EngineImpl::NewUid(TenantId tenant, Uid* out) {
-  if (out == nullptr) return Status::kInvalid;
+  if (out == nullptr) return Status::InvalidArgument();
   Uid uid;
   size_t got = 0;
   while (got < uid.bytes.size()) {
     ssize_t n = getrandom(uid.bytes.data() + got, uid.bytes.size() - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::kAgain;
+      return Status::TryAgain();
     }
     got += static_cast<size_t>(n);
   }
   std::lock_guard<std::mutex> lock(reg_mu_);
-  if (shutdown_) return Status::kShutdown;
+  if (shutdown_) return Status::Shutdown();
   uint32_t& count = uids_per_tenant_[tenant];
-  if (count >= opts_.max_uids_per_tenant) return Status::kLimit;
+  if (count >= opts_.max_uids_per_tenant) return Status::Limit();
   // 256 random bits do not collide; the check keeps the map honest anyway.
-  if (!uids_.emplace(uid, UidEntry{tenant, nullptr}).second) return Status::kAgain;
+  if (!uids_.emplace(uid, UidEntry{tenant, nullptr}).second) return Status::TryAgain();
   ++count;
   *out = uid;
-  return Status::kOk;
+  return Status::Ok();
 }
 
 size_t EngineImpl::ReleaseUnusedUids(TenantId tenant) {
@@ -207,20 +207,20 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
                       Constraints c, InitDone done) {
   if (nranks == 0 || nranks > opts_.max_ranks || rank >= nranks ||
       c.priority_class >= kPriorityCount) {
-    done(Status::kInvalid, nullptr);
+    done(Status::InvalidArgument(), nullptr);
     return;
   }
   std::shared_ptr<Comm> comm;
-  Status st = Status::kOk;
+  Status st = Status::Ok();
   {
     std::lock_guard<std::mutex> lock(reg_mu_);
     auto it = uids_.find(uid);
     if (shutdown_) {
-      st = Status::kShutdown;
+      st = Status::Shutdown();
     } else if (it == uids_.end()) {
-      st = Status::kNotFound;
+      st = Status::NotFound();
     } else if (it->second.tenant != tenant) {
-      st = Status::kPermission;
+      st = Status::Permission();
     } else {
       if (!it->second.comm) {
         uint32_t timeout = c.timeout_ms != 0 ? c.timeout_ms : opts_.default_timeout_ms;
@@ -233,7 +233,7 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
       comm = it->second.comm;
     }
   }
-  if (st != Status::kOk) {
+  if (!st.ok()) {
     done(st, nullptr);
     return;
   }
@@ -242,13 +242,13 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
   {
     std::lock_guard<std::mutex> lock(comm->mu);
     if (comm->state == CommState::kAborted) {
-      st = Status::kAborted;
+      st = Status::Aborted();
     } else if (comm->nranks != nranks) {
-      st = Status::kMismatch;
+      st = Status::Mismatch();
     } else if (comm->joined[rank] || comm->state != CommState::kJoining) {
-      st = Status::kExists;
+      st = Status::Exists();
     }
-    if (st != Status::kOk) {
+    if (!st.ok()) {
       out.inits.emplace_back(std::move(done), st);
     } else {
       comm->joined[rank] = 1;
@@ -261,7 +261,7 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
         }
         comm->init_waiters.clear();
         spdlog::debug("collectives: communicator {} of tenant {} active, {} ranks", comm->id,
-                      tenant, nranks);
+                      tenant.name(), nranks);
       } else {
         ArmTimerLocked(comm, comm->init_deadline);
       }
@@ -272,17 +272,17 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
 
 void EngineImpl::Post(const std::shared_ptr<Member>& m, OpDesc op, Done done) {
   if (!m || !m->comm_) {
-    done(Status::kInvalid);
+    done(Status::InvalidArgument());
     return;
   }
   const std::shared_ptr<Comm>& comm = m->comm_;
   const uint32_t rank = m->rank_;
   if (IsShutdown()) {
-    done(Status::kShutdown);
+    done(Status::Shutdown());
     return;
   }
   const Status valid = ValidateDesc(op, rank, comm->nranks);
-  if (valid != Status::kOk) {
+  if (!valid.ok()) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.invalid;
   }
@@ -293,17 +293,17 @@ void EngineImpl::Post(const std::shared_ptr<Member>& m, OpDesc op, Done done) {
   {
     std::lock_guard<std::mutex> lock(comm->mu);
     if (comm->state != CommState::kActive || comm->left[rank]) {
-      out.ops.emplace_back(std::move(done), Status::kAborted);
+      out.ops.emplace_back(std::move(done), Status::Aborted());
     } else if (op.op == Op::kSend || op.op == Op::kRecv) {
-      if (valid != Status::kOk) {
+      if (!valid.ok()) {
         out.ops.emplace_back(std::move(done), valid);
       } else {
         PostP2P(comm, rank, std::move(op), std::move(done), out, &p2p_job);
       }
     } else if (op.seq < comm->next_seq) {
-      out.ops.emplace_back(std::move(done), Status::kInvalid);  // already executed
+      out.ops.emplace_back(std::move(done), Status::InvalidArgument());  // already executed
     } else if (op.seq - comm->next_seq >= opts_.max_seq_window) {
-      out.ops.emplace_back(std::move(done), Status::kLimit);
+      out.ops.emplace_back(std::move(done), Status::Limit());
     } else {
       auto [it, fresh] = comm->colls.try_emplace(op.seq);
       PendingColl& pc = it->second;
@@ -313,10 +313,10 @@ void EngineImpl::Post(const std::shared_ptr<Member>& m, OpDesc op, Done done) {
         ArmTimerLocked(comm, pc.deadline);
       }
       if (pc.posts[rank]) {
-        out.ops.emplace_back(std::move(done), Status::kInvalid);  // seq used twice
+        out.ops.emplace_back(std::move(done), Status::InvalidArgument());  // seq used twice
       } else {
         CollPost post;
-        post.valid = valid == Status::kOk;
+        post.valid = valid.ok();
         if (!post.valid) {
           out.ops.emplace_back(std::move(done), valid);
           pc.poisoned = true;
@@ -345,7 +345,7 @@ void EngineImpl::PostP2P(const std::shared_ptr<Comm>& comm, uint32_t rank, OpDes
   auto it = partners.find(key);
   if (it == partners.end() || it->second.empty()) {
     if (comm->pending_p2p >= opts_.max_pending_p2p) {
-      out.ops.emplace_back(std::move(done), Status::kLimit);
+      out.ops.emplace_back(std::move(done), Status::Limit());
       return;
     }
     P2PPost post{rank, std::move(op), std::move(done), Clock::now() + comm->timeout};
@@ -359,8 +359,8 @@ void EngineImpl::PostP2P(const std::shared_ptr<Comm>& comm, uint32_t rank, OpDes
   if (it->second.empty()) partners.erase(it);
   --comm->pending_p2p;
   if (partner.desc.count != op.count || partner.desc.dtype != op.dtype) {
-    out.ops.emplace_back(std::move(partner.done), Status::kMismatch);
-    out.ops.emplace_back(std::move(done), Status::kMismatch);
+    out.ops.emplace_back(std::move(partner.done), Status::Mismatch());
+    out.ops.emplace_back(std::move(done), Status::Mismatch());
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.mismatches;
     return;
@@ -415,7 +415,7 @@ void EngineImpl::Pump(const std::shared_ptr<Comm>& comm) {
       }
       if (!agree) {
         for (auto& p : pc.posts) {
-          if (p->done) out.ops.emplace_back(std::move(p->done), Status::kMismatch);
+          if (p->done) out.ops.emplace_back(std::move(p->done), Status::Mismatch());
         }
         ++comm->next_seq;
         spdlog::debug("collectives: communicator {} seq {} mismatch", comm->id, seq);
@@ -597,10 +597,10 @@ void EngineImpl::RecordBlocks(TenantId tenant, uint64_t blocks, uint64_t cost,
 
 void EngineImpl::Finish(const std::shared_ptr<Job>& job, bool incomplete, bool pump) {
   Comm& comm = *job->comm;
-  Status st = Status::kOk;
+  Status st = Status::Ok();
   {
     std::lock_guard<std::mutex> lock(comm.mu);
-    if (incomplete) st = comm.abort_reason == Status::kOk ? Status::kAborted : comm.abort_reason;
+    if (incomplete) st = comm.abort_reason.ok() ? Status::Aborted() : comm.abort_reason;
     if (job->collective) {
       comm.coll_running = false;
       ++comm.next_seq;
@@ -609,7 +609,7 @@ void EngineImpl::Finish(const std::shared_ptr<Job>& job, bool incomplete, bool p
   }
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    if (st == Status::kOk) {
+    if (st.ok()) {
       const uint64_t b = job->count * job->esize;
       stats_.ops[static_cast<size_t>(job->op)]++;
       stats_.bytes[static_cast<size_t>(job->op)] += b * job->dones.size();
@@ -645,11 +645,11 @@ void EngineImpl::AbortLocked(Comm& c, Status reason, AbortCause cause, Completio
   c.pending_p2p = 0;
   for (auto& [r, fn] : c.init_waiters) out.inits.emplace_back(std::move(fn), reason);
   c.init_waiters.clear();
-  spdlog::debug("collectives: communicator {} of tenant {} aborted ({}, {})", c.id, c.tenant,
-                StatusName(reason), AbortCauseName(cause));
+  spdlog::debug("collectives: communicator {} of tenant {} aborted ({}, {})", c.id, c.tenant.name(),
+                reason.ToString(), AbortCauseName(cause));
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.aborts;
-  if (reason == Status::kTimedOut) ++stats_.timeouts;
+  if (reason.code() == StatusCode::kTimedOut) ++stats_.timeouts;
 }
 
 void EngineImpl::Destroy(const std::shared_ptr<Member>& m, AbortCause cause) {
@@ -664,7 +664,7 @@ void EngineImpl::Destroy(const std::shared_ptr<Member>& m, AbortCause cause) {
       ++comm->nleft;
       all_left = comm->nleft == comm->nranks;
     }
-    AbortLocked(*comm, Status::kAborted, cause, out);
+    AbortLocked(*comm, Status::Aborted(), cause, out);
   }
   Deliver(comm->tenant, out);
   if (!Scheduler::OnWorker()) {
@@ -681,7 +681,7 @@ void EngineImpl::Abort(const std::shared_ptr<Member>& m, AbortCause cause) {
   Completions out;
   {
     std::lock_guard<std::mutex> lock(m->comm_->mu);
-    AbortLocked(*m->comm_, Status::kAborted, cause, out);
+    AbortLocked(*m->comm_, Status::Aborted(), cause, out);
   }
   Deliver(m->comm_->tenant, out);
 }
@@ -705,7 +705,7 @@ void EngineImpl::Shutdown() {
     Completions out;
     {
       std::lock_guard<std::mutex> lock(c->mu);
-      AbortLocked(*c, Status::kShutdown, AbortCause::kProvider, out);
+      AbortLocked(*c, Status::Shutdown(), AbortCause::kProvider, out);
     }
     Deliver(c->tenant, out);
   }
@@ -781,7 +781,7 @@ void EngineImpl::CheckTimeouts(const std::shared_ptr<Comm>& c, Clock::time_point
     if (earliest && *earliest <= now) {
       init_failed = c->state == CommState::kJoining;
       spdlog::debug("collectives: communicator {} timed out", c->id);
-      AbortLocked(*c, Status::kTimedOut, AbortCause::kTimedOut, out);
+      AbortLocked(*c, Status::TimedOut(), AbortCause::kTimedOut, out);
     } else if (earliest) {
       ArmTimerLocked(c, *earliest);
     }

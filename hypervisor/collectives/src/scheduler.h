@@ -18,13 +18,15 @@
 #include <utility>
 #include <vector>
 
+#include "hz/common/tenant_id.h"
+
 namespace hz::coll::internal {
 
 class Scheduler {
  public:
   using Task = std::function<void()>;
   struct FlowKey {
-    uint64_t tenant;
+    TenantId tenant;
     uint16_t priority;
     friend auto operator<=>(const FlowKey&, const FlowKey&) = default;
   };

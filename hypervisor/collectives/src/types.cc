@@ -7,16 +7,6 @@
 
 namespace hz::coll {
 
-static_assert(static_cast<uint32_t>(Status::kInvalid) == HZ_S_EINVAL);
-static_assert(static_cast<uint32_t>(Status::kPermission) == HZ_S_EPERM);
-static_assert(static_cast<uint32_t>(Status::kNotFound) == HZ_S_ENOENT);
-static_assert(static_cast<uint32_t>(Status::kExists) == HZ_S_EEXIST);
-static_assert(static_cast<uint32_t>(Status::kLimit) == HZ_S_ELIMIT);
-static_assert(static_cast<uint32_t>(Status::kTimedOut) == HZ_S_ETIMEDOUT);
-static_assert(static_cast<uint32_t>(Status::kAborted) == HZ_S_EABORTED);
-static_assert(static_cast<uint32_t>(Status::kMismatch) == HZ_S_EMISMATCH);
-static_assert(static_cast<uint32_t>(Status::kFault) == HZ_S_EFAULT);
-static_assert(static_cast<uint32_t>(Status::kShutdown) == HZ_S_ESHUTDOWN);
 static_assert(static_cast<uint8_t>(DType::kFp16) == HZ_FP16);
 static_assert(static_cast<uint8_t>(DType::kFp32) == HZ_FP32);
 static_assert(static_cast<uint8_t>(DType::kFp64) == HZ_FP64);
@@ -28,38 +18,6 @@ static_assert(static_cast<uint8_t>(RedOp::kAvg) == HZ_AVG);
 static_assert(kRedOpCount == HZ_REDOP_MAX);
 static_assert(kPriorityCount == HZ_PRIO_MAX);
 static_assert(sizeof(Uid{}.bytes) == HZ_UID_BYTES);
-
-const char* StatusName(Status s) {
-  switch (s) {
-    case Status::kOk:
-      return "ok";
-    case Status::kInvalid:
-      return "invalid";
-    case Status::kNotSupported:
-      return "not-supported";
-    case Status::kPermission:
-      return "permission";
-    case Status::kNotFound:
-      return "not-found";
-    case Status::kExists:
-      return "exists";
-    case Status::kLimit:
-      return "limit";
-    case Status::kAgain:
-      return "again";
-    case Status::kTimedOut:
-      return "timed-out";
-    case Status::kAborted:
-      return "aborted";
-    case Status::kMismatch:
-      return "mismatch";
-    case Status::kFault:
-      return "fault";
-    case Status::kShutdown:
-      return "shutdown";
-  }
-  return "unknown";
-}
 
 size_t DTypeSize(uint8_t dtype) {
   switch (static_cast<DType>(dtype)) {

@@ -26,24 +26,25 @@ bool IsRooted(Op op) {
 }
 
 Status ValidateDesc(const OpDesc& d, uint32_t rank, uint32_t nranks) {
-  if (static_cast<size_t>(d.op) >= kOpCount) return Status::kInvalid;
+  if (static_cast<size_t>(d.op) >= kOpCount) return Status::InvalidArgument();
   uint64_t send_len = 0, recv_len = 0;
   if (!TotalLength(d.send, &send_len) || !TotalLength(d.recv, &recv_len)) {
-    return Status::kInvalid;
+    return Status::InvalidArgument();
   }
-  if (d.op == Op::kBarrier) return Status::kOk;
+  if (d.op == Op::kBarrier) return Status::Ok();
   const size_t esize = DTypeSize(d.dtype);
-  if (esize == 0) return Status::kInvalid;
-  if (IsReduction(d.op) && d.redop >= kRedOpCount) return Status::kInvalid;
+  if (esize == 0) return Status::InvalidArgument();
+  if (IsReduction(d.op) && d.redop >= kRedOpCount) return Status::InvalidArgument();
   if ((IsRooted(d.op) || d.op == Op::kSend || d.op == Op::kRecv) && d.peer >= nranks) {
-    return Status::kInvalid;
+    return Status::InvalidArgument();
   }
   uint64_t b = 0, pb = 0;
-  if (__builtin_mul_overflow(d.count, static_cast<uint64_t>(esize), &b)) return Status::kInvalid;
+  if (__builtin_mul_overflow(d.count, static_cast<uint64_t>(esize), &b))
+    return Status::InvalidArgument();
   const bool needs_pb =
       d.op == Op::kAllGather || d.op == Op::kReduceScatter || d.op == Op::kAllToAll;
   if (needs_pb && __builtin_mul_overflow(b, static_cast<uint64_t>(nranks), &pb)) {
-    return Status::kInvalid;
+    return Status::InvalidArgument();
   }
   uint64_t need_send = 0, need_recv = 0;
   const bool root = d.peer == rank;
@@ -79,8 +80,8 @@ Status ValidateDesc(const OpDesc& d, uint32_t rank, uint32_t nranks) {
     case Op::kBarrier:
       break;
   }
-  if (send_len < need_send || recv_len < need_recv) return Status::kInvalid;
-  return Status::kOk;
+  if (send_len < need_send || recv_len < need_recv) return Status::InvalidArgument();
+  return Status::Ok();
 }
 
 bool SameCollective(const OpDesc& a, const OpDesc& b) {

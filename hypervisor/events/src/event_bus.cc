@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "hz/common/file.h"
 #include "hz/events/coarse.h"
 #include "hz/events/event_log.h"
 
@@ -46,7 +47,7 @@ struct SubscriberState {
 
 class TenantLog {
  public:
-  TenantLog(std::string tenant, std::string dir, const BusOptions& options,
+  TenantLog(TenantId tenant, std::string dir, const BusOptions& options,
             std::shared_ptr<ApprovalHolder> approval)
       : tenant_(std::move(tenant)),
         dir_(std::move(dir)),
@@ -66,7 +67,7 @@ class TenantLog {
   Status Ack(SubscriberState& state, const hz_event_ack_args& args);
   void Summary(TenantSummary* summary);
   Status Get(uint64_t seq, hz_event* event);
-  const std::string& tenant() const { return tenant_; }
+  const TenantId& tenant() const { return tenant_; }
 
  private:
   uint64_t OldestLocked() const { return events_.empty() ? next_seq_ : events_.front().seq; }
@@ -76,7 +77,7 @@ class TenantLog {
   Status LoadState();
   Status SaveStateLocked();
 
-  const std::string tenant_;
+  const TenantId tenant_;
   const std::string dir_;
   const uint64_t retention_;
   const bool sync_;
@@ -115,7 +116,7 @@ Status TenantLog::Open() {
   s = file_.Open(dir_ + "/events.log", sync_, &loaded, &report);
   if (!s.ok()) return s;
   if (report.truncated_bytes > 0) {
-    spdlog::warn("events: tenant {}: dropped {} bytes after {} records ({})", tenant_,
+    spdlog::warn("events: tenant {}: dropped {} bytes after {} records ({})", tenant_.name(),
                  report.truncated_bytes, report.records, report.reason);
   }
   size_t skip = loaded.size() > retention_ ? loaded.size() - retention_ : 0;
@@ -135,12 +136,10 @@ Status TenantLog::Open() {
 }
 
 Status TenantLog::LoadState() {
-  std::string text;
   std::string path = dir_ + "/state.json";
-  Status s = ReadFile(path, &text);
-  if (s.code() == Status::Code::kNotFound) return Status::Ok();
-  if (!s.ok()) return s;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status().IsNotFound() ? Status::Ok() : text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   auto bad = [&](const std::string& why) { return Status::Corruption(path + ": " + why); };
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
   auto u64 = [](const nlohmann::json& v, uint64_t* out) {
@@ -220,7 +219,8 @@ Status TenantLog::Publish(const EventSpec& spec, uint64_t* seq) {
     // Keep the file within a bounded multiple of the retained window.
     if (file_.records() > 2 * retention_ + 64) {
       Status c = file_.Rewrite(std::vector<hz_event>(events_.begin(), events_.end()));
-      if (!c.ok()) spdlog::warn("events: tenant {}: compaction failed: {}", tenant_, c.ToString());
+      if (!c.ok())
+        spdlog::warn("events: tenant {}: compaction failed: {}", tenant_.name(), c.ToString());
     }
     for (const auto& [name, sub] : subscribers_) {
       if (!sub->connected || !sub->subscribed) continue;
@@ -277,7 +277,8 @@ void TenantLog::Disconnect(SubscriberState& state) {
   state.subscribed = false;
   if (state.delivered != state.saved_delivered) {
     Status s = SaveStateLocked();
-    if (!s.ok()) spdlog::warn("events: tenant {}: saving state failed: {}", tenant_, s.ToString());
+    if (!s.ok())
+      spdlog::warn("events: tenant {}: saving state failed: {}", tenant_.name(), s.ToString());
   }
 }
 
@@ -487,7 +488,7 @@ void Delivery::SetNotify(std::function<void()> notify) {
   state_->notify = std::move(notify);
 }
 
-const std::string& Delivery::tenant() const {
+const TenantId& Delivery::tenant() const {
   return log_->tenant();
 }
 const std::string& Delivery::subscriber() const {
@@ -517,8 +518,8 @@ Status EventBus::Open(BusOptions options, std::unique_ptr<EventBus>* bus) {
   return Status::Ok();
 }
 
-Status EventBus::Tenant(const std::string& tenant, std::shared_ptr<TenantLog>* log) {
-  if (!ValidName(tenant)) return Status::InvalidArgument("bad tenant name");
+Status EventBus::Tenant(const TenantId& tenant, std::shared_ptr<TenantLog>* log) {
+  if (!ValidName(tenant.name())) return Status::InvalidArgument("bad tenant name");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tenants_.find(tenant);
   if (it != tenants_.end()) {
@@ -526,7 +527,7 @@ Status EventBus::Tenant(const std::string& tenant, std::shared_ptr<TenantLog>* l
     return Status::Ok();
   }
   auto created =
-      std::make_shared<TenantLog>(tenant, options_.dir + "/" + tenant, options_, approval_);
+      std::make_shared<TenantLog>(tenant, options_.dir + "/" + tenant.name(), options_, approval_);
   Status s = created->Open();
   if (!s.ok()) return s;
   tenants_[tenant] = created;
@@ -534,14 +535,14 @@ Status EventBus::Tenant(const std::string& tenant, std::shared_ptr<TenantLog>* l
   return Status::Ok();
 }
 
-Status EventBus::Publish(const std::string& tenant, const EventSpec& spec, uint64_t* seq) {
+Status EventBus::Publish(const TenantId& tenant, const EventSpec& spec, uint64_t* seq) {
   std::shared_ptr<TenantLog> log;
   Status s = Tenant(tenant, &log);
   if (!s.ok()) return s;
   return log->Publish(spec, seq);
 }
 
-Status EventBus::Connect(const std::string& tenant, const std::string& subscriber,
+Status EventBus::Connect(const TenantId& tenant, const std::string& subscriber,
                          std::unique_ptr<Delivery>* delivery) {
   if (!ValidName(subscriber)) return Status::InvalidArgument("bad subscriber name");
   std::shared_ptr<TenantLog> log;
@@ -559,7 +560,7 @@ void EventBus::SetApprovalCallback(ApprovalCallback callback) {
   approval_->callback = std::move(callback);
 }
 
-Status EventBus::Summary(const std::string& tenant, TenantSummary* summary) {
+Status EventBus::Summary(const TenantId& tenant, TenantSummary* summary) {
   std::shared_ptr<TenantLog> log;
   Status s = Tenant(tenant, &log);
   if (!s.ok()) return s;
@@ -567,7 +568,7 @@ Status EventBus::Summary(const std::string& tenant, TenantSummary* summary) {
   return Status::Ok();
 }
 
-Status EventBus::Get(const std::string& tenant, uint64_t seq, hz_event* event) {
+Status EventBus::Get(const TenantId& tenant, uint64_t seq, hz_event* event) {
   std::shared_ptr<TenantLog> log;
   Status s = Tenant(tenant, &log);
   if (!s.ok()) return s;

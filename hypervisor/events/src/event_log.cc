@@ -7,37 +7,20 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
+
+#include "hz/common/file.h"
 
 namespace hz::events {
 
 namespace {
-
-std::string Errno(const std::string& what, const std::string& path) {
-  return what + " " + path + ": " + std::strerror(errno);
-}
-
-std::string DirName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-Status SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(Errno("open directory", dir));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Status::IoError(Errno("fsync directory", dir));
-  return Status::Ok();
-}
 
 Status WriteFd(int fd, const char* data, size_t len, const std::string& path) {
   while (len > 0) {
     ssize_t n = ::write(fd, data, len);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::IoError(Errno("write", path));
+      return Errno("write", path);
     }
     data += n;
     len -= static_cast<size_t>(n);
@@ -88,11 +71,12 @@ Status RecordFile::Open(const std::string& path, bool sync, std::vector<hz_event
   events->clear();
   *report = RecoveryReport{};
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd_ < 0) return Status::IoError(Errno("open", path));
+  if (fd_ < 0) return Errno("open", path);
 
-  std::string data;
-  Status s = ReadFile(path, &data);
-  if (!s.ok()) return s;
+  // The whole log, however long retention made it.
+  StatusOr<std::string> read = ReadFile(path, std::numeric_limits<size_t>::max());
+  if (!read.ok()) return read.status();
+  const std::string& data = *read;
 
   size_t off = 0;
   uint64_t last_seq = 0;
@@ -133,9 +117,9 @@ Status RecordFile::Open(const std::string& path, bool sync, std::vector<hz_event
   report->truncated_bytes = data.size() - off;
   if (off < data.size()) {
     if (::ftruncate(fd_, static_cast<off_t>(off)) != 0) {
-      return Status::IoError(Errno("truncate", path));
+      return Errno("truncate", path);
     }
-    if (sync_ && ::fdatasync(fd_) != 0) return Status::IoError(Errno("fdatasync", path));
+    if (sync_ && ::fdatasync(fd_) != 0) return Errno("fdatasync", path);
   }
   records_ = events->size();
   return Status::Ok();
@@ -154,7 +138,7 @@ Status RecordFile::Append(const hz_event& event, int* sync_fd) {
   ++records_;
   if (sync_) {
     *sync_fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
-    if (*sync_fd < 0) return Status::IoError(Errno("dup", path_));
+    if (*sync_fd < 0) return Errno("dup", path_);
   }
   return Status::Ok();
 }
@@ -167,45 +151,10 @@ Status RecordFile::Rewrite(const std::vector<hz_event>& events) {
   Status s = WriteFileAtomic(path_, bytes, /*sync=*/true);
   if (!s.ok()) return s;
   int fd = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(Errno("reopen", path_));
+  if (fd < 0) return Errno("reopen", path_);
   ::close(fd_);
   fd_ = fd;
   records_ = events.size();
-  return Status::Ok();
-}
-
-Status WriteFileAtomic(const std::string& path, const std::string& contents, bool sync) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::IoError(Errno("open", tmp));
-  Status s = WriteFd(fd, contents.data(), contents.size(), tmp);
-  if (s.ok() && sync && ::fdatasync(fd) != 0) s = Status::IoError(Errno("fdatasync", tmp));
-  ::close(fd);
-  if (!s.ok()) return s;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::IoError(Errno("rename", tmp));
-  if (sync) return SyncDir(DirName(path));
-  return Status::Ok();
-}
-
-Status ReadFile(const std::string& path, std::string* contents) {
-  contents->clear();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound(path + " does not exist");
-    return Status::IoError(Errno("open", path));
-  }
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      return Status::IoError(Errno("read", path));
-    }
-    if (n == 0) break;
-    contents->append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
   return Status::Ok();
 }
 

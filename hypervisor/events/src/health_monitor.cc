@@ -3,6 +3,7 @@
 #include <cctype>
 #include <sstream>
 
+#include "hz/common/file.h"
 #include "hz/events/event_log.h"
 
 namespace hz::events {
@@ -73,21 +74,20 @@ Status ReadDeviceHealth(const std::string& sysfs_root, const std::string& bdf, D
                {"aer_dev_nonfatal", &out->nonfatal},
                {"aer_dev_fatal", &out->fatal}};
   for (const auto& f : files) {
-    std::string text;
     std::string path = dir + f.file;
-    Status s = ReadFile(path, &text);
-    if (!s.ok()) return s;
+    StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) return text.status();
     AerCounters counters;
-    s = ParseAerCounters(text, path, &counters);
+    Status s = ParseAerCounters(*text, path, &counters);
     if (!s.ok()) return s;
     *f.total = counters.total;
   }
   return Status::Ok();
 }
 
-Status HealthMonitor::Assign(const std::string& tenant, const std::string& bdf,
+Status HealthMonitor::Assign(const TenantId& tenant, const std::string& bdf,
                              uint32_t device_index) {
-  if (!ValidName(tenant)) return Status::InvalidArgument("bad tenant name");
+  if (!ValidName(tenant.name())) return Status::InvalidArgument("bad tenant name");
   if (devices_.count(bdf) != 0) return Status::State(bdf + " is already assigned");
   Assigned a;
   a.tenant = tenant;

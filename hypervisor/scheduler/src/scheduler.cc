@@ -5,8 +5,7 @@
 #include <algorithm>
 #include <random>
 
-#include "hz/events/coarse.h"
-#include "hz/scheduler/state_file.h"
+#include "hz/common/file.h"
 
 namespace hz::scheduler {
 
@@ -19,11 +18,11 @@ uint64_t RandomSeed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
+}  // namespace
+
 hz_device_kind WireKind(DeviceKind k) {
   return k == DeviceKind::kGpu ? HZ_DEV_GPU : HZ_DEV_NIC;
 }
-
-}  // namespace
 
 Scheduler::Scheduler(HostInventory inventory, const SchedulerOptions& options,
                      DomainAttacher* attacher, ev::EventSink* sink)
@@ -54,11 +53,9 @@ Status Scheduler::OpenWithInventory(HostInventory inventory, const SchedulerOpti
 }
 
 Status Scheduler::Load() {
-  std::string text;
-  bool exists = false;
-  Status s = ReadWholeFile(options_.state_path, &text, &exists);
-  if (!s.ok() || !exists) return s;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  StatusOr<std::string> text = ReadFile(options_.state_path);
+  if (!text.ok()) return text.status().IsNotFound() ? Status::Ok() : text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return Status::Corruption(options_.state_path + " is not valid JSON");
   }
@@ -66,7 +63,7 @@ Status Scheduler::Load() {
     if (j.at("version").get<int>() != 1) {
       return Status::Corruption(options_.state_path + ": unknown state version");
     }
-    if (!(s = allocator_.FromJson(j.at("allocator"))).ok()) {
+    if (Status s = allocator_.FromJson(j.at("allocator")); !s.ok()) {
       return Status::Corruption(options_.state_path + ": " + s.message());
     }
     for (const auto& [tenant, t] : j.at("tenants").items()) {
@@ -98,13 +95,13 @@ Status Scheduler::Persist() {
   for (const auto& [rid, aid] : reservations_) res.push_back({rid, aid});
   nlohmann::json j{
       {"version", 1}, {"allocator", alloc}, {"tenants", tenants}, {"reservations", res}};
-  return WriteFileAtomically(options_.state_path, j.dump(1), options_.sync);
+  return WriteFileAtomic(options_.state_path, j.dump(1), options_.sync);
 }
 
 uint64_t Scheduler::SeedLocked(const std::string& tenant) {
   auto it = seeds_.find(tenant);
   if (it != seeds_.end() && it->second != 0) return it->second;
-  uint64_t seed = options_.tenant_seed ? options_.tenant_seed(tenant) : 0;
+  uint64_t seed = options_.tenant_seed ? options_.tenant_seed(TenantId(tenant)) : 0;
   while (seed == 0) seed = RandomSeed();
   seeds_[tenant] = seed;
   return seed;
@@ -134,7 +131,8 @@ bool Scheduler::IsReservationAllocation(uint64_t allocation_id) const {
   return false;
 }
 
-Status Scheduler::BindTenant(const std::string& tenant, const std::string& domain) {
+Status Scheduler::BindTenant(const TenantId& id, const std::string& domain) {
+  const std::string& tenant = id.name();
   if (!ev::ValidName(tenant)) return Status::InvalidArgument("invalid tenant name");
   if (domain.empty() || domain.size() > 256) return Status::InvalidArgument("invalid domain name");
   std::lock_guard<std::mutex> lock(mu_);
@@ -185,8 +183,8 @@ void Scheduler::DetachDevices(const std::string& tenant, const std::vector<Devic
   }
 }
 
-Status Scheduler::Allocate(const std::string& tenant, const Request& request,
-                           uint64_t* allocation_id) {
+Status Scheduler::Allocate(const TenantId& id, const Request& request, uint64_t* allocation_id) {
+  const std::string& tenant = id.name();
   if (!ev::ValidName(tenant)) return Status::InvalidArgument("invalid tenant name");
   std::lock_guard<std::mutex> lock(mu_);
   Allocation a;
@@ -224,46 +222,49 @@ Status Scheduler::Release(uint64_t allocation_id) {
   return Persist();
 }
 
-Status Scheduler::MarkFailed(const std::string& bdf, uint64_t errors, uint64_t now) {
-  std::unique_lock<std::mutex> lock(mu_);
+StatusOr<DeviceLoss> Scheduler::MarkFailed(const std::string& bdf, uint64_t errors) {
+  std::lock_guard<std::mutex> lock(mu_);
   DeviceRef d;
   Status s = FindDevice(bdf, &d);
   if (!s.ok()) return s;
-  return Fail(d, errors, now, /*publish_failure=*/true, lock);
+  return FailLocked(d, errors, /*publish_failure=*/true);
 }
 
-Status Scheduler::DeviceLost(const std::string& tenant, uint32_t device_index, uint64_t now) {
-  std::unique_lock<std::mutex> lock(mu_);
+StatusOr<DeviceLoss> Scheduler::DeviceLost(const TenantId& id, uint32_t device_index) {
+  const std::string& tenant = id.name();
+  std::lock_guard<std::mutex> lock(mu_);
   const TopologySummary summary =
       BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
   if (device_index >= summary.devices.size()) {
     return Status::NotFound("tenant " + tenant + " has no device " + std::to_string(device_index));
   }
-  return Fail(summary.devices[device_index], 0, now, /*publish_failure=*/false, lock);
+  return FailLocked(summary.devices[device_index], 0, /*publish_failure=*/false);
 }
 
-std::vector<std::tuple<std::string, std::string, uint32_t>> Scheduler::Assignments() {
+std::vector<std::tuple<TenantId, std::string, uint32_t>> Scheduler::Assignments() {
   std::lock_guard<std::mutex> lock(mu_);
   std::set<std::string> tenants;
   for (const auto& [id, a] : allocator_.allocations()) tenants.insert(a.tenant);
-  std::vector<std::tuple<std::string, std::string, uint32_t>> out;
+  std::vector<std::tuple<TenantId, std::string, uint32_t>> out;
   for (const std::string& t : tenants) {
     const TopologySummary s = BuildTopologySummary(cluster_, TenantDevices(t), SeedLocked(t));
     for (uint32_t i = 0; i < s.devices.size(); ++i) {
-      out.emplace_back(t, cluster_.device(s.devices[i]).bdf, i);
+      out.emplace_back(TenantId(t), cluster_.device(s.devices[i]).bdf, i);
     }
   }
   return out;
 }
 
-Status Scheduler::Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_failure,
-                       std::unique_lock<std::mutex>& lock) {
+StatusOr<DeviceLoss> Scheduler::FailLocked(DeviceRef d, uint64_t errors, bool publish_failure) {
   Status s;
   const std::string bdf = cluster_.device(d).bdf;
-  if (allocator_.IsFailed(d)) return Status::Ok();
+  if (allocator_.IsFailed(d)) return DeviceLoss{};
   allocator_.SetFailed(d, true);
   const uint64_t owner = allocator_.Owner(d);
-  if (owner == 0) return Persist();
+  if (owner == 0) {
+    if (!(s = Persist()).ok()) return s;
+    return DeviceLoss{};
+  }
 
   const Allocation a = *allocator_.Find(owner);
   const uint32_t index =
@@ -282,7 +283,8 @@ Status Scheduler::Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_
   }
   if (!(s = Persist()).ok()) return s;
   if (sink_ && publish_failure) {
-    s = sink_->Publish(a.tenant, ev::MakeFailure(ev::kFailureDeviceFailed, index, errors), nullptr);
+    s = sink_->Publish(TenantId(a.tenant), ev::MakeFailure(ev::kFailureDeviceFailed, index, errors),
+                       nullptr);
     if (!s.ok()) return s;
   }
   const DeviceKind kind = cluster_.device(d).kind;
@@ -291,33 +293,17 @@ Status Scheduler::Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_
     uint32_t held = 0;
     for (DeviceRef t : TenantDevices(a.tenant)) held += cluster_.device(t).kind == kind;
     s = sink_->Publish(
-        a.tenant,
+        TenantId(a.tenant),
         ev::MakeAllocationCapacity(ev::kCapacityAllocationChanged, 0, 1, held, WireKind(kind)),
         nullptr);
     if (!s.ok()) return s;
   }
-  ev::NegotiationEngine* engine = engine_;
-  if (!engine || allocator_.FreeOnHost(0, kind) == 0) return Status::Ok();
-  hz_neg_request req{};
-  req.kind = WireKind(kind);
-  req.count = 1;
-  req.locality = a.request.locality;
-  // As soon as possible. Offer starts are rounded up to the time granularity
-  // (SPEC.md §9.2), so a start range of exactly `now` would admit no offer.
-  req.earliest_start_s = now;
-  req.latest_start_s = now + ev::kTimeGranularityS;
-  req.duration_s = options_.replacement_duration_s;
-  // The engine may ask this scheduler for capacity: call it unlocked.
-  lock.unlock();
-  uint64_t negotiation = 0;
-  s = engine->OfferReplacement(a.tenant, req, now, &negotiation);
-  if (!s.ok()) {
-    spdlog::warn("scheduler: replacement offer for {}: {}", a.tenant, s.ToString());
-    return Status::Ok();
-  }
-  lock.lock();
-  replacements_[negotiation] = a.tenant;
-  return Status::Ok();
+  DeviceLoss loss;
+  loss.tenant = TenantId(a.tenant);
+  loss.kind = kind;
+  loss.locality = a.request.locality;
+  loss.replaceable = allocator_.FreeOnHost(0, kind) != 0;
+  return loss;
 }
 
 Status Scheduler::MarkDegraded(const std::string& bdf, uint64_t errors) {
@@ -330,8 +316,8 @@ Status Scheduler::MarkDegraded(const std::string& bdf, uint64_t errors) {
   const std::string tenant = allocator_.Find(owner)->tenant;
   const uint32_t index =
       BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant)).IndexOf(d);
-  return sink_->Publish(tenant, ev::MakeFailure(ev::kFailureDeviceDegraded, index, errors),
-                        nullptr);
+  return sink_->Publish(TenantId(tenant),
+                        ev::MakeFailure(ev::kFailureDeviceDegraded, index, errors), nullptr);
 }
 
 Status Scheduler::Repair(const std::string& bdf) {
@@ -344,21 +330,23 @@ Status Scheduler::Repair(const std::string& bdf) {
   return Persist();
 }
 
-Status Scheduler::Summary(const std::string& tenant, TopologySummary* out) {
+Status Scheduler::Summary(const TenantId& id, TopologySummary* out) {
+  const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
   *out = BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
   return Status::Ok();
 }
 
-Status Scheduler::TenantIndex(const std::string& bdf, std::string* tenant, uint32_t* index) {
+Status Scheduler::TenantIndex(const std::string& bdf, TenantId* tenant, uint32_t* index) {
   std::lock_guard<std::mutex> lock(mu_);
   DeviceRef d;
   Status s = FindDevice(bdf, &d);
   if (!s.ok()) return s;
   const uint64_t owner = allocator_.Owner(d);
   if (owner == 0) return Status::NotFound(bdf + " is not allocated");
-  *tenant = allocator_.Find(owner)->tenant;
-  *index = BuildTopologySummary(cluster_, TenantDevices(*tenant), SeedLocked(*tenant)).IndexOf(d);
+  const std::string& name = allocator_.Find(owner)->tenant;
+  *tenant = TenantId(name);
+  *index = BuildTopologySummary(cluster_, TenantDevices(name), SeedLocked(name)).IndexOf(d);
   return Status::Ok();
 }
 
@@ -418,26 +406,7 @@ nlohmann::json Scheduler::Allocations() const {
   return out;
 }
 
-void Scheduler::SetNegotiationEngine(ev::NegotiationEngine* engine) {
-  std::lock_guard<std::mutex> lock(mu_);
-  engine_ = engine;
-}
-
-std::map<uint64_t, std::string> Scheduler::Replacements() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return replacements_;
-}
-
-std::vector<ev::Pool> Scheduler::Pools() const {
-  std::vector<ev::Pool> out;
-  for (uint32_t p = 0; p < cluster_.pools().size(); ++p) {
-    const Pool& pool = cluster_.pools()[p];
-    out.push_back(ev::Pool{p, WireKind(pool.kind), pool.host});
-  }
-  return out;
-}
-
-uint32_t Scheduler::Capacity(uint32_t pool, uint64_t /*window*/) const {
+uint32_t Scheduler::ReservableDevices(uint32_t pool) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (pool >= cluster_.pools().size()) return 0;
   const Pool& p = cluster_.pools()[pool];
@@ -451,8 +420,9 @@ uint32_t Scheduler::Capacity(uint32_t pool, uint64_t /*window*/) const {
   return n;
 }
 
-Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
-                         const std::vector<ev::PoolCount>& devices) {
+Status Scheduler::AttachReservation(const TenantId& id, uint64_t reservation_id,
+                                    const std::vector<PoolDevices>& devices) {
+  const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
   if (reservations_.count(reservation_id)) {
     return Status::State("reservation " + std::to_string(reservation_id) + " already attached");
@@ -460,7 +430,7 @@ Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
   std::vector<DeviceRef> chosen;
   Request req;
   req.locality = HZ_LOC_SAME_HOST;
-  for (const ev::PoolCount& pc : devices) {
+  for (const PoolDevices& pc : devices) {
     if (pc.pool >= cluster_.pools().size()) return Status::InvalidArgument("unknown pool");
     const Pool& p = cluster_.pools()[pc.pool];
     uint32_t left = pc.count;
@@ -489,10 +459,11 @@ Status Scheduler::Attach(const std::string& tenant, uint64_t reservation_id,
   return Status::Ok();
 }
 
-Status Scheduler::Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
-                         std::vector<ev::PoolCount>* detached) {
+StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const TenantId& id,
+                                                                uint64_t reservation_id,
+                                                                uint32_t count) {
+  const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
-  if (detached) detached->clear();
   auto it = reservations_.find(reservation_id);
   if (it == reservations_.end()) {
     return Status::State("reservation " + std::to_string(reservation_id) + " is not attached");
@@ -520,14 +491,15 @@ Status Scheduler::Detach(const std::string& tenant, uint64_t reservation_id, uin
     per_pool[cluster_.PoolOf(d)]++;
     allocator_.RemoveDevice(d);
   }
-  if (detached) {
-    for (auto [pool, n] : per_pool) detached->push_back({pool, n});
-  }
+  std::vector<PoolDevices> detached;
+  for (auto [pool, n] : per_pool) detached.push_back({pool, n});
   if (!allocator_.Find(aid)) reservations_.erase(it);
-  return Persist();
+  if (Status s = Persist(); !s.ok()) return s;
+  return detached;
 }
 
-uint32_t Scheduler::DevicesHeld(const std::string& tenant, hz_device_kind kind) const {
+uint32_t Scheduler::DevicesHeld(const TenantId& id, hz_device_kind kind) const {
+  const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
   uint32_t n = 0;
   for (DeviceRef d : TenantDevices(tenant)) n += WireKind(cluster_.device(d).kind) == kind;

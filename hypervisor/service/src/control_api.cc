@@ -16,6 +16,10 @@ struct BadRequest : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+void Check(const Status& s) {
+  if (!s.ok()) throw BadRequest(OperatorError(s));
+}
+
 void OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
   std::set<std::string> ok = {"cmd", "id"};
   for (const char* a : allowed) ok.insert(a);
@@ -80,6 +84,10 @@ json TenantJson(const Tenant& t) {
 
 }  // namespace
 
+std::string OperatorError(const Status& status) {
+  return status.message().empty() ? status.ToString() : status.message();
+}
+
 json ControlApi::DeviceJson(const DeviceInfo& d) {
   json comms = json::array();
   for (const auto& c : d.comms) {
@@ -140,7 +148,7 @@ json ControlApi::Dispatch(const std::string& cmd, const json& req) {
     spec.limits.max_regions =
         static_cast<uint32_t>(UInt(req, "max_regions", def.max_regions, UINT32_MAX));
     spec.limits.max_region_bytes = UInt(req, "max_region_bytes", def.max_region_bytes, INT64_MAX);
-    if (std::string err = target_->CreateTenant(spec); !err.empty()) throw BadRequest(err);
+    Check(target_->CreateTenant(spec));
     return {{"name", spec.name}};
   }
   if (cmd == "tenant.list") {
@@ -151,25 +159,18 @@ json ControlApi::Dispatch(const std::string& cmd, const json& req) {
   }
   if (cmd == "tenant.remove") {
     OnlyFields(req, {"name"});
-    if (std::string err = target_->RemoveTenant(Str(req, "name")); !err.empty()) {
-      throw BadRequest(err);
-    }
+    Check(target_->RemoveTenant(Str(req, "name")));
     return json::object();
   }
   if (cmd == "vm.bind") {
     OnlyFields(req, {"tenant", "socket"});
-    std::string resolved;
-    if (std::string err = target_->BindVm(Str(req, "tenant"), Str(req, "socket"), &resolved);
-        !err.empty()) {
-      throw BadRequest(err);
-    }
-    return {{"socket", resolved}};
+    StatusOr<std::string> resolved = target_->BindVm(Str(req, "tenant"), Str(req, "socket"));
+    Check(resolved.status());
+    return {{"socket", *resolved}};
   }
   if (cmd == "vm.unbind") {
     OnlyFields(req, {"socket"});
-    if (std::string err = target_->UnbindVm(Str(req, "socket")); !err.empty()) {
-      throw BadRequest(err);
-    }
+    Check(target_->UnbindVm(Str(req, "socket")));
     return json::object();
   }
   if (cmd == "vm.list") {
@@ -205,11 +206,9 @@ json ControlApi::Dispatch(const std::string& cmd, const json& req) {
     OnlyFields(req, {});
     return target_->Counters();
   }
-  json out;
-  std::string err;
-  if (target_->EngineCommand(cmd, req, &out, &err)) {
-    if (!err.empty()) throw BadRequest(err);
-    return out;
+  if (std::optional<CommandResult> result = target_->EngineCommand(cmd, req)) {
+    Check(result->status());
+    return **result;
   }
   throw BadRequest("unknown command \"" + cmd + "\"");
 }

@@ -69,13 +69,10 @@ ControlServer::~ControlServer() {
   Stop();
 }
 
-bool ControlServer::Start(std::string* error) {
+Status ControlServer::Start() {
   struct stat st;
   if (lstat(path_.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      *error = path_ + ": exists and is not a socket";
-      return false;
-    }
+    if (!S_ISSOCK(st.st_mode)) return Status::Exists(path_ + ": exists and is not a socket");
     unlink(path_.c_str());  // stale socket of an earlier run
   }
   // Bound and listening under a temporary name, then renamed: a client that
@@ -92,11 +89,10 @@ bool ControlServer::Start(std::string* error) {
   }
   if (ec) {
     unlink(tmp.c_str());
-    *error = path_ + ": " + ec.message();
-    return false;
+    return Status::IoError(path_ + ": " + ec.message());
   }
   Accept();
-  return true;
+  return Status::Ok();
 }
 
 void ControlServer::Stop() {

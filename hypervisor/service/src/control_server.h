@@ -10,6 +10,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 
+#include "hz/common/status.h"
+
 namespace hz::service {
 
 class ControlServer {
@@ -18,7 +20,7 @@ class ControlServer {
   ControlServer(boost::asio::io_context& io, std::string path, size_t max_line, size_t max_clients,
                 Handler handler);
   ~ControlServer();
-  bool Start(std::string* error);
+  Status Start();
   void Stop();
 
  private:

@@ -34,14 +34,15 @@ EngineBackend::~EngineBackend() {
   reaper_.join();
 }
 
-coll::Status EngineBackend::NewUid(uint64_t tenant, coll::Uid* out) {
+Status EngineBackend::NewUid(const TenantId& tenant, coll::Uid* out) {
   return engine_.NewUid(tenant, out);
 }
 
-void EngineBackend::Init(uint64_t tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
-                         coll::Constraints c, std::function<void(coll::Status, MemberPtr)> done) {
+void EngineBackend::Init(const TenantId& tenant, const coll::Uid& uid, uint32_t nranks,
+                         uint32_t rank, coll::Constraints c,
+                         std::function<void(Status, MemberPtr)> done) {
   engine_.Init(tenant, uid, nranks, rank, c,
-               [done = std::move(done)](coll::Status st, std::shared_ptr<coll::Member> m) {
+               [done = std::move(done)](Status st, std::shared_ptr<coll::Member> m) {
                  done(st, m ? std::make_shared<EngineMember>(std::move(m)) : nullptr);
                });
 }
@@ -120,13 +121,13 @@ std::vector<CommSummary> EngineBackend::Communicators() const {
   for (const coll::CommInfo& c : engine_.Communicators()) {
     CommSummary s;
     s.id = c.id;
-    s.tenant = c.tenant;
+    s.tenant = c.tenant.name();
     s.nranks = c.nranks;
     s.joined = c.joined;
     s.next_seq = c.next_seq;
     s.pending = c.pending;
     s.state = coll::CommStateName(c.state);
-    s.abort_reason = coll::StatusName(c.abort_reason);
+    s.abort_reason = StatusCodeName(c.abort_reason.code());
     out.push_back(std::move(s));
   }
   return out;

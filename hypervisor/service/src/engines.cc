@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <string>
 
+#include "hz/common/file.h"
 #include "hz/events/injection.h"
+#include "hz/service/wire_status.h"
 #include "protocol/harmonaize.h"
 #include "spdlog/spdlog.h"
 
@@ -19,21 +19,21 @@ using json = nlohmann::json;
 namespace {
 
 // The operator commands of the engines name one tenant: checks that req has
-// only cmd, id, tenant and `extra`, and that tenant is a string. Returns the
-// error to answer with, or "" with *tenant set.
-std::string ReadTenant(const json& req, std::initializer_list<const char*> extra,
-                       std::string* tenant) {
+// only cmd, id, tenant and `extra`, and that tenant is a string.
+Status ReadTenant(const json& req, std::initializer_list<const char*> extra, std::string* tenant) {
   for (const auto& item : req.items()) {
     const std::string& k = item.key();  // a plain name: clang 14 cannot capture bindings
     if (k == "cmd" || k == "id" || k == "tenant") continue;
     if (std::none_of(extra.begin(), extra.end(), [&k](const char* e) { return k == e; })) {
-      return "unknown field \"" + k + "\"";
+      return Status::InvalidArgument("unknown field \"" + k + "\"");
     }
   }
   auto t = req.find("tenant");
-  if (t == req.end() || !t->is_string()) return "field \"tenant\" must be a string";
+  if (t == req.end() || !t->is_string()) {
+    return Status::InvalidArgument("field \"tenant\" must be a string");
+  }
   *tenant = t->get<std::string>();
-  return {};
+  return Status::Ok();
 }
 
 }  // namespace
@@ -42,7 +42,7 @@ std::string ReadTenant(const json& req, std::initializer_list<const char*> extra
 class Engines::CkptSink : public checkpoint::EventSink {
  public:
   explicit CkptSink(Engines* e) : e_(e) {}
-  void Publish(checkpoint::TenantId tenant, checkpoint::EventKind kind, checkpoint::StreamId stream,
+  void Publish(const TenantId& tenant, checkpoint::EventKind kind, checkpoint::StreamId stream,
                uint64_t step) override {
     checkpoint::CheckpointEvent ev;
     ev.tenant = tenant;
@@ -70,30 +70,16 @@ Engines::~Engines() {
   sink_.reset();
 }
 
-bool Engines::Start(std::string* error) {
+Status Engines::Start() {
   events::BusOptions bo;
   bo.dir = config_.state_dir + "/events";
   // Infrastructure events are rare; losing one to a power cut would lose a
   // maintenance notice, so every append is flushed.
   bo.fsync = events::FsyncPolicy::kAlways;
-  events::Status st = events::EventBus::Open(bo, &bus_);
-  if (!st.ok()) {
-    *error = bo.dir + ": " + st.ToString();
-    return false;
-  }
+  Status st = events::EventBus::Open(bo, &bus_);
+  if (!st.ok()) return Status(st.code(), bo.dir + ": " + st.ToString());
 
   const std::string root = config_.state_dir + "/checkpoints";
-  {
-    std::ifstream in(root + "/tenants.json");
-    json ids = in ? json::parse(in, nullptr, /*allow_exceptions=*/false) : json::object();
-    if (ids.is_object()) {
-      for (const auto& [name, id] : ids.items()) {
-        if (!id.is_number_unsigned() || id.get<uint64_t>() == 0) continue;
-        ckpt_ids_[name] = id.get<uint64_t>();
-        ckpt_names_[id.get<uint64_t>()] = name;
-      }
-    }
-  }
   sink_ = std::make_unique<CkptSink>(this);
   checkpoint::EngineConfig cc;
   cc.root = root;
@@ -102,72 +88,33 @@ bool Engines::Start(std::string* error) {
   cc.disk_bandwidth_bytes_per_s = config_.ckpt_disk_bandwidth_bytes_per_s;
   cc.default_limits.staging_bytes = cc.staging_bytes;
   cc.sink = sink_.get();
-  std::string cerr;
-  ckpt_ = checkpoint::Engine::Open(cc, &cerr);
-  if (!ckpt_) {
-    *error = root + ": " + cerr;
-    return false;
-  }
-  return true;
+  st = checkpoint::Engine::Open(cc, &ckpt_);
+  if (!st.ok()) return Status(st.code(), root + ": " + st.message());
+  return Status::Ok();
 }
 
-checkpoint::TenantId Engines::CkptTenant(const std::string& tenant) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = ckpt_ids_.find(tenant);
-  if (it != ckpt_ids_.end()) return it->second;
-  checkpoint::TenantId id = ckpt_names_.empty() ? 1 : ckpt_names_.rbegin()->first + 1;
-  ckpt_ids_[tenant] = id;
-  ckpt_names_[id] = tenant;
-  SaveTenantIds();
-  return id;
-}
-
-// Under mu_. Written to a temporary file, then renamed.
-void Engines::SaveTenantIds() {
-  json ids = json::object();
-  for (const auto& [name, id] : ckpt_ids_) ids[name] = id;
-  const std::string path = config_.state_dir + "/checkpoints/tenants.json";
-  {
-    std::ofstream out(path + ".tmp", std::ios::trunc);
-    out << ids.dump() << "\n";
-    if (!out) {
-      spdlog::error("event=ckpt_tenants_save_failed path={}", path);
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(path + ".tmp", path, ec);
-  if (ec) spdlog::error("event=ckpt_tenants_save_failed path={} error=\"{}\"", path, ec.message());
-}
-
-bool Engines::ClaimQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner) {
+bool Engines::ClaimQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner) {
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = quiesce_.try_emplace({t, s}, owner);
   return inserted || it->second == owner;
 }
 
-void Engines::ReleaseQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner) {
+void Engines::ReleaseQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = quiesce_.find({t, s});
   if (it != quiesce_.end() && it->second == owner) quiesce_.erase(it);
 }
 
 void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
-  std::string tenant;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = ckpt_names_.find(e.tenant);
-    if (it == ckpt_names_.end()) return;
-    tenant = it->second;
-  }
-  events::EventSpec spec =
-      events::MakeCheckpoint(static_cast<events::CheckpointKind>(e.kind), e.stream,
-                             static_cast<hz_ckpt_tier>(e.tier), e.step, e.status, e.flags);
+  if (e.tenant.empty()) return;  // a directory no tenant owns
+  events::EventSpec spec = events::MakeCheckpoint(static_cast<events::CheckpointKind>(e.kind),
+                                                  e.stream, static_cast<hz_ckpt_tier>(e.tier),
+                                                  e.step, ToWireStatus(e.status), e.flags);
   uint64_t seq = 0;
-  events::Status st = bus_->Publish(tenant, spec, &seq);
+  Status st = bus_->Publish(e.tenant, spec, &seq);
   if (!st.ok()) {
-    spdlog::warn("event=ckpt_event_lost tenant={} stream={} step={} error=\"{}\"", tenant, e.stream,
-                 e.step, st.ToString());
+    spdlog::warn("event=ckpt_event_lost tenant={} stream={} step={} error=\"{}\"", e.tenant.name(),
+                 e.stream, e.step, st.ToString());
     return;
   }
   ckpt_events_.fetch_add(1, std::memory_order_relaxed);
@@ -177,16 +124,10 @@ void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
 // SPEC §7.5.7: a SCHEDULED notice (or STARTED) lets the provider copy every
 // registered stream before the deadline. OnNotice waits for the copies, so it
 // runs on a thread of its own, never on the operator's or a VM's.
-void Engines::Notice(const std::string& tenant, const hz_event& ev) {
+void Engines::Notice(const TenantId& tenant, const hz_event& ev) {
   if (!ckpt_) return;
   if (ev.topic != HZ_TOPIC_MAINTENANCE && ev.topic != HZ_TOPIC_PREEMPTION) return;
-  checkpoint::TenantId id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = ckpt_ids_.find(tenant);
-    if (it == ckpt_ids_.end()) return;  // never used checkpoints
-    id = it->second;
-  }
+  if (!ckpt_->HasTenant(tenant)) return;  // never used checkpoints
   const uint64_t now = static_cast<uint64_t>(std::time(nullptr));
   // Without a deadline (STARTED) the copy still gets a bounded window.
   uint64_t left_s = ev.deadline_s > now ? ev.deadline_s - now : 10;
@@ -195,10 +136,10 @@ void Engines::Notice(const std::string& tenant, const hz_event& ev) {
   jit_notices_.fetch_add(1, std::memory_order_relaxed);
   checkpoint::Engine* engine = ckpt_.get();
   std::lock_guard<std::mutex> lock(mu_);
-  notices_.emplace_back([engine, id, deadline, tenant] {
-    for (const checkpoint::NoticeOutcome& o : engine->OnNotice(id, deadline)) {
-      spdlog::info("event=ckpt_jit tenant={} stream={} step={} status={} attempts={}", tenant,
-                   o.stream, o.step, checkpoint::StatusName(o.status), o.attempts);
+  notices_.emplace_back([engine, deadline, tenant] {
+    for (const checkpoint::NoticeOutcome& o : engine->OnNotice(tenant, deadline)) {
+      spdlog::info("event=ckpt_jit tenant={} stream={} step={} status=\"{}\" attempts={}",
+                   tenant.name(), o.stream, o.step, o.status.ToString(), o.attempts);
     }
   });
 }
@@ -210,31 +151,26 @@ uint64_t Engines::Features() const {
   return f;
 }
 
-bool Engines::Command(const std::string& cmd, const json& req, json* out, std::string* error) {
-  if (cmd == "event.inject") {
-    *error = InjectEvent(req, out);
-    return true;
-  }
-  if (cmd == "checkpoint.list") {
-    *error = ListCheckpoints(req, out);
-    return true;
-  }
-  if (cmd == "event.status") {
-    *error = EventStatus(req, out);
-    return true;
-  }
-  return false;
+bool Engines::Handles(const std::string& cmd) {
+  return cmd == "event.inject" || cmd == "checkpoint.list" || cmd == "event.status";
+}
+
+StatusOr<json> Engines::Command(const std::string& cmd, const json& req) {
+  if (cmd == "event.inject") return InjectEvent(req);
+  if (cmd == "checkpoint.list") return ListCheckpoints(req);
+  if (cmd == "event.status") return EventStatus(req);
+  return Status::NotSupported("unknown command \"" + cmd + "\"");
 }
 
 // {"cmd": "event.status", "tenant": "t1"}: the tenant's log, each binding's
 // cursor and the events it approved early (what the tenant acknowledged).
-std::string Engines::EventStatus(const json& req, json* out) {
+StatusOr<json> Engines::EventStatus(const json& req) {
   std::string tenant;
-  if (std::string err = ReadTenant(req, {}, &tenant); !err.empty()) return err;
-  if (!bus_) return "the event bus is not running";
+  if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
+  if (!bus_) return Status::State("the event bus is not running");
   events::TenantSummary s;
-  events::Status st = bus_->Summary(tenant, &s);
-  if (!st.ok()) return st.ToString();
+  Status st = bus_->Summary(TenantId(tenant), &s);
+  if (!st.ok()) return st;
   json bindings = json::array();
   for (const auto& b : s.bindings) {
     bindings.push_back({{"binding", b.name},
@@ -242,75 +178,56 @@ std::string Engines::EventStatus(const json& req, json* out) {
                         {"delivered", b.delivered},
                         {"connected", b.connected}});
   }
-  *out = {{"tenant", tenant},
-          {"next_seq", s.next_seq},
-          {"oldest_seq", s.oldest_seq},
-          {"bindings", bindings},
-          {"approved", s.approved}};
-  return {};
+  return json{{"tenant", tenant},
+              {"next_seq", s.next_seq},
+              {"oldest_seq", s.oldest_seq},
+              {"bindings", bindings},
+              {"approved", s.approved}};
 }
 
 // {"cmd": "event.inject", "tenant": "t1", "event": {"topic": "maintenance", ...}}
 // The event object is SpecFromJson's (hz/events/injection.h).
-std::string Engines::InjectEvent(const json& req, json* out) {
+StatusOr<json> Engines::InjectEvent(const json& req) {
   std::string tenant;
-  if (std::string err = ReadTenant(req, {"event"}, &tenant); !err.empty()) return err;
+  if (Status s = ReadTenant(req, {"event"}, &tenant); !s.ok()) return s;
   auto e = req.find("event");
-  if (e == req.end() || !e->is_object()) return "field \"event\" must be an object";
-  if (!bus_) return "the event bus is not running";
+  if (e == req.end() || !e->is_object()) {
+    return Status::InvalidArgument("field \"event\" must be an object");
+  }
+  if (!bus_) return Status::State("the event bus is not running");
   events::EventSpec spec;
-  events::Status st =
-      events::SpecFromJson(e->dump(), static_cast<uint64_t>(std::time(nullptr)), &spec);
-  if (!st.ok()) return st.message().empty() ? st.ToString() : st.message();
+  Status st = events::SpecFromJson(e->dump(), static_cast<uint64_t>(std::time(nullptr)), &spec);
+  if (!st.ok()) return st;
   uint64_t seq = 0;
-  st = bus_->Publish(tenant, spec, &seq);
-  if (!st.ok()) return st.ToString();
+  st = bus_->Publish(TenantId(tenant), spec, &seq);
+  if (!st.ok()) return st;
   published_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("event=event_injected tenant={} topic={} kind={} seq={} deadline_s={}", tenant,
                spec.topic, spec.kind, seq, spec.deadline_s);
   hz_event ev{};
   json res = {{"tenant", tenant}, {"seq", seq}};
-  if (bus_->Get(tenant, seq, &ev).ok()) {
+  if (bus_->Get(TenantId(tenant), seq, &ev).ok()) {
     res["deadline_s"] = ev.deadline_s;
-    Notice(tenant, ev);
+    Notice(TenantId(tenant), ev);
   }
-  *out = res;
-  return {};
+  return res;
 }
 
 // {"cmd": "checkpoint.list", "tenant": "t1"}: the tenant's streams with their
 // checkpoints, and the engine's recent decisions about them.
-std::string Engines::ListCheckpoints(const json& req, json* out) {
+StatusOr<json> Engines::ListCheckpoints(const json& req) {
   std::string tenant;
-  if (std::string err = ReadTenant(req, {}, &tenant); !err.empty()) return err;
-  if (!ckpt_) return "the checkpoint engine is not running";
-  checkpoint::TenantId id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = ckpt_ids_.find(tenant);
-    if (it == ckpt_ids_.end()) {
-      *out = {{"tenant", tenant}, {"streams", json::array()}, {"decisions", json::array()}};
-      return {};
-    }
-    id = it->second;
+  if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
+  if (!ckpt_) return Status::State("the checkpoint engine is not running");
+  const TenantId id(tenant);
+  if (!ckpt_->HasTenant(id)) {
+    return json{{"tenant", tenant}, {"streams", json::array()}, {"decisions", json::array()}};
   }
-  // Streams are the directories under <root>/<tenant id>/.
   json streams = json::array();
-  std::error_code ec;
-  std::vector<checkpoint::StreamId> ids;
-  for (const auto& de : std::filesystem::directory_iterator(
-           config_.state_dir + "/checkpoints/" + std::to_string(id), ec)) {
-    const std::string name = de.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    unsigned long long v = std::strtoull(name.c_str(), nullptr, 10);
-    if (v == 0 || v > UINT32_MAX) continue;
-    ids.push_back(static_cast<checkpoint::StreamId>(v));
-  }
-  std::sort(ids.begin(), ids.end());
-  for (checkpoint::StreamId s : ids) {
+  for (checkpoint::StreamId s : ckpt_->Streams(id)) {
     std::vector<checkpoint::ListEntry> entries;
     bool more = false;
-    if (ckpt_->List(id, s, 0, 1024, &entries, &more) != checkpoint::Status::kOk) continue;
+    if (!ckpt_->List(id, s, 0, 1024, &entries, &more).ok()) continue;
     json steps = json::array();
     for (const auto& e : entries) {
       steps.push_back(
@@ -330,8 +247,7 @@ std::string Engines::ListCheckpoints(const json& req, json* out) {
                          {"step", d.step},
                          {"value", d.value}});
   }
-  *out = {{"tenant", tenant}, {"streams", streams}, {"decisions", decisions}};
-  return {};
+  return json{{"tenant", tenant}, {"streams", streams}, {"decisions", decisions}};
 }
 
 json Engines::Counters() const {

@@ -7,6 +7,7 @@
 
 #include "hz/service/engines.h"
 #include "hz/service/provider.h"
+#include "hz/service/wire_status.h"
 #include "spdlog/spdlog.h"
 #include "vdev/vhost_user.h"
 
@@ -66,19 +67,11 @@ bool CollOp(uint16_t opcode, coll::Op* op) {
   }
 }
 
-// Engine status values equal hz_status_code; anything unexpected is EIO.
-uint32_t FromEngine(coll::Status s) {
-  uint32_t v = static_cast<uint32_t>(s);
-  return v < HZ_S_MAX ? v : static_cast<uint32_t>(HZ_S_EIO);
-}
-
 }  // namespace
 
-HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, uint64_t tenant_id,
-                   std::string socket_path)
+HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, std::string socket_path)
     : env_(env),
       tenant_(tenant),
-      tenant_id_(tenant_id),
       socket_path_(std::move(socket_path)),
       link_(std::make_shared<Link>()),
       session_id_(RandomU64()),
@@ -360,8 +353,8 @@ HzDevice::Reply HzDevice::CommUid(const Request& req) {
     return {HZ_S_ETOOSMALL, 0, sizeof(hz_comm_uid_result), false};
   }
   coll::Uid uid;
-  coll::Status st = env_.coll->NewUid(tenant_id_, &uid);
-  if (st != coll::Status::kOk) return {FromEngine(st), 0, 0, false};
+  Status st = env_.coll->NewUid(tenant_->id(), &uid);
+  if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
   hz_comm_uid_result res{};
   std::memcpy(res.uid.bytes, uid.bytes.data(), HZ_UID_BYTES);
   WriteResult(req, &res, sizeof(res));
@@ -409,8 +402,8 @@ HzDevice::Reply HzDevice::CommInit(vdev::Queue& q, const Request& req) {
   in_flight_++;
   std::weak_ptr<Link> weak = link_;
   CollBackend* coll = env_.coll;
-  env_.coll->Init(tenant_id_, uid, a.nranks, a.rank, cons,
-                  [weak, op_id, coll](coll::Status st, MemberPtr m) {
+  env_.coll->Init(tenant_->id(), uid, a.nranks, a.rank, cons,
+                  [weak, op_id, coll](Status st, MemberPtr m) {
                     std::shared_ptr<Link> link = weak.lock();
                     bool posted = false;
                     if (link) {
@@ -438,7 +431,7 @@ HzDevice::Reply HzDevice::CommInit(vdev::Queue& q, const Request& req) {
   return {HZ_S_OK, 0, 0, true};
 }
 
-void HzDevice::OnInitDone(uint64_t op_id, coll::Status st, MemberPtr m) {
+void HzDevice::OnInitDone(uint64_t op_id, Status st, MemberPtr m) {
   auto it = pending_.find(op_id);
   if (it == pending_.end()) {
     // Drained or torn down meanwhile: nobody will use this membership.
@@ -448,16 +441,16 @@ void HzDevice::OnInitDone(uint64_t op_id, coll::Status st, MemberPtr m) {
   std::shared_ptr<Pending> p = it->second;
   pending_.erase(it);
   in_flight_--;
-  uint32_t status = FromEngine(st);
+  uint32_t status = ToWireStatus(st);
   uint32_t result_len = 0;
-  if (st == coll::Status::kOk && m != nullptr) {
+  if (st.ok() && m != nullptr) {
     uint64_t handle = next_handle_++;
     comms_[handle].member = m;
     hz_comm_init_result res{};
     res.comm = handle;
     p->chain.Write(0, &res, sizeof(res));
     result_len = sizeof(res);
-  } else if (st == coll::Status::kOk) {
+  } else if (st.ok()) {
     status = HZ_S_EIO;
   }
   if (draining() && status != HZ_S_OK) status = HZ_S_ESHUTDOWN;
@@ -662,7 +655,7 @@ HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
   // The callback keeps p (and with it the pinned regions and the chain's
   // memory map) alive until the engine is done with the buffers, even if the
   // device goes away first.
-  env_.coll->Post(m, std::move(d), [weak, op_id, p](coll::Status st) {
+  env_.coll->Post(m, std::move(d), [weak, op_id, p](Status st) {
     std::shared_ptr<Link> link = weak.lock();
     if (!link) return;
     std::lock_guard<std::recursive_mutex> lock(link->mu);
@@ -679,13 +672,13 @@ HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
   return {HZ_S_OK, 0, 0, true};
 }
 
-void HzDevice::OnOpDone(uint64_t op_id, coll::Status st) {
+void HzDevice::OnOpDone(uint64_t op_id, Status st) {
   auto it = pending_.find(op_id);
   if (it == pending_.end()) return;  // answered by Drain already
   std::shared_ptr<Pending> p = it->second;
   pending_.erase(it);
   in_flight_--;
-  uint32_t status = FromEngine(st);
+  uint32_t status = ToWireStatus(st);
   if (draining() && status != HZ_S_OK) status = HZ_S_ESHUTDOWN;
   if (status == HZ_S_OK && env_.metrics != nullptr) env_.metrics->AddBytes(p->opcode, p->bytes);
   auto cit = comms_.find(p->comm);

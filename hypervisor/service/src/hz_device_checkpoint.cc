@@ -22,16 +22,13 @@
 
 #include "hz/service/engines.h"
 #include "hz/service/hz_device.h"
+#include "hz/service/wire_status.h"
 
 namespace hz::service {
 
 namespace {
 
 constexpr uint32_t kSliceBytes = sizeof(hz_slice);
-
-uint32_t Wire(checkpoint::Status s) {
-  return checkpoint::ToWireStatus(s);
-}
 
 }  // namespace
 
@@ -46,7 +43,7 @@ struct HzDevice::CkptOp {
   // What the engine thread works on. The pins keep the regions (and the
   // guest memory map) alive until the answer.
   checkpoint::Engine* eng = nullptr;
-  checkpoint::TenantId tid = 0;
+  TenantId tid;
   uint32_t stream = 0;
   uint64_t step = 0;
   uint32_t num_slices = 0;
@@ -72,10 +69,8 @@ struct HzDevice::CkptOp {
   }
   // An engine status as the guest sees it: a cancelled request was aborted
   // by its session's end, or by the service's shutdown.
-  uint32_t Wire(checkpoint::Status st) const {
-    if (st != checkpoint::Status::kCancelled && st != checkpoint::Status::kShutdown) {
-      return checkpoint::ToWireStatus(st);
-    }
+  uint32_t Wire(const Status& st) const {
+    if (!st.IsAborted() && !st.IsShutdown()) return ToWireStatus(st);
     return draining != nullptr && draining->load() ? HZ_S_ESHUTDOWN : HZ_S_EABORTED;
   }
 };
@@ -123,7 +118,7 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
   checkpoint::Engine* eng = env_.engines != nullptr ? env_.engines->ckpt() : nullptr;
   if (eng == nullptr || (features_ & (1ull << HZ_F_CHECKPOINT)) == 0) return Err(HZ_S_ENOTSUP);
   const auto start = std::chrono::steady_clock::now();
-  const checkpoint::TenantId tid = env_.engines->CkptTenant(tenant_->name());
+  const TenantId& tid = tenant_->id();
   switch (req.hdr.opcode) {
     case HZ_OP_CKPT_POLICY: {
       hz_ckpt_policy_args a;
@@ -137,11 +132,11 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
       p.stall_budget_ms = a.stall_budget_ms;
       p.rpo_s = a.rpo_s;
       p.auto_save_on_notice = (a.flags & HZ_CKPT_F_AUTO_SAVE_ON_NOTICE) != 0;
-      checkpoint::Status st = eng->SetPolicy(tid, a.stream, p);
+      Status st = eng->SetPolicy(tid, a.stream, p);
       // Clearing AUTO_SAVE_ON_NOTICE cancels the registration (the engine's
       // part); the session lets go of its regions.
-      if (st == checkpoint::Status::kOk && !p.auto_save_on_notice) DropQuiesce(a.stream);
-      return Err(Wire(st));
+      if (st.ok() && !p.auto_save_on_notice) DropQuiesce(a.stream);
+      return Err(ToWireStatus(st));
     }
     case HZ_OP_CKPT_SAVE: {
       hz_ckpt_save_args a;
@@ -200,8 +195,8 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
         sr.meta = o.meta;
         sr.cancelled = [&o] { return o.Cancelled(); };
         checkpoint::SaveResult res;
-        checkpoint::Status st = o.eng->Save(sr, &res);
-        if (st != checkpoint::Status::kOk) {
+        Status st = o.eng->Save(sr, &res);
+        if (!st.ok()) {
           o.status = o.Wire(st);
           return;
         }
@@ -270,8 +265,8 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
         rr.step = o.step;
         rr.cancelled = [&o] { return o.Cancelled(); };
         checkpoint::RestoreResult probe;
-        checkpoint::Status st = o.eng->Restore(rr, &probe);
-        if (st != checkpoint::Status::kOk) {
+        Status st = o.eng->Restore(rr, &probe);
+        if (!st.ok()) {
           o.status = o.Wire(st);
           return;
         }
@@ -287,8 +282,7 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
           // A probe reports the checkpoint's size without writing it.
           std::vector<checkpoint::ListEntry> entries;
           bool more = false;
-          if (o.eng->List(o.tid, o.stream, res.step - 1, 1, &entries, &more) ==
-                  checkpoint::Status::kOk &&
+          if (o.eng->List(o.tid, o.stream, res.step - 1, 1, &entries, &more).ok() &&
               !entries.empty() && entries[0].step == res.step) {
             res.bytes = entries[0].bytes;
           }
@@ -304,8 +298,8 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
           rr.step = probe.step;  // the same checkpoint, even if a newer one appeared
           rr.slices = o.spans.spans;
           st = o.eng->Restore(rr, &res);
-          if (st == checkpoint::Status::kOk && o.Cancelled()) st = checkpoint::Status::kCancelled;
-          if (st != checkpoint::Status::kOk) {
+          if (st.ok() && o.Cancelled()) st = Status::Aborted();
+          if (!st.ok()) {
             o.status = o.Wire(st);
             return;
           }
@@ -342,8 +336,8 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
       const uint32_t max = std::min<uint32_t>(a.max_entries, env_.limits.max_args_bytes / 32);
       std::vector<checkpoint::ListEntry> entries;
       bool more = false;
-      checkpoint::Status st = eng->List(tid, a.stream, a.start_after_step, max, &entries, &more);
-      if (st != checkpoint::Status::kOk) return Err(Wire(st));
+      Status st = eng->List(tid, a.stream, a.start_after_step, max, &entries, &more);
+      if (!st.ok()) return Err(ToWireStatus(st));
       const uint64_t need = sizeof(hz_ckpt_list_result) + entries.size() * sizeof(hz_ckpt_entry);
       if (req.result_capacity < need) return Err(HZ_S_ETOOSMALL, static_cast<uint32_t>(need));
       std::vector<uint8_t> out(need);
@@ -368,7 +362,7 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
       if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return Err(st);
       if (a.reserved != 0) return Err(HZ_S_ENOTSUP);
       if (a.stream == 0 || a.step == 0) return Err(HZ_S_EINVAL);
-      return Err(Wire(eng->Delete(tid, a.stream, a.step)));
+      return Err(ToWireStatus(eng->Delete(tid, a.stream, a.step)));
     }
     case HZ_OP_CKPT_QUIESCE:
       return CkptQuiesce(req, tid);
@@ -377,7 +371,7 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
   }
 }
 
-HzDevice::Reply HzDevice::CkptQuiesce(const Request& req, checkpoint::TenantId tid) {
+HzDevice::Reply HzDevice::CkptQuiesce(const Request& req, const TenantId& tid) {
   auto Err = [](uint32_t status, uint32_t detail = 0) { return Reply{status, 0, detail, false}; };
   checkpoint::Engine* eng = env_.engines->ckpt();
   hz_ckpt_quiesce_args a;
@@ -418,10 +412,10 @@ HzDevice::Reply HzDevice::CkptQuiesce(const Request& req, checkpoint::TenantId t
   std::vector<checkpoint::IoSpan> live;
   for (const auto& g : state.guest) live.insert(live.end(), g.begin(), g.end());
   if (!env_.engines->ClaimQuiesce(tid, a.stream, this)) return Err(HZ_S_EBUSY);
-  checkpoint::Status st = eng->DeclareQuiesce(tid, a.stream, word.guest[0][0], live);
-  if (st != checkpoint::Status::kOk) {
+  Status st = eng->DeclareQuiesce(tid, a.stream, word.guest[0][0], live);
+  if (!st.ok()) {
     if (quiesce_.count(a.stream) == 0) env_.engines->ReleaseQuiesce(tid, a.stream, this);
-    return Err(Wire(st));
+    return Err(ToWireStatus(st));
   }
   // The registration holds its regions (REGION_UNREGISTER answers EBUSY).
   QuiesceReg& reg = quiesce_[a.stream];
@@ -526,7 +520,7 @@ void HzDevice::StopCkptOps() {
     std::unique_lock<std::mutex> l(op.mu);
     if (op.phase == CkptOp::Phase::kQueued) {
       op.phase = CkptOp::Phase::kDone;
-      op.status = op.Wire(checkpoint::Status::kCancelled);
+      op.status = op.Wire(Status::Aborted("the session ended"));
     }
     op.cv.wait(l, [&] { return op.phase == CkptOp::Phase::kDone; });
   }

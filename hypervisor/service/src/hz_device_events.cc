@@ -7,6 +7,7 @@
 
 #include "hz/service/engines.h"
 #include "hz/service/hz_device.h"
+#include "hz/service/wire_status.h"
 
 namespace hz::service {
 
@@ -37,8 +38,8 @@ HzDevice::Reply HzDevice::HandleEvent(vdev::Queue&, const Request& req) {
     if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
     if (a.reserved != 0 || (a.flags & ~HZ_ACK_F_APPROVE) != 0) return {HZ_S_ENOTSUP, 0, 0, false};
     if (!delivery_) return {HZ_S_ESTATE, 0, 0, false};
-    events::Status st = delivery_->Ack(a);
-    return {static_cast<uint32_t>(st.ToWire()), 0, 0, false};
+    Status st = delivery_->Ack(a);
+    return {ToWireStatus(st), 0, 0, false};
   }
   if (req.hdr.opcode != HZ_OP_EVENT_SUBSCRIBE) return {HZ_S_ENOTSUP, 0, 0, false};
   hz_event_subscribe_args a;
@@ -48,8 +49,8 @@ HzDevice::Reply HzDevice::HandleEvent(vdev::Queue&, const Request& req) {
   }
   if (!delivery_) {
     std::unique_ptr<events::Delivery> d;
-    events::Status st = bus->Connect(tenant_->name(), SubscriberName(socket_path_), &d);
-    if (!st.ok()) return {static_cast<uint32_t>(st.ToWire()), 0, 0, false};
+    Status st = bus->Connect(tenant_->id(), SubscriberName(socket_path_), &d);
+    if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
     // Runs on the publisher's thread: hop onto this connection's executor.
     std::weak_ptr<Link> weak = link_;
     d->SetNotify([weak] {
@@ -69,8 +70,8 @@ HzDevice::Reply HzDevice::HandleEvent(vdev::Queue&, const Request& req) {
     delivery_ = std::move(d);
   }
   hz_event_subscribe_result res{};
-  events::Status st = delivery_->Subscribe(a, &res);
-  if (!st.ok()) return {static_cast<uint32_t>(st.ToWire()), 0, 0, false};
+  Status st = delivery_->Subscribe(a, &res);
+  if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
   WriteResult(req, &res, sizeof(res));
   FillEvents();
   return {HZ_S_OK, sizeof(res), 0, false};

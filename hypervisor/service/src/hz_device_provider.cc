@@ -7,6 +7,7 @@
 
 #include "hz/service/hz_device.h"
 #include "hz/service/provider.h"
+#include "hz/service/wire_status.h"
 
 namespace hz::service {
 
@@ -15,12 +16,8 @@ namespace {
 constexpr uint32_t kNegResultMax =
     sizeof(hz_neg_result) + HZ_NEG_MAX_OFFERS * sizeof(hz_neg_offer);  // 336
 
-uint32_t Wire(const events::Status& s) {
-  return static_cast<uint32_t>(s.ToWire());
-}
-
 // The wire result of a decision: hz_neg_result, then its offers.
-std::vector<uint8_t> DecisionBytes(const events::Decision& d) {
+std::vector<uint8_t> DecisionBytes(const negotiation::Decision& d) {
   hz_neg_result r = d.result;
   const size_t n = std::min<size_t>(d.offers.size(), HZ_NEG_MAX_OFFERS);
   r.num_offers = static_cast<uint32_t>(n);
@@ -40,8 +37,8 @@ HzDevice::Reply HzDevice::HandleTopology(vdev::Queue&, const Request& req) {
   if (req.hdr.opcode != HZ_OP_TOPOLOGY_GET) return {HZ_S_ENOTSUP, 0, 0, false};
   if (req.args_len != 0) return {HZ_S_EINVAL, 0, 0, false};  // SPEC §7.7: no arguments
   std::vector<uint8_t> bytes;
-  events::Status st = p->Summary(tenant_->name(), &bytes);
-  if (!st.ok()) return {Wire(st), 0, 0, false};
+  Status st = p->Summary(tenant_->id(), &bytes);
+  if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
   if (bytes.size() > req.result_capacity) {
     return {HZ_S_ETOOSMALL, 0, static_cast<uint32_t>(bytes.size()), false};
   }
@@ -54,7 +51,7 @@ HzDevice::Reply HzDevice::HandleNegotiation(vdev::Queue& q, const Request& req) 
   if (p == nullptr || (features_ & (1ull << HZ_F_NEGOTIATION)) == 0) {
     return {HZ_S_ENOTSUP, 0, 0, false};
   }
-  const std::string& tenant = tenant_->name();
+  const TenantId& tenant = tenant_->id();
   switch (req.hdr.opcode) {
     case HZ_OP_NEG_REQUEST: {
       hz_neg_request a;
@@ -74,21 +71,21 @@ HzDevice::Reply HzDevice::HandleNegotiation(vdev::Queue& q, const Request& req) 
         return {HZ_S_ETOOSMALL, 0, sizeof(hz_neg_accept_result), false};
       }
       hz_neg_accept_result r{};
-      events::Status st = p->Accept(tenant, a.offer_id, &r.reservation_id);
-      if (!st.ok()) return {Wire(st), 0, 0, false};
+      Status st = p->Accept(tenant, a.offer_id, &r.reservation_id);
+      if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
       WriteResult(req, &r, sizeof(r));
       return {HZ_S_OK, sizeof(r), 0, false};
     }
     case HZ_OP_NEG_DECLINE: {
       hz_neg_decline_args a;
       if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
-      return {Wire(p->Decline(tenant, a.negotiation_id)), 0, 0, false};
+      return {ToWireStatus(p->Decline(tenant, a.negotiation_id)), 0, 0, false};
     }
     case HZ_OP_NEG_RELEASE: {
       hz_neg_release_args a;
       if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
       if (a.reserved != 0 || a.reserved2 != 0) return {HZ_S_ENOTSUP, 0, 0, false};
-      return {Wire(p->Release(tenant, a)), 0, 0, false};
+      return {ToWireStatus(p->Release(tenant, a)), 0, 0, false};
     }
     default:
       return {HZ_S_ENOTSUP, 0, 0, false};
@@ -114,7 +111,7 @@ HzDevice::Reply HzDevice::NegPending(vdev::Queue& q, const Request& req, uint64_
   pending_[op_id] = pend;
   in_flight_++;
   std::weak_ptr<Link> weak = link_;
-  Provider::DecisionFn done = [weak, op_id](const events::Decision& d) {
+  Provider::DecisionFn done = [weak, op_id](const negotiation::Decision& d) {
     std::shared_ptr<Link> link = weak.lock();
     if (!link) return;
     std::vector<uint8_t> bytes = DecisionBytes(d);
@@ -129,15 +126,15 @@ HzDevice::Reply HzDevice::NegPending(vdev::Queue& q, const Request& req, uint64_
       if (dev != nullptr) dev->OnDecision(op_id, bytes);
     });
   };
-  events::Status st = counter_id == 0
-                          ? env_.provider->Submit(tenant_->name(), tenant_->spec().weight,
-                                                  static_cast<uint8_t>(tenant_->spec().priority), r,
-                                                  std::move(done))
-                          : env_.provider->Counter(tenant_->name(), counter_id, r, std::move(done));
+  Status st = counter_id == 0
+                  ? env_.provider->Submit(tenant_->id(), tenant_->spec().weight,
+                                          static_cast<uint8_t>(tenant_->spec().priority), r,
+                                          std::move(done))
+                  : env_.provider->Counter(tenant_->id(), counter_id, r, std::move(done));
   if (!st.ok()) {
     pending_.erase(op_id);
     in_flight_--;
-    return {Wire(st), 0, 0, false};
+    return {ToWireStatus(st), 0, 0, false};
   }
   return {HZ_S_OK, 0, 0, true};
 }
@@ -171,8 +168,8 @@ HzDevice::Reply HzDevice::HandleHint(vdev::Queue&, const Request& req) {
     return {HZ_S_ETOOSMALL, 0, sizeof(hz_hint_declare_result), false};
   }
   hz_hint_declare_result r{};
-  events::Status st = p->DeclareHint(tenant_->name(), a, &r);
-  if (!st.ok()) return {Wire(st), 0, 0, false};
+  Status st = p->DeclareHint(tenant_->id(), a, &r);
+  if (!st.ok()) return {ToWireStatus(st), 0, 0, false};
   WriteResult(req, &r, sizeof(r));
   return {HZ_S_OK, sizeof(r), 0, false};
 }

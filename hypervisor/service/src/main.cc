@@ -109,8 +109,8 @@ int main(int argc, char** argv) {
   RaiseFdLimit();
 
   hz::service::Service service(config);
-  if (!service.Start(&error)) {
-    spdlog::critical("event=start_failed error=\"{}\"", error);
+  if (hz::Status s = service.Start(); !s.ok()) {
+    spdlog::critical("event=start_failed error=\"{}\"", s.message());
     return 1;
   }
   service.Run();

@@ -66,25 +66,21 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 MetricsServer::MetricsServer(asio::io_context& io, std::function<std::string()> render)
     : acceptor_(io), render_(std::move(render)) {}
 
-bool MetricsServer::Start(const std::string& address, uint16_t port, std::string* error) {
+Status MetricsServer::Start(const std::string& address, uint16_t port) {
   beast::error_code ec;
   auto addr = asio::ip::make_address(address, ec);
-  if (ec) {
-    *error = "metrics address " + address + ": " + ec.message();
-    return false;
-  }
+  if (ec) return Status::InvalidArgument("metrics address " + address + ": " + ec.message());
   tcp::endpoint ep(addr, port);
   acceptor_.open(ep.protocol(), ec);
   if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor_.bind(ep, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    *error = "metrics " + address + ":" + std::to_string(port) + ": " + ec.message();
-    return false;
+    return Status::IoError("metrics " + address + ":" + std::to_string(port) + ": " + ec.message());
   }
   port_ = acceptor_.local_endpoint().port();
   Accept();
-  return true;
+  return Status::Ok();
 }
 
 void MetricsServer::Stop() {

@@ -8,12 +8,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "hz/common/status.h"
+
 namespace hz::service {
 
 class MetricsServer {
  public:
   MetricsServer(boost::asio::io_context& io, std::function<std::string()> render);
-  bool Start(const std::string& address, uint16_t port, std::string* error);
+  Status Start(const std::string& address, uint16_t port);
   uint16_t port() const { return port_; }
   void Stop();
 

@@ -13,7 +13,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "control_server.h"
-#include "hz/scheduler/state_file.h"
+#include "hz/common/file.h"
 #include "metrics_server.h"
 #include "spdlog/spdlog.h"
 #include "vdev/server.h"
@@ -68,15 +68,12 @@ Service::~Service() {
   if (!stopped_) Shutdown();
 }
 
-bool Service::Start(std::string* error) {
+hz::Status Service::Start() {
   started_ = std::chrono::steady_clock::now();
   std::error_code fec;
   for (const std::string& dir : {config_.state_dir, config_.VmSocketDir()}) {
     fs::create_directories(dir, fec);
-    if (fec) {
-      *error = dir + ": " + fec.message();
-      return false;
-    }
+    if (fec) return hz::Status::IoError(dir + ": " + fec.message());
   }
   fs::create_directories(fs::path(config_.ControlSocketPath()).parent_path(), fec);
 
@@ -87,11 +84,11 @@ bool Service::Start(std::string* error) {
 #endif
   env_.coll = coll_.get();
   engines_ = std::make_unique<Engines>(config_);
-  if (!engines_->Start(error)) return false;
+  if (hz::Status s = engines_->Start(); !s.ok()) return s;
   env_.engines = engines_.get();
   if (config_.scheduler.enabled) {
     provider_ = std::make_unique<Provider>(config_, io_, engines_->bus());
-    if (!provider_->Start(error)) return false;
+    if (hz::Status s = provider_->Start(); !s.ok()) return s;
     env_.provider = provider_.get();
   }
 
@@ -110,18 +107,19 @@ bool Service::Start(std::string* error) {
   control_ = std::make_unique<ControlServer>(
       io_, config_.ControlSocketPath(), config_.control_max_line_bytes, config_.control_max_clients,
       [this](const std::string& line) { return api_.Handle(line).dump(); });
-  if (!control_->Start(error)) return false;
+  if (hz::Status s = control_->Start(); !s.ok()) return s;
 
   if (config_.metrics_enabled) {
     metrics_server_ = std::make_unique<MetricsServer>(io_, [this] { return MetricsText(); });
-    if (!metrics_server_->Start(config_.metrics_address, config_.metrics_port, error)) return false;
+    hz::Status s = metrics_server_->Start(config_.metrics_address, config_.metrics_port);
+    if (!s.ok()) return s;
     metrics_port_ = metrics_server_->port();
   }
   LoadState();
   spdlog::info("event=started state_dir={} control_socket={} metrics={}:{} workers={} engine={}",
                config_.state_dir, config_.ControlSocketPath(), config_.metrics_address,
                metrics_port_, config_.worker_threads, coll_ ? "yes" : "no");
-  return true;
+  return hz::Status::Ok();
 }
 
 void Service::Run() {
@@ -239,63 +237,53 @@ std::string Service::ResolveSocketPath(const std::string& path) const {
   return (fs::path(config_.VmSocketDir()) / path).lexically_normal().string();
 }
 
-std::string Service::CreateTenant(const TenantSpec& spec) {
-  if (draining_) return "the service is stopping";
-  std::string err = tenants_.Create(spec);
-  if (!err.empty()) return err;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    tenant_ids_[spec.name] = next_tenant_id_++;
-  }
+hz::Status Service::CreateTenant(const TenantSpec& spec) {
+  if (draining_) return hz::Status::Shutdown("the service is stopping");
+  if (hz::Status s = tenants_.Create(spec); !s.ok()) return s;
   spdlog::info(
       "event=tenant_created tenant={} weight={} priority={} max_regions={} "
       "max_region_bytes={}",
       spec.name, spec.weight, spec.priority, spec.limits.max_regions, spec.limits.max_region_bytes);
   SaveState();
-  return {};
+  return hz::Status::Ok();
 }
 
-std::string Service::RemoveTenant(const std::string& name) {
+hz::Status Service::RemoveTenant(const std::string& name) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [path, b] : bindings_) {
-      if (b.tenant == name) return "tenant " + name + " still has a VM bound at " + path;
+      if (b.tenant == name) {
+        return hz::Status::Busy("tenant " + name + " still has a VM bound at " + path);
+      }
     }
   }
-  std::string err = tenants_.Remove(name);
-  if (!err.empty()) return err;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    tenant_ids_.erase(name);
-  }
+  if (hz::Status s = tenants_.Remove(name); !s.ok()) return s;
   spdlog::info("event=tenant_removed tenant={}", name);
   SaveState();
-  return {};
+  return hz::Status::Ok();
 }
 
-std::string Service::BindVm(const std::string& tenant, const std::string& socket_path,
-                            std::string* resolved_path) {
-  if (draining_) return "the service is stopping";
-  if (vdev_threads_.empty()) return "the service is not started";
+hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
+                                          const std::string& socket_path) {
+  if (draining_) return hz::Status::Shutdown("the service is stopping");
+  if (vdev_threads_.empty()) return hz::Status::State("the service is not started");
   std::string path = ResolveSocketPath(socket_path);
-  if (path.empty()) return "empty socket path";
-  if (path.size() > 107) return "socket path is longer than 107 bytes";
+  if (path.empty()) return hz::Status::InvalidArgument("empty socket path");
+  if (path.size() > 107) return hz::Status::InvalidArgument("socket path is longer than 107 bytes");
   std::shared_ptr<Tenant> t = tenants_.Find(tenant);
-  if (!t) return "no tenant " + tenant;
-  uint64_t tenant_id;
+  if (!t) return hz::Status::NotFound("no tenant " + tenant);
   size_t thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (bindings_.count(path) != 0) return path + " is already bound";
-    tenant_id = tenant_ids_[tenant];
+    if (bindings_.count(path) != 0) return hz::Status::Exists(path + " is already bound");
     thread = ThreadForTenantLocked(tenant);
   }
   std::error_code fec;
   fs::create_directories(fs::path(path).parent_path(), fec);
   std::string error;
   DeviceEnv env = env_;
-  vdev::DeviceFactory factory = [env, t, tenant_id](const std::string& p) {
-    return std::make_unique<HzDevice>(env, t, tenant_id, p);
+  vdev::DeviceFactory factory = [env, t](const std::string& p) {
+    return std::make_unique<HzDevice>(env, t, p);
   };
   vdev::ServerOptions opts;
   opts.session.require_sealed_memory = config_.device.require_sealed_memory;
@@ -306,20 +294,18 @@ std::string Service::BindVm(const std::string& tenant, const std::string& socket
     ok = server->Start(&error);
     if (!ok) server.reset();
   });
-  if (!ok) return path + ": " + error;
+  if (!ok) return hz::Status::IoError(path + ": " + error);
   {
     std::lock_guard<std::mutex> lock(mu_);
     Binding& b = bindings_[path];
     b.tenant = tenant;
     b.tenant_ptr = t;
-    b.tenant_id = tenant_id;
     b.thread = thread;
     b.server = std::move(server);
   }
   spdlog::info("event=vm_bound tenant={} socket={}", tenant, path);
-  *resolved_path = path;
   SaveState();
-  return {};
+  return path;
 }
 
 size_t Service::ThreadForTenantLocked(const std::string& tenant) const {
@@ -331,14 +317,14 @@ size_t Service::ThreadForTenantLocked(const std::string& tenant) const {
   return static_cast<size_t>(std::min_element(vms.begin(), vms.end()) - vms.begin());
 }
 
-std::string Service::UnbindVm(const std::string& socket_path) {
+hz::Status Service::UnbindVm(const std::string& socket_path) {
   std::string path = ResolveSocketPath(socket_path);
   std::unique_ptr<vdev::Server> server;
   size_t thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = bindings_.find(path);
-    if (it == bindings_.end()) return path + " is not bound";
+    if (it == bindings_.end()) return hz::Status::NotFound(path + " is not bound");
     server = std::move(it->second.server);
     thread = it->second.thread;
     bindings_.erase(it);
@@ -349,7 +335,7 @@ std::string Service::UnbindVm(const std::string& socket_path) {
   }
   spdlog::info("event=vm_unbound socket={}", path);
   SaveState();
-  return {};
+  return hz::Status::Ok();
 }
 
 std::vector<VmView> Service::Vms() const {
@@ -453,31 +439,22 @@ std::string Service::MetricsText() const {
   return text;
 }
 
-bool Service::EngineCommand(const std::string& cmd, const json& req, json* out,
-                            std::string* error) {
-  if (!engines_) return false;
+std::optional<CommandResult> Service::EngineCommand(const std::string& cmd, const json& req) {
+  if (!engines_) return std::nullopt;
   // Every engine command names a tenant the operator created.
   if (auto t = req.find("tenant"); t != req.end() && t->is_string()) {
     if (!tenants_.Find(t->get<std::string>())) {
       if (cmd.starts_with("event.") || cmd.starts_with("checkpoint.") || cmd == "alloc" ||
           cmd == "tenant.domain") {
-        *error = "no tenant " + t->get<std::string>();
-        return true;
+        return hz::Status::NotFound("no tenant " + t->get<std::string>());
       }
     }
   }
-  if (engines_->Command(cmd, req, out, error)) return true;
-  if (provider_ && provider_->Command(cmd, req, out, error)) return true;
-  static const char* kProviderCommands[] = {"inventory",     "allocation.list", "alloc",
-                                            "release",       "device.fail",     "device.degrade",
-                                            "device.repair", "tenant.domain",   "negotiation.list"};
-  for (const char* c : kProviderCommands) {
-    if (cmd == c) {
-      *error = "the scheduler is disabled ([scheduler] enabled = false)";
-      return true;
-    }
-  }
-  return false;
+  if (Engines::Handles(cmd)) return engines_->Command(cmd, req);
+  if (!Provider::Handles(cmd)) return std::nullopt;
+  if (!provider_)
+    return hz::Status::State("the scheduler is disabled ([scheduler] enabled = false)");
+  return provider_->Command(cmd, req);
 }
 
 // The operator's objects survive restarts: tenants and bindings are saved
@@ -502,7 +479,7 @@ void Service::SaveState() {
   const std::string path = config_.state_dir + "/state.json";
   // fsynced before and after the rename: a tenant or binding the operator
   // was told about is still there after a power loss.
-  hz::scheduler::Status s = hz::scheduler::WriteFileAtomically(path, state.dump(2) + "\n");
+  hz::Status s = WriteFileAtomic(path, state.dump(2) + "\n");
   if (!s.ok()) spdlog::error("event=state_save_failed path={} reason=\"{}\"", path, s.ToString());
 }
 
@@ -525,15 +502,16 @@ void Service::LoadState() {
       spec.priority = t.at("priority").get<uint16_t>();
       spec.limits.max_regions = t.at("max_regions").get<uint32_t>();
       spec.limits.max_region_bytes = t.at("max_region_bytes").get<uint64_t>();
-      if (std::string err = CreateTenant(spec); !err.empty()) {
-        spdlog::warn("event=state_tenant_skipped tenant={} reason=\"{}\"", spec.name, err);
+      if (hz::Status s = CreateTenant(spec); !s.ok()) {
+        spdlog::warn("event=state_tenant_skipped tenant={} reason=\"{}\"", spec.name, s.message());
       }
     }
     for (const json& b : state.value("bindings", json::array())) {
-      std::string resolved;
-      std::string err =
-          BindVm(b.at("tenant").get<std::string>(), b.at("socket").get<std::string>(), &resolved);
-      if (!err.empty()) spdlog::warn("event=state_binding_skipped reason=\"{}\"", err);
+      hz::StatusOr<std::string> bound =
+          BindVm(b.at("tenant").get<std::string>(), b.at("socket").get<std::string>());
+      if (!bound.ok()) {
+        spdlog::warn("event=state_binding_skipped reason=\"{}\"", bound.status().message());
+      }
     }
   } catch (const json::exception& e) {
     readable = false;

@@ -39,23 +39,30 @@ bool TenantRegistry::ValidName(const std::string& name) {
   return true;
 }
 
-std::string TenantRegistry::Create(const TenantSpec& spec) {
+Status TenantRegistry::Create(const TenantSpec& spec) {
   if (!ValidName(spec.name)) {
-    return "invalid tenant name (1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter "
-           "or digit)";
+    return Status::InvalidArgument(
+        "invalid tenant name (1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or "
+        "digit)");
   }
-  if (spec.weight < 1 || spec.weight > 1000) return "weight must be in 1..1000";
-  if (spec.priority >= HZ_PRIO_MAX) return "priority must be low, normal or high";
+  if (spec.weight < 1 || spec.weight > 1000) {
+    return Status::InvalidArgument("weight must be in 1..1000");
+  }
+  if (spec.priority >= HZ_PRIO_MAX) {
+    return Status::InvalidArgument("priority must be low, normal or high");
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (tenants_.count(spec.name) != 0) return fmt::format("tenant {} already exists", spec.name);
+  if (tenants_.count(spec.name) != 0) {
+    return Status::Exists(fmt::format("tenant {} already exists", spec.name));
+  }
   tenants_.emplace(spec.name, std::make_shared<Tenant>(spec));
-  return {};
+  return Status::Ok();
 }
 
-std::string TenantRegistry::Remove(const std::string& name) {
+Status TenantRegistry::Remove(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (tenants_.erase(name) == 0) return fmt::format("no tenant {}", name);
-  return {};
+  if (tenants_.erase(name) == 0) return Status::NotFound(fmt::format("no tenant {}", name));
+  return Status::Ok();
 }
 
 std::shared_ptr<Tenant> TenantRegistry::Find(const std::string& name) const {

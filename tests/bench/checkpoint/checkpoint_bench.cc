@@ -26,6 +26,8 @@
 namespace {
 
 using namespace hz::checkpoint;
+using hz::Status;
+using hz::TenantId;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -207,21 +209,21 @@ struct EngineRun {
   double persist_s = 0;  // Save return to durable
 };
 
-EngineRun SaveAndPersist(Engine& eng, TenantId tenant, uint64_t step,
+EngineRun SaveAndPersist(Engine& eng, const TenantId& tenant, uint64_t step,
                          const std::vector<IoSpan>& slices) {
   EngineRun r;
   SaveResult sr;
   auto t0 = Clock::now();
   Status st = eng.Save({tenant, 1, step, slices, {}}, &sr);
   auto t1 = Clock::now();
-  if (st != Status::kOk) {
-    std::cerr << "save failed: " << StatusName(st) << "\n";
+  if (!st.ok()) {
+    std::cerr << "save failed: " << st << "\n";
     exit(1);
   }
   st = eng.WaitDurable(tenant, 1, step, std::chrono::minutes(10));
   auto t2 = Clock::now();
-  if (st != Status::kOk) {
-    std::cerr << "persist failed: " << StatusName(st) << "\n";
+  if (!st.ok()) {
+    std::cerr << "persist failed: " << st << "\n";
     exit(1);
   }
   r.stall_s = Seconds(t1 - t0);
@@ -252,9 +254,8 @@ void RunSize(const std::string& dir, size_t bytes, int reps, unsigned copy_threa
   cfg.memory_tier_bytes = 0;
   cfg.copy_threads = copy_threads;
   cfg.queue_depth = queue_depth;
-  std::string err;
-  auto eng = Engine::Open(cfg, &err);
-  if (!eng) {
+  std::unique_ptr<Engine> eng;
+  if (Status err = Engine::Open(cfg, &eng); !err.ok()) {
     std::cerr << "engine: " << err << "\n";
     exit(1);
   }
@@ -264,23 +265,23 @@ void RunSize(const std::string& dir, size_t bytes, int reps, unsigned copy_threa
   TenantLimits lim;
   lim.staging_bytes = cfg.staging_bytes;
   lim.disk_bytes = 4 * static_cast<uint64_t>(bytes) + (1u << 30);
-  eng->SetLimits(1, lim);
-  eng->SetLimits(2, lim);
-  eng->SetPolicy(1, 1, p);
+  eng->SetLimits(TenantId("tenant1"), lim);
+  eng->SetLimits(TenantId("tenant2"), lim);
+  eng->SetPolicy(TenantId("tenant1"), 1, p);
 
   std::vector<double> memcpy_s, stall_s, persist_s, raw_s, dd_s, uring_s, tenant_s;
   std::vector<double> queue_ms, write_ms, commit_ms;
   MemcpySeconds(slices, dst);  // warm-up
   auto tenant_stats = [&] {
     for (const TenantStats& t : eng->GetStats().tenants) {
-      if (t.tenant == 1) return t;
+      if (t.tenant == TenantId("tenant1")) return t;
     }
     return TenantStats{};
   };
   for (int r = 0; r < reps; ++r) {
     memcpy_s.push_back(MemcpySeconds(slices, dst));
     TenantStats before = tenant_stats();
-    EngineRun run = SaveAndPersist(*eng, 1, r + 1, slices);
+    EngineRun run = SaveAndPersist(*eng, TenantId("tenant1"), r + 1, slices);
     TenantStats after = tenant_stats();
     queue_ms.push_back((after.persist_queue_us - before.persist_queue_us) / 1e3);
     write_ms.push_back((after.persist_write_us - before.persist_write_us) / 1e3);
@@ -346,22 +347,21 @@ void RunSize(const std::string& dir, size_t bytes, int reps, unsigned copy_threa
 
   // Two tenants, each with half the bytes, saving at the same moment.
   cfg.staging_bytes = bytes + 4 * kBlock;
-  eng = Engine::Open(cfg, &err);
-  if (!eng) {
+  if (Status err = Engine::Open(cfg, &eng); !err.ok()) {
     std::cerr << "engine: " << err << "\n";
     exit(1);
   }
-  eng->SetLimits(1, lim);
-  eng->SetLimits(2, lim);
-  eng->SetPolicy(1, 1, p);
-  eng->SetPolicy(2, 1, p);
+  eng->SetLimits(TenantId("tenant1"), lim);
+  eng->SetLimits(TenantId("tenant2"), lim);
+  eng->SetPolicy(TenantId("tenant1"), 1, p);
+  eng->SetPolicy(TenantId("tenant2"), 1, p);
   Buffer half_a(bytes / 2), half_b(bytes / 2);
   auto sa = Slices(half_a), sb = Slices(half_b);
   std::vector<double> ta, tb, jain, raw2, sum_ratio;
   for (int r = 0; r < reps; ++r) {
     EngineRun ra, rb;
-    std::thread a([&] { ra = SaveAndPersist(*eng, 1, r + 1, sa); });
-    std::thread b([&] { rb = SaveAndPersist(*eng, 2, r + 1, sb); });
+    std::thread a([&] { ra = SaveAndPersist(*eng, TenantId("tenant1"), r + 1, sa); });
+    std::thread b([&] { rb = SaveAndPersist(*eng, TenantId("tenant2"), r + 1, sb); });
     a.join();
     b.join();
     double hg = static_cast<double>(bytes / 2) / 1e9;

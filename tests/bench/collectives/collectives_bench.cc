@@ -36,6 +36,8 @@
 
 namespace {
 
+using hz::Status;
+using hz::TenantId;
 using hz::coll::Constraints;
 using hz::coll::DType;
 using hz::coll::Engine;
@@ -45,7 +47,6 @@ using hz::coll::Member;
 using hz::coll::Op;
 using hz::coll::OpDesc;
 using hz::coll::RedOp;
-using hz::coll::Status;
 using Clock = std::chrono::steady_clock;
 
 // The engine's streaming-store threshold, for reporting.
@@ -94,14 +95,15 @@ double StreamCopy(uint32_t threads, size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / Median(times);
 }
 
-std::vector<std::shared_ptr<Member>> Join(Engine& e, uint64_t tenant, uint32_t p, Constraints c) {
+std::vector<std::shared_ptr<Member>> Join(Engine& e, const TenantId& tenant, uint32_t p,
+                                          Constraints c) {
   hz::coll::Uid uid;
-  if (e.NewUid(tenant, &uid) != Status::kOk) std::abort();
+  if (!e.NewUid(tenant, &uid).ok()) std::abort();
   std::vector<std::shared_ptr<Member>> m(p);
   std::atomic<uint32_t> done{0};
   for (uint32_t r = 0; r < p; ++r) {
     e.Init(tenant, uid, p, r, c, [&, r](Status s, std::shared_ptr<Member> mm) {
-      if (s != Status::kOk) std::abort();
+      if (!s.ok()) std::abort();
       m[r] = std::move(mm);
       done++;
     });
@@ -121,7 +123,7 @@ class Latch {
   hz::coll::Done Callback() {
     return [this](Status s) {
       std::lock_guard<std::mutex> l(mu_);
-      failed_ |= s != Status::kOk;
+      failed_ |= !s.ok();
       if (--left_ == 0) cv_.notify_all();
     };
   }
@@ -152,7 +154,7 @@ OpDesc AllReduceDesc(uint64_t seq, size_t n, float* send, float* recv) {
 
 void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, double stream_bps) {
   const size_t n = bytes / 4;
-  auto m = Join(e, 1, p, Constraints{});
+  auto m = Join(e, TenantId("bench"), p, Constraints{});
   std::vector<std::unique_ptr<float[]>> send, recv;
   for (uint32_t r = 0; r < p; ++r) {
     send.push_back(Alloc(n, static_cast<float>(r + 1)));
@@ -222,13 +224,13 @@ void BenchFairness(uint32_t workers, uint16_t prio_a, uint16_t prio_b, size_t by
   const uint32_t p = 2, comms = 2, depth = 2;
   const size_t n = bytes / 4;
   struct Tenant {
-    uint64_t id;
+    TenantId id;
     uint16_t prio;
     std::vector<std::vector<std::shared_ptr<Member>>> comms;
     std::vector<std::unique_ptr<float[]>> bufs;
     std::atomic<uint64_t> ops{0};
   };
-  Tenant ta{1, prio_a, {}, {}, {}}, tb{2, prio_b, {}, {}, {}};
+  Tenant ta{TenantId("a"), prio_a, {}, {}, {}}, tb{TenantId("b"), prio_b, {}, {}, {}};
   std::atomic<bool> stop{false};
   auto run = [&](Tenant& t) {
     Constraints c;
@@ -248,7 +250,7 @@ void BenchFairness(uint32_t workers, uint16_t prio_a, uint16_t prio_b, size_t by
         float* s = t.bufs[(k * p + r) * 2].get();
         float* d = t.bufs[(k * p + r) * 2 + 1].get();
         e.Post(t.comms[k][r], AllReduceDesc(seq, n, s, d), [&, k, left](Status st) {
-          if (st != Status::kOk) std::abort();
+          if (!st.ok()) std::abort();
           if (left->fetch_sub(1) == 1) {
             t.ops++;
             std::lock_guard<std::mutex> l(mu);
@@ -294,8 +296,8 @@ void BenchFairness(uint32_t workers, uint16_t prio_a, uint16_t prio_b, size_t by
   const double wa = defaults.priority_weights[prio_a], wb = defaults.priority_weights[prio_b];
   const double bytes_a = static_cast<double>(a1 - a0) * bytes,
                bytes_b = static_cast<double>(b1 - b0) * bytes;
-  const double busy_a = static_cast<double>(s1.tenants[1].busy_ns - s0.tenants[1].busy_ns);
-  const double busy_b = static_cast<double>(s1.tenants[2].busy_ns - s0.tenants[2].busy_ns);
+  const double busy_a = static_cast<double>(s1.tenants[ta.id].busy_ns - s0.tenants[ta.id].busy_ns);
+  const double busy_b = static_cast<double>(s1.tenants[tb.id].busy_ns - s0.tenants[tb.id].busy_ns);
   const double want_a = wa / (wa + wb);
   const double share_a = bytes_a / std::max(1.0, bytes_a + bytes_b);
   const double busy_share_a = busy_a / std::max(1.0, busy_a + busy_b);

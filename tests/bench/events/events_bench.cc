@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
       c.rate = paced ? paced_rate : 0;
       c.fsync = fsync_always ? FsyncPolicy::kAlways : FsyncPolicy::kNone;
       FanoutResult r;
-      hz::events::Status s = hz::events::bench::RunEngineFanout(c, &r);
+      hz::Status s = hz::events::bench::RunEngineFanout(c, &r);
       std::filesystem::remove_all(c.dir);
       if (!s.ok()) {
         std::cerr << "run with " << tenants << " tenants failed: " << s.ToString() << "\n";

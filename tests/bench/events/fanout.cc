@@ -133,9 +133,9 @@ Status RunEngineFanout(const FanoutConfig& config, FanoutResult* result) {
   Status s = EventBus::Open(o, &bus);
   if (!s.ok()) return s;
 
-  std::vector<std::string> names;
+  std::vector<TenantId> names;
   std::vector<std::unique_ptr<Delivery>> deliveries(static_cast<size_t>(config.tenants));
-  for (int t = 0; t < config.tenants; ++t) names.push_back("tenant-" + std::to_string(t));
+  for (int t = 0; t < config.tenants; ++t) names.push_back(TenantId("tenant-" + std::to_string(t)));
   auto consumer = std::make_unique<Consumer>(&deliveries);
   for (int t = 0; t < config.tenants; ++t) {
     s = bus->Connect(names[static_cast<size_t>(t)], "guest", &deliveries[static_cast<size_t>(t)]);

@@ -52,7 +52,7 @@ struct Harness {
     tenant = std::make_shared<Tenant>(spec);
     DeviceEnv env;
     env.coll = &backend;
-    dev = std::make_unique<HzDevice>(env, tenant, 1, "/run/fuzz.sock");
+    dev = std::make_unique<HzDevice>(env, tenant, "/run/fuzz.sock");
     dev->OnConnect(ctx);
     for (uint16_t i = 0; i < dev->NumQueues(); ++i) {
       queues.push_back(std::make_unique<FakeQueue>(i));

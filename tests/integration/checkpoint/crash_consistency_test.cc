@@ -108,14 +108,15 @@ TEST(CheckpointCrash, SigkillDuringPersistNeverLosesOrTearsCheckpoints) {
     kills_after_progress += reported.size() > before;
 
     // A fresh engine on the same directory.
-    std::string err;
-    auto eng = Engine::Open(crash::LoopConfig(root), &err);
-    ASSERT_TRUE(eng) << err;
+    std::unique_ptr<Engine> eng;
+    Status err = Engine::Open(crash::LoopConfig(root), &eng);
+    ASSERT_TRUE(err.ok()) << err;
     EXPECT_TRUE(Leftovers(root).empty()) << Leftovers(root).front();
     std::vector<ListEntry> entries;
     bool more = false;
     if (reported.empty()) continue;
-    ASSERT_EQ(eng->List(crash::kTenant, crash::kStream, 0, 1000, &entries, &more), Status::kOk);
+    ASSERT_EQ(eng->List(crash::kTenant, crash::kStream, 0, 1000, &entries, &more).code(),
+              StatusCode::kOk);
     EXPECT_LE(entries.size(), crash::kRetention);
     std::set<uint64_t> listed;
     for (const ListEntry& e : entries) {
@@ -128,7 +129,8 @@ TEST(CheckpointCrash, SigkillDuringPersistNeverLosesOrTearsCheckpoints) {
       for (auto& s : expect) out.emplace_back(s.size(), 0);
       for (auto& s : out) spans.push_back({s.data(), s.size()});
       RestoreResult rr;
-      ASSERT_EQ(eng->Restore({crash::kTenant, crash::kStream, e.step, spans}, &rr), Status::kOk)
+      ASSERT_EQ(eng->Restore({crash::kTenant, crash::kStream, e.step, spans}, &rr).code(),
+                StatusCode::kOk)
           << "step " << e.step << " iteration " << iterations;
       EXPECT_EQ(out, expect) << "step " << e.step;
       EXPECT_EQ(rr.meta, crash::MetaFor(e.step));

@@ -6,13 +6,14 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "hz/checkpoint/engine.h"
 
 namespace hz::checkpoint::crash {
 
-inline constexpr TenantId kTenant = 3;
+inline const TenantId kTenant("tenant3");
 inline constexpr StreamId kStream = 1;
 inline constexpr uint32_t kRetention = 4;
 

@@ -12,10 +12,11 @@
 namespace {
 
 using namespace hz::checkpoint;
+using hz::Status;
 
 class StdoutSink : public EventSink {
  public:
-  void Publish(TenantId, EventKind kind, StreamId, uint64_t step) override {
+  void Publish(const hz::TenantId&, EventKind kind, StreamId, uint64_t step) override {
     if (kind != EventKind::kDurable) return;
     char line[48];
     int n = snprintf(line, sizeof line, "D %llu\n", static_cast<unsigned long long>(step));
@@ -33,22 +34,21 @@ int main(int argc, char** argv) {
   StdoutSink sink;
   EngineConfig cfg = crash::LoopConfig(argv[1]);
   cfg.sink = &sink;
-  std::string err;
-  auto eng = Engine::Open(cfg, &err);
-  if (!eng) {
-    fprintf(stderr, "open: %s\n", err.c_str());
+  std::unique_ptr<Engine> eng;
+  if (Status err = Engine::Open(cfg, &eng); !err.ok()) {
+    fprintf(stderr, "open: %s\n", err.ToString().c_str());
     return 1;
   }
   Policy p;
   p.retention = crash::kRetention;
   p.stall_budget_ms = 60000;
-  if (eng->SetPolicy(crash::kTenant, crash::kStream, p) != Status::kOk) return 1;
+  if (!eng->SetPolicy(crash::kTenant, crash::kStream, p).ok()) return 1;
   uint64_t step = 0;
   std::vector<ListEntry> entries;
   bool more = false;
   uint64_t after = 0;
   do {
-    if (eng->List(crash::kTenant, crash::kStream, after, 100, &entries, &more) != Status::kOk) {
+    if (!eng->List(crash::kTenant, crash::kStream, after, 100, &entries, &more).ok()) {
       return 1;
     }
     if (!entries.empty()) after = step = entries.back().step;
@@ -62,8 +62,9 @@ int main(int argc, char** argv) {
     auto meta = crash::MetaFor(step);
     SaveResult r;
     Status st = eng->Save({crash::kTenant, crash::kStream, step, spans, meta}, &r);
-    if (st != Status::kOk) {
-      fprintf(stderr, "save %llu: %s\n", static_cast<unsigned long long>(step), StatusName(st));
+    if (!st.ok()) {
+      fprintf(stderr, "save %llu: %s\n", static_cast<unsigned long long>(step),
+              st.ToString().c_str());
       return 1;
     }
   }

@@ -64,12 +64,12 @@ EventSpec SpecFor(uint64_t n) {
   std::unique_ptr<EventBus> bus;
   if (!EventBus::Open(o, &bus).ok()) _exit(2);
   std::unique_ptr<Delivery> d;
-  if (!bus->Connect("tenant", "guest", &d).ok()) _exit(3);
+  if (!bus->Connect(TenantId("tenant"), "guest", &d).ok()) _exit(3);
   hz_event_subscribe_result r{};
   if (!d->Subscribe({HZ_TOPIC_ALL, HZ_SEQ_CURSOR}, &r).ok()) _exit(4);
   for (uint64_t n = 1; n < 1000000; ++n) {
     uint64_t seq = 0;
-    if (!bus->Publish("tenant", SpecFor(n), &seq).ok() || seq != n) _exit(5);
+    if (!bus->Publish(TenantId("tenant"), SpecFor(n), &seq).ok() || seq != n) _exit(5);
     Report rep{1, seq};
     if (write(out, &rep, sizeof rep) != sizeof rep) _exit(6);
     if (n % 7 == 0) {
@@ -127,14 +127,14 @@ void VerifyLog(const std::string& dir, uint64_t max_seq, uint64_t max_ack, uint6
   std::unique_ptr<EventBus> bus;
   ASSERT_TRUE(EventBus::Open(o, &bus).ok());
   TenantSummary s;
-  ASSERT_TRUE(bus->Summary("tenant", &s).ok());
+  ASSERT_TRUE(bus->Summary(TenantId("tenant"), &s).ok());
   // Everything reported as appended is there; at most the one in flight beyond.
   ASSERT_GE(s.next_seq, max_seq + 1);
   ASSERT_LE(s.next_seq, max_seq + 2);
   EXPECT_EQ(s.oldest_seq, 1u);
   for (uint64_t n = 1; n < s.next_seq; ++n) {
     hz_event ev;
-    ASSERT_TRUE(bus->Get("tenant", n, &ev).ok()) << n;
+    ASSERT_TRUE(bus->Get(TenantId("tenant"), n, &ev).ok()) << n;
     EventSpec want = SpecFor(n);
     ASSERT_EQ(ev.topic, want.topic);
     ASSERT_EQ(ev.kind, want.kind);
@@ -142,7 +142,7 @@ void VerifyLog(const std::string& dir, uint64_t max_seq, uint64_t max_ack, uint6
   }
   // The acknowledged cursor survived too.
   std::unique_ptr<Delivery> d;
-  ASSERT_TRUE(bus->Connect("tenant", "guest", &d).ok());
+  ASSERT_TRUE(bus->Connect(TenantId("tenant"), "guest", &d).ok());
   hz_event_subscribe_result r{};
   ASSERT_TRUE(d->Subscribe({HZ_TOPIC_ALL, HZ_SEQ_CURSOR}, &r).ok());
   EXPECT_GE(r.cursor, max_ack);
@@ -199,16 +199,16 @@ TEST(EventsDurabilityTornTail, EveryCutPointRecovers) {
     std::unique_ptr<EventBus> bus;
     ASSERT_TRUE(EventBus::Open(o, &bus).ok());
     TenantSummary s;
-    ASSERT_TRUE(bus->Summary("tenant", &s).ok());
+    ASSERT_TRUE(bus->Summary(TenantId("tenant"), &s).ok());
     // The torn record is gone; sequence numbers continue after the cursor
     // floor (state.json) or the last intact record, whichever is higher.
     EXPECT_EQ(fs::file_size(log), size - record);
     uint64_t seq = 0;
-    ASSERT_TRUE(bus->Publish("tenant", SpecFor(next_seq - 1), &seq).ok());
+    ASSERT_TRUE(bus->Publish(TenantId("tenant"), SpecFor(next_seq - 1), &seq).ok());
     EXPECT_GE(s.next_seq, next_seq - 1);
     EXPECT_EQ(seq, s.next_seq);
     hz_event ev;
-    ASSERT_TRUE(bus->Get("tenant", seq, &ev).ok());
+    ASSERT_TRUE(bus->Get(TenantId("tenant"), seq, &ev).ok());
   }
 }
 

@@ -42,16 +42,16 @@ TEST(SchedulerLibvirt, HostdevXmlShape) {
   EXPECT_NE(xml.find("<hostdev mode='subsystem' type='pci' managed='no'>"), std::string::npos);
   EXPECT_NE(xml.find("<address domain='0x0000' bus='0xbb' slot='0x1f' function='0x7'/>"),
             std::string::npos);
-  EXPECT_EQ(HostdevXml("0000:bb:1f.7'/><x", &xml).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(HostdevXml("", &xml).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(HostdevXml("0000:bb:1f.7'/><x", &xml).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(HostdevXml("", &xml).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(SchedulerLibvirt, AttachAndDetachOnTheTestDriver) {
   std::unique_ptr<LibvirtAttacher> attacher;
   Status s = LibvirtAttacher::Open("test:///default", &attacher);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(attacher->Attach("no-such-domain", kBdfs[0]).code(), Status::Code::kNotFound);
-  EXPECT_EQ(attacher->Attach("test", "garbage").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(attacher->Attach("no-such-domain", kBdfs[0]).code(), StatusCode::kNotFound);
+  EXPECT_EQ(attacher->Attach("test", "garbage").code(), StatusCode::kInvalidArgument);
 
   auto conn = static_cast<virConnectPtr>(attacher->connection());
   s = attacher->Attach("test", kBdfs[0]);
@@ -73,7 +73,7 @@ TEST(SchedulerLibvirt, AttachAndDetachOnTheTestDriver) {
     // libvirt 9.0's test driver has no device hotplug: the call reached
     // virDomainAttachDeviceFlags and the driver's refusal comes back as a
     // clear error rather than a crash or a silent success.
-    EXPECT_EQ(s.code(), Status::Code::kIoError);
+    EXPECT_EQ(s.code(), StatusCode::kIoError);
     EXPECT_NE(s.message().find("virDomainAttachDeviceFlags"), std::string::npos) << s.ToString();
     Status d = attacher->Detach("test", kBdfs[0]);
     EXPECT_FALSE(d.ok());

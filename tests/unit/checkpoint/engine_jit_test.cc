@@ -14,6 +14,7 @@ namespace {
 using testing::RecordingSink;
 using testing::SmallConfig;
 using testing::TempDir;
+using testing::Tenant;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -39,15 +40,15 @@ struct LiveState {
 TEST(CheckpointJit, NoticeSnapshotsAConsistentStepWhileTheTenantMutates) {
   TempDir dir("jit");
   RecordingSink sink;
-  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink));
   ASSERT_TRUE(eng);
   Policy p;
   p.auto_save_on_notice = true;
-  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
   LiveState live;
   live.Update(1);
   auto spans = live.spans();
-  ASSERT_EQ(eng->DeclareQuiesce(1, 1, live.word_span(), spans), Status::kOk);
+  ASSERT_EQ(eng->DeclareQuiesce(Tenant(1), 1, live.word_span(), spans).code(), StatusCode::kOk);
 
   std::atomic<bool> stop{false};
   std::thread writer([&] {
@@ -56,23 +57,23 @@ TEST(CheckpointJit, NoticeSnapshotsAConsistentStepWhileTheTenantMutates) {
       std::this_thread::sleep_for(200us);  // compute between updates
     }
   });
-  auto outcomes = eng->OnNotice(1, Clock::now() + 20s);
+  auto outcomes = eng->OnNotice(Tenant(1), Clock::now() + 20s);
   stop = true;
   writer.join();
   ASSERT_EQ(outcomes.size(), 1u);
-  ASSERT_EQ(outcomes[0].status, Status::kOk);
+  ASSERT_EQ(outcomes[0].status.code(), StatusCode::kOk);
   EXPECT_GE(outcomes[0].attempts, 1u);
   uint64_t step = outcomes[0].step;
   EXPECT_GE(step, 1u);
-  EXPECT_EQ(sink.Count(EventKind::kJitSaved, 1, 1, step), 1u);
-  ASSERT_EQ(eng->WaitDurable(1, 1, step, 30s), Status::kOk);
-  EXPECT_EQ(sink.Count(EventKind::kDurable, 1, 1, step), 1u);
+  EXPECT_EQ(sink.Count(EventKind::kJitSaved, Tenant(1), 1, step), 1u);
+  ASSERT_EQ(eng->WaitDurable(Tenant(1), 1, step, 30s).code(), StatusCode::kOk);
+  EXPECT_EQ(sink.Count(EventKind::kDurable, Tenant(1), 1, step), 1u);
 
   // The checkpoint is of that step, and consistent: every word equals it.
   LiveState out;
   auto out_spans = out.spans();
   RestoreResult rr;
-  ASSERT_EQ(eng->Restore({1, 1, step, out_spans}, &rr), Status::kOk);
+  ASSERT_EQ(eng->Restore({Tenant(1), 1, step, out_spans}, &rr).code(), StatusCode::kOk);
   for (uint64_t v : out.a) ASSERT_EQ(v, step);
   for (uint64_t v : out.b) ASSERT_EQ(v, step);
   bool logged = false;
@@ -83,98 +84,101 @@ TEST(CheckpointJit, NoticeSnapshotsAConsistentStepWhileTheTenantMutates) {
 TEST(CheckpointJit, TenantStuckMidUpdateMissesTheDeadline) {
   TempDir dir("jit-miss");
   RecordingSink sink;
-  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink));
   ASSERT_TRUE(eng);
   Policy p;
   p.auto_save_on_notice = true;
-  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
   LiveState live;
   live.word.seq = 3;  // odd: never consistent
   auto spans = live.spans();
-  ASSERT_EQ(eng->DeclareQuiesce(1, 1, live.word_span(), spans), Status::kOk);
-  auto outcomes = eng->OnNotice(1, Clock::now() + 50ms);
+  ASSERT_EQ(eng->DeclareQuiesce(Tenant(1), 1, live.word_span(), spans).code(), StatusCode::kOk);
+  auto outcomes = eng->OnNotice(Tenant(1), Clock::now() + 50ms);
   ASSERT_EQ(outcomes.size(), 1u);
-  EXPECT_EQ(outcomes[0].status, Status::kTimedOut);
-  EXPECT_EQ(sink.Count(EventKind::kJitFailed, 1, 1, 0), 1u);
+  EXPECT_EQ(outcomes[0].status.code(), StatusCode::kTimedOut);
+  EXPECT_EQ(sink.Count(EventKind::kJitFailed, Tenant(1), 1, 0), 1u);
   std::vector<ListEntry> e;
   bool more;
-  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  ASSERT_EQ(eng->List(Tenant(1), 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   EXPECT_TRUE(e.empty());
   // Nothing leaked: only the registration's reservation is held.
-  ASSERT_EQ(eng->CancelQuiesce(1, 1), Status::kOk);
+  ASSERT_EQ(eng->CancelQuiesce(Tenant(1), 1).code(), StatusCode::kOk);
   EXPECT_EQ(eng->GetStats().free_chunks, eng->GetStats().pool_chunks);
 }
 
 TEST(CheckpointJit, OnlyOptedInDeclaredStreamsAreSaved) {
   TempDir dir("jit-opt");
   RecordingSink sink;
-  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink));
   ASSERT_TRUE(eng);
   Policy in;
   in.auto_save_on_notice = true;
-  ASSERT_EQ(eng->SetPolicy(1, 1, in), Status::kOk);  // opted in, registered
-  ASSERT_EQ(eng->SetPolicy(1, 2, in), Status::kOk);  // registered, then opted out
-  ASSERT_EQ(eng->SetPolicy(1, 3, in), Status::kOk);  // opted in, not registered
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, in).code(), StatusCode::kOk);  // opted in, registered
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 2, in).code(),
+            StatusCode::kOk);  // registered, then opted out
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 3, in).code(), StatusCode::kOk);  // opted in, not registered
   LiveState s1, s2;
   s1.Update(10);
   s2.Update(20);
   auto sp1 = s1.spans();
   auto sp2 = s2.spans();
-  ASSERT_EQ(eng->DeclareQuiesce(1, 1, s1.word_span(), sp1), Status::kOk);
-  ASSERT_EQ(eng->DeclareQuiesce(1, 2, s2.word_span(), sp2), Status::kOk);
+  ASSERT_EQ(eng->DeclareQuiesce(Tenant(1), 1, s1.word_span(), sp1).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->DeclareQuiesce(Tenant(1), 2, s2.word_span(), sp2).code(), StatusCode::kOk);
   // Clearing the flag cancels the registration and its staging reservation.
-  ASSERT_EQ(eng->SetPolicy(1, 2, Policy{}), Status::kOk);
-  EXPECT_EQ(eng->CancelQuiesce(1, 2), Status::kNotFound);
-  auto outcomes = eng->OnNotice(1, Clock::now() + 10s);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 2, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(eng->CancelQuiesce(Tenant(1), 2).code(), StatusCode::kNotFound);
+  auto outcomes = eng->OnNotice(Tenant(1), Clock::now() + 10s);
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_EQ(outcomes[0].stream, 1u);
   EXPECT_EQ(outcomes[0].step, 10u);
   EXPECT_FALSE(outcomes[0].existed);
   // A second notice at the same step adds nothing and is not an error.
-  outcomes = eng->OnNotice(1, Clock::now() + 10s);
+  outcomes = eng->OnNotice(Tenant(1), Clock::now() + 10s);
   ASSERT_EQ(outcomes.size(), 1u);
-  EXPECT_EQ(outcomes[0].status, Status::kOk);
+  EXPECT_EQ(outcomes[0].status.code(), StatusCode::kOk);
   EXPECT_TRUE(outcomes[0].existed);
-  EXPECT_EQ(sink.Count(EventKind::kJitSaved, 1, 1, 10), 2u);
+  EXPECT_EQ(sink.Count(EventKind::kJitSaved, Tenant(1), 1, 10), 2u);
   EXPECT_EQ(sink.existed_flags(), 1u);
-  ASSERT_EQ(eng->Flush(30s), Status::kOk);
+  ASSERT_EQ(eng->Flush(30s).code(), StatusCode::kOk);
   std::vector<ListEntry> e;
   bool more;
-  ASSERT_EQ(eng->List(1, 1, 0, 10, &e, &more), Status::kOk);
+  ASSERT_EQ(eng->List(Tenant(1), 1, 0, 10, &e, &more).code(), StatusCode::kOk);
   EXPECT_EQ(e.size(), 1u);
   // Other tenants' notices do not touch this tenant.
-  EXPECT_TRUE(eng->OnNotice(2, Clock::now() + 1s).empty());
+  EXPECT_TRUE(eng->OnNotice(Tenant(2), Clock::now() + 1s).empty());
 }
 
 TEST(CheckpointJit, DeclarationsAreValidated) {
   TempDir dir("jit-decl");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   LiveState s;
   auto sp = s.spans();
-  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kNotFound);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
-  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kState);  // not opted in
+  EXPECT_EQ(eng->DeclareQuiesce(Tenant(1), 1, s.word_span(), sp).code(), StatusCode::kNotFound);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(eng->DeclareQuiesce(Tenant(1), 1, s.word_span(), sp).code(),
+            StatusCode::kState);  // not opted in
   Policy in;
   in.auto_save_on_notice = true;
-  ASSERT_EQ(eng->SetPolicy(1, 1, in), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, in).code(), StatusCode::kOk);
   IoSpan short_word{reinterpret_cast<uint8_t*>(&s.word), 8};
-  EXPECT_EQ(eng->DeclareQuiesce(1, 1, short_word, sp), Status::kInvalid);
+  EXPECT_EQ(eng->DeclareQuiesce(Tenant(1), 1, short_word, sp).code(), StatusCode::kInvalidArgument);
   IoSpan misaligned{reinterpret_cast<uint8_t*>(s.a.data()) + 1, 16};
-  EXPECT_EQ(eng->DeclareQuiesce(1, 1, misaligned, sp), Status::kInvalid);
-  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), {}), Status::kInvalid);
-  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kOk);
+  EXPECT_EQ(eng->DeclareQuiesce(Tenant(1), 1, misaligned, sp).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng->DeclareQuiesce(Tenant(1), 1, s.word_span(), {}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng->DeclareQuiesce(Tenant(1), 1, s.word_span(), sp).code(), StatusCode::kOk);
   // The registration sets staging memory aside (SPEC.md §7.5.7) ...
   size_t state_chunks = (s.a.size() * 8 + s.b.size() * 8 + (64 << 10) - 1) / (64 << 10);
   EXPECT_EQ(eng->GetStats().tenants[0].staging_bytes, state_chunks * (64 << 10));
-  EXPECT_EQ(eng->CancelQuiesce(1, 1), Status::kOk);
+  EXPECT_EQ(eng->CancelQuiesce(Tenant(1), 1).code(), StatusCode::kOk);
   EXPECT_EQ(eng->GetStats().tenants[0].staging_bytes, 0u);
-  EXPECT_EQ(eng->CancelQuiesce(1, 1), Status::kNotFound);
+  EXPECT_EQ(eng->CancelQuiesce(Tenant(1), 1).code(), StatusCode::kNotFound);
   // ... and is refused when the tenant's staging quota cannot hold it.
   TenantLimits lim;
   lim.staging_bytes = 64 << 10;
-  ASSERT_EQ(eng->SetLimits(1, lim), Status::kOk);
-  EXPECT_EQ(eng->DeclareQuiesce(1, 1, s.word_span(), sp), Status::kLimit);
+  ASSERT_EQ(eng->SetLimits(Tenant(1), lim).code(), StatusCode::kOk);
+  EXPECT_EQ(eng->DeclareQuiesce(Tenant(1), 1, s.word_span(), sp).code(), StatusCode::kLimit);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ using testing::RecordingSink;
 using testing::SmallConfig;
 using testing::Spans;
 using testing::TempDir;
+using testing::Tenant;
 using testing::ZeroState;
 using namespace std::chrono_literals;
 
@@ -25,8 +26,8 @@ class CheckpointRequests : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::make_unique<TempDir>("requests");
-    std::string err;
-    eng_ = Engine::Open(SmallConfig(dir_->path(), &sink_), &err);
+    Status err;
+    eng_ = testing::OpenEngine(SmallConfig(dir_->path(), &sink_), &err);
     ASSERT_TRUE(eng_) << err;
   }
   Status SaveStep(TenantId t, StreamId s, uint64_t step, std::vector<size_t> sizes = {5000}) {
@@ -38,7 +39,7 @@ class CheckpointRequests : public ::testing::Test {
   std::vector<uint64_t> Steps(TenantId t, StreamId s) {
     std::vector<ListEntry> e;
     bool more = false;
-    EXPECT_EQ(eng_->List(t, s, 0, 1000, &e, &more), Status::kOk);
+    EXPECT_EQ(eng_->List(t, s, 0, 1000, &e, &more).code(), StatusCode::kOk);
     std::vector<uint64_t> out;
     for (auto& x : e) out.push_back(x.step);
     return out;
@@ -49,120 +50,128 @@ class CheckpointRequests : public ::testing::Test {
 };
 
 TEST_F(CheckpointRequests, UnknownStreamIsNotFound) {
-  EXPECT_EQ(SaveStep(1, 9, 1), Status::kNotFound);
+  EXPECT_EQ(SaveStep(Tenant(1), 9, 1).code(), StatusCode::kNotFound);
   auto out = ZeroState({5000});
   auto sp = Spans(out);
   RestoreResult rr;
-  EXPECT_EQ(eng_->Restore({1, 9, kLatestStep, sp}, &rr), Status::kNotFound);
+  EXPECT_EQ(eng_->Restore({Tenant(1), 9, kLatestStep, sp}, &rr).code(), StatusCode::kNotFound);
   std::vector<ListEntry> e;
   bool more;
-  EXPECT_EQ(eng_->List(1, 9, 0, 10, &e, &more), Status::kNotFound);
-  EXPECT_EQ(eng_->Delete(1, 9, 1), Status::kNotFound);
+  EXPECT_EQ(eng_->List(Tenant(1), 9, 0, 10, &e, &more).code(), StatusCode::kNotFound);
+  EXPECT_EQ(eng_->Delete(Tenant(1), 9, 1).code(), StatusCode::kNotFound);
 }
 
 TEST_F(CheckpointRequests, MalformedSavesAreRefused) {
-  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   SaveResult r;
-  EXPECT_EQ(eng_->Save({1, 1, 1, {}, {}}, &r), Status::kInvalid);  // zero slices
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, 1, {}, {}}, &r).code(),
+            StatusCode::kInvalidArgument);  // zero slices
   IoSpan null_span{nullptr, 10};
-  EXPECT_EQ(eng_->Save({1, 1, 1, {&null_span, 1}, {}}, &r), Status::kInvalid);
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, 1, {&null_span, 1}, {}}, &r).code(),
+            StatusCode::kInvalidArgument);
   uint8_t byte = 0;
   IoSpan ok{&byte, 1};
-  EXPECT_EQ(eng_->Save({1, 1, kLatestStep, {&ok, 1}, {}}, &r), Status::kInvalid);
-  EXPECT_EQ(eng_->Save({1, 1, 0, {&ok, 1}, {}}, &r), Status::kInvalid);  // 0 is not a step
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, kLatestStep, {&ok, 1}, {}}, &r).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, 0, {&ok, 1}, {}}, &r).code(),
+            StatusCode::kInvalidArgument);  // 0 is not a step
   // Lengths whose sum overflows.
   IoSpan huge[2] = {{&byte, SIZE_MAX / 2}, {&byte, SIZE_MAX / 2}};
-  EXPECT_EQ(eng_->Save({1, 1, 1, huge, {}}, &r), Status::kInvalid);
+  EXPECT_EQ(eng_->Save({Tenant(1), 1, 1, huge, {}}, &r).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(CheckpointRequests, StepsIncreaseAboveWhatTheStreamHolds) {
   Policy p;
   p.retention = 5;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 5), Status::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 5), Status::kExists);
-  EXPECT_EQ(SaveStep(1, 1, 4), Status::kInvalid);
-  EXPECT_EQ(SaveStep(1, 1, 6), Status::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 5).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 5).code(), StatusCode::kExists);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 6).code(), StatusCode::kOk);
   // Other streams and tenants have their own steps.
-  ASSERT_EQ(eng_->SetPolicy(1, 2, Policy{}), Status::kOk);
-  ASSERT_EQ(eng_->SetPolicy(2, 1, Policy{}), Status::kOk);
-  EXPECT_EQ(SaveStep(1, 2, 1), Status::kOk);
-  EXPECT_EQ(SaveStep(2, 1, 1), Status::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 2, Policy{}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(2), 1, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 2, 1).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(2), 1, 1).code(), StatusCode::kOk);
   // A tenant that goes back deletes the newer checkpoints, then saves again
   // from there (SPEC.md §7.5.2).
-  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
-  EXPECT_EQ(eng_->Delete(1, 1, kLatestStep), Status::kOk);  // step 6
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{5}));
-  EXPECT_EQ(SaveStep(1, 1, 6), Status::kOk);
-  EXPECT_EQ(eng_->Delete(1, 1, 0), Status::kInvalid);
+  ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->Delete(Tenant(1), 1, kLatestStep).code(), StatusCode::kOk);  // step 6
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{5}));
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 6).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->Delete(Tenant(1), 1, 0).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(CheckpointRequests, RestoreLayoutMustMatch) {
-  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}), Status::kOk);
-  ASSERT_EQ(SaveStep(1, 1, 1, {100, 200}), Status::kOk);
-  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
+  ASSERT_EQ(SaveStep(Tenant(1), 1, 1, {100, 200}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
   RestoreResult rr;
   for (std::vector<size_t> sizes :
        {std::vector<size_t>{100}, {100, 201}, {99, 200}, {200, 100}, {100, 200, 0}}) {
     auto out = ZeroState(sizes);
     auto sp = Spans(out);
-    EXPECT_EQ(eng_->Restore({1, 1, 1, sp}, &rr), Status::kInvalid);
+    EXPECT_EQ(eng_->Restore({Tenant(1), 1, 1, sp}, &rr).code(), StatusCode::kInvalidArgument);
     for (auto& b : out) {
       for (uint8_t v : b) ASSERT_EQ(v, 0);  // nothing written on refusal
     }
   }
   auto out = ZeroState({100, 200});
   auto sp = Spans(out);
-  EXPECT_EQ(eng_->Restore({1, 1, 2, sp}, &rr), Status::kNotFound);  // no such step
-  EXPECT_EQ(eng_->Restore({1, 1, 1, sp}, &rr), Status::kOk);
+  EXPECT_EQ(eng_->Restore({Tenant(1), 1, 2, sp}, &rr).code(),
+            StatusCode::kNotFound);  // no such step
+  EXPECT_EQ(eng_->Restore({Tenant(1), 1, 1, sp}, &rr).code(), StatusCode::kOk);
 }
 
 TEST_F(CheckpointRequests, PolicyValidationAndStreamLimit) {
   Policy bad;
   bad.retention = 0;
-  EXPECT_EQ(eng_->SetPolicy(1, 1, bad), Status::kInvalid);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(1), 1, bad).code(), StatusCode::kInvalidArgument);
   Policy peer;
   peer.tier = TierKind::kPeerHost;
-  EXPECT_EQ(eng_->SetPolicy(1, 1, peer), Status::kInvalid);
-  EXPECT_EQ(eng_->SetPolicy(1, 0, Policy{}), Status::kInvalid);  // stream 0 is reserved
+  EXPECT_EQ(eng_->SetPolicy(Tenant(1), 1, peer).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(1), 0, Policy{}).code(),
+            StatusCode::kInvalidArgument);  // stream 0 is reserved
   TenantLimits lim;
   lim.max_streams = 2;
-  ASSERT_EQ(eng_->SetLimits(3, lim), Status::kOk);
-  EXPECT_EQ(eng_->SetPolicy(3, 1, Policy{}), Status::kOk);
-  EXPECT_EQ(eng_->SetPolicy(3, 2, Policy{}), Status::kOk);
-  EXPECT_EQ(eng_->SetPolicy(3, 3, Policy{}), Status::kLimit);
-  EXPECT_EQ(eng_->SetPolicy(3, 2, Policy{}), Status::kOk);  // updating is not a new stream
+  ASSERT_EQ(eng_->SetLimits(Tenant(3), lim).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(3), 1, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(3), 2, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(3), 3, Policy{}).code(), StatusCode::kLimit);
+  EXPECT_EQ(eng_->SetPolicy(Tenant(3), 2, Policy{}).code(),
+            StatusCode::kOk);  // updating is not a new stream
 }
 
 TEST_F(CheckpointRequests, StagingQuotaAndPoolSizeGiveLimit) {
   TenantLimits lim;
   lim.staging_bytes = 256 << 10;  // four 64 KiB chunks
-  ASSERT_EQ(eng_->SetLimits(1, lim), Status::kOk);
-  ASSERT_EQ(eng_->SetPolicy(1, 1, Policy{}), Status::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 1, {(256 << 10) + 1}), Status::kLimit);
-  EXPECT_EQ(SaveStep(1, 1, 1, {256 << 10}), Status::kOk);  // the refused step stays free
+  ASSERT_EQ(eng_->SetLimits(Tenant(1), lim).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 1, {(256 << 10) + 1}).code(), StatusCode::kLimit);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 1, {256 << 10}).code(),
+            StatusCode::kOk);  // the refused step stays free
   // Larger than the whole pool: never admissible, whatever the quota.
-  ASSERT_EQ(eng_->SetPolicy(2, 1, Policy{}), Status::kOk);
-  EXPECT_EQ(SaveStep(2, 1, 1, {(4u << 20) + 1}), Status::kLimit);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(2), 1, Policy{}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(2), 1, 1, {(4u << 20) + 1}).code(), StatusCode::kLimit);
 }
 
 TEST_F(CheckpointRequests, DiskQuotaGivesLimit) {
   TenantLimits lim;
   lim.disk_bytes = 3 * 8192;
-  ASSERT_EQ(eng_->SetLimits(1, lim), Status::kOk);
+  ASSERT_EQ(eng_->SetLimits(Tenant(1), lim).code(), StatusCode::kOk);
   Policy p;
   p.retention = 5;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 1, {8000}), Status::kOk);  // 8 KiB on disk each
-  EXPECT_EQ(SaveStep(1, 1, 2, {8000}), Status::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 3, {8000}), Status::kOk);
-  EXPECT_EQ(SaveStep(1, 1, 4, {8000}), Status::kLimit);
-  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
-  ASSERT_EQ(eng_->Delete(1, 1, 1), Status::kOk);  // frees room
-  EXPECT_EQ(SaveStep(1, 1, 4, {8000}), Status::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 1, {8000}).code(), StatusCode::kOk);  // 8 KiB on disk each
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 2, {8000}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 3, {8000}).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 4, {8000}).code(), StatusCode::kLimit);
+  ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->Delete(Tenant(1), 1, 1).code(), StatusCode::kOk);  // frees room
+  EXPECT_EQ(SaveStep(Tenant(1), 1, 4, {8000}).code(), StatusCode::kOk);
   Stats st = eng_->GetStats();
   for (auto& t : st.tenants) {
-    if (t.tenant == 1) {
+    if (t.tenant == Tenant(1)) {
       EXPECT_EQ(t.disk_bytes, 3u * 8192);
     }
   }
@@ -175,17 +184,17 @@ TEST_F(CheckpointRequests, FullStagingPoolBackpressuresThenAgain) {
   auto cfg = SmallConfig(dir.path());
   cfg.disk_bandwidth_bytes_per_s = 1 << 20;
   cfg.staging_bytes = 1 << 20;  // 16 chunks
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   Policy p;
   p.stall_budget_ms = 50;
   p.retention = 10;
-  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
   auto st = MakeState({768 << 10}, 1);  // 12 chunks
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->Save({1, 1, 2, sp, {}}, &r), Status::kAgain);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 2, sp, {}}, &r).code(), StatusCode::kTryAgain);
   Stats stats = eng->GetStats();
   EXPECT_LE(stats.pool_chunks - stats.free_chunks, 16u);
   ASSERT_EQ(stats.tenants.size(), 1u);
@@ -198,30 +207,31 @@ TEST_F(CheckpointRequests, FullStagingPoolBackpressuresThenAgain) {
   // With a budget long enough for the persist to free chunks, the save waits
   // (backpressure) and succeeds with the same step.
   p.stall_budget_ms = 60000;
-  ASSERT_EQ(eng->SetPolicy(1, 1, p), Status::kOk);
-  ASSERT_EQ(eng->Save({1, 1, 2, sp, {}}, &r), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 2, sp, {}}, &r).code(), StatusCode::kOk);
   bool waited = false;
   for (const Decision& d : eng->Decisions()) {
     waited |= d.kind == Decision::Kind::kBackpressure && d.step == 2 && d.value > 0;
   }
   EXPECT_TRUE(waited);
-  ASSERT_EQ(eng->Flush(60s), Status::kOk);
+  ASSERT_EQ(eng->Flush(60s).code(), StatusCode::kOk);
   EXPECT_EQ(eng->GetStats().free_chunks, eng->GetStats().pool_chunks);
 }
 
 TEST_F(CheckpointRequests, ListPagesInStepOrder) {
   Policy p;
   p.retention = 100;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
-  for (uint64_t s = 1; s <= 25; ++s) ASSERT_EQ(SaveStep(1, 1, s * 10, {100}), Status::kOk);
-  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  for (uint64_t s = 1; s <= 25; ++s)
+    ASSERT_EQ(SaveStep(Tenant(1), 1, s * 10, {100}).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
   std::vector<uint64_t> seen;
   uint64_t after = 0;
   bool more = true;
   int pages = 0;
   while (more) {
     std::vector<ListEntry> e;
-    ASSERT_EQ(eng_->List(1, 1, after, 7, &e, &more), Status::kOk);
+    ASSERT_EQ(eng_->List(Tenant(1), 1, after, 7, &e, &more).code(), StatusCode::kOk);
     ASSERT_LE(e.size(), 7u);
     for (auto& x : e) {
       seen.push_back(x.step);
@@ -238,63 +248,63 @@ TEST_F(CheckpointRequests, ListPagesInStepOrder) {
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], (i + 1) * 10);
   // max_entries 0: nothing returned, but "more" says whether any exist.
   std::vector<ListEntry> e;
-  ASSERT_EQ(eng_->List(1, 1, 0, 0, &e, &more), Status::kOk);
+  ASSERT_EQ(eng_->List(Tenant(1), 1, 0, 0, &e, &more).code(), StatusCode::kOk);
   EXPECT_TRUE(e.empty());
   EXPECT_TRUE(more);
-  ASSERT_EQ(eng_->List(1, 1, 250, 0, &e, &more), Status::kOk);
+  ASSERT_EQ(eng_->List(Tenant(1), 1, 250, 0, &e, &more).code(), StatusCode::kOk);
   EXPECT_FALSE(more);
 }
 
 TEST_F(CheckpointRequests, RetentionKeepsTheNewestDurable) {
   Policy p;
   p.retention = 2;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
   for (uint64_t s = 1; s <= 5; ++s) {
-    ASSERT_EQ(SaveStep(1, 1, s), Status::kOk);
-    ASSERT_EQ(eng_->WaitDurable(1, 1, s, 30s), Status::kOk);
+    ASSERT_EQ(SaveStep(Tenant(1), 1, s).code(), StatusCode::kOk);
+    ASSERT_EQ(eng_->WaitDurable(Tenant(1), 1, s, 30s).code(), StatusCode::kOk);
   }
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{4, 5}));
-  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 3)));
-  EXPECT_TRUE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 5)));
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{4, 5}));
+  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), Tenant(1), 1, 3)));
+  EXPECT_TRUE(std::filesystem::exists(testing::StepDir(dir_->path(), Tenant(1), 1, 5)));
   // Lowering retention evicts at once.
   p.retention = 1;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{5}));
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{5}));
 }
 
 TEST_F(CheckpointRequests, DeleteRemovesFilesAndIndex) {
   Policy p;
   p.retention = 3;
-  ASSERT_EQ(eng_->SetPolicy(1, 1, p), Status::kOk);
-  ASSERT_EQ(SaveStep(1, 1, 1), Status::kOk);
-  ASSERT_EQ(SaveStep(1, 1, 2), Status::kOk);
-  ASSERT_EQ(eng_->Flush(30s), Status::kOk);
-  ASSERT_EQ(eng_->Delete(1, 1, 1), Status::kOk);
-  EXPECT_EQ(eng_->Delete(1, 1, 1), Status::kNotFound);
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{2}));
-  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), 1, 1, 1)));
+  ASSERT_EQ(eng_->SetPolicy(Tenant(1), 1, p).code(), StatusCode::kOk);
+  ASSERT_EQ(SaveStep(Tenant(1), 1, 1).code(), StatusCode::kOk);
+  ASSERT_EQ(SaveStep(Tenant(1), 1, 2).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->Flush(30s).code(), StatusCode::kOk);
+  ASSERT_EQ(eng_->Delete(Tenant(1), 1, 1).code(), StatusCode::kOk);
+  EXPECT_EQ(eng_->Delete(Tenant(1), 1, 1).code(), StatusCode::kNotFound);
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{2}));
+  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir_->path(), Tenant(1), 1, 1)));
   // Survives a restart.
   eng_.reset();
-  eng_ = Engine::Open(SmallConfig(dir_->path()), nullptr);
+  eng_ = testing::OpenEngine(SmallConfig(dir_->path()));
   ASSERT_TRUE(eng_);
-  EXPECT_EQ(Steps(1, 1), (std::vector<uint64_t>{2}));
+  EXPECT_EQ(Steps(Tenant(1), 1), (std::vector<uint64_t>{2}));
 }
 
 TEST_F(CheckpointRequests, DeleteWhilePersistingCancelsCleanly) {
   TempDir dir("cancel");
   auto cfg = SmallConfig(dir.path());
   cfg.disk_bandwidth_bytes_per_s = 64 << 10;  // ~1 s for 64 KiB chunks
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({1 << 20}, 1);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->Delete(1, 1, 1), Status::kOk);
-  EXPECT_EQ(eng->WaitDurable(1, 1, 1, 1s), Status::kNotFound);
-  ASSERT_EQ(eng->Flush(60s), Status::kOk);
-  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir.path(), 1, 1, 1)));
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->Delete(Tenant(1), 1, 1).code(), StatusCode::kOk);
+  EXPECT_EQ(eng->WaitDurable(Tenant(1), 1, 1, 1s).code(), StatusCode::kNotFound);
+  ASSERT_EQ(eng->Flush(60s).code(), StatusCode::kOk);
+  EXPECT_FALSE(std::filesystem::exists(testing::StepDir(dir.path(), Tenant(1), 1, 1)));
   Stats stats = eng->GetStats();
   EXPECT_EQ(stats.free_chunks, stats.pool_chunks);
   EXPECT_EQ(stats.tenants[0].disk_bytes, 0u);
@@ -307,7 +317,7 @@ TEST_F(CheckpointRequests, ConcurrentTenantsEachRestoreTheirOwn) {
     Policy p;
     p.retention = 2;
     p.stall_budget_ms = 60000;
-    ASSERT_EQ(eng_->SetPolicy(t, 1, p), Status::kOk);
+    ASSERT_EQ(eng_->SetPolicy(Tenant(t), 1, p).code(), StatusCode::kOk);
   }
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
@@ -317,22 +327,22 @@ TEST_F(CheckpointRequests, ConcurrentTenantsEachRestoreTheirOwn) {
         auto st = MakeState({70000, 12345}, t * 100 + s);
         auto sp = Spans(st);
         SaveResult r;
-        if (eng_->Save({static_cast<TenantId>(t), 1, s, sp, {}}, &r) != Status::kOk) failures++;
+        if (!eng_->Save({Tenant(t), 1, s, sp, {}}, &r).ok()) failures++;
       }
     });
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
-  ASSERT_EQ(eng_->Flush(60s), Status::kOk);
+  ASSERT_EQ(eng_->Flush(60s).code(), StatusCode::kOk);
   for (int t = 1; t <= kTenants; ++t) {
     auto out = ZeroState({70000, 12345});
     auto sp = Spans(out);
     RestoreResult rr;
-    ASSERT_EQ(eng_->Restore({static_cast<TenantId>(t), 1, kLatestStep, sp}, &rr), Status::kOk);
+    ASSERT_EQ(eng_->Restore({Tenant(t), 1, kLatestStep, sp}, &rr).code(), StatusCode::kOk);
     EXPECT_EQ(rr.step, static_cast<uint64_t>(kSteps));
     EXPECT_EQ(out, MakeState({70000, 12345}, t * 100 + kSteps));
-    EXPECT_EQ(Steps(t, 1), (std::vector<uint64_t>{kSteps - 1, kSteps}));
-    EXPECT_EQ(sink_.Count(EventKind::kDurable, t, 1, kSteps), 1u);
+    EXPECT_EQ(Steps(Tenant(t), 1), (std::vector<uint64_t>{kSteps - 1, kSteps}));
+    EXPECT_EQ(sink_.Count(EventKind::kDurable, Tenant(t), 1, kSteps), 1u);
   }
 }
 
@@ -343,62 +353,61 @@ TEST(CheckpointCancel, WaitingSaveStopsWhenCancelled) {
   auto cfg = SmallConfig(dir.path());
   cfg.staging_bytes = 4 * cfg.chunk_bytes;
   cfg.memory_tier_bytes = 2 * cfg.chunk_bytes;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   Policy mem;
   mem.tier = TierKind::kHostMemory;
-  ASSERT_EQ(eng->SetPolicy(1, 1, mem), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, mem).code(), StatusCode::kOk);
   Policy disk;
   disk.stall_budget_ms = 600000;  // only the cancel ends the wait
-  ASSERT_EQ(eng->SetPolicy(1, 2, disk), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 2, disk).code(), StatusCode::kOk);
   auto held = MakeState({2 * cfg.chunk_bytes}, 1);
   auto held_spans = Spans(held);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, held_spans, {}}, &r), Status::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, held_spans, {}}, &r).code(), StatusCode::kOk);
   ASSERT_EQ(r.state, CkptState::kDurable);  // holds two of the four chunks
 
   auto big = MakeState({3 * cfg.chunk_bytes}, 2);
   auto big_spans = Spans(big);
-  SaveRequest req{1, 2, 1, big_spans, {}};
+  SaveRequest req{Tenant(1), 2, 1, big_spans, {}};
   std::atomic<int> polls{0};
   // Polled while the save waits; the third poll cancels it.
   req.cancelled = [&polls] { return polls.fetch_add(1) >= 2; };
-  EXPECT_EQ(eng->Save(req, &r), Status::kCancelled);
+  EXPECT_EQ(eng->Save(req, &r).code(), StatusCode::kAborted);
   EXPECT_GE(polls.load(), 3);
   std::vector<ListEntry> e;
   bool more = false;
-  ASSERT_EQ(eng->List(1, 2, 0, 10, &e, &more), Status::kOk);
+  ASSERT_EQ(eng->List(Tenant(1), 2, 0, 10, &e, &more).code(), StatusCode::kOk);
   EXPECT_TRUE(e.empty());
   Stats stats = eng->GetStats();
   EXPECT_EQ(stats.free_chunks, 2u);
   ASSERT_EQ(stats.tenants.size(), 1u);
   EXPECT_EQ(stats.tenants[0].disk_bytes, 0u);
   // The stream is not left busy: the same step saves once staging is free.
-  ASSERT_EQ(eng->Delete(1, 1, 1), Status::kOk);
+  ASSERT_EQ(eng->Delete(Tenant(1), 1, 1).code(), StatusCode::kOk);
   req.cancelled = nullptr;
-  EXPECT_EQ(eng->Save(req, &r), Status::kOk);
+  EXPECT_EQ(eng->Save(req, &r).code(), StatusCode::kOk);
 }
 
 TEST(CheckpointCancel, CancelledRestoreWritesNothing) {
   TempDir dir("cancelrestore");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({300000}, 4);
   auto sp = Spans(st);
   SaveResult r;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &r), Status::kOk);
-  ASSERT_EQ(eng->WaitDurable(1, 1, 1, 30s), Status::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(Tenant(1), 1, 1, 30s).code(), StatusCode::kOk);
   auto out = ZeroState({300000});
   auto out_spans = Spans(out);
-  RestoreRequest rq{1, 1, 1, out_spans};
+  RestoreRequest rq{Tenant(1), 1, 1, out_spans};
   rq.cancelled = [] { return true; };
   RestoreResult rr;
-  EXPECT_EQ(eng->Restore(rq, &rr), Status::kCancelled);
+  EXPECT_EQ(eng->Restore(rq, &rr).code(), StatusCode::kAborted);
   EXPECT_EQ(out, ZeroState({300000}));
-  EXPECT_EQ(ToWireStatus(Status::kCancelled), static_cast<uint32_t>(HZ_S_EABORTED));
   rq.cancelled = nullptr;
-  EXPECT_EQ(eng->Restore(rq, &rr), Status::kOk);
+  EXPECT_EQ(eng->Restore(rq, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(out, st);
 }
 
@@ -408,7 +417,7 @@ TEST(CheckpointAsync, RunAsyncRunsEveryPieceOffTheCaller) {
   TempDir dir("async");
   auto cfg = SmallConfig(dir.path());
   cfg.request_threads = 1;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   std::mutex mu;
   std::vector<int> order;

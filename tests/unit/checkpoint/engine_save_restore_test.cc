@@ -13,6 +13,7 @@ using testing::RecordingSink;
 using testing::SmallConfig;
 using testing::Spans;
 using testing::TempDir;
+using testing::Tenant;
 using testing::ZeroState;
 using namespace std::chrono_literals;
 
@@ -28,19 +29,19 @@ TEST_P(CheckpointSaveRestore, RestoresBitExactFromDisk) {
   const Layout& lay = GetParam();
   TempDir dir("save-restore");
   RecordingSink sink;
-  std::string err;
-  auto eng = Engine::Open(SmallConfig(dir.path(), &sink), &err);
+  Status err;
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink), &err);
   ASSERT_TRUE(eng) << err;
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
 
   auto state = MakeState(lay.sizes, 5);
   auto spans = Spans(state);
   auto meta = Pattern(lay.meta, 99);
   SaveResult sr;
-  ASSERT_EQ(eng->Save({1, 1, 10, spans, meta}, &sr), Status::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 10, spans, meta}, &sr).code(), StatusCode::kOk);
   EXPECT_EQ(sr.step, 10u);
-  ASSERT_EQ(eng->WaitDurable(1, 1, 10, 30s), Status::kOk);
-  EXPECT_EQ(sink.Count(EventKind::kDurable, 1, 1, 10), 1u);
+  ASSERT_EQ(eng->WaitDurable(Tenant(1), 1, 10, 30s).code(), StatusCode::kOk);
+  EXPECT_EQ(sink.Count(EventKind::kDurable, Tenant(1), 1, 10), 1u);
 
   // The source may change after Save returned: the snapshot is what counts.
   for (auto& b : state) std::fill(b.begin(), b.end(), 0x5a);
@@ -48,12 +49,12 @@ TEST_P(CheckpointSaveRestore, RestoresBitExactFromDisk) {
 
   // Restore through a fresh engine so the bytes come from disk, not memory.
   eng.reset();
-  eng = Engine::Open(SmallConfig(dir.path(), &sink), &err);
+  eng = testing::OpenEngine(SmallConfig(dir.path(), &sink), &err);
   ASSERT_TRUE(eng) << err;
   auto out = ZeroState(lay.sizes);
   auto out_spans = Spans(out);
   RestoreResult rr;
-  ASSERT_EQ(eng->Restore({1, 1, kLatestStep, out_spans}, &rr), Status::kOk);
+  ASSERT_EQ(eng->Restore({Tenant(1), 1, kLatestStep, out_spans}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(rr.step, 10u);
   EXPECT_EQ(rr.tier, TierKind::kLocalDisk);
   size_t total = 0;
@@ -80,68 +81,68 @@ TEST(CheckpointSaveRestoreBasics, RestoreOfStagedCheckpointComesFromMemory) {
   auto cfg = SmallConfig(dir.path());
   cfg.disk_bandwidth_bytes_per_s = 64 << 10;  // slow persist keeps it staged
   cfg.staging_bytes = 8 << 20;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   auto state = MakeState({3u << 20}, 1);
   auto spans = Spans(state);
   SaveResult sr;
-  ASSERT_EQ(eng->Save({1, 1, 1, spans, {}}, &sr), Status::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, spans, {}}, &sr).code(), StatusCode::kOk);
   EXPECT_EQ(sr.state, CkptState::kStaged);
   std::vector<ListEntry> entries;
   bool more = true;
-  ASSERT_EQ(eng->List(1, 1, 0, 10, &entries, &more), Status::kOk);
+  ASSERT_EQ(eng->List(Tenant(1), 1, 0, 10, &entries, &more).code(), StatusCode::kOk);
   ASSERT_EQ(entries.size(), 1u);
   EXPECT_EQ(entries[0].state, CkptState::kStaged);
   auto out = ZeroState({3u << 20});
   auto out_spans = Spans(out);
   RestoreResult rr;
-  ASSERT_EQ(eng->Restore({1, 1, 1, out_spans}, &rr), Status::kOk);
+  ASSERT_EQ(eng->Restore({Tenant(1), 1, 1, out_spans}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(rr.tier, TierKind::kHostMemory);
   EXPECT_EQ(out, state);
 }
 
 TEST(CheckpointSaveRestoreBasics, GivenStepAndLatest) {
   TempDir dir("steps");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
   Policy p;
   p.retention = 3;
-  ASSERT_EQ(eng->SetPolicy(4, 2, p), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(4), 2, p).code(), StatusCode::kOk);
   for (uint64_t step : {1ull, 5ull, 6ull}) {
     auto st = MakeState({1000, 2000}, step);
     auto sp = Spans(st);
     SaveResult sr;
-    ASSERT_EQ(eng->Save({4, 2, step, sp, {}}, &sr), Status::kOk);
+    ASSERT_EQ(eng->Save({Tenant(4), 2, step, sp, {}}, &sr).code(), StatusCode::kOk);
   }
-  ASSERT_EQ(eng->Flush(30s), Status::kOk);
+  ASSERT_EQ(eng->Flush(30s).code(), StatusCode::kOk);
   for (uint64_t step : {1ull, 5ull, 6ull}) {
     auto out = ZeroState({1000, 2000});
     auto sp = Spans(out);
     RestoreResult rr;
-    ASSERT_EQ(eng->Restore({4, 2, step, sp}, &rr), Status::kOk);
+    ASSERT_EQ(eng->Restore({Tenant(4), 2, step, sp}, &rr).code(), StatusCode::kOk);
     EXPECT_EQ(out, MakeState({1000, 2000}, step));
   }
   auto out = ZeroState({1000, 2000});
   auto sp = Spans(out);
   RestoreResult rr;
-  ASSERT_EQ(eng->Restore({4, 2, kLatestStep, sp}, &rr), Status::kOk);
+  ASSERT_EQ(eng->Restore({Tenant(4), 2, kLatestStep, sp}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(rr.step, 6u);
   EXPECT_EQ(out, MakeState({1000, 2000}, 6));
 }
 
 TEST(CheckpointSaveRestoreBasics, ProbeReturnsMetadataAndWritesNothing) {
   TempDir dir("probe");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({70000, 5}, 2);
   auto sp = Spans(st);
   SaveResult sr;
-  ASSERT_EQ(eng->Save({1, 1, 3, sp, Pattern(77, 2)}, &sr), Status::kOk);
-  ASSERT_EQ(eng->WaitDurable(1, 1, 3, 30s), Status::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 3, sp, Pattern(77, 2)}, &sr).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(Tenant(1), 1, 3, 30s).code(), StatusCode::kOk);
   RestoreResult rr;
-  ASSERT_EQ(eng->Restore({1, 1, kLatestStep, {}}, &rr), Status::kOk);
+  ASSERT_EQ(eng->Restore({Tenant(1), 1, kLatestStep, {}}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(rr.step, 3u);
   EXPECT_EQ(rr.bytes, 70005u);
   EXPECT_EQ(rr.meta, Pattern(77, 2));
@@ -149,17 +150,17 @@ TEST(CheckpointSaveRestoreBasics, ProbeReturnsMetadataAndWritesNothing) {
 
 TEST(CheckpointSaveRestoreBasics, OverlappingDestinationsAreRefused) {
   TempDir dir("overlap");
-  auto eng = Engine::Open(SmallConfig(dir.path()), nullptr);
+  auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   auto st = MakeState({100, 100}, 2);
   auto sp = Spans(st);
   SaveResult sr;
-  ASSERT_EQ(eng->Save({1, 1, 1, sp, {}}, &sr), Status::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, sp, {}}, &sr).code(), StatusCode::kOk);
   std::vector<uint8_t> out(150, 0);
   IoSpan dst[2] = {{out.data(), 100}, {out.data() + 50, 100}};
   RestoreResult rr;
-  EXPECT_EQ(eng->Restore({1, 1, 1, dst}, &rr), Status::kInvalid);
+  EXPECT_EQ(eng->Restore({Tenant(1), 1, 1, dst}, &rr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(out, std::vector<uint8_t>(150, 0));
 }
 
@@ -169,26 +170,26 @@ TEST(CheckpointSaveRestoreBasics, LargeStateUsesParallelCopyAndSurvivesRestart) 
   cfg.chunk_bytes = 1 << 20;
   cfg.staging_bytes = 16 << 20;
   cfg.parallel_copy_min_bytes = 1 << 20;
-  auto eng = Engine::Open(cfg, nullptr);
+  auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
-  ASSERT_EQ(eng->SetPolicy(1, 1, Policy{}), Status::kOk);
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
   auto state = MakeState({(5u << 20) + 3, (4u << 20) + 4093}, 3);
   auto spans = Spans(state);
   SaveResult sr;
-  ASSERT_EQ(eng->Save({1, 1, 77, spans, Pattern(333, 3)}, &sr), Status::kOk);
-  ASSERT_EQ(eng->WaitDurable(1, 1, 77, 30s), Status::kOk);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 77, spans, Pattern(333, 3)}, &sr).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(Tenant(1), 1, 77, 30s).code(), StatusCode::kOk);
   Stats st = eng->GetStats();
   EXPECT_EQ(st.free_chunks, st.pool_chunks);  // disk tier: staging returned
   ASSERT_EQ(st.tenants.size(), 1u);
   EXPECT_EQ(st.tenants[0].durable, 1u);
   EXPECT_GE(st.tenants[0].bytes_persisted, (9u << 20));
   eng.reset();
-  eng = Engine::Open(cfg, nullptr);
+  eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
   auto out = ZeroState({(5u << 20) + 3, (4u << 20) + 4093});
   auto out_spans = Spans(out);
   RestoreResult rr;
-  ASSERT_EQ(eng->Restore({1, 1, kLatestStep, out_spans}, &rr), Status::kOk);
+  ASSERT_EQ(eng->Restore({Tenant(1), 1, kLatestStep, out_spans}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(out, state);
   EXPECT_EQ(rr.meta, Pattern(333, 3));
 }

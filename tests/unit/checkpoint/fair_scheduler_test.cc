@@ -15,9 +15,9 @@ constexpr uint64_t kChunk = 4096;
 // advancing to each retry time; returns bytes sent per tenant by `until_us`.
 struct Sim {
   FairScheduler sched;
-  std::map<TenantId, uint64_t> backlog;  // chunks left
-  std::map<TenantId, uint64_t> sent;     // bytes
-  std::vector<TenantId> order;           // sequence of picks
+  std::map<TenantNo, uint64_t> backlog;  // chunks left
+  std::map<TenantNo, uint64_t> sent;     // bytes
+  std::vector<TenantNo> order;           // sequence of picks
   uint64_t now = 0;
 
   Sim(uint64_t bw, uint64_t quantum, uint64_t burst) : sched(bw, quantum, burst) {}

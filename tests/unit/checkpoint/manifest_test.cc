@@ -39,7 +39,7 @@ TEST(CheckpointManifest, GeometryOfChunks) {
 TEST(CheckpointManifest, RoundTrip) {
   Manifest m = Sample();
   Manifest out;
-  ASSERT_EQ(DecodeManifest(EncodeManifest(m), &out), Status::kOk);
+  ASSERT_EQ(DecodeManifest(EncodeManifest(m), &out).code(), StatusCode::kOk);
   EXPECT_EQ(out.tenant, m.tenant);
   EXPECT_EQ(out.stream, m.stream);
   EXPECT_EQ(out.step, m.step);
@@ -59,11 +59,11 @@ TEST(CheckpointManifest, AnyFlippedByteIsRejected) {
     Status st = DecodeManifest(bad, &out);
     // A flip that keeps the JSON equal (e.g. whitespace) may decode; it must
     // then decode to the same manifest.
-    if (st == Status::kOk) {
+    if (st.ok()) {
       EXPECT_EQ(out.chunk_crcs, Sample().chunk_crcs) << "byte " << i;
       EXPECT_EQ(out.slice_sizes, Sample().slice_sizes) << "byte " << i;
     } else {
-      EXPECT_EQ(st, Status::kCorrupt) << "byte " << i;
+      EXPECT_EQ(st.code(), StatusCode::kCorruption) << "byte " << i;
     }
   }
 }
@@ -71,9 +71,9 @@ TEST(CheckpointManifest, AnyFlippedByteIsRejected) {
 TEST(CheckpointManifest, TruncatedOrEmptyIsCorrupt) {
   std::string text = EncodeManifest(Sample());
   Manifest out;
-  EXPECT_EQ(DecodeManifest("", &out), Status::kCorrupt);
-  EXPECT_EQ(DecodeManifest(text.substr(0, text.size() / 2), &out), Status::kCorrupt);
-  EXPECT_EQ(DecodeManifest("[1,2,3]", &out), Status::kCorrupt);
+  EXPECT_EQ(DecodeManifest("", &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(DecodeManifest(text.substr(0, text.size() / 2), &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(DecodeManifest("[1,2,3]", &out).code(), StatusCode::kCorruption);
 }
 
 // A manifest with a valid checksum but inconsistent content is still refused.
@@ -88,32 +88,32 @@ std::string Resealed(nlohmann::json body) {
 TEST(CheckpointManifest, InconsistentBodiesAreRejected) {
   auto body = nlohmann::json::parse(EncodeManifest(Sample()))["body"];
   Manifest out;
-  ASSERT_EQ(DecodeManifest(Resealed(body), &out), Status::kOk);
+  ASSERT_EQ(DecodeManifest(Resealed(body), &out).code(), StatusCode::kOk);
 
   auto b = body;
   b["chunk_crc32c"].push_back(1);  // one chunk too many
-  EXPECT_EQ(DecodeManifest(Resealed(b), &out), Status::kCorrupt);
+  EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption);
   b = body;
   b["version"] = 99;
-  EXPECT_EQ(DecodeManifest(Resealed(b), &out), Status::kCorrupt);
+  EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption);
   b = body;
   b["chunk_bytes"] = 1000;  // not a multiple of 4096
-  EXPECT_EQ(DecodeManifest(Resealed(b), &out), Status::kCorrupt);
+  EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption);
   b = body;
   b["slices"] = nlohmann::json::array({UINT64_MAX, UINT64_MAX});  // overflowing sum
-  EXPECT_EQ(DecodeManifest(Resealed(b), &out), Status::kCorrupt);
+  EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption);
   b = body;
   b["slices"] = nlohmann::json::array();
-  EXPECT_EQ(DecodeManifest(Resealed(b), &out), Status::kCorrupt);
+  EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption);
   b = body;
   b["stream"] = -1;
-  EXPECT_EQ(DecodeManifest(Resealed(b), &out), Status::kCorrupt);
+  EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption);
   b = body;
   b["chunk_crc32c"][0] = 1ull << 33;
-  EXPECT_EQ(DecodeManifest(Resealed(b), &out), Status::kCorrupt);
+  EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption);
   b = body;
   b.erase("meta_len");
-  EXPECT_EQ(DecodeManifest(Resealed(b), &out), Status::kCorrupt);
+  EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption);
 }
 
 TEST(CheckpointManifest, Crc32cMatchesKnownVector) {

@@ -8,11 +8,14 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "hz/checkpoint/engine.h"
 
@@ -80,7 +83,7 @@ struct RecordedEvent {
 
 class RecordingSink : public EventSink {
  public:
-  void Publish(TenantId tenant, EventKind kind, StreamId stream, uint64_t step) override {
+  void Publish(const TenantId& tenant, EventKind kind, StreamId stream, uint64_t step) override {
     std::lock_guard<std::mutex> l(mu_);
     events_.push_back({tenant, kind, stream, step});
   }
@@ -93,7 +96,7 @@ class RecordingSink : public EventSink {
     std::lock_guard<std::mutex> l(mu_);
     return events_;
   }
-  size_t Count(EventKind kind, TenantId tenant, StreamId stream, uint64_t step) const {
+  size_t Count(EventKind kind, const TenantId& tenant, StreamId stream, uint64_t step) const {
     std::lock_guard<std::mutex> l(mu_);
     size_t n = 0;
     for (const auto& e : events_) {
@@ -122,10 +125,44 @@ inline EngineConfig SmallConfig(const std::string& root, EventSink* sink = nullp
   return c;
 }
 
-inline std::string StepDir(const std::string& root, TenantId t, StreamId s, uint64_t step) {
+// The engine at config.root, or null (with *status saying why).
+inline std::unique_ptr<Engine> OpenEngine(const EngineConfig& config, Status* status = nullptr) {
+  std::unique_ptr<Engine> engine;
+  Status s = Engine::Open(config, &engine);
+  if (status != nullptr) *status = s;
+  return engine;
+}
+
+// A tenant of the tests, "tenant<n>".
+inline TenantId Tenant(uint64_t n) {
+  return TenantId("tenant" + std::to_string(n));
+}
+
+// The directory the engine keeps a tenant's checkpoints in: its number in
+// <root>/tenants.json. Empty when the tenant has none.
+inline std::string TenantDir(const std::string& root, const TenantId& t) {
+  std::ifstream in(root + "/tenants.json");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains(t.name())) return {};
+  return root + "/" + std::to_string(j[t.name()].get<uint64_t>());
+}
+
+// Gives a tenant a number by hand, as the engine records it, for tests that
+// lay out a tenant's directory before the engine opens.
+inline void NumberTenant(const std::string& root, const TenantId& t, TenantNo number) {
+  nlohmann::json j = nlohmann::json::object();
+  {
+    std::ifstream in(root + "/tenants.json");
+    if (in) j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+  j[t.name()] = number;
+  std::ofstream(root + "/tenants.json") << j.dump() << "\n";
+}
+
+inline std::string StepDir(const std::string& root, const TenantId& t, StreamId s, uint64_t step) {
   char buf[32];
   snprintf(buf, sizeof buf, "%020llu", static_cast<unsigned long long>(step));
-  return root + "/" + std::to_string(t) + "/" + std::to_string(s) + "/" + buf;
+  return TenantDir(root, t) + "/" + std::to_string(s) + "/" + buf;
 }
 
 }  // namespace hz::checkpoint::testing

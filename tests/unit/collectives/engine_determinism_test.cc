@@ -10,7 +10,7 @@ std::vector<uint8_t> RunAllReduce(EngineOptions o, uint8_t dtype, uint8_t redop,
                                   uint64_t count, const std::vector<std::vector<uint8_t>>& in,
                                   Constraints c = {}) {
   Engine e(o);
-  auto m = MakeComm(e, 3, p, c);
+  auto m = MakeComm(e, Tenant(3), p, c);
   std::vector<std::unique_ptr<Buffer>> s(p), r(p);
   std::vector<OpDesc> d(p);
   for (uint32_t i = 0; i < p; ++i) {
@@ -25,7 +25,7 @@ std::vector<uint8_t> RunAllReduce(EngineOptions o, uint8_t dtype, uint8_t redop,
     d[i].send = s[i]->iov();
     d[i].recv = r[i]->iov();
   }
-  for (Status st : RunAll(e, m, d)) EXPECT_EQ(st, Status::kOk);
+  for (Status st : RunAll(e, m, d)) EXPECT_EQ(st.code(), StatusCode::kOk);
   std::vector<uint8_t> out = r[0]->Get();
   for (uint32_t i = 1; i < p; ++i) EXPECT_TRUE(r[i]->Get() == out) << "rank " << i;
   for (auto& m1 : m) e.Destroy(m1);
@@ -90,9 +90,10 @@ TEST(CollectivesDeterminism, ParallelPlanIsChosenForLargeOps) {
   EngineOptions o;
   o.worker_threads = 4;
   Engine e(o);
-  auto m = MakeComm(e, 3, 2);
+  auto m = MakeComm(e, Tenant(3), 2);
   std::vector<float> a(1 << 20, 1), b(1 << 20, 2), x(1 << 20), y(1 << 20);
-  for (Status st : RunAll(e, m, Fp32AllReduce({&a, &b}, {&x, &y}))) EXPECT_EQ(st, Status::kOk);
+  for (Status st : RunAll(e, m, Fp32AllReduce({&a, &b}, {&x, &y})))
+    EXPECT_EQ(st.code(), StatusCode::kOk);
   EngineStats st = e.Stats();
   EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kBlockedParallel)], 1u);
   EXPECT_EQ(st.threads_chosen, 4u);
@@ -110,10 +111,11 @@ TEST(CollectivesDeterminism, MidSizedOpsGetACallerShareUnlessDisabled) {
     o.worker_threads = 2;
     o.caller_runs_max_bytes = limit;
     Engine e(o);
-    auto m = MakeComm(e, 3, 2);
+    auto m = MakeComm(e, Tenant(3), 2);
     constexpr size_t kCount = 1 << 18;  // 1 MiB per rank, 4 MiB touched
     std::vector<float> a(kCount, 1), b(kCount, 2), x(kCount), y(kCount);
-    for (Status st : RunAll(e, m, Fp32AllReduce({&a, &b}, {&x, &y}))) EXPECT_EQ(st, Status::kOk);
+    for (Status st : RunAll(e, m, Fp32AllReduce({&a, &b}, {&x, &y})))
+      EXPECT_EQ(st.code(), StatusCode::kOk);
     EngineStats st = e.Stats();
     EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kBlockedParallel)], 1u);
     EXPECT_EQ(st.caller_shares, limit != 0 ? 1u : 0u) << "limit " << limit;
@@ -129,7 +131,7 @@ TEST(CollectivesDeterminism, TheMatchingThreadFinishesTheOpsItShares) {
   EngineOptions o;
   o.worker_threads = 2;
   Engine e(o);
-  auto m = MakeComm(e, 3, 2);
+  auto m = MakeComm(e, Tenant(3), 2);
   constexpr size_t kCount = 1 << 18;  // 1 MiB per rank
   constexpr int kOps = 40;
   std::vector<float> a(kCount), b(kCount), x(kCount), y(kCount);
@@ -138,7 +140,7 @@ TEST(CollectivesDeterminism, TheMatchingThreadFinishesTheOpsItShares) {
     std::fill(b.begin(), b.end(), 1.0f);
     std::vector<OpDesc> d = Fp32AllReduce({&a, &b}, {&x, &y});
     for (OpDesc& r : d) r.seq = static_cast<uint64_t>(i);
-    for (Status st : RunAll(e, m, d)) ASSERT_EQ(st, Status::kOk);
+    for (Status st : RunAll(e, m, d)) ASSERT_EQ(st.code(), StatusCode::kOk);
     ASSERT_EQ(x[0], static_cast<float>(i + 1));
     ASSERT_EQ(y[kCount - 1], static_cast<float>(i + 1));
   }

@@ -44,7 +44,7 @@ class Fixture {
   Engine& engine() { return engine_; }
   std::vector<std::shared_ptr<Member>>& Comm(uint32_t p) {
     auto& c = comms_[p];
-    if (c.empty()) c = MakeComm(engine_, /*tenant=*/7, p);
+    if (c.empty()) c = MakeComm(engine_, Tenant(7), p);
     return c;
   }
   uint64_t NextSeq(uint32_t p) { return seq_[p]++; }
@@ -165,7 +165,8 @@ void Verify(Prepared& pr) {
   auto& sends = pr.sends;
   auto& recvs = pr.recvs;
   auto& recv_before = pr.recv_before;
-  for (uint32_t r = 0; r < p; ++r) ASSERT_EQ(pr.waiters[r].Wait(), Status::kOk) << "rank " << r;
+  for (uint32_t r = 0; r < p; ++r)
+    ASSERT_EQ(pr.waiters[r].Wait().code(), StatusCode::kOk) << "rank " << r;
 
   auto slice = [&](const std::vector<uint8_t>& v, size_t off) {
     return std::vector<uint8_t>(v.begin() + off, v.begin() + off + b);

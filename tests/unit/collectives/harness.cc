@@ -11,7 +11,7 @@ namespace hz::coll::testing {
 std::vector<std::shared_ptr<Member>> MakeComm(Engine& e, TenantId tenant, uint32_t nranks,
                                               Constraints c) {
   Uid uid;
-  EXPECT_EQ(e.NewUid(tenant, &uid), Status::kOk);
+  EXPECT_EQ(e.NewUid(tenant, &uid).code(), StatusCode::kOk);
   std::vector<std::shared_ptr<Member>> members(nranks);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < nranks; ++r) {
@@ -26,7 +26,7 @@ std::vector<std::shared_ptr<Member>> MakeComm(Engine& e, TenantId tenant, uint32
         std::abort();  // the callback would outlive p
       }
       auto [s, m] = f.get();
-      EXPECT_EQ(s, Status::kOk) << "rank " << r;
+      EXPECT_EQ(s.code(), StatusCode::kOk) << "rank " << r;
       members[r] = std::move(m);
     });
   }
@@ -43,7 +43,7 @@ Status Waiter::Wait() {
   if (got_) return *got_;
   if (f_.wait_for(kHang) != std::future_status::ready) {
     ADD_FAILURE() << "operation did not complete";
-    return Status::kAborted;
+    return Status::Aborted();
   }
   got_ = f_.get();
   return *got_;
@@ -55,7 +55,7 @@ bool Waiter::Ready() const {
 
 std::vector<Status> RunAll(Engine& e, const std::vector<std::shared_ptr<Member>>& members,
                            const std::vector<OpDesc>& descs) {
-  std::vector<Status> st(members.size(), Status::kAborted);
+  std::vector<Status> st(members.size(), Status::Aborted());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < members.size(); ++r) {
     threads.emplace_back([&, r] {

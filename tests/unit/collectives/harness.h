@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -22,6 +23,11 @@ namespace hz::coll::testing {
 
 // Long enough to never fire on a slow, shared machine; only catches hangs.
 inline constexpr auto kHang = std::chrono::seconds(60);
+
+// A tenant of the tests, "t<n>".
+inline TenantId Tenant(int n) {
+  return TenantId("t" + std::to_string(n));
+}
 
 // Joins nranks ranks of a fresh communicator of tenant, one thread per rank.
 std::vector<std::shared_ptr<Member>> MakeComm(Engine& e, TenantId tenant, uint32_t nranks,

@@ -99,7 +99,7 @@ TEST(CollectivesScheduler, CancelRemovesOnlyTasksNotYetTaken) {
   std::condition_variable cv;
   bool go = false, started = false;
   // The only worker takes this one and holds it.
-  auto held = sched.Submit({1, 0}, 1, 1, [&] {
+  auto held = sched.Submit({Tenant(1), 0}, 1, 1, [&] {
     std::unique_lock<std::mutex> l(mu);
     started = true;
     cv.notify_all();
@@ -110,8 +110,8 @@ TEST(CollectivesScheduler, CancelRemovesOnlyTasksNotYetTaken) {
     cv.wait(l, [&] { return started; });
   }
   std::atomic<int> ran{0};
-  auto a = sched.Submit({1, 0}, 1, 1, [&] { ran += 1; });
-  auto b = sched.Submit({2, 0}, 1, 1, [&] { ran += 10; });
+  auto a = sched.Submit({Tenant(1), 0}, 1, 1, [&] { ran += 1; });
+  auto b = sched.Submit({Tenant(2), 0}, 1, 1, [&] { ran += 10; });
   EXPECT_EQ(sched.queued(), 2u);
   EXPECT_FALSE(sched.Cancel(held)) << "already taken";
   EXPECT_TRUE(sched.Cancel(a));
@@ -135,18 +135,18 @@ TEST(CollectivesScheduler, BackloggedFlowsShareByWeight) {
   std::mutex mu;
   std::condition_variable cv;
   bool go = false;
-  sched.Submit({9, 0}, 1, 1, [&] {
+  sched.Submit({Tenant(9), 0}, 1, 1, [&] {
     std::unique_lock<std::mutex> l(mu);
     cv.wait(l, [&] { return go; });
   });
   std::vector<int> order;
   std::mutex order_mu;
   for (int i = 0; i < 100; ++i) {
-    sched.Submit({1, 0}, 1, 1000, [&] {
+    sched.Submit({Tenant(1), 0}, 1, 1000, [&] {
       std::lock_guard<std::mutex> l(order_mu);
       order.push_back(1);
     });
-    sched.Submit({2, 2}, 4, 1000, [&] {
+    sched.Submit({Tenant(2), 2}, 4, 1000, [&] {
       std::lock_guard<std::mutex> l(order_mu);
       order.push_back(2);
     });

@@ -28,7 +28,7 @@ class EventsBus : public ::testing::Test {
     ASSERT_TRUE(EventBus::Open(o, &bus_).ok());
   }
 
-  uint64_t Publish(const std::string& tenant, uint16_t topic, uint16_t kind = 0) {
+  uint64_t Publish(const TenantId& tenant, uint16_t topic, uint16_t kind = 0) {
     EventSpec spec;
     spec.topic = topic;
     spec.kind = kind;
@@ -39,7 +39,7 @@ class EventsBus : public ::testing::Test {
     return seq;
   }
 
-  std::unique_ptr<Delivery> Connect(const std::string& tenant, const std::string& sub,
+  std::unique_ptr<Delivery> Connect(const TenantId& tenant, const std::string& sub,
                                     uint64_t topics = HZ_TOPIC_ALL, uint64_t from = HZ_SEQ_CURSOR,
                                     hz_event_subscribe_result* result = nullptr) {
     std::unique_ptr<Delivery> d;
@@ -74,8 +74,8 @@ class EventsBus : public ::testing::Test {
 };
 
 TEST_F(EventsBus, SequenceStartsAtOneAndIncreases) {
-  auto d = Connect("t1", "guest");
-  for (uint64_t i = 1; i <= 5; ++i) EXPECT_EQ(Publish("t1", HZ_TOPIC_CAPACITY), i);
+  auto d = Connect(TenantId("t1"), "guest");
+  for (uint64_t i = 1; i <= 5; ++i) EXPECT_EQ(Publish(TenantId("t1"), HZ_TOPIC_CAPACITY), i);
   auto events = Drain(*d);
   ASSERT_EQ(events.size(), 5u);
   for (size_t i = 0; i < events.size(); ++i) {
@@ -87,14 +87,14 @@ TEST_F(EventsBus, SequenceStartsAtOneAndIncreases) {
 }
 
 TEST_F(EventsBus, DeadlinesAreRoundedDown) {
-  auto d = Connect("t1", "guest");
-  ASSERT_TRUE(
-      bus_->Publish("t1", MakePreemption(kPreemptionScheduled, 1700000159, 2, 0, true), nullptr)
-          .ok());
+  auto d = Connect(TenantId("t1"), "guest");
+  ASSERT_TRUE(bus_->Publish(TenantId("t1"),
+                            MakePreemption(kPreemptionScheduled, 1700000159, 2, 0, true), nullptr)
+                  .ok());
   EventSpec raw;
   raw.topic = HZ_TOPIC_MAINTENANCE;
   raw.deadline_s = 1700000999;
-  ASSERT_TRUE(bus_->Publish("t1", raw, nullptr).ok());
+  ASSERT_TRUE(bus_->Publish(TenantId("t1"), raw, nullptr).ok());
   auto events = Drain(*d);
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].deadline_s, 1700000150u);
@@ -103,9 +103,9 @@ TEST_F(EventsBus, DeadlinesAreRoundedDown) {
 }
 
 TEST_F(EventsBus, NothingIsDeliveredBeforeSubscribe) {
-  Publish("t1", HZ_TOPIC_FAILURE);
+  Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
   std::unique_ptr<Delivery> d;
-  ASSERT_TRUE(bus_->Connect("t1", "guest", &d).ok());
+  ASSERT_TRUE(bus_->Connect(TenantId("t1"), "guest", &d).ok());
   hz_event ev;
   EXPECT_FALSE(d->Pending());
   EXPECT_FALSE(d->Next(&ev));
@@ -120,11 +120,12 @@ TEST_F(EventsBus, NothingIsDeliveredBeforeSubscribe) {
 }
 
 TEST_F(EventsBus, TopicMaskFilters) {
-  auto d = Connect("t1", "guest", HZ_TOPIC_MASK(HZ_TOPIC_FAILURE) | HZ_TOPIC_MASK(HZ_TOPIC_HINT));
-  Publish("t1", HZ_TOPIC_CAPACITY);
-  Publish("t1", HZ_TOPIC_FAILURE);
-  Publish("t1", HZ_TOPIC_CONGESTION);
-  Publish("t1", HZ_TOPIC_HINT);
+  auto d = Connect(TenantId("t1"), "guest",
+                   HZ_TOPIC_MASK(HZ_TOPIC_FAILURE) | HZ_TOPIC_MASK(HZ_TOPIC_HINT));
+  Publish(TenantId("t1"), HZ_TOPIC_CAPACITY);
+  Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
+  Publish(TenantId("t1"), HZ_TOPIC_CONGESTION);
+  Publish(TenantId("t1"), HZ_TOPIC_HINT);
   auto events = Drain(*d);
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].seq, 2u);
@@ -135,20 +136,20 @@ TEST_F(EventsBus, TopicMaskFilters) {
 
 TEST_F(EventsBus, UnknownTopicBitsAndFutureFromSeqAreRejected) {
   std::unique_ptr<Delivery> d;
-  ASSERT_TRUE(bus_->Connect("t1", "guest", &d).ok());
+  ASSERT_TRUE(bus_->Connect(TenantId("t1"), "guest", &d).ok());
   hz_event_subscribe_result r{};
-  EXPECT_EQ(d->Subscribe({1ull << 12, HZ_SEQ_CURSOR}, &r).code(), Status::Code::kNotSupported);
+  EXPECT_EQ(d->Subscribe({1ull << 12, HZ_SEQ_CURSOR}, &r).code(), StatusCode::kNotSupported);
   // LOST's own bit is allowed; a mask of 0 delivers only LOST records.
   EXPECT_TRUE(d->Subscribe({HZ_TOPIC_MASK(HZ_TOPIC_LOST), HZ_SEQ_CURSOR}, &r).ok());
-  Publish("t1", HZ_TOPIC_FAILURE);
-  EXPECT_EQ(d->Subscribe({HZ_TOPIC_ALL, 3}, &r).code(), Status::Code::kInvalidArgument);
+  Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
+  EXPECT_EQ(d->Subscribe({HZ_TOPIC_ALL, 3}, &r).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(d->Subscribe({HZ_TOPIC_ALL, 2}, &r).ok());  // next_seq itself is fine
 }
 
 TEST_F(EventsBus, OverflowGivesOneLostRecordThenTheRest) {
   Reopen(4);
-  auto d = Connect("t1", "guest");
-  for (int i = 0; i < 10; ++i) Publish("t1", HZ_TOPIC_CONGESTION);
+  auto d = Connect(TenantId("t1"), "guest");
+  for (int i = 0; i < 10; ++i) Publish(TenantId("t1"), HZ_TOPIC_CONGESTION);
   auto events = Drain(*d);
   // Events 1..6 fell out of the 4-event window.
   ASSERT_EQ(events.size(), 5u);
@@ -168,10 +169,10 @@ TEST_F(EventsBus, OverflowGivesOneLostRecordThenTheRest) {
 
 TEST_F(EventsBus, LostIsDeliveredEvenWhenNotSubscribed) {
   Reopen(2);
-  auto d = Connect("t1", "guest", HZ_TOPIC_MASK(HZ_TOPIC_FAILURE));
+  auto d = Connect(TenantId("t1"), "guest", HZ_TOPIC_MASK(HZ_TOPIC_FAILURE));
   int notified = 0;
   d->SetNotify([&] { ++notified; });
-  for (int i = 0; i < 5; ++i) Publish("t1", HZ_TOPIC_CAPACITY);
+  for (int i = 0; i < 5; ++i) Publish(TenantId("t1"), HZ_TOPIC_CAPACITY);
   EXPECT_GT(notified, 0);  // falling behind wakes the subscriber
   auto events = Drain(*d);
   ASSERT_EQ(events.size(), 1u);
@@ -182,15 +183,15 @@ TEST_F(EventsBus, LostIsDeliveredEvenWhenNotSubscribed) {
 TEST_F(EventsBus, LostAfterReconnectBehindTheWindow) {
   Reopen(3);
   {
-    auto d = Connect("t1", "guest");
-    Publish("t1", HZ_TOPIC_FAILURE);
+    auto d = Connect(TenantId("t1"), "guest");
+    Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
     hz_event ev;
     ASSERT_TRUE(d->Next(&ev));
     ASSERT_TRUE(Ack(*d, 1).ok());
   }
-  for (int i = 0; i < 6; ++i) Publish("t1", HZ_TOPIC_FAILURE);  // seqs 2..7, window 5..7
+  for (int i = 0; i < 6; ++i) Publish(TenantId("t1"), HZ_TOPIC_FAILURE);  // seqs 2..7, window 5..7
   hz_event_subscribe_result r{};
-  auto d = Connect("t1", "guest", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
+  auto d = Connect(TenantId("t1"), "guest", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
   EXPECT_EQ(r.cursor, 1u);
   EXPECT_EQ(r.oldest_seq, 5u);
   EXPECT_EQ(r.next_seq, 8u);
@@ -206,15 +207,15 @@ TEST_F(EventsBus, LostAfterReconnectBehindTheWindow) {
 
 TEST_F(EventsBus, ReconnectReplaysFromCursorWithReplayFlag) {
   {
-    auto d = Connect("t1", "guest");
-    for (int i = 0; i < 4; ++i) Publish("t1", HZ_TOPIC_CHECKPOINT);
+    auto d = Connect(TenantId("t1"), "guest");
+    for (int i = 0; i < 4; ++i) Publish(TenantId("t1"), HZ_TOPIC_CHECKPOINT);
     auto events = Drain(*d);
     ASSERT_EQ(events.size(), 4u);
     ASSERT_TRUE(Ack(*d, 2).ok());
   }
-  Publish("t1", HZ_TOPIC_CHECKPOINT);  // seq 5, never delivered
+  Publish(TenantId("t1"), HZ_TOPIC_CHECKPOINT);  // seq 5, never delivered
   hz_event_subscribe_result r{};
-  auto d = Connect("t1", "guest", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
+  auto d = Connect(TenantId("t1"), "guest", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
   EXPECT_EQ(r.cursor, 2u);
   auto events = Drain(*d);
   ASSERT_EQ(events.size(), 3u);
@@ -228,15 +229,15 @@ TEST_F(EventsBus, ReconnectReplaysFromCursorWithReplayFlag) {
 
 TEST_F(EventsBus, CursorsSurviveABusRestart) {
   {
-    auto d = Connect("t1", "guest");
-    for (int i = 0; i < 3; ++i) Publish("t1", HZ_TOPIC_ENERGY);
+    auto d = Connect(TenantId("t1"), "guest");
+    for (int i = 0; i < 3; ++i) Publish(TenantId("t1"), HZ_TOPIC_ENERGY);
     Drain(*d);
     ASSERT_TRUE(Ack(*d, 3).ok());
   }
   Reopen(16);
-  Publish("t1", HZ_TOPIC_ENERGY);
+  Publish(TenantId("t1"), HZ_TOPIC_ENERGY);
   hz_event_subscribe_result r{};
-  auto d = Connect("t1", "guest", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
+  auto d = Connect(TenantId("t1"), "guest", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
   EXPECT_EQ(r.cursor, 3u);
   EXPECT_EQ(r.next_seq, 5u);
   auto events = Drain(*d);
@@ -244,64 +245,65 @@ TEST_F(EventsBus, CursorsSurviveABusRestart) {
   EXPECT_EQ(events[0].seq, 4u);
   // An explicit from_seq re-reads acknowledged events, marked as replays.
   d.reset();
-  d = Connect("t1", "guest", HZ_TOPIC_ALL, 1);
+  d = Connect(TenantId("t1"), "guest", HZ_TOPIC_ALL, 1);
   events = Drain(*d);
   ASSERT_EQ(events.size(), 4u);
   EXPECT_NE(events[0].flags & HZ_EVENT_F_REPLAY, 0u);
 }
 
 TEST_F(EventsBus, AckValidation) {
-  auto d = Connect("t1", "guest");
-  Publish("t1", HZ_TOPIC_FAILURE);
-  Publish("t1", HZ_TOPIC_FAILURE);
+  auto d = Connect(TenantId("t1"), "guest");
+  Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
+  Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
   hz_event ev;
   ASSERT_TRUE(d->Next(&ev));
-  EXPECT_EQ(Ack(*d, 2).code(), Status::Code::kInvalidArgument);  // not delivered yet
-  EXPECT_EQ(Ack(*d, 1, 0x80).code(), Status::Code::kNotSupported);
+  EXPECT_EQ(Ack(*d, 2).code(), StatusCode::kInvalidArgument);  // not delivered yet
+  EXPECT_EQ(Ack(*d, 1, 0x80).code(), StatusCode::kNotSupported);
   hz_event_ack_args bad{1, 0, 7};
-  EXPECT_EQ(d->Ack(bad).code(), Status::Code::kNotSupported);
+  EXPECT_EQ(d->Ack(bad).code(), StatusCode::kNotSupported);
   EXPECT_TRUE(Ack(*d, 1).ok());
   EXPECT_TRUE(Ack(*d, 1).ok());  // idempotent
   EXPECT_TRUE(Ack(*d, 0).ok());  // never moves the cursor back
-  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);  // not approvable
+  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), StatusCode::kInvalidArgument);  // not approvable
 }
 
 TEST_F(EventsBus, ApproveNotifiesOperatorOnceAndPersists) {
   std::vector<std::pair<std::string, uint64_t>> approvals;
-  bus_->SetApprovalCallback([&](const std::string& tenant, const hz_event& ev) {
-    approvals.emplace_back(tenant, ev.seq);
+  bus_->SetApprovalCallback([&](const TenantId& tenant, const hz_event& ev) {
+    approvals.emplace_back(tenant.name(), ev.seq);
   });
-  auto d = Connect("t1", "guest");
+  auto d = Connect(TenantId("t1"), "guest");
   ASSERT_TRUE(
-      bus_->Publish("t1",
+      bus_->Publish(TenantId("t1"),
                     MakeMaintenance(kMaintenanceScheduled, 1700009000, 600, kAllDevices, true),
                     nullptr)
           .ok());
-  ASSERT_TRUE(bus_->Publish("t1", MakeMaintenance(kMaintenanceScheduled, 1700009000, 600, 0, false),
+  ASSERT_TRUE(bus_->Publish(TenantId("t1"),
+                            MakeMaintenance(kMaintenanceScheduled, 1700009000, 600, 0, false),
                             nullptr)
                   .ok());
   Drain(*d);
-  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(Ack(*d, 1, HZ_ACK_F_APPROVE).ok());
   ASSERT_TRUE(Ack(*d, 1, HZ_ACK_F_APPROVE).ok());
   ASSERT_EQ(approvals.size(), 1u);
   EXPECT_EQ(approvals[0].first, "t1");
   EXPECT_EQ(approvals[0].second, 1u);
   TenantSummary summary;
-  ASSERT_TRUE(bus_->Summary("t1", &summary).ok());
+  ASSERT_TRUE(bus_->Summary(TenantId("t1"), &summary).ok());
   EXPECT_EQ(summary.approvals, 1u);
   d.reset();
   Reopen(16);
-  ASSERT_TRUE(bus_->Summary("t1", &summary).ok());
+  ASSERT_TRUE(bus_->Summary(TenantId("t1"), &summary).ok());
   EXPECT_EQ(summary.approvals, 1u);
 }
 
 TEST_F(EventsBus, TenantsAreIsolated) {
-  auto a = Connect("tenant-a", "guest");
-  auto b = Connect("tenant-b", "guest");
-  Publish("tenant-a", HZ_TOPIC_FAILURE, 1);
-  Publish("tenant-a", HZ_TOPIC_FAILURE, 1);
-  Publish("tenant-b", HZ_TOPIC_FAILURE, 2);
+  auto a = Connect(TenantId("tenant-a"), "guest");
+  auto b = Connect(TenantId("tenant-b"), "guest");
+  Publish(TenantId("tenant-a"), HZ_TOPIC_FAILURE, 1);
+  Publish(TenantId("tenant-a"), HZ_TOPIC_FAILURE, 1);
+  Publish(TenantId("tenant-b"), HZ_TOPIC_FAILURE, 2);
   auto ea = Drain(*a);
   auto eb = Drain(*b);
   ASSERT_EQ(ea.size(), 2u);
@@ -311,74 +313,74 @@ TEST_F(EventsBus, TenantsAreIsolated) {
   for (const auto& ev : ea) EXPECT_EQ(ev.kind, 1u);
   // Acks on one tenant do not touch the other.
   EXPECT_TRUE(Ack(*a, 2).ok());
-  EXPECT_EQ(Ack(*b, 2).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Ack(*b, 2).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsBus, SubscribersOfOneTenantHaveTheirOwnCursors) {
-  auto x = Connect("t1", "x");
-  auto y = Connect("t1", "y");
-  Publish("t1", HZ_TOPIC_HINT);
-  Publish("t1", HZ_TOPIC_HINT);
+  auto x = Connect(TenantId("t1"), "x");
+  auto y = Connect(TenantId("t1"), "y");
+  Publish(TenantId("t1"), HZ_TOPIC_HINT);
+  Publish(TenantId("t1"), HZ_TOPIC_HINT);
   EXPECT_EQ(Drain(*x).size(), 2u);
   ASSERT_TRUE(Ack(*x, 2).ok());
   EXPECT_EQ(Drain(*y).size(), 2u);
   y.reset();
   hz_event_subscribe_result r{};
-  y = Connect("t1", "y", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
+  y = Connect(TenantId("t1"), "y", HZ_TOPIC_ALL, HZ_SEQ_CURSOR, &r);
   EXPECT_EQ(r.cursor, 0u);
 }
 
 TEST_F(EventsBus, OneLiveDeliveryPerSubscriber) {
-  auto d = Connect("t1", "guest");
+  auto d = Connect(TenantId("t1"), "guest");
   std::unique_ptr<Delivery> second;
-  EXPECT_EQ(bus_->Connect("t1", "guest", &second).code(), Status::Code::kState);
+  EXPECT_EQ(bus_->Connect(TenantId("t1"), "guest", &second).code(), StatusCode::kState);
   d.reset();
-  EXPECT_TRUE(bus_->Connect("t1", "guest", &second).ok());
+  EXPECT_TRUE(bus_->Connect(TenantId("t1"), "guest", &second).ok());
 }
 
 TEST_F(EventsBus, BadNamesAreRejected) {
   std::unique_ptr<Delivery> d;
-  EXPECT_EQ(bus_->Connect("../x", "guest", &d).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(bus_->Connect("t1", "a/b", &d).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(bus_->Connect(TenantId("../x"), "guest", &d).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bus_->Connect(TenantId("t1"), "a/b", &d).code(), StatusCode::kInvalidArgument);
   EventSpec spec;
-  EXPECT_EQ(bus_->Publish("", spec, nullptr).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(bus_->Publish(TenantId(""), spec, nullptr).code(), StatusCode::kInvalidArgument);
   spec.topic = HZ_TOPIC_LOST;
-  EXPECT_EQ(bus_->Publish("t1", spec, nullptr).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(bus_->Publish(TenantId("t1"), spec, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsBus, NotifyFiresForWantedTopicsOnly) {
-  auto d = Connect("t1", "guest", HZ_TOPIC_MASK(HZ_TOPIC_PREEMPTION));
+  auto d = Connect(TenantId("t1"), "guest", HZ_TOPIC_MASK(HZ_TOPIC_PREEMPTION));
   std::vector<hz_event> seen;
   d->SetNotify([&] {
     hz_event ev;
     while (d->Next(&ev)) seen.push_back(ev);  // the service fills posted buffers here
   });
-  Publish("t1", HZ_TOPIC_CAPACITY);
+  Publish(TenantId("t1"), HZ_TOPIC_CAPACITY);
   EXPECT_TRUE(seen.empty());
-  Publish("t1", HZ_TOPIC_PREEMPTION);
+  Publish(TenantId("t1"), HZ_TOPIC_PREEMPTION);
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].seq, 2u);
 }
 
 TEST_F(EventsBus, RetentionSurvivesRestartAndCompaction) {
   Reopen(5);
-  for (int i = 0; i < 300; ++i) Publish("t1", HZ_TOPIC_CONGESTION);
+  for (int i = 0; i < 300; ++i) Publish(TenantId("t1"), HZ_TOPIC_CONGESTION);
   auto size = std::filesystem::file_size(dir_.path() + "/t1/events.log");
   // Compaction keeps the file within a bounded multiple of the window.
   EXPECT_LE(size, (2 * 5 + 65) * (kRecordHeaderBytes + sizeof(hz_event)));
   Reopen(5);
   TenantSummary s;
-  ASSERT_TRUE(bus_->Summary("t1", &s).ok());
+  ASSERT_TRUE(bus_->Summary(TenantId("t1"), &s).ok());
   EXPECT_EQ(s.next_seq, 301u);
   EXPECT_EQ(s.oldest_seq, 296u);
   hz_event ev;
-  EXPECT_EQ(bus_->Get("t1", 295, &ev).code(), Status::Code::kNotFound);
-  ASSERT_TRUE(bus_->Get("t1", 300, &ev).ok());
+  EXPECT_EQ(bus_->Get(TenantId("t1"), 295, &ev).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(bus_->Get(TenantId("t1"), 300, &ev).ok());
   EXPECT_EQ(ev.seq, 300u);
 }
 
 TEST_F(EventsBus, TornTailIsTruncatedOnRecovery) {
-  for (int i = 0; i < 3; ++i) Publish("t1", HZ_TOPIC_FAILURE);
+  for (int i = 0; i < 3; ++i) Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
   bus_.reset();
   std::string path = dir_.path() + "/t1/events.log";
   auto full = std::filesystem::file_size(path);
@@ -392,17 +394,17 @@ TEST_F(EventsBus, TornTailIsTruncatedOnRecovery) {
   }
   Reopen(16);
   TenantSummary s;
-  ASSERT_TRUE(bus_->Summary("t1", &s).ok());
+  ASSERT_TRUE(bus_->Summary(TenantId("t1"), &s).ok());
   EXPECT_EQ(s.next_seq, 4u);
   EXPECT_EQ(std::filesystem::file_size(path), full);
-  EXPECT_EQ(Publish("t1", HZ_TOPIC_FAILURE), 4u);
+  EXPECT_EQ(Publish(TenantId("t1"), HZ_TOPIC_FAILURE), 4u);
   Reopen(16);
   hz_event ev;
-  ASSERT_TRUE(bus_->Get("t1", 4, &ev).ok());
+  ASSERT_TRUE(bus_->Get(TenantId("t1"), 4, &ev).ok());
 }
 
 TEST_F(EventsBus, CorruptRecordStopsRecoveryThere) {
-  for (int i = 0; i < 4; ++i) Publish("t1", HZ_TOPIC_FAILURE);
+  for (int i = 0; i < 4; ++i) Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
   bus_.reset();
   std::string path = dir_.path() + "/t1/events.log";
   {
@@ -413,36 +415,36 @@ TEST_F(EventsBus, CorruptRecordStopsRecoveryThere) {
   }
   Reopen(16);
   TenantSummary s;
-  ASSERT_TRUE(bus_->Summary("t1", &s).ok());
+  ASSERT_TRUE(bus_->Summary(TenantId("t1"), &s).ok());
   EXPECT_EQ(s.next_seq, 3u);
 }
 
 TEST_F(EventsBus, CorruptStateFileIsAClearError) {
-  Publish("t1", HZ_TOPIC_FAILURE);
+  Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
   bus_.reset();
   {
     std::ofstream f(dir_.path() + "/t1/state.json");
     f << "{\"next_seq\": \"banana\"}";
   }
   Reopen(16);
-  Status s = bus_->Publish("t1", EventSpec{}, nullptr);
-  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  Status s = bus_->Publish(TenantId("t1"), EventSpec{}, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("state.json"), std::string::npos);
   // Other tenants are unaffected.
-  EXPECT_EQ(Publish("t2", HZ_TOPIC_FAILURE), 1u);
+  EXPECT_EQ(Publish(TenantId("t2"), HZ_TOPIC_FAILURE), 1u);
 }
 
 TEST_F(EventsBus, SequenceNeverGoesBackIfTheLogIsLost) {
   {
-    auto d = Connect("t1", "guest");
-    for (int i = 0; i < 3; ++i) Publish("t1", HZ_TOPIC_FAILURE);
+    auto d = Connect(TenantId("t1"), "guest");
+    for (int i = 0; i < 3; ++i) Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
     Drain(*d);
     ASSERT_TRUE(Ack(*d, 3).ok());
   }
   bus_.reset();
   std::filesystem::remove(dir_.path() + "/t1/events.log");
   Reopen(16);
-  EXPECT_EQ(Publish("t1", HZ_TOPIC_FAILURE), 4u);
+  EXPECT_EQ(Publish(TenantId("t1"), HZ_TOPIC_FAILURE), 4u);
 }
 
 TEST_F(EventsBus, AlwaysFsyncPolicyWorks) {
@@ -451,8 +453,8 @@ TEST_F(EventsBus, AlwaysFsyncPolicyWorks) {
   o.dir = dir_.path() + "/synced";
   o.fsync = FsyncPolicy::kAlways;
   ASSERT_TRUE(EventBus::Open(o, &bus_).ok());
-  auto d = Connect("t1", "guest");
-  EXPECT_EQ(Publish("t1", HZ_TOPIC_FAILURE), 1u);
+  auto d = Connect(TenantId("t1"), "guest");
+  EXPECT_EQ(Publish(TenantId("t1"), HZ_TOPIC_FAILURE), 1u);
   Drain(*d);
   EXPECT_TRUE(Ack(*d, 1).ok());
 }
@@ -462,41 +464,43 @@ TEST_F(EventsBus, ZeroRetentionIsRejected) {
   o.dir = dir_.path();
   o.retention = 0;
   std::unique_ptr<EventBus> bus;
-  EXPECT_EQ(EventBus::Open(o, &bus).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(EventBus::Open(o, &bus).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsBus, ApprovalIsRefusedOnceTooLate) {
   int approvals = 0;
-  bus_->SetApprovalCallback([&](const std::string&, const hz_event&) { ++approvals; });
-  auto d = Connect("t1", "guest");
+  bus_->SetApprovalCallback([&](const TenantId&, const hz_event&) { ++approvals; });
+  auto d = Connect(TenantId("t1"), "guest");
   const uint64_t deadline = now_.load() + 600;
   // 1: maintenance of device 2; 2: preemption of everything; 3: maintenance of device 5.
-  ASSERT_TRUE(
-      bus_->Publish("t1", MakeMaintenance(kMaintenanceScheduled, deadline, 60, 2, true), nullptr)
-          .ok());
-  ASSERT_TRUE(
-      bus_->Publish("t1", MakePreemption(kPreemptionScheduled, deadline, 4, 0, true), nullptr)
-          .ok());
-  ASSERT_TRUE(
-      bus_->Publish("t1", MakeMaintenance(kMaintenanceScheduled, deadline, 60, 5, true), nullptr)
-          .ok());
+  ASSERT_TRUE(bus_->Publish(TenantId("t1"),
+                            MakeMaintenance(kMaintenanceScheduled, deadline, 60, 2, true), nullptr)
+                  .ok());
+  ASSERT_TRUE(bus_->Publish(TenantId("t1"),
+                            MakePreemption(kPreemptionScheduled, deadline, 4, 0, true), nullptr)
+                  .ok());
+  ASSERT_TRUE(bus_->Publish(TenantId("t1"),
+                            MakeMaintenance(kMaintenanceScheduled, deadline, 60, 5, true), nullptr)
+                  .ok());
   // 4: device 2's maintenance started; 5: the preemption was cancelled.
   ASSERT_TRUE(
-      bus_->Publish("t1", MakeMaintenance(kMaintenanceStarted, 0, 60, 2, false), nullptr).ok());
+      bus_->Publish(TenantId("t1"), MakeMaintenance(kMaintenanceStarted, 0, 60, 2, false), nullptr)
+          .ok());
   ASSERT_TRUE(
-      bus_->Publish("t1", MakePreemption(kPreemptionCancelled, 0, 4, 0, false), nullptr).ok());
+      bus_->Publish(TenantId("t1"), MakePreemption(kPreemptionCancelled, 0, 4, 0, false), nullptr)
+          .ok());
   Drain(*d);
-  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kState);
-  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), Status::Code::kState);
+  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), StatusCode::kState);
+  EXPECT_EQ(Ack(*d, 2, HZ_ACK_F_APPROVE).code(), StatusCode::kState);
   EXPECT_TRUE(Ack(*d, 3, HZ_ACK_F_APPROVE).ok());  // device 5 is unaffected
   EXPECT_EQ(approvals, 1);
   // Past its deadline an event can no longer be approved.
-  ASSERT_TRUE(
-      bus_->Publish("t1", MakeMaintenance(kMaintenanceScheduled, deadline, 60, 7, true), nullptr)
-          .ok());
+  ASSERT_TRUE(bus_->Publish(TenantId("t1"),
+                            MakeMaintenance(kMaintenanceScheduled, deadline, 60, 7, true), nullptr)
+                  .ok());
   Drain(*d);
   now_ = deadline;
-  EXPECT_EQ(Ack(*d, 6, HZ_ACK_F_APPROVE).code(), Status::Code::kState);
+  EXPECT_EQ(Ack(*d, 6, HZ_ACK_F_APPROVE).code(), StatusCode::kState);
   // Approving again what was approved is harmless, even later.
   EXPECT_TRUE(Ack(*d, 3, HZ_ACK_F_APPROVE).ok());
   EXPECT_EQ(approvals, 1);
@@ -504,27 +508,27 @@ TEST_F(EventsBus, ApprovalIsRefusedOnceTooLate) {
 
 TEST_F(EventsBus, ApprovalOfAnEventNoLongerRetainedIsInvalid) {
   Reopen(2);
-  auto d = Connect("t1", "guest");
-  ASSERT_TRUE(bus_->Publish("t1",
+  auto d = Connect(TenantId("t1"), "guest");
+  ASSERT_TRUE(bus_->Publish(TenantId("t1"),
                             MakeMaintenance(kMaintenanceScheduled, now_.load() + 600, 60, 0, true),
                             nullptr)
                   .ok());
   hz_event ev;
   ASSERT_TRUE(d->Next(&ev));
-  Publish("t1", HZ_TOPIC_CAPACITY);
-  Publish("t1", HZ_TOPIC_CAPACITY);
-  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), Status::Code::kInvalidArgument);
+  Publish(TenantId("t1"), HZ_TOPIC_CAPACITY);
+  Publish(TenantId("t1"), HZ_TOPIC_CAPACITY);
+  EXPECT_EQ(Ack(*d, 1, HZ_ACK_F_APPROVE).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsBus, ReplayMarksSurviveARestartWithoutAck) {
   {
-    auto d = Connect("t1", "guest");
-    Publish("t1", HZ_TOPIC_FAILURE);
-    Publish("t1", HZ_TOPIC_FAILURE);
+    auto d = Connect(TenantId("t1"), "guest");
+    Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
+    Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
     ASSERT_EQ(Drain(*d).size(), 2u);  // delivered, never acknowledged
   }
   Reopen(16);
-  auto d = Connect("t1", "guest");
+  auto d = Connect(TenantId("t1"), "guest");
   auto events = Drain(*d);
   ASSERT_EQ(events.size(), 2u);
   for (const auto& ev : events) EXPECT_NE(ev.flags & HZ_EVENT_F_REPLAY, 0u);

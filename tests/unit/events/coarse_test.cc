@@ -94,21 +94,21 @@ TEST(EventsCoarse, BuildersApplyCoarseRules) {
 TEST(EventsCoarse, SpecValidation) {
   EventSpec s;
   s.topic = HZ_TOPIC_LOST;
-  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ValidateSpec(s).code(), StatusCode::kInvalidArgument);
   s.topic = 9;
-  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ValidateSpec(s).code(), StatusCode::kInvalidArgument);
   s.topic = HZ_TOPIC_CAPACITY;
   s.flags = HZ_EVENT_F_APPROVABLE;
-  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ValidateSpec(s).code(), StatusCode::kInvalidArgument);
   s.flags = HZ_EVENT_F_REPLAY;
-  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ValidateSpec(s).code(), StatusCode::kInvalidArgument);
   s.flags = 0;
   EXPECT_TRUE(ValidateSpec(s).ok());
   s.topic = HZ_TOPIC_PREEMPTION;
   s.flags = HZ_EVENT_F_APPROVABLE;
   EXPECT_TRUE(ValidateSpec(s).ok());
   s.kind = kPreemptionStarted;
-  EXPECT_EQ(ValidateSpec(s).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ValidateSpec(s).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(EventsCoarse, NamesAreRestricted) {
@@ -120,17 +120,6 @@ TEST(EventsCoarse, NamesAreRestricted) {
   EXPECT_FALSE(ValidName("a/b"));
   EXPECT_FALSE(ValidName(std::string(65, 'a')));
   EXPECT_FALSE(ValidName(std::string("a\0b", 3)));
-}
-
-TEST(EventsCoarse, StatusMapsToWireCodes) {
-  EXPECT_EQ(Status::Ok().ToWire(), HZ_S_OK);
-  EXPECT_EQ(Status::NotFound("x").ToWire(), HZ_S_ENOENT);
-  EXPECT_EQ(Status::InvalidArgument("x").ToWire(), HZ_S_EINVAL);
-  EXPECT_EQ(Status::Limit("x").ToWire(), HZ_S_ELIMIT);
-  EXPECT_EQ(Status::Corruption("x").ToWire(), HZ_S_ECORRUPT);
-  EXPECT_EQ(Status::NotSupported("x").ToWire(), HZ_S_ENOTSUP);
-  EXPECT_EQ(Status::Permission("x").ToWire(), HZ_S_EPERM);
-  EXPECT_EQ(Status::State("x").ToWire(), HZ_S_ESTATE);
 }
 
 TEST(EventsCoarse, ChangeFilterLimitsRateAndFlapping) {

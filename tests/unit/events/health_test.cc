@@ -71,7 +71,7 @@ TEST_F(EventsHealth, MalformedTextIsAClearError) {
                        "A 1 2\n"};
   for (const char* text : bad) {
     Status s = ParseAerCounters(text, "aer_dev_fatal", &c);
-    EXPECT_EQ(s.code(), Status::Code::kCorruption) << text;
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << text;
     EXPECT_NE(s.message().find("aer_dev_fatal"), std::string::npos) << s.message();
   }
   Status s = ParseAerCounters("A 1\nB oops\n", "aer_dev_fatal", &c);
@@ -85,7 +85,7 @@ TEST_F(EventsHealth, ValidatesPciAddresses) {
   EXPECT_FALSE(ValidBdf("0000:3b:00.8"));
   EXPECT_FALSE(ValidBdf("0000:3b:00"));
   DeviceHealth h;
-  EXPECT_EQ(ReadDeviceHealth(root_, "0000:3b/../00.0", &h).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ReadDeviceHealth(root_, "0000:3b/../00.0", &h).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EventsHealth, ReadsFixtureTree) {
@@ -94,12 +94,12 @@ TEST_F(EventsHealth, ReadsFixtureTree) {
   EXPECT_EQ(h.correctable, 4u);
   EXPECT_EQ(h.nonfatal, 0u);
   EXPECT_EQ(h.fatal, 0u);
-  EXPECT_EQ(ReadDeviceHealth(root_, "0000:99:00.0", &h).code(), Status::Code::kNotFound);
+  EXPECT_EQ(ReadDeviceHealth(root_, "0000:99:00.0", &h).code(), StatusCode::kNotFound);
 }
 
 TEST_F(EventsHealth, QuietDevicesPublishNothing) {
   HealthMonitor m(root_, &sink_);
-  ASSERT_TRUE(m.Assign("t1", "0000:3b:00.0", 0).ok());
+  ASSERT_TRUE(m.Assign(TenantId("t1"), "0000:3b:00.0", 0).ok());
   ASSERT_TRUE(m.Poll().ok());
   SetCounter("0000:3b:00.0", "aer_dev_correctable", "BadDLLP", 7);  // correctable only
   ASSERT_TRUE(m.Poll().ok());
@@ -110,17 +110,17 @@ TEST_F(EventsHealth, NonFatalAndFatalIncreasesPublishFailures) {
   HealthMonitor m(root_, &sink_);
   std::vector<std::pair<std::string, uint32_t>> told;
   m.SetFailureListener(
-      [&](const std::string& t, uint32_t i, FailureKind) { told.emplace_back(t, i); });
-  ASSERT_TRUE(m.Assign("t1", "0000:3b:00.0", 1).ok());
-  ASSERT_TRUE(m.Assign("t1", "0000:5e:00.0", 0).ok());
-  ASSERT_TRUE(m.Assign("t2", "0000:86:00.0", 0).ok());
-  EXPECT_EQ(m.Assign("t3", "0000:86:00.0", 1).code(), Status::Code::kState);
+      [&](const TenantId& t, uint32_t i, FailureKind) { told.emplace_back(t.name(), i); });
+  ASSERT_TRUE(m.Assign(TenantId("t1"), "0000:3b:00.0", 1).ok());
+  ASSERT_TRUE(m.Assign(TenantId("t1"), "0000:5e:00.0", 0).ok());
+  ASSERT_TRUE(m.Assign(TenantId("t2"), "0000:86:00.0", 0).ok());
+  EXPECT_EQ(m.Assign(TenantId("t3"), "0000:86:00.0", 1).code(), StatusCode::kState);
 
   SetCounter("0000:3b:00.0", "aer_dev_nonfatal", "CmpltTO", 3);
   ASSERT_TRUE(m.Poll().ok());
   auto e = sink_.entries();
   ASSERT_EQ(e.size(), 1u);
-  EXPECT_EQ(e[0].tenant, "t1");
+  EXPECT_EQ(e[0].tenant, TenantId("t1"));
   EXPECT_EQ(e[0].spec.topic, HZ_TOPIC_FAILURE);
   EXPECT_EQ(e[0].spec.kind, kFailureDeviceDegraded);
   auto p = testing::PayloadAs<FailurePayload>(e[0].spec.payload.data());
@@ -136,7 +136,7 @@ TEST_F(EventsHealth, NonFatalAndFatalIncreasesPublishFailures) {
   ASSERT_TRUE(m.Poll().ok());
   e = sink_.entries();
   ASSERT_EQ(e.size(), 2u);
-  EXPECT_EQ(e[1].tenant, "t2");
+  EXPECT_EQ(e[1].tenant, TenantId("t2"));
   EXPECT_EQ(e[1].spec.kind, kFailureDeviceFailed);
   ASSERT_EQ(told.size(), 2u);
   EXPECT_EQ(told[1], std::make_pair(std::string("t2"), 0u));
@@ -149,19 +149,19 @@ TEST_F(EventsHealth, NonFatalAndFatalIncreasesPublishFailures) {
 TEST_F(EventsHealth, ErrorsBeforeAssignmentAreBaseline) {
   SetCounter("0000:5e:00.0", "aer_dev_fatal", "DLP", 5);
   HealthMonitor m(root_, &sink_);
-  ASSERT_TRUE(m.Assign("t1", "0000:5e:00.0", 0).ok());
+  ASSERT_TRUE(m.Assign(TenantId("t1"), "0000:5e:00.0", 0).ok());
   ASSERT_TRUE(m.Poll().ok());
   EXPECT_TRUE(sink_.entries().empty());
 }
 
 TEST_F(EventsHealth, UnreadableDeviceIsReportedOthersStillChecked) {
   HealthMonitor m(root_, &sink_);
-  ASSERT_TRUE(m.Assign("t1", "0000:3b:00.0", 0).ok());
-  ASSERT_TRUE(m.Assign("t1", "0000:5e:00.0", 1).ok());
+  ASSERT_TRUE(m.Assign(TenantId("t1"), "0000:3b:00.0", 0).ok());
+  ASSERT_TRUE(m.Assign(TenantId("t1"), "0000:5e:00.0", 1).ok());
   std::ofstream(root_ + "/bus/pci/devices/0000:3b:00.0/aer_dev_fatal", std::ios::trunc) << "junk\n";
   SetCounter("0000:5e:00.0", "aer_dev_fatal", "DLP", 1);
   Status s = m.Poll();
-  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("0000:3b:00.0/aer_dev_fatal"), std::string::npos) << s.message();
   ASSERT_EQ(sink_.entries().size(), 1u);
   EXPECT_EQ(testing::PayloadAs<FailurePayload>(sink_.entries()[0].spec.payload.data()).device_index,
@@ -172,16 +172,16 @@ TEST_F(EventsHealth, MalformedFixtureTree) {
   const std::string root = kFixtures + "/sysfs-malformed";
   DeviceHealth h;
   Status s = ReadDeviceHealth(root, "0000:3b:00.0", &h);
-  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("line 2"), std::string::npos) << s.message();
-  EXPECT_EQ(ReadDeviceHealth(root, "0000:5e:00.0", &h).code(), Status::Code::kNotFound);
+  EXPECT_EQ(ReadDeviceHealth(root, "0000:5e:00.0", &h).code(), StatusCode::kNotFound);
   s = ReadDeviceHealth(root, "0000:86:00.0", &h);
-  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("overflow"), std::string::npos) << s.message();
-  EXPECT_EQ(ReadDeviceHealth(root, "0000:87:00.0", &h).code(), Status::Code::kCorruption);
+  EXPECT_EQ(ReadDeviceHealth(root, "0000:87:00.0", &h).code(), StatusCode::kCorruption);
   HealthMonitor m(root, &sink_);
-  EXPECT_FALSE(m.Assign("t1", "0000:3b:00.0", 0).ok());
-  EXPECT_EQ(m.Unassign("0000:3b:00.0").code(), Status::Code::kNotFound);
+  EXPECT_FALSE(m.Assign(TenantId("t1"), "0000:3b:00.0", 0).ok());
+  EXPECT_EQ(m.Unassign("0000:3b:00.0").code(), StatusCode::kNotFound);
 }
 
 }  // namespace

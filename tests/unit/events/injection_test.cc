@@ -87,7 +87,7 @@ TEST(EventsInjection, BadDescriptionsSayWhatIsWrong) {
   for (const Case& c : cases) {
     EventSpec spec;
     Status s = SpecFromJson(c.text, kNow, &spec);
-    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << c.text;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.text;
     EXPECT_NE(s.message().find(c.says), std::string::npos) << c.text << " -> " << s.message();
   }
 }

@@ -19,7 +19,7 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-Status RecordingSink::Publish(const std::string& tenant, const EventSpec& spec, uint64_t* seq) {
+Status RecordingSink::Publish(const TenantId& tenant, const EventSpec& spec, uint64_t* seq) {
   Status s = ValidateSpec(spec);
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);

@@ -27,10 +27,10 @@ class TempDir {
 class RecordingSink : public EventSink {
  public:
   struct Entry {
-    std::string tenant;
+    TenantId tenant;
     EventSpec spec;
   };
-  Status Publish(const std::string& tenant, const EventSpec& spec, uint64_t* seq) override;
+  Status Publish(const TenantId& tenant, const EventSpec& spec, uint64_t* seq) override;
   std::vector<Entry> entries() const;
   std::vector<Entry> Matching(uint16_t topic, uint16_t kind) const;
   void Clear();

@@ -82,16 +82,16 @@ TEST(SchedulerAllocator, LocalityLimits) {
   Cluster c = Hosts("hgx8", 1);
   Allocator alloc(&c);
   Allocation a;
-  EXPECT_EQ(alloc.Allocate("t", {5, 0, HZ_LOC_SAME_GROUP}, &a).code(), Status::Code::kLimit);
-  EXPECT_EQ(alloc.Allocate("t", {9, 0, HZ_LOC_ANY}, &a).code(), Status::Code::kLimit);
-  EXPECT_EQ(alloc.Allocate("t", {0, 0, HZ_LOC_ANY}, &a).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(alloc.Allocate("t", {1, 0, 7}, &a).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(alloc.Allocate("t", {5, 0, HZ_LOC_SAME_GROUP}, &a).code(), StatusCode::kLimit);
+  EXPECT_EQ(alloc.Allocate("t", {9, 0, HZ_LOC_ANY}, &a).code(), StatusCode::kLimit);
+  EXPECT_EQ(alloc.Allocate("t", {0, 0, HZ_LOC_ANY}, &a).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(alloc.Allocate("t", {1, 0, 7}, &a).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(alloc.Allocate("t", {8, 8, HZ_LOC_SAME_HOST}, &a).ok());
   EXPECT_EQ(a.devices.size(), 16u);
   EXPECT_EQ(alloc.TotalFree(DeviceKind::kGpu), 0u);
   ASSERT_TRUE(alloc.Release(a.id).ok());
   EXPECT_EQ(alloc.TotalFree(DeviceKind::kGpu), 8u);
-  EXPECT_EQ(alloc.Release(a.id).code(), Status::Code::kNotFound);
+  EXPECT_EQ(alloc.Release(a.id).code(), StatusCode::kNotFound);
 }
 
 TEST(SchedulerAllocator, NicOnlyRequestsFillOneSwitch) {
@@ -110,7 +110,7 @@ TEST(SchedulerAllocator, FailedDevicesAreNeverPlacedUntilRepaired) {
   ASSERT_TRUE(alloc.SetFailed(g, true).ok());
   EXPECT_EQ(alloc.TotalFree(DeviceKind::kGpu), 3u);
   Allocation a;
-  EXPECT_EQ(alloc.Allocate("t", {4, 0, HZ_LOC_ANY}, &a).code(), Status::Code::kLimit);
+  EXPECT_EQ(alloc.Allocate("t", {4, 0, HZ_LOC_ANY}, &a).code(), StatusCode::kLimit);
   ASSERT_TRUE(alloc.Allocate("t", {3, 0, HZ_LOC_ANY}, &a).ok());
   for (DeviceRef d : a.devices) EXPECT_NE(d, g);
   ASSERT_TRUE(alloc.SetFailed(g, false).ok());
@@ -121,7 +121,7 @@ TEST(SchedulerAllocator, AnySpansHostsSameHostDoesNot) {
   Cluster c = Hosts("hgx8", 3);
   Allocator alloc(&c);
   Allocation a;
-  EXPECT_EQ(alloc.Allocate("t", {12, 0, HZ_LOC_SAME_HOST}, &a).code(), Status::Code::kLimit);
+  EXPECT_EQ(alloc.Allocate("t", {12, 0, HZ_LOC_SAME_HOST}, &a).code(), StatusCode::kLimit);
   ASSERT_TRUE(alloc.Allocate("t", {12, 12, HZ_LOC_ANY}, &a).ok());
   std::map<uint32_t, int> per_host;
   for (DeviceRef d : Of(c, a, DeviceKind::kGpu)) per_host[d.host]++;
@@ -156,13 +156,13 @@ TEST(SchedulerAllocator, JsonRoundTripAndCorruption) {
   nlohmann::json twice = j;
   twice["allocations"][1]["devices"].push_back(j["allocations"][0]["devices"][0]);
   Status s = back.FromJson(twice);
-  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("two allocations"), std::string::npos);
   nlohmann::json unknown = j;
   unknown["allocations"][0]["devices"][0]["bdf"] = "0000:ee:00.0";
-  EXPECT_EQ(back.FromJson(unknown).code(), Status::Code::kCorruption);
-  EXPECT_EQ(back.FromJson(nlohmann::json::array()).code(), Status::Code::kCorruption);
-  EXPECT_EQ(back.FromJson(nlohmann::json{{"next_id", "x"}}).code(), Status::Code::kCorruption);
+  EXPECT_EQ(back.FromJson(unknown).code(), StatusCode::kCorruption);
+  EXPECT_EQ(back.FromJson(nlohmann::json::array()).code(), StatusCode::kCorruption);
+  EXPECT_EQ(back.FromJson(nlohmann::json{{"next_id", "x"}}).code(), StatusCode::kCorruption);
   // A rejected state leaves the previous one in place.
   EXPECT_EQ(back.allocations().size(), 3u);
 }
@@ -183,7 +183,7 @@ TEST(SchedulerAllocator, RandomSequencesKeepInvariants) {
         Allocation a;
         Status s = alloc.Allocate("t" + std::to_string(step % 7), r, &a);
         if (!s.ok()) {
-          ASSERT_EQ(s.code(), Status::Code::kLimit);
+          ASSERT_EQ(s.code(), StatusCode::kLimit);
           continue;
         }
         live.push_back(a.id);

@@ -110,8 +110,8 @@ std::vector<Bytes> Transcript(const std::string& fixture, uint64_t workload_seed
   o.bind_vfio = false;
   o.sync = false;
   // Fixed per-tenant seeds, so runs on two machines can be compared.
-  o.tenant_seed = [workload_seed](const std::string& tenant) {
-    return std::hash<std::string>()(tenant) ^ (workload_seed * 0x9e3779b97f4a7c15ull);
+  o.tenant_seed = [workload_seed](const TenantId& tenant) {
+    return std::hash<std::string>()(tenant.name()) ^ (workload_seed * 0x9e3779b97f4a7c15ull);
   };
   NullAttacher attacher;
   RecordingSink sink;
@@ -119,13 +119,14 @@ std::vector<Bytes> Transcript(const std::string& fixture, uint64_t workload_seed
   EXPECT_TRUE(Scheduler::Open(o, &attacher, &sink, &s).ok());
   const int tenants = 4;
   for (int t = 0; t < tenants; ++t) {
-    EXPECT_TRUE(s->BindTenant("tenant" + std::to_string(t), "vm" + std::to_string(t)).ok());
+    EXPECT_TRUE(
+        s->BindTenant(TenantId("tenant" + std::to_string(t)), "vm" + std::to_string(t)).ok());
   }
   std::mt19937_64 rng(workload_seed);
-  std::vector<std::pair<uint64_t, std::string>> live;
+  std::vector<std::pair<uint64_t, TenantId>> live;
   std::vector<Bytes> out;
   for (int step = 0; step < 60; ++step) {
-    const std::string tenant = "tenant" + std::to_string(rng() % tenants);
+    const TenantId tenant("tenant" + std::to_string(rng() % tenants));
     const int op = static_cast<int>(rng() % 10);
     if (op < 5) {
       Request r{static_cast<uint32_t>(rng() % 5), static_cast<uint32_t>(rng() % 3),
@@ -139,7 +140,7 @@ std::vector<Bytes> Transcript(const std::string& fixture, uint64_t workload_seed
       const size_t k = rng() % live.size();
       // An allocation whose devices all failed is gone already.
       Status st = s->Release(live[k].first);
-      EXPECT_TRUE(st.ok() || st.code() == Status::Code::kNotFound) << st.ToString();
+      EXPECT_TRUE(st.ok() || st.code() == StatusCode::kNotFound) << st.ToString();
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
     } else if (op < 9) {
       // Fail the tenant's device at a random tenant-visible index.
@@ -147,7 +148,7 @@ std::vector<Bytes> Transcript(const std::string& fixture, uint64_t workload_seed
       EXPECT_TRUE(s->Summary(tenant, &sum).ok());
       if (!sum.devices.empty()) {
         const DeviceRef d = sum.devices[rng() % sum.devices.size()];
-        Status st = s->MarkFailed(s->cluster().device(d).bdf, rng() % 8, 1'700'000'000);
+        Status st = s->MarkFailed(s->cluster().device(d).bdf, rng() % 8).status();
         EXPECT_TRUE(st.ok()) << st.ToString();
       }
     } else {
@@ -159,13 +160,13 @@ std::vector<Bytes> Transcript(const std::string& fixture, uint64_t workload_seed
     }
     for (int t = 0; t < tenants; ++t) {
       TopologySummary sum;
-      EXPECT_TRUE(s->Summary("tenant" + std::to_string(t), &sum).ok());
+      EXPECT_TRUE(s->Summary(TenantId("tenant" + std::to_string(t)), &sum).ok());
       out.push_back(sum.bytes);
     }
   }
   for (const auto& e : sink.events) {
     Bytes b{static_cast<uint8_t>(e.spec.topic), static_cast<uint8_t>(e.spec.kind),
-            static_cast<uint8_t>(e.tenant.back() - '0')};
+            static_cast<uint8_t>(e.tenant.name().back() - '0')};
     b.insert(b.end(), e.spec.payload.begin(), e.spec.payload.end());
     out.push_back(b);
   }
@@ -214,26 +215,26 @@ TEST(SchedulerPrivacy, OtherTenantsDoNotChangeASummary) {
   NullAttacher attacher;
   std::unique_ptr<Scheduler> s;
   ASSERT_TRUE(Scheduler::Open(o, &attacher, nullptr, &s).ok());
-  ASSERT_TRUE(s->BindTenant("a", "vm-a").ok());
-  ASSERT_TRUE(s->BindTenant("b", "vm-b").ok());
+  ASSERT_TRUE(s->BindTenant(TenantId("a"), "vm-a").ok());
+  ASSERT_TRUE(s->BindTenant(TenantId("b"), "vm-b").ok());
   uint64_t ida = 0, idb = 0;
-  ASSERT_TRUE(s->Allocate("a", {2, 1, HZ_LOC_SAME_GROUP}, &ida).ok());
+  ASSERT_TRUE(s->Allocate(TenantId("a"), {2, 1, HZ_LOC_SAME_GROUP}, &ida).ok());
   TopologySummary before, after, b_sum;
-  ASSERT_TRUE(s->Summary("a", &before).ok());
-  ASSERT_TRUE(s->Allocate("b", {6, 7, HZ_LOC_ANY}, &idb).ok());
-  ASSERT_TRUE(s->Summary("a", &after).ok());
+  ASSERT_TRUE(s->Summary(TenantId("a"), &before).ok());
+  ASSERT_TRUE(s->Allocate(TenantId("b"), {6, 7, HZ_LOC_ANY}, &idb).ok());
+  ASSERT_TRUE(s->Summary(TenantId("a"), &after).ok());
   EXPECT_EQ(before.bytes, after.bytes);
   EXPECT_EQ(before.devices, after.devices);
-  ASSERT_TRUE(s->Summary("b", &b_sum).ok());
+  ASSERT_TRUE(s->Summary(TenantId("b"), &b_sum).ok());
   SummaryView v;
   ASSERT_TRUE(ParseTopologySummary(b_sum.bytes, &v).ok());
   EXPECT_EQ(v.header.num_devices, 13);  // only b's own devices
   ASSERT_TRUE(s->Release(idb).ok());
-  ASSERT_TRUE(s->Summary("a", &after).ok());
+  ASSERT_TRUE(s->Summary(TenantId("a"), &after).ok());
   EXPECT_EQ(before.bytes, after.bytes);
   // A tenant with nothing sees an empty summary, not anyone else's.
   TopologySummary none;
-  ASSERT_TRUE(s->Summary("c", &none).ok());
+  ASSERT_TRUE(s->Summary(TenantId("c"), &none).ok());
   EXPECT_EQ(none.bytes.size(), 16u);
 }
 

@@ -1,5 +1,5 @@
 // The Scheduler facade: allocation with vfio and attach, crash-safe state,
-// failures with events and replacement offers, the ResourceProvider side.
+// failures with events and what they took, the devices of reservations.
 #include "hz/scheduler/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -8,8 +8,7 @@
 #include <fstream>
 #include <set>
 
-#include "hz/events/negotiation.h"
-#include "hz/scheduler/state_file.h"
+#include "hz/common/file.h"
 #include "test_util.h"
 
 namespace hz::scheduler {
@@ -80,9 +79,9 @@ class SchedulerFacade : public ::testing::Test {
 };
 
 TEST_F(SchedulerFacade, AllocateBindsAttachesAndPersists) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {4, 4, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {4, 4, HZ_LOC_SAME_GROUP}, &id).ok());
   std::set<std::string> bdfs = Bdfs(id);
   ASSERT_EQ(bdfs.size(), 8u);
   ASSERT_EQ(attacher_.calls.size(), 8u);
@@ -101,29 +100,30 @@ TEST_F(SchedulerFacade, AllocateBindsAttachesAndPersists) {
   Reopen();
   EXPECT_EQ(Bdfs(id), bdfs);
   uint64_t id2 = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {4, 4, HZ_LOC_SAME_GROUP}, &id2).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {4, 4, HZ_LOC_SAME_GROUP}, &id2).ok());
   EXPECT_NE(id2, id);
   for (const std::string& b : Bdfs(id2)) EXPECT_FALSE(bdfs.count(b)) << b;
-  EXPECT_EQ(sched_->Allocate("acme", {1, 0, HZ_LOC_ANY}, &id2).code(), Status::Code::kLimit);
+  EXPECT_EQ(sched_->Allocate(TenantId("acme"), {1, 0, HZ_LOC_ANY}, &id2).code(),
+            StatusCode::kLimit);
 }
 
 TEST_F(SchedulerFacade, TenantWithoutVmIsRejectedAndRolledBack) {
   uint64_t id = 0;
-  Status s = sched_->Allocate("nobody", {2, 0, HZ_LOC_ANY}, &id);
-  EXPECT_EQ(s.code(), Status::Code::kState);
+  Status s = sched_->Allocate(TenantId("nobody"), {2, 0, HZ_LOC_ANY}, &id);
+  EXPECT_EQ(s.code(), StatusCode::kState);
   EXPECT_TRUE(sched_->Allocations().empty());
   Reopen();
   EXPECT_TRUE(sched_->Allocations().empty());
-  EXPECT_EQ(sched_->Allocate("bad/name", {1, 0, HZ_LOC_ANY}, &id).code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(sched_->Allocate(TenantId("bad/name"), {1, 0, HZ_LOC_ANY}, &id).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(SchedulerFacade, AttachFailureRollsBack) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   attacher_.fail_after = 2;
   uint64_t id = 0;
-  Status s = sched_->Allocate("acme", {4, 0, HZ_LOC_SAME_GROUP}, &id);
-  ASSERT_EQ(s.code(), Status::Code::kIoError);
+  Status s = sched_->Allocate(TenantId("acme"), {4, 0, HZ_LOC_SAME_GROUP}, &id);
+  ASSERT_EQ(s.code(), StatusCode::kIoError);
   // The two attached devices were detached again, nothing stays allocated.
   int attached = 0, detached = 0;
   for (const Call& c : attacher_.calls) (c.attach ? attached : detached)++;
@@ -135,9 +135,9 @@ TEST_F(SchedulerFacade, AttachFailureRollsBack) {
 }
 
 TEST_F(SchedulerFacade, ReleaseDetachesAndFrees) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
   attacher_.calls.clear();
   attacher_.fail_detach = true;
   EXPECT_FALSE(sched_->Release(id).ok());  // may still be attached: kept
@@ -148,29 +148,29 @@ TEST_F(SchedulerFacade, ReleaseDetachesAndFrees) {
   EXPECT_EQ(attacher_.calls.size(), 4u);
   for (const Call& c : attacher_.calls) EXPECT_FALSE(c.attach);
   EXPECT_TRUE(sched_->Allocations().empty());
-  EXPECT_EQ(sched_->Release(id).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sched_->Release(id).code(), StatusCode::kNotFound);
   for (const auto& d : sched_->Inventory()) EXPECT_EQ(d["state"], "free");
 }
 
 TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {4, 2, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {4, 2, HZ_LOC_SAME_GROUP}, &id).ok());
   TopologySummary before;
-  ASSERT_TRUE(sched_->Summary("acme", &before).ok());
+  ASSERT_TRUE(sched_->Summary(TenantId("acme"), &before).ok());
   const std::string victim = sched_->cluster().device(before.devices[2]).bdf;
-  std::string tenant;
+  TenantId tenant;
   uint32_t index = 0;
   ASSERT_TRUE(sched_->TenantIndex(victim, &tenant, &index).ok());
-  EXPECT_EQ(tenant, "acme");
+  EXPECT_EQ(tenant, TenantId("acme"));
   EXPECT_EQ(index, 2u);
   attacher_.calls.clear();
-  ASSERT_TRUE(sched_->MarkFailed(victim, 3, 1'000'000).ok());
+  ASSERT_TRUE(sched_->MarkFailed(victim, 3).ok());
   ASSERT_EQ(attacher_.calls.size(), 1u);
   EXPECT_FALSE(attacher_.calls[0].attach);
   EXPECT_EQ(attacher_.calls[0].bdf, victim);
   ASSERT_EQ(sink_.events.size(), 2u);
-  EXPECT_EQ(sink_.events[0].tenant, "acme");
+  EXPECT_EQ(sink_.events[0].tenant, TenantId("acme"));
   EXPECT_EQ(sink_.events[0].spec.topic, HZ_TOPIC_FAILURE);
   EXPECT_EQ(sink_.events[0].spec.kind, ev::kFailureDeviceFailed);
   ev::FailurePayload p;
@@ -190,39 +190,39 @@ TEST_F(SchedulerFacade, FailureDetachesPublishesAndSurvivesRestart) {
   }
   // Failing it again, or a free device, publishes nothing more.
   sink_.events.clear();
-  EXPECT_TRUE(sched_->MarkFailed(victim, 1, 1'000'000).ok());
-  EXPECT_TRUE(sched_->MarkFailed("0000:bd:00.0", 1, 1'000'000).ok());
+  EXPECT_TRUE(sched_->MarkFailed(victim, 1).ok());
+  EXPECT_TRUE(sched_->MarkFailed("0000:bd:00.0", 1).ok());
   EXPECT_TRUE(sink_.events.empty());
-  EXPECT_EQ(sched_->MarkFailed("0000:ee:00.0", 1, 0).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sched_->MarkFailed("0000:ee:00.0", 1).status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(sched_->Repair(victim).ok());
   ASSERT_TRUE(sched_->Repair("0000:bd:00.0").ok());
   for (const auto& d : sched_->Inventory()) EXPECT_NE(d["state"], "failed");
 }
 
 TEST_F(SchedulerFacade, HealthMonitorFailureIsNotPublishedTwice) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 2, HZ_LOC_SAME_GROUP}, &id).ok());
   auto assignments = sched_->Assignments();
   ASSERT_EQ(assignments.size(), 4u);
   const auto& [tenant, bdf, index] = assignments[3];
-  EXPECT_EQ(tenant, "acme");
+  EXPECT_EQ(tenant, TenantId("acme"));
   EXPECT_EQ(index, 3u);
   attacher_.calls.clear();
-  ASSERT_TRUE(sched_->DeviceLost("acme", 3, 1'000'000).ok());
+  ASSERT_TRUE(sched_->DeviceLost(TenantId("acme"), 3).ok());
   ASSERT_EQ(attacher_.calls.size(), 1u);
   EXPECT_EQ(attacher_.calls[0].bdf, bdf);
   // Only the allocation change: the monitor published the FAILURE itself.
   ASSERT_EQ(sink_.events.size(), 1u);
   EXPECT_EQ(sink_.events[0].spec.topic, HZ_TOPIC_CAPACITY);
-  EXPECT_EQ(sched_->DeviceLost("acme", 3, 1'000'000).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sched_->DeviceLost(TenantId("acme"), 3).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(sched_->Assignments().size(), 3u);
 }
 
 TEST_F(SchedulerFacade, DegradedDeviceStaysAttached) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {1, 0, HZ_LOC_ANY}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {1, 0, HZ_LOC_ANY}, &id).ok());
   const std::string bdf = *Bdfs(id).begin();
   attacher_.calls.clear();
   ASSERT_TRUE(sched_->MarkDegraded(bdf, 1).ok());
@@ -233,9 +233,9 @@ TEST_F(SchedulerFacade, DegradedDeviceStaysAttached) {
 }
 
 TEST_F(SchedulerFacade, OperatorViews) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
   nlohmann::json inv = sched_->Inventory();
   ASSERT_EQ(inv.size(), 16u);
   int allocated = 0;
@@ -257,101 +257,84 @@ TEST_F(SchedulerFacade, OperatorViews) {
 
 TEST_F(SchedulerFacade, CorruptStateIsRefused) {
   sched_.reset();
-  ASSERT_TRUE(WriteFileAtomically(options_.state_path, "{not json").ok());
+  ASSERT_TRUE(WriteFileAtomic(options_.state_path, "{not json").ok());
   std::unique_ptr<Scheduler> s;
-  EXPECT_EQ(Scheduler::Open(options_, &attacher_, &sink_, &s).code(), Status::Code::kCorruption);
-  ASSERT_TRUE(WriteFileAtomically(options_.state_path,
-                                  R"({"version":1,"allocator":{"next_id":1,"failed":[],)"
-                                  R"("allocations":[{"id":1,"tenant":"a","gpus":1,"nics":0,)"
-                                  R"("locality":0,"devices":[{"host":"elsewhere","bdf":)"
-                                  R"("0000:1a:00.0"}]}]},"tenants":{},"reservations":[]})")
+  EXPECT_EQ(Scheduler::Open(options_, &attacher_, &sink_, &s).code(), StatusCode::kCorruption);
+  ASSERT_TRUE(WriteFileAtomic(options_.state_path,
+                              R"({"version":1,"allocator":{"next_id":1,"failed":[],)"
+                              R"("allocations":[{"id":1,"tenant":"a","gpus":1,"nics":0,)"
+                              R"("locality":0,"devices":[{"host":"elsewhere","bdf":)"
+                              R"("0000:1a:00.0"}]}]},"tenants":{},"reservations":[]})")
                   .ok());
   Status st = Scheduler::Open(options_, &attacher_, &sink_, &s);
-  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
   EXPECT_NE(st.message().find("elsewhere"), std::string::npos);
   options_.state_path.clear();
   EXPECT_FALSE(Scheduler::Open(options_, &attacher_, &sink_, &s).ok());
 }
 
-TEST_F(SchedulerFacade, ResourceProviderForNegotiation) {
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+TEST_F(SchedulerFacade, ReservationsTakeReservableDevicesAndGiveThemBack) {
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   // Pools: 2 GPU islands and 4 NIC switches.
-  auto pools = sched_->Pools();
+  const std::vector<Pool>& pools = sched_->cluster().pools();
   ASSERT_EQ(pools.size(), 6u);
   uint32_t gpu_pool = 0;
-  for (const auto& p : pools) {
-    if (p.kind == HZ_DEV_GPU) {
-      EXPECT_EQ(sched_->Capacity(p.id, 0), 4u);
-      gpu_pool = p.id;
+  for (uint32_t p = 0; p < pools.size(); ++p) {
+    if (pools[p].kind == DeviceKind::kGpu) {
+      EXPECT_EQ(sched_->ReservableDevices(p), 4u);
+      gpu_pool = p;
     }
   }
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {4, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {4, 0, HZ_LOC_SAME_GROUP}, &id).ok());
   // A direct allocation takes capacity away from negotiation.
   uint32_t total = 0;
-  for (const auto& p : pools) total += p.kind == HZ_DEV_GPU ? sched_->Capacity(p.id, 7) : 0;
+  for (uint32_t p = 0; p < pools.size(); ++p) {
+    total += pools[p].kind == DeviceKind::kGpu ? sched_->ReservableDevices(p) : 0;
+  }
   EXPECT_EQ(total, 4u);
   // Find the pool that is still free and attach a reservation from it.
-  for (const auto& p : pools) {
-    if (p.kind == HZ_DEV_GPU && sched_->Capacity(p.id, 0) == 4) gpu_pool = p.id;
+  for (uint32_t p = 0; p < pools.size(); ++p) {
+    if (pools[p].kind == DeviceKind::kGpu && sched_->ReservableDevices(p) == 4) gpu_pool = p;
   }
   attacher_.calls.clear();
-  ASSERT_TRUE(sched_->Attach("acme", 77, {{gpu_pool, 3}}).ok());
+  ASSERT_TRUE(sched_->AttachReservation(TenantId("acme"), 77, {{gpu_pool, 3}}).ok());
   EXPECT_EQ(attacher_.calls.size(), 3u);
-  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
-  EXPECT_EQ(sched_->Capacity(gpu_pool, 0), 4u);  // reservation devices count as capacity
-  EXPECT_EQ(sched_->Attach("acme", 77, {{gpu_pool, 1}}).code(), Status::Code::kState);
-  EXPECT_FALSE(sched_->Attach("acme", 78, {{gpu_pool, 2}}).ok());  // only 1 left
+  EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 7u);
+  EXPECT_EQ(sched_->ReservableDevices(gpu_pool), 4u);  // reservation devices count as capacity
+  EXPECT_EQ(sched_->AttachReservation(TenantId("acme"), 77, {{gpu_pool, 1}}).code(),
+            StatusCode::kState);
+  EXPECT_FALSE(
+      sched_->AttachReservation(TenantId("acme"), 78, {{gpu_pool, 2}}).ok());  // only 1 left
 
   Reopen();  // the reservation survives a restart
-  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 7u);
-  std::vector<ev::PoolCount> detached;
-  ASSERT_TRUE(sched_->Detach("acme", 77, 2, &detached).ok());
-  ASSERT_EQ(detached.size(), 1u);
-  EXPECT_EQ(detached[0], (ev::PoolCount{gpu_pool, 2}));
-  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 5u);
-  EXPECT_EQ(sched_->Detach("other", 77, 1, &detached).code(), Status::Code::kState);
-  EXPECT_EQ(sched_->Detach("acme", 77, 5, &detached).code(), Status::Code::kInvalidArgument);
-  ASSERT_TRUE(sched_->Detach("acme", 77, 1, &detached).ok());
-  EXPECT_EQ(sched_->Detach("acme", 77, 1, &detached).code(), Status::Code::kState);
+  EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 7u);
+  StatusOr<std::vector<PoolDevices>> detached = sched_->DetachReservation(TenantId("acme"), 77, 2);
+  ASSERT_TRUE(detached.ok());
+  ASSERT_EQ(detached->size(), 1u);
+  EXPECT_EQ((*detached)[0], (PoolDevices{gpu_pool, 2}));
+  EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 5u);
+  EXPECT_EQ(sched_->DetachReservation(TenantId("other"), 77, 1).status().code(),
+            StatusCode::kState);
+  EXPECT_EQ(sched_->DetachReservation(TenantId("acme"), 77, 5).status().code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(sched_->DetachReservation(TenantId("acme"), 77, 1).ok());
+  EXPECT_EQ(sched_->DetachReservation(TenantId("acme"), 77, 1).status().code(), StatusCode::kState);
 }
 
-TEST_F(SchedulerFacade, FailureOpensAReplacementOffer) {
-  ev::NegotiationOptions opts;
-  ev::NegotiationEngine engine(opts, sched_.get(), &sink_);
-  sched_->SetNegotiationEngine(&engine);
-  ASSERT_TRUE(sched_->BindTenant("acme", "vm-acme").ok());
+TEST_F(SchedulerFacade, FailureReportsWhatTheTenantLost) {
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
   uint64_t id = 0;
-  ASSERT_TRUE(sched_->Allocate("acme", {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
   const std::string victim = *Bdfs(id).begin();
-  const uint64_t now = 1'700'000'000;
-  ASSERT_TRUE(sched_->MarkFailed(victim, 1, now).ok());
-  ASSERT_EQ(sched_->Replacements().size(), 1u);
-  const uint64_t negotiation = sched_->Replacements().begin()->first;
-  std::vector<ev::Decision> decisions = engine.Decide(now);
-  ASSERT_EQ(decisions.size(), 1u);
-  EXPECT_EQ(decisions[0].tenant, "acme");
-  EXPECT_EQ(decisions[0].result.negotiation_id, negotiation);
-  EXPECT_TRUE(decisions[0].provider_initiated);
-  ASSERT_FALSE(decisions[0].offers.empty());
-  EXPECT_EQ(decisions[0].offers[0].count, 1);
-  // The engine tells the tenant about the offer.
-  bool offer_event = false;
-  for (const auto& e : sink_.events) {
-    offer_event |= e.tenant == "acme" && e.spec.topic == HZ_TOPIC_NEGOTIATION &&
-                   e.spec.kind == ev::kNegotiationOfferMade;
-  }
-  EXPECT_TRUE(offer_event);
-  // Accepting it attaches a healthy replacement when the reservation starts.
-  uint64_t reservation = 0;
-  ASSERT_TRUE(engine.Accept("acme", decisions[0].offers[0].offer_id, now, &reservation).ok());
-  engine.Tick(decisions[0].offers[0].start_s);
-  EXPECT_EQ(sched_->DevicesHeld("acme", HZ_DEV_GPU), 2u);
-  for (const auto& d : sched_->Inventory()) {
-    if (d["bdf"] == victim) {
-      EXPECT_EQ(d["state"], "failed");
-    }
-  }
+  StatusOr<DeviceLoss> loss = sched_->MarkFailed(victim, 1);
+  ASSERT_TRUE(loss.ok());
+  EXPECT_EQ(loss->tenant, TenantId("acme"));
+  EXPECT_EQ(loss->kind, DeviceKind::kGpu);
+  EXPECT_EQ(loss->locality, HZ_LOC_SAME_GROUP);
+  EXPECT_TRUE(loss->replaceable);  // six healthy GPUs are free
+  // A device that failed before, or a free one, takes nothing from anyone.
+  EXPECT_TRUE(sched_->MarkFailed(victim, 1)->tenant.empty());
 }
 
 }  // namespace

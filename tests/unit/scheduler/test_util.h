@@ -39,17 +39,17 @@ std::string CopyFixtureSysfs(const std::string& name, const std::string& dir);
 std::string ReadText(const std::string& path);
 
 struct Published {
-  std::string tenant;
+  TenantId tenant;
   hz::events::EventSpec spec;
 };
 
 class RecordingSink : public hz::events::EventSink {
  public:
-  hz::events::Status Publish(const std::string& tenant, const hz::events::EventSpec& spec,
-                             uint64_t* seq) override {
+  hz::Status Publish(const TenantId& tenant, const hz::events::EventSpec& spec,
+                     uint64_t* seq) override {
     events.push_back({tenant, spec});
     if (seq) *seq = events.size();
-    return hz::events::Status::Ok();
+    return hz::Status::Ok();
   }
   std::vector<Published> events;
 };

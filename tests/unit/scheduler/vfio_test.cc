@@ -75,7 +75,7 @@ TEST_F(SchedulerVfio, NonViableGroupFailsBeforeAnyWrite) {
   VfioBinder b(root_);
   Status s = b.Bind({"0000:4a:00.0", "0000:17:00.0"}, false);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), Status::Code::kState);
+  EXPECT_EQ(s.code(), StatusCode::kState);
   EXPECT_NE(s.message().find("0000:4a:00.1"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("snd_hda_intel"), std::string::npos) << s.ToString();
   EXPECT_TRUE(b.journal().empty());

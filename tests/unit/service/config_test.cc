@@ -164,26 +164,26 @@ TEST(ServiceTenantsTest, CreateListRemove) {
   TenantRegistry reg;
   TenantSpec s;
   s.name = "alpha";
-  EXPECT_EQ(reg.Create(s), "");
-  EXPECT_NE(reg.Create(s), "");  // exists
+  EXPECT_TRUE(reg.Create(s).ok());
+  EXPECT_FALSE(reg.Create(s).ok());  // exists
   s.name = "bad name";
-  EXPECT_NE(reg.Create(s), "");
+  EXPECT_FALSE(reg.Create(s).ok());
   s.name = "-x";
-  EXPECT_NE(reg.Create(s), "");
+  EXPECT_FALSE(reg.Create(s).ok());
   s.name = "beta";
   s.weight = 0;
-  EXPECT_NE(reg.Create(s), "");
+  EXPECT_FALSE(reg.Create(s).ok());
   s.weight = 5;
   s.priority = HZ_PRIO_MAX;
-  EXPECT_NE(reg.Create(s), "");
+  EXPECT_FALSE(reg.Create(s).ok());
   s.priority = HZ_PRIO_HIGH;
-  EXPECT_EQ(reg.Create(s), "");
+  EXPECT_TRUE(reg.Create(s).ok());
   auto list = reg.List();
   ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[0]->name(), "alpha");
   EXPECT_EQ(list[1]->spec().weight, 5u);
-  EXPECT_EQ(reg.Remove("alpha"), "");
-  EXPECT_NE(reg.Remove("alpha"), "");
+  EXPECT_TRUE(reg.Remove("alpha").ok());
+  EXPECT_FALSE(reg.Remove("alpha").ok());
   EXPECT_EQ(reg.Find("alpha"), nullptr);
   EXPECT_NE(reg.Find("beta"), nullptr);
 }

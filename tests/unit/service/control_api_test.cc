@@ -9,20 +9,20 @@ using json = nlohmann::json;
 
 class FakeTarget : public ControlTarget {
  public:
-  std::string CreateTenant(const TenantSpec& spec) override {
+  hz::Status CreateTenant(const TenantSpec& spec) override {
     created.push_back(spec);
     return reg.Create(spec);
   }
-  std::string RemoveTenant(const std::string& name) override { return reg.Remove(name); }
-  std::string BindVm(const std::string& tenant, const std::string& path,
-                     std::string* resolved) override {
-    if (!reg.Find(tenant)) return "no tenant " + tenant;
-    *resolved = path[0] == '/' ? path : "/vms/" + path;
-    bound.push_back(*resolved);
-    return {};
+  hz::Status RemoveTenant(const std::string& name) override { return reg.Remove(name); }
+  hz::StatusOr<std::string> BindVm(const std::string& tenant, const std::string& path) override {
+    if (!reg.Find(tenant)) return hz::Status::NotFound("no tenant " + tenant);
+    std::string resolved = path[0] == '/' ? path : "/vms/" + path;
+    bound.push_back(resolved);
+    return resolved;
   }
-  std::string UnbindVm(const std::string& path) override {
-    return std::erase(bound, path) ? "" : path + " is not bound";
+  hz::Status UnbindVm(const std::string& path) override {
+    if (std::erase(bound, path) == 0) return hz::Status::NotFound(path + " is not bound");
+    return hz::Status::Ok();
   }
   std::vector<std::shared_ptr<Tenant>> Tenants() const override { return reg.List(); }
   std::vector<VmView> Vms() const override {

@@ -40,7 +40,7 @@ class DeviceTest : public ::testing::Test {
     env.draining = &draining_;
     queues_.clear();
     dev_.reset();
-    dev_ = std::make_unique<HzDevice>(env, tenant_, 1, "/run/vm0.sock");
+    dev_ = std::make_unique<HzDevice>(env, tenant_, "/run/vm0.sock");
     dev_->OnConnect(ctx_);
     for (uint16_t i = 0; i < dev_->NumQueues(); ++i) {
       queues_.push_back(std::make_unique<FakeQueue>(i));
@@ -379,7 +379,7 @@ TEST_F(DeviceTest, CommInitCompletesWhenAllRanksJoined) {
   EXPECT_EQ(backend_.last_constraints.priority_class, HZ_PRIO_NORMAL);
   EXPECT_EQ(backend_.last_constraints.timeout_ms, 1234u);
   // The engine completes on its own thread; the device finishes on its executor.
-  backend_.inits[0].done(coll::Status::kOk, std::make_shared<testing::FakeMember>(1, 2, 7));
+  backend_.inits[0].done(Status::Ok(), std::make_shared<testing::FakeMember>(1, 2, 7));
   EXPECT_EQ(queues_[0]->used.size(), 2u);
   ctx_.RunPosted();
   ASSERT_EQ(queues_[0]->used.size(), 3u);
@@ -420,7 +420,7 @@ TEST_F(DeviceTest, CommInitValidatesArguments) {
 TEST_F(DeviceTest, AnotherTenantsUidIsRefused) {
   Hello();
   coll::Uid foreign;
-  ASSERT_EQ(backend_.NewUid(/*tenant=*/2, &foreign), coll::Status::kOk);
+  ASSERT_EQ(backend_.NewUid(TenantId("another"), &foreign).code(), StatusCode::kOk);
   hz_comm_init_args a{};
   std::memcpy(&a.uid, foreign.bytes.data(), sizeof(a.uid));
   a.nranks = 1;
@@ -462,7 +462,7 @@ TEST_F(DeviceTest, AllReduceResolvesSlicesAcrossExtents) {
   u.region_id = src;
   EXPECT_EQ(Call(0, RequestBytes(HZ_OP_REGION_UNREGISTER, u, 1)).status, HZ_S_EBUSY);
 
-  backend_.posts[0].done(coll::Status::kOk);
+  backend_.posts[0].done(Status::Ok());
   ctx_.RunPosted();
   hz_status st = StatusOf(c);
   EXPECT_EQ(st.status, HZ_S_OK);
@@ -527,7 +527,7 @@ TEST_F(DeviceTest, InlineSendAndReceive) {
   ASSERT_EQ(d.recv.size(), 1u);
   EXPECT_EQ(d.recv[0].data, c.writable()[0].data);
   std::memcpy(d.recv[0].data, in, sizeof(in));  // what the engine would write
-  backend_.posts[0].done(coll::Status::kOk);
+  backend_.posts[0].done(Status::Ok());
   ctx_.RunPosted();
   hz_status st = StatusOf(c);
   EXPECT_EQ(st.status, HZ_S_OK);
@@ -559,8 +559,8 @@ TEST_F(DeviceTest, EngineErrorsMapToStatuses) {
   Submit(3, c2);
   ASSERT_EQ(backend_.posts.size(), 2u);
   EXPECT_EQ(backend_.posts[0].op.op, coll::Op::kBarrier);
-  backend_.posts[0].done(coll::Status::kMismatch);
-  backend_.posts[1].done(coll::Status::kTimedOut);
+  backend_.posts[0].done(Status::Mismatch());
+  backend_.posts[1].done(Status::TimedOut());
   ctx_.RunPosted();
   EXPECT_EQ(StatusOf(c1).status, HZ_S_EMISMATCH);
   EXPECT_EQ(StatusOf(c2).status, HZ_S_ETIMEDOUT);
@@ -630,7 +630,7 @@ TEST_F(DeviceTest, DrainAnswersEverythingWithShutdown) {
   EXPECT_EQ(dev_->in_flight(), 0u);
   EXPECT_EQ(ctx_.config_changes, 1);
   // Late engine completions find nothing to answer twice.
-  backend_.posts[0].done(coll::Status::kShutdown);
+  backend_.posts[0].done(Status::Shutdown());
   ctx_.RunPosted();
   EXPECT_EQ(queues_[2]->used.size(), 1u);
   // New requests are refused.
@@ -657,7 +657,7 @@ TEST_F(DeviceTest, CompletionAfterDisconnectIsDropped) {
   a.comm = comm;
   Submit(2, cb_.Make(RequestBytes(HZ_OP_BARRIER, a, 1), sizeof(hz_status)));
   dev_->OnDisconnect();
-  backend_.posts[0].done(coll::Status::kAborted);
+  backend_.posts[0].done(Status::Aborted());
   EXPECT_EQ(ctx_.RunPosted(), 0u);
   dev_.reset();
 }
@@ -689,7 +689,7 @@ TEST_F(DeviceTest, SecondHelloStartsANewSession) {
   EXPECT_EQ(tenant_->usage().regions, 0u);
   EXPECT_EQ(backend_.destroyed.size(), 1u) << "the old session's rank left its communicator";
   // The engine aborts the old session's operation; it is still answered.
-  backend_.posts[0].done(coll::Status::kAborted);
+  backend_.posts[0].done(Status::Aborted());
   ctx_.RunPosted();
   EXPECT_EQ(StatusOf(op).status, HZ_S_EABORTED);
   hz_comm_args ca{};
@@ -710,7 +710,7 @@ TEST_F(DeviceTest, DestroyWithOperationsInFlightIsBusyAndAbortWaitsForThem) {
   vdev::Chain abort = cb_.Make(RequestBytes(HZ_OP_COMM_ABORT, ca, 3), sizeof(hz_status));
   EXPECT_FALSE(Submit(0, abort)) << "COMM_ABORT waits for the handle's operations";
   EXPECT_EQ(backend_.aborted.size(), 1u);
-  backend_.posts[0].done(coll::Status::kAborted);
+  backend_.posts[0].done(Status::Aborted());
   ctx_.RunPosted();
   EXPECT_EQ(StatusOf(op).status, HZ_S_EABORTED);
   EXPECT_EQ(StatusOf(abort).status, HZ_S_OK);

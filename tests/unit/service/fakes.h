@@ -198,32 +198,32 @@ class FakeMember : public CommMember {
 // completes at once, others wait for the test; posted ops wait for the test.
 class FakeBackend : public CollBackend {
  public:
-  coll::Status NewUid(uint64_t tenant, coll::Uid* out) override {
+  Status NewUid(const TenantId& tenant, coll::Uid* out) override {
     std::lock_guard<std::mutex> lock(mu);
     coll::Uid u;
     u.bytes[0] = static_cast<uint8_t>(++uids);
     uid_tenant[u] = tenant;
     *out = u;
-    return coll::Status::kOk;
+    return Status::Ok();
   }
-  void Init(uint64_t tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
-            coll::Constraints c, std::function<void(coll::Status, MemberPtr)> done) override {
-    coll::Status st = coll::Status::kOk;
+  void Init(const TenantId& tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
+            coll::Constraints c, std::function<void(Status, MemberPtr)> done) override {
+    Status st = Status::Ok();
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = uid_tenant.find(uid);
       if (it == uid_tenant.end())
-        st = coll::Status::kNotFound;
+        st = Status::NotFound();
       else if (it->second != tenant)
-        st = coll::Status::kPermission;
+        st = Status::Permission();
       last_constraints = c;
-      if (st == coll::Status::kOk && nranks > 1) {
+      if (st.ok() && nranks > 1) {
         inits.push_back({rank, nranks, std::move(done)});
         return;
       }
     }
-    if (st != coll::Status::kOk) return done(st, nullptr);
-    done(coll::Status::kOk, std::make_shared<FakeMember>(rank, nranks, 100 + uid.bytes[0]));
+    if (!st.ok()) return done(st, nullptr);
+    done(Status::Ok(), std::make_shared<FakeMember>(rank, nranks, 100 + uid.bytes[0]));
   }
   void Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) override {
     std::lock_guard<std::mutex> lock(mu);
@@ -249,7 +249,7 @@ class FakeBackend : public CollBackend {
 
   struct PendingInit {
     uint32_t rank, nranks;
-    std::function<void(coll::Status, MemberPtr)> done;
+    std::function<void(Status, MemberPtr)> done;
   };
   struct Posted {
     MemberPtr member;
@@ -258,7 +258,7 @@ class FakeBackend : public CollBackend {
   };
   std::mutex mu;
   int uids = 0;
-  std::map<coll::Uid, uint64_t> uid_tenant;
+  std::map<coll::Uid, TenantId> uid_tenant;
   std::vector<PendingInit> inits;
   std::vector<Posted> posts;
   std::vector<MemberPtr> destroyed, aborted;

@@ -23,8 +23,9 @@
 // Quotas: a tenant's disk quota must hold retention + 1 checkpoints, since
 // the oldest is evicted only after the newest is committed.
 //
-// Disk layout: <root>/<tenant>/<stream>/policy.json and
-//              <root>/<tenant>/<stream>/<step, 20 digits>/{data,manifest.json}
+// Disk layout: <root>/tenants.json (tenant -> number, tenant_numbers.h),
+//              <root>/<tenant number>/<stream>/policy.json and
+//              <root>/<tenant number>/<stream>/<step, 20 digits>/{data,manifest.json}
 // A step directory without a valid manifest.json was never committed.
 //
 // Thread safety: every public method may be called from any thread.
@@ -62,7 +63,7 @@ struct EngineConfig {
 };
 
 struct SaveRequest {
-  TenantId tenant = 0;
+  TenantId tenant;
   StreamId stream = 0;
   uint64_t step = 0;               // 1..2^64-2, above every step the stream holds
   std::span<const IoSpan> slices;  // at least one; empty slices allowed
@@ -80,7 +81,7 @@ struct SaveResult {
 };
 
 struct RestoreRequest {
-  TenantId tenant = 0;
+  TenantId tenant;
   StreamId stream = 0;
   uint64_t step = kLatestStep;     // or a given step
   std::span<const IoSpan> slices;  // same count and sizes as saved; empty: probe
@@ -100,10 +101,10 @@ struct RestoreResult {
 // Outcome of OnNotice for one opted-in stream.
 struct NoticeOutcome {
   StreamId stream = 0;
-  Status status = Status::kOk;  // kOk: snapshot taken (or that step was already saved)
-  uint64_t step = 0;            // the step read from the quiescence word
-  uint32_t attempts = 0;        // seqlock copies tried
-  bool existed = false;         // kOk without a new checkpoint: that step was saved already
+  Status status = Status::Ok();  // kOk: snapshot taken (or that step was already saved)
+  uint64_t step = 0;             // the step read from the quiescence word
+  uint32_t attempts = 0;         // seqlock copies tried
+  bool existed = false;          // kOk without a new checkpoint: that step was saved already
 };
 
 // One provider decision, for metrics and hzctl.
@@ -122,7 +123,7 @@ struct Decision {
   };
   uint64_t time_us = 0;  // steady clock
   Kind kind = Kind::kPlaceDisk;
-  TenantId tenant = 0;
+  TenantId tenant;
   StreamId stream = 0;
   uint64_t step = 0;
   uint64_t value = 0;
@@ -130,7 +131,7 @@ struct Decision {
 const char* DecisionKindName(Decision::Kind k);
 
 struct TenantStats {
-  TenantId tenant = 0;
+  TenantId tenant;
   uint32_t streams = 0;
   uint64_t staging_bytes = 0;  // pool bytes held (staged + memory tier)
   uint64_t memory_tier_bytes = 0;
@@ -163,19 +164,18 @@ struct Stats {
 
 class Engine {
  public:
-  // Opens (and recovers) the engine at config.root. On failure returns null
-  // and sets *error.
-  static std::unique_ptr<Engine> Open(const EngineConfig& config, std::string* error);
+  // Opens (and recovers) the engine at config.root into *engine.
+  static Status Open(const EngineConfig& config, std::unique_ptr<Engine>* engine);
   ~Engine();  // stops the worker; staged persists that did not finish are abandoned
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Per-tenant limits; applies to later requests.
-  Status SetLimits(TenantId tenant, const TenantLimits& limits);
+  Status SetLimits(const TenantId& tenant, const TenantLimits& limits);
 
   // Creates or updates a stream's policy (persisted with the stream).
-  Status SetPolicy(TenantId tenant, StreamId stream, const Policy& policy);
+  Status SetPolicy(const TenantId& tenant, StreamId stream, const Policy& policy);
 
   // Snapshots the slices and metadata, then returns; persistence continues in
   // the background (SPEC.md §7.5.2). A host-memory placement is kDurable at
@@ -193,29 +193,29 @@ class Engine {
   // Checkpoints of a stream (staged and durable) in step order, with step >
   // start_after_step, at most max_entries; *more says if any remain (with
   // max_entries 0: whether any exist).
-  Status List(TenantId tenant, StreamId stream, uint64_t start_after_step, uint32_t max_entries,
-              std::vector<ListEntry>* entries, bool* more);
+  Status List(const TenantId& tenant, StreamId stream, uint64_t start_after_step,
+              uint32_t max_entries, std::vector<ListEntry>* entries, bool* more);
 
   // Deletes one checkpoint (kLatestStep: the newest) from every tier; a pending
   // persist is cancelled. kBusy while it is being restored or saved.
-  Status Delete(TenantId tenant, StreamId stream, uint64_t step);
+  Status Delete(const TenantId& tenant, StreamId stream, uint64_t step);
 
   // Registers the quiescence word (16 bytes, 8-aligned, struct hz_quiesce_word)
   // and the state slices a just-in-time save copies for this stream, and
   // reserves staging memory for them (kLimit when it cannot). The stream's
   // policy must have auto_save_on_notice (kState). The spans must stay mapped
   // until the registration is replaced or cancelled.
-  Status DeclareQuiesce(TenantId tenant, StreamId stream, IoSpan word,
+  Status DeclareQuiesce(const TenantId& tenant, StreamId stream, IoSpan word,
                         std::span<const IoSpan> slices);
 
   // Cancels a registration (kNotFound if none). Clearing auto_save_on_notice
   // in the policy cancels it too.
-  Status CancelQuiesce(TenantId tenant, StreamId stream);
+  Status CancelQuiesce(const TenantId& tenant, StreamId stream);
 
   // A preemption/maintenance notice: snapshots every opted-in stream of the
   // tenant with a registration before the deadline (SPEC.md §7.5.7) and
   // publishes JIT_SAVED or JIT_FAILED for each.
-  std::vector<NoticeOutcome> OnNotice(TenantId tenant,
+  std::vector<NoticeOutcome> OnNotice(const TenantId& tenant,
                                       std::chrono::steady_clock::time_point deadline);
 
   // Runs fn on one of the engine's request threads, in submission order, for
@@ -226,11 +226,16 @@ class Engine {
 
   // Waits until the step is durable (kOk), failed (kIo), deleted (kNotFound)
   // or the timeout passed (kTimedOut).
-  Status WaitDurable(TenantId tenant, StreamId stream, uint64_t step,
+  Status WaitDurable(const TenantId& tenant, StreamId stream, uint64_t step,
                      std::chrono::milliseconds timeout);
 
   // Waits until no persist is queued or in flight.
   Status Flush(std::chrono::milliseconds timeout);
+
+  // Whether the tenant has a number here (has ever set a policy or limits).
+  bool HasTenant(const TenantId& tenant) const;
+  // The streams of the tenant on disk, in order (the operator's view).
+  std::vector<StreamId> Streams(const TenantId& tenant) const;
 
   Stats GetStats() const;
   std::vector<Decision> Decisions() const;  // oldest first

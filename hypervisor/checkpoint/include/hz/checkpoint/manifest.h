@@ -27,7 +27,7 @@ inline constexpr size_t kMaxSlices = 1u << 20;
 
 struct Manifest {
   uint32_t version = kManifestVersion;
-  TenantId tenant = 0;
+  TenantNo tenant = 0;
   StreamId stream = 0;
   uint64_t step = 0;
   uint64_t time_s = 0;  // commit time, unix seconds rounded down to 10 s

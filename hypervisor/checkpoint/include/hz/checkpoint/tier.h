@@ -27,7 +27,7 @@ class Tier {
  public:
   struct Completion {
     uint64_t token = 0;
-    Status status = Status::kOk;
+    Status status = Status::Ok();
   };
 
   virtual ~Tier() = default;
@@ -60,7 +60,7 @@ class Tier {
   virtual Status Read(const Manifest& m, uint8_t* dst, size_t dst_len) = 0;
 
   // Removes a committed checkpoint.
-  virtual Status Remove(TenantId tenant, StreamId stream, uint64_t step) = 0;
+  virtual Status Remove(TenantNo tenant, StreamId stream, uint64_t step) = 0;
 
   // Lists committed checkpoints and removes what interrupted writes left;
   // `cleaned` names the removed paths.

@@ -2,8 +2,8 @@
 //
 // The engine knows nothing of rings, sockets or guest-physical addresses: the
 // host service translates a guest request into these types (slices become host
-// memory spans, the tenant comes from the VM binding) and maps Status back to
-// the wire (ToWireStatus).
+// memory spans, the tenant comes from the VM binding) and maps the engine's
+// hz::Status back to the wire.
 #ifndef HZ_CHECKPOINT_TYPES_H_
 #define HZ_CHECKPOINT_TYPES_H_
 
@@ -11,31 +11,11 @@
 #include <cstdint>
 #include <string>
 
+#include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::checkpoint {
-
-// Result of every engine call.
-enum class Status {
-  kOk = 0,
-  kInvalid,    // malformed request: zero slices, step below the highest, size mismatch
-  kNotFound,   // unknown stream or step, or a stored file is missing
-  kExists,     // a checkpoint with this step exists
-  kBusy,       // the stream or checkpoint is being saved or restored
-  kState,      // not valid in the stream's state (quiescence without auto-save)
-  kLimit,      // a tenant quota or engine limit can never admit the request
-  kAgain,      // temporarily out of staging memory within the stall budget
-  kTimedOut,   // a deadline passed (just-in-time save)
-  kIo,         // host I/O failure
-  kCorrupt,    // stored data failed verification (checksum, size, manifest)
-  kShutdown,   // the engine is stopping
-  kCancelled,  // the caller's cancel flag was set (the request's session ended)
-};
-
-const char* StatusName(Status s);
-
-// Maps an engine status to the wire status (enum hz_status_code).
-uint32_t ToWireStatus(Status s);
 
 // A span of host memory: a guest slice after the service mapped it.
 struct IoSpan {
@@ -43,7 +23,11 @@ struct IoSpan {
   size_t len = 0;
 };
 
-using TenantId = uint64_t;
+// The engine's own number for a tenant: its directory under the root
+// (<root>/<number>/...). Callers name tenants by hz::TenantId; the engine
+// keeps the numbering (in <root>/tenants.json), so that what was saved under
+// a number is found again after a restart.
+using TenantNo = uint64_t;
 using StreamId = uint32_t;
 
 // Reserved step meaning "the newest checkpoint" (HZ_STEP_LATEST).
@@ -95,12 +79,12 @@ inline constexpr uint32_t kJitFlagExisted = 1u << 0;
 
 // Everything the CHECKPOINT payload carries (SPEC.md §8.3.6).
 struct CheckpointEvent {
-  TenantId tenant = 0;
+  TenantId tenant;
   EventKind kind = EventKind::kDurable;
   StreamId stream = 0;
   uint64_t step = 0;
   TierKind tier = TierKind::kLocalDisk;  // where it is held (kDurable) or the policy's tier
-  uint32_t status = 0;                   // HZ_S_* for kFailed and kJitFailed, else 0
+  StatusCode status = StatusCode::kOk;   // why, for kFailed and kJitFailed
   uint32_t flags = 0;                    // kJitFlagExisted
 };
 
@@ -111,7 +95,7 @@ struct CheckpointEvent {
 class EventSink {
  public:
   virtual ~EventSink() = default;
-  virtual void Publish(TenantId tenant, EventKind kind, StreamId stream, uint64_t step) = 0;
+  virtual void Publish(const TenantId& tenant, EventKind kind, StreamId stream, uint64_t step) = 0;
   virtual void PublishEvent(const CheckpointEvent& e) {
     Publish(e.tenant, e.kind, e.stream, e.step);
   }

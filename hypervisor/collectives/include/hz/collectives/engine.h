@@ -129,13 +129,13 @@ const char* CommStateName(CommState s);
 // What an operator may see about one communicator.
 struct CommInfo {
   uint64_t id = 0;  // engine-wide, stable for the communicator's life
-  TenantId tenant = 0;
+  TenantId tenant;
   uint32_t nranks = 0;
   uint32_t joined = 0;    // ranks that joined and have not left
   uint64_t next_seq = 0;  // next collective seq to execute
   uint32_t pending = 0;   // collectives and point-to-point ops waiting for peers
   CommState state = CommState::kJoining;
-  Status abort_reason = Status::kOk;
+  Status abort_reason = Status::Ok();
   AbortCause abort_cause = AbortCause::kNone;
   Constraints constraints;
 };

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
+
 namespace hz::coll {
 
 // A host view of guest bytes. The engine reads and writes exactly the bytes
@@ -24,28 +27,6 @@ struct IoSpan {
 // A buffer: its extents in order, possibly many and unaligned. Elements may
 // straddle two extents. Zero-length extents are allowed and skipped.
 using IoVec = std::vector<IoSpan>;
-
-using TenantId = uint64_t;
-
-// Same numeric values as enum hz_status_code, so the service can copy a
-// Status straight into hz_status.status.
-enum class Status : uint32_t {
-  kOk = 0,
-  kInvalid = 1,
-  kNotSupported = 2,
-  kPermission = 3,
-  kNotFound = 4,
-  kExists = 5,
-  kLimit = 6,
-  kAgain = 7,
-  kTimedOut = 8,
-  kAborted = 9,
-  kMismatch = 10,
-  kFault = 11,
-  kShutdown = 14,
-};
-
-const char* StatusName(Status s);
 
 // Why a communicator was aborted; numerically the detail of HZ_S_EABORTED
 // (SPEC §7.3.5), so the service can report it to every rank unchanged.

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "hz/common/status.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/status.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::events {
@@ -77,7 +77,7 @@ class Delivery {
   // The callback is not called after the Delivery's destructor returns.
   void SetNotify(std::function<void()> notify);
 
-  const std::string& tenant() const;
+  const TenantId& tenant() const;
   const std::string& subscriber() const;
 
  private:
@@ -104,7 +104,7 @@ struct TenantSummary {
 
 class EventBus : public EventSink {
  public:
-  using ApprovalCallback = std::function<void(const std::string& tenant, const hz_event& event)>;
+  using ApprovalCallback = std::function<void(const TenantId& tenant, const hz_event& event)>;
 
   // Creates options.dir if needed. Tenant logs are opened (and recovered) on
   // first use.
@@ -113,29 +113,29 @@ class EventBus : public EventSink {
 
   // Appends to the tenant's log. The event is durable per the fsync policy
   // when this returns OK; *seq (optional) receives its sequence number.
-  Status Publish(const std::string& tenant, const EventSpec& spec, uint64_t* seq) override;
+  Status Publish(const TenantId& tenant, const EventSpec& spec, uint64_t* seq) override;
 
   // A delivery for (tenant, subscriber). At most one live Delivery per pair:
   // a second one fails with kState until the first is destroyed (a
   // reconnecting guest's old Delivery goes away with its old session).
-  Status Connect(const std::string& tenant, const std::string& subscriber,
+  Status Connect(const TenantId& tenant, const std::string& subscriber,
                  std::unique_ptr<Delivery>* delivery);
 
   // Operator side: told when a tenant approves an event early.
   void SetApprovalCallback(ApprovalCallback callback);
 
-  Status Summary(const std::string& tenant, TenantSummary* summary);
+  Status Summary(const TenantId& tenant, TenantSummary* summary);
 
   // Reads a retained event by seq (hzctl inspection, tests).
-  Status Get(const std::string& tenant, uint64_t seq, hz_event* event);
+  Status Get(const TenantId& tenant, uint64_t seq, hz_event* event);
 
  private:
   explicit EventBus(BusOptions options);
-  Status Tenant(const std::string& tenant, std::shared_ptr<TenantLog>* log);
+  Status Tenant(const TenantId& tenant, std::shared_ptr<TenantLog>* log);
 
   BusOptions options_;
   std::mutex mu_;  // guards tenants_
-  std::map<std::string, std::shared_ptr<TenantLog>> tenants_;
+  std::map<TenantId, std::shared_ptr<TenantLog>> tenants_;
   std::shared_ptr<ApprovalHolder> approval_;
 };
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "hz/events/status.h"
+#include "hz/common/status.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::events {
@@ -61,12 +61,6 @@ class RecordFile {
   bool sync_ = false;
   uint64_t records_ = 0;
 };
-
-// Writes `contents` to `path` atomically (temporary file, optional fsync,
-// rename, optional directory fsync).
-Status WriteFileAtomic(const std::string& path, const std::string& contents, bool sync);
-// Reads a whole file; kNotFound when it does not exist.
-Status ReadFile(const std::string& path, std::string* contents);
 
 }  // namespace hz::events
 

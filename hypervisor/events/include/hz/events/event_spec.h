@@ -14,8 +14,9 @@
 #include <cstring>
 #include <string>
 
+#include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 #include "hz/events/coarse.h"
-#include "hz/events/status.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::events {
@@ -211,7 +212,7 @@ class EventSink {
  public:
   virtual ~EventSink() = default;
   // Appends `spec` to `tenant`'s log; *seq (optional) receives its sequence number.
-  virtual Status Publish(const std::string& tenant, const EventSpec& spec, uint64_t* seq) = 0;
+  virtual Status Publish(const TenantId& tenant, const EventSpec& spec, uint64_t* seq) = 0;
 };
 
 // Tenant and subscriber names become directory and key names: 1-64 of

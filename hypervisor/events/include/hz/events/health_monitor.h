@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "hz/common/status.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/status.h"
 
 namespace hz::events {
 
@@ -43,14 +43,14 @@ class HealthMonitor {
  public:
   // Told about every failure published, for the scheduler's replacement offer.
   using FailureListener =
-      std::function<void(const std::string& tenant, uint32_t device_index, FailureKind kind)>;
+      std::function<void(const TenantId& tenant, uint32_t device_index, FailureKind kind)>;
 
   HealthMonitor(std::string sysfs_root, EventSink* sink)
       : root_(std::move(sysfs_root)), sink_(sink) {}
 
   // Assigns a device to a tenant under its tenant-visible index and reads its
   // baseline counters (errors before the assignment are not reported).
-  Status Assign(const std::string& tenant, const std::string& bdf, uint32_t device_index);
+  Status Assign(const TenantId& tenant, const std::string& bdf, uint32_t device_index);
   Status Unassign(const std::string& bdf);
   void SetFailureListener(FailureListener listener) { listener_ = std::move(listener); }
 
@@ -62,7 +62,7 @@ class HealthMonitor {
 
  private:
   struct Assigned {
-    std::string tenant;
+    TenantId tenant;
     uint32_t index = 0;
     DeviceHealth last;
   };

@@ -23,8 +23,8 @@
 #include <cstdint>
 #include <string>
 
+#include "hz/common/status.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/status.h"
 
 namespace hz::events {
 

@@ -11,11 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "hz/events/status.h"
+#include "hz/common/status.h"
 
 namespace hz::scheduler {
-
-using Status = hz::events::Status;
 
 enum class DeviceKind : uint8_t { kGpu = 0, kNic = 1 };
 const char* KindName(DeviceKind kind);

@@ -1,13 +1,18 @@
 // The provider scheduler of one host, as the host service uses it: inventory,
 // allocation with crash-safe state, vfio binding, libvirt attach/detach,
-// failures with tenant events and replacement offers, topology summaries, and
-// the negotiation engine's ResourceProvider.
+// failures with tenant events, topology summaries, and the devices of
+// reservations.
 //
 // Operator API (hzctl through the service): Inventory(), Allocations(),
 // Allocate(), Release(), MarkFailed(), MarkDegraded(), Repair(), BindTenant().
 //
-// Thread-safe: every public method takes the scheduler's mutex. Nothing here
-// reads a clock; times are arguments.
+// The scheduler knows nothing of negotiation. A failure returns what it took
+// (DeviceLoss) and the service asks the negotiation engine for a replacement;
+// the engine reaches the reservation methods through an adapter in the
+// service. So nothing here calls out to another engine.
+//
+// Thread-safe: every public method takes the scheduler's mutex and calls
+// nothing that could call back. Nothing here reads a clock.
 #ifndef HZ_SCHEDULER_SCHEDULER_H_
 #define HZ_SCHEDULER_SCHEDULER_H_
 
@@ -22,9 +27,10 @@
 #include <tuple>
 #include <vector>
 
+#include "hz/common/status.h"
+#include "hz/common/status_or.h"
+#include "hz/common/tenant_id.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/negotiation.h"
-#include "hz/events/resource_provider.h"
 #include "hz/scheduler/allocator.h"
 #include "hz/scheduler/cluster.h"
 #include "hz/scheduler/domain_attacher.h"
@@ -41,15 +47,31 @@ struct SchedulerOptions {
   // fsync the state file and its directory on every change. Without it a
   // process crash still loses nothing (rename is atomic); power loss may.
   bool sync = true;
-  // Length of a replacement offer when the lost device's allocation has no
-  // reservation end (a direct operator allocation).
-  uint64_t replacement_duration_s = 3600;
   // Source of each new tenant's secret permutation seed; empty: a random
   // draw (std::random_device). Tests inject fixed seeds.
-  std::function<uint64_t(const std::string& tenant)> tenant_seed;
+  std::function<uint64_t(const TenantId& tenant)> tenant_seed;
 };
 
-class Scheduler : public hz::events::ResourceProvider {
+// What a device failure took from its tenant: enough for a replacement offer
+// (SPEC.md §9.7). `tenant` is empty when the failure took nothing from anyone
+// (the device was free, or had failed before).
+struct DeviceLoss {
+  TenantId tenant;
+  DeviceKind kind = DeviceKind::kGpu;
+  uint8_t locality = HZ_LOC_ANY;  // of the allocation the device left
+  bool replaceable = false;       // a healthy device of that kind is free on the host
+};
+
+// Devices taken from one of the cluster's pools (Cluster::pools()).
+struct PoolDevices {
+  uint32_t pool = 0;
+  uint32_t count = 0;
+  bool operator==(const PoolDevices&) const = default;
+};
+
+hz_device_kind WireKind(DeviceKind kind);
+
+class Scheduler {
  public:
   // Discovers the host from options.sysfs_root (+ provider file) and loads the
   // state. `attacher` and `sink` may be null (no VM attach / no events) and
@@ -62,59 +84,54 @@ class Scheduler : public hz::events::ResourceProvider {
                                   std::unique_ptr<Scheduler>* out);
 
   // Operator: the tenant's VM (libvirt domain). Persisted.
-  Status BindTenant(const std::string& tenant, const std::string& domain);
+  Status BindTenant(const TenantId& tenant, const std::string& domain);
   // Places, records (durably), binds to vfio-pci and attaches to the tenant's
   // domain; rolls back when binding or attaching fails.
-  Status Allocate(const std::string& tenant, const Request& request, uint64_t* allocation_id);
+  Status Allocate(const TenantId& tenant, const Request& request, uint64_t* allocation_id);
   // Detaches, hands the devices back to their host drivers, forgets.
   Status Release(uint64_t allocation_id);
 
   // A device is lost (health monitor or operator): marked failed (durably),
   // detached from its tenant's VM, FAILURE/DEVICE_FAILED published to that
   // tenant naming only its tenant-visible index, then CAPACITY/
-  // ALLOCATION_CHANGED (indices may move), and, when a healthy device of the
-  // kind is free and an engine is set, a replacement offer is opened on the
-  // tenant's behalf (NegotiationEngine::OfferReplacement; the engine publishes
-  // NEGOTIATION/OFFER_MADE at its next decision point). `now` is unix seconds.
-  Status MarkFailed(const std::string& bdf, uint64_t errors, uint64_t now);
+  // ALLOCATION_CHANGED (indices may move). Returns what the tenant lost, for
+  // the replacement offer the caller may open.
+  StatusOr<DeviceLoss> MarkFailed(const std::string& bdf, uint64_t errors);
   // The same for a failure the health monitor already published (its
   // FailureListener gives the tenant and the tenant-visible index): no
   // second FAILURE event, the rest as MarkFailed.
-  Status DeviceLost(const std::string& tenant, uint32_t device_index, uint64_t now);
+  StatusOr<DeviceLoss> DeviceLost(const TenantId& tenant, uint32_t device_index);
   // Every allocated device with its tenant and current tenant-visible index,
   // for HealthMonitor::Assign after each allocation change.
-  std::vector<std::tuple<std::string, std::string, uint32_t>> Assignments();
+  std::vector<std::tuple<TenantId, std::string, uint32_t>> Assignments();
   // Uncorrectable non-fatal errors: FAILURE/DEVICE_DEGRADED, stays attached.
   Status MarkDegraded(const std::string& bdf, uint64_t errors);
   // The device can be placed again (it must not be allocated).
   Status Repair(const std::string& bdf);
 
   // TOPOLOGY_GET result for the tenant's whole allocation on this host.
-  Status Summary(const std::string& tenant, TopologySummary* out);
+  Status Summary(const TenantId& tenant, TopologySummary* out);
   // Tenant-visible index of a device (for the health monitor's Assign).
-  Status TenantIndex(const std::string& bdf, std::string* tenant, uint32_t* index);
+  Status TenantIndex(const std::string& bdf, TenantId* tenant, uint32_t* index);
 
   // Operator views (JSON for hzctl): every device with its state and owner;
   // every allocation with its devices.
   nlohmann::json Inventory() const;
   nlohmann::json Allocations() const;
 
-  // Replacement offers through the negotiation engine (optional).
-  void SetNegotiationEngine(hz::events::NegotiationEngine* engine);
-  // Replacement negotiations opened so far (negotiation id -> tenant).
-  std::map<uint64_t, std::string> Replacements() const;
-
-  // ResourceProvider: pools are the cluster's pools; capacity is the healthy
-  // devices not held by direct allocations (the engine books its own).
-  std::vector<hz::events::Pool> Pools() const override;
-  uint32_t Capacity(uint32_t pool, uint64_t window) const override;
-  Status Attach(const std::string& tenant, uint64_t reservation_id,
-                const std::vector<hz::events::PoolCount>& devices) override;
+  // Reservations. The pools are the cluster's (cluster().pools()); a pool's
+  // reservable devices are its healthy ones not held by direct allocations
+  // (the negotiation engine books its own among them).
+  uint32_t ReservableDevices(uint32_t pool) const;
+  // Allocates, binds and attaches a starting reservation's devices.
+  Status AttachReservation(const TenantId& tenant, uint64_t reservation_id,
+                           const std::vector<PoolDevices>& devices);
   // Detaches the reservation's `count` devices with the highest
-  // tenant-visible indices.
-  Status Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
-                std::vector<hz::events::PoolCount>* detached) override;
-  uint32_t DevicesHeld(const std::string& tenant, hz_device_kind kind) const override;
+  // tenant-visible indices; returns the pools they came from.
+  StatusOr<std::vector<PoolDevices>> DetachReservation(const TenantId& tenant,
+                                                       uint64_t reservation_id, uint32_t count);
+  // Devices of `kind` the tenant holds, from every allocation.
+  uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const;
 
   const Cluster& cluster() const { return cluster_; }
   const VfioBinder& binder() const { return binder_; }
@@ -123,9 +140,9 @@ class Scheduler : public hz::events::ResourceProvider {
   Scheduler(HostInventory inventory, const SchedulerOptions& options, DomainAttacher* attacher,
             hz::events::EventSink* sink);
   Status Load();
-  Status Fail(DeviceRef d, uint64_t errors, uint64_t now, bool publish_failure,
-              std::unique_lock<std::mutex>& lock);
+  StatusOr<DeviceLoss> FailLocked(DeviceRef d, uint64_t errors, bool publish_failure);
   Status Persist();
+  // The state and the allocator keep tenants by name.
   uint64_t SeedLocked(const std::string& tenant);
   std::vector<DeviceRef> TenantDevices(const std::string& tenant) const;
   Status AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices);
@@ -141,11 +158,9 @@ class Scheduler : public hz::events::ResourceProvider {
   VfioBinder binder_;
   DomainAttacher* attacher_;
   hz::events::EventSink* sink_;
-  hz::events::NegotiationEngine* engine_ = nullptr;
-  std::map<std::string, uint64_t> seeds_;         // tenant -> summary permutation seed
-  std::map<std::string, std::string> domains_;    // tenant -> libvirt domain
-  std::map<uint64_t, uint64_t> reservations_;     // reservation id -> allocation id
-  std::map<uint64_t, std::string> replacements_;  // negotiation id -> tenant
+  std::map<std::string, uint64_t> seeds_;       // tenant -> summary permutation seed
+  std::map<std::string, std::string> domains_;  // tenant -> libvirt domain
+  std::map<uint64_t, uint64_t> reservations_;   // reservation id -> allocation id
 };
 
 }  // namespace hz::scheduler

@@ -26,7 +26,7 @@ class CommMember {
 
 struct CommSummary {
   uint64_t id = 0;
-  uint64_t tenant = 0;
+  std::string tenant;
   uint32_t nranks = 0;
   uint32_t joined = 0;
   uint64_t next_seq = 0;
@@ -53,9 +53,9 @@ using MemberPtr = std::shared_ptr<CommMember>;
 class CollBackend {
  public:
   virtual ~CollBackend() = default;
-  virtual coll::Status NewUid(uint64_t tenant, coll::Uid* out) = 0;
-  virtual void Init(uint64_t tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
-                    coll::Constraints c, std::function<void(coll::Status, MemberPtr)> done) = 0;
+  virtual Status NewUid(const TenantId& tenant, coll::Uid* out) = 0;
+  virtual void Init(const TenantId& tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
+                    coll::Constraints c, std::function<void(Status, MemberPtr)> done) = 0;
   virtual void Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) = 0;
   // Waits until the engine no longer touches m's memory; never from a callback.
   virtual void Destroy(const MemberPtr& m) = 0;

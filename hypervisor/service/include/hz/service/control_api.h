@@ -7,11 +7,14 @@
 #ifndef HZ_SERVICE_CONTROL_API_H_
 #define HZ_SERVICE_CONTROL_API_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "hz/common/status.h"
+#include "hz/common/status_or.h"
 #include "hz/service/coll_backend.h"
 #include "hz/service/hz_device.h"
 #include "hz/service/tenants.h"
@@ -26,28 +29,36 @@ struct VmView {
   std::vector<DeviceInfo> devices;  // the live connection, if any
 };
 
+// The answer to one operator command: its result, or why it failed (the
+// message is what the operator reads).
+using CommandResult = hz::StatusOr<nlohmann::json>;
+
 class ControlTarget {
  public:
   virtual ~ControlTarget() = default;
-  // Each returns an empty string on success, else why not.
-  virtual std::string CreateTenant(const TenantSpec& spec) = 0;
-  virtual std::string RemoveTenant(const std::string& name) = 0;
-  virtual std::string BindVm(const std::string& tenant, const std::string& socket_path,
-                             std::string* resolved_path) = 0;
-  virtual std::string UnbindVm(const std::string& socket_path) = 0;
+  virtual hz::Status CreateTenant(const TenantSpec& spec) = 0;
+  virtual hz::Status RemoveTenant(const std::string& name) = 0;
+  // The socket path as bound (a relative one is under the VM socket directory).
+  virtual hz::StatusOr<std::string> BindVm(const std::string& tenant,
+                                           const std::string& socket_path) = 0;
+  virtual hz::Status UnbindVm(const std::string& socket_path) = 0;
   virtual std::vector<std::shared_ptr<Tenant>> Tenants() const = 0;
   virtual std::vector<VmView> Vms() const = 0;
   virtual std::vector<CommSummary> Communicators() const = 0;
   virtual nlohmann::json Status() const = 0;
   virtual nlohmann::json Counters() const = 0;
   virtual TenantLimits DefaultTenantLimits() const = 0;
-  // Commands of the macro-level engines (events, checkpoints, ...): false
-  // when cmd is not one of theirs; otherwise *out, or *error on failure.
-  virtual bool EngineCommand(const std::string& /*cmd*/, const nlohmann::json& /*req*/,
-                             nlohmann::json* /*out*/, std::string* /*error*/) {
-    return false;
+  // Commands of the macro-level engines (events, checkpoints, ...): nothing
+  // when cmd is not one of theirs.
+  virtual std::optional<CommandResult> EngineCommand(const std::string& /*cmd*/,
+                                                     const nlohmann::json& /*req*/) {
+    return std::nullopt;
   }
 };
+
+// What the operator reads for a failure: its message, or its code's name
+// when it has none.
+std::string OperatorError(const hz::Status& status);
 
 class ControlApi {
  public:

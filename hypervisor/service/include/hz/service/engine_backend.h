@@ -18,9 +18,9 @@ class EngineBackend : public CollBackend {
   explicit EngineBackend(coll::EngineOptions opts);
   ~EngineBackend() override;
 
-  coll::Status NewUid(uint64_t tenant, coll::Uid* out) override;
-  void Init(uint64_t tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
-            coll::Constraints c, std::function<void(coll::Status, MemberPtr)> done) override;
+  Status NewUid(const TenantId& tenant, coll::Uid* out) override;
+  void Init(const TenantId& tenant, const coll::Uid& uid, uint32_t nranks, uint32_t rank,
+            coll::Constraints c, std::function<void(Status, MemberPtr)> done) override;
   void Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) override;
   void Destroy(const MemberPtr& m) override;
   void DestroyAsync(MemberPtr m) override;

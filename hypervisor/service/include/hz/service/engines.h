@@ -3,9 +3,7 @@
 // engine (<state_dir>/checkpoints). One Engines object per service, shared by
 // every HzDevice through DeviceEnv; thread-safe.
 //
-// The checkpoint engine names tenants by number; those numbers are kept in
-// <state_dir>/checkpoints/tenants.json so a tenant finds its streams again
-// after a restart. Its events go to the tenant's log on the bus, and a
+// The checkpoint engine's events go to the tenant's log on the bus, and a
 // MAINTENANCE or PREEMPTION notice published through the operator triggers
 // its just-in-time saves (OnNotice) on a thread of its own.
 #ifndef HZ_SERVICE_ENGINES_H_
@@ -23,6 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "hz/checkpoint/engine.h"
+#include "hz/common/status.h"
+#include "hz/common/status_or.h"
 #include "hz/events/event_bus.h"
 #include "hz/service/config.h"
 
@@ -36,24 +36,21 @@ class Engines {
   Engines& operator=(const Engines&) = delete;
 
   // Opens the engines' state under the state directory.
-  bool Start(std::string* error);
+  Status Start();
 
   events::EventBus* bus() const { return bus_.get(); }
   checkpoint::Engine* ckpt() const { return ckpt_.get(); }
-  // The checkpoint engine's number for a tenant (stable across restarts).
-  checkpoint::TenantId CkptTenant(const std::string& tenant);
 
   // Quiescence registrations belong to one session at a time (SPEC §7.5.7):
   // Claim returns false when another owner holds (tenant, stream).
-  bool ClaimQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner);
-  void ReleaseQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner);
+  bool ClaimQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner);
+  void ReleaseQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner);
   // Feature bits (1 << HZ_F_*) of the engines that are running.
   uint64_t Features() const;
 
-  // Operator commands (control API). Returns false for a command that is not
-  // an engine's; otherwise fills *out, or *error with why it failed.
-  bool Command(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
-               std::string* error);
+  // Operator commands (control API): Handles says which are the engines'.
+  static bool Handles(const std::string& cmd);
+  StatusOr<nlohmann::json> Command(const std::string& cmd, const nlohmann::json& req);
 
   void CountDelivered(uint64_t n) { delivered_.fetch_add(n, std::memory_order_relaxed); }
 
@@ -62,13 +59,12 @@ class Engines {
 
  private:
   class CkptSink;
-  std::string InjectEvent(const nlohmann::json& req, nlohmann::json* out);
-  std::string ListCheckpoints(const nlohmann::json& req, nlohmann::json* out);
-  std::string EventStatus(const nlohmann::json& req, nlohmann::json* out);
+  StatusOr<nlohmann::json> InjectEvent(const nlohmann::json& req);
+  StatusOr<nlohmann::json> ListCheckpoints(const nlohmann::json& req);
+  StatusOr<nlohmann::json> EventStatus(const nlohmann::json& req);
   void PublishCheckpoint(const checkpoint::CheckpointEvent& e);
   // Just-in-time saves for a notice published to tenant (any thread).
-  void Notice(const std::string& tenant, const hz_event& ev);
-  void SaveTenantIds();
+  void Notice(const TenantId& tenant, const hz_event& ev);
 
   ServiceConfig config_;
   std::unique_ptr<events::EventBus> bus_;
@@ -76,9 +72,7 @@ class Engines {
   std::unique_ptr<checkpoint::Engine> ckpt_;
 
   std::mutex mu_;  // everything below
-  std::map<std::string, checkpoint::TenantId> ckpt_ids_;
-  std::map<checkpoint::TenantId, std::string> ckpt_names_;
-  std::map<std::pair<checkpoint::TenantId, checkpoint::StreamId>, const void*> quiesce_;
+  std::map<std::pair<TenantId, checkpoint::StreamId>, const void*> quiesce_;
   std::vector<std::thread> notices_;  // joined on destruction
   std::atomic<uint64_t> published_{0};
   std::atomic<uint64_t> delivered_{0};

@@ -98,8 +98,7 @@ struct DeviceInfo {
 
 class HzDevice : public vdev::Device {
  public:
-  HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, uint64_t tenant_id,
-           std::string socket_path);
+  HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, std::string socket_path);
   ~HzDevice() override;
   HzDevice(const HzDevice&) = delete;
   HzDevice& operator=(const HzDevice&) = delete;
@@ -212,12 +211,12 @@ class HzDevice : public vdev::Device {
   };
   // A CKPT_QUIESCE registration of this session: it holds its regions.
   struct QuiesceReg {
-    checkpoint::TenantId tenant = 0;
+    TenantId tenant;
     std::vector<RegionPin> pins;
   };
   uint32_t ResolveCkptSlices(const std::vector<hz_slice>& slices, bool write, CkptSpans* out,
                              uint32_t* detail);
-  Reply CkptQuiesce(const Request& req, checkpoint::TenantId tid);
+  Reply CkptQuiesce(const Request& req, const TenantId& tid);
   void DropQuiesce(uint32_t stream);
   // The session's end for its checkpoint state (called by Teardown): drops
   // the quiescence registrations and stops every CKPT_SAVE/RESTORE in flight
@@ -238,8 +237,8 @@ class HzDevice : public vdev::Device {
   Reply CommUid(const Request& req);
   Reply CommInit(vdev::Queue& q, const Request& req);
   Reply CommDestroyOrAbort(const Request& req);
-  void OnInitDone(uint64_t op_id, coll::Status status, MemberPtr member);
-  void OnOpDone(uint64_t op_id, coll::Status status);
+  void OnInitDone(uint64_t op_id, Status status, MemberPtr member);
+  void OnOpDone(uint64_t op_id, Status status);
 
   // Resolves one slice of a collective into host spans.
   uint32_t ResolveSlice(const Request& req, const hz_slice& s, uint64_t need, bool write,
@@ -247,7 +246,6 @@ class HzDevice : public vdev::Device {
 
   DeviceEnv env_;
   std::shared_ptr<Tenant> tenant_;
-  uint64_t tenant_id_;
   std::string socket_path_;
   std::shared_ptr<Link> link_;
   std::array<Handler, 256> families_{};

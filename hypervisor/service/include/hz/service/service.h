@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,8 +51,8 @@ class Service : public ControlTarget {
 
   // Creates the directories, starts the engine, the connection threads, the
   // control socket and the metrics endpoint, and restores saved tenants and
-  // bindings. Returns false with *error when the service cannot run.
-  bool Start(std::string* error);
+  // bindings. Fails when the service cannot run.
+  hz::Status Start();
   // Serves until SIGTERM/SIGINT or RequestStop(), then shuts down gracefully.
   void Run();
   // Asks Run() to shut down (any thread).
@@ -63,25 +64,24 @@ class Service : public ControlTarget {
   std::string MetricsText() const;
 
   // ControlTarget
-  std::string CreateTenant(const TenantSpec& spec) override;
-  std::string RemoveTenant(const std::string& name) override;
-  std::string BindVm(const std::string& tenant, const std::string& socket_path,
-                     std::string* resolved_path) override;
-  std::string UnbindVm(const std::string& socket_path) override;
+  hz::Status CreateTenant(const TenantSpec& spec) override;
+  hz::Status RemoveTenant(const std::string& name) override;
+  hz::StatusOr<std::string> BindVm(const std::string& tenant,
+                                   const std::string& socket_path) override;
+  hz::Status UnbindVm(const std::string& socket_path) override;
   std::vector<std::shared_ptr<Tenant>> Tenants() const override { return tenants_.List(); }
   std::vector<VmView> Vms() const override;
   std::vector<CommSummary> Communicators() const override;
   nlohmann::json Status() const override;
   nlohmann::json Counters() const override;
   TenantLimits DefaultTenantLimits() const override { return config_.tenant_defaults; }
-  bool EngineCommand(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
-                     std::string* error) override;
+  std::optional<CommandResult> EngineCommand(const std::string& cmd,
+                                             const nlohmann::json& req) override;
 
  private:
   struct Binding {
     std::string tenant;
     std::shared_ptr<Tenant> tenant_ptr;
-    uint64_t tenant_id = 0;
     size_t thread = 0;  // index into vdev_threads_
     std::unique_ptr<vdev::Server> server;
   };
@@ -116,8 +116,6 @@ class Service : public ControlTarget {
   std::chrono::steady_clock::time_point started_;
 
   TenantRegistry tenants_;
-  std::map<std::string, uint64_t> tenant_ids_;  // name -> engine tenant id
-  uint64_t next_tenant_id_ = 1;
   Metrics metrics_;
   DeviceRegistry devices_;
   std::unique_ptr<CollBackend> coll_;
@@ -129,7 +127,7 @@ class Service : public ControlTarget {
   std::unique_ptr<boost::asio::signal_set> signals_;
   std::vector<std::unique_ptr<VdevThread>> vdev_threads_;  // vhost-user connections
 
-  mutable std::mutex mu_;                    // bindings_, tenant_ids_
+  mutable std::mutex mu_;                    // bindings_
   std::map<std::string, Binding> bindings_;  // socket path -> binding
 
   ControlApi api_{this};

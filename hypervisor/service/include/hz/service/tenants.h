@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 #include "hz/service/config.h"
 #include "protocol/harmonaize.h"
 
@@ -26,10 +28,12 @@ struct TenantSpec {
 // One tenant. Usage counters are shared by every VM of the tenant.
 class Tenant {
  public:
-  explicit Tenant(TenantSpec spec) : spec_(std::move(spec)) {}
+  explicit Tenant(TenantSpec spec) : spec_(std::move(spec)), id_(spec_.name) {}
 
   const TenantSpec& spec() const { return spec_; }
   const std::string& name() const { return spec_.name; }
+  // What the engines know the tenant by.
+  const TenantId& id() const { return id_; }
 
   // Reserves one region of `bytes` against the quotas; HZ_S_OK or HZ_S_ELIMIT.
   uint32_t ReserveRegion(uint64_t bytes);
@@ -43,6 +47,7 @@ class Tenant {
 
  private:
   const TenantSpec spec_;
+  const TenantId id_;
   mutable std::mutex mu_;
   Usage usage_;
 };
@@ -52,9 +57,9 @@ class TenantRegistry {
   // Tenant names: 1..64 bytes of [A-Za-z0-9._-], starting with a letter or digit.
   static bool ValidName(const std::string& name);
 
-  // Returns an empty string on success, else why not.
-  std::string Create(const TenantSpec& spec);
-  std::string Remove(const std::string& name);
+  // kInvalidArgument, kExists; kNotFound.
+  Status Create(const TenantSpec& spec);
+  Status Remove(const std::string& name);
   std::shared_ptr<Tenant> Find(const std::string& name) const;
   std::vector<std::shared_ptr<Tenant>> List() const;  // sorted by name
 

@@ -10,10 +10,11 @@
 #include <set>
 
 #include "hz/events/coarse.h"
-#include "hz/events/negotiation.h"
+#include "hz/negotiation/negotiation.h"
+#include "in_memory_inventory.h"
 #include "test_util.h"
 
-namespace hz::events {
+namespace hz::negotiation {
 namespace {
 
 constexpr uint64_t kStart = 1800000000;  // a 60 s window boundary
@@ -29,7 +30,8 @@ Span WindowsOf(const NegotiationEngine& e, uint64_t start, uint64_t duration) {
 // Independently recomputes, from the engine's live offers and reservations,
 // what each pool holds in each window from `now` on, and checks it against
 // the provider's capacity and the engine's own accounting.
-void CheckNoDoubleBooking(const NegotiationEngine& e, const InMemoryInventory& inv, uint64_t now) {
+void CheckNoDoubleBooking(const NegotiationEngine& e, const testing::InMemoryInventory& inv,
+                          uint64_t now) {
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> held;
   const uint64_t current = e.WindowOf(now);
   auto add = [&](const std::vector<PoolCount>& devices, Span s) {
@@ -66,30 +68,30 @@ hz_neg_request GenRequest(uint64_t now) {
   return r;
 }
 
-RC_GTEST_PROP(EventsNegotiationProperty, NoDoubleBookingOffersValidAcceptedHonouredOrRevoked, ()) {
-  InMemoryInventory inv;
+RC_GTEST_PROP(NegotiationProperty, NoDoubleBookingOffersValidAcceptedHonouredOrRevoked, ()) {
+  testing::InMemoryInventory inv;
   const int pools = *rc::gen::inRange(1, 5);
   for (int p = 0; p < pools; ++p) {
     inv.AddPool(static_cast<hz_device_kind>(*rc::gen::inRange(0, 2)),
                 static_cast<uint32_t>(*rc::gen::inRange(0, 2)),
                 static_cast<uint32_t>(*rc::gen::inRange(1, 9)));
   }
-  testing::RecordingSink sink;
+  events::testing::RecordingSink sink;
   NegotiationOptions options;
   options.usage_horizon_s = 30 * 86400;  // keep every reservation for the final checks
   NegotiationEngine e(options, &inv, &sink);
-  const std::vector<std::string> tenants = {"t0", "t1", "t2"};
+  const std::vector<TenantId> tenants = {TenantId("t0"), TenantId("t1"), TenantId("t2")};
 
   uint64_t now = kStart;
   std::map<uint64_t, hz_neg_request> requests;  // negotiation -> current request
-  std::map<uint64_t, std::string> owner;        // negotiation -> tenant
-  std::vector<std::pair<hz_neg_offer, std::string>> seen_offers;
-  std::vector<std::pair<uint64_t, std::string>> accepted;  // reservation, tenant
+  std::map<uint64_t, TenantId> owner;           // negotiation -> tenant
+  std::vector<std::pair<hz_neg_offer, TenantId>> seen_offers;
+  std::vector<std::pair<uint64_t, TenantId>> accepted;  // reservation, tenant
 
   const int steps = *rc::gen::inRange(10, 80);
   for (int step = 0; step < steps; ++step) {
     const int op = *rc::gen::inRange(0, 10);
-    const std::string& tenant = tenants[static_cast<size_t>(*rc::gen::inRange(0, 3))];
+    const TenantId& tenant = tenants[static_cast<size_t>(*rc::gen::inRange(0, 3))];
     switch (op) {
       case 0:
       case 1: {  // request
@@ -97,7 +99,7 @@ RC_GTEST_PROP(EventsNegotiationProperty, NoDoubleBookingOffersValidAcceptedHonou
         uint64_t id = 0;
         Status s = e.Submit(tenant, r, now, &id);
         if (r.latest_start_s < now) {
-          RC_ASSERT(s.code() == Status::Code::kInvalidArgument);
+          RC_ASSERT(s.code() == StatusCode::kInvalidArgument);
         } else {
           RC_ASSERT(s.ok());
           requests[id] = r;
@@ -115,11 +117,11 @@ RC_GTEST_PROP(EventsNegotiationProperty, NoDoubleBookingOffersValidAcceptedHonou
             RC_ASSERT(o.start_s >= r.earliest_start_s);
             RC_ASSERT(o.start_s <= r.latest_start_s);
             RC_ASSERT(o.start_s >= now);
-            RC_ASSERT(o.start_s % kTimeGranularityS == 0);
+            RC_ASSERT(o.start_s % events::kTimeGranularityS == 0);
             RC_ASSERT(o.duration_s == r.duration_s);
             RC_ASSERT(o.count == r.count);
             RC_ASSERT(o.locality == r.locality);
-            RC_ASSERT(o.expires_s == RoundDownTime(now + 30));
+            RC_ASSERT(o.expires_s == events::RoundDownTime(now + 30));
             seen_offers.emplace_back(o, d.tenant);
           }
         }
@@ -130,13 +132,13 @@ RC_GTEST_PROP(EventsNegotiationProperty, NoDoubleBookingOffersValidAcceptedHonou
         if (seen_offers.empty()) break;
         auto [offer, who] =
             seen_offers[static_cast<size_t>(*rc::gen::inRange<size_t>(0, seen_offers.size()))];
-        const std::string& by = *rc::gen::inRange(0, 4) == 0 ? tenant : who;
+        const TenantId& by = *rc::gen::inRange(0, 4) == 0 ? tenant : who;
         uint64_t res = 0;
         Status s = e.Accept(by, offer.offer_id, now, &res);
         if (who != by) {
-          RC_ASSERT(s.code() == Status::Code::kPermission);
+          RC_ASSERT(s.code() == StatusCode::kPermission);
         } else if (now >= offer.expires_s) {
-          RC_ASSERT(s.code() == Status::Code::kNotFound);
+          RC_ASSERT(s.code() == StatusCode::kNotFound);
         }
         if (s.ok()) accepted.emplace_back(res, by);
         break;
@@ -171,7 +173,7 @@ RC_GTEST_PROP(EventsNegotiationProperty, NoDoubleBookingOffersValidAcceptedHonou
         if (accepted.empty()) break;
         auto [res, who] =
             accepted[static_cast<size_t>(*rc::gen::inRange<size_t>(0, accepted.size()))];
-        (void)e.Revoke(res, kRevokeHardwareFailure, now);
+        (void)e.Revoke(res, events::kRevokeHardwareFailure, now);
         break;
       }
       default:  // time passes
@@ -188,15 +190,17 @@ RC_GTEST_PROP(EventsNegotiationProperty, NoDoubleBookingOffersValidAcceptedHonou
   std::set<uint64_t> started, revoked, ended, released;
   for (const auto& entry : sink.entries()) {
     if (entry.spec.topic == HZ_TOPIC_CAPACITY) {
-      auto p = testing::PayloadAs<CapacityPayload>(entry.spec.payload.data());
-      if (entry.spec.kind == kCapacityReservationStarted) started.insert(p.reservation_id);
-      if (entry.spec.kind == kCapacityReservationEnded) ended.insert(p.reservation_id);
-      if (entry.spec.kind == kCapacityReservationReleased) released.insert(p.reservation_id);
+      auto p = events::testing::PayloadAs<events::CapacityPayload>(entry.spec.payload.data());
+      if (entry.spec.kind == events::kCapacityReservationStarted) started.insert(p.reservation_id);
+      if (entry.spec.kind == events::kCapacityReservationEnded) ended.insert(p.reservation_id);
+      if (entry.spec.kind == events::kCapacityReservationReleased)
+        released.insert(p.reservation_id);
     }
     if (entry.spec.topic == HZ_TOPIC_NEGOTIATION &&
-        entry.spec.kind == kNegotiationReservationRevoked) {
+        entry.spec.kind == events::kNegotiationReservationRevoked) {
       revoked.insert(
-          testing::PayloadAs<NegotiationPayload>(entry.spec.payload.data()).reservation_id);
+          events::testing::PayloadAs<events::NegotiationPayload>(entry.spec.payload.data())
+              .reservation_id);
     }
   }
   for (const ReservationInfo& r : e.Reservations()) {
@@ -214,21 +218,21 @@ RC_GTEST_PROP(EventsNegotiationProperty, NoDoubleBookingOffersValidAcceptedHonou
   RC_ASSERT(e.Reservations().size() == accepted.size());
   RC_TAG(accepted.empty() ? "no reservation" : "reservations");
   RC_TAG(revoked.empty() ? "no revocation" : "revocations");
-  for (const std::string& t : tenants) RC_ASSERT(inv.Attached(t) == 0u);
+  for (const TenantId& t : tenants) RC_ASSERT(inv.Attached(t) == 0u);
 }
 
-RC_GTEST_PROP(EventsNegotiationProperty, EqualWeightsGetEqualShares, ()) {
+RC_GTEST_PROP(NegotiationProperty, EqualWeightsGetEqualShares, ()) {
   const int k = *rc::gen::inRange(2, 5);
   const uint32_t capacity = static_cast<uint32_t>(*rc::gen::inRange(1, 5));
-  InMemoryInventory inv;
+  testing::InMemoryInventory inv;
   inv.AddPool(HZ_DEV_GPU, 0, capacity);
-  testing::RecordingSink sink;
+  events::testing::RecordingSink sink;
   NegotiationOptions options;
   options.usage_horizon_s = uint64_t{1} << 40;  // the whole run counts
   NegotiationEngine e(options, &inv, nullptr);
 
   const uint64_t kMaxDuration = 180;
-  std::map<std::string, uint64_t> share;
+  std::map<TenantId, uint64_t> share;
   uint64_t now = kStart;
   const int rounds = 200;
   for (int round = 0; round < rounds; ++round) {
@@ -242,7 +246,7 @@ RC_GTEST_PROP(EventsNegotiationProperty, EqualWeightsGetEqualShares, ()) {
       r.latest_start_s = now;
       r.duration_s = 60 * static_cast<uint64_t>(*rc::gen::inRange(1, 4));
       uint64_t id;
-      RC_ASSERT(e.Submit("t" + std::to_string(t), r, now, &id).ok());
+      RC_ASSERT(e.Submit(TenantId("t" + std::to_string(t)), r, now, &id).ok());
     }
     for (const Decision& d : e.Decide(now)) {
       if (d.offers.empty()) {
@@ -258,7 +262,7 @@ RC_GTEST_PROP(EventsNegotiationProperty, EqualWeightsGetEqualShares, ()) {
   }
   uint64_t lo = UINT64_MAX, hi = 0, total = 0;
   for (int t = 0; t < k; ++t) {
-    uint64_t s = share["t" + std::to_string(t)];
+    uint64_t s = share[TenantId("t" + std::to_string(t))];
     lo = std::min(lo, s);
     hi = std::max(hi, s);
     total += s;
@@ -273,4 +277,4 @@ RC_GTEST_PROP(EventsNegotiationProperty, EqualWeightsGetEqualShares, ()) {
 }
 
 }  // namespace
-}  // namespace hz::events
+}  // namespace hz::negotiation

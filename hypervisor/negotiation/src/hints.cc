@@ -1,6 +1,6 @@
-#include "hz/events/hints.h"
+#include "hz/negotiation/hints.h"
 
-namespace hz::events {
+namespace hz::negotiation {
 
 uint32_t SuggestBatch(uint32_t min_batch, uint32_t max_batch, uint32_t step, uint32_t n_now,
                       uint32_t n_peak) {
@@ -12,8 +12,8 @@ uint32_t SuggestBatch(uint32_t min_batch, uint32_t max_batch, uint32_t step, uin
   return static_cast<uint32_t>(min_batch + k * step);
 }
 
-HintPayload HintEngine::Compute(const TenantHint& t) {
-  HintPayload p{};
+events::HintPayload HintEngine::Compute(const TenantHint& t) {
+  events::HintPayload p{};
   p.min_batch = t.args.min_batch;
   p.max_batch = t.args.max_batch;
   p.step = t.args.step;
@@ -23,7 +23,7 @@ HintPayload HintEngine::Compute(const TenantHint& t) {
   return p;
 }
 
-Status HintEngine::Declare(const std::string& tenant, const hz_hint_declare_args& args,
+Status HintEngine::Declare(const TenantId& tenant, const hz_hint_declare_args& args,
                            hz_hint_declare_result* result) {
   if (args.flags != 0) return Status::InvalidArgument("hint flags must be zero");
   if (args.step == 0) return Status::InvalidArgument("hint step is zero");
@@ -38,8 +38,8 @@ Status HintEngine::Declare(const std::string& tenant, const hz_hint_declare_args
   return Status::Ok();
 }
 
-void HintEngine::SetDevices(const std::string& tenant, uint32_t devices) {
-  HintPayload hint{};
+void HintEngine::SetDevices(const TenantId& tenant, uint32_t devices) {
+  events::HintPayload hint{};
   {
     std::lock_guard<std::mutex> lock(mu_);
     TenantHint& t = tenants_[tenant];
@@ -50,10 +50,10 @@ void HintEngine::SetDevices(const std::string& tenant, uint32_t devices) {
     hint = Compute(t);
   }
   // A failed publish is not fatal to the allocation change; the next change retries.
-  (void)sink_->Publish(tenant, MakeHint(hint), nullptr);
+  (void)sink_->Publish(tenant, events::MakeHint(hint), nullptr);
 }
 
-Status HintEngine::Current(const std::string& tenant, HintPayload* hint) const {
+Status HintEngine::Current(const TenantId& tenant, events::HintPayload* hint) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tenants_.find(tenant);
   if (it == tenants_.end() || !it->second.declared) {
@@ -63,4 +63,4 @@ Status HintEngine::Current(const std::string& tenant, HintPayload* hint) const {
   return Status::Ok();
 }
 
-}  // namespace hz::events
+}  // namespace hz::negotiation

@@ -1,6 +1,9 @@
-#include "hz/events/resource_provider.h"
+#include "in_memory_inventory.h"
 
-namespace hz::events {
+#include <algorithm>
+#include <iterator>
+
+namespace hz::negotiation::testing {
 
 uint32_t InMemoryInventory::AddPool(hz_device_kind kind, uint32_t host, uint32_t count) {
   uint32_t id = static_cast<uint32_t>(pools_.size());
@@ -17,7 +20,7 @@ void InMemoryInventory::SetCapacityFrom(uint32_t pool, uint64_t from, uint32_t c
   steps[from] = count;
 }
 
-void InMemoryInventory::SetBaseDevices(const std::string& tenant, hz_device_kind kind,
+void InMemoryInventory::SetBaseDevices(const TenantId& tenant, hz_device_kind kind,
                                        uint32_t count) {
   base_[{tenant, static_cast<int>(kind)}] = count;
 }
@@ -30,7 +33,7 @@ uint32_t InMemoryInventory::Capacity(uint32_t pool, uint64_t window) const {
   return std::prev(it)->second;
 }
 
-uint32_t InMemoryInventory::Attached(const std::string& tenant) const {
+uint32_t InMemoryInventory::Attached(const TenantId& tenant) const {
   uint32_t n = 0;
   for (const auto& [id, a] : attached_) {
     if (a.tenant != tenant) continue;
@@ -39,7 +42,7 @@ uint32_t InMemoryInventory::Attached(const std::string& tenant) const {
   return n;
 }
 
-uint32_t InMemoryInventory::DevicesHeld(const std::string& tenant, hz_device_kind kind) const {
+uint32_t InMemoryInventory::DevicesHeld(const TenantId& tenant, hz_device_kind kind) const {
   uint32_t n = 0;
   auto b = base_.find({tenant, static_cast<int>(kind)});
   if (b != base_.end()) n += b->second;
@@ -52,7 +55,7 @@ uint32_t InMemoryInventory::DevicesHeld(const std::string& tenant, hz_device_kin
   return n;
 }
 
-Status InMemoryInventory::Attach(const std::string& tenant, uint64_t reservation_id,
+Status InMemoryInventory::Attach(const TenantId& tenant, uint64_t reservation_id,
                                  const std::vector<PoolCount>& devices) {
   if (fail_attach_) return Status::IoError("attach failed (injected)");
   for (const PoolCount& pc : devices) {
@@ -63,7 +66,7 @@ Status InMemoryInventory::Attach(const std::string& tenant, uint64_t reservation
   return Status::Ok();
 }
 
-Status InMemoryInventory::Detach(const std::string& tenant, uint64_t reservation_id, uint32_t count,
+Status InMemoryInventory::Detach(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
                                  std::vector<PoolCount>* detached) {
   detached->clear();
   auto it = attached_.find(reservation_id);
@@ -87,4 +90,4 @@ Status InMemoryInventory::Detach(const std::string& tenant, uint64_t reservation
   return Status::Ok();
 }
 
-}  // namespace hz::events
+}  // namespace hz::negotiation::testing

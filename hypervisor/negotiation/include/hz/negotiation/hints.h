@@ -3,19 +3,20 @@
 // max_batch * n_now / n_peak (n_now: devices held now, n_peak: most held since
 // the declaration), and at least min_batch. A HINT event goes out whenever
 // the allocation changes.
-#ifndef HZ_EVENTS_HINTS_H_
-#define HZ_EVENTS_HINTS_H_
+#ifndef HZ_NEGOTIATION_HINTS_H_
+#define HZ_NEGOTIATION_HINTS_H_
 
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
 
+#include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/status.h"
 #include "protocol/harmonaize.h"
 
-namespace hz::events {
+namespace hz::negotiation {
 
 // The pure rule; n_peak == 0 yields min_batch.
 uint32_t SuggestBatch(uint32_t min_batch, uint32_t max_batch, uint32_t step, uint32_t n_now,
@@ -23,17 +24,17 @@ uint32_t SuggestBatch(uint32_t min_batch, uint32_t max_batch, uint32_t step, uin
 
 class HintEngine {
  public:
-  explicit HintEngine(EventSink* sink) : sink_(sink) {}
+  explicit HintEngine(events::EventSink* sink) : sink_(sink) {}
 
   // HINT_DECLARE: min > max, step 0 or non-zero flags are invalid. Starts a new
   // declaration (n_peak = devices now).
-  Status Declare(const std::string& tenant, const hz_hint_declare_args& args,
+  Status Declare(const TenantId& tenant, const hz_hint_declare_args& args,
                  hz_hint_declare_result* result);
   // The tenant now holds `devices`; publishes a HINT event when it changed and
   // the tenant has a declaration.
-  void SetDevices(const std::string& tenant, uint32_t devices);
+  void SetDevices(const TenantId& tenant, uint32_t devices);
   // Current suggestion; kNotFound without a declaration.
-  Status Current(const std::string& tenant, HintPayload* hint) const;
+  Status Current(const TenantId& tenant, events::HintPayload* hint) const;
 
  private:
   struct TenantHint {
@@ -42,13 +43,13 @@ class HintEngine {
     uint32_t devices = 0;
     uint32_t peak = 0;
   };
-  static HintPayload Compute(const TenantHint& t);
+  static events::HintPayload Compute(const TenantHint& t);
 
-  EventSink* sink_;
+  events::EventSink* sink_;
   mutable std::mutex mu_;
-  std::map<std::string, TenantHint> tenants_;
+  std::map<TenantId, TenantHint> tenants_;
 };
 
-}  // namespace hz::events
+}  // namespace hz::negotiation
 
-#endif  // HZ_EVENTS_HINTS_H_
+#endif  // HZ_NEGOTIATION_HINTS_H_

@@ -17,8 +17,8 @@
 // Not thread-safe: the service calls it from one thread (its control strand)
 // and calls Decide() at least once per second and Tick() at least once per
 // window.
-#ifndef HZ_EVENTS_NEGOTIATION_H_
-#define HZ_EVENTS_NEGOTIATION_H_
+#ifndef HZ_NEGOTIATION_NEGOTIATION_H_
+#define HZ_NEGOTIATION_NEGOTIATION_H_
 
 #include <cstdint>
 #include <functional>
@@ -26,12 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "hz/common/status.h"
+#include "hz/common/tenant_id.h"
 #include "hz/events/event_spec.h"
-#include "hz/events/resource_provider.h"
-#include "hz/events/status.h"
+#include "hz/negotiation/resource_provider.h"
 #include "protocol/harmonaize.h"
 
-namespace hz::events {
+namespace hz::negotiation {
 
 struct NegotiationOptions {
   uint64_t window_s = 60;                // reservation window, a multiple of 10 s
@@ -48,7 +49,7 @@ struct NegotiationOptions {
 
 // Answer to one queued request: the wire result and its offers.
 struct Decision {
-  std::string tenant;
+  TenantId tenant;
   hz_neg_result result{};
   std::vector<hz_neg_offer> offers;
   bool provider_initiated = false;  // a replacement offer: no guest request waits for it
@@ -58,7 +59,7 @@ enum class ReservationState { kAccepted, kActive, kEnded, kReleased, kRevoked };
 
 struct ReservationInfo {
   uint64_t id = 0;
-  std::string tenant;
+  TenantId tenant;
   uint64_t negotiation_id = 0;
   hz_device_kind kind = HZ_DEV_GPU;
   uint64_t start_s = 0;
@@ -71,7 +72,7 @@ struct ReservationInfo {
 
 struct OfferInfo {
   hz_neg_offer offer{};
-  std::string tenant;
+  TenantId tenant;
   uint64_t negotiation_id = 0;
   std::vector<PoolCount> devices;
 };
@@ -79,46 +80,46 @@ struct OfferInfo {
 class NegotiationEngine {
  public:
   // Told when a tenant's GPU count changes, with the count now (hints follow it).
-  using AllocationListener = std::function<void(const std::string& tenant, uint32_t gpus_now)>;
+  using AllocationListener = std::function<void(const TenantId& tenant, uint32_t gpus_now)>;
 
   // `provider` and `sink` (may be null) must outlive the engine. The options
   // must pass ValidateOptions.
-  NegotiationEngine(NegotiationOptions options, ResourceProvider* provider, EventSink* sink);
+  NegotiationEngine(NegotiationOptions options, ResourceProvider* provider,
+                    events::EventSink* sink);
 
   static Status ValidateOptions(const NegotiationOptions& options);
 
   // Operator policy: weight (default 1, >= 1) and the highest priority class
   // the tenant may ask for (default HZ_PRIO_HIGH).
-  Status SetWeight(const std::string& tenant, uint32_t weight);
-  Status SetMaxPriority(const std::string& tenant, uint8_t priority_class);
+  Status SetWeight(const TenantId& tenant, uint32_t weight);
+  Status SetMaxPriority(const TenantId& tenant, uint8_t priority_class);
   void SetAllocationListener(AllocationListener listener) { listener_ = std::move(listener); }
 
   // NEG_REQUEST: validates and queues; *negotiation_id names it.
-  Status Submit(const std::string& tenant, const hz_neg_request& request, uint64_t now,
+  Status Submit(const TenantId& tenant, const hz_neg_request& request, uint64_t now,
                 uint64_t* negotiation_id);
   // NEG_COUNTER: replaces the open negotiation's request (its offers are
   // released) and queues it as the next round; kLimit at the last round.
-  Status Counter(const std::string& tenant, uint64_t negotiation_id, const hz_neg_request& request,
+  Status Counter(const TenantId& tenant, uint64_t negotiation_id, const hz_neg_request& request,
                  uint64_t now);
   // Provider side (SPEC.md §9.7): a replacement offer after a failure. Opens a
   // negotiation on the tenant's behalf, decided at the next decision point;
   // its offers are published as NEGOTIATION/OFFER_MADE events.
-  Status OfferReplacement(const std::string& tenant, const hz_neg_request& request, uint64_t now,
+  Status OfferReplacement(const TenantId& tenant, const hz_neg_request& request, uint64_t now,
                           uint64_t* negotiation_id);
   // The decision point: answers every queued request (file comment).
   std::vector<Decision> Decide(uint64_t now);
   // NEG_ACCEPT: the offer becomes a reservation; the negotiation's other
   // offers are released and it closes.
-  Status Accept(const std::string& tenant, uint64_t offer_id, uint64_t now,
-                uint64_t* reservation_id);
+  Status Accept(const TenantId& tenant, uint64_t offer_id, uint64_t now, uint64_t* reservation_id);
   // NEG_DECLINE: closes the negotiation and releases its offers.
-  Status Decline(const std::string& tenant, uint64_t negotiation_id, uint64_t now);
+  Status Decline(const TenantId& tenant, uint64_t negotiation_id, uint64_t now);
   // NEG_RELEASE: gives back `count` devices (0: all) of a reservation.
-  Status Release(const std::string& tenant, uint64_t reservation_id, uint32_t count, uint64_t now);
-  Status Release(const std::string& tenant, const hz_neg_release_args& args, uint64_t now);
+  Status Release(const TenantId& tenant, uint64_t reservation_id, uint32_t count, uint64_t now);
+  Status Release(const TenantId& tenant, const hz_neg_release_args& args, uint64_t now);
   // Provider side: withdraws an accepted reservation, with a NEGOTIATION/
   // RESERVATION_REVOKED event to its tenant.
-  Status Revoke(uint64_t reservation_id, RevokeReason reason, uint64_t now);
+  Status Revoke(uint64_t reservation_id, events::RevokeReason reason, uint64_t now);
 
   // Time passes: expires offers (OFFER_EXPIRED), closes negotiations whose
   // offers are gone, starts reservations whose start came (attach +
@@ -132,14 +133,14 @@ class NegotiationEngine {
   std::vector<OfferInfo> Offers() const;
   uint32_t Booked(uint32_t pool, uint64_t window) const;
   // Weighted usage as a fraction: device-seconds and weight.
-  void Usage(const std::string& tenant, uint64_t now, uint64_t* device_seconds,
+  void Usage(const TenantId& tenant, uint64_t now, uint64_t* device_seconds,
              uint32_t* weight) const;
   uint64_t WindowOf(uint64_t unix_s) const { return unix_s / options_.window_s; }
 
  private:
   enum class NegState { kPending, kOpen };
   struct Negotiation {
-    std::string tenant;
+    TenantId tenant;
     hz_neg_request request{};
     NegState state = NegState::kPending;
     uint32_t round = 1;
@@ -163,16 +164,15 @@ class NegotiationEngine {
     uint64_t closed_s = 0;        // when it stopped holding devices
   };
   struct Owner {
-    std::string tenant;
+    TenantId tenant;
     uint64_t closed_s = 0;  // 0 while the object is live
   };
 
   uint64_t NewId();
-  Status CheckOwner(uint64_t id, const std::string& tenant, const char* what) const;
+  Status CheckOwner(uint64_t id, const TenantId& tenant, const char* what) const;
   void CloseId(uint64_t id, uint64_t now);
-  Status ValidateRequest(const std::string& tenant, const hz_neg_request& request,
-                         uint64_t now) const;
-  Status CountOpen(const std::string& tenant) const;
+  Status ValidateRequest(const TenantId& tenant, const hz_neg_request& request, uint64_t now) const;
+  Status CountOpen(const TenantId& tenant) const;
   bool FindPlacement(const hz_neg_request& request, uint64_t first_window, uint64_t last_window,
                      std::vector<PoolCount>* devices) const;
   uint32_t Free(uint32_t pool, uint64_t first_window, uint64_t last_window) const;
@@ -188,12 +188,12 @@ class NegotiationEngine {
   void Reconcile(uint64_t now);
   void Collect(uint64_t now);
   void EndReservation(Reservation& reservation, ReservationState state, uint64_t now);
-  void NotifyAllocation(const std::string& tenant);
-  void PublishTo(const std::string& tenant, const EventSpec& spec);
+  void NotifyAllocation(const TenantId& tenant);
+  void PublishTo(const TenantId& tenant, const events::EventSpec& spec);
 
   NegotiationOptions options_;
   ResourceProvider* provider_;
-  EventSink* sink_;
+  events::EventSink* sink_;
   AllocationListener listener_;
 
   uint64_t id_counter_ = 0;
@@ -203,12 +203,12 @@ class NegotiationEngine {
   std::map<uint64_t, Offer> offers_;              // live
   std::map<uint64_t, Reservation> reservations_;  // within the usage horizon
   std::map<uint64_t, Owner> owners_;              // every id, live or recently closed
-  std::map<std::string, uint32_t> weights_;
-  std::map<std::string, uint8_t> max_priority_;
+  std::map<TenantId, uint32_t> weights_;
+  std::map<TenantId, uint8_t> max_priority_;
   // (pool, window) -> devices held by offers and live reservations.
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> booked_;
 };
 
-}  // namespace hz::events
+}  // namespace hz::negotiation
 
-#endif  // HZ_EVENTS_NEGOTIATION_H_
+#endif  // HZ_NEGOTIATION_NEGOTIATION_H_

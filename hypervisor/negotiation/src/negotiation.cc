@@ -1,4 +1,4 @@
-#include "hz/events/negotiation.h"
+#include "hz/negotiation/negotiation.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,13 +7,13 @@
 
 #include "hz/events/coarse.h"
 
-namespace hz::events {
+namespace hz::negotiation {
 
 namespace {
 
 uint64_t RoundUpTime(uint64_t s) {
-  uint64_t down = RoundDownTime(s);
-  return down == s ? s : down + kTimeGranularityS;
+  uint64_t down = events::RoundDownTime(s);
+  return down == s ? s : down + events::kTimeGranularityS;
 }
 
 // Candidate start windows examined per request and decision point, so one
@@ -40,7 +40,7 @@ uint32_t Sum(const std::vector<PoolCount>& devices) {
 }  // namespace
 
 NegotiationEngine::NegotiationEngine(NegotiationOptions options, ResourceProvider* provider,
-                                     EventSink* sink)
+                                     events::EventSink* sink)
     : options_(options), provider_(provider), sink_(sink) {
   if (options_.id_key == 0) {
     std::random_device rd;
@@ -49,10 +49,11 @@ NegotiationEngine::NegotiationEngine(NegotiationOptions options, ResourceProvide
 }
 
 Status NegotiationEngine::ValidateOptions(const NegotiationOptions& o) {
-  if (o.window_s < kTimeGranularityS || o.window_s % kTimeGranularityS != 0) {
+  if (o.window_s < events::kTimeGranularityS || o.window_s % events::kTimeGranularityS != 0) {
     return Status::InvalidArgument("window_s must be a positive multiple of 10");
   }
-  if (o.offer_ttl_s < kTimeGranularityS) return Status::InvalidArgument("offer_ttl_s below 10");
+  if (o.offer_ttl_s < events::kTimeGranularityS)
+    return Status::InvalidArgument("offer_ttl_s below 10");
   if (o.max_rounds == 0) return Status::InvalidArgument("max_rounds is zero");
   if (o.usage_horizon_s == 0) return Status::InvalidArgument("usage_horizon_s is zero");
   if (o.max_duration_s == 0 || o.max_lookahead_s == 0) {
@@ -71,8 +72,7 @@ uint64_t NegotiationEngine::NewId() {
   }
 }
 
-Status NegotiationEngine::CheckOwner(uint64_t id, const std::string& tenant,
-                                     const char* what) const {
+Status NegotiationEngine::CheckOwner(uint64_t id, const TenantId& tenant, const char* what) const {
   auto it = owners_.find(id);
   if (it == owners_.end()) return Status::NotFound(std::string("unknown ") + what);
   if (it->second.tenant != tenant)
@@ -86,19 +86,19 @@ void NegotiationEngine::CloseId(uint64_t id, uint64_t now) {
     it->second.closed_s = std::max<uint64_t>(now, 1);
 }
 
-Status NegotiationEngine::SetWeight(const std::string& tenant, uint32_t weight) {
+Status NegotiationEngine::SetWeight(const TenantId& tenant, uint32_t weight) {
   if (weight == 0) return Status::InvalidArgument("weight must be at least 1");
   weights_[tenant] = weight;
   return Status::Ok();
 }
 
-Status NegotiationEngine::SetMaxPriority(const std::string& tenant, uint8_t priority_class) {
+Status NegotiationEngine::SetMaxPriority(const TenantId& tenant, uint8_t priority_class) {
   if (priority_class >= HZ_PRIO_MAX) return Status::InvalidArgument("unknown priority class");
   max_priority_[tenant] = priority_class;
   return Status::Ok();
 }
 
-Status NegotiationEngine::ValidateRequest(const std::string& tenant, const hz_neg_request& r,
+Status NegotiationEngine::ValidateRequest(const TenantId& tenant, const hz_neg_request& r,
                                           uint64_t now) const {
   // The order of SPEC.md §7.8.1's table.
   if (r.reserved != 0) return Status::NotSupported("reserved field is not zero");
@@ -122,7 +122,7 @@ Status NegotiationEngine::ValidateRequest(const std::string& tenant, const hz_ne
   return Status::Ok();
 }
 
-Status NegotiationEngine::CountOpen(const std::string& tenant) const {
+Status NegotiationEngine::CountOpen(const TenantId& tenant) const {
   uint32_t open = 0;
   for (const auto& [id, n] : negotiations_) {
     if (n.tenant == tenant && !n.provider_initiated) ++open;
@@ -131,7 +131,7 @@ Status NegotiationEngine::CountOpen(const std::string& tenant) const {
   return Status::Ok();
 }
 
-Status NegotiationEngine::Submit(const std::string& tenant, const hz_neg_request& request,
+Status NegotiationEngine::Submit(const TenantId& tenant, const hz_neg_request& request,
                                  uint64_t now, uint64_t* negotiation_id) {
   Status s = ValidateRequest(tenant, request, now);
   if (!s.ok()) return s;
@@ -147,12 +147,12 @@ Status NegotiationEngine::Submit(const std::string& tenant, const hz_neg_request
   return Status::Ok();
 }
 
-Status NegotiationEngine::OfferReplacement(const std::string& tenant, const hz_neg_request& request,
+Status NegotiationEngine::OfferReplacement(const TenantId& tenant, const hz_neg_request& request,
                                            uint64_t now, uint64_t* negotiation_id) {
   hz_neg_request r = request;
   r.priority_class = std::min<uint8_t>(r.priority_class, HZ_PRIO_HIGH);
   // The provider's own request is not bound by the tenant's priority cap.
-  Status s = ValidateRequest("", r, now);
+  Status s = ValidateRequest(TenantId(), r, now);
   if (!s.ok()) return s;
   uint64_t id = NewId();
   owners_[id] = Owner{tenant, 0};
@@ -165,7 +165,7 @@ Status NegotiationEngine::OfferReplacement(const std::string& tenant, const hz_n
   return Status::Ok();
 }
 
-Status NegotiationEngine::Counter(const std::string& tenant, uint64_t negotiation_id,
+Status NegotiationEngine::Counter(const TenantId& tenant, uint64_t negotiation_id,
                                   const hz_neg_request& request, uint64_t now) {
   ExpireOffers(now);
   Status s = CheckOwner(negotiation_id, tenant, "negotiation");
@@ -315,7 +315,7 @@ bool NegotiationEngine::MakeOffer(uint64_t negotiation_id, Negotiation& n, uint6
     o.info.offer.offer_id = offer_id;
     o.info.offer.start_s = start;
     o.info.offer.duration_s = r.duration_s;
-    o.info.offer.expires_s = RoundDownTime(now + options_.offer_ttl_s);
+    o.info.offer.expires_s = events::RoundDownTime(now + options_.offer_ttl_s);
     o.info.offer.count = r.count;
     o.info.offer.locality = r.locality;
     n.offers.push_back(offer_id);
@@ -358,24 +358,24 @@ void NegotiationEngine::ExpireOffers(uint64_t now) {
   for (uint64_t id : expired) {
     OfferInfo info = offers_[id].info;
     DropOffer(id, now);
-    NegotiationPayload p{};
+    events::NegotiationPayload p{};
     p.negotiation_id = info.negotiation_id;
     p.offer_id = id;
-    PublishTo(info.tenant, MakeNegotiation(kNegotiationOfferExpired, p));
+    PublishTo(info.tenant, events::MakeNegotiation(events::kNegotiationOfferExpired, p));
   }
   // A decided negotiation closes when its offers are gone and one offer
   // lifetime has passed since its decision (SPEC.md §9.4).
   std::vector<uint64_t> done;
   for (const auto& [id, n] : negotiations_) {
     if (n.state == NegState::kOpen && n.offers.empty() &&
-        now >= RoundDownTime(n.decided_s + options_.offer_ttl_s)) {
+        now >= events::RoundDownTime(n.decided_s + options_.offer_ttl_s)) {
       done.push_back(id);
     }
   }
   for (uint64_t id : done) CloseNegotiation(id, now);
 }
 
-void NegotiationEngine::Usage(const std::string& tenant, uint64_t now, uint64_t* device_seconds,
+void NegotiationEngine::Usage(const TenantId& tenant, uint64_t now, uint64_t* device_seconds,
                               uint32_t* weight) const {
   uint64_t sum = 0;
   for (const auto& [id, r] : reservations_) {
@@ -398,7 +398,7 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
     uint64_t arrival;
   };
   std::vector<Key> order;
-  std::map<std::string, std::pair<uint64_t, uint32_t>> usage;
+  std::map<TenantId, std::pair<uint64_t, uint32_t>> usage;
   for (const auto& [id, n] : negotiations_) {
     if (n.state != NegState::kPending) continue;
     auto u = usage.find(n.tenant);
@@ -443,7 +443,7 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
     d.result.num_offers = static_cast<uint32_t>(d.offers.size());
     if (n.provider_initiated) {
       for (const hz_neg_offer& o : d.offers) {
-        NegotiationPayload p{};
+        events::NegotiationPayload p{};
         p.negotiation_id = k.id;
         p.offer_id = o.offer_id;
         p.start_s = o.start_s;
@@ -452,7 +452,7 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
         p.count = o.count;
         p.locality = o.locality;
         p.device_kind = static_cast<uint8_t>(n.request.kind);
-        PublishTo(n.tenant, MakeNegotiation(kNegotiationOfferMade, p));
+        PublishTo(n.tenant, events::MakeNegotiation(events::kNegotiationOfferMade, p));
       }
     }
     decisions.push_back(std::move(d));
@@ -460,7 +460,7 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
   return decisions;
 }
 
-Status NegotiationEngine::Accept(const std::string& tenant, uint64_t offer_id, uint64_t now,
+Status NegotiationEngine::Accept(const TenantId& tenant, uint64_t offer_id, uint64_t now,
                                  uint64_t* reservation_id) {
   ExpireOffers(now);
   Status s = CheckOwner(offer_id, tenant, "offer");
@@ -499,8 +499,7 @@ Status NegotiationEngine::Accept(const std::string& tenant, uint64_t offer_id, u
   return Status::Ok();
 }
 
-Status NegotiationEngine::Decline(const std::string& tenant, uint64_t negotiation_id,
-                                  uint64_t now) {
+Status NegotiationEngine::Decline(const TenantId& tenant, uint64_t negotiation_id, uint64_t now) {
   ExpireOffers(now);
   Status s = CheckOwner(negotiation_id, tenant, "negotiation");
   if (!s.ok()) return s;
@@ -509,7 +508,7 @@ Status NegotiationEngine::Decline(const std::string& tenant, uint64_t negotiatio
   return Status::Ok();
 }
 
-Status NegotiationEngine::Release(const std::string& tenant, const hz_neg_release_args& args,
+Status NegotiationEngine::Release(const TenantId& tenant, const hz_neg_release_args& args,
                                   uint64_t now) {
   if (args.reserved != 0 || args.reserved2 != 0) {
     return Status::NotSupported("reserved field is not zero");
@@ -517,8 +516,8 @@ Status NegotiationEngine::Release(const std::string& tenant, const hz_neg_releas
   return Release(tenant, args.reservation_id, args.count, now);
 }
 
-Status NegotiationEngine::Release(const std::string& tenant, uint64_t reservation_id,
-                                  uint32_t count, uint64_t now) {
+Status NegotiationEngine::Release(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
+                                  uint64_t now) {
   Status s = CheckOwner(reservation_id, tenant, "reservation");
   if (!s.ok()) return s;
   auto it = reservations_.find(reservation_id);
@@ -562,9 +561,9 @@ Status NegotiationEngine::Release(const std::string& tenant, uint64_t reservatio
     r.info.state = ReservationState::kReleased;
     r.closed_s = now;
   }
-  PublishTo(tenant,
-            MakeAllocationCapacity(kCapacityReservationReleased, reservation_id, count,
-                                   provider_->DevicesHeld(tenant, r.info.kind), r.info.kind));
+  PublishTo(tenant, events::MakeAllocationCapacity(
+                        events::kCapacityReservationReleased, reservation_id, count,
+                        provider_->DevicesHeld(tenant, r.info.kind), r.info.kind));
   if (was_active) NotifyAllocation(tenant);
   return Status::Ok();
 }
@@ -580,7 +579,8 @@ void NegotiationEngine::EndReservation(Reservation& r, ReservationState state, u
   r.closed_s = now;
 }
 
-Status NegotiationEngine::Revoke(uint64_t reservation_id, RevokeReason reason, uint64_t now) {
+Status NegotiationEngine::Revoke(uint64_t reservation_id, events::RevokeReason reason,
+                                 uint64_t now) {
   auto it = reservations_.find(reservation_id);
   if (it == reservations_.end()) return Status::NotFound("no such reservation");
   Reservation& r = it->second;
@@ -590,13 +590,13 @@ Status NegotiationEngine::Revoke(uint64_t reservation_id, RevokeReason reason, u
   const bool was_active = r.info.state == ReservationState::kActive;
   const uint32_t count = r.info.count;
   EndReservation(r, ReservationState::kRevoked, now);
-  NegotiationPayload p{};
+  events::NegotiationPayload p{};
   p.negotiation_id = r.info.negotiation_id;
   p.reservation_id = reservation_id;
   p.reason = reason;
   p.count = static_cast<uint16_t>(count);
   p.device_kind = static_cast<uint8_t>(r.info.kind);
-  PublishTo(r.info.tenant, MakeNegotiation(kNegotiationReservationRevoked, p));
+  PublishTo(r.info.tenant, events::MakeNegotiation(events::kNegotiationReservationRevoked, p));
   if (was_active) NotifyAllocation(r.info.tenant);
   return Status::Ok();
 }
@@ -614,23 +614,23 @@ void NegotiationEngine::StartAndEnd(uint64_t now) {
       Status s = provider_->Attach(r.info.tenant, id, r.info.devices);
       if (!s.ok()) {
         spdlog::warn("negotiation: attach for a reservation failed: {}", s.ToString());
-        Revoke(id, kRevokeAttachFailed, now);
+        Revoke(id, events::kRevokeAttachFailed, now);
         continue;
       }
       r.info.state = ReservationState::kActive;
-      PublishTo(
-          r.info.tenant,
-          MakeAllocationCapacity(kCapacityReservationStarted, id, r.info.count,
-                                 provider_->DevicesHeld(r.info.tenant, r.info.kind), r.info.kind));
+      PublishTo(r.info.tenant,
+                events::MakeAllocationCapacity(
+                    events::kCapacityReservationStarted, id, r.info.count,
+                    provider_->DevicesHeld(r.info.tenant, r.info.kind), r.info.kind));
       NotifyAllocation(r.info.tenant);
     }
     if (r.info.state == ReservationState::kActive && now >= r.info.start_s + r.info.duration_s) {
       const uint32_t count = r.info.count;
       EndReservation(r, ReservationState::kEnded, now);
-      PublishTo(
-          r.info.tenant,
-          MakeAllocationCapacity(kCapacityReservationEnded, id, count,
-                                 provider_->DevicesHeld(r.info.tenant, r.info.kind), r.info.kind));
+      PublishTo(r.info.tenant,
+                events::MakeAllocationCapacity(events::kCapacityReservationEnded, id, count,
+                                               provider_->DevicesHeld(r.info.tenant, r.info.kind),
+                                               r.info.kind));
       NotifyAllocation(r.info.tenant);
     }
   }
@@ -670,11 +670,11 @@ void NegotiationEngine::Reconcile(uint64_t now) {
       if (victim != 0) {
         OfferInfo info = offers_[victim].info;
         DropOffer(victim, now);
-        NegotiationPayload p{};
+        events::NegotiationPayload p{};
         p.negotiation_id = info.negotiation_id;
         p.offer_id = victim;
-        p.reason = kRevokeCapacityLost;
-        PublishTo(info.tenant, MakeNegotiation(kNegotiationOfferWithdrawn, p));
+        p.reason = events::kRevokeCapacityLost;
+        PublishTo(info.tenant, events::MakeNegotiation(events::kNegotiationOfferWithdrawn, p));
         continue;
       }
       for (const auto& [id, r] : reservations_) {
@@ -687,7 +687,7 @@ void NegotiationEngine::Reconcile(uint64_t now) {
         }
       }
       if (victim == 0) break;  // nothing left to take back
-      Revoke(victim, kRevokeCapacityLost, now);
+      Revoke(victim, events::kRevokeCapacityLost, now);
     }
   }
 }
@@ -721,14 +721,16 @@ void NegotiationEngine::Tick(uint64_t now) {
   Collect(now);
 }
 
-void NegotiationEngine::NotifyAllocation(const std::string& tenant) {
+void NegotiationEngine::NotifyAllocation(const TenantId& tenant) {
   if (listener_) listener_(tenant, provider_->DevicesHeld(tenant, HZ_DEV_GPU));
 }
 
-void NegotiationEngine::PublishTo(const std::string& tenant, const EventSpec& spec) {
+void NegotiationEngine::PublishTo(const TenantId& tenant, const events::EventSpec& spec) {
   if (sink_ == nullptr) return;
   Status s = sink_->Publish(tenant, spec, nullptr);
-  if (!s.ok()) spdlog::warn("negotiation: publishing to {} failed: {}", tenant, s.ToString());
+  if (!s.ok()) {
+    spdlog::warn("negotiation: publishing to {} failed: {}", tenant.name(), s.ToString());
+  }
 }
 
 std::vector<ReservationInfo> NegotiationEngine::Reservations() const {
@@ -756,4 +758,4 @@ uint32_t NegotiationEngine::Booked(uint32_t pool, uint64_t window) const {
   return it == booked_.end() ? 0 : it->second;
 }
 
-}  // namespace hz::events
+}  // namespace hz::negotiation
