@@ -21,7 +21,7 @@ mkdir -p "$out"
 
 "$top/guest/driver/build.sh" "$out" "$kver" >&2
 
-gcc -static -O2 -Wall -Wextra -Werror -std=gnu11 -I"$top/protocol" -I"$top/guest/driver" \
+gcc -static -O2 -Wall -Wextra -Werror -std=gnu11 -I"$top/protocol/include/protocol" -I"$top/guest/driver" \
 	"$top/tests/vm/guest/hz_drvtest.c" -o "$out/hz_drvtest.tmp"
 mv "$out/hz_drvtest.tmp" "$out/hz_drvtest"
 
@@ -31,8 +31,8 @@ lib=$top/guest/lib/src
 libtest_src=("$top/tests/vm/guest/hz_libtest.cc" "$lib/comm.cc" "$lib/control.cc" "$lib/device.cc"
 	"$lib/transport_driver.cc")
 if [ ! -x "$out/hz_libtest" ] || [ -n "$(find "${libtest_src[@]}" "$lib"/*.h "$top/include/harmonaize" \
-	"$top/protocol/harmonaize.h" "$top/guest/driver/harmonaize_uapi.h" -newer "$out/hz_libtest")" ]; then
-	g++ -static -O2 -std=c++20 -Wall -Wextra -Werror -pthread -I"$top" -I"$top/include" -I"$lib" \
+	"$top/protocol/include/protocol/harmonaize.h" "$top/guest/driver/harmonaize_uapi.h" -newer "$out/hz_libtest")" ]; then
+	g++ -static -O2 -std=c++20 -Wall -Wextra -Werror -pthread -I"$top/protocol/include" -I"$top/include" -I"$top/guest/driver" -I"$lib" \
 		"${libtest_src[@]}" -o "$out/hz_libtest.tmp"
 	mv "$out/hz_libtest.tmp" "$out/hz_libtest"
 fi

@@ -20,7 +20,7 @@ build_module() {
 	rm -f "$work"/*.c "$work"/*.h "$work/Kbuild"
 	cp "$src"/Kbuild "$src"/*.c "$work/"
 	cp "$src"/*.h "$work/" 2>/dev/null || true
-	if ! make -C "$kdir" M="$work" HZ_PROTOCOL_DIR="$top/protocol" W=1 $sparse modules >"$work/build.log" 2>&1; then
+	if ! make -C "$kdir" M="$work" HZ_PROTOCOL_DIR="$top/protocol/include/protocol" W=1 $sparse modules >"$work/build.log" 2>&1; then
 		cat "$work/build.log" >&2
 		echo "build.sh: building $name failed" >&2
 		exit 1

@@ -16,8 +16,8 @@
 #include <mutex>
 #include <vector>
 
-#include "guest/driver/harmonaize_uapi.h"
 #include "harmonaize/hz.h"
+#include "harmonaize_uapi.h"  // the driver's ioctl ABI (guest/driver)
 #include "transport.h"
 
 namespace hz::lib {
