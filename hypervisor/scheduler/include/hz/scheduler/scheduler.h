@@ -117,7 +117,6 @@ class Scheduler : public hz::events::ResourceProvider {
   uint32_t DevicesHeld(const std::string& tenant, hz_device_kind kind) const override;
 
   const Cluster& cluster() const { return cluster_; }
-  const VfioBinder& binder() const { return binder_; }
 
  private:
   Scheduler(HostInventory inventory, const SchedulerOptions& options, DomainAttacher* attacher,
