@@ -26,11 +26,3 @@ if(HZ_FUZZ)
   add_link_options(-fsanitize=address,undefined)
   add_compile_definitions(HZ_SANITIZED=1 HZ_FUZZING=1)
 endif()
-
-# Adds a subdirectory when it has a CMakeLists.txt, so a component can be
-# developed before its neighbours exist.
-function(hz_add_subdirectory_if_present dir)
-  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/CMakeLists.txt)
-    add_subdirectory(${dir})
-  endif()
-endfunction()

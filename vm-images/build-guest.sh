@@ -29,7 +29,7 @@ mkdir -p "$out" "$kmods"
 
 "$top/guest/driver/build.sh" "$kmods" "$kver" ${root:+"$root"} >&2
 
-gcc -static -O2 -Wall -Wextra -Werror -std=gnu11 -I"$top/protocol" -I"$top/include/uapi" \
+gcc -static -O2 -Wall -Wextra -Werror -std=gnu11 -I"$top/protocol/include/protocol" -I"$top/include/uapi" \
 	"$top/tests/vm/guest/hz_drvtest.c" -o "$out/hz_drvtest.tmp"
 mv "$out/hz_drvtest.tmp" "$out/hz_drvtest"
 
@@ -39,8 +39,8 @@ lib=$top/guest/lib/src
 libtest_src=("$top/tests/vm/guest/hz_libtest.cc" "$lib/comm.cc" "$lib/control.cc" "$lib/device.cc"
 	"$lib/transport_driver.cc")
 if [ ! -x "$out/hz_libtest" ] || [ -n "$(find "${libtest_src[@]}" "$lib"/*.h "$top/include/harmonaize" \
-	"$top/protocol/harmonaize.h" "$top/include/uapi" -newer "$out/hz_libtest")" ]; then
-	g++ -static -O2 -std=c++20 -Wall -Wextra -Werror -pthread -I"$top" -I"$top/include" -I"$top/include/uapi" -I"$lib" \
+	"$top/protocol/include/protocol/harmonaize.h" "$top/include/uapi" -newer "$out/hz_libtest")" ]; then
+	g++ -static -O2 -std=c++20 -Wall -Wextra -Werror -pthread -I"$top/protocol/include" -I"$top/include" -I"$top/include/uapi" -I"$lib" \
 		"${libtest_src[@]}" -o "$out/hz_libtest.tmp"
 	mv "$out/hz_libtest.tmp" "$out/hz_libtest"
 fi

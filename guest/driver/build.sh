@@ -61,7 +61,7 @@ build_module() {
 	rm -f "$work"/*.c "$work"/*.h "$work/Kbuild"
 	cp "$src"/Kbuild "$src"/*.c "$work/"
 	cp "$src"/*.h "$work/" 2>/dev/null || true
-	if ! kmake -C "$kdir" M="$work" HZ_PROTOCOL_DIR="$top/protocol" HZ_UAPI_DIR="$top/include/uapi" W=1 $sparse modules >"$work/build.log" 2>&1; then
+	if ! kmake -C "$kdir" M="$work" HZ_PROTOCOL_DIR="$top/protocol/include/protocol" HZ_UAPI_DIR="$top/include/uapi" W=1 $sparse modules >"$work/build.log" 2>&1; then
 		cat "$work/build.log" >&2
 		echo "build.sh: building $name for $kver failed" >&2
 		exit 1

@@ -9,12 +9,14 @@
 
 extern "C" size_t hz_c11_sizeof_event(void);
 extern "C" size_t hz_c11_offsetof_coll_recv(void);
+extern "C" uint64_t hz_c11_allgather_recv_bytes(void);
 
 namespace {
 
 TEST(ProtocolLayout, CAndCppAgree) {
   EXPECT_EQ(hz_c11_sizeof_event(), sizeof(hz_event));
   EXPECT_EQ(hz_c11_offsetof_coll_recv(), offsetof(hz_coll_args, recv));
+  EXPECT_EQ(hz_c11_allgather_recv_bytes(), 60u);  // 5 ranks × 3 × 4 bytes
 }
 
 TEST(ProtocolLayout, DeviceIdentity) {

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <mutex>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 namespace vdev {
 
@@ -62,6 +62,16 @@ struct ThreadRegistration {
 };
 thread_local ThreadRegistration t_registration;
 
+std::atomic<GuardWarningSink> g_warning_sink{nullptr};
+
+void Warn(const std::string& message) {
+  if (GuardWarningSink sink = g_warning_sink.load(std::memory_order_acquire); sink != nullptr) {
+    sink(message);
+  } else {
+    std::fprintf(stderr, "%s\n", message.c_str());
+  }
+}
+
 void OnInterrupt(int) {}
 
 // The registry's lock is held across fork(), so the child never inherits
@@ -87,10 +97,9 @@ bool InstallHandler() {
   const bool plain = !(old.sa_flags & SA_SIGINFO);
   if (plain && old.sa_handler == OnInterrupt) return true;
   if (!plain || old.sa_handler != SIG_DFL) {
-    spdlog::warn(
-        "vdev: signal {} has a handler already; a front-end that makes its call eventfd block "
-        "between the back-end's check and its write can stall a connection thread",
-        InterruptSignal());
+    Warn("vdev: signal " + std::to_string(InterruptSignal()) +
+         " has a handler already; a front-end that makes its call eventfd block "
+         "between the back-end's check and its write can stall a connection thread");
     return false;
   }
   struct sigaction sa {};
@@ -130,7 +139,8 @@ Slot* RegisterThread() {
     try {
       std::thread(WatchdogLoop).detach();
     } catch (const std::system_error& e) {
-      spdlog::warn("vdev: no watchdog thread ({}); blocking calls are not bounded", e.what());
+      Warn(std::string("vdev: no watchdog thread (") + e.what() +
+           "); blocking calls are not bounded");
       return nullptr;
     }
     r.watchdog_running = true;
@@ -155,6 +165,10 @@ Slot* ThisThreadSlot() {
 }
 
 }  // namespace
+
+void SetGuardWarningSink(GuardWarningSink sink) {
+  g_warning_sink.store(sink, std::memory_order_release);
+}
 
 int InterruptSignal() {
   return SIGRTMIN + 5;

@@ -16,11 +16,12 @@
 // Cost per guarded call: two stores to a thread-local counter. A thread is
 // registered with the watchdog on its first guarded call and unregistered
 // when it exits. If the application already handles InterruptSignal(), the
-// guard leaves it alone and only logs, once, that calls are not bounded.
+// guard leaves it alone and only warns, once, that calls are not bounded.
 #ifndef VDEV_SRC_BLOCKING_CALL_GUARD_H_
 #define VDEV_SRC_BLOCKING_CALL_GUARD_H_
 
 #include <chrono>
+#include <string>
 
 namespace vdev {
 
@@ -28,6 +29,13 @@ namespace vdev {
 // (glibc keeps the ones it needs below SIGRTMIN.)
 int InterruptSignal();
 inline constexpr std::chrono::milliseconds kWatchdogTick{50};
+
+// Where the guard reports, once per cause, that guarded calls are not
+// bounded. Without a sink the message goes to stderr: the front-end, which a
+// tenant library links, has no logger. The back-end's Session routes it to
+// the back-end's log.
+using GuardWarningSink = void (*)(const std::string& message);
+void SetGuardWarningSink(GuardWarningSink sink);
 
 // Marks the calling thread as inside a call the watchdog may interrupt, for
 // the guard's lifetime. Guards do not nest.

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "blocking_call_guard.h"
 #include "spdlog/fmt/fmt.h"
 #include "spdlog/spdlog.h"
 
@@ -67,6 +68,8 @@ Session::Session(std::unique_ptr<Device> device, SessionHost* host, SessionOptio
       host_(host),
       options_(std::move(options)),
       name_(std::move(name)) {
+  // The eventfd watchdog's warnings belong in the back-end's log.
+  SetGuardWarningSink([](const std::string& message) { spdlog::warn("{}", message); });
   uint32_t n = device_->NumQueues();
   if (n > kMaxQueues) {
     spdlog::warn("vdev[{}]: device asks for {} queues; vhost-user addresses at most {}", name_, n,

@@ -2,7 +2,6 @@
 // (registered slice, inline in the request, or staged through registered
 // memory), sequence numbers, and asynchronous requests.
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <vector>
 
@@ -47,52 +46,16 @@ struct Plan {
   size_t recv_bytes;
 };
 
-// Computes each side's byte count with NCCL's count conventions.
+// Computes each side's byte count (SPEC §7.4.2) and checks that a side that
+// needs bytes has a buffer.
 int Sizes(const hz_comm* c, uint16_t opcode, size_t count, int dt, uint32_t root, Plan* p) {
-  const size_t es = hz_dtype_size(static_cast<unsigned>(dt));
-  if (es == 0) return HZ_EINVAL;
-  if (count > std::numeric_limits<uint64_t>::max() / es / c->nranks) return HZ_EINVAL;
-  const size_t b = count * es;
-  const size_t nb = b * c->nranks;
-  const bool is_root = c->rank == root;
-  switch (opcode) {
-    case HZ_OP_ALLREDUCE:
-      p->send_bytes = b;
-      p->recv_bytes = b;
-      break;
-    case HZ_OP_BROADCAST:
-      p->send_bytes = is_root ? b : 0;
-      p->recv_bytes = b;
-      break;
-    case HZ_OP_REDUCE:
-      p->send_bytes = b;
-      p->recv_bytes = is_root ? b : 0;
-      break;
-    case HZ_OP_ALLGATHER:
-      p->send_bytes = b;
-      p->recv_bytes = nb;
-      break;
-    case HZ_OP_REDUCE_SCATTER:
-      p->send_bytes = nb;
-      p->recv_bytes = b;
-      break;
-    case HZ_OP_ALLTOALL:
-      p->send_bytes = nb;
-      p->recv_bytes = nb;
-      break;
-    case HZ_OP_SEND:
-      p->send_bytes = b;
-      p->recv_bytes = 0;
-      break;
-    case HZ_OP_RECV:
-      p->send_bytes = 0;
-      p->recv_bytes = b;
-      break;
-    default:
-      p->send_bytes = 0;
-      p->recv_bytes = 0;
-      break;  // barrier
+  uint64_t send_bytes = 0, recv_bytes = 0;
+  if (hz_coll_bytes(opcode, count, static_cast<unsigned>(dt), c->nranks, c->rank == root,
+                    &send_bytes, &recv_bytes) != HZ_S_OK) {
+    return HZ_EINVAL;
   }
+  p->send_bytes = send_bytes;
+  p->recv_bytes = recv_bytes;
   if ((p->send_bytes && p->send == nullptr) || (p->recv_bytes && p->recv == nullptr))
     return HZ_EINVAL;
   return HZ_OK;
@@ -103,14 +66,12 @@ int Post(hz_comm* c, uint16_t opcode, const void* send, void* recv, size_t count
   if (c == nullptr || out == nullptr) return HZ_EINVAL;
   hz_device* dev = c->dev;
   if (!Granted(dev, HZ_F_COLLECTIVES)) return HZ_ENOTSUP;
-  const bool rooted = opcode == HZ_OP_BROADCAST || opcode == HZ_OP_REDUCE;
-  const bool p2p = opcode == HZ_OP_SEND || opcode == HZ_OP_RECV;
+  const bool rooted = hz_op_rooted(opcode);
+  const bool p2p = hz_op_point_to_point(opcode);
   if ((rooted || p2p) && peer >= c->nranks) return HZ_EINVAL;
   if (p2p && peer == c->rank) return HZ_EINVAL;
-  const bool reduces =
-      opcode == HZ_OP_ALLREDUCE || opcode == HZ_OP_REDUCE || opcode == HZ_OP_REDUCE_SCATTER;
+  const bool reduces = hz_op_reduces(opcode);
   if (reduces && (op < 0 || op >= HZ_REDOP_MAX)) return HZ_EINVAL;
-  if (opcode == HZ_OP_BARRIER) dt = HZ_UINT8;
   Plan plan{opcode, send, recv, 0, 0};
   int rc = Sizes(c, opcode, count, dt, peer, &plan);
   if (rc != HZ_OK) return rc;

@@ -1,6 +1,5 @@
 // Collectives, point-to-point operations and groups.
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -11,62 +10,54 @@ namespace {
 
 thread_local std::vector<Op> pending;
 
-bool MulOk(size_t a, size_t b, size_t* out) {
-  if (b != 0 && a > std::numeric_limits<size_t>::max() / b) return false;
-  *out = a * b;
-  return true;
+// NCCL's datatype and operator values are the wire's (Dt and Rop cast, and
+// sizes come from hz_dtype_size).
+static_assert(static_cast<int>(ncclInt8) == HZ_INT8 && static_cast<int>(ncclUint8) == HZ_UINT8);
+static_assert(static_cast<int>(ncclInt32) == HZ_INT32 && static_cast<int>(ncclUint32) == HZ_UINT32);
+static_assert(static_cast<int>(ncclInt64) == HZ_INT64 && static_cast<int>(ncclUint64) == HZ_UINT64);
+static_assert(static_cast<int>(ncclFloat16) == HZ_FP16 &&
+              static_cast<int>(ncclBfloat16) == HZ_BF16);
+static_assert(static_cast<int>(ncclFloat32) == HZ_FP32 && static_cast<int>(ncclFloat64) == HZ_FP64);
+static_assert(static_cast<int>(ncclSum) == HZ_SUM && static_cast<int>(ncclProd) == HZ_PROD);
+static_assert(static_cast<int>(ncclMax) == HZ_MAX && static_cast<int>(ncclMin) == HZ_MIN);
+static_assert(static_cast<int>(ncclAvg) == HZ_AVG && static_cast<int>(ncclNumOps) == HZ_REDOP_MAX);
+
+// The wire opcode of a call: Op::Kind follows the opcodes' order.
+uint16_t Opcode(Op::Kind kind) {
+  static_assert(HZ_OP_ALLREDUCE + static_cast<int>(Op::kBroadcast) == HZ_OP_BROADCAST);
+  static_assert(HZ_OP_ALLREDUCE + static_cast<int>(Op::kReduce) == HZ_OP_REDUCE);
+  static_assert(HZ_OP_ALLREDUCE + static_cast<int>(Op::kAllGather) == HZ_OP_ALLGATHER);
+  static_assert(HZ_OP_ALLREDUCE + static_cast<int>(Op::kReduceScatter) == HZ_OP_REDUCE_SCATTER);
+  static_assert(HZ_OP_ALLREDUCE + static_cast<int>(Op::kAllToAll) == HZ_OP_ALLTOALL);
+  static_assert(HZ_OP_ALLREDUCE + static_cast<int>(Op::kSend) == HZ_OP_SEND);
+  static_assert(HZ_OP_ALLREDUCE + static_cast<int>(Op::kRecv) == HZ_OP_RECV);
+  return static_cast<uint16_t>(HZ_OP_ALLREDUCE + static_cast<int>(kind));
 }
 
-// Checks the arguments and fills in the byte counts.
-ncclResult_t Validate(Op& op, bool uses_redop, bool uses_root) {
+// Checks the arguments and fills in the byte counts (SPEC §7.4.2).
+ncclResult_t Validate(Op& op) {
   const std::string name = op.name;
+  const uint16_t opcode = Opcode(op.kind);
   if (op.comm == nullptr) return Fail(ncclInvalidArgument, name + ": comm is NULL");
   if (ncclResult_t r = CheckType(op.dtype); r != ncclSuccess)
     return Fail(r, name + ": " + LastError());
-  if (uses_redop) {
+  if (hz_op_reduces(opcode)) {
     if (ncclResult_t r = CheckOp(op.redop); r != ncclSuccess)
       return Fail(r, name + ": " + LastError());
   }
-  if (uses_root && (op.root < 0 || op.root >= op.comm->nranks))
-    return Fail(ncclInvalidArgument,
-                name + ": " + (op.kind == Op::kSend || op.kind == Op::kRecv ? "peer " : "root ") +
-                    std::to_string(op.root) + " is outside [0, " + std::to_string(op.comm->nranks) +
-                    ")");
-  size_t bytes = 0, all = 0;
-  if (!MulOk(op.count, TypeSize(op.dtype), &bytes) ||
-      !MulOk(bytes, static_cast<size_t>(op.comm->nranks), &all))
+  if (hz_op_uses_peer(opcode) && (op.root < 0 || op.root >= op.comm->nranks))
+    return Fail(ncclInvalidArgument, name + ": " +
+                                         (hz_op_point_to_point(opcode) ? "peer " : "root ") +
+                                         std::to_string(op.root) + " is outside [0, " +
+                                         std::to_string(op.comm->nranks) + ")");
+  uint64_t send_bytes = 0, recv_bytes = 0;
+  if (hz_coll_bytes(opcode, op.count, static_cast<unsigned>(op.dtype),
+                    static_cast<uint64_t>(op.comm->nranks), op.comm->rank == op.root, &send_bytes,
+                    &recv_bytes) != HZ_S_OK)
     return Fail(ncclInvalidArgument,
                 name + ": count " + std::to_string(op.count) + " is too large");
-  switch (op.kind) {
-    case Op::kAllGather:
-      op.send_bytes = bytes;
-      op.recv_bytes = all;
-      break;
-    case Op::kReduceScatter:
-      op.send_bytes = all;
-      op.recv_bytes = bytes;
-      break;
-    case Op::kAllToAll:
-      op.send_bytes = op.recv_bytes = all;
-      break;
-    case Op::kSend:
-      op.send_bytes = bytes;
-      break;
-    case Op::kRecv:
-      op.recv_bytes = bytes;
-      break;
-    case Op::kBroadcast:
-      op.send_bytes = op.comm->rank == op.root ? bytes : 0;
-      op.recv_bytes = bytes;
-      break;
-    case Op::kReduce:
-      op.send_bytes = bytes;
-      op.recv_bytes = op.comm->rank == op.root ? bytes : 0;
-      break;
-    default:
-      op.send_bytes = op.recv_bytes = bytes;
-      break;
-  }
+  op.send_bytes = send_bytes;
+  op.recv_bytes = recv_bytes;
   if ((op.send_bytes > 0 && op.send == nullptr) || (op.recv_bytes > 0 && op.recv == nullptr))
     return Fail(ncclInvalidArgument, name + ": a buffer is NULL");
   return ncclSuccess;
@@ -129,8 +120,8 @@ int Start(const Op& op, hz_request_t** req) {
 }
 
 // Validates op, then runs it now or keeps it for ncclGroupEnd.
-ncclResult_t Submit(Op op, bool uses_redop, bool uses_root) {
-  if (ncclResult_t r = Validate(op, uses_redop, uses_root); r != ncclSuccess) return r;
+ncclResult_t Submit(Op op) {
+  if (ncclResult_t r = Validate(op); r != ncclSuccess) return r;
   if (ncclResult_t sticky = static_cast<ncclResult_t>(op.comm->async_error.load());
       sticky != ncclSuccess)
     return Fail(sticky, std::string(op.name) + ": the communicator already failed");
@@ -254,7 +245,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            cudaStream_t stream) {
   Op o = Make(Op::kAllReduce, "ncclAllReduce", comm, sendbuff, recvbuff, count, datatype, stream);
   o.redop = op;
-  return Submit(o, true, false);
+  return Submit(o);
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -262,14 +253,14 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            cudaStream_t stream) {
   Op o = Make(Op::kBroadcast, "ncclBroadcast", comm, sendbuff, recvbuff, count, datatype, stream);
   o.root = root;
-  return Submit(o, false, true);
+  return Submit(o);
 }
 
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                        cudaStream_t stream) {
   Op o = Make(Op::kBroadcast, "ncclBcast", comm, buff, buff, count, datatype, stream);
   o.root = root;
-  return Submit(o, false, true);
+  return Submit(o);
 }
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -277,14 +268,13 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   Op o = Make(Op::kReduce, "ncclReduce", comm, sendbuff, recvbuff, count, datatype, stream);
   o.redop = op;
   o.root = root;
-  return Submit(o, true, true);
+  return Submit(o);
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return Submit(
-      Make(Op::kAllGather, "ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype, stream),
-      false, false);
+      Make(Op::kAllGather, "ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype, stream));
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -293,28 +283,27 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   Op o = Make(Op::kReduceScatter, "ncclReduceScatter", comm, sendbuff, recvbuff, recvcount,
               datatype, stream);
   o.redop = op;
-  return Submit(o, true, false);
+  return Submit(o);
 }
 
 ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return Submit(
-      Make(Op::kAllToAll, "ncclAlltoAll", comm, sendbuff, recvbuff, count, datatype, stream), false,
-      false);
+      Make(Op::kAllToAll, "ncclAlltoAll", comm, sendbuff, recvbuff, count, datatype, stream));
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
   Op o = Make(Op::kSend, "ncclSend", comm, sendbuff, nullptr, count, datatype, stream);
   o.root = peer;
-  return Submit(o, false, true);
+  return Submit(o);
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
   Op o = Make(Op::kRecv, "ncclRecv", comm, nullptr, recvbuff, count, datatype, stream);
   o.root = peer;
-  return Submit(o, false, true);
+  return Submit(o);
 }
 
 ncclResult_t ncclGroupStart(void) {

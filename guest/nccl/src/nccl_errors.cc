@@ -92,23 +92,6 @@ ncclResult_t CheckOp(ncclRedOp_t op) {
   return ncclSuccess;
 }
 
-size_t TypeSize(ncclDataType_t dt) {
-  switch (dt) {
-    case ncclInt8:
-    case ncclUint8:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 int& GroupDepth() {
   thread_local int depth = 0;
   return depth;

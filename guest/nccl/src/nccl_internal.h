@@ -37,7 +37,6 @@ ncclResult_t FromHz(int err, const char* what, ncclComm* comm = nullptr);
 // Validates the datatype and operator; ncclInvalidArgument with a message.
 ncclResult_t CheckType(ncclDataType_t dt);
 ncclResult_t CheckOp(ncclRedOp_t op);
-size_t TypeSize(ncclDataType_t dt);
 
 // Thread-local group nesting depth (ncclGroupStart/End).
 int& GroupDepth();

@@ -13,6 +13,7 @@
 #include "job.h"
 #include "kernels.h"
 #include "planner.h"
+#include "protocol/harmonaize.h"
 #include "scheduler.h"
 #include "validate.h"
 
@@ -372,7 +373,7 @@ void EngineImpl::PostP2P(const std::shared_ptr<Comm>& comm, uint32_t rank, OpDes
   j->count = send.count;
   j->dtype = send.dtype;
   j->nranks = comm->nranks;
-  j->esize = DTypeSize(send.dtype);
+  j->esize = hz_dtype_size(send.dtype);
   j->io.push_back(RankIo{SpanList(send.send), SpanList(recv.recv)});
   j->comm = comm;
   j->collective = false;
@@ -390,8 +391,8 @@ std::shared_ptr<Job> EngineImpl::MakeJob(const std::shared_ptr<Comm>& comm, cons
   j->redop = d.redop;
   j->root = d.peer;
   j->nranks = comm->nranks;
-  j->esize = d.op == Op::kBarrier ? 0 : DTypeSize(d.dtype);
-  if (IsReduction(d.op)) j->kernel = GetReduceKernel(d.dtype, d.redop);
+  j->esize = d.op == Op::kBarrier ? 0 : hz_dtype_size(d.dtype);
+  if (hz_op_reduces(OpcodeOf(d.op))) j->kernel = GetReduceKernel(d.dtype, d.redop);
   j->comm = comm;
   j->collective = true;
   return j;

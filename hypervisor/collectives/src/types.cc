@@ -19,26 +19,6 @@ static_assert(kRedOpCount == HZ_REDOP_MAX);
 static_assert(kPriorityCount == HZ_PRIO_MAX);
 static_assert(sizeof(Uid{}.bytes) == HZ_UID_BYTES);
 
-size_t DTypeSize(uint8_t dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::kInt8:
-    case DType::kUint8:
-      return 1;
-    case DType::kFp16:
-    case DType::kBf16:
-      return 2;
-    case DType::kInt32:
-    case DType::kUint32:
-    case DType::kFp32:
-      return 4;
-    case DType::kInt64:
-    case DType::kUint64:
-    case DType::kFp64:
-      return 8;
-  }
-  return 0;
-}
-
 const char* AbortCauseName(AbortCause c) {
   switch (c) {
     case AbortCause::kNone:
@@ -89,6 +69,11 @@ bool OpFromOpcode(uint16_t opcode, Op* out) {
   if (out == nullptr || opcode < HZ_OP_ALLREDUCE || opcode > HZ_OP_BARRIER) return false;
   *out = static_cast<Op>(opcode - HZ_OP_ALLREDUCE);
   return true;
+}
+
+uint16_t OpcodeOf(Op op) {
+  // The same numbering as OpFromOpcode, checked by its static_asserts.
+  return static_cast<uint16_t>(HZ_OP_ALLREDUCE + static_cast<int>(op));
 }
 
 const char* AlgorithmName(Algorithm a) {

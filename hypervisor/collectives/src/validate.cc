@@ -1,5 +1,7 @@
 #include "validate.h"
 
+#include "protocol/harmonaize.h"
+
 namespace hz::coll::internal {
 namespace {
 
@@ -17,14 +19,6 @@ bool TotalLength(const IoVec& v, uint64_t* total) {
 
 }  // namespace
 
-bool IsReduction(Op op) {
-  return op == Op::kAllReduce || op == Op::kReduce || op == Op::kReduceScatter;
-}
-
-bool IsRooted(Op op) {
-  return op == Op::kBroadcast || op == Op::kReduce;
-}
-
 Status ValidateDesc(const OpDesc& d, uint32_t rank, uint32_t nranks) {
   if (static_cast<size_t>(d.op) >= kOpCount) return Status::InvalidArgument();
   uint64_t send_len = 0, recv_len = 0;
@@ -32,53 +26,13 @@ Status ValidateDesc(const OpDesc& d, uint32_t rank, uint32_t nranks) {
     return Status::InvalidArgument();
   }
   if (d.op == Op::kBarrier) return Status::Ok();
-  const size_t esize = DTypeSize(d.dtype);
-  if (esize == 0) return Status::InvalidArgument();
-  if (IsReduction(d.op) && d.redop >= kRedOpCount) return Status::InvalidArgument();
-  if ((IsRooted(d.op) || d.op == Op::kSend || d.op == Op::kRecv) && d.peer >= nranks) {
-    return Status::InvalidArgument();
-  }
-  uint64_t b = 0, pb = 0;
-  if (__builtin_mul_overflow(d.count, static_cast<uint64_t>(esize), &b))
-    return Status::InvalidArgument();
-  const bool needs_pb =
-      d.op == Op::kAllGather || d.op == Op::kReduceScatter || d.op == Op::kAllToAll;
-  if (needs_pb && __builtin_mul_overflow(b, static_cast<uint64_t>(nranks), &pb)) {
-    return Status::InvalidArgument();
-  }
+  const uint16_t opcode = OpcodeOf(d.op);
+  if (hz_op_reduces(opcode) && d.redop >= kRedOpCount) return Status::InvalidArgument();
+  if (hz_op_uses_peer(opcode) && d.peer >= nranks) return Status::InvalidArgument();
   uint64_t need_send = 0, need_recv = 0;
-  const bool root = d.peer == rank;
-  switch (d.op) {
-    case Op::kAllReduce:
-      need_send = need_recv = b;
-      break;
-    case Op::kBroadcast:
-      need_send = root ? b : 0;
-      need_recv = b;
-      break;
-    case Op::kReduce:
-      need_send = b;
-      need_recv = root ? b : 0;
-      break;
-    case Op::kAllGather:
-      need_send = b;
-      need_recv = pb;
-      break;
-    case Op::kReduceScatter:
-      need_send = pb;
-      need_recv = b;
-      break;
-    case Op::kAllToAll:
-      need_send = need_recv = pb;
-      break;
-    case Op::kSend:
-      need_send = b;
-      break;
-    case Op::kRecv:
-      need_recv = b;
-      break;
-    case Op::kBarrier:
-      break;
+  if (hz_coll_bytes(opcode, d.count, d.dtype, nranks, d.peer == rank, &need_send, &need_recv) !=
+      HZ_S_OK) {
+    return Status::InvalidArgument();
   }
   if (send_len < need_send || recv_len < need_recv) return Status::InvalidArgument();
   return Status::Ok();
@@ -88,8 +42,9 @@ bool SameCollective(const OpDesc& a, const OpDesc& b) {
   if (a.op != b.op) return false;
   if (a.op == Op::kBarrier) return true;
   if (a.count != b.count || a.dtype != b.dtype) return false;
-  if (IsReduction(a.op) && a.redop != b.redop) return false;
-  if (IsRooted(a.op) && a.peer != b.peer) return false;
+  const uint16_t opcode = OpcodeOf(a.op);
+  if (hz_op_reduces(opcode) && a.redop != b.redop) return false;
+  if (hz_op_rooted(opcode) && a.peer != b.peer) return false;
   return true;
 }
 

@@ -18,9 +18,6 @@ Status ValidateDesc(const OpDesc& d, uint32_t rank, uint32_t nranks);
 // dtype, and redop and root where the op uses them).
 bool SameCollective(const OpDesc& a, const OpDesc& b);
 
-bool IsReduction(Op op);
-bool IsRooted(Op op);
-
 }  // namespace hz::coll::internal
 
 #endif  // HZ_COLLECTIVES_VALIDATE_H_

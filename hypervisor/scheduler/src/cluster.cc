@@ -28,7 +28,6 @@ Cluster::Cluster(std::vector<HostInventory> hosts) : hosts_(std::move(hosts)) {
   host_pools_.resize(n);
   pool_of_.resize(n);
   switch_of_.resize(n);
-  num_switches_.assign(n, 0);
   slot_.resize(n);
   for (uint32_t h = 0; h < n; ++h) {
     const HostInventory& inv = hosts_[h];
@@ -51,7 +50,6 @@ Cluster::Cluster(std::vector<HostInventory> hosts) : hosts_(std::move(hosts)) {
     std::sort(order.begin(), order.end());
     std::map<std::string, int> switches;
     for (size_t k = 0; k < order.size(); ++k) switches[std::get<2>(order[k])] = static_cast<int>(k);
-    num_switches_[h] = static_cast<int>(order.size());
     switch_of_[h].assign(inv.devices.size(), -1);
     pool_of_[h].assign(inv.devices.size(), 0);
     // Pool keys: (kind, 0 island / 1 switch / 2 single, number), in a fixed order.

@@ -3,7 +3,6 @@
 #include <sys/random.h>
 
 #include <algorithm>
-#include <limits>
 
 #include "hz/service/engines.h"
 #include "hz/service/provider.h"
@@ -15,56 +14,12 @@ namespace hz::service {
 
 namespace {
 
-constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
-
 uint64_t RandomU64() {
   uint64_t v = 0;
   while (v == 0) {
     if (getrandom(&v, sizeof(v), 0) != static_cast<ssize_t>(sizeof(v))) v = 0x9e3779b97f4a7c15ull;
   }
   return v;
-}
-
-// Overflow-safe a * b into *out.
-bool MulOk(uint64_t a, uint64_t b, uint64_t* out) {
-  if (a != 0 && b > kU64Max / a) return false;
-  *out = a * b;
-  return true;
-}
-
-// Collective opcode -> engine operation.
-bool CollOp(uint16_t opcode, coll::Op* op) {
-  switch (opcode) {
-    case HZ_OP_ALLREDUCE:
-      *op = coll::Op::kAllReduce;
-      return true;
-    case HZ_OP_BROADCAST:
-      *op = coll::Op::kBroadcast;
-      return true;
-    case HZ_OP_REDUCE:
-      *op = coll::Op::kReduce;
-      return true;
-    case HZ_OP_ALLGATHER:
-      *op = coll::Op::kAllGather;
-      return true;
-    case HZ_OP_REDUCE_SCATTER:
-      *op = coll::Op::kReduceScatter;
-      return true;
-    case HZ_OP_ALLTOALL:
-      *op = coll::Op::kAllToAll;
-      return true;
-    case HZ_OP_SEND:
-      *op = coll::Op::kSend;
-      return true;
-    case HZ_OP_RECV:
-      *op = coll::Op::kRecv;
-      return true;
-    case HZ_OP_BARRIER:
-      *op = coll::Op::kBarrier;
-      return true;
-    default:
-      return false;
-  }
 }
 
 }  // namespace
@@ -533,81 +488,50 @@ HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
   if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return {st, 0, 0, false};
   const uint16_t opcode = req.hdr.opcode;
   coll::OpDesc d;
-  if (!CollOp(opcode, &d.op)) return {HZ_S_ENOTSUP, 0, 0, false};
+  if (!coll::OpFromOpcode(opcode, &d.op)) return {HZ_S_ENOTSUP, 0, 0, false};
   // SPEC §7.4.8, in its order.
   if (a.flags != 0) return {HZ_S_ENOTSUP, 0, 0, false};
   auto cit = comms_.find(a.comm);
   if (cit == comms_.end()) return {HZ_S_ENOENT, 0, 0, false};
   const MemberPtr& m = cit->second.member;
   const uint64_t nranks = m->nranks();
-  const bool reduces =
-      opcode == HZ_OP_ALLREDUCE || opcode == HZ_OP_REDUCE || opcode == HZ_OP_REDUCE_SCATTER;
-  const bool rooted = opcode == HZ_OP_BROADCAST || opcode == HZ_OP_REDUCE || opcode == HZ_OP_SEND ||
-                      opcode == HZ_OP_RECV;
+  const bool reduces = hz_op_reduces(opcode);
+  const bool uses_peer = hz_op_uses_peer(opcode);
   // Fields an opcode does not use must be zero.
   if (opcode == HZ_OP_BARRIER && (a.count != 0 || a.dtype != 0)) return {HZ_S_EINVAL, 0, 0, false};
   if (!reduces && a.redop != 0) return {HZ_S_EINVAL, 0, 0, false};
-  if (!rooted && a.peer != 0) return {HZ_S_EINVAL, 0, 0, false};
-  if (rooted && a.peer >= nranks) return {HZ_S_EINVAL, 0, 0, false};
+  if (!uses_peer && a.peer != 0) return {HZ_S_EINVAL, 0, 0, false};
+  if (uses_peer && a.peer >= nranks) return {HZ_S_EINVAL, 0, 0, false};
   const size_t esize = hz_dtype_size(a.dtype);
   if (opcode != HZ_OP_BARRIER && esize == 0) return {HZ_S_EINVAL, 0, 0, false};
   if (reduces && a.redop >= HZ_REDOP_MAX) return {HZ_S_EINVAL, 0, 0, false};
 
-  uint64_t b = 0, nb = 0;
-  if (!MulOk(a.count, esize, &b) || !MulOk(b, nranks, &nb)) return {HZ_S_EINVAL, 0, 0, false};
-  const bool root = a.peer == m->rank();
   // Required lengths per SPEC §7.4.2; 0 means the slice must be NONE.
   uint64_t send_need = 0, recv_need = 0;
-  switch (opcode) {
-    case HZ_OP_ALLREDUCE:
-      send_need = b;
-      recv_need = b;
-      break;
-    case HZ_OP_BROADCAST:
-      send_need = root ? b : 0;
-      recv_need = b;
-      break;
-    case HZ_OP_REDUCE:
-      send_need = b;
-      recv_need = root ? b : 0;
-      break;
-    case HZ_OP_ALLGATHER:
-      send_need = b;
-      recv_need = nb;
-      break;
-    case HZ_OP_REDUCE_SCATTER:
-      send_need = nb;
-      recv_need = b;
-      break;
-    case HZ_OP_ALLTOALL:
-      send_need = nb;
-      recv_need = nb;
-      break;
-    case HZ_OP_SEND:
-      send_need = b;
-      break;
-    case HZ_OP_RECV:
-      recv_need = b;
-      break;
-    default:
-      break;  // barrier
-  }
-  // A slice that is not needed must be all zero (NONE).
-  if (send_need == 0 && a.send.region_id != HZ_REGION_NONE && b != 0) {
+  const bool root = a.peer == m->rank();
+  if (hz_coll_bytes(opcode, a.count, a.dtype, nranks, root, &send_need, &recv_need) != HZ_S_OK) {
     return {HZ_S_EINVAL, 0, 0, false};
   }
+  const uint64_t b = a.count * esize;  // hz_coll_bytes checked that B and n × B fit
+  // A slice that is not needed must be all zero (NONE).
+  if (send_need == 0 && a.send.region_id != HZ_REGION_NONE && b != 0) {
+    return {HZ_S_EINVAL, 0, HZ_DETAIL_SEND, false};
+  }
   if (recv_need == 0 && a.recv.region_id != HZ_REGION_NONE && b != 0) {
-    return {HZ_S_EINVAL, 0, 1, false};
+    return {HZ_S_EINVAL, 0, HZ_DETAIL_RECV, false};
   }
   // The data segment carries inline send data and nothing else.
-  if (a.send.region_id != HZ_REGION_INLINE && req.data_len != 0) return {HZ_S_EINVAL, 0, 0, false};
+  if (a.send.region_id != HZ_REGION_INLINE && req.data_len != 0) {
+    return {HZ_S_EINVAL, 0, HZ_DETAIL_SEND, false};
+  }
 
   auto p = std::make_shared<Pending>();
   if (uint32_t st = ResolveSlice(req, a.send, send_need, false, &d.send, p.get()); st != HZ_S_OK) {
-    return {st, 0, 0, false};
+    return {st, 0, HZ_DETAIL_SEND, false};
   }
   if (uint32_t st = ResolveSlice(req, a.recv, recv_need, true, &d.recv, p.get()); st != HZ_S_OK) {
-    return {st, 0, st == HZ_S_ETOOSMALL ? static_cast<uint32_t>(recv_need) : 1u, false};
+    // ETOOSMALL's detail is the result space an inline recv needs (SPEC §7.2.4).
+    return {st, 0, st == HZ_S_ETOOSMALL ? static_cast<uint32_t>(recv_need) : HZ_DETAIL_RECV, false};
   }
   // In-place forms of SPEC §7.4.7; any other overlap of send and recv is refused.
   const hz_slice& s = a.send;
@@ -632,7 +556,7 @@ HzDevice::Reply HzDevice::HandleCollective(vdev::Queue& q, const Request& req) {
       default:
         break;
     }
-    if (!allowed) return {HZ_S_EINVAL, 0, 1, false};
+    if (!allowed) return {HZ_S_EINVAL, 0, HZ_DETAIL_RECV, false};
   }
   d.seq = a.seq;
   d.count = a.count;

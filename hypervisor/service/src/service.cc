@@ -14,13 +14,10 @@
 
 #include "control_server.h"
 #include "hz/common/file.h"
+#include "hz/service/engine_backend.h"
 #include "metrics_server.h"
 #include "spdlog/spdlog.h"
 #include "vdev/server.h"
-
-#ifdef HZ_SERVICE_HAVE_ENGINE
-#include "hz/service/engine_backend.h"
-#endif
 
 namespace hz::service {
 
@@ -77,11 +74,9 @@ hz::Status Service::Start() {
   }
   fs::create_directories(fs::path(config_.ControlSocketPath()).parent_path(), fec);
 
-#ifdef HZ_SERVICE_HAVE_ENGINE
   coll::EngineOptions eo;
   eo.max_ranks = config_.device.max_comm_ranks;
   coll_ = std::make_unique<EngineBackend>(eo);
-#endif
   env_.coll = coll_.get();
   engines_ = std::make_unique<Engines>(config_);
   if (hz::Status s = engines_->Start(); !s.ok()) return s;

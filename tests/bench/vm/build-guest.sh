@@ -22,8 +22,8 @@ fi
 lib=$top/guest/lib/src
 src=("$here/guest/hz_vmbench.cc" "$lib/comm.cc" "$lib/control.cc" "$lib/device.cc" "$lib/transport_driver.cc")
 if [ ! -x "$out/hz_vmbench" ] || [ -n "$(find "${src[@]}" "$lib"/*.h "$top/include/harmonaize" \
-	"$top/protocol/harmonaize.h" "$top/include/uapi" -newer "$out/hz_vmbench")" ]; then
-	g++ -O2 -std=c++20 -Wall -Wextra -Werror -pthread -I"$top" -I"$top/include" -I"$top/include/uapi" -I"$lib" \
+	"$top/protocol/include/protocol/harmonaize.h" "$top/include/uapi" -newer "$out/hz_vmbench")" ]; then
+	g++ -O2 -std=c++20 -Wall -Wextra -Werror -pthread -I"$top/protocol/include" -I"$top/include" -I"$top/include/uapi" -I"$lib" \
 		"${src[@]}" -lgloo -o "$out/hz_vmbench.tmp"
 	mv "$out/hz_vmbench.tmp" "$out/hz_vmbench"
 fi

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "harness.h"
+#include "protocol/harmonaize.h"
 
 namespace hz::coll::testing {
 namespace {
@@ -81,7 +82,7 @@ std::unique_ptr<Prepared> Prepare(Fixture& fx, const Case& c) {
   auto pr = std::make_unique<Prepared>();
   pr->c = c;
   const uint32_t p = c.nranks;
-  const size_t es = DTypeSize(c.dtype);
+  const size_t es = hz_dtype_size(c.dtype);
   const size_t b = c.count * es;
   const uint32_t root = p > 1 ? (c.seed % p) : 0;
   std::mt19937 rng(c.seed);
@@ -159,7 +160,7 @@ void Verify(Prepared& pr) {
   const Case& c = pr.c;
   SCOPED_TRACE(Describe(c));
   const uint32_t p = c.nranks;
-  const size_t b = c.count * DTypeSize(c.dtype);
+  const size_t b = c.count * hz_dtype_size(c.dtype);
   const uint32_t root = pr.root;
   auto& inputs = pr.inputs;
   auto& sends = pr.sends;
@@ -219,10 +220,6 @@ void Verify(Prepared& pr) {
   }
 }
 
-bool IsReductionOp(Op op) {
-  return op == Op::kAllReduce || op == Op::kReduce || op == Op::kReduceScatter;
-}
-
 class CollectivesMatrix : public ::testing::TestWithParam<std::tuple<Op, uint8_t>> {};
 
 TEST_P(CollectivesMatrix, MatchesReference) {
@@ -239,7 +236,7 @@ TEST_P(CollectivesMatrix, MatchesReference) {
   Fixture blocked(small);
 
   const std::vector<uint64_t> counts = {0, 1, 7, 1001, 3001};
-  const uint8_t nredops = IsReductionOp(op) ? kRedOpCount : 1;
+  const uint8_t nredops = hz_op_reduces(OpcodeOf(op)) ? kRedOpCount : 1;
   uint32_t seed = 1;
   for (uint32_t p = 1; p <= 8; ++p) {
     // All cases of one rank count are posted back to back (in seq order,

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "harness.h"
+#include "protocol/harmonaize.h"
 
 namespace hz::coll::testing {
 namespace {
@@ -63,8 +64,13 @@ TEST(CollectivesTypes, WireValuesMapToEngineValues) {
   EXPECT_EQ(op, Op::kBarrier);
   EXPECT_FALSE(OpFromOpcode(0x0309, &op));
   EXPECT_FALSE(OpFromOpcode(0x0201, &op));
-  EXPECT_EQ(DTypeSize(static_cast<uint8_t>(DType::kBf16)), 2u);
-  EXPECT_EQ(DTypeSize(kDTypeCount), 0u);
+  for (size_t i = 0; i < kOpCount; ++i) {
+    ASSERT_TRUE(OpFromOpcode(OpcodeOf(static_cast<Op>(i)), &op));
+    EXPECT_EQ(op, static_cast<Op>(i));
+  }
+  // The engine's dtype values index the one size table, protocol/harmonaize.h's.
+  EXPECT_EQ(hz_dtype_size(static_cast<uint8_t>(DType::kBf16)), 2u);
+  EXPECT_EQ(hz_dtype_size(kDTypeCount), 0u);
   EXPECT_STREQ(StatusCodeName(StatusCode::kMismatch), "mismatch");
 }
 

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <type_traits>
 
+#include "protocol/harmonaize.h"
+
 namespace hz::coll::testing {
 
 std::vector<std::shared_ptr<Member>> MakeComm(Engine& e, TenantId tenant, uint32_t nranks,
@@ -273,7 +275,7 @@ std::vector<uint8_t> ReferenceReduce(uint8_t dtype, uint8_t redop,
 }
 
 std::vector<uint8_t> RandomElements(uint8_t dtype, size_t n, std::mt19937& rng) {
-  const size_t es = DTypeSize(dtype);
+  const size_t es = hz_dtype_size(dtype);
   std::vector<uint8_t> out(n * es);
   // splitmix64 seeded from rng: cheap enough for megabytes of test data.
   uint64_t state = (static_cast<uint64_t>(rng()) << 32) | rng();

@@ -1,4 +1,5 @@
-// hz_dtype_size() is what both sides size buffers with: it must match the
+// hz_dtype_size() is what both sides size buffers with (the only dtype table
+// in the tree; the engine and the NCCL library call it too): it must match the
 // table of SPEC.md §7.4.4 and refuse values outside it.
 #include <gtest/gtest.h>
 

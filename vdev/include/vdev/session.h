@@ -118,10 +118,7 @@ class Session final : public DeviceContext {
   // Introspection (tests, logs).
   uint16_t num_queues() const { return static_cast<uint16_t>(queues_.size()); }
   const SplitQueue& queue(uint16_t i) const { return *queues_[i].q; }
-  bool queue_enabled(uint16_t i) const { return queues_[i].enabled; }
   bool queue_running(uint16_t i) const { return queues_[i].delivered; }
-  uint64_t acked_features() const { return acked_features_; }
-  uint64_t acked_protocol_features() const { return acked_protocol_; }
   uint64_t OfferedFeatures() const;
   uint64_t OfferedProtocolFeatures() const;
   Device& device() { return *device_; }

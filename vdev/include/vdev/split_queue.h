@@ -88,7 +88,6 @@ class SplitQueue final : public Queue {
   static bool ValidSize(uint32_t size);
   void set_size(uint16_t size) { size_ = size; }
   void set_addresses(uint64_t desc_uva, uint64_t avail_uva, uint64_t used_uva);
-  bool has_addresses() const { return has_addresses_; }
   void set_last_avail(uint16_t idx) { last_avail_ = idx; }
   void set_features(bool event_idx, bool indirect);
   // eventfds owned by the caller; -1 for none.

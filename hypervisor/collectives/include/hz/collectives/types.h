@@ -60,9 +60,6 @@ inline constexpr uint8_t kDTypeCount = 10;
 enum class RedOp : uint8_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
 inline constexpr uint8_t kRedOpCount = 5;
 
-// Bytes per element of a valid dtype value; 0 for an invalid one.
-size_t DTypeSize(uint8_t dtype);
-
 // A communicator unique id: HZ_UID_BYTES random bytes from getrandom().
 struct Uid {
   std::array<uint8_t, 32> bytes{};
@@ -105,23 +102,21 @@ const char* OpName(Op op);
 // The operation of a wire opcode (HZ_OP_ALLREDUCE .. HZ_OP_BARRIER); false for
 // any other opcode.
 bool OpFromOpcode(uint16_t opcode, Op* out);
+// The wire opcode of an operation, for the table helpers of
+// protocol/harmonaize.h (hz_op_reduces, hz_coll_bytes, ...).
+uint16_t OpcodeOf(Op op);
 
 // One rank's part of an operation. count is in elements of dtype, with the
 // meaning of hz_coll_args: per rank for all-reduce, broadcast and reduce, the
 // send count for all-gather, the receive count for reduce-scatter, the count
 // per peer for all-to-all, the message size for send and recv.
 //
-// Required bytes (B = count * DTypeSize(dtype), p = nranks); a buffer may be
-// longer, only its first bytes are touched; an unused buffer may be empty:
-//   all-reduce      send B, recv B
-//   broadcast       send B on the root only, recv B
-//   reduce          send B, recv B on the root only
-//   all-gather      send B, recv p*B (rank r's data lands at r*B)
-//   reduce-scatter  send p*B, recv B
-//   all-to-all      send p*B, recv p*B (send block j goes to rank j's recv block r)
-//   send            send B          recv   recv B
-//   barrier         none (count, dtype and redop are ignored)
-// redop is checked only for all-reduce, reduce and reduce-scatter.
+// Required bytes: hz_coll_bytes() of protocol/harmonaize.h (SPEC.md §7.4.2),
+// with B = count * hz_dtype_size(dtype). A buffer may be longer, only its
+// first bytes are touched; an unused buffer may be empty. In all-gather rank
+// r's data lands at r*B; in all-to-all send block j goes to rank j's recv
+// block r. For barrier count, dtype and redop are ignored; redop is checked
+// only where hz_op_reduces() (all-reduce, reduce and reduce-scatter).
 // send == recv (in place) is supported for every operation, including the
 // NCCL in-place layouts of all-gather and reduce-scatter.
 struct OpDesc {

@@ -49,7 +49,6 @@ class Cluster {
   uint32_t PoolOf(DeviceRef ref) const { return pool_of_[ref.host][ref.index]; }
   // Host-local switch number of a device, or -1 when it sits on a root port.
   int SwitchOf(DeviceRef ref) const { return switch_of_[ref.host][ref.index]; }
-  int NumSwitches(uint32_t h) const { return num_switches_[h]; }
   // The device's position on its host in an order built from topology only
   // (switch, island, kind), never from addresses. Summaries derive the
   // per-tenant index permutation from it.
@@ -68,7 +67,6 @@ class Cluster {
   std::vector<std::vector<uint32_t>> host_pools_;
   std::vector<std::vector<uint32_t>> pool_of_;
   std::vector<std::vector<int>> switch_of_;
-  std::vector<int> num_switches_;
   std::vector<std::vector<uint32_t>> slot_;
 };
 

@@ -134,7 +134,6 @@ class Scheduler {
   uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const;
 
   const Cluster& cluster() const { return cluster_; }
-  const VfioBinder& binder() const { return binder_; }
 
  private:
   Scheduler(HostInventory inventory, const SchedulerOptions& options, DomainAttacher* attacher,

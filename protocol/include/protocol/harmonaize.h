@@ -18,8 +18,10 @@ typedef __le16 hz_le16;
 typedef __le32 hz_le32;
 typedef __le64 hz_le64;
 typedef __u8 hz_u8;
+typedef __u64 hz_u64; /* host order: the helpers' arithmetic, never a field */
 #define HZ_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
 #else
+#include <stdbool.h>
 #include <stdint.h>
 /*
  * User space reads and writes these structures in place, so only little-endian
@@ -32,6 +34,7 @@ typedef uint16_t hz_le16;
 typedef uint32_t hz_le32;
 typedef uint64_t hz_le64;
 typedef uint8_t hz_u8;
+typedef uint64_t hz_u64;
 #ifdef __cplusplus
 #define HZ_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
 #else
@@ -376,6 +379,120 @@ struct hz_coll_args {
 	struct hz_slice send;
 	struct hz_slice recv;
 };
+
+/* hz_status.detail of a slice error in a collective: which slice (§7.4). */
+#define HZ_DETAIL_SEND 0
+#define HZ_DETAIL_RECV 1
+
+/*
+ * What each collective opcode uses, from the table of SPEC.md §7.4.2. These
+ * helpers are the only definition of that table in the tree: the device, the
+ * collective engine, libharmonaize and the NCCL-compatible library all call
+ * them, so that tenant and provider cannot disagree on what is valid.
+ */
+
+/* Whether opcode is a collective or point-to-point opcode (§7.4). */
+static inline bool hz_op_is_collective(unsigned int opcode)
+{
+	return opcode >= HZ_OP_ALLREDUCE && opcode <= HZ_OP_BARRIER;
+}
+
+/* Whether opcode reduces, i.e. uses redop (ALLREDUCE, REDUCE, REDUCE_SCATTER). */
+static inline bool hz_op_reduces(unsigned int opcode)
+{
+	return opcode == HZ_OP_ALLREDUCE || opcode == HZ_OP_REDUCE ||
+	       opcode == HZ_OP_REDUCE_SCATTER;
+}
+
+/*
+ * Whether opcode has a root in peer (BROADCAST, REDUCE): all ranks must name
+ * the same one (§7.4.3).
+ */
+static inline bool hz_op_rooted(unsigned int opcode)
+{
+	return opcode == HZ_OP_BROADCAST || opcode == HZ_OP_REDUCE;
+}
+
+/* Whether opcode is point-to-point (SEND, RECV): peer is the other rank (§7.4.5). */
+static inline bool hz_op_point_to_point(unsigned int opcode)
+{
+	return opcode == HZ_OP_SEND || opcode == HZ_OP_RECV;
+}
+
+/* Whether opcode uses peer at all, which must then be below nranks. */
+static inline bool hz_op_uses_peer(unsigned int opcode)
+{
+	return hz_op_rooted(opcode) || hz_op_point_to_point(opcode);
+}
+
+/*
+ * The bytes a collective reads from its send slice (*send_bytes) and writes
+ * to its recv slice (*recv_bytes), for count elements of dtype on a
+ * communicator of nranks ranks; is_root says whether this rank is the root
+ * named in peer (BROADCAST, REDUCE). 0 means that the slice is unused (NONE).
+ * BARRIER moves no data, whatever count and dtype are (that they are zero is
+ * checked with the other unused fields).
+ *
+ * Returns HZ_S_OK, or HZ_S_EINVAL with both outputs 0 when opcode is not a
+ * collective, dtype has no size, or B = count × S or n × B overflows 64 bits
+ * (§7.4.8). n × B is checked for every opcode, also for those that need only
+ * B, so that r × B fits for every rank r as well.
+ */
+static inline unsigned int hz_coll_bytes(unsigned int opcode, hz_u64 count,
+					 unsigned int dtype, hz_u64 nranks,
+					 bool is_root, hz_u64 *send_bytes,
+					 hz_u64 *recv_bytes)
+{
+	const hz_u64 u64_max = ~(hz_u64)0;
+	const hz_u64 size = hz_dtype_size(dtype);
+	hz_u64 b, nb;
+
+	*send_bytes = 0;
+	*recv_bytes = 0;
+	if (!hz_op_is_collective(opcode))
+		return HZ_S_EINVAL;
+	if (opcode == HZ_OP_BARRIER)
+		return HZ_S_OK;
+	if (size == 0 || count > u64_max / size)
+		return HZ_S_EINVAL;
+	b = count * size;
+	if (nranks != 0 && b > u64_max / nranks)
+		return HZ_S_EINVAL;
+	nb = b * nranks;
+	switch (opcode) {
+	case HZ_OP_ALLREDUCE:
+		*send_bytes = b;
+		*recv_bytes = b;
+		break;
+	case HZ_OP_BROADCAST:
+		*send_bytes = is_root ? b : 0;
+		*recv_bytes = b;
+		break;
+	case HZ_OP_REDUCE:
+		*send_bytes = b;
+		*recv_bytes = is_root ? b : 0;
+		break;
+	case HZ_OP_ALLGATHER:
+		*send_bytes = b;
+		*recv_bytes = nb;
+		break;
+	case HZ_OP_REDUCE_SCATTER:
+		*send_bytes = nb;
+		*recv_bytes = b;
+		break;
+	case HZ_OP_ALLTOALL:
+		*send_bytes = nb;
+		*recv_bytes = nb;
+		break;
+	case HZ_OP_SEND:
+		*send_bytes = b;
+		break;
+	default: /* HZ_OP_RECV */
+		*recv_bytes = b;
+		break;
+	}
+	return HZ_S_OK;
+}
 
 /* ------------------------------------------------------------------------- */
 /* Checkpoints (SPEC.md §7.5)                                                 */
