@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "engine_adapters.h"
 #include "hz/events/injection.h"
 #include "protocol/harmonaize.h"
 #include "spdlog/spdlog.h"
@@ -81,6 +82,7 @@ bool Engines::Start(std::string* error) {
     *error = bo.dir + ": " + st.ToString();
     return false;
   }
+  bus_adapter_ = std::make_unique<BusAdapter>(*bus_);
 
   const std::string root = config_.state_dir + "/checkpoints";
   {
@@ -108,7 +110,21 @@ bool Engines::Start(std::string* error) {
     *error = root + ": " + cerr;
     return false;
   }
+  ckpt_adapter_ = std::make_unique<CkptAdapter>(
+      *ckpt_, [this](const std::string& tenant) { return CkptTenant(tenant); });
   return true;
+}
+
+CkptBackend* Engines::checkpoints() const {
+  return ckpt_adapter_.get();
+}
+
+EventBackend* Engines::events() const {
+  return bus_adapter_.get();
+}
+
+uint64_t Engines::Delivered() const {
+  return bus_adapter_ ? bus_adapter_->delivered() : 0;
 }
 
 checkpoint::TenantId Engines::CkptTenant(const std::string& tenant) {
@@ -138,18 +154,6 @@ void Engines::SaveTenantIds() {
   std::error_code ec;
   std::filesystem::rename(path + ".tmp", path, ec);
   if (ec) spdlog::error("event=ckpt_tenants_save_failed path={} error=\"{}\"", path, ec.message());
-}
-
-bool Engines::ClaimQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = quiesce_.try_emplace({t, s}, owner);
-  return inserted || it->second == owner;
-}
-
-void Engines::ReleaseQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = quiesce_.find({t, s});
-  if (it != quiesce_.end() && it->second == owner) quiesce_.erase(it);
 }
 
 void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
@@ -201,13 +205,6 @@ void Engines::Notice(const std::string& tenant, const hz_event& ev) {
                    o.stream, o.step, checkpoint::StatusName(o.status), o.attempts);
     }
   });
-}
-
-uint64_t Engines::Features() const {
-  uint64_t f = 0;
-  if (bus_) f |= 1ull << HZ_F_EVENTS;
-  if (ckpt_) f |= 1ull << HZ_F_CHECKPOINT;
-  return f;
 }
 
 bool Engines::Command(const std::string& cmd, const json& req, json* out, std::string* error) {
@@ -335,7 +332,7 @@ std::string Engines::ListCheckpoints(const json& req, json* out) {
 }
 
 json Engines::Counters() const {
-  json out = {{"events", {{"published", published_.load()}, {"delivered", delivered_.load()}}}};
+  json out = {{"events", {{"published", published_.load()}, {"delivered", Delivered()}}}};
   if (ckpt_) {
     checkpoint::Stats s = ckpt_->GetStats();
     uint64_t saves = 0, durable = 0, bytes = 0, restores = 0, corrupt = 0, failures = 0;
@@ -368,7 +365,7 @@ std::string Engines::MetricsText() const {
   out += "hz_events_published_total " + std::to_string(published_.load()) + "\n";
   out += "# HELP hz_events_delivered_total Event records written into guests' event buffers.\n";
   out += "# TYPE hz_events_delivered_total counter\n";
-  out += "hz_events_delivered_total " + std::to_string(delivered_.load()) + "\n";
+  out += "hz_events_delivered_total " + std::to_string(Delivered()) + "\n";
   if (ckpt_) {
     json c = Counters()["checkpoints"];
     for (const char* k :

@@ -5,9 +5,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "hz/service/engines.h"
-#include "hz/service/provider.h"
-#include "spdlog/spdlog.h"
 #include "vdev/vhost_user.h"
 
 namespace hz::service {
@@ -188,8 +185,11 @@ bool HzDevice::draining() const {
 uint64_t HzDevice::offered_features() const {
   uint64_t f = 0;
   if (env_.coll != nullptr) f |= (1ull << HZ_F_COLLECTIVES) | (1ull << HZ_F_INLINE_DATA);
-  if (env_.engines != nullptr) f |= env_.engines->Features();
-  if (env_.provider != nullptr) f |= env_.provider->Features();
+  if (env_.ckpt != nullptr) f |= 1ull << HZ_F_CHECKPOINT;
+  if (env_.events != nullptr) f |= 1ull << HZ_F_EVENTS;
+  if (env_.provider != nullptr) {
+    f |= (1ull << HZ_F_TOPOLOGY) | (1ull << HZ_F_NEGOTIATION) | (1ull << HZ_F_HINTS);
+  }
   return f;
 }
 

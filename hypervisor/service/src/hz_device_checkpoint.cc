@@ -5,7 +5,7 @@
 // each guest slice is one slice of the checkpoint whatever the VM's layout.
 //
 // CKPT_SAVE and CKPT_RESTORE are validated and resolved on the connection's
-// executor, then run on a checkpoint-engine request thread (Engine::RunAsync):
+// executor, then run on a checkpoint-engine request thread (CkptBackend::RunAsync):
 // a save's copy into staging, its wait for staging memory and a restore's
 // disk reads never hold up the other VMs this executor serves. The answer
 // comes back through the executor, like a collective's. The regions stay
@@ -20,7 +20,6 @@
 #include <functional>
 #include <mutex>
 
-#include "hz/service/engines.h"
 #include "hz/service/hz_device.h"
 
 namespace hz::service {
@@ -45,7 +44,7 @@ struct HzDevice::CkptOp {
   std::chrono::steady_clock::time_point start;
   // What the engine thread works on. The pins keep the regions (and the
   // guest memory map) alive until the answer.
-  checkpoint::Engine* eng = nullptr;
+  CkptBackend* eng = nullptr;
   checkpoint::TenantId tid = 0;
   uint32_t stream = 0;
   uint64_t step = 0;
@@ -120,10 +119,10 @@ uint32_t HzDevice::ResolveCkptSlices(const std::vector<hz_slice>& slices, bool w
 
 HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
   auto Err = [](uint32_t status, uint32_t detail = 0) { return Reply{status, 0, detail, false}; };
-  checkpoint::Engine* eng = env_.engines != nullptr ? env_.engines->ckpt() : nullptr;
+  CkptBackend* eng = env_.ckpt;
   if (eng == nullptr || (features_ & (1ull << HZ_F_CHECKPOINT)) == 0) return Err(HZ_S_ENOTSUP);
   const auto start = std::chrono::steady_clock::now();
-  const checkpoint::TenantId tid = env_.engines->CkptTenant(tenant_->name());
+  const checkpoint::TenantId tid = eng->TenantIdOf(tenant_->name());
   switch (req.hdr.opcode) {
     case HZ_OP_CKPT_POLICY: {
       hz_ckpt_policy_args a;
@@ -379,7 +378,7 @@ HzDevice::Reply HzDevice::HandleCheckpoint(vdev::Queue& q, const Request& req) {
 
 HzDevice::Reply HzDevice::CkptQuiesce(const Request& req, checkpoint::TenantId tid) {
   auto Err = [](uint32_t status, uint32_t detail = 0) { return Reply{status, 0, detail, false}; };
-  checkpoint::Engine* eng = env_.engines->ckpt();
+  CkptBackend* eng = env_.ckpt;
   hz_ckpt_quiesce_args a;
   if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return Err(st);
   if (a.reserved != 0 || a.reserved2 != 0) return Err(HZ_S_ENOTSUP);
@@ -417,10 +416,10 @@ HzDevice::Reply HzDevice::CkptQuiesce(const Request& req, checkpoint::TenantId t
   // of the just-in-time checkpoint).
   std::vector<checkpoint::IoSpan> live;
   for (const auto& g : state.guest) live.insert(live.end(), g.begin(), g.end());
-  if (!env_.engines->ClaimQuiesce(tid, a.stream, this)) return Err(HZ_S_EBUSY);
+  if (!eng->ClaimQuiesce(tid, a.stream, this)) return Err(HZ_S_EBUSY);
   checkpoint::Status st = eng->DeclareQuiesce(tid, a.stream, word.guest[0][0], live);
   if (st != checkpoint::Status::kOk) {
-    if (quiesce_.count(a.stream) == 0) env_.engines->ReleaseQuiesce(tid, a.stream, this);
+    if (quiesce_.count(a.stream) == 0) eng->ReleaseQuiesce(tid, a.stream, this);
     return Err(Wire(st));
   }
   // The registration holds its regions (REGION_UNREGISTER answers EBUSY).
@@ -435,9 +434,9 @@ void HzDevice::DropQuiesce(uint32_t stream) {
   auto it = quiesce_.find(stream);
   if (it == quiesce_.end()) return;
   // Cancel before the pins go: the engine must stop reading guest memory.
-  if (env_.engines != nullptr && env_.engines->ckpt() != nullptr) {
-    env_.engines->ckpt()->CancelQuiesce(it->second.tenant, stream);
-    env_.engines->ReleaseQuiesce(it->second.tenant, stream, this);
+  if (env_.ckpt != nullptr) {
+    env_.ckpt->CancelQuiesce(it->second.tenant, stream);
+    env_.ckpt->ReleaseQuiesce(it->second.tenant, stream, this);
   }
   quiesce_.erase(it);
 }

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <string>
 
-#include "hz/service/engines.h"
 #include "hz/service/hz_device.h"
 
 namespace hz::service {
@@ -28,8 +27,7 @@ std::string SubscriberName(const std::string& socket_path) {
 }  // namespace
 
 HzDevice::Reply HzDevice::HandleEvent(vdev::Queue&, const Request& req) {
-  events::EventBus* bus = env_.engines != nullptr ? env_.engines->bus() : nullptr;
-  if (bus == nullptr || (features_ & (1ull << HZ_F_EVENTS)) == 0) {
+  if (env_.events == nullptr || (features_ & (1ull << HZ_F_EVENTS)) == 0) {
     return {HZ_S_ENOTSUP, 0, 0, false};
   }
   if (req.hdr.opcode == HZ_OP_EVENT_ACK) {
@@ -47,8 +45,8 @@ HzDevice::Reply HzDevice::HandleEvent(vdev::Queue&, const Request& req) {
     return {HZ_S_ETOOSMALL, 0, sizeof(hz_event_subscribe_result), false};
   }
   if (!delivery_) {
-    std::unique_ptr<events::Delivery> d;
-    events::Status st = bus->Connect(tenant_->name(), SubscriberName(socket_path_), &d);
+    std::unique_ptr<EventSubscription> d;
+    events::Status st = env_.events->Connect(tenant_->name(), SubscriberName(socket_path_), &d);
     if (!st.ok()) return {static_cast<uint32_t>(st.ToWire()), 0, 0, false};
     // Runs on the publisher's thread: hop onto this connection's executor.
     std::weak_ptr<Link> weak = link_;
@@ -96,7 +94,7 @@ void HzDevice::FillEvents() {
   events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(i));
   if (filled != 0) {
     eq->Flush();
-    env_.engines->CountDelivered(filled);
+    env_.events->CountDelivered(filled);
   }
   UpdateInfo();
 }

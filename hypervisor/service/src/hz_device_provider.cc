@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "hz/service/hz_device.h"
-#include "hz/service/provider.h"
 
 namespace hz::service {
 
@@ -33,7 +32,7 @@ std::vector<uint8_t> DecisionBytes(const events::Decision& d) {
 }  // namespace
 
 HzDevice::Reply HzDevice::HandleTopology(vdev::Queue&, const Request& req) {
-  Provider* p = env_.provider;
+  ProviderBackend* p = env_.provider;
   if (p == nullptr || (features_ & (1ull << HZ_F_TOPOLOGY)) == 0) {
     return {HZ_S_ENOTSUP, 0, 0, false};
   }
@@ -50,7 +49,7 @@ HzDevice::Reply HzDevice::HandleTopology(vdev::Queue&, const Request& req) {
 }
 
 HzDevice::Reply HzDevice::HandleNegotiation(vdev::Queue& q, const Request& req) {
-  Provider* p = env_.provider;
+  ProviderBackend* p = env_.provider;
   if (p == nullptr || (features_ & (1ull << HZ_F_NEGOTIATION)) == 0) {
     return {HZ_S_ENOTSUP, 0, 0, false};
   }
@@ -114,7 +113,7 @@ HzDevice::Reply HzDevice::NegPending(vdev::Queue& q, const Request& req, uint64_
   pending_[op_id] = pend;
   in_flight_++;
   std::weak_ptr<Link> weak = link_;
-  Provider::DecisionFn done = [weak, op_id](const events::Decision& d) {
+  ProviderBackend::DecisionFn done = [weak, op_id](const events::Decision& d) {
     std::shared_ptr<Link> link = weak.lock();
     if (!link) return;
     std::vector<uint8_t> bytes = DecisionBytes(d);
@@ -159,7 +158,7 @@ void HzDevice::OnDecision(uint64_t op_id, const std::vector<uint8_t>& result) {
 }
 
 HzDevice::Reply HzDevice::HandleHint(vdev::Queue&, const Request& req) {
-  Provider* p = env_.provider;
+  ProviderBackend* p = env_.provider;
   if (p == nullptr || (features_ & (1ull << HZ_F_HINTS)) == 0) {
     return {HZ_S_ENOTSUP, 0, 0, false};
   }

@@ -153,10 +153,6 @@ void Provider::Stop() {
   waiting_.clear();
 }
 
-uint64_t Provider::Features() const {
-  return (1ull << HZ_F_TOPOLOGY) | (1ull << HZ_F_NEGOTIATION) | (1ull << HZ_F_HINTS);
-}
-
 void Provider::ArmEvery(boost::asio::steady_timer& timer, uint64_t interval_ms,
                         void (Provider::*tick)()) {
   if (interval_ms == 0) return;  // off

@@ -88,7 +88,8 @@ bool Service::Start(std::string* error) {
   env_.coll = coll_.get();
   engines_ = std::make_unique<Engines>(config_);
   if (!engines_->Start(error)) return false;
-  env_.engines = engines_.get();
+  env_.ckpt = engines_->checkpoints();
+  env_.events = engines_->events();
   if (config_.scheduler.enabled) {
     provider_ = std::make_unique<Provider>(config_, io_, engines_->bus());
     if (!provider_->Start(error)) return false;

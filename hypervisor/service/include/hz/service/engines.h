@@ -1,7 +1,8 @@
 // The macro-level engines the service wires into every device: the event bus
 // (durable per-tenant logs under <state_dir>/events) and the checkpoint
-// engine (<state_dir>/checkpoints). One Engines object per service, shared by
-// every HzDevice through DeviceEnv; thread-safe.
+// engine (<state_dir>/checkpoints). One Engines object per service; every
+// HzDevice reaches them through the interfaces checkpoints() and events()
+// return (DeviceEnv). Thread-safe.
 //
 // The checkpoint engine names tenants by number; those numbers are kept in
 // <state_dir>/checkpoints/tenants.json so a tenant finds its streams again
@@ -24,9 +25,14 @@
 
 #include "hz/checkpoint/engine.h"
 #include "hz/events/event_bus.h"
+#include "hz/service/ckpt_backend.h"
 #include "hz/service/config.h"
+#include "hz/service/event_backend.h"
 
 namespace hz::service {
+
+class BusAdapter;
+class CkptAdapter;
 
 class Engines {
  public:
@@ -39,23 +45,16 @@ class Engines {
   bool Start(std::string* error);
 
   events::EventBus* bus() const { return bus_.get(); }
-  checkpoint::Engine* ckpt() const { return ckpt_.get(); }
+  // What the devices use; null when that engine is not running.
+  CkptBackend* checkpoints() const;
+  EventBackend* events() const;
   // The checkpoint engine's number for a tenant (stable across restarts).
   checkpoint::TenantId CkptTenant(const std::string& tenant);
-
-  // Quiescence registrations belong to one session at a time (SPEC §7.5.7):
-  // Claim returns false when another owner holds (tenant, stream).
-  bool ClaimQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner);
-  void ReleaseQuiesce(checkpoint::TenantId t, checkpoint::StreamId s, const void* owner);
-  // Feature bits (1 << HZ_F_*) of the engines that are running.
-  uint64_t Features() const;
 
   // Operator commands (control API). Returns false for a command that is not
   // an engine's; otherwise fills *out, or *error with why it failed.
   bool Command(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
                std::string* error);
-
-  void CountDelivered(uint64_t n) { delivered_.fetch_add(n, std::memory_order_relaxed); }
 
   nlohmann::json Counters() const;
   std::string MetricsText() const;  // Prometheus text, appended to the service's
@@ -69,19 +68,22 @@ class Engines {
   // Just-in-time saves for a notice published to tenant (any thread).
   void Notice(const std::string& tenant, const hz_event& ev);
   void SaveTenantIds();
+  uint64_t Delivered() const;  // event records written into guests' buffers
 
   ServiceConfig config_;
   std::unique_ptr<events::EventBus> bus_;
   std::unique_ptr<CkptSink> sink_;
   std::unique_ptr<checkpoint::Engine> ckpt_;
+  // After the engines: a save still queued when the checkpoint engine stops
+  // runs during its destruction, through the adapter.
+  std::unique_ptr<CkptAdapter> ckpt_adapter_;
+  std::unique_ptr<BusAdapter> bus_adapter_;
 
   std::mutex mu_;  // everything below
   std::map<std::string, checkpoint::TenantId> ckpt_ids_;
   std::map<checkpoint::TenantId, std::string> ckpt_names_;
-  std::map<std::pair<checkpoint::TenantId, checkpoint::StreamId>, const void*> quiesce_;
   std::vector<std::thread> notices_;  // joined on destruction
   std::atomic<uint64_t> published_{0};
-  std::atomic<uint64_t> delivered_{0};
   std::atomic<uint64_t> ckpt_events_{0};
   std::atomic<uint64_t> jit_notices_{0};
 };

@@ -19,11 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "hz/checkpoint/engine.h"
-#include "hz/events/event_bus.h"
+#include "hz/service/ckpt_backend.h"
 #include "hz/service/coll_backend.h"
 #include "hz/service/config.h"
+#include "hz/service/event_backend.h"
 #include "hz/service/metrics.h"
+#include "hz/service/provider_backend.h"
 #include "hz/service/region_table.h"
 #include "hz/service/request.h"
 #include "hz/service/tenants.h"
@@ -33,8 +34,6 @@
 namespace hz::service {
 
 class HzDevice;
-class Engines;
-class Provider;
 
 // Live devices, for the operator's views and for shutdown (any thread).
 class DeviceRegistry {
@@ -60,15 +59,17 @@ class DeviceRegistry {
   std::vector<HzDevice*> devices_;
 };
 
-// What every device of the service shares.
+// What every device of the service shares. Each engine sits behind the one
+// interface the device uses for it; a null one is not offered to the VMs.
 struct DeviceEnv {
   DeviceLimits limits;
-  CollBackend* coll = nullptr;  // null: collectives are not offered
-  Metrics* metrics = nullptr;   // may be null in tests
+  Metrics* metrics = nullptr;  // may be null in tests
   const std::atomic<bool>* draining = nullptr;
-  DeviceRegistry* registry = nullptr;  // may be null in tests
-  Engines* engines = nullptr;          // null: no macro-level engines (tests)
-  Provider* provider = nullptr;        // null: no scheduler, negotiation or hints
+  DeviceRegistry* registry = nullptr;   // may be null in tests
+  CollBackend* coll = nullptr;          // communicators and collectives
+  CkptBackend* ckpt = nullptr;          // checkpoint streams
+  EventBackend* events = nullptr;       // event subscriptions
+  ProviderBackend* provider = nullptr;  // topology, negotiation, hints
 };
 
 // A consistent view of one device for the operator (any thread).
@@ -266,7 +267,7 @@ class HzDevice : public vdev::Device {
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
   uint64_t next_op_ = 1;
   std::vector<std::pair<vdev::Chain, uint64_t>> events_;  // held buffers and their queue gen
-  std::unique_ptr<events::Delivery> delivery_;            // the session's subscription
+  std::unique_ptr<EventSubscription> delivery_;           // the session's subscription
   std::map<uint32_t, QuiesceReg> quiesce_;                // stream -> registration
   std::map<uint64_t, std::shared_ptr<CkptOp>> ckpt_ops_;  // CKPT_SAVE/RESTORE in flight
   uint64_t next_ckpt_op_ = 1;

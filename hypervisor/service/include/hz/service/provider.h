@@ -38,17 +38,16 @@
 #include "hz/scheduler/domain_attacher.h"
 #include "hz/scheduler/scheduler.h"
 #include "hz/service/config.h"
+#include "hz/service/provider_backend.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::service {
 
-class Provider {
+// The devices reach it as their ProviderBackend.
+class Provider : public ProviderBackend {
  public:
-  // Receives the decision of a request the device keeps pending.
-  using DecisionFn = std::function<void(const events::Decision&)>;
-
   Provider(const ServiceConfig& config, boost::asio::io_context& io, events::EventSink* sink);
-  ~Provider();
+  ~Provider() override;
   Provider(const Provider&) = delete;
   Provider& operator=(const Provider&) = delete;
 
@@ -58,25 +57,18 @@ class Provider {
   // or after it stopped).
   void Stop();
 
-  // HZ_F_TOPOLOGY | HZ_F_NEGOTIATION | HZ_F_HINTS.
-  uint64_t Features() const;
-
-  // TOPOLOGY_GET: the tenant's private summary.
-  events::Status Summary(const std::string& tenant, std::vector<uint8_t>* bytes);
-
-  // NEG_REQUEST / NEG_COUNTER: queued; `done` runs (any thread) at the
-  // decision point. weight and max_priority are the tenant's operator policy.
+  // ProviderBackend
+  events::Status Summary(const std::string& tenant, std::vector<uint8_t>* bytes) override;
   events::Status Submit(const std::string& tenant, uint32_t weight, uint8_t max_priority,
-                        const hz_neg_request& request, DecisionFn done);
+                        const hz_neg_request& request, DecisionFn done) override;
   events::Status Counter(const std::string& tenant, uint64_t negotiation_id,
-                         const hz_neg_request& request, DecisionFn done);
-  events::Status Accept(const std::string& tenant, uint64_t offer_id, uint64_t* reservation_id);
-  events::Status Decline(const std::string& tenant, uint64_t negotiation_id);
-  events::Status Release(const std::string& tenant, const hz_neg_release_args& args);
-
-  // HINT_DECLARE.
+                         const hz_neg_request& request, DecisionFn done) override;
+  events::Status Accept(const std::string& tenant, uint64_t offer_id,
+                        uint64_t* reservation_id) override;
+  events::Status Decline(const std::string& tenant, uint64_t negotiation_id) override;
+  events::Status Release(const std::string& tenant, const hz_neg_release_args& args) override;
   events::Status DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
-                             hz_hint_declare_result* result);
+                             hz_hint_declare_result* result) override;
 
   // Operator commands (control API): false when `cmd` is not the provider's.
   bool Command(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
