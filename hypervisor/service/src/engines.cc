@@ -207,20 +207,14 @@ void Engines::Notice(const std::string& tenant, const hz_event& ev) {
   });
 }
 
-bool Engines::Command(const std::string& cmd, const json& req, json* out, std::string* error) {
-  if (cmd == "event.inject") {
-    *error = InjectEvent(req, out);
-    return true;
-  }
-  if (cmd == "checkpoint.list") {
-    *error = ListCheckpoints(req, out);
-    return true;
-  }
-  if (cmd == "event.status") {
-    *error = EventStatus(req, out);
-    return true;
-  }
-  return false;
+std::span<const CommandSpec<Engines>> Engines::Commands() {
+  // Each names a tenant.
+  static const CommandSpec<Engines> kCommands[] = {
+      {"event.inject", true, &Engines::InjectEvent},
+      {"event.status", true, &Engines::EventStatus},
+      {"checkpoint.list", true, &Engines::ListCheckpoints},
+  };
+  return kCommands;
 }
 
 // {"cmd": "event.status", "tenant": "t1"}: the tenant's log, each binding's

@@ -90,10 +90,15 @@ bool Service::Start(std::string* error) {
   if (!engines_->Start(error)) return false;
   env_.ckpt = engines_->checkpoints();
   env_.events = engines_->events();
+  commands_.Add(engines_.get(), Engines::Commands());
   if (config_.scheduler.enabled) {
     provider_ = std::make_unique<Provider>(config_, io_, engines_->bus());
     if (!provider_->Start(error)) return false;
     env_.provider = provider_.get();
+    commands_.Add(provider_.get(), Provider::Commands());
+  } else {
+    commands_.AddUnavailable(Provider::Commands(),
+                             "the scheduler is disabled ([scheduler] enabled = false)");
   }
 
   for (uint32_t i = 0; i < config_.worker_threads; ++i) {
@@ -456,29 +461,16 @@ std::string Service::MetricsText() const {
 
 bool Service::EngineCommand(const std::string& cmd, const json& req, json* out,
                             std::string* error) {
-  if (!engines_) return false;
-  // Every engine command names a tenant the operator created.
-  if (auto t = req.find("tenant"); t != req.end() && t->is_string()) {
+  const CommandRegistry::Command* c = commands_.Find(cmd);
+  if (c == nullptr) return false;
+  if (auto t = req.find("tenant"); c->names_tenant && t != req.end() && t->is_string()) {
     if (!tenants_.Find(t->get<std::string>())) {
-      if (cmd.starts_with("event.") || cmd.starts_with("checkpoint.") || cmd == "alloc" ||
-          cmd == "tenant.domain") {
-        *error = "no tenant " + t->get<std::string>();
-        return true;
-      }
-    }
-  }
-  if (engines_->Command(cmd, req, out, error)) return true;
-  if (provider_ && provider_->Command(cmd, req, out, error)) return true;
-  static const char* kProviderCommands[] = {"inventory",     "allocation.list", "alloc",
-                                            "release",       "device.fail",     "device.degrade",
-                                            "device.repair", "tenant.domain",   "negotiation.list"};
-  for (const char* c : kProviderCommands) {
-    if (cmd == c) {
-      *error = "the scheduler is disabled ([scheduler] enabled = false)";
+      *error = "no tenant " + t->get<std::string>();
       return true;
     }
   }
-  return false;
+  *error = c->run(req, out);
+  return true;
 }
 
 // The operator's objects survive restarts: tenants and bindings are saved

@@ -41,8 +41,9 @@ class ControlTarget {
   virtual nlohmann::json Status() const = 0;
   virtual nlohmann::json Counters() const = 0;
   virtual TenantLimits DefaultTenantLimits() const = 0;
-  // Commands of the macro-level engines (events, checkpoints, ...): false
-  // when cmd is not one of theirs; otherwise *out, or *error on failure.
+  // Commands of the macro-level engines (events, checkpoints, the provider;
+  // see command_registry.h): false when cmd is not one of theirs; otherwise
+  // *out, or *error on failure.
   virtual bool EngineCommand(const std::string& /*cmd*/, const nlohmann::json& /*req*/,
                              nlohmann::json* /*out*/, std::string* /*error*/) {
     return false;
@@ -59,6 +60,18 @@ class ControlApi {
 
  private:
   nlohmann::json Dispatch(const std::string& cmd, const nlohmann::json& req);
+  // The service's own commands; each returns its result or throws.
+  nlohmann::json Ping(const nlohmann::json& req);
+  nlohmann::json GetStatus(const nlohmann::json& req);
+  nlohmann::json CreateTenant(const nlohmann::json& req);
+  nlohmann::json ListTenants(const nlohmann::json& req);
+  nlohmann::json RemoveTenant(const nlohmann::json& req);
+  nlohmann::json BindVm(const nlohmann::json& req);
+  nlohmann::json UnbindVm(const nlohmann::json& req);
+  nlohmann::json ListVms(const nlohmann::json& req);
+  nlohmann::json ListComms(const nlohmann::json& req);
+  nlohmann::json GetCounters(const nlohmann::json& req);
+
   ControlTarget* target_;
 };
 

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "hz/checkpoint/engine.h"
 #include "hz/events/event_bus.h"
 #include "hz/service/ckpt_backend.h"
+#include "hz/service/command_registry.h"
 #include "hz/service/config.h"
 #include "hz/service/event_backend.h"
 
@@ -51,10 +53,8 @@ class Engines {
   // The checkpoint engine's number for a tenant (stable across restarts).
   checkpoint::TenantId CkptTenant(const std::string& tenant);
 
-  // Operator commands (control API). Returns false for a command that is not
-  // an engine's; otherwise fills *out, or *error with why it failed.
-  bool Command(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
-               std::string* error);
+  // Operator commands of the engines (control API), for the registry.
+  static std::span<const CommandSpec<Engines>> Commands();
 
   nlohmann::json Counters() const;
   std::string MetricsText() const;  // Prometheus text, appended to the service's

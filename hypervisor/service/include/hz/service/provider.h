@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "hz/events/negotiation.h"
 #include "hz/scheduler/domain_attacher.h"
 #include "hz/scheduler/scheduler.h"
+#include "hz/service/command_registry.h"
 #include "hz/service/config.h"
 #include "hz/service/provider_backend.h"
 #include "protocol/harmonaize.h"
@@ -70,9 +72,8 @@ class Provider : public ProviderBackend {
   events::Status DeclareHint(const std::string& tenant, const hz_hint_declare_args& args,
                              hz_hint_declare_result* result) override;
 
-  // Operator commands (control API): false when `cmd` is not the provider's.
-  bool Command(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out,
-               std::string* error);
+  // Operator commands (control API), for the registry (provider_commands.cc).
+  static std::span<const CommandSpec<Provider>> Commands();
 
   nlohmann::json Counters() const;
 
@@ -88,7 +89,17 @@ class Provider : public ProviderBackend {
   // Under mu_: health monitor assignments follow the scheduler's, and the
   // hint engine learns the tenants' GPU counts.
   void SyncLocked();
-  std::string Run(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out);
+  // Operator commands: each fills *out or returns why it failed.
+  std::string Inventory(const nlohmann::json& req, nlohmann::json* out);
+  std::string AllocationList(const nlohmann::json& req, nlohmann::json* out);
+  std::string Alloc(const nlohmann::json& req, nlohmann::json* out);
+  std::string ReleaseAllocation(const nlohmann::json& req, nlohmann::json* out);
+  std::string DeviceFail(const nlohmann::json& req, nlohmann::json* out);
+  std::string DeviceDegrade(const nlohmann::json& req, nlohmann::json* out);
+  std::string DeviceRepair(const nlohmann::json& req, nlohmann::json* out);
+  std::string TenantDomain(const nlohmann::json& req, nlohmann::json* out);
+  std::string NegotiationList(const nlohmann::json& req, nlohmann::json* out);
+  std::string ChangeDevice(const std::string& cmd, const nlohmann::json& req, nlohmann::json* out);
   nlohmann::json NegotiationJson();
 
   ServiceConfig config_;

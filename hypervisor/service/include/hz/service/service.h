@@ -24,6 +24,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "hz/service/coll_backend.h"
+#include "hz/service/command_registry.h"
 #include "hz/service/config.h"
 #include "hz/service/control_api.h"
 #include "hz/service/engines.h"
@@ -123,6 +124,7 @@ class Service : public ControlTarget {
   std::unique_ptr<CollBackend> coll_;
   std::unique_ptr<Engines> engines_;    // event bus, checkpoints
   std::unique_ptr<Provider> provider_;  // scheduler, negotiation, hints, health
+  CommandRegistry commands_;            // the engines' operator commands
   DeviceEnv env_;
 
   boost::asio::io_context io_;  // control, metrics, signals
