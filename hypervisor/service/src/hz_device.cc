@@ -31,6 +31,13 @@ HzDevice::~HzDevice() {
   if (env_.registry != nullptr) env_.registry->Remove(this);
   link_->Close();
   Teardown(SessionEnd::kDisconnect);
+  MarkClosed();
+}
+
+void HzDevice::MarkClosed() {
+  if (closed_ || env_.registry == nullptr) return;
+  closed_ = true;
+  env_.registry->Closed();
 }
 
 uint64_t HzDevice::Features() const {
@@ -278,6 +285,7 @@ void HzDevice::OnDisconnect() {
   Teardown(SessionEnd::kDisconnect);
   queues_.StopAll();
   UpdateInfo();
+  MarkClosed();
 }
 
 void HzDevice::UpdateInfo() {

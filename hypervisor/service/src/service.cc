@@ -220,8 +220,11 @@ void Service::Shutdown() {
       }
     };
     for_each_server([](std::unique_ptr<vdev::Server>& s) { s->Stop(); });
-    // Stop() finishes asynchronously on each connection's strand.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Stop() closes each connection asynchronously, on its strand; a device
+    // reports when its connection closed and its session ended.
+    if (!devices_.WaitAllClosed(std::chrono::milliseconds(config_.shutdown_timeout_ms))) {
+      spdlog::warn("event=close_timeout");
+    }
     for_each_server([](std::unique_ptr<vdev::Server>& s) { s.reset(); });
   }
   for (auto& t : vdev_threads_) {

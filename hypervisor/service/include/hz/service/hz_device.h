@@ -15,6 +15,8 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -48,11 +50,19 @@ namespace hz::service {
 class HzDevice;
 
 // Live devices, for the operator's views and for shutdown (any thread).
+// A device is created for a connection and is open until that connection
+// closes (OnDisconnect) or the device goes, whichever comes first.
 class DeviceRegistry {
  public:
   void Add(HzDevice* d) {
     std::lock_guard<std::mutex> lock(mu_);
     devices_.push_back(d);
+    open_++;
+  }
+  // The device's connection closed and its session ended (once per device).
+  void Closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--open_ == 0) closed_.notify_all();
   }
   void Remove(HzDevice* d) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -65,10 +75,18 @@ class DeviceRegistry {
     std::lock_guard<std::mutex> lock(mu_);
     for (HzDevice* d : devices_) fn(*d);
   }
+  // Waits until every device's connection has closed; false if timeout
+  // passed first.
+  bool WaitAllClosed(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return closed_.wait_for(lock, timeout, [this] { return open_ == 0; });
+  }
 
  private:
   mutable std::mutex mu_;
+  std::condition_variable closed_;
   std::vector<HzDevice*> devices_;
+  size_t open_ = 0;  // devices whose connection has not closed yet
 };
 
 // What every device of the service shares. Each engine sits behind the one
@@ -153,6 +171,8 @@ class HzDevice : public vdev::Device {
   void Finish(vdev::Queue& queue, const vdev::Chain& chain, uint16_t opcode, uint64_t request_id,
               const Reply& r);
   uint64_t OfferedFeatures() const;
+  // Tells the registry, once, that this device's connection is gone.
+  void MarkClosed();
   // What the family handlers share with the device.
   HandlerContext Context();
   // Ends the session: every family answers or forgets its requests in
@@ -182,6 +202,7 @@ class HzDevice : public vdev::Device {
   ProviderHandler provider_;
   // Every family handler, for the session hooks.
   std::array<FamilyHandler*, 4> families_;
+  bool closed_ = false;  // told the registry that the connection closed
 
   mutable std::mutex info_mu_;
   DeviceInfo info_;
