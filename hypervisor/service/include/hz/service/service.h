@@ -98,12 +98,17 @@ class Service : public ControlTarget {
   };
 
   void Shutdown();
+  // Shutdown steps: every device answers what it has in flight; then the
+  // VM connections close.
+  void DrainDevices();
+  void CloseConnections();
   // Runs fn on connection thread i and waits for it.
   void OnVdevThread(size_t i, const std::function<void()>& fn);
   // The connection thread for a new VM of tenant: the one already serving
   // its VMs, else the one serving the fewest VMs. Called with mu_ held.
   size_t ThreadForTenantLocked(const std::string& tenant) const;
   std::string ResolveSocketPath(const std::string& path) const;
+  // service_state.cc
   void SaveState();
   void LoadState();
 
