@@ -106,6 +106,90 @@ class TableReader {
 constexpr uint64_t kU32 = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kI64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 
+void ReadControl(TableReader& r, ServiceConfig* c) {
+  r.String("socket", &c->control_socket);
+  r.Int("max_line_bytes", &c->control_max_line_bytes, 256, 16u << 20);
+  r.Int("max_clients", &c->control_max_clients, 1, 4096);
+}
+
+void ReadVm(TableReader& r, ServiceConfig* c) {
+  r.String("socket_dir", &c->vm_socket_dir);
+}
+
+void ReadMetrics(TableReader& r, ServiceConfig* c) {
+  r.Bool("enabled", &c->metrics_enabled);
+  r.String("address", &c->metrics_address);
+  r.Int("port", &c->metrics_port, 0, 65535);
+}
+
+void ReadDevice(TableReader& r, ServiceConfig* c) {
+  DeviceLimits& d = c->device;
+  r.Int("num_request_queues", &d.num_request_queues, 1, HZ_MAX_REQUEST_QUEUES);
+  r.Int("queue_size", &d.queue_size, 2, 32768);
+  r.Int("max_segments", &d.max_segments, 2, 1024);
+  r.Int("max_regions", &d.max_regions, 1, 1u << 20);
+  r.Int("max_extents", &d.max_extents, 1, 1u << 20);
+  r.Int("max_region_bytes", &d.max_region_bytes, 1, kI64);
+  r.Int("max_args_bytes", &d.max_args_bytes, 4096, 64u << 20);
+  r.Int("max_comm_ranks", &d.max_comm_ranks, 1, 1u << 16);
+  r.Int("max_comms", &d.max_comms, 1, 1u << 16);
+  r.Bool("require_sealed_memory", &d.require_sealed_memory);
+}
+
+void ReadTenantDefaults(TableReader& r, ServiceConfig* c) {
+  r.Int("max_regions", &c->tenant_defaults.max_regions, 0, kU32);
+  r.Int("max_region_bytes", &c->tenant_defaults.max_region_bytes, 0, kI64);
+}
+
+void ReadCheckpoint(TableReader& r, ServiceConfig* c) {
+  // At least two 4 MiB chunks; at most 64 GiB of host memory.
+  r.Int("staging_bytes", &c->ckpt_staging_bytes, 8u << 20, 64ull << 30);
+  r.Int("disk_bandwidth_bytes_per_s", &c->ckpt_disk_bandwidth_bytes_per_s, 0, kI64);
+}
+
+void ReadScheduler(TableReader& r, ServiceConfig* c) {
+  SchedulerConfig& s = c->scheduler;
+  r.Bool("enabled", &s.enabled);
+  r.String("sysfs_root", &s.sysfs_root);
+  r.String("provider_file", &s.provider_file);
+  r.String("libvirt_uri", &s.libvirt_uri);
+  r.String("state_file", &s.state_file);
+  r.Bool("bind_vfio", &s.bind_vfio);
+  r.Bool("sync", &s.sync);
+  r.Int("health_poll_ms", &s.health_poll_ms, 0, 3600 * 1000);
+}
+
+void ReadNegotiation(TableReader& r, ServiceConfig* c) {
+  NegotiationConfig& n = c->negotiation;
+  r.Int("window_s", &n.window_s, 10, 7 * 86400);
+  r.Int("offer_ttl_s", &n.offer_ttl_s, 10, 86400);
+  r.Int("max_lookahead_s", &n.max_lookahead_s, 1, 365 * 86400);
+  r.Int("max_duration_s", &n.max_duration_s, 1, 365 * 86400);
+  r.Int("max_open_per_tenant", &n.max_open_per_tenant, 1, 1u << 16);
+  r.Int("decide_interval_ms", &n.decide_interval_ms, 10, 1000);
+}
+
+void ReadShutdown(TableReader& r, ServiceConfig* c) {
+  r.Int("timeout_ms", &c->shutdown_timeout_ms, 1, 3600 * 1000);
+}
+
+// The file's [sections], in the order they are read (the first error wins).
+struct Section {
+  const char* name;
+  void (*read)(TableReader& r, ServiceConfig* c);
+};
+constexpr Section kSections[] = {
+    {"control", ReadControl},
+    {"vm", ReadVm},
+    {"metrics", ReadMetrics},
+    {"device", ReadDevice},
+    {"tenant_defaults", ReadTenantDefaults},
+    {"checkpoint", ReadCheckpoint},
+    {"scheduler", ReadScheduler},
+    {"negotiation", ReadNegotiation},
+    {"shutdown", ReadShutdown},
+};
+
 }  // namespace
 
 std::string ServiceConfig::ControlSocketPath() const {
@@ -141,81 +225,12 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
   top.String("log_format", &c.log_format, {"text", "json"});
   top.Int("worker_threads", &c.worker_threads, 1, 256);
   top.Int("connection_poll_us", &c.connection_poll_us, 0, 100000);
-  if (const toml::table* t = top.Table("control")) {
-    TableReader r(*t, "control.", origin, error);
-    r.String("socket", &c.control_socket);
-    r.Int("max_line_bytes", &c.control_max_line_bytes, 256, 16u << 20);
-    r.Int("max_clients", &c.control_max_clients, 1, 4096);
-    r.RejectUnknown();
-  }
-  if (const toml::table* t = top.Table("vm")) {
-    TableReader r(*t, "vm.", origin, error);
-    r.String("socket_dir", &c.vm_socket_dir);
-    r.RejectUnknown();
-  }
-  if (const toml::table* t = top.Table("metrics")) {
-    TableReader r(*t, "metrics.", origin, error);
-    r.Bool("enabled", &c.metrics_enabled);
-    r.String("address", &c.metrics_address);
-    r.Int("port", &c.metrics_port, 0, 65535);
-    r.RejectUnknown();
-  }
-  if (const toml::table* t = top.Table("device")) {
-    TableReader r(*t, "device.", origin, error);
-    DeviceLimits& d = c.device;
-    r.Int("num_request_queues", &d.num_request_queues, 1, HZ_MAX_REQUEST_QUEUES);
-    r.Int("queue_size", &d.queue_size, 2, 32768);
-    r.Int("max_segments", &d.max_segments, 2, 1024);
-    r.Int("max_regions", &d.max_regions, 1, 1u << 20);
-    r.Int("max_extents", &d.max_extents, 1, 1u << 20);
-    r.Int("max_region_bytes", &d.max_region_bytes, 1, kI64);
-    r.Int("max_args_bytes", &d.max_args_bytes, 4096, 64u << 20);
-    r.Int("max_comm_ranks", &d.max_comm_ranks, 1, 1u << 16);
-    r.Int("max_comms", &d.max_comms, 1, 1u << 16);
-    r.Bool("require_sealed_memory", &d.require_sealed_memory);
-    r.RejectUnknown();
-  }
-  if (const toml::table* t = top.Table("tenant_defaults")) {
-    TableReader r(*t, "tenant_defaults.", origin, error);
-    r.Int("max_regions", &c.tenant_defaults.max_regions, 0, kU32);
-    r.Int("max_region_bytes", &c.tenant_defaults.max_region_bytes, 0, kI64);
-    r.RejectUnknown();
-  }
-  if (const toml::table* t = top.Table("checkpoint")) {
-    TableReader r(*t, "checkpoint.", origin, error);
-    // At least two 4 MiB chunks; at most 64 GiB of host memory.
-    r.Int("staging_bytes", &c.ckpt_staging_bytes, 8u << 20, 64ull << 30);
-    r.Int("disk_bandwidth_bytes_per_s", &c.ckpt_disk_bandwidth_bytes_per_s, 0, kI64);
-    r.RejectUnknown();
-  }
-  if (const toml::table* t = top.Table("scheduler")) {
-    TableReader r(*t, "scheduler.", origin, error);
-    SchedulerConfig& s = c.scheduler;
-    r.Bool("enabled", &s.enabled);
-    r.String("sysfs_root", &s.sysfs_root);
-    r.String("provider_file", &s.provider_file);
-    r.String("libvirt_uri", &s.libvirt_uri);
-    r.String("state_file", &s.state_file);
-    r.Bool("bind_vfio", &s.bind_vfio);
-    r.Bool("sync", &s.sync);
-    r.Int("health_poll_ms", &s.health_poll_ms, 0, 3600 * 1000);
-    r.RejectUnknown();
-  }
-  if (const toml::table* t = top.Table("negotiation")) {
-    TableReader r(*t, "negotiation.", origin, error);
-    NegotiationConfig& n = c.negotiation;
-    r.Int("window_s", &n.window_s, 10, 7 * 86400);
-    r.Int("offer_ttl_s", &n.offer_ttl_s, 10, 86400);
-    r.Int("max_lookahead_s", &n.max_lookahead_s, 1, 365 * 86400);
-    r.Int("max_duration_s", &n.max_duration_s, 1, 365 * 86400);
-    r.Int("max_open_per_tenant", &n.max_open_per_tenant, 1, 1u << 16);
-    r.Int("decide_interval_ms", &n.decide_interval_ms, 10, 1000);
-    r.RejectUnknown();
-  }
-  if (const toml::table* t = top.Table("shutdown")) {
-    TableReader r(*t, "shutdown.", origin, error);
-    r.Int("timeout_ms", &c.shutdown_timeout_ms, 1, 3600 * 1000);
-    r.RejectUnknown();
+  for (const Section& section : kSections) {
+    if (const toml::table* t = top.Table(section.name)) {
+      TableReader r(*t, std::string(section.name) + ".", origin, error);
+      section.read(r, &c);
+      r.RejectUnknown();
+    }
   }
   top.RejectUnknown();
   if (!error->empty()) return false;

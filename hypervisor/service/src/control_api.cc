@@ -1,5 +1,6 @@
 #include "hz/service/control_api.h"
 
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -130,87 +131,111 @@ json ControlApi::Handle(const std::string& line) {
 }
 
 json ControlApi::Dispatch(const std::string& cmd, const json& req) {
-  if (cmd == "ping") {
-    OnlyFields(req, {});
-    return "pong";
-  }
-  if (cmd == "status") {
-    OnlyFields(req, {});
-    return target_->Status();
-  }
-  if (cmd == "tenant.create") {
-    OnlyFields(req, {"name", "weight", "priority", "max_regions", "max_region_bytes"});
-    TenantSpec spec;
-    spec.name = Str(req, "name");
-    TenantLimits def = target_->DefaultTenantLimits();
-    spec.weight = static_cast<uint32_t>(UInt(req, "weight", 1, 1000000));
-    spec.priority = Priority(req);
-    spec.limits.max_regions =
-        static_cast<uint32_t>(UInt(req, "max_regions", def.max_regions, UINT32_MAX));
-    spec.limits.max_region_bytes = UInt(req, "max_region_bytes", def.max_region_bytes, INT64_MAX);
-    Check(target_->CreateTenant(spec));
-    return {{"name", spec.name}};
-  }
-  if (cmd == "tenant.list") {
-    OnlyFields(req, {});
-    json out = json::array();
-    for (const auto& t : target_->Tenants()) out.push_back(TenantJson(*t));
-    return out;
-  }
-  if (cmd == "tenant.remove") {
-    OnlyFields(req, {"name"});
-    Check(target_->RemoveTenant(Str(req, "name")));
-    return json::object();
-  }
-  if (cmd == "vm.bind") {
-    OnlyFields(req, {"tenant", "socket"});
-    StatusOr<std::string> resolved = target_->BindVm(Str(req, "tenant"), Str(req, "socket"));
-    Check(resolved.status());
-    return {{"socket", *resolved}};
-  }
-  if (cmd == "vm.unbind") {
-    OnlyFields(req, {"socket"});
-    Check(target_->UnbindVm(Str(req, "socket")));
-    return json::object();
-  }
-  if (cmd == "vm.list") {
-    OnlyFields(req, {});
-    json out = json::array();
-    for (const VmView& v : target_->Vms()) {
-      json devices = json::array();
-      for (const DeviceInfo& d : v.devices) devices.push_back(DeviceJson(d));
-      out.push_back({{"socket", v.socket_path},
-                     {"tenant", v.tenant},
-                     {"listening", v.listening},
-                     {"thread", v.thread},
-                     {"devices", devices}});
-    }
-    return out;
-  }
-  if (cmd == "comm.list") {
-    OnlyFields(req, {});
-    json out = json::array();
-    for (const CommSummary& c : target_->Communicators()) {
-      out.push_back({{"id", c.id},
-                     {"tenant", c.tenant},
-                     {"nranks", c.nranks},
-                     {"joined", c.joined},
-                     {"next_seq", c.next_seq},
-                     {"pending", c.pending},
-                     {"state", c.state},
-                     {"abort_reason", c.abort_reason}});
-    }
-    return out;
-  }
-  if (cmd == "counters") {
-    OnlyFields(req, {});
-    return target_->Counters();
-  }
+  // The service's own commands; the engines' are in the target's registry.
+  static const std::map<std::string, json (ControlApi::*)(const json&)> kCommands = {
+      {"ping", &ControlApi::Ping},
+      {"status", &ControlApi::GetStatus},
+      {"tenant.create", &ControlApi::CreateTenant},
+      {"tenant.list", &ControlApi::ListTenants},
+      {"tenant.remove", &ControlApi::RemoveTenant},
+      {"vm.bind", &ControlApi::BindVm},
+      {"vm.unbind", &ControlApi::UnbindVm},
+      {"vm.list", &ControlApi::ListVms},
+      {"comm.list", &ControlApi::ListComms},
+      {"counters", &ControlApi::GetCounters},
+  };
+  if (auto it = kCommands.find(cmd); it != kCommands.end()) return (this->*it->second)(req);
   if (std::optional<CommandResult> result = target_->EngineCommand(cmd, req)) {
     Check(result->status());
     return **result;
   }
   throw BadRequest("unknown command \"" + cmd + "\"");
+}
+
+json ControlApi::Ping(const json& req) {
+  OnlyFields(req, {});
+  return "pong";
+}
+
+json ControlApi::GetStatus(const json& req) {
+  OnlyFields(req, {});
+  return target_->Status();
+}
+
+json ControlApi::CreateTenant(const json& req) {
+  OnlyFields(req, {"name", "weight", "priority", "max_regions", "max_region_bytes"});
+  TenantSpec spec;
+  spec.name = Str(req, "name");
+  TenantLimits def = target_->DefaultTenantLimits();
+  spec.weight = static_cast<uint32_t>(UInt(req, "weight", 1, 1000000));
+  spec.priority = Priority(req);
+  spec.limits.max_regions =
+      static_cast<uint32_t>(UInt(req, "max_regions", def.max_regions, UINT32_MAX));
+  spec.limits.max_region_bytes = UInt(req, "max_region_bytes", def.max_region_bytes, INT64_MAX);
+  Check(target_->CreateTenant(spec));
+  return {{"name", spec.name}};
+}
+
+json ControlApi::ListTenants(const json& req) {
+  OnlyFields(req, {});
+  json out = json::array();
+  for (const auto& t : target_->Tenants()) out.push_back(TenantJson(*t));
+  return out;
+}
+
+json ControlApi::RemoveTenant(const json& req) {
+  OnlyFields(req, {"name"});
+  Check(target_->RemoveTenant(Str(req, "name")));
+  return json::object();
+}
+
+json ControlApi::BindVm(const json& req) {
+  OnlyFields(req, {"tenant", "socket"});
+  StatusOr<std::string> resolved = target_->BindVm(Str(req, "tenant"), Str(req, "socket"));
+  Check(resolved.status());
+  return {{"socket", *resolved}};
+}
+
+json ControlApi::UnbindVm(const json& req) {
+  OnlyFields(req, {"socket"});
+  Check(target_->UnbindVm(Str(req, "socket")));
+  return json::object();
+}
+
+json ControlApi::ListVms(const json& req) {
+  OnlyFields(req, {});
+  json out = json::array();
+  for (const VmView& v : target_->Vms()) {
+    json devices = json::array();
+    for (const DeviceInfo& d : v.devices) devices.push_back(DeviceJson(d));
+    out.push_back({{"socket", v.socket_path},
+                   {"tenant", v.tenant},
+                   {"listening", v.listening},
+                   {"thread", v.thread},
+                   {"devices", devices}});
+  }
+  return out;
+}
+
+json ControlApi::ListComms(const json& req) {
+  OnlyFields(req, {});
+  json out = json::array();
+  for (const CommSummary& c : target_->Communicators()) {
+    out.push_back({{"id", c.id},
+                   {"tenant", c.tenant},
+                   {"nranks", c.nranks},
+                   {"joined", c.joined},
+                   {"next_seq", c.next_seq},
+                   {"pending", c.pending},
+                   {"state", c.state},
+                   {"abort_reason", c.abort_reason}});
+  }
+  return out;
+}
+
+json ControlApi::GetCounters(const json& req) {
+  OnlyFields(req, {});
+  return target_->Counters();
 }
 
 }  // namespace hz::service

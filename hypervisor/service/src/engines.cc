@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "hz/common/file.h"
+#include "engine_adapters.h"
 #include "hz/events/injection.h"
 #include "hz/service/wire_status.h"
 #include "protocol/harmonaize.h"
@@ -78,6 +78,7 @@ Status Engines::Start() {
   bo.fsync = events::FsyncPolicy::kAlways;
   Status st = events::EventBus::Open(bo, &bus_);
   if (!st.ok()) return Status(st.code(), bo.dir + ": " + st.ToString());
+  bus_adapter_ = std::make_unique<BusAdapter>(*bus_);
 
   const std::string root = config_.state_dir + "/checkpoints";
   sink_ = std::make_unique<CkptSink>(this);
@@ -90,19 +91,20 @@ Status Engines::Start() {
   cc.sink = sink_.get();
   st = checkpoint::Engine::Open(cc, &ckpt_);
   if (!st.ok()) return Status(st.code(), root + ": " + st.message());
+  ckpt_adapter_ = std::make_unique<CkptAdapter>(*ckpt_);
   return Status::Ok();
 }
 
-bool Engines::ClaimQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = quiesce_.try_emplace({t, s}, owner);
-  return inserted || it->second == owner;
+CkptBackend* Engines::checkpoints() const {
+  return ckpt_adapter_.get();
 }
 
-void Engines::ReleaseQuiesce(const TenantId& t, checkpoint::StreamId s, const void* owner) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = quiesce_.find({t, s});
-  if (it != quiesce_.end() && it->second == owner) quiesce_.erase(it);
+EventBackend* Engines::events() const {
+  return bus_adapter_.get();
+}
+
+uint64_t Engines::Delivered() const {
+  return bus_adapter_ ? bus_adapter_->delivered() : 0;
 }
 
 void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
@@ -144,27 +146,19 @@ void Engines::Notice(const TenantId& tenant, const hz_event& ev) {
   });
 }
 
-uint64_t Engines::Features() const {
-  uint64_t f = 0;
-  if (bus_) f |= 1ull << HZ_F_EVENTS;
-  if (ckpt_) f |= 1ull << HZ_F_CHECKPOINT;
-  return f;
-}
-
-bool Engines::Handles(const std::string& cmd) {
-  return cmd == "event.inject" || cmd == "checkpoint.list" || cmd == "event.status";
-}
-
-StatusOr<json> Engines::Command(const std::string& cmd, const json& req) {
-  if (cmd == "event.inject") return InjectEvent(req);
-  if (cmd == "checkpoint.list") return ListCheckpoints(req);
-  if (cmd == "event.status") return EventStatus(req);
-  return Status::NotSupported("unknown command \"" + cmd + "\"");
+std::span<const CommandSpec<Engines>> Engines::Commands() {
+  // Each names a tenant.
+  static const CommandSpec<Engines> kCommands[] = {
+      {"event.inject", true, &Engines::InjectEvent},
+      {"event.status", true, &Engines::EventStatus},
+      {"checkpoint.list", true, &Engines::ListCheckpoints},
+  };
+  return kCommands;
 }
 
 // {"cmd": "event.status", "tenant": "t1"}: the tenant's log, each binding's
 // cursor and the events it approved early (what the tenant acknowledged).
-StatusOr<json> Engines::EventStatus(const json& req) {
+CommandResult Engines::EventStatus(const json& req) {
   std::string tenant;
   if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
   if (!bus_) return Status::State("the event bus is not running");
@@ -187,7 +181,7 @@ StatusOr<json> Engines::EventStatus(const json& req) {
 
 // {"cmd": "event.inject", "tenant": "t1", "event": {"topic": "maintenance", ...}}
 // The event object is SpecFromJson's (hz/events/injection.h).
-StatusOr<json> Engines::InjectEvent(const json& req) {
+CommandResult Engines::InjectEvent(const json& req) {
   std::string tenant;
   if (Status s = ReadTenant(req, {"event"}, &tenant); !s.ok()) return s;
   auto e = req.find("event");
@@ -215,7 +209,7 @@ StatusOr<json> Engines::InjectEvent(const json& req) {
 
 // {"cmd": "checkpoint.list", "tenant": "t1"}: the tenant's streams with their
 // checkpoints, and the engine's recent decisions about them.
-StatusOr<json> Engines::ListCheckpoints(const json& req) {
+CommandResult Engines::ListCheckpoints(const json& req) {
   std::string tenant;
   if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
   if (!ckpt_) return Status::State("the checkpoint engine is not running");
@@ -251,7 +245,7 @@ StatusOr<json> Engines::ListCheckpoints(const json& req) {
 }
 
 json Engines::Counters() const {
-  json out = {{"events", {{"published", published_.load()}, {"delivered", delivered_.load()}}}};
+  json out = {{"events", {{"published", published_.load()}, {"delivered", Delivered()}}}};
   if (ckpt_) {
     checkpoint::Stats s = ckpt_->GetStats();
     uint64_t saves = 0, durable = 0, bytes = 0, restores = 0, corrupt = 0, failures = 0;
@@ -284,7 +278,7 @@ std::string Engines::MetricsText() const {
   out += "hz_events_published_total " + std::to_string(published_.load()) + "\n";
   out += "# HELP hz_events_delivered_total Event records written into guests' event buffers.\n";
   out += "# TYPE hz_events_delivered_total counter\n";
-  out += "hz_events_delivered_total " + std::to_string(delivered_.load()) + "\n";
+  out += "hz_events_delivered_total " + std::to_string(Delivered()) + "\n";
   if (ckpt_) {
     json c = Counters()["checkpoints"];
     for (const char* k :

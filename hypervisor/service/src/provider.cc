@@ -1,7 +1,6 @@
 #include "hz/service/provider.h"
 
 #include <ctime>
-#include <set>
 
 #include "spdlog/spdlog.h"
 
@@ -11,59 +10,6 @@ using json = nlohmann::json;
 namespace ev = hz::events;
 namespace neg = hz::negotiation;
 namespace sc = hz::scheduler;
-
-namespace {
-
-const char* ReservationStateName(neg::ReservationState s) {
-  switch (s) {
-    case neg::ReservationState::kAccepted:
-      return "accepted";
-    case neg::ReservationState::kActive:
-      return "active";
-    case neg::ReservationState::kEnded:
-      return "ended";
-    case neg::ReservationState::kReleased:
-      return "released";
-    case neg::ReservationState::kRevoked:
-      return "revoked";
-  }
-  return "unknown";
-}
-
-// Operator input: unknown fields are errors, as everywhere in the control API.
-Status OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
-  std::set<std::string> ok = {"cmd", "id"};
-  for (const char* a : allowed) ok.insert(a);
-  for (const auto& [k, v] : req.items()) {
-    if (ok.count(k) == 0) return Status::InvalidArgument("unknown field \"" + k + "\"");
-  }
-  return Status::Ok();
-}
-
-Status GetString(const json& req, const char* key, std::string* out) {
-  auto it = req.find(key);
-  if (it == req.end() || !it->is_string()) {
-    return Status::InvalidArgument(std::string("field \"") + key + "\" must be a string");
-  }
-  *out = it->get<std::string>();
-  return Status::Ok();
-}
-
-Status GetUInt(const json& req, const char* key, uint64_t def, uint64_t max, uint64_t* out) {
-  auto it = req.find(key);
-  if (it == req.end()) {
-    *out = def;
-    return Status::Ok();
-  }
-  if (!it->is_number_unsigned() || it->get<uint64_t>() > max) {
-    return Status::InvalidArgument(std::string("field \"") + key + "\" must be an integer in 0.." +
-                                   std::to_string(max));
-  }
-  *out = it->get<uint64_t>();
-  return Status::Ok();
-}
-
-}  // namespace
 
 Provider::Provider(const ServiceConfig& config, boost::asio::io_context& io, ev::EventSink* sink)
     : config_(config), sink_(sink), decide_timer_(io), health_timer_(io) {}
@@ -144,10 +90,6 @@ void Provider::Stop() {
   health_timer_.cancel();
   std::lock_guard<std::mutex> lock(mu_);
   waiting_.clear();
-}
-
-uint64_t Provider::Features() const {
-  return (1ull << HZ_F_TOPOLOGY) | (1ull << HZ_F_NEGOTIATION) | (1ull << HZ_F_HINTS);
 }
 
 void Provider::ArmEvery(boost::asio::steady_timer& timer, uint64_t interval_ms,
@@ -304,144 +246,6 @@ Status Provider::DeclareHint(const TenantId& tenant, const hz_hint_declare_args&
   gpus_[tenant] = n;
   hints_->SetDevices(tenant, n);  // no event: nothing declared yet, or no change
   return hints_->Declare(tenant, args, result);
-}
-
-bool Provider::Handles(const std::string& cmd) {
-  static const std::set<std::string> kCommands = {
-      "inventory",      "allocation.list", "alloc",         "release",         "device.fail",
-      "device.degrade", "device.repair",   "tenant.domain", "negotiation.list"};
-  return kCommands.count(cmd) != 0;
-}
-
-StatusOr<json> Provider::Command(const std::string& cmd, const json& req) {
-  if (!Handles(cmd)) return Status::NotSupported("unknown command \"" + cmd + "\"");
-  return Run(cmd, req);
-}
-
-StatusOr<json> Provider::Run(const std::string& cmd, const json& req) {
-  Status err;
-  if (cmd == "inventory") {
-    if (!(err = OnlyFields(req, {})).ok()) return err;
-    return sched_->Inventory();
-  }
-  if (cmd == "allocation.list") {
-    if (!(err = OnlyFields(req, {})).ok()) return err;
-    return sched_->Allocations();
-  }
-  if (cmd == "negotiation.list") {
-    if (!(err = OnlyFields(req, {})).ok()) return err;
-    return NegotiationJson();
-  }
-  if (cmd == "tenant.domain") {
-    if (!(err = OnlyFields(req, {"tenant", "domain"})).ok()) return err;
-    std::string tenant, domain;
-    if (!(err = GetString(req, "tenant", &tenant)).ok()) return err;
-    if (!(err = GetString(req, "domain", &domain)).ok()) return err;
-    Status s = sched_->BindTenant(TenantId(tenant), domain);
-    if (!s.ok()) return s;
-    spdlog::info("event=tenant_domain tenant={} domain={}", tenant, domain);
-    return json{{"tenant", tenant}, {"domain", domain}};
-  }
-  if (cmd == "alloc") {
-    if (!(err = OnlyFields(req, {"tenant", "gpus", "nics", "locality"})).ok()) return err;
-    std::string tenant, locality = "any";
-    uint64_t gpus = 0, nics = 0;
-    if (!(err = GetString(req, "tenant", &tenant)).ok()) return err;
-    if (!(err = GetUInt(req, "gpus", 0, 65535, &gpus)).ok()) return err;
-    if (!(err = GetUInt(req, "nics", 0, 65535, &nics)).ok()) return err;
-    if (req.contains("locality") && !(err = GetString(req, "locality", &locality)).ok()) {
-      return err;
-    }
-    sc::Request r;
-    r.gpus = static_cast<uint32_t>(gpus);
-    r.nics = static_cast<uint32_t>(nics);
-    if (locality == "any") {
-      r.locality = HZ_LOC_ANY;
-    } else if (locality == "host" || locality == "same_host") {
-      r.locality = HZ_LOC_SAME_HOST;
-    } else if (locality == "group" || locality == "same_group") {
-      r.locality = HZ_LOC_SAME_GROUP;
-    } else {
-      return Status::InvalidArgument("field \"locality\" must be any, host or group");
-    }
-    if (r.gpus + r.nics == 0) {
-      return Status::InvalidArgument("ask for at least one device (gpus or nics)");
-    }
-    uint64_t id = 0;
-    std::lock_guard<std::mutex> lock(mu_);
-    Status s = sched_->Allocate(TenantId(tenant), r, &id);
-    if (!s.ok()) return s;
-    SyncLocked();
-    spdlog::info("event=allocated tenant={} id={} gpus={} nics={} locality={}", tenant, id, gpus,
-                 nics, locality);
-    json out = {{"id", id}, {"tenant", tenant}};
-    for (const json& a : sched_->Allocations()) {
-      if (a.value("id", uint64_t{0}) == id) out["devices"] = a["devices"];
-    }
-    return out;
-  }
-  if (cmd == "release") {
-    if (!(err = OnlyFields(req, {"allocation"})).ok()) return err;
-    uint64_t id = 0;
-    if (!req.contains("allocation")) {
-      return Status::InvalidArgument("missing field \"allocation\"");
-    }
-    if (!(err = GetUInt(req, "allocation", 0, UINT64_MAX, &id)).ok()) return err;
-    std::lock_guard<std::mutex> lock(mu_);
-    Status s = sched_->Release(id);
-    if (!s.ok()) return s;
-    SyncLocked();
-    spdlog::info("event=released id={}", id);
-    return json::object();
-  }
-  // device.fail / device.degrade / device.repair {"bdf": ..., "errors": N}
-  if (!(err = OnlyFields(req, {"bdf", "errors"})).ok()) return err;
-  std::string bdf;
-  uint64_t errors = 0;
-  if (!(err = GetString(req, "bdf", &bdf)).ok()) return err;
-  if (!(err = GetUInt(req, "errors", 1, UINT32_MAX, &errors)).ok()) return err;
-  std::lock_guard<std::mutex> lock(mu_);
-  Status s;
-  if (cmd == "device.fail") {
-    StatusOr<sc::DeviceLoss> loss = sched_->MarkFailed(bdf, errors);
-    s = loss.status();
-    if (loss.ok()) OfferReplacementLocked(*loss, Now());
-  } else if (cmd == "device.degrade") {
-    s = sched_->MarkDegraded(bdf, errors);
-  } else {
-    if (req.contains("errors")) return Status::InvalidArgument("unknown field \"errors\"");
-    s = sched_->Repair(bdf);
-  }
-  if (!s.ok()) return s;
-  SyncLocked();
-  spdlog::info("event={} bdf={}", cmd == "device.fail" ? "device_failed" : cmd, bdf);
-  return json{{"bdf", bdf}};
-}
-
-json Provider::NegotiationJson() {
-  std::lock_guard<std::mutex> lock(mu_);
-  json reservations = json::array();
-  for (const neg::ReservationInfo& r : engine_->Reservations()) {
-    reservations.push_back({{"id", r.id},
-                            {"tenant", r.tenant.name()},
-                            {"negotiation", r.negotiation_id},
-                            {"kind", r.kind == HZ_DEV_GPU ? "gpu" : "nic"},
-                            {"count", r.count},
-                            {"start_s", r.start_s},
-                            {"duration_s", r.duration_s},
-                            {"state", ReservationStateName(r.state)}});
-  }
-  json offers = json::array();
-  for (const neg::OfferInfo& o : engine_->Offers()) {
-    offers.push_back({{"id", o.offer.offer_id},
-                      {"tenant", o.tenant.name()},
-                      {"negotiation", o.negotiation_id},
-                      {"count", o.offer.count},
-                      {"start_s", o.offer.start_s},
-                      {"duration_s", o.offer.duration_s},
-                      {"expires_s", o.offer.expires_s}});
-  }
-  return {{"reservations", reservations}, {"offers", offers}};
 }
 
 json Provider::Counters() const {

@@ -44,6 +44,36 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
     }
   }
 
+  if (uint32_t st = CheckOverlaps(extents, detail); st != HZ_S_OK) return st;
+
+  if (regions_.size() >= limits_.max_regions) return HZ_S_ELIMIT;
+  region->flags = flags;
+  region->total_len = total_len;
+  region->extents = extents;
+  region->memory = memory;
+  uint64_t off = 0;
+  region->starts.reserve(region->host.size());
+  for (const vdev::Segment& s : region->host) {
+    region->starts.push_back(off);
+    off += s.len;
+  }
+
+  if (uint32_t st = tenant_->ReserveRegion(total_len); st != HZ_S_OK) return st;
+
+  // Ids count up and skip the reserved values and live ids, so a stale id
+  // from an unregistered region is not silently reused soon.
+  while (next_id_ == HZ_REGION_NONE || next_id_ == HZ_REGION_INLINE || regions_.count(next_id_)) {
+    next_id_++;
+  }
+  region->id = next_id_++;
+  for (const hz_extent& e : extents) extents_[e.gpa] = {e.gpa + e.len, region->id};
+  bytes_ += total_len;
+  *id = region->id;
+  regions_.emplace(region->id, std::move(region));
+  return HZ_S_OK;
+}
+
+uint32_t RegionTable::CheckOverlaps(const std::vector<hz_extent>& extents, uint32_t* detail) const {
   // Overlaps among the new extents: sort a copy by gpa, compare neighbours.
   std::vector<std::pair<hz_extent, uint32_t>> sorted;
   sorted.reserve(extents.size());
@@ -72,31 +102,6 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
       return HZ_S_EINVAL;
     }
   }
-
-  if (regions_.size() >= limits_.max_regions) return HZ_S_ELIMIT;
-  region->flags = flags;
-  region->total_len = total_len;
-  region->extents = extents;
-  region->memory = memory;
-  uint64_t off = 0;
-  region->starts.reserve(region->host.size());
-  for (const vdev::Segment& s : region->host) {
-    region->starts.push_back(off);
-    off += s.len;
-  }
-
-  if (uint32_t st = tenant_->ReserveRegion(total_len); st != HZ_S_OK) return st;
-
-  // Ids count up and skip the reserved values and live ids, so a stale id
-  // from an unregistered region is not silently reused soon.
-  while (next_id_ == HZ_REGION_NONE || next_id_ == HZ_REGION_INLINE || regions_.count(next_id_)) {
-    next_id_++;
-  }
-  region->id = next_id_++;
-  for (const hz_extent& e : extents) extents_[e.gpa] = {e.gpa + e.len, region->id};
-  bytes_ += total_len;
-  *id = region->id;
-  regions_.emplace(region->id, std::move(region));
   return HZ_S_OK;
 }
 

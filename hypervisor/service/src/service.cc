@@ -13,7 +13,6 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "control_server.h"
-#include "hz/common/file.h"
 #include "hz/service/engine_backend.h"
 #include "metrics_server.h"
 #include "spdlog/spdlog.h"
@@ -80,11 +79,17 @@ hz::Status Service::Start() {
   env_.coll = coll_.get();
   engines_ = std::make_unique<Engines>(config_);
   if (hz::Status s = engines_->Start(); !s.ok()) return s;
-  env_.engines = engines_.get();
+  env_.ckpt = engines_->checkpoints();
+  env_.events = engines_->events();
+  commands_.Add(engines_.get(), Engines::Commands());
   if (config_.scheduler.enabled) {
     provider_ = std::make_unique<Provider>(config_, io_, engines_->bus());
     if (hz::Status s = provider_->Start(); !s.ok()) return s;
     env_.provider = provider_.get();
+    commands_.Add(provider_.get(), Provider::Commands());
+  } else {
+    commands_.AddUnavailable(Provider::Commands(),
+                             "the scheduler is disabled ([scheduler] enabled = false)");
   }
 
   for (uint32_t i = 0; i < config_.worker_threads; ++i) {
@@ -158,6 +163,25 @@ void Service::Shutdown() {
   //    transfers stop after their current block.
   if (coll_) coll_->Shutdown();
   // 3. Each device answers what is left with ESHUTDOWN, on its own strand.
+  DrainDevices();
+  // 4. Close the VM sockets and connections, then the threads.
+  CloseConnections();
+  for (auto& t : vdev_threads_) {
+    t->work.reset();
+    t->io.stop();
+  }
+  for (auto& t : vdev_threads_) t->thread.join();
+  vdev_threads_.clear();
+  if (metrics_server_) metrics_server_->Stop();
+  coll_.reset();
+  // The provider publishes to the bus: it goes first.
+  if (provider_) provider_->Stop();
+  provider_.reset();
+  engines_.reset();
+  spdlog::info("event=stopped");
+}
+
+void Service::DrainDevices() {
   struct Waiter {
     std::mutex mu;
     std::condition_variable cv;
@@ -193,37 +217,28 @@ void Service::Shutdown() {
   uint64_t in_flight = 0;
   devices_.ForEach([&](HzDevice& d) { in_flight += d.in_flight(); });
   spdlog::info("event=drained in_flight={}", in_flight);
-  // 4. Close the VM sockets and connections, then the threads.
-  if (!vdev_threads_.empty()) {
-    // Each server is stopped and destroyed on the thread that serves it.
-    auto for_each_server = [this](const std::function<void(std::unique_ptr<vdev::Server>&)>& fn) {
-      for (size_t i = 0; i < vdev_threads_.size(); ++i) {
-        OnVdevThread(i, [&] {
-          std::lock_guard<std::mutex> lock(mu_);
-          for (auto& [path, b] : bindings_) {
-            if (b.thread == i && b.server) fn(b.server);
-          }
-        });
-      }
-    };
-    for_each_server([](std::unique_ptr<vdev::Server>& s) { s->Stop(); });
-    // Stop() finishes asynchronously on each connection's strand.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    for_each_server([](std::unique_ptr<vdev::Server>& s) { s.reset(); });
+}
+
+void Service::CloseConnections() {
+  if (vdev_threads_.empty()) return;
+  // Each server is stopped and destroyed on the thread that serves it.
+  auto for_each_server = [this](const std::function<void(std::unique_ptr<vdev::Server>&)>& fn) {
+    for (size_t i = 0; i < vdev_threads_.size(); ++i) {
+      OnVdevThread(i, [&] {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto& [path, b] : bindings_) {
+          if (b.thread == i && b.server) fn(b.server);
+        }
+      });
+    }
+  };
+  for_each_server([](std::unique_ptr<vdev::Server>& s) { s->Stop(); });
+  // Stop() closes each connection asynchronously, on its strand; a device
+  // reports when its connection closed and its session ended.
+  if (!devices_.WaitAllClosed(std::chrono::milliseconds(config_.shutdown_timeout_ms))) {
+    spdlog::warn("event=close_timeout");
   }
-  for (auto& t : vdev_threads_) {
-    t->work.reset();
-    t->io.stop();
-  }
-  for (auto& t : vdev_threads_) t->thread.join();
-  vdev_threads_.clear();
-  if (metrics_server_) metrics_server_->Stop();
-  coll_.reset();
-  // The provider publishes to the bus: it goes first.
-  if (provider_) provider_->Stop();
-  provider_.reset();
-  engines_.reset();
-  spdlog::info("event=stopped");
+  for_each_server([](std::unique_ptr<vdev::Server>& s) { s.reset(); });
 }
 
 std::string Service::ResolveSocketPath(const std::string& path) const {
@@ -435,87 +450,14 @@ std::string Service::MetricsText() const {
 }
 
 std::optional<CommandResult> Service::EngineCommand(const std::string& cmd, const json& req) {
-  if (!engines_) return std::nullopt;
-  // Every engine command names a tenant the operator created.
-  if (auto t = req.find("tenant"); t != req.end() && t->is_string()) {
+  const CommandRegistry::Command* c = commands_.Find(cmd);
+  if (c == nullptr) return std::nullopt;
+  if (auto t = req.find("tenant"); c->names_tenant && t != req.end() && t->is_string()) {
     if (!tenants_.Find(t->get<std::string>())) {
-      if (cmd.starts_with("event.") || cmd.starts_with("checkpoint.") || cmd == "alloc" ||
-          cmd == "tenant.domain") {
-        return hz::Status::NotFound("no tenant " + t->get<std::string>());
-      }
+      return hz::Status::NotFound("no tenant " + t->get<std::string>());
     }
   }
-  if (Engines::Handles(cmd)) return engines_->Command(cmd, req);
-  if (!Provider::Handles(cmd)) return std::nullopt;
-  if (!provider_)
-    return hz::Status::State("the scheduler is disabled ([scheduler] enabled = false)");
-  return provider_->Command(cmd, req);
-}
-
-// The operator's objects survive restarts: tenants and bindings are saved
-// in <state_dir>/state.json, replaced whole on every change.
-void Service::SaveState() {
-  if (loading_state_) return;
-  json tenants = json::array();
-  for (const auto& t : tenants_.List()) {
-    tenants.push_back({{"name", t->name()},
-                       {"weight", t->spec().weight},
-                       {"priority", t->spec().priority},
-                       {"max_regions", t->spec().limits.max_regions},
-                       {"max_region_bytes", t->spec().limits.max_region_bytes}});
-  }
-  json bindings = json::array();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [path, b] : bindings_)
-      bindings.push_back({{"tenant", b.tenant}, {"socket", path}});
-  }
-  json state = {{"tenants", tenants}, {"bindings", bindings}};
-  const std::string path = config_.state_dir + "/state.json";
-  // fsynced before and after the rename: a tenant or binding the operator
-  // was told about is still there after a power loss.
-  hz::Status s = WriteFileAtomic(path, state.dump(2) + "\n");
-  if (!s.ok()) spdlog::error("event=state_save_failed path={} reason=\"{}\"", path, s.ToString());
-}
-
-void Service::LoadState() {
-  std::string path = config_.state_dir + "/state.json";
-  std::ifstream in(path);
-  if (!in) return;
-  json state = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!state.is_object()) {
-    spdlog::error("event=state_unreadable path={}", path);
-    return;
-  }
-  loading_state_ = true;
-  bool readable = true;
-  try {
-    for (const json& t : state.value("tenants", json::array())) {
-      TenantSpec spec;
-      spec.name = t.at("name").get<std::string>();
-      spec.weight = t.at("weight").get<uint32_t>();
-      spec.priority = t.at("priority").get<uint16_t>();
-      spec.limits.max_regions = t.at("max_regions").get<uint32_t>();
-      spec.limits.max_region_bytes = t.at("max_region_bytes").get<uint64_t>();
-      if (hz::Status s = CreateTenant(spec); !s.ok()) {
-        spdlog::warn("event=state_tenant_skipped tenant={} reason=\"{}\"", spec.name, s.message());
-      }
-    }
-    for (const json& b : state.value("bindings", json::array())) {
-      hz::StatusOr<std::string> bound =
-          BindVm(b.at("tenant").get<std::string>(), b.at("socket").get<std::string>());
-      if (!bound.ok()) {
-        spdlog::warn("event=state_binding_skipped reason=\"{}\"", bound.status().message());
-      }
-    }
-  } catch (const json::exception& e) {
-    readable = false;
-    spdlog::error("event=state_unreadable path={} error=\"{}\"", path, e.what());
-  }
-  loading_state_ = false;
-  // Once: what was loaded, without the objects that were skipped. An
-  // unreadable file is left as it is.
-  if (readable) SaveState();
+  return c->run(req);
 }
 
 }  // namespace hz::service

@@ -1,7 +1,8 @@
 // Test doubles for driving an HzDevice without sockets: guest memory in a
 // memfd mapped through vdev's MemoryMap, hand-built chains, a queue that
-// records completions, a context whose posted work the test runs, and a
-// scripted collective backend.
+// records completions, a context whose posted work the test runs, and
+// scripted backends for the collective engine, the checkpoint engine, the
+// event bus and the provider side.
 #ifndef HZ_TESTS_UNIT_SERVICE_FAKES_H_
 #define HZ_TESTS_UNIT_SERVICE_FAKES_H_
 
@@ -14,9 +15,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
+#include "hz/service/ckpt_backend.h"
 #include "hz/service/coll_backend.h"
+#include "hz/service/event_backend.h"
+#include "hz/service/provider_backend.h"
 #include "protocol/harmonaize.h"
 #include "vdev/device.h"
 #include "vdev/memory_map.h"
@@ -264,6 +269,167 @@ class FakeBackend : public CollBackend {
   std::vector<MemberPtr> destroyed, aborted;
   coll::Constraints last_constraints;
   bool shutdown = false;
+};
+
+// Scripted checkpoint engine: work handed to RunAsync waits for the test
+// (RunQueued, as an engine thread would); Save records what it was given.
+class FakeCkptBackend : public CkptBackend {
+ public:
+  Status SetPolicy(const TenantId&, checkpoint::StreamId, const checkpoint::Policy&) override {
+    return Status::Ok();
+  }
+  Status Save(const checkpoint::SaveRequest& req, checkpoint::SaveResult* result) override {
+    std::lock_guard<std::mutex> lock(mu);
+    saved.clear();
+    for (const checkpoint::IoSpan& s : req.slices)
+      saved.insert(saved.end(), s.data, s.data + s.len);
+    result->step = req.step;
+    result->state = checkpoint::CkptState::kStaged;
+    return save_status;
+  }
+  Status Restore(const checkpoint::RestoreRequest&, checkpoint::RestoreResult*) override {
+    return Status::NotFound();
+  }
+  Status List(const TenantId&, checkpoint::StreamId, uint64_t, uint32_t,
+              std::vector<checkpoint::ListEntry>*, bool* more) override {
+    *more = false;
+    return Status::Ok();
+  }
+  Status Delete(const TenantId&, checkpoint::StreamId, uint64_t) override {
+    return Status::NotFound();
+  }
+  Status DeclareQuiesce(const TenantId&, checkpoint::StreamId, checkpoint::IoSpan,
+                        std::span<const checkpoint::IoSpan>) override {
+    return Status::Ok();
+  }
+  Status CancelQuiesce(const TenantId&, checkpoint::StreamId) override { return Status::Ok(); }
+  bool ClaimQuiesce(const TenantId&, checkpoint::StreamId, const void*) override { return true; }
+  void ReleaseQuiesce(const TenantId&, checkpoint::StreamId, const void*) override {}
+  void RunAsync(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu);
+    queued.push_back(std::move(fn));
+  }
+  // Runs every queued piece of work; returns how many ran.
+  size_t RunQueued() {
+    std::deque<std::function<void()>> work;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      work.swap(queued);
+    }
+    for (auto& fn : work) fn();
+    return work.size();
+  }
+
+  std::mutex mu;
+  std::deque<std::function<void()>> queued;
+  std::vector<uint8_t> saved;  // the bytes of the last save's slices
+  Status save_status = Status::Ok();
+};
+
+// Scripted event bus: records published by the test are delivered in order.
+class FakeEventBackend : public EventBackend {
+ public:
+  class Subscription : public EventSubscription {
+   public:
+    explicit Subscription(FakeEventBackend* bus) : bus_(bus) {}
+    ~Subscription() override { bus_->live = nullptr; }
+    Status Subscribe(const hz_event_subscribe_args&, hz_event_subscribe_result* result) override {
+      result->next_seq = bus_->next_seq;
+      subscribed_ = true;
+      return Status::Ok();
+    }
+    bool Next(hz_event* out) override {
+      if (!subscribed_ || bus_->records.empty()) return false;
+      *out = bus_->records.front();
+      bus_->records.pop_front();
+      return true;
+    }
+    Status Ack(const hz_event_ack_args&) override { return Status::Ok(); }
+    void SetNotify(std::function<void()> notify) override { notify_ = std::move(notify); }
+    void Notify() {
+      if (notify_) notify_();
+    }
+
+   private:
+    FakeEventBackend* bus_;
+    bool subscribed_ = false;
+    std::function<void()> notify_;
+  };
+
+  Status Connect(const TenantId& tenant, const std::string& subscriber,
+                 std::unique_ptr<EventSubscription>* out) override {
+    last_tenant = tenant.name();
+    last_subscriber = subscriber;
+    auto s = std::make_unique<Subscription>(this);
+    live = s.get();
+    *out = std::move(s);
+    return Status::Ok();
+  }
+  void CountDelivered(uint64_t n) override { delivered += n; }
+  // Publishes a record and notifies the subscriber, as the bus would from
+  // the publisher's thread.
+  void Publish(uint16_t topic) {
+    hz_event ev{};
+    ev.seq = next_seq++;
+    ev.topic = topic;
+    records.push_back(ev);
+    if (live != nullptr) live->Notify();
+  }
+
+  std::deque<hz_event> records;
+  uint64_t next_seq = 1;
+  uint64_t delivered = 0;
+  Subscription* live = nullptr;
+  std::string last_tenant, last_subscriber;
+};
+
+// Scripted provider: negotiations wait until the test decides them.
+class FakeProviderBackend : public ProviderBackend {
+ public:
+  Status Summary(const TenantId&, std::vector<uint8_t>* bytes) override {
+    bytes->assign(16, 0xab);
+    return Status::Ok();
+  }
+  Status Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority,
+                const hz_neg_request&, DecisionFn done) override {
+    if (!submit_status.ok()) return submit_status;
+    last_tenant = tenant.name();
+    last_weight = weight;
+    last_max_priority = max_priority;
+    waiting.push_back(std::move(done));
+    return Status::Ok();
+  }
+  Status Counter(const TenantId&, uint64_t, const hz_neg_request&, DecisionFn done) override {
+    waiting.push_back(std::move(done));
+    return Status::Ok();
+  }
+  Status Accept(const TenantId&, uint64_t, uint64_t* reservation_id) override {
+    *reservation_id = 5;
+    return Status::Ok();
+  }
+  Status Decline(const TenantId&, uint64_t) override { return Status::Ok(); }
+  Status Release(const TenantId&, const hz_neg_release_args&) override { return Status::Ok(); }
+  Status DeclareHint(const TenantId&, const hz_hint_declare_args&,
+                     hz_hint_declare_result*) override {
+    return Status::Ok();
+  }
+  // The decision point: every waiting request gets negotiation id and one offer.
+  void Decide(uint64_t negotiation_id) {
+    std::vector<DecisionFn> fns;
+    fns.swap(waiting);
+    for (auto& fn : fns) {
+      negotiation::Decision d;
+      d.result.negotiation_id = negotiation_id;
+      d.offers.push_back(hz_neg_offer{});
+      fn(d);
+    }
+  }
+
+  std::vector<DecisionFn> waiting;
+  Status submit_status = Status::Ok();
+  std::string last_tenant;
+  uint32_t last_weight = 0;
+  uint8_t last_max_priority = 0;
 };
 
 }  // namespace hz::service::testing

@@ -16,6 +16,7 @@
 #include "hz/common/status.h"
 #include "hz/common/status_or.h"
 #include "hz/service/coll_backend.h"
+#include "hz/service/command_registry.h"
 #include "hz/service/hz_device.h"
 #include "hz/service/tenants.h"
 
@@ -28,10 +29,6 @@ struct VmView {
   size_t thread = 0;                // the connection thread serving it
   std::vector<DeviceInfo> devices;  // the live connection, if any
 };
-
-// The answer to one operator command: its result, or why it failed (the
-// message is what the operator reads).
-using CommandResult = hz::StatusOr<nlohmann::json>;
 
 class ControlTarget {
  public:
@@ -48,8 +45,8 @@ class ControlTarget {
   virtual nlohmann::json Status() const = 0;
   virtual nlohmann::json Counters() const = 0;
   virtual TenantLimits DefaultTenantLimits() const = 0;
-  // Commands of the macro-level engines (events, checkpoints, ...): nothing
-  // when cmd is not one of theirs.
+  // Commands of the macro-level engines (events, checkpoints, the provider;
+  // see command_registry.h): nothing when cmd is not one of theirs.
   virtual std::optional<CommandResult> EngineCommand(const std::string& /*cmd*/,
                                                      const nlohmann::json& /*req*/) {
     return std::nullopt;
@@ -70,6 +67,18 @@ class ControlApi {
 
  private:
   nlohmann::json Dispatch(const std::string& cmd, const nlohmann::json& req);
+  // The service's own commands; each returns its result or throws.
+  nlohmann::json Ping(const nlohmann::json& req);
+  nlohmann::json GetStatus(const nlohmann::json& req);
+  nlohmann::json CreateTenant(const nlohmann::json& req);
+  nlohmann::json ListTenants(const nlohmann::json& req);
+  nlohmann::json RemoveTenant(const nlohmann::json& req);
+  nlohmann::json BindVm(const nlohmann::json& req);
+  nlohmann::json UnbindVm(const nlohmann::json& req);
+  nlohmann::json ListVms(const nlohmann::json& req);
+  nlohmann::json ListComms(const nlohmann::json& req);
+  nlohmann::json GetCounters(const nlohmann::json& req);
+
   ControlTarget* target_;
 };
 

@@ -2,15 +2,21 @@
 //
 // Queue 0 carries control requests, queue 1 holds event buffers, queues 2..
 // carry data requests (collectives). Each request is framed and validated
-// (request.h), checked for queue, HELLO state and negotiated features, then
-// dispatched by opcode family. Asynchronous completions (COMM_INIT and the
-// collectives) come back from engine threads through DeviceContext::Post, so
-// every piece of device state is touched on the connection's executor only.
+// (request.h), checked for its queue and the HELLO state, then dispatched by
+// opcode family. HELLO and REGION_* belong to the session and are handled
+// here; every other family has a handler (family_handler.h) that owns its
+// state and talks to one engine interface: collectives (CollBackend),
+// checkpoints (CkptBackend), the event queue (EventBackend) and the provider
+// side (ProviderBackend). Requests answered later wait in one PendingTable.
+// Engine completions come back from engine threads through the DeviceLink,
+// so every piece of device state is touched on the connection's executor.
 #ifndef HZ_SERVICE_HZ_DEVICE_H_
 #define HZ_SERVICE_HZ_DEVICE_H_
 
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,11 +25,20 @@
 #include <string>
 #include <vector>
 
-#include "hz/checkpoint/engine.h"
-#include "hz/events/event_bus.h"
+#include "hz/service/ckpt_backend.h"
+#include "hz/service/ckpt_handler.h"
 #include "hz/service/coll_backend.h"
+#include "hz/service/coll_handler.h"
 #include "hz/service/config.h"
+#include "hz/service/device_link.h"
+#include "hz/service/device_state.h"
+#include "hz/service/event_backend.h"
+#include "hz/service/event_handler.h"
+#include "hz/service/family_handler.h"
 #include "hz/service/metrics.h"
+#include "hz/service/pending_table.h"
+#include "hz/service/provider_backend.h"
+#include "hz/service/provider_handler.h"
 #include "hz/service/region_table.h"
 #include "hz/service/request.h"
 #include "hz/service/tenants.h"
@@ -33,15 +48,21 @@
 namespace hz::service {
 
 class HzDevice;
-class Engines;
-class Provider;
 
 // Live devices, for the operator's views and for shutdown (any thread).
+// A device is created for a connection and is open until that connection
+// closes (OnDisconnect) or the device goes, whichever comes first.
 class DeviceRegistry {
  public:
   void Add(HzDevice* d) {
     std::lock_guard<std::mutex> lock(mu_);
     devices_.push_back(d);
+    open_++;
+  }
+  // The device's connection closed and its session ended (once per device).
+  void Closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--open_ == 0) closed_.notify_all();
   }
   void Remove(HzDevice* d) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -54,21 +75,31 @@ class DeviceRegistry {
     std::lock_guard<std::mutex> lock(mu_);
     for (HzDevice* d : devices_) fn(*d);
   }
+  // Waits until every device's connection has closed; false if timeout
+  // passed first.
+  bool WaitAllClosed(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return closed_.wait_for(lock, timeout, [this] { return open_ == 0; });
+  }
 
  private:
   mutable std::mutex mu_;
+  std::condition_variable closed_;
   std::vector<HzDevice*> devices_;
+  size_t open_ = 0;  // devices whose connection has not closed yet
 };
 
-// What every device of the service shares.
+// What every device of the service shares. Each engine sits behind the one
+// interface its family handler uses; a null one is not offered to the VMs.
 struct DeviceEnv {
   DeviceLimits limits;
-  CollBackend* coll = nullptr;  // null: collectives are not offered
-  Metrics* metrics = nullptr;   // may be null in tests
+  Metrics* metrics = nullptr;  // may be null in tests
   const std::atomic<bool>* draining = nullptr;
-  DeviceRegistry* registry = nullptr;  // may be null in tests
-  Engines* engines = nullptr;          // null: no macro-level engines (tests)
-  Provider* provider = nullptr;        // null: no scheduler, negotiation or hints
+  DeviceRegistry* registry = nullptr;   // may be null in tests
+  CollBackend* coll = nullptr;          // communicators and collectives
+  CkptBackend* ckpt = nullptr;          // checkpoint streams
+  EventBackend* events = nullptr;       // event subscriptions
+  ProviderBackend* provider = nullptr;  // topology, negotiation, hints
 };
 
 // A consistent view of one device for the operator (any thread).
@@ -127,151 +158,49 @@ class HzDevice : public vdev::Device {
 
   DeviceInfo Info() const;  // any thread
   const std::string& socket_path() const { return socket_path_; }
-  uint64_t in_flight() const { return in_flight_.load(); }
+  uint64_t in_flight() const { return pending_.in_flight(); }
 
  private:
-  // Shared with callbacks that may outlive the device.
-  struct Link {
-    std::recursive_mutex mu;
-    vdev::DeviceContext* ctx = nullptr;
-    HzDevice* dev = nullptr;
-  };
-
-  // A request whose completion comes later.
-  struct Pending {
-    vdev::Chain chain;
-    uint16_t queue = 0;
-    uint64_t queue_gen = 0;
-    uint64_t request_id = 0;
-    uint16_t opcode = 0;
-    uint32_t result_len = 0;  // inline recv bytes for collectives
-    uint64_t bytes = 0;       // payload, for metrics
-    uint64_t comm = 0;        // handle a collective runs on
-    std::vector<RegionPin> pins;
-  };
-
-  struct CommEntry {
-    MemberPtr member;
-    uint32_t in_flight = 0;  // collectives posted on this handle
-    // COMM_ABORT requests waiting for the handle's operations (SPEC §7.3.4).
-    std::vector<std::shared_ptr<Pending>> aborts;
-  };
-
-  struct QueueSlot {
-    vdev::Queue* queue = nullptr;
-    uint64_t gen = 0;
-  };
-
-  // Outcome of a synchronous handler.
-  struct Reply {
-    uint32_t status = HZ_S_OK;
-    uint32_t result_len = 0;
-    uint32_t detail = 0;
-    bool pending = false;  // the handler took the chain; it completes later
-  };
-
-  using Handler = Reply (HzDevice::*)(vdev::Queue&, const Request&);
-
   void HandleChain(vdev::Queue& queue, const vdev::Chain& chain);
+  // The checks every request passes before its family sees it (SPEC §6).
+  uint32_t Admit(const vdev::Queue& queue, const Request& req) const;
+  // One line per opcode family.
+  Reply Dispatch(const vdev::Queue& queue, const Request& req);
   void Finish(vdev::Queue& queue, const vdev::Chain& chain, uint16_t opcode, uint64_t request_id,
               const Reply& r);
-  // Completes a pending request if its queue is still the one it came from.
-  void FinishPending(const Pending& p, uint32_t status, uint32_t result_len, uint32_t detail = 0);
-  uint64_t offered_features() const;
-  bool draining() const;
-  // Ends the session: leaves every communicator and drops every region.
-  // rings_alive: the rings still exist, so in-flight requests will still be
-  // answered (a new HELLO); otherwise they are forgotten (reset, disconnect).
-  void Teardown(bool rings_alive);
+  uint64_t OfferedFeatures() const;
+  // Tells the registry, once, that this device's connection is gone.
+  void MarkClosed();
+  // What the family handlers share with the device.
+  HandlerContext Context();
+  // Ends the session: every family answers or forgets its requests in
+  // flight and lets go of what it holds, then the regions go.
+  void Teardown(SessionEnd end);
   void UpdateInfo();
 
-  // Handlers, one per opcode family (the dispatch table).
-  Reply HandleHello(vdev::Queue& q, const Request& req);
-  Reply HandleRegion(vdev::Queue& q, const Request& req);
-  Reply HandleComm(vdev::Queue& q, const Request& req);
-  Reply HandleCollective(vdev::Queue& q, const Request& req);
-  Reply HandleEvent(vdev::Queue& q, const Request& req);       // hz_device_events.cc
-  Reply HandleCheckpoint(vdev::Queue& q, const Request& req);  // hz_device_checkpoint.cc
-
-  // Topology, negotiation and hints (hz_device_provider.cc).
-  Reply HandleTopology(vdev::Queue& q, const Request& req);
-  Reply HandleNegotiation(vdev::Queue& q, const Request& req);
-  Reply HandleHint(vdev::Queue& q, const Request& req);
-  // NEG_REQUEST/NEG_COUNTER wait for the decision point (hz_device_provider.cc).
-  Reply NegPending(vdev::Queue& q, const Request& req, uint64_t counter_id,
-                   const hz_neg_request& r);
-  void OnDecision(uint64_t op_id, const std::vector<uint8_t>& result);
-
-  // Checkpoint slices resolved to host spans (hz_device_checkpoint.cc).
-  struct CkptSpans {
-    std::vector<checkpoint::IoSpan> spans;               // one per slice, for the engine
-    std::vector<std::vector<checkpoint::IoSpan>> guest;  // each slice's guest extents
-    std::vector<std::vector<uint8_t>> bounce;            // for slices over several extents
-    std::vector<RegionPin> pins;
-  };
-  // A CKPT_QUIESCE registration of this session: it holds its regions.
-  struct QuiesceReg {
-    TenantId tenant;
-    std::vector<RegionPin> pins;
-  };
-  uint32_t ResolveCkptSlices(const std::vector<hz_slice>& slices, bool write, CkptSpans* out,
-                             uint32_t* detail);
-  Reply CkptQuiesce(const Request& req, const TenantId& tid);
-  void DropQuiesce(uint32_t stream);
-  // The session's end for its checkpoint state (called by Teardown): drops
-  // the quiescence registrations and stops every CKPT_SAVE/RESTORE in flight
-  // from touching guest memory before it returns.
-  void DropAllQuiesce();
-  // A CKPT_SAVE or CKPT_RESTORE running on a checkpoint-engine thread, so
-  // that its copy and disk reads never hold up the connection's executor.
-  struct CkptOp;
-  Reply StartCkptOp(vdev::Queue& q, const Request& req, std::shared_ptr<CkptOp> op);
-  void OnCkptDone(uint64_t id);
-  void StopCkptOps();
-
-  // Fills posted event buffers from the subscription (hz_device_events.cc).
-  void FillEvents();
-  // Completes every held event buffer unused (SPEC §2.8): drain, ring stop.
-  void ReturnEventBuffers();
-
-  Reply CommUid(const Request& req);
-  Reply CommInit(vdev::Queue& q, const Request& req);
-  Reply CommDestroyOrAbort(const Request& req);
-  void OnInitDone(uint64_t op_id, Status status, MemberPtr member);
-  void OnOpDone(uint64_t op_id, Status status);
-
-  // Resolves one slice of a collective into host spans.
-  uint32_t ResolveSlice(const Request& req, const hz_slice& s, uint64_t need, bool write,
-                        coll::IoVec* out, Pending* p);
+  // Session-level families: HELLO and the region table.
+  Reply HandleHello(const Request& req);
+  Reply HandleRegion(const Request& req);
 
   DeviceEnv env_;
   std::shared_ptr<Tenant> tenant_;
   std::string socket_path_;
-  std::shared_ptr<Link> link_;
-  std::array<Handler, 256> families_{};
+  std::shared_ptr<DeviceLink> link_;
 
   // Executor state.
   vdev::DeviceContext* ctx_ = nullptr;
-  std::array<QueueSlot, HZ_VQ_REQUEST_BASE + HZ_MAX_REQUEST_QUEUES> queues_{};
-  uint64_t next_gen_ = 1;
-  bool hello_ = false;
-  bool drained_ = false;
-  uint64_t features_ = 0;
-  uint64_t session_id_ = 0;
-  RegionTable regions_;
-  std::map<uint64_t, CommEntry> comms_;  // handle -> membership
-  uint64_t next_handle_ = 1;
-  std::map<uint64_t, std::shared_ptr<Pending>> pending_;
-  uint64_t next_op_ = 1;
-  std::vector<std::pair<vdev::Chain, uint64_t>> events_;  // held buffers and their queue gen
-  std::unique_ptr<events::Delivery> delivery_;            // the session's subscription
-  std::map<uint32_t, QuiesceReg> quiesce_;                // stream -> registration
-  std::map<uint64_t, std::shared_ptr<CkptOp>> ckpt_ops_;  // CKPT_SAVE/RESTORE in flight
-  uint64_t next_ckpt_op_ = 1;
-
-  std::atomic<uint64_t> requests_{0};
-  std::atomic<uint64_t> errors_{0};
-  std::atomic<uint64_t> in_flight_{0};
+  SessionState session_;
+  QueueSlots queues_;
+  RequestCounters counters_;
+  PendingTable pending_;
+  RegionTable regions_;  // the session's; handlers resolve slices through it
+  CollectiveHandler coll_;
+  CheckpointHandler ckpt_;
+  EventQueueHandler events_;
+  ProviderHandler provider_;
+  // Every family handler, for the session hooks.
+  std::array<FamilyHandler*, 4> families_;
+  bool closed_ = false;  // told the registry that the connection closed
 
   mutable std::mutex info_mu_;
   DeviceInfo info_;

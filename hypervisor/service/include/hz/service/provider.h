@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -44,19 +45,19 @@
 #include "hz/negotiation/negotiation.h"
 #include "hz/scheduler/domain_attacher.h"
 #include "hz/scheduler/scheduler.h"
+#include "hz/service/command_registry.h"
 #include "hz/service/config.h"
+#include "hz/service/provider_backend.h"
 #include "hz/service/scheduler_resources.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::service {
 
-class Provider {
+// The devices reach it as their ProviderBackend.
+class Provider : public ProviderBackend {
  public:
-  // Receives the decision of a request the device keeps pending.
-  using DecisionFn = std::function<void(const negotiation::Decision&)>;
-
   Provider(const ServiceConfig& config, boost::asio::io_context& io, events::EventSink* sink);
-  ~Provider();
+  ~Provider() override;
   Provider(const Provider&) = delete;
   Provider& operator=(const Provider&) = delete;
 
@@ -66,29 +67,20 @@ class Provider {
   // or after it stopped).
   void Stop();
 
-  // HZ_F_TOPOLOGY | HZ_F_NEGOTIATION | HZ_F_HINTS.
-  uint64_t Features() const;
-
-  // TOPOLOGY_GET: the tenant's private summary.
-  Status Summary(const TenantId& tenant, std::vector<uint8_t>* bytes);
-
-  // NEG_REQUEST / NEG_COUNTER: queued; `done` runs (any thread) at the
-  // decision point. weight and max_priority are the tenant's operator policy.
+  // ProviderBackend
+  Status Summary(const TenantId& tenant, std::vector<uint8_t>* bytes) override;
   Status Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority,
-                const hz_neg_request& request, DecisionFn done);
+                const hz_neg_request& request, DecisionFn done) override;
   Status Counter(const TenantId& tenant, uint64_t negotiation_id, const hz_neg_request& request,
-                 DecisionFn done);
-  Status Accept(const TenantId& tenant, uint64_t offer_id, uint64_t* reservation_id);
-  Status Decline(const TenantId& tenant, uint64_t negotiation_id);
-  Status Release(const TenantId& tenant, const hz_neg_release_args& args);
-
-  // HINT_DECLARE.
+                 DecisionFn done) override;
+  Status Accept(const TenantId& tenant, uint64_t offer_id, uint64_t* reservation_id) override;
+  Status Decline(const TenantId& tenant, uint64_t negotiation_id) override;
+  Status Release(const TenantId& tenant, const hz_neg_release_args& args) override;
   Status DeclareHint(const TenantId& tenant, const hz_hint_declare_args& args,
-                     hz_hint_declare_result* result);
+                     hz_hint_declare_result* result) override;
 
-  // Operator commands (control API): Handles says which are the provider's.
-  static bool Handles(const std::string& cmd);
-  StatusOr<nlohmann::json> Command(const std::string& cmd, const nlohmann::json& req);
+  // Operator commands (control API), for the registry (provider_commands.cc).
+  static std::span<const CommandSpec<Provider>> Commands();
 
   nlohmann::json Counters() const;
 
@@ -107,7 +99,17 @@ class Provider {
   // Under mu_: a replacement offer for what a failure took, when a healthy
   // device of its kind is free.
   void OfferReplacementLocked(const scheduler::DeviceLoss& loss, uint64_t now);
-  StatusOr<nlohmann::json> Run(const std::string& cmd, const nlohmann::json& req);
+  // Operator commands, one per entry of Commands().
+  CommandResult Inventory(const nlohmann::json& req);
+  CommandResult AllocationList(const nlohmann::json& req);
+  CommandResult Alloc(const nlohmann::json& req);
+  CommandResult ReleaseAllocation(const nlohmann::json& req);
+  CommandResult DeviceFail(const nlohmann::json& req);
+  CommandResult DeviceDegrade(const nlohmann::json& req);
+  CommandResult DeviceRepair(const nlohmann::json& req);
+  CommandResult TenantDomain(const nlohmann::json& req);
+  CommandResult NegotiationList(const nlohmann::json& req);
+  CommandResult ChangeDevice(const std::string& cmd, const nlohmann::json& req);
   nlohmann::json NegotiationJson();
 
   ServiceConfig config_;

@@ -85,6 +85,10 @@ class RegionTable {
   uint64_t bytes() const { return bytes_; }
 
  private:
+  // The new extents overlap neither each other nor this VM's regions;
+  // *detail names the offending extent (the later one of a pair).
+  uint32_t CheckOverlaps(const std::vector<hz_extent>& extents, uint32_t* detail) const;
+
   const DeviceLimits limits_;
   std::shared_ptr<Tenant> tenant_;
   std::map<uint32_t, std::shared_ptr<Region>> regions_;

@@ -73,7 +73,7 @@ enum class OpClass {
 OpClass ClassifyOpcode(uint16_t opcode);
 
 // The family of an opcode (its high byte), the dispatch-table index.
-inline uint8_t OpcodeFamily(uint16_t opcode) {
+constexpr uint8_t OpcodeFamily(uint16_t opcode) {
   return static_cast<uint8_t>(opcode >> 8);
 }
 

@@ -25,6 +25,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "hz/service/coll_backend.h"
+#include "hz/service/command_registry.h"
 #include "hz/service/config.h"
 #include "hz/service/control_api.h"
 #include "hz/service/engines.h"
@@ -97,12 +98,17 @@ class Service : public ControlTarget {
   };
 
   void Shutdown();
+  // Shutdown steps: every device answers what it has in flight; then the
+  // VM connections close.
+  void DrainDevices();
+  void CloseConnections();
   // Runs fn on connection thread i and waits for it.
   void OnVdevThread(size_t i, const std::function<void()>& fn);
   // The connection thread for a new VM of tenant: the one already serving
   // its VMs, else the one serving the fewest VMs. Called with mu_ held.
   size_t ThreadForTenantLocked(const std::string& tenant) const;
   std::string ResolveSocketPath(const std::string& path) const;
+  // service_state.cc
   void SaveState();
   void LoadState();
 
@@ -121,6 +127,7 @@ class Service : public ControlTarget {
   std::unique_ptr<CollBackend> coll_;
   std::unique_ptr<Engines> engines_;    // event bus, checkpoints
   std::unique_ptr<Provider> provider_;  // scheduler, negotiation, hints, health
+  CommandRegistry commands_;            // the engines' operator commands
   DeviceEnv env_;
 
   boost::asio::io_context io_;  // control, metrics, signals

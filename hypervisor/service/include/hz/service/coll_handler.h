@@ -1,0 +1,74 @@
+// COMM_UID, COMM_INIT, COMM_DESTROY, COMM_ABORT and the collectives (SPEC
+// §7.3, §7.4) of one device, on a CollBackend. The handler holds the
+// session's communicator handles; a collective's slices resolve to host
+// spans through the session's region table (or the chain itself, for inline
+// data), and the pinned regions stay pinned until the engine is done.
+//
+// COMM_INIT and the collectives complete on engine threads; their answers
+// come back through the device's executor (DeviceLink), so every piece of
+// state here is touched on the executor only.
+#ifndef HZ_SERVICE_COLL_HANDLER_H_
+#define HZ_SERVICE_COLL_HANDLER_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "hz/service/coll_backend.h"
+#include "hz/service/config.h"
+#include "hz/service/family_handler.h"
+#include "hz/service/region_table.h"
+#include "hz/service/request.h"
+#include "hz/service/tenants.h"
+#include "vdev/device.h"
+
+namespace hz::service {
+
+struct DeviceInfo;
+
+class CollectiveHandler : public FamilyHandler {
+ public:
+  CollectiveHandler(CollBackend* backend, const HandlerContext& ctx, const RegionTable& regions,
+                    const DeviceLimits& limits, const Tenant& tenant);
+
+  uint64_t Features() const override;
+  // The session's ranks leave their communicators, which aborts them for
+  // the other ranks; a rank still joining fails at once (kNewSession).
+  void EndSession(SessionEnd end) override;
+  void Drain() override;
+
+  Reply HandleComm(const vdev::Queue& queue, const Request& req);
+  Reply HandleCollective(const vdev::Queue& queue, const Request& req);
+
+  // The session's communicator handles.
+  void AddInfo(DeviceInfo* info) const;
+
+ private:
+  struct Collective;
+  struct CommEntry {
+    MemberPtr member;
+    uint32_t in_flight = 0;  // collectives posted on this handle
+    // COMM_ABORT requests waiting for the handle's operations (SPEC §7.3.4).
+    std::vector<uint64_t> aborts;
+  };
+
+  Reply CommUid(const Request& req);
+  Reply CommInit(const vdev::Queue& queue, const Request& req);
+  Reply CommDestroyOrAbort(const vdev::Queue& queue, const Request& req);
+  void OnInitDone(uint64_t id, Status status, MemberPtr member);
+  void OnOpDone(Collective& op, Status status);
+  // Answers the COMM_ABORTs waiting for entry's operations.
+  void ReleaseAborts(CommEntry& entry, const Reply& reply);
+
+  CollBackend* const backend_;  // null: collectives are not offered
+  const HandlerContext ctx_;
+  const RegionTable& regions_;
+  const DeviceLimits& limits_;
+  const Tenant& tenant_;
+  std::map<uint64_t, CommEntry> comms_;  // handle -> membership
+  uint64_t next_handle_ = 1;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_COLL_HANDLER_H_

@@ -1,0 +1,48 @@
+#include "engine_adapters.h"
+
+namespace hz::service {
+
+namespace {
+
+// EventSubscription on one binding of the bus.
+class BusSubscription : public EventSubscription {
+ public:
+  explicit BusSubscription(std::unique_ptr<events::Delivery> d) : d_(std::move(d)) {}
+
+  Status Subscribe(const hz_event_subscribe_args& args,
+                   hz_event_subscribe_result* result) override {
+    return d_->Subscribe(args, result);
+  }
+  bool Next(hz_event* out) override { return d_->Next(out); }
+  Status Ack(const hz_event_ack_args& args) override { return d_->Ack(args); }
+  void SetNotify(std::function<void()> notify) override { d_->SetNotify(std::move(notify)); }
+
+ private:
+  std::unique_ptr<events::Delivery> d_;
+};
+
+}  // namespace
+
+bool CkptAdapter::ClaimQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
+                               const void* owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = quiesce_.try_emplace({tenant, stream}, owner);
+  return inserted || it->second == owner;
+}
+
+void CkptAdapter::ReleaseQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
+                                 const void* owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = quiesce_.find({tenant, stream});
+  if (it != quiesce_.end() && it->second == owner) quiesce_.erase(it);
+}
+
+Status BusAdapter::Connect(const TenantId& tenant, const std::string& subscriber,
+                           std::unique_ptr<EventSubscription>* out) {
+  std::unique_ptr<events::Delivery> d;
+  Status st = bus_.Connect(tenant, subscriber, &d);
+  if (st.ok()) *out = std::make_unique<BusSubscription>(std::move(d));
+  return st;
+}
+
+}  // namespace hz::service
