@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <strings.h>
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -28,6 +29,9 @@ struct DebugState {
 
 std::mutex debug_mu;
 DebugState debug;
+// debug.level once loaded, -1 before: every operation asks, so the answer
+// must not take the lock.
+std::atomic<int> loaded_level{-1};
 
 Level ParseLevel(const char* v) {
   if (v == nullptr) return Level::kNone;
@@ -96,9 +100,14 @@ const char* LevelName(Level level) {
 }  // namespace
 
 bool Logging(Level level) {
-  std::lock_guard<std::mutex> lock(debug_mu);
-  Load();
-  return level != Level::kNone && static_cast<int>(debug.level) >= static_cast<int>(level);
+  int enabled = loaded_level.load(std::memory_order_acquire);
+  if (enabled < 0) {
+    std::lock_guard<std::mutex> lock(debug_mu);
+    Load();
+    enabled = static_cast<int>(debug.level);
+    loaded_level.store(enabled, std::memory_order_release);
+  }
+  return level != Level::kNone && enabled >= static_cast<int>(level);
 }
 
 void Log(Level level, const char* fmt, ...) {
@@ -137,6 +146,7 @@ void ncclResetDebugInit(void) {
   if (hz::nccl::debug.out != nullptr && hz::nccl::debug.out != stderr)
     std::fclose(hz::nccl::debug.out);
   hz::nccl::debug = hz::nccl::DebugState{};
+  hz::nccl::loaded_level.store(-1, std::memory_order_release);
 }
 
 }  // extern "C"

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +61,14 @@ uint16_t Bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   return static_cast<uint16_t>(bits >> 16);  // exact for the short values used here
+}
+
+// IEEE half of a positive normal value with a short mantissa (exact).
+uint16_t Half(float f) {
+  int e = 0;
+  float m = std::frexp(f, &e);  // f = m * 2^e, m in [0.5, 1)
+  auto mantissa = static_cast<uint16_t>((m * 2.0f - 1.0f) * 1024.0f);
+  return static_cast<uint16_t>(((e - 1 + 15) << 10) | mantissa);
 }
 
 // Sum of the parent ranks in sub, checked through an all-reduce on sub.
@@ -162,23 +171,29 @@ void PreMulSumResident(ncclComm_t comm) {
   NCCL_OK(ncclRedOpDestroy(op, comm));
 }
 
-// Integer and bf16 operators; one destroyed inside the group that uses it,
+// Integer, bf16 and fp16 operators; one destroyed inside the group that uses it,
 // which NCCL allows once the call that was given it returned.
 void PreMulSumTypesInGroup(ncclComm_t comm) {
   int32_t three = 3;
   uint16_t half = Bf16(0.5f);
-  ncclRedOp_t iop, bop;
+  uint16_t quarter = Half(0.25f);
+  ncclRedOp_t iop, bop, hop;
   NCCL_OK(ncclRedOpCreatePreMulSum(&iop, &three, ncclInt32, ncclScalarHostImmediate, comm));
   NCCL_OK(ncclRedOpCreatePreMulSum(&bop, &half, ncclBfloat16, ncclScalarHostImmediate, comm));
+  NCCL_OK(ncclRedOpCreatePreMulSum(&hop, &quarter, ncclFloat16, ncclScalarHostImmediate, comm));
+  std::vector<uint16_t> hs(17, Half(6.0f)), hr(17);
   int32_t is = rank + 1, ir = 0;
   std::vector<uint16_t> bs(33, Bf16(3.0f)), br(33);
   NCCL_OK(ncclGroupStart());
   NCCL_OK(ncclAllReduce(&is, &ir, 1, ncclInt32, iop, comm, nullptr));
   NCCL_OK(ncclAllReduce(bs.data(), br.data(), bs.size(), ncclBfloat16, bop, comm, nullptr));
   NCCL_OK(ncclRedOpDestroy(bop, comm));
+  NCCL_OK(ncclAllReduce(hs.data(), hr.data(), hs.size(), ncclFloat16, hop, comm, nullptr));
+  NCCL_OK(ncclRedOpDestroy(hop, comm));
   NCCL_OK(ncclGroupEnd());
   CHECK(ir == 3 * nranks * (nranks + 1) / 2);
   for (uint16_t v : br) CHECK(v == Bf16(1.5f * nranks));
+  for (uint16_t v : hr) CHECK(v == Half(1.5f * nranks));
   NCCL_OK(ncclRedOpDestroy(iop, comm));
 }
 
