@@ -32,23 +32,32 @@ ncclResult_t UidFromId(const ncclUniqueId& id, hz_uid_t* uid) {
   return ncclSuccess;
 }
 
+}  // namespace
+
+ncclComm* NewComm(hz_comm_t* hc, int nranks, int rank) {
+  auto* c = new ncclComm;
+  c->hz = hc;
+  c->nranks = nranks;
+  c->rank = rank;
+  c->cuda_device = CurrentCudaDevice();
+  return c;
+}
+
 // One rank joins: blocks until all nranks ranks joined (or the device's timeout).
-ncclResult_t JoinRank(ncclComm_t* out, int nranks, const hz_uid_t& uid, int rank) {
+ncclResult_t JoinRank(ncclComm_t* out, int nranks, const hz_uid_t& uid, int rank,
+                      const char* what) {
+  LogVersionOnce();
   hz_device_t* dev = Device();
   if (dev == nullptr) return ncclSystemError;
   hz_comm_t* hc = nullptr;
   int err = hz_comm_init(dev, &uid, static_cast<uint32_t>(nranks), static_cast<uint32_t>(rank),
                          nullptr, &hc);
-  if (err != HZ_OK) return FromHz(err, "ncclCommInitRank: hz_comm_init");
-  auto* c = new ncclComm;
-  c->hz = hc;
-  c->nranks = nranks;
-  c->rank = rank;
-  *out = c;
+  if (err != HZ_OK) return FromHz(err, (std::string(what) + ": hz_comm_init").c_str());
+  *out = NewComm(hc, nranks, rank);
+  Log(Level::kInfo, "%s: comm %p rank %d nranks %d - Init COMPLETE", what, static_cast<void*>(*out),
+      rank, nranks);
   return ncclSuccess;
 }
-
-}  // namespace
 
 hz_device_t* Device() {
   std::lock_guard<std::mutex> lock(device_mu);
@@ -69,6 +78,8 @@ hz_device_t* Device() {
 
 using hz::nccl::Fail;
 using hz::nccl::FromHz;
+using hz::nccl::Level;
+using hz::nccl::Log;
 
 extern "C" {
 
@@ -103,7 +114,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                          " is outside [0, " + std::to_string(nranks) + ")");
   hz_uid_t uid;
   if (ncclResult_t r = hz::nccl::UidFromId(commId, &uid); r != ncclSuccess) return r;
-  return hz::nccl::JoinRank(comm, nranks, uid, rank);
+  return hz::nccl::JoinRank(comm, nranks, uid, rank, "ncclCommInitRank");
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
@@ -127,7 +138,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* /*devlist*/
   for (int i = 0; i < ndev; ++i) {
     comms[i] = nullptr;
     threads.emplace_back([&, i] {
-      results[i] = hz::nccl::JoinRank(&comms[i], ndev, uid, i);
+      results[i] = hz::nccl::JoinRank(&comms[i], ndev, uid, i, "ncclCommInitAll");
       messages[i] = hz::nccl::LastError();
     });
   }
@@ -149,6 +160,8 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* /*devlist*/
 // destroy right after their last operation).
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (comm == nullptr) return Fail(ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
+  if (comm->revoked.load())
+    return Fail(ncclInvalidUsage, "ncclCommFinalize: the communicator was revoked");
   if (comm->finalized) return ncclSuccess;
   comm->finalized = true;
   if (ncclResult_t sticky = static_cast<ncclResult_t>(comm->async_error.load());
@@ -159,7 +172,9 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
-  ncclCommFinalize(comm);                   // a failure here still lets the destroy go ahead
+  // A failure here still lets the destroy go ahead; a revoked communicator
+  // has no barrier left to meet at.
+  if (!comm->revoked.load()) ncclCommFinalize(comm);
   int err = hz_comm_destroy(comm->hz);
   delete comm;
   return FromHz(err, "ncclCommDestroy: hz_comm_destroy");
@@ -193,15 +208,54 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
-                                      ncclComm_t) {
-  return Fail(ncclInvalidArgument,
-              "ncclRedOpCreatePreMulSum: PreMulSum operators are not supported");
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  if (comm == nullptr || device == nullptr)
+    return Fail(ncclInvalidArgument, "ncclCommCuDevice: comm or device is NULL");
+  if (comm->cuda_device < 0)
+    return Fail(ncclInvalidUsage,
+                "ncclCommCuDevice: the communicator has no CUDA device (no GPU was usable when "
+                "it was created; HarmonAIze computes on host memory)");
+  *device = comm->cuda_device;
+  return ncclSuccess;
 }
 
-ncclResult_t ncclRedOpDestroy(ncclRedOp_t, ncclComm_t) {
-  return Fail(ncclInvalidArgument,
-              "ncclRedOpDestroy: custom reduction operators are not supported");
+// Every call returns only once its operations completed, so no operation of
+// this rank is in flight: revoking only has to refuse what comes next.
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  if (comm == nullptr) return Fail(ncclInvalidArgument, "ncclCommRevoke: comm is NULL");
+  if (revokeFlags != NCCL_REVOKE_DEFAULT)
+    return Fail(ncclInvalidArgument,
+                "ncclCommRevoke: revokeFlags must be NCCL_REVOKE_DEFAULT (0), not " +
+                    std::to_string(revokeFlags));
+  comm->revoked.store(true);
+  Log(Level::kInfo, "ncclCommRevoke: comm %p rank %d revoked", static_cast<void*>(comm),
+      comm->rank);
+  return ncclSuccess;
+}
+
+// Every rank is given the same ids, so the first one names the communicator;
+// the others only spread NCCL's bootstrap load, which the device does not have.
+ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                      ncclUniqueId* commIds, ncclConfig_t* /*config*/) {
+  if (nId < 1 || commIds == nullptr)
+    return Fail(ncclInvalidArgument, "ncclCommInitRankScalable: nId " + std::to_string(nId) +
+                                         " must be at least 1 with commIds not NULL");
+  return ncclCommInitRank(newcomm, nranks, commIds[0], myrank);
 }
 
 }  // extern "C"
+
+HZ_NCCL_ALIAS(ncclGetVersion)
+HZ_NCCL_ALIAS(ncclGetUniqueId)
+HZ_NCCL_ALIAS(ncclCommInitRank)
+HZ_NCCL_ALIAS(ncclCommInitRankConfig)
+HZ_NCCL_ALIAS(ncclCommInitAll)
+HZ_NCCL_ALIAS(ncclCommInitRankScalable)
+HZ_NCCL_ALIAS(ncclCommFinalize)
+HZ_NCCL_ALIAS(ncclCommDestroy)
+HZ_NCCL_ALIAS(ncclCommAbort)
+HZ_NCCL_ALIAS(ncclCommRevoke)
+HZ_NCCL_ALIAS(ncclCommGetAsyncError)
+HZ_NCCL_ALIAS(ncclCommCount)
+HZ_NCCL_ALIAS(ncclCommCuDevice)
+HZ_NCCL_ALIAS(ncclCommUserRank)

@@ -17,6 +17,7 @@ const std::string& LastError() {
 
 ncclResult_t Fail(ncclResult_t r, const std::string& message) {
   last_error = message;
+  Log(Level::kWarn, "%s (%s)", message.c_str(), ncclGetErrorString(r));
   return r;
 }
 
@@ -82,13 +83,25 @@ ncclResult_t CheckType(ncclDataType_t dt) {
   return ncclSuccess;
 }
 
-ncclResult_t CheckOp(ncclRedOp_t op) {
+ncclResult_t CheckOp(ncclRedOp_t op, ncclComm* comm) {
   int v = static_cast<int>(op);
-  if (v >= ncclNumOps)
-    return Fail(ncclInvalidArgument, "reduction operator " + std::to_string(v) +
-                                         " is not supported (PreMulSum and custom "
-                                         "operators are not available)");
   if (v < 0) return Fail(ncclInvalidArgument, "invalid reduction operator " + std::to_string(v));
+  if (v < ncclNumOps) return ncclSuccess;
+  if (comm != nullptr) {
+    std::lock_guard<std::mutex> lock(comm->redop_mu);
+    if (comm->redops.count(v) > 0) return ncclSuccess;
+  }
+  return Fail(ncclInvalidArgument, "reduction operator " + std::to_string(v) +
+                                       " is neither built in nor a PreMulSum operator "
+                                       "created on this communicator");
+}
+
+ncclResult_t CheckUsable(ncclComm* comm, const char* what) {
+  if (comm->revoked.load())
+    return Fail(ncclInvalidUsage, std::string(what) + ": the communicator was revoked");
+  if (ncclResult_t sticky = static_cast<ncclResult_t>(comm->async_error.load());
+      sticky != ncclSuccess)
+    return Fail(sticky, std::string(what) + ": the communicator already failed");
   return ncclSuccess;
 }
 
@@ -131,3 +144,6 @@ const char* ncclGetLastError(ncclComm_t /*comm*/) {
 }
 
 }  // extern "C"
+
+HZ_NCCL_ALIAS(ncclGetErrorString)
+HZ_NCCL_ALIAS(ncclGetLastError)

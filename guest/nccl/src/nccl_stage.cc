@@ -47,6 +47,26 @@ ncclResult_t CudaFail(Op& op, cudaError_t e, const char* what) {
 
 }  // namespace
 
+int CurrentCudaDevice() {
+  if (!CudaUsable()) return -1;
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+
+bool ReadScalar(const void* p, void* out, size_t bytes) {
+  if (!CudaUsable() || !IsDevicePointer(p)) {
+    std::memcpy(out, p, bytes);
+    return true;
+  }
+  if (cudaMemcpy(out, p, bytes, cudaMemcpyDeviceToHost) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
 ncclResult_t StageIn(Op& op) {
   if (!CudaUsable()) return ncclSuccess;
   bool dev_send = op.send_bytes > 0 && IsDevicePointer(op.send);
@@ -105,7 +125,17 @@ void StageDrop(Op& op) {
 
 #else  // !HZ_NCCL_WITH_CUDA
 
+#include <cstring>
+
 namespace hz::nccl {
+
+int CurrentCudaDevice() {
+  return -1;
+}
+bool ReadScalar(const void* p, void* out, size_t bytes) {
+  std::memcpy(out, p, bytes);
+  return true;
+}
 
 ncclResult_t StageIn(Op&) {
   return ncclSuccess;

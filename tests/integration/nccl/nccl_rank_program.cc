@@ -171,8 +171,10 @@ void Errors(ncclComm_t comm) {
   CHECK(Contains(ncclGetLastError(comm), "PreMulSum"));
   ncclRedOp_t op;
   float scale = 2;
-  CHECK(ncclRedOpCreatePreMulSum(&op, &scale, ncclFloat32, ncclScalarHostImmediate, comm) ==
+  CHECK(ncclRedOpCreatePreMulSum(&op, &scale, ncclFloat8e4m3, ncclScalarHostImmediate, comm) ==
         ncclInvalidArgument);
+  CHECK(Contains(ncclGetLastError(comm), "fp8"));
+  CHECK(ncclRedOpDestroy(ncclNumOps, comm) == ncclInvalidArgument);
   CHECK(ncclBroadcast(x, y, 4, ncclFloat32, nranks, comm, nullptr) == ncclInvalidArgument);
   CHECK(Contains(ncclGetLastError(comm), "root"));
   CHECK(ncclSend(x, 4, ncclFloat32, -1, comm, nullptr) == ncclInvalidArgument);

@@ -63,10 +63,63 @@ int main(void) {
     EXPECT(ncclCommInitRank(&comm, 0, id, 0) == ncclInvalidArgument);
   }
 
+  /* The rest of NCCL 2.28's API: argument errors need no device. */
+  {
+    ncclComm_t comm = NULL;
+    ncclRedOp_t op;
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    ncclSimInfo_t unset;
+    ncclWindow_t win = NULL;
+    void* handle = NULL;
+    int exclude = 1;
+    EXPECT(ncclCommSplit(NULL, 0, 0, &comm, NULL) == ncclInvalidArgument && comm == NULL);
+    EXPECT(strstr(ncclGetLastError(NULL), "ncclCommSplit") != NULL);
+    EXPECT(ncclCommShrink(NULL, &exclude, 1, &comm, NULL, NCCL_SHRINK_DEFAULT) ==
+           ncclInvalidArgument);
+    EXPECT(ncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT) == ncclInvalidArgument);
+    EXPECT(ncclCommCuDevice(NULL, &n) == ncclInvalidArgument);
+    EXPECT(ncclCommInitRankScalable(&comm, 2, 0, 0, &id, NULL) == ncclInvalidArgument);
+    EXPECT(strstr(ncclGetLastError(NULL), "nId") != NULL);
+    EXPECT(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, ncclScalarHostImmediate, NULL) ==
+           ncclInvalidArgument);
+    EXPECT(ncclRedOpDestroy(ncclSum, NULL) == ncclInvalidArgument);
+    EXPECT(ncclGather(&x, &y, 1, ncclFloat32, 0, NULL, NULL) == ncclInvalidArgument);
+    EXPECT(ncclScatter(&x, &y, 1, ncclFloat32, 0, NULL, NULL) == ncclInvalidArgument);
+    EXPECT(ncclMemAlloc(NULL, 16) == ncclInvalidArgument);
+    EXPECT(ncclMemFree(NULL) == ncclSuccess);
+    EXPECT(ncclCommRegister(NULL, &x, sizeof(x), &handle) == ncclInvalidArgument);
+    EXPECT(ncclCommDeregister(NULL, handle) == ncclInvalidArgument);
+    EXPECT(ncclCommWindowRegister(NULL, &x, sizeof(x), &win, 0x80) == ncclInvalidArgument);
+    EXPECT(strstr(ncclGetLastError(NULL), "winFlags") != NULL);
+    EXPECT(ncclCommWindowDeregister(NULL, win) == ncclInvalidArgument);
+
+    /* No performance model: a clear error, and the group is over. */
+    memset(&unset, 0, sizeof(unset));
+    EXPECT(ncclGroupSimulateEnd(NULL) == ncclInvalidArgument);
+    EXPECT(ncclGroupSimulateEnd(&unset) == ncclInvalidArgument);
+    EXPECT(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage);
+    EXPECT(ncclGroupStart() == ncclSuccess);
+    EXPECT(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage);
+    EXPECT(strstr(ncclGetLastError(NULL), "performance model") != NULL);
+    EXPECT(sim.estimatedTime == NCCL_UNDEF_FLOAT);
+    EXPECT(ncclGroupEnd() == ncclInvalidUsage);
+
+    /* The pnccl* twins are the same functions. */
+    EXPECT(pncclGetVersion(&version) == ncclSuccess && version == NCCL_VERSION_CODE);
+    EXPECT(pncclGetErrorString(ncclInvalidUsage) == ncclGetErrorString(ncclInvalidUsage));
+    EXPECT(pncclCommCount(NULL, &n) == ncclInvalidArgument);
+    EXPECT(pncclGetLastError(NULL) == ncclGetLastError(NULL));
+  }
+
   /* No device: a system error that names where it looked. */
   setenv("HZ_DEVICE", "vhost-user:/nonexistent/hz-nccl-test.sock", 1);
   EXPECT(ncclGetUniqueId(&id) == ncclSystemError);
   EXPECT(strstr(ncclGetLastError(NULL), "HZ_DEVICE=vhost-user:/nonexistent") != NULL);
+  {
+    void* p = NULL;
+    EXPECT(ncclMemAlloc(&p, 64) == ncclSystemError && p == NULL);
+    EXPECT(strstr(ncclGetLastError(NULL), "HZ_DEVICE") != NULL);
+  }
   puts("ok");
   return 0;
 }
