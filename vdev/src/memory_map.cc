@@ -17,6 +17,18 @@ MappedRegion::~MappedRegion() {
   if (fd >= 0) close(fd);
 }
 
+// Why guest memory fds must be sealed against shrinking (F_SEAL_SHRINK; the
+// back-end adds the seal itself when the memfd allows it, i.e. was created
+// with MFD_ALLOW_SEALING and is not F_SEAL_SEAL'ed without it). A front-end
+// that shrinks an unsealed file under the mapping makes the next access
+// raise SIGBUS in this process, so unsealable memory is refused by default:
+// memfds created without MFD_ALLOW_SEALING, and files that cannot carry
+// seals at all (tmpfs or hugetlbfs files, QEMU's memory-backend-file).
+// QEMU's memory-backend-memfd is sealable (seal=on by default), as is the
+// virtio-user front-end's memory. Setting this to false accepts unsealable
+// memory and means trusting the front-end never to truncate it: a
+// truncation then crashes the back-end (SIGBUS). Only for front-ends as
+// trusted as the back-end itself.
 bool SealAgainstShrink(int fd) {
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0) return false;  // not a sealable file (hugetlbfs, tmpfs file, ...)

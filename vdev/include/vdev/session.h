@@ -36,18 +36,10 @@ struct SessionOptions {
   // One region / all regions together.
   uint64_t max_region_bytes = 1ull << 40;
   uint64_t max_total_bytes = 1ull << 42;
-  // Guest memory fds must be sealed against shrinking (F_SEAL_SHRINK; the
-  // back-end adds the seal itself when the memfd allows it, i.e. was created
-  // with MFD_ALLOW_SEALING and is not F_SEAL_SEAL'ed without it). A front-end
-  // that shrinks an unsealed file under the mapping makes the next access
-  // raise SIGBUS in this process, so unsealable memory is refused by default:
-  // memfds created without MFD_ALLOW_SEALING, and files that cannot carry
-  // seals at all (tmpfs or hugetlbfs files, QEMU's memory-backend-file).
-  // QEMU's memory-backend-memfd is sealable (seal=on by default), as is the
-  // virtio-user front-end's memory. Setting this to false accepts unsealable
-  // memory and means trusting the front-end never to truncate it: a
-  // truncation then crashes the back-end (SIGBUS). Only for front-ends as
-  // trusted as the back-end itself.
+  // Refuse guest memory that cannot be sealed against shrinking: a
+  // front-end that truncates an unsealed file under the mapping crashes the
+  // back-end with SIGBUS. false trusts the front-end as the back-end itself
+  // (memory_map.cc says which memory is sealable).
   bool require_sealed_memory = true;
   QueueLimits queue_limits;
   // GET_VRING_BASE on a ring whose chains the device still holds: how long

@@ -16,27 +16,9 @@
 //     processed until the ring is restarted. A malformed chain (bad buffer) is
 //     completed with length 0 and skipped.
 //
-// Hot path (busy-poll runs it tens of millions of times a second): PopBatch
-// and CompleteBatch serve a run of chains per call, so the per-call checks
-// (started, avail index, turn budget) and the bookkeeping (counters, indices)
-// are paid once per run; Pop and Complete share their checks and the walk
-// but skip the run set-up, for devices that take one chain at a time.
-// Each descriptor is fetched with two 8-byte loads (addr; len | flags |
-// next). PopBatch takes the commonest chain, one readable then one writable
-// direct buffer, in its own loop with a few compares. Any other walk is
-// inline while the chain is plain: direct descriptors whose buffers lie
-// wholly in the region the previous buffer hit (a copy of that region,
-// dropped whenever the map changes: Start, Remap, Stop), one segment each,
-// readable then writable, no more than the chain's inline array holds (and
-// never more than the ring size, which bounds the loop). The first
-// descriptor that is anything else (indirect, elsewhere, crossing the
-// region's end, zero-length, one segment too many) hands the walk, with the
-// descriptor already read, to an out-of-line walk that handles everything
-// with the same checks, so no descriptor is read twice. The per-direction
-// byte limit is checked once per chain (totals cannot overflow: see Walk).
-// Error reporting is out of line. A used entry that already holds the
-// values to publish (the same head completed in the same slot a ring ago)
-// is not rewritten, which keeps the driver's copy of the cache line valid.
+// PopBatch and CompleteBatch serve a run of chains per call for busy-polling
+// devices; Pop and Complete serve one chain at a time. Both apply the same
+// checks (split_queue.cc says how the walk stays cheap).
 //
 // Memory ordering: the avail index is loaded with acquire before reading ring
 // entries; used entries are written plainly and the used index is published
