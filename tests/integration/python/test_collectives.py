@@ -5,7 +5,7 @@ ReduceOp the device offers, all_reduce_coalesced, broadcast, reduce,
 all_gather and _all_gather_base, reduce_scatter and _reduce_scatter_base,
 all_to_all_single (even and uneven) and all_to_all, send/recv and
 isend/irecv, gather, scatter and barrier; float32/64, float16, bfloat16,
-int8/uint8/int32/int64 and bool; 0-d to 1M-element tensors and odd shapes;
+int8/uint8/int32/int64, bool and complex64; 0-d to 1M-element tensors and odd shapes;
 tensors in registered memory, staged ones and non-contiguous views.
 
 Results are compared bit for bit with the device's specified reduction (a
