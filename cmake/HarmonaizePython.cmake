@@ -71,7 +71,10 @@ endfunction()
 
 if(HZ_PYTHON)
   hz_find_torch_python()
-  # Every later lookup (pybind11's FindPython, the tests) uses this one.
+  # Every later lookup (pybind11's FindPython, the tests) uses this one; the
+  # cache keeps it for scripts (scripts/demo.sh reads it from CMakeCache.txt).
+  set(HZ_PYTHON_EXECUTABLE ${HZ_PYTHON_EXECUTABLE} CACHE INTERNAL
+      "The Python interpreter the package is built for")
   set(Python_EXECUTABLE ${HZ_PYTHON_EXECUTABLE})
   set(Python3_EXECUTABLE ${HZ_PYTHON_EXECUTABLE})
   set(PYBIND11_FINDPYTHON ON)

@@ -93,11 +93,13 @@ say "PyTorch: tenant 'ml' trains with DDP on backend harmonaize (three ranks, to
 hzctl tenant create ml
 for i in 0 1 2; do hzctl vm bind --tenant ml --socket "$work/ml$i.sock" >/dev/null; done
 mkdir -p "$work/ml-ready"
-# Debian's interpreter (it has Debian's torch); the package from the build tree.
+# The interpreter CMake built the package for (the one with Debian's torch,
+# not necessarily the first python3 on PATH); the package from the build tree.
+py=$(sed -n 's/^HZ_PYTHON_EXECUTABLE:INTERNAL=//p' "$bin/CMakeCache.txt")
 # torch 1.13 spells the flag --nproc_per_node, and on Python 3.11 it cannot
 # parse torchrun's default --redirects/--tee, so stdout is teed into per-rank logs.
 train() {
-  PYTHONPATH="$bin/python" OMP_NUM_THREADS=1 timeout 300 /usr/bin/python3 -m torch.distributed.run \
+  PYTHONPATH="$bin/python" OMP_NUM_THREADS=1 timeout 300 "$py" -m torch.distributed.run \
     --standalone --nproc_per_node 3 --redirects 1 --tee 1 --log_dir "$work/torchrun" \
     examples/pytorch/ddp_train.py --socket-dir "$work" --socket-prefix ml --steps 60 "$@"
 }

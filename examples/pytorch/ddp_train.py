@@ -3,8 +3,11 @@
 
 Launched the way PyTorch jobs are::
 
-    python3 -m torch.distributed.run --standalone --nproc-per-node 3 \\
-        examples/pytorch/ddp_train.py --socket-dir /run/harmonaize --steps 60
+    /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 3 \\
+        --redirects 1 --tee 1 examples/pytorch/ddp_train.py --socket-dir /run/harmonaize --steps 60
+
+(torch 1.13 spells the flag --nproc_per_node, and under Python 3.11 its
+torchrun cannot parse its own default --redirects/--tee, so they are given.)
 
 Each rank picks its device from LOCAL_RANK (``<socket-dir>/vm<LOCAL_RANK>.sock``,
 a container tenant's socket; without --socket-dir, ``$HZ_DEVICE`` or the VM's
