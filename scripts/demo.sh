@@ -12,7 +12,12 @@
 #      reaction, acknowledges the notice approving an early start, then
 #      restores and verifies the checkpoint;
 #   6. the operator's view: connected VMs, counters, the ranks' checkpoints and
-#      the approval in the tenant's durable event state.
+#      the approval in the tenant's durable event state;
+#   7. PyTorch: three DDP ranks of a second tenant, launched with
+#      torch.distributed.run on backend "harmonaize", each on its own socket;
+#      a maintenance notice mid-training makes every rank save its state
+#      through the provider and approve; started again with --resume, the
+#      ranks restore the step they saved and end with the same parameters.
 # Everything printed comes from the programs that did the work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +25,8 @@ root=$PWD
 
 scripts/install-deps.sh
 cmake --preset default >/dev/null
-cmake --build --preset default -j "$(nproc)" --target harmonaized hzctl hz_demo_tenant
+cmake --build --preset default -j "$(nproc)" --target harmonaized hzctl hz_demo_tenant \
+  harmonaize_python
 
 bin=$root/build/default
 work=$(mktemp -d /tmp/harmonaize-demo.XXXXXX)
@@ -82,6 +88,47 @@ hzctl checkpoint list --tenant acme
 
 say "operator: 'acme's event log: each VM's cursor, and the notice it approved early"
 hzctl event status --tenant acme
+
+say "PyTorch: tenant 'ml' trains with DDP on backend harmonaize (three ranks, torch.distributed.run)"
+hzctl tenant create ml
+for i in 0 1 2; do hzctl vm bind --tenant ml --socket "$work/ml$i.sock" >/dev/null; done
+mkdir -p "$work/ml-ready"
+# The interpreter CMake built the package for (the one with Debian's torch,
+# not necessarily the first python3 on PATH); the package from the build tree.
+py=$(sed -n 's/^HZ_PYTHON_EXECUTABLE:INTERNAL=//p' "$bin/CMakeCache.txt")
+# torch 1.13 spells the flag --nproc_per_node, and on Python 3.11 it cannot
+# parse torchrun's default --redirects/--tee, so stdout is teed into per-rank logs.
+train() {
+  PYTHONPATH="$bin/python" OMP_NUM_THREADS=1 timeout 300 "$py" -m torch.distributed.run \
+    --standalone --nproc_per_node 3 --redirects 1 --tee 1 --log_dir "$work/torchrun" \
+    examples/pytorch/ddp_train.py --socket-dir "$work" --socket-prefix ml --steps 60 "$@"
+}
+train --ready-dir "$work/ml-ready" --ready-step 20 --expect-notice --result "$work/ml-first" &
+train_pid=$!
+for _ in $(seq 1200); do
+  [ "$(ls "$work/ml-ready" | wc -l)" -ge 3 ] && break
+  kill -0 "$train_pid" 2>/dev/null || break
+  sleep 0.1
+done
+[ "$(ls "$work/ml-ready" | wc -l)" -ge 3 ] || { echo "the PyTorch ranks did not start"; exit 1; }
+
+say "operator: publish a maintenance notice to 'ml' while it trains"
+hzctl event inject --tenant ml --topic maintenance --kind scheduled --deadline-s 600 \
+  --json '{"duration_s": 300, "approvable": true}'
+wait "$train_pid" || { echo "PyTorch training failed"; cat "$work/harmonaized.log"; exit 1; }
+
+say "operator: 'ml's checkpoints (one stream per rank) and its approval"
+hzctl checkpoint list --tenant ml
+hzctl event status --tenant ml
+
+say "PyTorch: the job started again with --resume restores its checkpoints and trains on"
+train --resume --result "$work/ml-resumed" || { echo "the resumed run failed"; exit 1; }
+if cmp -s "$work/ml-first" "$work/ml-resumed"; then
+  echo "the resumed run ended with the parameters of the run that never stopped" \
+    "(sha256 $(cut -c1-16 "$work/ml-first"))"
+else
+  echo "the resumed run ended with different parameters"; exit 1
+fi
 
 say "stopping harmonaized (SIGTERM drains in-flight requests)"
 kill -TERM "$daemon_pid"

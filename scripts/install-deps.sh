@@ -21,6 +21,11 @@ set -euo pipefail
 #                   from trixie and trixie-backports); busybox-static/cpio build the guest
 #                   initramfs (xz-utils unpacks Debian 13's modules); Debian 12's guest
 #                   kernel and its headers build and run the guest driver; sparse checks it.
+#  PyTorch        - Debian's PyTorch 1.13 (python3-torch for the interpreter, libtorch-dev
+#                   for the c10d backend's headers and libraries), pybind11-dev and
+#                   python3-dev to build the `harmonaize` Python package, python3-numpy
+#                   and python3-pytest for its tests. Debian's python3 (/usr/bin/python3)
+#                   is the interpreter these belong to.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
   clang-14 clang llvm-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy
@@ -32,6 +37,7 @@ PACKAGES=(
   debootstrap busybox-static cpio gzip xz-utils kmod
   linux-image-amd64 linux-headers-amd64 sparse linux-source-6.1
   python3 procps iproute2 util-linux
+  python3-dev python3-torch libtorch-dev pybind11-dev python3-numpy python3-pytest
 )
 
 SUDO=""

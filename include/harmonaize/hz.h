@@ -169,6 +169,14 @@ int hz_barrier_async(hz_comm_t* c, hz_request_t** req);
 int hz_wait(hz_request_t* req, int timeout_ms);
 /* HZ_EPENDING while running; otherwise the result (req still needs hz_wait or hz_request_free). */
 int hz_test(hz_request_t* req);
+/*
+ * hz_test that first waits up to timeout_ms (< 0: forever) for completion; it
+ * never frees req. HZ_EPENDING means still running, anything else is the
+ * result. Unlike hz_wait with a timeout, an expired wait (HZ_EPENDING) cannot
+ * be mistaken for an operation that completed with HZ_ETIMEDOUT (a peer that
+ * never arrived), after which hz_wait has already freed req.
+ */
+int hz_test_wait(hz_request_t* req, int timeout_ms);
 /* Frees a request; a running one is waited for first. */
 void hz_request_free(hz_request_t* req);
 

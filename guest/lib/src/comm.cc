@@ -319,6 +319,19 @@ extern "C" int hz_test(hz_request_t* r) {
   return Finish(r, c);
 }
 
+extern "C" int hz_test_wait(hz_request_t* r, int timeout_ms) {
+  if (r == nullptr) return HZ_EINVAL;
+  if (r->done) return r->result;
+  Completion c;
+  int rc = r->dev->transport->Wait(r->ticket, timeout_ms, &c);
+  if (rc == HZ_ETIMEDOUT) return HZ_EPENDING;  // the wait expired, not the operation
+  if (rc != HZ_OK) {
+    c = {};
+    c.err = rc;
+  }
+  return Finish(r, c);
+}
+
 extern "C" int hz_wait(hz_request_t* r, int timeout_ms) {
   if (r == nullptr) return HZ_EINVAL;
   if (!r->done) {

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -90,6 +91,42 @@ TEST_F(LibRobustness, UngrantedOperationsReturnNotSupported) {
     EXPECT_EQ(hz_hint_declare(dev_, 8, 64, 8, &s), HZ_ENOTSUP);
   }
   EXPECT_EQ(hz_mem_free(dev_, p), HZ_OK);
+}
+
+// hz_test_wait tells a wait that expired (the request still runs) from an
+// operation that completed with HZ_ETIMEDOUT (a peer never posted), and
+// leaves the request to be freed in both cases.
+TEST_F(LibRobustness, TestWaitTellsAnExpiredWaitFromATimedOutOperation) {
+  // The peer is a second VM of the tenant (one device's control queue would
+  // serialise the two joins).
+  const std::vector<std::string> more = svc_.TenantWithVms("robust", 2);
+  ASSERT_EQ(more.size(), 1u);
+  hz_device_t* other = nullptr;
+  ASSERT_EQ(hz_open(("vhost-user:" + more[0]).c_str(), &other), HZ_OK);
+  hz_uid_t uid;
+  ASSERT_EQ(hz_comm_get_uid(dev_, &uid), HZ_OK);
+  hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
+  cfg.timeout_ms = 500;
+  hz_comm_t* peer = nullptr;
+  int peer_rc = HZ_EINVAL;
+  std::thread joiner([&] { peer_rc = hz_comm_init(other, &uid, 2, 1, &cfg, &peer); });
+  hz_comm_t* c = nullptr;
+  const int rc0 = hz_comm_init(dev_, &uid, 2, 0, &cfg, &c);
+  joiner.join();
+  ASSERT_EQ(rc0, HZ_OK);
+  ASSERT_EQ(peer_rc, HZ_OK);
+  float x[4] = {1, 2, 3, 4};
+  hz_request_t* req = nullptr;
+  ASSERT_EQ(hz_allreduce_async(c, x, x, 4, HZ_FP32, HZ_SUM, &req), HZ_OK);  // the peer never posts
+  EXPECT_EQ(hz_test_wait(req, 10), HZ_EPENDING);
+  int rc = HZ_EPENDING;
+  for (int i = 0; i < 200 && rc == HZ_EPENDING; ++i) rc = hz_test_wait(req, 50);
+  EXPECT_EQ(rc, HZ_ETIMEDOUT);
+  EXPECT_EQ(hz_test(req), HZ_ETIMEDOUT);  // still the caller's to free
+  hz_request_free(req);
+  hz_comm_destroy(c);
+  hz_comm_destroy(peer);
+  hz_close(other);
 }
 
 TEST_F(LibRobustness, ServiceStopGivesClearErrorsNotHangs) {
