@@ -1,5 +1,7 @@
 // Quiescence registrations and just-in-time saves on a notice (SPEC.md §7.5.7).
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <limits>
 #include <thread>
 
@@ -129,7 +131,10 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantNo tenant, Clock::time_p
       ReleaseChunksLocked(tenant, chunks);
       chunks.clear();
       uint64_t waited = 0;
-      o.status = AcquireLocked(lock, tenant, m.num_chunks(), deadline, nullptr, &chunks, &waited);
+      // Cancellable: ending the registration must not wait for staging.
+      const std::function<bool()> cancelled = [&cancel] { return cancel.load(); };
+      o.status =
+          AcquireLocked(lock, tenant, m.num_chunks(), deadline, &cancelled, &chunks, &waited);
       if (o.status.code() == StatusCode::kLimit) o.status = Status::TryAgain();
     }
     lock.unlock();
