@@ -56,6 +56,9 @@ Status Engine::Open(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   if (config.request_threads == 0 || config.request_threads > 64) {
     return Status::InvalidArgument("request_threads must be 1..64");
   }
+  if (config.jit_max_attempts == 0) {
+    return Status::InvalidArgument("jit_max_attempts must be at least 1");
+  }
   auto pool = std::make_unique<StagingPool>(config.chunk_bytes, chunks);
   if (!pool->ok()) return Status::Limit("cannot allocate the staging pool");
   DiskTier::Options opt;
@@ -506,7 +509,9 @@ Status Engine::Impl::SetPolicy(TenantNo tenant, StreamId stream, const Policy& p
   if (!st.ok()) return st;
   std::vector<std::shared_ptr<Ckpt>> evicted;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::unique_lock<std::mutex> l(mu_);
+    // Without AUTO_SAVE_ON_NOTICE the registration ends: its copy first.
+    if (!policy.auto_save_on_notice) StopJitLocked(l, tenant, stream);
     TenantState& t = TenantLocked(tenant);
     if (t.streams.find(stream) == t.streams.end() && t.streams.size() >= t.limits.max_streams) {
       return Status::Limit();
@@ -561,6 +566,9 @@ Stats Engine::Impl::GetStats() const {
     ts.streams = static_cast<uint32_t>(t.streams.size());
     ts.staging_bytes = t.held_chunks * config_.chunk_bytes;
     ts.memory_tier_bytes = t.memory_chunks * config_.chunk_bytes;
+    for (const auto& [sid, s] : t.streams) {
+      if (s.saving && s.saving_step == kLatestStep) ++ts.jit_copies;
+    }
     st.tenants.push_back(ts);
   }
   return st;

@@ -3,6 +3,8 @@
 #ifndef HZ_CHECKPOINT_ENGINE_IMPL_H_
 #define HZ_CHECKPOINT_ENGINE_IMPL_H_
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -56,6 +58,9 @@ struct StreamState {
   uint64_t saving_step = 0;
   std::map<uint64_t, std::shared_ptr<Ckpt>> ckpts;  // complete snapshots only
   std::unique_ptr<QuiesceDecl> quiesce;
+  // While a just-in-time save copies the registration (saving with
+  // saving_step == kLatestStep): its cancel flag, owned by OnNotice.
+  std::atomic<bool>* jit_cancel = nullptr;
 };
 
 struct TenantState {
@@ -158,6 +163,13 @@ class Engine::Impl {
   Status CheckStepLocked(const StreamState& s, uint64_t step) const;
   void ReleaseChunksLocked(TenantNo tenant, const std::vector<uint32_t>& chunks);
   void DropQuiesceLocked(TenantNo tenant, StreamState* s);
+  // Cancels the stream's just-in-time copy, if one is running, and waits
+  // until it has stopped reading the registered guest memory. The copy
+  // checks its flag between pieces, so the wait is short.
+  void StopJitLocked(std::unique_lock<std::mutex>& lock, TenantNo tenant, StreamId stream);
+  // The stall budget a save waits for staging memory: the policy's, capped
+  // by the operator's maximum.
+  std::chrono::milliseconds StallBudget(const Policy& p) const;
   void RemoveFromDisk(const std::vector<std::shared_ptr<Ckpt>>& ckpts);
   // Chooses memory or disk for a new snapshot and checks the disk quota.
   Status PlaceLocked(TenantNo tenant, StreamId stream, const StreamState& s, const Manifest& m,
@@ -195,6 +207,7 @@ class Engine::Impl {
   std::condition_variable staging_cv_;  // chunks released
   std::condition_variable durable_cv_;  // a job finished
   std::condition_variable worker_cv_;   // new jobs or stop
+  std::condition_variable jit_cv_;      // a just-in-time copy ended
   std::map<TenantNo, TenantState> tenants_;
   std::deque<std::shared_ptr<Job>> incoming_;
   std::deque<Decision> decisions_;

@@ -1,5 +1,7 @@
 // Quiescence registrations and just-in-time saves on a notice (SPEC.md §7.5.7).
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <limits>
 #include <thread>
 
@@ -11,6 +13,20 @@ namespace hz::checkpoint {
 namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
+
+std::chrono::milliseconds Engine::Impl::StallBudget(const Policy& p) const {
+  return std::chrono::milliseconds(std::min(p.stall_budget_ms, config_.max_stall_budget_ms));
+}
+
+void Engine::Impl::StopJitLocked(std::unique_lock<std::mutex>& lock, TenantNo tenant,
+                                 StreamId stream) {
+  for (;;) {
+    StreamState* s = StreamLocked(tenant, stream);
+    if (s == nullptr || s->jit_cancel == nullptr) return;
+    s->jit_cancel->store(true, std::memory_order_relaxed);
+    jit_cv_.wait(lock);
+  }
+}
 
 void Engine::Impl::DropQuiesceLocked(TenantNo tenant, StreamState* s) {
   if (!s->quiesce) return;
@@ -30,16 +46,20 @@ Status Engine::Impl::DeclareQuiesce(TenantNo tenant, StreamId stream, IoSpan wor
     return Status::InvalidArgument();
   }
   std::unique_lock<std::mutex> lock(mu_);
+  // A copy of the registration being replaced stops first: the caller lets
+  // go of the old memory when this returns.
+  StopJitLocked(lock, tenant, stream);
   StreamState* s = StreamLocked(tenant, stream);
   if (s == nullptr) return Status::NotFound();
   if (!s->policy.auto_save_on_notice) return Status::State();
-  // Set staging memory aside now, so a notice never waits for it.
+  // Set staging memory aside now, so a notice never waits for it. The caller
+  // is a VM's connection thread, shared with other VMs: this never waits,
+  // and a reservation that does not fit now is refused (SPEC §7.5.7).
   DropQuiesceLocked(tenant, s);
   uint64_t nchunks = total / config_.chunk_bytes + (total % config_.chunk_bytes != 0 ? 1 : 0);
   std::vector<uint32_t> reserved;
   uint64_t waited = 0;
-  auto deadline = Clock::now() + std::chrono::milliseconds(s->policy.stall_budget_ms);
-  Status st = AcquireLocked(lock, tenant, nchunks, deadline, nullptr, &reserved, &waited);
+  Status st = AcquireLocked(lock, tenant, nchunks, Clock::now(), nullptr, &reserved, &waited);
   if (st.code() == StatusCode::kShutdown) return st;
   if (!st.ok()) return Status::Limit();
   auto d = std::make_unique<QuiesceDecl>();
@@ -51,7 +71,10 @@ Status Engine::Impl::DeclareQuiesce(TenantNo tenant, StreamId stream, IoSpan wor
 }
 
 Status Engine::Impl::CancelQuiesce(TenantNo tenant, StreamId stream) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu_);
+  // Also without a registration (a policy change may have dropped it): once
+  // this returns, no copy reads the memory it named.
+  StopJitLocked(l, tenant, stream);
   StreamState* s = StreamLocked(tenant, stream);
   if (s == nullptr || !s->quiesce) return Status::NotFound();
   DropQuiesceLocked(tenant, s);
@@ -94,6 +117,8 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantNo tenant, Clock::time_p
     // the stream is marked as saving so it cannot change meanwhile.
     s->saving = true;
     s->saving_step = kLatestStep;
+    std::atomic<bool> cancel{false};
+    s->jit_cancel = &cancel;
     QuiesceDecl decl{s->quiesce->word, s->quiesce->slices, std::move(s->quiesce->reserved)};
     s->quiesce->reserved.clear();
     Manifest m;
@@ -106,24 +131,38 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantNo tenant, Clock::time_p
       ReleaseChunksLocked(tenant, chunks);
       chunks.clear();
       uint64_t waited = 0;
-      o.status = AcquireLocked(lock, tenant, m.num_chunks(), deadline, nullptr, &chunks, &waited);
+      // Cancellable: ending the registration must not wait for staging.
+      const std::function<bool()> cancelled = [&cancel] { return cancel.load(); };
+      o.status =
+          AcquireLocked(lock, tenant, m.num_chunks(), deadline, &cancelled, &chunks, &waited);
       if (o.status.code() == StatusCode::kLimit) o.status = Status::TryAgain();
     }
     lock.unlock();
 
     if (o.status.ok()) {
       std::vector<CopyOp> ops = SnapshotOps(decl.slices, {}, chunks);
+      SeqlockLimits limits;
+      limits.max_attempts = config_.jit_max_attempts;
+      limits.cancelled = [&cancel] { return cancel.load(std::memory_order_relaxed); };
       SeqlockCopyResult r = SeqlockCopy(
-          decl.word.data, [&] { copier_.Run(ops); }, deadline);
+          decl.word.data, [&] { copier_.Run(ops, limits.cancelled); }, deadline, limits);
       o.attempts = r.attempts;
       o.step = r.step;
       m.step = r.step;
-      if (!r.consistent) o.status = Status::TimedOut();
+      if (cancel.load()) {
+        o.status = Status::Aborted("the registration ended during the copy");
+      } else if (!r.consistent) {
+        o.status = r.attempts >= limits.max_attempts
+                       ? Status::TryAgain("every copy was torn by an update")
+                       : Status::TimedOut();
+      }
       if (o.status.ok()) ZeroTail(m, chunks);
     }
 
     lock.lock();
     s->saving = false;
+    s->jit_cancel = nullptr;
+    jit_cv_.notify_all();
     bool admitted = false;
     if (o.status.ok()) {
       o.status = CheckStepLocked(*s, m.step);

@@ -1,5 +1,6 @@
 #include "quiesce.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -17,19 +18,30 @@ std::atomic_ref<uint64_t> Step(uint8_t* word) {
 }  // namespace
 
 SeqlockCopyResult SeqlockCopy(uint8_t* word, const std::function<void()>& copy,
-                              std::chrono::steady_clock::time_point deadline) {
+                              std::chrono::steady_clock::time_point deadline,
+                              const SeqlockLimits& limits) {
+  using Clock = std::chrono::steady_clock;
+  // The word is the tenant's: while it stays odd the copy sleeps between
+  // looks, doubling the pause up to kMaxPause, instead of holding a core.
+  constexpr std::chrono::microseconds kFirstPause{50};
+  constexpr std::chrono::microseconds kMaxPause{10000};
+  auto cancelled = [&limits] { return limits.cancelled && limits.cancelled(); };
   SeqlockCopyResult r;
-  unsigned spins = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
+  auto pause = kFirstPause;
+  while (Clock::now() < deadline && r.attempts < limits.max_attempts && !cancelled()) {
     uint64_t before = Seq(word).load(std::memory_order_acquire);
     if (before & 1) {
-      // The tenant is mid-update: back off briefly rather than copy garbage.
-      if (++spins % 64 == 0) std::this_thread::yield();
+      // The tenant is mid-update: back off rather than copy garbage.
+      ++r.polls;
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+      pause = std::min(pause * 2, kMaxPause);
       continue;
     }
+    pause = kFirstPause;
     uint64_t step = Step(word).load(std::memory_order_acquire);
     ++r.attempts;
     copy();
+    if (cancelled()) break;  // the copy may have stopped part-way
     std::atomic_thread_fence(std::memory_order_acquire);
     uint64_t after = Seq(word).load(std::memory_order_acquire);
     if (after == before) {

@@ -17,12 +17,22 @@ struct SeqlockCopyResult {
   bool consistent = false;
   uint64_t step = 0;
   uint32_t attempts = 0;  // copies started
+  uint64_t polls = 0;     // loads of seq that found it odd
+};
+
+// Bounds on one seqlock copy. The word and its state are the tenant's, so
+// the tenant decides how often a copy tears and how long seq stays odd.
+struct SeqlockLimits {
+  uint32_t max_attempts = 64;       // copies started, at most
+  std::function<bool()> cancelled;  // optional: true ends the copy (not consistent)
 };
 
 // Runs copy() until it ran wholly inside one even seq period of the word at
-// `word` (16 bytes, 8-aligned), or the deadline passes.
+// `word` (16 bytes, 8-aligned), or the deadline passes, the attempts run out
+// or the copy is cancelled.
 SeqlockCopyResult SeqlockCopy(uint8_t* word, const std::function<void()>& copy,
-                              std::chrono::steady_clock::time_point deadline);
+                              std::chrono::steady_clock::time_point deadline,
+                              const SeqlockLimits& limits = {});
 
 // The tenant side, for tests and in-process tenants: BeginWrite makes seq odd,
 // EndWrite stores step and makes seq even again.

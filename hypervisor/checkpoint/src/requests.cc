@@ -102,7 +102,7 @@ Status Engine::Impl::Save(TenantNo tenant, const SaveRequest& req, SaveResult* r
   if (!st.ok()) return st;
   s->saving = true;
   s->saving_step = req.step;
-  auto deadline = start + std::chrono::milliseconds(s->policy.stall_budget_ms);
+  auto deadline = start + StallBudget(s->policy);
   std::vector<uint32_t> chunks;
   uint64_t waited_us = 0;
   st = AcquireLocked(lock, tenant, m.num_chunks(), deadline, &req.cancelled, &chunks, &waited_us);

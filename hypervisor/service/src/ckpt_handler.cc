@@ -88,7 +88,7 @@ Reply CheckpointHandler::Handle(const vdev::Queue& queue, const Request& req) {
   const TenantId& tid = tenant_.id();
   switch (req.hdr.opcode) {
     case HZ_OP_CKPT_POLICY:
-      return SetPolicy(req, tid);
+      return SetPolicy(queue, req, tid);
     case HZ_OP_CKPT_SAVE:
       return Save(queue, req, tid, start);
     case HZ_OP_CKPT_RESTORE:
@@ -96,7 +96,7 @@ Reply CheckpointHandler::Handle(const vdev::Queue& queue, const Request& req) {
     case HZ_OP_CKPT_LIST:
       return List(req, tid);
     case HZ_OP_CKPT_DELETE:
-      return Delete(req, tid);
+      return Delete(queue, req, tid);
     case HZ_OP_CKPT_QUIESCE:
       return Quiesce(req, tid);
     default:
@@ -134,7 +134,8 @@ uint32_t CheckpointHandler::ResolveSlices(const std::vector<hz_slice>& slices, b
   return HZ_S_OK;
 }
 
-Reply CheckpointHandler::SetPolicy(const Request& req, const TenantId& tid) {
+Reply CheckpointHandler::SetPolicy(const vdev::Queue& queue, const Request& req,
+                                   const TenantId& tid) {
   hz_ckpt_policy_args a;
   if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return Reply::Error(st);
   if ((a.flags & ~HZ_CKPT_F_AUTO_SAVE_ON_NOTICE) != 0) return Reply::Error(HZ_S_ENOTSUP);
@@ -148,11 +149,15 @@ Reply CheckpointHandler::SetPolicy(const Request& req, const TenantId& tid) {
   p.stall_budget_ms = a.stall_budget_ms;
   p.rpo_s = a.rpo_s;
   p.auto_save_on_notice = (a.flags & HZ_CKPT_F_AUTO_SAVE_ON_NOTICE) != 0;
-  Status st = backend_->SetPolicy(tid, a.stream, p);
-  // Clearing AUTO_SAVE_ON_NOTICE cancels the registration (the engine's
-  // part); the session lets go of its regions.
-  if (st.ok() && !p.auto_save_on_notice) DropQuiesce(a.stream);
-  return Reply::WithStatus(ToWireStatus(st));
+  // The policy is written and flushed to disk: on an engine thread, never on
+  // the connection thread this VM shares with others.
+  auto op = std::make_shared<CkptOp>();
+  op->tid = tid;
+  op->stream = a.stream;
+  op->policy = p;
+  op->policy_op = true;
+  op->work = PolicyWork;
+  return Start(queue, req, std::move(op));
 }
 
 Reply CheckpointHandler::Save(const vdev::Queue& queue, const Request& req, const TenantId& tid,
@@ -233,12 +238,18 @@ Reply CheckpointHandler::List(const Request& req, const TenantId& tid) {
   return Reply::Ok(static_cast<uint32_t>(out.size()));
 }
 
-Reply CheckpointHandler::Delete(const Request& req, const TenantId& tid) {
+Reply CheckpointHandler::Delete(const vdev::Queue& queue, const Request& req, const TenantId& tid) {
   hz_ckpt_delete_args a;
   if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return Reply::Error(st);
   if (a.reserved != 0) return Reply::Error(HZ_S_ENOTSUP);
   if (a.stream == 0 || a.step == 0) return Reply::Error(HZ_S_EINVAL);
-  return Reply::WithStatus(ToWireStatus(backend_->Delete(tid, a.stream, a.step)));
+  // Unlinks, flushes and removes directories: on an engine thread.
+  auto op = std::make_shared<CkptOp>();
+  op->tid = tid;
+  op->stream = a.stream;
+  op->step = a.step;
+  op->work = DeleteWork;
+  return Start(queue, req, std::move(op));
 }
 
 Reply CheckpointHandler::Quiesce(const Request& req, const TenantId& tid) {
@@ -328,6 +339,11 @@ Reply CheckpointHandler::Start(const vdev::Queue& queue, const Request& req,
 void CheckpointHandler::OnOpDone(CkptOp& op) {
   if (!ctx_.pending.Take(op.id)) return;  // its connection went away
   op.spans.pins.clear();
+  // Clearing AUTO_SAVE_ON_NOTICE ended the registration (the engine's part,
+  // with its copy); the session lets go of its regions.
+  if (op.policy_op && op.status == HZ_S_OK && !op.policy.auto_save_on_notice) {
+    DropQuiesce(op.stream);
+  }
   const Reply reply = op.status == HZ_S_OK ? Reply::Ok() : Reply::Error(op.status, op.detail);
   ctx_.pending.Finish(op, reply, op.result);
 }

@@ -149,4 +149,12 @@ void RestoreWork(CkptOp& o) {
   RestoreResultBytes(o, res, need);
 }
 
+void PolicyWork(CkptOp& o) {
+  o.status = o.Wire(o.backend->SetPolicy(o.tid, o.stream, o.policy));
+}
+
+void DeleteWork(CkptOp& o) {
+  o.status = o.Wire(o.backend->Delete(o.tid, o.stream, o.step));
+}
+
 }  // namespace hz::service

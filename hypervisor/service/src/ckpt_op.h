@@ -1,5 +1,5 @@
-// A CKPT_SAVE or CKPT_RESTORE in flight: resolved on the executor, run on a
-// checkpoint-engine thread, answered on the executor again.
+// A CKPT_SAVE, CKPT_RESTORE, CKPT_POLICY or CKPT_DELETE in flight: resolved on the executor, run on
+// a checkpoint-engine thread, answered on the executor again.
 #ifndef HZ_SERVICE_CKPT_OP_H_
 #define HZ_SERVICE_CKPT_OP_H_
 
@@ -45,6 +45,8 @@ struct CkptOp : PendingRequest {
   uint64_t step = 0;
   uint32_t num_slices = 0;
   std::vector<uint8_t> meta;
+  checkpoint::Policy policy;  // CKPT_POLICY's
+  bool policy_op = false;
   CkptSpans spans;
   const std::atomic<bool>* draining = nullptr;  // the service's; outlives the engine
   // Set on the executor when the session ends; the engine polls it.
@@ -60,9 +62,12 @@ struct CkptOp : PendingRequest {
   std::function<void(CkptOp&)> work;
 };
 
-// The work of CKPT_SAVE and CKPT_RESTORE (on an engine thread).
+// The work of CKPT_SAVE, CKPT_RESTORE, CKPT_POLICY and CKPT_DELETE (on an
+// engine thread).
 void SaveWork(CkptOp& op);
 void RestoreWork(CkptOp& op);
+void PolicyWork(CkptOp& op);
+void DeleteWork(CkptOp& op);
 
 }  // namespace hz::service
 

@@ -145,6 +145,8 @@ void ReadCheckpoint(TableReader& r, ServiceConfig* c) {
   // At least two 4 MiB chunks; at most 64 GiB of host memory.
   r.Int("staging_bytes", &c->ckpt_staging_bytes, 8u << 20, 64ull << 30);
   r.Int("disk_bandwidth_bytes_per_s", &c->ckpt_disk_bandwidth_bytes_per_s, 0, kI64);
+  r.Int("max_stall_budget_ms", &c->ckpt_max_stall_budget_ms, 0, 3600000);
+  r.Int("jit_max_attempts", &c->ckpt_jit_max_attempts, 1, 1000000);
 }
 
 void ReadScheduler(TableReader& r, ServiceConfig* c) {

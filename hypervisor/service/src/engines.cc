@@ -60,7 +60,7 @@ class Engines::CkptSink : public checkpoint::EventSink {
 Engines::Engines(const ServiceConfig& config) : config_(config) {}
 
 Engines::~Engines() {
-  std::vector<std::thread> notices;
+  std::list<std::thread> notices;
   {
     std::lock_guard<std::mutex> lock(mu_);
     notices.swap(notices_);
@@ -87,6 +87,8 @@ Status Engines::Start() {
   cc.staging_bytes = config_.ckpt_staging_bytes;
   cc.memory_tier_bytes = std::min<size_t>(cc.memory_tier_bytes, cc.staging_bytes / 2);
   cc.disk_bandwidth_bytes_per_s = config_.ckpt_disk_bandwidth_bytes_per_s;
+  cc.max_stall_budget_ms = config_.ckpt_max_stall_budget_ms;
+  cc.jit_max_attempts = config_.ckpt_jit_max_attempts;
   cc.default_limits.staging_bytes = cc.staging_bytes;
   cc.sink = sink_.get();
   st = checkpoint::Engine::Open(cc, &ckpt_);
@@ -138,12 +140,27 @@ void Engines::Notice(const TenantId& tenant, const hz_event& ev) {
   jit_notices_.fetch_add(1, std::memory_order_relaxed);
   checkpoint::Engine* engine = ckpt_.get();
   std::lock_guard<std::mutex> lock(mu_);
-  notices_.emplace_back([engine, deadline, tenant] {
+  ReapNoticesLocked();
+  notices_.emplace_back([this, engine, deadline, tenant] {
     for (const checkpoint::NoticeOutcome& o : engine->OnNotice(tenant, deadline)) {
       spdlog::info("event=ckpt_jit tenant={} stream={} step={} status=\"{}\" attempts={}",
                    tenant.name(), o.stream, o.step, o.status.ToString(), o.attempts);
     }
+    jit_notices_done_.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> l(mu_);
+    finished_.push_back(std::this_thread::get_id());
   });
+}
+
+void Engines::ReapNoticesLocked() {
+  for (std::thread::id id : finished_) {
+    auto it = std::find_if(notices_.begin(), notices_.end(),
+                           [id](const std::thread& t) { return t.get_id() == id; });
+    if (it == notices_.end()) continue;
+    it->join();  // it has left mu_ and is returning
+    notices_.erase(it);
+  }
+  finished_.clear();
 }
 
 std::span<const CommandSpec<Engines>> Engines::Commands() {
@@ -257,6 +274,11 @@ json Engines::Counters() const {
       corrupt += t.corrupt_restores;
       failures += t.persist_failures;
     }
+    size_t notice_threads = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      notice_threads = notices_.size();
+    }
     out["checkpoints"] = {{"saves", saves},
                           {"persisted", durable},
                           {"bytes_persisted", bytes},
@@ -264,6 +286,8 @@ json Engines::Counters() const {
                           {"corrupt_restores", corrupt},
                           {"persist_failures", failures},
                           {"jit_notices", jit_notices_.load()},
+                          {"jit_notices_done", jit_notices_done_.load()},
+                          {"notice_threads", notice_threads},
                           {"events", ckpt_events_.load()},
                           {"free_chunks", s.free_chunks},
                           {"pool_chunks", s.pool_chunks}};

@@ -246,6 +246,28 @@ TEST_F(ServiceEngineCheckpoints, MaintenanceNoticeTakesAJustInTimeCheckpoint) {
   EXPECT_EQ(std::memcmp(state, want.data(), want.size()), 0);
 }
 
+// Each notice saves on a thread of its own; a thread whose saves are over is
+// joined when the next notice comes, so a stream of notices (the operator
+// injects them routinely) does not pile up threads until the daemon stops.
+TEST_F(ServiceEngineCheckpoints, NoticeThreadsAreJoinedWhenTheirSavesAreOver) {
+  SetPolicy(2, HZ_CKPT_F_AUTO_SAVE_ON_NOTICE);
+  auto counters = [&] { return svc_.Control({{"cmd", "counters"}})["result"]["checkpoints"]; };
+  constexpr uint64_t kNotices = 4;
+  for (uint64_t i = 1; i <= kNotices; ++i) {
+    json r =
+        svc_.Control({{"cmd", "event.inject"},
+                      {"tenant", "ck"},
+                      {"event", {{"topic", "maintenance"}, {"kind", "scheduled"}, {"in_s", 120}}}});
+    ASSERT_TRUE(r.value("ok", false)) << r.dump();
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+    while (counters().value("jit_notices_done", uint64_t{0}) < i) {
+      ASSERT_LT(std::chrono::steady_clock::now(), until) << "notice " << i << " never finished";
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  EXPECT_LE(counters().value("notice_threads", uint64_t{99}), 1u);
+}
+
 // One connection thread serves both VMs. VM A's save waits for staging
 // memory that only VM B can free (by deleting the host-memory checkpoint that
 // holds it), so B's requests must be served while A's save is in progress:

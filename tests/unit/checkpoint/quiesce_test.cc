@@ -63,6 +63,45 @@ TEST(CheckpointQuiesce, NeverEvenWordTimesOut) {
   EXPECT_EQ(copies, 0);
 }
 
+// A tenant that keeps seq odd for the whole notice window must not keep a
+// host core busy: the copy sleeps between looks at the word, with back-off.
+TEST(CheckpointQuiesce, AWordHeldOddIsWatchedWithBackOffNotSpunOn) {
+  alignas(8) hz_quiesce_word word{};
+  word.seq = 1;
+  auto r = SeqlockCopy(
+      reinterpret_cast<uint8_t*>(&word), [] {}, Clock::now() + std::chrono::milliseconds(500));
+  EXPECT_FALSE(r.consistent);
+  EXPECT_GT(r.polls, 0u);
+  // Half a second of back-off is a few dozen looks; a spin is millions.
+  EXPECT_LT(r.polls, 1000u);
+}
+
+// A tenant whose state changes during every copy gets a bounded number of
+// copies, not one after another until the deadline.
+TEST(CheckpointQuiesce, TornCopiesStopAtTheAttemptCap) {
+  alignas(8) hz_quiesce_word word{};
+  SeqlockLimits lim;
+  lim.max_attempts = 5;
+  auto r = SeqlockCopy(
+      reinterpret_cast<uint8_t*>(&word), [&] { word.seq += 2; },
+      Clock::now() + std::chrono::seconds(3), lim);
+  EXPECT_FALSE(r.consistent);
+  EXPECT_EQ(r.attempts, 5u);
+}
+
+// Cancellation ends the wait for an odd word at once, whatever the deadline.
+TEST(CheckpointQuiesce, CancelEndsTheCopy) {
+  alignas(8) hz_quiesce_word word{};
+  word.seq = 1;
+  std::atomic<int> asked{0};
+  SeqlockLimits lim;
+  lim.cancelled = [&] { return ++asked > 3; };
+  auto r = SeqlockCopy(
+      reinterpret_cast<uint8_t*>(&word), [] {}, Clock::now() + std::chrono::seconds(3), lim);
+  EXPECT_FALSE(r.consistent);
+  EXPECT_EQ(asked.load(), 4);
+}
+
 TEST(CheckpointQuiesce, QuietWordCopiesOnce) {
   alignas(8) hz_quiesce_word word{};
   SeqlockBeginWrite(reinterpret_cast<uint8_t*>(&word));

@@ -127,6 +127,26 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
   }
 }
 
+// The operator's bounds on what a guest's checkpoint policy may cost.
+TEST(ServiceConfigTest, CheckpointBoundsAreReadAndChecked) {
+  ServiceConfig c;
+  std::string error;
+  EXPECT_EQ(c.ckpt_max_stall_budget_ms, 60000u);
+  EXPECT_EQ(c.ckpt_jit_max_attempts, 64u);
+  ASSERT_TRUE(ParseConfig("[checkpoint]\nmax_stall_budget_ms = 500\njit_max_attempts = 3",
+                          "test.toml", &c, &error))
+      << error;
+  EXPECT_EQ(c.ckpt_max_stall_budget_ms, 500u);
+  EXPECT_EQ(c.ckpt_jit_max_attempts, 3u);
+  for (const char* bad :
+       {"[checkpoint]\nmax_stall_budget_ms = 3600001", "[checkpoint]\njit_max_attempts = 0",
+        "[checkpoint]\nstall_budget_cap = 5"}) {
+    ServiceConfig config;
+    EXPECT_FALSE(ParseConfig(bad, "test.toml", &config, &error)) << bad;
+    EXPECT_NE(error.find("checkpoint."), std::string::npos) << bad << " -> " << error;
+  }
+}
+
 TEST(ServiceConfigTest, FailedParseLeavesConfigUntouched) {
   ServiceConfig c;
   std::string error;
@@ -233,6 +253,8 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.negotiation.offer_ttl_s, d.negotiation.offer_ttl_s);
   EXPECT_EQ(parsed.negotiation.max_lookahead_s, d.negotiation.max_lookahead_s);
   EXPECT_EQ(parsed.negotiation.decide_interval_ms, d.negotiation.decide_interval_ms);
+  EXPECT_EQ(parsed.ckpt_max_stall_budget_ms, d.ckpt_max_stall_budget_ms);
+  EXPECT_EQ(parsed.ckpt_jit_max_attempts, d.ckpt_jit_max_attempts);
   EXPECT_TRUE(ValidateConfig(parsed, &error)) << error;
 }
 

@@ -93,6 +93,34 @@ TEST_F(DeviceFamiliesTest, SaveRunsOnAnEngineThreadAndIsAnsweredOnTheExecutor) {
   EXPECT_EQ(Call(0, RequestBytes(HZ_OP_REGION_UNREGISTER, u, 1)).status, HZ_S_OK);
 }
 
+// CKPT_POLICY and CKPT_DELETE write and flush the disk: a guest that sends
+// them in bulk must not hold the connection thread its tenant shares with
+// other VMs, so both are answered from an engine thread.
+TEST_F(DeviceFamiliesTest, PolicyAndDeleteTouchTheDiskOnlyFromAnEngineThread) {
+  Hello();
+  hz_ckpt_policy_args p{};
+  p.stream = 1;
+  p.retention = 1;
+  p.tier = HZ_TIER_LOCAL_DISK;
+  vdev::Chain pc = cb_.Make(RequestBytes(HZ_OP_CKPT_POLICY, p, 41), sizeof(hz_status));
+  EXPECT_FALSE(Submit(0, pc)) << "CKPT_POLICY was answered on the connection thread";
+  hz_ckpt_delete_args d{};
+  d.stream = 1;
+  d.step = 7;
+  vdev::Chain dc = cb_.Make(RequestBytes(HZ_OP_CKPT_DELETE, d, 42), sizeof(hz_status));
+  EXPECT_FALSE(Submit(0, dc)) << "CKPT_DELETE was answered on the connection thread";
+  EXPECT_EQ(ckpt_.policies.load() + ckpt_.deletes.load(), 0);
+  EXPECT_EQ(dev_->in_flight(), 2u);
+  EXPECT_EQ(ckpt_.RunQueued(), 2u);
+  EXPECT_EQ(ckpt_.policies.load(), 1);
+  EXPECT_EQ(ckpt_.deletes.load(), 1);
+  ctx_.RunPosted();
+  EXPECT_EQ(StatusOf(pc).status, HZ_S_OK);
+  EXPECT_EQ(StatusOf(pc).request_id, 41u);
+  EXPECT_EQ(StatusOf(dc).status, HZ_S_ENOENT);
+  EXPECT_EQ(dev_->in_flight(), 0u);
+}
+
 TEST_F(DeviceFamiliesTest, ANewSessionCancelsASaveNotYetRunAndAnswersItAborted) {
   Hello();
   vdev::Chain c = Save(Region());

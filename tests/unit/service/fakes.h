@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -276,6 +277,7 @@ class FakeBackend : public CollBackend {
 class FakeCkptBackend : public CkptBackend {
  public:
   Status SetPolicy(const TenantId&, checkpoint::StreamId, const checkpoint::Policy&) override {
+    ++policies;
     return Status::Ok();
   }
   Status Save(const checkpoint::SaveRequest& req, checkpoint::SaveResult* result) override {
@@ -296,6 +298,7 @@ class FakeCkptBackend : public CkptBackend {
     return Status::Ok();
   }
   Status Delete(const TenantId&, checkpoint::StreamId, uint64_t) override {
+    ++deletes;
     return Status::NotFound();
   }
   Status DeclareQuiesce(const TenantId&, checkpoint::StreamId, checkpoint::IoSpan,
@@ -324,6 +327,8 @@ class FakeCkptBackend : public CkptBackend {
   std::deque<std::function<void()>> queued;
   std::vector<uint8_t> saved;  // the bytes of the last save's slices
   Status save_status = Status::Ok();
+  std::atomic<int> policies{0};  // SetPolicy calls
+  std::atomic<int> deletes{0};   // Delete calls
 };
 
 // Scripted event bus: records published by the test are delivered in order.

@@ -58,6 +58,8 @@ struct EngineConfig {
   bool direct_io = true;                      // O_DIRECT; falls back to buffered I/O where refused
   bool register_buffers = true;               // io_uring_register_buffers for the staging pool
   size_t max_decisions = 256;                 // decision log entries kept
+  uint32_t max_stall_budget_ms = 60000;       // cap on a policy's stall_budget_ms
+  uint32_t jit_max_attempts = 64;             // copies per stream and notice of a JIT save
   TenantLimits default_limits;                // for tenants without SetLimits
   EventSink* sink = nullptr;                  // may be null; must outlive the engine
 };
@@ -149,6 +151,7 @@ struct TenantStats {
   uint64_t persist_write_us = 0;   // first chunk write to the last one completed
   uint64_t persist_commit_us = 0;  // the commit's flushes and rename
   uint64_t rpo_misses = 0;         // persists that became durable later than the stream's RPO
+  uint32_t jit_copies = 0;         // just-in-time copies of guest memory running now
 };
 
 struct Stats {

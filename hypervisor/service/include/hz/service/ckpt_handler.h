@@ -58,13 +58,13 @@ class CheckpointHandler : public FamilyHandler {
     std::vector<RegionPin> pins;
   };
 
-  Reply SetPolicy(const Request& req, const TenantId& tid);
+  Reply SetPolicy(const vdev::Queue& queue, const Request& req, const TenantId& tid);
   // start: when the request reached the handler; a save reports its stall from there.
   Reply Save(const vdev::Queue& queue, const Request& req, const TenantId& tid,
              std::chrono::steady_clock::time_point start);
   Reply Restore(const vdev::Queue& queue, const Request& req, const TenantId& tid);
   Reply List(const Request& req, const TenantId& tid);
-  Reply Delete(const Request& req, const TenantId& tid);
+  Reply Delete(const vdev::Queue& queue, const Request& req, const TenantId& tid);
   Reply Quiesce(const Request& req, const TenantId& tid);
   // Resolves slices for reading (save) or writing (restore); *detail names
   // the offending slice.

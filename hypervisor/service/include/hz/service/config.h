@@ -91,6 +91,12 @@ struct ServiceConfig {
   // bandwidth persists share (0: unthrottled).
   uint64_t ckpt_staging_bytes = 256ull << 20;
   uint64_t ckpt_disk_bandwidth_bytes_per_s = 0;
+  // The longest a save may wait for staging memory, whatever stall budget a
+  // guest's policy asks for; and the copies a just-in-time save makes per
+  // stream and notice before it gives up on a tenant whose state keeps
+  // changing under it.
+  uint32_t ckpt_max_stall_budget_ms = 60000;
+  uint32_t ckpt_jit_max_attempts = 64;
 
   SchedulerConfig scheduler;
   NegotiationConfig negotiation;

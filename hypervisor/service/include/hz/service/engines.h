@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,6 +66,7 @@ class Engines {
   void PublishCheckpoint(const checkpoint::CheckpointEvent& e);
   // Just-in-time saves for a notice published to tenant (any thread).
   void Notice(const TenantId& tenant, const hz_event& ev);
+  void ReapNoticesLocked();
   uint64_t Delivered() const;  // event records written into guests' buffers
 
   ServiceConfig config_;
@@ -76,11 +78,15 @@ class Engines {
   std::unique_ptr<CkptAdapter> ckpt_adapter_;
   std::unique_ptr<BusAdapter> bus_adapter_;
 
-  std::mutex mu_;                     // everything below
-  std::vector<std::thread> notices_;  // joined on destruction
+  mutable std::mutex mu_;  // everything below
+  // Notice threads, running or finished; a finished one (its id in
+  // finished_) is joined by the next Notice, the rest on destruction.
+  std::list<std::thread> notices_;
+  std::vector<std::thread::id> finished_;
   std::atomic<uint64_t> published_{0};
   std::atomic<uint64_t> ckpt_events_{0};
   std::atomic<uint64_t> jit_notices_{0};
+  std::atomic<uint64_t> jit_notices_done_{0};  // notices whose saves are over
 };
 
 }  // namespace hz::service
