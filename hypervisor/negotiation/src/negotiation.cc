@@ -20,8 +20,7 @@ uint64_t RoundUpTime(uint64_t s) {
 // request with a wide range cannot stall the control path (SPEC.md §9.2).
 constexpr uint64_t kMaxCandidates = 4096;
 
-// A bijection on 64-bit values (the SplitMix64 finaliser): distinct inputs
-// give distinct, scattered identifiers.
+// Mixes a seed into a second key word (tests give one 64-bit key).
 uint64_t Mix(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -29,6 +28,48 @@ uint64_t Mix(uint64_t x) {
   x *= 0x94d049bb133111ebull;
   x ^= x >> 31;
   return x;
+}
+
+uint64_t Rotl(uint64_t x, int b) {
+  return (x << b) | (x >> (64 - b));
+}
+
+// SipHash-2-4 of one 64-bit word under the 128-bit key (k0, k1): a keyed
+// pseudo-random function, so identifiers reveal nothing about the counter
+// (nor other tenants' activity) to anyone without the key.
+uint64_t SipHash24(uint64_t k0, uint64_t k1, uint64_t m) {
+  uint64_t v0 = 0x736f6d6570736575ull ^ k0;
+  uint64_t v1 = 0x646f72616e646f6dull ^ k1;
+  uint64_t v2 = 0x6c7967656e657261ull ^ k0;
+  uint64_t v3 = 0x7465646279746573ull ^ k1;
+  auto round = [&] {
+    v0 += v1;
+    v1 = Rotl(v1, 13);
+    v1 ^= v0;
+    v0 = Rotl(v0, 32);
+    v2 += v3;
+    v3 = Rotl(v3, 16);
+    v3 ^= v2;
+    v0 += v3;
+    v3 = Rotl(v3, 21);
+    v3 ^= v0;
+    v2 += v1;
+    v1 = Rotl(v1, 17);
+    v1 ^= v2;
+    v2 = Rotl(v2, 32);
+  };
+  v3 ^= m;
+  round();
+  round();
+  v0 ^= m;
+  const uint64_t b = uint64_t{8} << 56;  // an 8-byte message: its length, no tail
+  v3 ^= b;
+  round();
+  round();
+  v0 ^= b;
+  v2 ^= 0xff;
+  for (int i = 0; i < 4; ++i) round();
+  return v0 ^ v1 ^ v2 ^ v3;
 }
 
 uint32_t Sum(const std::vector<PoolCount>& devices) {
@@ -45,7 +86,37 @@ NegotiationEngine::NegotiationEngine(NegotiationOptions options, ResourceProvide
   if (options_.id_key == 0) {
     std::random_device rd;
     options_.id_key = (uint64_t{rd()} << 32) | rd();
+    id_key2_ = (uint64_t{rd()} << 32) | rd();
+  } else {
+    id_key2_ = Mix(options_.id_key ^ 0x9e3779b97f4a7c15ull);
   }
+}
+
+// While one is open, the provider is asked for each (pool, window) once: a
+// decision point's capacity is a snapshot.
+class NegotiationEngine::CapacityScope {
+ public:
+  explicit CapacityScope(const NegotiationEngine& e) : e_(e), owner_(!e.caching_) {
+    e_.caching_ = true;
+  }
+  ~CapacityScope() {
+    if (!owner_) return;
+    e_.caching_ = false;
+    e_.capacity_cache_.clear();
+  }
+  CapacityScope(const CapacityScope&) = delete;
+  CapacityScope& operator=(const CapacityScope&) = delete;
+
+ private:
+  const NegotiationEngine& e_;
+  bool owner_;
+};
+
+uint32_t NegotiationEngine::CapacityOf(uint32_t pool, uint64_t window) const {
+  if (!caching_) return provider_->Capacity(pool, window);
+  auto [it, added] = capacity_cache_.try_emplace({pool, window}, 0);
+  if (added) it->second = provider_->Capacity(pool, window);
+  return it->second;
 }
 
 Status NegotiationEngine::ValidateOptions(const NegotiationOptions& o) {
@@ -62,13 +133,15 @@ Status NegotiationEngine::ValidateOptions(const NegotiationOptions& o) {
   if (o.max_duration_s > (uint64_t{1} << 40) || o.max_lookahead_s > (uint64_t{1} << 40)) {
     return Status::InvalidArgument("limits too large");
   }
+  if (o.max_open_per_tenant == 0) return Status::InvalidArgument("max_open_per_tenant is zero");
+  if (o.decide_budget == 0) return Status::InvalidArgument("decide_budget is zero");
   return Status::Ok();
 }
 
 uint64_t NegotiationEngine::NewId() {
   for (;;) {
-    uint64_t id = Mix(++id_counter_ + options_.id_key);
-    if (id != 0) return id;
+    uint64_t id = SipHash24(options_.id_key, id_key2_, ++id_counter_);
+    if (id != 0 && owners_.count(id) == 0) return id;
   }
 }
 
@@ -176,37 +249,50 @@ Status NegotiationEngine::Counter(const TenantId& tenant, uint64_t negotiation_i
   s = ValidateRequest(tenant, request, now);
   if (!s.ok()) return s;
   if (n.round >= options_.max_rounds) return Status::Limit("too many rounds");
-  DropOffers(n, now);
+  DropOffers(n, now, /*charge=*/true);
   n.request = request;
   n.state = NegState::kPending;
   ++n.round;
+  n.round_charged = false;
   n.arrival = next_arrival_++;
   return Status::Ok();
 }
 
-uint32_t NegotiationEngine::Free(uint32_t pool, uint64_t first, uint64_t last) const {
-  uint32_t free = UINT32_MAX;
-  for (uint64_t w = first; w <= last && free > 0; ++w) {
-    uint32_t cap = provider_->Capacity(pool, w);
-    auto it = booked_.find({pool, w});
-    uint32_t used = it == booked_.end() ? 0 : it->second;
-    free = std::min(free, cap > used ? cap - used : 0);
-  }
-  return free;
+uint32_t NegotiationEngine::FreeIn(uint32_t pool, uint64_t w) const {
+  const uint32_t cap = CapacityOf(pool, w);
+  auto it = booked_.find({pool, w});
+  const uint32_t used = it == booked_.end() ? 0 : it->second;
+  return cap > used ? cap - used : 0;
 }
 
-bool NegotiationEngine::FindPlacement(const hz_neg_request& r, uint64_t first, uint64_t last,
-                                      std::vector<PoolCount>* devices) const {
+uint32_t NegotiationEngine::ScanFree(PoolScan& s, uint64_t first, uint64_t last,
+                                     uint64_t* steps) const {
+  if (s.next < first) {
+    s.queue.clear();
+    s.next = first;
+  }
+  for (; s.next <= last; ++s.next, ++*steps) {
+    const uint32_t free = FreeIn(s.pool, s.next);
+    while (!s.queue.empty() && s.queue.back().second >= free) s.queue.pop_back();
+    s.queue.emplace_back(s.next, free);
+  }
+  while (s.queue.front().first < first) s.queue.pop_front();
+  ++*steps;
+  return s.queue.front().second;  // the least free over [first, last]
+}
+
+bool NegotiationEngine::Place(const hz_neg_request& r, std::vector<PoolScan>& scans, uint64_t first,
+                              uint64_t last, uint64_t* steps,
+                              std::vector<PoolCount>* devices) const {
   struct Candidate {
     uint32_t pool;
     uint32_t host;
     uint32_t free;
   };
   std::vector<Candidate> pools;
-  for (const Pool& p : provider_->Pools()) {
-    if (p.kind != r.kind) continue;
-    uint32_t free = Free(p.id, first, last);
-    if (free > 0) pools.push_back({p.id, p.host, free});
+  for (PoolScan& scan : scans) {
+    uint32_t free = ScanFree(scan, first, last, steps);
+    if (free > 0) pools.push_back({scan.pool, scan.host, free});
   }
   devices->clear();
   const uint32_t want = r.count;
@@ -285,9 +371,21 @@ void NegotiationEngine::Book(const std::vector<PoolCount>& devices, uint64_t fir
   }
 }
 
-bool NegotiationEngine::MakeOffer(uint64_t negotiation_id, Negotiation& n, uint64_t now,
-                                  uint64_t* next_candidate) {
+NegotiationEngine::OfferResult NegotiationEngine::MakeOffer(uint64_t negotiation_id, Negotiation& n,
+                                                            uint64_t now, uint64_t* next_candidate,
+                                                            uint64_t* budget) {
+  if (*budget == 0) return OfferResult::kOutOfBudget;
   const hz_neg_request& r = n.request;
+  std::vector<PoolScan> scans;  // the pools of the kind, in the provider's order
+  for (const Pool& p : provider_->Pools()) {
+    if (p.kind != r.kind) continue;
+    PoolScan scan;
+    scan.pool = p.id;
+    scan.host = p.host;
+    scans.push_back(std::move(scan));
+  }
+  uint64_t steps = 0;
+  auto spend = [&] { *budget -= std::min(*budget, steps); };
   const uint64_t W = options_.window_s;
   const uint64_t e = std::max(r.earliest_start_s, now);
   const uint64_t hi = WindowOf(r.latest_start_s);
@@ -301,7 +399,8 @@ bool NegotiationEngine::MakeOffer(uint64_t negotiation_id, Negotiation& n, uint6
     const uint64_t first = w;
     const uint64_t last = WindowOf(start + r.duration_s - 1);
     std::vector<PoolCount> devices;
-    if (!FindPlacement(r, first, last, &devices)) continue;
+    ++steps;
+    if (!Place(r, scans, first, last, &steps, &devices)) continue;
     Book(devices, first, last, /*add=*/true);
     uint64_t offer_id = NewId();
     owners_[offer_id] = Owner{n.tenant, 0};
@@ -320,10 +419,12 @@ bool NegotiationEngine::MakeOffer(uint64_t negotiation_id, Negotiation& n, uint6
     o.info.offer.locality = r.locality;
     n.offers.push_back(offer_id);
     ++w;
-    return true;
+    spend();
+    return OfferResult::kOffer;
   }
   w = hi + 1;  // nothing more for this decision point
-  return false;
+  spend();
+  return OfferResult::kNone;
 }
 
 void NegotiationEngine::DropOffer(uint64_t offer_id, uint64_t now) {
@@ -336,16 +437,30 @@ void NegotiationEngine::DropOffer(uint64_t offer_id, uint64_t now) {
   CloseId(offer_id, now);
 }
 
-void NegotiationEngine::DropOffers(Negotiation& n, uint64_t now) {
+void NegotiationEngine::Charge(Negotiation& n, uint64_t now) {
+  if (n.round_charged || n.offers.empty() || n.provider_initiated) return;
+  n.round_charged = true;
+  const uint64_t cost = uint64_t{n.request.count} * n.request.duration_s;
+  const uint64_t bucket = events::RoundDownTime(now);
+  Charges& c = charges_[n.tenant];
+  if (!c.empty() && c.back().first == bucket) {
+    c.back().second += cost;
+  } else {
+    c.emplace_back(bucket, cost);
+  }
+}
+
+void NegotiationEngine::DropOffers(Negotiation& n, uint64_t now, bool charge) {
+  if (charge) Charge(n, now);
   std::vector<uint64_t> ids = n.offers;
   for (uint64_t id : ids) DropOffer(id, now);
   n.offers.clear();
 }
 
-void NegotiationEngine::CloseNegotiation(uint64_t negotiation_id, uint64_t now) {
+void NegotiationEngine::CloseNegotiation(uint64_t negotiation_id, uint64_t now, bool charge) {
   auto it = negotiations_.find(negotiation_id);
   if (it == negotiations_.end()) return;
-  DropOffers(it->second, now);
+  DropOffers(it->second, now, charge);
   negotiations_.erase(it);
   CloseId(negotiation_id, now);
 }
@@ -357,6 +472,8 @@ void NegotiationEngine::ExpireOffers(uint64_t now) {
   }
   for (uint64_t id : expired) {
     OfferInfo info = offers_[id].info;
+    auto nit = negotiations_.find(info.negotiation_id);
+    if (nit != negotiations_.end()) Charge(nit->second, now);  // lapsed unaccepted
     DropOffer(id, now);
     events::NegotiationPayload p{};
     p.negotiation_id = info.negotiation_id;
@@ -383,12 +500,24 @@ void NegotiationEngine::Usage(const TenantId& tenant, uint64_t now, uint64_t* de
     if (r.info.accepted_s + options_.usage_horizon_s <= now) continue;
     sum += r.device_seconds;
   }
+  // Offers held now, and those that lapsed unaccepted, cost as accepting would.
+  for (const auto& [id, n] : negotiations_) {
+    if (n.tenant != tenant || n.provider_initiated || n.round_charged || n.offers.empty()) continue;
+    sum += uint64_t{n.request.count} * n.request.duration_s;
+  }
+  auto c = charges_.find(tenant);
+  if (c != charges_.end()) {
+    for (const auto& [bucket, cost] : c->second) {
+      if (bucket + options_.usage_horizon_s > now) sum += cost;
+    }
+  }
   *device_seconds = sum;
   auto it = weights_.find(tenant);
   *weight = it == weights_.end() ? 1 : it->second;
 }
 
 std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
+  CapacityScope scope(*this);
   Tick(now);
   struct Key {
     uint64_t id;
@@ -419,32 +548,56 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
     return a.id < b.id;
   });
 
+  // Each tenant with queued requests gets an equal share of the budget. A
+  // tenant's first request in order is always decided (a request runs to its
+  // end once started); the others only while its share lasts, and stay queued
+  // otherwise.
+  std::map<TenantId, uint64_t> budget;
+  for (const Key& k : order) budget[negotiations_[k.id].tenant] = 0;
+  const uint64_t share =
+      budget.empty() ? 0 : std::max<uint64_t>(1, options_.decide_budget / budget.size());
+  for (auto& [tenant, b] : budget) b = share;
+
   // First pass: everyone's earliest feasible offer, in order. Second pass:
   // alternatives, in the same order, while capacity lasts.
   std::map<uint64_t, uint64_t> scan;
-  for (const Key& k : order) MakeOffer(k.id, negotiations_[k.id], now, &scan[k.id]);
+  std::vector<uint64_t> decided;
   for (const Key& k : order) {
     Negotiation& n = negotiations_[k.id];
-    while (n.offers.size() < HZ_NEG_MAX_OFFERS && MakeOffer(k.id, n, now, &scan[k.id])) {
+    uint64_t& b = budget[n.tenant];
+    if (MakeOffer(k.id, n, now, &scan[k.id], &b) == OfferResult::kOutOfBudget) continue;
+    decided.push_back(k.id);
+  }
+  for (uint64_t id : decided) {
+    Negotiation& n = negotiations_[id];
+    uint64_t& b = budget[n.tenant];
+    while (n.offers.size() < HZ_NEG_MAX_OFFERS &&
+           MakeOffer(id, n, now, &scan[id], &b) == OfferResult::kOffer) {
     }
   }
+  last_decide_steps_ = 0;
+  for (const auto& [tenant, b] : budget) last_decide_steps_ += share - std::min(share, b);
+  return Answer(decided, now);
+}
 
+std::vector<Decision> NegotiationEngine::Answer(const std::vector<uint64_t>& decided,
+                                                uint64_t now) {
   std::vector<Decision> decisions;
-  for (const Key& k : order) {
-    Negotiation& n = negotiations_[k.id];
+  for (uint64_t id : decided) {
+    Negotiation& n = negotiations_[id];
     n.state = NegState::kOpen;
     n.decided_s = now;
     Decision d;
     d.tenant = n.tenant;
     d.provider_initiated = n.provider_initiated;
-    d.result.negotiation_id = k.id;
+    d.result.negotiation_id = id;
     d.result.round = n.round;
     for (uint64_t offer_id : n.offers) d.offers.push_back(offers_[offer_id].info.offer);
     d.result.num_offers = static_cast<uint32_t>(d.offers.size());
     if (n.provider_initiated) {
       for (const hz_neg_offer& o : d.offers) {
         events::NegotiationPayload p{};
-        p.negotiation_id = k.id;
+        p.negotiation_id = id;
         p.offer_id = o.offer_id;
         p.start_s = o.start_s;
         p.duration_s = o.duration_s;
@@ -504,7 +657,7 @@ Status NegotiationEngine::Decline(const TenantId& tenant, uint64_t negotiation_i
   Status s = CheckOwner(negotiation_id, tenant, "negotiation");
   if (!s.ok()) return s;
   if (negotiations_.count(negotiation_id) == 0) return Status::NotFound("negotiation is closed");
-  CloseNegotiation(negotiation_id, now);
+  CloseNegotiation(negotiation_id, now, /*charge=*/true);
   return Status::Ok();
 }
 
@@ -640,7 +793,7 @@ void NegotiationEngine::Reconcile(uint64_t now) {
   const uint64_t current = WindowOf(now);
   std::vector<std::pair<uint32_t, uint64_t>> over;
   for (const auto& [key, used] : booked_) {
-    if (key.second >= current && used > provider_->Capacity(key.first, key.second)) {
+    if (key.second >= current && used > CapacityOf(key.first, key.second)) {
       over.push_back(key);
     }
   }
@@ -653,7 +806,7 @@ void NegotiationEngine::Reconcile(uint64_t now) {
     return false;
   };
   for (const auto& key : over) {
-    const uint32_t cap = provider_->Capacity(key.first, key.second);
+    const uint32_t cap = CapacityOf(key.first, key.second);
     for (;;) {
       auto it = booked_.find(key);
       if (it == booked_.end() || it->second <= cap) break;
@@ -707,6 +860,10 @@ void NegotiationEngine::Collect(uint64_t now) {
     if (done) CloseId(it->first, now);
     it = done ? reservations_.erase(it) : std::next(it);
   }
+  for (auto it = charges_.begin(); it != charges_.end();) {
+    std::erase_if(it->second, [&](const auto& c) { return c.first + keep <= now; });
+    it = it->second.empty() ? charges_.erase(it) : std::next(it);
+  }
   for (auto it = owners_.begin(); it != owners_.end();) {
     bool old = it->second.closed_s != 0 && it->second.closed_s + keep <= now &&
                reservations_.count(it->first) == 0;
@@ -715,6 +872,7 @@ void NegotiationEngine::Collect(uint64_t now) {
 }
 
 void NegotiationEngine::Tick(uint64_t now) {
+  CapacityScope scope(*this);
   ExpireOffers(now);
   StartAndEnd(now);
   Reconcile(now);

@@ -56,6 +56,7 @@ offer_ttl_s = 15
 max_lookahead_s = 3600
 max_duration_s = 7200
 max_open_per_tenant = 4
+decide_budget = 5000
 decide_interval_ms = 100
 )";
   ServiceConfig c;
@@ -90,6 +91,7 @@ decide_interval_ms = 100
   EXPECT_EQ(c.negotiation.max_lookahead_s, 3600u);
   EXPECT_EQ(c.negotiation.max_duration_s, 7200u);
   EXPECT_EQ(c.negotiation.max_open_per_tenant, 4u);
+  EXPECT_EQ(c.negotiation.decide_budget, 5000u);
   EXPECT_EQ(c.negotiation.decide_interval_ms, 100u);
   c.scheduler.state_file = "/abs/state.json";
   EXPECT_EQ(c.SchedulerStatePath(), "/abs/state.json");
@@ -118,6 +120,8 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
       {"[negotiation]\nwindow_s = 5", "negotiation.window_s"},
       {"[negotiation]\noffer_ttl_s = 1", "negotiation.offer_ttl_s"},
       {"[negotiation]\ndecide_interval_ms = 5000", "negotiation.decide_interval_ms"},
+      {"[negotiation]\ndecide_budget = 10", "negotiation.decide_budget"},
+      {"[negotiation]\nmax_open_per_tenant = 0", "negotiation.max_open_per_tenant"},
   };
   for (const Case& c : cases) {
     ServiceConfig config;
@@ -255,6 +259,8 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.negotiation.decide_interval_ms, d.negotiation.decide_interval_ms);
   EXPECT_EQ(parsed.ckpt_max_stall_budget_ms, d.ckpt_max_stall_budget_ms);
   EXPECT_EQ(parsed.ckpt_jit_max_attempts, d.ckpt_jit_max_attempts);
+  EXPECT_EQ(parsed.negotiation.max_open_per_tenant, d.negotiation.max_open_per_tenant);
+  EXPECT_EQ(parsed.negotiation.decide_budget, d.negotiation.decide_budget);
   EXPECT_TRUE(ValidateConfig(parsed, &error)) << error;
 }
 

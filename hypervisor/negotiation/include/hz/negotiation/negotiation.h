@@ -6,13 +6,25 @@
 // earliest_start_s and latest_start_s, for duration_s. Requests are queued by
 // Submit()/Counter() and answered together by Decide(now), the decision point:
 // pending requests are served in order of lowest weighted usage
-// (device-seconds of reservations accepted in the trailing horizon / operator
-// weight, compared exactly), then higher priority class, then earlier
-// arrival, then lower negotiation id. Each request first gets its earliest
-// feasible offer in that order; a second pass adds alternatives, up to
-// HZ_NEG_MAX_OFFERS. Offers hold capacity until accepted, declined, replaced
-// by a counter or expired, so nothing is ever booked twice. Nothing here reads
-// a clock: `now` (unix seconds) is an argument, so decisions are deterministic.
+// (device-seconds in the trailing horizon / operator weight, compared
+// exactly), then higher priority class, then earlier arrival, then lower
+// negotiation id. Each request first gets its earliest feasible offer in that
+// order; a second pass adds alternatives, up to HZ_NEG_MAX_OFFERS. Offers hold
+// capacity until accepted, declined, replaced by a counter or expired, so
+// nothing is ever booked twice. Nothing here reads a clock: `now` (unix
+// seconds) is an argument, so decisions are deterministic.
+//
+// Usage counts accepted reservations and offers alike: a negotiation round
+// whose offers are held, or lapse unaccepted (expired, declined, countered),
+// costs its tenant count x duration device-seconds, as accepting one of them
+// would. Holding capacity without using it therefore costs the holder, not
+// the tenants it keeps waiting.
+//
+// The cost of a decision point is bounded: capacity is asked once per pool
+// and window, free capacity over a request's windows is a sliding minimum,
+// and each tenant with queued requests gets an equal share of a fixed budget
+// of window steps; what a tenant's share does not reach stays queued for the
+// next decision point.
 //
 // Not thread-safe: the service calls it from one thread (its control strand)
 // and calls Decide() at least once per second and Tick() at least once per
@@ -21,6 +33,7 @@
 #define HZ_NEGOTIATION_NEGOTIATION_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -42,9 +55,13 @@ struct NegotiationOptions {
   uint64_t max_lookahead_s = 7 * 86400;  // latest_start_s at most now + this
   uint64_t max_duration_s = 86400;
   uint32_t max_open_per_tenant = 64;  // open negotiations per tenant
-  // Key of the identifier permutation. Identifiers are unique and, with a
-  // secret key, unpredictable; 0 draws a random key.
+  // Key of the identifier function (a keyed PRF of a counter). Identifiers
+  // are unique and unpredictable without the key; 0 draws a random 128-bit
+  // key, which is what a service should do. Tests fix it for repeatability.
   uint64_t id_key = 0;
+  // Window steps one decision point may spend, shared equally among the
+  // tenants with queued requests.
+  uint64_t decide_budget = uint64_t{1} << 21;
 };
 
 // Answer to one queued request: the wire result and its offers.
@@ -136,6 +153,8 @@ class NegotiationEngine {
   void Usage(const TenantId& tenant, uint64_t now, uint64_t* device_seconds,
              uint32_t* weight) const;
   uint64_t WindowOf(uint64_t unix_s) const { return unix_s / options_.window_s; }
+  // Window steps the last decision point spent (at most decide_budget).
+  uint64_t LastDecideSteps() const { return last_decide_steps_; }
 
  private:
   enum class NegState { kPending, kOpen };
@@ -148,6 +167,7 @@ class NegotiationEngine {
     uint64_t decided_s = 0;
     bool provider_initiated = false;
     std::vector<uint64_t> offers;
+    bool round_charged = false;  // this round's lapsed offers were charged
   };
   struct Offer {
     OfferInfo info;
@@ -168,21 +188,39 @@ class NegotiationEngine {
     uint64_t closed_s = 0;  // 0 while the object is live
   };
 
+  // Free devices of one pool over a moving range of windows (a monotonic
+  // queue: both ends of the range only move forward).
+  struct PoolScan {
+    uint32_t pool = 0;
+    uint32_t host = 0;
+    uint64_t next = 0;                                // next window to add
+    std::deque<std::pair<uint64_t, uint32_t>> queue;  // (window, free), free rising
+  };
+  enum class OfferResult { kOffer, kNone, kOutOfBudget };
+  // A tenant's charges for lapsed offers: (10 s bucket, device-seconds).
+  using Charges = std::vector<std::pair<uint64_t, uint64_t>>;
+  // Capacity is asked once per pool and window while a scope is open.
+  class CapacityScope;
+
   uint64_t NewId();
+  uint32_t CapacityOf(uint32_t pool, uint64_t window) const;
+  uint32_t FreeIn(uint32_t pool, uint64_t window) const;
+  uint32_t ScanFree(PoolScan& scan, uint64_t first, uint64_t last, uint64_t* steps) const;
+  bool Place(const hz_neg_request& request, std::vector<PoolScan>& scans, uint64_t first,
+             uint64_t last, uint64_t* steps, std::vector<PoolCount>* devices) const;
+  void Charge(Negotiation& negotiation, uint64_t now);
   Status CheckOwner(uint64_t id, const TenantId& tenant, const char* what) const;
   void CloseId(uint64_t id, uint64_t now);
   Status ValidateRequest(const TenantId& tenant, const hz_neg_request& request, uint64_t now) const;
   Status CountOpen(const TenantId& tenant) const;
-  bool FindPlacement(const hz_neg_request& request, uint64_t first_window, uint64_t last_window,
-                     std::vector<PoolCount>* devices) const;
-  uint32_t Free(uint32_t pool, uint64_t first_window, uint64_t last_window) const;
   void Book(const std::vector<PoolCount>& devices, uint64_t first_window, uint64_t last_window,
             bool add);
-  bool MakeOffer(uint64_t negotiation_id, Negotiation& negotiation, uint64_t now,
-                 uint64_t* next_candidate);
+  OfferResult MakeOffer(uint64_t negotiation_id, Negotiation& negotiation, uint64_t now,
+                        uint64_t* next_candidate, uint64_t* budget);
+  std::vector<Decision> Answer(const std::vector<uint64_t>& decided, uint64_t now);
   void DropOffer(uint64_t offer_id, uint64_t now);
-  void DropOffers(Negotiation& negotiation, uint64_t now);
-  void CloseNegotiation(uint64_t negotiation_id, uint64_t now);
+  void DropOffers(Negotiation& negotiation, uint64_t now, bool charge);
+  void CloseNegotiation(uint64_t negotiation_id, uint64_t now, bool charge = false);
   void ExpireOffers(uint64_t now);
   void StartAndEnd(uint64_t now);
   void Reconcile(uint64_t now);
@@ -197,6 +235,11 @@ class NegotiationEngine {
   AllocationListener listener_;
 
   uint64_t id_counter_ = 0;
+  uint64_t id_key2_ = 0;  // second half of the 128-bit identifier key
+  uint64_t last_decide_steps_ = 0;
+  std::map<TenantId, Charges> charges_;  // within the usage horizon
+  mutable bool caching_ = false;
+  mutable std::map<std::pair<uint32_t, uint64_t>, uint32_t> capacity_cache_;
   uint64_t next_arrival_ = 1;
   uint64_t next_order_ = 1;
   std::map<uint64_t, Negotiation> negotiations_;  // open or pending

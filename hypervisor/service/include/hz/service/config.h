@@ -54,7 +54,12 @@ struct NegotiationConfig {
   uint64_t offer_ttl_s = 30;
   uint64_t max_lookahead_s = 7 * 86400;
   uint64_t max_duration_s = 86400;
-  uint32_t max_open_per_tenant = 64;
+  uint32_t max_open_per_tenant = 64;  // open negotiations per tenant (NEG_REQUEST: ELIMIT)
+  // Window steps one decision point may spend on queued requests, shared
+  // equally by the tenants with requests queued (a tenant's requests past
+  // its share wait for the next decision point). Bounds how long a decision
+  // point keeps the control thread.
+  uint64_t decide_budget = uint64_t{1} << 21;
   // How often queued requests are decided and reservations start or end
   // (SPEC §9.3 asks for at least once a second).
   uint32_t decide_interval_ms = 1000;
