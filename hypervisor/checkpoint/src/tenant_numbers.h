@@ -22,7 +22,10 @@ namespace hz::checkpoint {
 
 class TenantNumbers {
  public:
-  // Reads <root>/tenants.json (absent: no tenants yet). `highest_on_disk` is
+  // Reads <root>/tenants.json (absent: no tenants yet). kCorruption, naming
+  // the file, when it cannot be read, holds an entry that is not a tenant
+  // with a positive number, gives a number twice, or is absent while
+  // numbered directories exist; the file is left as it is. `highest_on_disk` is
   // the highest tenant number found among the root's directories: new
   // numbers go above it too, so a directory whose entry was lost is never
   // handed to another tenant.
