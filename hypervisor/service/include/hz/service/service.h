@@ -110,7 +110,7 @@ class Service : public ControlTarget {
   std::string ResolveSocketPath(const std::string& path) const;
   // service_state.cc
   void SaveState();
-  void LoadState();
+  hz::Status LoadState();
 
   ServiceConfig config_;
   // While LoadState re-creates the saved objects, their Create/Bind calls
@@ -119,6 +119,8 @@ class Service : public ControlTarget {
   std::atomic<bool> loading_state_{false};
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopped_{false};
+  // <state_dir>/harmonaized.lock, locked while this service owns state_dir.
+  int state_lock_fd_ = -1;
   std::chrono::steady_clock::time_point started_;
 
   TenantRegistry tenants_;
