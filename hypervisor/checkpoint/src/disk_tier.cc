@@ -464,6 +464,14 @@ Status DiskTier::Remove(TenantNo tenant, StreamId stream, uint64_t step) {
   return ec ? Status::IoError() : Status::Ok();
 }
 
+Status DiskTier::RemoveTenant(TenantNo tenant) {
+  const fs::path dir = fs::path(root_) / std::to_string(tenant);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) return Status::IoError(dir.string() + ": " + ec.message());
+  return SyncDir(root_);
+}
+
 bool DiskTier::Retire(TenantNo tenant, StreamId stream, uint64_t step, std::string* path) {
   std::string dir = StepDir(tenant, stream, step);
   std::string retired = dir + kRetiredSuffix;

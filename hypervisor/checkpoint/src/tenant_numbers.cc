@@ -69,6 +69,23 @@ StatusOr<TenantNo> TenantNumbers::FindOrAssign(const TenantId& tenant) {
   return n;
 }
 
+Status TenantNumbers::Forget(const TenantId& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = numbers_.find(tenant);
+  if (it == numbers_.end()) return Status::Ok();
+  const TenantNo n = it->second;
+  numbers_.erase(it);
+  Status s = SaveLocked();
+  if (!s.ok()) {
+    numbers_[tenant] = n;
+    return s;
+  }
+  // The number stays out of use (highest_ only grows), so the directory
+  // never passes to anyone; Name(n) no longer names the tenant.
+  names_.erase(n);
+  return Status::Ok();
+}
+
 TenantId TenantNumbers::Name(TenantNo number) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = names_.find(number);

@@ -34,6 +34,9 @@ class TenantNumbers {
   std::optional<TenantNo> Find(const TenantId& tenant) const;
   // The tenant's number, a new one (saved first) if it has none.
   StatusOr<TenantNo> FindOrAssign(const TenantId& tenant);
+  // Drops the tenant's entry (saved first). Its number is never given
+  // again, so a tenant created later under the same name starts empty.
+  Status Forget(const TenantId& tenant);
   // The tenant of a number; empty for a directory no tenant owns.
   TenantId Name(TenantNo number) const;
 

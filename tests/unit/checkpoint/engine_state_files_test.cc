@@ -89,5 +89,21 @@ TEST_F(CheckpointStateFiles, AnUnreadableTenantTableStopsTheEngine) {
   EXPECT_EQ(*ReadFile(table), "");
 }
 
+// tenant.remove: a tenant created later under the same name starts with no
+// checkpoints, and the old number (directory) is never given to anyone.
+TEST_F(CheckpointStateFiles, AForgottenTenantsNameStartsEmpty) {
+  ASSERT_TRUE(eng_->SetPolicy(Tenant(1), 1, Policy{}).ok());
+  SaveSteps(Tenant(1), 1, {4});
+  const std::string old_dir = testing::TenantDir(dir_->path(), Tenant(1));
+  ASSERT_TRUE(eng_->ForgetTenant(Tenant(1)).ok());
+  EXPECT_FALSE(eng_->HasTenant(Tenant(1)));
+  EXPECT_FALSE(fs::exists(old_dir));
+  ASSERT_TRUE(eng_->SetPolicy(Tenant(1), 1, Policy{}).ok());
+  EXPECT_TRUE(Steps(Tenant(1), 1).empty());
+  EXPECT_NE(testing::TenantDir(dir_->path(), Tenant(1)), old_dir);
+  Open();
+  EXPECT_TRUE(Steps(Tenant(1), 1).empty());
+}
+
 }  // namespace
 }  // namespace hz::checkpoint
