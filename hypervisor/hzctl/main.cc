@@ -2,7 +2,9 @@
 //
 //   hzctl [--socket PATH] [--json] tenant create NAME [--weight N] [--priority low|normal|high]
 //                                        [--max-regions N] [--max-region-bytes N]
-//   hzctl tenant list | tenant remove NAME
+//   hzctl tenant list | tenant remove NAME [--purge]
+//         (--purge: also delete the tenant's checkpoints and events; without it a
+//          tenant that has any is not removed)
 //   hzctl vm bind --tenant NAME --socket PATH | vm unbind --socket PATH | vm list
 //   hzctl comm list | counters | status
 //   hzctl event inject --tenant NAME --topic TOPIC [--kind KIND] [--deadline-s N] [--json '{..}']
@@ -195,8 +197,14 @@ int main(int argc, char** argv) {
   tcreate->add_option("--max-regions", max_regions, "registered regions, all VMs together");
   tcreate->add_option("--max-region-bytes", max_region_bytes, "registered bytes, all VMs together");
   auto* tlist = tenant_cmd->add_subcommand("list", "list tenants");
-  auto* tremove = tenant_cmd->add_subcommand("remove", "remove a tenant without bound VMs");
+  auto* tremove = tenant_cmd->add_subcommand(
+      "remove",
+      "remove a tenant without bound VMs; one that keeps checkpoints or events needs --purge");
   tremove->add_option("name", name, "tenant name")->required();
+  bool purge = false;
+  tremove->add_flag("--purge", purge,
+                    "delete the tenant's checkpoints and events with it (a tenant created later "
+                    "under the same name never sees them)");
   std::string domain;
   auto* tdomain = tenant_cmd->add_subcommand("domain", "bind a tenant to its VM's libvirt domain");
   tdomain->add_option("name", name, "tenant name")->required();
@@ -303,6 +311,7 @@ int main(int argc, char** argv) {
   } else if (tremove->parsed()) {
     cmd = "tenant.remove";
     req["name"] = name;
+    if (purge) req["purge"] = true;
   } else if (vbind->parsed()) {
     cmd = "vm.bind";
     req["tenant"] = tenant;

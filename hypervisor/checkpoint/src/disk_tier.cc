@@ -172,17 +172,28 @@ void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
       }
       fs::remove(s.path() / kPolicyTmp, ec2);
       Policy p;
-      if (StatusOr<std::string> text = ReadSmallFile(s.path() / kPolicy); text.ok()) {
-        auto j = nlohmann::json::parse(*text, nullptr, false);
-        if (j.is_object()) {
-          p.retention = std::max<uint32_t>(1, PolicyU32(j, "retention", 1));
-          uint32_t tier = PolicyU32(j, "tier", 1);
-          p.tier = tier == 0 ? TierKind::kHostMemory : TierKind::kLocalDisk;
-          p.stall_budget_ms = PolicyU32(j, "stall_budget_ms", 1000);
-          p.rpo_s = PolicyU32(j, "rpo_s", 0);
-          auto flag = j.find("auto_save_on_notice");
-          p.auto_save_on_notice = flag != j.end() && flag->is_boolean() && flag->get<bool>();
-        }
+      StatusOr<std::string> text = ReadSmallFile(s.path() / kPolicy);
+      nlohmann::json j;
+      if (text.ok()) j = nlohmann::json::parse(*text, nullptr, false);
+      if (!j.is_object()) {
+        // Without its policy nothing says how many checkpoints the stream
+        // keeps: all of them stay until the tenant sets a policy again,
+        // rather than the default of one evicting the rest. The file is
+        // left as it is.
+        p.retention = UINT32_MAX;
+        spdlog::error(
+            "event=ckpt_policy_unreadable path={} reason=\"{}\" action=\"every checkpoint of "
+            "the stream is kept until its policy is set again\"",
+            (s.path() / kPolicy).string(),
+            text.ok() ? "not a JSON object" : text.status().ToString());
+      } else {
+        p.retention = std::max<uint32_t>(1, PolicyU32(j, "retention", 1));
+        uint32_t tier = PolicyU32(j, "tier", 1);
+        p.tier = tier == 0 ? TierKind::kHostMemory : TierKind::kLocalDisk;
+        p.stall_budget_ms = PolicyU32(j, "stall_budget_ms", 1000);
+        p.rpo_s = PolicyU32(j, "rpo_s", 0);
+        auto flag = j.find("auto_save_on_notice");
+        p.auto_save_on_notice = flag != j.end() && flag->is_boolean() && flag->get<bool>();
       }
       out->push_back({tenant, static_cast<StreamId>(stream), p});
     }
@@ -451,6 +462,14 @@ Status DiskTier::Remove(TenantNo tenant, StreamId stream, uint64_t step) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   return ec ? Status::IoError() : Status::Ok();
+}
+
+Status DiskTier::RemoveTenant(TenantNo tenant) {
+  const fs::path dir = fs::path(root_) / std::to_string(tenant);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) return Status::IoError(dir.string() + ": " + ec.message());
+  return SyncDir(root_);
 }
 
 bool DiskTier::Retire(TenantNo tenant, StreamId stream, uint64_t step, std::string* path) {

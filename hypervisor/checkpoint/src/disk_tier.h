@@ -85,6 +85,9 @@ class DiskTier : public Tier {
   Status Read(const Manifest& m, uint8_t* dst, size_t dst_len,
               const std::function<bool()>& cancelled);
   Status Remove(TenantNo tenant, StreamId stream, uint64_t step) override;
+  // Removes the tenant's directory (what is left once its checkpoints are
+  // deleted: policies, empty stream directories).
+  Status RemoveTenant(TenantNo tenant);
   // Takes a committed checkpoint out of the way at once by renaming its step
   // directory to "<step>.del" (no flush: if a crash undoes the rename, start-up
   // applies retention again). *path names the renamed directory for

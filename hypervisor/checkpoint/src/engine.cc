@@ -118,6 +118,10 @@ Status Engine::WaitDurable(const TenantId& t, StreamId s, uint64_t step,
 bool Engine::HasTenant(const TenantId& t) const {
   return impl_->NumberOf(t) != kNoTenant;
 }
+Status Engine::ForgetTenant(const TenantId& t) {
+  const TenantNo n = impl_->NumberOf(t);
+  return n == kNoTenant ? Status::Ok() : impl_->ForgetTenant(t, n);
+}
 std::vector<StreamId> Engine::Streams(const TenantId& t) const {
   const TenantNo n = impl_->NumberOf(t);
   return n == kNoTenant ? std::vector<StreamId>{} : impl_->StreamsOnDisk(n);

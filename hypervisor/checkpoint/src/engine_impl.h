@@ -109,6 +109,8 @@ class Engine::Impl {
   // The tenant's number, a new one when it has none (policies, limits).
   StatusOr<TenantNo> AssignNumber(const TenantId& tenant) { return numbers_.FindOrAssign(tenant); }
   std::vector<StreamId> StreamsOnDisk(TenantNo tenant) const { return disk_->Streams(tenant); }
+  // Deletes every checkpoint of the tenant, then forgets its number.
+  Status ForgetTenant(const TenantId& tenant, TenantNo number);
 
   Impl(const EngineConfig& config, std::unique_ptr<StagingPool> pool,
        std::unique_ptr<DiskTier> disk);

@@ -295,4 +295,17 @@ Status Engine::Impl::Delete(TenantNo tenant, StreamId stream, uint64_t step) {
   return Status::Ok();
 }
 
+Status Engine::Impl::ForgetTenant(const TenantId& tenant, TenantNo number) {
+  for (StreamId stream : disk_->Streams(number)) {
+    for (;;) {
+      Status s = Delete(number, stream, kLatestStep);
+      if (s.IsNotFound()) break;
+      if (!s.ok()) return Status(s.code(), "stream " + std::to_string(stream) + ": " + s.message());
+    }
+  }
+  if (Status s = numbers_.Forget(tenant); !s.ok()) return s;
+  // Policies and empty stream directories; the number is not used again.
+  return disk_->RemoveTenant(number);
+}
+
 }  // namespace hz::checkpoint

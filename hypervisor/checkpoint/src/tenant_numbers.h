@@ -22,7 +22,10 @@ namespace hz::checkpoint {
 
 class TenantNumbers {
  public:
-  // Reads <root>/tenants.json (absent: no tenants yet). `highest_on_disk` is
+  // Reads <root>/tenants.json (absent: no tenants yet). kCorruption, naming
+  // the file, when it cannot be read, holds an entry that is not a tenant
+  // with a positive number, gives a number twice, or is absent while
+  // numbered directories exist; the file is left as it is. `highest_on_disk` is
   // the highest tenant number found among the root's directories: new
   // numbers go above it too, so a directory whose entry was lost is never
   // handed to another tenant.
@@ -31,6 +34,9 @@ class TenantNumbers {
   std::optional<TenantNo> Find(const TenantId& tenant) const;
   // The tenant's number, a new one (saved first) if it has none.
   StatusOr<TenantNo> FindOrAssign(const TenantId& tenant);
+  // Drops the tenant's entry (saved first). Its number is never given
+  // again, so a tenant created later under the same name starts empty.
+  Status Forget(const TenantId& tenant);
   // The tenant of a number; empty for a directory no tenant owns.
   TenantId Name(TenantNo number) const;
 

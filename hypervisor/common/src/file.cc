@@ -1,6 +1,7 @@
 #include "hz/common/file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -91,6 +92,32 @@ StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   }
   ::close(fd);
   return data;
+}
+
+StatusOr<int> LockFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("cannot open", path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      errno = err;
+      return Errno("cannot lock", path);
+    }
+    std::string holder(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    return Status::Busy(path + " is locked by another process" +
+                        (holder.empty() ? std::string() : " (pid " + holder + ")"));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    Status s = Errno("cannot write", path);
+    ::close(fd);
+    return s;
+  }
+  return fd;
 }
 
 }  // namespace hz

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -566,6 +567,32 @@ Status EventBus::Summary(const TenantId& tenant, TenantSummary* summary) {
   if (!s.ok()) return s;
   log->Summary(summary);
   return Status::Ok();
+}
+
+StatusOr<bool> EventBus::HoldsEvents(const TenantId& tenant) {
+  if (!ValidName(tenant.name())) return Status::InvalidArgument("bad tenant name");
+  struct stat st {};
+  if (stat((options_.dir + "/" + tenant.name()).c_str(), &st) != 0) return false;
+  TenantSummary summary;
+  if (Status s = Summary(tenant, &summary); !s.ok()) return s;
+  return summary.next_seq > 1;
+}
+
+Status EventBus::Forget(const TenantId& tenant) {
+  if (!ValidName(tenant.name())) return Status::InvalidArgument("bad tenant name");
+  const std::string dir = options_.dir + "/" + tenant.name();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(tenant);
+  if (it != tenants_.end()) {
+    // Deliveries share the log; one still connected would write its cursor
+    // into the directory of a tenant created later under the same name.
+    if (it->second.use_count() > 1) return Status::Busy("a delivery of the tenant is connected");
+    tenants_.erase(it);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return Status::IoError(dir + ": " + ec.message());
+  return SyncDir(options_.dir);
 }
 
 Status EventBus::Get(const TenantId& tenant, uint64_t seq, hz_event* event) {

@@ -184,8 +184,13 @@ json ControlApi::ListTenants(const json& req) {
 }
 
 json ControlApi::RemoveTenant(const json& req) {
-  OnlyFields(req, {"name"});
-  Check(target_->RemoveTenant(Str(req, "name")));
+  OnlyFields(req, {"name", "purge"});
+  bool purge = false;
+  if (auto it = req.find("purge"); it != req.end()) {
+    if (!it->is_boolean()) Check(Status::InvalidArgument("field \"purge\" must be true or false"));
+    purge = it->get<bool>();
+  }
+  Check(target_->RemoveTenant(Str(req, "name"), purge));
   return json::object();
 }
 

@@ -13,6 +13,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "control_server.h"
+#include "hz/common/file.h"
 #include "hz/service/engine_backend.h"
 #include "metrics_server.h"
 #include "spdlog/spdlog.h"
@@ -62,6 +63,7 @@ Service::Service(ServiceConfig config) : config_(std::move(config)) {
 
 Service::~Service() {
   if (!stopped_) Shutdown();
+  if (state_lock_fd_ >= 0) close(state_lock_fd_);
 }
 
 hz::Status Service::Start() {
@@ -72,6 +74,17 @@ hz::Status Service::Start() {
     if (fec) return hz::Status::IoError(dir + ": " + fec.message());
   }
   fs::create_directories(fs::path(config_.ControlSocketPath()).parent_path(), fec);
+  // One service per state directory, before anything in it is touched: a
+  // second one would take the control socket and recover (delete) the first
+  // one's checkpoints in progress.
+  const std::string lock_path = config_.state_dir + "/harmonaized.lock";
+  hz::StatusOr<int> lock = LockFile(lock_path);
+  if (!lock.ok()) {
+    if (!lock.status().IsBusy()) return lock.status();
+    return hz::Status::Busy("state directory " + config_.state_dir +
+                            " is in use by another harmonaized: " + lock.status().message());
+  }
+  state_lock_fd_ = *lock;
 
   coll::EngineOptions eo;
   eo.max_ranks = config_.device.max_comm_ranks;
@@ -115,7 +128,7 @@ hz::Status Service::Start() {
     if (!s.ok()) return s;
     metrics_port_ = metrics_server_->port();
   }
-  LoadState();
+  if (hz::Status s = LoadState(); !s.ok()) return s;
   spdlog::info("event=started state_dir={} control_socket={} metrics={}:{} workers={} engine={}",
                config_.state_dir, config_.ControlSocketPath(), config_.metrics_address,
                metrics_port_, config_.worker_threads, coll_ ? "yes" : "no");
@@ -258,7 +271,7 @@ hz::Status Service::CreateTenant(const TenantSpec& spec) {
   return hz::Status::Ok();
 }
 
-hz::Status Service::RemoveTenant(const std::string& name) {
+hz::Status Service::RemoveTenant(const std::string& name, bool purge) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [path, b] : bindings_) {
@@ -267,8 +280,27 @@ hz::Status Service::RemoveTenant(const std::string& name) {
       }
     }
   }
+  if (!tenants_.Find(name)) return hz::Status::NotFound("no tenant " + name);
+  // The engines keep their state by name: all of it goes with the tenant, so
+  // that a tenant created later under the same name starts with nothing.
+  if (engines_) {
+    std::vector<std::string> held;
+    hz::Status data = engines_->TenantData(TenantId(name), &held);
+    // With purge, data that cannot even be read (a corrupt events file) goes too.
+    if (!data.ok() && !purge)
+      return hz::Status(data.code(), "tenant " + name + ": " + data.message());
+    if (!held.empty() && !purge) {
+      std::string what;
+      for (const std::string& h : held) what += (what.empty() ? "" : " and ") + h;
+      return hz::Status::State("tenant " + name + " still has " + what +
+                               "; remove it with --purge to delete them");
+    }
+    if (hz::Status s = engines_->ForgetTenant(TenantId(name)); !s.ok()) {
+      return hz::Status(s.code(), "tenant " + name + ": " + s.message());
+    }
+  }
   if (hz::Status s = tenants_.Remove(name); !s.ok()) return s;
-  spdlog::info("event=tenant_removed tenant={}", name);
+  spdlog::info("event=tenant_removed tenant={} purge={}", name, purge);
   SaveState();
   return hz::Status::Ok();
 }

@@ -1,7 +1,5 @@
 // The operator's objects (tenants and VM bindings) across restarts of the
 // service: <state_dir>/state.json.
-#include <fstream>
-
 #include "hz/common/file.h"
 #include "hz/service/service.h"
 #include "spdlog/spdlog.h"
@@ -36,17 +34,24 @@ void Service::SaveState() {
   if (!s.ok()) spdlog::error("event=state_save_failed path={} reason=\"{}\"", path, s.ToString());
 }
 
-void Service::LoadState() {
-  std::string path = config_.state_dir + "/state.json";
-  std::ifstream in(path);
-  if (!in) return;
-  json state = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!state.is_object()) {
-    spdlog::error("event=state_unreadable path={}", path);
-    return;
-  }
+// A state file that cannot be read whole stops the start-up: starting with
+// fewer tenants or bindings and saving that on the next change would lose the
+// rest for good. The file is kept as it is.
+hz::Status Service::LoadState() {
+  const std::string path = config_.state_dir + "/state.json";
+  auto bad = [&](const std::string& why) {
+    return hz::Status::Corruption(path + ": " + why +
+                                  "; not starting without every tenant and binding in it (the "
+                                  "file is kept as it is: repair it, or move it aside to start "
+                                  "with none)");
+  };
+  hz::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok())
+    return text.status().IsNotFound() ? hz::Status::Ok() : bad(text.status().ToString());
+  json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!state.is_object()) return bad("not a JSON object");
   loading_state_ = true;
-  bool readable = true;
+  hz::Status result = hz::Status::Ok();
   try {
     for (const json& t : state.value("tenants", json::array())) {
       TenantSpec spec;
@@ -56,24 +61,23 @@ void Service::LoadState() {
       spec.limits.max_regions = t.at("max_regions").get<uint32_t>();
       spec.limits.max_region_bytes = t.at("max_region_bytes").get<uint64_t>();
       if (hz::Status s = CreateTenant(spec); !s.ok()) {
-        spdlog::warn("event=state_tenant_skipped tenant={} reason=\"{}\"", spec.name, s.message());
+        result = bad("tenant " + spec.name + ": " + s.message());
+        break;
       }
     }
     for (const json& b : state.value("bindings", json::array())) {
-      hz::StatusOr<std::string> bound =
-          BindVm(b.at("tenant").get<std::string>(), b.at("socket").get<std::string>());
-      if (!bound.ok()) {
-        spdlog::warn("event=state_binding_skipped reason=\"{}\"", bound.status().message());
-      }
+      if (!result.ok()) break;
+      const std::string socket = b.at("socket").get<std::string>();
+      hz::StatusOr<std::string> bound = BindVm(b.at("tenant").get<std::string>(), socket);
+      if (!bound.ok()) result = bad("binding " + socket + ": " + bound.status().message());
     }
   } catch (const json::exception& e) {
-    readable = false;
-    spdlog::error("event=state_unreadable path={} error=\"{}\"", path, e.what());
+    result = bad(e.what());
   }
   loading_state_ = false;
-  // Once: what was loaded, without the objects that were skipped. An
-  // unreadable file is left as it is.
-  if (readable) SaveState();
+  if (!result.ok()) return result;
+  SaveState();  // once, in the current format
+  return hz::Status::Ok();
 }
 
 }  // namespace hz::service

@@ -1,5 +1,6 @@
 #include "service_harness.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -31,7 +32,7 @@ ServiceProcess::~ServiceProcess() {
   std::filesystem::remove_all(dir_, ec);
 }
 
-bool ServiceProcess::Start(const std::vector<std::string>& extra) {
+std::vector<std::string> ServiceProcess::Args(const std::vector<std::string>& extra) const {
   std::vector<std::string> args = {
       HZ_HARMONAIZED_PATH, "--state-dir",  dir_,          "--control-socket",
       dir_ + "/ctl.sock",  "--no-metrics", "--log-level", "warn"};
@@ -40,6 +41,11 @@ bool ServiceProcess::Start(const std::vector<std::string>& extra) {
   if (std::find(extra.begin(), extra.end(), "--metrics-port") != extra.end()) {
     args.erase(std::find(args.begin(), args.end(), "--no-metrics"));
   }
+  return args;
+}
+
+bool ServiceProcess::Start(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = Args(extra);
   pid_ = fork();
   if (pid_ < 0) return false;
   if (pid_ == 0) {
@@ -60,6 +66,45 @@ bool ServiceProcess::Start(const std::vector<std::string>& extra) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
+}
+
+int ServiceProcess::RunToExit(const std::vector<std::string>& extra, std::string* output,
+                              int timeout_ms) const {
+  std::vector<std::string> args = Args(extra);
+  const std::string log = dir_ + "/run-to-exit.log";
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) dup2(fd, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int rc = -1;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  output->clear();
+  if (FILE* f = fopen(log.c_str(), "r")) {
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), f)) output->append(buf, n);
+    fclose(f);
+  }
+  return rc;
 }
 
 int ServiceProcess::Terminate(int timeout_ms) {

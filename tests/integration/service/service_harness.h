@@ -19,10 +19,17 @@ class ServiceProcess {
   ~ServiceProcess();
   // Starts the daemon; extra arguments are appended to its command line.
   bool Start(const std::vector<std::string>& extra = {});
+  // The daemon's command line on this state directory.
+  std::vector<std::string> Args(const std::vector<std::string>& extra) const;
   // Sends SIGTERM and waits (up to the deadline) for the exit status; -1 on a hang.
   int Terminate(int timeout_ms = 20000);
   // Waits for the daemon to exit by itself; its exit status, -1 on a hang.
   int Wait(int timeout_ms = 20000);
+  // Runs another daemon on this state directory (with this one's command line
+  // plus `extra`) until it exits by itself; its exit status (-1 if it is still
+  // running at the deadline, then killed) and what it wrote to stderr.
+  int RunToExit(const std::vector<std::string>& extra, std::string* output,
+                int timeout_ms = 20000) const;
   nlohmann::json Control(const nlohmann::json& req);
   // Creates a tenant and binds `n` VM sockets to it; returns their paths.
   std::vector<std::string> TenantWithVms(const std::string& tenant, int n);

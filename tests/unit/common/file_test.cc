@@ -63,6 +63,23 @@ TEST_F(CommonFile, ReadFileSaysNotFoundAndRefusesLargeFiles) {
   EXPECT_EQ(SyncDir(dir_ + "/none").code(), StatusCode::kIoError);
 }
 
+// flock locks belong to an open file: a second open of the same path, in
+// this process or another, is refused until the first descriptor closes.
+TEST_F(CommonFile, LockFileIsExclusiveAndNamesItsHolder) {
+  const std::string path = dir_ + "/x.lock";
+  StatusOr<int> first = LockFile(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  StatusOr<int> second = LockFile(path);
+  EXPECT_EQ(second.status().code(), StatusCode::kBusy);
+  EXPECT_NE(second.status().message().find(path), std::string::npos);
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(getpid())), std::string::npos)
+      << second.status();
+  close(*first);
+  StatusOr<int> third = LockFile(path);
+  ASSERT_TRUE(third.ok()) << third.status();
+  close(*third);
+}
+
 TEST(CommonFileNames, DirNameOfRelativeRootedAndNestedPaths) {
   EXPECT_EQ(DirName("a/b/c"), "a/b");
   EXPECT_EQ(DirName("c"), ".");

@@ -7,7 +7,10 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 
+#include "hz/common/file.h"
 #include "hz/events/event_log.h"
 #include "test_util.h"
 
@@ -432,6 +435,34 @@ TEST_F(EventsBus, CorruptStateFileIsAClearError) {
   EXPECT_NE(s.message().find("state.json"), std::string::npos);
   // Other tenants are unaffected.
   EXPECT_EQ(Publish(TenantId("t2"), HZ_TOPIC_FAILURE), 1u);
+  // The file stays as it was, for the operator; nor is it taken for "no events".
+  EXPECT_EQ(*ReadFile(dir_.path() + "/t1/state.json"), "{\"next_seq\": \"banana\"}");
+  EXPECT_EQ(bus_->HoldsEvents(TenantId("t1")).status().code(), StatusCode::kCorruption);
+}
+
+std::optional<bool> HoldsOf(EventBus* bus, const TenantId& t) {
+  StatusOr<bool> h = bus->HoldsEvents(t);
+  if (!h.ok()) return std::nullopt;
+  return *h;
+}
+
+// Forgetting a tenant (tenant.remove) deletes its log and cursors: a tenant
+// created later under the same name starts at seq 1 and sees none of them.
+TEST_F(EventsBus, AForgottenTenantsNameStartsWithAnEmptyLog) {
+  EXPECT_TRUE(HoldsOf(bus_.get(), TenantId("t1")) == std::optional<bool>(false));
+  {
+    auto d = Connect(TenantId("t1"), "guest");
+    Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
+    EXPECT_TRUE(HoldsOf(bus_.get(), TenantId("t1")) == std::optional<bool>(true));
+    EXPECT_EQ(bus_->Forget(TenantId("t1")).code(), StatusCode::kBusy);  // still connected
+  }
+  ASSERT_TRUE(bus_->Forget(TenantId("t1")).ok());
+  EXPECT_TRUE(HoldsOf(bus_.get(), TenantId("t1")) == std::optional<bool>(false));
+  EXPECT_EQ(Publish(TenantId("t1"), HZ_TOPIC_FAILURE), 1u);
+  Reopen(16);
+  TenantSummary s;
+  ASSERT_TRUE(bus_->Summary(TenantId("t1"), &s).ok());
+  EXPECT_EQ(s.next_seq, 2u);
 }
 
 TEST_F(EventsBus, SequenceNeverGoesBackIfTheLogIsLost) {

@@ -13,7 +13,11 @@ class FakeTarget : public ControlTarget {
     created.push_back(spec);
     return reg.Create(spec);
   }
-  hz::Status RemoveTenant(const std::string& name) override { return reg.Remove(name); }
+  hz::Status RemoveTenant(const std::string& name, bool purge) override {
+    purged = purge;
+    return reg.Remove(name);
+  }
+  bool purged = false;
   hz::StatusOr<std::string> BindVm(const std::string& tenant, const std::string& path) override {
     if (!reg.Find(tenant)) return hz::Status::NotFound("no tenant " + tenant);
     std::string resolved = path[0] == '/' ? path : "/vms/" + path;
@@ -102,7 +106,15 @@ TEST_F(ControlApiTest, TenantCreateListRemove) {
   EXPECT_EQ(r["result"][0]["name"], "t1");
   EXPECT_EQ(r["result"][0]["priority"], "high");
   EXPECT_TRUE(Do(R"({"cmd":"tenant.remove","name":"t1"})")["ok"].get<bool>());
+  EXPECT_FALSE(target.purged);
   EXPECT_FALSE(Do(R"({"cmd":"tenant.remove","name":"t1"})")["ok"].get<bool>());
+}
+
+TEST_F(ControlApiTest, TenantRemovePurgeIsAnExplicitBoolean) {
+  ASSERT_TRUE(Do(R"({"cmd":"tenant.create","name":"t1"})")["ok"].get<bool>());
+  EXPECT_FALSE(Do(R"({"cmd":"tenant.remove","name":"t1","purge":"yes"})")["ok"].get<bool>());
+  EXPECT_TRUE(Do(R"({"cmd":"tenant.remove","name":"t1","purge":true})")["ok"].get<bool>());
+  EXPECT_TRUE(target.purged);
 }
 
 TEST_F(ControlApiTest, VmBindUnbindList) {

@@ -237,6 +237,10 @@ class Engine {
 
   // Whether the tenant has a number here (has ever set a policy or limits).
   bool HasTenant(const TenantId& tenant) const;
+  // Deletes every checkpoint of the tenant and forgets it: a tenant created
+  // later under the same name starts with nothing. kBusy (nothing forgotten)
+  // while one of its checkpoints is being saved or restored.
+  Status ForgetTenant(const TenantId& tenant);
   // The streams of the tenant on disk, in order (the operator's view).
   std::vector<StreamId> Streams(const TenantId& tenant) const;
 

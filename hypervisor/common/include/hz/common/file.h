@@ -38,6 +38,13 @@ Status SyncDir(const std::string& dir);
 // kIoError "<what> <path>: <strerror(errno)>", for a system call that failed.
 Status Errno(std::string_view what, std::string_view path);
 
+// Takes an exclusive lock (flock) on `path`, creating it (0600) if absent,
+// and writes this process's id into it. Returns the descriptor, which holds
+// the lock until it is closed or the process exits (a crash leaves no stale
+// lock). kBusy, naming the file and the holder's pid, when another process
+// holds it.
+StatusOr<int> LockFile(const std::string& path);
+
 // The directory part of a path: "a/b" -> "a", "b" -> ".", "/b" -> "/".
 std::string DirName(const std::string& path);
 

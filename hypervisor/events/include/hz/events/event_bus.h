@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "hz/common/status.h"
+#include "hz/common/status_or.h"
+#include "hz/common/tenant_id.h"
 #include "hz/events/event_spec.h"
 #include "protocol/harmonaize.h"
 
@@ -128,6 +130,14 @@ class EventBus : public EventSink {
 
   // Reads a retained event by seq (hzctl inspection, tests).
   Status Get(const TenantId& tenant, uint64_t seq, hz_event* event);
+
+  // Whether anything was ever published to the tenant's log. An unreadable
+  // log or cursor file is an error, not "no".
+  StatusOr<bool> HoldsEvents(const TenantId& tenant);
+  // Deletes the tenant's log, cursors and approvals, so that a tenant
+  // created later under the same name starts with an empty log. kBusy while
+  // a delivery of the tenant is connected.
+  Status Forget(const TenantId& tenant);
 
  private:
   explicit EventBus(BusOptions options);

@@ -34,7 +34,9 @@ class ControlTarget {
  public:
   virtual ~ControlTarget() = default;
   virtual hz::Status CreateTenant(const TenantSpec& spec) = 0;
-  virtual hz::Status RemoveTenant(const std::string& name) = 0;
+  // Refused while a VM is bound, and while the tenant keeps data
+  // (checkpoints, events) unless purge says to delete it.
+  virtual hz::Status RemoveTenant(const std::string& name, bool purge) = 0;
   // The socket path as bound (a relative one is under the VM socket directory).
   virtual hz::StatusOr<std::string> BindVm(const std::string& tenant,
                                            const std::string& socket_path) = 0;

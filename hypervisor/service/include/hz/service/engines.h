@@ -46,6 +46,11 @@ class Engines {
 
   // Opens the engines' state under the state directory.
   Status Start();
+  // What the engines keep for the tenant that a tenant.remove would delete:
+  // "checkpoints", "events" (none: nothing worth keeping).
+  Status TenantData(const TenantId& tenant, std::vector<std::string>* held) const;
+  // Deletes everything the engines keep under the tenant's name.
+  Status ForgetTenant(const TenantId& tenant);
 
   events::EventBus* bus() const { return bus_.get(); }
   // What the devices use; null when that engine is not running.

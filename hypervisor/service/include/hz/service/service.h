@@ -66,7 +66,7 @@ class Service : public ControlTarget {
 
   // ControlTarget
   hz::Status CreateTenant(const TenantSpec& spec) override;
-  hz::Status RemoveTenant(const std::string& name) override;
+  hz::Status RemoveTenant(const std::string& name, bool purge) override;
   hz::StatusOr<std::string> BindVm(const std::string& tenant,
                                    const std::string& socket_path) override;
   hz::Status UnbindVm(const std::string& socket_path) override;
@@ -110,7 +110,7 @@ class Service : public ControlTarget {
   std::string ResolveSocketPath(const std::string& path) const;
   // service_state.cc
   void SaveState();
-  void LoadState();
+  hz::Status LoadState();
 
   ServiceConfig config_;
   // While LoadState re-creates the saved objects, their Create/Bind calls
@@ -119,6 +119,8 @@ class Service : public ControlTarget {
   std::atomic<bool> loading_state_{false};
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopped_{false};
+  // <state_dir>/harmonaized.lock, locked while this service owns state_dir.
+  int state_lock_fd_ = -1;
   std::chrono::steady_clock::time_point started_;
 
   TenantRegistry tenants_;

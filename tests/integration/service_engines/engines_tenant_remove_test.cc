@@ -1,0 +1,107 @@
+// Removing a tenant and creating one of the same name: the new tenant starts
+// with nothing of the old one's (checkpoints, events).
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harmonaize/hz.h"
+#include "service_harness.h"
+
+namespace {
+
+using hz::testing::ServiceProcess;
+using json = nlohmann::json;
+
+constexpr int kWaitMs = 10000;  // only detects hangs
+
+int Hzctl(const ServiceProcess& svc, const std::string& args, std::string* out) {
+  std::string cmd =
+      std::string(HZ_HZCTL_PATH) + " --socket " + svc.dir() + "/ctl.sock " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[4096];
+  out->clear();
+  while (size_t n = fread(buf, 1, sizeof(buf), f)) out->append(buf, n);
+  int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Saves one checkpoint (stream 1, step 5) from the VM at sock and waits until
+// it is durable.
+void SaveOne(const std::string& sock) {
+  hz_device_t* dev = nullptr;
+  ASSERT_EQ(hz_open(("vhost-user:" + sock).c_str(), &dev), HZ_OK);
+  hz_ckpt_policy p{0, 2, HZ_TIER_LOCAL_DISK, 1000, 0};
+  ASSERT_EQ(hz_ckpt_set_policy(dev, 1, &p), HZ_OK);
+  void* mem = nullptr;
+  ASSERT_EQ(hz_mem_alloc(dev, 4096, &mem), HZ_OK);
+  std::memset(mem, 0x5a, 4096);
+  hz_buf slice{mem, 4096};
+  hz_ckpt_info ci{};
+  ASSERT_EQ(hz_ckpt_save(dev, 1, 5, &slice, 1, nullptr, 0, &ci), HZ_OK);
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+  hz_ckpt_info e{};
+  size_t n = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_EQ(hz_ckpt_list(dev, 1, &e, 1, &n), HZ_OK);
+    if (n == 1 && e.state == HZ_CKPT_DURABLE) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(e.state, HZ_CKPT_DURABLE);
+  hz_close(dev);
+}
+
+// How many checkpoints stream 1 lists for the VM at sock.
+size_t Listed(const std::string& sock) {
+  hz_device_t* dev = nullptr;
+  if (hz_open(("vhost-user:" + sock).c_str(), &dev) != HZ_OK) return 1000;
+  hz_ckpt_info e[4]{};
+  size_t n = 0;
+  int rc = hz_ckpt_list(dev, 1, e, 4, &n);
+  hz_close(dev);
+  return rc == HZ_OK ? n : 0;
+}
+
+TEST(ServiceTenantRemove, ANameCreatedAgainInheritsNothingAndDataNeedsPurge) {
+  ServiceProcess svc;
+  ASSERT_TRUE(svc.Start());
+  std::vector<std::string> socks = svc.TenantWithVms("t", 1);
+  ASSERT_EQ(socks.size(), 1u);
+  SaveOne(socks[0]);
+  json r =
+      svc.Control({{"cmd", "event.inject"},
+                   {"tenant", "t"},
+                   {"event", {{"topic", "maintenance"}, {"kind", "scheduled"}, {"in_s", 600}}}});
+  ASSERT_TRUE(r.value("ok", false)) << r.dump();
+  ASSERT_TRUE(svc.Control({{"cmd", "vm.unbind"}, {"socket", socks[0]}}).value("ok", false));
+
+  // Without --purge the tenant's data stays, and so does the tenant.
+  std::string out;
+  EXPECT_EQ(Hzctl(svc, "tenant remove t", &out), 1) << out;
+  EXPECT_NE(out.find("--purge"), std::string::npos) << out;
+  r = svc.Control({{"cmd", "tenant.list"}});
+  ASSERT_TRUE(r.value("ok", false)) << r.dump();
+  EXPECT_EQ(r["result"].size(), 1u) << r.dump();
+
+  EXPECT_EQ(Hzctl(svc, "tenant remove t --purge", &out), 0) << out;
+  socks = svc.TenantWithVms("t", 1);
+  ASSERT_EQ(socks.size(), 1u);
+  EXPECT_EQ(Listed(socks[0]), 0u);
+  r = svc.Control({{"cmd", "event.status"}, {"tenant", "t"}});
+  ASSERT_TRUE(r.value("ok", false)) << r.dump();
+  EXPECT_EQ(r["result"]["next_seq"], 1) << r.dump();
+
+  // Nor after a restart.
+  ASSERT_EQ(svc.Terminate(), 0);
+  ASSERT_TRUE(svc.Start());
+  EXPECT_EQ(Listed(socks[0]), 0u);
+}
+
+}  // namespace
