@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <initializer_list>
 #include <string>
 
+#include "command_args.h"
 #include "engine_adapters.h"
 #include "hz/events/injection.h"
 #include "hz/service/wire_status.h"
@@ -15,28 +15,6 @@
 namespace hz::service {
 
 using json = nlohmann::json;
-
-namespace {
-
-// The operator commands of the engines name one tenant: checks that req has
-// only cmd, id, tenant and `extra`, and that tenant is a string.
-Status ReadTenant(const json& req, std::initializer_list<const char*> extra, std::string* tenant) {
-  for (const auto& item : req.items()) {
-    const std::string& k = item.key();  // a plain name: clang 14 cannot capture bindings
-    if (k == "cmd" || k == "id" || k == "tenant") continue;
-    if (std::none_of(extra.begin(), extra.end(), [&k](const char* e) { return k == e; })) {
-      return Status::InvalidArgument("unknown field \"" + k + "\"");
-    }
-  }
-  auto t = req.find("tenant");
-  if (t == req.end() || !t->is_string()) {
-    return Status::InvalidArgument("field \"tenant\" must be a string");
-  }
-  *tenant = t->get<std::string>();
-  return Status::Ok();
-}
-
-}  // namespace
 
 // The checkpoint engine's events, onto the tenant's log.
 class Engines::CkptSink : public checkpoint::EventSink {
@@ -177,7 +155,8 @@ std::span<const CommandSpec<Engines>> Engines::Commands() {
 // cursor and the events it approved early (what the tenant acknowledged).
 CommandResult Engines::EventStatus(const json& req) {
   std::string tenant;
-  if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
+  if (Status s = OnlyFields(req, {"tenant"}); !s.ok()) return s;
+  if (Status s = GetString(req, "tenant", &tenant); !s.ok()) return s;
   if (!bus_) return Status::State("the event bus is not running");
   events::TenantSummary s;
   Status st = bus_->Summary(TenantId(tenant), &s);
@@ -200,7 +179,8 @@ CommandResult Engines::EventStatus(const json& req) {
 // The event object is SpecFromJson's (hz/events/injection.h).
 CommandResult Engines::InjectEvent(const json& req) {
   std::string tenant;
-  if (Status s = ReadTenant(req, {"event"}, &tenant); !s.ok()) return s;
+  if (Status s = OnlyFields(req, {"tenant", "event"}); !s.ok()) return s;
+  if (Status s = GetString(req, "tenant", &tenant); !s.ok()) return s;
   auto e = req.find("event");
   if (e == req.end() || !e->is_object()) {
     return Status::InvalidArgument("field \"event\" must be an object");
@@ -228,7 +208,8 @@ CommandResult Engines::InjectEvent(const json& req) {
 // checkpoints, and the engine's recent decisions about them.
 CommandResult Engines::ListCheckpoints(const json& req) {
   std::string tenant;
-  if (Status s = ReadTenant(req, {}, &tenant); !s.ok()) return s;
+  if (Status s = OnlyFields(req, {"tenant"}); !s.ok()) return s;
+  if (Status s = GetString(req, "tenant", &tenant); !s.ok()) return s;
   if (!ckpt_) return Status::State("the checkpoint engine is not running");
   const TenantId id(tenant);
   if (!ckpt_->HasTenant(id)) {

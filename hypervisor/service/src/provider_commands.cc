@@ -1,8 +1,7 @@
 // The provider's operator commands (control API): the scheduler's inventory
 // and allocations, simulated device failures, tenant domains and the open
 // negotiations. Each command is declared once, in Provider::Commands.
-#include <set>
-
+#include "command_args.h"
 #include "hz/service/provider.h"
 #include "spdlog/spdlog.h"
 
@@ -28,39 +27,6 @@ const char* ReservationStateName(neg::ReservationState s) {
       return "revoked";
   }
   return "unknown";
-}
-
-// Operator input: unknown fields are errors, as everywhere in the control API.
-Status OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
-  std::set<std::string> ok = {"cmd", "id"};
-  for (const char* a : allowed) ok.insert(a);
-  for (const auto& [k, v] : req.items()) {
-    if (ok.count(k) == 0) return Status::InvalidArgument("unknown field \"" + k + "\"");
-  }
-  return Status::Ok();
-}
-
-Status GetString(const json& req, const char* key, std::string* out) {
-  auto it = req.find(key);
-  if (it == req.end() || !it->is_string()) {
-    return Status::InvalidArgument(std::string("field \"") + key + "\" must be a string");
-  }
-  *out = it->get<std::string>();
-  return Status::Ok();
-}
-
-Status GetUInt(const json& req, const char* key, uint64_t def, uint64_t max, uint64_t* out) {
-  auto it = req.find(key);
-  if (it == req.end()) {
-    *out = def;
-    return Status::Ok();
-  }
-  if (!it->is_number_unsigned() || it->get<uint64_t>() > max) {
-    return Status::InvalidArgument(std::string("field \"") + key + "\" must be an integer in 0.." +
-                                   std::to_string(max));
-  }
-  *out = it->get<uint64_t>();
-  return Status::Ok();
 }
 
 }  // namespace

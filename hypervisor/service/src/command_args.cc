@@ -1,0 +1,41 @@
+#include "command_args.h"
+
+#include <set>
+
+namespace hz::service {
+
+using json = nlohmann::json;
+
+Status OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
+  std::set<std::string> ok = {"cmd", "id"};
+  for (const char* a : allowed) ok.insert(a);
+  for (const auto& [k, v] : req.items()) {
+    if (ok.count(k) == 0) return Status::InvalidArgument("unknown field \"" + k + "\"");
+  }
+  return Status::Ok();
+}
+
+Status GetString(const json& req, const char* key, std::string* out) {
+  auto it = req.find(key);
+  if (it == req.end() || !it->is_string()) {
+    return Status::InvalidArgument(std::string("field \"") + key + "\" must be a string");
+  }
+  *out = it->get<std::string>();
+  return Status::Ok();
+}
+
+Status GetUInt(const json& req, const char* key, uint64_t def, uint64_t max, uint64_t* out) {
+  auto it = req.find(key);
+  if (it == req.end()) {
+    *out = def;
+    return Status::Ok();
+  }
+  if (!it->is_number_unsigned() || it->get<uint64_t>() > max) {
+    return Status::InvalidArgument(std::string("field \"") + key + "\" must be an integer in 0.." +
+                                   std::to_string(max));
+  }
+  *out = it->get<uint64_t>();
+  return Status::Ok();
+}
+
+}  // namespace hz::service

@@ -1,0 +1,27 @@
+// Reading the fields of an operator command (control API) that an engine or
+// the provider runs: each check answers InvalidArgument with the message the
+// operator reads. Every command accepts "cmd" and "id" besides its own fields.
+#ifndef HZ_SERVICE_COMMAND_ARGS_H_
+#define HZ_SERVICE_COMMAND_ARGS_H_
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "hz/common/status.h"
+
+namespace hz::service {
+
+// req has no field besides cmd, id and `allowed`.
+Status OnlyFields(const nlohmann::json& req, std::initializer_list<const char*> allowed);
+// req[key] is a string: into *out.
+Status GetString(const nlohmann::json& req, const char* key, std::string* out);
+// req[key] is an integer in 0..max, or absent (then def): into *out.
+Status GetUInt(const nlohmann::json& req, const char* key, uint64_t def, uint64_t max,
+               uint64_t* out);
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_COMMAND_ARGS_H_
