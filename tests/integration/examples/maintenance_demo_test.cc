@@ -30,17 +30,9 @@ namespace {
 
 using json = nlohmann::json;
 
-// Runs hzctl against the service; returns its exit code and stdout.
+// Runs hzctl against the service; returns its exit code and output.
 int Hzctl(const ServiceProcess& svc, const std::string& args, std::string* out) {
-  std::string cmd =
-      std::string(HZ_HZCTL_PATH) + " --socket " + svc.dir() + "/ctl.sock " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return -1;
-  char buf[4096];
-  out->clear();
-  while (size_t n = fread(buf, 1, sizeof(buf), f)) out->append(buf, n);
-  int status = pclose(f);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return svc.Hzctl(HZ_HZCTL_PATH, args, out);
 }
 
 std::string ReadFile(const std::string& path) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -125,6 +126,18 @@ int ServiceProcess::Wait(int timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return -1;
+}
+
+int ServiceProcess::Hzctl(const std::string& hzctl_path, const std::string& args,
+                          std::string* out) const {
+  std::string cmd = hzctl_path + " --socket " + dir_ + "/ctl.sock " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[4096];
+  out->clear();
+  while (size_t n = fread(buf, 1, sizeof(buf), f)) out->append(buf, n);
+  int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 nlohmann::json ServiceProcess::Control(const nlohmann::json& req) {

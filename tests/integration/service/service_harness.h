@@ -31,6 +31,9 @@ class ServiceProcess {
   int RunToExit(const std::vector<std::string>& extra, std::string* output,
                 int timeout_ms = 20000) const;
   nlohmann::json Control(const nlohmann::json& req);
+  // Runs the hzctl at hzctl_path with args against this service; returns its
+  // exit code, with its stdout and stderr in *out.
+  int Hzctl(const std::string& hzctl_path, const std::string& args, std::string* out) const;
   // Creates a tenant and binds `n` VM sockets to it; returns their paths.
   std::vector<std::string> TenantWithVms(const std::string& tenant, int n);
   const std::string& dir() const { return dir_; }
