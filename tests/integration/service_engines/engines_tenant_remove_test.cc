@@ -53,8 +53,14 @@ void SaveOne(const std::string& sock) {
 
 // How many checkpoints stream 1 lists for the VM at sock.
 size_t Listed(const std::string& sock) {
+  // A loaded service may be slow to answer a fresh connection: retry until
+  // the hang deadline rather than count a slow open as a listing.
   hz_device_t* dev = nullptr;
-  if (hz_open(("vhost-user:" + sock).c_str(), &dev) != HZ_OK) return 1000;
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+  while (hz_open(("vhost-user:" + sock).c_str(), &dev) != HZ_OK) {
+    if (std::chrono::steady_clock::now() >= until) return 1000;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   hz_ckpt_info e[4]{};
   size_t n = 0;
   int rc = hz_ckpt_list(dev, 1, e, 4, &n);
