@@ -372,6 +372,11 @@ Error Session::SetVringFd(Message& msg) {
   uint32_t index = static_cast<uint32_t>(v & vu::kVringIdxMask);
   bool nofd = v & vu::kVringNoFd;
   if (Error e = CheckIndex(index); !e.empty()) return e;
+  if (nofd && msg.request() == vu::kSetVringKick && !options_.allow_nofd_kick &&
+      !Polled(static_cast<uint16_t>(index))) {
+    return fmt::format("queue {} without a kick eventfd would need polling, which is not allowed",
+                       index);
+  }
   QueueState& s = queues_[index];
   UniqueFd fd = nofd ? UniqueFd() : std::move(msg.fds[0]);
   if (fd.valid()) {

@@ -344,11 +344,14 @@ void RunBackend(const std::string& path) {
   boost::asio::io_context io;
   vdev::EchoDevice::Options device_options;
   device_options.queues = 1;
-  vdev::Server server(io, path,
-                      [device_options](const std::string&) {
-                        return std::make_unique<vdev::EchoDevice>(device_options);
-                      },
-                      {});
+  vdev::ServerOptions options;
+  options.session.allow_nofd_kick = true;  // the busy-poll front-end sends no kick eventfds
+  vdev::Server server(
+      io, path,
+      [device_options](const std::string&) {
+        return std::make_unique<vdev::EchoDevice>(device_options);
+      },
+      options);
   std::string error;
   if (!server.Start(&error)) {
     std::fprintf(stderr, "vdev_bench back-end: %s\n", error.c_str());

@@ -306,6 +306,12 @@ TEST_F(VdevFrontendBackend, BlockingRoundTripsWithAndWithoutEventIdx) {
 }
 
 TEST_F(VdevFrontendBackend, BusyPollModeNeedsNoEventfds) {
+  // A back-end polls rings without kick eventfds only where allowed.
+  backend_.reset();
+  ServerOptions options;
+  options.session.allow_nofd_kick = true;
+  backend_ = std::make_unique<InProcessBackend>(std::vector<std::string>{path_}, options);
+  ASSERT_TRUE(backend_->ok()) << backend_->error();
   VirtioUser::Options o = DefaultOptions();
   o.busy_poll = true;
   ASSERT_TRUE(dev_.Connect(path_, o).ok());

@@ -35,11 +35,16 @@ uint64_t Drain(int fd) {
 class VdevSessionTest : public ::testing::Test {
  protected:
   VdevSessionTest() {
+    Reopen(SessionOptions{});
+    call_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  }
+  // Replaces the session (before any message) with one under `options`.
+  void Reopen(const SessionOptions& options) {
+    session_.reset();
     auto dev = std::make_unique<RecordingDevice>();
     device_ = dev.get();
-    session_ = std::make_unique<Session>(std::move(dev), &host_, SessionOptions{}, "test");
+    session_ = std::make_unique<Session>(std::move(dev), &host_, options, "test");
     session_->Start();
-    call_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
   ~VdevSessionTest() override {
     session_.reset();
@@ -410,7 +415,29 @@ TEST_F(VdevSessionTest, MemorySlotsAreLimited) {
   }
 }
 
-TEST_F(VdevSessionTest, NoFdKickMeansBusyPoll) {
+// A ring without a kick eventfd has to be polled: the front-end may ask for
+// that only where the back-end's operator allows it, or a tenant could keep
+// a connection thread spinning for as long as it likes.
+TEST_F(VdevSessionTest, NoFdKickIsRefusedUnlessPollingIsAllowed) {
+  Negotiate();
+  SetMemTable();
+  Ok(Msg(vu::kSetVringNum, vu::VringState{1, kSize}, true));
+  uint64_t ring = kRingGpa + 0x4000;
+  vu::VringAddr a{1, 0, ring + kUvaDelta, ring + 0x2000 + kUvaDelta, ring + 0x1000 + kUvaDelta, 0};
+  Ok(Msg(vu::kSetVringAddr, a, true));
+  Refused(Msg(vu::kSetVringKick, uint64_t{1} | vu::kVringNoFd, true));
+  Ok(Msg(vu::kSetVringEnable, vu::VringState{1, 1}, true));
+  EXPECT_FALSE(host_.polling);
+  EXPECT_TRUE(device_->events.empty());  // the ring never ran
+  // Without NEED_REPLY there is no ack to refuse with: the connection ends.
+  EXPECT_TRUE(Send(Msg(vu::kSetVringKick, uint64_t{1} | vu::kVringNoFd)).close);
+  EXPECT_FALSE(host_.polling);
+}
+
+TEST_F(VdevSessionTest, NoFdKickMeansBusyPollWhereAllowed) {
+  SessionOptions options;
+  options.allow_nofd_kick = true;
+  Reopen(options);
   Negotiate();
   SetMemTable();
   Ok(Msg(vu::kSetVringNum, vu::VringState{1, kSize}, true));

@@ -31,6 +31,12 @@ struct SessionOptions {
   bool busy_poll = false;
   // Busy-poll only these queue indices (in addition to busy_poll).
   std::vector<uint16_t> busy_poll_queues;
+  // A front-end may start a ring without a kick eventfd (SET_VRING_KICK with
+  // NOFD), asking the back-end to poll it: a thread then spins for as long
+  // as the ring runs. Accepted only for rings polled anyway (above) or with
+  // this set; otherwise refused (the connection ends unless it asked for a
+  // reply), so an untrusted front-end cannot make the back-end spin.
+  bool allow_nofd_kick = false;
   // GET_MAX_MEM_SLOTS; also the cap for ADD_MEM_REG.
   uint32_t max_mem_slots = 32;
   // One region / all regions together.
@@ -125,7 +131,7 @@ class Session final : public DeviceContext {
     bool started = false;   // spec state: kick received, not stopped since
     bool enabled = false;
     bool delivered = false;  // device was given OnQueueStarted
-    bool nofd_kick = false;  // SET_VRING_KICK with NOFD: poll this ring
+    bool nofd_kick = false;  // SET_VRING_KICK with NOFD (allowed): poll this ring
   };
 
   Error Dispatch(Message& msg, std::vector<uint8_t>* reply);
