@@ -11,6 +11,7 @@
 
 #include "connection.h"
 #include "spdlog/spdlog.h"
+#include "vdev/listener.h"
 
 namespace vdev {
 
@@ -28,7 +29,8 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
         options(std::move(options_in)),
         acceptor(io_in),
         timer(io_in),
-        handover_timer(io_in) {}
+        handover_timer(io_in),
+        backoff(io_in.get_executor(), "vdev[" + path + "]") {}
 
   void Accept();
   void Connect();
@@ -54,6 +56,7 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
   uint64_t waiting_generation = 0;
   // Touched only by Accept (one at a time), never cancelled from elsewhere.
   asio::steady_timer handover_timer;
+  AcceptBackoff backoff;  // touched only by Accept and Stop
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> accepted{0};
 };
@@ -103,12 +106,9 @@ void Server::State::OnConnectionClosed() {
 void Server::State::Accept() {
   acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec,
                                                     stream_protocol::socket socket) {
-    if (self->stopped || ec == asio::error::operation_aborted) return;
-    if (ec) {
-      spdlog::warn("vdev[{}]: accept failed: {}", self->path, ec.message());
-    } else {
-      self->Admit(std::move(socket));
-    }
+    if (self->stopped) return;
+    if (!self->backoff.Accepted(ec, [self] { self->Accept(); })) return;
+    self->Admit(std::move(socket));
     self->Accept();
   });
 }
@@ -198,14 +198,7 @@ bool Server::Start(std::string* error) {
     }
     unlink(path_.c_str());
   }
-  boost::system::error_code ec;
-  s.acceptor.open(stream_protocol(), ec);
-  if (!ec) s.acceptor.bind(stream_protocol::endpoint(path_), ec);
-  if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    *error = "cannot listen on " + path_ + ": " + ec.message();
-    return false;
-  }
+  if (!ListenUnix(s.acceptor, path_, s.options.access, error)) return false;
   spdlog::info("vdev: listening on {}", path_);
   s.Accept();
   return true;
@@ -220,6 +213,7 @@ void Server::Stop() {
     unlink(path_.c_str());
   }
   s.timer.cancel();
+  s.backoff.Cancel();
   std::shared_ptr<Connection> conn;
   std::unique_ptr<stream_protocol::socket> waiting;
   {

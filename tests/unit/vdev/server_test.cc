@@ -1,9 +1,12 @@
 #include "vdev/server.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include <cerrno>
@@ -17,6 +20,8 @@
 
 #include "gtest/gtest.h"
 #include "session_util.h"
+#include "spdlog/sinks/base_sink.h"
+#include "spdlog/spdlog.h"
 #include "test_util.h"
 
 namespace vdev {
@@ -436,6 +441,106 @@ TEST_F(VdevServerTest, RefusesToReplaceANonSocketFile) {
   std::string error;
   EXPECT_FALSE(s.Start(&error));
   EXPECT_NE(error.find("not a socket"), std::string::npos);
+}
+
+TEST_F(VdevServerTest, SocketIsOwnerOnlyByDefaultWhateverTheUmask) {
+  mode_t old = umask(0);
+  StartServer(path_);
+  umask(old);
+  struct stat st;
+  ASSERT_EQ(lstat(path_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+}
+
+// Counts the log lines about accepting, from any thread.
+class AcceptLogCounter : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return count_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (std::string_view(msg.payload.data(), msg.payload.size()).find("accept") !=
+        std::string_view::npos) {
+      ++count_;
+    }
+  }
+  void flush_() override {}
+
+ private:
+  size_t count_ = 0;
+};
+
+// Takes every descriptor the process may still open, until destroyed.
+class DescriptorShortage {
+ public:
+  DescriptorShortage() {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    int highest = 0;
+    for (const auto& e : OpenFds()) highest = std::max(highest, e);
+    rlimit low = saved_;
+    low.rlim_cur = static_cast<rlim_t>(highest) + 16;
+    setrlimit(RLIMIT_NOFILE, &low);
+    for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) held_.push_back(fd);
+    exhausted_ = errno == EMFILE;
+  }
+  ~DescriptorShortage() {
+    for (int fd : held_) close(fd);
+    setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+  bool exhausted() const { return exhausted_; }
+
+ private:
+  static std::vector<int> OpenFds() {
+    std::vector<int> fds;
+    DIR* d = opendir("/proc/self/fd");
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') fds.push_back(std::atoi(e->d_name));
+    }
+    closedir(d);
+    return fds;
+  }
+  rlimit saved_{};
+  std::vector<int> held_;
+  bool exhausted_ = false;
+};
+
+// A front-end that connects while the process is out of descriptors waits in
+// the backlog: the server retries the accept with a growing delay (so it
+// neither gives up on the socket nor spins and floods the log) and takes the
+// front-end as soon as descriptors are free again.
+TEST_F(VdevServerTest, AcceptWaitsOutADescriptorShortageWithoutSpinning) {
+  auto log = std::make_shared<AcceptLogCounter>();
+  std::shared_ptr<spdlog::logger> saved = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("accept-test", log));
+  Server& server = StartServer(path_);
+  int client = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
+  {
+    DescriptorShortage shortage;
+    ASSERT_TRUE(shortage.exhausted());
+    ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    for (int i = 0; i < kHangMs && log->count() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(server.connections(), 0u);
+    // Room for many retries: a spinning acceptor would log thousands of lines.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  for (int i = 0; i < kHangMs && server.connections() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(server.connections(), 1u);
+  StopAll();
+  spdlog::set_default_logger(saved);
+  close(client);
+  // One line when accepting starts failing, one when it works again.
+  EXPECT_EQ(log->count(), 2u);
 }
 
 }  // namespace

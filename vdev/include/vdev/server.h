@@ -26,6 +26,9 @@
 // does not take (bounded, see ServerOptions), so a front-end that stops
 // reading costs the others nothing.
 //
+// An accept that fails (the process ran out of descriptors) is retried with
+// a growing delay (listener.h), so the socket neither dies nor spins.
+//
 // One connection per socket path: a second front-end connecting while one is
 // active is refused (accepted and closed at once, with a log line). In client
 // mode the server connects to the path and reconnects after a disconnect.
@@ -39,6 +42,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "vdev/device.h"
+#include "vdev/listener.h"
 #include "vdev/session.h"
 
 namespace vdev {
@@ -61,6 +65,9 @@ struct ServerOptions {
   // as when a VM or tool reconnects at once) waits up to this long for the
   // hand-over instead of being refused. One waits at most; others are refused.
   std::chrono::milliseconds handover_timeout{1000};
+  // Server mode: who may connect. The socket file has this mode and group
+  // from the moment it appears (listener.h).
+  SocketAccess access;
 };
 
 class Server {
