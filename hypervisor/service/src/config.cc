@@ -1,9 +1,13 @@
 #include "hz/service/config.h"
 
+#include <grp.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -62,6 +66,21 @@ class TableReader {
     *out = std::move(v);
   }
 
+  // A Unix file mode written as an octal string ("0660"): permission bits
+  // only, and at least read and write for the owner.
+  void Mode(const char* key, uint32_t* out) {
+    std::string text;
+    const toml::node* node = table_.get(key);
+    String(key, &text);
+    if (node == nullptr || !ok()) return;
+    char* end = nullptr;
+    unsigned long v = std::strtoul(text.c_str(), &end, 8);
+    if (text.empty() || *end != '\0' || v > 0777 || (v & 0600) != 0600) {
+      return Fail(*node, key, "expected an octal mode such as \"0660\": at most 0777, owner rw");
+    }
+    *out = static_cast<uint32_t>(v);
+  }
+
   // A sub-table; nullptr when absent.
   const toml::table* Table(const char* key) {
     const toml::node* node = Take(key);
@@ -110,16 +129,20 @@ void ReadControl(TableReader& r, ServiceConfig* c) {
   r.String("socket", &c->control_socket);
   r.Int("max_line_bytes", &c->control_max_line_bytes, 256, 16u << 20);
   r.Int("max_clients", &c->control_max_clients, 1, 4096);
+  r.String("socket_group", &c->control_socket_group);
 }
 
 void ReadVm(TableReader& r, ServiceConfig* c) {
   r.String("socket_dir", &c->vm_socket_dir);
+  r.Mode("socket_mode", &c->vm_socket_mode);
+  r.String("socket_group", &c->vm_socket_group);
 }
 
 void ReadMetrics(TableReader& r, ServiceConfig* c) {
   r.Bool("enabled", &c->metrics_enabled);
   r.String("address", &c->metrics_address);
   r.Int("port", &c->metrics_port, 0, 65535);
+  r.Int("max_connections", &c->metrics_max_connections, 1, 65536);
 }
 
 void ReadDevice(TableReader& r, ServiceConfig* c) {
@@ -256,7 +279,27 @@ bool LoadConfigFile(const std::string& path, ServiceConfig* config, std::string*
   return ParseConfig(ss.str(), path, config, error);
 }
 
+bool LookupGroup(const std::string& name, uint32_t* gid) {
+  group entry;
+  group* found = nullptr;
+  std::vector<char> buf(16384);
+  if (getgrnam_r(name.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return false;
+  }
+  *gid = found->gr_gid;
+  return true;
+}
+
 bool ValidateConfig(const ServiceConfig& c, std::string* error) {
+  for (const auto& [key, name] :
+       {std::pair<const char*, const std::string&>{"control.socket_group", c.control_socket_group},
+        {"vm.socket_group", c.vm_socket_group}}) {
+    uint32_t gid;
+    if (!name.empty() && !LookupGroup(name, &gid)) {
+      *error = fmt::format("{}: no group named {}", key, name);
+      return false;
+    }
+  }
   if (c.state_dir.empty()) {
     *error = "state_dir must not be empty";
     return false;

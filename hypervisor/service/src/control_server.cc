@@ -7,6 +7,7 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 
+#include "hz/service/config.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
@@ -57,13 +58,22 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<size_t> clients_;
 };
 
-ControlServer::ControlServer(asio::io_context& io, std::string path, size_t max_line,
-                             size_t max_clients, Handler handler)
+vdev::SocketAccess SocketAccessFor(uint32_t mode, const std::string& group) {
+  vdev::SocketAccess access{static_cast<mode_t>(mode)};
+  uint32_t gid;
+  if (!group.empty() && LookupGroup(group, &gid)) access.group = gid;
+  return access;
+}
+
+ControlServer::ControlServer(asio::io_context& io, std::string path, vdev::SocketAccess access,
+                             size_t max_line, size_t max_clients, Handler handler)
     : path_(std::move(path)),
+      access_(access),
       max_line_(max_line),
       max_clients_(max_clients),
       handler_(std::move(handler)),
-      acceptor_(io) {}
+      acceptor_(io),
+      backoff_(io.get_executor(), "listener=control") {}
 
 ControlServer::~ControlServer() {
   Stop();
@@ -71,31 +81,19 @@ ControlServer::~ControlServer() {
 
 Status ControlServer::Start() {
   struct stat st;
-  if (lstat(path_.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) return Status::Exists(path_ + ": exists and is not a socket");
-    unlink(path_.c_str());  // stale socket of an earlier run
+  if (lstat(path_.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    return Status::Exists(path_ + ": exists and is not a socket");
   }
-  // Bound and listening under a temporary name, then renamed: a client that
-  // sees the path can connect at once (no window between bind and listen).
-  std::string tmp = path_ + ".tmp" + std::to_string(getpid());
-  unlink(tmp.c_str());
-  boost::system::error_code ec;
-  acceptor_.open(local(), ec);
-  if (!ec) acceptor_.bind(local::endpoint(tmp), ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (!ec && chmod(tmp.c_str(), 0600) != 0) ec.assign(errno, boost::system::system_category());
-  if (!ec && rename(tmp.c_str(), path_.c_str()) != 0) {
-    ec.assign(errno, boost::system::system_category());
-  }
-  if (ec) {
-    unlink(tmp.c_str());
-    return Status::IoError(path_ + ": " + ec.message());
-  }
+  // A stale socket of an earlier run is replaced. The new one appears
+  // listening and with its final mode and group.
+  std::string error;
+  if (!vdev::ListenUnix(acceptor_, path_, access_, &error)) return Status::IoError(error);
   Accept();
   return Status::Ok();
 }
 
 void ControlServer::Stop() {
+  backoff_.Cancel();
   if (!acceptor_.is_open()) return;
   boost::system::error_code ec;
   acceptor_.close(ec);
@@ -104,7 +102,7 @@ void ControlServer::Stop() {
 
 void ControlServer::Accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, local::socket socket) {
-    if (ec) return;  // closed
+    if (!backoff_.Accepted(ec, [this] { Accept(); })) return;
     if (*clients_ >= max_clients_) {
       spdlog::warn("event=control_refused reason=too_many_clients");
     } else {

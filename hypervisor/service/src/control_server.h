@@ -1,5 +1,7 @@
 // The operator's unix socket: newline-delimited JSON requests, each answered
 // with one line. Lines longer than the limit end the connection with an error.
+// Clients past max_clients are closed at once; a failed accept (out of
+// descriptors) is retried with a growing delay (vdev/listener.h).
 #ifndef HZ_SERVICE_SRC_CONTROL_SERVER_H_
 #define HZ_SERVICE_SRC_CONTROL_SERVER_H_
 
@@ -11,27 +13,36 @@
 #include <boost/asio/local/stream_protocol.hpp>
 
 #include "hz/common/status.h"
+#include "vdev/listener.h"
 
 namespace hz::service {
+
+// Who may connect to a socket: `mode`, and `group` (a name ValidateConfig
+// checked; empty: the service's own group).
+vdev::SocketAccess SocketAccessFor(uint32_t mode, const std::string& group);
 
 class ControlServer {
  public:
   using Handler = std::function<std::string(const std::string& line)>;
-  ControlServer(boost::asio::io_context& io, std::string path, size_t max_line, size_t max_clients,
-                Handler handler);
+  ControlServer(boost::asio::io_context& io, std::string path, vdev::SocketAccess access,
+                size_t max_line, size_t max_clients, Handler handler);
   ~ControlServer();
   Status Start();
   void Stop();
+  // Accepts that failed so far (any thread).
+  uint64_t accept_failures() const { return backoff_.failures(); }
 
  private:
   class Session;
   void Accept();
 
   std::string path_;
+  vdev::SocketAccess access_;
   size_t max_line_;
   size_t max_clients_;
   Handler handler_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  vdev::AcceptBackoff backoff_;
   std::shared_ptr<size_t> clients_ = std::make_shared<size_t>(0);
 };
 

@@ -5,6 +5,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "spdlog/fmt/fmt.h"
+
 namespace hz::service {
 
 namespace asio = boost::asio;
@@ -16,8 +18,12 @@ namespace {
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
-  HttpSession(tcp::socket socket, const std::function<std::string()>* render)
-      : stream_(std::move(socket)), render_(render) {}
+  HttpSession(tcp::socket socket, const std::function<std::string()>* render,
+              std::shared_ptr<size_t> open)
+      : stream_(std::move(socket)), render_(render), open_(std::move(open)) {
+    ++*open_;
+  }
+  ~HttpSession() { --*open_; }
 
   void Read() {
     parser_.body_limit(4096);
@@ -59,12 +65,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   beast::flat_buffer buf_;
   http::request_parser<http::string_body> parser_;
   const std::function<std::string()>* render_;
+  std::shared_ptr<size_t> open_;
 };
 
 }  // namespace
 
-MetricsServer::MetricsServer(asio::io_context& io, std::function<std::string()> render)
-    : acceptor_(io), render_(std::move(render)) {}
+MetricsServer::MetricsServer(asio::io_context& io, std::function<std::string()> render,
+                             size_t max_connections)
+    : acceptor_(io),
+      render_(std::move(render)),
+      max_connections_(max_connections),
+      backoff_(io.get_executor(), "listener=metrics") {}
 
 Status MetricsServer::Start(const std::string& address, uint16_t port) {
   beast::error_code ec;
@@ -84,16 +95,33 @@ Status MetricsServer::Start(const std::string& address, uint16_t port) {
 }
 
 void MetricsServer::Stop() {
+  backoff_.Cancel();
   beast::error_code ec;
   acceptor_.close(ec);
 }
 
 void MetricsServer::Accept() {
   acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
-    if (ec) return;
-    std::make_shared<HttpSession>(std::move(socket), &render_)->Read();
+    if (!backoff_.Accepted(ec, [this] { Accept(); })) return;
+    if (*open_ >= max_connections_) {
+      refused_.fetch_add(1, std::memory_order_relaxed);  // closed with the socket
+    } else {
+      std::make_shared<HttpSession>(std::move(socket), &render_, open_)->Read();
+    }
     Accept();
   });
+}
+
+std::string ListenerMetricsText(uint64_t control_accept_failures, const MetricsServer& metrics) {
+  return fmt::format(
+      "# HELP hz_accept_failures_total Failed accepts (retried with back-off), by listener.\n"
+      "# TYPE hz_accept_failures_total counter\n"
+      "hz_accept_failures_total{{listener=\"control\"}} {}\n"
+      "hz_accept_failures_total{{listener=\"metrics\"}} {}\n"
+      "# HELP hz_metrics_connections_refused_total Metrics connections closed at the cap.\n"
+      "# TYPE hz_metrics_connections_refused_total counter\n"
+      "hz_metrics_connections_refused_total {}\n",
+      control_accept_failures, metrics.accept_failures(), metrics.refused());
 }
 
 }  // namespace hz::service

@@ -117,13 +117,15 @@ hz::Status Service::Start() {
     vdev_threads_.push_back(std::move(t));
   }
 
+  const std::string& group = config_.control_socket_group;
   control_ = std::make_unique<ControlServer>(
-      io_, config_.ControlSocketPath(), config_.control_max_line_bytes, config_.control_max_clients,
+      io_, config_.ControlSocketPath(), SocketAccessFor(group.empty() ? 0600 : 0660, group),
+      config_.control_max_line_bytes, config_.control_max_clients,
       [this](const std::string& line) { return api_.Handle(line).dump(); });
   if (hz::Status s = control_->Start(); !s.ok()) return s;
-
   if (config_.metrics_enabled) {
-    metrics_server_ = std::make_unique<MetricsServer>(io_, [this] { return MetricsText(); });
+    metrics_server_ = std::make_unique<MetricsServer>(
+        io_, [this] { return MetricsText(); }, config_.metrics_max_connections);
     hz::Status s = metrics_server_->Start(config_.metrics_address, config_.metrics_port);
     if (!s.ok()) return s;
     metrics_port_ = metrics_server_->port();
@@ -329,6 +331,7 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
   };
   vdev::ServerOptions opts;
   opts.session.require_sealed_memory = config_.device.require_sealed_memory;
+  opts.access = SocketAccessFor(config_.vm_socket_mode, config_.vm_socket_group);
   std::unique_ptr<vdev::Server> server;
   bool ok = false;
   OnVdevThread(thread, [&] {
@@ -478,6 +481,7 @@ std::string Service::MetricsText() const {
   }
   std::string text = metrics_.Format(snap);
   if (engines_) text += engines_->MetricsText();
+  if (metrics_server_) text += ListenerMetricsText(control_->accept_failures(), *metrics_server_);
   return text;
 }
 

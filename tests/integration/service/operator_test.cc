@@ -27,29 +27,6 @@ int Hzctl(const ServiceProcess& svc, const std::string& args, std::string* out) 
   return svc.Hzctl(HZ_HZCTL_PATH, args, out);
 }
 
-std::string HttpGet(uint16_t port, const std::string& target) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return {};
-  }
-  std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return {};
-  }
-  std::string resp;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return resp;
-}
-
 TEST(ServiceOperatorTest, HzctlManagesTenantsAndVms) {
   ServiceProcess svc;
   ASSERT_TRUE(svc.Start());

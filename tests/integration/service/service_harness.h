@@ -44,6 +44,10 @@ class ServiceProcess {
   pid_t pid_ = -1;
 };
 
+// Sends GET `target` to 127.0.0.1:port; the whole response, empty when the
+// connection fails or no answer comes within timeout_ms.
+std::string HttpGet(uint16_t port, const std::string& target, int timeout_ms = 20000);
+
 // Forks one process per rank; fn(rank) returns the process's exit code.
 // Returns the exit codes (128 + signal for a killed process).
 std::vector<int> RunRanks(int n, const std::function<int(int rank)>& fn);

@@ -71,10 +71,21 @@ struct ServiceConfig {
   std::string vm_socket_dir;   // empty: <state_dir>/vms
   uint32_t control_max_line_bytes = 64 * 1024;
   uint32_t control_max_clients = 32;
+  // Connecting to a Unix socket needs write permission on it. The control
+  // socket is 0600, or 0660 owned by this group when one is named.
+  std::string control_socket_group;
+  // A VM socket is its tenant's identity: whoever may connect to it acts as
+  // that tenant. Mode (owner read and write at least) and group (empty: the
+  // service's own) of every VM socket.
+  uint32_t vm_socket_mode = 0660;
+  std::string vm_socket_group;
 
   bool metrics_enabled = true;
   std::string metrics_address = "127.0.0.1";
   uint16_t metrics_port = 9464;  // 0: pick a free port (tests)
+  // Open metrics connections; more are closed at once, so that clients of
+  // the metrics port cannot take all of the process's descriptors.
+  uint32_t metrics_max_connections = 64;
 
   uint32_t worker_threads = 2;  // vhost-user connection executors
   // After handling anything, a connection thread keeps checking for more
@@ -120,6 +131,9 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
 
 // Reads and applies a TOML file.
 bool LoadConfigFile(const std::string& path, ServiceConfig* config, std::string* error);
+
+// The id of the group `name`; false when there is none.
+bool LookupGroup(const std::string& name, uint32_t* gid);
 
 // Checks cross-field consistency after all sources were applied.
 bool ValidateConfig(const ServiceConfig& config, std::string* error);
