@@ -151,6 +151,34 @@ TEST(ServiceConfigTest, CheckpointBoundsAreReadAndChecked) {
   }
 }
 
+// Who may connect to the sockets, and how many metrics clients there may be.
+TEST(ServiceConfigTest, SocketAccessAndMetricsCapAreReadAndChecked) {
+  ServiceConfig c;
+  std::string error;
+  EXPECT_EQ(c.vm_socket_mode, 0660u);
+  EXPECT_EQ(c.metrics_max_connections, 64u);
+  ASSERT_TRUE(
+      ParseConfig("[control]\nsocket_group = \"root\"\n[vm]\nsocket_mode = \"0600\"\n"
+                  "socket_group = \"root\"\n[metrics]\nmax_connections = 2",
+                  "test.toml", &c, &error))
+      << error;
+  EXPECT_EQ(c.control_socket_group, "root");
+  EXPECT_EQ(c.vm_socket_mode, 0600u);
+  EXPECT_EQ(c.vm_socket_group, "root");
+  EXPECT_EQ(c.metrics_max_connections, 2u);
+  EXPECT_TRUE(ValidateConfig(c, &error)) << error;
+  for (const char* bad : {"[vm]\nsocket_mode = \"0460\"", "[vm]\nsocket_mode = \"01660\"",
+                          "[vm]\nsocket_mode = \"660x\"", "[vm]\nsocket_mode = \"\"",
+                          "[vm]\nsocket_mode = 432", "[metrics]\nmax_connections = 0"}) {
+    ServiceConfig config;
+    EXPECT_FALSE(ParseConfig(bad, "test.toml", &config, &error)) << bad;
+    EXPECT_NE(error.find("expected"), std::string::npos) << bad << " -> " << error;
+  }
+  c.vm_socket_group = "no-such-group-hz";
+  EXPECT_FALSE(ValidateConfig(c, &error));
+  EXPECT_EQ(error, "vm.socket_group: no group named no-such-group-hz");
+}
+
 TEST(ServiceConfigTest, FailedParseLeavesConfigUntouched) {
   ServiceConfig c;
   std::string error;
@@ -242,6 +270,8 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   ServiceConfig d;
   EXPECT_EQ(parsed.state_dir, d.state_dir);
   EXPECT_EQ(parsed.metrics_port, d.metrics_port);
+  EXPECT_EQ(parsed.metrics_max_connections, d.metrics_max_connections);
+  EXPECT_EQ(parsed.vm_socket_mode, d.vm_socket_mode);
   EXPECT_EQ(parsed.worker_threads, d.worker_threads);
   EXPECT_EQ(parsed.connection_poll_us, d.connection_poll_us);
   EXPECT_EQ(parsed.device.max_region_bytes, d.device.max_region_bytes);
