@@ -2,6 +2,7 @@
 //
 //   hzctl [--socket PATH] [--json] tenant create NAME [--weight N] [--priority low|normal|high]
 //                                        [--max-regions N] [--max-region-bytes N]
+//                                        [--max-open-negotiations N]
 //   hzctl tenant list | tenant remove NAME [--purge]
 //         (--purge: also delete the tenant's checkpoints and events; without it a
 //          tenant that has any is not removed)
@@ -103,13 +104,15 @@ unsigned long long U(const json& j, const char* k) {
 
 void PrintHuman(const std::string& cmd, const json& r) {
   if (cmd == "tenant.list") {
-    std::printf("%-20s %6s %-8s %8s %12s %12s %12s\n", "TENANT", "WEIGHT", "PRIORITY", "REGIONS",
-                "MAX_REGIONS", "BYTES", "MAX_BYTES");
+    std::printf("%-20s %6s %-8s %8s %12s %12s %12s %9s\n", "TENANT", "WEIGHT", "PRIORITY",
+                "REGIONS", "MAX_REGIONS", "BYTES", "MAX_BYTES", "MAX_NEGS");
     for (const json& t : r) {
-      std::printf("%-20s %6llu %-8s %8llu %12llu %12s %12s\n",
+      const unsigned long long negs = U(t, "max_open_negotiations");
+      std::printf("%-20s %6llu %-8s %8llu %12llu %12s %12s %9s\n",
                   t.value("name", std::string()).c_str(), U(t, "weight"),
                   t.value("priority", std::string()).c_str(), U(t, "regions"), U(t, "max_regions"),
-                  Human(U(t, "region_bytes")).c_str(), Human(U(t, "max_region_bytes")).c_str());
+                  Human(U(t, "region_bytes")).c_str(), Human(U(t, "max_region_bytes")).c_str(),
+                  negs == 0 ? "default" : std::to_string(negs).c_str());
     }
   } else if (cmd == "event.status") {
     std::printf("tenant %s: next seq %llu, oldest retained %llu\n",
@@ -186,7 +189,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", as_json, "print the service's JSON answer");
 
   std::string name, tenant, vm_socket, priority;
-  uint64_t weight = 0, max_regions = 0, max_region_bytes = 0;
+  uint64_t weight = 0, max_regions = 0, max_region_bytes = 0, max_open = 0;
 
   auto* tenant_cmd = app.add_subcommand("tenant", "manage tenants")->require_subcommand(1);
   auto* tcreate = tenant_cmd->add_subcommand("create", "create a tenant");
@@ -196,6 +199,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"low", "normal", "high"}));
   tcreate->add_option("--max-regions", max_regions, "registered regions, all VMs together");
   tcreate->add_option("--max-region-bytes", max_region_bytes, "registered bytes, all VMs together");
+  tcreate->add_option("--max-open-negotiations", max_open,
+                      "open negotiations (default: [negotiation] max_open_per_tenant)");
   auto* tlist = tenant_cmd->add_subcommand("list", "list tenants");
   auto* tremove = tenant_cmd->add_subcommand(
       "remove",
@@ -281,6 +286,7 @@ int main(int argc, char** argv) {
     if (!priority.empty()) req["priority"] = priority;
     if (tcreate->count("--max-regions")) req["max_regions"] = max_regions;
     if (tcreate->count("--max-region-bytes")) req["max_region_bytes"] = max_region_bytes;
+    if (tcreate->count("--max-open-negotiations")) req["max_open_negotiations"] = max_open;
   } else if (tlist->parsed()) {
     cmd = "tenant.list";
   } else if (tdomain->parsed()) {

@@ -63,4 +63,9 @@ Status HintEngine::Current(const TenantId& tenant, events::HintPayload* hint) co
   return Status::Ok();
 }
 
+void HintEngine::Forget(const TenantId& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tenants_.erase(tenant);
+}
+
 }  // namespace hz::negotiation

@@ -78,6 +78,25 @@ uint32_t Sum(const std::vector<PoolCount>& devices) {
   return n;
 }
 
+// Adds (or takes back) `devices` in every window of [first, last].
+void BookInto(std::map<WindowKey, uint32_t>& booked, const std::vector<PoolCount>& devices,
+              uint64_t first, uint64_t last, bool add) {
+  for (const PoolCount& pc : devices) {
+    if (pc.count == 0) continue;
+    for (uint64_t w = first; w <= last; ++w) {
+      auto key = std::make_pair(pc.pool, w);
+      if (add) {
+        booked[key] += pc.count;
+        continue;
+      }
+      auto it = booked.find(key);
+      if (it == booked.end()) continue;  // a past window, already forgotten
+      it->second -= std::min(it->second, pc.count);
+      if (it->second == 0) booked.erase(it);
+    }
+  }
+}
+
 }  // namespace
 
 NegotiationEngine::NegotiationEngine(NegotiationOptions options, ResourceProvider* provider,
@@ -171,6 +190,14 @@ Status NegotiationEngine::SetMaxPriority(const TenantId& tenant, uint8_t priorit
   return Status::Ok();
 }
 
+void NegotiationEngine::SetMaxOpen(const TenantId& tenant, uint32_t max_open) {
+  if (max_open == 0) {
+    max_open_.erase(tenant);
+  } else {
+    max_open_[tenant] = max_open;
+  }
+}
+
 Status NegotiationEngine::ValidateRequest(const TenantId& tenant, const hz_neg_request& r,
                                           uint64_t now) const {
   // The order of SPEC.md §7.8.1's table.
@@ -200,7 +227,9 @@ Status NegotiationEngine::CountOpen(const TenantId& tenant) const {
   for (const auto& [id, n] : negotiations_) {
     if (n.tenant == tenant && !n.provider_initiated) ++open;
   }
-  if (open >= options_.max_open_per_tenant) return Status::Limit("too many open negotiations");
+  auto it = max_open_.find(tenant);
+  const uint32_t limit = it == max_open_.end() ? options_.max_open_per_tenant : it->second;
+  if (open >= limit) return Status::Limit("too many open negotiations");
   return Status::Ok();
 }
 
@@ -258,21 +287,22 @@ Status NegotiationEngine::Counter(const TenantId& tenant, uint64_t negotiation_i
   return Status::Ok();
 }
 
-uint32_t NegotiationEngine::FreeIn(uint32_t pool, uint64_t w) const {
-  const uint32_t cap = CapacityOf(pool, w);
-  auto it = booked_.find({pool, w});
-  const uint32_t used = it == booked_.end() ? 0 : it->second;
-  return cap > used ? cap - used : 0;
+uint32_t NegotiationEngine::FreeIn(DecisionRound& round, uint32_t pool, uint64_t w) const {
+  auto [cap, added] = round.capacity.try_emplace({pool, w}, 0);
+  if (added) cap->second = provider_->Capacity(pool, w);
+  auto it = round.booked.find({pool, w});
+  const uint32_t used = it == round.booked.end() ? 0 : it->second;
+  return cap->second > used ? cap->second - used : 0;
 }
 
-uint32_t NegotiationEngine::ScanFree(PoolScan& s, uint64_t first, uint64_t last,
-                                     uint64_t* steps) const {
+uint32_t NegotiationEngine::ScanFree(DecisionRound& round, PoolScan& s, uint64_t first,
+                                     uint64_t last, uint64_t* steps) const {
   if (s.next < first) {
     s.queue.clear();
     s.next = first;
   }
   for (; s.next <= last; ++s.next, ++*steps) {
-    const uint32_t free = FreeIn(s.pool, s.next);
+    const uint32_t free = FreeIn(round, s.pool, s.next);
     while (!s.queue.empty() && s.queue.back().second >= free) s.queue.pop_back();
     s.queue.emplace_back(s.next, free);
   }
@@ -281,9 +311,9 @@ uint32_t NegotiationEngine::ScanFree(PoolScan& s, uint64_t first, uint64_t last,
   return s.queue.front().second;  // the least free over [first, last]
 }
 
-bool NegotiationEngine::Place(const hz_neg_request& r, std::vector<PoolScan>& scans, uint64_t first,
-                              uint64_t last, uint64_t* steps,
-                              std::vector<PoolCount>* devices) const {
+bool NegotiationEngine::Place(DecisionRound& round, const hz_neg_request& r,
+                              std::vector<PoolScan>& scans, uint64_t first, uint64_t last,
+                              uint64_t* steps, std::vector<PoolCount>* devices) const {
   struct Candidate {
     uint32_t pool;
     uint32_t host;
@@ -291,7 +321,7 @@ bool NegotiationEngine::Place(const hz_neg_request& r, std::vector<PoolScan>& sc
   };
   std::vector<Candidate> pools;
   for (PoolScan& scan : scans) {
-    uint32_t free = ScanFree(scan, first, last, steps);
+    uint32_t free = ScanFree(round, scan, first, last, steps);
     if (free > 0) pools.push_back({scan.pool, scan.host, free});
   }
   devices->clear();
@@ -355,29 +385,17 @@ bool NegotiationEngine::Place(const hz_neg_request& r, std::vector<PoolScan>& sc
 
 void NegotiationEngine::Book(const std::vector<PoolCount>& devices, uint64_t first, uint64_t last,
                              bool add) {
-  for (const PoolCount& pc : devices) {
-    if (pc.count == 0) continue;
-    for (uint64_t w = first; w <= last; ++w) {
-      auto key = std::make_pair(pc.pool, w);
-      if (add) {
-        booked_[key] += pc.count;
-        continue;
-      }
-      auto it = booked_.find(key);
-      if (it == booked_.end()) continue;  // a past window, already forgotten
-      it->second -= std::min(it->second, pc.count);
-      if (it->second == 0) booked_.erase(it);
-    }
-  }
+  BookInto(booked_, devices, first, last, add);
 }
 
-NegotiationEngine::OfferResult NegotiationEngine::MakeOffer(uint64_t negotiation_id, Negotiation& n,
-                                                            uint64_t now, uint64_t* next_candidate,
-                                                            uint64_t* budget) {
+NegotiationEngine::OfferResult NegotiationEngine::PlanOffer(DecisionRound& round,
+                                                            PlannedRequest& pr,
+                                                            uint64_t* next_candidate,
+                                                            uint64_t* budget) const {
   if (*budget == 0) return OfferResult::kOutOfBudget;
-  const hz_neg_request& r = n.request;
+  const hz_neg_request& r = pr.request;
   std::vector<PoolScan> scans;  // the pools of the kind, in the provider's order
-  for (const Pool& p : provider_->Pools()) {
+  for (const Pool& p : round.pools) {
     if (p.kind != r.kind) continue;
     PoolScan scan;
     scan.pool = p.id;
@@ -385,9 +403,13 @@ NegotiationEngine::OfferResult NegotiationEngine::MakeOffer(uint64_t negotiation
     scans.push_back(std::move(scan));
   }
   uint64_t steps = 0;
-  auto spend = [&] { *budget -= std::min(*budget, steps); };
+  auto spend = [&] {
+    const uint64_t spent = std::min(*budget, steps);
+    *budget -= spent;
+    round.steps += spent;
+  };
   const uint64_t W = options_.window_s;
-  const uint64_t e = std::max(r.earliest_start_s, now);
+  const uint64_t e = std::max(r.earliest_start_s, round.now);
   const uint64_t hi = WindowOf(r.latest_start_s);
   uint64_t& w = *next_candidate;
   if (w < WindowOf(e)) w = WindowOf(e);
@@ -396,28 +418,15 @@ NegotiationEngine::OfferResult NegotiationEngine::MakeOffer(uint64_t negotiation
     uint64_t start = w * W >= e ? w * W : RoundUpTime(e);
     if (start > r.latest_start_s) break;
     if (WindowOf(start) != w) continue;  // rounding crossed into the next candidate
-    const uint64_t first = w;
-    const uint64_t last = WindowOf(start + r.duration_s - 1);
-    std::vector<PoolCount> devices;
+    PlannedOffer o;
+    o.start_s = start;
+    o.first_window = w;
+    o.last_window = WindowOf(start + r.duration_s - 1);
     ++steps;
-    if (!Place(r, scans, first, last, &steps, &devices)) continue;
-    Book(devices, first, last, /*add=*/true);
-    uint64_t offer_id = NewId();
-    owners_[offer_id] = Owner{n.tenant, 0};
-    Offer& o = offers_[offer_id];
-    o.first_window = first;
-    o.last_window = last;
-    o.order = next_order_++;
-    o.info.tenant = n.tenant;
-    o.info.negotiation_id = negotiation_id;
-    o.info.devices = std::move(devices);
-    o.info.offer.offer_id = offer_id;
-    o.info.offer.start_s = start;
-    o.info.offer.duration_s = r.duration_s;
-    o.info.offer.expires_s = events::RoundDownTime(now + options_.offer_ttl_s);
-    o.info.offer.count = r.count;
-    o.info.offer.locality = r.locality;
-    n.offers.push_back(offer_id);
+    if (!Place(round, r, scans, o.first_window, o.last_window, &steps, &o.devices)) continue;
+    // Later requests of this round see the devices as taken.
+    BookInto(round.booked, o.devices, o.first_window, o.last_window, /*add=*/true);
+    pr.offers.push_back(std::move(o));
     ++w;
     spend();
     return OfferResult::kOffer;
@@ -425,6 +434,40 @@ NegotiationEngine::OfferResult NegotiationEngine::MakeOffer(uint64_t negotiation
   w = hi + 1;  // nothing more for this decision point
   spend();
   return OfferResult::kNone;
+}
+
+bool NegotiationEngine::StillFits(const DecisionRound& round, const PlannedOffer& o) const {
+  for (const PoolCount& pc : o.devices) {
+    for (uint64_t w = o.first_window; w <= o.last_window; ++w) {
+      auto cap = round.capacity.find({pc.pool, w});
+      const uint32_t capacity = cap == round.capacity.end() ? 0 : cap->second;
+      auto it = booked_.find({pc.pool, w});
+      const uint32_t used = it == booked_.end() ? 0 : it->second;
+      if (capacity < used || capacity - used < pc.count) return false;
+    }
+  }
+  return true;
+}
+
+void NegotiationEngine::AddOffer(uint64_t negotiation_id, Negotiation& n, const PlannedOffer& po,
+                                 uint64_t now) {
+  Book(po.devices, po.first_window, po.last_window, /*add=*/true);
+  uint64_t offer_id = NewId();
+  owners_[offer_id] = Owner{n.tenant, 0};
+  Offer& o = offers_[offer_id];
+  o.first_window = po.first_window;
+  o.last_window = po.last_window;
+  o.order = next_order_++;
+  o.info.tenant = n.tenant;
+  o.info.negotiation_id = negotiation_id;
+  o.info.devices = po.devices;
+  o.info.offer.offer_id = offer_id;
+  o.info.offer.start_s = po.start_s;
+  o.info.offer.duration_s = n.request.duration_s;
+  o.info.offer.expires_s = events::RoundDownTime(now + options_.offer_ttl_s);
+  o.info.offer.count = n.request.count;
+  o.info.offer.locality = n.request.locality;
+  n.offers.push_back(offer_id);
 }
 
 void NegotiationEngine::DropOffer(uint64_t offer_id, uint64_t now) {
@@ -517,8 +560,19 @@ void NegotiationEngine::Usage(const TenantId& tenant, uint64_t now, uint64_t* de
 }
 
 std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
-  CapacityScope scope(*this);
-  Tick(now);
+  DecisionRound round = PrepareDecide(now);
+  PlanDecide(round);
+  return ApplyDecide(round, now);
+}
+
+DecisionRound NegotiationEngine::PrepareDecide(uint64_t now) {
+  DecisionRound round;
+  round.now = now;
+  {
+    CapacityScope scope(*this);
+    Tick(now);
+    round.capacity = capacity_cache_;  // capacity is asked once per decision point
+  }
   struct Key {
     uint64_t id;
     uint64_t usage;
@@ -548,35 +602,65 @@ std::vector<Decision> NegotiationEngine::Decide(uint64_t now) {
     return a.id < b.id;
   });
 
+  round.pools = provider_->Pools();
+  round.booked = booked_;
+  for (const Key& k : order) {
+    const Negotiation& n = negotiations_.at(k.id);
+    round.requests.push_back({k.id, n.arrival, n.tenant, n.request, false, {}});
+  }
+  return round;
+}
+
+void NegotiationEngine::PlanDecide(DecisionRound& round) const {
   // Each tenant with queued requests gets an equal share of the budget. A
   // tenant's first request in order is always decided (a request runs to its
   // end once started); the others only while its share lasts, and stay queued
   // otherwise.
   std::map<TenantId, uint64_t> budget;
-  for (const Key& k : order) budget[negotiations_[k.id].tenant] = 0;
+  for (const PlannedRequest& pr : round.requests) budget[pr.tenant] = 0;
   const uint64_t share =
       budget.empty() ? 0 : std::max<uint64_t>(1, options_.decide_budget / budget.size());
   for (auto& [tenant, b] : budget) b = share;
 
   // First pass: everyone's earliest feasible offer, in order. Second pass:
   // alternatives, in the same order, while capacity lasts.
-  std::map<uint64_t, uint64_t> scan;
-  std::vector<uint64_t> decided;
-  for (const Key& k : order) {
-    Negotiation& n = negotiations_[k.id];
-    uint64_t& b = budget[n.tenant];
-    if (MakeOffer(k.id, n, now, &scan[k.id], &b) == OfferResult::kOutOfBudget) continue;
-    decided.push_back(k.id);
+  std::vector<uint64_t> next(round.requests.size(), 0);
+  for (size_t i = 0; i < round.requests.size(); ++i) {
+    PlannedRequest& pr = round.requests[i];
+    pr.decided = PlanOffer(round, pr, &next[i], &budget[pr.tenant]) != OfferResult::kOutOfBudget;
   }
-  for (uint64_t id : decided) {
-    Negotiation& n = negotiations_[id];
-    uint64_t& b = budget[n.tenant];
-    while (n.offers.size() < HZ_NEG_MAX_OFFERS &&
-           MakeOffer(id, n, now, &scan[id], &b) == OfferResult::kOffer) {
+  for (size_t i = 0; i < round.requests.size(); ++i) {
+    PlannedRequest& pr = round.requests[i];
+    if (!pr.decided) continue;
+    while (pr.offers.size() < HZ_NEG_MAX_OFFERS &&
+           PlanOffer(round, pr, &next[i], &budget[pr.tenant]) == OfferResult::kOffer) {
     }
   }
-  last_decide_steps_ = 0;
-  for (const auto& [tenant, b] : budget) last_decide_steps_ += share - std::min(share, b);
+}
+
+std::vector<Decision> NegotiationEngine::ApplyDecide(const DecisionRound& round, uint64_t now) {
+  std::vector<uint64_t> decided;
+  for (const PlannedRequest& pr : round.requests) {
+    if (!pr.decided) continue;
+    // Countered, declined or closed while the round was planned: the request
+    // as it is now waits for the next decision point.
+    auto it = negotiations_.find(pr.negotiation_id);
+    if (it == negotiations_.end() || it->second.state != NegState::kPending ||
+        it->second.arrival != pr.arrival) {
+      continue;
+    }
+    bool dropped = false;
+    for (const PlannedOffer& po : pr.offers) {
+      if (StillFits(round, po)) {
+        AddOffer(pr.negotiation_id, it->second, po, now);
+      } else {
+        dropped = true;
+      }
+    }
+    if (dropped && it->second.offers.empty()) continue;  // stays queued
+    decided.push_back(pr.negotiation_id);
+  }
+  last_decide_steps_ = round.steps;
   return Answer(decided, now);
 }
 
@@ -752,6 +836,44 @@ Status NegotiationEngine::Revoke(uint64_t reservation_id, events::RevokeReason r
   PublishTo(r.info.tenant, events::MakeNegotiation(events::kNegotiationReservationRevoked, p));
   if (was_active) NotifyAllocation(r.info.tenant);
   return Status::Ok();
+}
+
+uint32_t NegotiationEngine::LiveReservations(const TenantId& tenant) const {
+  uint32_t n = 0;
+  for (const auto& [id, r] : reservations_) {
+    const ReservationState st = r.info.state;
+    if (r.info.tenant == tenant &&
+        (st == ReservationState::kAccepted || st == ReservationState::kActive)) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+std::vector<uint64_t> NegotiationEngine::ForgetTenant(const TenantId& tenant, uint64_t now) {
+  std::vector<uint64_t> closed;
+  for (const auto& [id, n] : negotiations_) {
+    if (n.tenant == tenant) closed.push_back(id);
+  }
+  for (uint64_t id : closed) CloseNegotiation(id, now);
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    Reservation& r = it->second;
+    if (r.info.tenant != tenant) {
+      ++it;
+      continue;
+    }
+    const ReservationState st = r.info.state;
+    if (st == ReservationState::kAccepted || st == ReservationState::kActive) {
+      EndReservation(r, ReservationState::kReleased, now);
+    }
+    it = reservations_.erase(it);
+  }
+  std::erase_if(owners_, [&](const auto& o) { return o.second.tenant == tenant; });
+  charges_.erase(tenant);
+  weights_.erase(tenant);
+  max_priority_.erase(tenant);
+  max_open_.erase(tenant);
+  return closed;
 }
 
 void NegotiationEngine::StartAndEnd(uint64_t now) {

@@ -222,6 +222,41 @@ Status Scheduler::Release(uint64_t allocation_id) {
   return Persist();
 }
 
+uint32_t Scheduler::TenantAllocations(const TenantId& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint32_t n = 0;
+  for (const auto& [aid, a] : allocator_.allocations()) {
+    if (a.tenant == id.name()) ++n;
+  }
+  return n;
+}
+
+Status Scheduler::ForgetTenant(const TenantId& id) {
+  const std::string& tenant = id.name();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> held;
+  for (const auto& [aid, a] : allocator_.allocations()) {
+    if (a.tenant == tenant) held.push_back(aid);
+  }
+  Status first;
+  for (uint64_t aid : held) {
+    Status err;
+    DetachDevices(tenant, allocator_.Find(aid)->devices, &err);
+    if (!err.ok()) {
+      if (first.ok()) first = err;
+      continue;
+    }
+    allocator_.Release(aid);
+    std::erase_if(reservations_, [aid](const auto& r) { return r.second == aid; });
+  }
+  if (first.ok()) {
+    seeds_.erase(tenant);
+    domains_.erase(tenant);
+  }
+  Status s = Persist();
+  return first.ok() ? s : first;
+}
+
 StatusOr<DeviceLoss> Scheduler::MarkFailed(const std::string& bdf, uint64_t errors) {
   std::lock_guard<std::mutex> lock(mu_);
   DeviceRef d;

@@ -190,7 +190,7 @@ void ReadNegotiation(TableReader& r, ServiceConfig* c) {
   r.Int("offer_ttl_s", &n.offer_ttl_s, 10, 86400);
   r.Int("max_lookahead_s", &n.max_lookahead_s, 1, 365 * 86400);
   r.Int("max_duration_s", &n.max_duration_s, 1, 365 * 86400);
-  r.Int("max_open_per_tenant", &n.max_open_per_tenant, 1, 1u << 16);
+  r.Int("max_open_per_tenant", &n.max_open_per_tenant, 1, kMaxOpenNegotiations);
   r.Int("decide_budget", &n.decide_budget, 1024, uint64_t{1} << 30);
   r.Int("decide_interval_ms", &n.decide_interval_ms, 10, 1000);
 }

@@ -2,6 +2,8 @@
 
 #include <ctime>
 
+#include <boost/asio/post.hpp>
+
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
@@ -11,13 +13,19 @@ namespace ev = hz::events;
 namespace neg = hz::negotiation;
 namespace sc = hz::scheduler;
 
-Provider::Provider(const ServiceConfig& config, boost::asio::io_context& io, ev::EventSink* sink)
-    : config_(config), sink_(sink), decide_timer_(io), health_timer_(io) {}
+Provider::Provider(const ServiceConfig& config, boost::asio::io_context& io, ev::EventSink* sink,
+                   ResourcesView view)
+    : config_(config),
+      sink_(sink),
+      view_(std::move(view)),
+      decide_timer_(decide_io_),
+      health_timer_(io) {}
 
 Provider::~Provider() {
   Stop();
   // The engine refers to the scheduler through resources_.
   engine_.reset();
+  viewed_.reset();
   resources_.reset();
   health_.reset();
   sched_.reset();
@@ -55,7 +63,9 @@ Status Provider::Start() {
   if (!s.ok()) return Status(s.code(), "negotiation: " + s.ToString());
   hints_ = std::make_unique<neg::HintEngine>(sink_);
   resources_ = std::make_unique<SchedulerResources>(sched_.get());
-  engine_ = std::make_unique<neg::NegotiationEngine>(no, resources_.get(), sink_);
+  if (view_) viewed_ = view_(resources_.get());
+  neg::ResourceProvider* view = viewed_ ? viewed_.get() : resources_.get();
+  engine_ = std::make_unique<neg::NegotiationEngine>(no, view, sink_);
   // Hints follow every change of a tenant's GPU count the engine makes.
   neg::HintEngine* hints = hints_.get();
   engine_->SetAllocationListener([this, hints](const TenantId& tenant, uint32_t gpus) {
@@ -80,17 +90,25 @@ Status Provider::Start() {
   spdlog::info("event=scheduler_started sysfs_root={} devices={} libvirt={} state={}", c.sysfs_root,
                sched_->Inventory().size(), c.libvirt_uri.empty() ? "none" : c.libvirt_uri,
                o.state_path);
-  ArmEvery(decide_timer_, config_.negotiation.decide_interval_ms, &Provider::DecisionPoint);
+  decide_work_.emplace(decide_io_.get_executor());
+  decide_thread_ = std::thread([this] { decide_io_.run(); });
+  boost::asio::post(decide_io_, [this] {
+    ArmEvery(decide_timer_, config_.negotiation.decide_interval_ms, &Provider::DecisionPoint);
+  });
   ArmEvery(health_timer_, config_.scheduler.health_poll_ms, &Provider::PollHealth);
   return Status::Ok();
 }
 
 void Provider::Stop() {
   alive_->store(false);
-  decide_timer_.cancel();
   health_timer_.cancel();
+  // The decision thread finishes the decision point it is in, if any.
+  decide_work_.reset();
+  decide_io_.stop();
+  if (decide_thread_.joinable()) decide_thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
   waiting_.clear();
+  waiting_count_ = 0;
 }
 
 void Provider::ArmEvery(boost::asio::steady_timer& timer, uint64_t interval_ms,
@@ -121,6 +139,7 @@ void Provider::SyncLocked() {
     if (!s.ok()) spdlog::warn("event=health_assign_failed bdf={} error=\"{}\"", bdf, s.ToString());
   }
   assigned_ = std::move(now);
+  assigned_count_ = assigned_.size();
   // Every tenant the scheduler or the hint engine knows gets its GPU count.
   std::set<TenantId> tenants;
   for (const auto& [bdf, who] : assigned_) tenants.insert(who.first);
@@ -146,12 +165,19 @@ void Provider::OfferReplacementLocked(const sc::DeviceLoss& loss, uint64_t now) 
 }
 
 void Provider::DecisionPoint() {
-  std::vector<std::pair<DecisionFn, neg::Decision>> done;
+  neg::DecisionRound round;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!engine_) return;
+    round = engine_->PrepareDecide(Now());
+  }
+  // The scan, unlocked: it reads only the round and the scheduler.
+  engine_->PlanDecide(round);
+  std::vector<std::pair<DecisionFn, neg::Decision>> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     const uint64_t now = Now();
-    for (neg::Decision& d : engine_->Decide(now)) {
+    for (neg::Decision& d : engine_->ApplyDecide(round, now)) {
       decisions_++;
       offers_made_ += d.offers.size();
       if (d.provider_initiated) continue;  // the engine published OFFER_MADE
@@ -160,6 +186,7 @@ void Provider::DecisionPoint() {
       done.emplace_back(std::move(it->second), std::move(d));
       waiting_.erase(it);
     }
+    waiting_count_ = waiting_.size();
     engine_->Tick(now);
     SyncLocked();
   }
@@ -184,14 +211,17 @@ Status Provider::Summary(const TenantId& tenant, std::vector<uint8_t>* bytes) {
 }
 
 Status Provider::Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority,
-                        const hz_neg_request& request, DecisionFn done) {
+                        uint32_t max_open, const hz_neg_request& request, DecisionFn done) {
   std::lock_guard<std::mutex> lock(mu_);
-  // The operator's tenant policy (hzctl tenant create --weight --priority).
+  // The operator's tenant policy (hzctl tenant create --weight --priority
+  // --max-open-negotiations).
   engine_->SetWeight(tenant, weight == 0 ? 1 : weight);
   engine_->SetMaxPriority(tenant, max_priority);
+  engine_->SetMaxOpen(tenant, max_open);
   uint64_t id = 0;
   Status s = engine_->Submit(tenant, request, Now(), &id);
   if (s.ok()) waiting_[id] = std::move(done);
+  waiting_count_ = waiting_.size();
   return s;
 }
 
@@ -213,6 +243,7 @@ Status Provider::Counter(const TenantId& tenant, uint64_t negotiation_id,
       waiting_[negotiation_id] = std::move(done);
     }
   }
+  waiting_count_ = waiting_.size();
   return s;
 }
 
@@ -249,14 +280,39 @@ Status Provider::DeclareHint(const TenantId& tenant, const hz_hint_declare_args&
   return hints_->Declare(tenant, args, result);
 }
 
-json Provider::Counters() const {
+std::vector<std::string> Provider::TenantHoldings(const TenantId& tenant) {
+  auto counted = [](uint32_t n, const std::string& what) {
+    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+  };
+  std::vector<std::string> held;
+  if (uint32_t n = sched_->TenantAllocations(tenant); n > 0) {
+    held.push_back(counted(n, "device allocation"));
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  return {{"decisions", decisions_},
-          {"offers_made", offers_made_},
-          {"waiting_requests", waiting_.size()},
-          {"health_polls", health_polls_},
-          {"devices_lost", devices_lost_},
-          {"assigned_devices", assigned_.size()}};
+  if (uint32_t n = engine_->LiveReservations(tenant); n > 0) {
+    held.push_back(counted(n, "reservation"));
+  }
+  return held;
+}
+
+Status Provider::ForgetTenant(const TenantId& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t id : engine_->ForgetTenant(tenant, Now())) waiting_.erase(id);
+  waiting_count_ = waiting_.size();
+  Status s = sched_->ForgetTenant(tenant);
+  gpus_.erase(tenant);
+  hints_->Forget(tenant);
+  SyncLocked();
+  return s;
+}
+
+json Provider::Counters() const {
+  return {{"decisions", decisions_.load()},
+          {"offers_made", offers_made_.load()},
+          {"waiting_requests", waiting_count_.load()},
+          {"health_polls", health_polls_.load()},
+          {"devices_lost", devices_lost_.load()},
+          {"assigned_devices", assigned_count_.load()}};
 }
 
 }  // namespace hz::service

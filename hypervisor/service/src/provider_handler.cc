@@ -111,10 +111,11 @@ Reply ProviderHandler::Wait(const vdev::Queue& queue, const Request& req, uint64
     DeviceLink::Post(link, [this, id, bytes = DecisionBytes(d)] { OnDecision(id, bytes); });
   };
   const TenantId& tenant = tenant_.id();
-  Status st = counter_id == 0 ? backend_->Submit(tenant, tenant_.spec().weight,
-                                                 static_cast<uint8_t>(tenant_.spec().priority), r,
-                                                 std::move(done))
-                              : backend_->Counter(tenant, counter_id, r, std::move(done));
+  const TenantSpec& spec = tenant_.spec();
+  Status st = counter_id == 0
+                  ? backend_->Submit(tenant, spec.weight, static_cast<uint8_t>(spec.priority),
+                                     spec.max_open_negotiations, r, std::move(done))
+                  : backend_->Counter(tenant, counter_id, r, std::move(done));
   if (!st.ok()) {
     ctx_.pending.Take(p->id);
     return Reply::Error(ToWireStatus(st));

@@ -273,40 +273,6 @@ hz::Status Service::CreateTenant(const TenantSpec& spec) {
   return hz::Status::Ok();
 }
 
-hz::Status Service::RemoveTenant(const std::string& name, bool purge) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [path, b] : bindings_) {
-      if (b.tenant == name) {
-        return hz::Status::Busy("tenant " + name + " still has a VM bound at " + path);
-      }
-    }
-  }
-  if (!tenants_.Find(name)) return hz::Status::NotFound("no tenant " + name);
-  // The engines keep their state by name: all of it goes with the tenant, so
-  // that a tenant created later under the same name starts with nothing.
-  if (engines_) {
-    std::vector<std::string> held;
-    hz::Status data = engines_->TenantData(TenantId(name), &held);
-    // With purge, data that cannot even be read (a corrupt events file) goes too.
-    if (!data.ok() && !purge)
-      return hz::Status(data.code(), "tenant " + name + ": " + data.message());
-    if (!held.empty() && !purge) {
-      std::string what;
-      for (const std::string& h : held) what += (what.empty() ? "" : " and ") + h;
-      return hz::Status::State("tenant " + name + " still has " + what +
-                               "; remove it with --purge to delete them");
-    }
-    if (hz::Status s = engines_->ForgetTenant(TenantId(name)); !s.ok()) {
-      return hz::Status(s.code(), "tenant " + name + ": " + s.message());
-    }
-  }
-  if (hz::Status s = tenants_.Remove(name); !s.ok()) return s;
-  spdlog::info("event=tenant_removed tenant={} purge={}", name, purge);
-  SaveState();
-  return hz::Status::Ok();
-}
-
 hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
                                           const std::string& socket_path) {
   if (draining_) return hz::Status::Shutdown("the service is stopping");

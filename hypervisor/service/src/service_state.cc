@@ -1,12 +1,59 @@
 // The operator's objects (tenants and VM bindings) across restarts of the
 // service: <state_dir>/state.json.
 #include "hz/common/file.h"
+#include "hz/service/provider.h"
 #include "hz/service/service.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
 
 using json = nlohmann::json;
+
+// The engines and the provider keep their state by name: all of it goes
+// with the tenant, so that a tenant created later under the same name starts
+// with nothing. Without purge, a tenant that still holds anything is kept.
+hz::Status Service::RemoveTenant(const std::string& name, bool purge) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [path, b] : bindings_) {
+      if (b.tenant == name) {
+        return hz::Status::Busy("tenant " + name + " still has a VM bound at " + path);
+      }
+    }
+  }
+  if (!tenants_.Find(name)) return hz::Status::NotFound("no tenant " + name);
+  const TenantId id(name);
+  std::vector<std::string> held;
+  if (engines_) {
+    hz::Status data = engines_->TenantData(id, &held);
+    // With purge, data that cannot even be read (a corrupt events file) goes too.
+    if (!data.ok() && !purge)
+      return hz::Status(data.code(), "tenant " + name + ": " + data.message());
+  }
+  if (provider_) {
+    for (std::string& h : provider_->TenantHoldings(id)) held.push_back(std::move(h));
+  }
+  if (!held.empty() && !purge) {
+    std::string what;
+    for (const std::string& h : held) what += (what.empty() ? "" : " and ") + h;
+    return hz::Status::State("tenant " + name + " still has " + what +
+                             "; remove it with --purge to release and delete them");
+  }
+  if (provider_) {
+    if (hz::Status s = provider_->ForgetTenant(id); !s.ok()) {
+      return hz::Status(s.code(), "tenant " + name + ": " + s.message());
+    }
+  }
+  if (engines_) {
+    if (hz::Status s = engines_->ForgetTenant(id); !s.ok()) {
+      return hz::Status(s.code(), "tenant " + name + ": " + s.message());
+    }
+  }
+  if (hz::Status s = tenants_.Remove(name); !s.ok()) return s;
+  spdlog::info("event=tenant_removed tenant={} purge={}", name, purge);
+  SaveState();
+  return hz::Status::Ok();
+}
 
 // The operator's objects survive restarts: tenants and bindings are saved
 // in <state_dir>/state.json, replaced whole on every change.
@@ -18,7 +65,8 @@ void Service::SaveState() {
                        {"weight", t->spec().weight},
                        {"priority", t->spec().priority},
                        {"max_regions", t->spec().limits.max_regions},
-                       {"max_region_bytes", t->spec().limits.max_region_bytes}});
+                       {"max_region_bytes", t->spec().limits.max_region_bytes},
+                       {"max_open_negotiations", t->spec().max_open_negotiations}});
   }
   json bindings = json::array();
   {
@@ -60,6 +108,8 @@ hz::Status Service::LoadState() {
       spec.priority = t.at("priority").get<uint16_t>();
       spec.limits.max_regions = t.at("max_regions").get<uint32_t>();
       spec.limits.max_region_bytes = t.at("max_region_bytes").get<uint64_t>();
+      // Absent from state files written before the per-tenant limit existed.
+      spec.max_open_negotiations = t.value("max_open_negotiations", uint32_t{0});
       if (hz::Status s = CreateTenant(spec); !s.ok()) {
         result = bad("tenant " + spec.name + ": " + s.message());
         break;

@@ -279,3 +279,63 @@ TEST_F(ServiceEngineNegotiation, ExpiredOfferCannotBeAccepted) {
 }
 
 }  // namespace
+
+namespace {
+
+// One GPU now: a request every tenant may open.
+hz_neg_request OneGpu() {
+  hz_neg_request r{};
+  r.kind = HZ_DEV_GPU;
+  r.count = 1;
+  r.locality = HZ_LOC_ANY;
+  r.earliest_start_s = UnixNow();
+  r.latest_start_s = UnixNow() + 60;
+  r.duration_s = 60;
+  return r;
+}
+
+TEST(ServiceNegotiationLimit, ATenantsOwnLimitOfOpenNegotiationsHoldsAndOthersKeepTheDefault) {
+  hz::testing::ProviderHost host;
+  ASSERT_TRUE(host.Start());
+  std::string out;
+  ASSERT_EQ(host.svc().Hzctl(HZ_HZCTL_PATH, "tenant create small --max-open-negotiations 2", &out),
+            0)
+      << out;
+  std::vector<std::string> small = host.svc().TenantWithVms("small", 1);
+  std::vector<std::string> other = host.svc().TenantWithVms("other", 1);
+  ASSERT_EQ(small.size(), 1u);
+  ASSERT_EQ(other.size(), 1u);
+  hz_device_t* s = OpenVm(small[0]);
+  hz_device_t* o = OpenVm(other[0]);
+  ASSERT_NE(s, nullptr);
+  ASSERT_NE(o, nullptr);
+
+  hz_neg_request req = OneGpu();
+  hz_negotiation n{};
+  EXPECT_EQ(hz_neg_start(s, &req, &n), HZ_OK);
+  EXPECT_EQ(hz_neg_start(s, &req, &n), HZ_OK);
+  EXPECT_EQ(hz_neg_start(s, &req, &n), HZ_ELIMIT);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(hz_neg_start(o, &req, &n), HZ_OK) << i;
+  hz_close(s);
+  hz_close(o);
+
+  // The operator sees the limit, and it survives a restart.
+  for (int pass = 0; pass < 2; ++pass) {
+    json list = host.Hzctl("tenant list")["result"];
+    ASSERT_TRUE(list.is_array()) << list.dump();
+    ASSERT_EQ(list.size(), 2u) << list.dump();
+    for (const json& t : list) {
+      const uint64_t expected = t.value("name", std::string()) == "small" ? 2 : 0;
+      EXPECT_EQ(t.value("max_open_negotiations", uint64_t{99}), expected) << t.dump();
+    }
+    if (pass == 0) {
+      ASSERT_EQ(host.svc().Terminate(), 0);
+      ASSERT_TRUE(host.svc().Start({"--config", host.svc().dir() + "/harmonaized.toml"}));
+    }
+  }
+  // More than the most any tenant may have is refused.
+  EXPECT_NE(
+      host.svc().Hzctl(HZ_HZCTL_PATH, "tenant create big --max-open-negotiations 65537", &out), 0);
+}
+
+}  // namespace

@@ -319,3 +319,49 @@ TEST(NegotiationCost, BoundedScanDecidesAsTheExhaustiveScan) {
 
 }  // namespace
 }  // namespace hz::negotiation
+
+namespace hz::negotiation {
+namespace {
+
+// A decision point taken in three steps, with calls between the scan and the
+// booking (what the service does while the scan runs unlocked): only what
+// still holds is booked.
+TEST(NegotiationSteps, WhatChangedDuringTheScanIsNotBookedFromTheOldSnapshot) {
+  testing::InMemoryInventory inv;
+  inv.AddPool(HZ_DEV_GPU, 0, 2);
+  NegotiationEngine e(NegotiationOptions{}, &inv, nullptr);
+  const hz_neg_request two = Req(2, HZ_LOC_ANY, kNow, kNow + 60, 600);
+  uint64_t countered = 0, declined = 0, kept = 0;
+  ASSERT_TRUE(e.Submit(TenantId("a"), two, kNow, &countered).ok());
+  ASSERT_TRUE(e.Submit(TenantId("b"), Req(1, HZ_LOC_ANY, kNow, kNow, 600), kNow, &declined).ok());
+  ASSERT_TRUE(e.Submit(TenantId("c"), Req(1, HZ_LOC_ANY, kNow, kNow, 600), kNow, &kept).ok());
+
+  DecisionRound round = e.PrepareDecide(kNow);
+  e.PlanDecide(round);
+  // Meanwhile: a counters (its new request waits), b declines, and a
+  // request of d arrives (decided next time).
+  ASSERT_TRUE(e.Counter(TenantId("a"), countered, Req(1, HZ_LOC_ANY, kNow, kNow, 60), kNow).ok());
+  ASSERT_TRUE(e.Decline(TenantId("b"), declined, kNow).ok());
+  uint64_t late = 0;
+  ASSERT_TRUE(e.Submit(TenantId("d"), Req(1, HZ_LOC_ANY, kNow, kNow, 600), kNow, &late).ok());
+  std::vector<Decision> decided = e.ApplyDecide(round, kNow);
+
+  std::set<uint64_t> answered;
+  for (const Decision& d : decided) answered.insert(d.result.negotiation_id);
+  EXPECT_EQ(answered.count(countered), 0u);
+  EXPECT_EQ(answered.count(declined), 0u);
+  EXPECT_EQ(answered.count(late), 0u);
+  for (const OfferInfo& o : e.Offers()) EXPECT_NE(o.tenant, TenantId("b"));
+  // Nothing is booked twice: the pool's two devices are never exceeded.
+  for (uint64_t w = e.WindowOf(kNow); w < e.WindowOf(kNow + 1200); ++w) {
+    EXPECT_LE(e.Booked(0, w), 2u) << w;
+  }
+  // The countered request and d's are decided at the next decision point.
+  std::set<uint64_t> next;
+  for (const Decision& d : e.Decide(kNow)) next.insert(d.result.negotiation_id);
+  EXPECT_EQ(next.count(countered), 1u);
+  EXPECT_EQ(next.count(late), 1u);
+}
+
+}  // namespace
+}  // namespace hz::negotiation

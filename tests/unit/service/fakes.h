@@ -395,7 +395,7 @@ class FakeProviderBackend : public ProviderBackend {
     bytes->assign(16, 0xab);
     return Status::Ok();
   }
-  Status Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority,
+  Status Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority, uint32_t,
                 const hz_neg_request&, DecisionFn done) override {
     if (!submit_status.ok()) return submit_status;
     last_tenant = tenant.name();

@@ -34,6 +34,7 @@ class ProviderPolicy : public ::testing::Test {
     c.scheduler.bind_vfio = false;
     c.scheduler.health_poll_ms = 0;
     c.negotiation.max_open_per_tenant = max_open;
+    c.negotiation.decide_interval_ms = 0;  // no timer: the test calls DecisionPoint itself
     provider_ = std::make_unique<Provider>(c, io_, &sink_);
     Status s = provider_->Start();
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -58,12 +59,12 @@ class ProviderPolicy : public ::testing::Test {
   // Submits and keeps the decision in decisions_[tenant].
   Status Submit(const std::string& tenant, uint32_t weight, const hz_neg_request& r) {
     return provider_->Submit(
-        TenantId(tenant), weight, HZ_PRIO_HIGH, r,
+        TenantId(tenant), weight, HZ_PRIO_HIGH, 0, r,
         [this, tenant](const negotiation::Decision& d) { decisions_[tenant] = d; });
   }
 
   TempDir dir_;
-  boost::asio::io_context io_;  // never run: the test calls DecisionPoint itself
+  boost::asio::io_context io_;  // never run
   RecordingSink sink_;
   std::unique_ptr<Provider> provider_;
   std::map<std::string, negotiation::Decision> decisions_;

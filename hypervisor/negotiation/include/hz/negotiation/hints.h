@@ -35,6 +35,8 @@ class HintEngine {
   void SetDevices(const TenantId& tenant, uint32_t devices);
   // Current suggestion; kNotFound without a declaration.
   Status Current(const TenantId& tenant, events::HintPayload* hint) const;
+  // The tenant is removed: its declaration and device count are forgotten.
+  void Forget(const TenantId& tenant);
 
  private:
   struct TenantHint {

@@ -26,9 +26,15 @@
 // of window steps; what a tenant's share does not reach stays queued for the
 // next decision point.
 //
-// Not thread-safe: the service calls it from one thread (its control strand)
-// and calls Decide() at least once per second and Tick() at least once per
-// window.
+// Not thread-safe, with one exception: a decision point can be taken in three
+// steps so that its scan needs no exclusive access. PrepareDecide and
+// ApplyDecide need it like every other call; PlanDecide reads only its round
+// and the provider, so it may run on another thread while the engine serves
+// other calls. ApplyDecide keeps only what still holds: a request that was
+// countered, declined or closed meanwhile stays as it is now, and an offer
+// whose devices were booked meanwhile is dropped. The service calls
+// Decide() (or the three steps) at least once per second and Tick() at least
+// once per window.
 #ifndef HZ_NEGOTIATION_NEGOTIATION_H_
 #define HZ_NEGOTIATION_NEGOTIATION_H_
 
@@ -94,6 +100,37 @@ struct OfferInfo {
   std::vector<PoolCount> devices;
 };
 
+using WindowKey = std::pair<uint32_t, uint64_t>;  // (pool, window)
+
+// An offer a decision round found, not yet booked in the engine.
+struct PlannedOffer {
+  uint64_t start_s = 0;
+  uint64_t first_window = 0;
+  uint64_t last_window = 0;
+  std::vector<PoolCount> devices;
+};
+
+// One queued request as a decision round sees it.
+struct PlannedRequest {
+  uint64_t negotiation_id = 0;
+  uint64_t arrival = 0;  // changes when the request is countered
+  TenantId tenant;
+  hz_neg_request request{};
+  bool decided = false;  // false: its tenant's share ran out; it stays queued
+  std::vector<PlannedOffer> offers;
+};
+
+// A decision point's inputs (a snapshot taken by PrepareDecide) and, once
+// PlanDecide ran, its results.
+struct DecisionRound {
+  uint64_t now = 0;
+  std::vector<Pool> pools;
+  std::vector<PlannedRequest> requests;    // in decision order
+  std::map<WindowKey, uint32_t> booked;    // the engine's bookings, then the plan's
+  std::map<WindowKey, uint32_t> capacity;  // every capacity the round asked for
+  uint64_t steps = 0;                      // window steps spent
+};
+
 class NegotiationEngine {
  public:
   // Told when a tenant's GPU count changes, with the count now (hints follow it).
@@ -110,6 +147,9 @@ class NegotiationEngine {
   // the tenant may ask for (default HZ_PRIO_HIGH).
   Status SetWeight(const TenantId& tenant, uint32_t weight);
   Status SetMaxPriority(const TenantId& tenant, uint8_t priority_class);
+  // Operator policy: the tenant's open negotiations (NEG_REQUEST beyond them:
+  // kLimit); 0 gives it options.max_open_per_tenant.
+  void SetMaxOpen(const TenantId& tenant, uint32_t max_open);
   void SetAllocationListener(AllocationListener listener) { listener_ = std::move(listener); }
 
   // NEG_REQUEST: validates and queues; *negotiation_id names it.
@@ -124,8 +164,16 @@ class NegotiationEngine {
   // its offers are published as NEGOTIATION/OFFER_MADE events.
   Status OfferReplacement(const TenantId& tenant, const hz_neg_request& request, uint64_t now,
                           uint64_t* negotiation_id);
-  // The decision point: answers every queued request (file comment).
+  // The decision point: answers every queued request (file comment). The
+  // same as ApplyDecide(PlanDecide(PrepareDecide(now)), now).
   std::vector<Decision> Decide(uint64_t now);
+  // Time passes (Tick) and the queued requests are copied, in decision order.
+  DecisionRound PrepareDecide(uint64_t now);
+  // Finds the offers of `round`'s requests. Touches nothing in the engine
+  // but its options and the provider.
+  void PlanDecide(DecisionRound& round) const;
+  // Books what PlanDecide found and still fits, and answers those requests.
+  std::vector<Decision> ApplyDecide(const DecisionRound& round, uint64_t now);
   // NEG_ACCEPT: the offer becomes a reservation; the negotiation's other
   // offers are released and it closes.
   Status Accept(const TenantId& tenant, uint64_t offer_id, uint64_t now, uint64_t* reservation_id);
@@ -137,6 +185,15 @@ class NegotiationEngine {
   // Provider side: withdraws an accepted reservation, with a NEGOTIATION/
   // RESERVATION_REVOKED event to its tenant.
   Status Revoke(uint64_t reservation_id, events::RevokeReason reason, uint64_t now);
+
+  // Reservations of the tenant that still hold or will hold devices.
+  uint32_t LiveReservations(const TenantId& tenant) const;
+  // The tenant is removed: its negotiations close, its reservations end
+  // (started ones are detached) and are forgotten with its identifiers,
+  // usage, weight and priority cap, without events, so that a tenant created
+  // later under the same name inherits none of it. Returns the negotiations
+  // that closed.
+  std::vector<uint64_t> ForgetTenant(const TenantId& tenant, uint64_t now);
 
   // Time passes: expires offers (OFFER_EXPIRED), closes negotiations whose
   // offers are gone, starts reservations whose start came (attach +
@@ -204,10 +261,14 @@ class NegotiationEngine {
 
   uint64_t NewId();
   uint32_t CapacityOf(uint32_t pool, uint64_t window) const;
-  uint32_t FreeIn(uint32_t pool, uint64_t window) const;
-  uint32_t ScanFree(PoolScan& scan, uint64_t first, uint64_t last, uint64_t* steps) const;
-  bool Place(const hz_neg_request& request, std::vector<PoolScan>& scans, uint64_t first,
-             uint64_t last, uint64_t* steps, std::vector<PoolCount>* devices) const;
+  uint32_t FreeIn(DecisionRound& round, uint32_t pool, uint64_t window) const;
+  uint32_t ScanFree(DecisionRound& round, PoolScan& scan, uint64_t first, uint64_t last,
+                    uint64_t* steps) const;
+  bool Place(DecisionRound& round, const hz_neg_request& request, std::vector<PoolScan>& scans,
+             uint64_t first, uint64_t last, uint64_t* steps, std::vector<PoolCount>* devices) const;
+  bool StillFits(const DecisionRound& round, const PlannedOffer& offer) const;
+  void AddOffer(uint64_t negotiation_id, Negotiation& negotiation, const PlannedOffer& planned,
+                uint64_t now);
   void Charge(Negotiation& negotiation, uint64_t now);
   Status CheckOwner(uint64_t id, const TenantId& tenant, const char* what) const;
   void CloseId(uint64_t id, uint64_t now);
@@ -215,8 +276,8 @@ class NegotiationEngine {
   Status CountOpen(const TenantId& tenant) const;
   void Book(const std::vector<PoolCount>& devices, uint64_t first_window, uint64_t last_window,
             bool add);
-  OfferResult MakeOffer(uint64_t negotiation_id, Negotiation& negotiation, uint64_t now,
-                        uint64_t* next_candidate, uint64_t* budget);
+  OfferResult PlanOffer(DecisionRound& round, PlannedRequest& request, uint64_t* next_candidate,
+                        uint64_t* budget) const;
   std::vector<Decision> Answer(const std::vector<uint64_t>& decided, uint64_t now);
   void DropOffer(uint64_t offer_id, uint64_t now);
   void DropOffers(Negotiation& negotiation, uint64_t now, bool charge);
@@ -239,7 +300,7 @@ class NegotiationEngine {
   uint64_t last_decide_steps_ = 0;
   std::map<TenantId, Charges> charges_;  // within the usage horizon
   mutable bool caching_ = false;
-  mutable std::map<std::pair<uint32_t, uint64_t>, uint32_t> capacity_cache_;
+  mutable std::map<WindowKey, uint32_t> capacity_cache_;
   uint64_t next_arrival_ = 1;
   uint64_t next_order_ = 1;
   std::map<uint64_t, Negotiation> negotiations_;  // open or pending
@@ -248,8 +309,9 @@ class NegotiationEngine {
   std::map<uint64_t, Owner> owners_;              // every id, live or recently closed
   std::map<TenantId, uint32_t> weights_;
   std::map<TenantId, uint8_t> max_priority_;
+  std::map<TenantId, uint32_t> max_open_;  // tenants with their own limit
   // (pool, window) -> devices held by offers and live reservations.
-  std::map<std::pair<uint32_t, uint64_t>, uint32_t> booked_;
+  std::map<WindowKey, uint32_t> booked_;
 };
 
 }  // namespace hz::negotiation

@@ -130,6 +130,14 @@ class Scheduler {
   // tenant-visible indices; returns the pools they came from.
   StatusOr<std::vector<PoolDevices>> DetachReservation(const TenantId& tenant,
                                                        uint64_t reservation_id, uint32_t count);
+  // Allocations the tenant holds (direct ones and those of reservations).
+  uint32_t TenantAllocations(const TenantId& tenant) const;
+  // The tenant is removed: its allocations are released (detached and handed
+  // back), its VM and its permutation seed forgotten, durably, so that a
+  // tenant created later under the same name draws a new seed. A device that
+  // fails to detach stays recorded (it may still be attached) and the error
+  // is returned; nothing is forgotten then.
+  Status ForgetTenant(const TenantId& tenant);
   // Devices of `kind` the tenant holds, from every allocation.
   uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const;
 

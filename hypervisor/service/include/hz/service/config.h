@@ -48,6 +48,10 @@ struct SchedulerConfig {
   uint32_t health_poll_ms = 5000;             // AER counters of assigned devices; 0: off
 };
 
+// The most open negotiations one tenant may be allowed, by
+// [negotiation] max_open_per_tenant or by its own limit.
+inline constexpr uint32_t kMaxOpenNegotiations = 1u << 16;
+
 // [negotiation]: reservation windows, offers and the decision point.
 struct NegotiationConfig {
   uint64_t window_s = 60;  // a multiple of 10

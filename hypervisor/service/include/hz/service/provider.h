@@ -15,9 +15,13 @@
 // Decisions are handed to the waiting devices through callbacks that only
 // post to the device's executor.
 //
-// Timers run on the service's io_context: the decision point (Decide + Tick)
-// every negotiation.decide_interval_ms and the health poll every
-// scheduler.health_poll_ms.
+// The decision point runs on a thread of its own every
+// negotiation.decide_interval_ms, and holds mu_ only to copy the queued
+// requests and to book what it found: the scan between (the expensive part)
+// runs unlocked, so NEG_* and HINT_* calls, operator commands and metrics
+// never wait for it, and the service's io_context (control socket, metrics)
+// is never busy with it. The health poll runs on the service's io_context
+// every scheduler.health_poll_ms. The counters are atomics of their own.
 #ifndef HZ_SERVICE_PROVIDER_H_
 #define HZ_SERVICE_PROVIDER_H_
 
@@ -27,11 +31,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
@@ -56,20 +63,27 @@ namespace hz::service {
 // The devices reach it as their ProviderBackend.
 class Provider : public ProviderBackend {
  public:
-  Provider(const ServiceConfig& config, boost::asio::io_context& io, events::EventSink* sink);
+  // The engine's view of the scheduler, given the scheduler's own; tests
+  // wrap it to observe or hold the engine's capacity queries.
+  using ResourcesView = std::function<std::unique_ptr<negotiation::ResourceProvider>(
+      negotiation::ResourceProvider* scheduler_resources)>;
+
+  Provider(const ServiceConfig& config, boost::asio::io_context& io, events::EventSink* sink,
+           ResourcesView view = nullptr);
   ~Provider() override;
   Provider(const Provider&) = delete;
   Provider& operator=(const Provider&) = delete;
 
-  // Opens the scheduler (and libvirt) and starts the timers.
+  // Opens the scheduler (and libvirt), starts the decision thread and the
+  // timers.
   Status Start();
-  // Cancels the timers and forgets waiting requests (on the io_context's thread
-  // or after it stopped).
+  // Cancels the timers, waits for the decision thread and forgets waiting
+  // requests (on the io_context's thread or after it stopped).
   void Stop();
 
   // ProviderBackend
   Status Summary(const TenantId& tenant, std::vector<uint8_t>* bytes) override;
-  Status Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority,
+  Status Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority, uint32_t max_open,
                 const hz_neg_request& request, DecisionFn done) override;
   Status Counter(const TenantId& tenant, uint64_t negotiation_id, const hz_neg_request& request,
                  DecisionFn done) override;
@@ -84,14 +98,24 @@ class Provider : public ProviderBackend {
 
   nlohmann::json Counters() const;
 
-  // One decision point (Decide, Tick, health assignments); the timer calls it.
+  // What removing the tenant would take from it here ("2 device
+  // allocations", "1 reservation"); empty when it holds nothing.
+  std::vector<std::string> TenantHoldings(const TenantId& tenant);
+  // The tenant is removed: its negotiations close, its reservations and
+  // allocations are released, and its permutation seed, VM and hint are
+  // forgotten, so that a tenant created later under the same name starts
+  // with nothing of it.
+  Status ForgetTenant(const TenantId& tenant);
+
+  // One decision point (Decide, Tick, health assignments); the decision
+  // thread's timer calls it.
   void DecisionPoint();
   // One health poll; the timer calls it.
   void PollHealth();
 
  private:
   static uint64_t Now();
-  // Runs tick every interval_ms (0: never) on the service's io_context.
+  // Runs tick every interval_ms (0: never) on the timer's io_context.
   void ArmEvery(boost::asio::steady_timer& timer, uint64_t interval_ms, void (Provider::*tick)());
   // Under mu_: health monitor assignments follow the scheduler's, and the
   // hint engine learns the tenants' GPU counts.
@@ -116,23 +140,32 @@ class Provider : public ProviderBackend {
   events::EventSink* sink_;
   std::unique_ptr<scheduler::LibvirtAttacher> virt_;
   std::unique_ptr<scheduler::Scheduler> sched_;
-  std::unique_ptr<SchedulerResources> resources_;  // the engine's view of sched_
+  ResourcesView view_;
+  std::unique_ptr<SchedulerResources> resources_;          // the scheduler's capacity
+  std::unique_ptr<negotiation::ResourceProvider> viewed_;  // view_ of resources_, if any
   std::unique_ptr<negotiation::NegotiationEngine> engine_;
   std::unique_ptr<negotiation::HintEngine> hints_;
   std::unique_ptr<events::HealthMonitor> health_;
-  boost::asio::steady_timer decide_timer_;
-  boost::asio::steady_timer health_timer_;
+  boost::asio::io_context decide_io_;  // the decision thread's
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
+      decide_work_;
+  std::thread decide_thread_;
+  boost::asio::steady_timer decide_timer_;  // on decide_io_
+  boost::asio::steady_timer health_timer_;  // on the service's io_context
   // Shared with the timer handlers, which may run after Stop().
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
 
-  mutable std::mutex mu_;                   // engine_, health_, everything below
+  mutable std::mutex mu_;                   // engine_, health_, the maps below
   std::map<uint64_t, DecisionFn> waiting_;  // negotiation id -> the device's request
   std::map<std::string, std::pair<TenantId, uint32_t>> assigned_;  // bdf -> tenant, index
   std::map<TenantId, uint32_t> gpus_;  // tenant -> GPUs the hint engine was told
-  uint64_t decisions_ = 0;
-  uint64_t offers_made_ = 0;
-  uint64_t health_polls_ = 0;
-  uint64_t devices_lost_ = 0;
+  // Metrics, readable without mu_.
+  std::atomic<uint64_t> decisions_{0};
+  std::atomic<uint64_t> offers_made_{0};
+  std::atomic<uint64_t> health_polls_{0};
+  std::atomic<uint64_t> devices_lost_{0};
+  std::atomic<uint64_t> waiting_count_{0};   // waiting_.size()
+  std::atomic<uint64_t> assigned_count_{0};  // assigned_.size()
 };
 
 }  // namespace hz::service

@@ -29,9 +29,10 @@ class ProviderBackend {
   virtual Status Summary(const TenantId& tenant, std::vector<uint8_t>* bytes) = 0;
 
   // NEG_REQUEST / NEG_COUNTER: queued; done runs (any thread) at the
-  // decision point. weight and max_priority are the tenant's operator policy.
+  // decision point. weight, max_priority and max_open (open negotiations;
+  // 0: the service's default) are the tenant's operator policy.
   virtual Status Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority,
-                        const hz_neg_request& request, DecisionFn done) = 0;
+                        uint32_t max_open, const hz_neg_request& request, DecisionFn done) = 0;
   virtual Status Counter(const TenantId& tenant, uint64_t negotiation_id,
                          const hz_neg_request& request, DecisionFn done) = 0;
   virtual Status Accept(const TenantId& tenant, uint64_t offer_id, uint64_t* reservation_id) = 0;

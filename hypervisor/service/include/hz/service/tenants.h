@@ -23,6 +23,9 @@ struct TenantSpec {
   uint32_t weight = 1;                 // share under contention, 1..1000
   uint16_t priority = HZ_PRIO_NORMAL;  // enum hz_priority_class
   TenantLimits limits;
+  // Open negotiations (NEG_REQUEST beyond them: ELIMIT); 0: the service's
+  // [negotiation] max_open_per_tenant.
+  uint32_t max_open_negotiations = 0;
 };
 
 // One tenant. Usage counters are shared by every VM of the tenant.
