@@ -25,6 +25,7 @@
 //   hz_drvtest pending [DEV]    a COMM_INIT that no second rank joins, held by the
 //                               device until its 5 s timeout (ETIMEDOUT expected)
 //   hz_drvtest owner    [DEV]   what one file registers or creates, another cannot name
+//   hz_drvtest families [DEV]   checkpoint save/restore, topology, hints, negotiation
 //   hz_drvtest memlock  [DEV]   a submit's pins are charged against RLIMIT_MEMLOCK
 //   hz_drvtest silentclose [DEV] close() returns when the device (vm-hostile-backend)
 //                               has gone silent; removal releases what it held
@@ -1314,6 +1315,142 @@ static int cmd_silentclose(void) {
   return 0;
 }
 
+// A blocking request with readable data and one result buffer on queue q.
+static struct hz_ioc_submit data_call(int fd, uint16_t q, uint16_t opcode, const void* args,
+                                      uint32_t args_len, const void* data, uint32_t data_len,
+                                      void* result, uint32_t result_len) {
+  struct hz_ioc_seg segs[2];
+  uint32_t n = 0;
+  if (data_len) segs[n++] = (struct hz_ioc_seg){.addr = (uintptr_t)data, .len = data_len};
+  if (result_len)
+    segs[n++] =
+        (struct hz_ioc_seg){.addr = (uintptr_t)result, .len = result_len, .flags = HZ_SEG_F_WRITE};
+  struct hz_ioc_submit sub = {.opcode = opcode,
+                              .queue = q,
+                              .args_ptr = (uintptr_t)args,
+                              .args_len = args_len,
+                              .num_segs = n,
+                              .segs_ptr = (uintptr_t)segs};
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0, "submit opcode 0x%x: %s", opcode, strerror(errno));
+  CHECK(sub.error == 0, "opcode 0x%x error %d", opcode, sub.error);
+  return sub;
+}
+
+// Checkpoint: a policy, a save of a registered slice with metadata, the
+// slice scribbled over, a restore that brings back every byte.
+static void families_checkpoint(int fd) {
+  enum { kLen = 64 << 10, kStream = 7 };
+  uint8_t* buf = mmap(NULL, kLen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(buf != MAP_FAILED, "mmap");
+  for (uint32_t i = 0; i < kLen; i++) buf[i] = (uint8_t)(i * 131 + 7);
+  struct hz_ioc_region reg = {
+      .addr = (uintptr_t)buf, .len = kLen, .flags = HZ_REGION_RW_READ | HZ_REGION_RW_WRITE};
+  CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "register: %s", strerror(errno));
+  struct hz_ckpt_policy_args pol = {.stream = kStream,
+                                    .retention = 1,
+                                    .tier = HZ_TIER_HOST_MEMORY,
+                                    .stall_budget_ms = 10000,
+                                    .rpo_s = 60};
+  struct hz_ioc_submit sub = control_call(fd, HZ_OP_CKPT_POLICY, &pol, sizeof(pol), NULL, 0);
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "CKPT_POLICY status %s", status_name(sub.status));
+
+  static const char meta[] = "vm-checkpoint-meta";
+  struct {
+    struct hz_slice slice;
+    char meta[sizeof(meta)];
+  } __attribute__((packed)) data;
+  memset(&data, 0, sizeof(data));
+  data.slice = (struct hz_slice){.region_id = reg.region_id, .offset = 4096, .length = kLen - 8192};
+  memcpy(data.meta, meta, sizeof(meta));
+  struct hz_ckpt_save_args save = {
+      .stream = kStream, .num_slices = 1, .step = 42, .meta_len = sizeof(meta)};
+  struct hz_ckpt_save_result saved;
+  sub = data_call(fd, 0, HZ_OP_CKPT_SAVE, &save, sizeof(save), &data, sizeof(data), &saved,
+                  sizeof(saved));
+  printf("hz_drvtest: CKPT_SAVE status %s step %" PRIu64 " state %u\n", status_name(sub.status),
+         (uint64_t)saved.step, saved.state);
+  CHECK(sub.status == HZ_S_OK && saved.step == 42, "CKPT_SAVE");
+
+  uint8_t* want = malloc(kLen);
+  CHECK(want != NULL, "malloc");
+  memcpy(want, buf, kLen);
+  memset(buf + 4096, 0xee, kLen - 8192);
+  struct hz_ckpt_restore_args restore = {
+      .stream = kStream, .num_slices = 1, .step = HZ_STEP_LATEST};
+  struct {
+    struct hz_ckpt_restore_result r;
+    char meta[64];
+  } out;
+  memset(&out, 0, sizeof(out));
+  sub = data_call(fd, 0, HZ_OP_CKPT_RESTORE, &restore, sizeof(restore), &data.slice,
+                  sizeof(data.slice), &out, sizeof(out));
+  printf("hz_drvtest: CKPT_RESTORE status %s step %" PRIu64 " bytes %" PRIu64 " meta_len %u\n",
+         status_name(sub.status), (uint64_t)out.r.step, (uint64_t)out.r.bytes, out.r.meta_len);
+  CHECK(sub.status == HZ_S_OK && out.r.step == 42 && out.r.bytes == kLen - 8192, "CKPT_RESTORE");
+  CHECK(out.r.meta_len == sizeof(meta) && memcmp(out.meta, meta, sizeof(meta)) == 0, "metadata");
+  CHECK(memcmp(buf, want, kLen) == 0, "the restored bytes differ from the saved ones");
+  printf("hz_drvtest: checkpoint restored bit-exact (%d bytes)\n", kLen - 8192);
+  free(want);
+}
+
+// Topology summary, batch-size hints, and a negotiation declined.
+static void families_scheduler(int fd) {
+  uint8_t topo[4096];
+  struct hz_ioc_submit sub = control_call(fd, HZ_OP_TOPOLOGY_GET, NULL, 0, topo, sizeof(topo));
+  struct hz_topo_header th;
+  memcpy(&th, topo, sizeof(th));
+  printf("hz_drvtest: TOPOLOGY_GET status %s version %u devices %u groups %u hosts %u\n",
+         status_name(sub.status), th.version, th.num_devices, th.num_groups, th.num_hosts);
+  CHECK(sub.status == HZ_S_OK && sub.result_len >= sizeof(th) && th.version == 1, "TOPOLOGY_GET");
+
+  struct hz_hint_declare_args hint = {.min_batch = 16, .max_batch = 256, .step = 16};
+  struct hz_hint_declare_result hres;
+  sub = control_call(fd, HZ_OP_HINT_DECLARE, &hint, sizeof(hint), &hres, sizeof(hres));
+  printf("hz_drvtest: HINT_DECLARE status %s suggested %u\n", status_name(sub.status),
+         hres.suggested);
+  CHECK(sub.status == HZ_S_OK && hres.suggested >= 16 && hres.suggested <= 256 &&
+            (hres.suggested - 16) % 16 == 0,
+        "HINT_DECLARE");
+
+  time_t now = time(NULL);
+  struct hz_neg_request req = {.kind = HZ_DEV_GPU,
+                               .count = 1,
+                               .locality = HZ_LOC_ANY,
+                               .priority_class = HZ_PRIO_NORMAL,
+                               .earliest_start_s = (uint64_t)now,
+                               .latest_start_s = (uint64_t)now + 60,
+                               .duration_s = 600};
+  struct {
+    struct hz_neg_result r;
+    struct hz_neg_offer offers[HZ_NEG_MAX_OFFERS];
+  } neg;
+  memset(&neg, 0, sizeof(neg));
+  sub = control_call(fd, HZ_OP_NEG_REQUEST, &req, sizeof(req), &neg, sizeof(neg));
+  printf("hz_drvtest: NEG_REQUEST status %s negotiation %" PRIu64 " offers %u round %u\n",
+         status_name(sub.status), (uint64_t)neg.r.negotiation_id, neg.r.num_offers, neg.r.round);
+  CHECK(sub.status == HZ_S_OK && neg.r.negotiation_id != 0 && neg.r.num_offers >= 1, "NEG_REQUEST");
+  CHECK(neg.offers[0].offer_id != 0 && neg.offers[0].count == 1, "the offer");
+  struct hz_neg_decline_args decline = {.negotiation_id = neg.r.negotiation_id};
+  sub = control_call(fd, HZ_OP_NEG_DECLINE, &decline, sizeof(decline), NULL, 0);
+  CHECK(sub.status == HZ_S_OK, "NEG_DECLINE status %s", status_name(sub.status));
+  printf("hz_drvtest: offer %" PRIu64 " declined\n", (uint64_t)neg.offers[0].offer_id);
+}
+
+// Every opcode family the collectives tests leave out, through the driver.
+static int cmd_families(void) {
+  int fd = open_dev();
+  struct hz_hello_result hres;
+  session_hello(fd, &hres);
+  uint64_t need = (1ull << HZ_F_CHECKPOINT) | (1ull << HZ_F_NEGOTIATION) | (1ull << HZ_F_TOPOLOGY) |
+                  (1ull << HZ_F_HINTS);
+  CHECK((hres.device_features & need) == need, "features 0x%" PRIx64 " granted",
+        (uint64_t)hres.device_features);
+  families_checkpoint(fd);
+  families_scheduler(fd);
+  close(fd);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
@@ -1342,6 +1479,7 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "survivor") && argc > 3) return cmd_survivor(argv[3]);
   if (!strcmp(cmd, "events")) return cmd_events(argc > 3 ? atoi(argv[3]) : 1);
   if (!strcmp(cmd, "owner")) return cmd_owner();
+  if (!strcmp(cmd, "families")) return cmd_families();
   if (!strcmp(cmd, "memlock")) return cmd_memlock();
   if (!strcmp(cmd, "silentclose")) return cmd_silentclose();
   if (!strcmp(cmd, "noleaks")) {
