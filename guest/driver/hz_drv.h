@@ -10,8 +10,8 @@
  * -ENODEV and wakes all waiters; pinned pages are released by whoever drops
  * the last reference to what pinned them.
  *
- * Session: the driver sends HELLO itself at the first open and each file owns
- * the regions and communicators it created (hz_session.c).
+ * Session: the driver sends HELLO itself before a file's first request, and
+ * each file owns the regions and communicators it created (hz_session.c).
  */
 #ifndef HZ_DRV_H
 #define HZ_DRV_H
@@ -105,6 +105,7 @@ struct hz_file {
 	unsigned int ev_head, ev_count;
 	u64 events_lost;
 	bool closed;
+	bool session_started;	/* hz_session_start() ran for this file */
 	struct list_head comms;	/* struct hz_comm this file created */
 	unsigned int ncomms;	/* with COMM_INITs in flight */
 
@@ -206,7 +207,7 @@ void hz_regions_release(struct hz_file *hf, unsigned long deadline);
 void hz_orphans_release(struct hz_dev *dev);
 
 /* hz_session.c */
-void hz_session_open(struct hz_dev *dev);
+void hz_session_start(struct hz_file *hf);
 long hz_ioctl_hello(struct hz_file *hf, void __user *uarg);
 bool hz_op_data_has_slices(u16 opcode);
 int hz_session_check(struct hz_file *hf, u16 opcode, const void *args,

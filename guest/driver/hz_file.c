@@ -147,8 +147,6 @@ static int hz_open(struct inode *inode, struct file *file)
 	mutex_init(&hf->regions_lock);
 	INIT_LIST_HEAD(&hf->regions);
 	INIT_LIST_HEAD(&hf->comms);
-	/* The first open says HELLO for the whole VM (hz_session.c). */
-	hz_session_open(dev);
 
 	spin_lock(&dev->files_lock);
 	list_add_tail(&hf->node, &dev->files);
@@ -281,10 +279,10 @@ static long hz_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 
 	if (cmd == HZ_IOC_INFO)
 		return hz_ioctl_info(hf, uarg);
-	if (cmd == HZ_IOC_HELLO)
-		return hz_ioctl_hello(hf, uarg);
 	if (READ_ONCE(hf->dev->dead))
 		return -ENODEV;
+	/* The first file to use the device says HELLO for the VM. */
+	hz_session_start(hf);
 	switch (cmd) {
 	case HZ_IOC_SUBMIT:
 		return hz_ioctl_submit(hf, uarg);
@@ -294,6 +292,8 @@ static long hz_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return hz_ioctl_region_unregister(hf, uarg);
 	case HZ_IOC_EVENTS_ENABLE:
 		return hz_ioctl_events(hf, uarg);
+	case HZ_IOC_HELLO:
+		return hz_ioctl_hello(hf, uarg);
 	default:
 		return -ENOTTY;
 	}

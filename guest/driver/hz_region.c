@@ -3,13 +3,13 @@
  * HarmonAIze guest driver: long-term memory regions.
  *
  * A region's pages are pinned with FOLL_LONGTERM and charged against the
- * owner's RLIMIT_MEMLOCK (by hz_pin_user()). The device learns them as guest-physical extents
- * (contiguous pages coalesced). Pages are unpinned only once the device has
- * acknowledged the unregistration, or after remove() reset the device;
- * a region the device did not release waits on the device's orphan list.
+ * owner's RLIMIT_MEMLOCK (by hz_pin_user()). The device learns them as
+ * guest-physical extents (contiguous pages coalesced). Pages are unpinned
+ * only once the device has acknowledged the unregistration, or after
+ * remove() reset the device; a region the device did not release waits on
+ * the device's orphan list.
  */
 #include <linux/mm.h>
-#include <linux/sched/mm.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>

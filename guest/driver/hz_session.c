@@ -4,12 +4,14 @@
  *
  * The device has one session per VM, started by HELLO; a later HELLO ends it
  * and with it every region and communicator of every process (SPEC 2.7). So
- * the driver says HELLO itself, once, when the device is first opened, and
- * refuses HELLO from user space. First open rather than probe: probe must not
- * wait on the device (a device that does not answer would hold up boot and
- * module load), and the protocol wants HELLO before any other request, which
- * the first open precedes. A HELLO the device did not accept is tried again
- * at the next open: without a session there is nothing to end.
+ * the driver says HELLO itself, once, before the first request of the first
+ * file that uses the device (its first ioctl other than HZ_IOC_INFO), and
+ * refuses HELLO from user space. Not at probe: probe must not wait on the
+ * device (one that does not answer would hold up boot and module load). Not
+ * in open(): misc_open() holds the misc device lock, which every other misc
+ * device's open and our own remove() need, across it. A HELLO the device did
+ * not accept is tried again by the next file: without a session there is
+ * nothing to end.
  *
  * Region ids and communicator handles are the session's, so the driver
  * checks every id a request names against the regions and communicators the
@@ -53,9 +55,16 @@ static int hz_session_hello(struct hz_dev *dev)
 	return 0;
 }
 
-/* Sends HELLO unless the device accepted one already; open() calls it. */
-void hz_session_open(struct hz_dev *dev)
+/*
+ * Sends HELLO unless the device accepted one already; called at a file's
+ * first ioctl that may reach the device, once per file.
+ */
+void hz_session_start(struct hz_file *hf)
 {
+	struct hz_dev *dev = hf->dev;
+
+	if (READ_ONCE(hf->session_started))
+		return;
 	mutex_lock(&dev->hello_lock);
 	if (!dev->hello_ok && !READ_ONCE(dev->dead)) {
 		hz_session_hello(dev);
@@ -68,6 +77,7 @@ void hz_session_open(struct hz_dev *dev)
 					     "HELLO failed: error %d status %u\n",
 					     dev->hello.error, dev->hello.status);
 	}
+	WRITE_ONCE(hf->session_started, true);
 	mutex_unlock(&dev->hello_lock);
 }
 

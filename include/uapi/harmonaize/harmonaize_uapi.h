@@ -2,9 +2,10 @@
 /*
  * User-space interface of the HarmonAIze guest driver: /dev/harmonaizeN.
  *
- * The driver owns the device session: it sends HELLO itself, once, when the
- * device is first opened, and every open file shares that session. A
- * process opens the device and
+ * The driver owns the device session: it sends HELLO itself, once, before
+ * the first request of the first file that uses the device (any ioctl but
+ * HZ_IOC_INFO), and every open file shares that session. A process opens the
+ * device and
  *  - reads the outcome of the driver's HELLO with HZ_IOC_HELLO. HELLO through
  *    HZ_IOC_SUBMIT fails with EPERM: a second HELLO would end the session of
  *    every other process using the device.
