@@ -9,6 +9,9 @@
  * stops touching guest memory, completes every request still on a ring with
  * -ENODEV and wakes all waiters; pinned pages are released by whoever drops
  * the last reference to what pinned them.
+ *
+ * Session: the driver sends HELLO itself before a file's first request, and
+ * each file owns the regions and communicators it created (hz_session.c).
  */
 #ifndef HZ_DRV_H
 #define HZ_DRV_H
@@ -38,6 +41,13 @@
 #define HZ_EVENT_RING 256	/* queued events per file before "lost" */
 #define HZ_MAX_EVENT_BUFS 64
 #define HZ_CTRL_TIMEOUT_MS 30000
+/*
+ * How long close() waits for the device to release a file's regions and
+ * communicators, all of them together; what it has not released by then is
+ * orphaned until the device is reset.
+ */
+#define HZ_CLOSE_TIMEOUT_MS 30000
+#define HZ_MAX_COMMS_PER_FILE 1024
 
 struct hz_vq {
 	struct virtqueue *vq;
@@ -76,6 +86,10 @@ struct hz_dev {
 	struct mutex orphans_lock;	/* orphans, quiesced */
 	struct list_head orphans;	/* regions the device never released */
 	bool quiesced;		/* reset by remove(): under orphans_lock */
+
+	struct mutex hello_lock;	/* hello, hello_ok */
+	struct hz_ioc_hello hello;	/* the driver's HELLO (hz_session.c) */
+	bool hello_ok;		/* the device accepted it: a session exists */
 };
 
 struct hz_file {
@@ -91,6 +105,9 @@ struct hz_file {
 	unsigned int ev_head, ev_count;
 	u64 events_lost;
 	bool closed;
+	bool session_started;	/* hz_session_start() ran for this file */
+	struct list_head comms;	/* struct hz_comm this file created */
+	unsigned int ncomms;	/* with COMM_INITs in flight */
 
 	struct mutex regions_lock;	/* regions, nregions; held across control calls */
 	struct list_head regions;	/* struct hz_region */
@@ -105,7 +122,15 @@ struct hz_rec_node {
 struct hz_pin {
 	struct page **pages;
 	unsigned long npages;
+	size_t offset;		/* of the user buffer in its first page */
+	size_t len;		/* of the user buffer */
 	bool write;
+	struct mm_struct *mm;	/* charged for npages (RLIMIT_MEMLOCK) */
+};
+
+struct hz_comm {
+	struct list_head node;	/* in hz_file.comms */
+	u64 handle;
 };
 
 enum hz_req_state {
@@ -118,12 +143,16 @@ struct hz_req {
 	struct hz_dev *dev;
 	struct hz_file *file;	/* NULL for the driver's own requests */
 	unsigned int qidx;
+	u16 opcode;
 	u64 token;
 	u64 user_data;
 	enum hz_req_state state;	/* under dev->req_lock */
 	bool uninterruptible;	/* the driver's own: no signals, bounded */
 	bool completed;		/* under dev->req_lock */
+	long timeout;		/* the driver's own: jiffies to wait */
 	struct completion done;
+	struct hz_comm *new_comm;	/* COMM_INIT: credited on success */
+	u64 comm;		/* COMM_DESTROY: the handle it names */
 
 	void *head;		/* hz_req_hdr + args, device-readable */
 	size_t head_len;
@@ -143,7 +172,6 @@ struct hz_region {
 	struct list_head node;
 	u32 id;
 	struct hz_pin pin;
-	struct mm_struct *mm;	/* charged for the pinned pages */
 };
 
 /* hz_main.c */
@@ -151,6 +179,7 @@ extern atomic_long_t hz_pinned_pages;
 extern atomic_t hz_live_requests;
 void hz_dev_put(struct hz_dev *dev);
 void hz_dev_get(struct hz_dev *dev);
+u64 hz_driver_features(void);
 
 /* hz_req.c */
 struct hz_req *hz_req_alloc(struct hz_dev *dev, struct hz_file *file,
@@ -166,15 +195,28 @@ int hz_pin_user(struct hz_pin *pin, u64 addr, u64 len, bool write,
 void hz_pin_release(struct hz_pin *pin);
 int hz_ctrl_call(struct hz_dev *dev, u16 opcode, const void *args,
 		 u32 args_len, const void *data, size_t data_len,
-		 void *result, u32 result_len, struct hz_ioc_completion *out);
+		 void *result, u32 result_len, struct hz_ioc_completion *out,
+		 long timeout);
 long hz_ioctl_submit(struct hz_file *hf, struct hz_ioc_submit __user *uarg);
 
 /* hz_region.c */
 long hz_ioctl_region_register(struct hz_file *hf,
 			      struct hz_ioc_region __user *uarg);
 long hz_ioctl_region_unregister(struct hz_file *hf, u32 __user *uarg);
-void hz_regions_release(struct hz_file *hf);
+void hz_regions_release(struct hz_file *hf, unsigned long deadline);
 void hz_orphans_release(struct hz_dev *dev);
+
+/* hz_session.c */
+void hz_session_start(struct hz_file *hf);
+long hz_ioctl_hello(struct hz_file *hf, void __user *uarg);
+bool hz_op_data_has_slices(u16 opcode);
+int hz_session_check(struct hz_file *hf, u16 opcode, const void *args,
+		     u32 args_len, const void *data, size_t data_len);
+int hz_session_prepare(struct hz_req *req, u16 opcode, const void *args,
+		       u32 args_len);
+void hz_session_complete(struct hz_req *req);
+void hz_session_release(struct hz_req *req);
+void hz_comms_release(struct hz_file *hf, unsigned long deadline);
 
 /* hz_file.c */
 extern const struct file_operations hz_fops;

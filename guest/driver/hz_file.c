@@ -22,9 +22,13 @@ static void hz_file_release_ref(struct kref *ref)
 {
 	struct hz_file *hf = container_of(ref, struct hz_file, ref);
 	struct hz_rec_node *node, *tmp;
+	struct hz_comm *c, *ctmp;
 
 	list_for_each_entry_safe(node, tmp, &hf->completions, node)
 		kfree(node);
+	/* Credited by a COMM_INIT that completed after close. */
+	list_for_each_entry_safe(c, ctmp, &hf->comms, node)
+		kfree(c);
 	kvfree(hf->events);
 	hz_dev_put(hf->dev);
 	kfree(hf);
@@ -142,6 +146,7 @@ static int hz_open(struct inode *inode, struct file *file)
 	INIT_LIST_HEAD(&hf->completions);
 	mutex_init(&hf->regions_lock);
 	INIT_LIST_HEAD(&hf->regions);
+	INIT_LIST_HEAD(&hf->comms);
 
 	spin_lock(&dev->files_lock);
 	list_add_tail(&hf->node, &dev->files);
@@ -154,6 +159,7 @@ static int hz_release(struct inode *inode, struct file *file)
 {
 	struct hz_file *hf = file->private_data;
 	struct hz_dev *dev = hf->dev;
+	unsigned long deadline;
 
 	spin_lock(&dev->files_lock);
 	list_del(&hf->node);
@@ -164,9 +170,12 @@ static int hz_release(struct inode *inode, struct file *file)
 
 	/*
 	 * Requests still in flight keep their own reference on the file and
-	 * are freed, with their pages, when the device returns them.
+	 * are freed, with their pages, when the device returns them. What the
+	 * file created goes back to the device within one deadline for all.
 	 */
-	hz_regions_release(hf);
+	deadline = jiffies + msecs_to_jiffies(HZ_CLOSE_TIMEOUT_MS);
+	hz_comms_release(hf, deadline);
+	hz_regions_release(hf, deadline);
 	hz_file_put(hf);
 	return 0;
 }
@@ -272,6 +281,8 @@ static long hz_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return hz_ioctl_info(hf, uarg);
 	if (READ_ONCE(hf->dev->dead))
 		return -ENODEV;
+	/* The first file to use the device says HELLO for the VM. */
+	hz_session_start(hf);
 	switch (cmd) {
 	case HZ_IOC_SUBMIT:
 		return hz_ioctl_submit(hf, uarg);
@@ -281,6 +292,8 @@ static long hz_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return hz_ioctl_region_unregister(hf, uarg);
 	case HZ_IOC_EVENTS_ENABLE:
 		return hz_ioctl_events(hf, uarg);
+	case HZ_IOC_HELLO:
+		return hz_ioctl_hello(hf, uarg);
 	default:
 		return -ENOTTY;
 	}

@@ -274,6 +274,7 @@ static int hz_probe(struct virtio_device *vdev)
 	INIT_LIST_HEAD(&dev->files);
 	mutex_init(&dev->orphans_lock);
 	INIT_LIST_HEAD(&dev->orphans);
+	mutex_init(&dev->hello_lock);
 	atomic64_set(&dev->next_token, 0);
 	dev->index = ida_alloc(&hz_ida, GFP_KERNEL);
 	if (dev->index < 0) {
@@ -382,6 +383,17 @@ static unsigned int hz_features[] = {
 	HZ_F_COLLECTIVES, HZ_F_CHECKPOINT, HZ_F_EVENTS, HZ_F_NEGOTIATION,
 	HZ_F_TOPOLOGY, HZ_F_HINTS, HZ_F_INLINE_DATA,
 };
+
+/* The HZ_F_* bits the driver names in its HELLO: those of hz_features. */
+u64 hz_driver_features(void)
+{
+	u64 bits = 0;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(hz_features); i++)
+		bits |= BIT_ULL(hz_features[i]);
+	return bits;
+}
 
 static const struct virtio_device_id hz_id_table[] = {
 	{ HZ_VIRTIO_ID, VIRTIO_DEV_ANY_ID },

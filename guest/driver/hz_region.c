@@ -3,13 +3,13 @@
  * HarmonAIze guest driver: long-term memory regions.
  *
  * A region's pages are pinned with FOLL_LONGTERM and charged against the
- * owner's RLIMIT_MEMLOCK. The device learns them as guest-physical extents
- * (contiguous pages coalesced). Pages are unpinned only once the device has
- * acknowledged the unregistration, or after remove() reset the device;
- * a region the device did not release waits on the device's orphan list.
+ * owner's RLIMIT_MEMLOCK (by hz_pin_user()). The device learns them as
+ * guest-physical extents (contiguous pages coalesced). Pages are unpinned
+ * only once the device has acknowledged the unregistration, or after
+ * remove() reset the device; a region the device did not release waits on
+ * the device's orphan list.
  */
 #include <linux/mm.h>
-#include <linux/sched/mm.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -51,15 +51,7 @@ static int hz_status_errno(u32 status)
 
 static void hz_region_free(struct hz_region *r)
 {
-	unsigned long npages = r->pin.npages;
-
-	hz_pin_release(&r->pin);
-	/* At exit the address space may be gone already: nothing to uncharge. */
-	if (mmget_not_zero(r->mm)) {
-		account_locked_vm(r->mm, npages, false);
-		mmput(r->mm);
-	}
-	mmdrop(r->mm);
+	hz_pin_release(&r->pin);	/* also uncharges RLIMIT_MEMLOCK */
 	kfree(r);
 }
 
@@ -147,7 +139,8 @@ static int hz_region_send(struct hz_dev *dev, struct hz_region *r,
 	args.flags = cpu_to_le32(flags);
 	args.total_len = cpu_to_le64((u64)r->pin.npages << PAGE_SHIFT);
 	err = hz_ctrl_call(dev, HZ_OP_REGION_REGISTER, &args, sizeof(args),
-			   ext, bytes, &res, sizeof(res), &comp);
+			   ext, bytes, &res, sizeof(res), &comp,
+			   msecs_to_jiffies(HZ_CTRL_TIMEOUT_MS));
 	kvfree(ext);
 	if (err)
 		return err;
@@ -164,9 +157,12 @@ static int hz_region_send(struct hz_dev *dev, struct hz_region *r,
 	return 0;
 }
 
-/* Asks the device to drop a region; true when it no longer uses it. */
+/*
+ * Asks the device to drop a region, waiting at most timeout jiffies; true
+ * when it no longer uses it.
+ */
 static bool hz_region_unregister(struct hz_dev *dev, struct hz_region *r,
-				 int *errp)
+				 long timeout, int *errp)
 {
 	struct hz_region_unregister_args args = {
 		.region_id = cpu_to_le32(r->id),
@@ -175,7 +171,7 @@ static bool hz_region_unregister(struct hz_dev *dev, struct hz_region *r,
 	int err;
 
 	err = hz_ctrl_call(dev, HZ_OP_REGION_UNREGISTER, &args, sizeof(args),
-			   NULL, 0, NULL, 0, &comp);
+			   NULL, 0, NULL, 0, &comp, timeout);
 	if (!err)
 		err = comp.error ?: hz_status_errno(comp.status);
 	*errp = err;
@@ -215,18 +211,8 @@ long hz_ioctl_region_register(struct hz_file *hf,
 	r = kzalloc(sizeof(*r), GFP_KERNEL);
 	if (!r)
 		return -ENOMEM;
-	r->mm = current->mm;
-	mmgrab(r->mm);
-	err = account_locked_vm(r->mm, npages, true);
-	if (err) {
-		mmdrop(r->mm);
-		kfree(r);
-		return err;
-	}
 	err = hz_pin_user(&r->pin, arg.addr, arg.len, write, FOLL_LONGTERM);
 	if (err) {
-		account_locked_vm(r->mm, npages, false);
-		mmdrop(r->mm);
 		kfree(r);
 		return err;
 	}
@@ -277,7 +263,9 @@ long hz_ioctl_region_unregister(struct hz_file *hf, u32 __user *uarg)
 		mutex_unlock(&hf->regions_lock);
 		return -ENOENT;
 	}
-	if (!hz_region_unregister(dev, found, &err) && err == -EBUSY) {
+	if (!hz_region_unregister(dev, found,
+				  msecs_to_jiffies(HZ_CTRL_TIMEOUT_MS), &err) &&
+	    err == -EBUSY) {
 		/* Still in use by an operation: it stays registered. */
 		mutex_unlock(&hf->regions_lock);
 		return err;
@@ -289,7 +277,13 @@ long hz_ioctl_region_unregister(struct hz_file *hf, u32 __user *uarg)
 	return err == -ENOENT ? 0 : err;
 }
 
-void hz_regions_release(struct hz_file *hf)
+/*
+ * At close: unregisters the file's regions until the teardown's deadline.
+ * Once the device has let one unregistration time out, or the deadline has
+ * passed, the rest go to the orphan list without asking: a device that does
+ * not answer must not hold close() for a timeout per region.
+ */
+void hz_regions_release(struct hz_file *hf, unsigned long deadline)
 {
 	struct hz_dev *dev = hf->dev;
 	struct hz_region *r, *tmp;
@@ -297,12 +291,16 @@ void hz_regions_release(struct hz_file *hf)
 
 	mutex_lock(&hf->regions_lock);
 	list_for_each_entry_safe(r, tmp, &hf->regions, node) {
-		bool released;
+		long left = (long)(deadline - jiffies);
+		bool released = false;
 
 		list_del(&r->node);
 		hf->nregions--;
-		released = READ_ONCE(dev->dead) ? false :
-			   hz_region_unregister(dev, r, &err);
+		if (left > 0 && !READ_ONCE(dev->dead)) {
+			released = hz_region_unregister(dev, r, left, &err);
+			if (err == -ETIMEDOUT || err == -EINTR)
+				deadline = jiffies;
+		}
 		hz_region_dispose(dev, r, released);
 	}
 	mutex_unlock(&hf->regions_lock);

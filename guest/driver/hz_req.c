@@ -9,6 +9,7 @@
  */
 #include <linux/mm.h>
 #include <linux/overflow.h>
+#include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -44,8 +45,24 @@ struct hz_req *hz_req_alloc(struct hz_dev *dev, struct hz_file *file,
 	return req;
 }
 
+/* Gives back what hz_pin_charge() charged. */
+static void hz_pin_uncharge(struct hz_pin *pin, unsigned long npages)
+{
+	if (!pin->mm)
+		return;
+	/* At exit the address space may be gone already: nothing to uncharge. */
+	if (mmget_not_zero(pin->mm)) {
+		account_locked_vm(pin->mm, npages, false);
+		mmput(pin->mm);
+	}
+	mmdrop(pin->mm);
+	pin->mm = NULL;
+}
+
 void hz_pin_release(struct hz_pin *pin)
 {
+	unsigned long npages = pin->npages;
+
 	if (!pin->pages)
 		return;
 	/* Pages the device could write are marked dirty. */
@@ -54,6 +71,7 @@ void hz_pin_release(struct hz_pin *pin)
 	kvfree(pin->pages);
 	pin->pages = NULL;
 	pin->npages = 0;
+	hz_pin_uncharge(pin, npages);
 }
 
 void hz_req_free(struct hz_req *req)
@@ -64,6 +82,8 @@ void hz_req_free(struct hz_req *req)
 
 	for (i = 0; i < req->npins; i++)
 		hz_pin_release(&req->pins[i]);
+	if (file)
+		hz_session_release(req);
 	kfree(req->pins);
 	kfree(req->kbuf[0]);
 	kfree(req->kbuf[1]);
@@ -173,7 +193,7 @@ int hz_req_queue(struct hz_req *req)
 		if (req->uninterruptible) {
 			if (!wait_event_timeout(hv->space,
 						hz_vq_ready(dev, hv, total),
-						msecs_to_jiffies(HZ_CTRL_TIMEOUT_MS)))
+						req->timeout))
 				return -ETIMEDOUT;
 		} else if (wait_event_interruptible(hv->space,
 						    hz_vq_ready(dev, hv, total))) {
@@ -228,6 +248,7 @@ void hz_req_complete(struct hz_req *req, int error, u32 used_len)
 	req->comp.error = error;
 	if (!error)
 		hz_req_validate(req, used_len);
+	hz_session_complete(req);
 	/* The device is done with the buffers: release them now. */
 	for (i = 0; i < req->npins; i++)
 		hz_pin_release(&req->pins[i]);
@@ -267,13 +288,18 @@ int hz_req_wait(struct hz_req *req, long timeout)
 	bool completed;
 
 	/*
-	 * The driver's own requests wait without signals (they also run from
-	 * release() of a killed process) but never forever.
+	 * The driver's own requests never wait forever. A process that is
+	 * exiting (release() of a killed process) has a fatal signal pending
+	 * for good: it waits out the bound; anyone else may be killed.
 	 */
-	if (timeout > 0)
+	if (timeout > 0 && (current->flags & PF_EXITING))
 		ret = wait_for_completion_timeout(&req->done, timeout);
+	else if (timeout > 0)
+		ret = wait_for_completion_killable_timeout(&req->done, timeout);
 	else
 		ret = wait_for_completion_interruptible(&req->done) ?: 1;
+	if (ret < 0)
+		ret = -EINTR;
 
 	spin_lock_irqsave(&dev->req_lock, flags);
 	completed = req->completed;
@@ -286,12 +312,14 @@ int hz_req_wait(struct hz_req *req, long timeout)
 }
 
 /*
- * A control-queue request from the driver itself (region registration), with
- * kernel buffers: data is device-readable, result device-writable.
+ * A control-queue request from the driver itself (HELLO, regions, teardown),
+ * with kernel buffers: data is device-readable, result device-writable. It
+ * waits at most timeout jiffies for ring space and as long for the answer.
  */
 int hz_ctrl_call(struct hz_dev *dev, u16 opcode, const void *args,
 		 u32 args_len, const void *data, size_t data_len,
-		 void *result, u32 result_len, struct hz_ioc_completion *out)
+		 void *result, u32 result_len, struct hz_ioc_completion *out,
+		 long timeout)
 {
 	struct hz_req *req;
 	void *data_copy, *result_buf;
@@ -303,6 +331,7 @@ int hz_ctrl_call(struct hz_dev *dev, u16 opcode, const void *args,
 	req->qidx = HZ_VQ_CONTROL;
 	req->state = HZ_REQ_WAITING;
 	req->uninterruptible = true;
+	req->timeout = timeout;
 	err = hz_req_set_head(req, opcode, args, args_len);
 	if (err)
 		goto out_free;
@@ -330,7 +359,7 @@ int hz_ctrl_call(struct hz_dev *dev, u16 opcode, const void *args,
 	err = hz_req_queue(req);
 	if (err)
 		goto out_free;
-	err = hz_req_wait(req, msecs_to_jiffies(HZ_CTRL_TIMEOUT_MS));
+	err = hz_req_wait(req, timeout);
 	if (err)
 		return err;	/* abandoned: freed when the device returns it */
 	*out = req->comp;
@@ -341,13 +370,30 @@ out_free:
 	return err;
 }
 
+/*
+ * Charges npages against the caller's RLIMIT_MEMLOCK (-ENOMEM beyond it,
+ * unless CAP_IPC_LOCK): regions and each request's buffers alike, so that
+ * neither lets a process pin more than it could mlock().
+ */
+static int hz_pin_charge(struct hz_pin *pin, unsigned long npages)
+{
+	int err;
+
+	err = account_locked_vm(current->mm, npages, true);
+	if (err)
+		return err;
+	pin->mm = current->mm;
+	mmgrab(pin->mm);
+	return 0;
+}
+
 int hz_pin_user(struct hz_pin *pin, u64 addr, u64 len, bool write,
 		unsigned int gup_flags)
 {
 	unsigned long first = addr >> PAGE_SHIFT;
 	unsigned long last, n;
 	u64 end;
-	int got;
+	int got, err;
 
 	if (!len || check_add_overflow(addr, len - 1, &end))
 		return -EINVAL;
@@ -355,9 +401,14 @@ int hz_pin_user(struct hz_pin *pin, u64 addr, u64 len, bool write,
 	n = last - first + 1;
 	if (n > INT_MAX)
 		return -E2BIG;
+	err = hz_pin_charge(pin, n);
+	if (err)
+		return err;
 	pin->pages = kvcalloc(n, sizeof(*pin->pages), GFP_KERNEL);
-	if (!pin->pages)
+	if (!pin->pages) {
+		hz_pin_uncharge(pin, n);
 		return -ENOMEM;
+	}
 	pin->write = write;
 	got = pin_user_pages_fast(addr & PAGE_MASK, n,
 				  gup_flags | (write ? FOLL_WRITE : 0),
@@ -367,9 +418,12 @@ int hz_pin_user(struct hz_pin *pin, u64 addr, u64 len, bool write,
 			unpin_user_pages(pin->pages, got);
 		kvfree(pin->pages);
 		pin->pages = NULL;
+		hz_pin_uncharge(pin, n);
 		return got < 0 ? got : -EFAULT;
 	}
 	pin->npages = n;
+	pin->offset = offset_in_page(addr);
+	pin->len = len;
 	atomic_long_add(n, &hz_pinned_pages);
 	return 0;
 }
@@ -403,34 +457,87 @@ static void hz_req_add_user_seg(struct hz_req *req, struct hz_pin *pin,
 	}
 }
 
+/*
+ * Builds the chain of a user request. data, when set, is the kernel copy of
+ * the readable segments and goes instead of them (the request owns it from
+ * here). A COMM_INIT result lands in a kernel buffer first (hz_session.c).
+ */
 static int hz_submit_prepare(struct hz_req *req, struct hz_ioc_seg *segs,
-			     unsigned int nsegs)
+			     unsigned int nsegs, void *data, size_t data_len)
 {
+	bool bounce_result = req->opcode == HZ_OP_COMM_INIT;
 	u64 result_cap = 0;
 	unsigned int i;
 	int err;
 
+	req->kbuf[0] = data;
 	req->pins = kcalloc(nsegs, sizeof(*req->pins), GFP_KERNEL);
 	if (nsegs && !req->pins)
 		return -ENOMEM;
 	hz_req_add_sg(req, req->head, req->head_len, false);
+	if (data)
+		hz_req_add_sg(req, data, data_len, false);
 	for (i = 0; i < nsegs; i++) {
 		bool write = segs[i].flags & HZ_SEG_F_WRITE;
+		struct hz_pin *pin = &req->pins[req->npins];
 
-		err = hz_pin_user(&req->pins[i], segs[i].addr, segs[i].len,
-				  write, 0);
+		if (!write && data)
+			continue;
+		err = hz_pin_user(pin, segs[i].addr, segs[i].len, write, 0);
 		if (err)
 			return err;
 		req->npins++;
-		hz_req_add_user_seg(req, &req->pins[i], segs[i].addr,
-				    segs[i].len);
 		if (write)
 			result_cap += segs[i].len;
+		if (!(write && bounce_result))
+			hz_req_add_user_seg(req, pin, segs[i].addr,
+					    segs[i].len);
+	}
+	if (bounce_result && result_cap) {
+		result_cap = min_t(u64, result_cap,
+				   sizeof(struct hz_comm_init_result));
+		req->kbuf[1] = kzalloc(result_cap, GFP_KERNEL);
+		if (!req->kbuf[1])
+			return -ENOMEM;
+		hz_req_add_sg(req, req->kbuf[1], result_cap, true);
 	}
 	if (result_cap > U32_MAX - sizeof(struct hz_status))
 		return -E2BIG;
 	req->result_cap = result_cap;
 	return 0;
+}
+
+/*
+ * Copies the readable segments of a request whose data the driver checks
+ * (hz_op_data_has_slices) into one kernel buffer, at most max_len bytes.
+ */
+static void *hz_copy_readable(struct hz_ioc_seg *segs, unsigned int nsegs,
+			      size_t max_len, size_t *len)
+{
+	size_t total = 0, off = 0;
+	unsigned int i;
+	u8 *buf;
+
+	for (i = 0; i < nsegs && !(segs[i].flags & HZ_SEG_F_WRITE); i++) {
+		if (segs[i].len > max_len - total)
+			return ERR_PTR(-E2BIG);
+		total += segs[i].len;
+	}
+	*len = total;
+	if (!total)
+		return NULL;
+	buf = kmalloc(total, GFP_KERNEL);
+	if (!buf)
+		return ERR_PTR(-ENOMEM);
+	for (i = 0; off < total; i++) {
+		if (copy_from_user(buf + off, u64_to_user_ptr(segs[i].addr),
+				   segs[i].len)) {
+			kfree(buf);
+			return ERR_PTR(-EFAULT);
+		}
+		off += segs[i].len;
+	}
+	return buf;
 }
 
 static int hz_check_segs(struct hz_ioc_seg *segs, unsigned int nsegs,
@@ -481,12 +588,45 @@ static void hz_file_unreserve(struct hz_file *hf)
 	spin_unlock(&hf->lock);
 }
 
+/* Copies what the driver checks (arguments, slice tables) and checks it. */
+static int hz_submit_inputs(struct hz_file *hf, struct hz_ioc_submit *sub,
+			    struct hz_ioc_seg *segs, void **args, void **data,
+			    size_t *data_len)
+{
+	int err;
+
+	*args = NULL;
+	*data = NULL;
+	*data_len = 0;
+	if (sub->args_len) {
+		*args = memdup_user(u64_to_user_ptr(sub->args_ptr),
+				    sub->args_len);
+		if (IS_ERR(*args)) {
+			err = PTR_ERR(*args);
+			*args = NULL;
+			return err;
+		}
+	}
+	if (hz_op_data_has_slices(sub->opcode)) {
+		*data = hz_copy_readable(segs, sub->num_segs,
+					 hf->dev->max_args_len, data_len);
+		if (IS_ERR(*data)) {
+			err = PTR_ERR(*data);
+			*data = NULL;
+			return err;
+		}
+	}
+	return hz_session_check(hf, sub->opcode, *args, sub->args_len, *data,
+				*data_len);
+}
+
 long hz_ioctl_submit(struct hz_file *hf, struct hz_ioc_submit __user *uarg)
 {
 	struct hz_dev *dev = hf->dev;
 	struct hz_ioc_submit sub;
 	struct hz_ioc_seg *segs = NULL;
-	void *args = NULL;
+	void *args = NULL, *data = NULL;
+	size_t data_len;
 	unsigned long npages;
 	struct hz_req *req;
 	bool async;
@@ -496,10 +636,6 @@ long hz_ioctl_submit(struct hz_file *hf, struct hz_ioc_submit __user *uarg)
 		return -EFAULT;
 	if (sub.flags & ~HZ_SUBMIT_F_ASYNC)
 		return -EINVAL;
-	/* Regions carry guest-physical addresses: only the driver sends them. */
-	if (sub.opcode == HZ_OP_REGION_REGISTER ||
-	    sub.opcode == HZ_OP_REGION_UNREGISTER)
-		return -EPERM;
 	if (sub.queue != HZ_QUEUE_CONTROL &&
 	    sub.queue >= dev->num_request_queues)
 		return -EINVAL;
@@ -516,24 +652,17 @@ long hz_ioctl_submit(struct hz_file *hf, struct hz_ioc_submit __user *uarg)
 			return PTR_ERR(segs);
 	}
 	err = hz_check_segs(segs, sub.num_segs, &npages);
+	if (!err)
+		err = hz_submit_inputs(hf, &sub, segs, &args, &data, &data_len);
 	if (err)
 		goto out_segs;
-	if (sub.args_len) {
-		args = memdup_user(u64_to_user_ptr(sub.args_ptr),
-				   sub.args_len);
-		if (IS_ERR(args)) {
-			err = PTR_ERR(args);
-			args = NULL;
-			goto out_segs;
-		}
-	}
 
 	if (async && !hz_file_reserve(hf)) {
 		err = -EAGAIN;
 		goto out_segs;
 	}
-	/* Header, one entry per page at most, and the status trailer. */
-	req = hz_req_alloc(dev, hf, npages + 2);
+	/* Header, data copy, one entry per page at most, result copy, status. */
+	req = hz_req_alloc(dev, hf, npages + 4);
 	if (!req) {
 		err = -ENOMEM;
 		goto out_unreserve;
@@ -544,7 +673,12 @@ long hz_ioctl_submit(struct hz_file *hf, struct hz_ioc_submit __user *uarg)
 	req->state = async ? HZ_REQ_ASYNC : HZ_REQ_WAITING;
 	err = hz_req_set_head(req, sub.opcode, args, sub.args_len);
 	if (!err)
-		err = hz_submit_prepare(req, segs, sub.num_segs);
+		err = hz_session_prepare(req, sub.opcode, args, sub.args_len);
+	if (!err) {
+		err = hz_submit_prepare(req, segs, sub.num_segs, data,
+					data_len);
+		data = NULL;	/* the request's now */
+	}
 	if (!err)
 		err = hz_req_queue(req);
 	if (err) {
@@ -573,6 +707,7 @@ out_unreserve:
 	if (async)
 		hz_file_unreserve(hf);
 out_segs:
+	kfree(data);
 	kfree(args);
 	kfree(segs);
 	return err;

@@ -23,4 +23,6 @@ for mode in 1 2 3 4 5 6; do
 	expect_line "$HZ_WORK/hostile-backend.log" "mode $mode -> used" "back-end lie $mode sent"
 done
 expect_line "$HZ_WORK/hostile-backend.log" 'sent a short event' "back-end sent a short event"
+expect_line "$HZ_WORK/hostile-backend.log" 'going silent' "back-end went silent"
+expect_line "$HZ_WORK/hostile-backend.log" 'silent: holding opcode' "back-end held a request unanswered"
 say "PASS"

@@ -5,6 +5,8 @@
 # Passes when the guest reports PASS and the service saw the VM connect.
 # With RUNNER "libvirt" the guest is a libvirt domain (from
 # vm-images/libvirt/harmonaize-domain.xml.in) instead of a plain QEMU.
+# driver_families runs the service on a fixture host (an 8-GPU sysfs tree
+# and its inventory), so that topology and negotiation have GPUs to offer.
 # Usage: service_guest.sh GUEST_TEST HARMONAIZED HZCTL VM_DIR [qemu|libvirt]
 set -euo pipefail
 guest_test=$1 harmonaized=$2 hzctl=$3 runner=${5:-qemu}
@@ -16,7 +18,23 @@ source "$(dirname "$0")/lib.sh"
 hz_workdir
 ctl=$HZ_WORK/control.sock
 mkdir -p "$HZ_WORK/state" "$HZ_WORK/vms"
-hz_spawn "$HZ_WORK/$guest_test-harmonaized.log" "$harmonaized" --state-dir "$HZ_WORK/state" \
+config=()
+if [ "$guest_test" = driver_families ]; then
+	fixture=$HZ_TOP/tests/unit/scheduler/fixtures/hgx8
+	cp -a "$fixture/sysfs" "$HZ_WORK/sysfs"  # the scheduler writes vfio bindings into it
+	cat >"$HZ_WORK/harmonaized.toml" <<EOF
+[scheduler]
+sysfs_root = "$HZ_WORK/sysfs"
+provider_file = "$fixture/inventory.toml"
+sync = false
+[negotiation]
+window_s = 10
+offer_ttl_s = 10
+decide_interval_ms = 20
+EOF
+	config=(--config "$HZ_WORK/harmonaized.toml")
+fi
+hz_spawn "$HZ_WORK/$guest_test-harmonaized.log" "$harmonaized" "${config[@]}" --state-dir "$HZ_WORK/state" \
 	--control-socket "$ctl" --vm-socket-dir "$HZ_WORK/vms" --no-metrics --log-level debug
 hz_wait_socket "$ctl" "$HZ_LAST_PID"
 "$hzctl" -s "$ctl" tenant create tenant-a >/dev/null || fail "hzctl tenant create"
@@ -73,5 +91,10 @@ if [ "$guest_test" = driver_allreduce ]; then
 	expect_ok REGION_REGISTER 2
 	expect_ok COMM_INIT 2
 	expect_ok ALLREDUCE 2
+fi
+if [ "$guest_test" = driver_families ]; then
+	log=$HZ_WORK/$guest_test-$runner-guest.log
+	expect_line "$log" 'checkpoint restored bit-exact' "checkpoint round trip"
+	expect_line "$log" 'NEG_REQUEST status OK .* offers [1-9]' "negotiation offers"
 fi
 say "PASS"

@@ -102,7 +102,13 @@ int Hello(hz_device* dev) {
                       (1ull << HZ_F_HINTS) | (1ull << HZ_F_INLINE_DATA);
   hz_hello_result r{};
   Completion c;
-  int rc = ControlCall(dev, HZ_OP_HELLO, &a, sizeof(a), {}, &r, sizeof(r), &c);
+  int rc;
+  // Over the kernel driver the session is the driver's: it has said HELLO
+  // for every process of the VM, and a second one would end theirs.
+  if (dev->transport->SessionHello(&c, &r))
+    rc = c.err != 0 ? c.err : FromStatus(c.status);
+  else
+    rc = ControlCall(dev, HZ_OP_HELLO, &a, sizeof(a), {}, &r, sizeof(r), &c);
   if (rc != HZ_OK) return rc;
   if (c.result_len < sizeof(r)) return HZ_ETRANSPORT;
   dev->hello = r;

@@ -53,6 +53,13 @@ class Transport {
   virtual int Register(void* ptr, size_t len, uint32_t flags, uint32_t* region) = 0;
   virtual int Unregister(uint32_t region) = 0;
 
+  // The session's HELLO. Where a kernel driver owns the device session it
+  // has said HELLO for the whole VM already (and refuses one from user
+  // space): this reports that HELLO's outcome in done and out and returns
+  // true. Otherwise (virtio-user, or a driver that leaves HELLO to user
+  // space) it returns false and the library sends HELLO itself.
+  virtual bool SessionHello(Completion* /*done*/, hz_hello_result* /*out*/) { return false; }
+
   // Event delivery: stock the event queue, then read records.
   virtual int EnableEvents() = 0;
   virtual int EventFd() = 0;

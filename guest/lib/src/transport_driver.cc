@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -60,11 +61,28 @@ class DriverTransport : public Transport {
     if (fd_ < 0) return FromErrno(errno);
     hz_ioc_info info{};
     if (ioctl(fd_, HZ_IOC_INFO, &info) != 0) return FromErrno(errno);
-    if (info.uapi_version != HZ_UAPI_VERSION) return HZ_EVERSION;
+    // Version 1 drivers leave HELLO to user space; later ones say it themselves.
+    if (info.uapi_version != HZ_UAPI_VERSION && info.uapi_version != 1) return HZ_EVERSION;
+    driver_says_hello_ = info.uapi_version >= 2;
     std::memcpy(&config_, info.config, sizeof(config_));
     if (config_.magic != HZ_CONFIG_MAGIC) return HZ_ENODEV;
     num_request_queues_ = info.num_request_queues;
     return HZ_OK;
+  }
+
+  bool SessionHello(Completion* done, hz_hello_result* out) override {
+    if (!driver_says_hello_) return false;
+    hz_ioc_hello h{};
+    *done = {};
+    if (ioctl(fd_, HZ_IOC_HELLO, &h) != 0) {
+      done->err = FromErrno(errno);
+      return true;
+    }
+    done->err = h.error != 0 ? FromErrno(-h.error) : 0;
+    done->status = h.status;
+    done->result_len = std::min<uint32_t>(h.result_len, sizeof(*out));
+    std::memcpy(out, h.result, done->result_len);
+    return true;
   }
 
   const char* kind() const override { return "driver"; }
@@ -215,6 +233,7 @@ class DriverTransport : public Transport {
   int fd_ = -1;
   hz_config config_{};
   uint32_t num_request_queues_ = 0;
+  bool driver_says_hello_ = false;
   std::mutex mu_;
   std::map<uint64_t, Completion> done_;
   std::deque<hz_event> events_;

@@ -2,7 +2,13 @@
 /*
  * User-space interface of the HarmonAIze guest driver: /dev/harmonaizeN.
  *
- * A process opens the device and
+ * The driver owns the device session: it sends HELLO itself, once, before
+ * the first request of the first file that uses the device (any ioctl but
+ * HZ_IOC_INFO), and every open file shares that session. A process opens the
+ * device and
+ *  - reads the outcome of the driver's HELLO with HZ_IOC_HELLO. HELLO through
+ *    HZ_IOC_SUBMIT fails with EPERM: a second HELLO would end the session of
+ *    every other process using the device.
  *  - submits requests with HZ_IOC_SUBMIT. The driver builds the request
  *    header (struct hz_req_hdr, with a request id it chooses) and the status
  *    trailer itself; the caller gives the opcode, the arguments and the data
@@ -12,6 +18,18 @@
  *    completion is read later as a struct hz_record with read()/poll().
  *    A blocking submit interrupted by a signal fails with EINTR while the
  *    request may still run; its buffers stay pinned until it completes.
+ *    Like regions, a request's pinned buffers are charged against the
+ *    caller's RLIMIT_MEMLOCK (ENOMEM beyond it) until the request completes.
+ *  - owns the regions it registered and the communicators its COMM_INIT
+ *    created. A request that names another file's region (in the arguments
+ *    or the slice table of a collective, CKPT_SAVE, CKPT_RESTORE or
+ *    CKPT_QUIESCE) or communicator (a collective, COMM_DESTROY, COMM_ABORT)
+ *    fails with ENOENT. The slice table of those checkpoint requests is
+ *    copied at submit (at most max_args_len bytes of readable data), and the
+ *    result of COMM_INIT passes through the driver. close() destroys the
+ *    file's communicators and releases its regions.
+ *  - EVENT_ACK needs HZ_IOC_EVENTS_ENABLE on the same file first (EPERM
+ *    otherwise): only a file that receives events acknowledges them.
  *  - registers long-lived memory regions with HZ_IOC_REGION_REGISTER: the
  *    pages stay pinned, charged against RLIMIT_MEMLOCK, until
  *    HZ_IOC_REGION_UNREGISTER or close().
@@ -27,7 +45,12 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define HZ_UAPI_VERSION 1
+/*
+ * Version 2: the driver sends HELLO itself (HZ_IOC_HELLO, HELLO refused in
+ * HZ_IOC_SUBMIT), regions and communicators belong to the file that created
+ * them. Version 1 drivers left HELLO to user space.
+ */
+#define HZ_UAPI_VERSION 2
 
 /* Device information (HZ_IOC_INFO). */
 struct hz_ioc_info {
@@ -87,6 +110,15 @@ struct hz_ioc_region {
 	__u32 reserved;
 };
 
+/* The outcome of the driver's own HELLO (HZ_IOC_HELLO). */
+struct hz_ioc_hello {
+	__s32 error;      /* 0, or the negative errno of the request */
+	__u32 status;     /* HZ_S_* from the device when error is 0 */
+	__u32 result_len; /* bytes of result the device wrote */
+	__u32 reserved;
+	__u8 result[64];  /* struct hz_hello_result, little-endian */
+};
+
 /* Record types of read(). */
 #define HZ_REC_COMPLETION 1
 #define HZ_REC_EVENT 2
@@ -116,5 +148,6 @@ struct hz_record {
 #define HZ_IOC_REGION_REGISTER _IOWR(HZ_IOC_MAGIC, 0x02, struct hz_ioc_region)
 #define HZ_IOC_REGION_UNREGISTER _IOW(HZ_IOC_MAGIC, 0x03, __u32)
 #define HZ_IOC_EVENTS_ENABLE _IOW(HZ_IOC_MAGIC, 0x04, __u32)
+#define HZ_IOC_HELLO _IOR(HZ_IOC_MAGIC, 0x05, struct hz_ioc_hello)
 
 #endif /* HARMONAIZE_UAPI_H */

@@ -3,8 +3,8 @@
 // binary in the initramfs). Each subcommand prints what it saw and exits 0
 // only when every check held:
 //   hz_drvtest info     [DEV]   device information and config space
-//   hz_drvtest hello    [DEV]   blocking HELLO through the control queue
-//   hz_drvtest async    [DEV]   HELLOs submitted asynchronously, read()/poll()
+//   hz_drvtest hello    [DEV]   the driver's HELLO; HELLO from user space refused
+//   hz_drvtest async    [DEV]   COMM_UIDs submitted asynchronously, read()/poll()
 //   hz_drvtest region   [DEV]   register and unregister a pinned region
 //   hz_drvtest hostile  [DEV]   malformed submissions are refused cleanly
 //   hz_drvtest unplug   [DEV]   the driver is unbound under an open file
@@ -24,6 +24,11 @@
 //                               rank 2's VM dies; then a new 2-rank communicator
 //   hz_drvtest pending [DEV]    a COMM_INIT that no second rank joins, held by the
 //                               device until its 5 s timeout (ETIMEDOUT expected)
+//   hz_drvtest owner    [DEV]   what one file registers or creates, another cannot name
+//   hz_drvtest families [DEV]   checkpoint save/restore, topology, hints, negotiation
+//   hz_drvtest memlock  [DEV]   a submit's pins are charged against RLIMIT_MEMLOCK
+//   hz_drvtest silentclose [DEV] close() returns when the device (vm-hostile-backend)
+//                               has gone silent; removal releases what it held
 //   hz_drvtest noleaks          no pinned pages or live requests remain
 #include <errno.h>
 #include <fcntl.h>
@@ -91,6 +96,42 @@ static void hello_submit(struct hz_ioc_submit* sub, struct hz_hello_args* args,
   sub->segs_ptr = (uintptr_t)seg;
 }
 
+// The session's HELLO result: the driver sends HELLO itself and reports it
+// through HZ_IOC_HELLO. A driver that predates HZ_IOC_HELLO (ENOTTY) left
+// HELLO to user space: then this sends one.
+static void session_hello(int fd, struct hz_hello_result* out) {
+  struct hz_ioc_hello h;
+  memset(&h, 0, sizeof(h));
+  if (ioctl(fd, HZ_IOC_HELLO, &h) == 0) {
+    CHECK(h.error == 0 && h.status == HZ_S_OK && h.result_len >= sizeof(*out),
+          "the driver's HELLO: error %d status %u result_len %u", h.error, h.status, h.result_len);
+    memcpy(out, h.result, sizeof(*out));
+    return;
+  }
+  CHECK(errno == ENOTTY, "HZ_IOC_HELLO: %s", strerror(errno));
+  struct hz_ioc_submit sub;
+  struct hz_hello_args args;
+  struct hz_ioc_seg seg;
+  hello_submit(&sub, &args, &seg, out);
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+}
+
+// A COMM_UID on the control queue (no arguments, a 32-byte result): a
+// harmless request for checks of the submit path itself.
+static void uid_submit(struct hz_ioc_submit* sub, struct hz_ioc_seg* seg,
+                       struct hz_comm_uid_result* result) {
+  memset(result, 0, sizeof(*result));
+  memset(seg, 0, sizeof(*seg));
+  seg->addr = (uintptr_t)result;
+  seg->len = sizeof(*result);
+  seg->flags = HZ_SEG_F_WRITE;
+  memset(sub, 0, sizeof(*sub));
+  sub->opcode = HZ_OP_COMM_UID;
+  sub->queue = HZ_QUEUE_CONTROL;
+  sub->num_segs = 1;
+  sub->segs_ptr = (uintptr_t)seg;
+}
+
 // Live pins and requests of the driver (all devices), from sysfs.
 static long driver_counter(const char* name) {
   char path[128];
@@ -136,11 +177,8 @@ static struct hz_ioc_submit control_call(int fd, uint16_t opcode, const void* ar
 static int cmd_exitmid(void) {
   int fd = open_dev();
   struct hz_ioc_submit sub;
-  struct hz_hello_args hargs;
-  struct hz_ioc_seg seg;
   struct hz_hello_result hres;
-  hello_submit(&sub, &hargs, &seg, &hres);
-  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  session_hello(fd, &hres);
   struct hz_comm_uid_result uid;
   sub = control_call(fd, HZ_OP_COMM_UID, NULL, 0, &uid, sizeof(uid));
   CHECK(sub.error == 0 && sub.status == HZ_S_OK, "COMM_UID status %s", status_name(sub.status));
@@ -191,11 +229,8 @@ static int cmd_events(int count) {
   uint32_t on = 1;
   CHECK(ioctl(fd, HZ_IOC_EVENTS_ENABLE, &on) == 0, "EVENTS_ENABLE: %s", strerror(errno));
   struct hz_ioc_submit sub;
-  struct hz_hello_args hargs;
-  struct hz_ioc_seg seg;
   struct hz_hello_result hres;
-  hello_submit(&sub, &hargs, &seg, &hres);
-  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  session_hello(fd, &hres);
   CHECK(hres.device_features & (1u << HZ_F_EVENTS), "the device did not grant HZ_F_EVENTS");
   struct hz_event_subscribe_args sargs = {.topics = HZ_TOPIC_ALL, .from_seq = 1};
   struct hz_event_subscribe_result sres;
@@ -357,11 +392,8 @@ static int cmd_xvm(int rank, const char* uid_hex) {
   enum { kFloats = 4096 };
   int fd = open_dev();
   struct hz_ioc_submit sub;
-  struct hz_hello_args hargs;
-  struct hz_ioc_seg seg;
   struct hz_hello_result hres;
-  hello_submit(&sub, &hargs, &seg, &hres);
-  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  session_hello(fd, &hres);
   struct hz_comm_uid_result uid;
   if (rank == 0) {
     sub = control_call(fd, HZ_OP_COMM_UID, NULL, 0, &uid, sizeof(uid));
@@ -392,12 +424,8 @@ static void parse_uid(const char* hex, struct hz_comm_uid* uid) {
 }
 
 static void hello_or_die(int fd) {
-  struct hz_ioc_submit sub;
-  struct hz_hello_args hargs;
-  struct hz_ioc_seg seg;
   struct hz_hello_result hres;
-  hello_submit(&sub, &hargs, &seg, &hres);
-  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  session_hello(fd, &hres);
   CHECK(hres.device_features & (1u << HZ_F_COLLECTIVES), "collectives not granted");
 }
 
@@ -666,11 +694,8 @@ static int cmd_allreduce(void) {
   enum { kFloats = 4096 };
   int fd = open_dev();
   struct hz_ioc_submit sub;
-  struct hz_hello_args hargs;
-  struct hz_ioc_seg seg;
   struct hz_hello_result hres;
-  hello_submit(&sub, &hargs, &seg, &hres);
-  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO");
+  session_hello(fd, &hres);
   CHECK(hres.device_features & (1u << HZ_F_COLLECTIVES), "collectives not granted");
   struct hz_comm_uid_result uid;
   sub = control_call(fd, HZ_OP_COMM_UID, NULL, 0, &uid, sizeof(uid));
@@ -707,25 +732,42 @@ static int cmd_info(void) {
   return 0;
 }
 
+// The driver's own HELLO: its result through HZ_IOC_HELLO, and a HELLO from
+// user space, which would end every other process's session, refused.
 static int cmd_hello(void) {
   int fd = open_dev();
-  struct hz_ioc_submit sub;
-  struct hz_hello_args args;
-  struct hz_ioc_seg seg;
+  struct hz_ioc_hello h;
+  memset(&h, 0, sizeof(h));
+  CHECK(ioctl(fd, HZ_IOC_HELLO, &h) == 0, "HZ_IOC_HELLO: %s", strerror(errno));
+  printf("hz_drvtest: driver HELLO error %d status %s result_len %u\n", h.error,
+         status_name(h.status), h.result_len);
+  CHECK(h.error == 0, "HELLO error %d", h.error);
+  CHECK(h.status == HZ_S_OK, "HELLO status %s", status_name(h.status));
   struct hz_hello_result res;
-  hello_submit(&sub, &args, &seg, &res);
-  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0, "HELLO submit: %s", strerror(errno));
-  printf("hz_drvtest: HELLO token %" PRIu64 " error %d status %s result_len %u\n",
-         (uint64_t)sub.token, sub.error, status_name(sub.status), sub.result_len);
-  CHECK(sub.error == 0, "HELLO error %d", sub.error);
-  CHECK(sub.status == HZ_S_OK, "HELLO status %s", status_name(sub.status));
-  CHECK(sub.result_len == sizeof(res), "HELLO result_len %u", sub.result_len);
+  CHECK(h.result_len == sizeof(res), "HELLO result_len %u", h.result_len);
+  memcpy(&res, h.result, sizeof(res));
   printf("hz_drvtest: HELLO version %u.%u request_queues %u features 0x%" PRIx64
          " session 0x%" PRIx64 " max_regions %u event_record_size %u\n",
          res.version_major, res.version_minor, res.num_request_queues,
          (uint64_t)res.device_features, (uint64_t)res.session_id, res.max_regions,
          res.event_record_size);
   CHECK(res.version_major == HZ_VERSION_MAJOR, "device version %u", res.version_major);
+
+  struct hz_ioc_submit sub;
+  struct hz_hello_args args;
+  struct hz_ioc_seg seg;
+  struct hz_hello_result again;
+  hello_submit(&sub, &args, &seg, &again);
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == EPERM, "HELLO from user space not refused");
+  sub.flags = HZ_SUBMIT_F_ASYNC;
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == EPERM, "async HELLO not refused");
+  // A second file shares the session: same id.
+  int fd2 = open_dev();
+  memset(&h, 0, sizeof(h));
+  CHECK(ioctl(fd2, HZ_IOC_HELLO, &h) == 0 && h.status == HZ_S_OK, "second file HZ_IOC_HELLO");
+  memcpy(&again, h.result, sizeof(again));
+  CHECK(again.session_id == res.session_id, "a second open started a new session");
+  close(fd2);
   close(fd);
   return 0;
 }
@@ -734,12 +776,12 @@ static int cmd_async(void) {
   enum { kN = 8 };
   int fd = open_dev();
   struct hz_ioc_submit sub[kN];
-  struct hz_hello_args args[kN];
   struct hz_ioc_seg seg[kN];
-  struct hz_hello_result res[kN];
+  struct hz_comm_uid_result res[kN];
+  static const struct hz_comm_uid zero_uid;
   int seen[kN] = {0};
   for (int i = 0; i < kN; i++) {
-    hello_submit(&sub[i], &args[i], &seg[i], &res[i]);
+    uid_submit(&sub[i], &seg[i], &res[i]);
     sub[i].flags = HZ_SUBMIT_F_ASYNC;
     sub[i].user_data = 1000 + i;
     CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub[i]) == 0, "async submit %d: %s", i, strerror(errno));
@@ -761,7 +803,8 @@ static int cmd_async(void) {
             (uint64_t)sub[i].token);
       CHECK(c->error == 0 && c->status == HZ_S_OK, "completion %" PRIu64 " error %d status %s", i,
             c->error, status_name(c->status));
-      CHECK(res[i].version_major == HZ_VERSION_MAJOR, "result %" PRIu64 " not written", i);
+      CHECK(memcmp(&res[i].uid, &zero_uid, sizeof(zero_uid)) != 0, "result %" PRIu64 " not written",
+            i);
       seen[i] = 1;
       done++;
     }
@@ -770,7 +813,7 @@ static int cmd_async(void) {
   CHECK(fcntl(fd, F_SETFL, O_NONBLOCK) == 0, "fcntl");
   struct hz_record extra;
   CHECK(read(fd, &extra, sizeof(extra)) < 0 && errno == EAGAIN, "extra record");
-  printf("hz_drvtest: %d async HELLOs completed\n", kN);
+  printf("hz_drvtest: %d async COMM_UIDs completed\n", kN);
   close(fd);
   return 0;
 }
@@ -863,39 +906,44 @@ static int cmd_hostile(void) {
   struct hz_ioc_submit sub;
   struct hz_hello_args args;
   struct hz_ioc_seg seg;
-  struct hz_hello_result res;
+  struct hz_comm_uid_result res;
 
-  hello_submit(&sub, &args, &seg, &res);
+  uid_submit(&sub, &seg, &res);
   sub.flags = 0x80;
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == EINVAL, "unknown flag");
 
-  hello_submit(&sub, &args, &seg, &res);
+  uid_submit(&sub, &seg, &res);
   sub.opcode = HZ_OP_REGION_REGISTER;
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == EPERM, "region opcode via submit");
 
-  hello_submit(&sub, &args, &seg, &res);
+  struct hz_hello_result hres;
+  hello_submit(&sub, &args, &seg, &hres);
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == EPERM, "HELLO via submit");
+
+  uid_submit(&sub, &seg, &res);
   sub.queue = 1000;
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == EINVAL, "bad queue");
 
-  hello_submit(&sub, &args, &seg, &res);
+  uid_submit(&sub, &seg, &res);
+  sub.args_ptr = (uintptr_t)&args;
   sub.args_len = 1u << 30;
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == E2BIG, "huge args");
 
-  hello_submit(&sub, &args, &seg, &res);
+  uid_submit(&sub, &seg, &res);
   sub.num_segs = 100000;
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == E2BIG, "too many segments");
 
-  hello_submit(&sub, &args, &seg, &res);
+  uid_submit(&sub, &seg, &res);
   seg.addr = 0x10;  // unmapped
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == EFAULT, "unmapped buffer");
 
-  hello_submit(&sub, &args, &seg, &res);
+  uid_submit(&sub, &seg, &res);
   seg.addr = UINT64_MAX - 8;
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == EINVAL, "wrapping buffer");
 
   struct hz_ioc_seg two[2] = {{.addr = (uintptr_t)&res, .len = 8, .flags = HZ_SEG_F_WRITE},
                               {.addr = (uintptr_t)&args, .len = 8, .flags = 0}};
-  hello_submit(&sub, &args, &seg, &res);
+  uid_submit(&sub, &seg, &res);
   sub.num_segs = 2;
   sub.segs_ptr = (uintptr_t)two;
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) < 0 && errno == EINVAL, "readable after writable");
@@ -905,8 +953,9 @@ static int cmd_hostile(void) {
   CHECK(ioctl(fd, _IO(HZ_IOC_MAGIC, 0x7f)) < 0 && errno == ENOTTY, "unknown ioctl");
 
   // The device still works afterwards.
-  hello_submit(&sub, &args, &seg, &res);
-  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK, "HELLO after hostile input");
+  uid_submit(&sub, &seg, &res);
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0 && sub.status == HZ_S_OK,
+        "COMM_UID after hostile input");
   close(fd);
   printf("hz_drvtest: hostile input refused cleanly\n");
   return 0;
@@ -944,10 +993,9 @@ static int cmd_unplug(int pci) {
 
   // A completion waiting to be read must survive the removal.
   struct hz_ioc_submit sub;
-  struct hz_hello_args args;
   struct hz_ioc_seg seg;
-  struct hz_hello_result res;
-  hello_submit(&sub, &args, &seg, &res);
+  struct hz_comm_uid_result res;
+  uid_submit(&sub, &seg, &res);
   sub.flags = HZ_SUBMIT_F_ASYNC;
   CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0, "async submit: %s", strerror(errno));
 
@@ -991,6 +1039,418 @@ static int cmd_unplug(int pci) {
   return cmd_hello();
 }
 
+// One FP32 ALLREDUCE(SUM) on request queue 0 over comm, send at offset 0 and
+// receive at bytes of region; returns -errno when the driver refused the
+// submit, else the device status.
+static int owner_allreduce(int fd, uint64_t comm, uint64_t seq, uint32_t region, uint32_t n) {
+  uint64_t bytes = (uint64_t)n * sizeof(float);
+  struct hz_coll_args args = {.comm = comm,
+                              .seq = seq,
+                              .count = n,
+                              .dtype = HZ_FP32,
+                              .redop = HZ_SUM,
+                              .send = {.region_id = region, .offset = 0, .length = bytes},
+                              .recv = {.region_id = region, .offset = bytes, .length = bytes}};
+  struct hz_ioc_submit coll = {.opcode = HZ_OP_ALLREDUCE,
+                               .queue = 0,
+                               .args_ptr = (uintptr_t)&args,
+                               .args_len = sizeof(args)};
+  if (ioctl(fd, HZ_IOC_SUBMIT, &coll) != 0) return -errno;
+  CHECK(coll.error == 0, "ALLREDUCE error %d", coll.error);
+  return (int)coll.status;
+}
+
+// A submit from another file naming what file 1 owns: the driver refuses it.
+static void expect_refused(int fd, struct hz_ioc_submit* sub, int want, const char* what) {
+  int rc = ioctl(fd, HZ_IOC_SUBMIT, sub);
+  printf("hz_drvtest: second file: %s: %s (status %s)\n", what,
+         rc == 0 ? "submitted" : strerror(errno), rc == 0 ? status_name(sub->status) : "-");
+  CHECK(rc < 0 && errno == want, "second file: %s not refused with %s", what, strerror(want));
+}
+
+// What the second file tries with file 1's region and communicator.
+static int owner_intruder(uint32_t region, uint64_t comm, uint32_t n) {
+  int fd = open_dev();
+  uint64_t bytes = (uint64_t)n * sizeof(float);
+  struct hz_coll_args args = {.comm = comm,
+                              .count = n,
+                              .dtype = HZ_FP32,
+                              .redop = HZ_SUM,
+                              .send = {.region_id = region, .offset = 0, .length = bytes},
+                              .recv = {.region_id = region, .offset = bytes, .length = bytes}};
+  struct hz_ioc_submit sub = {.opcode = HZ_OP_ALLREDUCE,
+                              .queue = 0,
+                              .args_ptr = (uintptr_t)&args,
+                              .args_len = sizeof(args)};
+  expect_refused(fd, &sub, ENOENT, "ALLREDUCE on file 1's communicator and region");
+
+  // Its own region, file 1's communicator.
+  size_t len = 2 * bytes;
+  void* mine = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(mine != MAP_FAILED, "mmap");
+  struct hz_ioc_region reg = {
+      .addr = (uintptr_t)mine, .len = len, .flags = HZ_REGION_RW_READ | HZ_REGION_RW_WRITE};
+  CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "second file register: %s", strerror(errno));
+  args.send.region_id = reg.region_id;
+  args.recv.region_id = reg.region_id;
+  expect_refused(fd, &sub, ENOENT, "ALLREDUCE on file 1's communicator");
+  struct hz_comm_args destroy = {.comm = comm};
+  struct hz_ioc_submit ds = {.opcode = HZ_OP_COMM_DESTROY,
+                             .queue = HZ_QUEUE_CONTROL,
+                             .args_ptr = (uintptr_t)&destroy,
+                             .args_len = sizeof(destroy)};
+  expect_refused(fd, &ds, ENOENT, "COMM_DESTROY of file 1's communicator");
+  ds.opcode = HZ_OP_COMM_ABORT;
+  expect_refused(fd, &ds, ENOENT, "COMM_ABORT of file 1's communicator");
+
+  // A checkpoint of file 1's region: the region is in the slice table.
+  struct hz_ckpt_save_args save = {.stream = 1, .num_slices = 1, .step = 1};
+  struct hz_slice slice = {.region_id = region, .offset = 0, .length = bytes};
+  uint8_t result[16];
+  struct hz_ioc_seg segs[2] = {
+      {.addr = (uintptr_t)&slice, .len = sizeof(slice)},
+      {.addr = (uintptr_t)result, .len = sizeof(result), .flags = HZ_SEG_F_WRITE}};
+  struct hz_ioc_submit cs = {.opcode = HZ_OP_CKPT_SAVE,
+                             .queue = 0,
+                             .args_ptr = (uintptr_t)&save,
+                             .args_len = sizeof(save),
+                             .num_segs = 2,
+                             .segs_ptr = (uintptr_t)segs};
+  expect_refused(fd, &cs, ENOENT, "CKPT_SAVE of file 1's region");
+  struct hz_ckpt_restore_args restore = {.stream = 1, .num_slices = 1, .step = HZ_STEP_LATEST};
+  cs.opcode = HZ_OP_CKPT_RESTORE;
+  cs.args_ptr = (uintptr_t)&restore;
+  cs.args_len = sizeof(restore);
+  expect_refused(fd, &cs, ENOENT, "CKPT_RESTORE into file 1's region");
+
+  // Events it does not receive, it cannot acknowledge.
+  struct hz_event_ack_args ack = {.seq = 1};
+  struct hz_ioc_submit as = {.opcode = HZ_OP_EVENT_ACK,
+                             .queue = HZ_QUEUE_CONTROL,
+                             .args_ptr = (uintptr_t)&ack,
+                             .args_len = sizeof(ack)};
+  expect_refused(fd, &as, EPERM, "EVENT_ACK without events enabled");
+  close(fd);
+  return 0;
+}
+
+// Two files of one session, as a training job and an admin's `hz status`:
+// file 1 registers a region and makes a one-rank communicator; a second
+// process opens the device and tries a HELLO of its own; file 1's ALLREDUCE
+// still works. Then a second file names file 1's region and communicator in
+// every kind of request that carries them, and is refused each time.
+static int cmd_owner(void) {
+  enum { kFloats = 1024 };
+  int fd = open_dev();
+  struct hz_hello_result hres;
+  session_hello(fd, &hres);
+  size_t bytes = kFloats * sizeof(float);
+  float* buf = mmap(NULL, 2 * bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(buf != MAP_FAILED, "mmap");
+  struct hz_ioc_region reg = {
+      .addr = (uintptr_t)buf, .len = 2 * bytes, .flags = HZ_REGION_RW_READ | HZ_REGION_RW_WRITE};
+  CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "register: %s", strerror(errno));
+  struct hz_comm_uid_result uid;
+  struct hz_ioc_submit sub = control_call(fd, HZ_OP_COMM_UID, NULL, 0, &uid, sizeof(uid));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "COMM_UID status %s", status_name(sub.status));
+  struct hz_comm_init_args init = {.uid = uid.uid, .nranks = 1, .rank = 0};
+  struct hz_comm_init_result comm;
+  sub = control_call(fd, HZ_OP_COMM_INIT, &init, sizeof(init), &comm, sizeof(comm));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "COMM_INIT status %s", status_name(sub.status));
+  for (uint32_t i = 0; i < kFloats; i++) buf[i] = (float)i;
+  int st = owner_allreduce(fd, comm.comm, 0, reg.region_id, kFloats);
+  CHECK(st == HZ_S_OK, "first ALLREDUCE: %d", st);
+
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) {
+    int fd2 = open_dev();
+    struct hz_ioc_submit hs;
+    struct hz_hello_args hargs;
+    struct hz_ioc_seg hseg;
+    struct hz_hello_result hr;
+    hello_submit(&hs, &hargs, &hseg, &hr);
+    int rc = ioctl(fd2, HZ_IOC_SUBMIT, &hs);
+    printf("hz_drvtest: second process's HELLO: %s\n",
+           rc == 0 ? status_name(hs.status) : strerror(errno));
+    close(fd2);
+    _exit(0);
+  }
+  int wst = 0;
+  CHECK(waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+        "second process (status %d)", wst);
+  for (uint32_t i = 0; i < kFloats; i++) buf[kFloats + i] = -1;
+  st = owner_allreduce(fd, comm.comm, 1, reg.region_id, kFloats);
+  printf("hz_drvtest: file 1's ALLREDUCE after another process opened the device: %s\n",
+         st < 0 ? strerror(-st) : status_name((uint32_t)st));
+  CHECK(st == HZ_S_OK, "file 1's ALLREDUCE failed after another process opened the device");
+  for (uint32_t i = 0; i < kFloats; i++)
+    CHECK(buf[kFloats + i] == (float)i, "element %u: %g", i, buf[kFloats + i]);
+
+  child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) _exit(owner_intruder(reg.region_id, comm.comm, kFloats));
+  CHECK(waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+        "second file's checks (status %d)", wst);
+
+  // Nothing the second file tried touched file 1's session state.
+  for (uint32_t i = 0; i < kFloats; i++) buf[kFloats + i] = -1;
+  st = owner_allreduce(fd, comm.comm, 2, reg.region_id, kFloats);
+  CHECK(st == HZ_S_OK, "file 1's ALLREDUCE after the refused requests: %d", st);
+  struct hz_comm_args destroy = {.comm = comm.comm};
+  sub = control_call(fd, HZ_OP_COMM_DESTROY, &destroy, sizeof(destroy), NULL, 0);
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "own COMM_DESTROY status %s",
+        status_name(sub.status));
+  close(fd);
+  printf("hz_drvtest: regions and communicators belong to their file\n");
+  return 0;
+}
+
+// Drops every capability (the guest runs as root) so that RLIMIT_MEMLOCK applies.
+static int drop_capabilities(void) {
+  struct {
+    uint32_t version;
+    int pid;
+  } hdr = {0x20080522, 0};
+  uint32_t data[6] = {0};
+  return (int)syscall(SYS_capset, &hdr, data);
+}
+
+// One COMM_UID whose result space is len bytes of buf: returns 0 or errno.
+static int big_submit(int fd, void* buf, size_t len) {
+  struct hz_ioc_seg seg = {.addr = (uintptr_t)buf, .len = len, .flags = HZ_SEG_F_WRITE};
+  struct hz_ioc_submit sub = {.opcode = HZ_OP_COMM_UID,
+                              .queue = HZ_QUEUE_CONTROL,
+                              .num_segs = 1,
+                              .segs_ptr = (uintptr_t)&seg};
+  if (ioctl(fd, HZ_IOC_SUBMIT, &sub) != 0) return errno;
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "big submit status %s", status_name(sub.status));
+  return 0;
+}
+
+static int memlock_child(void) {
+  enum { kLen = 128 << 10 };
+  int fd = open_dev();
+  struct hz_hello_result hres;
+  session_hello(fd, &hres);
+  void* buf = mmap(NULL, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(buf != MAP_FAILED, "mmap");
+  memset(buf, 0, kLen);
+  // Without CAP_SYS_RESOURCE only the soft limit can move, up to the hard one.
+  struct rlimit lim = {.rlim_cur = 32 << 10, .rlim_max = 1 << 20};
+  CHECK(setrlimit(RLIMIT_MEMLOCK, &lim) == 0, "setrlimit: %s", strerror(errno));
+  CHECK(drop_capabilities() == 0, "capset");
+  int err = big_submit(fd, buf, kLen);
+  printf("hz_drvtest: %d KiB submit under a 32 KiB RLIMIT_MEMLOCK: %s\n", kLen >> 10,
+         err ? strerror(err) : "accepted");
+  CHECK(err == ENOMEM, "a submit beyond RLIMIT_MEMLOCK was not refused with ENOMEM");
+  lim.rlim_cur = 1 << 20;
+  CHECK(setrlimit(RLIMIT_MEMLOCK, &lim) == 0, "raise setrlimit: %s", strerror(errno));
+  err = big_submit(fd, buf, kLen);
+  printf("hz_drvtest: the same submit under a 1 MiB limit: %s\n", err ? strerror(err) : "accepted");
+  CHECK(err == 0, "the submit failed within the limit");
+  CHECK(vm_locked_kib() == 0, "the request's pins were not uncharged (VmLck %ld kB)",
+        vm_locked_kib());
+  close(fd);
+  return 0;
+}
+
+// Per-request pins count against RLIMIT_MEMLOCK like regions do.
+static int cmd_memlock(void) {
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) _exit(memlock_child());
+  int wst = 0;
+  CHECK(waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+        "memlock checks (status %d)", wst);
+  return 0;
+}
+
+// Against vm-hostile-backend: the device goes silent (mode 8 of its
+// arguments) with regions registered and a request in flight. close()
+// returns anyway; what the device never released stays pinned until the
+// device is removed, which releases it.
+static int cmd_silentclose(void) {
+  enum { kRegions = 8 };
+  int fd = open_dev();
+  void* buf =
+      mmap(NULL, kRegions * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(buf != MAP_FAILED, "mmap");
+  memset(buf, 1, kRegions * 4096);
+  for (int i = 0; i < kRegions; i++) {
+    struct hz_ioc_region reg = {
+        .addr = (uintptr_t)buf + i * 4096, .len = 4096, .flags = HZ_REGION_RW_READ};
+    CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "register %d: %s", i, strerror(errno));
+  }
+  uint32_t mode = 8;
+  uint8_t result[64];
+  struct hz_ioc_submit sub =
+      control_call(fd, HZ_OP_TOPOLOGY_GET, &mode, sizeof(mode), result, sizeof(result));
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "silence trigger");
+  mode = 0;
+  struct hz_ioc_seg seg = {
+      .addr = (uintptr_t)result, .len = sizeof(result), .flags = HZ_SEG_F_WRITE};
+  sub = (struct hz_ioc_submit){.opcode = HZ_OP_TOPOLOGY_GET,
+                               .queue = HZ_QUEUE_CONTROL,
+                               .flags = HZ_SUBMIT_F_ASYNC,
+                               .args_ptr = (uintptr_t)&mode,
+                               .args_len = sizeof(mode),
+                               .num_segs = 1,
+                               .segs_ptr = (uintptr_t)&seg};
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0, "async submit: %s", strerror(errno));
+  printf("hz_drvtest: the device is silent; closing a file with %d regions\n", kRegions);
+  close(fd);
+  long pinned = driver_counter("pinned_pages");
+  printf("hz_drvtest: close returned; pinned_pages %ld\n", pinned);
+  CHECK(pinned >= kRegions, "pages the device never released were unpinned");
+
+  char link[256];
+  ssize_t n = readlink("/sys/class/misc/harmonaize0/device", link, sizeof(link) - 1);
+  CHECK(n > 0, "readlink device: %s", strerror(errno));
+  link[n] = 0;
+  write_sysfs("/sys/bus/virtio/drivers/harmonaize/unbind",
+              strrchr(link, '/') ? strrchr(link, '/') + 1 : link);
+  expect_no_leaks("after the silent device was removed");
+  munmap(buf, kRegions * 4096);
+  return 0;
+}
+
+// A blocking request with readable data and one result buffer on queue q.
+static struct hz_ioc_submit data_call(int fd, uint16_t q, uint16_t opcode, const void* args,
+                                      uint32_t args_len, const void* data, uint32_t data_len,
+                                      void* result, uint32_t result_len) {
+  struct hz_ioc_seg segs[2];
+  uint32_t n = 0;
+  if (data_len) segs[n++] = (struct hz_ioc_seg){.addr = (uintptr_t)data, .len = data_len};
+  if (result_len)
+    segs[n++] =
+        (struct hz_ioc_seg){.addr = (uintptr_t)result, .len = result_len, .flags = HZ_SEG_F_WRITE};
+  struct hz_ioc_submit sub = {.opcode = opcode,
+                              .queue = q,
+                              .args_ptr = (uintptr_t)args,
+                              .args_len = args_len,
+                              .num_segs = n,
+                              .segs_ptr = (uintptr_t)segs};
+  CHECK(ioctl(fd, HZ_IOC_SUBMIT, &sub) == 0, "submit opcode 0x%x: %s", opcode, strerror(errno));
+  CHECK(sub.error == 0, "opcode 0x%x error %d", opcode, sub.error);
+  return sub;
+}
+
+// Checkpoint: a policy, a save of a registered slice with metadata, the
+// slice scribbled over, a restore that brings back every byte.
+static void families_checkpoint(int fd) {
+  enum { kLen = 64 << 10, kStream = 7 };
+  uint8_t* buf = mmap(NULL, kLen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(buf != MAP_FAILED, "mmap");
+  for (uint32_t i = 0; i < kLen; i++) buf[i] = (uint8_t)(i * 131 + 7);
+  struct hz_ioc_region reg = {
+      .addr = (uintptr_t)buf, .len = kLen, .flags = HZ_REGION_RW_READ | HZ_REGION_RW_WRITE};
+  CHECK(ioctl(fd, HZ_IOC_REGION_REGISTER, &reg) == 0, "register: %s", strerror(errno));
+  struct hz_ckpt_policy_args pol = {.stream = kStream,
+                                    .retention = 1,
+                                    .tier = HZ_TIER_HOST_MEMORY,
+                                    .stall_budget_ms = 10000,
+                                    .rpo_s = 60};
+  struct hz_ioc_submit sub = control_call(fd, HZ_OP_CKPT_POLICY, &pol, sizeof(pol), NULL, 0);
+  CHECK(sub.error == 0 && sub.status == HZ_S_OK, "CKPT_POLICY status %s", status_name(sub.status));
+
+  static const char meta[] = "vm-checkpoint-meta";
+  struct {
+    struct hz_slice slice;
+    char meta[sizeof(meta)];
+  } __attribute__((packed)) data;
+  memset(&data, 0, sizeof(data));
+  data.slice = (struct hz_slice){.region_id = reg.region_id, .offset = 4096, .length = kLen - 8192};
+  memcpy(data.meta, meta, sizeof(meta));
+  struct hz_ckpt_save_args save = {
+      .stream = kStream, .num_slices = 1, .step = 42, .meta_len = sizeof(meta)};
+  struct hz_ckpt_save_result saved;
+  sub = data_call(fd, 0, HZ_OP_CKPT_SAVE, &save, sizeof(save), &data, sizeof(data), &saved,
+                  sizeof(saved));
+  printf("hz_drvtest: CKPT_SAVE status %s step %" PRIu64 " state %u\n", status_name(sub.status),
+         (uint64_t)saved.step, saved.state);
+  CHECK(sub.status == HZ_S_OK && saved.step == 42, "CKPT_SAVE");
+
+  uint8_t* want = malloc(kLen);
+  CHECK(want != NULL, "malloc");
+  memcpy(want, buf, kLen);
+  memset(buf + 4096, 0xee, kLen - 8192);
+  struct hz_ckpt_restore_args restore = {
+      .stream = kStream, .num_slices = 1, .step = HZ_STEP_LATEST};
+  struct {
+    struct hz_ckpt_restore_result r;
+    char meta[64];
+  } out;
+  memset(&out, 0, sizeof(out));
+  sub = data_call(fd, 0, HZ_OP_CKPT_RESTORE, &restore, sizeof(restore), &data.slice,
+                  sizeof(data.slice), &out, sizeof(out));
+  printf("hz_drvtest: CKPT_RESTORE status %s step %" PRIu64 " bytes %" PRIu64 " meta_len %u\n",
+         status_name(sub.status), (uint64_t)out.r.step, (uint64_t)out.r.bytes, out.r.meta_len);
+  CHECK(sub.status == HZ_S_OK && out.r.step == 42 && out.r.bytes == kLen - 8192, "CKPT_RESTORE");
+  CHECK(out.r.meta_len == sizeof(meta) && memcmp(out.meta, meta, sizeof(meta)) == 0, "metadata");
+  CHECK(memcmp(buf, want, kLen) == 0, "the restored bytes differ from the saved ones");
+  printf("hz_drvtest: checkpoint restored bit-exact (%d bytes)\n", kLen - 8192);
+  free(want);
+}
+
+// Topology summary, batch-size hints, and a negotiation declined.
+static void families_scheduler(int fd) {
+  uint8_t topo[4096];
+  struct hz_ioc_submit sub = control_call(fd, HZ_OP_TOPOLOGY_GET, NULL, 0, topo, sizeof(topo));
+  struct hz_topo_header th;
+  memcpy(&th, topo, sizeof(th));
+  printf("hz_drvtest: TOPOLOGY_GET status %s version %u devices %u groups %u hosts %u\n",
+         status_name(sub.status), th.version, th.num_devices, th.num_groups, th.num_hosts);
+  CHECK(sub.status == HZ_S_OK && sub.result_len >= sizeof(th) && th.version == 1, "TOPOLOGY_GET");
+
+  struct hz_hint_declare_args hint = {.min_batch = 16, .max_batch = 256, .step = 16};
+  struct hz_hint_declare_result hres;
+  sub = control_call(fd, HZ_OP_HINT_DECLARE, &hint, sizeof(hint), &hres, sizeof(hres));
+  printf("hz_drvtest: HINT_DECLARE status %s suggested %u\n", status_name(sub.status),
+         hres.suggested);
+  CHECK(sub.status == HZ_S_OK && hres.suggested >= 16 && hres.suggested <= 256 &&
+            (hres.suggested - 16) % 16 == 0,
+        "HINT_DECLARE");
+
+  time_t now = time(NULL);
+  struct hz_neg_request req = {.kind = HZ_DEV_GPU,
+                               .count = 1,
+                               .locality = HZ_LOC_ANY,
+                               .priority_class = HZ_PRIO_NORMAL,
+                               .earliest_start_s = (uint64_t)now,
+                               .latest_start_s = (uint64_t)now + 60,
+                               .duration_s = 600};
+  struct {
+    struct hz_neg_result r;
+    struct hz_neg_offer offers[HZ_NEG_MAX_OFFERS];
+  } neg;
+  memset(&neg, 0, sizeof(neg));
+  sub = control_call(fd, HZ_OP_NEG_REQUEST, &req, sizeof(req), &neg, sizeof(neg));
+  printf("hz_drvtest: NEG_REQUEST status %s negotiation %" PRIu64 " offers %u round %u\n",
+         status_name(sub.status), (uint64_t)neg.r.negotiation_id, neg.r.num_offers, neg.r.round);
+  CHECK(sub.status == HZ_S_OK && neg.r.negotiation_id != 0 && neg.r.num_offers >= 1, "NEG_REQUEST");
+  CHECK(neg.offers[0].offer_id != 0 && neg.offers[0].count == 1, "the offer");
+  struct hz_neg_decline_args decline = {.negotiation_id = neg.r.negotiation_id};
+  sub = control_call(fd, HZ_OP_NEG_DECLINE, &decline, sizeof(decline), NULL, 0);
+  CHECK(sub.status == HZ_S_OK, "NEG_DECLINE status %s", status_name(sub.status));
+  printf("hz_drvtest: offer %" PRIu64 " declined\n", (uint64_t)neg.offers[0].offer_id);
+}
+
+// Every opcode family the collectives tests leave out, through the driver.
+static int cmd_families(void) {
+  int fd = open_dev();
+  struct hz_hello_result hres;
+  session_hello(fd, &hres);
+  uint64_t need = (1ull << HZ_F_CHECKPOINT) | (1ull << HZ_F_NEGOTIATION) | (1ull << HZ_F_TOPOLOGY) |
+                  (1ull << HZ_F_HINTS);
+  CHECK((hres.device_features & need) == need, "features 0x%" PRIx64 " granted",
+        (uint64_t)hres.device_features);
+  families_checkpoint(fd);
+  families_scheduler(fd);
+  close(fd);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
@@ -1018,6 +1478,10 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "victim") && argc > 3) return cmd_victim(argv[3]);
   if (!strcmp(cmd, "survivor") && argc > 3) return cmd_survivor(argv[3]);
   if (!strcmp(cmd, "events")) return cmd_events(argc > 3 ? atoi(argv[3]) : 1);
+  if (!strcmp(cmd, "owner")) return cmd_owner();
+  if (!strcmp(cmd, "families")) return cmd_families();
+  if (!strcmp(cmd, "memlock")) return cmd_memlock();
+  if (!strcmp(cmd, "silentclose")) return cmd_silentclose();
   if (!strcmp(cmd, "noleaks")) {
     expect_no_leaks("now");
     return 0;

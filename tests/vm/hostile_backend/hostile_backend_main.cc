@@ -3,7 +3,9 @@
 // the first u32 of its arguments asks (enum Misbehaviour below), so a guest
 // test can check that the driver never trusts a device-written length,
 // status, request id or result length. Event buffers get one short event and
-// one well-formed event each time mode kShortEvent is requested.
+// one well-formed event each time mode kShortEvent is requested. Region
+// registrations are answered properly (with a fresh id), so that a test can
+// hold regions when the device goes silent (kGoSilent).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -31,6 +33,7 @@ enum Misbehaviour : uint32_t {
   kResultTooLong = 5,    // result_len larger than the result space
   kUsedZero = 6,         // used length 0 (no status)
   kShortEvent = 7,       // as kWellFormed, plus a short and a good event
+  kGoSilent = 8,         // as kWellFormed, then no request is ever answered again
 };
 
 class HostileDevice final : public vdev::Device {
@@ -84,6 +87,15 @@ class HostileDevice final : public vdev::Device {
     uint32_t mode = kWellFormed;
     chain.Read(0, &hdr, sizeof(hdr));
     chain.Read(sizeof(hdr), &mode, sizeof(mode));
+    if (silent_) {
+      held_.push_back(chain);  // never completed
+      spdlog::info("hostile: silent: holding opcode {:#x} request {}", hdr.opcode, hdr.request_id);
+      return;
+    }
+    if (hdr.opcode == HZ_OP_REGION_REGISTER) {
+      AnswerRegister(queue, chain, hdr);
+      return;
+    }
     size_t w = chain.writable_bytes();
     if (w < sizeof(hz_status)) {
       queue.Complete(chain, 0);
@@ -124,6 +136,28 @@ class HostileDevice final : public vdev::Device {
                  hdr.request_id, mode, used, st.status);
     queue.Complete(chain, used);
     if (mode == kShortEvent) SendEvents();
+    if (mode == kGoSilent) {
+      silent_ = true;
+      spdlog::info("hostile: going silent");
+    }
+  }
+
+  void AnswerRegister(vdev::Queue& queue, const vdev::Chain& chain, const hz_req_hdr& hdr) {
+    size_t w = chain.writable_bytes();
+    hz_region_register_result res{};
+    hz_status st{};
+    st.request_id = hdr.request_id;
+    if (w < sizeof(res) + sizeof(st)) {
+      queue.Complete(chain, 0);
+      return;
+    }
+    res.region_id = next_region_++;
+    st.status = HZ_S_OK;
+    st.result_len = sizeof(res);
+    chain.Write(0, &res, sizeof(res));
+    chain.Write(w - sizeof(st), &st, sizeof(st));
+    queue.Complete(chain, static_cast<uint32_t>(sizeof(res) + sizeof(st)));
+    spdlog::info("hostile: registered region {}", res.region_id);
   }
 
   // One event completed with a short length, then one well-formed event.
@@ -151,6 +185,9 @@ class HostileDevice final : public vdev::Device {
   vdev::Queue* event_queue_ = nullptr;
   std::deque<vdev::Chain> event_buffers_;
   uint64_t event_seq_ = 0;
+  bool silent_ = false;
+  std::deque<vdev::Chain> held_;
+  uint32_t next_region_ = 1000;  // as a mode (unregistration's first u32): well formed
 };
 
 }  // namespace hz::vmtest
