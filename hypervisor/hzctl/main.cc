@@ -1,7 +1,7 @@
 // hzctl: the operator's command line for harmonaized.
 //
 //   hzctl [--socket PATH] [--json] tenant create NAME [--weight N] [--priority low|normal|high]
-//                                        [--max-regions N] [--max-region-bytes N]
+//                                        [--max-regions N] [--max-region-bytes N] [--max-extents N]
 //   hzctl tenant list | tenant remove NAME [--purge]
 //         (--purge: also delete the tenant's checkpoints and events; without it a
 //          tenant that has any is not removed)
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", as_json, "print the service's JSON answer");
 
   std::string name, tenant, vm_socket, priority;
-  uint64_t weight = 0, max_regions = 0, max_region_bytes = 0;
+  uint64_t weight = 0, max_regions = 0, max_region_bytes = 0, max_extents = 0;
 
   auto* tenant_cmd = app.add_subcommand("tenant", "manage tenants")->require_subcommand(1);
   auto* tcreate = tenant_cmd->add_subcommand("create", "create a tenant");
@@ -196,6 +196,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"low", "normal", "high"}));
   tcreate->add_option("--max-regions", max_regions, "registered regions, all VMs together");
   tcreate->add_option("--max-region-bytes", max_region_bytes, "registered bytes, all VMs together");
+  tcreate->add_option("--max-extents", max_extents,
+                      "extents of registered regions, all VMs together");
   auto* tlist = tenant_cmd->add_subcommand("list", "list tenants");
   auto* tremove = tenant_cmd->add_subcommand(
       "remove",
@@ -281,6 +283,7 @@ int main(int argc, char** argv) {
     if (!priority.empty()) req["priority"] = priority;
     if (tcreate->count("--max-regions")) req["max_regions"] = max_regions;
     if (tcreate->count("--max-region-bytes")) req["max_region_bytes"] = max_region_bytes;
+    if (tcreate->count("--max-extents")) req["max_extents"] = max_extents;
   } else if (tlist->parsed()) {
     cmd = "tenant.list";
   } else if (tdomain->parsed()) {

@@ -18,7 +18,8 @@ void Service::SaveState() {
                        {"weight", t->spec().weight},
                        {"priority", t->spec().priority},
                        {"max_regions", t->spec().limits.max_regions},
-                       {"max_region_bytes", t->spec().limits.max_region_bytes}});
+                       {"max_region_bytes", t->spec().limits.max_region_bytes},
+                       {"max_extents", t->spec().limits.max_extents}});
   }
   json bindings = json::array();
   {
@@ -60,6 +61,8 @@ hz::Status Service::LoadState() {
       spec.priority = t.at("priority").get<uint16_t>();
       spec.limits.max_regions = t.at("max_regions").get<uint32_t>();
       spec.limits.max_region_bytes = t.at("max_region_bytes").get<uint64_t>();
+      // Files written before the extent quota existed get the default.
+      spec.limits.max_extents = t.value("max_extents", config_.tenant_defaults.max_extents);
       if (hz::Status s = CreateTenant(spec); !s.ok()) {
         result = bad("tenant " + spec.name + ": " + s.message());
         break;
