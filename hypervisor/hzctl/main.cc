@@ -1,7 +1,7 @@
 // hzctl: the operator's command line for harmonaized.
 //
 //   hzctl [--socket PATH] [--json] tenant create NAME [--weight N] [--priority low|normal|high]
-//                                        [--max-regions N] [--max-region-bytes N]
+//                                        [--max-regions N] [--max-region-bytes N] [--max-extents N]
 //                                        [--max-open-negotiations N]
 //   hzctl tenant list | tenant remove NAME [--purge]
 //         (--purge: also delete the tenant's checkpoints and events; without it a
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", as_json, "print the service's JSON answer");
 
   std::string name, tenant, vm_socket, priority;
-  uint64_t weight = 0, max_regions = 0, max_region_bytes = 0, max_open = 0;
+  uint64_t weight = 0, max_regions = 0, max_region_bytes = 0, max_extents = 0, max_open = 0;
 
   auto* tenant_cmd = app.add_subcommand("tenant", "manage tenants")->require_subcommand(1);
   auto* tcreate = tenant_cmd->add_subcommand("create", "create a tenant");
@@ -199,6 +199,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"low", "normal", "high"}));
   tcreate->add_option("--max-regions", max_regions, "registered regions, all VMs together");
   tcreate->add_option("--max-region-bytes", max_region_bytes, "registered bytes, all VMs together");
+  tcreate->add_option("--max-extents", max_extents,
+                      "extents of registered regions, all VMs together");
   tcreate->add_option("--max-open-negotiations", max_open,
                       "open negotiations (default: [negotiation] max_open_per_tenant)");
   auto* tlist = tenant_cmd->add_subcommand("list", "list tenants");
@@ -286,6 +288,7 @@ int main(int argc, char** argv) {
     if (!priority.empty()) req["priority"] = priority;
     if (tcreate->count("--max-regions")) req["max_regions"] = max_regions;
     if (tcreate->count("--max-region-bytes")) req["max_region_bytes"] = max_region_bytes;
+    if (tcreate->count("--max-extents")) req["max_extents"] = max_extents;
     if (tcreate->count("--max-open-negotiations")) req["max_open_negotiations"] = max_open;
   } else if (tlist->parsed()) {
     cmd = "tenant.list";

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <queue>
+#include <set>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -50,7 +51,10 @@ class EngineImpl {
   struct UidEntry {
     TenantId tenant;
     std::shared_ptr<Comm> comm;  // null until the first Init
+    Clock::time_point created;
   };
+  // A tenant's unused uids, oldest first.
+  using UnusedUids = std::set<std::pair<Clock::time_point, Uid>>;
   struct TimerEntry {
     Clock::time_point when;
     std::weak_ptr<Comm> comm;
@@ -62,6 +66,12 @@ class EngineImpl {
   // Requires c.mu. Fails every pending operation and init with reason.
   void AbortLocked(Comm& c, Status reason, AbortCause cause, Completions& out);
   void ReleaseUid(const std::shared_ptr<Comm>& c);
+  // Requires reg_mu_. Forgets the tenant's unused uids older than the
+  // lifetime; returns how many.
+  uint32_t ExpireUnusedUidsLocked(TenantId tenant);
+  // Requires reg_mu_. The uid is in use now: it no longer ages.
+  void ForgetUnusedLocked(TenantId tenant, Clock::time_point created, const Uid& uid);
+  Clock::time_point Now() const { return opts_.clock ? opts_.clock() : Clock::now(); }
   void PostP2P(const std::shared_ptr<Comm>& c, uint32_t rank, OpDesc op, Done done,
                Completions& out, std::shared_ptr<Job>* job);
   std::shared_ptr<Job> MakeJob(const std::shared_ptr<Comm>& c, const OpDesc& d);
@@ -93,6 +103,7 @@ class EngineImpl {
   mutable std::mutex reg_mu_;
   std::map<Uid, UidEntry> uids_;
   std::map<TenantId, uint32_t> uids_per_tenant_;
+  std::map<TenantId, UnusedUids> unused_uids_;
   uint64_t next_comm_id_ = 1;
   bool shutdown_ = false;
 
@@ -166,16 +177,42 @@ Status EngineImpl::NewUid(TenantId tenant, Uid* out) {
   std::lock_guard<std::mutex> lock(reg_mu_);
   if (shutdown_) return Status::Shutdown();
   uint32_t& count = uids_per_tenant_[tenant];
+  if (count >= opts_.max_uids_per_tenant) count -= ExpireUnusedUidsLocked(tenant);
   if (count >= opts_.max_uids_per_tenant) return Status::Limit();
+  const Clock::time_point now = Now();
   // 256 random bits do not collide; the check keeps the map honest anyway.
-  if (!uids_.emplace(uid, UidEntry{tenant, nullptr}).second) return Status::TryAgain();
+  if (!uids_.emplace(uid, UidEntry{tenant, nullptr, now}).second) return Status::TryAgain();
+  unused_uids_[tenant].emplace(now, uid);
   ++count;
   *out = uid;
   return Status::Ok();
 }
 
+uint32_t EngineImpl::ExpireUnusedUidsLocked(TenantId tenant) {
+  auto unused = unused_uids_.find(tenant);
+  if (opts_.unused_uid_lifetime_ms == 0 || unused == unused_uids_.end()) return 0;
+  const Clock::time_point cutoff = Now() - std::chrono::milliseconds(opts_.unused_uid_lifetime_ms);
+  uint32_t n = 0;
+  UnusedUids& set = unused->second;
+  while (!set.empty() && set.begin()->first <= cutoff) {
+    uids_.erase(set.begin()->second);
+    set.erase(set.begin());
+    ++n;
+  }
+  if (set.empty()) unused_uids_.erase(unused);
+  return n;
+}
+
+void EngineImpl::ForgetUnusedLocked(TenantId tenant, Clock::time_point created, const Uid& uid) {
+  auto unused = unused_uids_.find(tenant);
+  if (unused == unused_uids_.end()) return;
+  unused->second.erase({created, uid});
+  if (unused->second.empty()) unused_uids_.erase(unused);
+}
+
 size_t EngineImpl::ReleaseUnusedUids(TenantId tenant) {
   std::lock_guard<std::mutex> lock(reg_mu_);
+  unused_uids_.erase(tenant);
   size_t n = 0;
   for (auto it = uids_.begin(); it != uids_.end();) {
     if (it->second.tenant == tenant && !it->second.comm) {
@@ -228,6 +265,7 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
         auto fresh = std::make_shared<Comm>(next_comm_id_++, tenant, uid, nranks, c, timeout);
         fresh->init_deadline = Clock::now() + fresh->timeout;
         it->second.comm = std::move(fresh);
+        ForgetUnusedLocked(tenant, it->second.created, uid);
         std::lock_guard<std::mutex> slock(stats_mu_);
         ++stats_.communicators;
       }

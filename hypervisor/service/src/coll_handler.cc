@@ -107,8 +107,10 @@ Reply CollectiveHandler::CommInit(const vdev::Queue& queue, const Request& req) 
 
 void CollectiveHandler::OnInitDone(uint64_t id, Status st, MemberPtr m) {
   std::shared_ptr<PendingRequest> p = ctx_.pending.Take(id);
-  if (!p) {
-    // Drained or torn down meanwhile: nobody will use this membership.
+  if (!p || !ctx_.pending.RingLive(*p)) {
+    // Drained or torn down meanwhile, or the ring it came from stopped: the
+    // guest never learns of this membership, so nobody will use it, and
+    // leaving aborts it for the other ranks instead of leaving them waiting.
     if (m != nullptr) backend_->DestroyAsync(m);
     return;
   }

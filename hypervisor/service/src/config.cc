@@ -152,6 +152,7 @@ void ReadDevice(TableReader& r, ServiceConfig* c) {
   r.Int("max_segments", &d.max_segments, 2, 1024);
   r.Int("max_regions", &d.max_regions, 1, 1u << 20);
   r.Int("max_extents", &d.max_extents, 1, 1u << 20);
+  r.Int("max_device_extents", &d.max_device_extents, 1, 1u << 24);
   r.Int("max_region_bytes", &d.max_region_bytes, 1, kI64);
   r.Int("max_args_bytes", &d.max_args_bytes, 4096, 64u << 20);
   r.Int("max_comm_ranks", &d.max_comm_ranks, 1, 1u << 16);
@@ -162,6 +163,7 @@ void ReadDevice(TableReader& r, ServiceConfig* c) {
 void ReadTenantDefaults(TableReader& r, ServiceConfig* c) {
   r.Int("max_regions", &c->tenant_defaults.max_regions, 0, kU32);
   r.Int("max_region_bytes", &c->tenant_defaults.max_region_bytes, 0, kI64);
+  r.Int("max_extents", &c->tenant_defaults.max_extents, 0, kU32);
 }
 
 void ReadCheckpoint(TableReader& r, ServiceConfig* c) {
@@ -170,6 +172,10 @@ void ReadCheckpoint(TableReader& r, ServiceConfig* c) {
   r.Int("disk_bandwidth_bytes_per_s", &c->ckpt_disk_bandwidth_bytes_per_s, 0, kI64);
   r.Int("max_stall_budget_ms", &c->ckpt_max_stall_budget_ms, 0, 3600000);
   r.Int("jit_max_attempts", &c->ckpt_jit_max_attempts, 1, 1000000);
+}
+
+void ReadCollectives(TableReader& r, ServiceConfig* c) {
+  r.Int("unused_uid_lifetime_s", &c->coll_unused_uid_lifetime_s, 60, 7 * 86400);
 }
 
 void ReadScheduler(TableReader& r, ServiceConfig* c) {
@@ -211,6 +217,7 @@ constexpr Section kSections[] = {
     {"device", ReadDevice},
     {"tenant_defaults", ReadTenantDefaults},
     {"checkpoint", ReadCheckpoint},
+    {"collectives", ReadCollectives},
     {"scheduler", ReadScheduler},
     {"negotiation", ReadNegotiation},
     {"shutdown", ReadShutdown},
@@ -324,6 +331,13 @@ bool ValidateConfig(const ServiceConfig& c, std::string* error) {
     *error = fmt::format(
         "device.max_args_bytes ({}) cannot hold a REGION_REGISTER with device.max_extents ({})",
         c.device.max_args_bytes, c.device.max_extents);
+    return false;
+  }
+  if (c.device.max_device_extents < c.device.max_extents) {
+    *error = fmt::format(
+        "device.max_device_extents ({}) is below device.max_extents ({}): a region of "
+        "max_extents extents could never be registered",
+        c.device.max_device_extents, c.device.max_extents);
     return false;
   }
   return true;

@@ -79,9 +79,11 @@ json TenantJson(const Tenant& t) {
           {"priority", PriorityName(t.spec().priority)},
           {"max_regions", t.spec().limits.max_regions},
           {"max_region_bytes", t.spec().limits.max_region_bytes},
+          {"max_extents", t.spec().limits.max_extents},
           {"max_open_negotiations", t.spec().max_open_negotiations},
           {"regions", u.regions},
-          {"region_bytes", u.region_bytes}};
+          {"region_bytes", u.region_bytes},
+          {"extents", u.extents}};
 }
 
 }  // namespace
@@ -164,7 +166,7 @@ json ControlApi::GetStatus(const json& req) {
 }
 
 json ControlApi::CreateTenant(const json& req) {
-  OnlyFields(req, {"name", "weight", "priority", "max_regions", "max_region_bytes",
+  OnlyFields(req, {"name", "weight", "priority", "max_regions", "max_region_bytes", "max_extents",
                    "max_open_negotiations"});
   TenantSpec spec;
   spec.name = Str(req, "name");
@@ -174,6 +176,8 @@ json ControlApi::CreateTenant(const json& req) {
   spec.limits.max_regions =
       static_cast<uint32_t>(UInt(req, "max_regions", def.max_regions, UINT32_MAX));
   spec.limits.max_region_bytes = UInt(req, "max_region_bytes", def.max_region_bytes, INT64_MAX);
+  spec.limits.max_extents =
+      static_cast<uint32_t>(UInt(req, "max_extents", def.max_extents, UINT32_MAX));
   spec.max_open_negotiations =
       static_cast<uint32_t>(UInt(req, "max_open_negotiations", 0, kMaxOpenNegotiations));
   Check(target_->CreateTenant(spec));

@@ -47,6 +47,8 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
   if (uint32_t st = CheckOverlaps(extents, detail); st != HZ_S_OK) return st;
 
   if (regions_.size() >= limits_.max_regions) return HZ_S_ELIMIT;
+  // extents_ holds every extent of this VM's regions (their gpas differ).
+  if (extents_.size() + extents.size() > limits_.max_device_extents) return HZ_S_ELIMIT;
   region->flags = flags;
   region->total_len = total_len;
   region->extents = extents;
@@ -58,7 +60,7 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
     off += s.len;
   }
 
-  if (uint32_t st = tenant_->ReserveRegion(total_len); st != HZ_S_OK) return st;
+  if (uint32_t st = tenant_->ReserveRegion(total_len, extents.size()); st != HZ_S_OK) return st;
 
   // Ids count up and skip the reserved values and live ids, so a stale id
   // from an unregistered region is not silently reused soon.
@@ -111,7 +113,7 @@ uint32_t RegionTable::Unregister(uint32_t id) {
   if (it->second->pins.load() != 0) return HZ_S_EBUSY;
   for (const hz_extent& e : it->second->extents) extents_.erase(e.gpa);
   bytes_ -= it->second->total_len;
-  tenant_->ReleaseRegion(it->second->total_len);
+  tenant_->ReleaseRegion(it->second->total_len, it->second->extents.size());
   regions_.erase(it);
   return HZ_S_OK;
 }
@@ -144,7 +146,7 @@ uint32_t RegionTable::Resolve(const hz_slice& slice, uint64_t need, uint32_t acc
 }
 
 void RegionTable::Clear() {
-  for (const auto& [id, r] : regions_) tenant_->ReleaseRegion(r->total_len);
+  for (const auto& [id, r] : regions_) tenant_->ReleaseRegion(r->total_len, r->extents.size());
   regions_.clear();
   extents_.clear();
   bytes_ = 0;

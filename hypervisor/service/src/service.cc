@@ -88,6 +88,7 @@ hz::Status Service::Start() {
 
   coll::EngineOptions eo;
   eo.max_ranks = config_.device.max_comm_ranks;
+  eo.unused_uid_lifetime_ms = config_.coll_unused_uid_lifetime_s * 1000;
   coll_ = std::make_unique<EngineBackend>(eo);
   env_.coll = coll_.get();
   engines_ = std::make_unique<Engines>(config_);
@@ -267,8 +268,9 @@ hz::Status Service::CreateTenant(const TenantSpec& spec) {
   if (hz::Status s = tenants_.Create(spec); !s.ok()) return s;
   spdlog::info(
       "event=tenant_created tenant={} weight={} priority={} max_regions={} "
-      "max_region_bytes={}",
-      spec.name, spec.weight, spec.priority, spec.limits.max_regions, spec.limits.max_region_bytes);
+      "max_region_bytes={} max_extents={}",
+      spec.name, spec.weight, spec.priority, spec.limits.max_regions, spec.limits.max_region_bytes,
+      spec.limits.max_extents);
   SaveState();
   return hz::Status::Ok();
 }

@@ -66,6 +66,7 @@ void Service::SaveState() {
                        {"priority", t->spec().priority},
                        {"max_regions", t->spec().limits.max_regions},
                        {"max_region_bytes", t->spec().limits.max_region_bytes},
+                       {"max_extents", t->spec().limits.max_extents},
                        {"max_open_negotiations", t->spec().max_open_negotiations}});
   }
   json bindings = json::array();
@@ -108,6 +109,8 @@ hz::Status Service::LoadState() {
       spec.priority = t.at("priority").get<uint16_t>();
       spec.limits.max_regions = t.at("max_regions").get<uint32_t>();
       spec.limits.max_region_bytes = t.at("max_region_bytes").get<uint64_t>();
+      // Files written before the extent quota existed get the default.
+      spec.limits.max_extents = t.value("max_extents", config_.tenant_defaults.max_extents);
       // Absent from state files written before the per-tenant limit existed.
       spec.max_open_negotiations = t.value("max_open_negotiations", uint32_t{0});
       if (hz::Status s = CreateTenant(spec); !s.ok()) {

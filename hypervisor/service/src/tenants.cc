@@ -4,23 +4,33 @@
 
 namespace hz::service {
 
-uint32_t Tenant::ReserveRegion(uint64_t bytes) {
+namespace {
+
+// Whether `more` fits beside `used` under `limit`; written as a subtraction
+// so that no sum can wrap.
+bool Fits(uint64_t used, uint64_t more, uint64_t limit) {
+  return used <= limit && more <= limit - used;
+}
+
+}  // namespace
+
+uint32_t Tenant::ReserveRegion(uint64_t bytes, uint64_t extents) {
   std::lock_guard<std::mutex> lock(mu_);
   if (usage_.regions >= spec_.limits.max_regions) return HZ_S_ELIMIT;
-  // Written as a subtraction so that no sum can wrap.
-  if (usage_.region_bytes > spec_.limits.max_region_bytes ||
-      bytes > spec_.limits.max_region_bytes - usage_.region_bytes) {
-    return HZ_S_ELIMIT;
-  }
+  if (!Fits(usage_.region_bytes, bytes, spec_.limits.max_region_bytes)) return HZ_S_ELIMIT;
+  // Every extent costs the service memory, however few bytes it covers.
+  if (!Fits(usage_.extents, extents, spec_.limits.max_extents)) return HZ_S_ELIMIT;
   usage_.regions++;
   usage_.region_bytes += bytes;
+  usage_.extents += extents;
   return HZ_S_OK;
 }
 
-void Tenant::ReleaseRegion(uint64_t bytes) {
+void Tenant::ReleaseRegion(uint64_t bytes, uint64_t extents) {
   std::lock_guard<std::mutex> lock(mu_);
   if (usage_.regions > 0) usage_.regions--;
   usage_.region_bytes -= std::min(bytes, usage_.region_bytes);
+  usage_.extents -= std::min(extents, usage_.extents);
 }
 
 Tenant::Usage Tenant::usage() const {

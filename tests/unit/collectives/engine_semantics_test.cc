@@ -2,6 +2,7 @@
 // seq matching and mismatch, descriptor validation, timeouts, rank death,
 // abort, shutdown, point-to-point pairing and operator views.
 #include <atomic>
+#include <chrono>
 #include <limits>
 
 #include "harness.h"
@@ -126,6 +127,37 @@ TEST(CollectivesInit, ReleasingUnusedUidsFreesTheTenantsQuota) {
   EXPECT_EQ(Get(r0).status.code(), StatusCode::kOk);
   EXPECT_EQ(Get(r1).status.code(), StatusCode::kOk);
   auto still = InitAsync(e, Tenant(2), other, 1, 0);  // other tenants untouched
+  EXPECT_EQ(Get(still).status.code(), StatusCode::kOk);
+}
+
+// A tenant that asked for uids and never used them is not locked out until
+// the service restarts: an unused uid older than the lifetime makes room.
+TEST(CollectivesInit, UnusedUidsExpireSoTheTenantIsNotLockedOut) {
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<int64_t> elapsed_ms{0};
+  EngineOptions o;
+  o.max_uids_per_tenant = 2;
+  o.unused_uid_lifetime_ms = 1000;
+  o.clock = [&] { return start + std::chrono::milliseconds(elapsed_ms.load()); };
+  Engine e(o);
+  Uid used, idle, other, fresh;
+  ASSERT_EQ(e.NewUid(Tenant(1), &used).code(), StatusCode::kOk);
+  ASSERT_EQ(e.NewUid(Tenant(2), &other).code(), StatusCode::kOk);
+  auto r0 = InitAsync(e, Tenant(1), used, 2, 0);  // joining: in use, never expires
+  elapsed_ms = 500;
+  ASSERT_EQ(e.NewUid(Tenant(1), &idle).code(), StatusCode::kOk);
+  EXPECT_EQ(e.NewUid(Tenant(1), &fresh).code(), StatusCode::kLimit);
+  elapsed_ms = 1200;  // `used` is old but in use; `idle` is not old enough
+  EXPECT_EQ(e.NewUid(Tenant(1), &fresh).code(), StatusCode::kLimit);
+  elapsed_ms = 1500;
+  EXPECT_EQ(e.NewUid(Tenant(1), &fresh).code(), StatusCode::kOk) << "the unused uid did not expire";
+  auto gone = InitAsync(e, Tenant(1), idle, 1, 0);
+  EXPECT_EQ(Get(gone).status.code(), StatusCode::kNotFound);
+  auto r1 = InitAsync(e, Tenant(1), used, 2, 1);
+  EXPECT_EQ(Get(r0).status.code(), StatusCode::kOk);
+  EXPECT_EQ(Get(r1).status.code(), StatusCode::kOk);
+  // Another tenant's old unused uid is its own business until it asks.
+  auto still = InitAsync(e, Tenant(2), other, 1, 0);
   EXPECT_EQ(Get(still).status.code(), StatusCode::kOk);
 }
 

@@ -37,9 +37,13 @@ num_request_queues = 8
 max_regions = 16
 max_region_bytes = 1048576
 max_comm_ranks = 8
+max_device_extents = 9000
 [tenant_defaults]
 max_regions = 5
 max_region_bytes = 123
+max_extents = 77
+[collectives]
+unused_uid_lifetime_s = 120
 [shutdown]
 timeout_ms = 2500
 [scheduler]
@@ -78,6 +82,9 @@ decide_interval_ms = 100
   EXPECT_EQ(c.device.max_comm_ranks, 8u);
   EXPECT_EQ(c.tenant_defaults.max_regions, 5u);
   EXPECT_EQ(c.tenant_defaults.max_region_bytes, 123u);
+  EXPECT_EQ(c.tenant_defaults.max_extents, 77u);
+  EXPECT_EQ(c.coll_unused_uid_lifetime_s, 120u);
+  EXPECT_EQ(c.device.max_device_extents, 9000u);
   EXPECT_EQ(c.shutdown_timeout_ms, 2500u);
   EXPECT_EQ(c.scheduler.sysfs_root, "/srv/sysfs");
   EXPECT_EQ(c.scheduler.provider_file, "/etc/hz/inventory.toml");
@@ -210,6 +217,10 @@ TEST(ServiceConfigTest, ValidateCatchesInconsistentLimits) {
   c = ServiceConfig();
   c.scheduler.sysfs_root.clear();
   EXPECT_FALSE(ValidateConfig(c, &error));
+  c = ServiceConfig();
+  c.device.max_device_extents = c.device.max_extents - 1;
+  EXPECT_FALSE(ValidateConfig(c, &error));
+  EXPECT_NE(error.find("max_device_extents"), std::string::npos) << error;
 }
 
 TEST(ServiceTenantsTest, CreateListRemove) {
@@ -246,12 +257,12 @@ TEST(ServiceTenantsTest, QuotasAreOverflowSafe) {
   s.limits.max_regions = 2;
   s.limits.max_region_bytes = 100;
   Tenant t(s);
-  EXPECT_EQ(t.ReserveRegion(60), HZ_S_OK);
-  EXPECT_EQ(t.ReserveRegion(~0ull), HZ_S_ELIMIT);
-  EXPECT_EQ(t.ReserveRegion(41), HZ_S_ELIMIT);
-  EXPECT_EQ(t.ReserveRegion(40), HZ_S_OK);
-  EXPECT_EQ(t.ReserveRegion(0), HZ_S_ELIMIT);  // count
-  t.ReleaseRegion(60);
+  EXPECT_EQ(t.ReserveRegion(60, 1), HZ_S_OK);
+  EXPECT_EQ(t.ReserveRegion(~0ull, 1), HZ_S_ELIMIT);
+  EXPECT_EQ(t.ReserveRegion(41, 1), HZ_S_ELIMIT);
+  EXPECT_EQ(t.ReserveRegion(40, 1), HZ_S_OK);
+  EXPECT_EQ(t.ReserveRegion(0, 1), HZ_S_ELIMIT);  // count
+  t.ReleaseRegion(60, 1);
   EXPECT_EQ(t.usage().regions, 1u);
   EXPECT_EQ(t.usage().region_bytes, 40u);
 }
@@ -277,6 +288,9 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.device.max_region_bytes, d.device.max_region_bytes);
   EXPECT_EQ(parsed.device.max_args_bytes, d.device.max_args_bytes);
   EXPECT_EQ(parsed.tenant_defaults.max_region_bytes, d.tenant_defaults.max_region_bytes);
+  EXPECT_EQ(parsed.tenant_defaults.max_extents, d.tenant_defaults.max_extents);
+  EXPECT_EQ(parsed.coll_unused_uid_lifetime_s, d.coll_unused_uid_lifetime_s);
+  EXPECT_EQ(parsed.device.max_device_extents, d.device.max_device_extents);
   EXPECT_EQ(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
   EXPECT_EQ(parsed.scheduler.enabled, d.scheduler.enabled);
   EXPECT_EQ(parsed.scheduler.sysfs_root, d.scheduler.sysfs_root);

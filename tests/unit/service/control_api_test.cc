@@ -110,6 +110,16 @@ TEST_F(ControlApiTest, TenantCreateListRemove) {
   EXPECT_FALSE(Do(R"({"cmd":"tenant.remove","name":"t1"})")["ok"].get<bool>());
 }
 
+TEST_F(ControlApiTest, TenantCreateTakesAnExtentQuota) {
+  json r = Do(R"({"cmd":"tenant.create","name":"t1","max_extents":12})");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  ASSERT_EQ(target.created.size(), 1u);
+  EXPECT_EQ(target.created[0].limits.max_extents, 12u);
+  r = Do(R"({"cmd":"tenant.list"})");
+  EXPECT_EQ(r["result"][0]["max_extents"], 12u);
+  EXPECT_EQ(r["result"][0]["extents"], 0u);
+}
+
 TEST_F(ControlApiTest, TenantRemovePurgeIsAnExplicitBoolean) {
   ASSERT_TRUE(Do(R"({"cmd":"tenant.create","name":"t1"})")["ok"].get<bool>());
   EXPECT_FALSE(Do(R"({"cmd":"tenant.remove","name":"t1","purge":"yes"})")["ok"].get<bool>());

@@ -36,6 +36,7 @@
 #define HZ_COLLECTIVES_ENGINE_H_
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -61,8 +62,14 @@ struct EngineOptions {
   uint32_t default_timeout_ms = 60000;  // when Constraints::timeout_ms is 0
   uint32_t max_ranks = 64;              // nranks above this is kInvalid
   uint32_t max_uids_per_tenant = 4096;  // NewUid beyond this is kLimit
-  uint32_t max_seq_window = 1024;       // seq more than this ahead of the next one is kLimit
-  uint32_t max_pending_p2p = 4096;      // unmatched sends + recvs per communicator (kLimit)
+  // A uid that no Init has used for this long is forgotten when its tenant
+  // asks for a new one at max_uids_per_tenant, so a tenant that handed out
+  // uids it never used is not locked out. 0: unused uids never expire.
+  uint32_t unused_uid_lifetime_ms = 3600 * 1000;
+  // What uids age by; std::chrono::steady_clock::now when empty (tests).
+  std::function<std::chrono::steady_clock::time_point()> clock;
+  uint32_t max_seq_window = 1024;   // seq more than this ahead of the next one is kLimit
+  uint32_t max_pending_p2p = 4096;  // unmatched sends + recvs per communicator (kLimit)
   // Scheduler weights of the priority classes low, normal, high.
   std::array<uint32_t, 3> priority_weights = {1, 2, 4};
   // Collectives touching at most this many bytes in total run at once on the

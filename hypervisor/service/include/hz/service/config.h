@@ -11,11 +11,15 @@ namespace hz::service {
 
 // What one VM's device offers and accepts (config space, HELLO result).
 struct DeviceLimits {
-  uint16_t num_request_queues = 4;          // queues 2.. ; at most HZ_MAX_REQUEST_QUEUES
-  uint16_t queue_size = 256;                // largest ring the device accepts
-  uint16_t max_segments = 64;               // descriptors per chain
-  uint32_t max_regions = 256;               // live regions per device
-  uint32_t max_extents = 4096;              // extents per region
+  uint16_t num_request_queues = 4;  // queues 2.. ; at most HZ_MAX_REQUEST_QUEUES
+  uint16_t queue_size = 256;        // largest ring the device accepts
+  uint16_t max_segments = 64;       // descriptors per chain
+  uint32_t max_regions = 256;       // live regions per device
+  uint32_t max_extents = 4096;      // extents per region
+  // Extents of all live regions together. Each costs the service about 100
+  // bytes of memory (map entry, copy, translation), so this bounds what one
+  // VM's regions can hold of it.
+  uint32_t max_device_extents = 16384;
   uint64_t max_region_bytes = 64ull << 30;  // bytes per region
   uint32_t max_args_bytes = 1u << 20;       // readable header + args + data
   uint32_t max_comm_ranks = 64;             // ranks per communicator
@@ -32,6 +36,7 @@ struct DeviceLimits {
 struct TenantLimits {
   uint32_t max_regions = 1024;
   uint64_t max_region_bytes = 256ull << 30;  // total registered bytes
+  uint32_t max_extents = 65536;              // extents of all registered regions
 };
 
 // [scheduler]: the provider scheduler (inventory, allocation, vfio, libvirt
@@ -117,6 +122,10 @@ struct ServiceConfig {
   // changing under it.
   uint32_t ckpt_max_stall_budget_ms = 60000;
   uint32_t ckpt_jit_max_attempts = 64;
+
+  // [collectives]: a communicator uid no COMM_INIT used for this long is
+  // forgotten once its tenant holds its quota of uids (SPEC §7.3.1).
+  uint32_t coll_unused_uid_lifetime_s = 3600;
 
   SchedulerConfig scheduler;
   NegotiationConfig negotiation;

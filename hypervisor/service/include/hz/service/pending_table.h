@@ -69,6 +69,12 @@ class PendingTable {
   // written (result first, on success) if its ring still exists.
   void Finish(const PendingRequest& p, const Reply& reply, std::span<const uint8_t> result = {});
 
+  // Whether the ring p came from still exists: an answer for a ring that
+  // stopped reaches nobody.
+  bool RingLive(const PendingRequest& p) const {
+    return queues_.Live(p.queue, p.queue_gen) != nullptr;
+  }
+
   // Takes and answers every request of owner that matches (all by default),
   // in the order they arrived.
   void FinishAll(const FamilyHandler* owner, const Reply& reply,

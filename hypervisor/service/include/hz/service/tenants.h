@@ -38,13 +38,15 @@ class Tenant {
   // What the engines know the tenant by.
   const TenantId& id() const { return id_; }
 
-  // Reserves one region of `bytes` against the quotas; HZ_S_OK or HZ_S_ELIMIT.
-  uint32_t ReserveRegion(uint64_t bytes);
-  void ReleaseRegion(uint64_t bytes);
+  // Reserves one region of `bytes` in `extents` extents against the quotas;
+  // HZ_S_OK or HZ_S_ELIMIT.
+  uint32_t ReserveRegion(uint64_t bytes, uint64_t extents);
+  void ReleaseRegion(uint64_t bytes, uint64_t extents);
 
   struct Usage {
     uint32_t regions = 0;
     uint64_t region_bytes = 0;
+    uint64_t extents = 0;
   };
   Usage usage() const;
 
