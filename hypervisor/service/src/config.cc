@@ -147,6 +147,12 @@ void ReadCheckpoint(TableReader& r, ServiceConfig* c) {
   r.Int("disk_bandwidth_bytes_per_s", &c->ckpt_disk_bandwidth_bytes_per_s, 0, kI64);
   r.Int("max_stall_budget_ms", &c->ckpt_max_stall_budget_ms, 0, 3600000);
   r.Int("jit_max_attempts", &c->ckpt_jit_max_attempts, 1, 1000000);
+  r.Int("tenant_staging_bytes", &c->ckpt_tenant_staging_bytes, 0, 64ull << 30);
+  r.Int("tenant_disk_bytes", &c->ckpt_tenant_disk_bytes, 1, kI64);
+  r.Int("quiesce_bytes", &c->ckpt_quiesce_bytes, 0, 64ull << 30);
+  r.Int("disk_bytes", &c->ckpt_disk_bytes, 0, kI64);
+  r.Int("request_threads", &c->ckpt_request_threads, 1, 64);
+  r.Int("tenant_request_threads", &c->ckpt_tenant_request_threads, 1, 64);
 }
 
 void ReadScheduler(TableReader& r, ServiceConfig* c) {
@@ -256,6 +262,24 @@ bool LoadConfigFile(const std::string& path, ServiceConfig* config, std::string*
   return ParseConfig(ss.str(), path, config, error);
 }
 
+namespace {
+
+bool ValidateCheckpoint(const ServiceConfig& c, std::string* error) {
+  if (c.ckpt_tenant_request_threads > c.ckpt_request_threads) {
+    *error = fmt::format("checkpoint.tenant_request_threads ({}) exceeds request_threads ({})",
+                         c.ckpt_tenant_request_threads, c.ckpt_request_threads);
+    return false;
+  }
+  if (c.ckpt_quiesce_bytes > c.ckpt_staging_bytes ||
+      c.ckpt_tenant_staging_bytes > c.ckpt_staging_bytes) {
+    *error = "checkpoint.quiesce_bytes and tenant_staging_bytes must not exceed staging_bytes";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool ValidateConfig(const ServiceConfig& c, std::string* error) {
   if (c.state_dir.empty()) {
     *error = "state_dir must not be empty";
@@ -283,7 +307,7 @@ bool ValidateConfig(const ServiceConfig& c, std::string* error) {
         c.device.max_args_bytes, c.device.max_extents);
     return false;
   }
-  return true;
+  return ValidateCheckpoint(c, error);
 }
 
 }  // namespace hz::service
