@@ -56,6 +56,10 @@ Status Engine::Open(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   if (config.request_threads == 0 || config.request_threads > 64) {
     return Status::InvalidArgument("request_threads must be 1..64");
   }
+  if (config.tenant_request_threads == 0 ||
+      config.tenant_request_threads > config.request_threads) {
+    return Status::InvalidArgument("tenant_request_threads must be 1..request_threads");
+  }
   if (config.jit_max_attempts == 0) {
     return Status::InvalidArgument("jit_max_attempts must be at least 1");
   }
@@ -129,8 +133,8 @@ std::vector<StreamId> Engine::Streams(const TenantId& t) const {
 Status Engine::Flush(std::chrono::milliseconds timeout) {
   return impl_->Flush(timeout);
 }
-void Engine::RunAsync(std::function<void()> fn) {
-  impl_->RunAsync(std::move(fn));
+void Engine::RunAsync(const TenantId& tenant, std::function<void()> fn) {
+  impl_->RunAsync(tenant, std::move(fn));
 }
 Stats Engine::GetStats() const {
   return impl_->GetStats();
@@ -148,7 +152,8 @@ Engine::Impl::Impl(const EngineConfig& config, std::unique_ptr<StagingPool> pool
       pool_(std::move(pool)),
       disk_(std::move(disk)),
       copier_(config.copy_threads),
-      sched_(config.disk_bandwidth_bytes_per_s, config.chunk_bytes, 2 * config.chunk_bytes) {}
+      sched_(config.disk_bandwidth_bytes_per_s, config.chunk_bytes, 2 * config.chunk_bytes),
+      requests_(config.tenant_request_threads) {}
 
 Engine::Impl::~Impl() {
   {
@@ -158,11 +163,7 @@ Engine::Impl::~Impl() {
   // Queued work still runs (its saves answer kShutdown) so every caller
   // hears back; then the request threads end.
   staging_cv_.notify_all();
-  {
-    std::lock_guard<std::mutex> l(async_mu_);
-    async_stop_ = true;
-  }
-  async_cv_.notify_all();
+  requests_.Stop();
   for (auto& t : requesters_) t.join();
   worker_cv_.notify_all();
   staging_cv_.notify_all();
@@ -180,30 +181,12 @@ void Engine::Impl::Start() {
   worker_ = std::thread([this] { WorkerLoop(); });
   committer_ = std::thread([this] { CommitLoop(); });
   for (unsigned i = 0; i < config_.request_threads; ++i) {
-    requesters_.emplace_back([this] { RequestLoop(); });
+    requesters_.emplace_back([this] { requests_.Serve(); });
   }
 }
 
-void Engine::Impl::RunAsync(std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> l(async_mu_);
-    async_.push_back(std::move(fn));
-  }
-  async_cv_.notify_one();
-}
-
-void Engine::Impl::RequestLoop() {
-  for (;;) {
-    std::function<void()> fn;
-    {
-      std::unique_lock<std::mutex> l(async_mu_);
-      async_cv_.wait(l, [this] { return async_stop_ || !async_.empty(); });
-      if (async_.empty()) return;  // stopping with nothing left
-      fn = std::move(async_.front());
-      async_.pop_front();
-    }
-    fn();
-  }
+void Engine::Impl::RunAsync(const TenantId& tenant, std::function<void()> fn) {
+  requests_.Push(tenant, std::move(fn));
 }
 
 Status Engine::Impl::LoadTenantNumbers() {
@@ -283,6 +266,41 @@ void Engine::Impl::ReleaseChunksLocked(TenantNo tenant, const std::vector<uint32
   staging_cv_.notify_all();
 }
 
+uint64_t Engine::Impl::ShareLocked(const TenantState& t, uint64_t total) const {
+  uint64_t weights = 0;
+  for (const auto& [id, other] : tenants_) {
+    if (!other.forgotten) weights += std::max<uint32_t>(other.limits.weight, 1);
+  }
+  const uint64_t w = std::max<uint32_t>(t.limits.weight, 1);
+  if (weights < w) weights = w;
+  return total / weights * w + total % weights * w / weights;
+}
+
+uint64_t Engine::Impl::StagingQuotaLocked(const TenantState& t) const {
+  if (t.limits.staging_bytes != 0) {
+    return std::min<uint64_t>(t.limits.staging_bytes / config_.chunk_bytes, pool_->total());
+  }
+  return std::max<uint64_t>(ShareLocked(t, pool_->total()), 1);
+}
+
+uint64_t Engine::Impl::DiskQuotaLocked(const TenantState& t) const {
+  if (config_.disk_bytes == 0) return t.limits.disk_bytes;
+  return std::min(t.limits.disk_bytes, ShareLocked(t, config_.disk_bytes));
+}
+
+uint64_t Engine::Impl::QuiesceChunksLocked() const {
+  uint64_t n = 0;
+  for (const auto& [id, t] : tenants_) {
+    for (const auto& [sid, s] : t.streams) n += s.quiesce ? s.quiesce->reserved.size() : 0;
+  }
+  return n;
+}
+
+uint64_t Engine::Impl::QuiesceCapChunks() const {
+  if (config_.quiesce_bytes == 0) return pool_->total() / 2;
+  return std::min<uint64_t>(config_.quiesce_bytes / config_.chunk_bytes, pool_->total());
+}
+
 void Engine::Impl::MaybeReleaseLocked(TenantNo tenant, Ckpt* c) {
   if (c->chunks.empty() || c->job_active || c->pins > 0) return;
   // Memory-tier checkpoints (and failed persists kept in memory) hold their
@@ -353,7 +371,7 @@ Status Engine::Impl::AcquireLocked(std::unique_lock<std::mutex>& lock, TenantNo 
                                    Clock::time_point deadline, const std::function<bool()>* cancel,
                                    std::vector<uint32_t>* chunks, uint64_t* waited_us) {
   TenantState& t = TenantLocked(tenant);
-  uint64_t quota_chunks = t.limits.staging_bytes / config_.chunk_bytes;
+  const uint64_t quota_chunks = StagingQuotaLocked(t);
   *waited_us = 0;
   if (n > pool_->total() || n > quota_chunks) return Status::Limit();
   auto fits = [&] {
@@ -385,8 +403,9 @@ Status Engine::Impl::PlaceLocked(TenantNo tenant, StreamId stream, const StreamS
   *disk_reserved = 0;
   uint64_t n = m.num_chunks();
   if (s.policy.tier == TierKind::kHostMemory) {
+    // The tier is shared by weight, so no tenant can keep it full for others.
     uint64_t budget = config_.memory_tier_bytes / config_.chunk_bytes;
-    if (memory_tier_chunks_ + n <= budget) {
+    if (memory_tier_chunks_ + n <= budget && t.memory_chunks + n <= ShareLocked(t, budget)) {
       *want_memory = true;
       DecideLocked(Decision::Kind::kPlaceMemory, tenant, stream, m.step, m.payload_bytes());
       return Status::Ok();
@@ -397,7 +416,8 @@ Status Engine::Impl::PlaceLocked(TenantNo tenant, StreamId stream, const StreamS
   }
   // Until the retention pass after the commit, the old checkpoints still count.
   uint64_t need = m.padded_bytes();
-  if (need > t.limits.disk_bytes || t.stats.disk_bytes > t.limits.disk_bytes - need) {
+  const uint64_t quota = DiskQuotaLocked(t);
+  if (need > quota || t.stats.disk_bytes > quota - need) {
     return Status::Limit();
   }
   // Reserved now, so concurrent saves cannot overshoot the quota together.

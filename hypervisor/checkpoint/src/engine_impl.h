@@ -19,6 +19,7 @@
 #include "fair_scheduler.h"
 #include "hz/checkpoint/engine.h"
 #include "hz/checkpoint/manifest.h"
+#include "request_queue.h"
 #include "staging_pool.h"
 #include "tenant_numbers.h"
 
@@ -69,6 +70,7 @@ struct TenantState {
   TenantStats stats;
   uint64_t held_chunks = 0;    // staging-pool chunks held (staged + memory tier)
   uint64_t memory_chunks = 0;  // of which memory-tier checkpoints
+  bool forgotten = false;      // removed: its number is never used again, it has no share
 };
 
 // A persist (or seal, for the memory tier) handled by the worker thread.
@@ -134,7 +136,7 @@ class Engine::Impl {
   Status WaitDurable(TenantNo tenant, StreamId stream, uint64_t step,
                      std::chrono::milliseconds timeout);
   Status Flush(std::chrono::milliseconds timeout);
-  void RunAsync(std::function<void()> fn);
+  void RunAsync(const TenantId& tenant, std::function<void()> fn);
   Stats GetStats() const;
   std::vector<Decision> Decisions() const;
 
@@ -164,6 +166,15 @@ class Engine::Impl {
   // Validates a new step against what the stream holds (SPEC.md §7.5.2).
   Status CheckStepLocked(const StreamState& s, uint64_t step) const;
   void ReleaseChunksLocked(TenantNo tenant, const std::vector<uint32_t>& chunks);
+  // The tenant's weighted share of `total` among the tenants the engine knows.
+  uint64_t ShareLocked(const TenantState& t, uint64_t total) const;
+  // Staging chunks the tenant may hold at once.
+  uint64_t StagingQuotaLocked(const TenantState& t) const;
+  // Bytes the tenant may hold on disk (committed plus in flight).
+  uint64_t DiskQuotaLocked(const TenantState& t) const;
+  // Staging chunks every quiescence registration holds, and their cap.
+  uint64_t QuiesceChunksLocked() const;
+  uint64_t QuiesceCapChunks() const;
   void DropQuiesceLocked(TenantNo tenant, StreamState* s);
   // Cancels the stream's just-in-time copy, if one is running, and waits
   // until it has stopped reading the registered guest memory. The copy
@@ -181,9 +192,6 @@ class Engine::Impl {
                                   const std::vector<uint32_t>& chunks) const;
   void ZeroTail(const Manifest& m, const std::vector<uint32_t>& chunks) const;
   void Publish(const std::vector<PendingEvent>& events);
-
-  // --- request threads (RunAsync) ---
-  void RequestLoop();
 
   // --- persist worker (worker.cc) ---
   void WorkerLoop();
@@ -226,11 +234,8 @@ class Engine::Impl {
   std::map<TenantNo, uint64_t> last_start_us_;
   std::thread worker_;
 
-  // Request threads: run RunAsync work, in order.
-  std::mutex async_mu_;
-  std::condition_variable async_cv_;
-  std::deque<std::function<void()>> async_;
-  bool async_stop_ = false;
+  // Request threads: run RunAsync work, per tenant in turn.
+  RequestQueue requests_;
   std::vector<std::thread> requesters_;
 
   // Commit thread: flushes and renames while the worker keeps writing.

@@ -57,6 +57,9 @@ Status Engine::Impl::DeclareQuiesce(TenantNo tenant, StreamId stream, IoSpan wor
   // and a reservation that does not fit now is refused (SPEC §7.5.7).
   DropQuiesceLocked(tenant, s);
   uint64_t nchunks = total / config_.chunk_bytes + (total % config_.chunk_bytes != 0 ? 1 : 0);
+  // Reservations are held for as long as the registration lasts: together
+  // they may take only part of the pool, whatever each tenant's share.
+  if (QuiesceChunksLocked() + nchunks > QuiesceCapChunks()) return Status::Limit();
   std::vector<uint32_t> reserved;
   uint64_t waited = 0;
   Status st = AcquireLocked(lock, tenant, nchunks, Clock::now(), nullptr, &reserved, &waited);
@@ -201,9 +204,10 @@ std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantNo tenant, Clock::time_p
       ReleaseChunksLocked(tenant, chunks);
     }
     if (admitted && s->quiesce && s->quiesce->reserved.empty()) {
-      uint64_t quota = TenantLocked(tenant).limits.staging_bytes / config_.chunk_bytes;
+      const uint64_t quota = StagingQuotaLocked(TenantLocked(tenant));
       std::vector<uint32_t> again;
       if (TenantLocked(tenant).held_chunks + m.num_chunks() <= quota &&
+          QuiesceChunksLocked() + m.num_chunks() <= QuiesceCapChunks() &&
           pool_->TryAcquire(m.num_chunks(), &again)) {
         TenantLocked(tenant).held_chunks += again.size();
         s->quiesce->reserved = std::move(again);

@@ -304,6 +304,10 @@ Status Engine::Impl::ForgetTenant(const TenantId& tenant, TenantNo number) {
     }
   }
   if (Status s = numbers_.Forget(tenant); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    TenantLocked(number).forgotten = true;  // no longer takes a share from others
+  }
   // Policies and empty stream directories; the number is not used again.
   return disk_->RemoveTenant(number);
 }

@@ -47,6 +47,8 @@ class EngineImpl {
   std::vector<CommInfo> Communicators() const;
   uint32_t workers() const { return sched_->threads(); }
 
+  void SetTenantWeight(const TenantId& tenant, uint32_t weight);
+
  private:
   struct UidEntry {
     TenantId tenant;
@@ -98,6 +100,9 @@ class EngineImpl {
   void CheckTimeouts(const std::shared_ptr<Comm>& c, Clock::time_point now);
   uint32_t WeightOf(const Comm& c) const;
 
+  mutable std::mutex weight_mu_;
+  std::map<TenantId, uint32_t> tenant_weights_;  // operator's weights; 1 when absent
+
   const EngineOptions opts_;
 
   mutable std::mutex reg_mu_;
@@ -139,7 +144,18 @@ bool EngineImpl::IsShutdown() const {
 
 uint32_t EngineImpl::WeightOf(const Comm& c) const {
   uint16_t p = std::min<uint16_t>(c.constraints.priority_class, kPriorityCount - 1);
-  return std::max(1u, opts_.priority_weights[p]);
+  uint32_t tenant = 1;
+  {
+    std::lock_guard<std::mutex> lock(weight_mu_);
+    auto it = tenant_weights_.find(c.tenant);
+    if (it != tenant_weights_.end()) tenant = it->second;
+  }
+  return std::max(1u, opts_.priority_weights[p]) * tenant;
+}
+
+void EngineImpl::SetTenantWeight(const TenantId& tenant, uint32_t weight) {
+  std::lock_guard<std::mutex> lock(weight_mu_);
+  tenant_weights_[tenant] = std::clamp<uint32_t>(weight, 1, 1000);
 }
 
 void EngineImpl::Deliver(TenantId tenant, Completions& c) {
@@ -898,6 +914,9 @@ void Engine::Post(const std::shared_ptr<Member>& m, OpDesc op, Done done) {
 }
 void Engine::Shutdown() {
   impl_->Shutdown();
+}
+void Engine::SetTenantWeight(const TenantId& tenant, uint32_t weight) {
+  impl_->SetTenantWeight(tenant, weight);
 }
 void Engine::Destroy(const std::shared_ptr<Member>& m, AbortCause cause) {
   impl_->Destroy(m, cause);

@@ -318,7 +318,7 @@ Reply CheckpointHandler::Start(const vdev::Queue& queue, const Request& req,
   op->backend = backend_;
   op->draining = ctx_.session.service_draining();
   ctx_.pending.Add(this, queue, req, op);
-  backend_->RunAsync([this, op, link = ctx_.link] {
+  backend_->RunAsync(tenant_.id(), [this, op, link = ctx_.link] {
     {
       std::unique_lock<std::mutex> l(op->mu);
       if (op->phase == CkptOp::Phase::kQueued) {  // else the session ended first

@@ -172,6 +172,12 @@ void ReadCheckpoint(TableReader& r, ServiceConfig* c) {
   r.Int("disk_bandwidth_bytes_per_s", &c->ckpt_disk_bandwidth_bytes_per_s, 0, kI64);
   r.Int("max_stall_budget_ms", &c->ckpt_max_stall_budget_ms, 0, 3600000);
   r.Int("jit_max_attempts", &c->ckpt_jit_max_attempts, 1, 1000000);
+  r.Int("tenant_staging_bytes", &c->ckpt_tenant_staging_bytes, 0, 64ull << 30);
+  r.Int("tenant_disk_bytes", &c->ckpt_tenant_disk_bytes, 1, kI64);
+  r.Int("quiesce_bytes", &c->ckpt_quiesce_bytes, 0, 64ull << 30);
+  r.Int("disk_bytes", &c->ckpt_disk_bytes, 0, kI64);
+  r.Int("request_threads", &c->ckpt_request_threads, 1, 64);
+  r.Int("tenant_request_threads", &c->ckpt_tenant_request_threads, 1, 64);
 }
 
 void ReadCollectives(TableReader& r, ServiceConfig* c) {
@@ -297,6 +303,24 @@ bool LookupGroup(const std::string& name, uint32_t* gid) {
   return true;
 }
 
+namespace {
+
+bool ValidateCheckpoint(const ServiceConfig& c, std::string* error) {
+  if (c.ckpt_tenant_request_threads > c.ckpt_request_threads) {
+    *error = fmt::format("checkpoint.tenant_request_threads ({}) exceeds request_threads ({})",
+                         c.ckpt_tenant_request_threads, c.ckpt_request_threads);
+    return false;
+  }
+  if (c.ckpt_quiesce_bytes > c.ckpt_staging_bytes ||
+      c.ckpt_tenant_staging_bytes > c.ckpt_staging_bytes) {
+    *error = "checkpoint.quiesce_bytes and tenant_staging_bytes must not exceed staging_bytes";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool ValidateConfig(const ServiceConfig& c, std::string* error) {
   for (const auto& [key, name] :
        {std::pair<const char*, const std::string&>{"control.socket_group", c.control_socket_group},
@@ -340,7 +364,7 @@ bool ValidateConfig(const ServiceConfig& c, std::string* error) {
         c.device.max_device_extents, c.device.max_extents);
     return false;
   }
-  return true;
+  return ValidateCheckpoint(c, error);
 }
 
 }  // namespace hz::service

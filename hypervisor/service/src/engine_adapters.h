@@ -56,7 +56,9 @@ class CkptAdapter : public CkptBackend {
                     const void* owner) override;
   void ReleaseQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
                       const void* owner) override;
-  void RunAsync(std::function<void()> fn) override { engine_.RunAsync(std::move(fn)); }
+  void RunAsync(const TenantId& tenant, std::function<void()> fn) override {
+    engine_.RunAsync(tenant, std::move(fn));
+  }
 
  private:
   checkpoint::Engine& engine_;

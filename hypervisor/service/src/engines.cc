@@ -1,5 +1,7 @@
 #include "hz/service/engines.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -35,6 +37,19 @@ class Engines::CkptSink : public checkpoint::EventSink {
   Engines* e_;
 };
 
+namespace {
+
+// The operator's cap on all checkpoints, or half the file system holding the
+// state directory: its event logs and state files need room too.
+uint64_t CheckpointDiskCap(const ServiceConfig& c) {
+  if (c.ckpt_disk_bytes != 0) return c.ckpt_disk_bytes;
+  struct statvfs fs {};
+  if (statvfs(c.state_dir.c_str(), &fs) != 0) return 0;
+  return static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize / 2;
+}
+
+}  // namespace
+
 Engines::Engines(const ServiceConfig& config) : config_(config) {}
 
 Engines::~Engines() {
@@ -67,7 +82,12 @@ Status Engines::Start() {
   cc.disk_bandwidth_bytes_per_s = config_.ckpt_disk_bandwidth_bytes_per_s;
   cc.max_stall_budget_ms = config_.ckpt_max_stall_budget_ms;
   cc.jit_max_attempts = config_.ckpt_jit_max_attempts;
-  cc.default_limits.staging_bytes = cc.staging_bytes;
+  cc.request_threads = config_.ckpt_request_threads;
+  cc.tenant_request_threads = config_.ckpt_tenant_request_threads;
+  cc.quiesce_bytes = config_.ckpt_quiesce_bytes;
+  cc.disk_bytes = CheckpointDiskCap(config_);
+  cc.default_limits.staging_bytes = config_.ckpt_tenant_staging_bytes;
+  cc.default_limits.disk_bytes = config_.ckpt_tenant_disk_bytes;
   cc.sink = sink_.get();
   st = checkpoint::Engine::Open(cc, &ckpt_);
   if (!st.ok()) return Status(st.code(), root + ": " + st.message());

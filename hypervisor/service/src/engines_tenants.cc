@@ -1,7 +1,8 @@
-// What the engines keep under a tenant's name, for tenant.remove.
+// The engines' view of a tenant: its weight, and what they keep under its name (tenant.remove).
 #include "hz/checkpoint/engine.h"
 #include "hz/events/event_bus.h"
 #include "hz/service/engines.h"
+#include "spdlog/spdlog.h"
 
 namespace hz::service {
 
@@ -14,6 +15,18 @@ Status Engines::TenantData(const TenantId& tenant, std::vector<std::string>* hel
     if (*events) held->push_back("events");
   }
   return Status::Ok();
+}
+
+void Engines::SetTenantWeight(const TenantId& tenant, uint32_t weight) {
+  if (!ckpt_) return;
+  checkpoint::TenantLimits limits;
+  limits.staging_bytes = config_.ckpt_tenant_staging_bytes;
+  limits.disk_bytes = config_.ckpt_tenant_disk_bytes;
+  limits.weight = weight;
+  if (Status s = ckpt_->SetLimits(tenant, limits); !s.ok()) {
+    spdlog::warn("event=ckpt_weight_not_applied tenant={} error=\"{}\"", tenant.name(),
+                 s.ToString());
+  }
 }
 
 Status Engines::ForgetTenant(const TenantId& tenant) {

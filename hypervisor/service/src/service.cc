@@ -266,6 +266,8 @@ std::string Service::ResolveSocketPath(const std::string& path) const {
 hz::Status Service::CreateTenant(const TenantSpec& spec) {
   if (draining_) return hz::Status::Shutdown("the service is stopping");
   if (hz::Status s = tenants_.Create(spec); !s.ok()) return s;
+  if (coll_) coll_->SetTenantWeight(TenantId(spec.name), spec.weight);
+  if (engines_) engines_->SetTenantWeight(TenantId(spec.name), spec.weight);
   spdlog::info(
       "event=tenant_created tenant={} weight={} priority={} max_regions={} "
       "max_region_bytes={} max_extents={}",

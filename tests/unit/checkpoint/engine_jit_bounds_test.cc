@@ -66,7 +66,7 @@ TEST(CheckpointJitBounds, ARegistrationThatDoesNotFitIsRefusedWithoutWaiting) {
   TempDir dir("jitb-fit");
   auto eng = testing::OpenEngine(SmallConfig(dir.path()));
   ASSERT_TRUE(eng);
-  Live big(4 << 20);  // the whole pool
+  Live big(2 << 20);  // half the pool: all that registrations may hold together
   Live small(4096);
   ASSERT_TRUE(eng->SetPolicy(Tenant(1), 1, OnNotice()).ok());
   ASSERT_TRUE(eng->SetPolicy(Tenant(1), 2, OnNotice(UINT32_MAX)).ok());
@@ -91,10 +91,14 @@ TEST(CheckpointJitBounds, TheOperatorCapsTheStallBudget) {
   cfg.max_stall_budget_ms = 200;
   auto eng = testing::OpenEngine(cfg);
   ASSERT_TRUE(eng);
-  Live hog(4 << 20);  // tenant 2 holds the whole pool
-  ASSERT_TRUE(eng->SetPolicy(Tenant(2), 1, OnNotice()).ok());
+  // Tenant 1's registration holds all the staging memory its limit allows.
+  TenantLimits limits;
+  limits.staging_bytes = 128 << 10;
+  ASSERT_TRUE(eng->SetLimits(Tenant(1), limits).ok());
+  Live hog(128 << 10);
+  ASSERT_TRUE(eng->SetPolicy(Tenant(1), 2, OnNotice()).ok());
   auto spans = hog.spans();
-  ASSERT_EQ(eng->DeclareQuiesce(Tenant(2), 1, hog.word_span(), spans).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->DeclareQuiesce(Tenant(1), 2, hog.word_span(), spans).code(), StatusCode::kOk);
 
   Policy p;
   p.stall_budget_ms = UINT32_MAX;
@@ -111,7 +115,7 @@ TEST(CheckpointJitBounds, TheOperatorCapsTheStallBudget) {
     return eng->Save(req, &res);
   });
   const bool answered = save.wait_for(kHang) == std::future_status::ready;
-  if (!answered) (void)eng->CancelQuiesce(Tenant(2), 1);  // unblocks it
+  if (!answered) (void)eng->CancelQuiesce(Tenant(1), 2);  // unblocks it
   EXPECT_TRUE(answered) << "the save waited past the operator's stall cap";
   Status st = save.get();
   if (answered) {

@@ -423,7 +423,7 @@ TEST(CheckpointAsync, RunAsyncRunsEveryPieceOffTheCaller) {
   std::vector<int> order;
   std::vector<std::thread::id> threads;
   for (int i = 0; i < 50; ++i) {
-    eng->RunAsync([&, i] {
+    eng->RunAsync(Tenant(1), [&, i] {
       std::lock_guard<std::mutex> l(mu);
       order.push_back(i);
       threads.push_back(std::this_thread::get_id());

@@ -186,6 +186,40 @@ TEST(ServiceConfigTest, SocketAccessAndMetricsCapAreReadAndChecked) {
   EXPECT_EQ(error, "vm.socket_group: no group named no-such-group-hz");
 }
 
+TEST(ServiceConfigTest, CheckpointSharesAreReadAndChecked) {
+  ServiceConfig c;
+  std::string error;
+  EXPECT_EQ(c.ckpt_tenant_staging_bytes, 0u);  // the tenant's weighted share
+  EXPECT_EQ(c.ckpt_tenant_request_threads, 2u);
+  ASSERT_TRUE(
+      ParseConfig("[checkpoint]\ntenant_staging_bytes = 16777216\nquiesce_bytes = 33554432\n"
+                  "tenant_disk_bytes = 1048576\ndisk_bytes = 8388608\nrequest_threads = 6\n"
+                  "tenant_request_threads = 2",
+                  "test.toml", &c, &error))
+      << error;
+  EXPECT_EQ(c.ckpt_tenant_staging_bytes, 16u << 20);
+  EXPECT_EQ(c.ckpt_quiesce_bytes, 32u << 20);
+  EXPECT_EQ(c.ckpt_tenant_disk_bytes, 1u << 20);
+  EXPECT_EQ(c.ckpt_disk_bytes, 8u << 20);
+  EXPECT_EQ(c.ckpt_request_threads, 6u);
+  EXPECT_EQ(c.ckpt_tenant_request_threads, 2u);
+  EXPECT_TRUE(ValidateConfig(c, &error)) << error;
+  for (const char* bad :
+       {"[checkpoint]\nrequest_threads = 0", "[checkpoint]\ntenant_disk_bytes = 0",
+        "[checkpoint]\ntenant_request_threads = 65"}) {
+    ServiceConfig config;
+    EXPECT_FALSE(ParseConfig(bad, "test.toml", &config, &error)) << bad;
+  }
+  ServiceConfig more_than_all;
+  more_than_all.ckpt_request_threads = 2;
+  more_than_all.ckpt_tenant_request_threads = 3;
+  EXPECT_FALSE(ValidateConfig(more_than_all, &error));
+  EXPECT_NE(error.find("tenant_request_threads"), std::string::npos) << error;
+  ServiceConfig quiesce_over_pool;
+  quiesce_over_pool.ckpt_quiesce_bytes = quiesce_over_pool.ckpt_staging_bytes + 1;
+  EXPECT_FALSE(ValidateConfig(quiesce_over_pool, &error));
+}
+
 TEST(ServiceConfigTest, FailedParseLeavesConfigUntouched) {
   ServiceConfig c;
   std::string error;

@@ -308,7 +308,7 @@ class FakeCkptBackend : public CkptBackend {
   Status CancelQuiesce(const TenantId&, checkpoint::StreamId) override { return Status::Ok(); }
   bool ClaimQuiesce(const TenantId&, checkpoint::StreamId, const void*) override { return true; }
   void ReleaseQuiesce(const TenantId&, checkpoint::StreamId, const void*) override {}
-  void RunAsync(std::function<void()> fn) override {
+  void RunAsync(const TenantId&, std::function<void()> fn) override {
     std::lock_guard<std::mutex> lock(mu);
     queued.push_back(std::move(fn));
   }

@@ -52,6 +52,7 @@ struct EngineConfig {
   unsigned queue_depth = 16;             // io_uring writes in flight
   unsigned copy_threads = 2;             // snapshot memcpy threads (1: copy on the caller)
   unsigned request_threads = 2;          // threads running RunAsync work (1..64)
+  unsigned tenant_request_threads = 1;   // of which one tenant's work may use at once
   size_t parallel_copy_min_bytes = 8u << 20;  // smaller snapshots are copied on the caller
   uint64_t disk_bandwidth_bytes_per_s = 0;    // bandwidth shared by tenants; 0: unthrottled
   uint32_t stagger_ms = 0;                    // spacing between persist starts of different tenants
@@ -60,8 +61,14 @@ struct EngineConfig {
   size_t max_decisions = 256;                 // decision log entries kept
   uint32_t max_stall_budget_ms = 60000;       // cap on a policy's stall_budget_ms
   uint32_t jit_max_attempts = 64;             // copies per stream and notice of a JIT save
-  TenantLimits default_limits;                // for tenants without SetLimits
-  EventSink* sink = nullptr;                  // may be null; must outlive the engine
+  // All tenants' committed plus in-flight bytes on disk; 0: no cap. Each
+  // tenant may use its weighted share of it.
+  uint64_t disk_bytes = 0;
+  // Staging memory all quiescence registrations may hold together; 0: half
+  // the pool.
+  uint64_t quiesce_bytes = 0;
+  TenantLimits default_limits;  // for tenants without SetLimits
+  EventSink* sink = nullptr;    // may be null; must outlive the engine
 };
 
 struct SaveRequest {
@@ -221,11 +228,14 @@ class Engine {
   std::vector<NoticeOutcome> OnNotice(const TenantId& tenant,
                                       std::chrono::steady_clock::time_point deadline);
 
-  // Runs fn on one of the engine's request threads, in submission order, for
-  // callers that must not block on Save or Restore (the host service's
-  // connection threads). fn runs exactly once: a fn still queued when the
-  // engine stops runs during its destruction (Save then answers kShutdown).
-  void RunAsync(std::function<void()> fn);
+  // Runs fn on one of the engine's request threads, for callers that must
+  // not block on Save or Restore (the host service's connection threads).
+  // Each tenant's work runs in submission order; tenants with queued work
+  // are served in turn, and a tenant runs at most tenant_request_threads
+  // pieces at once, so its waiting requests never hold every thread. fn runs
+  // exactly once: a fn still queued when the engine stops runs during its
+  // destruction (Save then answers kShutdown).
+  void RunAsync(const TenantId& tenant, std::function<void()> fn);
 
   // Waits until the step is durable (kOk), failed (kIo), deleted (kNotFound)
   // or the timeout passed (kTimedOut).

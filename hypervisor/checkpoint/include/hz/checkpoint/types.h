@@ -55,12 +55,20 @@ struct Policy {
   bool auto_save_on_notice = false;      // snapshot on a preemption/maintenance notice
 };
 
-// Provider-side limits for one tenant.
+// Provider-side limits for one tenant. A tenant's weighted share of a
+// resource is total * weight / (sum of the weights of the tenants the engine
+// knows): what each may hold at once, so that no tenant's use makes another
+// tenant's request wait or fail.
 struct TenantLimits {
-  uint64_t staging_bytes = 256ull << 20;  // staging-pool bytes held at once (incl. memory tier)
-  uint64_t disk_bytes = 64ull << 30;      // committed plus in-flight bytes on disk
-  uint32_t max_streams = 16;              // streams with a policy
-  uint32_t weight = 1;                    // share of the disk bandwidth under contention
+  // Staging-pool bytes held at once (saves in flight, quiescence
+  // reservations, the memory tier); 0: the tenant's weighted share of the pool.
+  uint64_t staging_bytes = 0;
+  // Committed plus in-flight bytes on disk; with EngineConfig::disk_bytes set,
+  // also at most the tenant's weighted share of it.
+  uint64_t disk_bytes = 64ull << 30;
+  uint32_t max_streams = 16;  // streams with a policy
+  // Share of staging, the memory tier, disk space and disk bandwidth, 1..1000.
+  uint32_t weight = 1;
 };
 
 // Kinds of event the engine publishes: topic HZ_TOPIC_CHECKPOINT, values as

@@ -225,6 +225,11 @@ class Engine {
   EngineStats Stats() const;
   std::vector<CommInfo> Communicators() const;
 
+  // The operator's weight for the tenant (1..1000; 1 until set): its
+  // communicators' share of the workers is the priority class's weight
+  // times this one, so a heavier tenant gets more worker time under load.
+  void SetTenantWeight(const TenantId& tenant, uint32_t weight);
+
   // Number of worker threads.
   uint32_t workers() const;
 

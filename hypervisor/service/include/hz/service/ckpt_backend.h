@@ -45,9 +45,10 @@ class CkptBackend {
   virtual void ReleaseQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
                               const void* owner) = 0;
 
-  // Runs fn exactly once on an engine thread, in submission order; a fn
-  // still queued when the engine stops runs during its destruction.
-  virtual void RunAsync(std::function<void()> fn) = 0;
+  // Runs fn exactly once on an engine thread, each tenant's work in
+  // submission order, tenants in turn; a fn still queued when the engine
+  // stops runs during its destruction.
+  virtual void RunAsync(const TenantId& tenant, std::function<void()> fn) = 0;
 };
 
 }  // namespace hz::service

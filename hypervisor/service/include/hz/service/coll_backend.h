@@ -70,6 +70,8 @@ class CollBackend {
   // Why m's communicator was aborted: the HZ_S_EABORTED detail, 0 if unknown.
   virtual uint32_t AbortDetail(const MemberPtr& /*m*/) const { return 0; }
   virtual void Shutdown() = 0;
+  // The operator's weight for the tenant (1..1000): its share of the workers.
+  virtual void SetTenantWeight(const TenantId& /*tenant*/, uint32_t /*weight*/) {}
   virtual BackendStats Stats() const = 0;
   virtual std::vector<CommSummary> Communicators() const = 0;
 };

@@ -122,6 +122,19 @@ struct ServiceConfig {
   // changing under it.
   uint32_t ckpt_max_stall_budget_ms = 60000;
   uint32_t ckpt_jit_max_attempts = 64;
+  // Shares between tenants (each weighted by the tenant's weight): a
+  // tenant's staging memory (0: its weighted share of the pool) and disk
+  // bytes; what all quiescence registrations may reserve together (0: half
+  // the pool); all checkpoints on disk (0: half the state directory's file
+  // system); request threads, and how many of them one tenant may use.
+  uint64_t ckpt_tenant_staging_bytes = 0;
+  uint64_t ckpt_tenant_disk_bytes = 64ull << 30;
+  uint64_t ckpt_quiesce_bytes = 0;
+  uint64_t ckpt_disk_bytes = 0;
+  uint32_t ckpt_request_threads = 4;
+  // Two per tenant: one VM's save may wait for staging that another VM of
+  // the same tenant frees with its own request.
+  uint32_t ckpt_tenant_request_threads = 2;
 
   // [collectives]: a communicator uid no COMM_INIT used for this long is
   // forgotten once its tenant holds its quota of uids (SPEC §7.3.1).

@@ -28,6 +28,9 @@ class EngineBackend : public CollBackend {
   void Leave(const MemberPtr& m) override;
   uint32_t AbortDetail(const MemberPtr& m) const override;
   void Shutdown() override;
+  void SetTenantWeight(const TenantId& tenant, uint32_t weight) override {
+    engine_.SetTenantWeight(tenant, weight);
+  }
   BackendStats Stats() const override;
   std::vector<CommSummary> Communicators() const override;
 

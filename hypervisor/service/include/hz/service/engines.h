@@ -51,6 +51,10 @@ class Engines {
   Status TenantData(const TenantId& tenant, std::vector<std::string>* held) const;
   // Deletes everything the engines keep under the tenant's name.
   Status ForgetTenant(const TenantId& tenant);
+  // The operator's weight for the tenant (1..1000): its share of checkpoint
+  // staging, the memory tier, disk space and disk bandwidth. A failure (the
+  // engine cannot record the tenant) is logged: the tenant keeps weight 1.
+  void SetTenantWeight(const TenantId& tenant, uint32_t weight);
 
   events::EventBus* bus() const { return bus_.get(); }
   // What the devices use; null when that engine is not running.
