@@ -16,6 +16,8 @@ function(hz_gtest)
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main GTest::gmock
                                           Threads::Threads)
+  # Header-only helpers shared by tests of every component (tests/support/hz_test).
+  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
   # Each TEST() is its own ctest entry, so a failure names the case.
   gtest_discover_tests(${T_NAME} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT}
                        DISCOVERY_TIMEOUT 60)

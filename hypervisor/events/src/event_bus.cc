@@ -198,6 +198,7 @@ Status TenantLog::Publish(const EventSpec& spec, uint64_t* seq) {
   if (!s.ok()) return s;
   std::vector<std::shared_ptr<SubscriberState>> wake;
   int sync_fd = -1;
+  Status flushed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     hz_event ev{};
@@ -210,7 +211,7 @@ Status TenantLog::Publish(const EventSpec& spec, uint64_t* seq) {
     std::memcpy(ev.payload, spec.payload.data(), HZ_EVENT_PAYLOAD_BYTES);
     // Written, not yet flushed: subscribers are woken before the flush so
     // that delivery never waits for the disk; the publisher's answer does.
-    s = file_.Append(ev, &sync_fd);
+    s = file_.Append(ev, &sync_fd, &flushed);
     if (!s.ok()) return s;
     ++next_seq_;
     events_.push_back(ev);
@@ -238,6 +239,7 @@ Status TenantLog::Publish(const EventSpec& spec, uint64_t* seq) {
   // (FsyncPolicy::kAlways). A guest may see the event a moment earlier; the
   // only thing that could then lose it is a host power loss, which takes the
   // guest's memory with it.
+  if (!flushed.ok()) return flushed;
   if (sync_fd >= 0) {
     int rc = ::fdatasync(sync_fd);
     int err = errno;

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <limits>
 
+#include <spdlog/spdlog.h>
+
 #include "hz/common/file.h"
 
 namespace hz::events {
@@ -129,16 +131,35 @@ Status RecordFile::WriteAll(int fd, const std::string& bytes) {
   return WriteFd(fd, bytes.data(), bytes.size(), path_);
 }
 
-Status RecordFile::Append(const hz_event& event, int* sync_fd) {
+Status RecordFile::Append(const hz_event& event, int* sync_fd, Status* flushed) {
   *sync_fd = -1;
-  if (fd_ < 0) return Status::State("record file not open");
+  *flushed = Status::Ok();
+  if (fd_ < 0) {
+    // A compaction could not reopen the file: appends resume once it can.
+    fd_ = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+    if (fd_ < 0) return Errno("reopen", path_);
+  }
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return Errno("fstat", path_);
   // One write() per record: a crash leaves at most one torn record at the tail.
   Status s = WriteAll(fd_, EncodeRecord(event));
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    // A short write must not stay in front of the records that follow it:
+    // recovery would stop there and drop them all.
+    if (::ftruncate(fd_, st.st_size) != 0) {
+      spdlog::error("events: {}: cannot remove a partly written record: {}", path_,
+                    std::strerror(errno));
+    }
+    return s;
+  }
+  // From here on the record is in the file and its seq is taken, whatever
+  // happens to the flush.
   ++records_;
   if (sync_) {
     *sync_fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
-    if (*sync_fd < 0) return Errno("dup", path_);
+    // Out of descriptors: flush here, under the caller's lock, rather than
+    // give up on a record that is already written.
+    if (*sync_fd < 0 && ::fdatasync(fd_) != 0) *flushed = Errno("fdatasync", path_);
   }
   return Status::Ok();
 }
@@ -150,11 +171,12 @@ Status RecordFile::Rewrite(const std::vector<hz_event>& events) {
   // Compaction always syncs: a crash between rename and data must not lose the log.
   Status s = WriteFileAtomic(path_, bytes, /*sync=*/true);
   if (!s.ok()) return s;
-  int fd = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
-  if (fd < 0) return Errno("reopen", path_);
+  // The old descriptor names the replaced file: appends through it would be
+  // lost. Without a new one, the next Append reopens the path.
   ::close(fd_);
-  fd_ = fd;
+  fd_ = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
   records_ = events.size();
+  if (fd_ < 0) return Errno("reopen", path_);
   return Status::Ok();
 }
 

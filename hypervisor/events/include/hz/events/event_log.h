@@ -46,8 +46,11 @@ class RecordFile {
   // *sync_fd receives a duplicate of the file's descriptor (else -1): the
   // caller fdatasync()s and closes it later, outside its own locks, so that
   // readers never wait for a flush. The record is in the page cache, which
-  // survives a crash of this process, as soon as this returns.
-  Status Append(const hz_event& event, int* sync_fd);
+  // survives a crash of this process, as soon as this returns. An error
+  // means the record is not in the file; success means it is and its seq is
+  // used. With no descriptor left to hand over, the record is flushed here
+  // and *flushed says how that went.
+  Status Append(const hz_event& event, int* sync_fd, Status* flushed);
   // Replaces the file with exactly `events` (write to a temporary file,
   // fsync, rename, fsync the directory) and reopens it for appends.
   Status Rewrite(const std::vector<hz_event>& events);
