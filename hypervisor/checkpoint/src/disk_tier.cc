@@ -404,8 +404,10 @@ Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len,
   // The manifest on disk must still be the one committed.
   StatusOr<std::string> text = ReadSmallFile(dir / kManifest);
   if (!text.ok()) {
-    return text.status().IsNotFound() ? text.status()
-                                      : Status::Corruption(dir.string() + ": unreadable manifest");
+    // Only a manifest that was read and is wrong is corruption; a read that
+    // failed (no descriptors, an I/O error) says nothing about the data.
+    return text.status().IsLimit() ? Status::Corruption(dir.string() + ": oversized manifest")
+                                   : text.status();
   }
   Manifest on_disk;
   if (!DecodeManifest(*text, &on_disk).ok() || on_disk.chunk_crcs != m.chunk_crcs ||

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "hz/checkpoint/engine.h"
+#include "hz_test/descriptor_exhaustion.h"
 #include "test_util.h"
 
 namespace hz::checkpoint {
@@ -74,6 +75,18 @@ class CheckpointCorruption : public ::testing::Test {
 };
 
 TEST_F(CheckpointCorruption, IntactCheckpointRestores) {
+  EXPECT_EQ(RestoreChecked().code(), StatusCode::kOk);
+}
+
+// A step that cannot be read for lack of descriptors is not corrupt: it
+// restores intact once descriptors are free again.
+TEST_F(CheckpointCorruption, RunningOutOfDescriptorsIsNotCorruption) {
+  Status st;
+  {
+    hz::testing::DescriptorExhaustion exhausted;
+    st = RestoreChecked();
+  }
+  EXPECT_NE(st.code(), StatusCode::kCorruption) << st;
   EXPECT_EQ(RestoreChecked().code(), StatusCode::kOk);
 }
 
