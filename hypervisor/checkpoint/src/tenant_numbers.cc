@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "hz/common/file.h"
@@ -21,6 +23,9 @@ Status TenantNumbers::Load(const std::string& root, TenantNo highest_on_disk) {
                               "; checkpoints cannot be matched to tenants (the file is kept as "
                               "it is: repair it, or move the checkpoint directory aside)");
   };
+  // A temporary file is only ever renamed whole onto the table, so one that
+  // is still there is from a write that a crash cut short: never the table.
+  ::unlink((path_ + ".tmp").c_str());
   StatusOr<std::string> text = ReadFile(path_);
   if (!text.ok() && text.status().IsNotFound()) {
     // Numbers are saved before a directory is named after them: numbered

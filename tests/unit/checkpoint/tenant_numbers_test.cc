@@ -47,6 +47,18 @@ TEST(CheckpointTenantNumbers, AMissingTableStartsEmpty) {
   EXPECT_EQ(*ReadFile(dir.path() + "/tenants.json"), "{\"first\":1}\n");
 }
 
+// A crash in the middle of the first write of the table leaves only its
+// temporary file: nothing was ever numbered, and nothing is left behind.
+TEST(CheckpointTenantNumbers, ATemporaryFileACrashLeftIsRemoved) {
+  TempDir dir("numbers-tmp");
+  ASSERT_TRUE(WriteFileAtomic(dir.path() + "/tenants.json.tmp.keep", "{\"a\":", false).ok());
+  std::filesystem::rename(dir.path() + "/tenants.json.tmp.keep", dir.path() + "/tenants.json.tmp");
+  TenantNumbers numbers;
+  ASSERT_TRUE(numbers.Load(dir.path(), 0).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/tenants.json.tmp"));
+  EXPECT_EQ(*numbers.FindOrAssign(TenantId("first")), 1u);
+}
+
 // The table is the only link from a tenant to its checkpoints. Starting
 // without it would give the tenant a new, empty number and leave its
 // checkpoints to nobody; reading around a bad entry could do the same. So an
