@@ -93,6 +93,13 @@ double Sample(const std::string& text, const std::string& name) {
 }
 
 TEST(ServiceSocketsTest, ListenersServeAgainAfterTheDescriptorsRanOut) {
+#ifdef HZ_SANITIZED
+  // UBSan's vptr check reads the object through a pipe to learn whether the
+  // memory is mapped; in a daemon with no descriptor left that fails, and a
+  // sound object is reported as having an invalid vptr. The default build
+  // runs this test, and the soak exhausts descriptors under the sanitizers.
+  GTEST_SKIP() << "the sanitizers' own checks need descriptors";
+#endif
   ServiceProcess svc;
   // No cap on metrics connections short of the descriptors.
   ASSERT_TRUE(svc.Start({"--config", WriteConfig(svc, "[metrics]\nmax_connections = 65536\n"),
