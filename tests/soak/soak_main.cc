@@ -34,6 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hz_client.h"
 #include "soak_tenant.h"
 
 namespace hz::soak {
@@ -123,21 +124,6 @@ bool ParseOptions(int argc, char** argv, Options* o) {
     if (!ok) return false;
   }
   return o->duration_s > 0 && o->tenants >= 1 && o->ranks >= 2 && o->ranks <= 16;
-}
-
-int FreeTcpPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 // The checkpoint directory on a small tmpfs in a private mount namespace, so
@@ -299,7 +285,7 @@ class Injector {
   Totals* totals_;
   bool private_fs_;
   std::mt19937_64 rng_;
-  int port_ = FreeTcpPort();
+  int port_ = hz::testing::FreeTcpPort();
 };
 
 json TotalsJson(const Options& o, Totals& t, double secs, bool private_fs) {

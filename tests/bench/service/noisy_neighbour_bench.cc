@@ -417,21 +417,6 @@ json RunAttack(const AttackSpec& a, Ctx& ctx, TenantB& b, int samples) {
           {"a_ops", ctx.ops.load()}};
 }
 
-int FreeTcpPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 // The scheduler sees a fixture host (GPUs for NEG_REQUEST and
 // TOPOLOGY_GET), as the provider integration tests set it up.
 std::string WriteConfig(const ServiceProcess& svc) {
@@ -482,7 +467,7 @@ int main(int argc, char** argv) {
   }
   ServiceProcess svc;
   Ctx ctx;
-  ctx.metrics_port = FreeTcpPort();
+  ctx.metrics_port = hz::testing::FreeTcpPort();
   if (!svc.Start(
           {"--config", WriteConfig(svc), "--metrics-port", std::to_string(ctx.metrics_port)})) {
     std::fprintf(stderr, "cannot start harmonaized\n");

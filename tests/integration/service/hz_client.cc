@@ -1,5 +1,10 @@
 #include "hz_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 namespace hz::testing {
 
 using vdev::frontend::HostBuffer;
@@ -145,6 +150,21 @@ uint32_t HzClient::InitComm(const hz_comm_uid& uid, uint32_t nranks, uint32_t ra
 
 uint32_t HzClient::Coll(uint16_t queue, uint16_t opcode, const hz_coll_args& a) {
   return Call(queue, opcode, a).status;
+}
+
+int FreeTcpPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 }  // namespace hz::testing

@@ -120,6 +120,10 @@ inline hz_slice SliceOf(const GuestBuffer& b, uint64_t off, uint64_t len) {
   return s;
 }
 
+// A TCP port on 127.0.0.1 that was free a moment ago (0 if none could be
+// found), for a service's metrics endpoint.
+int FreeTcpPort();
+
 }  // namespace hz::testing
 
 #endif  // HZ_TESTS_INTEGRATION_SERVICE_HZ_CLIENT_H_
