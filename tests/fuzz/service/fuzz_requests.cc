@@ -1,6 +1,7 @@
 // Fuzzes the per-VM device's request path: framing (ParseRequest), argument
-// reading and every handler reachable without the macro-level engines, with
-// whatever a hostile guest can put in its chains.
+// reading and every handler (regions, communicators, collectives, checkpoints,
+// events, topology, negotiation, hints), with whatever a hostile guest can put
+// in its chains.
 //
 // Input: a sequence of records, each
 //   u8 queue, u8 chunk, u16 writable, u16 readable_len, readable bytes.
@@ -9,7 +10,11 @@
 // space follow. The device starts after a valid HELLO (all features), so the
 // fuzzer spends its time past the handshake; a record can send another.
 // Collectives reach a scripted backend that keeps them pending, as a peer
-// that never posts would; the device is torn down at the end of each input.
+// that never posts would. Checkpoint, event and provider requests reach the
+// unit tests' scripted engines: after each record the checkpoint work they
+// queued runs, waiting negotiations are decided and an event is published,
+// so completions race the next record as they would in the daemon. The device
+// is torn down at the end of each input.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -27,7 +32,10 @@ using hz::service::Tenant;
 using hz::service::TenantSpec;
 using hz::service::testing::ChainBuilder;
 using hz::service::testing::FakeBackend;
+using hz::service::testing::FakeCkptBackend;
 using hz::service::testing::FakeContext;
+using hz::service::testing::FakeEventBackend;
+using hz::service::testing::FakeProviderBackend;
 using hz::service::testing::FakeQueue;
 using hz::service::testing::GuestRam;
 using hz::service::testing::RequestBytes;
@@ -39,6 +47,9 @@ struct Harness {
   GuestRam ram{1 << 20};
   FakeContext ctx{ram.map()};
   FakeBackend backend;
+  FakeCkptBackend ckpt;
+  FakeEventBackend bus;
+  FakeProviderBackend provider;
   std::shared_ptr<Tenant> tenant;
   std::unique_ptr<HzDevice> dev;
   std::vector<std::unique_ptr<FakeQueue>> queues;
@@ -52,6 +63,9 @@ struct Harness {
     tenant = std::make_shared<Tenant>(spec);
     DeviceEnv env;
     env.coll = &backend;
+    env.ckpt = &ckpt;
+    env.events = &bus;
+    env.provider = &provider;
     dev = std::make_unique<HzDevice>(env, tenant, "/run/fuzz.sock");
     dev->OnConnect(ctx);
     for (uint16_t i = 0; i < dev->NumQueues(); ++i) {
@@ -75,7 +89,12 @@ struct Harness {
     queues[q]->avail.push_back(cb.Make(readable, writable, chunk));
     dev->OnKick(*queues[q]);
     ctx.RunPosted();
+    ckpt.RunQueued();
+    provider.Decide(++decisions);
+    bus.Publish(HZ_TOPIC_MAINTENANCE);
+    ctx.RunPosted();
   }
+  uint64_t decisions = 0;
 };
 
 }  // namespace
