@@ -69,7 +69,8 @@ struct SumOfOnes {
 // the operations posted meanwhile all wait for it together.
 class WorkerHold {
  public:
-  WorkerHold(Engine& e, const std::vector<std::shared_ptr<Member>>& m) : ops_(kBlockFloats) {
+  // The held job is larger than any that runs on the posting thread.
+  WorkerHold(Engine& e, const std::vector<std::shared_ptr<Member>>& m) : ops_(64 * kBlockFloats) {
     e.Post(m[0], ops_.Desc(0, 0), [this](Status) { Hold(); });
     e.Post(m[1], ops_.Desc(1, 0), done_.Callback());
     std::unique_lock<std::mutex> l(mu_);
@@ -163,6 +164,27 @@ TEST(CollectivesFairness, BackloggedTenantsGetBlocksInProportionToTheirWeights) 
   // Weight 3 against 1: while A ran its 600 blocks, B ran about 200.
   EXPECT_GE(b_blocks_when_a_done.load(), 195);
   EXPECT_LE(b_blocks_when_a_done.load(), 205);
+}
+
+TEST(CollectivesFairness, SmallCollectiveDoesNotWaitForBusyWorkers) {
+  // As the service runs it: small operations run on the thread that
+  // completes the match, larger ones go to the workers.
+  EngineOptions o;
+  o.worker_threads = 1;
+  o.caller_runs_max_bytes = 0;
+  ASSERT_LT(4u * 16 * sizeof(float), o.inline_max_bytes);
+  Engine e(o);
+  auto a = MakeComm(e, Tenant(1), 2);
+  auto b = MakeComm(e, Tenant(2), 2);
+  WorkerHold hold(e, a);  // another tenant's job has the only worker
+  SumOfOnes small(16);
+  Waiter b0, b1;
+  e.Post(b[0], small.Desc(0, 0), b0.Callback());
+  e.Post(b[1], small.Desc(1, 0), b1.Callback());
+  EXPECT_TRUE(b0.Ready() && b1.Ready()) << "B's 16-element all-reduce waited for a worker";
+  hold.Release();
+  for (Waiter* w : {&b0, &b1}) EXPECT_EQ(w->Wait().code(), StatusCode::kOk);
+  EXPECT_TRUE(small.Correct());
 }
 
 }  // namespace
