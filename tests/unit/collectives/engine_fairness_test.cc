@@ -106,12 +106,13 @@ TEST(CollectivesFairness, SmallJobOfAnotherTenantRunsBeforeTheRestOfALargeOne) {
   e.SetTenantWeight(Tenant(1), 1000);
   auto a = MakeComm(e, Tenant(1), 2);
   auto b = MakeComm(e, Tenant(2), 2);
-  const size_t large = 2048 * kBlockFloats;
+  constexpr uint64_t kLargeBlocks = 4096;
+  const size_t large = kLargeBlocks * kBlockFloats;
   SumOfOnes big(large);
   // A run is conclusive when B's job was queued while A's last block had not
   // run yet; on a machine that descheduled this thread for all of A's job,
   // try again.
-  for (uint64_t seq = 0; seq < 10; ++seq) {
+  for (uint64_t seq = 0; seq < 30; ++seq) {
     SCOPED_TRACE("attempt " + std::to_string(seq));
     std::fill(big.recv[0].begin(), big.recv[0].end(), 0.0f);
     std::fill(big.recv[1].begin(), big.recv[1].end(), 0.0f);
@@ -123,7 +124,7 @@ TEST(CollectivesFairness, SmallJobOfAnotherTenantRunsBeforeTheRestOfALargeOne) {
     while (SumOfOnes::Peek(big.recv[0], 0) != 2.0f) std::this_thread::yield();  // A started
     e.Post(b[0], small.Desc(0, seq), [&](Status s) {
       EXPECT_EQ(s.code(), StatusCode::kOk);
-      a_blocks_left_at_b = static_cast<int64_t>(2048 - big.BlocksDone());
+      a_blocks_left_at_b = static_cast<int64_t>(kLargeBlocks - big.BlocksDone());
     });
     e.Post(b[1], small.Desc(1, seq), b1.Callback());
     const bool a_unfinished_at_b = SumOfOnes::Peek(big.recv[0], large - 1) != 2.0f;
@@ -132,7 +133,7 @@ TEST(CollectivesFairness, SmallJobOfAnotherTenantRunsBeforeTheRestOfALargeOne) {
     EXPECT_TRUE(small.Correct());
     if (!a_unfinished_at_b) continue;
     EXPECT_GT(a_blocks_left_at_b.load(), 0)
-        << "B's one-block all-reduce waited for the whole of A's 2048 blocks";
+        << "B's one-block all-reduce waited for the whole of A's 4096 blocks";
     return;
   }
   GTEST_SKIP() << "A's job always finished before B's could be posted";
