@@ -37,6 +37,7 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
 
   auto region = std::make_shared<Region>();
   if (memory == nullptr) return HZ_S_EFAULT;
+  region->host.reserve(extents.size());
   for (size_t i = 0; i < extents.size(); ++i) {
     if (!memory->TranslateGpa(extents[i].gpa, extents[i].len, &region->host)) {
       *detail = static_cast<uint32_t>(i);
@@ -44,14 +45,15 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
     }
   }
 
-  if (uint32_t st = CheckOverlaps(extents, detail); st != HZ_S_OK) return st;
+  SortByGpa(extents);
+  if (uint32_t st = CheckOverlaps(sorted_, detail); st != HZ_S_OK) return st;
 
   if (regions_.size() >= limits_.max_regions) return HZ_S_ELIMIT;
   // extents_ holds every extent of this VM's regions (their gpas differ).
   if (extents_.size() + extents.size() > limits_.max_device_extents) return HZ_S_ELIMIT;
   region->flags = flags;
   region->total_len = total_len;
-  region->extents = extents;
+  region->num_extents = static_cast<uint32_t>(extents.size());
   region->memory = memory;
   uint64_t off = 0;
   region->starts.reserve(region->host.size());
@@ -68,52 +70,69 @@ uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags,
     next_id_++;
   }
   region->id = next_id_++;
-  for (const hz_extent& e : extents) extents_[e.gpa] = {e.gpa + e.len, region->id};
+  AddExtents(sorted_, region->id);
   bytes_ += total_len;
   *id = region->id;
   regions_.emplace(region->id, std::move(region));
   return HZ_S_OK;
 }
 
-uint32_t RegionTable::CheckOverlaps(const std::vector<hz_extent>& extents, uint32_t* detail) const {
-  // Overlaps among the new extents: sort a copy by gpa, compare neighbours.
-  std::vector<std::pair<hz_extent, uint32_t>> sorted;
-  sorted.reserve(extents.size());
-  for (size_t i = 0; i < extents.size(); ++i) sorted.push_back({extents[i], uint32_t(i)});
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a.first.gpa < b.first.gpa; });
+void RegionTable::SortByGpa(const std::vector<hz_extent>& extents) {
+  sorted_.clear();
+  for (size_t i = 0; i < extents.size(); ++i) {
+    sorted_.push_back({extents[i].gpa, extents[i].gpa + extents[i].len, uint32_t(i)});
+  }
+  // Guests usually list their extents in gpa order: no sort then.
+  auto by_gpa = [](const IndexedExtent& a, const IndexedExtent& b) { return a.gpa < b.gpa; };
+  if (!std::is_sorted(sorted_.begin(), sorted_.end(), by_gpa)) {
+    std::sort(sorted_.begin(), sorted_.end(), by_gpa);
+  }
+}
+
+uint32_t RegionTable::CheckOverlaps(const std::vector<IndexedExtent>& sorted,
+                                    uint32_t* detail) const {
+  // Overlaps among the new extents: compare neighbours in gpa order.
   for (size_t i = 1; i < sorted.size(); ++i) {
-    if (sorted[i].first.gpa < sorted[i - 1].first.gpa + sorted[i - 1].first.len) {
-      *detail = std::max(sorted[i].second, sorted[i - 1].second);  // the later extent
+    if (sorted[i].gpa < sorted[i - 1].end) {
+      *detail = std::max(sorted[i].index, sorted[i - 1].index);  // the later extent
       return HZ_S_EINVAL;
     }
   }
-  // Overlaps with regions already registered by this VM.
-  for (const auto& [e, index] : sorted) {
-    uint64_t end = e.gpa + e.len;
-    auto it = extents_.lower_bound(e.gpa);
-    if (it != extents_.begin()) {
-      auto prev = std::prev(it);
-      if (prev->second.first > e.gpa) {
-        *detail = index;
-        return HZ_S_EINVAL;
-      }
-    }
-    if (it != extents_.end() && it->first < end) {
-      *detail = index;
+  // Overlaps with regions already registered by this VM: one pass over
+  // both lists in gpa order. extents_ is disjoint, so its ends ascend too.
+  auto it = extents_.begin();
+  for (const IndexedExtent& e : sorted) {
+    while (it != extents_.end() && it->end <= e.gpa) ++it;
+    if (it == extents_.end()) break;
+    if (it->gpa < e.end) {
+      *detail = e.index;
       return HZ_S_EINVAL;
     }
   }
   return HZ_S_OK;
 }
 
+void RegionTable::AddExtents(const std::vector<IndexedExtent>& sorted, uint32_t region) {
+  // Merged in place from the back, into storage the index keeps.
+  size_t old = extents_.size(), add = sorted.size(), out = old + add;
+  extents_.resize(out);
+  while (add > 0) {
+    if (old > 0 && extents_[old - 1].gpa > sorted[add - 1].gpa) {
+      extents_[--out] = extents_[--old];
+    } else {
+      --add;
+      extents_[--out] = {sorted[add].gpa, sorted[add].end, region};
+    }
+  }
+}
+
 uint32_t RegionTable::Unregister(uint32_t id) {
   auto it = regions_.find(id);
   if (it == regions_.end()) return HZ_S_ENOENT;
   if (it->second->pins.load() != 0) return HZ_S_EBUSY;
-  for (const hz_extent& e : it->second->extents) extents_.erase(e.gpa);
+  std::erase_if(extents_, [id](const Extent& e) { return e.region == id; });
   bytes_ -= it->second->total_len;
-  tenant_->ReleaseRegion(it->second->total_len, it->second->extents.size());
+  tenant_->ReleaseRegion(it->second->total_len, it->second->num_extents);
   regions_.erase(it);
   return HZ_S_OK;
 }
@@ -146,7 +165,7 @@ uint32_t RegionTable::Resolve(const hz_slice& slice, uint64_t need, uint32_t acc
 }
 
 void RegionTable::Clear() {
-  for (const auto& [id, r] : regions_) tenant_->ReleaseRegion(r->total_len, r->extents.size());
+  for (const auto& [id, r] : regions_) tenant_->ReleaseRegion(r->total_len, r->num_extents);
   regions_.clear();
   extents_.clear();
   bytes_ = 0;

@@ -48,6 +48,7 @@ constexpr uint32_t kHugeStallMs = 3600000;  // capped by the daemon's max_stall_
 constexpr size_t kFloodFloats = 4u << 20;   // A's large all-reduces (16 MiB)
 constexpr int kSaveFloodStreams = 4;        // one VM and thread each
 constexpr int kPolicyBatch = 256;           // CKPT_POLICY requests per kick
+constexpr size_t kNegInFlight = 128;        // NEG_* requests A keeps in flight
 constexpr int kIdleConnections = 2000;      // to the metrics port
 constexpr int kWarmupMs = 300;              // attack running before B measures
 
@@ -126,28 +127,103 @@ void CkptSaveFlood(Ctx& c) {
 }
 
 // (c) NEG_REQUEST flood: every GPU there could be, anywhere, any time in
-// the next 7 days, for a day; then counters on it.
-void NegFlood(Ctx& c) {
-  hz_device_t* d = Open(c.a_socks[0]);
-  if (d == nullptr) return;
+// the next 7 days, for a day; then counters on it. A request waits for the
+// next decision point (up to decide_interval_ms), so A keeps kNegInFlight of
+// them on its control ring at once, as fast as it can: beyond its open
+// negotiations the service refuses at once (ELIMIT), and the refused ones
+// go straight back. Every answer, refusals too, counts as an operation.
+struct NegSlot {
+  void* req = nullptr;
+  void* resp = nullptr;
+  uint64_t negotiation = 0;  // open negotiation this slot counters, or 0
+  int counters = 0;
+  uint16_t opcode = 0;  // of the request in flight
+};
+
+constexpr uint32_t kNegResp = sizeof(hz_neg_result) + HZ_NEG_MAX_OFFERS * sizeof(hz_neg_offer);
+constexpr uint32_t kNegReq = sizeof(hz_req_hdr) + sizeof(hz_neg_counter_args);
+
+// Next request of a slot: a new negotiation, a counter on its open one, or,
+// after 8 counters, a decline of it.
+uint32_t FillNegRequest(NegSlot& s) {
   hz_neg_request r{};
   r.kind = HZ_DEV_GPU;
   r.count = 0xffff;
   r.locality = HZ_LOC_ANY;
   r.priority_class = HZ_PRIO_NORMAL;
-  while (!c.stop) {
-    r.earliest_start_s = UnixNow();
-    r.latest_start_s = r.earliest_start_s + 7 * 86400;
-    r.duration_s = 86400;
-    hz_negotiation n{};
-    ++c.ops;
-    if (hz_neg_start(d, &r, &n) != HZ_OK) continue;
-    for (int i = 0; i < 8 && !c.stop; ++i, ++c.ops) {
-      if (hz_neg_counter(d, n.id, &r, &n) != HZ_OK) break;
-    }
-    hz_neg_decline(d, n.id);
+  r.earliest_start_s = UnixNow();
+  r.latest_start_s = r.earliest_start_s + 7 * 86400;
+  r.duration_s = 86400;
+  hz_req_hdr h{};
+  uint8_t* args = static_cast<uint8_t*>(s.req) + sizeof(h);
+  if (s.negotiation == 0) {
+    h.opcode = HZ_OP_NEG_REQUEST;
+    h.args_len = sizeof(r);
+    std::memcpy(args, &r, sizeof(r));
+  } else if (s.counters < 8) {
+    h.opcode = HZ_OP_NEG_COUNTER;
+    h.args_len = sizeof(hz_neg_counter_args);
+    hz_neg_counter_args c{};
+    c.negotiation_id = s.negotiation;
+    c.request = r;
+    std::memcpy(args, &c, sizeof(c));
+  } else {
+    h.opcode = HZ_OP_NEG_DECLINE;
+    h.args_len = sizeof(hz_neg_decline_args);
+    hz_neg_decline_args d{s.negotiation};
+    std::memcpy(args, &d, sizeof(d));
   }
-  hz_close(d);
+  s.opcode = h.opcode;
+  std::memcpy(s.req, &h, sizeof(h));
+  return static_cast<uint32_t>(sizeof(h) + h.args_len);
+}
+
+// Learns from a slot's answer what its next request is.
+void OnNegAnswer(NegSlot& s) {
+  hz_status st{};
+  std::memcpy(&st, static_cast<uint8_t*>(s.resp) + kNegResp, sizeof(st));
+  hz_neg_result res{};
+  if (st.status == HZ_S_OK && s.opcode != HZ_OP_NEG_DECLINE && st.result_len >= sizeof(res)) {
+    std::memcpy(&res, s.resp, sizeof(res));
+    s.counters = s.opcode == HZ_OP_NEG_COUNTER ? s.counters + 1 : 0;
+    s.negotiation = res.negotiation_id;
+  } else {
+    s.negotiation = 0;  // refused, or declined: a new one
+    s.counters = 0;
+  }
+}
+
+bool PostNeg(vdev::frontend::VirtioUser& dev, std::vector<NegSlot>& slots, size_t i) {
+  const uint32_t len = FillNegRequest(slots[i]);
+  vdev::frontend::HostBuffer r[] = {{slots[i].req, len}};
+  vdev::frontend::HostBuffer w[] = {{slots[i].resp, kNegResp + sizeof(hz_status)}};
+  return dev.AddChain(HZ_VQ_CONTROL, r, w, i).ok();
+}
+
+void NegFlood(Ctx& c) {
+  HzClient a;
+  if (!a.Connect(c.a_socks[0]) || a.Hello(1ull << HZ_F_NEGOTIATION) != HZ_S_OK) return;
+  auto& dev = a.dev();
+  std::vector<NegSlot> slots(kNegInFlight);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    slots[i].req = dev.Allocate(kNegReq);
+    slots[i].resp = dev.Allocate(kNegResp + sizeof(hz_status));
+    if (!PostNeg(dev, slots, i)) return;
+  }
+  if (!dev.Kick(HZ_VQ_CONTROL).ok()) return;
+  while (!c.stop) {
+    vdev::frontend::Completion done[64];
+    size_t n = 0;
+    auto st = dev.WaitUsed(HZ_VQ_CONTROL, std::chrono::milliseconds(100), done, 64, &n);
+    if (!st.ok() && n == 0 && st.code() != vdev::frontend::Status::Code::kTimeout) return;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = static_cast<size_t>(done[k].cookie);
+      OnNegAnswer(slots[i]);
+      ++c.ops;
+      if (!PostNeg(dev, slots, i)) return;
+    }
+    if (n > 0 && !dev.Kick(HZ_VQ_CONTROL).ok()) return;
+  }
 }
 
 // (d) 256 CKPT_POLICY requests made available with one kick, in a loop.

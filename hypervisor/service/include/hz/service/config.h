@@ -16,8 +16,8 @@ struct DeviceLimits {
   uint16_t max_segments = 64;       // descriptors per chain
   uint32_t max_regions = 256;       // live regions per device
   uint32_t max_extents = 4096;      // extents per region
-  // Extents of all live regions together. Each costs the service about 100
-  // bytes of memory (map entry, copy, translation), so this bounds what one
+  // Extents of all live regions together. Each costs the service about 70
+  // bytes of memory (index entry, copy, translation), so this bounds what one
   // VM's regions can hold of it.
   uint32_t max_device_extents = 16384;
   uint64_t max_region_bytes = 64ull << 30;  // bytes per region

@@ -22,7 +22,7 @@ struct Region {
   uint32_t id = 0;
   uint32_t flags = 0;  // HZ_REGION_F_*
   uint64_t total_len = 0;
-  std::vector<hz_extent> extents;   // as registered
+  uint32_t num_extents = 0;         // it was registered with
   std::vector<vdev::Segment> host;  // translation of the extents, in order
   std::vector<uint64_t> starts;     // region offset of each host segment
   vdev::MemoryMapPtr memory;        // keeps the mapping alive while in use
@@ -85,15 +85,38 @@ class RegionTable {
   uint64_t bytes() const { return bytes_; }
 
  private:
-  // The new extents overlap neither each other nor this VM's regions;
-  // *detail names the offending extent (the later one of a pair).
-  uint32_t CheckOverlaps(const std::vector<hz_extent>& extents, uint32_t* detail) const;
+  // One extent of this VM's regions: [gpa, end).
+  struct Extent {
+    uint64_t gpa;
+    uint64_t end;
+    uint32_t region;
+  };
+  // A new extent, with its index in the request.
+  struct IndexedExtent {
+    uint64_t gpa;
+    uint64_t end;
+    uint32_t index;
+  };
+
+  // sorted_ = the extents with their indexes, sorted by gpa.
+  void SortByGpa(const std::vector<hz_extent>& extents);
+  // The new extents (sorted by gpa) overlap neither each other nor this
+  // VM's regions; *detail names the offending extent (the later one of a
+  // pair within the request).
+  uint32_t CheckOverlaps(const std::vector<IndexedExtent>& sorted, uint32_t* detail) const;
+  void AddExtents(const std::vector<IndexedExtent>& sorted, uint32_t region);
 
   const DeviceLimits limits_;
   std::shared_ptr<Tenant> tenant_;
   std::map<uint32_t, std::shared_ptr<Region>> regions_;
-  // Every registered extent of this VM: gpa -> (end exclusive, region id).
-  std::map<uint64_t, std::pair<uint64_t, uint32_t>> extents_;
+  // Every registered extent of this VM, sorted by gpa, disjoint: a flat
+  // vector, so registering, unregistering and dropping a session cost a
+  // pass over it and a few allocations, never one per extent (all tenants'
+  // requests share the connection thread). It and sorted_ keep their
+  // storage (at most max_device_extents and max_extents entries), so a VM
+  // that registers again and again does not fault in fresh pages each time.
+  std::vector<Extent> extents_;
+  std::vector<IndexedExtent> sorted_;  // a registration's extents, sorted
   uint32_t next_id_ = 1;
   uint64_t bytes_ = 0;
 };
