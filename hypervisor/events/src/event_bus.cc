@@ -58,6 +58,8 @@ class TenantLog {
         approval_(std::move(approval)) {}
 
   Status Open();
+  // After a failed Open: whether events.log was damaged in the middle.
+  bool log_damaged() const { return log_damaged_; }
   Status Publish(const EventSpec& spec, uint64_t* seq);
   Status Connect(const std::string& subscriber, std::shared_ptr<SubscriberState>* state);
   void Disconnect(SubscriberState& state);
@@ -77,6 +79,8 @@ class TenantLog {
   bool NextLocked(SubscriberState& state, hz_event* out, bool consume);
   Status LoadState();
   Status SaveStateLocked();
+  // Keeps a copy of a log damaged in the middle and says where, for the operator.
+  Status KeepDamagedLog(const Status& found);
 
   const TenantId tenant_;
   const std::string dir_;
@@ -91,6 +95,7 @@ class TenantLog {
   uint64_t next_seq_ = 1;
   std::map<std::string, std::shared_ptr<SubscriberState>> subscribers_;
   std::set<uint64_t> approved_;
+  bool log_damaged_ = false;
 };
 
 namespace {
@@ -99,15 +104,22 @@ bool WantsTopic(uint64_t mask, uint16_t topic) {
   return topic < HZ_TOPIC_MAX && (mask & HZ_TOPIC_MASK(topic)) != 0;
 }
 
-Status MakeDir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST) return Status::Ok();
+Status MakeDir(const std::string& dir, bool* created = nullptr) {
+  if (created != nullptr) *created = false;
+  if (::mkdir(dir.c_str(), 0700) == 0) {
+    if (created != nullptr) *created = true;
+    return Status::Ok();
+  }
+  if (errno == EEXIST) return Status::Ok();
   return Status::IoError("mkdir " + dir + ": " + std::strerror(errno));
 }
 
 }  // namespace
 
 Status TenantLog::Open() {
-  Status s = MakeDir(dir_);
+  bool created = false;
+  Status s = MakeDir(dir_, &created);
+  if (s.ok() && created && sync_) s = SyncDir(DirName(dir_));
   if (!s.ok()) return s;
   s = LoadState();
   if (!s.ok()) return s;
@@ -115,6 +127,7 @@ Status TenantLog::Open() {
   std::vector<hz_event> loaded;
   RecoveryReport report;
   s = file_.Open(dir_ + "/events.log", sync_, &loaded, &report);
+  if (report.damaged) return KeepDamagedLog(s);
   if (!s.ok()) return s;
   if (report.truncated_bytes > 0) {
     spdlog::warn("events: tenant {}: dropped {} bytes after {} records ({})", tenant_.name(),
@@ -134,6 +147,20 @@ Status TenantLog::Open() {
   uint64_t oldest = OldestLocked();
   std::erase_if(approved_, [oldest](uint64_t seq) { return seq < oldest; });
   return Status::Ok();
+}
+
+Status TenantLog::KeepDamagedLog(const Status& found) {
+  log_damaged_ = true;
+  const std::string log = dir_ + "/events.log";
+  const std::string copy = log + ".corrupt-" + std::to_string(clock_());
+  std::error_code ec;
+  std::filesystem::copy_file(log, copy, std::filesystem::copy_options::skip_existing, ec);
+  std::string kept = ec ? "no copy could be kept (" + ec.message() + ")" : "a copy is in " + copy;
+  spdlog::error(
+      "events: tenant {}: {}; {}; the tenant's events are refused until events.log is "
+      "repaired or moved aside",
+      tenant_.name(), found.message(), kept);
+  return Status::Corruption(found.message() + "; " + kept);
 }
 
 Status TenantLog::LoadState() {
@@ -521,17 +548,42 @@ Status EventBus::Open(BusOptions options, std::unique_ptr<EventBus>* bus) {
   return Status::Ok();
 }
 
+namespace {
+
+// What identifies the contents of a file without reading it: a damaged log
+// is read again only once the operator changed or moved it.
+std::string FileIdentity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "absent";
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
 Status EventBus::Tenant(const TenantId& tenant, std::shared_ptr<TenantLog>* log) {
   if (!ValidName(tenant.name())) return Status::InvalidArgument("bad tenant name");
+  const std::string dir = options_.dir + "/" + tenant.name();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tenants_.find(tenant);
   if (it != tenants_.end()) {
     *log = it->second;
     return Status::Ok();
   }
-  auto created =
-      std::make_shared<TenantLog>(tenant, options_.dir + "/" + tenant.name(), options_, approval_);
+  // A guest retrying cannot make the service read the whole damaged log, or
+  // keep another copy of it, for every request.
+  auto damaged = damaged_.find(tenant);
+  if (damaged != damaged_.end()) {
+    if (damaged->second.identity == FileIdentity(dir + "/events.log"))
+      return damaged->second.status;
+    damaged_.erase(damaged);
+  }
+  auto created = std::make_shared<TenantLog>(tenant, dir, options_, approval_);
   Status s = created->Open();
+  if (!s.ok() && created->log_damaged()) {
+    damaged_[tenant] = {s, FileIdentity(dir + "/events.log")};
+  }
   if (!s.ok()) return s;
   tenants_[tenant] = created;
   *log = created;
@@ -591,6 +643,7 @@ Status EventBus::Forget(const TenantId& tenant) {
     if (it->second.use_count() > 1) return Status::Busy("a delivery of the tenant is connected");
     tenants_.erase(it);
   }
+  damaged_.erase(tenant);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   if (ec) return Status::IoError(dir + ": " + ec.message());

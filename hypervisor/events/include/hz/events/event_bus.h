@@ -143,9 +143,17 @@ class EventBus : public EventSink {
   explicit EventBus(BusOptions options);
   Status Tenant(const TenantId& tenant, std::shared_ptr<TenantLog>* log);
 
+  // A tenant whose log was found damaged in the middle, and the file as it
+  // was then (see Tenant()).
+  struct DamagedLog {
+    Status status;
+    std::string identity;
+  };
+
   BusOptions options_;
-  std::mutex mu_;  // guards tenants_
+  std::mutex mu_;  // guards tenants_ and damaged_
   std::map<TenantId, std::shared_ptr<TenantLog>> tenants_;
+  std::map<TenantId, DamagedLog> damaged_;
   std::shared_ptr<ApprovalHolder> approval_;
 };
 
