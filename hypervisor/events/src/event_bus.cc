@@ -55,6 +55,7 @@ class TenantLog {
         retention_(options.retention),
         sync_(options.fsync == FsyncPolicy::kAlways),
         clock_(options.clock),
+        write_state_(options.write_state),
         approval_(std::move(approval)) {}
 
   Status Open();
@@ -87,6 +88,7 @@ class TenantLog {
   const uint64_t retention_;
   const bool sync_;
   const std::function<uint64_t()> clock_;
+  const std::function<Status(const std::string&, const std::string&, bool)> write_state_;
   const std::shared_ptr<ApprovalHolder> approval_;
 
   std::mutex mu_;
@@ -213,7 +215,7 @@ Status TenantLog::SaveStateLocked() {
   }
   j["approved"] = nlohmann::json::array();
   for (uint64_t seq : approved_) j["approved"].push_back(seq);
-  Status s = WriteFileAtomic(dir_ + "/state.json", j.dump(), sync_);
+  Status s = write_state_(dir_ + "/state.json", j.dump(), sync_);
   if (s.ok()) {
     for (const auto& [name, sub] : subscribers_) sub->saved_delivered = sub->delivered;
   }
@@ -535,6 +537,11 @@ EventBus::~EventBus() = default;
 Status EventBus::Open(BusOptions options, std::unique_ptr<EventBus>* bus) {
   if (options.dir.empty()) return Status::InvalidArgument("event bus directory not set");
   if (options.retention == 0) return Status::InvalidArgument("retention must be at least 1");
+  if (!options.write_state) {
+    options.write_state = [](const std::string& path, const std::string& contents, bool sync) {
+      return WriteFileAtomic(path, contents, sync);
+    };
+  }
   if (!options.clock) {
     options.clock = [] {
       return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(

@@ -37,6 +37,10 @@ struct BusOptions {
   uint64_t retention = 4096;  // events kept per tenant (>= 1)
   FsyncPolicy fsync = FsyncPolicy::kAlways;
   std::function<uint64_t()> clock;  // unix seconds; the system clock when empty
+  // Replaces a tenant's state.json; WriteFileAtomic when empty. Tests hold
+  // or fail the write through it.
+  std::function<Status(const std::string& path, const std::string& contents, bool sync)>
+      write_state;
 };
 
 class TenantLog;
