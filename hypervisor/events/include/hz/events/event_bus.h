@@ -5,9 +5,11 @@
 //   <tenant>/events.log   framed records (event_log.h), append-only, compacted
 //   <tenant>/state.json   subscriber cursors and approvals, replaced atomically
 //
-// Thread-safe: publishers, deliveries and acks may run on any thread. The
-// bus knows nothing of rings; the service turns "a buffer was posted" into
-// Delivery::Next() and writes the returned record into the buffer.
+// Thread-safe: publishers, deliveries and acks may run on any thread. Cursor
+// writes run on the bus's own writer thread (AckAsync), so an ack never
+// waits for the disk on the caller's thread. The bus knows nothing of
+// rings; the service turns "a buffer was posted" into Delivery::Next() and
+// writes the returned record into the buffer.
 #ifndef HZ_EVENTS_EVENT_BUS_H_
 #define HZ_EVENTS_EVENT_BUS_H_
 
@@ -44,6 +46,7 @@ struct BusOptions {
 };
 
 class TenantLog;
+class StateWriter;
 struct SubscriberState;
 struct ApprovalHolder;
 
@@ -74,7 +77,21 @@ class Delivery {
   // EVENT_ACK: moves the cursor (durably) to seq, which must not exceed the
   // highest seq delivered. HZ_ACK_F_APPROVE approves the event `seq` itself,
   // which must be a retained, APPROVABLE maintenance or preemption event.
+  // Waits until the cursor is on disk (AckAsync, then done).
   Status Ack(const hz_event_ack_args& args);
+
+  // EVENT_ACK without waiting for the disk. The ack is checked at once and
+  // done runs exactly once with its outcome: before AckAsync returns when
+  // nothing needs writing (an invalid ack, or one that moves nothing, with no
+  // earlier ack of this subscriber still waiting), otherwise on the bus's
+  // writer thread once the cursor and approval are durable, or the write
+  // failed (they then stay as they were). Acks that arrive while a write is
+  // in progress are persisted together by the next one. One subscriber's
+  // acks complete in the order they were made. Once the bus is being
+  // destroyed, acks it will not write get kShutdown. done must not call
+  // back into this Delivery.
+  using AckDone = std::function<void(Status)>;
+  void AckAsync(const hz_event_ack_args& args, AckDone done);
 
   // Called (from the publisher's thread, no bus lock held) whenever an event
   // this subscriber wants is published, or when it fell behind the retained
@@ -159,6 +176,9 @@ class EventBus : public EventSink {
   std::map<TenantId, std::shared_ptr<TenantLog>> tenants_;
   std::map<TenantId, DamagedLog> damaged_;
   std::shared_ptr<ApprovalHolder> approval_;
+  // Writes the tenants' state files; shared with the logs, which may outlive
+  // the bus (a Delivery still held).
+  std::shared_ptr<StateWriter> writer_;
 };
 
 }  // namespace hz::events
