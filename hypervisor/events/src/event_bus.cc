@@ -306,7 +306,6 @@ bool TenantLog::WriteStateOnce() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (written.ok() && !contents.empty()) ApplyWrittenLocked(batch, &approved);
-    for (const PendingAck& a : batch) a.sub->acks_waiting--;
     more = !acks_.empty() || state_dirty_;
     if (!more) {
       write_queued_ = false;
@@ -320,6 +319,10 @@ bool TenantLog::WriteStateOnce() {
   for (PendingAck& a : batch) {
     a.done(!a.status.ok() ? a.status : a.needs_write ? written : Status::Ok());
   }
+  // Only now may a later ack of these subscribers be answered at once: it
+  // must not overtake their answers.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const PendingAck& a : batch) a.sub->acks_waiting--;
   return more;
 }
 

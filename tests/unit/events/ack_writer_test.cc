@@ -189,6 +189,41 @@ TEST_F(EventsAckWriter, AnAckThatMovesNothingWaitsForTheAcksBeforeIt) {
   EXPECT_EQ(writes_.writes(), before);
 }
 
+// An ack that needs no write must not overtake the answer of an earlier
+// one that is just being given.
+TEST_F(EventsAckWriter, ALaterAckIsNotAnsweredBeforeTheEarlierOnesAnswerEnds) {
+  auto d = Received(3);
+  ASSERT_TRUE(d->Ack(AckOf(1)).ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_done = false, release = false;
+  std::vector<uint64_t> order;
+  d->AckAsync(AckOf(3), [&](Status) {
+    std::unique_lock<std::mutex> lock(mu);
+    in_done = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+    order.push_back(3);
+    cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kHang, [&] { return in_done; }));
+  }
+  d->AckAsync(AckOf(1), [&](Status) {
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back(1);
+    cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    release = true;
+    cv.notify_all();
+    ASSERT_TRUE(cv.wait_for(lock, kHang, [&] { return order.size() == 2; }));
+  }
+  EXPECT_EQ(order, (std::vector<uint64_t>{3, 1}));
+}
+
 TEST_F(EventsAckWriter, AFailedWriteLeavesTheCursorAndAnswersTheError) {
   auto d = Received(2);
   ASSERT_TRUE(d->Ack(AckOf(1)).ok());
