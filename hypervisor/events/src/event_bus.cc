@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "hz/common/file.h"
 #include "hz/events/coarse.h"
 #include "hz/events/event_log.h"
+#include "state_writer.h"
 
 namespace hz::events {
 
@@ -36,6 +39,10 @@ struct SubscriberState {
   // host crash in between can lose REPLAY marks, never events.
   uint64_t delivered = 0;
   uint64_t saved_delivered = 0;
+  uint64_t writing_delivered = 0;  // what the write in progress saves
+  // This subscriber's acks queued or being written (under the log's mutex):
+  // a later ack waits behind them, so acks complete in order.
+  uint64_t acks_waiting = 0;
   // Live fields, meaningful while a Delivery holds this subscriber.
   bool connected = false;
   bool subscribed = false;
@@ -46,18 +53,33 @@ struct SubscriberState {
   std::function<void()> notify;
 };
 
-class TenantLog {
+// An EVENT_ACK checked and waiting for the state write that makes it durable.
+struct PendingAck {
+  std::shared_ptr<SubscriberState> sub;
+  uint64_t seq = 0;
+  bool needs_write = false;  // it moves the durable cursor or approves
+  bool approve = false;
+  hz_event approved{};  // the event approved, for the operator's callback
+  Status status;        // a failed check, answered in turn without a write
+  Delivery::AckDone done;
+};
+
+class TenantLog : public std::enable_shared_from_this<TenantLog> {
  public:
   TenantLog(TenantId tenant, std::string dir, const BusOptions& options,
-            std::shared_ptr<ApprovalHolder> approval)
+            std::shared_ptr<ApprovalHolder> approval, std::shared_ptr<StateWriter> writer)
       : tenant_(std::move(tenant)),
         dir_(std::move(dir)),
         retention_(options.retention),
         sync_(options.fsync == FsyncPolicy::kAlways),
         clock_(options.clock),
-        approval_(std::move(approval)) {}
+        write_state_(options.write_state),
+        approval_(std::move(approval)),
+        writer_(std::move(writer)) {}
 
   Status Open();
+  // After a failed Open: whether events.log was damaged in the middle.
+  bool log_damaged() const { return log_damaged_; }
   Status Publish(const EventSpec& spec, uint64_t* seq);
   Status Connect(const std::string& subscriber, std::shared_ptr<SubscriberState>* state);
   void Disconnect(SubscriberState& state);
@@ -65,7 +87,10 @@ class TenantLog {
                    hz_event_subscribe_result* result);
   bool Next(SubscriberState& state, hz_event* out);
   bool Pending(SubscriberState& state);
-  Status Ack(SubscriberState& state, const hz_event_ack_args& args);
+  void AckAsync(const std::shared_ptr<SubscriberState>& state, const hz_event_ack_args& args,
+                Delivery::AckDone done);
+  // Waits until no state write of this log is queued or running.
+  void WaitWritten();
   void Summary(TenantSummary* summary);
   Status Get(uint64_t seq, hz_event* event);
   const TenantId& tenant() const { return tenant_; }
@@ -76,21 +101,40 @@ class TenantLog {
   Status ApprovableLocked(const hz_event& ev) const;
   bool NextLocked(SubscriberState& state, hz_event* out, bool consume);
   Status LoadState();
-  Status SaveStateLocked();
+  // Checks an ack against the subscriber's state; fills ack.
+  Status CheckAckLocked(SubscriberState& state, const hz_event_ack_args& args, PendingAck* ack);
+  // Has the writer write the state file soon; false when it has stopped.
+  bool ScheduleWriteLocked();
+  // One write of state.json with every ack queued so far; then answers
+  // them. True when more is due (acks that arrived meanwhile).
+  bool WriteStateOnce();
+  std::string StateJsonLocked(const std::deque<PendingAck>& batch);
+  // The write of batch succeeded: cursors and approvals become what it wrote.
+  void ApplyWrittenLocked(const std::deque<PendingAck>& batch, std::vector<hz_event>* approved);
+  // Keeps a copy of a log damaged in the middle and says where, for the operator.
+  Status KeepDamagedLog(const Status& found);
 
   const TenantId tenant_;
   const std::string dir_;
   const uint64_t retention_;
   const bool sync_;
   const std::function<uint64_t()> clock_;
+  const std::function<Status(const std::string&, const std::string&, bool)> write_state_;
   const std::shared_ptr<ApprovalHolder> approval_;
+  const std::shared_ptr<StateWriter> writer_;
 
+  std::mutex write_mu_;  // one state write at a time, from whichever thread
   std::mutex mu_;
+  std::condition_variable written_;  // with mu_: write_queued_ went false
   RecordFile file_;
   std::deque<hz_event> events_;  // retained, increasing seq
   uint64_t next_seq_ = 1;
   std::map<std::string, std::shared_ptr<SubscriberState>> subscribers_;
   std::set<uint64_t> approved_;
+  bool log_damaged_ = false;
+  std::deque<PendingAck> acks_;  // waiting for the next state write, in arrival order
+  bool write_queued_ = false;    // the writer holds a job for this log
+  bool state_dirty_ = false;     // delivered marks to save, with or without acks
 };
 
 namespace {
@@ -99,15 +143,22 @@ bool WantsTopic(uint64_t mask, uint16_t topic) {
   return topic < HZ_TOPIC_MAX && (mask & HZ_TOPIC_MASK(topic)) != 0;
 }
 
-Status MakeDir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST) return Status::Ok();
+Status MakeDir(const std::string& dir, bool* created = nullptr) {
+  if (created != nullptr) *created = false;
+  if (::mkdir(dir.c_str(), 0700) == 0) {
+    if (created != nullptr) *created = true;
+    return Status::Ok();
+  }
+  if (errno == EEXIST) return Status::Ok();
   return Status::IoError("mkdir " + dir + ": " + std::strerror(errno));
 }
 
 }  // namespace
 
 Status TenantLog::Open() {
-  Status s = MakeDir(dir_);
+  bool created = false;
+  Status s = MakeDir(dir_, &created);
+  if (s.ok() && created && sync_) s = SyncDir(DirName(dir_));
   if (!s.ok()) return s;
   s = LoadState();
   if (!s.ok()) return s;
@@ -115,6 +166,7 @@ Status TenantLog::Open() {
   std::vector<hz_event> loaded;
   RecoveryReport report;
   s = file_.Open(dir_ + "/events.log", sync_, &loaded, &report);
+  if (report.damaged) return KeepDamagedLog(s);
   if (!s.ok()) return s;
   if (report.truncated_bytes > 0) {
     spdlog::warn("events: tenant {}: dropped {} bytes after {} records ({})", tenant_.name(),
@@ -134,6 +186,20 @@ Status TenantLog::Open() {
   uint64_t oldest = OldestLocked();
   std::erase_if(approved_, [oldest](uint64_t seq) { return seq < oldest; });
   return Status::Ok();
+}
+
+Status TenantLog::KeepDamagedLog(const Status& found) {
+  log_damaged_ = true;
+  const std::string log = dir_ + "/events.log";
+  const std::string copy = log + ".corrupt-" + std::to_string(clock_());
+  std::error_code ec;
+  std::filesystem::copy_file(log, copy, std::filesystem::copy_options::skip_existing, ec);
+  std::string kept = ec ? "no copy could be kept (" + ec.message() + ")" : "a copy is in " + copy;
+  spdlog::error(
+      "events: tenant {}: {}; {}; the tenant's events are refused until events.log is "
+      "repaired or moved aside",
+      tenant_.name(), found.message(), kept);
+  return Status::Corruption(found.message() + "; " + kept);
 }
 
 Status TenantLog::LoadState() {
@@ -176,21 +242,93 @@ Status TenantLog::LoadState() {
   return Status::Ok();
 }
 
-Status TenantLog::SaveStateLocked() {
+std::string TenantLog::StateJsonLocked(const std::deque<PendingAck>& batch) {
+  std::map<const SubscriberState*, uint64_t> acked;
+  std::set<uint64_t> approved = approved_;
+  for (const PendingAck& a : batch) {
+    if (!a.status.ok() || !a.needs_write) continue;
+    acked[a.sub.get()] = std::max(acked[a.sub.get()], a.seq);
+    if (a.approve) approved.insert(a.seq);
+  }
   nlohmann::json j;
   j["version"] = 1;
   j["next_seq"] = next_seq_;
   j["subscribers"] = nlohmann::json::object();
   for (const auto& [name, sub] : subscribers_) {
-    j["subscribers"][name] = {{"cursor", sub->cursor}, {"delivered", sub->delivered}};
+    sub->writing_delivered = sub->delivered;
+    const uint64_t cursor = std::max(sub->cursor, acked[sub.get()]);
+    j["subscribers"][name] = {{"cursor", cursor}, {"delivered", sub->delivered}};
   }
   j["approved"] = nlohmann::json::array();
-  for (uint64_t seq : approved_) j["approved"].push_back(seq);
-  Status s = WriteFileAtomic(dir_ + "/state.json", j.dump(), sync_);
-  if (s.ok()) {
-    for (const auto& [name, sub] : subscribers_) sub->saved_delivered = sub->delivered;
+  for (uint64_t seq : approved) j["approved"].push_back(seq);
+  return j.dump();
+}
+
+void TenantLog::ApplyWrittenLocked(const std::deque<PendingAck>& batch,
+                                   std::vector<hz_event>* approved) {
+  for (const auto& [name, sub] : subscribers_) sub->saved_delivered = sub->writing_delivered;
+  for (const PendingAck& a : batch) {
+    if (!a.status.ok() || !a.needs_write) continue;
+    a.sub->cursor = std::max(a.sub->cursor, a.seq);
+    if (a.approve && approved_.insert(a.seq).second) approved->push_back(a.approved);
   }
-  return s;
+}
+
+bool TenantLog::ScheduleWriteLocked() {
+  if (write_queued_) return true;
+  write_queued_ = true;
+  if (writer_->Schedule([self = shared_from_this()] { return self->WriteStateOnce(); })) {
+    return true;
+  }
+  write_queued_ = false;
+  return false;
+}
+
+bool TenantLog::WriteStateOnce() {
+  std::lock_guard<std::mutex> one_write(write_mu_);
+  std::deque<PendingAck> batch;
+  std::string contents;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(acks_);
+    bool write = state_dirty_;
+    for (const PendingAck& a : batch) write = write || (a.status.ok() && a.needs_write);
+    state_dirty_ = false;
+    if (write) contents = StateJsonLocked(batch);
+  }
+  Status written =
+      contents.empty() ? Status::Ok() : write_state_(dir_ + "/state.json", contents, sync_);
+  if (!written.ok()) {
+    spdlog::warn("events: tenant {}: saving state failed: {}", tenant_.name(), written.ToString());
+  }
+  std::vector<hz_event> approved;
+  bool more = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (written.ok() && !contents.empty()) ApplyWrittenLocked(batch, &approved);
+    more = !acks_.empty() || state_dirty_;
+    if (!more) {
+      write_queued_ = false;
+      written_.notify_all();
+    }
+  }
+  for (const hz_event& ev : approved) {
+    std::lock_guard<std::mutex> lock(approval_->mu);
+    if (approval_->callback) approval_->callback(tenant_, ev);
+  }
+  for (PendingAck& a : batch) {
+    a.done(!a.status.ok() ? a.status : a.needs_write ? written : Status::Ok());
+  }
+  // Only now may a later ack of these subscribers be answered at once: it
+  // must not overtake their answers.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const PendingAck& a : batch) a.sub->acks_waiting--;
+  return more;
+}
+
+void TenantLog::WaitWritten() {
+  std::unique_lock<std::mutex> lock(mu_);
+  written_.wait(lock, [this] { return !write_queued_; });
 }
 
 Status TenantLog::Publish(const EventSpec& spec, uint64_t* seq) {
@@ -275,14 +413,16 @@ void TenantLog::Disconnect(SubscriberState& state) {
     std::lock_guard<std::mutex> lock(state.notify_mu);
     state.notify = nullptr;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  state.connected = false;
-  state.subscribed = false;
-  if (state.delivered != state.saved_delivered) {
-    Status s = SaveStateLocked();
-    if (!s.ok())
-      spdlog::warn("events: tenant {}: saving state failed: {}", tenant_.name(), s.ToString());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state.connected = false;
+    state.subscribed = false;
+    if (state.delivered == state.saved_delivered) return;
+    state_dirty_ = true;
+    if (ScheduleWriteLocked()) return;
   }
+  // The bus is gone, and its writer with it: save the REPLAY marks here.
+  WriteStateOnce();
 }
 
 Status TenantLog::Subscribe(SubscriberState& state, const hz_event_subscribe_args& args,
@@ -392,53 +532,59 @@ bool TenantLog::Pending(SubscriberState& state) {
   return NextLocked(state, nullptr, /*consume=*/false);
 }
 
-Status TenantLog::Ack(SubscriberState& state, const hz_event_ack_args& args) {
+Status TenantLog::CheckAckLocked(SubscriberState& state, const hz_event_ack_args& args,
+                                 PendingAck* ack) {
   if (args.reserved != 0) return Status::NotSupported("reserved field is not zero");
   if ((args.flags & ~HZ_ACK_F_APPROVE) != 0) return Status::NotSupported("unknown ack flags");
-  hz_event approved{};
-  bool fire = false;
+  if (args.seq > state.delivered) {
+    return Status::InvalidArgument("ack of seq " + std::to_string(args.seq) +
+                                   " beyond the last delivered " + std::to_string(state.delivered));
+  }
+  ack->seq = args.seq;
+  if ((args.flags & HZ_ACK_F_APPROVE) != 0) {
+    const hz_event* ev = FindLocked(args.seq);
+    if (ev == nullptr) {
+      return Status::InvalidArgument("event " + std::to_string(args.seq) + " is not retained");
+    }
+    if ((ev->flags & HZ_EVENT_F_APPROVABLE) == 0) {
+      return Status::InvalidArgument("event " + std::to_string(args.seq) + " is not approvable");
+    }
+    // Approving twice is harmless; an approval cannot be withdrawn.
+    if (approved_.count(args.seq) == 0) {
+      Status late = ApprovableLocked(*ev);
+      if (!late.ok()) return late;
+      ack->approve = true;
+      ack->approved = *ev;
+    }
+  }
+  ack->needs_write = args.seq > state.cursor || ack->approve;
+  return Status::Ok();
+}
+
+void TenantLog::AckAsync(const std::shared_ptr<SubscriberState>& state,
+                         const hz_event_ack_args& args, Delivery::AckDone done) {
+  PendingAck ack;
+  std::deque<PendingAck> refused;
+  bool now = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (args.seq > state.delivered) {
-      return Status::InvalidArgument("ack of seq " + std::to_string(args.seq) +
-                                     " beyond the last delivered " +
-                                     std::to_string(state.delivered));
-    }
-    bool approve = (args.flags & HZ_ACK_F_APPROVE) != 0;
-    if (approve) {
-      const hz_event* ev = FindLocked(args.seq);
-      if (ev == nullptr) {
-        return Status::InvalidArgument("event " + std::to_string(args.seq) + " is not retained");
-      }
-      if ((ev->flags & HZ_EVENT_F_APPROVABLE) == 0) {
-        return Status::InvalidArgument("event " + std::to_string(args.seq) + " is not approvable");
-      }
-      // Approving twice is harmless; an approval cannot be withdrawn.
-      if (approved_.count(args.seq) == 0) {
-        Status late = ApprovableLocked(*ev);
-        if (!late.ok()) return late;
-        approved_.insert(args.seq);
-        fire = true;
-        approved = *ev;
-      }
-    }
-    uint64_t old_cursor = state.cursor;
-    bool moved = args.seq > state.cursor;
-    if (moved) state.cursor = args.seq;
-    if (moved || fire) {
-      Status s = SaveStateLocked();
-      if (!s.ok()) {
-        state.cursor = old_cursor;
-        if (fire) approved_.erase(args.seq);
-        return s;
+    ack.status = CheckAckLocked(*state, args, &ack);
+    // Nothing to write and nothing of this subscriber ahead of it.
+    now = state->acks_waiting == 0 && (!ack.status.ok() || !ack.needs_write);
+    if (!now) {
+      ack.done = std::move(done);
+      ack.sub = state;
+      state->acks_waiting++;
+      acks_.push_back(std::move(ack));
+      // The bus is being destroyed: whatever is still queued will not be written.
+      if (!ScheduleWriteLocked()) {
+        refused.swap(acks_);
+        for (const PendingAck& a : refused) a.sub->acks_waiting--;
       }
     }
   }
-  if (fire) {
-    std::lock_guard<std::mutex> lock(approval_->mu);
-    if (approval_->callback) approval_->callback(tenant_, approved);
-  }
-  return Status::Ok();
+  if (now) done(ack.status);
+  for (PendingAck& a : refused) a.done(Status::Shutdown("the event bus is stopping"));
 }
 
 void TenantLog::Summary(TenantSummary* summary) {
@@ -483,7 +629,14 @@ bool Delivery::Pending() {
 }
 
 Status Delivery::Ack(const hz_event_ack_args& args) {
-  return log_->Ack(*state_, args);
+  std::promise<Status> answered;
+  std::future<Status> answer = answered.get_future();
+  AckAsync(args, [&answered](Status s) { answered.set_value(std::move(s)); });
+  return answer.get();
+}
+
+void Delivery::AckAsync(const hz_event_ack_args& args, AckDone done) {
+  log_->AckAsync(state_, args, std::move(done));
 }
 
 void Delivery::SetNotify(std::function<void()> notify) {
@@ -501,13 +654,23 @@ const std::string& Delivery::subscriber() const {
 // --- EventBus -------------------------------------------------------------
 
 EventBus::EventBus(BusOptions options)
-    : options_(std::move(options)), approval_(std::make_shared<ApprovalHolder>()) {}
+    : options_(std::move(options)),
+      approval_(std::make_shared<ApprovalHolder>()),
+      writer_(std::make_shared<StateWriter>()) {}
 
-EventBus::~EventBus() = default;
+EventBus::~EventBus() {
+  // Every ack queued is written and answered before the bus goes.
+  writer_->Stop();
+}
 
 Status EventBus::Open(BusOptions options, std::unique_ptr<EventBus>* bus) {
   if (options.dir.empty()) return Status::InvalidArgument("event bus directory not set");
   if (options.retention == 0) return Status::InvalidArgument("retention must be at least 1");
+  if (!options.write_state) {
+    options.write_state = [](const std::string& path, const std::string& contents, bool sync) {
+      return WriteFileAtomic(path, contents, sync);
+    };
+  }
   if (!options.clock) {
     options.clock = [] {
       return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
@@ -521,17 +684,42 @@ Status EventBus::Open(BusOptions options, std::unique_ptr<EventBus>* bus) {
   return Status::Ok();
 }
 
+namespace {
+
+// What identifies the contents of a file without reading it: a damaged log
+// is read again only once the operator changed or moved it.
+std::string FileIdentity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "absent";
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
 Status EventBus::Tenant(const TenantId& tenant, std::shared_ptr<TenantLog>* log) {
   if (!ValidName(tenant.name())) return Status::InvalidArgument("bad tenant name");
+  const std::string dir = options_.dir + "/" + tenant.name();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tenants_.find(tenant);
   if (it != tenants_.end()) {
     *log = it->second;
     return Status::Ok();
   }
-  auto created =
-      std::make_shared<TenantLog>(tenant, options_.dir + "/" + tenant.name(), options_, approval_);
+  // A guest retrying cannot make the service read the whole damaged log, or
+  // keep another copy of it, for every request.
+  auto damaged = damaged_.find(tenant);
+  if (damaged != damaged_.end()) {
+    if (damaged->second.identity == FileIdentity(dir + "/events.log"))
+      return damaged->second.status;
+    damaged_.erase(damaged);
+  }
+  auto created = std::make_shared<TenantLog>(tenant, dir, options_, approval_, writer_);
   Status s = created->Open();
+  if (!s.ok() && created->log_damaged()) {
+    damaged_[tenant] = {s, FileIdentity(dir + "/events.log")};
+  }
   if (!s.ok()) return s;
   tenants_[tenant] = created;
   *log = created;
@@ -583,6 +771,15 @@ StatusOr<bool> EventBus::HoldsEvents(const TenantId& tenant) {
 Status EventBus::Forget(const TenantId& tenant) {
   if (!ValidName(tenant.name())) return Status::InvalidArgument("bad tenant name");
   const std::string dir = options_.dir + "/" + tenant.name();
+  std::shared_ptr<TenantLog> log;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tenants_.find(tenant);
+    if (it != tenants_.end()) log = it->second;
+  }
+  // A write still queued (the last delivery's REPLAY marks) holds the log too.
+  if (log) log->WaitWritten();
+  log.reset();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tenants_.find(tenant);
   if (it != tenants_.end()) {
@@ -591,6 +788,7 @@ Status EventBus::Forget(const TenantId& tenant) {
     if (it->second.use_count() > 1) return Status::Busy("a delivery of the tenant is connected");
     tenants_.erase(it);
   }
+  damaged_.erase(tenant);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   if (ec) return Status::IoError(dir + ": " + ec.message());

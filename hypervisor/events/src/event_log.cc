@@ -66,14 +66,63 @@ RecordFile::~RecordFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+namespace {
+
+// Why the record at off cannot be read after last_seq; empty when it is valid
+// (then *ev holds it).
+std::string CheckRecord(const std::string& data, size_t off, uint64_t last_seq, hz_event* ev) {
+  size_t left = data.size() - off;
+  if (left < kRecordHeaderBytes) return "short record header";
+  uint32_t len = LoadLe32(data.data() + off);
+  uint32_t crc = LoadLe32(data.data() + off + 4);
+  if (len != sizeof(hz_event)) return "bad record length " + std::to_string(len);
+  if (left - kRecordHeaderBytes < len) return "short record body";
+  uint32_t want = Crc32c(data.data() + off, 4);
+  want = Crc32c(data.data() + off + kRecordHeaderBytes, len, want);
+  if (want != crc) return "record checksum mismatch";
+  std::memcpy(ev, data.data() + off + kRecordHeaderBytes, sizeof *ev);
+  if (ev->seq <= last_seq) return "sequence number not increasing";
+  return {};
+}
+
+// The offset of the first valid record after the bad one at bad, at any
+// byte: damage need not keep the records aligned. 0 when there is none.
+size_t FindValidRecordAfter(const std::string& data, size_t bad, uint64_t last_seq) {
+  hz_event ev;
+  for (size_t off = bad + 1; off + kRecordHeaderBytes + sizeof(hz_event) <= data.size(); ++off) {
+    if (CheckRecord(data, off, last_seq, &ev).empty()) return off;
+  }
+  return 0;
+}
+
+// Opens path for appends; a file it creates is made durable in its directory.
+StatusOr<int> OpenForAppend(const std::string& path, bool sync) {
+  int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd >= 0) return fd;
+  if (errno != ENOENT) return Errno("open", path);
+  fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("open", path);
+  if (sync) {
+    Status s = SyncDir(DirName(path));
+    if (!s.ok()) {
+      ::close(fd);
+      return s;
+    }
+  }
+  return fd;
+}
+
+}  // namespace
+
 Status RecordFile::Open(const std::string& path, bool sync, std::vector<hz_event>* events,
                         RecoveryReport* report) {
   path_ = path;
   sync_ = sync;
   events->clear();
   *report = RecoveryReport{};
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd_ < 0) return Errno("open", path);
+  StatusOr<int> fd = OpenForAppend(path, sync);
+  if (!fd.ok()) return fd.status();
+  fd_ = *fd;
 
   // The whole log, however long retention made it.
   StatusOr<std::string> read = ReadFile(path, std::numeric_limits<size_t>::max());
@@ -83,47 +132,27 @@ Status RecordFile::Open(const std::string& path, bool sync, std::vector<hz_event
   size_t off = 0;
   uint64_t last_seq = 0;
   while (off < data.size()) {
-    size_t left = data.size() - off;
-    if (left < kRecordHeaderBytes) {
-      report->reason = "short record header";
-      break;
-    }
-    uint32_t len = LoadLe32(data.data() + off);
-    uint32_t crc = LoadLe32(data.data() + off + 4);
-    if (len != sizeof(hz_event)) {
-      report->reason = "bad record length " + std::to_string(len);
-      break;
-    }
-    if (left - kRecordHeaderBytes < len) {
-      report->reason = "short record body";
-      break;
-    }
-    uint32_t want = Crc32c(data.data() + off, 4);
-    want = Crc32c(data.data() + off + kRecordHeaderBytes, len, want);
-    if (want != crc) {
-      report->reason = "record checksum mismatch";
-      break;
-    }
     hz_event ev;
-    std::memcpy(&ev, data.data() + off + kRecordHeaderBytes, sizeof ev);
-    if (ev.seq <= last_seq) {
-      report->reason = "sequence number not increasing";
-      break;
-    }
+    report->reason = CheckRecord(data, off, last_seq, &ev);
+    if (!report->reason.empty()) break;
     last_seq = ev.seq;
     events->push_back(ev);
-    off += kRecordHeaderBytes + len;
+    off += kRecordHeaderBytes + sizeof(hz_event);
   }
   report->records = events->size();
   report->valid_bytes = off;
-  report->truncated_bytes = data.size() - off;
-  if (off < data.size()) {
-    if (::ftruncate(fd_, static_cast<off_t>(off)) != 0) {
-      return Errno("truncate", path);
-    }
-    if (sync_ && ::fdatasync(fd_) != 0) return Errno("fdatasync", path);
-  }
   records_ = events->size();
+  if (off == data.size()) return Status::Ok();
+  if (size_t resume = FindValidRecordAfter(data, off, last_seq); resume != 0) {
+    report->damaged = true;
+    report->resume_offset = resume;
+    return Status::Corruption(path + ": bad record at offset " + std::to_string(off) + " (" +
+                              report->reason + ") with valid records after it (from offset " +
+                              std::to_string(resume) + ")");
+  }
+  report->truncated_bytes = data.size() - off;
+  if (::ftruncate(fd_, static_cast<off_t>(off)) != 0) return Errno("truncate", path);
+  if (sync_ && ::fdatasync(fd_) != 0) return Errno("fdatasync", path);
   return Status::Ok();
 }
 

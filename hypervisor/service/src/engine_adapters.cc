@@ -14,7 +14,9 @@ class BusSubscription : public EventSubscription {
     return d_->Subscribe(args, result);
   }
   bool Next(hz_event* out) override { return d_->Next(out); }
-  Status Ack(const hz_event_ack_args& args) override { return d_->Ack(args); }
+  void Ack(const hz_event_ack_args& args, std::function<void(Status)> done) override {
+    d_->AckAsync(args, std::move(done));
+  }
   void SetNotify(std::function<void()> notify) override { d_->SetNotify(std::move(notify)); }
 
  private:

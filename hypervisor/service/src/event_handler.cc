@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "hz/service/device_link.h"
+#include "hz/service/pending_table.h"
 #include "hz/service/wire_status.h"
 
 namespace hz::service {
@@ -35,14 +36,14 @@ uint64_t EventQueueHandler::Features() const {
   return backend_ != nullptr ? 1ull << HZ_F_EVENTS : 0;
 }
 
-Reply EventQueueHandler::Handle(const Request& req) {
+Reply EventQueueHandler::Handle(const vdev::Queue& queue, const Request& req) {
   if (!ctx_.session.Granted(HZ_F_EVENTS)) return Reply::Error(HZ_S_ENOTSUP);
   if (req.hdr.opcode == HZ_OP_EVENT_ACK) {
     hz_event_ack_args a;
     if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return Reply::Error(st);
     if (a.reserved != 0 || (a.flags & ~HZ_ACK_F_APPROVE) != 0) return Reply::Error(HZ_S_ENOTSUP);
     if (!subscription_) return Reply::Error(HZ_S_ESTATE);
-    return Reply::WithStatus(ToWireStatus(subscription_->Ack(a)));
+    return Ack(queue, req, a);
   }
   if (req.hdr.opcode != HZ_OP_EVENT_SUBSCRIBE) return Reply::Error(HZ_S_ENOTSUP);
   hz_event_subscribe_args a;
@@ -64,6 +65,30 @@ Reply EventQueueHandler::Handle(const Request& req) {
   WriteResult(req, &res, sizeof(res));
   Fill();
   return Reply::Ok(sizeof(res));
+}
+
+Reply EventQueueHandler::Ack(const vdev::Queue& queue, const Request& req,
+                             const hz_event_ack_args& args) {
+  auto p = std::make_shared<PendingRequest>();
+  ctx_.pending.Add(this, queue, req, p);
+  // done runs on the bus's writer thread (or here, when nothing needed
+  // writing): the answer goes out on the executor either way, after any
+  // earlier ack's, and only if the device still exists.
+  subscription_->Ack(args, [this, id = p->id, link = ctx_.link](Status st) {
+    DeviceLink::Post(link, [this, id, st = std::move(st)] { OnAckDone(id, st); });
+  });
+  return Reply::Pending();
+}
+
+void EventQueueHandler::OnAckDone(uint64_t id, const Status& status) {
+  std::shared_ptr<PendingRequest> p = ctx_.pending.Take(id);
+  if (!p) return;  // answered by the drain, or its connection went
+  ctx_.pending.Finish(*p, Reply::WithStatus(ToWireStatus(status)));
+}
+
+void EventQueueHandler::Drain() {
+  ReturnBuffers();
+  ctx_.pending.FinishAll(this, Reply::Error(HZ_S_ESHUTDOWN));
 }
 
 void EventQueueHandler::OnKick(vdev::Queue& queue) {
@@ -122,6 +147,9 @@ void EventQueueHandler::ReturnBuffers() {
 void EventQueueHandler::EndSession(SessionEnd end) {
   // Never from inside the subscription's callback: this runs on the executor.
   subscription_.reset();
+  // Acks waiting for their write are answered when it ends, through the
+  // executor; without a connection nobody is left to answer.
+  if (end == SessionEnd::kDisconnect) ctx_.pending.ForgetAll(this);
   if (end != SessionEnd::kNewSession) held_.clear();  // their ring is gone
 }
 

@@ -174,7 +174,7 @@ Reply HzDevice::Dispatch(const vdev::Queue& queue, const Request& req) {
     case OpcodeFamily(HZ_OP_CKPT_POLICY):
       return ckpt_.Handle(queue, req);
     case OpcodeFamily(HZ_OP_EVENT_SUBSCRIBE):
-      return events_.Handle(req);
+      return events_.Handle(queue, req);
     case OpcodeFamily(HZ_OP_TOPOLOGY_GET):
       return provider_.HandleTopology(req);
     case OpcodeFamily(HZ_OP_NEG_REQUEST):

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hz/common/file.h"
 #include "hz/events/event_log.h"
@@ -406,20 +407,78 @@ TEST_F(EventsBus, TornTailIsTruncatedOnRecovery) {
   ASSERT_TRUE(bus_->Get(TenantId("t1"), 4, &ev).ok());
 }
 
-TEST_F(EventsBus, CorruptRecordStopsRecoveryThere) {
-  for (int i = 0; i < 4; ++i) Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
+// The copies of a damaged log that recovery kept in dir.
+std::vector<std::string> CorruptCopies(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().starts_with("events.log.corrupt-")) {
+      out.push_back(entry.path().string());
+    }
+  }
+  return out;
+}
+
+TEST_F(EventsBus, GarbageAfterTheLastRecordIsATornTail) {
+  for (int i = 0; i < 3; ++i) Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
   bus_.reset();
-  std::string path = dir_.path() + "/t1/events.log";
+  const std::string path = dir_.path() + "/t1/events.log";
+  const auto full = std::filesystem::file_size(path);
   {
-    // Flip one payload byte of the third record.
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(2 * (kRecordHeaderBytes + sizeof(hz_event)) + kRecordHeaderBytes + 40);
-    f.put('\x5a');
+    // Zeros where a fourth record was being written (a crash can leave the
+    // file longer than what reached the disk).
+    std::ofstream f(path, std::ios::app | std::ios::binary);
+    f << std::string(kRecordHeaderBytes + sizeof(hz_event) + 5, '\0');
   }
   Reopen(16);
   TenantSummary s;
   ASSERT_TRUE(bus_->Summary(TenantId("t1"), &s).ok());
-  EXPECT_EQ(s.next_seq, 3u);
+  EXPECT_EQ(s.next_seq, 4u);
+  EXPECT_EQ(std::filesystem::file_size(path), full);
+  EXPECT_TRUE(CorruptCopies(dir_.path() + "/t1").empty());
+}
+
+// A bad record with valid records after it is damage, not a torn append:
+// nothing is dropped, the tenant's events are refused until the operator
+// acts, a copy is kept aside, and other tenants carry on.
+TEST_F(EventsBus, DamageInTheMiddleKeepsTheRecordsAndRefusesOnlyThatTenant) {
+  for (int i = 0; i < 4; ++i) Publish(TenantId("t1"), HZ_TOPIC_FAILURE);
+  Publish(TenantId("t2"), HZ_TOPIC_FAILURE);
+  bus_.reset();
+  const std::string path = dir_.path() + "/t1/events.log";
+  const uint64_t bad_offset = 2 * (kRecordHeaderBytes + sizeof(hz_event));
+  {
+    // Flip one payload byte of the third record.
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(bad_offset + kRecordHeaderBytes + 40));
+    f.put('\x5a');
+  }
+  const std::string damaged = *ReadFile(path);
+  Reopen(16);
+
+  TenantSummary s;
+  Status st = bus_->Summary(TenantId("t1"), &s);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("offset " + std::to_string(bad_offset)), std::string::npos)
+      << st.message();
+  std::unique_ptr<Delivery> d;
+  EXPECT_EQ(bus_->Connect(TenantId("t1"), "guest", &d).code(), StatusCode::kCorruption);
+  EXPECT_EQ(bus_->Publish(TenantId("t1"), EventSpec{}, nullptr).code(), StatusCode::kCorruption);
+  EXPECT_EQ(bus_->HoldsEvents(TenantId("t1")).status().code(), StatusCode::kCorruption);
+
+  // Every record stays where it was, and one copy is kept aside however
+  // often the tenant is refused.
+  EXPECT_EQ(*ReadFile(path), damaged);
+  std::vector<std::string> copies = CorruptCopies(dir_.path() + "/t1");
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(*ReadFile(copies[0]), damaged);
+
+  // Other tenants are unaffected.
+  EXPECT_EQ(Publish(TenantId("t2"), HZ_TOPIC_FAILURE), 2u);
+
+  // The operator moves the damaged log aside: the tenant is served again.
+  std::filesystem::rename(path, path + ".moved");
+  EXPECT_NE(Publish(TenantId("t1"), HZ_TOPIC_FAILURE), 0u);
 }
 
 TEST_F(EventsBus, CorruptStateFileIsAClearError) {

@@ -349,7 +349,9 @@ class FakeEventBackend : public EventBackend {
       bus_->records.pop_front();
       return true;
     }
-    Status Ack(const hz_event_ack_args&) override { return Status::Ok(); }
+    void Ack(const hz_event_ack_args&, std::function<void(Status)> done) override {
+      done(Status::Ok());
+    }
     void SetNotify(std::function<void()> notify) override { notify_ = std::move(notify); }
     void Notify() {
       if (notify_) notify_();

@@ -5,9 +5,11 @@
 //   <tenant>/events.log   framed records (event_log.h), append-only, compacted
 //   <tenant>/state.json   subscriber cursors and approvals, replaced atomically
 //
-// Thread-safe: publishers, deliveries and acks may run on any thread. The
-// bus knows nothing of rings; the service turns "a buffer was posted" into
-// Delivery::Next() and writes the returned record into the buffer.
+// Thread-safe: publishers, deliveries and acks may run on any thread. Cursor
+// writes run on the bus's own writer thread (AckAsync), so an ack never
+// waits for the disk on the caller's thread. The bus knows nothing of
+// rings; the service turns "a buffer was posted" into Delivery::Next() and
+// writes the returned record into the buffer.
 #ifndef HZ_EVENTS_EVENT_BUS_H_
 #define HZ_EVENTS_EVENT_BUS_H_
 
@@ -37,9 +39,14 @@ struct BusOptions {
   uint64_t retention = 4096;  // events kept per tenant (>= 1)
   FsyncPolicy fsync = FsyncPolicy::kAlways;
   std::function<uint64_t()> clock;  // unix seconds; the system clock when empty
+  // Replaces a tenant's state.json; WriteFileAtomic when empty. Tests hold
+  // or fail the write through it.
+  std::function<Status(const std::string& path, const std::string& contents, bool sync)>
+      write_state;
 };
 
 class TenantLog;
+class StateWriter;
 struct SubscriberState;
 struct ApprovalHolder;
 
@@ -70,7 +77,21 @@ class Delivery {
   // EVENT_ACK: moves the cursor (durably) to seq, which must not exceed the
   // highest seq delivered. HZ_ACK_F_APPROVE approves the event `seq` itself,
   // which must be a retained, APPROVABLE maintenance or preemption event.
+  // Waits until the cursor is on disk (AckAsync, then done).
   Status Ack(const hz_event_ack_args& args);
+
+  // EVENT_ACK without waiting for the disk. The ack is checked at once and
+  // done runs exactly once with its outcome: before AckAsync returns when
+  // nothing needs writing (an invalid ack, or one that moves nothing, with no
+  // earlier ack of this subscriber still waiting), otherwise on the bus's
+  // writer thread once the cursor and approval are durable, or the write
+  // failed (they then stay as they were). Acks that arrive while a write is
+  // in progress are persisted together by the next one. One subscriber's
+  // acks complete in the order they were made. Once the bus is being
+  // destroyed, acks it will not write get kShutdown. done must not call
+  // back into this Delivery.
+  using AckDone = std::function<void(Status)>;
+  void AckAsync(const hz_event_ack_args& args, AckDone done);
 
   // Called (from the publisher's thread, no bus lock held) whenever an event
   // this subscriber wants is published, or when it fell behind the retained
@@ -143,10 +164,21 @@ class EventBus : public EventSink {
   explicit EventBus(BusOptions options);
   Status Tenant(const TenantId& tenant, std::shared_ptr<TenantLog>* log);
 
+  // A tenant whose log was found damaged in the middle, and the file as it
+  // was then (see Tenant()).
+  struct DamagedLog {
+    Status status;
+    std::string identity;
+  };
+
   BusOptions options_;
-  std::mutex mu_;  // guards tenants_
+  std::mutex mu_;  // guards tenants_ and damaged_
   std::map<TenantId, std::shared_ptr<TenantLog>> tenants_;
+  std::map<TenantId, DamagedLog> damaged_;
   std::shared_ptr<ApprovalHolder> approval_;
+  // Writes the tenants' state files; shared with the logs, which may outlive
+  // the bus (a Delivery still held).
+  std::shared_ptr<StateWriter> writer_;
 };
 
 }  // namespace hz::events

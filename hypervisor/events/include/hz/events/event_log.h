@@ -3,8 +3,11 @@
 // Record framing: u32 length, u32 CRC32C (ISA-L crc32_iscsi, seed ~0) over
 // the length field and the body, then `length` bytes of body. A body is one
 // struct hz_event. Recovery reads records until the first short, oversized,
-// checksum-failing or out-of-order one and truncates the file there, so a tail
-// torn by a crash mid-append disappears and the log stays appendable.
+// checksum-failing or out-of-order one. When nothing valid follows it, that is
+// a tail torn by a crash mid-append: the file is truncated there and stays
+// appendable. When a valid record follows it, the file was damaged in the
+// middle (bit rot, an outside write): truncating would drop good records, so
+// the file is left exactly as it is and Open fails with kCorruption.
 #ifndef HZ_EVENTS_EVENT_LOG_H_
 #define HZ_EVENTS_EVENT_LOG_H_
 
@@ -28,7 +31,11 @@ struct RecoveryReport {
   uint64_t records = 0;          // valid records read
   uint64_t valid_bytes = 0;      // file offset after the last valid record
   uint64_t truncated_bytes = 0;  // bytes dropped from the tail
-  std::string reason;            // why the tail was dropped, empty if not
+  std::string reason;            // why reading stopped, empty if it did not
+  // Damage in the middle: a bad record at valid_bytes with a valid record
+  // after it, at resume_offset. Nothing was truncated.
+  bool damaged = false;
+  uint64_t resume_offset = 0;
 };
 
 class RecordFile {
@@ -38,8 +45,11 @@ class RecordFile {
   RecordFile(const RecordFile&) = delete;
   RecordFile& operator=(const RecordFile&) = delete;
 
-  // Opens (creating) `path`, reads every valid record into *events (strictly
-  // increasing seq), truncates a bad tail, and positions for appends.
+  // Opens (creating, and with sync making its directory entry durable)
+  // `path`, reads every valid record into *events (strictly increasing seq),
+  // truncates a torn tail, and positions for appends. kCorruption, with
+  // report->damaged set and the file untouched, when valid records follow a
+  // bad one.
   Status Open(const std::string& path, bool sync, std::vector<hz_event>* events,
               RecoveryReport* report);
   // Appends one record without waiting for the disk. When opened with sync,

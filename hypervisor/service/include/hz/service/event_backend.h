@@ -26,8 +26,10 @@ class EventSubscription {
   // The next record for a posted buffer; false when there is none. A record
   // returned counts as delivered.
   virtual bool Next(hz_event* out) = 0;
-  // EVENT_ACK.
-  virtual Status Ack(const hz_event_ack_args& args) = 0;
+  // EVENT_ACK. done runs once with the outcome, after the cursor is
+  // durable: on any thread, possibly before Ack returns. It must not
+  // destroy the subscription.
+  virtual void Ack(const hz_event_ack_args& args, std::function<void(Status)> done) = 0;
   // notify runs on a publisher's thread when a record may be ready; it must
   // not destroy the subscription.
   virtual void SetNotify(std::function<void()> notify) = 0;

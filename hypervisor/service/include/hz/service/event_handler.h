@@ -2,7 +2,10 @@
 // The handler binds its VM's tenant to the event bus (an EventBackend) under
 // the VM's socket path, so the durable cursor survives reconnects, and fills
 // the buffers the guest posts on queue 1 with the next record as soon as one
-// exists. Without an event engine the buffers are still held, and handed
+// exists. EVENT_ACK waits in the PendingTable while the bus's writer thread
+// makes the cursor durable, so the connection's executor (shared with other
+// VMs) never waits for the disk; its answer comes back through the
+// executor. Without an event engine the buffers are still held, and handed
 // back unused when the ring stops or the service drains (SPEC §2.8).
 #ifndef HZ_SERVICE_EVENT_HANDLER_H_
 #define HZ_SERVICE_EVENT_HANDLER_H_
@@ -32,10 +35,11 @@ class EventQueueHandler : public FamilyHandler {
   // The subscription ends with the session; the held buffers stay while
   // their ring does.
   void EndSession(SessionEnd end) override;
-  // The held buffers go back unused.
-  void Drain() override { ReturnBuffers(); }
+  // The held buffers go back unused; acks waiting for their write are
+  // answered HZ_S_ESHUTDOWN (the write itself still happens).
+  void Drain() override;
 
-  Reply Handle(const Request& req);
+  Reply Handle(const vdev::Queue& queue, const Request& req);
 
   // The guest posted buffers on the event queue.
   void OnKick(vdev::Queue& queue);
@@ -47,6 +51,9 @@ class EventQueueHandler : public FamilyHandler {
   size_t held() const { return held_.size(); }
 
  private:
+  // EVENT_ACK: answered once the bus wrote the cursor (OnAckDone).
+  Reply Ack(const vdev::Queue& queue, const Request& req, const hz_event_ack_args& args);
+  void OnAckDone(uint64_t id, const Status& status);
   // Fills held buffers with the subscription's next records.
   void Fill();
   // Completes every held buffer unused (SPEC §2.8).

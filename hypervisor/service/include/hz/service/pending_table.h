@@ -1,7 +1,8 @@
 // Requests a device answers later: a collective until the engine completes
 // it, COMM_INIT until every rank joined, COMM_ABORT until the handle's
 // operations ended, NEG_REQUEST until the decision point, CKPT_SAVE and
-// CKPT_RESTORE until an engine thread ran them.
+// CKPT_RESTORE until an engine thread ran them, EVENT_ACK until the event
+// bus wrote its cursor.
 //
 // A request is in flight from Add until it is taken back (Take, FinishAll)
 // or forgotten with its ring (ForgetAll); the count is kept here and nowhere
