@@ -44,6 +44,11 @@ std::vector<std::string> ServiceProcess::Args(const std::vector<std::string>& ex
   if (std::find(extra.begin(), extra.end(), "--metrics-port") != extra.end()) {
     args.erase(std::find(args.begin(), args.end(), "--no-metrics"));
   }
+  // The caller's log level instead of the default one.
+  if (std::find(extra.begin(), extra.end(), "--log-level") != extra.end()) {
+    auto level = std::find(args.begin(), args.end(), "--log-level");  // the default's
+    args.erase(level, level + 2);
+  }
   return args;
 }
 

@@ -64,5 +64,82 @@ TEST(ServiceShutdownTest, AStuckConnectionThreadDoesNotHoldTheExit) {
   EXPECT_NE(svc.Log().find("event=shutdown_thread_stuck thread=0"), std::string::npos) << svc.Log();
 }
 
+constexpr uint64_t kFeatures =
+    (1ull << HZ_F_CHECKPOINT) | (1ull << HZ_F_TOPOLOGY) | (1ull << HZ_F_EVENTS);
+constexpr uint64_t kShare = 8ull << 20;  // tenant_staging_bytes and quiesce_bytes below
+
+Reply SetPolicy(HzClient& c, uint32_t stream, uint32_t flags, uint32_t stall_budget_ms) {
+  hz_ckpt_policy_args p{};
+  p.stream = stream;
+  p.flags = flags;
+  p.retention = 1;
+  p.tier = HZ_TIER_HOST_MEMORY;
+  p.stall_budget_ms = stall_budget_ms;
+  return c.Call(HZ_VQ_CONTROL, HZ_OP_CKPT_POLICY, p);
+}
+
+// Registers `len` bytes of b after its quiescence word (at offset 0).
+Reply Quiesce(HzClient& c, const GuestBuffer& b, uint32_t stream, uint64_t len) {
+  hz_ckpt_quiesce_args a{};
+  a.stream = stream;
+  a.word = SliceOf(b, 0, sizeof(hz_quiesce_word));
+  a.num_slices = 1;
+  hz_slice state = SliceOf(b, 4096, len);
+  return c.Call(HZ_VQ_CONTROL, HZ_OP_CKPT_QUIESCE, &a, sizeof(a), &state, sizeof(state), 0);
+}
+
+// Two tenants served by one connection thread: one holding all the staging
+// it may reserve, and asking for more with an unbounded stall budget, is
+// answered at once and never delays the other; SIGTERM still drains both.
+TEST(ServiceShutdownTest, ATenantHoldingItsStagingShareDelaysNeitherItsNeighbourNorTheStop) {
+  ServiceProcess svc;
+  svc.CaptureLog();
+  ASSERT_TRUE(svc.Start({"--worker-threads", "1", "--log-level", "info", "--config",
+                         WriteConfig(svc,
+                                     "[checkpoint]\nstaging_bytes = 16777216\n"
+                                     "tenant_staging_bytes = 8388608\n"
+                                     "quiesce_bytes = 8388608\n")}));
+  std::vector<std::string> a_socks = svc.TenantWithVms("a", 1);
+  std::vector<std::string> b_socks = svc.TenantWithVms("b", 1);
+  ASSERT_EQ(a_socks.size(), 1u);
+  ASSERT_EQ(b_socks.size(), 1u);
+  ASSERT_EQ(SocketOnThread(svc, "b", 0), b_socks[0]);  // the thread "a" has too
+
+  HzClient a, b;
+  ASSERT_TRUE(a.Connect(a_socks[0]));
+  ASSERT_TRUE(b.Connect(b_socks[0]));
+  ASSERT_EQ(a.Hello(kFeatures), HZ_S_OK);
+  ASSERT_EQ(b.Hello(kFeatures), HZ_S_OK);
+  GuestBuffer region;
+  ASSERT_EQ(a.Register(kShare + 8192, 1, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region), HZ_S_OK);
+  ASSERT_EQ(SetPolicy(a, 1, HZ_CKPT_F_AUTO_SAVE_ON_NOTICE, 1000).status, HZ_S_OK);
+  // The largest state the share lets stream 1 reserve, to the page.
+  uint64_t held = kShare;
+  uint32_t st = Quiesce(a, region, 1, held).status;
+  while (st == HZ_S_ELIMIT && held > 4096) {
+    held -= 4096;
+    st = Quiesce(a, region, 1, held).status;
+  }
+  ASSERT_EQ(st, HZ_S_OK) << held;
+
+  ASSERT_EQ(SetPolicy(a, 2, HZ_CKPT_F_AUTO_SAVE_ON_NOTICE, 0xFFFFFFFF).status, HZ_S_OK);
+  Reply more = Quiesce(a, region, 2, 4096);
+  EXPECT_EQ(more.status, HZ_S_ELIMIT);  // answered, not left waiting for staging
+
+  // While a's reservation is held, b's calls on the same thread complete.
+  Reply topo = b.Call(HZ_VQ_CONTROL, HZ_OP_TOPOLOGY_GET, nullptr, 0, nullptr, 0, 4096);
+  EXPECT_NE(topo.status, 0xffffffffu);
+  hz_ckpt_list_args list{};
+  list.stream = 1;
+  list.max_entries = 4;
+  Reply listed = b.Call(HZ_VQ_CONTROL, HZ_OP_CKPT_LIST, &list, sizeof(list), nullptr, 0, 256);
+  EXPECT_NE(listed.status, 0xffffffffu);
+
+  EXPECT_EQ(svc.Terminate(kHangGuardMs), 0) << svc.Log();
+  const std::string log = svc.Log();
+  EXPECT_NE(log.find("event=drained in_flight=0"), std::string::npos) << log;
+  EXPECT_EQ(log.find("event=shutdown_thread_stuck"), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace hz::testing
