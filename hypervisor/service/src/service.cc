@@ -167,14 +167,17 @@ std::string Service::ResolveSocketPath(const std::string& path) const {
 
 hz::Status Service::CreateTenant(const TenantSpec& spec) {
   if (draining_) return hz::Status::Shutdown("the service is stopping");
+  if (engines_) {
+    if (hz::Status s = engines_->CheckTenantLimits(spec); !s.ok()) return s;
+  }
   if (hz::Status s = tenants_.Create(spec); !s.ok()) return s;
   if (coll_) coll_->SetTenantWeight(TenantId(spec.name), spec.weight);
-  if (engines_) engines_->SetTenantWeight(TenantId(spec.name), spec.weight);
+  if (engines_) engines_->SetTenantLimits(spec);
   spdlog::info(
       "event=tenant_created tenant={} weight={} priority={} max_regions={} "
-      "max_region_bytes={} max_extents={}",
+      "max_region_bytes={} max_extents={} disk_bytes={} staging_bytes={}",
       spec.name, spec.weight, spec.priority, spec.limits.max_regions, spec.limits.max_region_bytes,
-      spec.limits.max_extents);
+      spec.limits.max_extents, spec.ckpt_disk_bytes, spec.ckpt_staging_bytes);
   SaveState();
   return hz::Status::Ok();
 }
