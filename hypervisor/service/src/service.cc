@@ -353,6 +353,9 @@ std::string Service::MetricsText() const {
   if (coll_) {
     engine = coll_->Stats();
     snap.engine = &engine;
+    for (const auto& t : tenants_.List()) {
+      snap.coll_weights.emplace_back(t->name(), coll_->TenantWeight(t->id()));
+    }
   }
   std::string text = metrics_.Format(snap);
   if (engines_) text += engines_->MetricsText();

@@ -82,5 +82,34 @@ TEST(ServiceTenantLimitsTest, ATenantsOwnDiskCapIsValidatedEnforcedAndKept) {
   EXPECT_EQ(SaveToDisk(small[0]), HZ_S_ELIMIT);
 }
 
+// The weight the operator gives a tenant is the one the collective engine
+// schedules its communicators with, after a restart too.
+TEST(ServiceTenantLimitsTest, TheOperatorsWeightReachesTheCollectiveEngine) {
+  ServiceProcess svc;
+  // Starts the daemon with a metrics endpoint; its port.
+  auto start = [&] {
+    int port = FreeTcpPort();
+    EXPECT_TRUE(svc.Start({"--metrics-port", std::to_string(port)}));
+    return static_cast<uint16_t>(port);
+  };
+  auto weight = [](const std::string& tenant, int w) {
+    return "hz_coll_tenant_weight{tenant=\"" + tenant + "\"} " + std::to_string(w) + "\n";
+  };
+  uint16_t port = start();
+  std::string out;
+  ASSERT_EQ(svc.Hzctl(HZ_HZCTL_PATH, "tenant create heavy --weight 7", &out), 0) << out;
+  ASSERT_EQ(svc.Hzctl(HZ_HZCTL_PATH, "tenant create plain", &out), 0) << out;
+  std::string text = HttpGet(port, "/metrics");
+  EXPECT_NE(text.find(weight("heavy", 7)), std::string::npos) << text;
+  EXPECT_NE(text.find(weight("plain", 1)), std::string::npos) << text;
+
+  // Tenants loaded from state.json at start-up are given their weights too.
+  ASSERT_EQ(svc.Terminate(), 0);
+  port = start();
+  text = HttpGet(port, "/metrics");
+  EXPECT_NE(text.find(weight("heavy", 7)), std::string::npos) << text;
+  EXPECT_NE(text.find(weight("plain", 1)), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace hz::testing
