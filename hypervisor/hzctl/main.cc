@@ -2,7 +2,8 @@
 //
 //   hzctl [--socket PATH] [--json] tenant create NAME [--weight N] [--priority low|normal|high]
 //                                        [--max-regions N] [--max-region-bytes N] [--max-extents N]
-//                                        [--max-open-negotiations N]
+//                                        [--max-open-negotiations N] [--disk-bytes N]
+//                                        [--staging-bytes N]
 //   hzctl tenant list | tenant remove NAME [--purge]
 //         (--purge: also delete the tenant's checkpoints and events; without it a
 //          tenant that has any is not removed)
@@ -104,15 +105,17 @@ unsigned long long U(const json& j, const char* k) {
 
 void PrintHuman(const std::string& cmd, const json& r) {
   if (cmd == "tenant.list") {
-    std::printf("%-20s %6s %-8s %8s %12s %12s %12s %9s\n", "TENANT", "WEIGHT", "PRIORITY",
-                "REGIONS", "MAX_REGIONS", "BYTES", "MAX_BYTES", "MAX_NEGS");
+    std::printf("%-20s %6s %-8s %8s %12s %12s %12s %9s %10s %10s\n", "TENANT", "WEIGHT", "PRIORITY",
+                "REGIONS", "MAX_REGIONS", "BYTES", "MAX_BYTES", "MAX_NEGS", "DISK", "STAGING");
     for (const json& t : r) {
       const unsigned long long negs = U(t, "max_open_negotiations");
-      std::printf("%-20s %6llu %-8s %8llu %12llu %12s %12s %9s\n",
+      auto own = [](unsigned long long v) { return v == 0 ? std::string("default") : Human(v); };
+      std::printf("%-20s %6llu %-8s %8llu %12llu %12s %12s %9s %10s %10s\n",
                   t.value("name", std::string()).c_str(), U(t, "weight"),
                   t.value("priority", std::string()).c_str(), U(t, "regions"), U(t, "max_regions"),
                   Human(U(t, "region_bytes")).c_str(), Human(U(t, "max_region_bytes")).c_str(),
-                  negs == 0 ? "default" : std::to_string(negs).c_str());
+                  negs == 0 ? "default" : std::to_string(negs).c_str(),
+                  own(U(t, "disk_bytes")).c_str(), own(U(t, "staging_bytes")).c_str());
     }
   } else if (cmd == "event.status") {
     std::printf("tenant %s: next seq %llu, oldest retained %llu\n",
@@ -190,6 +193,7 @@ int main(int argc, char** argv) {
 
   std::string name, tenant, vm_socket, priority;
   uint64_t weight = 0, max_regions = 0, max_region_bytes = 0, max_extents = 0, max_open = 0;
+  uint64_t disk_bytes = 0, staging_bytes = 0;
 
   auto* tenant_cmd = app.add_subcommand("tenant", "manage tenants")->require_subcommand(1);
   auto* tcreate = tenant_cmd->add_subcommand("create", "create a tenant");
@@ -203,6 +207,11 @@ int main(int argc, char** argv) {
                       "extents of registered regions, all VMs together");
   tcreate->add_option("--max-open-negotiations", max_open,
                       "open negotiations (default: [negotiation] max_open_per_tenant)");
+  tcreate->add_option("--disk-bytes", disk_bytes,
+                      "checkpoint bytes on disk (default: [checkpoint] tenant_disk_bytes)");
+  tcreate->add_option("--staging-bytes", staging_bytes,
+                      "checkpoint staging held at once (default: [checkpoint] "
+                      "tenant_staging_bytes)");
   auto* tlist = tenant_cmd->add_subcommand("list", "list tenants");
   auto* tremove = tenant_cmd->add_subcommand(
       "remove",
@@ -290,6 +299,8 @@ int main(int argc, char** argv) {
     if (tcreate->count("--max-region-bytes")) req["max_region_bytes"] = max_region_bytes;
     if (tcreate->count("--max-extents")) req["max_extents"] = max_extents;
     if (tcreate->count("--max-open-negotiations")) req["max_open_negotiations"] = max_open;
+    if (tcreate->count("--disk-bytes")) req["disk_bytes"] = disk_bytes;
+    if (tcreate->count("--staging-bytes")) req["staging_bytes"] = staging_bytes;
   } else if (tlist->parsed()) {
     cmd = "tenant.list";
   } else if (tdomain->parsed()) {

@@ -48,6 +48,7 @@ class EngineImpl {
   uint32_t workers() const { return sched_->threads(); }
 
   void SetTenantWeight(const TenantId& tenant, uint32_t weight);
+  uint32_t TenantWeight(const TenantId& tenant) const;
 
  private:
   struct UidEntry {
@@ -144,13 +145,13 @@ bool EngineImpl::IsShutdown() const {
 
 uint32_t EngineImpl::WeightOf(const Comm& c) const {
   uint16_t p = std::min<uint16_t>(c.constraints.priority_class, kPriorityCount - 1);
-  uint32_t tenant = 1;
-  {
-    std::lock_guard<std::mutex> lock(weight_mu_);
-    auto it = tenant_weights_.find(c.tenant);
-    if (it != tenant_weights_.end()) tenant = it->second;
-  }
-  return std::max(1u, opts_.priority_weights[p]) * tenant;
+  return std::max(1u, opts_.priority_weights[p]) * TenantWeight(c.tenant);
+}
+
+uint32_t EngineImpl::TenantWeight(const TenantId& tenant) const {
+  std::lock_guard<std::mutex> lock(weight_mu_);
+  auto it = tenant_weights_.find(tenant);
+  return it != tenant_weights_.end() ? it->second : 1;
 }
 
 void EngineImpl::SetTenantWeight(const TenantId& tenant, uint32_t weight) {
@@ -932,6 +933,9 @@ EngineStats Engine::Stats() const {
 }
 std::vector<CommInfo> Engine::Communicators() const {
   return impl_->Communicators();
+}
+uint32_t Engine::TenantWeight(const TenantId& tenant) const {
+  return impl_->TenantWeight(tenant);
 }
 uint32_t Engine::workers() const {
   return impl_->workers();

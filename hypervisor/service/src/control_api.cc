@@ -47,6 +47,16 @@ uint64_t UInt(const json& req, const char* key, uint64_t def, uint64_t max) {
   return v;
 }
 
+// A tenant's own checkpoint cap: absent (0) means the [checkpoint] default.
+uint64_t OwnCap(const json& req, const char* key, const char* default_key) {
+  uint64_t v = UInt(req, key, 0, INT64_MAX);
+  if (v == 0 && req.contains(key)) {
+    throw BadRequest(std::string("field \"") + key +
+                     "\" must be at least 1 (leave it out for [checkpoint] " + default_key + ")");
+  }
+  return v;
+}
+
 uint16_t Priority(const json& req) {
   auto it = req.find("priority");
   if (it == req.end()) return HZ_PRIO_NORMAL;
@@ -81,6 +91,8 @@ json TenantJson(const Tenant& t) {
           {"max_region_bytes", t.spec().limits.max_region_bytes},
           {"max_extents", t.spec().limits.max_extents},
           {"max_open_negotiations", t.spec().max_open_negotiations},
+          {"disk_bytes", t.spec().ckpt_disk_bytes},
+          {"staging_bytes", t.spec().ckpt_staging_bytes},
           {"regions", u.regions},
           {"region_bytes", u.region_bytes},
           {"extents", u.extents}};
@@ -167,7 +179,7 @@ json ControlApi::GetStatus(const json& req) {
 
 json ControlApi::CreateTenant(const json& req) {
   OnlyFields(req, {"name", "weight", "priority", "max_regions", "max_region_bytes", "max_extents",
-                   "max_open_negotiations"});
+                   "max_open_negotiations", "disk_bytes", "staging_bytes"});
   TenantSpec spec;
   spec.name = Str(req, "name");
   TenantLimits def = target_->DefaultTenantLimits();
@@ -180,6 +192,8 @@ json ControlApi::CreateTenant(const json& req) {
       static_cast<uint32_t>(UInt(req, "max_extents", def.max_extents, UINT32_MAX));
   spec.max_open_negotiations =
       static_cast<uint32_t>(UInt(req, "max_open_negotiations", 0, kMaxOpenNegotiations));
+  spec.ckpt_disk_bytes = OwnCap(req, "disk_bytes", "tenant_disk_bytes");
+  spec.ckpt_staging_bytes = OwnCap(req, "staging_bytes", "tenant_staging_bytes");
   Check(target_->CreateTenant(spec));
   return {{"name", spec.name}};
 }

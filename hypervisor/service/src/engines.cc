@@ -85,7 +85,7 @@ Status Engines::Start() {
   cc.request_threads = config_.ckpt_request_threads;
   cc.tenant_request_threads = config_.ckpt_tenant_request_threads;
   cc.quiesce_bytes = config_.ckpt_quiesce_bytes;
-  cc.disk_bytes = CheckpointDiskCap(config_);
+  cc.disk_bytes = disk_cap_ = CheckpointDiskCap(config_);
   cc.default_limits.staging_bytes = config_.ckpt_tenant_staging_bytes;
   cc.default_limits.disk_bytes = config_.ckpt_tenant_disk_bytes;
   cc.sink = sink_.get();

@@ -1,4 +1,5 @@
-// The engines' view of a tenant: its weight, and what they keep under its name (tenant.remove).
+// The engines' view of a tenant: its weight and checkpoint caps, and what they keep under its name
+// (tenant.remove).
 #include "hz/checkpoint/engine.h"
 #include "hz/events/event_bus.h"
 #include "hz/service/engines.h"
@@ -17,15 +18,31 @@ Status Engines::TenantData(const TenantId& tenant, std::vector<std::string>* hel
   return Status::Ok();
 }
 
-void Engines::SetTenantWeight(const TenantId& tenant, uint32_t weight) {
+Status Engines::CheckTenantLimits(const TenantSpec& spec) const {
+  if (disk_cap_ != 0 && spec.ckpt_disk_bytes > disk_cap_) {
+    return Status::InvalidArgument("disk_bytes " + std::to_string(spec.ckpt_disk_bytes) +
+                                   " is more than the disk space of all checkpoints (" +
+                                   std::to_string(disk_cap_) + " bytes, [checkpoint] disk_bytes)");
+  }
+  if (spec.ckpt_staging_bytes > config_.ckpt_staging_bytes) {
+    return Status::InvalidArgument("staging_bytes " + std::to_string(spec.ckpt_staging_bytes) +
+                                   " is more than the staging pool (" +
+                                   std::to_string(config_.ckpt_staging_bytes) +
+                                   " bytes, [checkpoint] staging_bytes)");
+  }
+  return Status::Ok();
+}
+
+void Engines::SetTenantLimits(const TenantSpec& spec) {
   if (!ckpt_) return;
   checkpoint::TenantLimits limits;
-  limits.staging_bytes = config_.ckpt_tenant_staging_bytes;
-  limits.disk_bytes = config_.ckpt_tenant_disk_bytes;
-  limits.weight = weight;
-  if (Status s = ckpt_->SetLimits(tenant, limits); !s.ok()) {
-    spdlog::warn("event=ckpt_weight_not_applied tenant={} error=\"{}\"", tenant.name(),
-                 s.ToString());
+  limits.staging_bytes =
+      spec.ckpt_staging_bytes != 0 ? spec.ckpt_staging_bytes : config_.ckpt_tenant_staging_bytes;
+  limits.disk_bytes =
+      spec.ckpt_disk_bytes != 0 ? spec.ckpt_disk_bytes : config_.ckpt_tenant_disk_bytes;
+  limits.weight = spec.weight;
+  if (Status s = ckpt_->SetLimits(TenantId(spec.name), limits); !s.ok()) {
+    spdlog::warn("event=ckpt_limits_not_applied tenant={} error=\"{}\"", spec.name, s.ToString());
   }
 }
 

@@ -4,12 +4,15 @@
 //               [--metrics-port N] [--log-level LEVEL] [--foreground] ...
 //
 // Exit codes: 0 after a graceful stop, 1 when the service cannot start,
-// 2 for command-line or configuration errors.
+// 2 for command-line or configuration errors, 3 after a stop that had to
+// leave a connection thread stuck in a handler ([shutdown] timeout_ms).
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -47,6 +50,33 @@ void RaiseFdLimit() {
   }
   spdlog::info("event=fd_limit soft={} hard={} vms_approx={}", rl.rlim_cur, rl.rlim_max,
                rl.rlim_cur / 8);
+}
+
+// Serves until SIGTERM or SIGINT; the process's exit status.
+int Serve(hz::service::Service& service) {
+#ifdef HZ_TEST_STUCK_CONNECTION_THREAD
+  // Only in the daemon built for the shutdown tests: connection thread 0
+  // never returns, as a handler stuck in a system call would not.
+  service.PostToConnectionThread(0, [] {
+    for (;;) pause();
+  });
+#endif
+  service.Run();
+  if (!service.stopped_cleanly()) {
+    // The stuck thread may still use the service: destroying it, or running
+    // the exit handlers, could crash or hang under it.
+    spdlog::critical("event=exit_unclean status=3");
+    spdlog::shutdown();
+    std::_Exit(3);
+  }
+  // Stopped: further SIGTERMs (an impatient supervisor) must not turn the
+  // clean exit into a kill while the service object is torn down.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return 0;
 }
 
 }  // namespace
@@ -113,13 +143,5 @@ int main(int argc, char** argv) {
     spdlog::critical("event=start_failed error=\"{}\"", s.message());
     return 1;
   }
-  service.Run();
-  // Stopped: further SIGTERMs (an impatient supervisor) must not turn the
-  // clean exit into a kill while the service object is torn down.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return 0;
+  return Serve(service);
 }

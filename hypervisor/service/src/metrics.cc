@@ -151,6 +151,12 @@ std::string Metrics::Format(const MetricsSnapshot& snap) const {
     out += fmt::format("hz_communicator_timeouts_total {}\n", e.timeouts);
     Header(&out, "hz_collective_mismatches_total", "counter", "Collectives whose ranks disagreed.");
     out += fmt::format("hz_collective_mismatches_total {}\n", e.mismatches);
+    Header(&out, "hz_coll_tenant_weight", "gauge",
+           "The weight the collective engine gives the tenant's communicators (hzctl tenant "
+           "create --weight).");
+    for (const auto& [tenant, w] : snap.coll_weights) {
+      out += fmt::format("hz_coll_tenant_weight{{tenant=\"{}\"}} {}\n", Escape(tenant), w);
+    }
   }
   return out;
 }

@@ -4,10 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <future>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -111,9 +109,11 @@ hz::Status Service::Start() {
     t->work =
         std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
             t->io.get_executor());
+    t->exited = t->exit_signal.get_future();
     t->thread =
-        std::thread([io = &t->io, poll = std::chrono::microseconds(config_.connection_poll_us)] {
-          RunConnectionThread(*io, poll);
+        std::thread([t = t.get(), poll = std::chrono::microseconds(config_.connection_poll_us)] {
+          RunConnectionThread(t->io, poll);
+          t->exit_signal.set_value();
         });
     vdev_threads_.push_back(std::move(t));
   }
@@ -159,104 +159,6 @@ void Service::RequestStop() {
   });
 }
 
-void Service::OnVdevThread(size_t i, const std::function<void()>& fn) {
-  std::promise<void> done;
-  boost::asio::post(vdev_threads_[i]->io, [&] {
-    fn();
-    done.set_value();
-  });
-  done.get_future().wait();
-}
-
-void Service::Shutdown() {
-  stopped_ = true;
-  // 1. Stop accepting: new requests fail with ESHUTDOWN from now on and the
-  //    config space says DRAINING.
-  draining_ = true;
-  spdlog::info("event=draining");
-  if (control_) control_->Stop();
-  // 2. The engine fails everything that waits with kShutdown; running
-  //    transfers stop after their current block.
-  if (coll_) coll_->Shutdown();
-  // 3. Each device answers what is left with ESHUTDOWN, on its own strand.
-  DrainDevices();
-  // 4. Close the VM sockets and connections, then the threads.
-  CloseConnections();
-  for (auto& t : vdev_threads_) {
-    t->work.reset();
-    t->io.stop();
-  }
-  for (auto& t : vdev_threads_) t->thread.join();
-  vdev_threads_.clear();
-  if (metrics_server_) metrics_server_->Stop();
-  coll_.reset();
-  // The provider publishes to the bus: it goes first.
-  if (provider_) provider_->Stop();
-  provider_.reset();
-  engines_.reset();
-  spdlog::info("event=stopped");
-}
-
-void Service::DrainDevices() {
-  struct Waiter {
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t left = 0;
-  };
-  // One ticket per device, released when the posted drain is destroyed:
-  // after it ran, or unrun when the VM's connection closed first (a VM that
-  // disconnects just before SIGTERM). Counting runs instead would wait out
-  // the whole timeout for such a VM.
-  struct Ticket {
-    explicit Ticket(std::shared_ptr<Waiter> waiter) : w(std::move(waiter)) {
-      std::lock_guard<std::mutex> lock(w->mu);
-      w->left++;
-    }
-    ~Ticket() {
-      std::lock_guard<std::mutex> lock(w->mu);
-      if (--w->left == 0) w->cv.notify_all();
-    }
-    std::shared_ptr<Waiter> w;
-  };
-  auto w = std::make_shared<Waiter>();
-  devices_.ForEach([&](HzDevice& d) {
-    auto ticket = std::make_shared<Ticket>(w);
-    d.PostToDevice([ticket](HzDevice& dev) { dev.Drain(); });
-  });
-  {
-    std::unique_lock<std::mutex> lock(w->mu);
-    if (!w->cv.wait_for(lock, std::chrono::milliseconds(config_.shutdown_timeout_ms),
-                        [&] { return w->left == 0; })) {
-      spdlog::warn("event=drain_timeout devices_left={}", w->left);
-    }
-  }
-  uint64_t in_flight = 0;
-  devices_.ForEach([&](HzDevice& d) { in_flight += d.in_flight(); });
-  spdlog::info("event=drained in_flight={}", in_flight);
-}
-
-void Service::CloseConnections() {
-  if (vdev_threads_.empty()) return;
-  // Each server is stopped and destroyed on the thread that serves it.
-  auto for_each_server = [this](const std::function<void(std::unique_ptr<vdev::Server>&)>& fn) {
-    for (size_t i = 0; i < vdev_threads_.size(); ++i) {
-      OnVdevThread(i, [&] {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (auto& [path, b] : bindings_) {
-          if (b.thread == i && b.server) fn(b.server);
-        }
-      });
-    }
-  };
-  for_each_server([](std::unique_ptr<vdev::Server>& s) { s->Stop(); });
-  // Stop() closes each connection asynchronously, on its strand; a device
-  // reports when its connection closed and its session ended.
-  if (!devices_.WaitAllClosed(std::chrono::milliseconds(config_.shutdown_timeout_ms))) {
-    spdlog::warn("event=close_timeout");
-  }
-  for_each_server([](std::unique_ptr<vdev::Server>& s) { s.reset(); });
-}
-
 std::string Service::ResolveSocketPath(const std::string& path) const {
   if (path.empty()) return {};
   if (path[0] == '/') return fs::path(path).lexically_normal().string();
@@ -265,14 +167,17 @@ std::string Service::ResolveSocketPath(const std::string& path) const {
 
 hz::Status Service::CreateTenant(const TenantSpec& spec) {
   if (draining_) return hz::Status::Shutdown("the service is stopping");
+  if (engines_) {
+    if (hz::Status s = engines_->CheckTenantLimits(spec); !s.ok()) return s;
+  }
   if (hz::Status s = tenants_.Create(spec); !s.ok()) return s;
   if (coll_) coll_->SetTenantWeight(TenantId(spec.name), spec.weight);
-  if (engines_) engines_->SetTenantWeight(TenantId(spec.name), spec.weight);
+  if (engines_) engines_->SetTenantLimits(spec);
   spdlog::info(
       "event=tenant_created tenant={} weight={} priority={} max_regions={} "
-      "max_region_bytes={} max_extents={}",
+      "max_region_bytes={} max_extents={} disk_bytes={} staging_bytes={}",
       spec.name, spec.weight, spec.priority, spec.limits.max_regions, spec.limits.max_region_bytes,
-      spec.limits.max_extents);
+      spec.limits.max_extents, spec.ckpt_disk_bytes, spec.ckpt_staging_bytes);
   SaveState();
   return hz::Status::Ok();
 }
@@ -448,6 +353,9 @@ std::string Service::MetricsText() const {
   if (coll_) {
     engine = coll_->Stats();
     snap.engine = &engine;
+    for (const auto& t : tenants_.List()) {
+      snap.coll_weights.emplace_back(t->name(), coll_->TenantWeight(t->id()));
+    }
   }
   std::string text = metrics_.Format(snap);
   if (engines_) text += engines_->MetricsText();

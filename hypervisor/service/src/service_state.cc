@@ -67,7 +67,9 @@ void Service::SaveState() {
                        {"max_regions", t->spec().limits.max_regions},
                        {"max_region_bytes", t->spec().limits.max_region_bytes},
                        {"max_extents", t->spec().limits.max_extents},
-                       {"max_open_negotiations", t->spec().max_open_negotiations}});
+                       {"max_open_negotiations", t->spec().max_open_negotiations},
+                       {"disk_bytes", t->spec().ckpt_disk_bytes},
+                       {"staging_bytes", t->spec().ckpt_staging_bytes}});
   }
   json bindings = json::array();
   {
@@ -113,6 +115,9 @@ hz::Status Service::LoadState() {
       spec.limits.max_extents = t.value("max_extents", config_.tenant_defaults.max_extents);
       // Absent from state files written before the per-tenant limit existed.
       spec.max_open_negotiations = t.value("max_open_negotiations", uint32_t{0});
+      // Absent from state files written before the per-tenant checkpoint caps.
+      spec.ckpt_disk_bytes = t.value("disk_bytes", uint64_t{0});
+      spec.ckpt_staging_bytes = t.value("staging_bytes", uint64_t{0});
       if (hz::Status s = CreateTenant(spec); !s.ok()) {
         result = bad("tenant " + spec.name + ": " + s.message());
         break;

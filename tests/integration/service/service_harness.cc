@@ -37,21 +37,31 @@ ServiceProcess::~ServiceProcess() {
 
 std::vector<std::string> ServiceProcess::Args(const std::vector<std::string>& extra) const {
   std::vector<std::string> args = {
-      HZ_HARMONAIZED_PATH, "--state-dir",  dir_,          "--control-socket",
-      dir_ + "/ctl.sock",  "--no-metrics", "--log-level", "warn"};
+      binary_,        "--state-dir", dir_,  "--control-socket", dir_ + "/ctl.sock",
+      "--no-metrics", "--log-level", "warn"};
   args.insert(args.end(), extra.begin(), extra.end());
   // Metrics only when the caller asks for a port.
   if (std::find(extra.begin(), extra.end(), "--metrics-port") != extra.end()) {
     args.erase(std::find(args.begin(), args.end(), "--no-metrics"));
+  }
+  // The caller's log level instead of the default one.
+  if (std::find(extra.begin(), extra.end(), "--log-level") != extra.end()) {
+    auto level = std::find(args.begin(), args.end(), "--log-level");  // the default's
+    args.erase(level, level + 2);
   }
   return args;
 }
 
 bool ServiceProcess::Start(const std::vector<std::string>& extra) {
   std::vector<std::string> args = Args(extra);
+  const std::string log = dir_ + "/daemon.log";
   pid_ = fork();
   if (pid_ < 0) return false;
   if (pid_ == 0) {
+    if (capture_log_) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+      if (fd >= 0) dup2(fd, STDERR_FILENO);
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -108,6 +118,16 @@ int ServiceProcess::RunToExit(const std::vector<std::string>& extra, std::string
     fclose(f);
   }
   return rc;
+}
+
+std::string ServiceProcess::Log() const {
+  std::string out;
+  if (FILE* f = fopen((dir_ + "/daemon.log").c_str(), "r")) {
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), f)) out.append(buf, n);
+    fclose(f);
+  }
+  return out;
 }
 
 int ServiceProcess::Terminate(int timeout_ms) {

@@ -38,9 +38,16 @@ class ServiceProcess {
   std::vector<std::string> TenantWithVms(const std::string& tenant, int n);
   const std::string& dir() const { return dir_; }
   pid_t pid() const { return pid_; }
+  // The daemon binary the next Start runs (default: harmonaized).
+  void set_binary(const std::string& path) { binary_ = path; }
+  // From the next Start on, the daemon's stderr goes to a file that Log() reads.
+  void CaptureLog() { capture_log_ = true; }
+  std::string Log() const;
 
  private:
   std::string dir_;
+  std::string binary_ = HZ_HARMONAIZED_PATH;
+  bool capture_log_ = false;
   pid_t pid_ = -1;
 };
 

@@ -229,6 +229,8 @@ class Engine {
   // communicators' share of the workers is the priority class's weight
   // times this one, so a heavier tenant gets more worker time under load.
   void SetTenantWeight(const TenantId& tenant, uint32_t weight);
+  // The weight the tenant's communicators are scheduled with (read-only).
+  uint32_t TenantWeight(const TenantId& tenant) const;
 
   // Number of worker threads.
   uint32_t workers() const;

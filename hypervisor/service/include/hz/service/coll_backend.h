@@ -72,6 +72,8 @@ class CollBackend {
   virtual void Shutdown() = 0;
   // The operator's weight for the tenant (1..1000): its share of the workers.
   virtual void SetTenantWeight(const TenantId& /*tenant*/, uint32_t /*weight*/) {}
+  // The weight the backend schedules the tenant with.
+  virtual uint32_t TenantWeight(const TenantId& /*tenant*/) const { return 1; }
   virtual BackendStats Stats() const = 0;
   virtual std::vector<CommSummary> Communicators() const = 0;
 };

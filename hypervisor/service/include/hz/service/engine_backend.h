@@ -31,6 +31,9 @@ class EngineBackend : public CollBackend {
   void SetTenantWeight(const TenantId& tenant, uint32_t weight) override {
     engine_.SetTenantWeight(tenant, weight);
   }
+  uint32_t TenantWeight(const TenantId& tenant) const override {
+    return engine_.TenantWeight(tenant);
+  }
   BackendStats Stats() const override;
   std::vector<CommSummary> Communicators() const override;
 

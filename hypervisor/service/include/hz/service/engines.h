@@ -31,6 +31,7 @@
 #include "hz/service/command_registry.h"
 #include "hz/service/config.h"
 #include "hz/service/event_backend.h"
+#include "hz/service/tenants.h"
 
 namespace hz::service {
 
@@ -51,10 +52,14 @@ class Engines {
   Status TenantData(const TenantId& tenant, std::vector<std::string>* held) const;
   // Deletes everything the engines keep under the tenant's name.
   Status ForgetTenant(const TenantId& tenant);
-  // The operator's weight for the tenant (1..1000): its share of checkpoint
-  // staging, the memory tier, disk space and disk bandwidth. A failure (the
-  // engine cannot record the tenant) is logged: the tenant keeps weight 1.
-  void SetTenantWeight(const TenantId& tenant, uint32_t weight);
+  // The operator's checkpoint limits for the tenant: its weight (1..1000,
+  // its share of checkpoint staging, the memory tier, disk space and disk
+  // bandwidth) and its own disk and staging caps. A failure (the engine
+  // cannot record the tenant) is logged: the tenant keeps the defaults.
+  void SetTenantLimits(const TenantSpec& spec);
+  // kInvalidArgument when the tenant's own caps exceed what all tenants
+  // together have (the checkpoint disk space, the staging pool).
+  Status CheckTenantLimits(const TenantSpec& spec) const;
 
   events::EventBus* bus() const { return bus_.get(); }
   // What the devices use; null when that engine is not running.
@@ -79,6 +84,7 @@ class Engines {
   uint64_t Delivered() const;  // event records written into guests' buffers
 
   ServiceConfig config_;
+  uint64_t disk_cap_ = 0;  // all checkpoints on disk; 0: unknown
   std::unique_ptr<events::EventBus> bus_;
   std::unique_ptr<CkptSink> sink_;
   std::unique_ptr<checkpoint::Engine> ckpt_;

@@ -25,6 +25,8 @@ struct MetricsSnapshot {
   uint64_t device_communicators = 0;  // communicator handles held by devices
   bool draining = false;
   const BackendStats* engine = nullptr;  // absent without a collective engine
+  // tenant -> the weight the collective engine schedules it with
+  std::vector<std::pair<std::string, uint32_t>> coll_weights;
 };
 
 class Metrics {

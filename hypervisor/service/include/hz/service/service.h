@@ -12,6 +12,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -56,8 +58,17 @@ class Service : public ControlTarget {
   hz::Status Start();
   // Serves until SIGTERM/SIGINT or RequestStop(), then shuts down gracefully.
   void Run();
+  // False after a shutdown that had to leave a connection thread running (a
+  // handler that never returned). The thread cannot be joined and may still
+  // use the service, so the process must end without destroying it.
+  bool stopped_cleanly() const { return stuck_threads_.load() == 0; }
   // Asks Run() to shut down (any thread).
   void RequestStop();
+
+  // Runs fn on connection thread i and returns at once. A test seam: the
+  // daemon built for tests/integration/service holds a thread with it, as a
+  // handler stuck in a system call would.
+  void PostToConnectionThread(size_t i, std::function<void()> fn);
 
   uint16_t metrics_port() const { return metrics_port_; }
   bool draining() const { return draining_.load(); }
@@ -95,15 +106,29 @@ class Service : public ControlTarget {
     boost::asio::io_context io{1};
     std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
     std::thread thread;
+    std::promise<void> exit_signal;  // set when the thread's loop has returned
+    std::future<void> exited;
+    bool stuck = false;  // did not answer within the shutdown timeout
   };
+  using Clock = std::chrono::steady_clock;
+  struct ThreadCall;  // service_shutdown.cc
 
+  // service_shutdown.cc
   void Shutdown();
-  // Shutdown steps: every device answers what it has in flight; then the
-  // VM connections close.
+  // Shutdown steps, each waiting at most shutdown_timeout_ms: every device
+  // answers what it has in flight; the VM connections close; the connection
+  // threads end; the engines stop.
   void DrainDevices();
   void CloseConnections();
-  // Runs fn on connection thread i and waits for it.
-  void OnVdevThread(size_t i, const std::function<void()>& fn);
+  void StopConnectionThreads();
+  void StopEngines();
+  void MarkStuck(size_t i, const char* step);
+  // Runs fn on connection thread i and waits for it until deadline; false
+  // when it has not run by then (if it had not started, it never will).
+  bool OnVdevThread(size_t i, std::function<void()> fn,
+                    Clock::time_point deadline = Clock::time_point::max());
+  std::shared_ptr<ThreadCall> PostCall(size_t i, std::function<void()> fn);
+  static bool WaitCall(ThreadCall& call, Clock::time_point deadline);
   // The connection thread for a new VM of tenant: the one already serving
   // its VMs, else the one serving the fewest VMs. Called with mu_ held.
   size_t ThreadForTenantLocked(const std::string& tenant) const;
@@ -119,6 +144,7 @@ class Service : public ControlTarget {
   std::atomic<bool> loading_state_{false};
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopped_{false};
+  std::atomic<size_t> stuck_threads_{0};  // connection threads left running
   // <state_dir>/harmonaized.lock, locked while this service owns state_dir.
   int state_lock_fd_ = -1;
   std::chrono::steady_clock::time_point started_;

@@ -26,6 +26,11 @@ struct TenantSpec {
   // Open negotiations (NEG_REQUEST beyond them: ELIMIT); 0: the service's
   // [negotiation] max_open_per_tenant.
   uint32_t max_open_negotiations = 0;
+  // The tenant's own checkpoint caps: bytes on disk (committed and in
+  // flight) and staging held at once; 0: [checkpoint] tenant_disk_bytes and
+  // tenant_staging_bytes. The weighted shares apply besides.
+  uint64_t ckpt_disk_bytes = 0;
+  uint64_t ckpt_staging_bytes = 0;
 };
 
 // One tenant. Usage counters are shared by every VM of the tenant.

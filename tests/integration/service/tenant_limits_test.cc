@@ -1,0 +1,115 @@
+// The operator's per-tenant checkpoint caps (hzctl tenant create
+// --disk-bytes/--staging-bytes): validated, kept across restarts, and what
+// the checkpoint engine holds the tenant to.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "hz_client.h"
+#include "service_harness.h"
+
+namespace hz::testing {
+namespace {
+
+constexpr uint64_t kSmallDisk = 1ull << 20;
+constexpr uint64_t kSaveBytes = 2ull << 20;
+
+nlohmann::json TenantEntry(ServiceProcess& svc, const std::string& name) {
+  nlohmann::json r = svc.Control({{"cmd", "tenant.list"}});
+  for (const nlohmann::json& t : r.value("result", nlohmann::json::array())) {
+    if (t.value("name", "") == name) return t;
+  }
+  return {};
+}
+
+// A save of kSaveBytes to the local-disk tier from a fresh VM of the tenant
+// bound at `socket`; its status.
+uint32_t SaveToDisk(const std::string& socket) {
+  HzClient c;
+  if (!c.Connect(socket)) return 0xfffffffe;
+  if (c.Hello(1ull << HZ_F_CHECKPOINT) != HZ_S_OK) return 0xfffffffd;
+  GuestBuffer b;
+  if (c.Register(kSaveBytes, 1, HZ_REGION_F_READ, &b) != HZ_S_OK) return 0xfffffffc;
+  hz_ckpt_policy_args p{};
+  p.stream = 1;
+  p.retention = 1;
+  p.tier = HZ_TIER_LOCAL_DISK;
+  p.stall_budget_ms = 1000;
+  if (c.Call(HZ_VQ_CONTROL, HZ_OP_CKPT_POLICY, p).status != HZ_S_OK) return 0xfffffffb;
+  hz_ckpt_save_args a{};
+  a.stream = 1;
+  a.num_slices = 1;
+  a.step = 1;
+  hz_slice s = SliceOf(b, 0, kSaveBytes);
+  return c.Call(HZ_VQ_REQUEST_BASE, HZ_OP_CKPT_SAVE, &a, sizeof(a), &s, sizeof(s), 64).status;
+}
+
+TEST(ServiceTenantLimitsTest, ATenantsOwnDiskCapIsValidatedEnforcedAndKept) {
+  ServiceProcess svc;
+  ASSERT_TRUE(svc.Start());
+  std::string out;
+  EXPECT_NE(svc.Hzctl(HZ_HZCTL_PATH, "tenant create zero --disk-bytes 0", &out), 0);
+  EXPECT_NE(out.find("disk_bytes"), std::string::npos) << out;
+  EXPECT_NE(svc.Hzctl(HZ_HZCTL_PATH, "tenant create huge --disk-bytes 9000000000000000000", &out),
+            0);
+  EXPECT_NE(out.find("disk space of all checkpoints"), std::string::npos) << out;
+  EXPECT_NE(svc.Hzctl(HZ_HZCTL_PATH, "tenant create huge --staging-bytes 9000000000000", &out), 0);
+  EXPECT_NE(out.find("staging pool"), std::string::npos) << out;
+  EXPECT_TRUE(TenantEntry(svc, "zero").is_null());
+  EXPECT_TRUE(TenantEntry(svc, "huge").is_null());
+
+  ASSERT_EQ(svc.Hzctl(HZ_HZCTL_PATH,
+                      "tenant create small --disk-bytes " + std::to_string(kSmallDisk), &out),
+            0)
+      << out;
+  std::vector<std::string> small = svc.TenantWithVms("small", 1);
+  std::vector<std::string> big = svc.TenantWithVms("big", 1);
+  ASSERT_EQ(small.size(), 1u);
+  ASSERT_EQ(big.size(), 1u);
+  EXPECT_EQ(TenantEntry(svc, "small").value("disk_bytes", 0ull), kSmallDisk);
+  EXPECT_EQ(TenantEntry(svc, "big").value("disk_bytes", 1ull), 0u);  // the default
+  ASSERT_EQ(svc.Hzctl(HZ_HZCTL_PATH, "tenant list", &out), 0);
+  EXPECT_NE(out.find("DISK"), std::string::npos) << out;
+
+  EXPECT_EQ(SaveToDisk(small[0]), HZ_S_ELIMIT);
+  EXPECT_EQ(SaveToDisk(big[0]), HZ_S_OK);
+
+  // The cap is the tenant's, not the process's: it is back after a restart.
+  ASSERT_EQ(svc.Terminate(), 0);
+  ASSERT_TRUE(svc.Start());
+  EXPECT_EQ(TenantEntry(svc, "small").value("disk_bytes", 0ull), kSmallDisk);
+  EXPECT_EQ(SaveToDisk(small[0]), HZ_S_ELIMIT);
+}
+
+// The weight the operator gives a tenant is the one the collective engine
+// schedules its communicators with, after a restart too.
+TEST(ServiceTenantLimitsTest, TheOperatorsWeightReachesTheCollectiveEngine) {
+  ServiceProcess svc;
+  // Starts the daemon with a metrics endpoint; its port.
+  auto start = [&] {
+    int port = FreeTcpPort();
+    EXPECT_TRUE(svc.Start({"--metrics-port", std::to_string(port)}));
+    return static_cast<uint16_t>(port);
+  };
+  auto weight = [](const std::string& tenant, int w) {
+    return "hz_coll_tenant_weight{tenant=\"" + tenant + "\"} " + std::to_string(w) + "\n";
+  };
+  uint16_t port = start();
+  std::string out;
+  ASSERT_EQ(svc.Hzctl(HZ_HZCTL_PATH, "tenant create heavy --weight 7", &out), 0) << out;
+  ASSERT_EQ(svc.Hzctl(HZ_HZCTL_PATH, "tenant create plain", &out), 0) << out;
+  std::string text = HttpGet(port, "/metrics");
+  EXPECT_NE(text.find(weight("heavy", 7)), std::string::npos) << text;
+  EXPECT_NE(text.find(weight("plain", 1)), std::string::npos) << text;
+
+  // Tenants loaded from state.json at start-up are given their weights too.
+  ASSERT_EQ(svc.Terminate(), 0);
+  port = start();
+  text = HttpGet(port, "/metrics");
+  EXPECT_NE(text.find(weight("heavy", 7)), std::string::npos) << text;
+  EXPECT_NE(text.find(weight("plain", 1)), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace hz::testing
