@@ -1,48 +1,20 @@
 #include "hz/service/metrics.h"
 
 #include "hz/service/request.h"
+#include "protocol/harmonaize_opcodes.h"
 #include "spdlog/fmt/fmt.h"
 
 namespace hz::service {
 
 namespace {
 
-// Every known opcode, in slot order; slot 0 is UNKNOWN.
-constexpr uint16_t kOpcodes[] = {
-    0,  // unknown
-    HZ_OP_HELLO,
-    HZ_OP_REGION_REGISTER,
-    HZ_OP_REGION_UNREGISTER,
-    HZ_OP_COMM_UID,
-    HZ_OP_COMM_INIT,
-    HZ_OP_COMM_DESTROY,
-    HZ_OP_COMM_ABORT,
-    HZ_OP_ALLREDUCE,
-    HZ_OP_BROADCAST,
-    HZ_OP_REDUCE,
-    HZ_OP_ALLGATHER,
-    HZ_OP_REDUCE_SCATTER,
-    HZ_OP_ALLTOALL,
-    HZ_OP_SEND,
-    HZ_OP_RECV,
-    HZ_OP_BARRIER,
-    HZ_OP_CKPT_POLICY,
-    HZ_OP_CKPT_SAVE,
-    HZ_OP_CKPT_RESTORE,
-    HZ_OP_CKPT_LIST,
-    HZ_OP_CKPT_DELETE,
-    HZ_OP_CKPT_QUIESCE,
-    HZ_OP_EVENT_SUBSCRIBE,
-    HZ_OP_EVENT_ACK,
-    HZ_OP_TOPOLOGY_GET,
-    HZ_OP_NEG_REQUEST,
-    HZ_OP_NEG_ACCEPT,
-    HZ_OP_NEG_DECLINE,
-    HZ_OP_NEG_COUNTER,
-    HZ_OP_NEG_RELEASE,
-    HZ_OP_HINT_DECLARE,
-};
-static_assert(std::size(kOpcodes) <= Metrics::kOpcodeSlots);
+// Slot 0 counts unknown opcodes; slot i > 0 counts hz_opcode_names[i - 1].
+constexpr size_t kSlotsUsed = HZ_NUM_OPCODES + 1;
+static_assert(kSlotsUsed <= Metrics::kOpcodeSlots);
+
+const char* SlotName(size_t slot) {
+  return slot == 0 ? "UNKNOWN" : hz_opcode_names[slot - 1].name;
+}
 
 void Header(std::string* out, const char* name, const char* type, const char* help) {
   *out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
@@ -66,8 +38,8 @@ std::string Escape(const std::string& v) {
 }  // namespace
 
 size_t Metrics::Slot(uint16_t opcode) {
-  for (size_t i = 1; i < std::size(kOpcodes); ++i) {
-    if (kOpcodes[i] == opcode) return i;
+  for (size_t i = 1; i < kSlotsUsed; ++i) {
+    if (hz_opcode_names[i - 1].opcode == opcode) return i;
   }
   return 0;
 }
@@ -93,20 +65,20 @@ uint64_t Metrics::bytes(uint16_t opcode) const {
 std::string Metrics::Format(const MetricsSnapshot& snap) const {
   std::string out;
   Header(&out, "hz_requests_total", "counter", "Requests completed, by opcode and status.");
-  for (size_t i = 0; i < std::size(kOpcodes); ++i) {
+  for (size_t i = 0; i < kSlotsUsed; ++i) {
     for (uint32_t s = 0; s <= HZ_S_MAX; ++s) {
       uint64_t v = requests_[i][s].load(std::memory_order_relaxed);
       if (v == 0) continue;
-      out += fmt::format("hz_requests_total{{opcode=\"{}\",status=\"{}\"}} {}\n",
-                         i == 0 ? "UNKNOWN" : OpcodeName(kOpcodes[i]), StatusName(s), v);
+      out += fmt::format("hz_requests_total{{opcode=\"{}\",status=\"{}\"}} {}\n", SlotName(i),
+                         StatusName(s), v);
     }
   }
   Header(&out, "hz_request_bytes_total", "counter",
          "Payload bytes of completed data requests, by opcode.");
-  for (size_t i = 1; i < std::size(kOpcodes); ++i) {
+  for (size_t i = 1; i < kSlotsUsed; ++i) {
     uint64_t v = bytes_[i].load(std::memory_order_relaxed);
     if (v == 0) continue;
-    out += fmt::format("hz_request_bytes_total{{opcode=\"{}\"}} {}\n", OpcodeName(kOpcodes[i]), v);
+    out += fmt::format("hz_request_bytes_total{{opcode=\"{}\"}} {}\n", SlotName(i), v);
   }
   Header(&out, "hz_requests_dropped_total", "counter",
          "Chains without room for a status, completed with used length 0.");

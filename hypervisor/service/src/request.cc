@@ -1,5 +1,7 @@
 #include "hz/service/request.h"
 
+#include "protocol/harmonaize_opcodes.h"
+
 #include <algorithm>
 
 namespace hz::service {
@@ -116,72 +118,10 @@ OpClass ClassifyOpcode(uint16_t opcode) {
 }
 
 const char* OpcodeName(uint16_t opcode) {
-  switch (opcode) {
-    case HZ_OP_HELLO:
-      return "HELLO";
-    case HZ_OP_REGION_REGISTER:
-      return "REGION_REGISTER";
-    case HZ_OP_REGION_UNREGISTER:
-      return "REGION_UNREGISTER";
-    case HZ_OP_COMM_UID:
-      return "COMM_UID";
-    case HZ_OP_COMM_INIT:
-      return "COMM_INIT";
-    case HZ_OP_COMM_DESTROY:
-      return "COMM_DESTROY";
-    case HZ_OP_COMM_ABORT:
-      return "COMM_ABORT";
-    case HZ_OP_ALLREDUCE:
-      return "ALLREDUCE";
-    case HZ_OP_BROADCAST:
-      return "BROADCAST";
-    case HZ_OP_REDUCE:
-      return "REDUCE";
-    case HZ_OP_ALLGATHER:
-      return "ALLGATHER";
-    case HZ_OP_REDUCE_SCATTER:
-      return "REDUCE_SCATTER";
-    case HZ_OP_ALLTOALL:
-      return "ALLTOALL";
-    case HZ_OP_SEND:
-      return "SEND";
-    case HZ_OP_RECV:
-      return "RECV";
-    case HZ_OP_BARRIER:
-      return "BARRIER";
-    case HZ_OP_CKPT_POLICY:
-      return "CKPT_POLICY";
-    case HZ_OP_CKPT_SAVE:
-      return "CKPT_SAVE";
-    case HZ_OP_CKPT_RESTORE:
-      return "CKPT_RESTORE";
-    case HZ_OP_CKPT_LIST:
-      return "CKPT_LIST";
-    case HZ_OP_CKPT_DELETE:
-      return "CKPT_DELETE";
-    case HZ_OP_CKPT_QUIESCE:
-      return "CKPT_QUIESCE";
-    case HZ_OP_EVENT_SUBSCRIBE:
-      return "EVENT_SUBSCRIBE";
-    case HZ_OP_EVENT_ACK:
-      return "EVENT_ACK";
-    case HZ_OP_TOPOLOGY_GET:
-      return "TOPOLOGY_GET";
-    case HZ_OP_NEG_REQUEST:
-      return "NEG_REQUEST";
-    case HZ_OP_NEG_ACCEPT:
-      return "NEG_ACCEPT";
-    case HZ_OP_NEG_DECLINE:
-      return "NEG_DECLINE";
-    case HZ_OP_NEG_COUNTER:
-      return "NEG_COUNTER";
-    case HZ_OP_NEG_RELEASE:
-      return "NEG_RELEASE";
-    case HZ_OP_HINT_DECLARE:
-      return "HINT_DECLARE";
-    default:
-      return "UNKNOWN";
+  for (const hz_opcode_name& o : hz_opcode_names) {
+    if (o.opcode == opcode) return o.name;
   }
+  return "UNKNOWN";
 }
 
 const char* StatusName(uint32_t status) {

@@ -14,6 +14,7 @@
 #include "hz/common/file.h"
 #include "hz/service/engine_backend.h"
 #include "metrics_server.h"
+#include "protocol/harmonaize_opcodes.h"
 #include "spdlog/spdlog.h"
 #include "vdev/server.h"
 
@@ -309,10 +310,8 @@ json Service::Status() const {
 
 json Service::Counters() const {
   json requests = json::array();
-  for (uint16_t op : {HZ_OP_HELLO, HZ_OP_REGION_REGISTER, HZ_OP_REGION_UNREGISTER, HZ_OP_COMM_UID,
-                      HZ_OP_COMM_INIT, HZ_OP_COMM_DESTROY, HZ_OP_COMM_ABORT, HZ_OP_ALLREDUCE,
-                      HZ_OP_BROADCAST, HZ_OP_REDUCE, HZ_OP_ALLGATHER, HZ_OP_REDUCE_SCATTER,
-                      HZ_OP_ALLTOALL, HZ_OP_SEND, HZ_OP_RECV, HZ_OP_BARRIER}) {
+  for (const hz_opcode_name& o : hz_opcode_names) {
+    const uint16_t op = o.opcode;
     for (uint32_t s = 0; s <= HZ_S_MAX; ++s) {
       uint64_t n = metrics_.requests(op, s);
       if (n != 0) {

@@ -28,6 +28,7 @@
 #include <gtest/gtest.h>
 
 #include "hz_client.h"
+#include "protocol/harmonaize_opcodes.h"
 #include "provider_host.h"
 
 namespace {
@@ -47,40 +48,6 @@ constexpr char kAliceMagic[] = "ALICE-ONLY-BYTES";  // 16 bytes without the NUL
 constexpr uint64_t kAliceBytes = 256 * 1024;
 constexpr uint64_t kScratchBytes = 4ull << 20;
 constexpr auto kHang = std::chrono::milliseconds(10000);  // only detects hangs
-
-const uint16_t kOpcodes[] = {
-    HZ_OP_HELLO,
-    HZ_OP_REGION_REGISTER,
-    HZ_OP_REGION_UNREGISTER,
-    HZ_OP_COMM_UID,
-    HZ_OP_COMM_INIT,
-    HZ_OP_COMM_DESTROY,
-    HZ_OP_COMM_ABORT,
-    HZ_OP_ALLREDUCE,
-    HZ_OP_BROADCAST,
-    HZ_OP_REDUCE,
-    HZ_OP_ALLGATHER,
-    HZ_OP_REDUCE_SCATTER,
-    HZ_OP_ALLTOALL,
-    HZ_OP_SEND,
-    HZ_OP_RECV,
-    HZ_OP_BARRIER,
-    HZ_OP_CKPT_POLICY,
-    HZ_OP_CKPT_SAVE,
-    HZ_OP_CKPT_RESTORE,
-    HZ_OP_CKPT_LIST,
-    HZ_OP_CKPT_DELETE,
-    HZ_OP_CKPT_QUIESCE,
-    HZ_OP_EVENT_SUBSCRIBE,
-    HZ_OP_EVENT_ACK,
-    HZ_OP_TOPOLOGY_GET,
-    HZ_OP_NEG_REQUEST,
-    HZ_OP_NEG_ACCEPT,
-    HZ_OP_NEG_DECLINE,
-    HZ_OP_NEG_COUNTER,
-    HZ_OP_NEG_RELEASE,
-    HZ_OP_HINT_DECLARE,
-};
 
 // An answer that only a handler looking at the request's content gives.
 bool PastTheChecks(uint32_t status) {
@@ -215,7 +182,7 @@ class Mutator {
   }
   uint16_t Opcode() {
     if (Pick(50) == 0) return static_cast<uint16_t>(rng_());  // unknown opcodes too
-    return kOpcodes[Pick(std::size(kOpcodes))];
+    return hz_opcode_names[Pick(HZ_NUM_OPCODES)].opcode;
   }
   uint16_t Queue(uint16_t opcode) {
     auto it = queues_.find(opcode);
