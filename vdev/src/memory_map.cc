@@ -9,12 +9,15 @@
 #include <limits>
 
 #include "spdlog/fmt/fmt.h"
+#include "unmapper.h"
 
 namespace vdev {
 
 MappedRegion::~MappedRegion() {
-  if (mapping != nullptr) munmap(mapping, mapping_len);
+  // The fd goes now (descriptor limits are counted at once); the pages go on
+  // the unmap thread, since the last holder is often a shared thread.
   if (fd >= 0) close(fd);
+  if (mapping != nullptr) UnmapLater(mapping, mapping_len);
 }
 
 // Why guest memory fds must be sealed against shrinking (F_SEAL_SHRINK; the

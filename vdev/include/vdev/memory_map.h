@@ -17,7 +17,8 @@
 
 namespace vdev {
 
-// One mmapped region. Unmapped and its fd closed when the last map holding it goes.
+// One mmapped region. When the last map holding it goes, its fd is closed and
+// its pages are unmapped soon after, off the releasing thread (unmapper.h).
 struct MappedRegion {
   uint64_t guest_phys_addr = 0;
   uint64_t size = 0;
