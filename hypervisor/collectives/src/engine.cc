@@ -128,7 +128,7 @@ class EngineImpl {
 EngineImpl::EngineImpl(EngineOptions opts) : opts_(opts) {
   uint32_t n = opts_.worker_threads;
   if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
-  sched_ = std::make_unique<Scheduler>(n);
+  sched_ = std::make_unique<Scheduler>(n, opts_.worker_nice);
   timer_ = std::thread([this] { TimerLoop(); });
   spdlog::debug("collectives: engine with {} workers, kernels {}", n, KernelIsa());
 }

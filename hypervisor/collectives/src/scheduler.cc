@@ -1,5 +1,8 @@
 #include "scheduler.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace hz::coll::internal {
@@ -7,9 +10,16 @@ namespace {
 thread_local bool t_on_worker = false;
 }  // namespace
 
-Scheduler::Scheduler(uint32_t threads) {
+Scheduler::Scheduler(uint32_t threads, int nice) {
   workers_.reserve(threads);
-  for (uint32_t i = 0; i < std::max(threads, 1u); ++i) workers_.emplace_back([this] { Run(); });
+  for (uint32_t i = 0; i < std::max(threads, 1u); ++i) {
+    workers_.emplace_back([this, nice] {
+      // Only this thread's nice value changes (Linux keeps one per thread).
+      // Raising it needs no privilege; when it fails the worker runs as is.
+      if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
+      Run();
+    });
+  }
 }
 
 Scheduler::~Scheduler() {

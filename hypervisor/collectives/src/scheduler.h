@@ -31,7 +31,9 @@ class Scheduler {
     friend auto operator<=>(const FlowKey&, const FlowKey&) = default;
   };
 
-  explicit Scheduler(uint32_t threads);
+  // nice: the workers' CPU priority (setpriority), relative to the threads
+  // that hand them work.
+  explicit Scheduler(uint32_t threads, int nice = 0);
   ~Scheduler();  // runs every queued task, then joins
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;

@@ -182,6 +182,8 @@ void ReadCheckpoint(TableReader& r, ServiceConfig* c) {
 
 void ReadCollectives(TableReader& r, ServiceConfig* c) {
   r.Int("unused_uid_lifetime_s", &c->coll_unused_uid_lifetime_s, 60, 7 * 86400);
+  r.Int("worker_threads", &c->coll_worker_threads, 0, 256);
+  r.Int("worker_nice", &c->coll_worker_nice, 0, 19);
 }
 
 void ReadScheduler(TableReader& r, ServiceConfig* c) {

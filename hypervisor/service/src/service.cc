@@ -88,6 +88,8 @@ hz::Status Service::Start() {
   coll::EngineOptions eo;
   eo.max_ranks = config_.device.max_comm_ranks;
   eo.unused_uid_lifetime_ms = config_.coll_unused_uid_lifetime_s * 1000;
+  eo.worker_threads = config_.coll_worker_threads;
+  eo.worker_nice = static_cast<int>(config_.coll_worker_nice);
   coll_ = std::make_unique<EngineBackend>(eo);
   env_.coll = coll_.get();
   engines_ = std::make_unique<Engines>(config_);

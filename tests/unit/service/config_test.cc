@@ -44,6 +44,8 @@ max_region_bytes = 123
 max_extents = 77
 [collectives]
 unused_uid_lifetime_s = 120
+worker_threads = 3
+worker_nice = 7
 [shutdown]
 timeout_ms = 2500
 [scheduler]
@@ -84,6 +86,8 @@ decide_interval_ms = 100
   EXPECT_EQ(c.tenant_defaults.max_region_bytes, 123u);
   EXPECT_EQ(c.tenant_defaults.max_extents, 77u);
   EXPECT_EQ(c.coll_unused_uid_lifetime_s, 120u);
+  EXPECT_EQ(c.coll_worker_threads, 3u);
+  EXPECT_EQ(c.coll_worker_nice, 7u);
   EXPECT_EQ(c.device.max_device_extents, 9000u);
   EXPECT_EQ(c.shutdown_timeout_ms, 2500u);
   EXPECT_EQ(c.scheduler.sysfs_root, "/srv/sysfs");

@@ -58,7 +58,13 @@ class EngineImpl;
 uint64_t DefaultStreamMinBytes();
 
 struct EngineOptions {
-  uint32_t worker_threads = 0;          // 0: std::thread::hardware_concurrency()
+  uint32_t worker_threads = 0;  // 0: std::thread::hardware_concurrency()
+  // The workers' nice value (0..19). Above 0, a reduction yields the CPU to
+  // the threads that serve requests (small collectives run inline on them):
+  // one tenant's large operations then cannot delay another tenant's small
+  // ones on a host short of cores. The scheduler below still shares the
+  // workers among tenants by weight.
+  int worker_nice = 0;
   uint32_t default_timeout_ms = 60000;  // when Constraints::timeout_ms is 0
   uint32_t max_ranks = 64;              // nranks above this is kInvalid
   uint32_t max_uids_per_tenant = 4096;  // NewUid beyond this is kLimit

@@ -139,6 +139,11 @@ struct ServiceConfig {
   // [collectives]: a communicator uid no COMM_INIT used for this long is
   // forgotten once its tenant holds its quota of uids (SPEC §7.3.1).
   uint32_t coll_unused_uid_lifetime_s = 3600;
+  // [collectives]: worker threads for reductions (0: one per core), and
+  // their nice value: above the connection threads', so that one tenant's
+  // large operations leave the CPU to every tenant's small requests.
+  uint32_t coll_worker_threads = 0;
+  uint32_t coll_worker_nice = 10;
 
   SchedulerConfig scheduler;
   NegotiationConfig negotiation;
