@@ -30,9 +30,13 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
         acceptor(io_in),
         timer(io_in),
         handover_timer(io_in),
+        pace_timer(io_in),
         backoff(io_in.get_executor(), "vdev[" + path + "]") {}
 
   void Accept();
+  // Admits socket once min_connect_interval has passed since the last
+  // admission, then accepts the next.
+  void AdmitPaced(stream_protocol::socket socket);
   void Connect();
   void Adopt(stream_protocol::socket socket);
   void OnConnectionClosed();
@@ -56,6 +60,9 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
   uint64_t waiting_generation = 0;
   // Touched only by Accept (one at a time), never cancelled from elsewhere.
   asio::steady_timer handover_timer;
+  // Touched only by Accept and AdmitPaced (one at a time) and Stop.
+  asio::steady_timer pace_timer;
+  std::chrono::steady_clock::time_point last_admitted;
   AcceptBackoff backoff;  // touched only by Accept and Stop
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> accepted{0};
@@ -108,9 +115,27 @@ void Server::State::Accept() {
                                                     stream_protocol::socket socket) {
     if (self->stopped) return;
     if (!self->backoff.Accepted(ec, [self] { self->Accept(); })) return;
-    self->Admit(std::move(socket));
-    self->Accept();
+    self->AdmitPaced(std::move(socket));
   });
+}
+
+void Server::State::AdmitPaced(stream_protocol::socket socket) {
+  const auto due = last_admitted + options.min_connect_interval;
+  if (std::chrono::steady_clock::now() >= due) {
+    last_admitted = std::chrono::steady_clock::now();
+    Admit(std::move(socket));
+    Accept();
+    return;
+  }
+  auto waiting_socket = std::make_shared<stream_protocol::socket>(std::move(socket));
+  pace_timer.expires_at(due);
+  pace_timer.async_wait(
+      [self = shared_from_this(), waiting_socket](const boost::system::error_code&) {
+        if (self->stopped) return;  // the socket closes with the last reference
+        self->last_admitted = std::chrono::steady_clock::now();
+        self->Admit(std::move(*waiting_socket));
+        self->Accept();
+      });
 }
 
 void Server::State::Refuse(stream_protocol::socket socket) {
@@ -213,6 +238,7 @@ void Server::Stop() {
     unlink(path_.c_str());
   }
   s.timer.cancel();
+  s.pace_timer.cancel();
   s.backoff.Cancel();
   std::shared_ptr<Connection> conn;
   std::unique_ptr<stream_protocol::socket> waiting;

@@ -304,6 +304,26 @@ TEST_F(VdevServerTest, SecondConnectionIsRefusedAndTheFirstKeepsWorking) {
   EXPECT_EQ(c.Call(Msg0(vu::kGetQueueNum)).u64(), 2u);
 }
 
+// A front-end that reconnects at once is taken on no sooner than
+// min_connect_interval after the one before, not refused: it waits.
+TEST_F(VdevServerTest, ReconnectsArePacedNotRefused) {
+  ServerOptions o;
+  o.min_connect_interval = std::chrono::milliseconds(300);
+  Server& server = StartServer(path_, o);
+  const auto start = std::chrono::steady_clock::now();  // before the first is admitted
+  {
+    RawClient a = RawClient::Connect(path_);
+    ASSERT_EQ(a.Call(Msg0(vu::kGetQueueNum)).u64(), 2u);
+  }
+  for (int i = 0; i < 1000 && OnIo([&] { return server.connected(); }); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  RawClient b = RawClient::Connect(path_);
+  ASSERT_EQ(b.Call(Msg0(vu::kGetQueueNum)).u64(), 2u) << "served once due";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, o.min_connect_interval);
+  EXPECT_EQ(OnIo([&] { return server.connections(); }), 2u);
+}
+
 TEST_F(VdevServerTest, MalformedStreamsDisconnectCleanly) {
   StartServer(path_);
   struct Case {

@@ -464,6 +464,27 @@ TEST_F(VdevSplitQueueTest, ATurnIsBoundedAndYields) {
   EXPECT_TRUE(q_.Pop(&c));
 }
 
+TEST_F(VdevSplitQueueTest, ATurnServesAtMostMaxChainsPerTurn) {
+  SplitQueue q(0, QueueLimits{.max_chains_per_turn = 3});
+  Configure(&q, false, false);
+  int yields = 0;
+  q.set_on_yield([&](uint16_t) { ++yields; });
+  for (uint16_t i = 0; i < 5; ++i) {
+    ring_.SetDesc(i, kBuf, 4, W, 0);
+    ring_.Publish(i);
+  }
+  q.NewTurn();
+  Chain c;
+  int popped = 0;
+  while (q.Pop(&c)) ++popped;
+  EXPECT_EQ(popped, 3);
+  EXPECT_EQ(yields, 1) << "the owner is asked for another turn";
+  q.NewTurn();
+  while (q.Pop(&c)) ++popped;
+  EXPECT_EQ(popped, 5);
+  EXPECT_EQ(yields, 1) << "nothing was left over";
+}
+
 TEST_F(VdevSplitQueueTest, NoInterruptFlagSuppressesCallsWithoutEventIdx) {
   ring_.set_avail_flags(kAvailNoInterrupt);
   ring_.SetDesc(0, kBuf, 4, W, 0);

@@ -65,6 +65,12 @@ struct ServerOptions {
   // as when a VM or tool reconnects at once) waits up to this long for the
   // hand-over instead of being refused. One waits at most; others are refused.
   std::chrono::milliseconds handover_timeout{1000};
+  // Server mode: a front-end is taken on at most once per this interval;
+  // one that connects sooner waits in the listen backlog until it is due.
+  // Setting up and tearing down a connection costs the thread that serves
+  // it (and every other VM on that thread) some milliseconds, so a VM that
+  // reconnects in a loop is held to a bounded share of it. 0: no pacing.
+  std::chrono::milliseconds min_connect_interval{0};
   // Server mode: who may connect. The socket file has this mode and group
   // from the moment it appears (listener.h).
   SocketAccess access;

@@ -30,6 +30,7 @@
 #ifndef VDEV_SPLIT_QUEUE_H_
 #define VDEV_SPLIT_QUEUE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -46,6 +47,10 @@ struct QueueLimits {
   uint32_t max_indirect = 1024;
   // Bytes per direction in one chain; the used length is 32 bits.
   uint64_t max_chain_bytes = 0xffffffffull;
+  // Chains one turn (a kick) serves; the rest waits for a turn posted
+  // behind whatever else the thread has to do, such as other VMs' kicks on
+  // a shared connection thread. 0: twice the ring size.
+  uint32_t max_chains_per_turn = 0;
 };
 
 // Counters for tests and diagnostics.
@@ -80,9 +85,11 @@ class SplitQueue final : public Queue {
   // after other work. Bounds the work one kick can cause even when the guest
   // makes the device's own writes produce new avail entries.
   void set_on_yield(std::function<void(uint16_t)> fn) { on_yield_ = std::move(fn); }
-  // Starts a new turn: up to 2 * size chains (valid or skipped) per turn.
+  // Starts a new turn: up to 2 * size chains (valid or skipped), or
+  // max_chains_per_turn when lower.
   void NewTurn() {
     budget_ = 2u * size_;
+    if (limits_.max_chains_per_turn != 0) budget_ = std::min(budget_, limits_.max_chains_per_turn);
     yielded_ = false;
   }
   // Busy-poll: ask the driver not to kick (VRING_USED_F_NO_NOTIFY, or simply
