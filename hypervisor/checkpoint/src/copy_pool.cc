@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hz/common/thread_priority.h"
+
 namespace hz::checkpoint {
 
 namespace {
@@ -11,9 +13,14 @@ namespace {
 constexpr size_t kPieceBytes = 1u << 20;
 }  // namespace
 
-CopyPool::CopyPool(unsigned threads) {
+CopyPool::CopyPool(unsigned threads, int nice) {
   unsigned helpers = threads > 1 ? threads - 1 : 0;
-  for (unsigned i = 0; i < helpers; ++i) threads_.emplace_back([this] { Worker(); });
+  for (unsigned i = 0; i < helpers; ++i) {
+    threads_.emplace_back([this, nice] {
+      SetThisThreadNice(nice);
+      Worker();
+    });
+  }
 }
 
 CopyPool::~CopyPool() {

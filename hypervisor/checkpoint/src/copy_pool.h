@@ -25,7 +25,8 @@ struct CopyOp {
 class CopyPool {
  public:
   // threads: total copiers including the caller (1: no helper threads).
-  explicit CopyPool(unsigned threads);
+  // nice: the helpers' nice value (thread_priority.h).
+  explicit CopyPool(unsigned threads, int nice = 0);
   ~CopyPool();
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;

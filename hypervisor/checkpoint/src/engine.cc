@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "engine_impl.h"
+#include "hz/common/thread_priority.h"
 
 namespace hz::checkpoint {
 
@@ -151,7 +152,7 @@ Engine::Impl::Impl(const EngineConfig& config, std::unique_ptr<StagingPool> pool
     : config_(config),
       pool_(std::move(pool)),
       disk_(std::move(disk)),
-      copier_(config.copy_threads),
+      copier_(config.copy_threads, config.thread_nice),
       sched_(config.disk_bandwidth_bytes_per_s, config.chunk_bytes, 2 * config.chunk_bytes),
       requests_(config.tenant_request_threads) {}
 
@@ -178,10 +179,20 @@ Engine::Impl::~Impl() {
 }
 
 void Engine::Impl::Start() {
-  worker_ = std::thread([this] { WorkerLoop(); });
-  committer_ = std::thread([this] { CommitLoop(); });
+  const int nice = config_.thread_nice;
+  worker_ = std::thread([this, nice] {
+    SetThisThreadNice(nice);
+    WorkerLoop();
+  });
+  committer_ = std::thread([this, nice] {
+    SetThisThreadNice(nice);
+    CommitLoop();
+  });
   for (unsigned i = 0; i < config_.request_threads; ++i) {
-    requesters_.emplace_back([this] { requests_.Serve(); });
+    requesters_.emplace_back([this, nice] {
+      SetThisThreadNice(nice);
+      requests_.Serve();
+    });
   }
 }
 

@@ -1,9 +1,8 @@
 #include "scheduler.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
+
+#include "hz/common/thread_priority.h"
 
 namespace hz::coll::internal {
 namespace {
@@ -14,9 +13,7 @@ Scheduler::Scheduler(uint32_t threads, int nice) {
   workers_.reserve(threads);
   for (uint32_t i = 0; i < std::max(threads, 1u); ++i) {
     workers_.emplace_back([this, nice] {
-      // Only this thread's nice value changes (Linux keeps one per thread).
-      // Raising it needs no privilege; when it fails the worker runs as is.
-      if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
+      SetThisThreadNice(nice);
       Run();
     });
   }

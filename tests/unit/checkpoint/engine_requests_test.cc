@@ -1,7 +1,11 @@
 // Bad requests, limits and quotas, listing, deletion, retention, concurrency.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -433,6 +437,25 @@ TEST(CheckpointAsync, RunAsyncRunsEveryPieceOffTheCaller) {
   ASSERT_EQ(order.size(), 50u);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
   for (auto id : threads) EXPECT_NE(id, std::this_thread::get_id());
+}
+
+// The engine's threads are bulk work: at thread_nice they give way to the
+// threads that serve requests.
+TEST(CheckpointAsync, EngineThreadsRunAtThreadNice) {
+  if (getpriority(PRIO_PROCESS, 0) > 6) GTEST_SKIP() << "lowering a nice value needs privilege";
+  TempDir dir("nice");
+  auto cfg = SmallConfig(dir.path());
+  cfg.thread_nice = 6;
+  auto eng = testing::OpenEngine(cfg);
+  ASSERT_TRUE(eng);
+  std::atomic<int> seen{-100};
+  eng->RunAsync(Tenant(1), [&] {
+    errno = 0;
+    const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+    seen = errno == 0 ? nice : -100;
+  });
+  eng.reset();  // runs what is queued
+  EXPECT_EQ(seen.load(), 6);
 }
 
 }  // namespace

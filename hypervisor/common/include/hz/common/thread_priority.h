@@ -1,0 +1,22 @@
+// CPU priority of the calling thread.
+//
+// The service runs bulk work (reductions, checkpoint copies and writes,
+// region preparation) on threads of its own and serves requests on others.
+// Bulk threads run at a higher nice value, so that on a host short of cores
+// a thread serving any tenant's request takes the CPU from them at once:
+// one tenant's bulk work then cannot delay another tenant's small requests.
+// Tenants' shares of the bulk threads are the engines' own business
+// (weights), not the kernel's.
+#ifndef HZ_COMMON_THREAD_PRIORITY_H_
+#define HZ_COMMON_THREAD_PRIORITY_H_
+
+namespace hz {
+
+// Sets the calling thread's nice value (Linux keeps one per thread; threads
+// it starts inherit it). Raising it needs no privilege; where setting it
+// fails the thread runs as it was. 0 leaves it alone.
+void SetThisThreadNice(int nice);
+
+}  // namespace hz
+
+#endif  // HZ_COMMON_THREAD_PRIORITY_H_
