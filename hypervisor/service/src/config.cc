@@ -158,6 +158,8 @@ void ReadDevice(TableReader& r, ServiceConfig* c) {
   r.Int("max_comm_ranks", &d.max_comm_ranks, 1, 1u << 16);
   r.Int("max_comms", &d.max_comms, 1, 1u << 16);
   r.Bool("require_sealed_memory", &d.require_sealed_memory);
+  r.Int("min_connect_interval_ms", &d.min_connect_interval_ms, 0, 60000);
+  r.Int("chains_per_turn", &d.chains_per_turn, 1, 65536);
 }
 
 void ReadTenantDefaults(TableReader& r, ServiceConfig* c) {
@@ -178,6 +180,7 @@ void ReadCheckpoint(TableReader& r, ServiceConfig* c) {
   r.Int("disk_bytes", &c->ckpt_disk_bytes, 0, kI64);
   r.Int("request_threads", &c->ckpt_request_threads, 1, 64);
   r.Int("tenant_request_threads", &c->ckpt_tenant_request_threads, 1, 64);
+  r.Int("thread_nice", &c->ckpt_thread_nice, 0, 19);
 }
 
 void ReadCollectives(TableReader& r, ServiceConfig* c) {

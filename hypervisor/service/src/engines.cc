@@ -84,6 +84,7 @@ Status Engines::Start() {
   cc.jit_max_attempts = config_.ckpt_jit_max_attempts;
   cc.request_threads = config_.ckpt_request_threads;
   cc.tenant_request_threads = config_.ckpt_tenant_request_threads;
+  cc.thread_nice = static_cast<int>(config_.ckpt_thread_nice);
   cc.quiesce_bytes = config_.ckpt_quiesce_bytes;
   cc.disk_bytes = disk_cap_ = CheckpointDiskCap(config_);
   cc.default_limits.staging_bytes = config_.ckpt_tenant_staging_bytes;

@@ -16,11 +16,13 @@ HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, std::string so
       counters_(env.metrics),
       pending_(queues_, counters_),
       regions_(env_.limits, tenant_),
+      region_(Context(), regions_, env_.limits, env_.background,
+              [this] { return ctx_ != nullptr ? ctx_->Memory() : nullptr; }),
       coll_(env.coll, Context(), regions_, env_.limits, *tenant_),
       ckpt_(env.ckpt, Context(), regions_, env_.limits, *tenant_),
       events_(env.events, Context(), queues_, *tenant_, socket_path_),
       provider_(env.provider, Context(), *tenant_),
-      families_{&events_, &ckpt_, &coll_, &provider_} {
+      families_{&region_, &events_, &ckpt_, &coll_, &provider_} {
   info_.socket_path = socket_path_;
   info_.tenant = tenant_->name();
   if (env_.registry != nullptr) env_.registry->Add(this);
@@ -166,7 +168,7 @@ Reply HzDevice::Dispatch(const vdev::Queue& queue, const Request& req) {
     case OpcodeFamily(HZ_OP_HELLO):
       return HandleHello(req);
     case OpcodeFamily(HZ_OP_REGION_REGISTER):
-      return HandleRegion(req);
+      return region_.Handle(queue, req);
     case OpcodeFamily(HZ_OP_COMM_UID):
       return coll_.HandleComm(queue, req);
     case OpcodeFamily(HZ_OP_ALLREDUCE):
@@ -214,40 +216,6 @@ Reply HzDevice::HandleHello(const Request& req) {
   WriteResult(req, &res, sizeof(res));
   session_.Begin(res.device_features);
   UpdateInfo();
-  return Reply::Ok(sizeof(res));
-}
-
-Reply HzDevice::HandleRegion(const Request& req) {
-  if (req.hdr.opcode == HZ_OP_REGION_UNREGISTER) {
-    hz_region_unregister_args a;
-    if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return Reply::Error(st);
-    if (a.reserved != 0) return Reply::Error(HZ_S_ENOTSUP);
-    uint32_t st = regions_.Unregister(a.region_id);
-    UpdateInfo();
-    return Reply::WithStatus(st);
-  }
-  hz_region_register_args a;
-  if (uint32_t st = ReadArgs(req, &a); st != HZ_S_OK) return Reply::Error(st);
-  if (req.result_capacity < sizeof(hz_region_register_result)) {
-    return Reply::Error(HZ_S_ETOOSMALL, sizeof(hz_region_register_result));
-  }
-  if ((a.flags & ~(HZ_REGION_F_READ | HZ_REGION_F_WRITE)) != 0) return Reply::Error(HZ_S_ENOTSUP);
-  if (a.flags == 0 || a.num_extents == 0) return Reply::Error(HZ_S_EINVAL);
-  if (a.num_extents > env_.limits.max_extents) return Reply::Error(HZ_S_ELIMIT);
-  // The data segment is exactly the extent array.
-  if (req.data_len != static_cast<uint64_t>(a.num_extents) * sizeof(hz_extent)) {
-    return Reply::Error(HZ_S_EINVAL);
-  }
-  std::vector<hz_extent> extents(a.num_extents);
-  req.chain->Read(req.data_offset, extents.data(), req.data_len);
-  uint32_t id = 0, detail = 0;
-  vdev::MemoryMapPtr memory = ctx_ != nullptr ? ctx_->Memory() : req.chain->memory();
-  uint32_t st = regions_.Register(memory, a.flags, a.total_len, extents, &id, &detail);
-  UpdateInfo();
-  if (st != HZ_S_OK) return Reply::Error(st, detail);
-  hz_region_register_result res{};
-  res.region_id = id;
-  WriteResult(req, &res, sizeof(res));
   return Reply::Ok(sizeof(res));
 }
 

@@ -12,6 +12,7 @@
 
 #include "control_server.h"
 #include "hz/common/file.h"
+#include "hz/common/thread_priority.h"
 #include "hz/service/engine_backend.h"
 #include "metrics_server.h"
 #include "protocol/harmonaize_opcodes.h"
@@ -65,6 +66,31 @@ Service::~Service() {
   if (state_lock_fd_ >= 0) close(state_lock_fd_);
 }
 
+void Service::StartConnectionThreads() {
+  // One thread prepares every VM's region registrations (one per VM at a
+  // time, VMs in turn): the connection threads only install them.
+  background_ = std::make_unique<boost::asio::thread_pool>(1);
+  // At nice 10, as the collective workers by default: preparing one VM's
+  // registration gives way to serving every VM's requests.
+  boost::asio::post(*background_, [] { SetThisThreadNice(10); });
+  env_.background = [pool = background_.get()](std::function<void()> fn) {
+    boost::asio::post(*pool, std::move(fn));
+  };
+  for (uint32_t i = 0; i < config_.worker_threads; ++i) {
+    auto t = std::make_unique<VdevThread>();
+    t->work =
+        std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
+            t->io.get_executor());
+    t->exited = t->exit_signal.get_future();
+    t->thread =
+        std::thread([t = t.get(), poll = std::chrono::microseconds(config_.connection_poll_us)] {
+          RunConnectionThread(t->io, poll);
+          t->exit_signal.set_value();
+        });
+    vdev_threads_.push_back(std::move(t));
+  }
+}
+
 hz::Status Service::Start() {
   started_ = std::chrono::steady_clock::now();
   std::error_code fec;
@@ -107,19 +133,7 @@ hz::Status Service::Start() {
                              "the scheduler is disabled ([scheduler] enabled = false)");
   }
 
-  for (uint32_t i = 0; i < config_.worker_threads; ++i) {
-    auto t = std::make_unique<VdevThread>();
-    t->work =
-        std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
-            t->io.get_executor());
-    t->exited = t->exit_signal.get_future();
-    t->thread =
-        std::thread([t = t.get(), poll = std::chrono::microseconds(config_.connection_poll_us)] {
-          RunConnectionThread(t->io, poll);
-          t->exit_signal.set_value();
-        });
-    vdev_threads_.push_back(std::move(t));
-  }
+  StartConnectionThreads();
 
   const std::string& group = config_.control_socket_group;
   control_ = std::make_unique<ControlServer>(
@@ -209,6 +223,8 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
   };
   vdev::ServerOptions opts;
   opts.session.require_sealed_memory = config_.device.require_sealed_memory;
+  opts.min_connect_interval = std::chrono::milliseconds(config_.device.min_connect_interval_ms);
+  opts.session.queue_limits.max_chains_per_turn = config_.device.chains_per_turn;
   opts.access = SocketAccessFor(config_.vm_socket_mode, config_.vm_socket_group);
   std::unique_ptr<vdev::Server> server;
   bool ok = false;

@@ -86,6 +86,12 @@ void Service::Shutdown() {
   // 4. Close the VM sockets and connections, then the threads.
   CloseConnections();
   StopConnectionThreads();
+  // Its jobs are short and post only to devices, which are gone: unless a
+  // stuck connection thread may still hand it one.
+  if (background_ && stopped_cleanly()) {
+    background_->join();
+    background_.reset();
+  }
   if (metrics_server_) metrics_server_->Stop();
   StopEngines();
   spdlog::info("event=stopped clean={}", stopped_cleanly());

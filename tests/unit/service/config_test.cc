@@ -38,6 +38,8 @@ max_regions = 16
 max_region_bytes = 1048576
 max_comm_ranks = 8
 max_device_extents = 9000
+min_connect_interval_ms = 5
+chains_per_turn = 7
 [tenant_defaults]
 max_regions = 5
 max_region_bytes = 123
@@ -89,6 +91,8 @@ decide_interval_ms = 100
   EXPECT_EQ(c.coll_worker_threads, 3u);
   EXPECT_EQ(c.coll_worker_nice, 7u);
   EXPECT_EQ(c.device.max_device_extents, 9000u);
+  EXPECT_EQ(c.device.min_connect_interval_ms, 5u);
+  EXPECT_EQ(c.device.chains_per_turn, 7u);
   EXPECT_EQ(c.shutdown_timeout_ms, 2500u);
   EXPECT_EQ(c.scheduler.sysfs_root, "/srv/sysfs");
   EXPECT_EQ(c.scheduler.provider_file, "/etc/hz/inventory.toml");
@@ -198,7 +202,7 @@ TEST(ServiceConfigTest, CheckpointSharesAreReadAndChecked) {
   ASSERT_TRUE(
       ParseConfig("[checkpoint]\ntenant_staging_bytes = 16777216\nquiesce_bytes = 33554432\n"
                   "tenant_disk_bytes = 1048576\ndisk_bytes = 8388608\nrequest_threads = 6\n"
-                  "tenant_request_threads = 2",
+                  "tenant_request_threads = 2\nthread_nice = 4",
                   "test.toml", &c, &error))
       << error;
   EXPECT_EQ(c.ckpt_tenant_staging_bytes, 16u << 20);
@@ -207,6 +211,7 @@ TEST(ServiceConfigTest, CheckpointSharesAreReadAndChecked) {
   EXPECT_EQ(c.ckpt_disk_bytes, 8u << 20);
   EXPECT_EQ(c.ckpt_request_threads, 6u);
   EXPECT_EQ(c.ckpt_tenant_request_threads, 2u);
+  EXPECT_EQ(c.ckpt_thread_nice, 4u);
   EXPECT_TRUE(ValidateConfig(c, &error)) << error;
   for (const char* bad :
        {"[checkpoint]\nrequest_threads = 0", "[checkpoint]\ntenant_disk_bytes = 0",
@@ -328,6 +333,11 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.tenant_defaults.max_region_bytes, d.tenant_defaults.max_region_bytes);
   EXPECT_EQ(parsed.tenant_defaults.max_extents, d.tenant_defaults.max_extents);
   EXPECT_EQ(parsed.coll_unused_uid_lifetime_s, d.coll_unused_uid_lifetime_s);
+  EXPECT_EQ(parsed.coll_worker_threads, d.coll_worker_threads);
+  EXPECT_EQ(parsed.coll_worker_nice, d.coll_worker_nice);
+  EXPECT_EQ(parsed.ckpt_thread_nice, d.ckpt_thread_nice);
+  EXPECT_EQ(parsed.device.min_connect_interval_ms, d.device.min_connect_interval_ms);
+  EXPECT_EQ(parsed.device.chains_per_turn, d.device.chains_per_turn);
   EXPECT_EQ(parsed.device.max_device_extents, d.device.max_device_extents);
   EXPECT_EQ(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
   EXPECT_EQ(parsed.scheduler.enabled, d.scheduler.enabled);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "fakes.h"
@@ -145,6 +146,59 @@ TEST_F(RegionTableTest, DroppingManyExtentsFreesPerRegionNotPerExtent) {
   EXPECT_EQ(t.count(), 0u);
   EXPECT_EQ(tenant_->usage().extents, 0u);
   EXPECT_EQ(Register(t, e), HZ_S_OK);
+}
+
+// A registration prepared off the connection thread against one index
+// goes live only on that index: a region that went meanwhile sends it back
+// to be prepared again, and it changes nothing.
+TEST_F(RegionTableTest, APreparedRegistrationIsCommittedOnlyOnTheIndexItWasCheckedAgainst) {
+  RegionTable t(limits_, tenant_);
+  const uint64_t b = ram_.base();
+  uint32_t old = 0, d = 0;
+  ASSERT_EQ(t.Register(ram_.map(), kRW, 4, {{b, 4}}, &old, &d), HZ_S_OK);
+  RegionTable::Prepared p;
+  std::thread worker([&] {  // any thread
+    p = RegionTable::Prepare(limits_, ram_.map(), kRW, 8, {{b + 100, 8}}, t.index(), 77);
+  });
+  worker.join();
+  ASSERT_EQ(p.status, HZ_S_OK);
+  ASSERT_EQ(t.Unregister(old), HZ_S_OK);
+  uint32_t status = 0, detail = 0;
+  EXPECT_FALSE(t.Commit(p, &status, &detail)) << "the index changed since";
+  EXPECT_EQ(t.count(), 0u);
+  EXPECT_EQ(tenant_->usage().extents, 0u);
+
+  p = RegionTable::Prepare(limits_, ram_.map(), kRW, 8, {{b + 100, 8}}, t.index(), t.NextId());
+  ASSERT_TRUE(t.Commit(p, &status, &detail));
+  EXPECT_EQ(status, HZ_S_OK);
+  EXPECT_EQ(t.count(), 1u);
+  EXPECT_EQ(tenant_->usage().extents, 1u);
+  EXPECT_EQ(Register(t, {{b + 104, 1}}), HZ_S_EINVAL) << "its extents are in the index";
+  EXPECT_EQ(Register(t, {{b, 4}}), HZ_S_OK) << "the old region's are not";
+}
+
+// Prepare finds what it can without the table (bad extents, overlaps), in
+// SPEC order; the limits that count live regions are Commit's.
+TEST_F(RegionTableTest, PrepareReportsOverlapsAndCommitTheLimits) {
+  limits_.max_regions = 1;
+  RegionTable t(limits_, tenant_);
+  const uint64_t b = ram_.base();
+  ASSERT_EQ(Register(t, {{b, 4}}), HZ_S_OK);
+  RegionTable::Prepared overlap =
+      RegionTable::Prepare(limits_, ram_.map(), kRW, 5, {{b + 10, 1}, {b + 2, 4}}, t.index(), 5);
+  EXPECT_EQ(overlap.status, HZ_S_EINVAL);
+  EXPECT_EQ(overlap.detail, 1u);
+  RegionTable::Prepared fault =
+      RegionTable::Prepare(limits_, ram_.map(), kRW, 1, {{b + (2u << 20), 1}}, t.index(), 6);
+  EXPECT_EQ(fault.status, HZ_S_EFAULT);
+  RegionTable::Prepared third =
+      RegionTable::Prepare(limits_, ram_.map(), kRW, 1, {{b + 10, 1}}, t.index(), t.NextId());
+  ASSERT_EQ(third.status, HZ_S_OK);
+  uint32_t status = 0, detail = 0;
+  ASSERT_TRUE(t.Commit(third, &status, &detail));
+  EXPECT_EQ(status, HZ_S_ELIMIT);
+  EXPECT_EQ(t.count(), 1u);
+  EXPECT_EQ(Register(t, {{b + 10, 1}}), HZ_S_ELIMIT) << "nothing of it went live";
 }
 
 }  // namespace

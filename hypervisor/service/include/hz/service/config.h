@@ -29,6 +29,13 @@ struct DeviceLimits {
   // QEMU's memory-backend-memfd and libharmonaize's arena are sealed; turn
   // this off only for trusted VMs on file-backed (hugetlbfs) memory.
   bool require_sealed_memory = true;
+  // A VM socket takes on a new connection at most once per this interval
+  // (later ones wait): a VM reconnecting in a loop would otherwise take the
+  // connection thread it shares with other VMs. 0: no pacing.
+  uint32_t min_connect_interval_ms = 50;
+  // Requests one kick of a ring serves before the rest wait behind the
+  // other work of its connection thread (other VMs' kicks among it).
+  uint32_t chains_per_turn = 8;
 };
 
 // Per-tenant quotas, summed over all VMs bound to the tenant. A tenant created
@@ -135,6 +142,9 @@ struct ServiceConfig {
   // Two per tenant: one VM's save may wait for staging that another VM of
   // the same tenant frees with its own request.
   uint32_t ckpt_tenant_request_threads = 2;
+  // Nice value of the checkpoint engine's threads (requests, copies,
+  // writes), above the connection threads' as the collective workers'.
+  uint32_t ckpt_thread_nice = 10;
 
   // [collectives]: a communicator uid no COMM_INIT used for this long is
   // forgotten once its tenant holds its quota of uids (SPEC §7.3.1).

@@ -39,6 +39,7 @@
 #include "hz/service/pending_table.h"
 #include "hz/service/provider_backend.h"
 #include "hz/service/provider_handler.h"
+#include "hz/service/region_handler.h"
 #include "hz/service/region_table.h"
 #include "hz/service/request.h"
 #include "hz/service/tenants.h"
@@ -100,6 +101,9 @@ struct DeviceEnv {
   CkptBackend* ckpt = nullptr;          // checkpoint streams
   EventBackend* events = nullptr;       // event subscriptions
   ProviderBackend* provider = nullptr;  // topology, negotiation, hints
+  // Where region registrations are prepared; null: on the connection
+  // thread (tests).
+  BackgroundExecutor background;
 };
 
 // A consistent view of one device for the operator (any thread).
@@ -178,9 +182,8 @@ class HzDevice : public vdev::Device {
   void Teardown(SessionEnd end);
   void UpdateInfo();
 
-  // Session-level families: HELLO and the region table.
+  // HELLO belongs to the session itself.
   Reply HandleHello(const Request& req);
-  Reply HandleRegion(const Request& req);
 
   DeviceEnv env_;
   std::shared_ptr<Tenant> tenant_;
@@ -194,12 +197,13 @@ class HzDevice : public vdev::Device {
   RequestCounters counters_;
   PendingTable pending_;
   RegionTable regions_;  // the session's; handlers resolve slices through it
+  RegionHandler region_;
   CollectiveHandler coll_;
   CheckpointHandler ckpt_;
   EventQueueHandler events_;
   ProviderHandler provider_;
   // Every family handler, for the session hooks.
-  std::array<FamilyHandler*, 4> families_;
+  std::array<FamilyHandler*, 5> families_;
   bool closed_ = false;  // told the registry that the connection closed
 
   mutable std::mutex info_mu_;

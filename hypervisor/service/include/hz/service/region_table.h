@@ -54,7 +54,30 @@ class RegionPin {
 };
 
 class RegionTable {
+ private:
+  // One extent of this VM's regions: [gpa, end).
+  struct Extent {
+    uint64_t gpa;
+    uint64_t end;
+    uint32_t region;
+  };
+
  public:
+  // Every registered extent of this VM, sorted by gpa, disjoint. Immutable
+  // once built: a registration prepared off the connection thread checks
+  // its extents against one and builds the next, which the connection
+  // thread then installs by swapping a pointer.
+  using ExtentIndex = std::vector<Extent>;
+
+  // A REGION_REGISTER worked out by Prepare, waiting for Commit.
+  struct Prepared {
+    uint32_t status = HZ_S_OK;
+    uint32_t detail = 0;  // the offending extent, where one is named
+    std::shared_ptr<Region> region;
+    std::shared_ptr<const ExtentIndex> base;    // the index it was checked against
+    std::shared_ptr<const ExtentIndex> merged;  // base plus the region's extents
+  };
+
   RegionTable(const DeviceLimits& limits, std::shared_ptr<Tenant> tenant)
       : limits_(limits), tenant_(std::move(tenant)) {}
   ~RegionTable() { Clear(); }
@@ -63,9 +86,27 @@ class RegionTable {
 
   // Registers extents (already read from the request), with the checks and
   // statuses of SPEC §7.2.1 in its order. Returns HZ_S_OK and *id; *detail is
-  // the index of the offending extent where one is named.
+  // the index of the offending extent where one is named. Prepare and
+  // Commit in one go.
   uint32_t Register(const vdev::MemoryMapPtr& memory, uint32_t flags, uint64_t total_len,
                     const std::vector<hz_extent>& extents, uint32_t* id, uint32_t* detail);
+
+  // A registration in two steps, so that the part that grows with the
+  // number of extents runs off the connection thread that VMs share.
+  //
+  // The checks of SPEC §7.2.1 up to the overlaps, against base, and the
+  // region and index that registering would make, as region id. Touches
+  // nothing of a table: any thread.
+  static Prepared Prepare(const DeviceLimits& limits, const vdev::MemoryMapPtr& memory,
+                          uint32_t flags, uint64_t total_len, const std::vector<hz_extent>& extents,
+                          std::shared_ptr<const ExtentIndex> base, uint32_t id);
+  // The id the next registration gets, and the index to prepare it against.
+  uint32_t NextId();
+  std::shared_ptr<const ExtentIndex> index() const { return index_; }
+  // The remaining checks (the limits, the tenant's quota) and, when they
+  // pass, the region goes live. False, changing nothing, when the index
+  // changed since p was prepared: prepare it again.
+  bool Commit(Prepared& p, uint32_t* status, uint32_t* detail);
 
   // HZ_S_OK, ENOENT, or EBUSY while an in-flight operation uses it.
   uint32_t Unregister(uint32_t id);
@@ -85,12 +126,6 @@ class RegionTable {
   uint64_t bytes() const { return bytes_; }
 
  private:
-  // One extent of this VM's regions: [gpa, end).
-  struct Extent {
-    uint64_t gpa;
-    uint64_t end;
-    uint32_t region;
-  };
   // A new extent, with its index in the request.
   struct IndexedExtent {
     uint64_t gpa;
@@ -98,25 +133,24 @@ class RegionTable {
     uint32_t index;
   };
 
-  // sorted_ = the extents with their indexes, sorted by gpa.
-  void SortByGpa(const std::vector<hz_extent>& extents);
-  // The new extents (sorted by gpa) overlap neither each other nor this
-  // VM's regions; *detail names the offending extent (the later one of a
-  // pair within the request).
-  uint32_t CheckOverlaps(const std::vector<IndexedExtent>& sorted, uint32_t* detail) const;
-  void AddExtents(const std::vector<IndexedExtent>& sorted, uint32_t region);
+  // The extents with their indexes, sorted by gpa.
+  static std::vector<IndexedExtent> SortByGpa(const std::vector<hz_extent>& extents);
+  // The new extents (sorted by gpa) overlap neither each other nor base;
+  // *detail names the offending extent (the later one of a pair within the
+  // request).
+  static uint32_t CheckOverlaps(const std::vector<IndexedExtent>& sorted, const ExtentIndex& base,
+                                uint32_t* detail);
+  // base and the new extents of region, merged in gpa order.
+  static std::shared_ptr<const ExtentIndex> Merge(const ExtentIndex& base,
+                                                  const std::vector<IndexedExtent>& sorted,
+                                                  uint32_t region);
 
   const DeviceLimits limits_;
   std::shared_ptr<Tenant> tenant_;
   std::map<uint32_t, std::shared_ptr<Region>> regions_;
-  // Every registered extent of this VM, sorted by gpa, disjoint: a flat
-  // vector, so registering, unregistering and dropping a session cost a
-  // pass over it and a few allocations, never one per extent (all tenants'
-  // requests share the connection thread). It and sorted_ keep their
-  // storage (at most max_device_extents and max_extents entries), so a VM
-  // that registers again and again does not fault in fresh pages each time.
-  std::vector<Extent> extents_;
-  std::vector<IndexedExtent> sorted_;  // a registration's extents, sorted
+  // A flat vector, so registering, unregistering and dropping a session
+  // cost a pass over it and a few allocations, never one per extent.
+  std::shared_ptr<const ExtentIndex> index_ = std::make_shared<ExtentIndex>();
   uint32_t next_id_ = 1;
   uint64_t bytes_ = 0;
 };

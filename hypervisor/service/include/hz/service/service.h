@@ -25,6 +25,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "hz/service/coll_backend.h"
 #include "hz/service/command_registry.h"
@@ -114,6 +115,9 @@ class Service : public ControlTarget {
   struct ThreadCall;  // service_shutdown.cc
 
   // service_shutdown.cc
+  // The connection threads, and the thread that prepares region
+  // registrations for them.
+  void StartConnectionThreads();
   void Shutdown();
   // Shutdown steps, each waiting at most shutdown_timeout_ms: every device
   // answers what it has in flight; the VM connections close; the connection
@@ -161,6 +165,7 @@ class Service : public ControlTarget {
   boost::asio::io_context io_;  // control, metrics, signals
   std::unique_ptr<boost::asio::signal_set> signals_;
   std::vector<std::unique_ptr<VdevThread>> vdev_threads_;  // vhost-user connections
+  std::unique_ptr<boost::asio::thread_pool> background_;   // env_.background
 
   mutable std::mutex mu_;                    // bindings_
   std::map<std::string, Binding> bindings_;  // socket path -> binding
