@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 ATTACKS = ["ckpt_quiesce", "ckpt_save_flood", "neg_flood", "ckpt_policy_batch",
-           "metrics_idle_connections", "region_max", "busy_poll_frontend", "collective_flood"]
+           "metrics_idle_connections", "region_max", "reconnect_churn", "busy_poll_frontend",
+           "collective_flood"]
 KEYS = ["b_allreduce_p50_ratio", "b_allreduce_p99_ratio", "b_topology_p50_ratio",
         "b_topology_p99_ratio", "unloaded", "loaded", "a_ops"]
 
