@@ -216,7 +216,6 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
   }
   std::error_code fec;
   fs::create_directories(fs::path(path).parent_path(), fec);
-  std::string error;
   DeviceEnv env = env_;
   vdev::DeviceFactory factory = [env, t](const std::string& p) {
     return std::make_unique<HzDevice>(env, t, p);
@@ -226,21 +225,46 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
   opts.min_connect_interval = std::chrono::milliseconds(config_.device.min_connect_interval_ms);
   opts.session.queue_limits.max_chains_per_turn = config_.device.chains_per_turn;
   opts.access = SocketAccessFor(config_.vm_socket_mode, config_.vm_socket_group);
-  std::unique_ptr<vdev::Server> server;
-  bool ok = false;
-  OnVdevThread(thread, [&] {
-    server = std::make_unique<vdev::Server>(vdev_threads_[thread]->io, path, factory, opts);
-    ok = server->Start(&error);
-    if (!ok) server.reset();
-  });
-  if (!ok) return hz::Status::IoError(path + ": " + error);
+  // Made on the thread that will serve it. The operator waits a bounded
+  // time: a late start is undone on that thread, never half recorded here.
+  struct BindCall {
+    std::mutex mu;
+    bool gave_up = false;
+    std::unique_ptr<vdev::Server> server;
+    std::string error;
+  };
+  auto start = std::make_shared<BindCall>();
+  boost::asio::io_context& io = vdev_threads_[thread]->io;
+  const bool answered = OnVdevThread(
+      thread,
+      [start, &io, path, factory, opts] {
+        auto server = std::make_unique<vdev::Server>(io, path, factory, opts);
+        std::string error;
+        if (!server->Start(&error)) server.reset();
+        std::lock_guard<std::mutex> lock(start->mu);
+        if (start->gave_up) {
+          if (server) server->Stop();
+          return;
+        }
+        start->server = std::move(server);
+        start->error = std::move(error);
+      },
+      ControlDeadline());
+  std::unique_lock<std::mutex> start_lock(start->mu);
+  if (!answered) {
+    start->gave_up = true;
+    return hz::Status::TimedOut(
+        fmt::format("{}: connection thread {} did not answer within {} ms; the VM is not bound",
+                    path, thread, config_.shutdown_timeout_ms));
+  }
+  if (!start->server) return hz::Status::IoError(path + ": " + start->error);
   {
     std::lock_guard<std::mutex> lock(mu_);
     Binding& b = bindings_[path];
     b.tenant = tenant;
     b.tenant_ptr = t;
     b.thread = thread;
-    b.server = std::move(server);
+    b.server = std::move(start->server);
   }
   spdlog::info("event=vm_bound tenant={} socket={}", tenant, path);
   SaveState();
@@ -269,8 +293,19 @@ hz::Status Service::UnbindVm(const std::string& socket_path) {
     bindings_.erase(it);
   }
   if (server) {
-    OnVdevThread(thread, [&] { server->Stop(); });
-    OnVdevThread(thread, [&] { server.reset(); });
+    // The server goes on its own thread, whenever that thread gets to it;
+    // the operator waits for it a bounded time only.
+    // The function is the server's only owner, so it is destroyed there.
+    std::function<void()> stop = [owned =
+                                      std::shared_ptr<vdev::Server>(std::move(server))]() mutable {
+      owned->Stop();
+      owned.reset();
+    };
+    const bool answered = OnVdevThread(thread, std::move(stop), ControlDeadline());
+    if (!answered) {
+      spdlog::warn("event=vm_unbind_late socket={} thread={} timeout_ms={}", path, thread,
+                   config_.shutdown_timeout_ms);
+    }
   }
   spdlog::info("event=vm_unbound socket={}", path);
   SaveState();

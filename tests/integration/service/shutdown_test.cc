@@ -64,6 +64,46 @@ TEST(ServiceShutdownTest, AStuckConnectionThreadDoesNotHoldTheExit) {
   EXPECT_NE(svc.Log().find("event=shutdown_thread_stuck thread=0"), std::string::npos) << svc.Log();
 }
 
+// The operator's vm.bind and vm.unbind run on the VM's connection thread;
+// one that never answers makes them fail or finish late within the bound,
+// never hang the control socket.
+TEST(ServiceShutdownTest, BindAndUnbindOnAStuckConnectionThreadAnswerWithinTheBound) {
+  ServiceProcess svc;
+  const std::vector<std::string> args = {
+      "--worker-threads", "2", "--config",
+      WriteConfig(svc, "[shutdown]\ntimeout_ms = 500\n[scheduler]\nenabled = false\n")};
+  ASSERT_TRUE(svc.Start(args));
+  ASSERT_EQ(svc.TenantWithVms("a", 1).size(), 1u);
+  ASSERT_EQ(svc.TenantWithVms("b", 1).size(), 1u);
+  ASSERT_EQ(svc.Terminate(), 0);
+
+  svc.set_binary(HZ_HARMONAIZED_STUCK_THREAD_PATH);
+  svc.CaptureLog();
+  ASSERT_TRUE(svc.Start(args));
+  const std::string held_tenant = SocketOnThread(svc, "a", 0).empty() ? "b" : "a";
+  const std::string held_socket = SocketOnThread(svc, held_tenant, 0);
+  ASSERT_FALSE(held_socket.empty());
+
+  nlohmann::json bind = svc.Control(
+      {{"cmd", "vm.bind"}, {"tenant", held_tenant}, {"socket", svc.dir() + "/late.sock"}});
+  EXPECT_FALSE(bind.value("ok", true)) << bind.dump();
+  EXPECT_NE(bind.value("error", "").find("did not answer"), std::string::npos) << bind.dump();
+  nlohmann::json unbind = svc.Control({{"cmd", "vm.unbind"}, {"socket", held_socket}});
+  EXPECT_TRUE(unbind.value("ok", false)) << unbind.dump();
+
+  // The control socket still serves, and so does the other thread.
+  nlohmann::json list = svc.Control({{"cmd", "vm.list"}});
+  ASSERT_TRUE(list.value("ok", false)) << list.dump();
+  EXPECT_EQ(list["result"].size(), 1u) << list.dump();
+  const std::string free_tenant = held_tenant == "a" ? "b" : "a";
+  HzClient c;
+  ASSERT_TRUE(c.Connect(SocketOnThread(svc, free_tenant, 1)));
+  EXPECT_EQ(c.Hello(), HZ_S_OK);
+
+  EXPECT_EQ(svc.Terminate(kHangGuardMs), 3);
+  EXPECT_NE(svc.Log().find("event=vm_unbind_late"), std::string::npos) << svc.Log();
+}
+
 constexpr uint64_t kFeatures =
     (1ull << HZ_F_CHECKPOINT) | (1ull << HZ_F_TOPOLOGY) | (1ull << HZ_F_EVENTS);
 constexpr uint64_t kShare = 8ull << 20;  // tenant_staging_bytes and quiesce_bytes below

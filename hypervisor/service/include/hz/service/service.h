@@ -132,6 +132,11 @@ class Service : public ControlTarget {
   bool OnVdevThread(size_t i, std::function<void()> fn,
                     Clock::time_point deadline = Clock::time_point::max());
   std::shared_ptr<ThreadCall> PostCall(size_t i, std::function<void()> fn);
+  // How long an operator's command waits for a connection thread: the
+  // bound of each shutdown step ([shutdown] timeout_ms).
+  Clock::time_point ControlDeadline() const {
+    return Clock::now() + std::chrono::milliseconds(config_.shutdown_timeout_ms);
+  }
   static bool WaitCall(ThreadCall& call, Clock::time_point deadline);
   // The connection thread for a new VM of tenant: the one already serving
   // its VMs, else the one serving the fewest VMs. Called with mu_ held.
