@@ -25,6 +25,7 @@
 #include "hz/common/file.h"
 #include "hz/events/event_bus.h"
 #include "hz/service/hz_device.h"
+#include "state_writes.h"
 
 namespace hz::service {
 namespace {
@@ -94,45 +95,6 @@ class ConnectionThread : public vdev::DeviceContext {
   std::thread thread_;
 };
 
-// Holds every state write while closed; counts the writes that finished.
-class WriteGate {
- public:
-  Status Write(const std::string& path, const std::string& contents, bool sync) {
-    std::unique_lock<std::mutex> lock(mu_);
-    waiting_++;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return open_; });
-    waiting_--;
-    Status s = WriteFileAtomic(path, contents, sync);
-    writes_++;
-    return s;
-  }
-  void Close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = false;
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  bool WaitHeld() {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kHang, [&] { return waiting_ > 0; });
-  }
-  int writes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return writes_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = true;
-  int waiting_ = 0;
-  int writes_ = 0;
-};
-
 // One tenant's device on the shared connection thread, its queues started.
 struct Vm {
   Vm(DeviceEnv env, const std::string& tenant, ConnectionThread& thread) {
@@ -169,7 +131,7 @@ class ServiceEventAck : public ::testing::Test {
     adapter_ = std::make_unique<BusAdapter>(*bus_);
   }
   void TearDown() override {
-    gate_.Open();  // whatever the test did, nothing stays held
+    gate_.Release();  // whatever the test did, nothing stays held
     thread_.Run([this] {
       a_.reset();
       b_.reset();
@@ -201,7 +163,7 @@ class ServiceEventAck : public ::testing::Test {
     if (mkdtemp(t.data()) == nullptr) abort();
     return t;
   }();
-  WriteGate gate_;
+  hz::events::testing::StateWrites gate_;
   std::unique_ptr<events::EventBus> bus_;
   std::unique_ptr<BusAdapter> adapter_;
   testing::FakeProviderBackend provider_;
@@ -229,7 +191,7 @@ TEST_F(ServiceEventAck, AnAckWaitingForItsWriteDoesNotHoldUpTheConnectionThread)
   ASSERT_EQ(StatusOf(sub).status, HZ_S_OK);
 
   // The ack's cursor write is held: the ack must wait for it.
-  gate_.Close();
+  gate_.Hold();
   hz_event_ack_args args{};
   args.seq = seq;
   ack = cb_.Make(RequestBytes(HZ_OP_EVENT_ACK, args, 3), sizeof(hz_status));
@@ -247,7 +209,7 @@ TEST_F(ServiceEventAck, AnAckWaitingForItsWriteDoesNotHoldUpTheConnectionThread)
   });
   if (!ran) {
     ADD_FAILURE() << "the connection thread waited for an EVENT_ACK's cursor write";
-    gate_.Open();
+    gate_.Release();
     ASSERT_TRUE(thread_.Run([] {}));  // the work posted above has run
     return;
   }
@@ -258,7 +220,7 @@ TEST_F(ServiceEventAck, AnAckWaitingForItsWriteDoesNotHoldUpTheConnectionThread)
   EXPECT_FALSE(ack_answered) << "the ack was answered before its cursor was written";
 
   // Once written, the ack is answered, and the cursor is on disk.
-  gate_.Open();
+  gate_.Release();
   bool done = false;
   for (int i = 0; i < 1000 && !done; ++i) {
     ASSERT_TRUE(thread_.Run([&] { done = a_->Answered(HZ_VQ_CONTROL, 3); }));

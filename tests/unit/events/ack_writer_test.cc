@@ -14,6 +14,7 @@
 
 #include "hz/common/file.h"
 #include "hz/events/event_bus.h"
+#include "state_writes.h"
 #include "test_util.h"
 
 namespace hz::events {
@@ -21,46 +22,7 @@ namespace {
 
 constexpr auto kHang = std::chrono::seconds(10);  // only detects hangs
 
-// The bus's state writes, held while closed, failed while failing.
-class StateWrites {
- public:
-  Status Write(const std::string& path, const std::string& contents, bool sync) {
-    std::unique_lock<std::mutex> lock(mu_);
-    waiting_++;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return open_; });
-    waiting_--;
-    Status s = failing_ ? Status::IoError("disk full") : WriteFileAtomic(path, contents, sync);
-    writes_++;
-    cv_.notify_all();
-    return s;
-  }
-  void Hold() { Set(&open_, false); }
-  void Release() { Set(&open_, true); }
-  void Fail(bool failing) { Set(&failing_, failing); }
-  bool WaitHeld() {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kHang, [&] { return waiting_ > 0; });
-  }
-  int writes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return writes_;
-  }
-
- private:
-  void Set(bool* flag, bool value) {
-    std::lock_guard<std::mutex> lock(mu_);
-    *flag = value;
-    cv_.notify_all();
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = true;
-  bool failing_ = false;
-  int waiting_ = 0;
-  int writes_ = 0;
-};
+using testing::StateWrites;
 
 // The answers of acks, in the order they came, each with the number of
 // state writes finished when it came.
