@@ -33,11 +33,10 @@ std::string SocketOnThread(ServiceProcess& svc, const std::string& tenant, size_
   return {};
 }
 
-// A handler stuck in a system call keeps its connection thread forever; it
-// cannot be joined. SIGTERM must still end the process, naming the thread,
-// rather than wait for the supervisor's SIGKILL.
-TEST(ServiceShutdownTest, AStuckConnectionThreadDoesNotHoldTheExit) {
-  ServiceProcess svc;
+// Tenants a and b with a VM each, one per connection thread, then the
+// daemon again on that state with connection thread 0 held from the start
+// (a handler stuck in a system call); its log is captured.
+void StartWithThreadZeroStuck(ServiceProcess& svc) {
   const std::vector<std::string> args = {
       "--worker-threads", "2", "--config",
       WriteConfig(svc, "[shutdown]\ntimeout_ms = 500\n[scheduler]\nenabled = false\n")};
@@ -45,11 +44,17 @@ TEST(ServiceShutdownTest, AStuckConnectionThreadDoesNotHoldTheExit) {
   ASSERT_EQ(svc.TenantWithVms("a", 1).size(), 1u);
   ASSERT_EQ(svc.TenantWithVms("b", 1).size(), 1u);
   ASSERT_EQ(svc.Terminate(), 0);
-
-  // The same state, now with connection thread 0 held from the start.
   svc.set_binary(HZ_HARMONAIZED_STUCK_THREAD_PATH);
   svc.CaptureLog();
   ASSERT_TRUE(svc.Start(args));
+}
+
+// A handler stuck in a system call keeps its connection thread forever; it
+// cannot be joined. SIGTERM must still end the process, naming the thread,
+// rather than wait for the supervisor's SIGKILL.
+TEST(ServiceShutdownTest, AStuckConnectionThreadDoesNotHoldTheExit) {
+  ServiceProcess svc;
+  ASSERT_NO_FATAL_FAILURE(StartWithThreadZeroStuck(svc));
   std::string free_socket = SocketOnThread(svc, "a", 1);
   if (free_socket.empty()) free_socket = SocketOnThread(svc, "b", 1);
   ASSERT_FALSE(free_socket.empty());
@@ -69,17 +74,7 @@ TEST(ServiceShutdownTest, AStuckConnectionThreadDoesNotHoldTheExit) {
 // never hang the control socket.
 TEST(ServiceShutdownTest, BindAndUnbindOnAStuckConnectionThreadAnswerWithinTheBound) {
   ServiceProcess svc;
-  const std::vector<std::string> args = {
-      "--worker-threads", "2", "--config",
-      WriteConfig(svc, "[shutdown]\ntimeout_ms = 500\n[scheduler]\nenabled = false\n")};
-  ASSERT_TRUE(svc.Start(args));
-  ASSERT_EQ(svc.TenantWithVms("a", 1).size(), 1u);
-  ASSERT_EQ(svc.TenantWithVms("b", 1).size(), 1u);
-  ASSERT_EQ(svc.Terminate(), 0);
-
-  svc.set_binary(HZ_HARMONAIZED_STUCK_THREAD_PATH);
-  svc.CaptureLog();
-  ASSERT_TRUE(svc.Start(args));
+  ASSERT_NO_FATAL_FAILURE(StartWithThreadZeroStuck(svc));
   const std::string held_tenant = SocketOnThread(svc, "a", 0).empty() ? "b" : "a";
   const std::string held_socket = SocketOnThread(svc, held_tenant, 0);
   ASSERT_FALSE(held_socket.empty());
