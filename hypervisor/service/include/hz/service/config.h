@@ -35,7 +35,7 @@ struct DeviceLimits {
   uint32_t min_connect_interval_ms = 50;
   // Requests one kick of a ring serves before the rest wait behind the
   // other work of its connection thread (other VMs' kicks among it).
-  uint32_t chains_per_turn = 8;
+  uint32_t chains_per_turn = 4;
 };
 
 // Per-tenant quotas, summed over all VMs bound to the tenant. A tenant created
