@@ -180,19 +180,10 @@ Engine::Impl::~Impl() {
 
 void Engine::Impl::Start() {
   const int nice = config_.thread_nice;
-  worker_ = std::thread([this, nice] {
-    SetThisThreadNice(nice);
-    WorkerLoop();
-  });
-  committer_ = std::thread([this, nice] {
-    SetThisThreadNice(nice);
-    CommitLoop();
-  });
+  worker_ = ThreadAtNice(nice, [this] { WorkerLoop(); });
+  committer_ = ThreadAtNice(nice, [this] { CommitLoop(); });
   for (unsigned i = 0; i < config_.request_threads; ++i) {
-    requesters_.emplace_back([this, nice] {
-      SetThisThreadNice(nice);
-      requests_.Serve();
-    });
+    requesters_.push_back(ThreadAtNice(nice, [this] { requests_.Serve(); }));
   }
 }
 

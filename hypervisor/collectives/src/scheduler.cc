@@ -12,10 +12,7 @@ thread_local bool t_on_worker = false;
 Scheduler::Scheduler(uint32_t threads, int nice) {
   workers_.reserve(threads);
   for (uint32_t i = 0; i < std::max(threads, 1u); ++i) {
-    workers_.emplace_back([this, nice] {
-      SetThisThreadNice(nice);
-      Run();
-    });
+    workers_.push_back(ThreadAtNice(nice, [this] { Run(); }));
   }
 }
 

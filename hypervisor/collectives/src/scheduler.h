@@ -31,8 +31,7 @@ class Scheduler {
     friend auto operator<=>(const FlowKey&, const FlowKey&) = default;
   };
 
-  // nice: the workers' CPU priority (setpriority), relative to the threads
-  // that hand them work.
+  // nice: the workers' nice value (thread_priority.h).
   explicit Scheduler(uint32_t threads, int nice = 0);
   ~Scheduler();  // runs every queued task, then joins
   Scheduler(const Scheduler&) = delete;

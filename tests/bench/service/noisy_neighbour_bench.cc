@@ -23,7 +23,6 @@
 //   [--smoke]
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -43,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harmonaize/hz.h"
+#include "hz/common/thread_priority.h"
 #include "hz_client.h"
 #include "service_harness.h"
 
@@ -502,8 +502,7 @@ json RunRound(const AttackSpec& a, Ctx& ctx, TenantB& b, const Options& o) {
   ctx.stop = false;
   ctx.ops = 0;
   std::thread attacker([&] {
-    // Threads the attack starts inherit it (Linux keeps one per thread).
-    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), o.attacker_nice);
+    hz::SetThisThreadNice(o.attacker_nice);  // and the threads the attack starts
     a.run(ctx);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(kWarmupMs));

@@ -10,12 +10,24 @@
 #ifndef HZ_COMMON_THREAD_PRIORITY_H_
 #define HZ_COMMON_THREAD_PRIORITY_H_
 
+#include <thread>
+#include <utility>
+
 namespace hz {
 
 // Sets the calling thread's nice value (Linux keeps one per thread; threads
 // it starts inherit it). Raising it needs no privilege; where setting it
 // fails the thread runs as it was. 0 leaves it alone.
 void SetThisThreadNice(int nice);
+
+// A thread that runs fn at nice value nice.
+template <typename Fn>
+std::thread ThreadAtNice(int nice, Fn fn) {
+  return std::thread([nice, fn = std::move(fn)]() mutable {
+    SetThisThreadNice(nice);
+    fn();
+  });
+}
 
 }  // namespace hz
 
