@@ -35,8 +35,9 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
 
   void Accept();
   // Admits socket once min_connect_interval has passed since the last
-  // admission, then accepts the next.
+  // admission (AdmitNow), then accepts the next.
   void AdmitPaced(stream_protocol::socket socket);
+  void AdmitNow(stream_protocol::socket socket);
   void Connect();
   void Adopt(stream_protocol::socket socket);
   void OnConnectionClosed();
@@ -60,7 +61,7 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
   uint64_t waiting_generation = 0;
   // Touched only by Accept (one at a time), never cancelled from elsewhere.
   asio::steady_timer handover_timer;
-  // Touched only by Accept and AdmitPaced (one at a time) and Stop.
+  // Touched only by the accept path (one step at a time) and Stop.
   asio::steady_timer pace_timer;
   std::chrono::steady_clock::time_point last_admitted;
   AcceptBackoff backoff;  // touched only by Accept and Stop
@@ -122,9 +123,7 @@ void Server::State::Accept() {
 void Server::State::AdmitPaced(stream_protocol::socket socket) {
   const auto due = last_admitted + options.min_connect_interval;
   if (std::chrono::steady_clock::now() >= due) {
-    last_admitted = std::chrono::steady_clock::now();
-    Admit(std::move(socket));
-    Accept();
+    AdmitNow(std::move(socket));
     return;
   }
   auto waiting_socket = std::make_shared<stream_protocol::socket>(std::move(socket));
@@ -132,10 +131,14 @@ void Server::State::AdmitPaced(stream_protocol::socket socket) {
   pace_timer.async_wait(
       [self = shared_from_this(), waiting_socket](const boost::system::error_code&) {
         if (self->stopped) return;  // the socket closes with the last reference
-        self->last_admitted = std::chrono::steady_clock::now();
-        self->Admit(std::move(*waiting_socket));
-        self->Accept();
+        self->AdmitNow(std::move(*waiting_socket));
       });
+}
+
+void Server::State::AdmitNow(stream_protocol::socket socket) {
+  last_admitted = std::chrono::steady_clock::now();
+  Admit(std::move(socket));
+  Accept();
 }
 
 void Server::State::Refuse(stream_protocol::socket socket) {

@@ -79,8 +79,9 @@ Reply RegionHandler::Register(const vdev::Queue& queue, const Request& req) {
 void RegionHandler::StartNext() {
   if (preparing_ || waiting_.empty()) return;
   preparing_ = true;
-  // The job holds the request (and with it the memory map its extents were
-  // translated in), never the handler: the device may go meanwhile.
+  // The job holds the request (and with it the memory map its extents are
+  // translated in). It touches the handler only through the link, on the
+  // executor, where a device gone meanwhile drops it.
   background_([this, link = ctx_.link, p = waiting_.front(), limits = limits_,
                base = regions_.index(), id = regions_.NextId()] {
     RegionTable::Prepared prepared =

@@ -250,8 +250,8 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
         start->error = std::move(error);
       },
       ControlDeadline());
-  std::unique_lock<std::mutex> start_lock(start->mu);
   if (!answered) {
+    std::lock_guard<std::mutex> lock(start->mu);  // the call may be running still
     start->gave_up = true;
     return hz::Status::TimedOut(
         fmt::format("{}: connection thread {} did not answer within {} ms; the VM is not bound",
@@ -293,14 +293,11 @@ hz::Status Service::UnbindVm(const std::string& socket_path) {
     bindings_.erase(it);
   }
   if (server) {
-    // The server goes on its own thread, whenever that thread gets to it;
-    // the operator waits for it a bounded time only.
-    // The function is the server's only owner, so it is destroyed there.
-    std::function<void()> stop = [owned =
-                                      std::shared_ptr<vdev::Server>(std::move(server))]() mutable {
-      owned->Stop();
-      owned.reset();
-    };
+    // The server is stopped and destroyed on its own thread, whenever that
+    // thread gets to it (the function is its only owner, and ~Server stops
+    // it); the operator waits for that a bounded time only.
+    std::function<void()> stop =
+        [owned = std::shared_ptr<vdev::Server>(std::move(server))]() mutable { owned.reset(); };
     const bool answered = OnVdevThread(thread, std::move(stop), ControlDeadline());
     if (!answered) {
       spdlog::warn("event=vm_unbind_late socket={} thread={} timeout_ms={}", path, thread,

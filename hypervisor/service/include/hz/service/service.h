@@ -114,10 +114,11 @@ class Service : public ControlTarget {
   using Clock = std::chrono::steady_clock;
   struct ThreadCall;  // service_shutdown.cc
 
-  // service_shutdown.cc
   // The connection threads, and the thread that prepares region
   // registrations for them.
   void StartConnectionThreads();
+
+  // service_shutdown.cc
   void Shutdown();
   // Shutdown steps, each waiting at most shutdown_timeout_ms: every device
   // answers what it has in flight; the VM connections close; the connection
