@@ -593,14 +593,26 @@ SplitQueue::WalkResult SplitQueue::MalformedLoop(uint16_t head) {
     if (last_avail_ == avail_cache_ && !EnableNotifyAndRecheck()) return false;
     if (broken_) return false;
   }
+  if (limits_.max_turn_time.count() != 0 && budget_ != 0 && TurnTimeSpent()) budget_ = 0;
   if (budget_ == 0) [[unlikely]] {
     if (!yielded_) {
       yielded_ = true;
+      ++stats_.yields;
       if (on_yield_) on_yield_(index_);
     }
     return false;
   }
   return true;
+}
+
+bool SplitQueue::TurnTimeSpent() {
+  const auto now = std::chrono::steady_clock::now();
+  if (!turn_clock_started_) {
+    turn_clock_started_ = true;
+    turn_deadline_ = now + limits_.max_turn_time;
+    return false;
+  }
+  return now >= turn_deadline_;
 }
 
 // Marks head in flight and stamps the chain walked into *c as its own.

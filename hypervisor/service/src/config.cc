@@ -160,6 +160,7 @@ void ReadDevice(TableReader& r, ServiceConfig* c) {
   r.Bool("require_sealed_memory", &d.require_sealed_memory);
   r.Int("min_connect_interval_ms", &d.min_connect_interval_ms, 0, 60000);
   r.Int("chains_per_turn", &d.chains_per_turn, 1, 65536);
+  r.Int("turn_time_us", &d.turn_time_us, 0, 1000000);
 }
 
 void ReadTenantDefaults(TableReader& r, ServiceConfig* c) {

@@ -224,6 +224,7 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
   opts.session.require_sealed_memory = config_.device.require_sealed_memory;
   opts.min_connect_interval = std::chrono::milliseconds(config_.device.min_connect_interval_ms);
   opts.session.queue_limits.max_chains_per_turn = config_.device.chains_per_turn;
+  opts.session.queue_limits.max_turn_time = std::chrono::microseconds(config_.device.turn_time_us);
   opts.access = SocketAccessFor(config_.vm_socket_mode, config_.vm_socket_group);
   // Made on the thread that will serve it. The operator waits a bounded
   // time: a late start is undone on that thread, never half recorded here.

@@ -40,6 +40,7 @@ max_comm_ranks = 8
 max_device_extents = 9000
 min_connect_interval_ms = 5
 chains_per_turn = 7
+turn_time_us = 120
 [tenant_defaults]
 max_regions = 5
 max_region_bytes = 123
@@ -93,6 +94,7 @@ decide_interval_ms = 100
   EXPECT_EQ(c.device.max_device_extents, 9000u);
   EXPECT_EQ(c.device.min_connect_interval_ms, 5u);
   EXPECT_EQ(c.device.chains_per_turn, 7u);
+  EXPECT_EQ(c.device.turn_time_us, 120u);
   EXPECT_EQ(c.shutdown_timeout_ms, 2500u);
   EXPECT_EQ(c.scheduler.sysfs_root, "/srv/sysfs");
   EXPECT_EQ(c.scheduler.provider_file, "/etc/hz/inventory.toml");
@@ -338,6 +340,7 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.ckpt_thread_nice, d.ckpt_thread_nice);
   EXPECT_EQ(parsed.device.min_connect_interval_ms, d.device.min_connect_interval_ms);
   EXPECT_EQ(parsed.device.chains_per_turn, d.device.chains_per_turn);
+  EXPECT_EQ(parsed.device.turn_time_us, d.device.turn_time_us);
   EXPECT_EQ(parsed.device.max_device_extents, d.device.max_device_extents);
   EXPECT_EQ(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
   EXPECT_EQ(parsed.scheduler.enabled, d.scheduler.enabled);

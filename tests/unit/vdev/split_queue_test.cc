@@ -2,7 +2,9 @@
 
 #include <sys/eventfd.h>
 
+#include <chrono>
 #include <limits>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -483,6 +485,44 @@ TEST_F(VdevSplitQueueTest, ATurnServesAtMostMaxChainsPerTurn) {
   while (q.Pop(&c)) ++popped;
   EXPECT_EQ(popped, 5);
   EXPECT_EQ(yields, 1) << "nothing was left over";
+}
+
+TEST_F(VdevSplitQueueTest, ATurnEndsOnceItsTimeIsSpentAndTheNextTurnServesTheRest) {
+  SplitQueue q(0, QueueLimits{.max_turn_time = std::chrono::milliseconds(1)});
+  Configure(&q, false, false);
+  int yields = 0;
+  q.set_on_yield([&](uint16_t) { ++yields; });
+  for (uint16_t i = 0; i < 3; ++i) {
+    ring_.SetDesc(i, kBuf, 4, W, 0);
+    ring_.Publish(i);
+  }
+  q.NewTurn();
+  Chain c;
+  ASSERT_TRUE(q.Pop(&c)) << "the first chain of a turn is always served";
+  // An expensive chain: its handling outlasts the turn's time.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  EXPECT_FALSE(q.Pop(&c));
+  EXPECT_FALSE(q.Pop(&c)) << "a spent turn stays spent";
+  EXPECT_EQ(yields, 1) << "the owner is asked for another turn";
+  EXPECT_EQ(q.stats().yields, 1u);
+  q.NewTurn();
+  EXPECT_TRUE(q.Pop(&c));
+}
+
+TEST_F(VdevSplitQueueTest, ATimeBoundLeavesCheapChainsToTheCount) {
+  // A bound far longer than the test: only the count ends the turn.
+  SplitQueue q(0, QueueLimits{.max_chains_per_turn = 3, .max_turn_time = std::chrono::hours(1)});
+  Configure(&q, false, false);
+  for (uint16_t i = 0; i < 5; ++i) {
+    ring_.SetDesc(i, kBuf, 4, W, 0);
+    ring_.Publish(i);
+  }
+  q.NewTurn();
+  Chain c;
+  int popped = 0;
+  while (q.Pop(&c)) ++popped;
+  EXPECT_EQ(popped, 3);
+  EXPECT_EQ(q.stats().yields, 1u);
 }
 
 TEST_F(VdevSplitQueueTest, NoInterruptFlagSuppressesCallsWithoutEventIdx) {

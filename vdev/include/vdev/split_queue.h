@@ -31,6 +31,7 @@
 #define VDEV_SPLIT_QUEUE_H_
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -51,6 +52,11 @@ struct QueueLimits {
   // behind whatever else the thread has to do, such as other VMs' kicks on
   // a shared connection thread. 0: twice the ring size.
   uint32_t max_chains_per_turn = 0;
+  // Time one turn may run, from its first chain; checked before each later
+  // chain, so a chain that runs long ends the turn once it is served. A count
+  // alone lets a device whose every chain is expensive hold the thread for
+  // that many expensive chains. 0: no time bound.
+  std::chrono::nanoseconds max_turn_time{0};
 };
 
 // Counters for tests and diagnostics.
@@ -60,6 +66,8 @@ struct QueueStats {
   uint64_t malformed = 0;
   uint64_t notifications = 0;
   uint64_t suppressed = 0;
+  // Turns ended by their budget (count or time) with chains still waiting.
+  uint64_t yields = 0;
 };
 
 class SplitQueue final : public Queue {
@@ -86,11 +94,12 @@ class SplitQueue final : public Queue {
   // makes the device's own writes produce new avail entries.
   void set_on_yield(std::function<void(uint16_t)> fn) { on_yield_ = std::move(fn); }
   // Starts a new turn: up to 2 * size chains (valid or skipped), or
-  // max_chains_per_turn when lower.
+  // max_chains_per_turn when lower, for at most max_turn_time.
   void NewTurn() {
     budget_ = 2u * size_;
     if (limits_.max_chains_per_turn != 0) budget_ = std::min(budget_, limits_.max_chains_per_turn);
     yielded_ = false;
+    turn_clock_started_ = false;
   }
   // Busy-poll: ask the driver not to kick (VRING_USED_F_NO_NOTIFY, or simply
   // not re-arming avail_event with EVENT_IDX).
@@ -174,6 +183,8 @@ class SplitQueue final : public Queue {
   [[gnu::cold, gnu::noinline]] void NotInFlight(uint16_t head);
   [[gnu::cold, gnu::noinline]] void BrokenHead(const char* what, uint16_t head);
   void MarkBroken(const std::string& why);
+  // True once the turn has run past max_turn_time (starts its clock first).
+  bool TurnTimeSpent();
   // Re-reads the avail index; false when it jumped (ring broken).
   bool RefreshAvail();
   // Arms driver notifications and re-checks for work (EVENT_IDX idiom).
@@ -223,6 +234,10 @@ class SplitQueue final : public Queue {
   uint32_t in_flight_ = 0;         // heads set in inflight_
   uint32_t budget_ = 0;            // chains left in this turn
   bool yielded_ = false;
+  // The turn's time bound: the clock is first read when the turn takes its
+  // first chain (a kick that finds nothing reads no clock).
+  bool turn_clock_started_ = false;
+  std::chrono::steady_clock::time_point turn_deadline_;
   std::function<void(uint16_t)> on_yield_;
   QueueStats stats_;
   std::vector<Segment> slow_segments_;  // TranslateSlow's scratch list

@@ -36,6 +36,10 @@ struct DeviceLimits {
   // Requests one kick of a ring serves before the rest wait behind the
   // other work of its connection thread (other VMs' kicks among it).
   uint32_t chains_per_turn = 4;
+  // Microseconds one kick's turn may run before the rest of its requests
+  // wait for a later turn: with requests that each cost much, the count
+  // above would let one VM hold the thread that much longer. 0: no bound.
+  uint32_t turn_time_us = 50;
 };
 
 // Per-tenant quotas, summed over all VMs bound to the tenant. A tenant created
