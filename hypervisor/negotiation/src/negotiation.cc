@@ -223,10 +223,8 @@ Status NegotiationEngine::ValidateRequest(const TenantId& tenant, const hz_neg_r
 }
 
 Status NegotiationEngine::CountOpen(const TenantId& tenant) const {
-  uint32_t open = 0;
-  for (const auto& [id, n] : negotiations_) {
-    if (n.tenant == tenant && !n.provider_initiated) ++open;
-  }
+  auto counted = open_by_tenant_.find(tenant);
+  const uint32_t open = counted == open_by_tenant_.end() ? 0 : counted->second;
   auto it = max_open_.find(tenant);
   const uint32_t limit = it == max_open_.end() ? options_.max_open_per_tenant : it->second;
   if (open >= limit) return Status::Limit("too many open negotiations");
@@ -245,6 +243,7 @@ Status NegotiationEngine::Submit(const TenantId& tenant, const hz_neg_request& r
   n.tenant = tenant;
   n.request = request;
   n.arrival = next_arrival_++;
+  ++open_by_tenant_[tenant];
   *negotiation_id = id;
   return Status::Ok();
 }
@@ -504,6 +503,10 @@ void NegotiationEngine::CloseNegotiation(uint64_t negotiation_id, uint64_t now, 
   auto it = negotiations_.find(negotiation_id);
   if (it == negotiations_.end()) return;
   DropOffers(it->second, now, charge);
+  if (!it->second.provider_initiated) {
+    auto counted = open_by_tenant_.find(it->second.tenant);
+    if (--counted->second == 0) open_by_tenant_.erase(counted);
+  }
   negotiations_.erase(it);
   CloseId(negotiation_id, now);
 }

@@ -138,6 +138,29 @@ TEST(NegotiationCost, RequestsPastATenantsShareWaitForTheNextDecisionPoint) {
 // accepts; tenant b asks for one GPU now, asking again whenever it got no
 // offer. b must get an offer for the current window once a's first hold has
 // lapsed, not be starved by holds that cost a nothing.
+// The quota counts what the tenant itself has open: not other tenants',
+// not the provider's replacement offers, and no longer what it closed.
+TEST(NegotiationFairness, TheOpenQuotaCountsOnlyTheTenantsOwnOpenNegotiations) {
+  testing::InMemoryInventory inv;
+  inv.AddPool(HZ_DEV_GPU, 0, 4);
+  NegotiationEngine e(NegotiationOptions{}, &inv, nullptr);
+  const TenantId a("a"), b("b");
+  e.SetMaxOpen(a, 2);
+  const hz_neg_request r = Req(1, HZ_LOC_ANY, kNow, kNow + 600, 60);
+  uint64_t first = 0, second = 0, id = 0;
+  ASSERT_TRUE(e.Submit(a, r, kNow, &first).ok());
+  ASSERT_TRUE(e.OfferReplacement(a, r, kNow, &id).ok());
+  ASSERT_TRUE(e.Submit(b, r, kNow, &id).ok());
+  ASSERT_TRUE(e.Submit(a, r, kNow, &second).ok()) << "neither b's nor the provider's count";
+  EXPECT_TRUE(e.Submit(a, r, kNow, &id).IsLimit());
+  ASSERT_TRUE(e.Decline(a, first, kNow).ok());
+  EXPECT_TRUE(e.Submit(a, r, kNow, &id).ok()) << "a declined negotiation frees its place";
+  EXPECT_TRUE(e.Submit(a, r, kNow, &id).IsLimit());
+  e.ForgetTenant(a, kNow);
+  EXPECT_TRUE(e.Submit(a, r, kNow, &id).ok());
+  EXPECT_TRUE(e.Submit(a, r, kNow, &id).ok());
+}
+
 TEST(NegotiationFairness, OffersThatAreNeverAcceptedCostTheirHolder) {
   testing::InMemoryInventory inv;
   inv.AddPool(HZ_DEV_GPU, 0, 4);

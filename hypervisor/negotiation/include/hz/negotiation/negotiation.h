@@ -304,6 +304,9 @@ class NegotiationEngine {
   uint64_t next_arrival_ = 1;
   uint64_t next_order_ = 1;
   std::map<uint64_t, Negotiation> negotiations_;  // open or pending
+  // Each tenant's entries in negotiations_ that it opened itself (the quota
+  // counts these), so checking the quota does not scan every tenant's.
+  std::map<TenantId, uint32_t> open_by_tenant_;
   std::map<uint64_t, Offer> offers_;              // live
   std::map<uint64_t, Reservation> reservations_;  // within the usage horizon
   std::map<uint64_t, Owner> owners_;              // every id, live or recently closed
