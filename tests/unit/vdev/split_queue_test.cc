@@ -60,6 +60,13 @@ class VdevSplitQueueTest : public ::testing::Test {
     ASSERT_TRUE(q->Start(guest_.memory, &error)) << error;
   }
   // Pops one chain expecting a malformed one to be skipped (completed with 0).
+  // Publishes n one-descriptor writable chains, heads 0..n-1.
+  void PublishWritableChains(uint16_t n) {
+    for (uint16_t i = 0; i < n; ++i) {
+      ring_.SetDesc(i, kBuf, 4, W, 0);
+      ring_.Publish(i);
+    }
+  }
   void ExpectMalformed(const char* what) {
     uint16_t used_before = ring_.used_idx();
     uint64_t malformed_before = q_.stats().malformed;
@@ -471,10 +478,7 @@ TEST_F(VdevSplitQueueTest, ATurnServesAtMostMaxChainsPerTurn) {
   Configure(&q, false, false);
   int yields = 0;
   q.set_on_yield([&](uint16_t) { ++yields; });
-  for (uint16_t i = 0; i < 5; ++i) {
-    ring_.SetDesc(i, kBuf, 4, W, 0);
-    ring_.Publish(i);
-  }
+  PublishWritableChains(5);
   q.NewTurn();
   Chain c;
   int popped = 0;
@@ -492,10 +496,7 @@ TEST_F(VdevSplitQueueTest, ATurnEndsOnceItsTimeIsSpentAndTheNextTurnServesTheRes
   Configure(&q, false, false);
   int yields = 0;
   q.set_on_yield([&](uint16_t) { ++yields; });
-  for (uint16_t i = 0; i < 3; ++i) {
-    ring_.SetDesc(i, kBuf, 4, W, 0);
-    ring_.Publish(i);
-  }
+  PublishWritableChains(3);
   q.NewTurn();
   Chain c;
   ASSERT_TRUE(q.Pop(&c)) << "the first chain of a turn is always served";
@@ -513,10 +514,7 @@ TEST_F(VdevSplitQueueTest, ATimeBoundLeavesCheapChainsToTheCount) {
   // A bound far longer than the test: only the count ends the turn.
   SplitQueue q(0, QueueLimits{.max_chains_per_turn = 3, .max_turn_time = std::chrono::hours(1)});
   Configure(&q, false, false);
-  for (uint16_t i = 0; i < 5; ++i) {
-    ring_.SetDesc(i, kBuf, 4, W, 0);
-    ring_.Publish(i);
-  }
+  PublishWritableChains(5);
   q.NewTurn();
   Chain c;
   int popped = 0;
