@@ -57,6 +57,29 @@ bool ParseNumber(const std::string& name, uint64_t max, uint64_t* out) {
   return true;
 }
 
+// Calls fn(tenant, stream, dir) for every <root>/<tenant>/<stream> directory
+// whose names are numbers; anything else there is left alone. Returns the
+// error of listing root itself, if any.
+template <typename Fn>
+std::error_code ForEachStreamDir(const fs::path& root, Fn fn) {
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator(root, ec)) {
+    uint64_t tenant = 0;
+    if (!t.is_directory() || !ParseNumber(t.path().filename().string(), UINT64_MAX, &tenant)) {
+      continue;
+    }
+    std::error_code ec2;
+    for (const auto& s : fs::directory_iterator(t.path(), ec2)) {
+      uint64_t stream = 0;
+      if (!s.is_directory() || !ParseNumber(s.path().filename().string(), UINT32_MAX, &stream)) {
+        continue;
+      }
+      fn(tenant, static_cast<StreamId>(stream), s.path());
+    }
+  }
+  return ec;
+}
+
 // A policy field from an untrusted file: the default unless it is an
 // unsigned number that fits 32 bits.
 uint32_t PolicyU32(const nlohmann::json& j, const char* key, uint32_t def) {
@@ -158,46 +181,34 @@ std::vector<StreamId> DiskTier::Streams(TenantNo tenant) const {
 }
 
 void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
-  std::error_code ec;
-  for (const auto& t : fs::directory_iterator(root_, ec)) {
-    uint64_t tenant = 0;
-    if (!t.is_directory() || !ParseNumber(t.path().filename().string(), UINT64_MAX, &tenant)) {
-      continue;
+  ForEachStreamDir(root_, [out](TenantNo tenant, StreamId stream, const fs::path& dir) {
+    std::error_code ec;
+    fs::remove(dir / kPolicyTmp, ec);
+    Policy p;
+    StatusOr<std::string> text = ReadSmallFile(dir / kPolicy);
+    nlohmann::json j;
+    if (text.ok()) j = nlohmann::json::parse(*text, nullptr, false);
+    if (!j.is_object()) {
+      // Without its policy nothing says how many checkpoints the stream
+      // keeps: all of them stay until the tenant sets a policy again,
+      // rather than the default of one evicting the rest. The file is
+      // left as it is.
+      p.retention = UINT32_MAX;
+      spdlog::error(
+          "event=ckpt_policy_unreadable path={} reason=\"{}\" action=\"every checkpoint of "
+          "the stream is kept until its policy is set again\"",
+          (dir / kPolicy).string(), text.ok() ? "not a JSON object" : text.status().ToString());
+    } else {
+      p.retention = std::max<uint32_t>(1, PolicyU32(j, "retention", 1));
+      uint32_t tier = PolicyU32(j, "tier", 1);
+      p.tier = tier == 0 ? TierKind::kHostMemory : TierKind::kLocalDisk;
+      p.stall_budget_ms = PolicyU32(j, "stall_budget_ms", 1000);
+      p.rpo_s = PolicyU32(j, "rpo_s", 0);
+      auto flag = j.find("auto_save_on_notice");
+      p.auto_save_on_notice = flag != j.end() && flag->is_boolean() && flag->get<bool>();
     }
-    std::error_code ec2;
-    for (const auto& s : fs::directory_iterator(t.path(), ec2)) {
-      uint64_t stream = 0;
-      if (!s.is_directory() || !ParseNumber(s.path().filename().string(), UINT32_MAX, &stream)) {
-        continue;
-      }
-      fs::remove(s.path() / kPolicyTmp, ec2);
-      Policy p;
-      StatusOr<std::string> text = ReadSmallFile(s.path() / kPolicy);
-      nlohmann::json j;
-      if (text.ok()) j = nlohmann::json::parse(*text, nullptr, false);
-      if (!j.is_object()) {
-        // Without its policy nothing says how many checkpoints the stream
-        // keeps: all of them stay until the tenant sets a policy again,
-        // rather than the default of one evicting the rest. The file is
-        // left as it is.
-        p.retention = UINT32_MAX;
-        spdlog::error(
-            "event=ckpt_policy_unreadable path={} reason=\"{}\" action=\"every checkpoint of "
-            "the stream is kept until its policy is set again\"",
-            (s.path() / kPolicy).string(),
-            text.ok() ? "not a JSON object" : text.status().ToString());
-      } else {
-        p.retention = std::max<uint32_t>(1, PolicyU32(j, "retention", 1));
-        uint32_t tier = PolicyU32(j, "tier", 1);
-        p.tier = tier == 0 ? TierKind::kHostMemory : TierKind::kLocalDisk;
-        p.stall_budget_ms = PolicyU32(j, "stall_budget_ms", 1000);
-        p.rpo_s = PolicyU32(j, "rpo_s", 0);
-        auto flag = j.find("auto_save_on_notice");
-        p.auto_save_on_notice = flag != j.end() && flag->is_boolean() && flag->get<bool>();
-      }
-      out->push_back({tenant, static_cast<StreamId>(stream), p});
-    }
-  }
+    out->push_back({tenant, stream, p});
+  });
 }
 
 int DiskTier::OpenData(const std::string& path, int flags) {
@@ -519,93 +530,87 @@ bool DiskTier::VerifyData(const std::string& dir, const Manifest& m) {
 }
 
 Status DiskTier::Recover(std::vector<Manifest>* committed, std::vector<std::string>* cleaned) {
-  std::error_code ec;
-  for (const auto& t : fs::directory_iterator(root_, ec)) {
-    uint64_t tenant = 0;
-    if (!t.is_directory() || !ParseNumber(t.path().filename().string(), UINT64_MAX, &tenant)) {
-      continue;
-    }
-    std::error_code ec2;
-    for (const auto& s : fs::directory_iterator(t.path(), ec2)) {
-      uint64_t stream = 0;
-      if (!s.is_directory() || !ParseNumber(s.path().filename().string(), UINT32_MAX, &stream)) {
+  std::error_code ec =
+      ForEachStreamDir(root_, [&](TenantNo tenant, StreamId stream, const fs::path& dir) {
+        RecoverStream(tenant, stream, dir, committed, cleaned);
+      });
+  return ec ? Status::IoError() : Status::Ok();
+}
+
+void DiskTier::RecoverStream(TenantNo tenant, StreamId stream, const fs::path& dir,
+                             std::vector<Manifest>* committed, std::vector<std::string>* cleaned) {
+  // Names first, so pending directories are judged after the final ones.
+  std::vector<fs::path> entries;
+  std::error_code ec3;
+  for (const auto& d : fs::directory_iterator(dir, ec3)) {
+    if (d.is_directory()) entries.push_back(d.path());
+  }
+  std::sort(entries.begin(), entries.end());
+  std::vector<fs::path> pending;
+  for (const fs::path& d : entries) {
+    std::string name = d.filename().string();
+    uint64_t step = 0;
+    std::error_code ec5;
+    bool is_pending = name.size() == 20 + strlen(kPendingSuffix) &&
+                      name.compare(20, std::string::npos, kPendingSuffix) == 0;
+    bool retired = name.size() == 20 + strlen(kRetiredSuffix) &&
+                   name.compare(20, std::string::npos, kRetiredSuffix) == 0;
+    if ((is_pending || retired) && ParseNumber(name.substr(0, 20), UINT64_MAX, &step)) {
+      if (is_pending) {
+        pending.push_back(d);
         continue;
       }
-      // Names first, so pending directories are judged after the final ones.
-      std::vector<fs::path> entries;
-      std::error_code ec3;
-      for (const auto& d : fs::directory_iterator(s.path(), ec3)) {
-        if (d.is_directory()) entries.push_back(d.path());
-      }
-      std::sort(entries.begin(), entries.end());
-      std::vector<fs::path> pending;
-      for (const fs::path& d : entries) {
-        std::string name = d.filename().string();
-        uint64_t step = 0;
-        std::error_code ec5;
-        bool is_pending = name.size() == 20 + strlen(kPendingSuffix) &&
-                          name.compare(20, std::string::npos, kPendingSuffix) == 0;
-        bool retired = name.size() == 20 + strlen(kRetiredSuffix) &&
-                       name.compare(20, std::string::npos, kRetiredSuffix) == 0;
-        if ((is_pending || retired) && ParseNumber(name.substr(0, 20), UINT64_MAX, &step)) {
-          if (is_pending) {
-            pending.push_back(d);
-            continue;
-          }
-          // A checkpoint that retention dropped.
-          fs::remove_all(d, ec5);
-          cleaned->push_back(d.string());
-          continue;
-        }
-        if (name.size() != 20 || !ParseNumber(name, UINT64_MAX, &step)) continue;
-        std::error_code ec4;
-        fs::remove(d / kManifestTmp, ec4);
-        Manifest m;
-        StatusOr<std::string> text = ReadSmallFile(d / kManifest);
-        if (!text.ok()) {
-          if (text.status().IsNotFound()) {
-            // Never committed: an interrupted persist.
-            fs::remove_all(d, ec4);
-            cleaned->push_back(d.string());
-          }
-          continue;
-        }
-        if (!DecodeManifest(*text, &m).ok() || m.tenant != tenant || m.stream != stream ||
-            m.step != step) {
-          // A committed manifest that no longer verifies: keep it for the
-          // operator, but never list or restore it.
-          spdlog::warn("checkpoint: corrupt manifest in {}; not adopted", d.string());
-          continue;
-        }
-        committed->push_back(std::move(m));
-      }
-      for (const fs::path& d : pending) {
-        // Committed (flushed) but maybe not yet renamed when the process
-        // stopped: adopted only if the manifest and every chunk verify and the
-        // step has no final directory; anything else never reached its commit
-        // point.
-        std::string name = d.filename().string();
-        uint64_t step = 0;
-        ParseNumber(name.substr(0, 20), UINT64_MAX, &step);
-        fs::path final_dir = d.parent_path() / name.substr(0, 20);
-        Manifest m;
-        std::error_code ec6;
-        StatusOr<std::string> text = ReadSmallFile(d / kManifest);
-        bool adopt = !fs::exists(final_dir, ec6) && text.ok() && DecodeManifest(*text, &m).ok() &&
-                     m.tenant == tenant && m.stream == stream && m.step == step &&
-                     VerifyData(d.string(), m);
-        if (adopt && rename(d.c_str(), final_dir.c_str()) == 0) {
-          SyncDir(s.path().string());
-          spdlog::info("checkpoint: adopted committed {}", final_dir.string());
-          committed->push_back(std::move(m));
-          continue;
-        }
-        fs::remove_all(d, ec6);
+      // A checkpoint that retention dropped.
+      fs::remove_all(d, ec5);
+      cleaned->push_back(d.string());
+      continue;
+    }
+    if (name.size() != 20 || !ParseNumber(name, UINT64_MAX, &step)) continue;
+    std::error_code ec4;
+    fs::remove(d / kManifestTmp, ec4);
+    Manifest m;
+    StatusOr<std::string> text = ReadSmallFile(d / kManifest);
+    if (!text.ok()) {
+      if (text.status().IsNotFound()) {
+        // Never committed: an interrupted persist.
+        fs::remove_all(d, ec4);
         cleaned->push_back(d.string());
       }
+      continue;
     }
+    if (!DecodeManifest(*text, &m).ok() || m.tenant != tenant || m.stream != stream ||
+        m.step != step) {
+      // A committed manifest that no longer verifies: keep it for the
+      // operator, but never list or restore it.
+      spdlog::warn("checkpoint: corrupt manifest in {}; not adopted", d.string());
+      continue;
+    }
+    committed->push_back(std::move(m));
   }
-  return ec ? Status::IoError() : Status::Ok();
+  for (const fs::path& d : pending) {
+    // Committed (flushed) but maybe not yet renamed when the process
+    // stopped: adopted only if the manifest and every chunk verify and the
+    // step has no final directory; anything else never reached its commit
+    // point.
+    std::string name = d.filename().string();
+    uint64_t step = 0;
+    ParseNumber(name.substr(0, 20), UINT64_MAX, &step);
+    fs::path final_dir = d.parent_path() / name.substr(0, 20);
+    Manifest m;
+    std::error_code ec6;
+    StatusOr<std::string> text = ReadSmallFile(d / kManifest);
+    bool adopt = !fs::exists(final_dir, ec6) && text.ok() && DecodeManifest(*text, &m).ok() &&
+                 m.tenant == tenant && m.stream == stream && m.step == step &&
+                 VerifyData(d.string(), m);
+    if (adopt && rename(d.c_str(), final_dir.c_str()) == 0) {
+      SyncDir(dir.string());
+      spdlog::info("checkpoint: adopted committed {}", final_dir.string());
+      committed->push_back(std::move(m));
+      continue;
+    }
+    fs::remove_all(d, ec6);
+    cleaned->push_back(d.string());
+  }
 }
 
 }  // namespace hz::checkpoint

@@ -25,6 +25,7 @@
 #include <liburing.h>
 #include <sys/uio.h>
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -118,6 +119,9 @@ class DiskTier : public Tier {
   // True when the data file of a pending directory holds every chunk of m
   // intact (sizes and CRC32C), read back from the disk.
   bool VerifyData(const std::string& dir, const Manifest& m);
+  // Recover's work for one stream's directory.
+  void RecoverStream(TenantNo tenant, StreamId stream, const std::filesystem::path& dir,
+                     std::vector<Manifest>* committed, std::vector<std::string>* cleaned);
 
   std::string root_;
   unsigned queue_depth_;
