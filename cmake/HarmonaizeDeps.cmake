@@ -9,6 +9,7 @@ find_package(CLI11 REQUIRED)               # command lines
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)     # checkpoint storage I/O
 pkg_check_modules(LIBVIRT REQUIRED IMPORTED_TARGET libvirt)    # hostdev attach/detach
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus) # config and inventory files
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)     # the cluster store (Redis)
 
 # ISA-L (CRC32C of checkpoint chunks) ships no CMake or pkg-config file in Debian 12.
 find_path(ISAL_INCLUDE_DIR isa-l/crc.h REQUIRED)

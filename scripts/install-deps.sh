@@ -16,6 +16,9 @@ set -euo pipefail
 #                   virt-xml-validate for validating generated domain XML.
 #  tests/bench    - GoogleTest/GoogleMock, Google Benchmark, RapidCheck (property tests),
 #                   Open MPI and Gloo (the collective references the benchmarks measure).
+#  several hosts  - Redis is the cluster store (membership leases; Gloo's rendezvous),
+#                   reached through hiredis; the multi-host tests run redis-server in a
+#                   network namespace of their own (ip and tc from iproute2).
 #  VM tests       - debootstrap builds the Debian 13 root that carries QEMU >= 10.2 and
 #                   the newer guest kernels (vm-images/build-toolchain.sh installs those
 #                   from trixie and trixie-backports); busybox-static/cpio build the guest
@@ -34,6 +37,7 @@ PACKAGES=(
   libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   openmpi-bin libopenmpi-dev libgloo-dev
+  redis-server libhiredis-dev
   debootstrap busybox-static cpio gzip xz-utils kmod
   linux-image-amd64 linux-headers-amd64 sparse linux-source-6.1
   python3 procps iproute2 util-linux

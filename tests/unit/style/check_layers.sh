@@ -36,7 +36,7 @@ rule() {
   done <<<"$hits"
 }
 
-engines='hypervisor/(collectives|checkpoint|events|scheduler|negotiation|common)/'
+engines='hypervisor/(collectives|checkpoint|events|scheduler|negotiation|cluster|common)/'
 vdev_backend='vdev/(?!frontend/|vhost_user\.h)'
 
 rule "the contract includes no header of the tree" \
