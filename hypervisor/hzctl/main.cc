@@ -21,6 +21,8 @@
 //   hzctl device fail|degrade BDF [--errors N] | device repair BDF
 //   hzctl tenant domain NAME --domain DOMAIN   (the tenant's libvirt domain)
 //   hzctl negotiation list                (offers and reservations)
+//   hzctl cluster status                  (this host's membership, the live hosts and their
+//                                          leases; "single-host" without [cluster])
 //
 // Exit codes: 0 success, 1 the service refused the request, 2 usage error,
 // 3 the service could not be reached.
@@ -103,6 +105,27 @@ unsigned long long U(const json& j, const char* k) {
   return j.value(k, 0ull);
 }
 
+void PrintCluster(const json& r) {
+  if (r.value("mode", std::string()) != "cluster") {
+    std::printf("single host: no [cluster] section in the configuration\n");
+    return;
+  }
+  std::printf("host %s (data %s), store %s: %s, lease %llu ms, store answered %lld ms ago\n",
+              r.value("host", std::string()).c_str(),
+              r.value("data_address", std::string()).c_str(),
+              r.value("store", std::string()).c_str(), r.value("state", std::string()).c_str(),
+              U(r, "lease_ms"), static_cast<long long>(r.value("ms_since_store_contact", -1ll)));
+  if (r.contains("detail")) std::printf("  %s\n", r.value("detail", std::string()).c_str());
+  std::printf("%-24s %-40s %14s\n", "HOST", "DATA_ADDRESS", "LEASE_LEFT_MS");
+  for (const json& h : r.value("hosts", json::array())) {
+    std::printf("%-24s %-40s %14lld%s\n", h.value("name", std::string()).c_str(),
+                h.value("data_address", std::string()).c_str(),
+                static_cast<long long>(h.value("lease_remaining_ms", 0ll)),
+                h.value("self", false) ? "  (this host)" : "");
+  }
+  std::printf("communicators across hosts: %zu\n", r.value("communicators", json::array()).size());
+}
+
 void PrintHuman(const std::string& cmd, const json& r) {
   if (cmd == "tenant.list") {
     std::printf("%-20s %6s %-8s %8s %12s %12s %12s %9s %10s %10s\n", "TENANT", "WEIGHT", "PRIORITY",
@@ -173,6 +196,8 @@ void PrintHuman(const std::string& cmd, const json& r) {
                   c.value("tenant", std::string()).c_str(), U(c, "nranks"), U(c, "joined"),
                   U(c, "next_seq"), U(c, "pending"), c.value("state", std::string()).c_str());
     }
+  } else if (cmd == "cluster.status") {
+    PrintCluster(r);
   } else if (r.is_object() && r.empty()) {
     std::printf("ok\n");
   } else {
@@ -280,6 +305,9 @@ int main(int argc, char** argv) {
   drepair->add_option("bdf", bdf, "PCI address")->required();
   auto* neg_cmd = app.add_subcommand("negotiation", "negotiation")->require_subcommand(1);
   auto* nlist = neg_cmd->add_subcommand("list", "open offers and reservations");
+  auto* cluster_cmd = app.add_subcommand("cluster", "several hosts")->require_subcommand(1);
+  auto* cstatus =
+      cluster_cmd->add_subcommand("status", "this host's membership and the live hosts");
 
   try {
     app.parse(argc, argv);
@@ -328,6 +356,8 @@ int main(int argc, char** argv) {
     }
   } else if (nlist->parsed()) {
     cmd = "negotiation.list";
+  } else if (cstatus->parsed()) {
+    cmd = "cluster.status";
   } else if (tremove->parsed()) {
     cmd = "tenant.remove";
     req["name"] = name;

@@ -1,7 +1,9 @@
 #include "hz/service/config.h"
 
+#include <arpa/inet.h>
 #include <grp.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -11,6 +13,7 @@
 
 #include <toml++/toml.h>
 
+#include "hz/cluster/redis_lease_store.h"
 #include "protocol/harmonaize.h"
 #include "spdlog/fmt/fmt.h"
 
@@ -213,6 +216,16 @@ void ReadNegotiation(TableReader& r, ServiceConfig* c) {
   r.Int("decide_interval_ms", &n.decide_interval_ms, 10, 1000);
 }
 
+void ReadCluster(TableReader& r, ServiceConfig* c) {
+  ClusterConfig& k = c->cluster;
+  k.enabled = true;
+  r.String("store", &k.store);
+  r.String("host_name", &k.host_name);
+  r.String("data_address", &k.data_address);
+  r.Int("lease_ms", &k.lease_ms, 300, 60000);
+  r.String("key_prefix", &k.key_prefix);
+}
+
 void ReadShutdown(TableReader& r, ServiceConfig* c) {
   r.Int("timeout_ms", &c->shutdown_timeout_ms, 1, 3600 * 1000);
 }
@@ -232,6 +245,7 @@ constexpr Section kSections[] = {
     {"collectives", ReadCollectives},
     {"scheduler", ReadScheduler},
     {"negotiation", ReadNegotiation},
+    {"cluster", ReadCluster},
     {"shutdown", ReadShutdown},
 };
 
@@ -325,6 +339,41 @@ bool ValidateCheckpoint(const ServiceConfig& c, std::string* error) {
   return true;
 }
 
+bool ValidHostName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.' && ch != '_') {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ValidateCluster(const ClusterConfig& k, std::string* error) {
+  if (!k.enabled) return true;
+  if (hz::StatusOr<cluster::RedisAddress> a = cluster::RedisAddress::Parse(k.store); !a.ok()) {
+    *error = fmt::format("cluster.store \"{}\": {}", k.store, a.status().message());
+    return false;
+  }
+  if (!k.host_name.empty() && !ValidHostName(k.host_name)) {
+    *error = fmt::format("cluster.host_name \"{}\": 1 to 63 letters, digits, '-', '.' or '_'",
+                         k.host_name);
+    return false;
+  }
+  in6_addr addr;
+  if (inet_pton(AF_INET, k.data_address.c_str(), &addr) != 1 &&
+      inet_pton(AF_INET6, k.data_address.c_str(), &addr) != 1) {
+    *error = fmt::format("cluster.data_address \"{}\": expected an IPv4 or IPv6 address",
+                         k.data_address);
+    return false;
+  }
+  if (k.key_prefix.size() > 64) {
+    *error = "cluster.key_prefix: at most 64 bytes";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool ValidateConfig(const ServiceConfig& c, std::string* error) {
@@ -370,7 +419,7 @@ bool ValidateConfig(const ServiceConfig& c, std::string* error) {
         c.device.max_device_extents, c.device.max_extents);
     return false;
   }
-  return ValidateCheckpoint(c, error);
+  return ValidateCheckpoint(c, error) && ValidateCluster(c.cluster, error);
 }
 
 }  // namespace hz::service

@@ -133,6 +133,9 @@ hz::Status Service::Start() {
                              "the scheduler is disabled ([scheduler] enabled = false)");
   }
 
+  cluster_ = std::make_unique<ClusterControl>(config_.cluster);
+  commands_.Add(cluster_.get(), ClusterControl::Commands());
+
   StartConnectionThreads();
 
   const std::string& group = config_.control_socket_group;
@@ -149,6 +152,8 @@ hz::Status Service::Start() {
     metrics_port_ = metrics_server_->port();
   }
   if (hz::Status s = LoadState(); !s.ok()) return s;
+  // Last: the other hosts see this one once it can serve.
+  if (hz::Status s = cluster_->Start(); !s.ok()) return s;
   spdlog::info("event=started state_dir={} control_socket={} metrics={}:{} workers={} engine={}",
                config_.state_dir, config_.ControlSocketPath(), config_.metrics_address,
                metrics_port_, config_.worker_threads, coll_ ? "yes" : "no");
@@ -409,6 +414,7 @@ std::string Service::MetricsText() const {
   }
   std::string text = metrics_.Format(snap);
   if (engines_) text += engines_->MetricsText();
+  if (cluster_) text += cluster_->MetricsText();
   if (metrics_server_) text += ListenerMetricsText(control_->accept_failures(), *metrics_server_);
   return text;
 }

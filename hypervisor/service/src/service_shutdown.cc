@@ -78,6 +78,8 @@ void Service::Shutdown() {
   draining_ = true;
   spdlog::info("event=draining");
   if (control_) control_->Stop();
+  // The other hosts learn at once that this one is going.
+  if (cluster_) cluster_->Stop();
   // 2. The engine fails everything that waits with kShutdown; running
   //    transfers stop after their current block.
   if (coll_) coll_->Shutdown();

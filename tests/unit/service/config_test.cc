@@ -361,3 +361,56 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
 
 }  // namespace
 }  // namespace hz::service
+
+namespace hz::service {
+namespace {
+
+ServiceConfig Parsed(const std::string& toml, std::string* error) {
+  ServiceConfig c;
+  if (!ParseConfig(toml, "t.toml", &c, error)) return c;
+  ValidateConfig(c, error);
+  return c;
+}
+
+TEST(ServiceConfigTest, WithoutAClusterSectionTheHostRunsAlone) {
+  std::string error;
+  ServiceConfig c = Parsed("", &error);
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_FALSE(c.cluster.enabled);
+}
+
+TEST(ServiceConfigTest, TheClusterSectionIsReadAndChecked) {
+  std::string error;
+  ServiceConfig c = Parsed(
+      "[cluster]\nstore = \"10.77.0.1:6379\"\nhost_name = \"rack1-h07\"\n"
+      "data_address = \"10.77.0.8\"\nlease_ms = 1500\nkey_prefix = \"prod/\"\n",
+      &error);
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_TRUE(c.cluster.enabled);
+  EXPECT_EQ(c.cluster.store, "10.77.0.1:6379");
+  EXPECT_EQ(c.cluster.host_name, "rack1-h07");
+  EXPECT_EQ(c.cluster.data_address, "10.77.0.8");
+  EXPECT_EQ(c.cluster.lease_ms, 1500u);
+  EXPECT_EQ(c.cluster.key_prefix, "prod/");
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"store = \"redis\"\ndata_address = \"10.0.0.1\"", "cluster.store"},
+      {"store = \"h:0\"\ndata_address = \"10.0.0.1\"", "cluster.store"},
+      {"store = \"h:6379\"", "cluster.data_address"},
+      {"store = \"h:6379\"\ndata_address = \"host.example\"", "cluster.data_address"},
+      {"store = \"h:6379\"\ndata_address = \"10.0.0.1\"\nhost_name = \"a b\"", "cluster.host_name"},
+      {"store = \"h:6379\"\ndata_address = \"10.0.0.1\"\nlease_ms = 100", "cluster.lease_ms"},
+      {"store = \"h:6379\"\ndata_address = \"10.0.0.1\"\nleases = 3", "cluster.leases"},
+  };
+  for (const auto& [body, names] : bad) {
+    error.clear();
+    Parsed(std::string("[cluster]\n") + body + "\n", &error);
+    EXPECT_NE(error.find(names), std::string::npos) << body << " -> " << error;
+  }
+  error.clear();
+  Parsed("[cluster]\nstore = \"unix:/run/redis/redis.sock\"\ndata_address = \"fd00::8\"\n", &error);
+  EXPECT_TRUE(error.empty()) << error;
+}
+
+}  // namespace
+}  // namespace hz::service

@@ -85,6 +85,20 @@ struct NegotiationConfig {
   uint32_t decide_interval_ms = 1000;
 };
 
+// [cluster]: this host as one of several (membership through the cluster
+// store). Without the section the service runs on its own, as a single host.
+struct ClusterConfig {
+  bool enabled = false;      // the file has a [cluster] section
+  std::string store;         // Redis: "host:port" or "unix:/path" (required)
+  std::string host_name;     // unique in the cluster; empty: the system's host name
+  std::string data_address;  // this host's IP address on the data network (required)
+  // A host that stops renewing its lease (it died, or lost the store) is
+  // dropped by the others within about lease_ms and a third of it.
+  uint32_t lease_ms = 3000;
+  // Prefix of every key the service writes: several clusters may share a store.
+  std::string key_prefix = "harmonaize/";
+};
+
 struct ServiceConfig {
   std::string state_dir = "/var/lib/harmonaize";
   std::string control_socket;  // empty: <state_dir>/control.sock
@@ -161,6 +175,7 @@ struct ServiceConfig {
 
   SchedulerConfig scheduler;
   NegotiationConfig negotiation;
+  ClusterConfig cluster;
 
   // The paths with their defaults filled in.
   std::string ControlSocketPath() const;

@@ -27,6 +27,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "hz/service/cluster_control.h"
 #include "hz/service/coll_backend.h"
 #include "hz/service/command_registry.h"
 #include "hz/service/config.h"
@@ -163,9 +164,10 @@ class Service : public ControlTarget {
   Metrics metrics_;
   DeviceRegistry devices_;
   std::unique_ptr<CollBackend> coll_;
-  std::unique_ptr<Engines> engines_;    // event bus, checkpoints
-  std::unique_ptr<Provider> provider_;  // scheduler, negotiation, hints, health
-  CommandRegistry commands_;            // the engines' operator commands
+  std::unique_ptr<Engines> engines_;         // event bus, checkpoints
+  std::unique_ptr<Provider> provider_;       // scheduler, negotiation, hints, health
+  std::unique_ptr<ClusterControl> cluster_;  // membership of a cluster ([cluster])
+  CommandRegistry commands_;                 // the engines' operator commands
   DeviceEnv env_;
 
   boost::asio::io_context io_;  // control, metrics, signals

@@ -1,0 +1,47 @@
+// This host's part in a cluster: its membership, started from [cluster], and
+// what the operator sees of it (cluster.status, metrics). Without a
+// [cluster] section it does nothing and says the host runs alone.
+#ifndef HZ_SERVICE_CLUSTER_CONTROL_H_
+#define HZ_SERVICE_CLUSTER_CONTROL_H_
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "hz/cluster/membership.h"
+#include "hz/common/status.h"
+#include "hz/service/command_registry.h"
+#include "hz/service/config.h"
+
+namespace hz::service {
+
+class ClusterControl {
+ public:
+  explicit ClusterControl(const ClusterConfig& config) : config_(config) {}
+  ~ClusterControl();
+  ClusterControl(const ClusterControl&) = delete;
+  ClusterControl& operator=(const ClusterControl&) = delete;
+
+  // Joins the cluster (nothing without [cluster]). Fails when this host's
+  // name is held by another live host; a store that cannot be reached is
+  // not a failure (the host keeps trying, and says so in cluster.status).
+  hz::Status Start();
+  // Leaves the cluster: the record is deleted, so the other hosts notice at
+  // once rather than a lease later.
+  void Stop();
+
+  static std::span<const CommandSpec<ClusterControl>> Commands();
+  CommandResult ClusterStatus(const nlohmann::json& req);
+  std::string MetricsText() const;
+
+ private:
+  const ClusterConfig config_;
+  std::string host_name_;  // config's, or the system's host name
+  std::unique_ptr<cluster::Membership> membership_;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_CLUSTER_CONTROL_H_

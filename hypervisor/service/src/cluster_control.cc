@@ -1,0 +1,115 @@
+#include "hz/service/cluster_control.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "command_args.h"
+#include "hz/cluster/redis_lease_store.h"
+#include "spdlog/spdlog.h"
+
+namespace hz::service {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string SystemHostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return {};
+  return buf;
+}
+
+}  // namespace
+
+ClusterControl::~ClusterControl() {
+  Stop();
+}
+
+hz::Status ClusterControl::Start() {
+  if (!config_.enabled) return hz::Status::Ok();
+  host_name_ = config_.host_name.empty() ? SystemHostName() : config_.host_name;
+  if (host_name_.empty()) {
+    return hz::Status::InvalidArgument("cluster.host_name is not set and the system has none");
+  }
+  StatusOr<cluster::RedisAddress> address = cluster::RedisAddress::Parse(config_.store);
+  if (!address.ok()) return address.status();
+  // A store that takes longer than a quarter lease to answer counts as
+  // unreachable: a round (renew and list) then still ends well within the
+  // lease it renews.
+  const auto timeout = std::chrono::milliseconds(std::max<uint32_t>(config_.lease_ms / 4, 50));
+  auto store = std::make_unique<cluster::RedisLeaseStore>(*address, config_.key_prefix, timeout);
+  membership_ = std::make_unique<cluster::Membership>(
+      std::move(store),
+      cluster::MembershipOptions{host_name_, config_.data_address, config_.lease_ms});
+  if (hz::Status s = membership_->Start(); !s.ok()) {
+    membership_.reset();
+    return s;
+  }
+  return hz::Status::Ok();
+}
+
+void ClusterControl::Stop() {
+  if (!membership_) return;
+  membership_->Stop(/*release=*/true);
+  spdlog::info("event=cluster_left host={}", host_name_);
+  membership_.reset();
+}
+
+std::span<const CommandSpec<ClusterControl>> ClusterControl::Commands() {
+  static const CommandSpec<ClusterControl> kCommands[] = {
+      {"cluster.status", false, &ClusterControl::ClusterStatus},
+  };
+  return kCommands;
+}
+
+CommandResult ClusterControl::ClusterStatus(const json& req) {
+  if (hz::Status err = OnlyFields(req, {}); !err.ok()) return err;
+  if (!membership_) return json{{"mode", "single-host"}};
+  const cluster::MembershipView v = membership_->View();
+  json hosts = json::array();
+  for (const cluster::HostInfo& h : v.hosts) {
+    hosts.push_back({{"name", h.name},
+                     {"data_address", h.data_address},
+                     {"lease_remaining_ms", h.lease_remaining_ms},
+                     {"self", h.self}});
+  }
+  json out = {{"mode", "cluster"},
+              {"host", host_name_},
+              {"data_address", config_.data_address},
+              {"store", v.store},
+              {"state", cluster::MemberStateName(v.state)},
+              {"lease_ms", config_.lease_ms},
+              {"ms_since_store_contact", v.ms_since_contact},
+              {"hosts", std::move(hosts)},
+              {"communicators", json::array()},
+              {"rounds", v.rounds},
+              {"failed_rounds", v.failed_rounds},
+              {"hosts_joined", v.hosts_joined},
+              {"hosts_left", v.hosts_left},
+              {"malformed_records", v.malformed_records}};
+  if (!v.detail.empty()) out["detail"] = v.detail;
+  return out;
+}
+
+std::string ClusterControl::MetricsText() const {
+  if (!membership_) return {};
+  const cluster::MembershipView v = membership_->View();
+  std::string out;
+  auto metric = [&out](const char* name, const char* type, const char* help, uint64_t value) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + std::to_string(value) + "\n";
+  };
+  metric("hz_cluster_member", "gauge",
+         "1 while this host holds its lease in the cluster store and sees the other hosts.",
+         v.state == cluster::MemberState::kMember ? 1 : 0);
+  metric("hz_cluster_hosts", "gauge", "Live hosts of the cluster, this one included.",
+         v.hosts.size());
+  metric("hz_cluster_store_failures_total", "counter",
+         "Membership rounds that could not reach the cluster store.", v.failed_rounds);
+  metric("hz_cluster_hosts_left_total", "counter",
+         "Hosts dropped from this host's view (lease ended, or the store was lost).", v.hosts_left);
+  return out;
+}
+
+}  // namespace hz::service
