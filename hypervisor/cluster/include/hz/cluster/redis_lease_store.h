@@ -1,5 +1,4 @@
-// LeaseStore on Redis, through hiredis (Debian's libhiredis, the client Gloo's
-// RedisStore also uses). Each operation is one Lua script, so that checking a
+// LeaseStore on Redis (RedisConnection). Each operation is one Lua script, so that checking a
 // record's holder and changing the record are one atomic step in Redis, and
 // one round trip.
 //
@@ -11,8 +10,7 @@
 // The scripts touch records through names read from the set, which Redis
 // allows on a single server (and a replicated one) but not in Redis Cluster.
 //
-// Not thread-safe: one connection, used by one thread. A failed call drops the
-// connection; the next call connects again.
+// Not thread-safe: one connection, used by one thread.
 #ifndef HZ_CLUSTER_REDIS_LEASE_STORE_H_
 #define HZ_CLUSTER_REDIS_LEASE_STORE_H_
 
@@ -21,21 +19,9 @@
 #include <string>
 
 #include "hz/cluster/lease_store.h"
-
-struct redisContext;
-struct redisReply;
+#include "hz/cluster/redis_connection.h"
 
 namespace hz::cluster {
-
-// Where Redis listens: "host:port" or "unix:/path/to/socket".
-struct RedisAddress {
-  std::string host;  // empty for a Unix socket
-  uint16_t port = 0;
-  std::string unix_path;
-
-  static StatusOr<RedisAddress> Parse(const std::string& text);
-  std::string ToString() const;
-};
 
 class RedisLeaseStore : public LeaseStore {
  public:
@@ -51,26 +37,15 @@ class RedisLeaseStore : public LeaseStore {
   Status Release(const std::string& group, const std::string& name,
                  const std::string& value) override;
   StatusOr<std::vector<LeasedRecord>> List(const std::string& group) override;
-  std::string Describe() const override { return address_.ToString(); }
+  std::string Describe() const override { return redis_.Describe(); }
 
  private:
-  struct ContextFree {
-    void operator()(redisContext* c) const;
-  };
-  struct ReplyFree {
-    void operator()(redisReply* r) const;
-  };
-  using Reply = std::unique_ptr<redisReply, ReplyFree>;
-
-  Status Connect();
   // Runs one script; the reply, or why there is none.
-  StatusOr<Reply> Eval(const char* script, std::initializer_list<std::string> keys,
-                       std::initializer_list<std::string> args);
+  StatusOr<RedisConnection::Reply> Eval(const char* script, std::initializer_list<std::string> keys,
+                                        std::initializer_list<std::string> args);
 
-  const RedisAddress address_;
+  RedisConnection redis_;
   const std::string prefix_;
-  const std::chrono::milliseconds timeout_;
-  std::unique_ptr<redisContext, ContextFree> ctx_;
 };
 
 }  // namespace hz::cluster
