@@ -10,6 +10,7 @@ pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)     # checkpoint stor
 pkg_check_modules(LIBVIRT REQUIRED IMPORTED_TARGET libvirt)    # hostdev attach/detach
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus) # config and inventory files
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)     # the cluster store (Redis)
+find_package(Gloo CONFIG REQUIRED)                              # the inter-host leg
 
 # ISA-L (CRC32C of checkpoint chunks) ships no CMake or pkg-config file in Debian 12.
 find_path(ISAL_INCLUDE_DIR isa-l/crc.h REQUIRED)

@@ -1,0 +1,63 @@
+// The inter-host leg of a communicator that spans hosts: one member per host
+// holding ranks, exchanging that host's partial results. Narrow on purpose, so
+// that Open MPI or UCX could carry it instead of Gloo: a group is formed once
+// and then runs whole-buffer operations, in place, one at a time.
+#ifndef HZ_CLUSTER_INTER_HOST_H_
+#define HZ_CLUSTER_INTER_HOST_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "hz/cluster/redis_connection.h"
+#include "hz/common/status.h"
+#include "hz/common/status_or.h"
+
+namespace hz::cluster {
+
+enum class InterHostType : uint8_t { kF32, kF64, kI32, kI64 };
+enum class InterHostOp : uint8_t { kSum, kProd, kMin, kMax };
+// The all-reduce algorithms Gloo offers for this use: ring (bandwidth-optimal,
+// 2(n-1) steps) and bcube (log-depth, for small buffers and many hosts).
+enum class InterHostAlgorithm : uint8_t { kRing, kBcube };
+
+class InterHostGroup {
+ public:
+  virtual ~InterHostGroup() = default;
+  virtual uint32_t rank() const = 0;
+  virtual uint32_t size() const = 0;
+
+  // Every member's `data` (count elements) becomes the reduction of all
+  // members' buffers. The errors of every operation: kTimedOut when a member
+  // does not take part within the group's timeout (it hangs, or a partition
+  // cut it off), kIoError when a member's connection fails (it died); the
+  // message names the cause. After an error the group is unusable.
+  virtual Status AllReduce(void* data, size_t count, InterHostType type, InterHostOp op,
+                           InterHostAlgorithm algorithm) = 0;
+  // Every member's `data` becomes root's.
+  virtual Status Broadcast(void* data, size_t bytes, uint32_t root) = 0;
+  // `out` holds size() * bytes: member r's `in` lands at r * bytes.
+  virtual Status AllGather(const void* in, void* out, size_t bytes) = 0;
+  virtual Status Barrier() = 0;
+};
+
+struct GlooGroupOptions {
+  RedisAddress store;        // the cluster store, where members meet
+  std::string key;           // unique per group and formation (the store's key prefix included)
+  std::string data_address;  // this host's IP address on the data network
+  uint32_t rank = 0;
+  uint32_t size = 0;
+  // Bounds forming the group and each operation.
+  std::chrono::milliseconds timeout{30000};
+};
+
+// Forms the group over Gloo's TCP transport; every member calls it with its
+// own rank. kTimedOut when not every member arrived in time; kIoError when
+// the store or a member cannot be reached.
+StatusOr<std::unique_ptr<InterHostGroup>> ConnectGlooGroup(const GlooGroupOptions& options);
+
+}  // namespace hz::cluster
+
+#endif  // HZ_CLUSTER_INTER_HOST_H_
