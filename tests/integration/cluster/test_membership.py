@@ -32,7 +32,7 @@ def cluster():
             yield net, hosts, redis
         finally:
             for h in hosts:
-                h.cleanup()
+                h.stop()
 
 
 def all_see(hosts, names) -> bool:
@@ -52,8 +52,8 @@ def test_hosts_see_each_other_with_data_addresses_and_leases(cluster):
     assert by_name["h2"]["data_address"] == net.address("h2")
     assert 0 < by_name["h1"]["lease_remaining_ms"] <= LEASE_MS
     # The human view names every host.
-    text = subprocess.run([hosts[1].hzctl.__globals__["HZCTL"], "--socket", hosts[1].control,
-                           "cluster", "status"], capture_output=True, text=True, timeout=30).stdout
+    text = subprocess.run([hosts[1].hzctl_path, "--socket", hosts[1].control, "cluster", "status"],
+                          capture_output=True, text=True, timeout=30).stdout
     assert "h1 (data 10.77.0.3)" in text and "(this host)" in text
     for name in ("h0", "h2"):
         assert name in text
@@ -72,8 +72,7 @@ def test_a_killed_host_is_dropped_by_every_other_host_in_bounded_time(cluster):
 def test_a_host_that_stops_leaves_at_once(cluster):
     _, hosts, _ = cluster
     assert wait_until(lambda: all_see(hosts, ["h0", "h1", "h2"]), LIMIT_S) is not None
-    hosts[1].stop()
-    assert hosts[1].proc.returncode == 0
+    assert hosts[1].terminate() == 0
     assert "event=cluster_left host=h1" in hosts[1].log()
     assert wait_until(lambda: all_see([hosts[0], hosts[2]], ["h0", "h2"]), LIMIT_S) is not None
 
@@ -124,8 +123,8 @@ def test_a_second_host_under_a_taken_name_refuses_to_start():
             assert first.hosts() == ["h0"]
             assert first.cluster()["hosts"][0]["data_address"] == net.address("h0")
         finally:
-            first.cleanup()
-            impostor.cleanup()
+            first.stop()
+            impostor.stop()
 
 
 def test_a_host_whose_store_is_unreachable_at_start_serves_and_joins_later():
@@ -139,4 +138,4 @@ def test_a_host_whose_store_is_unreachable_at_start_serves_and_joins_later():
             assert wait_until(lambda: host.cluster()["state"] == "member", LIMIT_S) is not None
             assert host.hosts() == ["h0"]
         finally:
-            host.cleanup()
+            host.stop()

@@ -36,12 +36,17 @@ class Service:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
+    def command(self) -> List[str]:
+        """The daemon's command line (subclasses add options or a namespace)."""
+        return [self.harmonaized, "--state-dir", self.dir, "--control-socket", self.control,
+                "--no-metrics", "--log-level", "warn"]
+
+    def popen(self, argv: List[str], **kwargs: Any) -> subprocess.Popen:
+        return subprocess.Popen(argv, **kwargs)
+
     def start(self, timeout: float = 20.0) -> None:
-        log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [self.harmonaized, "--state-dir", self.dir, "--control-socket", self.control,
-             "--no-metrics", "--log-level", "warn"],
-            stdout=log, stderr=subprocess.STDOUT)
+        log = open(self.log_path, "ab")
+        self.proc = self.popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while not os.path.exists(self.control):
             if self.proc.poll() is not None or time.monotonic() > deadline:
