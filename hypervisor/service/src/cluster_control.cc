@@ -1,7 +1,5 @@
 #include "hz/service/cluster_control.h"
 
-#include <unistd.h>
-
 #include <chrono>
 
 #include "command_args.h"
@@ -12,23 +10,13 @@ namespace hz::service {
 
 using json = nlohmann::json;
 
-namespace {
-
-std::string SystemHostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return {};
-  return buf;
-}
-
-}  // namespace
-
 ClusterControl::~ClusterControl() {
   Stop();
 }
 
 hz::Status ClusterControl::Start() {
   if (!config_.enabled) return hz::Status::Ok();
-  host_name_ = config_.host_name.empty() ? SystemHostName() : config_.host_name;
+  host_name_ = config_.HostName();
   if (host_name_.empty()) {
     return hz::Status::InvalidArgument("cluster.host_name is not set and the system has none");
   }

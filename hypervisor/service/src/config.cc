@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <grp.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cstdlib>
@@ -250,6 +251,13 @@ constexpr Section kSections[] = {
 };
 
 }  // namespace
+
+std::string ClusterConfig::HostName() const {
+  if (!host_name.empty()) return host_name;
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return {};
+  return buf;
+}
 
 std::string ServiceConfig::ControlSocketPath() const {
   return control_socket.empty() ? state_dir + "/control.sock" : control_socket;

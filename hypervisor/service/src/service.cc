@@ -10,6 +10,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include "cluster_coll_backend.h"
 #include "control_server.h"
 #include "hz/common/file.h"
 #include "hz/common/thread_priority.h"
@@ -25,6 +26,17 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
+
+ClusterCollOptions ClusterCollOptionsOf(const ServiceConfig& c) {
+  ClusterCollOptions o;
+  o.store = *cluster::RedisAddress::Parse(c.cluster.store);  // ValidateConfig checked it
+  o.key_prefix = c.cluster.key_prefix;
+  o.host_name = c.cluster.HostName();
+  o.data_address = c.cluster.data_address;
+  o.store_timeout = std::chrono::milliseconds(std::max<uint32_t>(c.cluster.lease_ms / 4, 50));
+  o.uid_lifetime = std::chrono::seconds(c.coll_unused_uid_lifetime_s);
+  return o;
+}
 
 // Runs io until it is stopped. With poll > 0 the thread does not sleep right
 // after handling something: it keeps running the reactor without blocking
@@ -117,6 +129,10 @@ hz::Status Service::Start() {
   eo.worker_threads = config_.coll_worker_threads;
   eo.worker_nice = static_cast<int>(config_.coll_worker_nice);
   coll_ = std::make_unique<EngineBackend>(eo);
+  if (config_.cluster.enabled) {
+    // Communicators may span hosts: the engine serves the ranks on this host.
+    coll_ = std::make_unique<ClusterCollBackend>(std::move(coll_), ClusterCollOptionsOf(config_));
+  }
   env_.coll = coll_.get();
   engines_ = std::make_unique<Engines>(config_);
   if (hz::Status s = engines_->Start(); !s.ok()) return s;

@@ -97,6 +97,9 @@ struct ClusterConfig {
   uint32_t lease_ms = 3000;
   // Prefix of every key the service writes: several clusters may share a store.
   std::string key_prefix = "harmonaize/";
+
+  // host_name, or the system's host name when it is empty.
+  std::string HostName() const;
 };
 
 struct ServiceConfig {

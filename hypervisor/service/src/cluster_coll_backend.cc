@@ -1,0 +1,252 @@
+#include "cluster_coll_backend.h"
+
+#include <algorithm>
+#include <set>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "spdlog/spdlog.h"
+
+namespace hz::service {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often an init looks again for ranks that have not been placed yet.
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+
+std::string Hex(const coll::Uid& uid) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : uid.bytes) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
+const CrossHostMember* AsCrossHost(const MemberPtr& m) {
+  return dynamic_cast<const CrossHostMember*>(m.get());
+}
+
+// The hosts in the order of their lowest rank, and where each rank is.
+CrossHostLayout LayoutOf(const cluster::Placement& p, const std::string& self) {
+  CrossHostLayout l;
+  l.nranks = p.nranks;
+  std::vector<std::string> hosts;  // in order of first appearance by rank
+  for (const auto& [rank, host] : p.hosts) {
+    auto it = std::find(hosts.begin(), hosts.end(), host);
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), host);
+    l.host_of_rank.push_back(static_cast<uint32_t>(it - hosts.begin()));
+    if (host == self) l.local_ranks.push_back(rank);
+  }
+  l.nhosts = static_cast<uint32_t>(hosts.size());
+  l.host_index = static_cast<uint32_t>(std::find(hosts.begin(), hosts.end(), self) - hosts.begin());
+  return l;
+}
+
+}  // namespace
+
+struct ClusterCollBackend::Joining {
+  Joining(boost::asio::io_context& io) : timer(io) {}
+  TenantId tenant;
+  coll::Uid uid;
+  std::string hex;
+  uint32_t nranks = 0;
+  uint32_t rank = 0;
+  coll::Constraints constraints;
+  InitDone done;
+  Clock::time_point deadline;
+  bool tenant_checked = false;
+  boost::asio::steady_timer timer;
+};
+
+ClusterCollBackend::ClusterCollBackend(std::unique_ptr<CollBackend> local,
+                                       ClusterCollOptions options)
+    : local_(std::move(local)),
+      options_(std::move(options)),
+      directory_(options_.store, options_.key_prefix, options_.store_timeout),
+      work_(io_.get_executor()),
+      thread_([this] { io_.run(); }) {}
+
+ClusterCollBackend::~ClusterCollBackend() {
+  Shutdown();
+}
+
+Status ClusterCollBackend::NewUid(const TenantId& tenant, coll::Uid* out) {
+  if (Status s = local_->NewUid(tenant, out); !s.ok()) return s;
+  // Published off the connection thread; an init elsewhere that comes first
+  // waits for it (Step).
+  boost::asio::post(io_, [this, hex = Hex(*out), name = tenant.name()] {
+    if (Status s = directory_.PublishUid(hex, name, options_.uid_lifetime); !s.ok()) {
+      spdlog::warn("event=cluster_uid_publish_failed error=\"{}\"", s.ToString());
+    }
+  });
+  return Status::Ok();
+}
+
+void ClusterCollBackend::Init(const TenantId& tenant, const coll::Uid& uid, uint32_t nranks,
+                              uint32_t rank, coll::Constraints c, InitDone done) {
+  if (nranks == 0 || rank >= nranks) {
+    return done(Status::InvalidArgument("rank must be below nranks"), nullptr);
+  }
+  auto j = std::make_shared<Joining>(io_);
+  j->tenant = tenant;
+  j->uid = uid;
+  j->hex = Hex(uid);
+  j->nranks = nranks;
+  j->rank = rank;
+  j->constraints = c;
+  j->done = std::move(done);
+  const uint32_t timeout_ms = c.timeout_ms ? c.timeout_ms : options_.default_timeout_ms;
+  j->deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  boost::asio::post(io_, [this, j] { Step(j); });
+}
+
+void ClusterCollBackend::Step(const std::shared_ptr<Joining>& j) {
+  if (!j->tenant_checked) {
+    StatusOr<std::optional<std::string>> owner = directory_.UidTenant(j->hex);
+    if (!owner.ok()) return j->done(owner.status(), nullptr);
+    if (!*owner) return Retry(j);  // not published yet, or never
+    if (**owner != j->tenant.name()) {
+      return j->done(Status::Permission("the communicator belongs to another tenant"), nullptr);
+    }
+    j->tenant_checked = true;
+  }
+  const auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(
+      j->deadline - Clock::now() + options_.uid_lifetime);
+  StatusOr<cluster::Placement> p =
+      directory_.Claim(j->hex, j->nranks, j->rank, options_.host_name, lifetime);
+  if (!p.ok()) return j->done(p.status(), nullptr);
+  if (!p->complete()) return Retry(j);
+  Placed(j, *p);
+}
+
+void ClusterCollBackend::Retry(const std::shared_ptr<Joining>& j) {
+  if (Clock::now() >= j->deadline) {
+    Status why = j->tenant_checked
+                     ? Status::TimedOut("not every rank of the communicator joined in time")
+                     : Status::NotFound("no host knows the communicator's uid");
+    return j->done(why, nullptr);
+  }
+  j->timer.expires_after(kPollInterval);
+  j->timer.async_wait([this, j](const boost::system::error_code& ec) {
+    if (ec) return j->done(Status::Shutdown("the service is stopping"), nullptr);
+    Step(j);
+  });
+}
+
+StatusOr<ClusterCollBackend::LocalPart*> ClusterCollBackend::PartFor(
+    const std::shared_ptr<Joining>& j, const CrossHostLayout& layout) {
+  auto it = joining_.find(j->uid);
+  if (it != joining_.end()) return &it->second;
+  LocalPart part;
+  if (Status s = local_->NewUid(j->tenant, &part.local_uid); !s.ok()) return s;
+  part.remaining = static_cast<uint32_t>(layout.local_ranks.size());
+  if (layout.nhosts > 1) {
+    const uint32_t timeout_ms =
+        j->constraints.timeout_ms ? j->constraints.timeout_ms : options_.default_timeout_ms;
+    cluster::GlooGroupOptions g{options_.store,        options_.key_prefix + "gloo/" + j->hex + "/",
+                                options_.data_address, layout.host_index,
+                                layout.nhosts,         std::chrono::milliseconds(timeout_ms)};
+    part.comm = std::make_shared<CrossHostComm>(*local_, layout, std::move(g));
+    part.comm->Start();
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(comms_, [](const auto& w) { return w.expired(); });
+    comms_.push_back(part.comm);
+  }
+  return &joining_.emplace(j->uid, std::move(part)).first->second;
+}
+
+void ClusterCollBackend::Placed(const std::shared_ptr<Joining>& j, const cluster::Placement& p) {
+  const CrossHostLayout layout = LayoutOf(p, options_.host_name);
+  StatusOr<LocalPart*> part = PartFor(j, layout);
+  if (!part.ok()) return j->done(part.status(), nullptr);
+  std::shared_ptr<CrossHostComm> comm = (*part)->comm;
+  const coll::Uid local_uid = (*part)->local_uid;
+  if (--(*part)->remaining == 0) joining_.erase(j->uid);
+  const uint32_t local_n = static_cast<uint32_t>(layout.local_ranks.size());
+  local_->Init(j->tenant, local_uid, local_n, layout.LocalIndex(j->rank), j->constraints,
+               [j, comm](Status st, MemberPtr m) {
+                 if (!comm) return j->done(st, std::move(m));  // every rank is on this host
+                 if (!st.ok()) {
+                   comm->Abort(st);
+                   return j->done(st, nullptr);
+                 }
+                 comm->AddLocal(j->rank, std::move(m), std::move(j->done));
+               });
+}
+
+void ClusterCollBackend::Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) {
+  if (const CrossHostMember* x = AsCrossHost(m)) {
+    return x->comm()->Post(x->rank(), std::move(op), std::move(done));
+  }
+  local_->Post(m, std::move(op), std::move(done));
+}
+
+void ClusterCollBackend::Destroy(const MemberPtr& m) {
+  if (const CrossHostMember* x = AsCrossHost(m)) {
+    x->comm()->Release(x->rank());
+    return local_->Destroy(x->local());
+  }
+  local_->Destroy(m);
+}
+
+void ClusterCollBackend::Leave(const MemberPtr& m) {
+  if (const CrossHostMember* x = AsCrossHost(m)) {
+    x->comm()->Release(x->rank());
+    return local_->Leave(x->local());
+  }
+  local_->Leave(m);
+}
+
+void ClusterCollBackend::DestroyAsync(MemberPtr m) {
+  if (const CrossHostMember* x = AsCrossHost(m)) {
+    x->comm()->Abort(Status::Aborted("a rank's session ended"));
+    return local_->DestroyAsync(x->local());
+  }
+  local_->DestroyAsync(std::move(m));
+}
+
+void ClusterCollBackend::Abort(const MemberPtr& m) {
+  if (const CrossHostMember* x = AsCrossHost(m)) {
+    x->comm()->Abort(Status::Aborted("a rank aborted the communicator"));
+    return local_->Abort(x->local());
+  }
+  local_->Abort(m);
+}
+
+uint32_t ClusterCollBackend::AbortDetail(const MemberPtr& m) const {
+  if (const CrossHostMember* x = AsCrossHost(m)) return local_->AbortDetail(x->local());
+  return local_->AbortDetail(m);
+}
+
+void ClusterCollBackend::Shutdown() {
+  if (shut_down_.exchange(true)) return;
+  if (thread_.joinable()) {
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  std::vector<std::shared_ptr<CrossHostComm>> comms;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : comms_) {
+      if (auto c = w.lock()) comms.push_back(std::move(c));
+    }
+    comms_.clear();
+  }
+  // A leg thread inside a group operation ends when the operation's timeout
+  // passes; the shutdown does not wait for that.
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  for (auto& c : comms) {
+    if (!c->Stop(deadline)) {
+      spdlog::warn("event=cross_host_comm_left_running reason=in_group_operation");
+    }
+  }
+  local_->Shutdown();
+}
+
+}  // namespace hz::service

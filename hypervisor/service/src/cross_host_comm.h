@@ -1,0 +1,129 @@
+// One communicator whose ranks are on several hosts, as this host takes part
+// in it. The ranks on this host form a communicator of their own in the local
+// collective engine; one InterHostGroup joins this host to the other hosts
+// that hold ranks. Each collective runs on the communicator's leg thread:
+// reduce within the host (the engine, zero copy between the ranks' memory),
+// across hosts (the group, on a host staging buffer), then every local rank's
+// output from the result.
+//
+// Supported across hosts so far: all-reduce (fp32, fp64, int32, int64, and
+// uint32/uint64 with sum or prod; every reduction, avg as sum / nranks),
+// broadcast and barrier. Every other operation completes with kNotSupported
+// on every rank, and its seq is consumed as on one host.
+#ifndef HZ_SERVICE_CROSS_HOST_COMM_H_
+#define HZ_SERVICE_CROSS_HOST_COMM_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "hz/cluster/inter_host.h"
+#include "hz/service/coll_backend.h"
+
+namespace hz::service {
+
+using InitDone = std::function<void(Status, MemberPtr)>;
+
+// Where a communicator's ranks are, from this host's point of view.
+struct CrossHostLayout {
+  uint32_t nranks = 0;
+  std::vector<uint32_t> local_ranks;   // the global ranks on this host, ascending
+  std::vector<uint32_t> host_of_rank;  // global rank -> host index
+  uint32_t host_index = 0;             // this host's (hosts are ordered by their lowest rank)
+  uint32_t nhosts = 0;
+  uint32_t LocalIndex(uint32_t global_rank) const;
+};
+
+class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
+ public:
+  // Start() once made (the leg thread needs shared_from_this).
+  CrossHostComm(CollBackend& local, CrossHostLayout layout, cluster::GlooGroupOptions group);
+  ~CrossHostComm();
+  void Start();
+  CrossHostComm(const CrossHostComm&) = delete;
+  CrossHostComm& operator=(const CrossHostComm&) = delete;
+
+  const CrossHostLayout& layout() const { return layout_; }
+
+  // A local rank joined the local engine's communicator. Once every local
+  // rank has, the leg thread forms the group and answers each rank's init:
+  // a member numbered as in the whole communicator, or the group's error.
+  void AddLocal(uint32_t global_rank, MemberPtr local_member, InitDone done);
+
+  void Post(uint32_t global_rank, coll::OpDesc op, coll::Done done);
+  // Every pending and later operation fails with `why`.
+  void Abort(Status why);
+  // The rank leaves: the communicator is aborted, and when Release returns
+  // the leg thread no longer touches that rank's memory.
+  void Release(uint32_t global_rank);
+  // Aborts with kShutdown and waits, at most until deadline, for the leg
+  // thread to end; false if it is still inside an operation of the group
+  // (which its timeout bounds; the thread then ends on its own).
+  bool Stop(std::chrono::steady_clock::time_point deadline);
+  Status abort_status() const;
+
+ private:
+  struct PendingOp {
+    std::vector<std::optional<coll::OpDesc>> descs;  // by local index
+    std::vector<coll::Done> dones;
+    uint32_t posted = 0;
+  };
+
+  void Loop();
+  bool FormGroup();
+  void Run(uint64_t seq, PendingOp op);
+  Status RunAllReduce(PendingOp& op);
+  Status RunBroadcast(PendingOp& op);
+  // Copies under mu_, unless aborted (the ranks' memory may be gone then).
+  Status CopyIn(const coll::IoVec& from, size_t bytes);
+  Status CopyOutToAll(PendingOp& op, size_t bytes);
+  static void Complete(PendingOp& op, const Status& s);
+
+  CollBackend& local_;
+  const CrossHostLayout layout_;
+  const cluster::GlooGroupOptions group_options_;
+  std::unique_ptr<cluster::InterHostGroup> group_;  // leg thread only
+  std::vector<uint8_t> staging_;                    // leg thread only
+  uint64_t local_seq_ = 0;                          // leg thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<MemberPtr> members_;  // local engine members, by local index
+  std::vector<InitDone> init_dones_;
+  uint32_t joined_ = 0;
+  bool inits_answered_ = false;  // init_dones_ were taken by the formation
+  std::map<uint64_t, PendingOp> pending_;
+  uint64_t next_seq_ = 0;
+  Status aborted_ = Status::Ok();
+  bool stop_ = false;
+  bool finished_ = false;
+  std::thread leg_;
+};
+
+// A rank's membership in a communicator across hosts: numbered as in the
+// whole communicator; its local engine membership inside.
+class CrossHostMember : public CommMember {
+ public:
+  CrossHostMember(std::shared_ptr<CrossHostComm> comm, uint32_t rank, MemberPtr local)
+      : comm_(std::move(comm)), rank_(rank), local_(std::move(local)) {}
+  uint32_t rank() const override { return rank_; }
+  uint32_t nranks() const override { return comm_->layout().nranks; }
+  uint64_t comm_id() const override { return local_->comm_id(); }
+  const std::shared_ptr<CrossHostComm>& comm() const { return comm_; }
+  const MemberPtr& local() const { return local_; }
+
+ private:
+  std::shared_ptr<CrossHostComm> comm_;
+  uint32_t rank_;
+  MemberPtr local_;
+};
+
+}  // namespace hz::service
+
+#endif  // HZ_SERVICE_CROSS_HOST_COMM_H_

@@ -1,0 +1,219 @@
+// One rank of a communicator across hosts, as a container tenant: the public
+// C API (include/harmonaize/hz.h) over the virtio-user transport on a VM
+// socket of the host it runs on. For test_cross_host.py.
+//
+//   cluster_rank --socket PATH --uid-file FILE --rank R --nranks N
+//                [--create-uid] [--count N] [--timeout-ms MS] [--loop] [--cross-host]
+//
+// --create-uid: this rank asks its host for the uid and writes it (hex) to
+// FILE; the others wait for the file. Then every rank joins, runs all-reduce
+// over every dtype and reduction the hosts support across hosts (checking
+// each result exactly), all-gather (with --cross-host: refused, as not yet
+// supported across hosts, and the communicator stays usable; otherwise
+// checked), broadcast and barrier, and prints one JSON line.
+// --loop: after the checks, all-reduces until an operation fails, and
+// reports that failure (a host dying under the communicator).
+// Exit status: 0 all checks passed; 1 an operation failed; 2 a wrong result.
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "harmonaize/hz.h"
+
+namespace {
+
+nlohmann::json out;
+
+int Report(int code) {
+  std::printf("%s\n", out.dump().c_str());
+  std::fflush(stdout);
+  return code;
+}
+
+int Failed(const char* what, int err) {
+  out["failed"] = what;
+  out["error"] = hz_strerror(err);
+  out["code"] = err;
+  return Report(1);
+}
+
+std::string Hex(const hz_uid_t& uid) {
+  char buf[2 * HZ_UID_BYTES + 1];
+  for (int i = 0; i < HZ_UID_BYTES; ++i) std::snprintf(buf + 2 * i, 3, "%02x", uid.bytes[i]);
+  return buf;
+}
+
+bool FromHex(const std::string& s, hz_uid_t* uid) {
+  if (s.size() < 2 * HZ_UID_BYTES) return false;
+  for (int i = 0; i < HZ_UID_BYTES; ++i) {
+    uid->bytes[i] = static_cast<uint8_t>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
+  }
+  return true;
+}
+
+// Rank r's value at element i; small integers so that every sum, product,
+// minimum and maximum over the ranks is exact in every type.
+double Value(uint32_t r, size_t i, enum hz_redop op) {
+  if (op == HZ_PROD) return 1 + (i + r) % 2;
+  return static_cast<double>(r + 1 + i % 5);
+}
+
+template <typename T>
+double Expected(uint32_t n, size_t i, enum hz_redop op) {
+  double acc = Value(0, i, op);
+  for (uint32_t r = 1; r < n; ++r) {
+    const double v = Value(r, i, op);
+    if (op == HZ_SUM || op == HZ_AVG) acc += v;
+    if (op == HZ_PROD) acc *= v;
+    if (op == HZ_MIN) acc = std::min(acc, v);
+    if (op == HZ_MAX) acc = std::max(acc, v);
+  }
+  if (op == HZ_AVG) return static_cast<double>(static_cast<T>(acc) / static_cast<T>(n));
+  return acc;
+}
+
+template <typename T>
+int CheckAllReduce(hz_comm_t* comm, T* buf, size_t count, enum hz_dtype dt, enum hz_redop op,
+                   uint32_t rank, uint32_t n) {
+  for (size_t i = 0; i < count; ++i) buf[i] = static_cast<T>(Value(rank, i, op));
+  if (int e = hz_allreduce(comm, buf, buf, count, dt, op); e != 0) return e;
+  for (size_t i = 0; i < count; ++i) {
+    if (static_cast<double>(buf[i]) != Expected<T>(n, i, op)) {
+      out["wrong"] = {{"dtype", dt},
+                      {"op", op},
+                      {"index", i},
+                      {"got", double(buf[i])},
+                      {"want", Expected<T>(n, i, op)}};
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int RunMatrix(hz_comm_t* comm, void* mem, size_t count, uint32_t rank, uint32_t n) {
+  int checked = 0;
+  const enum hz_redop ops[] = {HZ_SUM, HZ_PROD, HZ_MIN, HZ_MAX, HZ_AVG};
+  for (size_t c : {size_t{1}, size_t{1000}, count}) {
+    for (enum hz_redop op : ops) {
+      int e = CheckAllReduce(comm, static_cast<float*>(mem), c, HZ_FP32, op, rank, n);
+      if (e == 0) e = CheckAllReduce(comm, static_cast<double*>(mem), c, HZ_FP64, op, rank, n);
+      if (e == 0) e = CheckAllReduce(comm, static_cast<int32_t*>(mem), c, HZ_INT32, op, rank, n);
+      if (e == 0) e = CheckAllReduce(comm, static_cast<int64_t*>(mem), c, HZ_INT64, op, rank, n);
+      if (e == 0 && (op == HZ_SUM || op == HZ_PROD)) {
+        e = CheckAllReduce(comm, static_cast<uint32_t*>(mem), c, HZ_UINT32, op, rank, n);
+      }
+      if (e == 1) return -1;
+      if (e != 0) return e;
+      checked += 4;
+    }
+  }
+  out["checked"] = checked;
+  return 0;
+}
+
+// Not across hosts yet: refused on every rank, and the next operation works.
+// On one host: every rank's value lands at its place.
+int CheckAllGather(hz_comm_t* comm, double* buf, uint32_t rank, uint32_t n, bool cross_host) {
+  double* recv = buf + 1;
+  buf[0] = rank + 0.5;
+  const int e = hz_allgather(comm, buf, recv, 1, HZ_FP64);
+  if (cross_host) {
+    if (e == HZ_ENOTSUP) return 0;
+    out["wrong"] = "all-gather across hosts should be refused";
+    out["code"] = e;
+    return 1;
+  }
+  if (e != 0) return e;
+  for (uint32_t r = 0; r < n; ++r) {
+    if (recv[r] != r + 0.5) return (out["wrong"] = "allgather", 1);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cluster_rank"};
+  std::string socket, uid_file;
+  uint32_t rank = 0, nranks = 0, timeout_ms = 5000;
+  size_t count = 1 << 16;
+  bool create_uid = false, loop = false, cross_host = false;
+  app.add_option("--socket", socket)->required();
+  app.add_option("--uid-file", uid_file)->required();
+  app.add_option("--rank", rank)->required();
+  app.add_option("--nranks", nranks)->required();
+  app.add_option("--count", count);
+  app.add_option("--timeout-ms", timeout_ms);
+  app.add_flag("--create-uid", create_uid);
+  app.add_flag("--loop", loop);
+  app.add_flag("--cross-host", cross_host);
+  CLI11_PARSE(app, argc, argv);
+  out = {{"rank", rank}, {"nranks", nranks}};
+
+  hz_device_t* dev = nullptr;
+  if (int e = hz_open(("vhost-user:" + socket).c_str(), &dev); e != 0) return Failed("open", e);
+  hz_uid_t uid{};
+  if (create_uid) {
+    if (int e = hz_comm_get_uid(dev, &uid); e != 0) return Failed("get_uid", e);
+    std::ofstream(uid_file + ".tmp") << Hex(uid);
+    std::rename((uid_file + ".tmp").c_str(), uid_file.c_str());
+  } else {
+    std::string hex;
+    for (int i = 0; i < 2000 && hex.empty(); ++i) {
+      std::ifstream(uid_file) >> hex;
+      if (hex.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!FromHex(hex, &uid)) return Failed("uid_file", HZ_ENOENT);
+  }
+  hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
+  cfg.timeout_ms = timeout_ms;
+  hz_comm_t* comm = nullptr;
+  if (int e = hz_comm_init(dev, &uid, nranks, rank, &cfg, &comm); e != 0) {
+    return Failed("init", e);
+  }
+  void* mem = nullptr;
+  if (int e = hz_mem_alloc(dev, count * 8, &mem); e != 0) return Failed("mem_alloc", e);
+  if (int e = RunMatrix(comm, mem, count, rank, nranks); e != 0) {
+    return e < 0 ? Report(2) : Failed("allreduce", e);
+  }
+  if (int e = CheckAllGather(comm, static_cast<double*>(mem), rank, nranks, cross_host); e != 0) {
+    return e == 1 ? Report(2) : Failed("allgather", e);
+  }
+  auto* b = static_cast<uint8_t*>(mem);
+  std::memset(b, rank == nranks - 1 ? 0xA5 : 0, 4096);
+  if (int e = hz_broadcast(comm, b, b, 4096, HZ_UINT8, nranks - 1); e != 0) {
+    return Failed("broadcast", e);
+  }
+  for (int i = 0; i < 4096; ++i) {
+    if (b[i] != 0xA5) return Report((out["wrong"] = "broadcast", 2));
+  }
+  if (int e = hz_barrier(comm); e != 0) return Failed("barrier", e);
+  out["ok"] = true;
+  if (loop) {
+    Report(0);
+    out.erase("ok");
+    const auto start = std::chrono::steady_clock::now();
+    for (uint64_t i = 0;; ++i) {
+      if (int e = hz_allreduce(comm, mem, mem, count, HZ_FP32, HZ_SUM); e != 0) {
+        out["iterations"] = i;
+        out["ms_in_loop"] =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
+        return Failed("loop", e);
+      }
+    }
+  }
+  hz_comm_destroy(comm);
+  hz_close(dev);
+  return Report(0);
+}

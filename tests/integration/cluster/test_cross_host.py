@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Communicators across hosts through the real device: container tenants
+(cluster_rank, the public C API over virtio-user) on the VM sockets of one
+harmonaized per network namespace, with Redis in a namespace of its own and
+every link a tbf-shaped veth pair.
+
+A rank process runs beside its host's daemon and reaches it through the VM
+socket (a Unix socket), as a VM's QEMU would; only the hosts' traffic crosses
+the namespaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from cluster_host import ClusterHost, wait_until
+from cluster_net import ClusterNet
+
+RANK = os.environ.get("HZ_CLUSTER_RANK", "cluster_rank")
+TIMEOUT_MS = 3000
+# include/harmonaize/hz.h
+HZ_EPERM, HZ_ETIMEDOUT, HZ_EABORTED, HZ_EIO = -3, -8, -9, -12
+
+
+class Cluster:
+    def __init__(self, net, hosts):
+        self.net = net
+        self.hosts = hosts
+        self.sockets = {}
+        self.dir = tempfile.mkdtemp(prefix="hz-xhost-")
+
+    def socket(self, host_index: int, tenant: str = "acme") -> str:
+        """A new VM socket of tenant on that host."""
+        h = self.hosts[host_index]
+        n = self.sockets.get(h.name, 0)
+        self.sockets[h.name] = n + 1
+        path = os.path.join(h.dir, f"{tenant}-vm{n}.sock")
+        h.hzctl("vm", "bind", "--tenant", tenant, "--socket", path)
+        return path
+
+    def ranks(self, placement, uid_file=None, tenant="acme", extra=()):
+        """One rank process per entry of placement (the host index of each rank)."""
+        uid_file = uid_file or os.path.join(self.dir, f"uid-{time.monotonic_ns()}")
+        procs = []
+        for rank, host in enumerate(placement):
+            argv = [RANK, "--socket", self.socket(host, tenant), "--uid-file", uid_file,
+                    "--rank", str(rank), "--nranks", str(len(placement)), "--timeout-ms",
+                    str(TIMEOUT_MS), *extra]
+            if rank == 0:
+                argv.append("--create-uid")
+            if len(set(placement)) > 1:
+                argv.append("--cross-host")
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        return procs
+
+
+def result(proc, limit_s=120):
+    out, err = proc.communicate(timeout=limit_s)
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    assert lines, f"no result (rc {proc.returncode}): {err}"
+    return proc.returncode, json.loads(lines[-1])
+
+
+@pytest.fixture
+def cluster():
+    names = ["h0", "h1", "h2"]
+    with ClusterNet(["store", *names], rate_mbit=1000) as net:
+        net.start_redis()
+        hosts = [ClusterHost(net, m, lease_ms=1000) for m in names]
+        try:
+            for h in hosts:
+                h.start()
+                h.hzctl("tenant", "create", "acme")
+            assert wait_until(lambda: all(len(h.hosts()) == 3 for h in hosts), 10)
+            yield Cluster(net, hosts)
+        finally:
+            for h in hosts:
+                h.stop()
+
+
+@pytest.mark.parametrize("placement", [[0, 0, 1, 1], [0, 1, 0, 1], [0, 1, 2], [1, 1]],
+                         ids=["2x2", "interleaved", "3x1", "one-host"])
+def test_every_supported_allreduce_broadcast_and_barrier_are_exact(cluster, placement):
+    procs = cluster.ranks(placement)
+    results = [result(p) for p in procs]
+    for rc, r in results:
+        assert rc == 0 and r.get("ok"), r
+        assert r["checked"] == 60
+    if len(set(placement)) > 1:
+        log = cluster.hosts[placement[0]].log()
+        assert "event=cross_host_comm_formed" in log
+
+
+def test_another_tenant_cannot_join_with_the_uid_on_any_host(cluster):
+    cluster.hosts[1].hzctl("tenant", "create", "eve")
+    uid_file = os.path.join(cluster.dir, "uid-scope")
+    owner = cluster.ranks([0, 0], uid_file=uid_file)
+    # eve, on another host, with acme's uid: refused there too.
+    assert wait_until(lambda: os.path.exists(uid_file), 30) is not None
+    eve = subprocess.Popen([RANK, "--socket", cluster.socket(1, "eve"), "--uid-file", uid_file,
+                            "--rank", "1", "--nranks", "2", "--timeout-ms", str(TIMEOUT_MS)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rc, r = result(eve)
+    assert rc == 1 and r["failed"] == "init" and r["code"] == HZ_EPERM, r
+    for p in owner:
+        rc, r = result(p)
+        assert rc == 0 and r.get("ok"), r
+
+
+def test_a_host_that_dies_mid_collective_fails_every_remote_rank_in_bounded_time(cluster):
+    procs = cluster.ranks([0, 1], extra=["--loop", "--count", str(1 << 18)])
+    # Wait until both ranks passed their checks and loop.
+    first = procs[0].stdout.readline()
+    assert json.loads(first).get("ok"), first
+    procs[1].stdout.readline()
+    time.sleep(0.3)
+    killed_at = time.monotonic()
+    cluster.hosts[1].kill()
+    rc, r = result(procs[0], limit_s=60)
+    took = time.monotonic() - killed_at
+    assert rc == 1 and r["failed"] == "loop", r
+    assert r["code"] in (HZ_EIO, HZ_ETIMEDOUT, HZ_EABORTED), r
+    print(f"the surviving rank failed {took:.2f} s after its peer's host died: {r['error']}")
+    procs[1].kill()
+    procs[1].wait()
