@@ -1,99 +1,12 @@
 #include "cross_host_comm.h"
 
 #include <algorithm>
-#include <cstring>
-#include <future>
 
-#include "protocol/harmonaize.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
 
-namespace {
-
-using cluster::InterHostOp;
-using cluster::InterHostType;
-using coll::DType;
-using coll::RedOp;
-
-// The element type the inter-host leg reduces for dtype and redop; nothing
-// where the leg cannot reduce it yet. Unsigned sums and products wrap as
-// their signed twins do, bit for bit; their min and max differ.
-std::optional<InterHostType> LegType(uint8_t dtype, uint8_t redop) {
-  const bool wraps =
-      redop == static_cast<uint8_t>(RedOp::kSum) || redop == static_cast<uint8_t>(RedOp::kProd);
-  switch (static_cast<DType>(dtype)) {
-    case DType::kFp32:
-      return InterHostType::kF32;
-    case DType::kFp64:
-      return InterHostType::kF64;
-    case DType::kInt32:
-      return InterHostType::kI32;
-    case DType::kInt64:
-      return InterHostType::kI64;
-    case DType::kUint32:
-      return wraps ? std::optional(InterHostType::kI32) : std::nullopt;
-    case DType::kUint64:
-      return wraps ? std::optional(InterHostType::kI64) : std::nullopt;
-    default:
-      return std::nullopt;
-  }
-}
-
-InterHostOp LegOp(uint8_t redop) {
-  switch (static_cast<RedOp>(redop)) {
-    case RedOp::kProd:
-      return InterHostOp::kProd;
-    case RedOp::kMax:
-      return InterHostOp::kMax;
-    case RedOp::kMin:
-      return InterHostOp::kMin;
-    default:
-      return InterHostOp::kSum;  // sum, and avg before its division
-  }
-}
-
-template <typename T>
-void DivideAll(uint8_t* data, size_t count, uint32_t n) {
-  T* v = reinterpret_cast<T*>(data);
-  for (size_t i = 0; i < count; ++i) v[i] = static_cast<T>(v[i] / static_cast<T>(n));
-}
-
-void Divide(InterHostType t, uint8_t* data, size_t count, uint32_t n) {
-  switch (t) {
-    case InterHostType::kF32:
-      return DivideAll<float>(data, count, n);
-    case InterHostType::kF64:
-      return DivideAll<double>(data, count, n);
-    case InterHostType::kI32:
-      return DivideAll<int32_t>(data, count, n);
-    case InterHostType::kI64:
-      return DivideAll<int64_t>(data, count, n);
-  }
-}
-
-// Whether the leg can run op at all (checked at post, answered at run).
-Status Supported(const coll::OpDesc& op) {
-  switch (op.op) {
-    case coll::Op::kBarrier:
-    case coll::Op::kBroadcast:
-      return Status::Ok();
-    case coll::Op::kAllReduce:
-      if (LegType(op.dtype, op.redop)) return Status::Ok();
-      return Status::NotSupported(
-          "across hosts, all-reduce takes fp32, fp64, int32 and int64 (uint32 and uint64 with "
-          "sum or prod) so far");
-    default:
-      return Status::NotSupported(
-          "across hosts, only all-reduce, broadcast and barrier are supported so far");
-  }
-}
-
-size_t Bytes(const coll::OpDesc& op) {
-  return op.count * hz_dtype_size(static_cast<enum hz_dtype>(op.dtype));
-}
-
-}  // namespace
+namespace {}  // namespace
 
 uint32_t CrossHostLayout::LocalIndex(uint32_t global_rank) const {
   auto it = std::lower_bound(local_ranks.begin(), local_ranks.end(), global_rank);
@@ -153,6 +66,7 @@ void CrossHostComm::AddLocal(uint32_t global_rank, MemberPtr local_member, InitD
 
 void CrossHostComm::Post(uint32_t global_rank, coll::OpDesc op, coll::Done done) {
   const uint32_t i = layout_.LocalIndex(global_rank);
+  if (op.op == coll::Op::kSend || op.op == coll::Op::kRecv) return PostPointToPoint(i, op, done);
   std::unique_lock<std::mutex> lock(mu_);
   if (!aborted_.ok()) {
     Status why = aborted_;
@@ -172,6 +86,25 @@ void CrossHostComm::Post(uint32_t global_rank, coll::OpDesc op, coll::Done done)
   p.dones[i] = std::move(done);
   ++p.posted;
   wake_.notify_all();
+}
+
+void CrossHostComm::PostPointToPoint(uint32_t local_index, coll::OpDesc& op, coll::Done& done) {
+  // Between two ranks of this host, the engine pairs them as it would on
+  // one host (in its own numbering); across hosts, not yet.
+  if (op.peer >= layout_.nranks || layout_.host_of_rank[op.peer] != layout_.host_index) {
+    return done(Status::NotSupported("send and recv across hosts are not supported yet"));
+  }
+  MemberPtr member;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.ok()) {
+      Status why = aborted_;
+      return done(why);
+    }
+    member = members_[local_index];
+  }
+  op.peer = layout_.LocalIndex(op.peer);
+  local_.Post(member, std::move(op), std::move(done));
 }
 
 void CrossHostComm::Abort(Status why) {
@@ -255,106 +188,12 @@ void CrossHostComm::Loop() {
         op = std::move(pending_[seq]);
         pending_.erase(seq);
       }
-      Run(seq, std::move(op));
+      Run(std::move(op));
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
   finished_ = true;
   wake_.notify_all();
-}
-
-void CrossHostComm::Run(uint64_t /*seq*/, PendingOp op) {
-  const coll::OpDesc& first = *op.descs[0];
-  Status s = Supported(first);
-  if (s.ok()) {
-    switch (first.op) {
-      case coll::Op::kAllReduce:
-        s = RunAllReduce(op);
-        break;
-      case coll::Op::kBroadcast:
-        s = RunBroadcast(op);
-        break;
-      default:
-        s = group_->Barrier();
-        break;
-    }
-    if (!s.ok() && s.code() != StatusCode::kNotSupported) Abort(s);
-  }
-  Complete(op, s);
-}
-
-Status CrossHostComm::RunAllReduce(PendingOp& op) {
-  const coll::OpDesc& d = *op.descs[0];
-  const InterHostType type = *LegType(d.dtype, d.redop);
-  const bool avg = d.redop == static_cast<uint8_t>(RedOp::kAvg);
-  // 1. Within the host: the engine reduces into every local rank's output.
-  const size_t n = op.descs.size();
-  std::vector<std::promise<Status>> local(n);
-  for (size_t i = 0; i < n; ++i) {
-    coll::OpDesc ld = *op.descs[i];
-    ld.seq = local_seq_;
-    if (avg) ld.redop = static_cast<uint8_t>(RedOp::kSum);
-    local_.Post(members_[i], std::move(ld), [&local, i](Status st) { local[i].set_value(st); });
-  }
-  ++local_seq_;
-  Status first_error = Status::Ok();
-  for (auto& p : local) {
-    Status st = p.get_future().get();
-    if (!st.ok() && first_error.ok()) first_error = st;
-  }
-  if (!first_error.ok()) return first_error;
-  // 2. Across hosts, from the first local rank's output.
-  const size_t bytes = Bytes(d);
-  if (Status s = CopyIn(op.descs[0]->recv, bytes); !s.ok()) return s;
-  Status s = group_->AllReduce(staging_.data(), d.count, type, LegOp(d.redop),
-                               cluster::InterHostAlgorithm::kRing);
-  if (!s.ok()) return s;
-  if (avg) Divide(type, staging_.data(), d.count, layout_.nranks);
-  // 3. Every local rank's output.
-  return CopyOutToAll(op, bytes);
-}
-
-Status CrossHostComm::RunBroadcast(PendingOp& op) {
-  const coll::OpDesc& d = *op.descs[0];
-  const uint32_t root = d.peer;
-  if (root >= layout_.nranks) return Status::InvalidArgument("broadcast root out of range");
-  const size_t bytes = Bytes(d);
-  staging_.resize(bytes);
-  const uint32_t root_host = layout_.host_of_rank[root];
-  if (root_host == layout_.host_index) {
-    if (Status s = CopyIn(op.descs[layout_.LocalIndex(root)]->send, bytes); !s.ok()) return s;
-  }
-  if (Status s = group_->Broadcast(staging_.data(), bytes, root_host); !s.ok()) return s;
-  return CopyOutToAll(op, bytes);
-}
-
-Status CrossHostComm::CopyIn(const coll::IoVec& from, size_t bytes) {
-  staging_.resize(bytes);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!aborted_.ok()) return aborted_;
-  size_t off = 0;
-  for (const coll::IoSpan& span : from) {
-    const size_t n = std::min(span.len, bytes - off);
-    std::memcpy(staging_.data() + off, span.data, n);
-    off += n;
-    if (off == bytes) break;
-  }
-  return off == bytes ? Status::Ok() : Status::Fault("a buffer is shorter than the operation");
-}
-
-Status CrossHostComm::CopyOutToAll(PendingOp& op, size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!aborted_.ok()) return aborted_;
-  for (const auto& d : op.descs) {
-    size_t off = 0;
-    for (const coll::IoSpan& span : d->recv) {
-      const size_t n = std::min(span.len, bytes - off);
-      std::memcpy(span.data, staging_.data() + off, n);
-      off += n;
-      if (off == bytes) break;
-    }
-  }
-  return Status::Ok();
 }
 
 }  // namespace hz::service

@@ -6,10 +6,13 @@
 // across hosts (the group, on a host staging buffer), then every local rank's
 // output from the result.
 //
-// Supported across hosts so far: all-reduce (fp32, fp64, int32, int64, and
-// uint32/uint64 with sum or prod; every reduction, avg as sum / nranks),
-// broadcast and barrier. Every other operation completes with kNotSupported
-// on every rank, and its seq is consumed as on one host.
+// Supported across hosts: every collective. Reductions (all-reduce, reduce,
+// reduce-scatter) take fp32, fp64, int32, int64, and uint32/uint64 with sum
+// or prod, with every reduction (avg as sum / nranks); broadcast, all-gather,
+// all-to-all and barrier take every type. Send and recv across hosts, and
+// the other reduction types, complete with kNotSupported on every rank, and
+// their seq is consumed as on one host. Send and recv between two ranks of
+// the same host are paired by the engine, as on one host.
 #ifndef HZ_SERVICE_CROSS_HOST_COMM_H_
 #define HZ_SERVICE_CROSS_HOST_COMM_H_
 
@@ -77,13 +80,24 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
 
   void Loop();
   bool FormGroup();
-  void Run(uint64_t seq, PendingOp op);
-  Status RunAllReduce(PendingOp& op);
-  Status RunBroadcast(PendingOp& op);
-  // Copies under mu_, unless aborted (the ranks' memory may be gone then).
-  Status CopyIn(const coll::IoVec& from, size_t bytes);
-  Status CopyOutToAll(PendingOp& op, size_t bytes);
+  void PostPointToPoint(uint32_t local_index, coll::OpDesc& op, coll::Done& done);
   static void Complete(PendingOp& op, const Status& s);
+
+  // cross_host_ops.cc: one operation, on the leg thread.
+  void Run(PendingOp op);
+  Status RunReduction(PendingOp& op);  // all-reduce, reduce, reduce-scatter
+  Status RunBroadcast(PendingOp& op);
+  Status RunGather(PendingOp& op);  // all-gather, all-to-all
+  // The local ranks' send buffers (count elements each) reduced into
+  // staging_ by the engine, in local rank order.
+  Status ReduceLocally(PendingOp& op, uint64_t count, uint8_t redop, size_t bytes);
+  // Every rank's first per_rank bytes of its send buffer, at rank * per_rank
+  // in staging_, on every host (each host broadcasts its ranks' blocks).
+  Status GatherAll(PendingOp& op, size_t per_rank);
+  // Runs f (which reads or writes the ranks' memory) under mu_, unless the
+  // communicator was aborted: a rank's memory may be gone then.
+  template <typename F>
+  Status Touching(F&& f);
 
   CollBackend& local_;
   const CrossHostLayout layout_;

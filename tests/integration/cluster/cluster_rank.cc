@@ -7,15 +7,17 @@
 //
 // --create-uid: this rank asks its host for the uid and writes it (hex) to
 // FILE; the others wait for the file. Then every rank joins, runs all-reduce
-// over every dtype and reduction the hosts support across hosts (checking
-// each result exactly), all-gather (with --cross-host: refused, as not yet
-// supported across hosts, and the communicator stays usable; otherwise
-// checked), broadcast and barrier, and prints one JSON line.
+// over every dtype and reduction the hosts support across hosts, reduce,
+// reduce-scatter, all-gather, all-to-all and broadcast (checking each result
+// exactly), send and recv (with --cross-host, between hosts: refused, as not
+// yet supported, and the communicator stays usable) and barrier, and prints
+// one JSON line.
 // --loop: after the checks, all-reduces until an operation fails, and
 // reports that failure (a host dying under the communicator).
 // Exit status: 0 all checks passed; 1 an operation failed; 2 a wrong result.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -121,23 +123,56 @@ int RunMatrix(hz_comm_t* comm, void* mem, size_t count, uint32_t rank, uint32_t 
   return 0;
 }
 
-// Not across hosts yet: refused on every rank, and the next operation works.
-// On one host: every rank's value lands at its place.
-int CheckAllGather(hz_comm_t* comm, double* buf, uint32_t rank, uint32_t n, bool cross_host) {
-  double* recv = buf + 1;
-  buf[0] = rank + 0.5;
-  const int e = hz_allgather(comm, buf, recv, 1, HZ_FP64);
-  if (cross_host) {
-    if (e == HZ_ENOTSUP) return 0;
-    out["wrong"] = "all-gather across hosts should be refused";
-    out["code"] = e;
-    return 1;
+// Reduce to the last rank, reduce-scatter, all-gather and all-to-all, each
+// checked exactly; 1 for a wrong result, an hz error code otherwise.
+int CheckOtherCollectives(hz_comm_t* comm, void* mem, uint32_t me, uint32_t n) {
+  const size_t c = 1000;
+  float* f = static_cast<float*>(mem);
+  for (size_t i = 0; i < c; ++i) f[i] = static_cast<float>(Value(me, i, HZ_SUM));
+  if (int e = hz_reduce(comm, f, f + c, c, HZ_FP32, HZ_SUM, n - 1); e != 0) return e;
+  for (size_t i = 0; i < c && me == n - 1; ++i) {
+    if (f[c + i] != Expected<float>(n, i, HZ_SUM)) return (out["wrong"] = "reduce", 1);
   }
-  if (e != 0) return e;
+  for (size_t i = 0; i < c * n; ++i) f[i] = static_cast<float>(Value(me, i, HZ_SUM));
+  if (int e = hz_reduce_scatter(comm, f, f + c * n, c, HZ_FP32, HZ_SUM); e != 0) return e;
+  for (size_t i = 0; i < c; ++i) {
+    if (f[c * n + i] != Expected<float>(n, me * c + i, HZ_SUM)) {
+      return (out["wrong"] = "reduce_scatter", 1);
+    }
+  }
+  double* d = static_cast<double*>(mem);
+  for (int k = 0; k < 3; ++k) d[k] = me * 10 + k;
+  if (int e = hz_allgather(comm, d, d + 3, 3, HZ_FP64); e != 0) return e;
   for (uint32_t r = 0; r < n; ++r) {
-    if (recv[r] != r + 0.5) return (out["wrong"] = "allgather", 1);
+    for (int k = 0; k < 3; ++k) {
+      if (d[3 + r * 3 + k] != r * 10 + k) return (out["wrong"] = "allgather", 1);
+    }
+  }
+  int32_t* x = static_cast<int32_t*>(mem);
+  for (uint32_t j = 0; j < n; ++j) {
+    for (int k = 0; k < 2; ++k) x[j * 2 + k] = static_cast<int32_t>(me * 100 + j * 10 + k);
+  }
+  if (int e = hz_alltoall(comm, x, x + 2 * n, 2, HZ_INT32); e != 0) return e;
+  for (uint32_t j = 0; j < n; ++j) {
+    for (int k = 0; k < 2; ++k) {
+      if (x[2 * n + j * 2 + k] != static_cast<int32_t>(j * 100 + me * 10 + k)) {
+        return (out["wrong"] = "alltoall", 1);
+      }
+    }
   }
   return 0;
+}
+
+// Rank 0 sends to the last rank: on one host it arrives; across hosts both
+// sides are refused (not supported yet) and the communicator stays usable.
+int CheckSendRecv(hz_comm_t* comm, int64_t* buf, uint32_t me, uint32_t n, bool across) {
+  if (me != 0 && me != n - 1) return 0;
+  buf[0] = me == 0 ? 4242 : 0;
+  const int e =
+      me == 0 ? hz_send(comm, buf, 1, HZ_INT64, n - 1) : hz_recv(comm, buf, 1, HZ_INT64, 0);
+  if (across) return e == HZ_ENOTSUP ? 0 : (out["wrong"] = "send/recv across hosts", 1);
+  if (e != 0) return e;
+  return buf[0] == 4242 ? 0 : (out["wrong"] = "recv", 1);
 }
 
 }  // namespace
@@ -182,12 +217,16 @@ int main(int argc, char** argv) {
     return Failed("init", e);
   }
   void* mem = nullptr;
-  if (int e = hz_mem_alloc(dev, count * 8, &mem); e != 0) return Failed("mem_alloc", e);
+  if (int e = hz_mem_alloc(dev, std::max<size_t>(count, 4096) * 8, &mem); e != 0)
+    return Failed("mem_alloc", e);
   if (int e = RunMatrix(comm, mem, count, rank, nranks); e != 0) {
     return e < 0 ? Report(2) : Failed("allreduce", e);
   }
-  if (int e = CheckAllGather(comm, static_cast<double*>(mem), rank, nranks, cross_host); e != 0) {
-    return e == 1 ? Report(2) : Failed("allgather", e);
+  if (int e = CheckOtherCollectives(comm, mem, rank, nranks); e != 0) {
+    return e == 1 ? Report(2) : Failed("collectives", e);
+  }
+  if (int e = CheckSendRecv(comm, static_cast<int64_t*>(mem), rank, nranks, cross_host); e != 0) {
+    return e == 1 ? Report(2) : Failed("send/recv", e);
   }
   auto* b = static_cast<uint8_t*>(mem);
   std::memset(b, rank == nranks - 1 ? 0xA5 : 0, 4096);

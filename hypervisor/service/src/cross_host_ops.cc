@@ -1,0 +1,291 @@
+// The operations of a communicator across hosts, each on its leg thread:
+// within the host through the collective engine, across hosts through the
+// InterHostGroup, on the staging buffer in between.
+//
+// Results are deterministic for a given placement of ranks on hosts: each
+// host reduces its own ranks in ascending rank order (the engine), and the
+// hosts' partial results are combined by Gloo's ring, whose order depends
+// only on the number of hosts and the buffer size (SPEC §7.4.9).
+#include <algorithm>
+#include <cstring>
+#include <future>
+
+#include "cross_host_comm.h"
+#include "protocol/harmonaize.h"
+
+namespace hz::service {
+
+namespace {
+
+using cluster::InterHostOp;
+using cluster::InterHostType;
+using coll::DType;
+using coll::Op;
+using coll::RedOp;
+
+// The element type the inter-host leg reduces for dtype and redop; nothing
+// where it cannot reduce it yet. Unsigned sums and products wrap as their
+// signed twins do, bit for bit; their min and max differ.
+std::optional<InterHostType> LegType(uint8_t dtype, uint8_t redop) {
+  const bool wraps =
+      redop == static_cast<uint8_t>(RedOp::kSum) || redop == static_cast<uint8_t>(RedOp::kProd);
+  switch (static_cast<DType>(dtype)) {
+    case DType::kFp32:
+      return InterHostType::kF32;
+    case DType::kFp64:
+      return InterHostType::kF64;
+    case DType::kInt32:
+      return InterHostType::kI32;
+    case DType::kInt64:
+      return InterHostType::kI64;
+    case DType::kUint32:
+      return wraps ? std::optional(InterHostType::kI32) : std::nullopt;
+    case DType::kUint64:
+      return wraps ? std::optional(InterHostType::kI64) : std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+InterHostOp LegOp(uint8_t redop) {
+  switch (static_cast<RedOp>(redop)) {
+    case RedOp::kProd:
+      return InterHostOp::kProd;
+    case RedOp::kMax:
+      return InterHostOp::kMax;
+    case RedOp::kMin:
+      return InterHostOp::kMin;
+    default:
+      return InterHostOp::kSum;  // sum, and avg before its division
+  }
+}
+
+template <typename T>
+void DivideAll(uint8_t* data, size_t count, uint32_t n) {
+  T* v = reinterpret_cast<T*>(data);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<T>(v[i] / static_cast<T>(n));
+}
+
+void Divide(InterHostType t, uint8_t* data, size_t count, uint32_t n) {
+  switch (t) {
+    case InterHostType::kF32:
+      return DivideAll<float>(data, count, n);
+    case InterHostType::kF64:
+      return DivideAll<double>(data, count, n);
+    case InterHostType::kI32:
+      return DivideAll<int32_t>(data, count, n);
+    case InterHostType::kI64:
+      return DivideAll<int64_t>(data, count, n);
+  }
+}
+
+// Whether the leg can run op at all (every rank learns it when the op runs).
+Status Supported(const coll::OpDesc& op) {
+  switch (op.op) {
+    case Op::kAllReduce:
+    case Op::kReduce:
+    case Op::kReduceScatter:
+      if (LegType(op.dtype, op.redop)) return Status::Ok();
+      return Status::NotSupported(
+          "across hosts, reductions take fp32, fp64, int32 and int64 (uint32 and uint64 with "
+          "sum or prod) so far");
+    default:
+      return Status::Ok();
+  }
+}
+
+size_t ElementBytes(const coll::OpDesc& op) {
+  return hz_dtype_size(static_cast<enum hz_dtype>(op.dtype));
+}
+
+// [offset, offset + bytes) of a buffer, to or from `flat`.
+void Gather(const coll::IoVec& from, size_t offset, size_t bytes, uint8_t* flat) {
+  for (const coll::IoSpan& span : from) {
+    if (bytes == 0) return;
+    if (offset >= span.len) {
+      offset -= span.len;
+      continue;
+    }
+    const size_t n = std::min(span.len - offset, bytes);
+    std::memcpy(flat, span.data + offset, n);
+    flat += n;
+    bytes -= n;
+    offset = 0;
+  }
+}
+
+void Scatter(const uint8_t* flat, size_t bytes, const coll::IoVec& to, size_t offset) {
+  for (const coll::IoSpan& span : to) {
+    if (bytes == 0) return;
+    if (offset >= span.len) {
+      offset -= span.len;
+      continue;
+    }
+    const size_t n = std::min(span.len - offset, bytes);
+    std::memcpy(span.data + offset, flat, n);
+    flat += n;
+    bytes -= n;
+    offset = 0;
+  }
+}
+
+}  // namespace
+
+template <typename F>
+Status CrossHostComm::Touching(F&& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!aborted_.ok()) return aborted_;
+  f();
+  return Status::Ok();
+}
+
+void CrossHostComm::Run(PendingOp op) {
+  const coll::OpDesc& first = *op.descs[0];
+  Status s = Supported(first);
+  if (s.ok()) {
+    switch (first.op) {
+      case Op::kAllReduce:
+      case Op::kReduce:
+      case Op::kReduceScatter:
+        s = RunReduction(op);
+        break;
+      case Op::kBroadcast:
+        s = RunBroadcast(op);
+        break;
+      case Op::kAllGather:
+      case Op::kAllToAll:
+        s = RunGather(op);
+        break;
+      default:
+        s = group_->Barrier();
+        break;
+    }
+    if (!s.ok()) Abort(s);
+  }
+  Complete(op, s);
+}
+
+Status CrossHostComm::ReduceLocally(PendingOp& op, uint64_t count, uint8_t redop, size_t bytes) {
+  staging_.resize(bytes);
+  const size_t n = op.descs.size();
+  std::vector<std::promise<Status>> done(n);
+  for (size_t i = 0; i < n; ++i) {
+    coll::OpDesc d;
+    d.op = Op::kReduce;
+    d.seq = local_seq_;
+    d.count = count;
+    d.dtype = op.descs[i]->dtype;
+    d.redop = redop;
+    d.peer = 0;
+    d.send = op.descs[i]->send;
+    if (i == 0) d.recv = {{staging_.data(), bytes}};
+    local_.Post(members_[i], std::move(d), [&done, i](Status st) { done[i].set_value(st); });
+  }
+  ++local_seq_;
+  Status first_error = Status::Ok();
+  for (auto& p : done) {
+    Status st = p.get_future().get();
+    if (!st.ok() && first_error.ok()) first_error = st;
+  }
+  return first_error;
+}
+
+Status CrossHostComm::RunReduction(PendingOp& op) {
+  const coll::OpDesc& d = *op.descs[0];
+  const InterHostType type = *LegType(d.dtype, d.redop);
+  const bool avg = d.redop == static_cast<uint8_t>(RedOp::kAvg);
+  // Reduce-scatter reduces the whole send buffer, nranks blocks of count.
+  const uint64_t count = d.op == Op::kReduceScatter ? d.count * layout_.nranks : d.count;
+  const size_t bytes = count * ElementBytes(d);
+  // 1. Within the host: the engine reduces every local rank's send buffer.
+  const uint8_t local_op = avg ? static_cast<uint8_t>(RedOp::kSum) : d.redop;
+  if (Status s = ReduceLocally(op, count, local_op, bytes); !s.ok()) return s;
+  // 2. Across hosts.
+  Status s = group_->AllReduce(staging_.data(), count, type, LegOp(d.redop),
+                               cluster::InterHostAlgorithm::kRing);
+  if (!s.ok()) return s;
+  if (avg) Divide(type, staging_.data(), count, layout_.nranks);
+  // 3. The outputs: everyone's, the root's, or each rank's block.
+  return Touching([&] {
+    for (size_t i = 0; i < op.descs.size(); ++i) {
+      const uint32_t rank = layout_.local_ranks[i];
+      if (d.op == Op::kAllReduce) Scatter(staging_.data(), bytes, op.descs[i]->recv, 0);
+      if (d.op == Op::kReduce && rank == d.peer) {
+        Scatter(staging_.data(), bytes, op.descs[i]->recv, 0);
+      }
+      if (d.op == Op::kReduceScatter) {
+        const size_t block = bytes / layout_.nranks;
+        Scatter(staging_.data() + rank * block, block, op.descs[i]->recv, 0);
+      }
+    }
+  });
+}
+
+Status CrossHostComm::RunBroadcast(PendingOp& op) {
+  const coll::OpDesc& d = *op.descs[0];
+  if (d.peer >= layout_.nranks) return Status::InvalidArgument("broadcast root out of range");
+  const size_t bytes = d.count * ElementBytes(d);
+  staging_.resize(bytes);
+  const uint32_t root_host = layout_.host_of_rank[d.peer];
+  if (root_host == layout_.host_index) {
+    const coll::IoVec& send = op.descs[layout_.LocalIndex(d.peer)]->send;
+    if (Status s = Touching([&] { Gather(send, 0, bytes, staging_.data()); }); !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = group_->Broadcast(staging_.data(), bytes, root_host); !s.ok()) return s;
+  return Touching([&] {
+    for (const auto& desc : op.descs) Scatter(staging_.data(), bytes, desc->recv, 0);
+  });
+}
+
+Status CrossHostComm::GatherAll(PendingOp& op, size_t per_rank) {
+  staging_.assign(per_rank * layout_.nranks, 0);
+  Status s = Touching([&] {
+    for (size_t i = 0; i < op.descs.size(); ++i) {
+      Gather(op.descs[i]->send, 0, per_rank, staging_.data() + layout_.local_ranks[i] * per_rank);
+    }
+  });
+  if (!s.ok()) return s;
+  // Each host in turn broadcasts its ranks' blocks, packed in rank order.
+  std::vector<uint8_t> packed;
+  for (uint32_t h = 0; h < layout_.nhosts; ++h) {
+    std::vector<uint32_t> ranks;
+    for (uint32_t r = 0; r < layout_.nranks; ++r) {
+      if (layout_.host_of_rank[r] == h) ranks.push_back(r);
+    }
+    packed.resize(ranks.size() * per_rank);
+    for (size_t k = 0; k < ranks.size() && h == layout_.host_index; ++k) {
+      std::memcpy(packed.data() + k * per_rank, staging_.data() + ranks[k] * per_rank, per_rank);
+    }
+    if (Status b = group_->Broadcast(packed.data(), packed.size(), h); !b.ok()) return b;
+    for (size_t k = 0; k < ranks.size() && h != layout_.host_index; ++k) {
+      std::memcpy(staging_.data() + ranks[k] * per_rank, packed.data() + k * per_rank, per_rank);
+    }
+  }
+  return Status::Ok();
+}
+
+Status CrossHostComm::RunGather(PendingOp& op) {
+  const coll::OpDesc& d = *op.descs[0];
+  const size_t block = d.count * ElementBytes(d);
+  const uint32_t n = layout_.nranks;
+  // All-gather moves one block per rank; all-to-all, each rank's whole send
+  // buffer (n blocks), of which every rank keeps the blocks meant for it.
+  const size_t per_rank = d.op == Op::kAllGather ? block : block * n;
+  if (Status s = GatherAll(op, per_rank); !s.ok()) return s;
+  return Touching([&] {
+    for (size_t i = 0; i < op.descs.size(); ++i) {
+      if (d.op == Op::kAllGather) {
+        Scatter(staging_.data(), block * n, op.descs[i]->recv, 0);
+        continue;
+      }
+      const uint32_t me = layout_.local_ranks[i];
+      for (uint32_t j = 0; j < n; ++j) {
+        Scatter(staging_.data() + j * per_rank + me * block, block, op.descs[i]->recv, j * block);
+      }
+    }
+  });
+}
+
+}  // namespace hz::service
