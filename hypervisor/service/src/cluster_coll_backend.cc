@@ -43,6 +43,7 @@ CrossHostLayout LayoutOf(const cluster::Placement& p, const std::string& self) {
     if (host == self) l.local_ranks.push_back(rank);
   }
   l.nhosts = static_cast<uint32_t>(hosts.size());
+  l.hosts = hosts;
   l.host_index = static_cast<uint32_t>(std::find(hosts.begin(), hosts.end(), self) - hosts.begin());
   return l;
 }
@@ -151,7 +152,7 @@ StatusOr<ClusterCollBackend::LocalPart*> ClusterCollBackend::PartFor(
     cluster::GlooGroupOptions g{options_.store,        options_.key_prefix + "gloo/" + j->hex + "/",
                                 options_.data_address, layout.host_index,
                                 layout.nhosts,         std::chrono::milliseconds(timeout_ms)};
-    part.comm = std::make_shared<CrossHostComm>(*local_, layout, std::move(g));
+    part.comm = std::make_shared<CrossHostComm>(*local_, layout, std::move(g), stats_);
     part.comm->Start();
     std::lock_guard<std::mutex> lock(mu_);
     std::erase_if(comms_, [](const auto& w) { return w.expired(); });
@@ -221,6 +222,29 @@ void ClusterCollBackend::Abort(const MemberPtr& m) {
 uint32_t ClusterCollBackend::AbortDetail(const MemberPtr& m) const {
   if (const CrossHostMember* x = AsCrossHost(m)) return local_->AbortDetail(x->local());
   return local_->AbortDetail(m);
+}
+
+void ClusterCollBackend::HostLeft(const std::string& host, const std::string& why) {
+  std::vector<std::shared_ptr<CrossHostComm>> affected;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : comms_) {
+      auto c = w.lock();
+      if (!c) continue;
+      const auto& hosts = c->layout().hosts;
+      if (std::find(hosts.begin(), hosts.end(), host) != hosts.end()) affected.push_back(c);
+    }
+  }
+  for (auto& c : affected) {
+    c->Abort(Status::Aborted("host " + host + " of the communicator left the cluster: " + why));
+  }
+}
+
+BackendStats ClusterCollBackend::Stats() const {
+  BackendStats s = local_->Stats();
+  s.algorithms.push_back({"cross_host_ring", stats_->ring.load()});
+  s.algorithms.push_back({"cross_host_bcube", stats_->bcube.load()});
+  return s;
 }
 
 void ClusterCollBackend::Shutdown() {

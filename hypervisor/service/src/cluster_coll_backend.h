@@ -64,8 +64,14 @@ class ClusterCollBackend : public CollBackend {
   uint32_t TenantWeight(const TenantId& tenant) const override {
     return local_->TenantWeight(tenant);
   }
-  BackendStats Stats() const override { return local_->Stats(); }
+  // The engine's, and the inter-host legs' algorithms.
+  BackendStats Stats() const override;
   std::vector<CommSummary> Communicators() const override { return local_->Communicators(); }
+
+  // Membership saw `host` go (its lease ended, or this host lost the
+  // store): every communicator with ranks there is aborted at once, its
+  // ranks answered even while Gloo still waits for the host.
+  void HostLeft(const std::string& host, const std::string& why);
 
  private:
   struct Joining;
@@ -93,6 +99,7 @@ class ClusterCollBackend : public CollBackend {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::thread thread_;
 
+  const std::shared_ptr<CrossHostStats> stats_ = std::make_shared<CrossHostStats>();
   std::atomic<bool> shut_down_{false};
   std::mutex mu_;
   std::vector<std::weak_ptr<CrossHostComm>> comms_;

@@ -29,7 +29,10 @@ hz::Status ClusterControl::Start() {
   auto store = std::make_unique<cluster::RedisLeaseStore>(*address, config_.key_prefix, timeout);
   membership_ = std::make_unique<cluster::Membership>(
       std::move(store),
-      cluster::MembershipOptions{host_name_, config_.data_address, config_.lease_ms});
+      cluster::MembershipOptions{host_name_, config_.data_address, config_.lease_ms},
+      [this](const cluster::MembershipChange& c) {
+        if (!c.joined && host_left_) host_left_(c.host, c.why);
+      });
   if (hz::Status s = membership_->Start(); !s.ok()) {
     membership_.reset();
     return s;

@@ -14,8 +14,11 @@ uint32_t CrossHostLayout::LocalIndex(uint32_t global_rank) const {
 }
 
 CrossHostComm::CrossHostComm(CollBackend& local, CrossHostLayout layout,
-                             cluster::GlooGroupOptions group)
-    : local_(local), layout_(std::move(layout)), group_options_(std::move(group)) {
+                             cluster::GlooGroupOptions group, std::shared_ptr<CrossHostStats> stats)
+    : local_(local),
+      layout_(std::move(layout)),
+      group_options_(std::move(group)),
+      stats_(std::move(stats)) {
   members_.resize(layout_.local_ranks.size());
   init_dones_.resize(layout_.local_ranks.size());
 }
@@ -115,11 +118,17 @@ void CrossHostComm::Abort(Status why) {
     aborted_ = std::move(why);
     for (auto& [seq, p] : pending_) failed.push_back(std::move(p));
     pending_.clear();
+    // The leg thread is inside a group operation, touching only staging
+    // memory: its ranks are answered now, not when Gloo gives up.
+    if (in_group_op_ && running_dones_ != nullptr) {
+      failed.emplace_back().dones = std::move(*running_dones_);
+      running_dones_->clear();
+    }
     wake_.notify_all();
   }
   spdlog::warn("event=cross_host_comm_aborted host_index={} error=\"{}\"", layout_.host_index,
                abort_status().ToString());
-  for (PendingOp& p : failed) Complete(p, abort_status());
+  for (PendingOp& p : failed) Finish(p, abort_status());
 }
 
 void CrossHostComm::Release(uint32_t /*global_rank*/) {
@@ -129,9 +138,16 @@ void CrossHostComm::Release(uint32_t /*global_rank*/) {
   std::lock_guard<std::mutex> lock(mu_);
 }
 
-void CrossHostComm::Complete(PendingOp& op, const Status& s) {
-  for (coll::Done& d : op.dones) {
-    if (d) std::exchange(d, nullptr)(s);
+void CrossHostComm::Finish(PendingOp& op, const Status& s) {
+  std::vector<coll::Done> dones;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dones = std::move(op.dones);
+    op.dones.clear();
+    if (running_dones_ == &op.dones) running_dones_ = nullptr;
+  }
+  for (coll::Done& d : dones) {
+    if (d) d(s);
   }
 }
 

@@ -16,6 +16,7 @@
 #ifndef HZ_SERVICE_CROSS_HOST_COMM_H_
 #define HZ_SERVICE_CROSS_HOST_COMM_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -23,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -40,13 +42,22 @@ struct CrossHostLayout {
   std::vector<uint32_t> host_of_rank;  // global rank -> host index
   uint32_t host_index = 0;             // this host's (hosts are ordered by their lowest rank)
   uint32_t nhosts = 0;
+  std::vector<std::string> hosts;  // their names, by index
   uint32_t LocalIndex(uint32_t global_rank) const;
+};
+
+// What every communicator across hosts adds up (shared by the backend's).
+struct CrossHostStats {
+  std::atomic<uint64_t> ring{0};    // inter-host legs run with Gloo's ring
+  std::atomic<uint64_t> bcube{0};   // ... with its bcube
+  std::atomic<uint64_t> failed{0};  // operations the leg failed (a host died, hung, was cut off)
 };
 
 class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
  public:
   // Start() once made (the leg thread needs shared_from_this).
-  CrossHostComm(CollBackend& local, CrossHostLayout layout, cluster::GlooGroupOptions group);
+  CrossHostComm(CollBackend& local, CrossHostLayout layout, cluster::GlooGroupOptions group,
+                std::shared_ptr<CrossHostStats> stats);
   ~CrossHostComm();
   void Start();
   CrossHostComm(const CrossHostComm&) = delete;
@@ -81,7 +92,8 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   void Loop();
   bool FormGroup();
   void PostPointToPoint(uint32_t local_index, coll::OpDesc& op, coll::Done& done);
-  static void Complete(PendingOp& op, const Status& s);
+  // Answers op's ranks that are not answered yet.
+  void Finish(PendingOp& op, const Status& s);
 
   // cross_host_ops.cc: one operation, on the leg thread.
   void Run(PendingOp op);
@@ -98,10 +110,17 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   // communicator was aborted: a rank's memory may be gone then.
   template <typename F>
   Status Touching(F&& f);
+  // Runs f, an operation of the group (on staging memory only): meanwhile an
+  // abort answers the running operation's ranks at once instead of after the
+  // group's timeout (a partition leaves Gloo waiting for it).
+  template <typename F>
+  Status InGroup(F&& f);
+  cluster::InterHostAlgorithm ChooseAlgorithm(size_t bytes);
 
   CollBackend& local_;
   const CrossHostLayout layout_;
   const cluster::GlooGroupOptions group_options_;
+  const std::shared_ptr<CrossHostStats> stats_;
   std::unique_ptr<cluster::InterHostGroup> group_;  // leg thread only
   std::vector<uint8_t> staging_;                    // leg thread only
   uint64_t local_seq_ = 0;                          // leg thread only
@@ -111,7 +130,9 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   std::vector<MemberPtr> members_;  // local engine members, by local index
   std::vector<InitDone> init_dones_;
   uint32_t joined_ = 0;
-  bool inits_answered_ = false;  // init_dones_ were taken by the formation
+  bool inits_answered_ = false;                       // init_dones_ were taken by the formation
+  std::vector<coll::Done>* running_dones_ = nullptr;  // the running operation's
+  bool in_group_op_ = false;
   std::map<uint64_t, PendingOp> pending_;
   uint64_t next_seq_ = 0;
   Status aborted_ = Status::Ok();

@@ -12,6 +12,7 @@
 
 #include "cross_host_comm.h"
 #include "protocol/harmonaize.h"
+#include "spdlog/spdlog.h"
 
 namespace hz::service {
 
@@ -139,7 +140,38 @@ Status CrossHostComm::Touching(F&& f) {
   return Status::Ok();
 }
 
+template <typename F>
+Status CrossHostComm::InGroup(F&& f) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.ok()) return aborted_;
+    in_group_op_ = true;
+  }
+  Status s = f();
+  std::lock_guard<std::mutex> lock(mu_);
+  in_group_op_ = false;
+  return s;
+}
+
+// Ring moves 2(h-1)/h of the buffer per host in 2(h-1) steps: best once the
+// buffer is large enough that the steps' latency does not count. Bcube
+// (recursive halving and doubling) takes 2 log2(h) steps: fewer round trips
+// for small buffers among several hosts. The measured link rate does not
+// enter the choice yet.
+cluster::InterHostAlgorithm CrossHostComm::ChooseAlgorithm(size_t bytes) {
+  constexpr size_t kBcubeMaxBytes = 256 * 1024;
+  const bool bcube = layout_.nhosts > 2 && bytes <= kBcubeMaxBytes;
+  (bcube ? stats_->bcube : stats_->ring).fetch_add(1, std::memory_order_relaxed);
+  spdlog::debug("event=cross_host_algorithm algorithm={} bytes={} hosts={}",
+                bcube ? "bcube" : "ring", bytes, layout_.nhosts);
+  return bcube ? cluster::InterHostAlgorithm::kBcube : cluster::InterHostAlgorithm::kRing;
+}
+
 void CrossHostComm::Run(PendingOp op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_dones_ = &op.dones;
+  }
   const coll::OpDesc& first = *op.descs[0];
   Status s = Supported(first);
   if (s.ok()) {
@@ -157,12 +189,15 @@ void CrossHostComm::Run(PendingOp op) {
         s = RunGather(op);
         break;
       default:
-        s = group_->Barrier();
+        s = InGroup([&] { return group_->Barrier(); });
         break;
     }
-    if (!s.ok()) Abort(s);
+    if (!s.ok()) {
+      stats_->failed.fetch_add(1, std::memory_order_relaxed);
+      Abort(s);
+    }
   }
-  Complete(op, s);
+  Finish(op, s);
 }
 
 Status CrossHostComm::ReduceLocally(PendingOp& op, uint64_t count, uint8_t redop, size_t bytes) {
@@ -201,8 +236,9 @@ Status CrossHostComm::RunReduction(PendingOp& op) {
   const uint8_t local_op = avg ? static_cast<uint8_t>(RedOp::kSum) : d.redop;
   if (Status s = ReduceLocally(op, count, local_op, bytes); !s.ok()) return s;
   // 2. Across hosts.
-  Status s = group_->AllReduce(staging_.data(), count, type, LegOp(d.redop),
-                               cluster::InterHostAlgorithm::kRing);
+  const cluster::InterHostAlgorithm algorithm = ChooseAlgorithm(bytes);
+  Status s = InGroup(
+      [&] { return group_->AllReduce(staging_.data(), count, type, LegOp(d.redop), algorithm); });
   if (!s.ok()) return s;
   if (avg) Divide(type, staging_.data(), count, layout_.nranks);
   // 3. The outputs: everyone's, the root's, or each rank's block.
@@ -233,7 +269,10 @@ Status CrossHostComm::RunBroadcast(PendingOp& op) {
       return s;
     }
   }
-  if (Status s = group_->Broadcast(staging_.data(), bytes, root_host); !s.ok()) return s;
+  if (Status s = InGroup([&] { return group_->Broadcast(staging_.data(), bytes, root_host); });
+      !s.ok()) {
+    return s;
+  }
   return Touching([&] {
     for (const auto& desc : op.descs) Scatter(staging_.data(), bytes, desc->recv, 0);
   });
@@ -258,7 +297,8 @@ Status CrossHostComm::GatherAll(PendingOp& op, size_t per_rank) {
     for (size_t k = 0; k < ranks.size() && h == layout_.host_index; ++k) {
       std::memcpy(packed.data() + k * per_rank, staging_.data() + ranks[k] * per_rank, per_rank);
     }
-    if (Status b = group_->Broadcast(packed.data(), packed.size(), h); !b.ok()) return b;
+    Status b = InGroup([&] { return group_->Broadcast(packed.data(), packed.size(), h); });
+    if (!b.ok()) return b;
     for (size_t k = 0; k < ranks.size() && h != layout_.host_index; ++k) {
       std::memcpy(staging_.data() + ranks[k] * per_rank, packed.data() + k * per_rank, per_rank);
     }

@@ -149,7 +149,11 @@ hz::Status Service::Start() {
                              "the scheduler is disabled ([scheduler] enabled = false)");
   }
 
-  cluster_ = std::make_unique<ClusterControl>(config_.cluster);
+  cluster_ = std::make_unique<ClusterControl>(
+      config_.cluster, [coll = dynamic_cast<ClusterCollBackend*>(coll_.get())](
+                           const std::string& host, const std::string& why) {
+        if (coll) coll->HostLeft(host, why);
+      });
   commands_.Add(cluster_.get(), ClusterControl::Commands());
 
   StartConnectionThreads();

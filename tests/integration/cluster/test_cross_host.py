@@ -44,14 +44,14 @@ class Cluster:
         h.hzctl("vm", "bind", "--tenant", tenant, "--socket", path)
         return path
 
-    def ranks(self, placement, uid_file=None, tenant="acme", extra=()):
+    def ranks(self, placement, uid_file=None, tenant="acme", extra=(), timeout_ms=TIMEOUT_MS):
         """One rank process per entry of placement (the host index of each rank)."""
         uid_file = uid_file or os.path.join(self.dir, f"uid-{time.monotonic_ns()}")
         procs = []
         for rank, host in enumerate(placement):
             argv = [RANK, "--socket", self.socket(host, tenant), "--uid-file", uid_file,
                     "--rank", str(rank), "--nranks", str(len(placement)), "--timeout-ms",
-                    str(TIMEOUT_MS), *extra]
+                    str(timeout_ms), *extra]
             if rank == 0:
                 argv.append("--create-uid")
             if len(set(placement)) > 1:
@@ -96,6 +96,11 @@ def test_every_supported_allreduce_broadcast_and_barrier_are_exact(cluster, plac
     if len(set(placement)) > 1:
         log = cluster.hosts[placement[0]].log()
         assert "event=cross_host_comm_formed" in log
+        # The inter-host algorithm is chosen per operation and counted:
+        # bcube for small buffers among more than two hosts, ring otherwise.
+        algos = cluster.hosts[0].hzctl("counters")["result"]["engine"]["algorithms"]
+        assert algos["cross_host_ring"] > 0
+        assert (algos["cross_host_bcube"] > 0) == (len(set(placement)) > 2), algos
 
 
 def test_another_tenant_cannot_join_with_the_uid_on_any_host(cluster):
@@ -130,3 +135,26 @@ def test_a_host_that_dies_mid_collective_fails_every_remote_rank_in_bounded_time
     print(f"the surviving rank failed {took:.2f} s after its peer's host died: {r['error']}")
     procs[1].kill()
     procs[1].wait()
+
+
+def test_a_partition_aborts_the_communicator_once_membership_drops_the_host(cluster):
+    """With a 30 s operation timeout, Gloo alone would wait 30 s for the cut
+    host; membership drops it after about a lease (1 s) and a round, and
+    the communicator's ranks are answered then."""
+    procs = cluster.ranks([0, 1], extra=["--loop", "--count", str(1 << 18)], timeout_ms=30000)
+    for p in procs:
+        assert json.loads(p.stdout.readline()).get("ok")
+    time.sleep(0.3)
+    cut_at = time.monotonic()
+    cluster.net.cut("h1")
+    try:
+        rc, r = result(procs[0], limit_s=60)
+        took = time.monotonic() - cut_at
+        assert rc == 1 and r["failed"] == "loop" and r["code"] == HZ_EABORTED, r
+        print(f"the rank on h0 was answered {took:.2f} s after the partition (lease 1 s)")
+        assert took < 15, "the abort waited for the operation timeout, not for membership"
+        assert "left the cluster" in cluster.hosts[0].log()
+    finally:
+        cluster.net.heal("h1")
+        procs[1].kill()
+        procs[1].wait()

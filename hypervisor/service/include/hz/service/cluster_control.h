@@ -4,6 +4,7 @@
 #ifndef HZ_SERVICE_CLUSTER_CONTROL_H_
 #define HZ_SERVICE_CLUSTER_CONTROL_H_
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,7 +20,11 @@ namespace hz::service {
 
 class ClusterControl {
  public:
-  explicit ClusterControl(const ClusterConfig& config) : config_(config) {}
+  // Called on the membership thread when a host leaves this host's view.
+  using HostLeft = std::function<void(const std::string& host, const std::string& why)>;
+
+  explicit ClusterControl(const ClusterConfig& config, HostLeft host_left = {})
+      : config_(config), host_left_(std::move(host_left)) {}
   ~ClusterControl();
   ClusterControl(const ClusterControl&) = delete;
   ClusterControl& operator=(const ClusterControl&) = delete;
@@ -38,6 +43,7 @@ class ClusterControl {
 
  private:
   const ClusterConfig config_;
+  const HostLeft host_left_;
   std::string host_name_;  // config's, or the system's host name
   std::unique_ptr<cluster::Membership> membership_;
 };
