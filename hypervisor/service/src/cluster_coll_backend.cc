@@ -162,7 +162,8 @@ StatusOr<ClusterCollBackend::LocalPart*> ClusterCollBackend::PartFor(
 }
 
 void ClusterCollBackend::Placed(const std::shared_ptr<Joining>& j, const cluster::Placement& p) {
-  const CrossHostLayout layout = LayoutOf(p, options_.host_name);
+  CrossHostLayout layout = LayoutOf(p, options_.host_name);
+  layout.deterministic = j->constraints.deterministic;
   StatusOr<LocalPart*> part = PartFor(j, layout);
   if (!part.ok()) return j->done(part.status(), nullptr);
   std::shared_ptr<CrossHostComm> comm = (*part)->comm;
@@ -189,7 +190,7 @@ void ClusterCollBackend::Post(const MemberPtr& m, coll::OpDesc op, coll::Done do
 
 void ClusterCollBackend::Destroy(const MemberPtr& m) {
   if (const CrossHostMember* x = AsCrossHost(m)) {
-    x->comm()->Release(x->rank());
+    x->comm()->Release(x->rank(), coll::AbortCause::kSessionEnded);
     return local_->Destroy(x->local());
   }
   local_->Destroy(m);
@@ -197,7 +198,7 @@ void ClusterCollBackend::Destroy(const MemberPtr& m) {
 
 void ClusterCollBackend::Leave(const MemberPtr& m) {
   if (const CrossHostMember* x = AsCrossHost(m)) {
-    x->comm()->Release(x->rank());
+    x->comm()->Release(x->rank(), coll::AbortCause::kDestroyed);
     return local_->Leave(x->local());
   }
   local_->Leave(m);
@@ -205,7 +206,7 @@ void ClusterCollBackend::Leave(const MemberPtr& m) {
 
 void ClusterCollBackend::DestroyAsync(MemberPtr m) {
   if (const CrossHostMember* x = AsCrossHost(m)) {
-    x->comm()->Abort(Status::Aborted("a rank's session ended"));
+    x->comm()->Abort(Status::Aborted("a rank's session ended"), coll::AbortCause::kSessionEnded);
     return local_->DestroyAsync(x->local());
   }
   local_->DestroyAsync(std::move(m));
@@ -213,14 +214,20 @@ void ClusterCollBackend::DestroyAsync(MemberPtr m) {
 
 void ClusterCollBackend::Abort(const MemberPtr& m) {
   if (const CrossHostMember* x = AsCrossHost(m)) {
-    x->comm()->Abort(Status::Aborted("a rank aborted the communicator"));
+    x->comm()->Abort(Status::Aborted("a rank aborted the communicator"),
+                     coll::AbortCause::kAbortCalled);
     return local_->Abort(x->local());
   }
   local_->Abort(m);
 }
 
 uint32_t ClusterCollBackend::AbortDetail(const MemberPtr& m) const {
-  if (const CrossHostMember* x = AsCrossHost(m)) return local_->AbortDetail(x->local());
+  if (const CrossHostMember* x = AsCrossHost(m)) {
+    // Why the whole communicator was aborted; the local part only follows.
+    const coll::AbortCause cause = x->comm()->abort_cause();
+    if (cause != coll::AbortCause::kNone) return static_cast<uint32_t>(cause);
+    return local_->AbortDetail(x->local());
+  }
   return local_->AbortDetail(m);
 }
 
@@ -244,6 +251,10 @@ BackendStats ClusterCollBackend::Stats() const {
   BackendStats s = local_->Stats();
   s.algorithms.push_back({"cross_host_ring", stats_->ring.load()});
   s.algorithms.push_back({"cross_host_bcube", stats_->bcube.load()});
+  s.cross_host = {{"local_ns", stats_->local_ns.load()},
+                  {"leg_ns", stats_->leg_ns.load()},
+                  {"output_ns", stats_->output_ns.load()},
+                  {"failed", stats_->failed.load()}};
   return s;
 }
 

@@ -110,12 +110,18 @@ void CrossHostComm::PostPointToPoint(uint32_t local_index, coll::OpDesc& op, col
   local_.Post(member, std::move(op), std::move(done));
 }
 
-void CrossHostComm::Abort(Status why) {
+coll::AbortCause CrossHostComm::abort_cause() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return abort_cause_;
+}
+
+void CrossHostComm::Abort(Status why, coll::AbortCause cause) {
   std::vector<PendingOp> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!aborted_.ok()) return;
-    aborted_ = std::move(why);
+    aborted_ = why.code() == StatusCode::kShutdown ? why : Status::Aborted(why.message());
+    abort_cause_ = cause;
     for (auto& [seq, p] : pending_) failed.push_back(std::move(p));
     pending_.clear();
     // The leg thread is inside a group operation, touching only staging
@@ -128,11 +134,11 @@ void CrossHostComm::Abort(Status why) {
   }
   spdlog::warn("event=cross_host_comm_aborted host_index={} error=\"{}\"", layout_.host_index,
                abort_status().ToString());
-  for (PendingOp& p : failed) Finish(p, abort_status());
+  for (PendingOp& p : failed) Finish(p, why);
 }
 
-void CrossHostComm::Release(uint32_t /*global_rank*/) {
-  Abort(Status::Aborted("a rank of the communicator left"));
+void CrossHostComm::Release(uint32_t /*global_rank*/, coll::AbortCause cause) {
+  Abort(Status::Aborted("a rank of the communicator left"), cause);
   // Copies to and from the ranks' memory run under mu_ and check the abort
   // first: once the lock is taken here, none is running or will run.
   std::lock_guard<std::mutex> lock(mu_);

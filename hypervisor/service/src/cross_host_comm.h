@@ -43,6 +43,9 @@ struct CrossHostLayout {
   uint32_t host_index = 0;             // this host's (hosts are ordered by their lowest rank)
   uint32_t nhosts = 0;
   std::vector<std::string> hosts;  // their names, by index
+  // HZ_COMM_F_DETERMINISTIC: floating-point reductions follow rank order
+  // across hosts too (SPEC §7.4.6).
+  bool deterministic = true;
   uint32_t LocalIndex(uint32_t global_rank) const;
 };
 
@@ -51,6 +54,11 @@ struct CrossHostStats {
   std::atomic<uint64_t> ring{0};    // inter-host legs run with Gloo's ring
   std::atomic<uint64_t> bcube{0};   // ... with its bcube
   std::atomic<uint64_t> failed{0};  // operations the leg failed (a host died, hung, was cut off)
+  // Time of reductions by phase (ns): the engine within the host (or, in
+  // rank order, gathering every contribution), the inter-host leg, the outputs.
+  std::atomic<uint64_t> local_ns{0};
+  std::atomic<uint64_t> leg_ns{0};
+  std::atomic<uint64_t> output_ns{0};
 };
 
 class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
@@ -71,11 +79,15 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   void AddLocal(uint32_t global_rank, MemberPtr local_member, InitDone done);
 
   void Post(uint32_t global_rank, coll::OpDesc op, coll::Done done);
-  // Every pending and later operation fails with `why`.
-  void Abort(Status why);
-  // The rank leaves: the communicator is aborted, and when Release returns
-  // the leg thread no longer touches that rank's memory.
-  void Release(uint32_t global_rank);
+  // Every pending operation fails with `why`, every later one with
+  // kAborted; cause is what AbortDetail reports (SPEC §7.3.6).
+  void Abort(Status why, coll::AbortCause cause = coll::AbortCause::kProvider);
+  // kNone while the communicator is not aborted.
+  coll::AbortCause abort_cause() const;
+  // The rank leaves (cause: its session ended, or it destroyed its handle):
+  // the communicator is aborted, and when Release returns the leg thread no
+  // longer touches that rank's memory.
+  void Release(uint32_t global_rank, coll::AbortCause cause);
   // Aborts with kShutdown and waits, at most until deadline, for the leg
   // thread to end; false if it is still inside an operation of the group
   // (which its timeout bounds; the thread then ends on its own).
@@ -98,6 +110,11 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   // cross_host_ops.cc: one operation, on the leg thread.
   void Run(PendingOp op);
   Status RunReduction(PendingOp& op);  // all-reduce, reduce, reduce-scatter
+  // The reduction of count elements into staging_: hierarchically (each
+  // host's ranks, then the hosts), or in rank order from every rank's
+  // contribution (deterministic floating point).
+  Status ReduceHierarchically(PendingOp& op, uint64_t count, size_t bytes);
+  Status ReduceInRankOrder(PendingOp& op, uint64_t count, size_t bytes);
   Status RunBroadcast(PendingOp& op);
   Status RunGather(PendingOp& op);  // all-gather, all-to-all
   // The local ranks' send buffers (count elements each) reduced into
@@ -136,6 +153,7 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   std::map<uint64_t, PendingOp> pending_;
   uint64_t next_seq_ = 0;
   Status aborted_ = Status::Ok();
+  coll::AbortCause abort_cause_ = coll::AbortCause::kNone;
   bool stop_ = false;
   bool finished_ = false;
   std::thread leg_;

@@ -2,11 +2,16 @@
 // within the host through the collective engine, across hosts through the
 // InterHostGroup, on the staging buffer in between.
 //
-// Results are deterministic for a given placement of ranks on hosts: each
-// host reduces its own ranks in ascending rank order (the engine), and the
-// hosts' partial results are combined by Gloo's ring, whose order depends
-// only on the number of hosts and the buffer size (SPEC §7.4.9).
+// Reduction order (SPEC §7.4.6): floating-point reductions of a
+// communicator with HZ_COMM_F_DETERMINISTIC are the left fold in rank order,
+// as on one host, from every rank's contribution gathered on every host.
+// Integers, and floating point without the flag, are reduced
+// hierarchically: each host's ranks in rank order (the engine), then the
+// hosts' partial results by Gloo's ring or bcube, whose association depends
+// only on the number of hosts and the buffer size, so a given placement
+// gives the same bits on every run. Integer results are the same either way.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <future>
 
@@ -80,6 +85,37 @@ void Divide(InterHostType t, uint8_t* data, size_t count, uint32_t n) {
   }
 }
 
+// out = ((x_0 op x_1) op x_2) ... op x_(n-1), element by element, where x_r
+// is the r-th of n blocks of count elements in `blocks`; avg divides the sum
+// by n once (SPEC §7.4.4, §7.4.6).
+template <typename T>
+void FoldInRankOrder(uint8_t* out, const uint8_t* blocks, size_t count, uint32_t n, uint8_t redop) {
+  T* acc = reinterpret_cast<T*>(out);
+  std::memcpy(acc, blocks, count * sizeof(T));
+  for (uint32_t r = 1; r < n; ++r) {
+    const T* x = reinterpret_cast<const T*>(blocks + r * count * sizeof(T));
+    for (size_t i = 0; i < count; ++i) {
+      switch (static_cast<RedOp>(redop)) {
+        case RedOp::kProd:
+          acc[i] = acc[i] * x[i];
+          break;
+        case RedOp::kMax:
+          acc[i] = std::max(acc[i], x[i]);
+          break;
+        case RedOp::kMin:
+          acc[i] = std::min(acc[i], x[i]);
+          break;
+        default:
+          acc[i] = acc[i] + x[i];
+          break;
+      }
+    }
+  }
+  if (static_cast<RedOp>(redop) == RedOp::kAvg) {
+    for (size_t i = 0; i < count; ++i) acc[i] = acc[i] / static_cast<T>(n);
+  }
+}
+
 // Whether the leg can run op at all (every rank learns it when the op runs).
 Status Supported(const coll::OpDesc& op) {
   switch (op.op) {
@@ -93,6 +129,10 @@ Status Supported(const coll::OpDesc& op) {
     default:
       return Status::Ok();
   }
+}
+
+uint64_t Nanos(std::chrono::steady_clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
 
 size_t ElementBytes(const coll::OpDesc& op) {
@@ -194,7 +234,8 @@ void CrossHostComm::Run(PendingOp op) {
     }
     if (!s.ok()) {
       stats_->failed.fetch_add(1, std::memory_order_relaxed);
-      Abort(s);
+      Abort(s, s.code() == StatusCode::kTimedOut ? coll::AbortCause::kTimedOut
+                                                 : coll::AbortCause::kProvider);
     }
   }
   Finish(op, s);
@@ -225,23 +266,58 @@ Status CrossHostComm::ReduceLocally(PendingOp& op, uint64_t count, uint8_t redop
   return first_error;
 }
 
-Status CrossHostComm::RunReduction(PendingOp& op) {
+Status CrossHostComm::ReduceHierarchically(PendingOp& op, uint64_t count, size_t bytes) {
   const coll::OpDesc& d = *op.descs[0];
   const InterHostType type = *LegType(d.dtype, d.redop);
   const bool avg = d.redop == static_cast<uint8_t>(RedOp::kAvg);
-  // Reduce-scatter reduces the whole send buffer, nranks blocks of count.
-  const uint64_t count = d.op == Op::kReduceScatter ? d.count * layout_.nranks : d.count;
-  const size_t bytes = count * ElementBytes(d);
   // 1. Within the host: the engine reduces every local rank's send buffer.
   const uint8_t local_op = avg ? static_cast<uint8_t>(RedOp::kSum) : d.redop;
+  const auto t0 = std::chrono::steady_clock::now();
   if (Status s = ReduceLocally(op, count, local_op, bytes); !s.ok()) return s;
   // 2. Across hosts.
+  const auto t1 = std::chrono::steady_clock::now();
   const cluster::InterHostAlgorithm algorithm = ChooseAlgorithm(bytes);
   Status s = InGroup(
       [&] { return group_->AllReduce(staging_.data(), count, type, LegOp(d.redop), algorithm); });
+  if (s.ok() && avg) Divide(type, staging_.data(), count, layout_.nranks);
+  stats_->local_ns += Nanos(t1 - t0);
+  stats_->leg_ns += Nanos(std::chrono::steady_clock::now() - t1);
+  return s;
+}
+
+Status CrossHostComm::ReduceInRankOrder(PendingOp& op, uint64_t count, size_t bytes) {
+  const coll::OpDesc& d = *op.descs[0];
+  // Every rank's contribution on every host, then the left fold in rank
+  // order: more bytes across hosts than the hierarchical reduction, and the
+  // same bits as on one host.
+  if (Status s = GatherAll(op, bytes); !s.ok()) return s;
+  std::vector<uint8_t> all = std::move(staging_);
+  staging_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(bytes));
+  if (static_cast<DType>(d.dtype) == DType::kFp32) {
+    FoldInRankOrder<float>(staging_.data(), all.data(), count, layout_.nranks, d.redop);
+  } else {
+    FoldInRankOrder<double>(staging_.data(), all.data(), count, layout_.nranks, d.redop);
+  }
+  return Status::Ok();
+}
+
+Status CrossHostComm::RunReduction(PendingOp& op) {
+  const coll::OpDesc& d = *op.descs[0];
+  // Reduce-scatter reduces the whole send buffer, nranks blocks of count.
+  const uint64_t count = d.op == Op::kReduceScatter ? d.count * layout_.nranks : d.count;
+  const size_t bytes = count * ElementBytes(d);
+  const bool floating =
+      static_cast<DType>(d.dtype) == DType::kFp32 || static_cast<DType>(d.dtype) == DType::kFp64;
+  Status s = layout_.deterministic && floating ? ReduceInRankOrder(op, count, bytes)
+                                               : ReduceHierarchically(op, count, bytes);
   if (!s.ok()) return s;
-  if (avg) Divide(type, staging_.data(), count, layout_.nranks);
-  // 3. The outputs: everyone's, the root's, or each rank's block.
+  // The outputs: everyone's, the root's, or each rank's block.
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Timed {
+    std::chrono::steady_clock::time_point t0;
+    std::atomic<uint64_t>& ns;
+    ~Timed() { ns += Nanos(std::chrono::steady_clock::now() - t0); }
+  } timed{t0, stats_->output_ns};
   return Touching([&] {
     for (size_t i = 0; i < op.descs.size(); ++i) {
       const uint32_t rank = layout_.local_ranks[i];

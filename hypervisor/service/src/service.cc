@@ -405,6 +405,11 @@ json Service::Counters() const {
     out["engine"] = {{"algorithms", algos},        {"communicators", s.communicators},
                      {"aborts", s.aborts},         {"timeouts", s.timeouts},
                      {"mismatches", s.mismatches}, {"workers", s.workers}};
+    if (!s.cross_host.empty()) {
+      json x = json::object();
+      for (const auto& [name, n] : s.cross_host) x[name] = n;
+      out["engine"]["cross_host"] = std::move(x);
+    }
   }
   return out;
 }

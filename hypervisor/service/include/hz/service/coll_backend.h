@@ -44,6 +44,10 @@ struct BackendStats {
   uint64_t timeouts = 0;
   uint64_t mismatches = 0;
   uint64_t workers = 0;
+  // Communicators across hosts: where their reductions spend time, in
+  // nanoseconds summed over operations (within the host, across hosts,
+  // writing the outputs), and operations the inter-host leg failed.
+  std::vector<std::pair<std::string, uint64_t>> cross_host;
 };
 
 using MemberPtr = std::shared_ptr<CommMember>;
