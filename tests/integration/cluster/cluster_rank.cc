@@ -4,6 +4,7 @@
 //
 //   cluster_rank --socket PATH --uid-file FILE --rank R --nranks N
 //                [--create-uid] [--count N] [--timeout-ms MS] [--loop] [--cross-host]
+//                [--hierarchical]
 //
 // --create-uid: this rank asks its host for the uid and writes it (hex) to
 // FILE; the others wait for the file. Then every rank joins, runs all-reduce
@@ -12,6 +13,9 @@
 // exactly), send and recv (with --cross-host, between hosts: refused, as not
 // yet supported, and the communicator stays usable) and barrier, and prints
 // one JSON line.
+// --hierarchical: without HZ_COMM_F_DETERMINISTIC (floating-point
+// reductions across hosts are then hierarchical); with it, an fp32 sum whose
+// result depends on the order is checked against the rank-order fold.
 // --loop: after the checks, all-reduces until an operation fails, and
 // reports that failure (a host dying under the communicator).
 // Exit status: 0 all checks passed; 1 an operation failed; 2 a wrong result.
@@ -163,6 +167,24 @@ int CheckOtherCollectives(hz_comm_t* comm, void* mem, uint32_t me, uint32_t n) {
   return 0;
 }
 
+// With HZ_COMM_F_DETERMINISTIC, an fp32 sum is the left fold in rank order
+// whatever the placement: values whose partial sums round differently in any
+// other order (1e8 + 1 is 1e8 in fp32) give exactly the rank-order result.
+int CheckRankOrder(hz_comm_t* comm, float* buf, uint32_t me, uint32_t n) {
+  auto value = [](uint32_t r) { return r % 2 ? 1.0f : (r % 4 ? -1e8f : 1e8f); };
+  float want = value(0);
+  for (uint32_t r = 1; r < n; ++r) want = want + value(r);
+  for (int i = 0; i < 64; ++i) buf[i] = value(me);
+  if (int e = hz_allreduce(comm, buf, buf, 64, HZ_FP32, HZ_SUM); e != 0) return e;
+  for (int i = 0; i < 64; ++i) {
+    if (buf[i] != want) {
+      out["wrong"] = {{"rank_order", true}, {"got", buf[i]}, {"want", want}};
+      return 1;
+    }
+  }
+  return 0;
+}
+
 // Rank 0 sends to the last rank: on one host it arrives; across hosts both
 // sides are refused (not supported yet) and the communicator stays usable.
 int CheckSendRecv(hz_comm_t* comm, int64_t* buf, uint32_t me, uint32_t n, bool across) {
@@ -182,7 +204,7 @@ int main(int argc, char** argv) {
   std::string socket, uid_file;
   uint32_t rank = 0, nranks = 0, timeout_ms = 5000;
   size_t count = 1 << 16;
-  bool create_uid = false, loop = false, cross_host = false;
+  bool create_uid = false, loop = false, cross_host = false, hierarchical = false;
   app.add_option("--socket", socket)->required();
   app.add_option("--uid-file", uid_file)->required();
   app.add_option("--rank", rank)->required();
@@ -192,6 +214,7 @@ int main(int argc, char** argv) {
   app.add_flag("--create-uid", create_uid);
   app.add_flag("--loop", loop);
   app.add_flag("--cross-host", cross_host);
+  app.add_flag("--hierarchical", hierarchical);
   CLI11_PARSE(app, argc, argv);
   out = {{"rank", rank}, {"nranks", nranks}};
 
@@ -212,6 +235,7 @@ int main(int argc, char** argv) {
   }
   hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
   cfg.timeout_ms = timeout_ms;
+  if (hierarchical) cfg.flags &= ~HZ_COMM_F_DETERMINISTIC;
   hz_comm_t* comm = nullptr;
   if (int e = hz_comm_init(dev, &uid, nranks, rank, &cfg, &comm); e != 0) {
     return Failed("init", e);
@@ -221,6 +245,11 @@ int main(int argc, char** argv) {
     return Failed("mem_alloc", e);
   if (int e = RunMatrix(comm, mem, count, rank, nranks); e != 0) {
     return e < 0 ? Report(2) : Failed("allreduce", e);
+  }
+  if (!hierarchical) {
+    if (int e = CheckRankOrder(comm, static_cast<float*>(mem), rank, nranks); e != 0) {
+      return e == 1 ? Report(2) : Failed("allreduce", e);
+    }
   }
   if (int e = CheckOtherCollectives(comm, mem, rank, nranks); e != 0) {
     return e == 1 ? Report(2) : Failed("collectives", e);

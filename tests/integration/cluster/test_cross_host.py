@@ -85,10 +85,13 @@ def cluster():
                 h.stop()
 
 
-@pytest.mark.parametrize("placement", [[0, 0, 1, 1], [0, 1, 0, 1], [0, 1, 2], [1, 1]],
-                         ids=["2x2", "interleaved", "3x1", "one-host"])
-def test_every_supported_allreduce_broadcast_and_barrier_are_exact(cluster, placement):
-    procs = cluster.ranks(placement)
+@pytest.mark.parametrize("placement,flags",
+                         [([0, 0, 1, 1], []), ([0, 0, 1, 1], ["--hierarchical"]),
+                          ([0, 1, 0, 1], []), ([0, 1, 2], ["--hierarchical"]), ([1, 1], [])],
+                         ids=["2x2", "2x2-hierarchical", "interleaved", "3x1-hierarchical",
+                              "one-host"])
+def test_every_collective_is_exact_on_every_placement(cluster, placement, flags):
+    procs = cluster.ranks(placement, extra=flags)
     results = [result(p) for p in procs]
     for rc, r in results:
         assert rc == 0 and r.get("ok"), r
@@ -99,7 +102,7 @@ def test_every_supported_allreduce_broadcast_and_barrier_are_exact(cluster, plac
         # The inter-host algorithm is chosen per operation and counted:
         # bcube for small buffers among more than two hosts, ring otherwise.
         algos = cluster.hosts[0].hzctl("counters")["result"]["engine"]["algorithms"]
-        assert algos["cross_host_ring"] > 0
+        assert algos["cross_host_ring"] > 0  # integers are always reduced hierarchically
         assert (algos["cross_host_bcube"] > 0) == (len(set(placement)) > 2), algos
 
 
