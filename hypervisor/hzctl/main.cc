@@ -123,7 +123,19 @@ void PrintCluster(const json& r) {
                 static_cast<long long>(h.value("lease_remaining_ms", 0ll)),
                 h.value("self", false) ? "  (this host)" : "");
   }
-  std::printf("communicators across hosts: %zu\n", r.value("communicators", json::array()).size());
+  const json comms = r.value("communicators", json::array());
+  std::printf("communicators across hosts: %zu\n", comms.size());
+  for (const json& c : comms) {
+    std::string hosts;
+    for (const json& h : c.value("hosts", json::array())) {
+      hosts += (hosts.empty() ? "" : ",") + h.get<std::string>();
+    }
+    std::printf("  tenant=%s nranks=%llu hosts=%s local_ranks=%zu state=%s next_seq=%llu %s\n",
+                c.value("tenant", std::string()).c_str(), U(c, "nranks"), hosts.c_str(),
+                c.value("local_ranks", json::array()).size(),
+                c.value("state", std::string()).c_str(), U(c, "next_seq"),
+                c.value("abort_reason", std::string()).c_str());
+  }
 }
 
 void PrintHuman(const std::string& cmd, const json& r) {

@@ -164,6 +164,7 @@ StatusOr<ClusterCollBackend::LocalPart*> ClusterCollBackend::PartFor(
 void ClusterCollBackend::Placed(const std::shared_ptr<Joining>& j, const cluster::Placement& p) {
   CrossHostLayout layout = LayoutOf(p, options_.host_name);
   layout.deterministic = j->constraints.deterministic;
+  layout.tenant = j->tenant.name();
   StatusOr<LocalPart*> part = PartFor(j, layout);
   if (!part.ok()) return j->done(part.status(), nullptr);
   std::shared_ptr<CrossHostComm> comm = (*part)->comm;
@@ -245,6 +246,15 @@ void ClusterCollBackend::HostLeft(const std::string& host, const std::string& wh
   for (auto& c : affected) {
     c->Abort(Status::Aborted("host " + host + " of the communicator left the cluster: " + why));
   }
+}
+
+std::vector<CrossHostCommInfo> ClusterCollBackend::CrossHostComms() const {
+  std::vector<CrossHostCommInfo> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : comms_) {
+    if (auto c = w.lock()) out.push_back(c->Info());
+  }
+  return out;
 }
 
 BackendStats ClusterCollBackend::Stats() const {

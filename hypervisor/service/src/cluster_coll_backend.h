@@ -72,6 +72,8 @@ class ClusterCollBackend : public CollBackend {
   // store): every communicator with ranks there is aborted at once, its
   // ranks answered even while Gloo still waits for the host.
   void HostLeft(const std::string& host, const std::string& why);
+  // The live communicators across hosts that this host takes part in.
+  std::vector<CrossHostCommInfo> CrossHostComms() const;
 
  private:
   struct Joining;
@@ -101,7 +103,7 @@ class ClusterCollBackend : public CollBackend {
 
   const std::shared_ptr<CrossHostStats> stats_ = std::make_shared<CrossHostStats>();
   std::atomic<bool> shut_down_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<std::weak_ptr<CrossHostComm>> comms_;
 };
 

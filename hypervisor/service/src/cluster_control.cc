@@ -73,7 +73,7 @@ CommandResult ClusterControl::ClusterStatus(const json& req) {
               {"lease_ms", config_.lease_ms},
               {"ms_since_store_contact", v.ms_since_contact},
               {"hosts", std::move(hosts)},
-              {"communicators", json::array()},
+              {"communicators", communicators_ ? communicators_() : json::array()},
               {"rounds", v.rounds},
               {"failed_rounds", v.failed_rounds},
               {"hosts_joined", v.hosts_joined},

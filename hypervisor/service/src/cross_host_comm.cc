@@ -110,6 +110,19 @@ void CrossHostComm::PostPointToPoint(uint32_t local_index, coll::OpDesc& op, col
   local_.Post(member, std::move(op), std::move(done));
 }
 
+CrossHostCommInfo CrossHostComm::Info() const {
+  CrossHostCommInfo i;
+  i.tenant = layout_.tenant;
+  i.nranks = layout_.nranks;
+  i.hosts = layout_.hosts;
+  i.local_ranks = layout_.local_ranks;
+  std::lock_guard<std::mutex> lock(mu_);
+  i.state = !aborted_.ok() ? "aborted" : inits_answered_ ? "active" : "forming";
+  if (!aborted_.ok()) i.abort_reason = aborted_.message();
+  i.next_seq = next_seq_;
+  return i;
+}
+
 coll::AbortCause CrossHostComm::abort_cause() const {
   std::lock_guard<std::mutex> lock(mu_);
   return abort_cause_;

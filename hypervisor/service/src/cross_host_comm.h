@@ -43,6 +43,7 @@ struct CrossHostLayout {
   uint32_t host_index = 0;             // this host's (hosts are ordered by their lowest rank)
   uint32_t nhosts = 0;
   std::vector<std::string> hosts;  // their names, by index
+  std::string tenant;
   // HZ_COMM_F_DETERMINISTIC: floating-point reductions follow rank order
   // across hosts too (SPEC §7.4.6).
   bool deterministic = true;
@@ -59,6 +60,17 @@ struct CrossHostStats {
   std::atomic<uint64_t> local_ns{0};
   std::atomic<uint64_t> leg_ns{0};
   std::atomic<uint64_t> output_ns{0};
+};
+
+// What the operator sees of one communicator across hosts (cluster.status).
+struct CrossHostCommInfo {
+  std::string tenant;
+  uint32_t nranks = 0;
+  std::vector<std::string> hosts;     // every host with ranks, by index
+  std::vector<uint32_t> local_ranks;  // the ranks on this host
+  std::string state;                  // forming, active, aborted
+  std::string abort_reason;
+  uint64_t next_seq = 0;
 };
 
 class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
@@ -93,6 +105,7 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   // (which its timeout bounds; the thread then ends on its own).
   bool Stop(std::chrono::steady_clock::time_point deadline);
   Status abort_status() const;
+  CrossHostCommInfo Info() const;
 
  private:
   struct PendingOp {

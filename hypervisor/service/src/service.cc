@@ -38,6 +38,21 @@ ClusterCollOptions ClusterCollOptionsOf(const ServiceConfig& c) {
   return o;
 }
 
+json CrossHostCommsJson(const ClusterCollBackend* backend) {
+  json out = json::array();
+  if (backend == nullptr) return out;
+  for (const CrossHostCommInfo& c : backend->CrossHostComms()) {
+    out.push_back({{"tenant", c.tenant},
+                   {"nranks", c.nranks},
+                   {"hosts", c.hosts},
+                   {"local_ranks", c.local_ranks},
+                   {"state", c.state},
+                   {"next_seq", c.next_seq},
+                   {"abort_reason", c.abort_reason}});
+  }
+  return out;
+}
+
 // Runs io until it is stopped. With poll > 0 the thread does not sleep right
 // after handling something: it keeps running the reactor without blocking
 // (a non-blocking epoll_wait per pass) until poll has passed with nothing to
@@ -149,11 +164,13 @@ hz::Status Service::Start() {
                              "the scheduler is disabled ([scheduler] enabled = false)");
   }
 
+  auto* cross_host = dynamic_cast<ClusterCollBackend*>(coll_.get());
   cluster_ = std::make_unique<ClusterControl>(
-      config_.cluster, [coll = dynamic_cast<ClusterCollBackend*>(coll_.get())](
-                           const std::string& host, const std::string& why) {
-        if (coll) coll->HostLeft(host, why);
-      });
+      config_.cluster,
+      [cross_host](const std::string& host, const std::string& why) {
+        if (cross_host) cross_host->HostLeft(host, why);
+      },
+      [cross_host] { return CrossHostCommsJson(cross_host); });
   commands_.Add(cluster_.get(), ClusterControl::Commands());
 
   StartConnectionThreads();

@@ -29,9 +29,10 @@ HZ_EPERM, HZ_ETIMEDOUT, HZ_EABORTED, HZ_EIO = -3, -8, -9, -12
 
 
 class Cluster:
-    def __init__(self, net, hosts):
+    def __init__(self, net, hosts, redis):
         self.net = net
         self.hosts = hosts
+        self.redis = redis
         self.sockets = {}
         self.dir = tempfile.mkdtemp(prefix="hz-xhost-")
 
@@ -72,14 +73,14 @@ def result(proc, limit_s=120):
 def cluster():
     names = ["h0", "h1", "h2"]
     with ClusterNet(["store", *names], rate_mbit=1000) as net:
-        net.start_redis()
+        redis = net.start_redis()
         hosts = [ClusterHost(net, m, lease_ms=1000) for m in names]
         try:
             for h in hosts:
                 h.start()
                 h.hzctl("tenant", "create", "acme")
             assert wait_until(lambda: all(len(h.hosts()) == 3 for h in hosts), 10)
-            yield Cluster(net, hosts)
+            yield Cluster(net, hosts, redis)
         finally:
             for h in hosts:
                 h.stop()
@@ -161,3 +162,39 @@ def test_a_partition_aborts_the_communicator_once_membership_drops_the_host(clus
         cluster.net.heal("h1")
         procs[1].kill()
         procs[1].wait()
+
+
+def test_a_store_outage_aborts_communicators_refuses_inits_and_heals(cluster):
+    procs = cluster.ranks([0, 1], extra=["--loop", "--count", str(1 << 16)], timeout_ms=30000)
+    for p in procs:
+        assert json.loads(p.stdout.readline()).get("ok")
+    # The operator sees the communicator on both of its hosts.
+    for h in cluster.hosts[:2]:
+        comms = h.cluster()["communicators"]
+        assert [(c["tenant"], c["hosts"], c["state"]) for c in comms] == \
+            [("acme", ["h0", "h1"], "active")], comms
+    cluster.redis.kill()
+    cluster.redis.wait()
+    lost_at = time.monotonic()
+    try:
+        # Each host aborts once it has been without the store for a lease;
+        # a host that has not yet may see its peer's connection close first.
+        codes = []
+        for p in procs:
+            rc, r = result(p, limit_s=60)
+            assert rc == 1 and r["failed"] == "loop" and r["code"] in (HZ_EABORTED, HZ_EIO), r
+            codes.append(r["code"])
+        assert HZ_EABORTED in codes, codes
+        took = time.monotonic() - lost_at
+        print(f"both ranks answered {took:.2f} s after the store went away (lease 1 s)")
+        assert took < 15, "the abort waited for the operation timeout"
+        # Without the store, a new communicator cannot form; the cause is given.
+        for p in cluster.ranks([0, 1]):
+            rc, r = result(p)
+            assert rc == 1 and r["failed"] == "init" and r["code"] == HZ_EIO, r
+    finally:
+        cluster.redis = cluster.net.start_redis()
+    assert wait_until(lambda: all(len(h.hosts()) == 3 for h in cluster.hosts), 20)
+    for p in cluster.ranks([0, 1]):
+        rc, r = result(p)
+        assert rc == 0 and r.get("ok"), r

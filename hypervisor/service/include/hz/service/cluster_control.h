@@ -23,8 +23,13 @@ class ClusterControl {
   // Called on the membership thread when a host leaves this host's view.
   using HostLeft = std::function<void(const std::string& host, const std::string& why)>;
 
-  explicit ClusterControl(const ClusterConfig& config, HostLeft host_left = {})
-      : config_(config), host_left_(std::move(host_left)) {}
+  // The communicators across hosts, as cluster.status lists them.
+  using Communicators = std::function<nlohmann::json()>;
+
+  ClusterControl(const ClusterConfig& config, HostLeft host_left, Communicators communicators)
+      : config_(config),
+        host_left_(std::move(host_left)),
+        communicators_(std::move(communicators)) {}
   ~ClusterControl();
   ClusterControl(const ClusterControl&) = delete;
   ClusterControl& operator=(const ClusterControl&) = delete;
@@ -44,6 +49,7 @@ class ClusterControl {
  private:
   const ClusterConfig config_;
   const HostLeft host_left_;
+  const Communicators communicators_;
   std::string host_name_;  // config's, or the system's host name
   std::unique_ptr<cluster::Membership> membership_;
 };
