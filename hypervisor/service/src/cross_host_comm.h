@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -122,17 +123,27 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
 
   // cross_host_ops.cc: one operation, on the leg thread.
   void Run(PendingOp op);
+  // One output of a reduction: bytes [from, from + len) of the result, to
+  // the start of a rank's recv buffer.
+  struct Output {
+    const coll::IoVec* recv;
+    size_t from;
+    size_t len;
+  };
   Status RunReduction(PendingOp& op);  // all-reduce, reduce, reduce-scatter
-  // The reduction of count elements into staging_: hierarchically (each
-  // host's ranks, then the hosts), or in rank order from every rank's
-  // contribution (deterministic floating point).
-  Status ReduceHierarchically(PendingOp& op, uint64_t count, size_t bytes);
-  Status ReduceInRankOrder(PendingOp& op, uint64_t count, size_t bytes);
+  // The reduction of count elements into staging_ and the outputs from it:
+  // hierarchically (each host's ranks, then the hosts, pipelined in chunks),
+  // or in rank order from every rank's contribution (deterministic floats).
+  Status ReduceHierarchically(PendingOp& op, uint64_t count, const std::vector<Output>& outputs);
+  Status ReduceInRankOrder(PendingOp& op, uint64_t count, const std::vector<Output>& outputs);
+  // Posts the engine's reduction of count elements at byte `offset` of every
+  // local rank's send buffer into staging_ at the same offset.
+  std::vector<std::future<Status>> PostLocalReduce(PendingOp& op, size_t offset, uint64_t count,
+                                                   uint8_t redop);
+  // The outputs' parts within [offset, offset + bytes) of staging_.
+  Status WriteOutputs(const std::vector<Output>& outputs, size_t offset, size_t bytes);
   Status RunBroadcast(PendingOp& op);
   Status RunGather(PendingOp& op);  // all-gather, all-to-all
-  // The local ranks' send buffers (count elements each) reduced into
-  // staging_ by the engine, in local rank order.
-  Status ReduceLocally(PendingOp& op, uint64_t count, uint8_t redop, size_t bytes);
   // Every rank's first per_rank bytes of its send buffer, at rank * per_rank
   // in staging_, on every host (each host broadcasts its ranks' blocks).
   Status GatherAll(PendingOp& op, size_t per_rank);

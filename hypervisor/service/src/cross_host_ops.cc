@@ -131,6 +131,10 @@ Status Supported(const coll::OpDesc& op) {
   }
 }
 
+// The pipeline's chunk: large enough that a chunk's inter-host leg is
+// dominated by its bytes rather than by the ring's steps.
+constexpr size_t kPipelineChunkBytes = 4 << 20;
+
 uint64_t Nanos(std::chrono::steady_clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
@@ -153,6 +157,34 @@ void Gather(const coll::IoVec& from, size_t offset, size_t bytes, uint8_t* flat)
     bytes -= n;
     offset = 0;
   }
+}
+
+// The bytes [offset, offset + bytes) of a buffer, as a buffer of their own.
+coll::IoVec Slice(const coll::IoVec& v, size_t offset, size_t bytes) {
+  coll::IoVec out;
+  for (const coll::IoSpan& span : v) {
+    if (bytes == 0) break;
+    if (offset >= span.len) {
+      offset -= span.len;
+      continue;
+    }
+    const size_t n = std::min(span.len - offset, bytes);
+    out.push_back({span.data + offset, n});
+    bytes -= n;
+    offset = 0;
+  }
+  return out;
+}
+
+Status WaitAll(std::vector<std::future<Status>>& done) {
+  Status first_error = Status::Ok();
+  for (auto& f : done) {
+    if (!f.valid()) continue;
+    Status st = f.get();
+    if (!st.ok() && first_error.ok()) first_error = st;
+  }
+  done.clear();
+  return first_error;
 }
 
 void Scatter(const uint8_t* flat, size_t bytes, const coll::IoVec& to, size_t offset) {
@@ -241,11 +273,11 @@ void CrossHostComm::Run(PendingOp op) {
   Finish(op, s);
 }
 
-Status CrossHostComm::ReduceLocally(PendingOp& op, uint64_t count, uint8_t redop, size_t bytes) {
-  staging_.resize(bytes);
-  const size_t n = op.descs.size();
-  std::vector<std::promise<Status>> done(n);
-  for (size_t i = 0; i < n; ++i) {
+std::vector<std::future<Status>> CrossHostComm::PostLocalReduce(PendingOp& op, size_t offset,
+                                                                uint64_t count, uint8_t redop) {
+  const size_t bytes = count * ElementBytes(*op.descs[0]);
+  std::vector<std::future<Status>> done;
+  for (size_t i = 0; i < op.descs.size(); ++i) {
     coll::OpDesc d;
     d.op = Op::kReduce;
     d.seq = local_seq_;
@@ -253,40 +285,58 @@ Status CrossHostComm::ReduceLocally(PendingOp& op, uint64_t count, uint8_t redop
     d.dtype = op.descs[i]->dtype;
     d.redop = redop;
     d.peer = 0;
-    d.send = op.descs[i]->send;
-    if (i == 0) d.recv = {{staging_.data(), bytes}};
-    local_.Post(members_[i], std::move(d), [&done, i](Status st) { done[i].set_value(st); });
+    d.send = Slice(op.descs[i]->send, offset, bytes);
+    if (i == 0) d.recv = {{staging_.data() + offset, bytes}};
+    auto promise = std::make_shared<std::promise<Status>>();
+    done.push_back(promise->get_future());
+    local_.Post(members_[i], std::move(d), [promise](Status st) { promise->set_value(st); });
   }
   ++local_seq_;
-  Status first_error = Status::Ok();
-  for (auto& p : done) {
-    Status st = p.get_future().get();
-    if (!st.ok() && first_error.ok()) first_error = st;
-  }
-  return first_error;
+  return done;
 }
 
-Status CrossHostComm::ReduceHierarchically(PendingOp& op, uint64_t count, size_t bytes) {
+Status CrossHostComm::ReduceHierarchically(PendingOp& op, uint64_t count,
+                                           const std::vector<Output>& outputs) {
   const coll::OpDesc& d = *op.descs[0];
+  const size_t esize = ElementBytes(d);
   const InterHostType type = *LegType(d.dtype, d.redop);
   const bool avg = d.redop == static_cast<uint8_t>(RedOp::kAvg);
-  // 1. Within the host: the engine reduces every local rank's send buffer.
   const uint8_t local_op = avg ? static_cast<uint8_t>(RedOp::kSum) : d.redop;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (Status s = ReduceLocally(op, count, local_op, bytes); !s.ok()) return s;
-  // 2. Across hosts.
-  const auto t1 = std::chrono::steady_clock::now();
-  const cluster::InterHostAlgorithm algorithm = ChooseAlgorithm(bytes);
-  Status s = InGroup(
-      [&] { return group_->AllReduce(staging_.data(), count, type, LegOp(d.redop), algorithm); });
-  if (s.ok() && avg) Divide(type, staging_.data(), count, layout_.nranks);
-  stats_->local_ns += Nanos(t1 - t0);
-  stats_->leg_ns += Nanos(std::chrono::steady_clock::now() - t1);
-  return s;
+  const cluster::InterHostAlgorithm algorithm = ChooseAlgorithm(count * esize);
+  staging_.resize(count * esize);
+  // A pipeline over chunks: the engine reduces chunk k+1 within the host
+  // while the hosts combine chunk k, and chunk k's outputs are written
+  // before chunk k+1's leg starts.
+  const uint64_t chunk = std::max<uint64_t>(1, kPipelineChunkBytes / esize);
+  std::vector<std::future<Status>> local = PostLocalReduce(op, 0, std::min(chunk, count), local_op);
+  Status s = Status::Ok();
+  for (uint64_t first = 0; first < count && s.ok(); first += chunk) {
+    const uint64_t n = std::min(chunk, count - first);
+    const auto t0 = std::chrono::steady_clock::now();
+    s = WaitAll(local);
+    if (s.ok() && first + n < count) {
+      local =
+          PostLocalReduce(op, (first + n) * esize, std::min(chunk, count - first - n), local_op);
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    uint8_t* data = staging_.data() + first * esize;
+    if (s.ok())
+      s = InGroup([&] { return group_->AllReduce(data, n, type, LegOp(d.redop), algorithm); });
+    if (s.ok() && avg) Divide(type, data, n, layout_.nranks);
+    stats_->local_ns += Nanos(t1 - t0);
+    stats_->leg_ns += Nanos(std::chrono::steady_clock::now() - t1);
+    if (s.ok()) s = WriteOutputs(outputs, first * esize, n * esize);
+  }
+  // The engine may still be reducing the next chunk: it reads the ranks'
+  // memory and writes staging_ until it completes.
+  Status pending = WaitAll(local);
+  return s.ok() ? pending : s;
 }
 
-Status CrossHostComm::ReduceInRankOrder(PendingOp& op, uint64_t count, size_t bytes) {
+Status CrossHostComm::ReduceInRankOrder(PendingOp& op, uint64_t count,
+                                        const std::vector<Output>& outputs) {
   const coll::OpDesc& d = *op.descs[0];
+  const size_t bytes = count * ElementBytes(d);
   // Every rank's contribution on every host, then the left fold in rank
   // order: more bytes across hosts than the hierarchical reduction, and the
   // same bits as on one host.
@@ -298,7 +348,21 @@ Status CrossHostComm::ReduceInRankOrder(PendingOp& op, uint64_t count, size_t by
   } else {
     FoldInRankOrder<double>(staging_.data(), all.data(), count, layout_.nranks, d.redop);
   }
-  return Status::Ok();
+  return WriteOutputs(outputs, 0, bytes);
+}
+
+Status CrossHostComm::WriteOutputs(const std::vector<Output>& outputs, size_t offset,
+                                   size_t bytes) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = Touching([&] {
+    for (const Output& o : outputs) {
+      const size_t from = std::max(offset, o.from);
+      const size_t to = std::min(offset + bytes, o.from + o.len);
+      if (from < to) Scatter(staging_.data() + from, to - from, *o.recv, from - o.from);
+    }
+  });
+  stats_->output_ns += Nanos(std::chrono::steady_clock::now() - t0);
+  return s;
 }
 
 Status CrossHostComm::RunReduction(PendingOp& op) {
@@ -306,31 +370,22 @@ Status CrossHostComm::RunReduction(PendingOp& op) {
   // Reduce-scatter reduces the whole send buffer, nranks blocks of count.
   const uint64_t count = d.op == Op::kReduceScatter ? d.count * layout_.nranks : d.count;
   const size_t bytes = count * ElementBytes(d);
+  // What each local rank receives: the whole result, the root's, or its block.
+  std::vector<Output> outputs;
+  for (size_t i = 0; i < op.descs.size(); ++i) {
+    const uint32_t rank = layout_.local_ranks[i];
+    const coll::IoVec* recv = &op.descs[i]->recv;
+    if (d.op == Op::kAllReduce || (d.op == Op::kReduce && rank == d.peer)) {
+      outputs.push_back({recv, 0, bytes});
+    } else if (d.op == Op::kReduceScatter) {
+      const size_t block = bytes / layout_.nranks;
+      outputs.push_back({recv, rank * block, block});
+    }
+  }
   const bool floating =
       static_cast<DType>(d.dtype) == DType::kFp32 || static_cast<DType>(d.dtype) == DType::kFp64;
-  Status s = layout_.deterministic && floating ? ReduceInRankOrder(op, count, bytes)
-                                               : ReduceHierarchically(op, count, bytes);
-  if (!s.ok()) return s;
-  // The outputs: everyone's, the root's, or each rank's block.
-  const auto t0 = std::chrono::steady_clock::now();
-  struct Timed {
-    std::chrono::steady_clock::time_point t0;
-    std::atomic<uint64_t>& ns;
-    ~Timed() { ns += Nanos(std::chrono::steady_clock::now() - t0); }
-  } timed{t0, stats_->output_ns};
-  return Touching([&] {
-    for (size_t i = 0; i < op.descs.size(); ++i) {
-      const uint32_t rank = layout_.local_ranks[i];
-      if (d.op == Op::kAllReduce) Scatter(staging_.data(), bytes, op.descs[i]->recv, 0);
-      if (d.op == Op::kReduce && rank == d.peer) {
-        Scatter(staging_.data(), bytes, op.descs[i]->recv, 0);
-      }
-      if (d.op == Op::kReduceScatter) {
-        const size_t block = bytes / layout_.nranks;
-        Scatter(staging_.data() + rank * block, block, op.descs[i]->recv, 0);
-      }
-    }
-  });
+  return layout_.deterministic && floating ? ReduceInRankOrder(op, count, outputs)
+                                           : ReduceHierarchically(op, count, outputs);
 }
 
 Status CrossHostComm::RunBroadcast(PendingOp& op) {
