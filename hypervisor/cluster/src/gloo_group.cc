@@ -61,10 +61,18 @@ class GlooGroup : public InterHostGroup {
         return Reduce(static_cast<float*>(data), count, op, algorithm);
       case InterHostType::kF64:
         return Reduce(static_cast<double*>(data), count, op, algorithm);
+      case InterHostType::kI8:
+        return Reduce(static_cast<int8_t*>(data), count, op, algorithm);
+      case InterHostType::kU8:
+        return Reduce(static_cast<uint8_t*>(data), count, op, algorithm);
       case InterHostType::kI32:
         return Reduce(static_cast<int32_t*>(data), count, op, algorithm);
+      case InterHostType::kU32:
+        return Reduce(static_cast<uint32_t*>(data), count, op, algorithm);
       case InterHostType::kI64:
         return Reduce(static_cast<int64_t*>(data), count, op, algorithm);
+      case InterHostType::kU64:
+        return Reduce(static_cast<uint64_t*>(data), count, op, algorithm);
     }
     return Status::InvalidArgument("inter-host leg: unknown element type");
   }

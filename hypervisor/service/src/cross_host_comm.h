@@ -7,11 +7,11 @@
 // output from the result.
 //
 // Supported across hosts: every collective. Reductions (all-reduce, reduce,
-// reduce-scatter) take fp32, fp64, int32, int64, and uint32/uint64 with sum
-// or prod, with every reduction (avg as sum / nranks); broadcast, all-gather,
-// all-to-all and barrier take every type. Send and recv across hosts, and
-// the other reduction types, complete with kNotSupported on every rank, and
-// their seq is consumed as on one host. Send and recv between two ranks of
+// reduce-scatter) take every type but fp16 and bf16, with every reduction
+// (avg as sum / nranks); broadcast, all-gather, all-to-all and barrier take
+// every type. Send and recv across hosts, and fp16 and bf16 reductions,
+// complete with kNotSupported on every rank, and their seq is consumed as on
+// one host. Send and recv between two ranks of
 // the same host are paired by the engine, as on one host.
 #ifndef HZ_SERVICE_CROSS_HOST_COMM_H_
 #define HZ_SERVICE_CROSS_HOST_COMM_H_

@@ -29,25 +29,26 @@ using coll::DType;
 using coll::Op;
 using coll::RedOp;
 
-// The element type the inter-host leg reduces for dtype and redop; nothing
-// where it cannot reduce it yet. Unsigned sums and products wrap as their
-// signed twins do, bit for bit; their min and max differ.
-std::optional<InterHostType> LegType(uint8_t dtype, uint8_t redop) {
-  const bool wraps =
-      redop == static_cast<uint8_t>(RedOp::kSum) || redop == static_cast<uint8_t>(RedOp::kProd);
+// The element type the inter-host leg reduces for dtype; nothing for the
+// 16-bit floats, which it does not carry yet.
+std::optional<InterHostType> LegType(uint8_t dtype, uint8_t /*redop*/) {
   switch (static_cast<DType>(dtype)) {
     case DType::kFp32:
       return InterHostType::kF32;
     case DType::kFp64:
       return InterHostType::kF64;
+    case DType::kInt8:
+      return InterHostType::kI8;
+    case DType::kUint8:
+      return InterHostType::kU8;
     case DType::kInt32:
       return InterHostType::kI32;
+    case DType::kUint32:
+      return InterHostType::kU32;
     case DType::kInt64:
       return InterHostType::kI64;
-    case DType::kUint32:
-      return wraps ? std::optional(InterHostType::kI32) : std::nullopt;
     case DType::kUint64:
-      return wraps ? std::optional(InterHostType::kI64) : std::nullopt;
+      return InterHostType::kU64;
     default:
       return std::nullopt;
   }
@@ -78,10 +79,18 @@ void Divide(InterHostType t, uint8_t* data, size_t count, uint32_t n) {
       return DivideAll<float>(data, count, n);
     case InterHostType::kF64:
       return DivideAll<double>(data, count, n);
+    case InterHostType::kI8:
+      return DivideAll<int8_t>(data, count, n);
+    case InterHostType::kU8:
+      return DivideAll<uint8_t>(data, count, n);
     case InterHostType::kI32:
       return DivideAll<int32_t>(data, count, n);
+    case InterHostType::kU32:
+      return DivideAll<uint32_t>(data, count, n);
     case InterHostType::kI64:
       return DivideAll<int64_t>(data, count, n);
+    case InterHostType::kU64:
+      return DivideAll<uint64_t>(data, count, n);
   }
 }
 
@@ -123,9 +132,7 @@ Status Supported(const coll::OpDesc& op) {
     case Op::kReduce:
     case Op::kReduceScatter:
       if (LegType(op.dtype, op.redop)) return Status::Ok();
-      return Status::NotSupported(
-          "across hosts, reductions take fp32, fp64, int32 and int64 (uint32 and uint64 with "
-          "sum or prod) so far");
+      return Status::NotSupported("across hosts, fp16 and bf16 reductions are not supported yet");
     default:
       return Status::Ok();
   }

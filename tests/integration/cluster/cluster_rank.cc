@@ -111,16 +111,21 @@ int RunMatrix(hz_comm_t* comm, void* mem, size_t count, uint32_t rank, uint32_t 
   const enum hz_redop ops[] = {HZ_SUM, HZ_PROD, HZ_MIN, HZ_MAX, HZ_AVG};
   for (size_t c : {size_t{1}, size_t{1000}, count}) {
     for (enum hz_redop op : ops) {
-      int e = CheckAllReduce(comm, static_cast<float*>(mem), c, HZ_FP32, op, rank, n);
-      if (e == 0) e = CheckAllReduce(comm, static_cast<double*>(mem), c, HZ_FP64, op, rank, n);
-      if (e == 0) e = CheckAllReduce(comm, static_cast<int32_t*>(mem), c, HZ_INT32, op, rank, n);
-      if (e == 0) e = CheckAllReduce(comm, static_cast<int64_t*>(mem), c, HZ_INT64, op, rank, n);
-      if (e == 0 && (op == HZ_SUM || op == HZ_PROD)) {
-        e = CheckAllReduce(comm, static_cast<uint32_t*>(mem), c, HZ_UINT32, op, rank, n);
+      const int results[] = {
+          CheckAllReduce(comm, static_cast<float*>(mem), c, HZ_FP32, op, rank, n),
+          CheckAllReduce(comm, static_cast<double*>(mem), c, HZ_FP64, op, rank, n),
+          CheckAllReduce(comm, static_cast<int8_t*>(mem), c, HZ_INT8, op, rank, n),
+          CheckAllReduce(comm, static_cast<uint8_t*>(mem), c, HZ_UINT8, op, rank, n),
+          CheckAllReduce(comm, static_cast<int32_t*>(mem), c, HZ_INT32, op, rank, n),
+          CheckAllReduce(comm, static_cast<uint32_t*>(mem), c, HZ_UINT32, op, rank, n),
+          CheckAllReduce(comm, static_cast<int64_t*>(mem), c, HZ_INT64, op, rank, n),
+          CheckAllReduce(comm, static_cast<uint64_t*>(mem), c, HZ_UINT64, op, rank, n),
+      };
+      for (int e : results) {
+        if (e == 1) return -1;
+        if (e != 0) return e;
+        ++checked;
       }
-      if (e == 1) return -1;
-      if (e != 0) return e;
-      checked += 4;
     }
   }
   out["checked"] = checked;
@@ -250,6 +255,14 @@ int main(int argc, char** argv) {
     if (int e = CheckRankOrder(comm, static_cast<float*>(mem), rank, nranks); e != 0) {
       return e == 1 ? Report(2) : Failed("allreduce", e);
     }
+  }
+  // bf16 reductions are not carried across hosts yet: refused on every rank,
+  // and the communicator stays usable. On one host they work.
+  if (int e = hz_allreduce(comm, mem, mem, 16, HZ_BF16, HZ_SUM);
+      e != (cross_host ? HZ_ENOTSUP : 0)) {
+    out["wrong"] = "bf16 all-reduce";
+    out["code"] = e;
+    return Report(2);
   }
   if (int e = CheckOtherCollectives(comm, mem, rank, nranks); e != 0) {
     return e == 1 ? Report(2) : Failed("collectives", e);

@@ -17,7 +17,7 @@
 
 namespace hz::cluster {
 
-enum class InterHostType : uint8_t { kF32, kF64, kI32, kI64 };
+enum class InterHostType : uint8_t { kF32, kF64, kI8, kU8, kI32, kU32, kI64, kU64 };
 enum class InterHostOp : uint8_t { kSum, kProd, kMin, kMax };
 // The all-reduce algorithms Gloo offers for this use: ring (bandwidth-optimal,
 // 2(n-1) steps) and bcube (log-depth, for small buffers and many hosts).
@@ -30,7 +30,7 @@ class InterHostGroup {
   virtual uint32_t size() const = 0;
 
   // Every member's `data` (count elements) becomes the reduction of all
-  // members' buffers. The errors of every operation: kTimedOut when a member
+  // members' buffers (integers wrap). The errors of every operation: kTimedOut when a member
   // does not take part within the group's timeout (it hangs, or a partition
   // cut it off), kIoError when a member's connection fails (it died); the
   // message names the cause. After an error the group is unusable.
