@@ -10,7 +10,9 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "gloo_store.h"
 #include "hz/cluster/inter_host.h"
@@ -46,6 +48,36 @@ ReduceFn ReduceFor(InterHostOp op) {
   return nullptr;
 }
 
+// bfloat16 reductions for Gloo: in fp32, rounded once per step.
+template <typename Combine>
+void Bf16Reduce(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<uint16_t*>(c);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = ToBf16(Combine()(FromBf16(x[i]), FromBf16(y[i])));
+}
+
+struct Min {
+  float operator()(float a, float b) const { return std::min(a, b); }
+};
+struct Max {
+  float operator()(float a, float b) const { return std::max(a, b); }
+};
+
+ReduceFn Bf16ReduceFor(InterHostOp op) {
+  switch (op) {
+    case InterHostOp::kSum:
+      return &Bf16Reduce<std::plus<float>>;
+    case InterHostOp::kProd:
+      return &Bf16Reduce<std::multiplies<float>>;
+    case InterHostOp::kMin:
+      return &Bf16Reduce<Min>;
+    case InterHostOp::kMax:
+      return &Bf16Reduce<Max>;
+  }
+  return nullptr;
+}
+
 class GlooGroup : public InterHostGroup {
  public:
   GlooGroup(std::shared_ptr<gloo::Context> context, std::unique_ptr<GlooStore> store)
@@ -73,6 +105,8 @@ class GlooGroup : public InterHostGroup {
         return Reduce(static_cast<int64_t*>(data), count, op, algorithm);
       case InterHostType::kU64:
         return Reduce(static_cast<uint64_t*>(data), count, op, algorithm);
+      case InterHostType::kBF16:
+        return Reduce(static_cast<uint16_t*>(data), count, op, algorithm, Bf16ReduceFor(op));
     }
     return Status::InvalidArgument("inter-host leg: unknown element type");
   }
@@ -105,8 +139,9 @@ class GlooGroup : public InterHostGroup {
 
  private:
   template <typename T>
-  Status Reduce(T* data, size_t count, InterHostOp op, InterHostAlgorithm algorithm) {
-    ReduceFn fn = ReduceFor<T>(op);
+  Status Reduce(T* data, size_t count, InterHostOp op, InterHostAlgorithm algorithm,
+                ReduceFn fn = nullptr) {
+    if (fn == nullptr) fn = ReduceFor<T>(op);
     if (fn == nullptr) return Status::InvalidArgument("inter-host leg: unknown reduction");
     return Run([&] {
       gloo::AllreduceOptions o(context_);
@@ -137,6 +172,21 @@ class GlooGroup : public InterHostGroup {
 };
 
 }  // namespace
+
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float FromBf16(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
 
 StatusOr<std::unique_ptr<InterHostGroup>> ConnectGlooGroup(const GlooGroupOptions& o) {
   if (o.size == 0 || o.rank >= o.size) {

@@ -17,7 +17,13 @@
 
 namespace hz::cluster {
 
-enum class InterHostType : uint8_t { kF32, kF64, kI8, kU8, kI32, kU32, kI64, kU64 };
+// kBF16 is bfloat16 (the upper half of an fp32): each addition is done in
+// fp32 and rounded to nearest even once (the lossy wire format of fp32 sums).
+enum class InterHostType : uint8_t { kF32, kF64, kI8, kU8, kI32, kU32, kI64, kU64, kBF16 };
+
+// fp32 to bfloat16, rounded to nearest even (NaNs stay NaNs), and back.
+uint16_t ToBf16(float f);
+float FromBf16(uint16_t b);
 enum class InterHostOp : uint8_t { kSum, kProd, kMin, kMax };
 // The all-reduce algorithms Gloo offers for this use: ring (bandwidth-optimal,
 // 2(n-1) steps) and bcube (log-depth, for small buffers and many hosts).
