@@ -164,6 +164,7 @@ StatusOr<ClusterCollBackend::LocalPart*> ClusterCollBackend::PartFor(
 void ClusterCollBackend::Placed(const std::shared_ptr<Joining>& j, const cluster::Placement& p) {
   CrossHostLayout layout = LayoutOf(p, options_.host_name);
   layout.deterministic = j->constraints.deterministic;
+  layout.allow_lossy = j->constraints.allow_lossy && !j->constraints.deterministic;
   layout.tenant = j->tenant.name();
   StatusOr<LocalPart*> part = PartFor(j, layout);
   if (!part.ok()) return j->done(part.status(), nullptr);
@@ -261,6 +262,7 @@ BackendStats ClusterCollBackend::Stats() const {
   BackendStats s = local_->Stats();
   s.algorithms.push_back({"cross_host_ring", stats_->ring.load()});
   s.algorithms.push_back({"cross_host_bcube", stats_->bcube.load()});
+  s.algorithms.push_back({"cross_host_lossy_bf16", stats_->lossy.load()});
   s.cross_host = {{"local_ns", stats_->local_ns.load()},
                   {"leg_ns", stats_->leg_ns.load()},
                   {"output_ns", stats_->output_ns.load()},

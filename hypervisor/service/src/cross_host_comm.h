@@ -48,6 +48,9 @@ struct CrossHostLayout {
   // HZ_COMM_F_DETERMINISTIC: floating-point reductions follow rank order
   // across hosts too (SPEC §7.4.6).
   bool deterministic = true;
+  // HZ_COMM_F_ALLOW_LOSSY (without the flag above): fp32 sums cross hosts
+  // as bfloat16, with the error bound of SPEC §7.3.8.
+  bool allow_lossy = false;
   uint32_t LocalIndex(uint32_t global_rank) const;
 };
 
@@ -55,6 +58,7 @@ struct CrossHostLayout {
 struct CrossHostStats {
   std::atomic<uint64_t> ring{0};    // inter-host legs run with Gloo's ring
   std::atomic<uint64_t> bcube{0};   // ... with its bcube
+  std::atomic<uint64_t> lossy{0};   // ... of them carried as bfloat16 (ALLOW_LOSSY)
   std::atomic<uint64_t> failed{0};  // operations the leg failed (a host died, hung, was cut off)
   // Time of reductions by phase (ns): the engine within the host (or, in
   // rank order, gathering every contribution), the inter-host leg, the outputs.
@@ -140,6 +144,10 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   // local rank's send buffer into staging_ at the same offset.
   std::vector<std::future<Status>> PostLocalReduce(PendingOp& op, size_t offset, uint64_t count,
                                                    uint8_t redop);
+  // The inter-host leg of n elements at data (in staging_), as bfloat16 when
+  // the communicator allows it for this reduction.
+  Status CombineAcrossHosts(uint8_t* data, uint64_t n, const coll::OpDesc& d,
+                            cluster::InterHostAlgorithm algorithm);
   // The outputs' parts within [offset, offset + bytes) of staging_.
   Status WriteOutputs(const std::vector<Output>& outputs, size_t offset, size_t bytes);
   Status RunBroadcast(PendingOp& op);
@@ -164,6 +172,7 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   const std::shared_ptr<CrossHostStats> stats_;
   std::unique_ptr<cluster::InterHostGroup> group_;  // leg thread only
   std::vector<uint8_t> staging_;                    // leg thread only
+  std::vector<uint16_t> wire_;                      // bfloat16 chunk (ALLOW_LOSSY); leg thread only
   uint64_t local_seq_ = 0;                          // leg thread only
 
   mutable std::mutex mu_;

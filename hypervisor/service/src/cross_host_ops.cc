@@ -91,6 +91,8 @@ void Divide(InterHostType t, uint8_t* data, size_t count, uint32_t n) {
       return DivideAll<int64_t>(data, count, n);
     case InterHostType::kU64:
       return DivideAll<uint64_t>(data, count, n);
+    case InterHostType::kBF16:
+      return;  // never the staging buffer's type: it holds fp32 (LegType)
   }
 }
 
@@ -327,8 +329,7 @@ Status CrossHostComm::ReduceHierarchically(PendingOp& op, uint64_t count,
     }
     const auto t1 = std::chrono::steady_clock::now();
     uint8_t* data = staging_.data() + first * esize;
-    if (s.ok())
-      s = InGroup([&] { return group_->AllReduce(data, n, type, LegOp(d.redop), algorithm); });
+    if (s.ok()) s = CombineAcrossHosts(data, n, d, algorithm);
     if (s.ok() && avg) Divide(type, data, n, layout_.nranks);
     stats_->local_ns += Nanos(t1 - t0);
     stats_->leg_ns += Nanos(std::chrono::steady_clock::now() - t1);
@@ -338,6 +339,28 @@ Status CrossHostComm::ReduceHierarchically(PendingOp& op, uint64_t count,
   // memory and writes staging_ until it completes.
   Status pending = WaitAll(local);
   return s.ok() ? pending : s;
+}
+
+Status CrossHostComm::CombineAcrossHosts(uint8_t* data, uint64_t n, const coll::OpDesc& d,
+                                         cluster::InterHostAlgorithm algorithm) {
+  const bool lossy = layout_.allow_lossy && static_cast<DType>(d.dtype) == DType::kFp32 &&
+                     (d.redop == static_cast<uint8_t>(RedOp::kSum) ||
+                      d.redop == static_cast<uint8_t>(RedOp::kAvg));
+  if (!lossy) {
+    const InterHostType type = *LegType(d.dtype, d.redop);
+    return InGroup([&] { return group_->AllReduce(data, n, type, LegOp(d.redop), algorithm); });
+  }
+  // Half the bytes between hosts: each host's partial sums are rounded to
+  // bfloat16, combined in fp32 and rounded once per step of the algorithm.
+  stats_->lossy.fetch_add(1, std::memory_order_relaxed);
+  float* f = reinterpret_cast<float*>(data);
+  wire_.resize(n);
+  for (uint64_t i = 0; i < n; ++i) wire_[i] = cluster::ToBf16(f[i]);
+  Status s = InGroup([&] {
+    return group_->AllReduce(wire_.data(), n, InterHostType::kBF16, InterHostOp::kSum, algorithm);
+  });
+  for (uint64_t i = 0; s.ok() && i < n; ++i) f[i] = cluster::FromBf16(wire_[i]);
+  return s;
 }
 
 Status CrossHostComm::ReduceInRankOrder(PendingOp& op, uint64_t count,

@@ -26,7 +26,9 @@ the outputs), then one line per size:
    "of_link_bound":link_bound_us/device_us,"vs_flat_gloo":gloo_us/device_us,...}
 
 Usage: cluster_allreduce_bench.py [--rate-mbit N] [--configs 2x2,4x2]
-                                  [--sizes B,B,..] [--iters N] [--smoke]
+                                  [--sizes B,B,..] [--iters N] [--lossy] [--smoke]
+--lossy: the device ranks set HZ_COMM_F_ALLOW_LOSSY, so fp32 crosses hosts as
+bfloat16 (half the bytes; of_link_bound may then exceed 1).
 Needs root (namespaces); run it from a build (ctest sets the environment) or set
 HZ_HARMONAIZED, HZ_HZCTL, HZ_CLUSTER_BENCH_RANK and PYTHONPATH as the smoke test does.
 """
@@ -69,7 +71,7 @@ def slowest_median(per_rank: List[List[float]]) -> float:
 
 
 def run_config(hosts: int, per_host: int, sizes: List[int], iters: int, warmup: int,
-               rate_mbit: float) -> List[dict]:
+               rate_mbit: float, lossy: bool) -> List[dict]:
     names = [f"h{i}" for i in range(hosts)]
     nranks = hosts * per_host
     common = ["--nranks", str(nranks), "--sizes", ",".join(map(str, sizes)), "--iters",
@@ -89,7 +91,8 @@ def run_config(hosts: int, per_host: int, sizes: List[int], iters: int, warmup: 
                 sock = os.path.join(d.dir, f"bench-{r}.sock")
                 d.hzctl("vm", "bind", "--tenant", "bench", "--socket", sock)
                 argv = [RANK, "device", "--socket", sock, "--uid-file", uid_file, "--rank",
-                        str(r), *common] + (["--create-uid"] if r == 0 else [])
+                        str(r), *common] + (["--create-uid"] if r == 0 else []) + \
+                    (["--lossy"] if lossy else [])
                 procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True))
             device = collect(procs, "device")
@@ -116,7 +119,7 @@ def run_config(hosts: int, per_host: int, sizes: List[int], iters: int, warmup: 
         dev_us, gloo_us = slowest_median(device[b]), slowest_median(gloo[b])
         bound_us = 2 * (hosts - 1) / hosts * b / rate * 1e6
         out.append({"bench": "cluster_allreduce", "hosts": hosts, "ranks_per_host": per_host,
-                    "bytes": b, "iters": iters, "rate_mbit": rate_mbit,
+                    "bytes": b, "iters": iters, "rate_mbit": rate_mbit, "lossy_bf16": lossy,
                     "device_us": round(dev_us, 1), "gloo_us": round(gloo_us, 1),
                     "link_bound_us": round(bound_us, 1),
                     "of_link_bound": round(bound_us / dev_us, 3),
@@ -133,6 +136,9 @@ def main() -> int:
     ap.add_argument("--sizes", default=",".join(map(str, FULL_SIZES)))
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--lossy", action="store_true",
+                    help="the device's communicator allows lossy transport: fp32 crosses hosts as "
+                         "bfloat16 (the link bound stays the fp32 one)")
     ap.add_argument("--smoke", action="store_true",
                     help="2 hosts x 1 rank, 64 KiB and 1 MiB, one iteration: checks that it reports")
     a = ap.parse_args()
@@ -142,7 +148,7 @@ def main() -> int:
     ok = True
     for config in a.configs.split(","):
         hosts, per_host = (int(x) for x in config.split("x"))
-        for line in run_config(hosts, per_host, sizes, a.iters, a.warmup, a.rate_mbit):
+        for line in run_config(hosts, per_host, sizes, a.iters, a.warmup, a.rate_mbit, a.lossy):
             print(json.dumps(line), flush=True)
             if line["bench"] == "cluster_allreduce":
                 ok = ok and line["device_us"] > 0 and line["gloo_us"] > 0

@@ -7,7 +7,7 @@
 // per size with every iteration's time.
 //
 //   cluster_bench_rank device --socket PATH --uid-file FILE --rank R --nranks N
-//                             [--create-uid] --sizes B,B,.. --iters N [--warmup N]
+//                             [--create-uid] [--lossy] --sizes B,B,.. --iters N [--warmup N]
 //   cluster_bench_rank gloo --store ADDR --key KEY --address IP --rank R --nranks N
 //                           --sizes B,B,.. --iters N [--warmup N]
 #include <chrono>
@@ -59,7 +59,7 @@ std::string Hex(const hz_uid_t& uid) {
 }
 
 int RunDevice(const Args& a, const std::string& socket, const std::string& uid_file,
-              bool create_uid) {
+              bool create_uid, bool lossy) {
   hz_device_t* dev = nullptr;
   if (int e = hz_open(("vhost-user:" + socket).c_str(), &dev); e != 0) return e;
   hz_uid_t uid{};
@@ -83,6 +83,7 @@ int RunDevice(const Args& a, const std::string& socket, const std::string& uid_f
   // Hierarchical: with HZ_COMM_F_DETERMINISTIC, fp32 across hosts is the
   // rank-order fold of every rank's contribution (SPEC §7.4.6).
   cfg.flags &= ~HZ_COMM_F_DETERMINISTIC;
+  if (lossy) cfg.flags |= HZ_COMM_F_ALLOW_LOSSY;  // fp32 crosses hosts as bfloat16
   hz_comm_t* comm = nullptr;
   if (int e = hz_comm_init(dev, &uid, a.nranks, a.rank, &cfg, &comm); e != 0) return e;
   size_t max_bytes = 0;
@@ -129,7 +130,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Args a;
   std::string socket, uid_file, store, key, address;
-  bool create_uid = false;
+  bool create_uid = false, lossy = false;
   for (CLI::App* sub : {app.add_subcommand("device"), app.add_subcommand("gloo")}) {
     sub->add_option("--rank", a.rank)->required();
     sub->add_option("--nranks", a.nranks)->required();
@@ -141,13 +142,14 @@ int main(int argc, char** argv) {
   dev->add_option("--socket", socket)->required();
   dev->add_option("--uid-file", uid_file)->required();
   dev->add_flag("--create-uid", create_uid);
+  dev->add_flag("--lossy", lossy);
   CLI::App* gloo = app.get_subcommand("gloo");
   gloo->add_option("--store", store)->required();
   gloo->add_option("--key", key)->required();
   gloo->add_option("--address", address)->required();
   CLI11_PARSE(app, argc, argv);
-  const int rc =
-      dev->parsed() ? RunDevice(a, socket, uid_file, create_uid) : RunGloo(a, store, key, address);
+  const int rc = dev->parsed() ? RunDevice(a, socket, uid_file, create_uid, lossy)
+                               : RunGloo(a, store, key, address);
   if (rc != 0) std::fprintf(stderr, "cluster_bench_rank: failed (%d)\n", rc);
   return rc == 0 ? 0 : 1;
 }

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -70,3 +72,11 @@ def wait_until(pred: Callable[[], bool], limit_s: float) -> Optional[float]:
             return time.monotonic() - start
         time.sleep(0.05)
     return None
+
+
+def last_json(proc: subprocess.Popen, limit_s: float):
+    """(exit status, the last JSON line it printed) of a test program."""
+    out, err = proc.communicate(timeout=limit_s)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, f"no result (rc {proc.returncode}): {err}"
+    return proc.returncode, json.loads(lines[-1])

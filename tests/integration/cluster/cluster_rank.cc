@@ -4,7 +4,7 @@
 //
 //   cluster_rank --socket PATH --uid-file FILE --rank R --nranks N
 //                [--create-uid] [--count N] [--timeout-ms MS] [--loop] [--cross-host]
-//                [--hierarchical]
+//                [--hierarchical] [--lossy]
 //
 // --create-uid: this rank asks its host for the uid and writes it (hex) to
 // FILE; the others wait for the file. Then every rank joins, runs all-reduce
@@ -16,6 +16,8 @@
 // --hierarchical: without HZ_COMM_F_DETERMINISTIC (floating-point
 // reductions across hosts are then hierarchical); with it, an fp32 sum whose
 // result depends on the order is checked against the rank-order fold.
+// --lossy: HZ_COMM_F_ALLOW_LOSSY without DETERMINISTIC: an fp32 sum is
+// checked against the bound for bfloat16 between hosts (and must be inexact).
 // --loop: after the checks, all-reduces until an operation fails, and
 // reports that failure (a host dying under the communicator).
 // Exit status: 0 all checks passed; 1 an operation failed; 2 a wrong result.
@@ -24,9 +26,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,6 +194,39 @@ int CheckRankOrder(hz_comm_t* comm, float* buf, uint32_t me, uint32_t n) {
   return 0;
 }
 
+// With HZ_COMM_F_ALLOW_LOSSY across hosts, an fp32 sum crosses hosts as
+// bfloat16: within SPEC §7.3.8's bound of the exact sum (with at most n hosts,
+// gamma(n) = n u / (1 - n u), u = 2^-8, times the sum of magnitudes, plus
+// fp32's own rounding), and not exact for values bfloat16 cannot hold.
+int CheckLossy(hz_comm_t* comm, float* buf, uint32_t me, uint32_t n) {
+  const size_t c = 4096;
+  auto value = [](uint32_t r, size_t i) {
+    return 1.0f + static_cast<float>(r + 1) * 0x1p-12f + static_cast<float>(i % 16) * 0x1p-16f;
+  };
+  for (size_t i = 0; i < c; ++i) buf[i] = value(me, i);
+  if (int e = hz_allreduce(comm, buf, buf, c, HZ_FP32, HZ_SUM); e != 0) return e;
+  const double u = 0x1p-8, gamma = n * u / (1 - n * u);
+  size_t inexact = 0;
+  double worst = 0;
+  for (size_t i = 0; i < c; ++i) {
+    double exact = 0, magnitude = 0;
+    for (uint32_t r = 0; r < n; ++r) {
+      exact += value(r, i);
+      magnitude += std::fabs(value(r, i));
+    }
+    const double err = std::fabs(buf[i] - exact);
+    worst = std::max(worst, err / magnitude);
+    if (err > gamma * magnitude + n * 0x1p-24 * magnitude) {
+      out["wrong"] = {{"lossy", true}, {"index", i}, {"got", buf[i]}, {"exact", exact}};
+      return 1;
+    }
+    if (err > n * 0x1p-24 * magnitude) ++inexact;
+  }
+  out["lossy_worst_relative_error"] = worst;
+  if (inexact == 0) return (out["wrong"] = "ALLOW_LOSSY left every sum exact: bf16 unused", 1);
+  return 0;
+}
+
 // Rank 0 sends to the last rank: on one host it arrives; across hosts both
 // sides are refused (not supported yet) and the communicator stays usable.
 int CheckSendRecv(hz_comm_t* comm, int64_t* buf, uint32_t me, uint32_t n, bool across) {
@@ -209,7 +246,7 @@ int main(int argc, char** argv) {
   std::string socket, uid_file;
   uint32_t rank = 0, nranks = 0, timeout_ms = 5000;
   size_t count = 1 << 16;
-  bool create_uid = false, loop = false, cross_host = false, hierarchical = false;
+  bool create_uid = false, loop = false, cross_host = false, hierarchical = false, lossy = false;
   app.add_option("--socket", socket)->required();
   app.add_option("--uid-file", uid_file)->required();
   app.add_option("--rank", rank)->required();
@@ -220,11 +257,14 @@ int main(int argc, char** argv) {
   app.add_flag("--loop", loop);
   app.add_flag("--cross-host", cross_host);
   app.add_flag("--hierarchical", hierarchical);
+  app.add_flag("--lossy", lossy);
   CLI11_PARSE(app, argc, argv);
   out = {{"rank", rank}, {"nranks", nranks}};
 
   hz_device_t* dev = nullptr;
   if (int e = hz_open(("vhost-user:" + socket).c_str(), &dev); e != 0) return Failed("open", e);
+  // Every way out closes the communicator and the device (in that order).
+  std::unique_ptr<hz_device_t, void (*)(hz_device_t*)> dev_owner(dev, hz_close);
   hz_uid_t uid{};
   if (create_uid) {
     if (int e = hz_comm_get_uid(dev, &uid); e != 0) return Failed("get_uid", e);
@@ -240,18 +280,26 @@ int main(int argc, char** argv) {
   }
   hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
   cfg.timeout_ms = timeout_ms;
-  if (hierarchical) cfg.flags &= ~HZ_COMM_F_DETERMINISTIC;
+  if (hierarchical || lossy) cfg.flags &= ~HZ_COMM_F_DETERMINISTIC;
+  if (lossy) cfg.flags |= HZ_COMM_F_ALLOW_LOSSY;
   hz_comm_t* comm = nullptr;
+  auto destroy = [](hz_comm_t* c) { hz_comm_destroy(c); };
+  std::unique_ptr<hz_comm_t, decltype(destroy)> comm_owner(nullptr, destroy);
   if (int e = hz_comm_init(dev, &uid, nranks, rank, &cfg, &comm); e != 0) {
     return Failed("init", e);
   }
+  comm_owner.reset(comm);
   void* mem = nullptr;
   if (int e = hz_mem_alloc(dev, std::max<size_t>(count, 4096) * 8, &mem); e != 0)
     return Failed("mem_alloc", e);
   if (int e = RunMatrix(comm, mem, count, rank, nranks); e != 0) {
     return e < 0 ? Report(2) : Failed("allreduce", e);
   }
-  if (!hierarchical) {
+  if (lossy) {
+    if (int e = CheckLossy(comm, static_cast<float*>(mem), rank, nranks); e != 0) {
+      return e == 1 ? Report(2) : Failed("allreduce", e);
+    }
+  } else if (!hierarchical) {
     if (int e = CheckRankOrder(comm, static_cast<float*>(mem), rank, nranks); e != 0) {
       return e == 1 ? Report(2) : Failed("allreduce", e);
     }
@@ -294,7 +342,5 @@ int main(int argc, char** argv) {
       }
     }
   }
-  hz_comm_destroy(comm);
-  hz_close(dev);
   return Report(0);
 }

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from cluster_host import ClusterHost, wait_until
+from cluster_host import ClusterHost, last_json, wait_until
 from cluster_net import ClusterNet
 
 RANK = os.environ.get("HZ_CLUSTER_RANK", "cluster_rank")
@@ -63,10 +63,7 @@ class Cluster:
 
 
 def result(proc, limit_s=120):
-    out, err = proc.communicate(timeout=limit_s)
-    lines = [l for l in out.splitlines() if l.startswith("{")]
-    assert lines, f"no result (rc {proc.returncode}): {err}"
-    return proc.returncode, json.loads(lines[-1])
+    return last_json(proc, limit_s)
 
 
 @pytest.fixture
@@ -88,9 +85,10 @@ def cluster():
 
 @pytest.mark.parametrize("placement,flags",
                          [([0, 0, 1, 1], []), ([0, 0, 1, 1], ["--hierarchical"]),
-                          ([0, 1, 0, 1], []), ([0, 1, 2], ["--hierarchical"]), ([1, 1], [])],
+                          ([0, 1, 0, 1], []), ([0, 1, 2], ["--hierarchical"]), ([1, 1], []),
+                          ([0, 0, 1], ["--lossy"])],
                          ids=["2x2", "2x2-hierarchical", "interleaved", "3x1-hierarchical",
-                              "one-host"])
+                              "one-host", "2+1-lossy"])
 def test_every_collective_is_exact_on_every_placement(cluster, placement, flags):
     procs = cluster.ranks(placement, extra=flags)
     results = [result(p) for p in procs]
@@ -105,6 +103,7 @@ def test_every_collective_is_exact_on_every_placement(cluster, placement, flags)
         algos = cluster.hosts[0].hzctl("counters")["result"]["engine"]["algorithms"]
         assert algos["cross_host_ring"] > 0  # integers are always reduced hierarchically
         assert (algos["cross_host_bcube"] > 0) == (len(set(placement)) > 2), algos
+        assert (algos["cross_host_lossy_bf16"] > 0) == ("--lossy" in flags), algos
 
 
 def test_another_tenant_cannot_join_with_the_uid_on_any_host(cluster):

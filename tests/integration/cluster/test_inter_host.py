@@ -10,7 +10,6 @@ far more, to catch a hang, not to measure speed.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,6 +18,7 @@ import uuid
 
 import pytest
 
+from cluster_host import last_json
 from cluster_net import ClusterNet
 
 PROBE = os.environ.get("HZ_GLOO_GROUP_PROBE", "gloo_group_probe")
@@ -38,10 +38,7 @@ def start_members(net, hosts, key, extra=None, count=1 << 16):
 
 
 def result(proc, limit_s=30):
-    out, err = proc.communicate(timeout=limit_s)
-    lines = [l for l in out.splitlines() if l.startswith("{")]
-    assert lines, f"no result (rc {proc.returncode}): {err}"
-    return proc.returncode, json.loads(lines[-1])
+    return last_json(proc, limit_s)
 
 
 @pytest.mark.parametrize("nhosts", [2, 4])
