@@ -1,7 +1,6 @@
 #include "cluster_coll_backend.h"
 
 #include <algorithm>
-#include <set>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -42,9 +41,8 @@ CrossHostLayout LayoutOf(const cluster::Placement& p, const std::string& self) {
     l.host_of_rank.push_back(static_cast<uint32_t>(it - hosts.begin()));
     if (host == self) l.local_ranks.push_back(rank);
   }
-  l.nhosts = static_cast<uint32_t>(hosts.size());
-  l.hosts = hosts;
   l.host_index = static_cast<uint32_t>(std::find(hosts.begin(), hosts.end(), self) - hosts.begin());
+  l.hosts = std::move(hosts);
   return l;
 }
 
@@ -71,6 +69,10 @@ ClusterCollBackend::ClusterCollBackend(std::unique_ptr<CollBackend> local,
       directory_(options_.store, options_.key_prefix, options_.store_timeout),
       work_(io_.get_executor()),
       thread_([this] { io_.run(); }) {}
+
+std::chrono::milliseconds ClusterCollBackend::TimeoutOf(const coll::Constraints& c) const {
+  return std::chrono::milliseconds(c.timeout_ms ? c.timeout_ms : options_.default_timeout_ms);
+}
 
 ClusterCollBackend::~ClusterCollBackend() {
   Shutdown();
@@ -101,8 +103,7 @@ void ClusterCollBackend::Init(const TenantId& tenant, const coll::Uid& uid, uint
   j->rank = rank;
   j->constraints = c;
   j->done = std::move(done);
-  const uint32_t timeout_ms = c.timeout_ms ? c.timeout_ms : options_.default_timeout_ms;
-  j->deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  j->deadline = Clock::now() + TimeoutOf(c);
   boost::asio::post(io_, [this, j] { Step(j); });
 }
 
@@ -146,12 +147,10 @@ StatusOr<ClusterCollBackend::LocalPart*> ClusterCollBackend::PartFor(
   LocalPart part;
   if (Status s = local_->NewUid(j->tenant, &part.local_uid); !s.ok()) return s;
   part.remaining = static_cast<uint32_t>(layout.local_ranks.size());
-  if (layout.nhosts > 1) {
-    const uint32_t timeout_ms =
-        j->constraints.timeout_ms ? j->constraints.timeout_ms : options_.default_timeout_ms;
+  if (layout.nhosts() > 1) {
     cluster::GlooGroupOptions g{options_.store,        options_.key_prefix + "gloo/" + j->hex + "/",
                                 options_.data_address, layout.host_index,
-                                layout.nhosts,         std::chrono::milliseconds(timeout_ms)};
+                                layout.nhosts(),       TimeoutOf(j->constraints)};
     part.comm = std::make_shared<CrossHostComm>(*local_, layout, std::move(g), stats_);
     part.comm->Start();
     std::lock_guard<std::mutex> lock(mu_);
@@ -192,7 +191,7 @@ void ClusterCollBackend::Post(const MemberPtr& m, coll::OpDesc op, coll::Done do
 
 void ClusterCollBackend::Destroy(const MemberPtr& m) {
   if (const CrossHostMember* x = AsCrossHost(m)) {
-    x->comm()->Release(x->rank(), coll::AbortCause::kSessionEnded);
+    x->comm()->Release(coll::AbortCause::kSessionEnded);
     return local_->Destroy(x->local());
   }
   local_->Destroy(m);
@@ -200,7 +199,7 @@ void ClusterCollBackend::Destroy(const MemberPtr& m) {
 
 void ClusterCollBackend::Leave(const MemberPtr& m) {
   if (const CrossHostMember* x = AsCrossHost(m)) {
-    x->comm()->Release(x->rank(), coll::AbortCause::kDestroyed);
+    x->comm()->Release(coll::AbortCause::kDestroyed);
     return local_->Leave(x->local());
   }
   local_->Leave(m);

@@ -90,6 +90,9 @@ class ClusterCollBackend : public CollBackend {
   void Step(const std::shared_ptr<Joining>& j);
   void Placed(const std::shared_ptr<Joining>& j, const cluster::Placement& p);
   void Retry(const std::shared_ptr<Joining>& j);
+  // What an init, and each operation of the group, may wait (the tenant's
+  // timeout, or the default).
+  std::chrono::milliseconds TimeoutOf(const coll::Constraints& c) const;
   StatusOr<LocalPart*> PartFor(const std::shared_ptr<Joining>& j, const CrossHostLayout& layout);
 
   const std::unique_ptr<CollBackend> local_;

@@ -150,7 +150,7 @@ void CrossHostComm::Abort(Status why, coll::AbortCause cause) {
   for (PendingOp& p : failed) Finish(p, why);
 }
 
-void CrossHostComm::Release(uint32_t /*global_rank*/, coll::AbortCause cause) {
+void CrossHostComm::Release(coll::AbortCause cause) {
   Abort(Status::Aborted("a rank of the communicator left"), cause);
   // Copies to and from the ranks' memory run under mu_ and check the abort
   // first: once the lock is taken here, none is running or will run.
@@ -198,7 +198,7 @@ bool CrossHostComm::FormGroup() {
   }
   group_ = std::move(*g);
   spdlog::info("event=cross_host_comm_formed nranks={} hosts={} host_index={} local_ranks={}",
-               layout_.nranks, layout_.nhosts, layout_.host_index, layout_.local_ranks.size());
+               layout_.nranks, layout_.nhosts(), layout_.host_index, layout_.local_ranks.size());
   for (size_t i = 0; i < dones.size(); ++i) {
     dones[i](Status::Ok(), std::make_shared<CrossHostMember>(shared_from_this(),
                                                              layout_.local_ranks[i], members[i]));

@@ -42,8 +42,7 @@ struct CrossHostLayout {
   std::vector<uint32_t> local_ranks;   // the global ranks on this host, ascending
   std::vector<uint32_t> host_of_rank;  // global rank -> host index
   uint32_t host_index = 0;             // this host's (hosts are ordered by their lowest rank)
-  uint32_t nhosts = 0;
-  std::vector<std::string> hosts;  // their names, by index
+  std::vector<std::string> hosts;      // their names, by index
   std::string tenant;
   // HZ_COMM_F_DETERMINISTIC: floating-point reductions follow rank order
   // across hosts too (SPEC §7.4.6).
@@ -52,6 +51,7 @@ struct CrossHostLayout {
   // as bfloat16, with the error bound of SPEC §7.3.8.
   bool allow_lossy = false;
   uint32_t LocalIndex(uint32_t global_rank) const;
+  uint32_t nhosts() const { return static_cast<uint32_t>(hosts.size()); }
 };
 
 // What every communicator across hosts adds up (shared by the backend's).
@@ -101,10 +101,10 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   void Abort(Status why, coll::AbortCause cause = coll::AbortCause::kProvider);
   // kNone while the communicator is not aborted.
   coll::AbortCause abort_cause() const;
-  // The rank leaves (cause: its session ended, or it destroyed its handle):
+  // A rank leaves (cause: its session ended, or it destroyed its handle):
   // the communicator is aborted, and when Release returns the leg thread no
-  // longer touches that rank's memory.
-  void Release(uint32_t global_rank, coll::AbortCause cause);
+  // longer touches any rank's memory.
+  void Release(coll::AbortCause cause);
   // Aborts with kShutdown and waits, at most until deadline, for the leg
   // thread to end; false if it is still inside an operation of the group
   // (which its timeout bounds; the thread then ends on its own).

@@ -31,7 +31,7 @@ using coll::RedOp;
 
 // The element type the inter-host leg reduces for dtype; nothing for the
 // 16-bit floats, which it does not carry yet.
-std::optional<InterHostType> LegType(uint8_t dtype, uint8_t /*redop*/) {
+std::optional<InterHostType> LegType(uint8_t dtype) {
   switch (static_cast<DType>(dtype)) {
     case DType::kFp32:
       return InterHostType::kF32;
@@ -133,7 +133,7 @@ Status Supported(const coll::OpDesc& op) {
     case Op::kAllReduce:
     case Op::kReduce:
     case Op::kReduceScatter:
-      if (LegType(op.dtype, op.redop)) return Status::Ok();
+      if (LegType(op.dtype)) return Status::Ok();
       return Status::NotSupported("across hosts, fp16 and bf16 reductions are not supported yet");
     default:
       return Status::Ok();
@@ -150,22 +150,6 @@ uint64_t Nanos(std::chrono::steady_clock::duration d) {
 
 size_t ElementBytes(const coll::OpDesc& op) {
   return hz_dtype_size(static_cast<enum hz_dtype>(op.dtype));
-}
-
-// [offset, offset + bytes) of a buffer, to or from `flat`.
-void Gather(const coll::IoVec& from, size_t offset, size_t bytes, uint8_t* flat) {
-  for (const coll::IoSpan& span : from) {
-    if (bytes == 0) return;
-    if (offset >= span.len) {
-      offset -= span.len;
-      continue;
-    }
-    const size_t n = std::min(span.len - offset, bytes);
-    std::memcpy(flat, span.data + offset, n);
-    flat += n;
-    bytes -= n;
-    offset = 0;
-  }
 }
 
 // The bytes [offset, offset + bytes) of a buffer, as a buffer of their own.
@@ -196,18 +180,18 @@ Status WaitAll(std::vector<std::future<Status>>& done) {
   return first_error;
 }
 
+// Copies between [offset, offset + bytes) of a buffer and `flat`.
+void Gather(const coll::IoVec& from, size_t offset, size_t bytes, uint8_t* flat) {
+  for (const coll::IoSpan& span : Slice(from, offset, bytes)) {
+    std::memcpy(flat, span.data, span.len);
+    flat += span.len;
+  }
+}
+
 void Scatter(const uint8_t* flat, size_t bytes, const coll::IoVec& to, size_t offset) {
-  for (const coll::IoSpan& span : to) {
-    if (bytes == 0) return;
-    if (offset >= span.len) {
-      offset -= span.len;
-      continue;
-    }
-    const size_t n = std::min(span.len - offset, bytes);
-    std::memcpy(span.data + offset, flat, n);
-    flat += n;
-    bytes -= n;
-    offset = 0;
+  for (const coll::IoSpan& span : Slice(to, offset, bytes)) {
+    std::memcpy(span.data, flat, span.len);
+    flat += span.len;
   }
 }
 
@@ -241,10 +225,10 @@ Status CrossHostComm::InGroup(F&& f) {
 // enter the choice yet.
 cluster::InterHostAlgorithm CrossHostComm::ChooseAlgorithm(size_t bytes) {
   constexpr size_t kBcubeMaxBytes = 256 * 1024;
-  const bool bcube = layout_.nhosts > 2 && bytes <= kBcubeMaxBytes;
+  const bool bcube = layout_.nhosts() > 2 && bytes <= kBcubeMaxBytes;
   (bcube ? stats_->bcube : stats_->ring).fetch_add(1, std::memory_order_relaxed);
   spdlog::debug("event=cross_host_algorithm algorithm={} bytes={} hosts={}",
-                bcube ? "bcube" : "ring", bytes, layout_.nhosts);
+                bcube ? "bcube" : "ring", bytes, layout_.nhosts());
   return bcube ? cluster::InterHostAlgorithm::kBcube : cluster::InterHostAlgorithm::kRing;
 }
 
@@ -308,7 +292,7 @@ Status CrossHostComm::ReduceHierarchically(PendingOp& op, uint64_t count,
                                            const std::vector<Output>& outputs) {
   const coll::OpDesc& d = *op.descs[0];
   const size_t esize = ElementBytes(d);
-  const InterHostType type = *LegType(d.dtype, d.redop);
+  const InterHostType type = *LegType(d.dtype);
   const bool avg = d.redop == static_cast<uint8_t>(RedOp::kAvg);
   const uint8_t local_op = avg ? static_cast<uint8_t>(RedOp::kSum) : d.redop;
   const cluster::InterHostAlgorithm algorithm = ChooseAlgorithm(count * esize);
@@ -347,7 +331,7 @@ Status CrossHostComm::CombineAcrossHosts(uint8_t* data, uint64_t n, const coll::
                      (d.redop == static_cast<uint8_t>(RedOp::kSum) ||
                       d.redop == static_cast<uint8_t>(RedOp::kAvg));
   if (!lossy) {
-    const InterHostType type = *LegType(d.dtype, d.redop);
+    const InterHostType type = *LegType(d.dtype);
     return InGroup([&] { return group_->AllReduce(data, n, type, LegOp(d.redop), algorithm); });
   }
   // Half the bytes between hosts: each host's partial sums are rounded to
@@ -449,7 +433,7 @@ Status CrossHostComm::GatherAll(PendingOp& op, size_t per_rank) {
   if (!s.ok()) return s;
   // Each host in turn broadcasts its ranks' blocks, packed in rank order.
   std::vector<uint8_t> packed;
-  for (uint32_t h = 0; h < layout_.nhosts; ++h) {
+  for (uint32_t h = 0; h < layout_.nhosts(); ++h) {
     std::vector<uint32_t> ranks;
     for (uint32_t r = 0; r < layout_.nranks; ++r) {
       if (layout_.host_of_rank[r] == h) ranks.push_back(r);
