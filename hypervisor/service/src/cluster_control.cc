@@ -22,11 +22,8 @@ hz::Status ClusterControl::Start() {
   }
   StatusOr<cluster::RedisAddress> address = cluster::RedisAddress::Parse(config_.store);
   if (!address.ok()) return address.status();
-  // A store that takes longer than a quarter lease to answer counts as
-  // unreachable: a round (renew and list) then still ends well within the
-  // lease it renews.
-  const auto timeout = std::chrono::milliseconds(std::max<uint32_t>(config_.lease_ms / 4, 50));
-  auto store = std::make_unique<cluster::RedisLeaseStore>(*address, config_.key_prefix, timeout);
+  auto store = std::make_unique<cluster::RedisLeaseStore>(*address, config_.key_prefix,
+                                                          config_.StoreTimeout());
   membership_ = std::make_unique<cluster::Membership>(
       std::move(store),
       cluster::MembershipOptions{host_name_, config_.data_address, config_.lease_ms},

@@ -33,7 +33,7 @@ ClusterCollOptions ClusterCollOptionsOf(const ServiceConfig& c) {
   o.key_prefix = c.cluster.key_prefix;
   o.host_name = c.cluster.HostName();
   o.data_address = c.cluster.data_address;
-  o.store_timeout = std::chrono::milliseconds(std::max<uint32_t>(c.cluster.lease_ms / 4, 50));
+  o.store_timeout = c.cluster.StoreTimeout();
   o.uid_lifetime = std::chrono::seconds(c.coll_unused_uid_lifetime_s);
   return o;
 }

@@ -3,6 +3,7 @@
 #ifndef HZ_SERVICE_CONFIG_H_
 #define HZ_SERVICE_CONFIG_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -100,6 +101,12 @@ struct ClusterConfig {
 
   // host_name, or the system's host name when it is empty.
   std::string HostName() const;
+  // How long one call to the store may take before the store counts as
+  // unreachable: a quarter lease, so that a round (renew and list) ends well
+  // within the lease it renews.
+  std::chrono::milliseconds StoreTimeout() const {
+    return std::chrono::milliseconds(lease_ms / 4 > 50 ? lease_ms / 4 : 50);
+  }
 };
 
 struct ServiceConfig {
