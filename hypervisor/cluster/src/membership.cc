@@ -140,7 +140,6 @@ void Membership::Round() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_contact_ = now;
-    contacted_ = true;
     ++view_.rounds;
   }
   Refresh(std::move(*records));
@@ -159,7 +158,6 @@ Status Membership::Renew(Clock::time_point now) {
     view_.state = MemberState::kNameTaken;
     view_.detail = "another host holds the name " + options_.host_name;
     last_contact_ = now;
-    contacted_ = true;
     return Status::Ok();
   }
   if (view_.state != MemberState::kMember) {
@@ -198,7 +196,8 @@ void Membership::Failed(const Status& why, Clock::time_point now) {
     std::lock_guard<std::mutex> lock(mu_);
     ++view_.failed_rounds;
     view_.detail = why.ToString();
-    isolated = !contacted_ || now - last_contact_ >= std::chrono::milliseconds(options_.lease_ms);
+    isolated =
+        !last_contact_ || now - *last_contact_ >= std::chrono::milliseconds(options_.lease_ms);
     const MemberState next = isolated ? MemberState::kIsolated : MemberState::kStoreUnreachable;
     if (view_.state != next) {
       spdlog::warn("event=cluster_store_unreachable host={} state={} error=\"{}\"",
@@ -246,9 +245,10 @@ void Membership::SetHosts(std::vector<HostInfo> hosts, const std::string& why_le
 MembershipView Membership::View() const {
   std::lock_guard<std::mutex> lock(mu_);
   MembershipView v = view_;
-  if (contacted_) {
+  if (last_contact_) {
     v.ms_since_contact =
-        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_contact_).count();
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *last_contact_)
+            .count();
   }
   return v;
 }

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,8 +119,7 @@ class Membership {
   std::condition_variable wake_;
   bool stop_ = false;
   MembershipView view_;
-  Clock::time_point last_contact_{};
-  bool contacted_ = false;
+  std::optional<Clock::time_point> last_contact_;  // when the store last answered
   std::thread thread_;
 };
 
