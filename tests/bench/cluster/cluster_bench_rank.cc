@@ -12,10 +12,8 @@
 //                           --sizes B,B,.. --iters N [--warmup N]
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +21,7 @@
 
 #include "harmonaize/hz.h"
 #include "hz/cluster/inter_host.h"
+#include "hz_test/uid_file.h"
 
 namespace {
 
@@ -52,12 +51,6 @@ int Measure(const Args& a, const std::function<int(size_t)>& op,
   return 0;
 }
 
-std::string Hex(const hz_uid_t& uid) {
-  char buf[2 * HZ_UID_BYTES + 1];
-  for (int i = 0; i < HZ_UID_BYTES; ++i) std::snprintf(buf + 2 * i, 3, "%02x", uid.bytes[i]);
-  return buf;
-}
-
 int RunDevice(const Args& a, const std::string& socket, const std::string& uid_file,
               bool create_uid, bool lossy) {
   hz_device_t* dev = nullptr;
@@ -65,18 +58,9 @@ int RunDevice(const Args& a, const std::string& socket, const std::string& uid_f
   hz_uid_t uid{};
   if (create_uid) {
     if (int e = hz_comm_get_uid(dev, &uid); e != 0) return e;
-    std::ofstream(uid_file + ".tmp") << Hex(uid);
-    std::rename((uid_file + ".tmp").c_str(), uid_file.c_str());
-  } else {
-    std::string hex;
-    for (int i = 0; i < 6000 && hex.size() < 2 * HZ_UID_BYTES; ++i) {
-      std::ifstream(uid_file) >> hex;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (hex.size() < 2 * HZ_UID_BYTES) return HZ_ENOENT;
-    for (int i = 0; i < HZ_UID_BYTES; ++i) {
-      uid.bytes[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-    }
+    if (!hz::testing::WriteUidFile(uid_file, uid)) return HZ_EIO;
+  } else if (!hz::testing::ReadUidFile(uid_file, std::chrono::seconds(60), &uid)) {
+    return HZ_ENOENT;
   }
   hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
   cfg.timeout_ms = 120000;

@@ -18,13 +18,13 @@ class ClusterHost(Service):
     """harmonaized in `member`'s namespace with a [cluster] section."""
 
     def __init__(self, net: ClusterNet, member: str, lease_ms: int = 1000,
-                 host_name: Optional[str] = None, store: Optional[str] = None) -> None:
+                 host_name: Optional[str] = None) -> None:
         super().__init__()
         self.net = net
         self.member = member
         self.name = host_name or member
         self.config = os.path.join(self.dir, "harmonaized.toml")
-        store = store or f"{net.address('store')}:6379"
+        store = f"{net.address('store')}:6379"
         with open(self.config, "w", encoding="utf-8") as f:
             f.write("[scheduler]\nenabled = false\n\n"
                     f"[cluster]\nstore = \"{store}\"\nhost_name = \"{self.name}\"\n"

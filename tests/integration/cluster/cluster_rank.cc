@@ -29,16 +29,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "harmonaize/hz.h"
+#include "hz_test/uid_file.h"
 
 namespace {
 
@@ -55,20 +54,6 @@ int Failed(const char* what, int err) {
   out["error"] = hz_strerror(err);
   out["code"] = err;
   return Report(1);
-}
-
-std::string Hex(const hz_uid_t& uid) {
-  char buf[2 * HZ_UID_BYTES + 1];
-  for (int i = 0; i < HZ_UID_BYTES; ++i) std::snprintf(buf + 2 * i, 3, "%02x", uid.bytes[i]);
-  return buf;
-}
-
-bool FromHex(const std::string& s, hz_uid_t* uid) {
-  if (s.size() < 2 * HZ_UID_BYTES) return false;
-  for (int i = 0; i < HZ_UID_BYTES; ++i) {
-    uid->bytes[i] = static_cast<uint8_t>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
-  }
-  return true;
 }
 
 // Rank r's value at element i; small integers so that every sum, product,
@@ -268,15 +253,9 @@ int main(int argc, char** argv) {
   hz_uid_t uid{};
   if (create_uid) {
     if (int e = hz_comm_get_uid(dev, &uid); e != 0) return Failed("get_uid", e);
-    std::ofstream(uid_file + ".tmp") << Hex(uid);
-    std::rename((uid_file + ".tmp").c_str(), uid_file.c_str());
-  } else {
-    std::string hex;
-    for (int i = 0; i < 2000 && hex.empty(); ++i) {
-      std::ifstream(uid_file) >> hex;
-      if (hex.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!FromHex(hex, &uid)) return Failed("uid_file", HZ_ENOENT);
+    if (!hz::testing::WriteUidFile(uid_file, uid)) return Failed("uid_file", HZ_EIO);
+  } else if (!hz::testing::ReadUidFile(uid_file, std::chrono::seconds(20), &uid)) {
+    return Failed("uid_file", HZ_ENOENT);
   }
   hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
   cfg.timeout_ms = timeout_ms;

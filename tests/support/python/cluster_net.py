@@ -111,10 +111,6 @@ class ClusterNet:
         self.procs.append(p)
         return p
 
-    def run(self, member: str, argv: Sequence[str], timeout: float = 30) -> str:
-        return subprocess.run(self.exec_argv(member, argv), check=True, capture_output=True,
-                              text=True, timeout=timeout).stdout
-
     def cut(self, member: str) -> None:
         """A partition: member's switch port goes down; it reaches no one."""
         _ip("-n", self.ns("switch"), "link", "set", f"p{self.members.index(member)}", "down")
