@@ -8,8 +8,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "half.h"
 #include "hz/collectives/types.h"
+#include "hz/common/half.h"
 
 #if defined(__x86_64__) && !defined(HZ_SANITIZED)
 #define HZ_CLONES __attribute__((target_clones("avx2", "default")))

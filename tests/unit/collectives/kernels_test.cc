@@ -16,18 +16,18 @@
 
 #include <gtest/gtest.h>
 
-#include "half.h"
 #include "harness.h"
+#include "hz/common/half.h"
 #include "scheduler.h"
 #include "span_list.h"
 
 namespace hz::coll::testing {
 namespace {
 
-using internal::Bf16ToFloat;
-using internal::FloatToBf16;
-using internal::FloatToHalf;
-using internal::HalfToFloat;
+using hz::Bf16ToFloat;
+using hz::FloatToBf16;
+using hz::FloatToHalf;
+using hz::HalfToFloat;
 
 bool SameFloat(float a, float b) {
   if (std::isnan(a) && std::isnan(b)) return true;

@@ -1,12 +1,14 @@
 // fp16 and bf16 conversions, branch-free so that loops over them vectorise.
 // Both round to nearest even; NaN stays NaN (quiet), overflow becomes inf.
-#ifndef HZ_COLLECTIVES_HALF_H_
-#define HZ_COLLECTIVES_HALF_H_
+// The one definition: the engine's kernels and the inter-host leg (which
+// must round exactly as the engine does) both use these.
+#ifndef HZ_COMMON_HALF_H_
+#define HZ_COMMON_HALF_H_
 
 #include <bit>
 #include <cstdint>
 
-namespace hz::coll::internal {
+namespace hz {
 
 inline float HalfToFloat(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -48,6 +50,6 @@ inline uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>(r);
 }
 
-}  // namespace hz::coll::internal
+}  // namespace hz
 
-#endif  // HZ_COLLECTIVES_HALF_H_
+#endif  // HZ_COMMON_HALF_H_
