@@ -1,5 +1,6 @@
 // InterHostGroup on Gloo: TCP transport on the data address, rendezvous
-// through the cluster store (GlooStore), Gloo's own collective algorithms.
+// through the cluster store (GlooStore), Gloo's own collective algorithms,
+// and point-to-point through unbound buffers on slots of their own.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -11,11 +12,12 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
-#include <cstring>
+#include <atomic>
 #include <functional>
 
 #include "gloo_store.h"
 #include "hz/cluster/inter_host.h"
+#include "hz/common/half.h"
 
 namespace hz::cluster {
 
@@ -23,10 +25,20 @@ namespace {
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
+// Point-to-point slots: a prefix no Gloo collective uses. Its collectives
+// build theirs as Slot::build(prefix, tag) with the prefixes 0x01..0x08 of
+// gloo/types.h in the top byte, and Context::nextSlot counts up from 0.
+constexpr uint64_t kPointToPointSlots = uint64_t{0xc5} << 56;
+
 // Gloo reports failures by throwing; each becomes a Status here. Gloo's
-// messages say "Timed out" for a member that never answered.
+// messages say "Timed out" for a member that never answered; a timed-out
+// wait closes every connection of the group, and the other operations then
+// fail with "Application timeout caused pair closure".
 Status FromGloo(const std::exception& e) {
   const std::string what = e.what();
+  if (what.find("Application timeout caused pair closure") != std::string::npos) {
+    return Status::Aborted("inter-host leg: another operation of the group timed out");
+  }
   if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos) {
     return Status::TimedOut("inter-host leg: " + what);
   }
@@ -48,32 +60,34 @@ ReduceFn ReduceFor(InterHostOp op) {
   return nullptr;
 }
 
-// bfloat16 reductions for Gloo: in fp32, rounded once per step.
-template <typename Combine>
-void Bf16Reduce(void* c, const void* a, const void* b, size_t n) {
+// 16-bit float reductions for Gloo: in fp32, rounded once per step.
+template <float (*kToFloat)(uint16_t), uint16_t (*kFromFloat)(float), typename Combine>
+void HalfReduce(void* c, const void* a, const void* b, size_t n) {
   auto* out = static_cast<uint16_t*>(c);
   const auto* x = static_cast<const uint16_t*>(a);
   const auto* y = static_cast<const uint16_t*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = ToBf16(Combine()(FromBf16(x[i]), FromBf16(y[i])));
+  for (size_t i = 0; i < n; ++i) out[i] = kFromFloat(Combine()(kToFloat(x[i]), kToFloat(y[i])));
 }
 
+// As the engine's kernels: the first operand is kept on ties and NaN.
 struct Min {
-  float operator()(float a, float b) const { return std::min(a, b); }
+  float operator()(float a, float b) const { return b < a ? b : a; }
 };
 struct Max {
-  float operator()(float a, float b) const { return std::max(a, b); }
+  float operator()(float a, float b) const { return a < b ? b : a; }
 };
 
-ReduceFn Bf16ReduceFor(InterHostOp op) {
+template <float (*kToFloat)(uint16_t), uint16_t (*kFromFloat)(float)>
+ReduceFn HalfReduceFor(InterHostOp op) {
   switch (op) {
     case InterHostOp::kSum:
-      return &Bf16Reduce<std::plus<float>>;
+      return &HalfReduce<kToFloat, kFromFloat, std::plus<float>>;
     case InterHostOp::kProd:
-      return &Bf16Reduce<std::multiplies<float>>;
+      return &HalfReduce<kToFloat, kFromFloat, std::multiplies<float>>;
     case InterHostOp::kMin:
-      return &Bf16Reduce<Min>;
+      return &HalfReduce<kToFloat, kFromFloat, Min>;
     case InterHostOp::kMax:
-      return &Bf16Reduce<Max>;
+      return &HalfReduce<kToFloat, kFromFloat, Max>;
   }
   return nullptr;
 }
@@ -106,7 +120,11 @@ class GlooGroup : public InterHostGroup {
       case InterHostType::kU64:
         return Reduce(static_cast<uint64_t*>(data), count, op, algorithm);
       case InterHostType::kBF16:
-        return Reduce(static_cast<uint16_t*>(data), count, op, algorithm, Bf16ReduceFor(op));
+        return Reduce(static_cast<uint16_t*>(data), count, op, algorithm,
+                      HalfReduceFor<Bf16ToFloat, FloatToBf16>(op));
+      case InterHostType::kF16:
+        return Reduce(static_cast<uint16_t*>(data), count, op, algorithm,
+                      HalfReduceFor<HalfToFloat, FloatToHalf>(op));
     }
     return Status::InvalidArgument("inter-host leg: unknown element type");
   }
@@ -134,6 +152,32 @@ class GlooGroup : public InterHostGroup {
     return Run([&] {
       gloo::BarrierOptions o(context_);
       gloo::barrier(o);
+    });
+  }
+
+  // Gloo moves an unbound buffer's bytes only once the receiver has posted
+  // its recv (it announces it to the sender), so a send never lands in
+  // memory nobody waits with; a pair's lock serialises these with the
+  // collectives' transfers, on slots of their own.
+  Status Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes,
+              std::chrono::milliseconds timeout) override {
+    if (peer >= size() || tag >= kMaxTag)
+      return Status::InvalidArgument("inter-host leg: bad send");
+    return Run([&] {
+      auto buffer = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+      buffer->send(static_cast<int>(peer), kPointToPointSlots | tag);
+      buffer->waitSend(timeout);
+    });
+  }
+
+  Status Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes,
+              std::chrono::milliseconds timeout) override {
+    if (peer >= size() || tag >= kMaxTag)
+      return Status::InvalidArgument("inter-host leg: bad recv");
+    return Run([&] {
+      auto buffer = context_->createUnboundBuffer(data, bytes);
+      buffer->recv(static_cast<int>(peer), kPointToPointSlots | tag);
+      buffer->waitRecv(timeout);
     });
   }
 
@@ -168,25 +212,10 @@ class GlooGroup : public InterHostGroup {
 
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<GlooStore> store_;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};  // point-to-point runs on other threads
 };
 
 }  // namespace
-
-uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float FromBf16(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
 
 StatusOr<std::unique_ptr<InterHostGroup>> ConnectGlooGroup(const GlooGroupOptions& o) {
   if (o.size == 0 || o.rank >= o.size) {

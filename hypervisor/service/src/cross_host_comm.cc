@@ -6,8 +6,6 @@
 
 namespace hz::service {
 
-namespace {}  // namespace
-
 uint32_t CrossHostLayout::LocalIndex(uint32_t global_rank) const {
   auto it = std::lower_bound(local_ranks.begin(), local_ranks.end(), global_rank);
   return static_cast<uint32_t>(it - local_ranks.begin());
@@ -44,7 +42,7 @@ bool CrossHostComm::Stop(std::chrono::steady_clock::time_point deadline) {
     stop_ = true;
     if (aborted_.ok()) aborted_ = Status::Shutdown("the service is stopping");
     wake_.notify_all();
-    return wake_.wait_until(lock, deadline, [this] { return finished_; });
+    return wake_.wait_until(lock, deadline, [this] { return finished_ && p2p_threads_ == 0; });
   }
 }
 
@@ -68,8 +66,10 @@ void CrossHostComm::AddLocal(uint32_t global_rank, MemberPtr local_member, InitD
 }
 
 void CrossHostComm::Post(uint32_t global_rank, coll::OpDesc op, coll::Done done) {
+  if (op.op == coll::Op::kSend || op.op == coll::Op::kRecv) {
+    return PostPointToPoint(global_rank, op, done);
+  }
   const uint32_t i = layout_.LocalIndex(global_rank);
-  if (op.op == coll::Op::kSend || op.op == coll::Op::kRecv) return PostPointToPoint(i, op, done);
   std::unique_lock<std::mutex> lock(mu_);
   if (!aborted_.ok()) {
     Status why = aborted_;
@@ -91,12 +91,13 @@ void CrossHostComm::Post(uint32_t global_rank, coll::OpDesc op, coll::Done done)
   wake_.notify_all();
 }
 
-void CrossHostComm::PostPointToPoint(uint32_t local_index, coll::OpDesc& op, coll::Done& done) {
-  // Between two ranks of this host, the engine pairs them as it would on
-  // one host (in its own numbering); across hosts, not yet.
-  if (op.peer >= layout_.nranks || layout_.host_of_rank[op.peer] != layout_.host_index) {
-    return done(Status::NotSupported("send and recv across hosts are not supported yet"));
+void CrossHostComm::PostPointToPoint(uint32_t global_rank, coll::OpDesc& op, coll::Done& done) {
+  if (op.peer >= layout_.nranks) return done(Status::InvalidArgument("peer out of range"));
+  if (layout_.host_of_rank[op.peer] != layout_.host_index) {
+    return PostAcrossHosts(global_rank, op, done);
   }
+  // Between two ranks of this host, the engine pairs them as it would on
+  // one host (in its own numbering).
   MemberPtr member;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -104,7 +105,7 @@ void CrossHostComm::PostPointToPoint(uint32_t local_index, coll::OpDesc& op, col
       Status why = aborted_;
       return done(why);
     }
-    member = members_[local_index];
+    member = members_[layout_.LocalIndex(global_rank)];
   }
   op.peer = layout_.LocalIndex(op.peer);
   local_.Post(member, std::move(op), std::move(done));
@@ -130,6 +131,7 @@ coll::AbortCause CrossHostComm::abort_cause() const {
 
 void CrossHostComm::Abort(Status why, coll::AbortCause cause) {
   std::vector<PendingOp> failed;
+  std::vector<coll::Done> p2p;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!aborted_.ok()) return;
@@ -137,6 +139,10 @@ void CrossHostComm::Abort(Status why, coll::AbortCause cause) {
     abort_cause_ = cause;
     for (auto& [seq, p] : pending_) failed.push_back(std::move(p));
     pending_.clear();
+    // Point-to-point threads may wait in the group until its timeout: their
+    // ranks are answered now (and their threads touch no rank's memory).
+    for (auto& [id, d] : p2p_dones_) p2p.push_back(std::move(d));
+    p2p_dones_.clear();
     // The leg thread is inside a group operation, touching only staging
     // memory: its ranks are answered now, not when Gloo gives up.
     if (in_group_op_ && running_dones_ != nullptr) {
@@ -148,6 +154,8 @@ void CrossHostComm::Abort(Status why, coll::AbortCause cause) {
   spdlog::warn("event=cross_host_comm_aborted host_index={} error=\"{}\"", layout_.host_index,
                abort_status().ToString());
   for (PendingOp& p : failed) Finish(p, why);
+  const Status aborted = abort_status();
+  for (coll::Done& d : p2p) d(aborted);
 }
 
 void CrossHostComm::Release(coll::AbortCause cause) {
@@ -196,7 +204,10 @@ bool CrossHostComm::FormGroup() {
     }
     return false;
   }
-  group_ = std::move(*g);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    group_ = std::move(*g);
+  }
   spdlog::info("event=cross_host_comm_formed nranks={} hosts={} host_index={} local_ranks={}",
                layout_.nranks, layout_.nhosts(), layout_.host_index, layout_.local_ranks.size());
   for (size_t i = 0; i < dones.size(); ++i) {

@@ -6,13 +6,12 @@
 // across hosts (the group, on a host staging buffer), then every local rank's
 // output from the result.
 //
-// Supported across hosts: every collective. Reductions (all-reduce, reduce,
-// reduce-scatter) take every type but fp16 and bf16, with every reduction
-// (avg as sum / nranks); broadcast, all-gather, all-to-all and barrier take
-// every type. Send and recv across hosts, and fp16 and bf16 reductions,
-// complete with kNotSupported on every rank, and their seq is consumed as on
-// one host. Send and recv between two ranks of
-// the same host are paired by the engine, as on one host.
+// Every operation works across hosts, with every type and reduction (avg as
+// sum / nranks; fp16 and bf16 in fp32, rounded as the engine rounds them).
+// Send and recv between two ranks of the same host are paired by the engine,
+// as on one host; between ranks on different hosts, each pair runs on a
+// thread of its own (cross_host_p2p.cc), so that no pair waits for another
+// or for the collectives.
 #ifndef HZ_SERVICE_CROSS_HOST_COMM_H_
 #define HZ_SERVICE_CROSS_HOST_COMM_H_
 
@@ -121,7 +120,25 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
 
   void Loop();
   bool FormGroup();
-  void PostPointToPoint(uint32_t local_index, coll::OpDesc& op, coll::Done& done);
+  void PostPointToPoint(uint32_t global_rank, coll::OpDesc& op, coll::Done& done);
+
+  // cross_host_p2p.cc: a send or recv whose peer is on another host. The
+  // pair (SPEC §7.4.5) is the seq-th send from src to dst, counted on the
+  // sender's host, and the seq-th recv of dst from src, on the receiver's.
+  struct PointToPoint {
+    uint64_t id = 0;  // its done's key in p2p_dones_
+    uint32_t me = 0;  // the global rank that posted it
+    uint64_t seq = 0;
+    coll::OpDesc op;
+    std::chrono::steady_clock::time_point deadline;  // for the partner to arrive
+  };
+  void PostAcrossHosts(uint32_t global_rank, coll::OpDesc& op, coll::Done& done);
+  void RunPointToPoint(PointToPoint p);
+  // The two sides exchange (count, dtype) before any data: kMismatch on both
+  // when they differ, and no data moves.
+  Status AgreeAcrossHosts(const PointToPoint& p);
+  Status SendAcrossHosts(const PointToPoint& p);
+  Status RecvAcrossHosts(const PointToPoint& p);
   // Answers op's ranks that are not answered yet.
   void Finish(PendingOp& op, const Status& s);
 
@@ -170,10 +187,12 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   const CrossHostLayout layout_;
   const cluster::GlooGroupOptions group_options_;
   const std::shared_ptr<CrossHostStats> stats_;
-  std::unique_ptr<cluster::InterHostGroup> group_;  // leg thread only
-  std::vector<uint8_t> staging_;                    // leg thread only
-  std::vector<uint16_t> wire_;                      // bfloat16 chunk (ALLOW_LOSSY); leg thread only
-  uint64_t local_seq_ = 0;                          // leg thread only
+  // Set (under mu_) before any rank's init is answered; then the leg thread
+  // and the point-to-point threads use it.
+  std::unique_ptr<cluster::InterHostGroup> group_;
+  std::vector<uint8_t> staging_;  // leg thread only
+  std::vector<uint16_t> wire_;    // bfloat16 chunk (ALLOW_LOSSY); leg thread only
+  uint64_t local_seq_ = 0;        // leg thread only
 
   mutable std::mutex mu_;
   std::condition_variable wake_;
@@ -189,8 +208,21 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   coll::AbortCause abort_cause_ = coll::AbortCause::kNone;
   bool stop_ = false;
   bool finished_ = false;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> next_send_;  // (src, dst) -> next pair seq
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> next_recv_;
+  std::map<uint64_t, coll::Done> p2p_dones_;  // point-to-point not answered yet, by id
+  uint64_t next_p2p_id_ = 0;
+  uint32_t p2p_threads_ = 0;  // running; at most kMaxPointToPoint
   std::thread leg_;
 };
+
+template <typename F>
+Status CrossHostComm::Touching(F&& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!aborted_.ok()) return aborted_;
+  f();
+  return Status::Ok();
+}
 
 // A rank's membership in a communicator across hosts: numbered as in the
 // whole communicator; its local engine membership inside.

@@ -14,8 +14,11 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <vector>
 
 #include "cross_host_comm.h"
+#include "cross_host_copy.h"
+#include "hz/common/half.h"
 #include "protocol/harmonaize.h"
 #include "spdlog/spdlog.h"
 
@@ -29,9 +32,8 @@ using coll::DType;
 using coll::Op;
 using coll::RedOp;
 
-// The element type the inter-host leg reduces for dtype; nothing for the
-// 16-bit floats, which it does not carry yet.
-std::optional<InterHostType> LegType(uint8_t dtype) {
+// The element type the inter-host leg reduces for dtype.
+InterHostType LegType(uint8_t dtype) {
   switch (static_cast<DType>(dtype)) {
     case DType::kFp32:
       return InterHostType::kF32;
@@ -47,10 +49,12 @@ std::optional<InterHostType> LegType(uint8_t dtype) {
       return InterHostType::kU32;
     case DType::kInt64:
       return InterHostType::kI64;
-    case DType::kUint64:
+    case DType::kFp16:
+      return InterHostType::kF16;
+    case DType::kBf16:
+      return InterHostType::kBF16;
+    default:  // kUint64 (the dtype was validated when posted)
       return InterHostType::kU64;
-    default:
-      return std::nullopt;
   }
 }
 
@@ -73,6 +77,13 @@ void DivideAll(uint8_t* data, size_t count, uint32_t n) {
   for (size_t i = 0; i < count; ++i) v[i] = static_cast<T>(v[i] / static_cast<T>(n));
 }
 
+// The 16-bit floats divide in fp32 and round once, as the engine's avg does.
+template <float (*kToFloat)(uint16_t), uint16_t (*kFromFloat)(float)>
+void DivideHalves(uint8_t* data, size_t count, uint32_t n) {
+  uint16_t* v = reinterpret_cast<uint16_t*>(data);
+  for (size_t i = 0; i < count; ++i) v[i] = kFromFloat(kToFloat(v[i]) / static_cast<float>(n));
+}
+
 void Divide(InterHostType t, uint8_t* data, size_t count, uint32_t n) {
   switch (t) {
     case InterHostType::kF32:
@@ -92,51 +103,80 @@ void Divide(InterHostType t, uint8_t* data, size_t count, uint32_t n) {
     case InterHostType::kU64:
       return DivideAll<uint64_t>(data, count, n);
     case InterHostType::kBF16:
-      return;  // never the staging buffer's type: it holds fp32 (LegType)
+      return DivideHalves<Bf16ToFloat, FloatToBf16>(data, count, n);
+    case InterHostType::kF16:
+      return DivideHalves<HalfToFloat, FloatToHalf>(data, count, n);
   }
 }
 
-// out = ((x_0 op x_1) op x_2) ... op x_(n-1), element by element, where x_r
-// is the r-th of n blocks of count elements in `blocks`; avg divides the sum
-// by n once (SPEC §7.4.4, §7.4.6).
 template <typename T>
+T Same(T v) {
+  return v;
+}
+
+// out = ((x_0 op x_1) op x_2) ... op x_(n-1), element by element, where x_r
+// is the r-th of n blocks of count elements of Mem in `blocks`; avg divides
+// the sum by n once (SPEC §7.4.4, §7.4.6). As the engine's kernels: each
+// input converted exactly to Acc, the fold and the division in Acc (fp32 for
+// the 16-bit floats), the result rounded once to Mem; ties and NaN keep the
+// accumulator in min and max.
+template <typename Mem, typename Acc, Acc (*kLoad)(Mem), Mem (*kStore)(Acc)>
 void FoldInRankOrder(uint8_t* out, const uint8_t* blocks, size_t count, uint32_t n, uint8_t redop) {
-  T* acc = reinterpret_cast<T*>(out);
-  std::memcpy(acc, blocks, count * sizeof(T));
+  const Mem* x = reinterpret_cast<const Mem*>(blocks);
+  std::vector<Acc> acc(count);
+  for (size_t i = 0; i < count; ++i) acc[i] = kLoad(x[i]);
   for (uint32_t r = 1; r < n; ++r) {
-    const T* x = reinterpret_cast<const T*>(blocks + r * count * sizeof(T));
+    const Mem* y = x + r * count;
     for (size_t i = 0; i < count; ++i) {
+      const Acc v = kLoad(y[i]);
       switch (static_cast<RedOp>(redop)) {
         case RedOp::kProd:
-          acc[i] = acc[i] * x[i];
+          acc[i] = acc[i] * v;
           break;
         case RedOp::kMax:
-          acc[i] = std::max(acc[i], x[i]);
+          acc[i] = acc[i] < v ? v : acc[i];
           break;
         case RedOp::kMin:
-          acc[i] = std::min(acc[i], x[i]);
+          acc[i] = v < acc[i] ? v : acc[i];
           break;
         default:
-          acc[i] = acc[i] + x[i];
+          acc[i] = acc[i] + v;
           break;
       }
     }
   }
-  if (static_cast<RedOp>(redop) == RedOp::kAvg) {
-    for (size_t i = 0; i < count; ++i) acc[i] = acc[i] / static_cast<T>(n);
+  const bool avg = static_cast<RedOp>(redop) == RedOp::kAvg;
+  Mem* result = reinterpret_cast<Mem*>(out);
+  for (size_t i = 0; i < count; ++i) {
+    result[i] = kStore(avg ? acc[i] / static_cast<Acc>(n) : acc[i]);
   }
 }
 
-// Whether the leg can run op at all (every rank learns it when the op runs).
-Status Supported(const coll::OpDesc& op) {
-  switch (op.op) {
-    case Op::kAllReduce:
-    case Op::kReduce:
-    case Op::kReduceScatter:
-      if (LegType(op.dtype)) return Status::Ok();
-      return Status::NotSupported("across hosts, fp16 and bf16 reductions are not supported yet");
+void FoldFloatsInRankOrder(uint8_t* out, const uint8_t* blocks, size_t count, uint32_t n,
+                           const coll::OpDesc& d) {
+  switch (static_cast<DType>(d.dtype)) {
+    case DType::kFp16:
+      return FoldInRankOrder<uint16_t, float, HalfToFloat, FloatToHalf>(out, blocks, count, n,
+                                                                        d.redop);
+    case DType::kBf16:
+      return FoldInRankOrder<uint16_t, float, Bf16ToFloat, FloatToBf16>(out, blocks, count, n,
+                                                                        d.redop);
+    case DType::kFp64:
+      return FoldInRankOrder<double, double, Same, Same>(out, blocks, count, n, d.redop);
     default:
-      return Status::Ok();
+      return FoldInRankOrder<float, float, Same, Same>(out, blocks, count, n, d.redop);
+  }
+}
+
+bool IsFloat(uint8_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::kFp16:
+    case DType::kFp32:
+    case DType::kFp64:
+    case DType::kBf16:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -152,23 +192,6 @@ size_t ElementBytes(const coll::OpDesc& op) {
   return hz_dtype_size(static_cast<enum hz_dtype>(op.dtype));
 }
 
-// The bytes [offset, offset + bytes) of a buffer, as a buffer of their own.
-coll::IoVec Slice(const coll::IoVec& v, size_t offset, size_t bytes) {
-  coll::IoVec out;
-  for (const coll::IoSpan& span : v) {
-    if (bytes == 0) break;
-    if (offset >= span.len) {
-      offset -= span.len;
-      continue;
-    }
-    const size_t n = std::min(span.len - offset, bytes);
-    out.push_back({span.data + offset, n});
-    bytes -= n;
-    offset = 0;
-  }
-  return out;
-}
-
 Status WaitAll(std::vector<std::future<Status>>& done) {
   Status first_error = Status::Ok();
   for (auto& f : done) {
@@ -180,30 +203,7 @@ Status WaitAll(std::vector<std::future<Status>>& done) {
   return first_error;
 }
 
-// Copies between [offset, offset + bytes) of a buffer and `flat`.
-void Gather(const coll::IoVec& from, size_t offset, size_t bytes, uint8_t* flat) {
-  for (const coll::IoSpan& span : Slice(from, offset, bytes)) {
-    std::memcpy(flat, span.data, span.len);
-    flat += span.len;
-  }
-}
-
-void Scatter(const uint8_t* flat, size_t bytes, const coll::IoVec& to, size_t offset) {
-  for (const coll::IoSpan& span : Slice(to, offset, bytes)) {
-    std::memcpy(span.data, flat, span.len);
-    flat += span.len;
-  }
-}
-
 }  // namespace
-
-template <typename F>
-Status CrossHostComm::Touching(F&& f) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!aborted_.ok()) return aborted_;
-  f();
-  return Status::Ok();
-}
 
 template <typename F>
 Status CrossHostComm::InGroup(F&& f) {
@@ -237,31 +237,28 @@ void CrossHostComm::Run(PendingOp op) {
     std::lock_guard<std::mutex> lock(mu_);
     running_dones_ = &op.dones;
   }
-  const coll::OpDesc& first = *op.descs[0];
-  Status s = Supported(first);
-  if (s.ok()) {
-    switch (first.op) {
-      case Op::kAllReduce:
-      case Op::kReduce:
-      case Op::kReduceScatter:
-        s = RunReduction(op);
-        break;
-      case Op::kBroadcast:
-        s = RunBroadcast(op);
-        break;
-      case Op::kAllGather:
-      case Op::kAllToAll:
-        s = RunGather(op);
-        break;
-      default:
-        s = InGroup([&] { return group_->Barrier(); });
-        break;
-    }
-    if (!s.ok()) {
-      stats_->failed.fetch_add(1, std::memory_order_relaxed);
-      Abort(s, s.code() == StatusCode::kTimedOut ? coll::AbortCause::kTimedOut
-                                                 : coll::AbortCause::kProvider);
-    }
+  Status s;
+  switch (op.descs[0]->op) {
+    case Op::kAllReduce:
+    case Op::kReduce:
+    case Op::kReduceScatter:
+      s = RunReduction(op);
+      break;
+    case Op::kBroadcast:
+      s = RunBroadcast(op);
+      break;
+    case Op::kAllGather:
+    case Op::kAllToAll:
+      s = RunGather(op);
+      break;
+    default:
+      s = InGroup([&] { return group_->Barrier(); });
+      break;
+  }
+  if (!s.ok()) {
+    stats_->failed.fetch_add(1, std::memory_order_relaxed);
+    Abort(s, s.code() == StatusCode::kTimedOut ? coll::AbortCause::kTimedOut
+                                               : coll::AbortCause::kProvider);
   }
   Finish(op, s);
 }
@@ -292,7 +289,7 @@ Status CrossHostComm::ReduceHierarchically(PendingOp& op, uint64_t count,
                                            const std::vector<Output>& outputs) {
   const coll::OpDesc& d = *op.descs[0];
   const size_t esize = ElementBytes(d);
-  const InterHostType type = *LegType(d.dtype);
+  const InterHostType type = LegType(d.dtype);
   const bool avg = d.redop == static_cast<uint8_t>(RedOp::kAvg);
   const uint8_t local_op = avg ? static_cast<uint8_t>(RedOp::kSum) : d.redop;
   const cluster::InterHostAlgorithm algorithm = ChooseAlgorithm(count * esize);
@@ -331,7 +328,7 @@ Status CrossHostComm::CombineAcrossHosts(uint8_t* data, uint64_t n, const coll::
                      (d.redop == static_cast<uint8_t>(RedOp::kSum) ||
                       d.redop == static_cast<uint8_t>(RedOp::kAvg));
   if (!lossy) {
-    const InterHostType type = *LegType(d.dtype);
+    const InterHostType type = LegType(d.dtype);
     return InGroup([&] { return group_->AllReduce(data, n, type, LegOp(d.redop), algorithm); });
   }
   // Half the bytes between hosts: each host's partial sums are rounded to
@@ -339,11 +336,11 @@ Status CrossHostComm::CombineAcrossHosts(uint8_t* data, uint64_t n, const coll::
   stats_->lossy.fetch_add(1, std::memory_order_relaxed);
   float* f = reinterpret_cast<float*>(data);
   wire_.resize(n);
-  for (uint64_t i = 0; i < n; ++i) wire_[i] = cluster::ToBf16(f[i]);
+  for (uint64_t i = 0; i < n; ++i) wire_[i] = FloatToBf16(f[i]);
   Status s = InGroup([&] {
     return group_->AllReduce(wire_.data(), n, InterHostType::kBF16, InterHostOp::kSum, algorithm);
   });
-  for (uint64_t i = 0; s.ok() && i < n; ++i) f[i] = cluster::FromBf16(wire_[i]);
+  for (uint64_t i = 0; s.ok() && i < n; ++i) f[i] = Bf16ToFloat(wire_[i]);
   return s;
 }
 
@@ -357,11 +354,7 @@ Status CrossHostComm::ReduceInRankOrder(PendingOp& op, uint64_t count,
   if (Status s = GatherAll(op, bytes); !s.ok()) return s;
   std::vector<uint8_t> all = std::move(staging_);
   staging_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(bytes));
-  if (static_cast<DType>(d.dtype) == DType::kFp32) {
-    FoldInRankOrder<float>(staging_.data(), all.data(), count, layout_.nranks, d.redop);
-  } else {
-    FoldInRankOrder<double>(staging_.data(), all.data(), count, layout_.nranks, d.redop);
-  }
+  FoldFloatsInRankOrder(staging_.data(), all.data(), count, layout_.nranks, d);
   return WriteOutputs(outputs, 0, bytes);
 }
 
@@ -396,10 +389,8 @@ Status CrossHostComm::RunReduction(PendingOp& op) {
       outputs.push_back({recv, rank * block, block});
     }
   }
-  const bool floating =
-      static_cast<DType>(d.dtype) == DType::kFp32 || static_cast<DType>(d.dtype) == DType::kFp64;
-  return layout_.deterministic && floating ? ReduceInRankOrder(op, count, outputs)
-                                           : ReduceHierarchically(op, count, outputs);
+  return layout_.deterministic && IsFloat(d.dtype) ? ReduceInRankOrder(op, count, outputs)
+                                                   : ReduceHierarchically(op, count, outputs);
 }
 
 Status CrossHostComm::RunBroadcast(PendingOp& op) {

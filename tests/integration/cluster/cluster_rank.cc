@@ -4,26 +4,28 @@
 //
 //   cluster_rank --socket PATH --uid-file FILE --rank R --nranks N
 //                [--create-uid] [--count N] [--timeout-ms MS] [--loop] [--cross-host]
-//                [--hierarchical] [--lossy]
+//                [--hierarchical] [--lossy] [--unanswered-send]
 //
 // --create-uid: this rank asks its host for the uid and writes it (hex) to
 // FILE; the others wait for the file. Then every rank joins, runs all-reduce
-// over every dtype and reduction the hosts support across hosts, reduce,
-// reduce-scatter, all-gather, all-to-all and broadcast (checking each result
-// exactly), send and recv (with --cross-host, between hosts: refused, as not
-// yet supported, and the communicator stays usable) and barrier, and prints
-// one JSON line.
+// over every dtype and reduction, reduce and reduce-scatter (fp32, fp16,
+// bf16), all-gather, all-to-all and broadcast (checking each result exactly,
+// the 16-bit floats bit for bit), send and recv and barrier, and prints one
+// JSON line.
 // --hierarchical: without HZ_COMM_F_DETERMINISTIC (floating-point
 // reductions across hosts are then hierarchical); with it, an fp32 sum whose
 // result depends on the order is checked against the rank-order fold.
 // --lossy: HZ_COMM_F_ALLOW_LOSSY without DETERMINISTIC: an fp32 sum is
 // checked against the bound for bfloat16 between hosts (and must be inexact).
+// --unanswered-send: only joins and checks that a send nobody receives
+// times out (rank 0 to the last rank), then exits.
 // --loop: after the checks, all-reduces until an operation fails, and
 // reports that failure (a host dying under the communicator).
 // Exit status: 0 all checks passed; 1 an operation failed; 2 a wrong result.
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -31,6 +33,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -95,7 +98,113 @@ int CheckAllReduce(hz_comm_t* comm, T* buf, size_t count, enum hz_dtype dt, enum
   return 0;
 }
 
-int RunMatrix(hz_comm_t* comm, void* mem, size_t count, uint32_t rank, uint32_t n) {
+// The 16-bit floats, by their definitions (independent of the device's
+// conversions): fp16 as GCC's _Float16, bfloat16 as the upper half of an
+// fp32 rounded to nearest even. Big + Tiny is inexact in fp32 (so the order
+// of an fp32 fold shows); Step + 1 is inexact in the type (so rounding per
+// step instead of once shows); Eps is a small step of products.
+struct F16 {
+  static uint16_t From(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
+  static float To(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
+  static constexpr float kBig = 2048, kTiny = 0x1p-14f, kStep = 2048, kEps = 0x1p-7f;
+};
+struct BF16 {
+  static uint16_t From(float f) {
+    const uint32_t u = std::bit_cast<uint32_t>(f);
+    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  static float To(uint16_t h) { return std::bit_cast<float>(uint32_t{h} << 16); }
+  static constexpr float kBig = 0x1p20f, kTiny = 0x1p-5f, kStep = 256, kEps = 0x1p-5f;
+};
+
+// Rank r's 16-bit value at element i. `sensitive` (rank-order reductions):
+// values whose result shows any other order or rounding than the rank-order
+// fold in fp32 rounded once; otherwise small values every order reduces
+// exactly (hierarchical reductions).
+template <typename H>
+float HalfValue(uint32_t r, size_t i, uint32_t n, enum hz_redop op, bool sensitive) {
+  if (op == HZ_PROD)
+    return sensitive ? 1 + static_cast<float>((r + i) % 4 + 1) * H::kEps : 1 + (i + r) % 2;
+  if (op == HZ_MIN || op == HZ_MAX) {
+    if (sensitive && i % 4 == 0) return r % 2 ? -0.0f : 0.0f;  // ties keep the lower rank's
+    return static_cast<float>((r * 7 + i) % 11) - 5;
+  }
+  if (!sensitive || i % 3 == 2) return static_cast<float>(r + 1 + i % 5);
+  if (i % 3 == 1) return r == 0 ? H::kStep : 1;
+  if (r == 0) return H::kBig;
+  if (r == n - 1 && n > 2) return -H::kBig;
+  return H::kTiny * static_cast<float>(1 + i % 4);
+}
+
+// What the engine computes on one host: the fold in rank order in fp32, avg
+// divided there, rounded once (SPEC §7.4.4, §7.4.6).
+template <typename H>
+uint16_t HalfExpected(uint32_t n, size_t i, enum hz_redop op, bool sensitive) {
+  float acc = HalfValue<H>(0, i, n, op, sensitive);
+  for (uint32_t r = 1; r < n; ++r) {
+    const float v = HalfValue<H>(r, i, n, op, sensitive);
+    if (op == HZ_SUM || op == HZ_AVG) acc = acc + v;
+    if (op == HZ_PROD) acc = acc * v;
+    if (op == HZ_MIN) acc = v < acc ? v : acc;
+    if (op == HZ_MAX) acc = acc < v ? v : acc;
+  }
+  if (op == HZ_AVG) acc = acc / static_cast<float>(n);
+  return H::From(acc);
+}
+
+template <typename H>
+void FillHalves(uint16_t* buf, size_t count, enum hz_redop op, uint32_t rank, uint32_t n,
+                bool sensitive) {
+  for (size_t i = 0; i < count; ++i) buf[i] = H::From(HalfValue<H>(rank, i, n, op, sensitive));
+}
+
+// Elements [first, first + count) of the reduction, at `got`, bit for bit.
+template <typename H>
+int CheckHalves(const uint16_t* got, size_t first, size_t count, enum hz_dtype dt, enum hz_redop op,
+                uint32_t n, bool sensitive, const char* what) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint16_t want = HalfExpected<H>(n, first + i, op, sensitive);
+    if (got[i] != want) {
+      out["wrong"] = {{"what", what},       {"dtype", dt},          {"op", op},
+                      {"index", first + i}, {"got", H::To(got[i])}, {"want", H::To(want)},
+                      {"got_bits", got[i]}, {"want_bits", want}};
+      return 1;
+    }
+  }
+  return 0;
+}
+
+template <typename H>
+int CheckHalfAllReduce(hz_comm_t* comm, uint16_t* buf, size_t count, enum hz_dtype dt,
+                       enum hz_redop op, uint32_t rank, uint32_t n, bool sensitive) {
+  FillHalves<H>(buf, count, op, rank, n, sensitive);
+  if (int e = hz_allreduce(comm, buf, buf, count, dt, op); e != 0) return e;
+  return CheckHalves<H>(buf, 0, count, dt, op, n, sensitive, "allreduce");
+}
+
+// Reduce to the last rank and reduce-scatter of one 16-bit type, every
+// reduction, checked bit for bit.
+template <typename H>
+int CheckHalfRootedReductions(hz_comm_t* comm, uint16_t* buf, enum hz_dtype dt, uint32_t me,
+                              uint32_t n, bool sensitive) {
+  const size_t c = 999;
+  for (enum hz_redop op : {HZ_SUM, HZ_PROD, HZ_MIN, HZ_MAX, HZ_AVG}) {
+    FillHalves<H>(buf, c, op, me, n, sensitive);
+    if (int e = hz_reduce(comm, buf, buf + c, c, dt, op, n - 1); e != 0) return e;
+    if (me == n - 1) {
+      if (int e = CheckHalves<H>(buf + c, 0, c, dt, op, n, sensitive, "reduce"); e != 0) return e;
+    }
+    FillHalves<H>(buf, c * n, op, me, n, sensitive);
+    if (int e = hz_reduce_scatter(comm, buf, buf + c * n, c, dt, op); e != 0) return e;
+    if (int e = CheckHalves<H>(buf + c * n, me * c, c, dt, op, n, sensitive, "reduce_scatter");
+        e != 0) {
+      return e;
+    }
+  }
+  return 0;
+}
+
+int RunMatrix(hz_comm_t* comm, void* mem, size_t count, uint32_t rank, uint32_t n, bool sensitive) {
   int checked = 0;
   const enum hz_redop ops[] = {HZ_SUM, HZ_PROD, HZ_MIN, HZ_MAX, HZ_AVG};
   for (size_t c : {size_t{1}, size_t{1000}, count}) {
@@ -109,6 +218,10 @@ int RunMatrix(hz_comm_t* comm, void* mem, size_t count, uint32_t rank, uint32_t 
           CheckAllReduce(comm, static_cast<uint32_t*>(mem), c, HZ_UINT32, op, rank, n),
           CheckAllReduce(comm, static_cast<int64_t*>(mem), c, HZ_INT64, op, rank, n),
           CheckAllReduce(comm, static_cast<uint64_t*>(mem), c, HZ_UINT64, op, rank, n),
+          CheckHalfAllReduce<F16>(comm, static_cast<uint16_t*>(mem), c, HZ_FP16, op, rank, n,
+                                  sensitive),
+          CheckHalfAllReduce<BF16>(comm, static_cast<uint16_t*>(mem), c, HZ_BF16, op, rank, n,
+                                   sensitive),
       };
       for (int e : results) {
         if (e == 1) return -1;
@@ -212,16 +325,71 @@ int CheckLossy(hz_comm_t* comm, float* buf, uint32_t me, uint32_t n) {
   return 0;
 }
 
-// Rank 0 sends to the last rank: on one host it arrives; across hosts both
-// sides are refused (not supported yet) and the communicator stays usable.
-int CheckSendRecv(hz_comm_t* comm, int64_t* buf, uint32_t me, uint32_t n, bool across) {
+uint8_t ShiftByte(uint32_t from, size_t bytes, size_t i) {
+  return static_cast<uint8_t>(from * 31 + i * 7 + bytes);
+}
+
+// A ring shift: every rank posts its recv from the left first, then its send
+// to the right (no pair may wait for another, SPEC §7.4.5), of `bytes`.
+int CheckRingShift(hz_comm_t* comm, uint8_t* buf, size_t bytes, uint32_t me, uint32_t n) {
+  uint8_t* in = buf + bytes;
+  const uint32_t left = (me + n - 1) % n, right = (me + 1) % n;
+  for (size_t i = 0; i < bytes; ++i) buf[i] = ShiftByte(me, bytes, i);
+  std::memset(in, 0, bytes);
+  hz_request_t *recv = nullptr, *send = nullptr;
+  if (int e = hz_recv_async(comm, in, bytes, HZ_UINT8, left, &recv); e != 0) return e;
+  if (int e = hz_send_async(comm, buf, bytes, HZ_UINT8, right, &send); e != 0) return e;
+  const int es = hz_wait(send, -1), er = hz_wait(recv, -1);
+  if (es != 0 || er != 0) return es != 0 ? es : er;
+  for (size_t i = 0; i < bytes; ++i) {
+    if (in[i] != ShiftByte(left, bytes, i)) {
+      return (out["wrong"] = {{"ring_shift", bytes}, {"index", i}}, 1);
+    }
+  }
+  return 0;
+}
+
+// Ring shifts small and of several MiB (more than one staging chunk between
+// hosts), and a pair that disagrees on count (EMISMATCH on both sides,
+// nothing written) after which the communicator stays usable. (A send to
+// itself is refused by libharmonaize before it reaches the device.)
+int CheckSendRecv(hz_comm_t* comm, uint8_t* buf, uint32_t me, uint32_t n) {
+  for (size_t bytes : {size_t{24}, (size_t{3} << 20) + 5}) {
+    if (int e = CheckRingShift(comm, buf, bytes, me, n); e != 0) return e;
+  }
+  int64_t* x = reinterpret_cast<int64_t*>(buf);
   if (me != 0 && me != n - 1) return 0;
-  buf[0] = me == 0 ? 4242 : 0;
+  x[0] = me == 0 ? 4242 : 0;
+  x[8] = -1;
   const int e =
-      me == 0 ? hz_send(comm, buf, 1, HZ_INT64, n - 1) : hz_recv(comm, buf, 1, HZ_INT64, 0);
-  if (across) return e == HZ_ENOTSUP ? 0 : (out["wrong"] = "send/recv across hosts", 1);
-  if (e != 0) return e;
-  return buf[0] == 4242 ? 0 : (out["wrong"] = "recv", 1);
+      me == 0 ? hz_send(comm, x, 4, HZ_INT64, n - 1) : hz_recv(comm, x + 8, 5, HZ_INT64, 0);
+  if (e != HZ_EMISMATCH || x[8] != -1) {
+    return (out["wrong"] = {{"mismatch", true}, {"code", e}}, 1);
+  }
+  const int ok = me == 0 ? hz_send(comm, x, 1, HZ_INT64, n - 1) : hz_recv(comm, x, 1, HZ_INT64, 0);
+  if (ok != 0) return ok;
+  return x[0] == 4242 ? 0 : (out["wrong"] = "recv", 1);
+}
+
+// Rank 0 sends to the last rank, which never receives: the send completes
+// with ETIMEDOUT within the communicator's timeout (and a little), and the
+// communicator is aborted. The other ranks stay meanwhile (leaving would
+// abort the communicator sooner) and check nothing.
+int CheckUnansweredSend(hz_comm_t* comm, uint8_t* buf, uint32_t me, uint32_t n,
+                        uint32_t timeout_ms) {
+  if (me != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms + 4000));
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const int e = hz_send(comm, buf, 16, HZ_UINT8, n - 1);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out["unanswered_ms"] = ms;
+  if (e != HZ_ETIMEDOUT || ms < timeout_ms * 0.9 || ms > timeout_ms + 3000.0) {
+    return (out["wrong"] = {{"unanswered", true}, {"code", e}}, 1);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -243,6 +411,8 @@ int main(int argc, char** argv) {
   app.add_flag("--cross-host", cross_host);
   app.add_flag("--hierarchical", hierarchical);
   app.add_flag("--lossy", lossy);
+  bool unanswered = false;
+  app.add_flag("--unanswered-send", unanswered);
   CLI11_PARSE(app, argc, argv);
   out = {{"rank", rank}, {"nranks", nranks}};
 
@@ -269,9 +439,23 @@ int main(int argc, char** argv) {
   }
   comm_owner.reset(comm);
   void* mem = nullptr;
-  if (int e = hz_mem_alloc(dev, std::max<size_t>(count, 4096) * 8, &mem); e != 0)
+  // Room for the largest ring shift (its send and recv buffers) too.
+  if (int e = hz_mem_alloc(dev, std::max<size_t>(count, 1 << 20) * 8, &mem); e != 0) {
     return Failed("mem_alloc", e);
-  if (int e = RunMatrix(comm, mem, count, rank, nranks); e != 0) {
+  }
+  if (unanswered) {
+    if (int e = CheckUnansweredSend(comm, static_cast<uint8_t*>(mem), rank, nranks, timeout_ms);
+        e != 0) {
+      return e == 1 ? Report(2) : Failed("send", e);
+    }
+    out["ok"] = true;
+    return Report(0);
+  }
+  // Rank-order reductions (DETERMINISTIC) are checked with values that show
+  // any other order or rounding; hierarchical ones with values every order
+  // reduces exactly.
+  const bool sensitive = !hierarchical && !lossy;
+  if (int e = RunMatrix(comm, mem, count, rank, nranks, sensitive); e != 0) {
     return e < 0 ? Report(2) : Failed("allreduce", e);
   }
   if (lossy) {
@@ -283,18 +467,19 @@ int main(int argc, char** argv) {
       return e == 1 ? Report(2) : Failed("allreduce", e);
     }
   }
-  // bf16 reductions are not carried across hosts yet: refused on every rank,
-  // and the communicator stays usable. On one host they work.
-  if (int e = hz_allreduce(comm, mem, mem, 16, HZ_BF16, HZ_SUM);
-      e != (cross_host ? HZ_ENOTSUP : 0)) {
-    out["wrong"] = "bf16 all-reduce";
-    out["code"] = e;
-    return Report(2);
+  auto* halves = static_cast<uint16_t*>(mem);
+  if (int e = CheckHalfRootedReductions<F16>(comm, halves, HZ_FP16, rank, nranks, sensitive);
+      e != 0) {
+    return e == 1 ? Report(2) : Failed("fp16 reduce", e);
+  }
+  if (int e = CheckHalfRootedReductions<BF16>(comm, halves, HZ_BF16, rank, nranks, sensitive);
+      e != 0) {
+    return e == 1 ? Report(2) : Failed("bf16 reduce", e);
   }
   if (int e = CheckOtherCollectives(comm, mem, rank, nranks); e != 0) {
     return e == 1 ? Report(2) : Failed("collectives", e);
   }
-  if (int e = CheckSendRecv(comm, static_cast<int64_t*>(mem), rank, nranks, cross_host); e != 0) {
+  if (int e = CheckSendRecv(comm, static_cast<uint8_t*>(mem), rank, nranks); e != 0) {
     return e == 1 ? Report(2) : Failed("send/recv", e);
   }
   auto* b = static_cast<uint8_t*>(mem);

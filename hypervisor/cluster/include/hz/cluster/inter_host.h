@@ -1,7 +1,8 @@
 // The inter-host leg of a communicator that spans hosts: one member per host
 // holding ranks, exchanging that host's partial results. Narrow on purpose, so
 // that Open MPI or UCX could carry it instead of Gloo: a group is formed once
-// and then runs whole-buffer operations, in place, one at a time.
+// and then runs whole-buffer operations, in place, one at a time, and beside
+// them tagged point-to-point messages between two members.
 #ifndef HZ_CLUSTER_INTER_HOST_H_
 #define HZ_CLUSTER_INTER_HOST_H_
 
@@ -17,13 +18,12 @@
 
 namespace hz::cluster {
 
-// kBF16 is bfloat16 (the upper half of an fp32): each addition is done in
-// fp32 and rounded to nearest even once (the lossy wire format of fp32 sums).
-enum class InterHostType : uint8_t { kF32, kF64, kI8, kU8, kI32, kU32, kI64, kU64, kBF16 };
+// kF16 (IEEE binary16) and kBF16 (bfloat16, the upper half of an fp32): each
+// step combines two values in fp32 and rounds to nearest even once, with the
+// conversions of hz/common/half.h (kBF16 is also the lossy wire format of
+// fp32 sums).
+enum class InterHostType : uint8_t { kF32, kF64, kI8, kU8, kI32, kU32, kI64, kU64, kBF16, kF16 };
 
-// fp32 to bfloat16, rounded to nearest even (NaNs stay NaNs), and back.
-uint16_t ToBf16(float f);
-float FromBf16(uint16_t b);
 enum class InterHostOp : uint8_t { kSum, kProd, kMin, kMax };
 // The all-reduce algorithms Gloo offers for this use: ring (bandwidth-optimal,
 // 2(n-1) steps) and bcube (log-depth, for small buffers and many hosts).
@@ -47,6 +47,18 @@ class InterHostGroup {
   // `out` holds size() * bytes: member r's `in` lands at r * bytes.
   virtual Status AllGather(const void* in, void* out, size_t bytes) = 0;
   virtual Status Barrier() = 0;
+
+  // Point-to-point, beside the collectives above and from any thread, several
+  // at once: Send's `bytes` at data arrive in member `peer`'s Recv of the same
+  // tag (below kMaxTag; one message per tag and direction at a time, in
+  // order). Each blocks until its message has moved, at most `timeout`:
+  // kTimedOut then, which like every error leaves the group unusable (the
+  // other members' pending operations fail too).
+  static constexpr uint64_t kMaxTag = uint64_t{1} << 56;
+  virtual Status Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes,
+                      std::chrono::milliseconds timeout) = 0;
+  virtual Status Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes,
+                      std::chrono::milliseconds timeout) = 0;
 };
 
 struct GlooGroupOptions {
