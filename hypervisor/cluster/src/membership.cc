@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <random>
-#include <set>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -28,15 +28,22 @@ int64_t UnixMs() {
       .count();
 }
 
-// The data address in another host's record; false when the record is not
-// one a harmonaized wrote (the store is shared, so its contents are input).
-bool ReadRecord(const std::string& value, std::string* data_address) {
+// The data address and attributes in another host's record; false when the
+// record is not one a harmonaized wrote (the store is shared, so its
+// contents are input).
+bool ReadRecord(const std::string& value, HostInfo* host, std::string* instance) {
+  if (value.size() > kMaxAttributeBytes + 4096) return false;
   nlohmann::json j = nlohmann::json::parse(value, nullptr, false);
   if (!j.is_object()) return false;
   auto it = j.find("data_address");
-  if (it == j.end() || !it->is_string() || !j.contains("instance")) return false;
-  *data_address = it->get<std::string>();
-  return data_address->size() <= 255;
+  auto id = j.find("instance");
+  if (it == j.end() || !it->is_string() || id == j.end() || !id->is_string()) return false;
+  host->data_address = it->get<std::string>();
+  *instance = id->get<std::string>();
+  auto attributes = j.find("attributes");
+  if (attributes != j.end() && !attributes->is_object()) return false;
+  if (attributes != j.end()) host->attributes = std::move(*attributes);
+  return host->data_address.size() <= 255;
 }
 
 }  // namespace
@@ -74,24 +81,36 @@ Membership::~Membership() {
 }
 
 std::string Membership::RecordValue() const {
-  return nlohmann::json{{"data_address", options_.data_address},
+  nlohmann::json record{{"data_address", options_.data_address},
                         {"instance", instance_},
-                        {"started_ms", started_unix_ms_}}
-      .dump();
+                        {"started_ms", started_unix_ms_}};
+  nlohmann::json attributes = options_.attributes ? options_.attributes() : nlohmann::json();
+  if (attributes.is_object() && !attributes.empty()) {
+    std::string text = attributes.dump();
+    if (text.size() <= kMaxAttributeBytes) {
+      record["attributes"] = std::move(attributes);
+    } else {
+      spdlog::warn("event=cluster_attributes_too_large host={} bytes={} limit={}",
+                   options_.host_name, text.size(), kMaxAttributeBytes);
+    }
+  }
+  return record.dump();
 }
 
 Status Membership::Start() {
   const auto give_up = Clock::now() + std::chrono::milliseconds(options_.lease_ms + round_ms());
   for (;;) {
     StatusOr<HoldResult> held =
-        store_->Hold(kHostsGroup, options_.host_name, RecordValue(), options_.lease_ms);
+        store_->Hold(kHostsGroup, options_.host_name, instance_, RecordValue(), options_.lease_ms);
     if (!held.ok()) break;  // unreachable: the thread keeps trying
     if (held->outcome != HoldResult::Outcome::kHeldByOther) break;
     if (Clock::now() >= give_up) {
-      std::string addr;
-      ReadRecord(held->holder_value, &addr);
+      HostInfo holder;
+      std::string instance;
+      ReadRecord(held->holder_value, &holder, &instance);
       return Status::Exists("host name " + options_.host_name +
-                            " is held by another live harmonaized (data address " + addr +
+                            " is held by another live harmonaized (data address " +
+                            holder.data_address +
                             "): each host of a cluster needs its own [cluster] host_name");
     }
     // Perhaps this host's previous run, which crashed: its lease runs out.
@@ -112,7 +131,7 @@ void Membership::Stop(bool release) {
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (release) {
-    if (Status s = store_->Release(kHostsGroup, options_.host_name, RecordValue()); !s.ok()) {
+    if (Status s = store_->Release(kHostsGroup, options_.host_name, instance_); !s.ok()) {
       spdlog::warn("event=cluster_leave_failed host={} error=\"{}\"", options_.host_name,
                    s.ToString());
     }
@@ -147,7 +166,7 @@ void Membership::Round() {
 
 Status Membership::Renew(Clock::time_point now) {
   StatusOr<HoldResult> held =
-      store_->Hold(kHostsGroup, options_.host_name, RecordValue(), options_.lease_ms);
+      store_->Hold(kHostsGroup, options_.host_name, instance_, RecordValue(), options_.lease_ms);
   if (!held.ok()) return held.status();
   std::lock_guard<std::mutex> lock(mu_);
   if (held->outcome == HoldResult::Outcome::kHeldByOther) {
@@ -176,11 +195,12 @@ void Membership::Refresh(std::vector<LeasedRecord> records) {
     HostInfo h;
     h.name = r.name;
     h.lease_remaining_ms = r.remaining_ms;
-    h.self = r.name == options_.host_name && r.value == RecordValue();
-    if (!ReadRecord(r.value, &h.data_address)) {
+    std::string instance;
+    if (!ReadRecord(r.value, &h, &instance)) {
       ++malformed;
       continue;
     }
+    h.self = r.name == options_.host_name && instance == instance_;
     hosts.push_back(std::move(h));
   }
   {
@@ -214,27 +234,32 @@ void Membership::SetHosts(std::vector<HostInfo> hosts, const std::string& why_le
   std::vector<MembershipChange> changes;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::set<std::string> before, after;
-    for (const HostInfo& h : view_.hosts) before.insert(h.name);
-    for (const HostInfo& h : hosts) after.insert(h.name);
-    for (const std::string& name : before) {
+    using Kind = MembershipChange::Kind;
+    std::map<std::string, const HostInfo*> before, after;
+    for (const HostInfo& h : view_.hosts) before[h.name] = &h;
+    for (const HostInfo& h : hosts) after[h.name] = &h;
+    for (const auto& [name, h] : before) {
       if (after.count(name) == 0 && name != options_.host_name) {
-        changes.push_back({false, name, why_left});
+        changes.push_back({Kind::kLeft, name, why_left});
         ++view_.hosts_left;
       }
     }
-    for (const std::string& name : after) {
-      if (before.count(name) == 0 && name != options_.host_name) {
-        changes.push_back({true, name, {}});
+    for (const auto& [name, h] : after) {
+      if (name == options_.host_name) continue;
+      auto was = before.find(name);
+      if (was == before.end()) {
+        changes.push_back({Kind::kJoined, name, {}});
         ++view_.hosts_joined;
+      } else if (was->second->attributes != h->attributes) {
+        changes.push_back({Kind::kAttributes, name, {}});
       }
     }
     view_.hosts = std::move(hosts);
   }
   for (const MembershipChange& c : changes) {
-    if (c.joined) {
+    if (c.kind == MembershipChange::Kind::kJoined) {
       spdlog::info("event=cluster_host_joined host={} peer={}", options_.host_name, c.host);
-    } else {
+    } else if (c.kind == MembershipChange::Kind::kLeft) {
       spdlog::warn("event=cluster_host_left host={} peer={} why=\"{}\"", options_.host_name, c.host,
                    c.why);
     }

@@ -10,25 +10,29 @@ namespace hz::cluster {
 
 namespace {
 
-// KEYS: record, name set. ARGV: value, lease_ms, name.
+// A record is a hash {holder, value} whose key expires with the lease.
+
+// KEYS: record, name set. ARGV: holder, value, lease_ms, name.
 // Returns {0} acquired, {1} renewed, {2, holder's value, its PTTL}.
 constexpr const char kHoldScript[] = R"(
-local cur = redis.call('GET', KEYS[1])
-if not cur then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  redis.call('SADD', KEYS[2], ARGV[3])
-  return {0}
-elseif cur == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('SADD', KEYS[2], ARGV[3])
-  return {1}
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'hash' and t ~= 'none' then
+  return {2, '', redis.call('PTTL', KEYS[1])}
 end
-return {2, cur, redis.call('PTTL', KEYS[1])}
+local cur = redis.call('HGET', KEYS[1], 'holder')
+if cur and cur ~= ARGV[1] then
+  return {2, redis.call('HGET', KEYS[1], 'value') or '', redis.call('PTTL', KEYS[1])}
+end
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'value', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[4])
+if cur then return {1} end
+return {0}
 )";
 
-// KEYS: record, name set. ARGV: value, name. Deletes the record if it is ours.
+// KEYS: record, name set. ARGV: holder, name. Deletes the record if it is ours.
 constexpr const char kReleaseScript[] = R"(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('SREM', KEYS[2], ARGV[2])
   return 1
@@ -37,18 +41,20 @@ return 0
 )";
 
 // KEYS: name set. ARGV: record key prefix. Returns name, value, PTTL triples
-// of the live records and forgets the names whose record has expired.
+// of the live records and forgets the names whose record has expired. A key
+// that is not a record (someone else wrote it) is listed with an empty value,
+// for the caller to count as malformed; it must not fail the whole listing.
 constexpr const char kListScript[] = R"(
 local out = {}
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local key = ARGV[1] .. name
-  local v = redis.call('GET', key)
-  if v then
-    out[#out + 1] = name
-    out[#out + 1] = v
-    out[#out + 1] = redis.call('PTTL', key)
-  else
+  local t = redis.call('TYPE', key).ok
+  if t == 'none' then
     redis.call('SREM', KEYS[1], name)
+  else
+    out[#out + 1] = name
+    out[#out + 1] = (t == 'hash' and redis.call('HGET', key, 'value')) or ''
+    out[#out + 1] = redis.call('PTTL', key)
   end
 end
 return out
@@ -87,10 +93,11 @@ StatusOr<RedisConnection::Reply> RedisLeaseStore::Eval(const char* script,
 }
 
 StatusOr<HoldResult> RedisLeaseStore::Hold(const std::string& group, const std::string& name,
-                                           const std::string& value, uint32_t lease_ms) {
+                                           const std::string& holder, const std::string& value,
+                                           uint32_t lease_ms) {
   StatusOr<RedisConnection::Reply> r =
       Eval(kHoldScript, {prefix_ + group + "/" + name, prefix_ + group},
-           {value, std::to_string(lease_ms), name});
+           {holder, value, std::to_string(lease_ms), name});
   if (!r.ok()) return r.status();
   const redisReply* a = r->get();
   if (a->type != REDIS_REPLY_ARRAY || a->elements < 1 ||
@@ -119,9 +126,9 @@ StatusOr<HoldResult> RedisLeaseStore::Hold(const std::string& group, const std::
 }
 
 Status RedisLeaseStore::Release(const std::string& group, const std::string& name,
-                                const std::string& value) {
+                                const std::string& holder) {
   StatusOr<RedisConnection::Reply> r =
-      Eval(kReleaseScript, {prefix_ + group + "/" + name, prefix_ + group}, {value, name});
+      Eval(kReleaseScript, {prefix_ + group + "/" + name, prefix_ + group}, {holder, name});
   if (!r.ok()) return r.status();
   if ((*r)->type != REDIS_REPLY_INTEGER) return Malformed("a lease release");
   return Status::Ok();

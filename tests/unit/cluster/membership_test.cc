@@ -32,11 +32,13 @@ class MembershipTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(redis_.Start()) << redis_.error(); }
 
-  std::unique_ptr<Membership> Host(const std::string& name, Membership::Listener listener = {}) {
+  std::unique_ptr<Membership> Host(const std::string& name, Membership::Listener listener = {},
+                                   std::function<nlohmann::json()> attributes = {}) {
     auto store = std::make_unique<RedisLeaseStore>(*RedisAddress::Parse(redis_.address()), "hz/",
                                                    milliseconds(kLeaseMs / 4));
     return std::make_unique<Membership>(
-        std::move(store), MembershipOptions{name, "10.0.0." + name.substr(1), kLeaseMs},
+        std::move(store),
+        MembershipOptions{name, "10.0.0." + name.substr(1), kLeaseMs, std::move(attributes)},
         std::move(listener));
   }
 
@@ -75,6 +77,47 @@ TEST_F(MembershipTest, HostsSeeEachOtherWithTheirDataAddresses) {
   EXPECT_GE(v.ms_since_contact, 0);
 }
 
+TEST_F(MembershipTest, AttributesReachTheOtherHostsAndTheirChangesAreTold) {
+  std::mutex mu;
+  nlohmann::json published = {{"tenants", {{"acme", 1}}}};
+  std::vector<MembershipChange> changes;
+  auto h0 = Host("h0", [&](const MembershipChange& c) {
+    std::lock_guard<std::mutex> lock(mu);
+    changes.push_back(c);
+  });
+  auto h1 = Host("h1", {}, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return published;
+  });
+  ASSERT_TRUE(h0->Start().ok());
+  ASSERT_TRUE(h1->Start().ok());
+  auto attributes_of_h1 = [&] {
+    for (const HostInfo& h : h0->View().hosts) {
+      if (h.name == "h1") return h.attributes;
+    }
+    return nlohmann::json();
+  };
+  ASSERT_TRUE(WaitFor([&] { return attributes_of_h1() == published; }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    published["tenants"]["acme"] = 2;
+  }
+  ASSERT_TRUE(WaitFor([&] { return attributes_of_h1()["tenants"]["acme"] == 2; }));
+  // Past its bound, the attributes are left out of the record; the host
+  // stays a member.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    published["big"] = std::string(kMaxAttributeBytes, 'x');
+  }
+  ASSERT_TRUE(WaitFor([&] { return attributes_of_h1().empty(); }));
+  EXPECT_EQ(h1->View().state, MemberState::kMember);
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<MembershipChange::Kind> kinds;
+  for (const MembershipChange& c : changes) kinds.push_back(c.kind);
+  using Kind = MembershipChange::Kind;
+  EXPECT_EQ(kinds, (std::vector<Kind>{Kind::kJoined, Kind::kAttributes, Kind::kAttributes}));
+}
+
 TEST_F(MembershipTest, AHostThatDiesIsDroppedByTheOthersOnceItsLeaseEnds) {
   std::mutex mu;
   std::vector<MembershipChange> changes;
@@ -95,9 +138,9 @@ TEST_F(MembershipTest, AHostThatDiesIsDroppedByTheOthersOnceItsLeaseEnds) {
             << " ms, round " << h0->round_ms() << " ms)\n";
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(changes.size(), 2u);
-  EXPECT_TRUE(changes[0].joined);
+  EXPECT_EQ(changes[0].kind, MembershipChange::Kind::kJoined);
   EXPECT_EQ(changes[0].host, "h1");
-  EXPECT_FALSE(changes[1].joined);
+  EXPECT_EQ(changes[1].kind, MembershipChange::Kind::kLeft);
   EXPECT_EQ(changes[1].host, "h1");
   EXPECT_NE(changes[1].why.find("lease ended"), std::string::npos);
   EXPECT_EQ(h0->View().hosts_left, 1u);
@@ -150,7 +193,7 @@ TEST_F(MembershipTest, AHostRestartedAfterACrashTakesItsNameOnceTheOldLeaseEnds)
 TEST_F(MembershipTest, ALostStoreIsolatesTheHostAndItRejoinsWhenTheStoreReturns) {
   std::atomic<int> left{0};
   auto h0 = Host("h0", [&](const MembershipChange& c) {
-    if (!c.joined) ++left;
+    if (c.kind == MembershipChange::Kind::kLeft) ++left;
   });
   auto h1 = Host("h1");
   ASSERT_TRUE(h0->Start().ok());

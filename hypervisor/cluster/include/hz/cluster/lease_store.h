@@ -3,7 +3,7 @@
 //
 // This is the only interface the rest of the cluster code sees of the store,
 // so that a provider who runs etcd instead of Redis replaces one class: an
-// etcd lease per record, a transaction comparing the value for Hold and
+// etcd lease per record, a transaction comparing the holder for Hold and
 // Release, and a range read of the group's prefix for List.
 #ifndef HZ_CLUSTER_LEASE_STORE_H_
 #define HZ_CLUSTER_LEASE_STORE_H_
@@ -41,17 +41,19 @@ class LeaseStore {
  public:
   virtual ~LeaseStore() = default;
 
-  // Takes or renews the record `name` of `group` with `value`, for lease_ms.
-  // Atomic: a record with another value is left alone (kHeldByOther). A
-  // failure to reach the store is kIoError; a store that answers nonsense,
-  // kCorruption.
+  // Takes or renews the record `name` of `group` for `holder` (a token
+  // unique to the caller), with `value` (which may change from one renewal
+  // to the next), for lease_ms. Atomic: a record of another holder is left
+  // alone (kHeldByOther). A failure to reach the store is kIoError; a store
+  // that answers nonsense, kCorruption.
   virtual StatusOr<HoldResult> Hold(const std::string& group, const std::string& name,
-                                    const std::string& value, uint32_t lease_ms) = 0;
+                                    const std::string& holder, const std::string& value,
+                                    uint32_t lease_ms) = 0;
 
-  // Deletes the record when it still holds `value` (a graceful leave); a
+  // Deletes the record when `holder` still holds it (a graceful leave); a
   // record someone else took meanwhile is left alone.
   virtual Status Release(const std::string& group, const std::string& name,
-                         const std::string& value) = 0;
+                         const std::string& holder) = 0;
 
   // The group's live records, in name order.
   virtual StatusOr<std::vector<LeasedRecord>> List(const std::string& group) = 0;

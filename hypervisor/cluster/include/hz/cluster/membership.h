@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "hz/cluster/lease_store.h"
 #include "hz/common/status.h"
 
@@ -34,7 +36,13 @@ struct MembershipOptions {
   std::string host_name;     // unique in the cluster
   std::string data_address;  // where other hosts reach this one's data path
   uint32_t lease_ms = 3000;
+  // What else this host tells the others, read at every renewal (on the
+  // membership thread; must not block): a JSON object, at most
+  // kMaxAttributeBytes once serialised (larger ones are left out, logged).
+  std::function<nlohmann::json()> attributes;
 };
+
+inline constexpr size_t kMaxAttributeBytes = 256 * 1024;
 
 enum class MemberState : uint8_t {
   kJoining,           // not registered yet
@@ -49,6 +57,7 @@ const char* MemberStateName(MemberState s);
 struct HostInfo {
   std::string name;
   std::string data_address;
+  nlohmann::json attributes = nlohmann::json::object();  // as the host published them
   int64_t lease_remaining_ms = 0;
   bool self = false;
 };
@@ -66,9 +75,11 @@ struct MembershipView {
   uint64_t malformed_records = 0;  // records of other hosts that could not be read
 };
 
-// A host entering or leaving this host's view.
+// A host entering or leaving this host's view, or publishing other
+// attributes.
 struct MembershipChange {
-  bool joined = false;
+  enum class Kind : uint8_t { kJoined, kLeft, kAttributes };
+  Kind kind = Kind::kJoined;
   std::string host;
   std::string why;  // for a departure
 };
@@ -112,7 +123,7 @@ class Membership {
   const std::unique_ptr<LeaseStore> store_;  // used by Start, then the thread only
   const MembershipOptions options_;
   const Listener listener_;
-  const std::string instance_;
+  const std::string instance_;  // this run's: the record's holder
   const int64_t started_unix_ms_;
 
   mutable std::mutex mu_;

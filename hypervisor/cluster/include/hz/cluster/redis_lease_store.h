@@ -3,7 +3,7 @@
 // one round trip.
 //
 // Keys, under the configured prefix P:
-//   P<group>/<name>  the record: its value, with a PX expiry (the lease)
+//   P<group>/<name>  the record: a hash {holder, value}, with a PX expiry (the lease)
 //   P<group>         a set of the names, so List needs no SCAN of the keyspace;
 //                    names whose record has expired are dropped as List meets them
 //
@@ -33,9 +33,10 @@ class RedisLeaseStore : public LeaseStore {
   RedisLeaseStore& operator=(const RedisLeaseStore&) = delete;
 
   StatusOr<HoldResult> Hold(const std::string& group, const std::string& name,
-                            const std::string& value, uint32_t lease_ms) override;
+                            const std::string& holder, const std::string& value,
+                            uint32_t lease_ms) override;
   Status Release(const std::string& group, const std::string& name,
-                 const std::string& value) override;
+                 const std::string& holder) override;
   StatusOr<std::vector<LeasedRecord>> List(const std::string& group) override;
   std::string Describe() const override { return redis_.Describe(); }
 
