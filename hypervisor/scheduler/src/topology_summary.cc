@@ -15,17 +15,6 @@ namespace {
 
 using Signature = std::tuple<uint16_t, uint16_t, uint8_t>;  // gpus, nics, intra_bw
 
-struct Group {
-  uint32_t host = 0;  // physical host index (private)
-  std::vector<DeviceRef> gpus;
-  std::vector<DeviceRef> nics;
-  uint8_t intra_bw = HZ_BW_NONE;
-  uint32_t first_slot = UINT32_MAX;  // orders groups of equal signature
-  Signature sig() const {
-    return {static_cast<uint16_t>(gpus.size()), static_cast<uint16_t>(nics.size()), intra_bw};
-  }
-};
-
 uint64_t SplitMix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -61,24 +50,50 @@ uint32_t GetLe32(const std::vector<uint8_t>& b, size_t at) {
   return v;
 }
 
-}  // namespace
-
-uint32_t TopologySummary::IndexOf(DeviceRef device) const {
-  for (size_t i = 0; i < devices.size(); ++i) {
-    if (devices[i] == device) return static_cast<uint32_t>(i);
+// A locality group: devices of one host joined by NVLink or a shared PCIe
+// switch. A group of another host holds kOtherHostDevice for each device.
+struct Group {
+  std::vector<DeviceRef> gpus;
+  std::vector<DeviceRef> nics;
+  uint8_t intra_bw = HZ_BW_NONE;
+  uint32_t first_slot = UINT32_MAX;  // orders groups of equal signature
+  Signature sig() const {
+    return {static_cast<uint16_t>(gpus.size()), static_cast<uint16_t>(nics.size()), intra_bw};
   }
-  return kNoIndex;
+  std::vector<DeviceRef> members() const {
+    std::vector<DeviceRef> m = gpus;
+    m.insert(m.end(), nics.begin(), nics.end());
+    return m;
+  }
+};
+
+struct HostEntry {
+  uint32_t gpus = 0, nics = 0;
+  std::vector<Signature> sigs;
+  std::vector<Group> groups;  // by decreasing signature
+  uint8_t cross_group = HZ_BW_NONE;
+};
+
+// The lower of two classes, where NONE means "no path to compare".
+uint8_t Lowest(uint8_t a, uint8_t b) {
+  if (a == HZ_BW_NONE) return b;
+  if (b == HZ_BW_NONE) return a;
+  return std::min(a, b);
 }
 
-TopologySummary BuildTopologySummary(const Cluster& cluster, const std::vector<DeviceRef>& input,
-                                     uint64_t tenant_seed) {
-  std::vector<DeviceRef> devices = input;
-  std::sort(devices.begin(), devices.end());
-  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
-  if (devices.size() > 65535) devices.resize(65535);
+// The class among a set of devices of one host (NONE for fewer than two).
+uint8_t ClassAmong(const Cluster& cluster, const std::vector<DeviceRef>& set) {
+  uint8_t bw = HZ_BW_NONE;
+  for (size_t a = 0; a < set.size(); ++a) {
+    for (size_t b = a + 1; b < set.size(); ++b) bw = Lowest(bw, cluster.Bandwidth(set[a], set[b]));
+  }
+  return bw;
+}
 
-  // Locality groups: devices of one host joined by NVLink or a shared PCIe
-  // switch (union-find over the pairs with a HIGH or ULTRA path).
+// The locality groups of devices (sorted, unique), by host: union-find over
+// the pairs with a HIGH or ULTRA path.
+std::map<uint32_t, std::vector<Group>> GroupsByHost(const Cluster& cluster,
+                                                    const std::vector<DeviceRef>& devices) {
   const int n = static_cast<int>(devices.size());
   std::vector<int> parent(n);
   std::iota(parent.begin(), parent.end(), 0);
@@ -90,114 +105,107 @@ TopologySummary BuildTopologySummary(const Cluster& cluster, const std::vector<D
       }
     }
   }
-  std::map<int, Group> by_root;
+  std::map<int, std::pair<uint32_t, Group>> by_root;
   for (int i = 0; i < n; ++i) {
-    Group& g = by_root[Find(parent, i)];
-    g.host = devices[i].host;
+    auto& [host, g] = by_root[Find(parent, i)];
+    host = devices[i].host;
     g.first_slot = std::min(g.first_slot, cluster.Slot(devices[i]));
     (cluster.device(devices[i]).kind == DeviceKind::kGpu ? g.gpus : g.nics).push_back(devices[i]);
   }
-  // intra_bw: among the GPUs when the group has two or more (what collectives
-  // use), else among all its devices; NONE for a single device.
   std::map<uint32_t, std::vector<Group>> by_host;
-  for (auto& [root, g] : by_root) {
-    const std::vector<DeviceRef>* set = &g.gpus;
-    std::vector<DeviceRef> all;
-    if (g.gpus.size() < 2) {
-      all = g.gpus;
-      all.insert(all.end(), g.nics.begin(), g.nics.end());
-      set = &all;
-    }
-    uint8_t bw = HZ_BW_NONE;
-    for (size_t a = 0; a < set->size(); ++a) {
-      for (size_t b = a + 1; b < set->size(); ++b) {
-        uint8_t c = cluster.Bandwidth((*set)[a], (*set)[b]);
-        bw = bw == HZ_BW_NONE ? c : std::min(bw, c);
+  for (auto& [root, entry] : by_root) {
+    Group& g = entry.second;
+    // intra_bw: among the GPUs when the group has two or more (what
+    // collectives use), else among all its devices; NONE for one device.
+    g.intra_bw = ClassAmong(cluster, g.gpus.size() >= 2 ? g.gpus : g.members());
+    by_host[entry.first].push_back(std::move(g));
+  }
+  return by_host;
+}
+
+// The class between a host's groups (the lowest over their pairs).
+uint8_t CrossGroupBandwidth(const Cluster& cluster, const std::vector<Group>& groups) {
+  uint8_t bw = HZ_BW_NONE;
+  for (size_t a = 0; a < groups.size(); ++a) {
+    for (size_t b = a + 1; b < groups.size(); ++b) {
+      for (DeviceRef x : groups[a].members()) {
+        for (DeviceRef y : groups[b].members()) bw = Lowest(bw, cluster.Bandwidth(x, y));
       }
     }
-    g.intra_bw = bw;
-    by_host[g.host].push_back(std::move(g));
   }
+  return bw;
+}
 
-  // Canonical order: groups by decreasing signature within a host; hosts by
-  // decreasing (GPUs, NICs, sorted signatures).
-  struct HostEntry {
-    uint32_t gpus = 0, nics = 0;
-    std::vector<Signature> sigs;
-    std::vector<Group>* groups = nullptr;
-  };
-  std::vector<HostEntry> hosts;
-  for (auto& [h, groups] : by_host) {
-    // Equal signatures are interchangeable in the bytes; which physical group
-    // takes the lower indices follows the topological slot, not the address.
-    std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
-      if (a.sig() != b.sig()) return a.sig() > b.sig();
-      return a.first_slot < b.first_slot;
-    });
-    HostEntry e;
-    e.groups = &groups;
-    for (const Group& g : groups) {
-      e.gpus += static_cast<uint32_t>(g.gpus.size());
-      e.nics += static_cast<uint32_t>(g.nics.size());
-      e.sigs.push_back(g.sig());
-    }
-    hosts.push_back(std::move(e));
+std::vector<Group> GroupsOf(const HostShape& shape) {
+  std::vector<Group> groups;
+  for (const HostShape::Group& s : shape.groups) {
+    Group g;
+    g.gpus.assign(s.gpus, kOtherHostDevice);
+    g.nics.assign(s.nics, kOtherHostDevice);
+    g.intra_bw = s.intra_bw;
+    groups.push_back(std::move(g));
   }
-  std::stable_sort(hosts.begin(), hosts.end(), [](const HostEntry& a, const HostEntry& b) {
-    return std::tie(a.gpus, a.nics, a.sigs) > std::tie(b.gpus, b.nics, b.sigs);
+  return groups;
+}
+
+HostEntry MakeHost(std::vector<Group> groups, uint8_t cross_group) {
+  // Equal signatures are interchangeable in the bytes; which physical group
+  // takes the lower indices follows the topological slot, not the address.
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    if (a.sig() != b.sig()) return a.sig() > b.sig();
+    return a.first_slot < b.first_slot;
   });
+  HostEntry e;
+  for (const Group& g : groups) {
+    e.gpus += static_cast<uint32_t>(g.gpus.size());
+    e.nics += static_cast<uint32_t>(g.nics.size());
+    e.sigs.push_back(g.sig());
+  }
+  e.groups = std::move(groups);
+  e.cross_group = cross_group;
+  return e;
+}
 
+// The bytes of hosts (in canonical order), and the private index map.
+TopologySummary Encode(const Cluster& cluster, const std::vector<HostEntry>& hosts,
+                       uint64_t tenant_seed) {
+  size_t num_groups = 0, num_devices = 0;
   uint8_t cross_group = HZ_BW_NONE;
   for (const HostEntry& h : hosts) {
-    const auto& groups = *h.groups;
-    for (size_t a = 0; a < groups.size(); ++a) {
-      for (size_t b = a + 1; b < groups.size(); ++b) {
-        auto members = [](const Group& g) {
-          std::vector<DeviceRef> m = g.gpus;
-          m.insert(m.end(), g.nics.begin(), g.nics.end());
-          return m;
-        };
-        for (DeviceRef x : members(groups[a])) {
-          for (DeviceRef y : members(groups[b])) {
-            uint8_t c = cluster.Bandwidth(x, y);
-            cross_group = cross_group == HZ_BW_NONE ? c : std::min(cross_group, c);
-          }
-        }
-      }
-    }
+    num_groups += h.groups.size();
+    num_devices += h.gpus + h.nics;
+    cross_group = Lowest(cross_group, h.cross_group);
   }
-  const uint8_t cross_host = hosts.size() > 1 ? HZ_BW_LOW : HZ_BW_NONE;
-
-  size_t num_groups = 0;
-  for (const HostEntry& h : hosts) num_groups += h.groups->size();
   TopologySummary out;
-  out.bytes.assign(sizeof(hz_topo_header) + 8 * num_groups + 8 * devices.size(), 0);
+  out.bytes.assign(sizeof(hz_topo_header) + 8 * num_groups + 8 * num_devices, 0);
   std::vector<uint8_t>& b = out.bytes;
   PutLe32(b, 0, 1);
-  PutLe16(b, 4, static_cast<uint16_t>(devices.size()));
+  PutLe16(b, 4, static_cast<uint16_t>(num_devices));
   PutLe16(b, 6, static_cast<uint16_t>(num_groups));
   b[8] = cross_group;
-  b[9] = cross_host;
+  b[9] = hosts.size() > 1 ? HZ_BW_LOW : HZ_BW_NONE;
   PutLe16(b, 10, static_cast<uint16_t>(hosts.size()));
   size_t group_at = sizeof(hz_topo_header);
   size_t device_at = group_at + 8 * num_groups;
   uint16_t group_no = 0;
   for (size_t hi = 0; hi < hosts.size(); ++hi) {
-    for (Group& g : *hosts[hi].groups) {
+    for (const Group& g : hosts[hi].groups) {
       PutLe16(b, group_at, group_no);
       PutLe16(b, group_at + 2, static_cast<uint16_t>(g.gpus.size()));
       PutLe16(b, group_at + 4, static_cast<uint16_t>(g.nics.size()));
       b[group_at + 6] = g.intra_bw;
       b[group_at + 7] = static_cast<uint8_t>(hi);
       group_at += 8;
-      for (auto* list : {&g.gpus, &g.nics}) {
+      for (const auto* list : {&g.gpus, &g.nics}) {
         std::vector<std::pair<uint64_t, DeviceRef>> ranked;
-        for (DeviceRef d : *list) ranked.push_back({Rank(cluster, d, tenant_seed), d});
+        for (DeviceRef d : *list) {
+          ranked.push_back({d == kOtherHostDevice ? 0 : Rank(cluster, d, tenant_seed), d});
+        }
         std::sort(ranked.begin(), ranked.end());
         for (const auto& [rank, d] : ranked) {
           const uint16_t index = static_cast<uint16_t>(out.devices.size());
           PutLe16(b, device_at, index);
-          b[device_at + 2] = cluster.device(d).kind == DeviceKind::kGpu ? HZ_DEV_GPU : HZ_DEV_NIC;
+          b[device_at + 2] = list == &g.gpus ? HZ_DEV_GPU : HZ_DEV_NIC;
           PutLe16(b, device_at + 4, group_no);
           device_at += 8;
           out.devices.push_back(d);
@@ -207,6 +215,72 @@ TopologySummary BuildTopologySummary(const Cluster& cluster, const std::vector<D
     }
   }
   return out;
+}
+
+}  // namespace
+
+uint32_t HostShape::devices() const {
+  uint32_t n = 0;
+  for (const Group& g : groups) n += g.gpus + g.nics;
+  return n;
+}
+
+uint32_t TopologySummary::IndexOf(DeviceRef device) const {
+  if (device == kOtherHostDevice) return kNoIndex;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] == device) return static_cast<uint32_t>(i);
+  }
+  return kNoIndex;
+}
+
+HostShape ShapeOf(const Cluster& cluster, const std::vector<DeviceRef>& input) {
+  std::vector<DeviceRef> devices = input;
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  HostShape shape;
+  for (auto& [h, groups] : GroupsByHost(cluster, devices)) {
+    const HostEntry e = MakeHost(std::move(groups), HZ_BW_NONE);
+    shape.cross_group_bw = Lowest(shape.cross_group_bw, CrossGroupBandwidth(cluster, e.groups));
+    for (const Group& g : e.groups) {
+      shape.groups.push_back(
+          {static_cast<uint16_t>(g.gpus.size()), static_cast<uint16_t>(g.nics.size()), g.intra_bw});
+    }
+  }
+  return shape;
+}
+
+TopologySummary BuildTopologySummary(const Cluster& cluster, const std::vector<DeviceRef>& input,
+                                     uint64_t tenant_seed,
+                                     const std::vector<HostShape>& other_hosts) {
+  std::vector<DeviceRef> devices = input;
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  if (devices.size() > kMaxSummaryDevices) devices.resize(kMaxSummaryDevices);
+
+  std::vector<HostEntry> hosts;
+  for (auto& [h, groups] : GroupsByHost(cluster, devices)) {
+    const uint8_t cross_group = CrossGroupBandwidth(cluster, groups);
+    hosts.push_back(MakeHost(std::move(groups), cross_group));
+  }
+  // Other hosts follow while the format's counts allow (16-bit devices and
+  // groups, 8-bit host numbers); this host's devices always fit.
+  size_t total = devices.size(), num_groups = 0;
+  for (const HostEntry& h : hosts) num_groups += h.groups.size();
+  for (const HostShape& shape : other_hosts) {
+    if (hosts.size() >= kMaxSummaryHosts || shape.groups.empty()) continue;
+    if (total + shape.devices() > kMaxSummaryDevices ||
+        num_groups + shape.groups.size() > kMaxSummaryDevices) {
+      continue;
+    }
+    total += shape.devices();
+    num_groups += shape.groups.size();
+    hosts.push_back(MakeHost(GroupsOf(shape), shape.cross_group_bw));
+  }
+  // Canonical order: hosts by decreasing (GPUs, NICs, sorted signatures).
+  std::stable_sort(hosts.begin(), hosts.end(), [](const HostEntry& a, const HostEntry& b) {
+    return std::tie(a.gpus, a.nics, a.sigs) > std::tie(b.gpus, b.nics, b.sigs);
+  });
+  return Encode(cluster, hosts, tenant_seed);
 }
 
 Status ParseTopologySummary(const std::vector<uint8_t>& b, SummaryView* out) {

@@ -119,6 +119,69 @@ TEST_F(SchedulerSummary, HostsAreOrderedCanonically) {
   EXPECT_EQ(BuildTopologySummary(c, d, 5).bytes, BuildTopologySummary(c, r, 5).bytes);
 }
 
+// In a cluster of hosts, each host knows its own devices and the others'
+// shapes. The summary built that way on any host is the one built from the
+// whole allocation, byte for byte, and its private map names this host's
+// devices and only them.
+TEST_F(SchedulerSummary, EachHostBuildsTheWholeSummaryFromTheOthersShapes) {
+  std::vector<HostInventory> inventories{LoadFixture("ws4"), LoadFixture("hgx8"),
+                                         LoadFixture("hgx8")};
+  inventories[2].name = "other";
+  Cluster whole(inventories);
+  const std::vector<std::vector<std::string>> bdfs{
+      {"0000:17:00.0", "0000:31:00.0"},                                  // an NVLink pair
+      {"0000:1a:00.0", "0000:1b:00.0", "0000:9a:00.0", "0000:1c:00.0"},  // 2 groups, NICs
+      {"0000:9a:00.0", "0000:9b:00.0"}};
+  std::vector<DeviceRef> all;
+  std::vector<Cluster> alone;
+  std::vector<std::vector<DeviceRef>> local(3);
+  std::vector<HostShape> shapes;
+  for (uint32_t h = 0; h < 3; ++h) {
+    alone.emplace_back(std::vector<HostInventory>{inventories[h]});
+    for (const std::string& b : bdfs[h]) {
+      all.push_back(Ref(whole, h, b));
+      local[h].push_back(Ref(alone[h], 0, b));
+    }
+    shapes.push_back(ShapeOf(alone[h], local[h]));
+  }
+  EXPECT_EQ(shapes[1].groups.size(), 2u);
+  EXPECT_NE(shapes[1].cross_group_bw, HZ_BW_NONE);
+  const std::vector<uint8_t> expected = BuildTopologySummary(whole, all, 5).bytes;
+  for (uint32_t h = 0; h < 3; ++h) {
+    std::vector<HostShape> others;
+    for (uint32_t o = 0; o < 3; ++o) {
+      if (o != h) others.push_back(shapes[o]);
+    }
+    const TopologySummary s = BuildTopologySummary(alone[h], local[h], 5, others);
+    EXPECT_EQ(s.bytes, expected) << "host " << h;
+    std::set<DeviceRef> named;
+    for (DeviceRef d : s.devices) {
+      if (d != kOtherHostDevice) named.insert(d);
+    }
+    EXPECT_EQ(named, std::set<DeviceRef>(local[h].begin(), local[h].end()));
+    // Another host's order of the others changes nothing.
+    std::vector<HostShape> reversed(others.rbegin(), others.rend());
+    EXPECT_EQ(BuildTopologySummary(alone[h], local[h], 5, reversed).bytes, expected);
+  }
+  SummaryView v = View(BuildTopologySummary(alone[0], local[0], 5, {shapes[1], shapes[2]}));
+  EXPECT_EQ(v.header.num_hosts, 3);
+  EXPECT_EQ(v.header.cross_host_bw, HZ_BW_LOW);
+  EXPECT_EQ(v.header.num_devices, 8);
+}
+
+TEST_F(SchedulerSummary, OtherHostsThatWouldOverflowTheFormatAreLeftOut) {
+  std::vector<DeviceRef> d{Ref(hgx_, 0, "0000:1a:00.0")};
+  HostShape one;
+  one.groups.push_back({1, 0, HZ_BW_NONE});
+  HostShape huge;
+  huge.groups.push_back({60000, 5535, HZ_BW_HIGH});  // with this host's device: 65536
+  std::vector<HostShape> others(300, one);
+  others.push_back(huge);
+  SummaryView v = View(BuildTopologySummary(hgx_, d, 1, others));
+  EXPECT_EQ(v.header.num_hosts, kMaxSummaryHosts);
+  EXPECT_EQ(v.header.num_devices, kMaxSummaryHosts);
+}
+
 TEST_F(SchedulerSummary, PermutationIsPerTenantAndStable) {
   std::vector<DeviceRef> d;
   for (const char* b : {"0000:1a:00.0", "0000:1b:00.0", "0000:3b:00.0", "0000:3c:00.0"}) {

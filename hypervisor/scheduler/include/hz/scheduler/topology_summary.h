@@ -21,6 +21,31 @@ namespace hz::scheduler {
 
 inline constexpr uint32_t kNoIndex = 0xffffffffu;
 
+// The limits of the summary's format: 16-bit device and group counts, 8-bit
+// host numbers.
+inline constexpr uint32_t kMaxSummaryDevices = 65535;
+inline constexpr uint32_t kMaxSummaryHosts = 256;
+
+// Stands, in TopologySummary::devices, for a device on another host.
+inline constexpr DeviceRef kOtherHostDevice{0xffffffffu, 0xffffffffu};
+
+// A tenant's devices on one host as the other hosts of a cluster learn them:
+// the signatures of its locality groups and the class between them. Nothing
+// in it identifies a device or the host, so it may travel through the
+// cluster store.
+struct HostShape {
+  struct Group {
+    uint16_t gpus = 0;
+    uint16_t nics = 0;
+    uint8_t intra_bw = HZ_BW_NONE;
+    bool operator==(const Group&) const = default;
+  };
+  std::vector<Group> groups;            // in the summary's order within a host
+  uint8_t cross_group_bw = HZ_BW_NONE;  // between its groups; NONE for one group
+  bool operator==(const HostShape&) const = default;
+  uint32_t devices() const;
+};
+
 struct TopologySummary {
   std::vector<uint8_t> bytes;      // the TOPOLOGY_GET result
   std::vector<DeviceRef> devices;  // tenant index -> physical device (private)
@@ -28,10 +53,19 @@ struct TopologySummary {
   uint32_t IndexOf(DeviceRef device) const;
 };
 
-// Builds the summary of `devices` (the tenant's whole allocation, any order,
-// no duplicates; at most 65535 devices).
+// Builds the summary of `devices` (the tenant's allocation on the cluster's
+// hosts, any order, no duplicates; at most 65535 devices) and, in a cluster of
+// hosts, of its devices on other hosts, each host's given by its shape. Those
+// take their place in the canonical order like any host and appear in
+// `devices` as kOtherHostDevice; hosts that would overflow the format's counts
+// are left out.
 TopologySummary BuildTopologySummary(const Cluster& cluster, const std::vector<DeviceRef>& devices,
-                                     uint64_t tenant_seed);
+                                     uint64_t tenant_seed,
+                                     const std::vector<HostShape>& other_hosts = {});
+
+// The shape of `devices` (on one host of cluster), as another host puts it
+// into its summaries.
+HostShape ShapeOf(const Cluster& cluster, const std::vector<DeviceRef>& devices);
 
 // A decoded summary, as a tenant reads it.
 struct SummaryView {
