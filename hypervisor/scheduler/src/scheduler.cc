@@ -268,9 +268,8 @@ StatusOr<DeviceLoss> Scheduler::MarkFailed(const std::string& bdf, uint64_t erro
 StatusOr<DeviceLoss> Scheduler::DeviceLost(const TenantId& id, uint32_t device_index) {
   const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
-  const TopologySummary summary =
-      BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
-  if (device_index >= summary.devices.size()) {
+  const TopologySummary summary = SummaryLocked(tenant);
+  if (device_index >= summary.devices.size() || summary.devices[device_index] == kOtherHostDevice) {
     return Status::NotFound("tenant " + tenant + " has no device " + std::to_string(device_index));
   }
   return FailLocked(summary.devices[device_index], 0, /*publish_failure=*/false);
@@ -282,8 +281,9 @@ std::vector<std::tuple<TenantId, std::string, uint32_t>> Scheduler::Assignments(
   for (const auto& [id, a] : allocator_.allocations()) tenants.insert(a.tenant);
   std::vector<std::tuple<TenantId, std::string, uint32_t>> out;
   for (const std::string& t : tenants) {
-    const TopologySummary s = BuildTopologySummary(cluster_, TenantDevices(t), SeedLocked(t));
+    const TopologySummary s = SummaryLocked(t);
     for (uint32_t i = 0; i < s.devices.size(); ++i) {
+      if (s.devices[i] == kOtherHostDevice) continue;
       out.emplace_back(TenantId(t), cluster_.device(s.devices[i]).bdf, i);
     }
   }
@@ -302,8 +302,7 @@ StatusOr<DeviceLoss> Scheduler::FailLocked(DeviceRef d, uint64_t errors, bool pu
   }
 
   const Allocation a = *allocator_.Find(owner);
-  const uint32_t index =
-      BuildTopologySummary(cluster_, TenantDevices(a.tenant), SeedLocked(a.tenant)).IndexOf(d);
+  const uint32_t index = SummaryLocked(a.tenant).IndexOf(d);
   Status detach;
   DetachDevices(a.tenant, {d}, &detach);
   if (!detach.ok()) {
@@ -325,12 +324,10 @@ StatusOr<DeviceLoss> Scheduler::FailLocked(DeviceRef d, uint64_t errors, bool pu
   const DeviceKind kind = cluster_.device(d).kind;
   if (sink_) {
     // The allocation changed: the tenant re-reads its summary (SPEC.md §7.7).
-    uint32_t held = 0;
-    for (DeviceRef t : TenantDevices(a.tenant)) held += cluster_.device(t).kind == kind;
-    s = sink_->Publish(
-        TenantId(a.tenant),
-        ev::MakeAllocationCapacity(ev::kCapacityAllocationChanged, 0, 1, held, WireKind(kind)),
-        nullptr);
+    s = sink_->Publish(TenantId(a.tenant),
+                       ev::MakeAllocationCapacity(ev::kCapacityAllocationChanged, 0, 1,
+                                                  HeldLocked(a.tenant, kind), WireKind(kind)),
+                       nullptr);
     if (!s.ok()) return s;
   }
   DeviceLoss loss;
@@ -349,8 +346,7 @@ Status Scheduler::MarkDegraded(const std::string& bdf, uint64_t errors) {
   const uint64_t owner = allocator_.Owner(d);
   if (owner == 0 || !sink_) return Status::Ok();
   const std::string tenant = allocator_.Find(owner)->tenant;
-  const uint32_t index =
-      BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant)).IndexOf(d);
+  const uint32_t index = SummaryLocked(tenant).IndexOf(d);
   return sink_->Publish(TenantId(tenant),
                         ev::MakeFailure(ev::kFailureDeviceDegraded, index, errors), nullptr);
 }
@@ -368,7 +364,7 @@ Status Scheduler::Repair(const std::string& bdf) {
 Status Scheduler::Summary(const TenantId& id, TopologySummary* out) {
   const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
-  *out = BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
+  *out = SummaryLocked(tenant);
   return Status::Ok();
 }
 
@@ -381,7 +377,7 @@ Status Scheduler::TenantIndex(const std::string& bdf, TenantId* tenant, uint32_t
   if (owner == 0) return Status::NotFound(bdf + " is not allocated");
   const std::string& name = allocator_.Find(owner)->tenant;
   *tenant = TenantId(name);
-  *index = BuildTopologySummary(cluster_, TenantDevices(name), SeedLocked(name)).IndexOf(d);
+  *index = SummaryLocked(name).IndexOf(d);
   return Status::Ok();
 }
 
@@ -510,8 +506,7 @@ StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const TenantId& 
                                    " devices");
   }
   // The devices with the highest tenant-visible indices go first (§7.8.5).
-  const TopologySummary summary =
-      BuildTopologySummary(cluster_, TenantDevices(tenant), SeedLocked(tenant));
+  const TopologySummary summary = SummaryLocked(tenant);
   std::vector<std::pair<uint32_t, DeviceRef>> ranked;
   for (DeviceRef d : a->devices) ranked.push_back({summary.IndexOf(d), d});
   std::sort(ranked.rbegin(), ranked.rend());

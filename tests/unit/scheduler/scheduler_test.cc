@@ -337,5 +337,62 @@ TEST_F(SchedulerFacade, FailureReportsWhatTheTenantLost) {
   EXPECT_TRUE(sched_->MarkFailed(victim, 1)->tenant.empty());
 }
 
+ev::CapacityPayload CapacityOf(const testing::Published& e) {
+  ev::CapacityPayload p{};
+  std::memcpy(&p, e.spec.payload.data(), sizeof(p));
+  return p;
+}
+
+// In a cluster, the summary covers the tenant's devices on the other hosts
+// too; when they change, the tenant is told; nothing local names them.
+TEST_F(SchedulerFacade, OtherHostsJoinTheSummaryAndTheirChangesAreTold) {
+  ASSERT_TRUE(sched_->BindTenant(TenantId("acme"), "vm-acme").ok());
+  uint64_t id = 0;
+  ASSERT_TRUE(sched_->Allocate(TenantId("acme"), {2, 0, HZ_LOC_SAME_GROUP}, &id).ok());
+  const std::map<std::string, HostShape> local = sched_->LocalShapes();
+  ASSERT_EQ(local.size(), 1u);
+  ASSERT_EQ(local.at("acme").groups.size(), 1u);
+  EXPECT_EQ(local.at("acme").groups[0].gpus, 2);
+
+  // Another host holds 4 GPUs of the tenant in one NVLink island.
+  HostShape four;
+  four.groups.push_back({4, 0, HZ_BW_ULTRA});
+  sink_.events.clear();
+  ASSERT_TRUE(sched_->SetOtherHosts(TenantId("acme"), {four}).ok());
+  TopologySummary s;
+  ASSERT_TRUE(sched_->Summary(TenantId("acme"), &s).ok());
+  SummaryView v;
+  ASSERT_TRUE(ParseTopologySummary(s.bytes, &v).ok());
+  EXPECT_EQ(v.header.num_hosts, 2);
+  EXPECT_EQ(v.header.num_devices, 6);
+  EXPECT_EQ(v.header.cross_host_bw, HZ_BW_LOW);
+  EXPECT_EQ(v.groups[0].gpus, 4);  // the larger host comes first
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(s.devices[i], kOtherHostDevice);
+  ASSERT_EQ(sink_.events.size(), 1u);
+  EXPECT_EQ(sink_.events[0].spec.topic, HZ_TOPIC_CAPACITY);
+  EXPECT_EQ(sink_.events[0].spec.kind, ev::kCapacityAllocationChanged);
+  EXPECT_EQ(CapacityOf(sink_.events[0]).count, 4u);
+  EXPECT_EQ(CapacityOf(sink_.events[0]).devices_now, 6u);
+
+  // This host's devices moved to indices 4 and 5: the health monitor's
+  // assignments follow, and only local devices are assigned.
+  auto assigned = sched_->Assignments();
+  ASSERT_EQ(assigned.size(), 2u);
+  for (const auto& [tenant, bdf, index] : assigned) EXPECT_GE(index, 4u);
+  EXPECT_EQ(sched_->DeviceLost(TenantId("acme"), 0).status().code(), StatusCode::kNotFound);
+
+  // The same shapes again tell nothing; the host leaving tells the loss.
+  sink_.events.clear();
+  ASSERT_TRUE(sched_->SetOtherHosts(TenantId("acme"), {four}).ok());
+  EXPECT_TRUE(sink_.events.empty());
+  ASSERT_TRUE(sched_->SetOtherHosts(TenantId("acme"), {}).ok());
+  ASSERT_EQ(sink_.events.size(), 1u);
+  EXPECT_EQ(CapacityOf(sink_.events[0]).count, 4u);
+  EXPECT_EQ(CapacityOf(sink_.events[0]).devices_now, 2u);
+  ASSERT_TRUE(sched_->Summary(TenantId("acme"), &s).ok());
+  ASSERT_TRUE(ParseTopologySummary(s.bytes, &v).ok());
+  EXPECT_EQ(v.header.num_hosts, 1);
+}
+
 }  // namespace
 }  // namespace hz::scheduler

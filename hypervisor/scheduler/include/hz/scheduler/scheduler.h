@@ -109,8 +109,19 @@ class Scheduler {
   // The device can be placed again (it must not be allocated).
   Status Repair(const std::string& bdf);
 
-  // TOPOLOGY_GET result for the tenant's whole allocation on this host.
+  // TOPOLOGY_GET result for the tenant's whole allocation: its devices on
+  // this host, and on the other hosts of a cluster as SetOtherHosts gave them.
   Status Summary(const TenantId& tenant, TopologySummary* out);
+
+  // In a cluster of hosts (scheduler_other_hosts.cc). The shape of each
+  // tenant's devices on this host, for the other hosts; tenants without
+  // devices here are absent.
+  std::map<std::string, HostShape> LocalShapes() const;
+  // The tenant's devices on the other hosts, one shape per host that holds
+  // some, in any order. When that changes the tenant's summary, the tenant
+  // gets CAPACITY/ALLOCATION_CHANGED (one per device kind whose count
+  // changed, else one for GPUs), since its indices may have moved.
+  Status SetOtherHosts(const TenantId& tenant, std::vector<HostShape> shapes);
   // Tenant-visible index of a device (for the health monitor's Assign).
   Status TenantIndex(const std::string& bdf, TenantId* tenant, uint32_t* index);
 
@@ -152,6 +163,9 @@ class Scheduler {
   // The state and the allocator keep tenants by name.
   uint64_t SeedLocked(const std::string& tenant);
   std::vector<DeviceRef> TenantDevices(const std::string& tenant) const;
+  TopologySummary SummaryLocked(const std::string& tenant);
+  // Devices of kind the tenant holds here and on the other hosts.
+  uint32_t HeldLocked(const std::string& tenant, DeviceKind kind) const;
   Status AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices);
   void DetachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices,
                      Status* first_error);
@@ -165,9 +179,10 @@ class Scheduler {
   VfioBinder binder_;
   DomainAttacher* attacher_;
   hz::events::EventSink* sink_;
-  std::map<std::string, uint64_t> seeds_;       // tenant -> summary permutation seed
-  std::map<std::string, std::string> domains_;  // tenant -> libvirt domain
-  std::map<uint64_t, uint64_t> reservations_;   // reservation id -> allocation id
+  std::map<std::string, uint64_t> seeds_;                      // tenant -> summary permutation seed
+  std::map<std::string, std::string> domains_;                 // tenant -> libvirt domain
+  std::map<uint64_t, uint64_t> reservations_;                  // reservation id -> allocation id
+  std::map<std::string, std::vector<HostShape>> other_hosts_;  // tenant -> its other hosts
 };
 
 }  // namespace hz::scheduler
