@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "cluster_topology.h"
 #include "command_args.h"
 #include "hz/cluster/redis_lease_store.h"
 #include "spdlog/spdlog.h"
@@ -24,17 +25,38 @@ hz::Status ClusterControl::Start() {
   if (!address.ok()) return address.status();
   auto store = std::make_unique<cluster::RedisLeaseStore>(*address, config_.key_prefix,
                                                           config_.StoreTimeout());
+  cluster::MembershipOptions options{host_name_, config_.data_address, config_.lease_ms, {}};
+  if (hooks_.local_shapes) {
+    options.attributes = [this] { return ShapesAttribute(hooks_.local_shapes()); };
+  }
   membership_ = std::make_unique<cluster::Membership>(
-      std::move(store),
-      cluster::MembershipOptions{host_name_, config_.data_address, config_.lease_ms},
-      [this](const cluster::MembershipChange& c) {
-        if (!c.joined && host_left_) host_left_(c.host, c.why);
-      });
+      std::move(store), std::move(options),
+      [this](const cluster::MembershipChange& c) { OnChange(c); });
   if (hz::Status s = membership_->Start(); !s.ok()) {
     membership_.reset();
     return s;
   }
   return hz::Status::Ok();
+}
+
+void ClusterControl::OnChange(const cluster::MembershipChange& change) {
+  if (change.kind == cluster::MembershipChange::Kind::kLeft && hooks_.host_left) {
+    hooks_.host_left(change.host, change.why);
+  }
+  if (!hooks_.other_hosts) return;
+  uint64_t malformed = 0;
+  auto shapes = OtherHostsShapes(membership_->View().hosts, &malformed);
+  malformed_shapes_ += malformed;
+  std::set<std::string> tenants;
+  for (auto& [tenant, list] : shapes) {
+    tenants.insert(tenant);
+    hooks_.other_hosts(tenant, std::move(list));
+  }
+  // Tenants with nothing on the other hosts any more.
+  for (const std::string& tenant : tenants_elsewhere_) {
+    if (tenants.count(tenant) == 0) hooks_.other_hosts(tenant, {});
+  }
+  tenants_elsewhere_ = std::move(tenants);
 }
 
 void ClusterControl::Stop() {
@@ -70,12 +92,13 @@ CommandResult ClusterControl::ClusterStatus(const json& req) {
               {"lease_ms", config_.lease_ms},
               {"ms_since_store_contact", v.ms_since_contact},
               {"hosts", std::move(hosts)},
-              {"communicators", communicators_ ? communicators_() : json::array()},
+              {"communicators", hooks_.communicators ? hooks_.communicators() : json::array()},
               {"rounds", v.rounds},
               {"failed_rounds", v.failed_rounds},
               {"hosts_joined", v.hosts_joined},
               {"hosts_left", v.hosts_left},
-              {"malformed_records", v.malformed_records}};
+              {"malformed_records", v.malformed_records},
+              {"malformed_tenant_shapes", malformed_shapes_.load()}};
   if (!v.detail.empty()) out["detail"] = v.detail;
   return out;
 }

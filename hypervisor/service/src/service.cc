@@ -53,6 +53,26 @@ json CrossHostCommsJson(const ClusterCollBackend* backend) {
   return out;
 }
 
+// What the cluster's membership tells the rest of the service, and asks of
+// it: hosts leaving abort communicators across hosts; each tenant's summary
+// covers its devices on every host.
+ClusterHooks HooksFor(ClusterCollBackend* cross_host, scheduler::Scheduler* sched) {
+  ClusterHooks hooks;
+  hooks.host_left = [cross_host](const std::string& host, const std::string& why) {
+    if (cross_host) cross_host->HostLeft(host, why);
+  };
+  hooks.communicators = [cross_host] { return CrossHostCommsJson(cross_host); };
+  if (sched == nullptr) return hooks;
+  hooks.local_shapes = [sched] { return sched->LocalShapes(); };
+  hooks.other_hosts = [sched](const std::string& tenant, std::vector<scheduler::HostShape> shapes) {
+    hz::Status s = sched->SetOtherHosts(TenantId(tenant), std::move(shapes));
+    if (!s.ok()) {
+      spdlog::warn("event=cluster_shapes_failed tenant={} error=\"{}\"", tenant, s.ToString());
+    }
+  };
+  return hooks;
+}
+
 // Runs io until it is stopped. With poll > 0 the thread does not sleep right
 // after handling something: it keeps running the reactor without blocking
 // (a non-blocking epoll_wait per pass) until poll has passed with nothing to
@@ -164,13 +184,9 @@ hz::Status Service::Start() {
                              "the scheduler is disabled ([scheduler] enabled = false)");
   }
 
-  auto* cross_host = dynamic_cast<ClusterCollBackend*>(coll_.get());
   cluster_ = std::make_unique<ClusterControl>(
-      config_.cluster,
-      [cross_host](const std::string& host, const std::string& why) {
-        if (cross_host) cross_host->HostLeft(host, why);
-      },
-      [cross_host] { return CrossHostCommsJson(cross_host); });
+      config_.cluster, HooksFor(dynamic_cast<ClusterCollBackend*>(coll_.get()),
+                                provider_ ? provider_->scheduler() : nullptr));
   commands_.Add(cluster_.get(), ClusterControl::Commands());
 
   StartConnectionThreads();

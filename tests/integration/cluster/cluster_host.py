@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -13,12 +14,16 @@ from typing import Any, Callable, Dict, List, Optional
 from cluster_net import ClusterNet
 from hz_service import Service
 
+FIXTURES = os.environ.get("HZ_SCHED_FIXTURES", "")
+
 
 class ClusterHost(Service):
     """harmonaized in `member`'s namespace with a [cluster] section."""
 
     def __init__(self, net: ClusterNet, member: str, lease_ms: int = 1000,
-                 host_name: Optional[str] = None) -> None:
+                 host_name: Optional[str] = None, fixture: Optional[str] = None) -> None:
+        """fixture: a scheduler fixture host (tests/unit/scheduler/fixtures)
+        whose devices this host's scheduler sees; none: no scheduler."""
         super().__init__()
         self.net = net
         self.member = member
@@ -26,9 +31,20 @@ class ClusterHost(Service):
         self.config = os.path.join(self.dir, "harmonaized.toml")
         store = f"{net.address('store')}:6379"
         with open(self.config, "w", encoding="utf-8") as f:
-            f.write("[scheduler]\nenabled = false\n\n"
+            f.write(self._scheduler_section(fixture) +
                     f"[cluster]\nstore = \"{store}\"\nhost_name = \"{self.name}\"\n"
                     f"data_address = \"{net.address(member)}\"\nlease_ms = {lease_ms}\n")
+
+    def _scheduler_section(self, fixture: Optional[str]) -> str:
+        if fixture is None:
+            return "[scheduler]\nenabled = false\n\n"
+        # A copy: binding devices to vfio-pci writes into the tree.
+        source = os.path.join(FIXTURES, fixture)
+        sysfs = os.path.join(self.dir, "sysfs")
+        shutil.copytree(os.path.join(source, "sysfs"), sysfs, symlinks=True)
+        self.inventory = os.path.join(source, "inventory.toml")
+        return (f"[scheduler]\nsysfs_root = \"{sysfs}\"\nprovider_file = \"{self.inventory}\"\n"
+                "sync = false\n\n")
 
     def command(self) -> List[str]:
         argv = super().command()

@@ -1,35 +1,49 @@
 // This host's part in a cluster: its membership, started from [cluster], and
-// what the operator sees of it (cluster.status, metrics). Without a
+// what the operator sees of it (cluster.status, metrics). Through the
+// membership records it also tells the other hosts the shape of each tenant's
+// devices here and hands theirs to the scheduler, so that a tenant's topology
+// summary covers its devices on every host (cluster_topology.h). Without a
 // [cluster] section it does nothing and says the host runs alone.
 #ifndef HZ_SERVICE_CLUSTER_CONTROL_H_
 #define HZ_SERVICE_CLUSTER_CONTROL_H_
 
+#include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "hz/cluster/membership.h"
 #include "hz/common/status.h"
+#include "hz/scheduler/topology_summary.h"
 #include "hz/service/command_registry.h"
 #include "hz/service/config.h"
 
 namespace hz::service {
 
+// What the rest of the service gives the cluster, and takes from it. Each
+// is called on the membership thread and must not block; any may be empty.
+struct ClusterHooks {
+  // A host left this host's view.
+  std::function<void(const std::string& host, const std::string& why)> host_left;
+  // The communicators across hosts, as cluster.status lists them.
+  std::function<nlohmann::json()> communicators;
+  // Per tenant, the shape of its devices on this host.
+  std::function<std::map<std::string, scheduler::HostShape>()> local_shapes;
+  // The tenant's devices on the other hosts are now `shapes`.
+  std::function<void(const std::string& tenant, std::vector<scheduler::HostShape> shapes)>
+      other_hosts;
+};
+
 class ClusterControl {
  public:
-  // Called on the membership thread when a host leaves this host's view.
-  using HostLeft = std::function<void(const std::string& host, const std::string& why)>;
-
-  // The communicators across hosts, as cluster.status lists them.
-  using Communicators = std::function<nlohmann::json()>;
-
-  ClusterControl(const ClusterConfig& config, HostLeft host_left, Communicators communicators)
-      : config_(config),
-        host_left_(std::move(host_left)),
-        communicators_(std::move(communicators)) {}
+  ClusterControl(const ClusterConfig& config, ClusterHooks hooks)
+      : config_(config), hooks_(std::move(hooks)) {}
   ~ClusterControl();
   ClusterControl(const ClusterControl&) = delete;
   ClusterControl& operator=(const ClusterControl&) = delete;
@@ -47,10 +61,15 @@ class ClusterControl {
   std::string MetricsText() const;
 
  private:
+  // A host joined, left or changed its attributes: every tenant's shapes on
+  // the other hosts go to the scheduler again.
+  void OnChange(const cluster::MembershipChange& change);
+
   const ClusterConfig config_;
-  const HostLeft host_left_;
-  const Communicators communicators_;
-  std::string host_name_;  // config's, or the system's host name
+  const ClusterHooks hooks_;
+  std::string host_name_;                    // config's, or the system's host name
+  std::set<std::string> tenants_elsewhere_;  // the membership thread's
+  std::atomic<uint64_t> malformed_shapes_{0};
   std::unique_ptr<cluster::Membership> membership_;
 };
 

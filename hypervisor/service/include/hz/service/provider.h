@@ -81,6 +81,9 @@ class Provider : public ProviderBackend {
   // requests (on the io_context's thread or after it stopped).
   void Stop();
 
+  // The scheduler, once Start succeeded; it locks itself.
+  scheduler::Scheduler* scheduler() { return sched_.get(); }
+
   // ProviderBackend
   Status Summary(const TenantId& tenant, std::vector<uint8_t>* bytes) override;
   Status Submit(const TenantId& tenant, uint32_t weight, uint8_t max_priority, uint32_t max_open,
