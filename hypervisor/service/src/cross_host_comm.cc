@@ -130,7 +130,8 @@ coll::AbortCause CrossHostComm::abort_cause() const {
 }
 
 void CrossHostComm::Abort(Status why, coll::AbortCause cause) {
-  std::vector<PendingOp> failed;
+  std::vector<PendingOp> failed;  // not started: EABORTED (SPEC §7.3.8)
+  PendingOp running;              // in the group: the cause itself
   std::vector<coll::Done> p2p;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -146,15 +147,16 @@ void CrossHostComm::Abort(Status why, coll::AbortCause cause) {
     // The leg thread is inside a group operation, touching only staging
     // memory: its ranks are answered now, not when Gloo gives up.
     if (in_group_op_ && running_dones_ != nullptr) {
-      failed.emplace_back().dones = std::move(*running_dones_);
+      running.dones = std::move(*running_dones_);
       running_dones_->clear();
     }
     wake_.notify_all();
   }
-  spdlog::warn("event=cross_host_comm_aborted host_index={} error=\"{}\"", layout_.host_index,
-               abort_status().ToString());
-  for (PendingOp& p : failed) Finish(p, why);
   const Status aborted = abort_status();
+  spdlog::warn("event=cross_host_comm_aborted host_index={} error=\"{}\"", layout_.host_index,
+               aborted.ToString());
+  Finish(running, why);
+  for (PendingOp& p : failed) Finish(p, aborted);
   for (coll::Done& d : p2p) d(aborted);
 }
 
