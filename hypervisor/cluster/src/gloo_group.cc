@@ -3,6 +3,7 @@
 // and point-to-point through unbound buffers on slots of their own.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -77,6 +78,48 @@ struct Max {
   float operator()(float a, float b) const { return a < b ? b : a; }
 };
 
+// The same in place (x = x op y), as Gloo's halving-doubling takes it.
+template <float (*kToFloat)(uint16_t), uint16_t (*kFromFloat)(float), typename Combine>
+void HalfReduceInPlace(uint16_t* x, const uint16_t* y, size_t n) {
+  HalfReduce<kToFloat, kFromFloat, Combine>(x, x, y, n);
+}
+
+template <typename T>
+const gloo::ReductionFunction<T>* InPlaceFor(InterHostOp op) {
+  switch (op) {
+    case InterHostOp::kSum:
+      return gloo::ReductionFunction<T>::sum;
+    case InterHostOp::kProd:
+      return gloo::ReductionFunction<T>::product;
+    case InterHostOp::kMin:
+      return gloo::ReductionFunction<T>::min;
+    case InterHostOp::kMax:
+      return gloo::ReductionFunction<T>::max;
+  }
+  return nullptr;
+}
+
+template <float (*kToFloat)(uint16_t), uint16_t (*kFromFloat)(float)>
+const gloo::ReductionFunction<uint16_t>* HalfInPlaceFor(InterHostOp op) {
+  using Fn = gloo::ReductionFunction<uint16_t>;
+  static const Fn sum(gloo::CUSTOM, &HalfReduceInPlace<kToFloat, kFromFloat, std::plus<float>>);
+  static const Fn prod(gloo::CUSTOM,
+                       &HalfReduceInPlace<kToFloat, kFromFloat, std::multiplies<float>>);
+  static const Fn min(gloo::CUSTOM, &HalfReduceInPlace<kToFloat, kFromFloat, Min>);
+  static const Fn max(gloo::CUSTOM, &HalfReduceInPlace<kToFloat, kFromFloat, Max>);
+  switch (op) {
+    case InterHostOp::kSum:
+      return &sum;
+    case InterHostOp::kProd:
+      return &prod;
+    case InterHostOp::kMin:
+      return &min;
+    case InterHostOp::kMax:
+      return &max;
+  }
+  return nullptr;
+}
+
 template <float (*kToFloat)(uint16_t), uint16_t (*kFromFloat)(float)>
 ReduceFn HalfReduceFor(InterHostOp op) {
   switch (op) {
@@ -104,27 +147,29 @@ class GlooGroup : public InterHostGroup {
                    InterHostAlgorithm algorithm) override {
     switch (type) {
       case InterHostType::kF32:
-        return Reduce(static_cast<float*>(data), count, op, algorithm);
+        return Native(static_cast<float*>(data), count, op, algorithm);
       case InterHostType::kF64:
-        return Reduce(static_cast<double*>(data), count, op, algorithm);
+        return Native(static_cast<double*>(data), count, op, algorithm);
       case InterHostType::kI8:
-        return Reduce(static_cast<int8_t*>(data), count, op, algorithm);
+        return Native(static_cast<int8_t*>(data), count, op, algorithm);
       case InterHostType::kU8:
-        return Reduce(static_cast<uint8_t*>(data), count, op, algorithm);
+        return Native(static_cast<uint8_t*>(data), count, op, algorithm);
       case InterHostType::kI32:
-        return Reduce(static_cast<int32_t*>(data), count, op, algorithm);
+        return Native(static_cast<int32_t*>(data), count, op, algorithm);
       case InterHostType::kU32:
-        return Reduce(static_cast<uint32_t*>(data), count, op, algorithm);
+        return Native(static_cast<uint32_t*>(data), count, op, algorithm);
       case InterHostType::kI64:
-        return Reduce(static_cast<int64_t*>(data), count, op, algorithm);
+        return Native(static_cast<int64_t*>(data), count, op, algorithm);
       case InterHostType::kU64:
-        return Reduce(static_cast<uint64_t*>(data), count, op, algorithm);
+        return Native(static_cast<uint64_t*>(data), count, op, algorithm);
       case InterHostType::kBF16:
-        return Reduce(static_cast<uint16_t*>(data), count, op, algorithm,
-                      HalfReduceFor<Bf16ToFloat, FloatToBf16>(op));
+        return Reduce(static_cast<uint16_t*>(data), count, algorithm,
+                      HalfReduceFor<Bf16ToFloat, FloatToBf16>(op),
+                      HalfInPlaceFor<Bf16ToFloat, FloatToBf16>(op));
       case InterHostType::kF16:
-        return Reduce(static_cast<uint16_t*>(data), count, op, algorithm,
-                      HalfReduceFor<HalfToFloat, FloatToHalf>(op));
+        return Reduce(static_cast<uint16_t*>(data), count, algorithm,
+                      HalfReduceFor<HalfToFloat, FloatToHalf>(op),
+                      HalfInPlaceFor<HalfToFloat, FloatToHalf>(op));
     }
     return Status::InvalidArgument("inter-host leg: unknown element type");
   }
@@ -183,10 +228,24 @@ class GlooGroup : public InterHostGroup {
 
  private:
   template <typename T>
-  Status Reduce(T* data, size_t count, InterHostOp op, InterHostAlgorithm algorithm,
-                ReduceFn fn = nullptr) {
-    if (fn == nullptr) fn = ReduceFor<T>(op);
-    if (fn == nullptr) return Status::InvalidArgument("inter-host leg: unknown reduction");
+  Status Native(T* data, size_t count, InterHostOp op, InterHostAlgorithm algorithm) {
+    return Reduce(data, count, algorithm, ReduceFor<T>(op), InPlaceFor<T>(op));
+  }
+
+  // Ring and bcube through Gloo's allreduce (fn: c = a op b); halving and
+  // doubling through its algorithm class of that name (in_place: x = x op y).
+  template <typename T>
+  Status Reduce(T* data, size_t count, InterHostAlgorithm algorithm, ReduceFn fn,
+                const gloo::ReductionFunction<T>* in_place) {
+    if (fn == nullptr || in_place == nullptr) {
+      return Status::InvalidArgument("inter-host leg: unknown reduction");
+    }
+    if (algorithm == InterHostAlgorithm::kHalvingDoubling) {
+      return Run([&] {
+        gloo::AllreduceHalvingDoubling<T> hd(context_, {data}, static_cast<int>(count), in_place);
+        hd.run();
+      });
+    }
     return Run([&] {
       gloo::AllreduceOptions o(context_);
       o.setAlgorithm(algorithm == InterHostAlgorithm::kBcube

@@ -259,8 +259,10 @@ std::vector<CrossHostCommInfo> ClusterCollBackend::CrossHostComms() const {
 
 BackendStats ClusterCollBackend::Stats() const {
   BackendStats s = local_->Stats();
-  s.algorithms.push_back({"cross_host_ring", stats_->ring.load()});
-  s.algorithms.push_back({"cross_host_bcube", stats_->bcube.load()});
+  for (cluster::InterHostAlgorithm a : cluster::kInterHostAlgorithms) {
+    s.algorithms.push_back({std::string("cross_host_") + cluster::InterHostAlgorithmName(a),
+                            stats_->by_algorithm[static_cast<size_t>(a)].load()});
+  }
   s.algorithms.push_back({"cross_host_lossy_bf16", stats_->lossy.load()});
   s.cross_host = {{"local_ns", stats_->local_ns.load()},
                   {"leg_ns", stats_->leg_ns.load()},

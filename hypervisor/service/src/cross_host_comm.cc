@@ -121,6 +121,7 @@ CrossHostCommInfo CrossHostComm::Info() const {
   i.state = !aborted_.ok() ? "aborted" : inits_answered_ ? "active" : "forming";
   if (!aborted_.ok()) i.abort_reason = aborted_.message();
   i.next_seq = next_seq_;
+  i.leg_model = leg_model_;
   return i;
 }
 
@@ -180,6 +181,25 @@ void CrossHostComm::Finish(PendingOp& op, const Status& s) {
   }
 }
 
+StatusOr<std::unique_ptr<cluster::InterHostGroup>> CrossHostComm::ConnectAndCalibrate() {
+  StatusOr<std::unique_ptr<cluster::InterHostGroup>> g = cluster::ConnectGlooGroup(group_options_);
+  if (!g.ok()) return g;
+  // Before any operation: every host measures the same sequence, so the
+  // model (and each choice made from it) is the same on every host.
+  StatusOr<cluster::LegCostModel> model = cluster::CalibrateLeg(**g, kPipelineChunkBytes);
+  if (!model.ok()) return model.status();
+  for (cluster::InterHostAlgorithm a : cluster::kInterHostAlgorithms) {
+    spdlog::info(
+        "event=cross_host_leg_model host_index={} algorithm={} latency_us={:.0f} "
+        "gbit_s={:.2f}",
+        layout_.host_index, cluster::InterHostAlgorithmName(a), model->Seconds(a, 0) * 1e6,
+        model->BytesPerSecond(a) * 8e-9);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  leg_model_ = *model;
+  return g;
+}
+
 bool CrossHostComm::FormGroup() {
   std::vector<InitDone> dones;
   std::vector<MemberPtr> members;
@@ -191,8 +211,7 @@ bool CrossHostComm::FormGroup() {
     why = aborted_;
     if (why.ok()) members = members_;
   }
-  StatusOr<std::unique_ptr<cluster::InterHostGroup>> g =
-      why.ok() ? cluster::ConnectGlooGroup(group_options_) : why;
+  StatusOr<std::unique_ptr<cluster::InterHostGroup>> g = why.ok() ? ConnectAndCalibrate() : why;
   {
     std::lock_guard<std::mutex> lock(mu_);
     dones = std::move(init_dones_);

@@ -53,10 +53,15 @@ struct CrossHostLayout {
   uint32_t nhosts() const { return static_cast<uint32_t>(hosts.size()); }
 };
 
+// The pipeline's chunk, the largest call of the inter-host leg: large
+// enough that a chunk's leg is dominated by its bytes rather than by the
+// algorithm's steps.
+inline constexpr size_t kPipelineChunkBytes = 4 << 20;
+
 // What every communicator across hosts adds up (shared by the backend's).
 struct CrossHostStats {
-  std::atomic<uint64_t> ring{0};    // inter-host legs run with Gloo's ring
-  std::atomic<uint64_t> bcube{0};   // ... with its bcube
+  // Inter-host legs run with each algorithm, by cluster::InterHostAlgorithm.
+  std::atomic<uint64_t> by_algorithm[std::size(cluster::kInterHostAlgorithms)] = {};
   std::atomic<uint64_t> lossy{0};   // ... of them carried as bfloat16 (ALLOW_LOSSY)
   std::atomic<uint64_t> failed{0};  // operations the leg failed (a host died, hung, was cut off)
   // Time of reductions by phase (ns): the engine within the host (or, in
@@ -75,6 +80,7 @@ struct CrossHostCommInfo {
   std::string state;                  // forming, active, aborted
   std::string abort_reason;
   uint64_t next_seq = 0;
+  std::optional<cluster::LegCostModel> leg_model;  // once the group is formed
 };
 
 class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
@@ -120,6 +126,8 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
 
   void Loop();
   bool FormGroup();
+  // Forms the group and measures its cost model (leg_model_).
+  StatusOr<std::unique_ptr<cluster::InterHostGroup>> ConnectAndCalibrate();
   void PostPointToPoint(uint32_t global_rank, coll::OpDesc& op, coll::Done& done);
 
   // cross_host_p2p.cc: a send or recv whose peer is on another host. The
@@ -190,9 +198,10 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   // Set (under mu_) before any rank's init is answered; then the leg thread
   // and the point-to-point threads use it.
   std::unique_ptr<cluster::InterHostGroup> group_;
-  std::vector<uint8_t> staging_;  // leg thread only
-  std::vector<uint16_t> wire_;    // bfloat16 chunk (ALLOW_LOSSY); leg thread only
-  uint64_t local_seq_ = 0;        // leg thread only
+  std::optional<cluster::LegCostModel> leg_model_;  // set with group_
+  std::vector<uint8_t> staging_;                    // leg thread only
+  std::vector<uint16_t> wire_;                      // bfloat16 chunk (ALLOW_LOSSY); leg thread only
+  uint64_t local_seq_ = 0;                          // leg thread only
 
   mutable std::mutex mu_;
   std::condition_variable wake_;

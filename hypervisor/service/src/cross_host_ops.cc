@@ -180,10 +180,6 @@ bool IsFloat(uint8_t dtype) {
   }
 }
 
-// The pipeline's chunk: large enough that a chunk's inter-host leg is
-// dominated by its bytes rather than by the ring's steps.
-constexpr size_t kPipelineChunkBytes = 4 << 20;
-
 uint64_t Nanos(std::chrono::steady_clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
@@ -218,18 +214,17 @@ Status CrossHostComm::InGroup(F&& f) {
   return s;
 }
 
-// Ring moves 2(h-1)/h of the buffer per host in 2(h-1) steps: best once the
-// buffer is large enough that the steps' latency does not count. Bcube
-// (recursive halving and doubling) takes 2 log2(h) steps: fewer round trips
-// for small buffers among several hosts. The measured link rate does not
-// enter the choice yet.
+// The algorithm whose measured cost (the group's LegCostModel, the same on
+// every host) is lowest for one call of the leg: a pipeline chunk, or the
+// whole buffer when it is smaller.
 cluster::InterHostAlgorithm CrossHostComm::ChooseAlgorithm(size_t bytes) {
-  constexpr size_t kBcubeMaxBytes = 256 * 1024;
-  const bool bcube = layout_.nhosts() > 2 && bytes <= kBcubeMaxBytes;
-  (bcube ? stats_->bcube : stats_->ring).fetch_add(1, std::memory_order_relaxed);
+  const size_t call = std::min(bytes, kPipelineChunkBytes);
+  const cluster::InterHostAlgorithm a =
+      leg_model_ ? leg_model_->Best(call) : cluster::InterHostAlgorithm::kRing;
+  stats_->by_algorithm[static_cast<size_t>(a)].fetch_add(1, std::memory_order_relaxed);
   spdlog::debug("event=cross_host_algorithm algorithm={} bytes={} hosts={}",
-                bcube ? "bcube" : "ring", bytes, layout_.nhosts());
-  return bcube ? cluster::InterHostAlgorithm::kBcube : cluster::InterHostAlgorithm::kRing;
+                cluster::InterHostAlgorithmName(a), bytes, layout_.nhosts());
+  return a;
 }
 
 void CrossHostComm::Run(PendingOp op) {

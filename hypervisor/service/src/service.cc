@@ -42,13 +42,22 @@ json CrossHostCommsJson(const ClusterCollBackend* backend) {
   json out = json::array();
   if (backend == nullptr) return out;
   for (const CrossHostCommInfo& c : backend->CrossHostComms()) {
+    // The measured leg: per algorithm, its latency and the rate it reaches.
+    json model = json::object();
+    for (cluster::InterHostAlgorithm a : cluster::kInterHostAlgorithms) {
+      if (!c.leg_model) break;
+      model[cluster::InterHostAlgorithmName(a)] = {
+          {"latency_us", c.leg_model->Seconds(a, 0) * 1e6},
+          {"mbit_s", c.leg_model->BytesPerSecond(a) * 8e-6}};
+    }
     out.push_back({{"tenant", c.tenant},
                    {"nranks", c.nranks},
                    {"hosts", c.hosts},
                    {"local_ranks", c.local_ranks},
                    {"state", c.state},
                    {"next_seq", c.next_seq},
-                   {"abort_reason", c.abort_reason}});
+                   {"abort_reason", c.abort_reason},
+                   {"leg_model", std::move(model)}});
   }
   return out;
 }

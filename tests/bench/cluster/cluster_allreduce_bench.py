@@ -97,7 +97,11 @@ def run_config(hosts: int, per_host: int, sizes: List[int], iters: int, warmup: 
                                               stderr=subprocess.PIPE, text=True))
             device = collect(procs, "device")
             # Where host 0's reductions spent their time, over the whole run.
-            phases = daemons[0].hzctl("counters")["result"]["engine"].get("cross_host", {})
+            engine = daemons[0].hzctl("counters")["result"]["engine"]
+            phases = engine.get("cross_host", {})
+            # Which inter-host algorithm the measured leg model chose, how often.
+            chosen = {k[len("cross_host_"):]: v for k, v in engine.get("algorithms", {}).items()
+                      if k.startswith("cross_host_") and "lossy" not in k}
             key = f"bench/{uuid.uuid4().hex}/"
             procs = [net.popen(names[r // per_host],
                                [RANK, "gloo", "--store", f"{net.address('store')}:6379",
@@ -113,7 +117,7 @@ def run_config(hosts: int, per_host: int, sizes: List[int], iters: int, warmup: 
     out = [{"bench": "cluster_allreduce_phases", "hosts": hosts, "ranks_per_host": per_host,
             "host": "h0", "within_host_s": round(phases.get("local_ns", 0) / 1e9, 3),
             "across_hosts_s": round(phases.get("leg_ns", 0) / 1e9, 3),
-            "outputs_s": round(phases.get("output_ns", 0) / 1e9, 3),
+            "outputs_s": round(phases.get("output_ns", 0) / 1e9, 3), "algorithms": chosen,
             "note": "all sizes and iterations of the device run together"}]
     for b in sizes:
         dev_us, gloo_us = slowest_median(device[b]), slowest_median(gloo[b])

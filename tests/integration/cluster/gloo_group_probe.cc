@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     return Report(out, 1);
   };
   const uint64_t tri = uint64_t{size} * (size + 1) / 2;  // sum of r + 1 over members
-  for (InterHostAlgorithm algo : {InterHostAlgorithm::kRing, InterHostAlgorithm::kBcube}) {
+  for (InterHostAlgorithm algo : hz::cluster::kInterHostAlgorithms) {
     std::vector<float> v = Contribution(rank, count);
     const auto t = std::chrono::steady_clock::now();
     hz::Status s =
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
         return Report(out, 2);
       }
     }
-    out[algo == InterHostAlgorithm::kRing ? "ring_ms" : "bcube_ms"] = Ms(t);
+    out[std::string(hz::cluster::InterHostAlgorithmName(algo)) + "_ms"] = Ms(t);
   }
   int64_t mx = rank * 10;
   if (hz::Status s = (*group)->AllReduce(&mx, 1, InterHostType::kI64, InterHostOp::kMax,

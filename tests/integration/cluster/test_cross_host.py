@@ -98,12 +98,18 @@ def test_every_collective_is_exact_on_every_placement(cluster, placement, flags)
     if len(set(placement)) > 1:
         log = cluster.hosts[placement[0]].log()
         assert "event=cross_host_comm_formed" in log
-        # The inter-host algorithm is chosen per operation and counted:
-        # bcube for small buffers among more than two hosts, ring otherwise.
-        algos = cluster.hosts[0].hzctl("counters")["result"]["engine"]["algorithms"]
-        assert algos["cross_host_ring"] > 0  # integers are always reduced hierarchically
-        assert (algos["cross_host_bcube"] > 0) == (len(set(placement)) > 2), algos
-        assert (algos["cross_host_lossy_bf16"] > 0) == ("--lossy" in flags), algos
+        # The leg's cost was measured when the communicator formed, and the
+        # inter-host algorithm is chosen per operation from it and counted:
+        # every host made the same choices (else Gloo would have hung).
+        assert log.count("event=cross_host_leg_model") >= 3  # ring, bcube, halving-doubling
+        names = ["cross_host_ring", "cross_host_bcube", "cross_host_halving_doubling"]
+        chosen = []
+        for h in sorted(set(placement)):
+            algos = cluster.hosts[h].hzctl("counters")["result"]["engine"]["algorithms"]
+            chosen.append([algos[n] for n in names])
+            assert (algos["cross_host_lossy_bf16"] > 0) == ("--lossy" in flags), algos
+        assert sum(chosen[0]) > 0  # integers are always reduced hierarchically
+        assert all(c == chosen[0] for c in chosen), chosen
 
 
 def test_a_send_nobody_receives_times_out_within_the_timeout(cluster):
@@ -186,6 +192,14 @@ def test_a_store_outage_aborts_communicators_refuses_inits_and_heals(cluster):
         comms = h.cluster()["communicators"]
         assert [(c["tenant"], c["hosts"], c["state"]) for c in comms] == \
             [("acme", ["h0", "h1"], "active")], comms
+        # With the leg's measured cost, the same on both hosts: the links are
+        # shaped to 1 Gbit/s (plus tbf's burst), far below what the machine
+        # moves unshaped, so the rates show the links were what it measured.
+        model = comms[0]["leg_model"]
+        assert sorted(model) == ["bcube", "halving_doubling", "ring"], model
+        assert all(0 < m["mbit_s"] < 2000 for m in model.values()), model
+    assert cluster.hosts[0].cluster()["communicators"][0]["leg_model"] == \
+        cluster.hosts[1].cluster()["communicators"][0]["leg_model"]
     cluster.redis.kill()
     cluster.redis.wait()
     lost_at = time.monotonic()

@@ -51,7 +51,8 @@ def test_every_operation_gives_the_exact_result_across_hosts(nhosts):
             rc, r = result(p)
             assert rc == 0 and r.get("ok"), r
             print(f"{nhosts} hosts, rank {r['rank']}: ring {r['ring_ms']:.1f} ms, "
-                  f"bcube {r['bcube_ms']:.1f} ms for 256 KiB over a 1 Gbit/s tbf link")
+                  f"bcube {r['bcube_ms']:.1f} ms, halving-doubling "
+                  f"{r['halving_doubling_ms']:.1f} ms for 256 KiB over a 1 Gbit/s tbf link")
 
 
 def test_a_member_that_never_arrives_fails_the_formation_in_bounded_time():

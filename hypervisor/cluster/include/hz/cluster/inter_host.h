@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -26,8 +27,13 @@ enum class InterHostType : uint8_t { kF32, kF64, kI8, kU8, kI32, kU32, kI64, kU6
 
 enum class InterHostOp : uint8_t { kSum, kProd, kMin, kMax };
 // The all-reduce algorithms Gloo offers for this use: ring (bandwidth-optimal,
-// 2(n-1) steps) and bcube (log-depth, for small buffers and many hosts).
-enum class InterHostAlgorithm : uint8_t { kRing, kBcube };
+// 2(n-1) steps), bcube and recursive halving and doubling (2 log2(n) steps;
+// fewer round trips, the same bytes in theory). Which is fastest for a size
+// depends on the links, so it is measured (LegCostModel).
+enum class InterHostAlgorithm : uint8_t { kRing, kBcube, kHalvingDoubling };
+inline constexpr InterHostAlgorithm kInterHostAlgorithms[] = {
+    InterHostAlgorithm::kRing, InterHostAlgorithm::kBcube, InterHostAlgorithm::kHalvingDoubling};
+const char* InterHostAlgorithmName(InterHostAlgorithm algorithm);  // "ring", "bcube", ...
 
 class InterHostGroup {
  public:
@@ -70,6 +76,32 @@ struct GlooGroupOptions {
   // Bounds forming the group and each operation.
   std::chrono::milliseconds timeout{30000};
 };
+
+// What an all-reduce costs on a group, by algorithm, as measured on it: a
+// line latency + bytes * per_byte through two sizes. The same on every member
+// (each entry is the slowest member's), so that every member picks the same
+// algorithm for the same size without asking the others.
+struct LegCostModel {
+  struct Line {
+    double latency_s = 0;
+    double per_byte_s = 0;
+  };
+  Line lines[std::size(kInterHostAlgorithms)];
+  // The algorithm whose line is lowest at bytes (ties: the earlier one).
+  InterHostAlgorithm Best(size_t bytes) const;
+  double Seconds(InterHostAlgorithm algorithm, size_t bytes) const;
+  // The rate the algorithm reaches on large buffers; 0 when it was not measurable.
+  double BytesPerSecond(InterHostAlgorithm algorithm) const;
+};
+
+// Measures the model on a formed group: every member calls it at the same
+// point of its sequence of operations. Each algorithm all-reduces a small
+// fp32 buffer and one of large_bytes (the largest the caller passes to the
+// leg, so that the line is exact where the bytes count most) a few times;
+// the fastest run counts, as the least disturbed by noise; then the members
+// take the maximum of each timing.
+inline constexpr size_t kCalibrationSmallBytes = 4 << 10;
+StatusOr<LegCostModel> CalibrateLeg(InterHostGroup& group, size_t large_bytes);
 
 // Forms the group over Gloo's TCP transport; every member calls it with its
 // own rank. kTimedOut when not every member arrived in time; kIoError when
