@@ -8,15 +8,15 @@ namespace hz::cluster {
 
 namespace {
 
-// KEYS: placement hash. ARGV: nranks, rank, host, lifetime_ms, terms.
-// Returns {0, field, value, ...} (the whole hash), {1, terms} for other
-// terms, {2, host} for a rank another host holds.
+// KEYS: placement hash. ARGV: nranks, rank, host, lifetime_ms.
+// Returns {0, field, value, ...} (the whole hash), {1, n} for another
+// nranks, {2, host} for a rank another host holds.
 constexpr const char kClaimScript[] = R"(
-local t = redis.call('HGET', KEYS[1], 't')
-if t and t ~= ARGV[5] then return {1, t} end
+local n = redis.call('HGET', KEYS[1], 'n')
+if n and n ~= ARGV[1] then return {1, n} end
 local cur = redis.call('HGET', KEYS[1], ARGV[2])
 if cur and cur ~= ARGV[3] then return {2, cur} end
-redis.call('HSET', KEYS[1], 'n', ARGV[1], 't', ARGV[5], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'n', ARGV[1], ARGV[2], ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 local out = {0}
 for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = v end
@@ -61,14 +61,13 @@ StatusOr<std::optional<std::string>> CommDirectory::UidTenant(const std::string&
   return std::optional<std::string>(std::string((*r)->str, (*r)->len));
 }
 
-StatusOr<Placement> CommDirectory::Claim(const std::string& uid_hex, uint32_t nranks,
-                                         const std::string& terms, uint32_t rank,
+StatusOr<Placement> CommDirectory::Claim(const std::string& uid_hex, uint32_t nranks, uint32_t rank,
                                          const std::string& host,
                                          std::chrono::milliseconds lifetime) {
   const std::string n = std::to_string(nranks), r = std::to_string(rank),
                     ms = std::to_string(lifetime.count());
-  StatusOr<RedisConnection::Reply> reply = redis_.Command(
-      {"EVAL", kClaimScript, "1", prefix_ + "comm/" + uid_hex, n, r, host, ms, n + "/" + terms});
+  StatusOr<RedisConnection::Reply> reply =
+      redis_.Command({"EVAL", kClaimScript, "1", prefix_ + "comm/" + uid_hex, n, r, host, ms});
   if (!reply.ok()) return reply.status();
   const redisReply* a = reply->get();
   if (a->type != REDIS_REPLY_ARRAY || a->elements < 1 ||
@@ -76,8 +75,7 @@ StatusOr<Placement> CommDirectory::Claim(const std::string& uid_hex, uint32_t nr
     return Malformed();
   }
   if (a->element[0]->integer == 1) {
-    return Status::Mismatch(
-        "the communicator's other ranks joined with another nranks or other constraints");
+    return Status::Mismatch("the communicator's other ranks joined with another nranks");
   }
   if (a->element[0]->integer == 2) {
     return Status::Exists("the rank was taken on another host");
@@ -91,11 +89,8 @@ StatusOr<Placement> CommDirectory::Claim(const std::string& uid_hex, uint32_t nr
       return Malformed();
     }
     uint32_t num = 0;
-    const std::string_view name(field->str, field->len);
-    if (name == "n") {
+    if (std::string_view(field->str, field->len) == "n") {
       if (!ToU32(value, &p.nranks)) return Malformed();
-    } else if (name == "t") {
-      continue;  // the terms, checked by the script
     } else if (ToU32(field, &num) && num < nranks) {
       p.hosts[num] = std::string(value->str, value->len);
     } else {

@@ -299,7 +299,7 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
     std::lock_guard<std::mutex> lock(comm->mu);
     if (comm->state == CommState::kAborted) {
       st = Status::Aborted();
-    } else if (comm->nranks != nranks || comm->constraints != c) {
+    } else if (comm->nranks != nranks) {
       st = Status::Mismatch();
     } else if (comm->joined[rank] || comm->state != CommState::kJoining) {
       st = Status::Exists();

@@ -16,15 +16,6 @@ using Clock = std::chrono::steady_clock;
 // How often an init looks again for ranks that have not been placed yet.
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 
-// What every rank's COMM_INIT must agree on besides nranks (SPEC §7.3.2: any
-// constraint differing from the first rank's is EMISMATCH), as the cluster
-// store compares it across hosts.
-std::string Terms(const coll::Constraints& c) {
-  return "d" + std::to_string(c.deterministic) + ".l" + std::to_string(c.allow_lossy) + ".p" +
-         std::to_string(c.priority_class) + ".t" + std::to_string(c.max_threads) + ".o" +
-         std::to_string(c.timeout_ms);
-}
-
 std::string Hex(const coll::Uid& uid) {
   static const char kDigits[] = "0123456789abcdef";
   std::string out;
@@ -128,8 +119,8 @@ void ClusterCollBackend::Step(const std::shared_ptr<Joining>& j) {
   }
   const auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(
       j->deadline - Clock::now() + options_.uid_lifetime);
-  StatusOr<cluster::Placement> p = directory_.Claim(j->hex, j->nranks, Terms(j->constraints),
-                                                    j->rank, options_.host_name, lifetime);
+  StatusOr<cluster::Placement> p =
+      directory_.Claim(j->hex, j->nranks, j->rank, options_.host_name, lifetime);
   if (!p.ok()) return j->done(p.status(), nullptr);
   if (!p->complete()) return Retry(j);
   Placed(j, *p);

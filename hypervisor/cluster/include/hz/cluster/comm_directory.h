@@ -38,13 +38,10 @@ class CommDirectory {
   StatusOr<std::optional<std::string>> UidTenant(const std::string& uid_hex);
 
   // Claims `rank` of an nranks communicator for `host`, and returns the
-  // placement so far. `terms` are what every rank must agree on besides
-  // nranks (its constraints, as the caller spells them). kExists when another
-  // host holds the rank, kMismatch when the communicator was claimed with
-  // another nranks or other terms (the claim is not made).
-  StatusOr<Placement> Claim(const std::string& uid_hex, uint32_t nranks, const std::string& terms,
-                            uint32_t rank, const std::string& host,
-                            std::chrono::milliseconds lifetime);
+  // placement so far. kExists when another host holds the rank, kMismatch
+  // when the communicator was claimed with another nranks.
+  StatusOr<Placement> Claim(const std::string& uid_hex, uint32_t nranks, uint32_t rank,
+                            const std::string& host, std::chrono::milliseconds lifetime);
 
   std::string Describe() const { return redis_.Describe(); }
 
