@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <random>
+
 namespace hz::testing {
 
 using vdev::frontend::HostBuffer;
@@ -153,18 +155,25 @@ uint32_t HzClient::Coll(uint16_t queue, uint16_t opcode, const hz_coll_args& a) 
 }
 
 int FreeTcpPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
+  // Below the kernel's ephemeral range (32768 and up by default), so that no
+  // socket another test binds to port 0 (Gloo's listeners, clients) can take
+  // the port between this check and the service's bind; only another caller
+  // of this function could, and it starts elsewhere in the range.
+  constexpr int kFirst = 20000, kCount = 12000;
+  std::random_device rd;
+  const int start = static_cast<int>(rd() % kCount);
+  for (int i = 0; i < kCount; ++i) {
+    const int port = kFirst + (start + i) % kCount;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    if (free) return port;
   }
-  close(fd);
-  return port;
+  return 0;
 }
 
 }  // namespace hz::testing
