@@ -84,7 +84,6 @@ struct Constraints {
   uint16_t priority_class = 1;  // Priority; >= kPriorityCount is kInvalid
   uint16_t max_threads = 0;     // worker threads one op may use; 0: engine decides
   uint32_t timeout_ms = 0;      // 0: EngineOptions::default_timeout_ms
-  friend bool operator==(const Constraints&, const Constraints&) = default;
 };
 
 enum class Op : uint8_t {
