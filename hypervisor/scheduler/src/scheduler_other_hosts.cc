@@ -3,7 +3,6 @@
 // (hz/scheduler/topology_summary.h), never a device's or a host's identity.
 #include <algorithm>
 #include <set>
-#include <tuple>
 #include <utility>
 
 #include "hz/scheduler/scheduler.h"
@@ -20,19 +19,6 @@ uint32_t ShapeCount(const std::vector<HostShape>& shapes, DeviceKind kind) {
     for (const HostShape::Group& g : s.groups) n += kind == DeviceKind::kGpu ? g.gpus : g.nics;
   }
   return n;
-}
-
-// Equal as the summary sees them: the hosts' order does not matter.
-bool SameHosts(std::vector<HostShape> a, std::vector<HostShape> b) {
-  auto key = [](const HostShape& s) {
-    std::vector<std::tuple<uint16_t, uint16_t, uint8_t>> k;
-    for (const HostShape::Group& g : s.groups) k.emplace_back(g.gpus, g.nics, g.intra_bw);
-    return std::make_pair(k, s.cross_group_bw);
-  };
-  auto by_key = [&](const HostShape& x, const HostShape& y) { return key(x) < key(y); };
-  std::sort(a.begin(), a.end(), by_key);
-  std::sort(b.begin(), b.end(), by_key);
-  return a == b;
 }
 
 }  // namespace
@@ -66,24 +52,22 @@ Status Scheduler::SetOtherHosts(const TenantId& id, std::vector<HostShape> shape
   const std::string& tenant = id.name();
   std::erase_if(shapes, [](const HostShape& s) { return s.groups.empty(); });
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = other_hosts_.find(tenant);
-  const std::vector<HostShape> before =
-      it == other_hosts_.end() ? std::vector<HostShape>{} : it->second;
-  if (SameHosts(before, shapes)) return Status::Ok();
   const std::vector<uint8_t> old_bytes = SummaryLocked(tenant).bytes;
-  const std::vector<HostShape> after = shapes;
+  std::vector<HostShape> before;
+  if (auto it = other_hosts_.find(tenant); it != other_hosts_.end()) before = std::move(it->second);
   if (shapes.empty()) {
     other_hosts_.erase(tenant);
   } else {
-    other_hosts_[tenant] = std::move(shapes);
+    other_hosts_[tenant] = shapes;
   }
   if (!sink_ || SummaryLocked(tenant).bytes == old_bytes) return Status::Ok();
-  // The summary changed, and indices may have moved: the tenant re-reads it
-  // (SPEC.md §7.7). One event per kind whose count changed; a change of
-  // shape alone is told as a GPU change of 0 devices.
+  // The summary changed (the same shapes in another order do not change
+  // it), and indices may have moved: the tenant re-reads it (SPEC.md §7.7).
+  // One event per kind whose count changed; a change of shape alone is told
+  // as a GPU change of 0 devices.
   std::vector<std::pair<DeviceKind, uint32_t>> changes;
   for (DeviceKind kind : {DeviceKind::kGpu, DeviceKind::kNic}) {
-    const uint32_t was = ShapeCount(before, kind), now = ShapeCount(after, kind);
+    const uint32_t was = ShapeCount(before, kind), now = ShapeCount(shapes, kind);
     if (was != now) changes.emplace_back(kind, was > now ? was - now : now - was);
   }
   if (changes.empty()) changes.emplace_back(DeviceKind::kGpu, 0);
