@@ -32,7 +32,7 @@ int64_t UnixMs() {
 // record is not one a harmonaized wrote (the store is shared, so its
 // contents are input).
 bool ReadRecord(const std::string& value, HostInfo* host, std::string* instance) {
-  if (value.size() > kMaxAttributeBytes + 4096) return false;
+  if (value.size() > kMaxRecordBytes) return false;
   nlohmann::json j = nlohmann::json::parse(value, nullptr, false);
   if (!j.is_object()) return false;
   auto it = j.find("data_address");
@@ -85,15 +85,13 @@ std::string Membership::RecordValue() const {
                         {"instance", instance_},
                         {"started_ms", started_unix_ms_}};
   nlohmann::json attributes = options_.attributes ? options_.attributes() : nlohmann::json();
-  if (attributes.is_object() && !attributes.empty()) {
-    std::string text = attributes.dump();
-    if (text.size() <= kMaxAttributeBytes) {
-      record["attributes"] = std::move(attributes);
-    } else {
-      spdlog::warn("event=cluster_attributes_too_large host={} bytes={} limit={}",
-                   options_.host_name, text.size(), kMaxAttributeBytes);
-    }
-  }
+  if (!attributes.is_object() || attributes.empty()) return record.dump();
+  record["attributes"] = std::move(attributes);
+  std::string value = record.dump();
+  if (value.size() <= kMaxRecordBytes) return value;
+  spdlog::warn("event=cluster_attributes_too_large host={} bytes={} limit={}", options_.host_name,
+               value.size(), kMaxRecordBytes);
+  record.erase("attributes");
   return record.dump();
 }
 

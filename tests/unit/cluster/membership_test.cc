@@ -107,7 +107,7 @@ TEST_F(MembershipTest, AttributesReachTheOtherHostsAndTheirChangesAreTold) {
   // stays a member.
   {
     std::lock_guard<std::mutex> lock(mu);
-    published["big"] = std::string(kMaxAttributeBytes, 'x');
+    published["big"] = std::string(kMaxRecordBytes, 'x');
   }
   ASSERT_TRUE(WaitFor([&] { return attributes_of_h1().empty(); }));
   EXPECT_EQ(h1->View().state, MemberState::kMember);

@@ -37,12 +37,13 @@ struct MembershipOptions {
   std::string data_address;  // where other hosts reach this one's data path
   uint32_t lease_ms = 3000;
   // What else this host tells the others, read at every renewal (on the
-  // membership thread; must not block): a JSON object, at most
-  // kMaxAttributeBytes once serialised (larger ones are left out, logged).
+  // membership thread; must not block): a JSON object. A record that would
+  // exceed kMaxRecordBytes with it goes without it (logged).
   std::function<nlohmann::json()> attributes;
 };
 
-inline constexpr size_t kMaxAttributeBytes = 256 * 1024;
+// The largest record a host writes or reads of another.
+inline constexpr size_t kMaxRecordBytes = 256 * 1024;
 
 enum class MemberState : uint8_t {
   kJoining,           // not registered yet
