@@ -46,7 +46,7 @@ void ClusterControl::OnChange(const cluster::MembershipChange& change) {
   if (!hooks_.other_hosts) return;
   uint64_t malformed = 0;
   auto shapes = OtherHostsShapes(membership_->View().hosts, &malformed);
-  malformed_shapes_ += malformed;
+  malformed_shapes_ = malformed;
   std::set<std::string> tenants;
   for (auto& [tenant, list] : shapes) {
     tenants.insert(tenant);

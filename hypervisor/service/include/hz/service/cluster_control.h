@@ -67,9 +67,9 @@ class ClusterControl {
 
   const ClusterConfig config_;
   const ClusterHooks hooks_;
-  std::string host_name_;                    // config's, or the system's host name
-  std::set<std::string> tenants_elsewhere_;  // the membership thread's
-  std::atomic<uint64_t> malformed_shapes_{0};
+  std::string host_name_;                      // config's, or the system's host name
+  std::set<std::string> tenants_elsewhere_;    // the membership thread's
+  std::atomic<uint64_t> malformed_shapes_{0};  // in the other hosts' records, as last read
   std::unique_ptr<cluster::Membership> membership_;
 };
 
