@@ -113,8 +113,9 @@ Status Engine::DeclareQuiesce(const TenantId& t, StreamId s, IoSpan w, std::span
 Status Engine::CancelQuiesce(const TenantId& t, StreamId s) {
   return impl_->CancelQuiesce(impl_->NumberOf(t), s);
 }
-std::vector<NoticeOutcome> Engine::OnNotice(const TenantId& t, Clock::time_point deadline) {
-  return impl_->OnNotice(impl_->NumberOf(t), deadline);
+std::vector<NoticeOutcome> Engine::OnNotice(const TenantId& t, Clock::time_point deadline,
+                                            const std::set<StreamId>* only) {
+  return impl_->OnNotice(impl_->NumberOf(t), deadline, only);
 }
 Status Engine::WaitDurable(const TenantId& t, StreamId s, uint64_t step,
                            std::chrono::milliseconds to) {

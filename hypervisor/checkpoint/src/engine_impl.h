@@ -132,7 +132,8 @@ class Engine::Impl {
                         std::span<const IoSpan> slices);
   Status CancelQuiesce(TenantNo tenant, StreamId stream);
   std::vector<NoticeOutcome> OnNotice(TenantNo tenant,
-                                      std::chrono::steady_clock::time_point deadline);
+                                      std::chrono::steady_clock::time_point deadline,
+                                      const std::set<StreamId>* only);
   Status WaitDurable(TenantNo tenant, StreamId stream, uint64_t step,
                      std::chrono::milliseconds timeout);
   Status Flush(std::chrono::milliseconds timeout);

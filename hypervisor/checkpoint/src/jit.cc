@@ -84,13 +84,15 @@ Status Engine::Impl::CancelQuiesce(TenantNo tenant, StreamId stream) {
   return Status::Ok();
 }
 
-std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantNo tenant, Clock::time_point deadline) {
+std::vector<NoticeOutcome> Engine::Impl::OnNotice(TenantNo tenant, Clock::time_point deadline,
+                                                  const std::set<StreamId>* only) {
   std::vector<StreamId> streams;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = tenants_.find(tenant);
     if (it == tenants_.end()) return {};
     for (auto& [sid, s] : it->second.streams) {
+      if (only != nullptr && only->count(sid) == 0) continue;
       if (s.policy.auto_save_on_notice && s.quiesce) streams.push_back(sid);
     }
   }

@@ -290,7 +290,7 @@ Reply CheckpointHandler::Quiesce(const Request& req, const TenantId& tid) {
   // of the just-in-time checkpoint).
   std::vector<checkpoint::IoSpan> live;
   for (const auto& g : state.guest) live.insert(live.end(), g.begin(), g.end());
-  if (!backend_->ClaimQuiesce(tid, a.stream, this)) return Reply::Error(HZ_S_EBUSY);
+  if (!backend_->ClaimQuiesce(tid, a.stream, this, ctx_.vm)) return Reply::Error(HZ_S_EBUSY);
   Status st = backend_->DeclareQuiesce(tid, a.stream, word.guest[0][0], live);
   if (!st.ok()) {
     if (quiesce_.count(a.stream) == 0) backend_->ReleaseQuiesce(tid, a.stream, this);

@@ -26,17 +26,27 @@ class BusSubscription : public EventSubscription {
 }  // namespace
 
 bool CkptAdapter::ClaimQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
-                               const void* owner) {
+                               const void* owner, const std::string& vm) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = quiesce_.try_emplace({tenant, stream}, owner);
-  return inserted || it->second == owner;
+  auto [it, inserted] = quiesce_.try_emplace({tenant, stream}, Claim{owner, vm});
+  return inserted || it->second.owner == owner;
+}
+
+std::set<checkpoint::StreamId> CkptAdapter::StreamsOf(const TenantId& tenant,
+                                                      const std::set<std::string>& vms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<checkpoint::StreamId> out;
+  for (const auto& [key, claim] : quiesce_) {
+    if (key.first == tenant && vms.count(claim.vm) != 0) out.insert(key.second);
+  }
+  return out;
 }
 
 void CkptAdapter::ReleaseQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
                                  const void* owner) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = quiesce_.find({tenant, stream});
-  if (it != quiesce_.end() && it->second == owner) quiesce_.erase(it);
+  if (it != quiesce_.end() && it->second.owner == owner) quiesce_.erase(it);
 }
 
 Status BusAdapter::Connect(const TenantId& tenant, const std::string& subscriber,

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,18 +53,25 @@ class CkptAdapter : public CkptBackend {
   Status CancelQuiesce(const TenantId& tenant, checkpoint::StreamId stream) override {
     return engine_.CancelQuiesce(tenant, stream);
   }
-  bool ClaimQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
-                    const void* owner) override;
+  bool ClaimQuiesce(const TenantId& tenant, checkpoint::StreamId stream, const void* owner,
+                    const std::string& vm) override;
   void ReleaseQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
                       const void* owner) override;
   void RunAsync(const TenantId& tenant, std::function<void()> fn) override {
     engine_.RunAsync(tenant, std::move(fn));
   }
+  // The tenant's streams whose quiescence registration came from one of vms.
+  std::set<checkpoint::StreamId> StreamsOf(const TenantId& tenant,
+                                           const std::set<std::string>& vms);
 
  private:
+  struct Claim {
+    const void* owner;
+    std::string vm;
+  };
   checkpoint::Engine& engine_;
   std::mutex mu_;
-  std::map<std::pair<TenantId, checkpoint::StreamId>, const void*> quiesce_;
+  std::map<std::pair<TenantId, checkpoint::StreamId>, Claim> quiesce_;
 };
 
 // EventBackend on hz::events::EventBus; counts the records delivered.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "command_args.h"
@@ -37,7 +39,32 @@ class Engines::CkptSink : public checkpoint::EventSink {
   Engines* e_;
 };
 
+// The provider's engines publish through the service, so that their notices
+// start just-in-time saves like the operator's.
+class Engines::NoticeSink : public events::EventSink {
+ public:
+  explicit NoticeSink(Engines* e) : e_(e) {}
+  Status Publish(const TenantId& tenant, const events::EventSpec& spec, uint64_t* seq) override {
+    return e_->Publish(tenant, spec, seq);
+  }
+
+ private:
+  Engines* e_;
+};
+
 namespace {
+
+// SPEC §8.3.3: a SCHEDULED notice, or a STARTED one (that may come without
+// it), of maintenance or preemption starts the just-in-time saves.
+bool IsNotice(const hz_event& ev) {
+  if (ev.topic == HZ_TOPIC_MAINTENANCE) {
+    return ev.kind == events::kMaintenanceScheduled || ev.kind == events::kMaintenanceStarted;
+  }
+  if (ev.topic == HZ_TOPIC_PREEMPTION) {
+    return ev.kind == events::kPreemptionScheduled || ev.kind == events::kPreemptionStarted;
+  }
+  return false;
+}
 
 // The operator's cap on all checkpoints, or half the file system holding the
 // state directory: its event logs and state files need room too.
@@ -72,6 +99,7 @@ Status Engines::Start() {
   Status st = events::EventBus::Open(bo, &bus_);
   if (!st.ok()) return Status(st.code(), bo.dir + ": " + st.ToString());
   bus_adapter_ = std::make_unique<BusAdapter>(*bus_);
+  notice_sink_ = std::make_unique<NoticeSink>(this);
 
   const std::string root = config_.state_dir + "/checkpoints";
   sink_ = std::make_unique<CkptSink>(this);
@@ -114,23 +142,46 @@ void Engines::PublishCheckpoint(const checkpoint::CheckpointEvent& e) {
                                                   e.stream, static_cast<hz_ckpt_tier>(e.tier),
                                                   e.step, ToWireStatus(e.status), e.flags);
   uint64_t seq = 0;
-  Status st = bus_->Publish(e.tenant, spec, &seq);
+  Status st = Publish(e.tenant, spec, &seq);
   if (!st.ok()) {
     spdlog::warn("event=ckpt_event_lost tenant={} stream={} step={} error=\"{}\"", e.tenant.name(),
                  e.stream, e.step, st.ToString());
     return;
   }
   ckpt_events_.fetch_add(1, std::memory_order_relaxed);
+}
+
+events::EventSink* Engines::sink() const {
+  return notice_sink_.get();
+}
+
+Status Engines::Publish(const TenantId& tenant, const events::EventSpec& spec, uint64_t* seq,
+                        const std::set<std::string>& vms) {
+  if (!bus_) return Status::State("the event bus is not running");
+  uint64_t n = 0;
+  Status st = bus_->Publish(tenant, spec, &n);
+  if (!st.ok()) return st;
   published_.fetch_add(1, std::memory_order_relaxed);
+  if (seq != nullptr) *seq = n;
+  hz_event ev{};
+  if (!bus_->Get(tenant, n, &ev).ok()) return Status::Ok();  // already compacted away
+  if (IsNotice(ev)) Notice(tenant, ev, vms);
+  if (observer_) observer_(tenant, ev);
+  return Status::Ok();
 }
 
 // SPEC §7.5.7: a SCHEDULED notice (or STARTED) lets the provider copy every
 // registered stream before the deadline. OnNotice waits for the copies, so it
 // runs on a thread of its own, never on the operator's or a VM's.
-void Engines::Notice(const TenantId& tenant, const hz_event& ev) {
+void Engines::Notice(const TenantId& tenant, const hz_event& ev, const std::set<std::string>& vms) {
   if (!ckpt_) return;
-  if (ev.topic != HZ_TOPIC_MAINTENANCE && ev.topic != HZ_TOPIC_PREEMPTION) return;
   if (!ckpt_->HasTenant(tenant)) return;  // never used checkpoints
+  // Only the streams the VMs concerned registered; none of theirs: no save.
+  std::optional<std::set<checkpoint::StreamId>> only;
+  if (!vms.empty()) {
+    only = ckpt_adapter_->StreamsOf(tenant, vms);
+    if (only->empty()) return;
+  }
   const uint64_t now = static_cast<uint64_t>(std::time(nullptr));
   // Without a deadline (STARTED) the copy still gets a bounded window.
   uint64_t left_s = ev.deadline_s > now ? ev.deadline_s - now : 10;
@@ -140,8 +191,9 @@ void Engines::Notice(const TenantId& tenant, const hz_event& ev) {
   checkpoint::Engine* engine = ckpt_.get();
   std::lock_guard<std::mutex> lock(mu_);
   ReapNoticesLocked();
-  notices_.emplace_back([this, engine, deadline, tenant] {
-    for (const checkpoint::NoticeOutcome& o : engine->OnNotice(tenant, deadline)) {
+  notices_.emplace_back([this, engine, deadline, tenant, only = std::move(only)] {
+    for (const checkpoint::NoticeOutcome& o :
+         engine->OnNotice(tenant, deadline, only ? &*only : nullptr)) {
       spdlog::info("event=ckpt_jit tenant={} stream={} step={} status=\"{}\" attempts={}",
                    tenant.name(), o.stream, o.step, o.status.ToString(), o.attempts);
     }
@@ -211,17 +263,13 @@ CommandResult Engines::InjectEvent(const json& req) {
   Status st = events::SpecFromJson(e->dump(), static_cast<uint64_t>(std::time(nullptr)), &spec);
   if (!st.ok()) return st;
   uint64_t seq = 0;
-  st = bus_->Publish(TenantId(tenant), spec, &seq);
+  st = Publish(TenantId(tenant), spec, &seq);
   if (!st.ok()) return st;
-  published_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("event=event_injected tenant={} topic={} kind={} seq={} deadline_s={}", tenant,
                spec.topic, spec.kind, seq, spec.deadline_s);
   hz_event ev{};
   json res = {{"tenant", tenant}, {"seq", seq}};
-  if (bus_->Get(TenantId(tenant), seq, &ev).ok()) {
-    res["deadline_s"] = ev.deadline_s;
-    Notice(TenantId(tenant), ev);
-  }
+  if (bus_->Get(TenantId(tenant), seq, &ev).ok()) res["deadline_s"] = ev.deadline_s;
   return res;
 }
 

@@ -220,7 +220,7 @@ Reply HzDevice::HandleHello(const Request& req) {
 }
 
 HandlerContext HzDevice::Context() {
-  return HandlerContext{session_, pending_, link_, [this] { UpdateInfo(); }};
+  return HandlerContext{session_, pending_, link_, [this] { UpdateInfo(); }, socket_path_};
 }
 
 bool HzDevice::PostToDevice(std::function<void(HzDevice&)> fn) {

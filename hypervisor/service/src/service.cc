@@ -184,7 +184,7 @@ hz::Status Service::Start() {
   env_.events = engines_->events();
   commands_.Add(engines_.get(), Engines::Commands());
   if (config_.scheduler.enabled) {
-    provider_ = std::make_unique<Provider>(config_, io_, engines_->bus());
+    provider_ = std::make_unique<Provider>(config_, io_, engines_->sink());
     if (hz::Status s = provider_->Start(); !s.ok()) return s;
     env_.provider = provider_.get();
     commands_.Add(provider_.get(), Provider::Commands());

@@ -306,7 +306,10 @@ class FakeCkptBackend : public CkptBackend {
     return Status::Ok();
   }
   Status CancelQuiesce(const TenantId&, checkpoint::StreamId) override { return Status::Ok(); }
-  bool ClaimQuiesce(const TenantId&, checkpoint::StreamId, const void*) override { return true; }
+  bool ClaimQuiesce(const TenantId&, checkpoint::StreamId, const void*,
+                    const std::string&) override {
+    return true;
+  }
   void ReleaseQuiesce(const TenantId&, checkpoint::StreamId, const void*) override {}
   void RunAsync(const TenantId&, std::function<void()> fn) override {
     std::lock_guard<std::mutex> lock(mu);

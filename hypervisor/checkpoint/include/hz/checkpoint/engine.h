@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -227,8 +228,11 @@ class Engine {
   // A preemption/maintenance notice: snapshots every opted-in stream of the
   // tenant with a registration before the deadline (SPEC.md §7.5.7) and
   // publishes JIT_SAVED or JIT_FAILED for each.
+  // only: the streams to save (those of the VMs the notice concerns); null:
+  // every registered stream of the tenant.
   std::vector<NoticeOutcome> OnNotice(const TenantId& tenant,
-                                      std::chrono::steady_clock::time_point deadline);
+                                      std::chrono::steady_clock::time_point deadline,
+                                      const std::set<StreamId>* only = nullptr);
 
   // Runs fn on one of the engine's request threads, for callers that must
   // not block on Save or Restore (the host service's connection threads).

@@ -40,8 +40,9 @@ class CkptBackend {
 
   // A (tenant, stream) quiescence registration belongs to one session at a
   // time (SPEC §7.5.7): Claim returns false while another owner holds it.
-  virtual bool ClaimQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
-                            const void* owner) = 0;
+  // vm names the owner's VM, so a notice about some VMs saves only theirs.
+  virtual bool ClaimQuiesce(const TenantId& tenant, checkpoint::StreamId stream, const void* owner,
+                            const std::string& vm) = 0;
   virtual void ReleaseQuiesce(const TenantId& tenant, checkpoint::StreamId stream,
                               const void* owner) = 0;
 

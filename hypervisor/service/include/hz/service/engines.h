@@ -4,9 +4,11 @@
 // HzDevice reaches them through the interfaces checkpoints() and events()
 // return (DeviceEnv). Thread-safe.
 //
-// The checkpoint engine's events go to the tenant's log on the bus, and a
-// MAINTENANCE or PREEMPTION notice published through the operator triggers
-// its just-in-time saves (OnNotice) on a thread of its own.
+// Every event the service publishes goes through Publish (the provider's
+// engines reach it as an EventSink, sink()): the checkpoint engine's, the
+// scheduler's and the negotiation engine's, the operator's. A MAINTENANCE or
+// PREEMPTION notice (SCHEDULED or STARTED) triggers the just-in-time saves
+// (OnNotice) of the VMs it concerns, on a thread of its own.
 #ifndef HZ_SERVICE_ENGINES_H_
 #define HZ_SERVICE_ENGINES_H_
 
@@ -16,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -62,6 +65,17 @@ class Engines {
   Status CheckTenantLimits(const TenantSpec& spec) const;
 
   events::EventBus* bus() const { return bus_.get(); }
+  // Appends to the tenant's log, then starts the just-in-time saves of a
+  // notice: of the tenant's VMs named in vms (socket paths), or of all its
+  // VMs on this host when vms is empty. Any thread.
+  Status Publish(const TenantId& tenant, const events::EventSpec& spec, uint64_t* seq,
+                 const std::set<std::string>& vms = {});
+  // Publish, for the provider's engines (every VM of the tenant in scope).
+  events::EventSink* sink() const;
+  // Told of every event published, after it is in the log (any thread, no
+  // lock held). Set once, before anything publishes.
+  using PublishedFn = std::function<void(const TenantId& tenant, const hz_event& event)>;
+  void SetPublishedObserver(PublishedFn fn) { observer_ = std::move(fn); }
   // What the devices use; null when that engine is not running.
   CkptBackend* checkpoints() const;
   EventBackend* events() const;
@@ -74,12 +88,13 @@ class Engines {
 
  private:
   class CkptSink;
+  class NoticeSink;
   CommandResult InjectEvent(const nlohmann::json& req);
   CommandResult ListCheckpoints(const nlohmann::json& req);
   CommandResult EventStatus(const nlohmann::json& req);
   void PublishCheckpoint(const checkpoint::CheckpointEvent& e);
   // Just-in-time saves for a notice published to tenant (any thread).
-  void Notice(const TenantId& tenant, const hz_event& ev);
+  void Notice(const TenantId& tenant, const hz_event& ev, const std::set<std::string>& vms);
   void ReapNoticesLocked();
   uint64_t Delivered() const;  // event records written into guests' buffers
 
@@ -87,6 +102,8 @@ class Engines {
   uint64_t disk_cap_ = 0;  // all checkpoints on disk; 0: unknown
   std::unique_ptr<events::EventBus> bus_;
   std::unique_ptr<CkptSink> sink_;
+  std::unique_ptr<NoticeSink> notice_sink_;
+  PublishedFn observer_;
   std::unique_ptr<checkpoint::Engine> ckpt_;
   // After the engines: a save still queued when the checkpoint engine stops
   // runs during its destruction, through the adapter.

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "protocol/harmonaize.h"
 
@@ -68,6 +69,8 @@ struct HandlerContext {
   std::weak_ptr<DeviceLink> link;
   // Called when something the operator's view of the device shows changed.
   std::function<void()> info_changed;
+  // The VM's socket path: its name on this host (notices name VMs by it).
+  const std::string& vm;
 };
 
 // One opcode family's handler (or a few related families'). Executor only.
