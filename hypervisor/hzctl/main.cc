@@ -3,7 +3,11 @@
 //   hzctl [--socket PATH] [--json] tenant create NAME [--weight N] [--priority low|normal|high]
 //                                        [--max-regions N] [--max-region-bytes N] [--max-extents N]
 //                                        [--max-open-negotiations N] [--disk-bytes N]
-//                                        [--staging-bytes N]
+//                                        [--staging-bytes N] [--features LIST]
+//         (--features: what HELLO may grant the tenant's sessions, comma-separated
+//          collectives,checkpoint,events,negotiation,topology,hints,inline-data, or
+//          all or none; default all)
+//   hzctl tenant features NAME --features LIST   (from each session's next HELLO)
 //   hzctl tenant list | tenant remove NAME [--purge]
 //         (--purge: also delete the tenant's checkpoints and events; without it a
 //          tenant that has any is not removed)
@@ -105,6 +109,19 @@ unsigned long long U(const json& j, const char* k) {
   return j.value(k, 0ull);
 }
 
+// "a,b,,c" -> ["a", "b", "c"]; the service checks the names.
+json SplitList(const std::string& list) {
+  json out = json::array();
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    if (end > start) out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 void PrintCluster(const json& r) {
   if (r.value("mode", std::string()) != "cluster") {
     std::printf("single host: no [cluster] section in the configuration\n");
@@ -140,17 +157,23 @@ void PrintCluster(const json& r) {
 
 void PrintHuman(const std::string& cmd, const json& r) {
   if (cmd == "tenant.list") {
-    std::printf("%-20s %6s %-8s %8s %12s %12s %12s %9s %10s %10s\n", "TENANT", "WEIGHT", "PRIORITY",
-                "REGIONS", "MAX_REGIONS", "BYTES", "MAX_BYTES", "MAX_NEGS", "DISK", "STAGING");
+    std::printf("%-20s %6s %-8s %8s %12s %12s %12s %9s %10s %10s %s\n", "TENANT", "WEIGHT",
+                "PRIORITY", "REGIONS", "MAX_REGIONS", "BYTES", "MAX_BYTES", "MAX_NEGS", "DISK",
+                "STAGING", "FEATURES");
     for (const json& t : r) {
       const unsigned long long negs = U(t, "max_open_negotiations");
       auto own = [](unsigned long long v) { return v == 0 ? std::string("default") : Human(v); };
-      std::printf("%-20s %6llu %-8s %8llu %12llu %12s %12s %9s %10s %10s\n",
+      std::string features;
+      for (const json& f : t.value("features", json::array())) {
+        features += (features.empty() ? "" : ",") + f.get<std::string>();
+      }
+      std::printf("%-20s %6llu %-8s %8llu %12llu %12s %12s %9s %10s %10s %s\n",
                   t.value("name", std::string()).c_str(), U(t, "weight"),
                   t.value("priority", std::string()).c_str(), U(t, "regions"), U(t, "max_regions"),
                   Human(U(t, "region_bytes")).c_str(), Human(U(t, "max_region_bytes")).c_str(),
                   negs == 0 ? "default" : std::to_string(negs).c_str(),
-                  own(U(t, "disk_bytes")).c_str(), own(U(t, "staging_bytes")).c_str());
+                  own(U(t, "disk_bytes")).c_str(), own(U(t, "staging_bytes")).c_str(),
+                  features.empty() ? "none" : features.c_str());
     }
   } else if (cmd == "event.status") {
     std::printf("tenant %s: next seq %llu, oldest retained %llu\n",
@@ -249,6 +272,15 @@ int main(int argc, char** argv) {
   tcreate->add_option("--staging-bytes", staging_bytes,
                       "checkpoint staging held at once (default: [checkpoint] "
                       "tenant_staging_bytes)");
+  std::string features;
+  const char* features_help =
+      "what HELLO may grant the tenant's sessions: comma-separated collectives, checkpoint, "
+      "events, negotiation, topology, hints, inline-data, or all or none";
+  tcreate->add_option("--features", features, std::string(features_help) + " (default: all)");
+  auto* tfeatures = tenant_cmd->add_subcommand(
+      "features", "change what a tenant's sessions may be granted, from their next HELLO");
+  tfeatures->add_option("name", name, "tenant name")->required();
+  tfeatures->add_option("--features", features, features_help)->required();
   auto* tlist = tenant_cmd->add_subcommand("list", "list tenants");
   auto* tremove = tenant_cmd->add_subcommand(
       "remove",
@@ -341,6 +373,11 @@ int main(int argc, char** argv) {
     if (tcreate->count("--max-open-negotiations")) req["max_open_negotiations"] = max_open;
     if (tcreate->count("--disk-bytes")) req["disk_bytes"] = disk_bytes;
     if (tcreate->count("--staging-bytes")) req["staging_bytes"] = staging_bytes;
+    if (tcreate->count("--features")) req["features"] = SplitList(features);
+  } else if (tfeatures->parsed()) {
+    cmd = "tenant.features";
+    req["name"] = name;
+    req["features"] = SplitList(features);
   } else if (tlist->parsed()) {
     cmd = "tenant.list";
   } else if (tdomain->parsed()) {

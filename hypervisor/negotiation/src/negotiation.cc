@@ -149,7 +149,8 @@ Status NegotiationEngine::ValidateOptions(const NegotiationOptions& o) {
   if (o.max_duration_s == 0 || o.max_lookahead_s == 0) {
     return Status::InvalidArgument("max_duration_s and max_lookahead_s must be positive");
   }
-  if (o.max_duration_s > (uint64_t{1} << 40) || o.max_lookahead_s > (uint64_t{1} << 40)) {
+  if (o.max_duration_s > (uint64_t{1} << 40) || o.max_lookahead_s > (uint64_t{1} << 40) ||
+      o.preemption_notice_s > (uint64_t{1} << 40)) {
     return Status::InvalidArgument("limits too large");
   }
   if (o.max_open_per_tenant == 0) return Status::InvalidArgument("max_open_per_tenant is zero");
@@ -804,6 +805,8 @@ Status NegotiationEngine::Release(const TenantId& tenant, uint64_t reservation_i
   PublishTo(tenant, events::MakeAllocationCapacity(
                         events::kCapacityReservationReleased, reservation_id, count,
                         provider_->DevicesHeld(tenant, r.info.kind), r.info.kind));
+  // Nothing is left to take at the end: the notice's preemption is off.
+  if (r.info.count == 0 && r.noticed) PublishPreemptionCancelled(r);
   if (was_active) NotifyAllocation(tenant);
   return Status::Ok();
 }
@@ -829,6 +832,8 @@ Status NegotiationEngine::Revoke(uint64_t reservation_id, events::RevokeReason r
   }
   const bool was_active = r.info.state == ReservationState::kActive;
   const uint32_t count = r.info.count;
+  // After its notice, the preemption it announced happens now.
+  if (was_active && r.noticed) PublishPreemptionStarted(r);
   EndReservation(r, ReservationState::kRevoked, now);
   events::NegotiationPayload p{};
   p.negotiation_id = r.info.negotiation_id;
@@ -873,6 +878,7 @@ std::vector<uint64_t> NegotiationEngine::ForgetTenant(const TenantId& tenant, ui
   }
   std::erase_if(owners_, [&](const auto& o) { return o.second.tenant == tenant; });
   charges_.erase(tenant);
+  availability_.Forget(tenant);
   weights_.erase(tenant);
   max_priority_.erase(tenant);
   max_open_.erase(tenant);
@@ -902,8 +908,11 @@ void NegotiationEngine::StartAndEnd(uint64_t now) {
                     provider_->DevicesHeld(r.info.tenant, r.info.kind), r.info.kind));
       NotifyAllocation(r.info.tenant);
     }
+    NoticePreemption(r, now);
     if (r.info.state == ReservationState::kActive && now >= r.info.start_s + r.info.duration_s) {
       const uint32_t count = r.info.count;
+      // PREEMPTION/STARTED, then the devices go, then RESERVATION_ENDED.
+      PublishPreemptionStarted(r);
       EndReservation(r, ReservationState::kEnded, now);
       PublishTo(r.info.tenant,
                 events::MakeAllocationCapacity(events::kCapacityReservationEnded, id, count,
@@ -1002,6 +1011,7 @@ void NegotiationEngine::Tick(uint64_t now) {
   StartAndEnd(now);
   Reconcile(now);
   Collect(now);
+  NoticeAvailability(now);
 }
 
 void NegotiationEngine::NotifyAllocation(const TenantId& tenant) {

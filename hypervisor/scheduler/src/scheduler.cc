@@ -528,6 +528,19 @@ StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const TenantId& 
   return detached;
 }
 
+StatusOr<std::vector<uint32_t>> Scheduler::ReservationIndices(const TenantId& id,
+                                                              uint64_t reservation_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reservations_.find(reservation_id);
+  if (it == reservations_.end()) return Status::NotFound("reservation is not attached");
+  const Allocation* a = allocator_.Find(it->second);
+  if (!a || a->tenant != id.name()) return Status::NotFound("reservation of another tenant");
+  const TopologySummary summary = SummaryLocked(a->tenant);
+  std::vector<uint32_t> indices;
+  for (DeviceRef d : a->devices) indices.push_back(summary.IndexOf(d));
+  return indices;
+}
+
 uint32_t Scheduler::DevicesHeld(const TenantId& id, hz_device_kind kind) const {
   const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);

@@ -215,6 +215,7 @@ void ReadNegotiation(TableReader& r, ServiceConfig* c) {
   r.Int("max_open_per_tenant", &n.max_open_per_tenant, 1, kMaxOpenNegotiations);
   r.Int("decide_budget", &n.decide_budget, 1024, uint64_t{1} << 30);
   r.Int("decide_interval_ms", &n.decide_interval_ms, 10, 1000);
+  r.Int("preemption_notice_s", &n.preemption_notice_s, 30, 86400);
 }
 
 void ReadCluster(TableReader& r, ServiceConfig* c) {

@@ -71,6 +71,21 @@ uint16_t Priority(const json& req) {
   throw BadRequest("field \"priority\" must be low, normal or high");
 }
 
+// The tenant's feature allowance: a list of names of hz/service/features.h.
+uint64_t Features(const json& req) {
+  auto it = req.find("features");
+  if (it == req.end()) return kEveryFeature;
+  if (!it->is_array()) throw BadRequest("field \"features\" must be a list of feature names");
+  std::vector<std::string> names;
+  for (const json& n : *it) {
+    if (!n.is_string()) throw BadRequest("field \"features\" must be a list of feature names");
+    names.push_back(n.get<std::string>());
+  }
+  StatusOr<uint64_t> bits = ParseFeatures(names);
+  Check(bits.status());
+  return *bits;
+}
+
 const char* PriorityName(uint16_t p) {
   switch (p) {
     case HZ_PRIO_LOW:
@@ -93,6 +108,7 @@ json TenantJson(const Tenant& t) {
           {"max_open_negotiations", t.spec().max_open_negotiations},
           {"disk_bytes", t.spec().ckpt_disk_bytes},
           {"staging_bytes", t.spec().ckpt_staging_bytes},
+          {"features", FeatureNamesOf(t.features())},
           {"regions", u.regions},
           {"region_bytes", u.region_bytes},
           {"extents", u.extents}};
@@ -153,6 +169,7 @@ json ControlApi::Dispatch(const std::string& cmd, const json& req) {
       {"tenant.create", &ControlApi::CreateTenant},
       {"tenant.list", &ControlApi::ListTenants},
       {"tenant.remove", &ControlApi::RemoveTenant},
+      {"tenant.features", &ControlApi::SetTenantFeatures},
       {"vm.bind", &ControlApi::BindVm},
       {"vm.unbind", &ControlApi::UnbindVm},
       {"vm.list", &ControlApi::ListVms},
@@ -179,7 +196,7 @@ json ControlApi::GetStatus(const json& req) {
 
 json ControlApi::CreateTenant(const json& req) {
   OnlyFields(req, {"name", "weight", "priority", "max_regions", "max_region_bytes", "max_extents",
-                   "max_open_negotiations", "disk_bytes", "staging_bytes"});
+                   "max_open_negotiations", "disk_bytes", "staging_bytes", "features"});
   TenantSpec spec;
   spec.name = Str(req, "name");
   TenantLimits def = target_->DefaultTenantLimits();
@@ -194,6 +211,7 @@ json ControlApi::CreateTenant(const json& req) {
       static_cast<uint32_t>(UInt(req, "max_open_negotiations", 0, kMaxOpenNegotiations));
   spec.ckpt_disk_bytes = OwnCap(req, "disk_bytes", "tenant_disk_bytes");
   spec.ckpt_staging_bytes = OwnCap(req, "staging_bytes", "tenant_staging_bytes");
+  spec.features = Features(req);
   Check(target_->CreateTenant(spec));
   return {{"name", spec.name}};
 }
@@ -214,6 +232,15 @@ json ControlApi::RemoveTenant(const json& req) {
   }
   Check(target_->RemoveTenant(Str(req, "name"), purge));
   return json::object();
+}
+
+json ControlApi::SetTenantFeatures(const json& req) {
+  OnlyFields(req, {"name", "features"});
+  const std::string name = Str(req, "name");
+  if (!req.contains("features")) throw BadRequest("missing field \"features\"");
+  const uint64_t features = Features(req);
+  Check(target_->SetTenantFeatures(name, features));
+  return {{"name", name}, {"features", FeatureNamesOf(features)}};
 }
 
 json ControlApi::BindVm(const json& req) {

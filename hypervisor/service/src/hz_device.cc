@@ -212,7 +212,10 @@ Reply HzDevice::HandleHello(const Request& req) {
   res.max_region_bytes = env_.limits.max_region_bytes;
   res.max_comm_ranks = env_.limits.max_comm_ranks;
   res.event_record_size = sizeof(hz_event);
-  res.device_features = a.driver_features & OfferedFeatures();
+  // What the driver asks for, the device offers and the operator allows the
+  // tenant (SPEC §4.2). A later change of the allowance applies from the
+  // session's next HELLO.
+  res.device_features = a.driver_features & OfferedFeatures() & tenant_->features();
   WriteResult(req, &res, sizeof(res));
   session_.Begin(res.device_features);
   UpdateInfo();

@@ -59,6 +59,7 @@ Status Provider::Start() {
   no.max_duration_s = config_.negotiation.max_duration_s;
   no.max_open_per_tenant = config_.negotiation.max_open_per_tenant;
   no.decide_budget = config_.negotiation.decide_budget;
+  no.preemption_notice_s = config_.negotiation.preemption_notice_s;
   s = neg::NegotiationEngine::ValidateOptions(no);
   if (!s.ok()) return Status(s.code(), "negotiation: " + s.ToString());
   hints_ = std::make_unique<neg::HintEngine>(sink_);

@@ -38,6 +38,13 @@ uint32_t SchedulerResources::DevicesHeld(const TenantId& tenant, hz_device_kind 
   return sched_->DevicesHeld(tenant, kind);
 }
 
+std::optional<uint32_t> SchedulerResources::ReservationDeviceIndex(const TenantId& tenant,
+                                                                   uint64_t reservation_id) const {
+  StatusOr<std::vector<uint32_t>> indices = sched_->ReservationIndices(tenant, reservation_id);
+  if (!indices.ok() || indices->size() != 1) return std::nullopt;
+  return indices->front();
+}
+
 hz_neg_request ReplacementRequest(const scheduler::DeviceLoss& loss, uint64_t now,
                                   uint64_t duration_s) {
   hz_neg_request req{};

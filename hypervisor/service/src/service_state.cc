@@ -55,6 +55,20 @@ hz::Status Service::RemoveTenant(const std::string& name, bool purge) {
   return hz::Status::Ok();
 }
 
+// Sessions open now keep what their HELLO granted: taking a feature from a
+// live session would strand what it holds of it (communicators, a
+// subscription, checkpoint streams) half-usable. Its next HELLO gets the
+// new allowance (SPEC §4.2).
+hz::Status Service::SetTenantFeatures(const std::string& name, uint64_t features) {
+  std::shared_ptr<Tenant> tenant = tenants_.Find(name);
+  if (!tenant) return hz::Status::NotFound("no tenant " + name);
+  if ((features & ~kEveryFeature) != 0) return hz::Status::InvalidArgument("unknown feature bits");
+  tenant->set_features(features);
+  spdlog::info("event=tenant_features tenant={} features={:#x}", name, features);
+  SaveState();
+  return hz::Status::Ok();
+}
+
 // The operator's objects survive restarts: tenants and bindings are saved
 // in <state_dir>/state.json, replaced whole on every change.
 void Service::SaveState() {
@@ -69,7 +83,8 @@ void Service::SaveState() {
                        {"max_extents", t->spec().limits.max_extents},
                        {"max_open_negotiations", t->spec().max_open_negotiations},
                        {"disk_bytes", t->spec().ckpt_disk_bytes},
-                       {"staging_bytes", t->spec().ckpt_staging_bytes}});
+                       {"staging_bytes", t->spec().ckpt_staging_bytes},
+                       {"features", FeatureNamesOf(t->features())}});
   }
   json bindings = json::array();
   {
@@ -118,6 +133,16 @@ hz::Status Service::LoadState() {
       // Absent from state files written before the per-tenant checkpoint caps.
       spec.ckpt_disk_bytes = t.value("disk_bytes", uint64_t{0});
       spec.ckpt_staging_bytes = t.value("staging_bytes", uint64_t{0});
+      // Absent from state files written before the allowance existed: every feature.
+      if (t.contains("features")) {
+        hz::StatusOr<uint64_t> features =
+            ParseFeatures(t.at("features").get<std::vector<std::string>>());
+        if (!features.ok()) {
+          result = bad("tenant " + spec.name + ": " + features.status().message());
+          break;
+        }
+        spec.features = *features;
+      }
       if (hz::Status s = CreateTenant(spec); !s.ok()) {
         result = bad("tenant " + spec.name + ": " + s.message());
         break;

@@ -61,6 +61,7 @@ Status TenantRegistry::Create(const TenantSpec& spec) {
   if (spec.priority >= HZ_PRIO_MAX) {
     return Status::InvalidArgument("priority must be low, normal or high");
   }
+  if ((spec.features & ~kEveryFeature) != 0) return Status::InvalidArgument("unknown feature bits");
   std::lock_guard<std::mutex> lock(mu_);
   if (tenants_.count(spec.name) != 0) {
     return Status::Exists(fmt::format("tenant {} already exists", spec.name));

@@ -31,8 +31,10 @@ constexpr int kProviderWaitMs = 30000;  // only detects hangs
 
 class ProviderHost {
  public:
-  // Copies fixture `name` and starts the daemon on it.
-  bool Start(const std::string& name = "hgx8") {
+  // Copies fixture `name` and starts the daemon on it; `negotiation` holds
+  // further lines of the [negotiation] section, which replace the defaults
+  // below of the same keys.
+  bool Start(const std::string& name = "hgx8", const std::string& negotiation = "") {
     namespace fs = std::filesystem;
     const std::string fixtures = HZ_SCHED_FIXTURES;
     sysfs_ = svc_.dir() + "/sysfs";
@@ -48,10 +50,12 @@ class ProviderHost {
         << "provider_file = \"" << inventory_toml_ << "\"\n"
         << "sync = false\n"
         << "health_poll_ms = 50\n"
-        << "[negotiation]\n"
-        << "window_s = 10\n"
-        << "offer_ttl_s = 10\n"
-        << "decide_interval_ms = 20\n";
+        << "[negotiation]\n";
+    for (const std::string line :
+         {"window_s = 10\n", "offer_ttl_s = 10\n", "decide_interval_ms = 20\n"}) {
+      if (negotiation.find(line.substr(0, line.find(' '))) == std::string::npos) out << line;
+    }
+    out << negotiation;
     out.close();
     return svc_.Start({"--config", config});
   }

@@ -55,6 +55,22 @@ uint32_t InMemoryInventory::DevicesHeld(const TenantId& tenant, hz_device_kind k
   return n;
 }
 
+std::optional<uint32_t> InMemoryInventory::ReservationDeviceIndex(const TenantId& tenant,
+                                                                  uint64_t reservation_id) const {
+  uint32_t index = 0;
+  for (const auto& [key, n] : base_) {
+    if (key.first == tenant) index += n;
+  }
+  for (const auto& [id, a] : attached_) {
+    if (a.tenant != tenant) continue;
+    uint32_t held = 0;
+    for (const PoolCount& pc : a.devices) held += pc.count;
+    if (id == reservation_id) return held == 1 ? std::optional<uint32_t>(index) : std::nullopt;
+    index += held;
+  }
+  return std::nullopt;
+}
+
 Status InMemoryInventory::Attach(const TenantId& tenant, uint64_t reservation_id,
                                  const std::vector<PoolCount>& devices) {
   if (fail_attach_) return Status::IoError("attach failed (injected)");

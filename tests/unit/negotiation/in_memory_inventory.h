@@ -33,6 +33,10 @@ class InMemoryInventory : public ResourceProvider {
   Status Detach(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
                 std::vector<PoolCount>* detached) override;
   uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const override;
+  // The tenant's base devices come first, then its reservations' devices in
+  // the order of their ids.
+  std::optional<uint32_t> ReservationDeviceIndex(const TenantId& tenant,
+                                                 uint64_t reservation_id) const override;
 
  private:
   struct Attachment {

@@ -67,6 +67,7 @@ max_duration_s = 7200
 max_open_per_tenant = 4
 decide_budget = 5000
 decide_interval_ms = 100
+preemption_notice_s = 45
 )";
   ServiceConfig c;
   std::string error;
@@ -110,6 +111,7 @@ decide_interval_ms = 100
   EXPECT_EQ(c.negotiation.max_open_per_tenant, 4u);
   EXPECT_EQ(c.negotiation.decide_budget, 5000u);
   EXPECT_EQ(c.negotiation.decide_interval_ms, 100u);
+  EXPECT_EQ(c.negotiation.preemption_notice_s, 45u);
   c.scheduler.state_file = "/abs/state.json";
   EXPECT_EQ(c.SchedulerStatePath(), "/abs/state.json");
 }
@@ -139,6 +141,7 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
       {"[negotiation]\ndecide_interval_ms = 5000", "negotiation.decide_interval_ms"},
       {"[negotiation]\ndecide_budget = 10", "negotiation.decide_budget"},
       {"[negotiation]\nmax_open_per_tenant = 0", "negotiation.max_open_per_tenant"},
+      {"[negotiation]\npreemption_notice_s = 10", "negotiation.preemption_notice_s"},
   };
   for (const Case& c : cases) {
     ServiceConfig config;
@@ -356,6 +359,7 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.ckpt_jit_max_attempts, d.ckpt_jit_max_attempts);
   EXPECT_EQ(parsed.negotiation.max_open_per_tenant, d.negotiation.max_open_per_tenant);
   EXPECT_EQ(parsed.negotiation.decide_budget, d.negotiation.decide_budget);
+  EXPECT_EQ(parsed.negotiation.preemption_notice_s, d.negotiation.preemption_notice_s);
   EXPECT_TRUE(ValidateConfig(parsed, &error)) << error;
 }
 

@@ -18,6 +18,12 @@ class FakeTarget : public ControlTarget {
     return reg.Remove(name);
   }
   bool purged = false;
+  hz::Status SetTenantFeatures(const std::string& name, uint64_t features) override {
+    std::shared_ptr<Tenant> t = reg.Find(name);
+    if (!t) return hz::Status::NotFound("no tenant " + name);
+    t->set_features(features);
+    return hz::Status::Ok();
+  }
   hz::StatusOr<std::string> BindVm(const std::string& tenant, const std::string& path) override {
     if (!reg.Find(tenant)) return hz::Status::NotFound("no tenant " + tenant);
     std::string resolved = path[0] == '/' ? path : "/vms/" + path;
@@ -118,6 +124,32 @@ TEST_F(ControlApiTest, TenantCreateTakesAnExtentQuota) {
   r = Do(R"({"cmd":"tenant.list"})");
   EXPECT_EQ(r["result"][0]["max_extents"], 12u);
   EXPECT_EQ(r["result"][0]["extents"], 0u);
+}
+
+TEST_F(ControlApiTest, TenantFeaturesAreNamedSetAndShown) {
+  ASSERT_TRUE(Do(R"({"cmd":"tenant.create","name":"all"})")["ok"].get<bool>());
+  EXPECT_EQ(target.created[0].features, kEveryFeature) << "by default every feature";
+  json r = Do(R"({"cmd":"tenant.create","name":"few","features":["events","inline-data"]})");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(target.created[1].features, (1ull << HZ_F_EVENTS) | (1ull << HZ_F_INLINE_DATA));
+  for (const char* bad : {R"({"cmd":"tenant.create","name":"x","features":"events"})",
+                          R"({"cmd":"tenant.create","name":"x","features":[3]})",
+                          R"({"cmd":"tenant.create","name":"x","features":["warp"]})",
+                          R"({"cmd":"tenant.features","name":"few"})",
+                          R"({"cmd":"tenant.features","name":"few","features":["warp"]})",
+                          R"({"cmd":"tenant.features","name":"ghost","features":["all"]})",
+                          R"({"cmd":"tenant.features","name":"few","features":[],"x":1})"}) {
+    r = Do(bad);
+    EXPECT_FALSE(r["ok"].get<bool>()) << bad;
+    EXPECT_TRUE(r["error"].is_string()) << bad;
+  }
+  EXPECT_EQ(target.created.size(), 2u);
+  r = Do(R"({"cmd":"tenant.features","name":"all","features":["none"]})");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["features"], json::array());
+  r = Do(R"({"cmd":"tenant.list"})");
+  EXPECT_EQ(r["result"][0]["features"], json::array());
+  EXPECT_EQ(r["result"][1]["features"], json({"events", "inline-data"}));
 }
 
 TEST_F(ControlApiTest, TenantRemovePurgeIsAnExplicitBoolean) {

@@ -83,6 +83,19 @@ TEST_F(DeviceTest, HelloNegotiatesOnlyImplementedFeatures) {
   EXPECT_EQ(r.device_features, 1ull << HZ_F_COLLECTIVES);
 }
 
+// SPEC §4.2: HELLO grants only what the operator allows the tenant, and a
+// change of the allowance applies from the session's next HELLO.
+TEST_F(DeviceTest, HelloGrantsOnlyTheTenantsAllowance) {
+  tenant_->set_features(1ull << HZ_F_COLLECTIVES);
+  hz_hello_result r = Hello();
+  EXPECT_EQ(r.device_features, 1ull << HZ_F_COLLECTIVES);
+  tenant_->set_features(0);
+  EXPECT_EQ(r.device_features, 1ull << HZ_F_COLLECTIVES) << "the session keeps its grant";
+  r = Hello();
+  EXPECT_EQ(r.device_features, 0u);
+  EXPECT_EQ(Call(0, HeaderOnly(HZ_OP_COMM_UID, 2)).status, HZ_S_ENOTSUP);
+}
+
 TEST_F(DeviceTest, HelloAcrossManySegments) {
   hz_hello_args a{};
   a.version_major = HZ_VERSION_MAJOR;

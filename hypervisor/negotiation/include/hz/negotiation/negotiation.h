@@ -42,12 +42,14 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "hz/common/status.h"
 #include "hz/common/tenant_id.h"
 #include "hz/events/event_spec.h"
+#include "hz/negotiation/availability_limiter.h"
 #include "hz/negotiation/resource_provider.h"
 #include "protocol/harmonaize.h"
 
@@ -68,6 +70,9 @@ struct NegotiationOptions {
   // Window steps one decision point may spend, shared equally among the
   // tenants with queued requests.
   uint64_t decide_budget = uint64_t{1} << 21;
+  // A reservation's holder gets PREEMPTION/SCHEDULED this long before its
+  // end (at its start when less is left then), and PREEMPTION/STARTED at it.
+  uint64_t preemption_notice_s = 120;
 };
 
 // Answer to one queued request: the wire result and its offers.
@@ -197,9 +202,12 @@ class NegotiationEngine {
 
   // Time passes: expires offers (OFFER_EXPIRED), closes negotiations whose
   // offers are gone, starts reservations whose start came (attach +
-  // CAPACITY/RESERVATION_STARTED), ends those whose duration ran out, and
-  // takes back what no longer fits a capacity that dropped (offers first,
-  // then the most recently accepted reservations).
+  // CAPACITY/RESERVATION_STARTED), gives those whose end is near their
+  // preemption notice (PREEMPTION/SCHEDULED), ends those whose duration ran
+  // out (PREEMPTION/STARTED, detach, CAPACITY/RESERVATION_ENDED), takes back
+  // what no longer fits a capacity that dropped (offers first, then the
+  // most recently accepted reservations), and tells the tenants waiting for
+  // a device kind that devices of it were freed (CAPACITY/AVAILABLE).
   void Tick(uint64_t now);
 
   // Introspection (operator tools, tests).
@@ -239,6 +247,10 @@ class NegotiationEngine {
     uint64_t device_seconds = 0;  // what counts toward weighted usage
     uint64_t order = 0;           // acceptance order
     uint64_t closed_s = 0;        // when it stopped holding devices
+    // PREEMPTION/SCHEDULED went out, with this payload (CANCELLED repeats it).
+    bool noticed = false;
+    uint32_t notice_devices = 0;
+    uint32_t notice_index = 0;
   };
   struct Owner {
     TenantId tenant;
@@ -289,6 +301,14 @@ class NegotiationEngine {
   void EndReservation(Reservation& reservation, ReservationState state, uint64_t now);
   void NotifyAllocation(const TenantId& tenant);
   void PublishTo(const TenantId& tenant, const events::EventSpec& spec);
+  // Preemption notices and capacity notices (notices.cc).
+  uint32_t NoticeIndex(const Reservation& reservation) const;
+  void NoticePreemption(Reservation& reservation, uint64_t now);
+  void PublishPreemptionStarted(const Reservation& reservation);
+  void PublishPreemptionCancelled(const Reservation& reservation);
+  std::map<hz_device_kind, uint64_t> FreeNow(const std::set<hz_device_kind>& kinds,
+                                             uint64_t now) const;
+  void NoticeAvailability(uint64_t now);
 
   NegotiationOptions options_;
   ResourceProvider* provider_;
@@ -315,6 +335,10 @@ class NegotiationEngine {
   std::map<TenantId, uint32_t> max_open_;  // tenants with their own limit
   // (pool, window) -> devices held by offers and live reservations.
   std::map<WindowKey, uint32_t> booked_;
+  // Free devices per kind at the last tick while some tenant waited for
+  // the kind; a rise means devices were freed.
+  std::map<hz_device_kind, uint64_t> last_free_;
+  AvailabilityLimiter availability_;
 };
 
 }  // namespace hz::negotiation

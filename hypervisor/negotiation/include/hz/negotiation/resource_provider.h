@@ -7,6 +7,7 @@
 #define HZ_NEGOTIATION_RESOURCE_PROVIDER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,13 @@ class ResourceProvider {
   // Devices of `kind` the tenant holds now, from every source (its base
   // allocation and its reservations).
   virtual uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const = 0;
+  // Tenant-visible index of the device of a started reservation that holds
+  // exactly one, for its PREEMPTION events (SPEC.md §8.3.3); nullopt when
+  // it holds several or the index is not known.
+  virtual std::optional<uint32_t> ReservationDeviceIndex(const TenantId& /*tenant*/,
+                                                         uint64_t /*reservation_id*/) const {
+    return std::nullopt;
+  }
 };
 
 }  // namespace hz::negotiation

@@ -141,6 +141,10 @@ class Scheduler {
   // tenant-visible indices; returns the pools they came from.
   StatusOr<std::vector<PoolDevices>> DetachReservation(const TenantId& tenant,
                                                        uint64_t reservation_id, uint32_t count);
+  // Tenant-visible indices of a started reservation's devices (kNotFound
+  // when it holds none or is another tenant's).
+  StatusOr<std::vector<uint32_t>> ReservationIndices(const TenantId& tenant,
+                                                     uint64_t reservation_id);
   // Allocations the tenant holds (direct ones and those of reservations).
   uint32_t TenantAllocations(const TenantId& tenant) const;
   // The tenant is removed: its allocations are released (detached and handed

@@ -84,6 +84,9 @@ struct NegotiationConfig {
   // How often queued requests are decided and reservations start or end
   // (SPEC §9.3 asks for at least once a second).
   uint32_t decide_interval_ms = 1000;
+  // A reservation's holder gets PREEMPTION/SCHEDULED this long before its
+  // end (SPEC §9.6 asks for at least 30 s).
+  uint64_t preemption_notice_s = 120;
 };
 
 // [cluster]: this host as one of several (membership through the cluster

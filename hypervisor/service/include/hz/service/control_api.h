@@ -37,6 +37,8 @@ class ControlTarget {
   // Refused while a VM is bound, and while the tenant keeps data
   // (checkpoints, events) unless purge says to delete it.
   virtual hz::Status RemoveTenant(const std::string& name, bool purge) = 0;
+  // The HZ_F_* bits the tenant's sessions may be granted from their next HELLO.
+  virtual hz::Status SetTenantFeatures(const std::string& name, uint64_t features) = 0;
   // The socket path as bound (a relative one is under the VM socket directory).
   virtual hz::StatusOr<std::string> BindVm(const std::string& tenant,
                                            const std::string& socket_path) = 0;
@@ -75,6 +77,7 @@ class ControlApi {
   nlohmann::json CreateTenant(const nlohmann::json& req);
   nlohmann::json ListTenants(const nlohmann::json& req);
   nlohmann::json RemoveTenant(const nlohmann::json& req);
+  nlohmann::json SetTenantFeatures(const nlohmann::json& req);
   nlohmann::json BindVm(const nlohmann::json& req);
   nlohmann::json UnbindVm(const nlohmann::json& req);
   nlohmann::json ListVms(const nlohmann::json& req);

@@ -10,6 +10,7 @@
 #define HZ_SERVICE_SCHEDULER_RESOURCES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ class SchedulerResources : public negotiation::ResourceProvider {
   Status Detach(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
                 std::vector<negotiation::PoolCount>* detached) override;
   uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const override;
+  std::optional<uint32_t> ReservationDeviceIndex(const TenantId& tenant,
+                                                 uint64_t reservation_id) const override;
 
  private:
   scheduler::Scheduler* sched_;

@@ -80,6 +80,7 @@ class Service : public ControlTarget {
   // ControlTarget
   hz::Status CreateTenant(const TenantSpec& spec) override;
   hz::Status RemoveTenant(const std::string& name, bool purge) override;
+  hz::Status SetTenantFeatures(const std::string& name, uint64_t features) override;
   hz::StatusOr<std::string> BindVm(const std::string& tenant,
                                    const std::string& socket_path) override;
   hz::Status UnbindVm(const std::string& socket_path) override;

@@ -4,6 +4,7 @@
 #ifndef HZ_SERVICE_TENANTS_H_
 #define HZ_SERVICE_TENANTS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "hz/common/status.h"
 #include "hz/common/tenant_id.h"
 #include "hz/service/config.h"
+#include "hz/service/features.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::service {
@@ -31,17 +33,26 @@ struct TenantSpec {
   // tenant_staging_bytes. The weighted shares apply besides.
   uint64_t ckpt_disk_bytes = 0;
   uint64_t ckpt_staging_bytes = 0;
+  // HZ_F_* bits HELLO may grant the tenant's sessions (SPEC §4.2), at
+  // creation; Tenant::features() is the allowance now.
+  uint64_t features = kEveryFeature;
 };
 
 // One tenant. Usage counters are shared by every VM of the tenant.
 class Tenant {
  public:
-  explicit Tenant(TenantSpec spec) : spec_(std::move(spec)), id_(spec_.name) {}
+  explicit Tenant(TenantSpec spec)
+      : spec_(std::move(spec)), id_(spec_.name), features_(spec_.features) {}
 
   const TenantSpec& spec() const { return spec_; }
   const std::string& name() const { return spec_.name; }
   // What the engines know the tenant by.
   const TenantId& id() const { return id_; }
+
+  // The features HELLO may grant (SPEC §4.2). The operator changes them on
+  // a live tenant; a session keeps what its HELLO granted until its next HELLO.
+  uint64_t features() const { return features_.load(std::memory_order_relaxed); }
+  void set_features(uint64_t features) { features_.store(features, std::memory_order_relaxed); }
 
   // Reserves one region of `bytes` in `extents` extents against the quotas;
   // HZ_S_OK or HZ_S_ELIMIT.
@@ -58,6 +69,7 @@ class Tenant {
  private:
   const TenantSpec spec_;
   const TenantId id_;
+  std::atomic<uint64_t> features_;
   mutable std::mutex mu_;
   Usage usage_;
 };
