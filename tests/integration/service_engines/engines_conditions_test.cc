@@ -145,7 +145,8 @@ TEST_F(ServiceConditions, ACollectiveLoadIsToldAsHostMemoryCongestion) {
       hz_comm_t* comm = nullptr;
       void* p = nullptr;
       constexpr size_t kCount = 4u << 20;  // 16 MiB of floats
-      if (hz_comm_get_uid(d, &uid) != HZ_OK || hz_comm_init(d, &uid, 1, 0, nullptr, &comm) != HZ_OK ||
+      if (hz_comm_get_uid(d, &uid) != HZ_OK ||
+          hz_comm_init(d, &uid, 1, 0, nullptr, &comm) != HZ_OK ||
           hz_mem_alloc(d, kCount * 2 * sizeof(float), &p) != HZ_OK) {
         failures++;
         return;
