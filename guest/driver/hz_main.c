@@ -381,7 +381,7 @@ static void hz_remove(struct virtio_device *vdev)
 
 static unsigned int hz_features[] = {
 	HZ_F_COLLECTIVES, HZ_F_CHECKPOINT, HZ_F_EVENTS, HZ_F_NEGOTIATION,
-	HZ_F_TOPOLOGY, HZ_F_HINTS, HZ_F_INLINE_DATA,
+	HZ_F_TOPOLOGY, HZ_F_HINTS, HZ_F_INLINE_DATA, HZ_F_ENERGY,
 };
 
 /* The HZ_F_* bits the driver names in its HELLO: those of hz_features. */

@@ -5,7 +5,7 @@
 //                                        [--max-open-negotiations N] [--disk-bytes N]
 //                                        [--staging-bytes N] [--features LIST]
 //         (--features: what HELLO may grant the tenant's sessions, comma-separated
-//          collectives,checkpoint,events,negotiation,topology,hints,inline-data, or
+//          collectives,checkpoint,events,negotiation,topology,hints,inline-data,energy, or
 //          all or none; default all)
 //   hzctl tenant features NAME --features LIST   (from each session's next HELLO)
 //   hzctl tenant list | tenant remove NAME [--purge]
@@ -27,6 +27,11 @@
 //   hzctl negotiation list                (offers and reservations)
 //   hzctl cluster status                  (this host's membership, the live hosts and their
 //                                          leases; "single-host" without [cluster])
+//   hzctl energy schedule [--window START,END,LEVEL[,SOURCES]]...
+//         (replaces this host's energy schedule; none clears it. START, END: unix
+//          seconds, or +N seconds from now; LEVEL: normal|constrained|critical or 0-2;
+//          SOURCES: power, price, carbon joined by '+', e.g. +0,+3600,constrained,price)
+//   hzctl energy status                   (the schedule, the level now, energy slack, congestion)
 //
 // Exit codes: 0 success, 1 the service refused the request, 2 usage error,
 // 3 the service could not be reached.
@@ -38,7 +43,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -240,6 +247,44 @@ void PrintHuman(const std::string& cmd, const json& r) {
   }
 }
 
+// "START,END,LEVEL[,SOURCES]" -> an energy.schedule window; false on a bad one.
+bool EnergyWindow(const std::string& text, json* out) {
+  std::vector<std::string> parts;
+  for (size_t pos = 0;;) {
+    size_t comma = text.find(',', pos);
+    parts.push_back(text.substr(pos, comma == std::string::npos ? comma : comma - pos));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (parts.size() < 3 || parts.size() > 4) return false;
+  const uint64_t now = static_cast<uint64_t>(time(nullptr));
+  for (size_t i = 0; i < 2; ++i) {
+    const std::string& t = parts[i];
+    const bool rel = !t.empty() && t[0] == '+';
+    char* end = nullptr;
+    const char* digits = t.c_str() + (rel ? 1 : 0);
+    errno = 0;
+    unsigned long long v = std::strtoull(digits, &end, 10);
+    if (*digits == '\0' || *end != '\0' || errno != 0) return false;
+    (*out)[i == 0 ? "start_s" : "end_s"] = rel ? now + v : v;
+  }
+  const std::string& level = parts[2];
+  if (level.size() == 1 && level[0] >= '0' && level[0] <= '9') {
+    (*out)["level"] = level[0] - '0';
+  } else {
+    (*out)["level"] = level;
+  }
+  json sources = json::array();
+  for (size_t pos = 0; parts.size() == 4 && pos <= parts[3].size();) {
+    size_t plus = parts[3].find('+', pos);
+    if (plus == std::string::npos) plus = parts[3].size();
+    sources.push_back(parts[3].substr(pos, plus - pos));
+    pos = plus + 1;
+  }
+  (*out)["sources"] = sources;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -275,7 +320,7 @@ int main(int argc, char** argv) {
   std::string features;
   const char* features_help =
       "what HELLO may grant the tenant's sessions: comma-separated collectives, checkpoint, "
-      "events, negotiation, topology, hints, inline-data, or all or none";
+      "events, negotiation, topology, hints, inline-data, energy, or all or none";
   tcreate->add_option("--features", features, std::string(features_help) + " (default: all)");
   auto* tfeatures = tenant_cmd->add_subcommand(
       "features", "change what a tenant's sessions may be granted, from their next HELLO");
@@ -320,6 +365,12 @@ int main(int argc, char** argv) {
   einject->add_option("--json", event_json, "further fields of the event, as a JSON object");
   auto* estatus = event_cmd->add_subcommand("status", "a tenant's event log, cursors, approvals");
   estatus->add_option("--tenant", tenant, "tenant name")->required();
+
+  std::vector<std::string> energy_windows;
+  auto* energy_cmd = app.add_subcommand("energy", "this host's energy")->require_subcommand(1);
+  auto* eschedule = energy_cmd->add_subcommand("schedule", "replace the energy schedule");
+  eschedule->add_option("--window", energy_windows, "START,END,LEVEL[,SOURCES] (repeatable)");
+  auto* energy_status = energy_cmd->add_subcommand("status", "the schedule, level and slack");
 
   auto* ckpt_cmd = app.add_subcommand("checkpoint", "tenant checkpoints")->require_subcommand(1);
   auto* clist = ckpt_cmd->add_subcommand("list", "a tenant's streams, checkpoints and decisions");
@@ -430,6 +481,19 @@ int main(int argc, char** argv) {
   } else if (estatus->parsed()) {
     cmd = "event.status";
     req["tenant"] = tenant;
+  } else if (eschedule->parsed()) {
+    cmd = "energy.schedule";
+    req["windows"] = json::array();
+    for (const std::string& w : energy_windows) {
+      json window;
+      if (!EnergyWindow(w, &window)) {
+        std::fprintf(stderr, "hzctl: --window %s: expected START,END,LEVEL[,SOURCES]\n", w.c_str());
+        return 2;
+      }
+      req["windows"].push_back(window);
+    }
+  } else if (energy_status->parsed()) {
+    cmd = "energy.status";
   } else if (einject->parsed()) {
     cmd = "event.inject";
     json ev = json::object();

@@ -263,6 +263,17 @@ int hz_neg_release(hz_device_t* dev, uint64_t reservation_id, uint16_t count);
 int hz_hint_declare(hz_device_t* dev, uint32_t min_batch, uint32_t max_batch, uint32_t step,
                     uint32_t* suggested);
 
+/* ---- Energy slack (SPEC §7.10; needs HZ_F_ENERGY, protocol 1.1) -------- */
+
+/* Declares that, while this host's energy level is constrained or critical,
+ * the tenant accepts its collectives being slowed by at most slowdown_pct
+ * percent (1..HZ_ENERGY_SLACK_MAX_PCT) for the next duration_s seconds
+ * (1..HZ_ENERGY_SLACK_MAX_S). Replaces the tenant's earlier declaration;
+ * slowdown_pct 0 with duration_s 0 withdraws it. *expires_s (may be NULL)
+ * receives the unix time the declaration ends (0 when withdrawn). */
+int hz_energy_slack(hz_device_t* dev, uint32_t slowdown_pct, uint64_t duration_s,
+                    uint64_t* expires_s);
+
 #ifdef __cplusplus
 }
 #endif

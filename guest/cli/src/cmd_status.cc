@@ -7,8 +7,8 @@
 namespace hz::cli {
 namespace {
 
-const char* kFeatureNames[] = {"collectives", "checkpoint", "events",     "negotiation",
-                               "topology",    "hints",      "inline-data"};
+const char* kFeatureNames[] = {"collectives", "checkpoint", "events",      "negotiation",
+                               "topology",    "hints",      "inline-data", "energy"};
 
 const char* BwName(unsigned bw) {
   static const char* names[] = {"none", "low", "medium", "high", "ultra"};

@@ -330,3 +330,18 @@ extern "C" int hz_hint_declare(hz_device_t* dev, uint32_t min_batch, uint32_t ma
   if (suggested) *suggested = c.result_len >= sizeof(r) ? r.suggested : min_batch;
   return HZ_OK;
 }
+
+extern "C" int hz_energy_slack(hz_device_t* dev, uint32_t slowdown_pct, uint64_t duration_s,
+                               uint64_t* expires_s) {
+  if (dev == nullptr) return HZ_EINVAL;
+  if (int rc = Need(dev, HZ_F_ENERGY); rc != HZ_OK) return rc;
+  hz_energy_slack_args a{};
+  a.slowdown_pct = slowdown_pct;
+  a.duration_s = duration_s;
+  hz_energy_slack_result r{};
+  Completion c;
+  int rc = ControlCall(dev, HZ_OP_ENERGY_SLACK, &a, sizeof(a), {}, &r, sizeof(r), &c);
+  if (rc != HZ_OK) return rc;
+  if (expires_s) *expires_s = c.result_len >= sizeof(r) ? r.expires_s : 0;
+  return HZ_OK;
+}

@@ -99,7 +99,7 @@ int Hello(hz_device* dev) {
   a.version_minor = HZ_VERSION_MINOR;
   a.driver_features = (1ull << HZ_F_COLLECTIVES) | (1ull << HZ_F_CHECKPOINT) |
                       (1ull << HZ_F_EVENTS) | (1ull << HZ_F_NEGOTIATION) | (1ull << HZ_F_TOPOLOGY) |
-                      (1ull << HZ_F_HINTS) | (1ull << HZ_F_INLINE_DATA);
+                      (1ull << HZ_F_HINTS) | (1ull << HZ_F_INLINE_DATA) | (1ull << HZ_F_ENERGY);
   hz_hello_result r{};
   Completion c;
   int rc;

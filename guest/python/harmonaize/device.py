@@ -112,6 +112,12 @@ class Device:
         """Declares the batch sizes the job accepts; returns the provider's suggestion."""
         return self.native.hint_declare(min_batch, max_batch, step)
 
+    def energy_slack(self, slowdown_pct: int, duration_s: int) -> int:
+        """Accepts collectives slowed by at most slowdown_pct percent for duration_s
+        seconds while the host's energy is constrained (SPEC §7.10); 0, 0 withdraws.
+        Returns the unix time the declaration ends (0 when withdrawn)."""
+        return self.native.energy_slack(slowdown_pct, duration_s)
+
     # ---- registered memory ---------------------------------------------------
 
     def alloc(self, nbytes: int) -> Any:

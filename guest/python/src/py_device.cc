@@ -97,6 +97,13 @@ uint32_t HintDeclare(const DeviceContext& c, uint32_t min_batch, uint32_t max_ba
   return suggested;
 }
 
+uint64_t EnergySlack(const DeviceContext& c, uint32_t slowdown_pct, uint64_t duration_s) {
+  uint64_t expires_s = 0;
+  ::py::gil_scoped_release nogil;
+  Check(hz_energy_slack(c.get(), slowdown_pct, duration_s, &expires_s), "energy slack");
+  return expires_s;
+}
+
 ::py::dict PoolStatsDict(DeviceContext& c) {
   const hz::py::PoolStats s = c.pool().Stats();
   ::py::dict d;
@@ -147,6 +154,7 @@ DeviceClass BindDevice(::py::module_& m) {
       .def("topology", &Topology)
       .def("new_uid", &NewUid)
       .def("hint_declare", &HintDeclare)
+      .def("energy_slack", &EnergySlack)
       .def("alloc",
            [](const std::shared_ptr<DeviceContext>& c, size_t len) {
              ::py::gil_scoped_release nogil;

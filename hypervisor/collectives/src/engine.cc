@@ -49,8 +49,14 @@ class EngineImpl {
 
   void SetTenantWeight(const TenantId& tenant, uint32_t weight);
   uint32_t TenantWeight(const TenantId& tenant) const;
+  void SetTenantShare(const TenantId& tenant, uint32_t percent, Clock::time_point until);
+  WaitingTime WorkerWaiting() const { return sched_->Waiting(); }
 
  private:
+  struct Share {
+    uint32_t percent = 100;
+    Clock::time_point until;
+  };
   struct UidEntry {
     TenantId tenant;
     std::shared_ptr<Comm> comm;  // null until the first Init
@@ -103,6 +109,7 @@ class EngineImpl {
 
   mutable std::mutex weight_mu_;
   std::map<TenantId, uint32_t> tenant_weights_;  // operator's weights; 1 when absent
+  std::map<TenantId, Share> tenant_shares_;      // energy slack in force; 100 % when absent
 
   const EngineOptions opts_;
 
@@ -128,7 +135,11 @@ class EngineImpl {
 EngineImpl::EngineImpl(EngineOptions opts) : opts_(opts) {
   uint32_t n = opts_.worker_threads;
   if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
-  sched_ = std::make_unique<Scheduler>(n, opts_.worker_nice);
+  sched_ = std::make_unique<Scheduler>(
+      n, opts_.worker_nice, uint64_t{opts_.waiting_window_ms} * 1000000, [this] {
+        return static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Now().time_since_epoch()).count());
+      });
   timer_ = std::thread([this] { TimerLoop(); });
   spdlog::debug("collectives: engine with {} workers, kernels {}", n, KernelIsa());
 }
@@ -145,7 +156,23 @@ bool EngineImpl::IsShutdown() const {
 
 uint32_t EngineImpl::WeightOf(const Comm& c) const {
   uint16_t p = std::min<uint16_t>(c.constraints.priority_class, kPriorityCount - 1);
-  return std::max(1u, opts_.priority_weights[p]) * TenantWeight(c.tenant);
+  // In hundredths, so that an energy share scales the weight exactly.
+  uint32_t percent = 100;
+  {
+    std::lock_guard<std::mutex> lock(weight_mu_);
+    auto it = tenant_shares_.find(c.tenant);
+    if (it != tenant_shares_.end() && Now() < it->second.until) percent = it->second.percent;
+  }
+  return std::max(1u, opts_.priority_weights[p]) * TenantWeight(c.tenant) * percent;
+}
+
+void EngineImpl::SetTenantShare(const TenantId& tenant, uint32_t percent, Clock::time_point until) {
+  std::lock_guard<std::mutex> lock(weight_mu_);
+  if (percent >= 100 || until <= Now()) {
+    tenant_shares_.erase(tenant);
+    return;
+  }
+  tenant_shares_[tenant] = Share{std::max(percent, 1u), until};
 }
 
 uint32_t EngineImpl::TenantWeight(const TenantId& tenant) const {
@@ -918,6 +945,15 @@ void Engine::Shutdown() {
 }
 void Engine::SetTenantWeight(const TenantId& tenant, uint32_t weight) {
   impl_->SetTenantWeight(tenant, weight);
+}
+
+void Engine::SetTenantShare(const TenantId& tenant, uint32_t percent,
+                            std::chrono::steady_clock::time_point until) {
+  impl_->SetTenantShare(tenant, percent, until);
+}
+
+WaitingTime Engine::WorkerWaiting() const {
+  return impl_->WorkerWaiting();
 }
 void Engine::Destroy(const std::shared_ptr<Member>& m, AbortCause cause) {
   impl_->Destroy(m, cause);

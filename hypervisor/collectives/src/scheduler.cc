@@ -1,17 +1,30 @@
 #include "scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "hz/common/thread_priority.h"
 
 namespace hz::coll::internal {
 namespace {
 thread_local bool t_on_worker = false;
+
+Scheduler::NowNs OrSteadyClock(Scheduler::NowNs now_ns) {
+  if (now_ns) return now_ns;
+  return [] {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  };
+}
 }  // namespace
 
-Scheduler::Scheduler(uint32_t threads, int nice) {
-  workers_.reserve(threads);
-  for (uint32_t i = 0; i < std::max(threads, 1u); ++i) {
+Scheduler::Scheduler(uint32_t threads, int nice, uint64_t window_ns, NowNs now_ns)
+    : nthreads_(std::max(threads, 1u)),
+      now_ns_(OrSteadyClock(std::move(now_ns))),
+      window_(window_ns, 10, now_ns_()) {
+  workers_.reserve(nthreads_);
+  for (size_t i = 0; i < nthreads_; ++i) {
     workers_.push_back(ThreadAtNice(nice, [this] { Run(); }));
   }
 }
@@ -29,6 +42,16 @@ bool Scheduler::OnWorker() {
   return t_on_worker;
 }
 
+WaitingTime Scheduler::Waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return window_.Measure(now_ns_());
+}
+
+void Scheduler::UpdateWaitingLocked() {
+  const bool waiting = queued_ > 0 && running_ >= nthreads_;
+  if (waiting != window_.waiting()) window_.SetWaiting(waiting, now_ns_());
+}
+
 Scheduler::Ticket Scheduler::Submit(FlowKey key, uint32_t weight, uint64_t cost, Task task) {
   Ticket ticket{key, 0};
   {
@@ -41,6 +64,7 @@ Scheduler::Ticket Scheduler::Submit(FlowKey key, uint32_t weight, uint64_t cost,
     ticket.id = next_id_++;
     f.items.push_back(Item{ticket.id, std::max<uint64_t>(cost, 1), std::move(task)});
     waiting_.store(++queued_, std::memory_order_relaxed);
+    UpdateWaitingLocked();
   }
   cv_.notify_one();
   return ticket;
@@ -59,6 +83,7 @@ bool Scheduler::Cancel(const Ticket& ticket) {
     dropped = std::move(it->task);
     items.erase(it);
     waiting_.store(--queued_, std::memory_order_relaxed);
+    UpdateWaitingLocked();
   }
   return true;
 }
@@ -82,12 +107,16 @@ void Scheduler::Run() {
     Item item = std::move(best->items.front());
     best->items.pop_front();
     waiting_.store(--queued_, std::memory_order_relaxed);
+    ++running_;
+    UpdateWaitingLocked();
     vtime_ = best->pass;
     best->pass += static_cast<double>(item.cost) / best->weight;
     lock.unlock();
     item.task();
     item = Item{};  // destroy the task's captures outside the lock
     lock.lock();
+    --running_;
+    UpdateWaitingLocked();
   }
 }
 

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "hz/collectives/waiting_window.h"
 #include "hz/common/tenant_id.h"
 
 namespace hz::coll::internal {
@@ -31,8 +32,14 @@ class Scheduler {
     friend auto operator<=>(const FlowKey&, const FlowKey&) = default;
   };
 
-  // nice: the workers' nice value (thread_priority.h).
-  explicit Scheduler(uint32_t threads, int nice = 0);
+  // Monotonic nanoseconds, for the waiting window.
+  using NowNs = std::function<uint64_t()>;
+
+  // nice: the workers' nice value (thread_priority.h). Waiting is measured
+  // over window_ns by now_ns (WaitingWindow).
+  // An empty now_ns reads std::chrono::steady_clock.
+  explicit Scheduler(uint32_t threads, int nice = 0, uint64_t window_ns = 10'000'000'000,
+                     NowNs now_ns = {});
   ~Scheduler();  // runs every queued task, then joins
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -56,6 +63,8 @@ class Scheduler {
   bool HasWaiting() const { return waiting_.load(std::memory_order_relaxed) != 0; }
   // True on one of this scheduler's worker threads.
   static bool OnWorker();
+  // Of the last window: how long tasks waited while every worker was busy.
+  WaitingTime Waiting() const;
 
  private:
   struct Item {
@@ -70,11 +79,17 @@ class Scheduler {
   };
 
   void Run();
+  // Requires mu_. Tells the window whether a task waits with every worker busy.
+  void UpdateWaitingLocked();
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<FlowKey, Flow> flows_;
   size_t queued_ = 0;
+  size_t running_ = 0;  // workers running a task
+  size_t nthreads_;
+  NowNs now_ns_;
+  mutable WaitingWindow window_;
   uint64_t next_id_ = 1;
   std::atomic<size_t> waiting_{0};  // mirrors queued_
   double vtime_ = 0;                // pass of the last task started

@@ -64,6 +64,11 @@ class ClusterCollBackend : public CollBackend {
   uint32_t TenantWeight(const TenantId& tenant) const override {
     return local_->TenantWeight(tenant);
   }
+  void SetTenantShare(const TenantId& tenant, uint32_t percent,
+                      std::chrono::seconds span) override {
+    local_->SetTenantShare(tenant, percent, span);
+  }
+  coll::WaitingTime WorkerWaiting() const override { return local_->WorkerWaiting(); }
   // The engine's, and the inter-host legs' algorithms.
   BackendStats Stats() const override;
   std::vector<CommSummary> Communicators() const override { return local_->Communicators(); }

@@ -194,6 +194,12 @@ void ReadCollectives(TableReader& r, ServiceConfig* c) {
   r.Int("worker_nice", &c->coll_worker_nice, 0, 19);
 }
 
+void ReadConditions(TableReader& r, ServiceConfig* c) {
+  r.Int("poll_ms", &c->conditions.poll_ms, 100, 60000);
+  r.Int("congestion_window_s", &c->conditions.congestion_window_s, 10, 3600);
+  r.Int("congestion_hysteresis_s", &c->conditions.congestion_hysteresis_s, 10, 3600);
+}
+
 void ReadScheduler(TableReader& r, ServiceConfig* c) {
   SchedulerConfig& s = c->scheduler;
   r.Bool("enabled", &s.enabled);
@@ -245,6 +251,7 @@ constexpr Section kSections[] = {
     {"tenant_defaults", ReadTenantDefaults},
     {"checkpoint", ReadCheckpoint},
     {"collectives", ReadCollectives},
+    {"conditions", ReadConditions},
     {"scheduler", ReadScheduler},
     {"negotiation", ReadNegotiation},
     {"cluster", ReadCluster},

@@ -22,7 +22,8 @@ HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, std::string so
       ckpt_(env.ckpt, Context(), regions_, env_.limits, *tenant_),
       events_(env.events, Context(), queues_, *tenant_, socket_path_),
       provider_(env.provider, Context(), *tenant_),
-      families_{&region_, &events_, &ckpt_, &coll_, &provider_} {
+      energy_(env.energy, Context(), *tenant_),
+      families_{&region_, &events_, &ckpt_, &coll_, &provider_, &energy_} {
   info_.socket_path = socket_path_;
   info_.tenant = tenant_->name();
   if (env_.registry != nullptr) env_.registry->Add(this);
@@ -183,6 +184,8 @@ Reply HzDevice::Dispatch(const vdev::Queue& queue, const Request& req) {
       return provider_.HandleNegotiation(queue, req);
     case OpcodeFamily(HZ_OP_HINT_DECLARE):
       return provider_.HandleHint(req);
+    case OpcodeFamily(HZ_OP_ENERGY_SLACK):
+      return energy_.Handle(req);
     default:
       return Reply::Error(HZ_S_ENOTSUP);
   }
@@ -216,6 +219,8 @@ Reply HzDevice::HandleHello(const Request& req) {
   // tenant (SPEC §4.2). A later change of the allowance applies from the
   // session's next HELLO.
   res.device_features = a.driver_features & OfferedFeatures() & tenant_->features();
+  // Version 1.1 features only in sessions of 1.1 (SPEC §11.1).
+  if (res.version_minor < 1) res.device_features &= ~(1ull << HZ_F_ENERGY);
   WriteResult(req, &res, sizeof(res));
   session_.Begin(res.device_features);
   UpdateInfo();

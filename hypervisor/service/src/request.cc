@@ -99,6 +99,7 @@ OpClass ClassifyOpcode(uint16_t opcode) {
     case HZ_OP_NEG_COUNTER:
     case HZ_OP_NEG_RELEASE:
     case HZ_OP_HINT_DECLARE:
+    case HZ_OP_ENERGY_SLACK:
       return OpClass::kControl;
     case HZ_OP_ALLREDUCE:
     case HZ_OP_BROADCAST:

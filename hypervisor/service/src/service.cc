@@ -12,6 +12,7 @@
 
 #include "cluster_coll_backend.h"
 #include "control_server.h"
+#include "host_conditions.h"
 #include "hz/common/file.h"
 #include "hz/common/thread_priority.h"
 #include "hz/service/engine_backend.h"
@@ -172,6 +173,7 @@ hz::Status Service::Start() {
   eo.unused_uid_lifetime_ms = config_.coll_unused_uid_lifetime_s * 1000;
   eo.worker_threads = config_.coll_worker_threads;
   eo.worker_nice = static_cast<int>(config_.coll_worker_nice);
+  eo.waiting_window_ms = config_.conditions.congestion_window_s * 1000;
   coll_ = std::make_unique<EngineBackend>(eo);
   if (config_.cluster.enabled) {
     // Communicators may span hosts: the engine serves the ranks on this host.
@@ -193,6 +195,7 @@ hz::Status Service::Start() {
                              "the scheduler is disabled ([scheduler] enabled = false)");
   }
 
+  if (hz::Status s = StartConditions(); !s.ok()) return s;
   cluster_ = std::make_unique<ClusterControl>(
       config_.cluster, HooksFor(dynamic_cast<ClusterCollBackend*>(coll_.get()),
                                 provider_ ? provider_->scheduler() : nullptr));
@@ -233,14 +236,6 @@ void Service::Run() {
   });
   io_.run();
   if (!stopped_) Shutdown();
-}
-
-void Service::RequestStop() {
-  boost::asio::post(io_, [this] {
-    if (stopped_) return;
-    Shutdown();
-    io_.stop();
-  });
 }
 
 std::string Service::ResolveSocketPath(const std::string& path) const {

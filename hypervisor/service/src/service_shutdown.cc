@@ -71,6 +71,14 @@ void Service::MarkStuck(size_t i, const char* step) {
                 config_.shutdown_timeout_ms);
 }
 
+void Service::RequestStop() {
+  boost::asio::post(io_, [this] {
+    if (stopped_) return;
+    Shutdown();
+    io_.stop();
+  });
+}
+
 void Service::Shutdown() {
   stopped_ = true;
   // 1. Stop accepting: new requests fail with ESHUTDOWN from now on and the

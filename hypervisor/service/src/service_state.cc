@@ -1,5 +1,6 @@
 // The operator's objects (tenants and VM bindings) across restarts of the
 // service: <state_dir>/state.json.
+#include "host_conditions.h"
 #include "hz/common/file.h"
 #include "hz/service/provider.h"
 #include "hz/service/service.h"
@@ -49,6 +50,7 @@ hz::Status Service::RemoveTenant(const std::string& name, bool purge) {
       return hz::Status(s.code(), "tenant " + name + ": " + s.message());
     }
   }
+  if (conditions_) conditions_->ForgetTenant(name);
   if (hz::Status s = tenants_.Remove(name); !s.ok()) return s;
   spdlog::info("event=tenant_removed tenant={} purge={}", name, purge);
   SaveState();

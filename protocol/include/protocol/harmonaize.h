@@ -55,7 +55,7 @@ typedef uint64_t hz_u64;
 #define HZ_VIRTIO_ID 21
 
 #define HZ_VERSION_MAJOR 1
-#define HZ_VERSION_MINOR 0
+#define HZ_VERSION_MINOR 1
 
 /* "HZAI" little-endian, first field of the config space. */
 #define HZ_CONFIG_MAGIC 0x49415a48u
@@ -80,6 +80,7 @@ typedef uint64_t hz_u64;
 #define HZ_F_TOPOLOGY 4     /* topology summary */
 #define HZ_F_HINTS 5        /* batch-size hints */
 #define HZ_F_INLINE_DATA 6  /* HZ_REGION_INLINE slices in collectives */
+#define HZ_F_ENERGY 7       /* energy slack declarations (version 1.1) */
 
 /* ------------------------------------------------------------------------- */
 /* Config space (SPEC.md §5), read-only for the driver.                      */
@@ -195,6 +196,8 @@ enum hz_opcode {
 	HZ_OP_NEG_RELEASE = 0x0704,
 
 	HZ_OP_HINT_DECLARE = 0x0800,
+
+	HZ_OP_ENERGY_SLACK = 0x0900, /* version 1.1 */
 };
 
 /* ------------------------------------------------------------------------- */
@@ -785,6 +788,23 @@ struct hz_hint_declare_result {
 };
 
 /* ------------------------------------------------------------------------- */
+/* Energy slack (SPEC.md §7.10, version 1.1)                                 */
+/* ------------------------------------------------------------------------- */
+
+#define HZ_ENERGY_SLACK_MAX_PCT 90            /* largest slowdown_pct */
+#define HZ_ENERGY_SLACK_MAX_S (7 * 24 * 3600) /* longest duration_s */
+
+struct hz_energy_slack_args {
+	hz_le32 slowdown_pct; /* 1..HZ_ENERGY_SLACK_MAX_PCT; 0 withdraws */
+	hz_le32 flags;        /* zero */
+	hz_le64 duration_s;   /* 1..HZ_ENERGY_SLACK_MAX_S; 0 when withdrawing */
+};
+
+struct hz_energy_slack_result {
+	hz_le64 expires_s; /* unix seconds the declaration ends; 0 if withdrawn */
+};
+
+/* ------------------------------------------------------------------------- */
 /* Layout checks: the sizes SPEC.md states.                                  */
 /* ------------------------------------------------------------------------- */
 
@@ -832,5 +852,7 @@ HZ_STATIC_ASSERT(sizeof(struct hz_neg_counter_args) == 40, "hz_neg_counter_args"
 HZ_STATIC_ASSERT(sizeof(struct hz_neg_release_args) == 16, "hz_neg_release_args");
 HZ_STATIC_ASSERT(sizeof(struct hz_hint_declare_args) == 16, "hz_hint_declare_args");
 HZ_STATIC_ASSERT(sizeof(struct hz_hint_declare_result) == 8, "hz_hint_declare_result");
+HZ_STATIC_ASSERT(sizeof(struct hz_energy_slack_args) == 16, "hz_energy_slack_args");
+HZ_STATIC_ASSERT(sizeof(struct hz_energy_slack_result) == 8, "hz_energy_slack_result");
 
 #endif /* HARMONAIZE_PROTOCOL_H */

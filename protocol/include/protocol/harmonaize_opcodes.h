@@ -45,6 +45,7 @@ static const struct hz_opcode_name hz_opcode_names[] = {
 	{HZ_OP_NEG_COUNTER, "NEG_COUNTER"},
 	{HZ_OP_NEG_RELEASE, "NEG_RELEASE"},
 	{HZ_OP_HINT_DECLARE, "HINT_DECLARE"},
+	{HZ_OP_ENERGY_SLACK, "ENERGY_SLACK"},
 };
 
 #define HZ_NUM_OPCODES (sizeof(hz_opcode_names) / sizeof(hz_opcode_names[0]))

@@ -69,7 +69,7 @@ def test_the_process_has_one_device(dev: harmonaize.Device) -> None:
     with pytest.raises(errors.InvalidArgumentError):
         harmonaize.device("vhost-user:/some/other.sock")
     info = dev.info
-    assert info.transport == "vhost-user" and info.version == (1, 0)
+    assert info.transport == "vhost-user" and info.version == (1, 1)
     assert info.features & 1  # collectives
     assert info.num_request_queues >= 1
 
@@ -99,6 +99,14 @@ def test_topology_and_hints(dev: harmonaize.Device) -> None:
     assert all({"index", "kind", "group"} <= set(d) for d in topo.devices)
     suggested = dev.hint_batch_size(8, 64, 8)
     assert 8 <= suggested <= 64 and (suggested - 8) % 8 == 0
+
+
+def test_energy_slack_is_declared_and_withdrawn(dev: harmonaize.Device) -> None:
+    with pytest.raises(errors.InvalidArgumentError):
+        dev.energy_slack(91, 60)
+    before = int(time.time())
+    assert dev.energy_slack(30, 600) >= before + 600
+    assert dev.energy_slack(0, 0) == 0
 
 
 # ---- events ---------------------------------------------------------------------

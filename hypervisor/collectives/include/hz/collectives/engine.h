@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "hz/collectives/types.h"
+#include "hz/collectives/waiting_window.h"
 
 namespace hz::coll {
 
@@ -72,8 +73,12 @@ struct EngineOptions {
   // asks for a new one at max_uids_per_tenant, so a tenant that handed out
   // uids it never used is not locked out. 0: unused uids never expire.
   uint32_t unused_uid_lifetime_ms = 3600 * 1000;
-  // What uids age by; std::chrono::steady_clock::now when empty (tests).
+  // What uids age by, the waiting window and the end of energy shares are
+  // measured by; std::chrono::steady_clock::now when empty (tests).
   std::function<std::chrono::steady_clock::time_point()> clock;
+  // The window WorkerWaiting() measures over (SPEC.md §8.5: at least 10 s
+  // for a published congestion level).
+  uint32_t waiting_window_ms = 10000;
   uint32_t max_seq_window = 1024;   // seq more than this ahead of the next one is kLimit
   uint32_t max_pending_p2p = 4096;  // unmatched sends + recvs per communicator (kLimit)
   // Scheduler weights of the priority classes low, normal, high.
@@ -237,6 +242,19 @@ class Engine {
   void SetTenantWeight(const TenantId& tenant, uint32_t weight);
   // The weight the tenant's communicators are scheduled with (read-only).
   uint32_t TenantWeight(const TenantId& tenant) const;
+
+  // Energy slack (SPEC.md §7.10): until `until` (by EngineOptions::clock)
+  // the tenant's weight is scaled to percent (1..100) of itself, so under
+  // contention its share of the workers falls by at most 100 - percent of
+  // what it was, and the other tenants' shares only grow. 100, or a time
+  // already past, restores the full weight.
+  void SetTenantShare(const TenantId& tenant, uint32_t percent,
+                      std::chrono::steady_clock::time_point until);
+
+  // Of the last waiting_window_ms: how long collective work waited for a
+  // worker while every worker was busy (waiting_window.h says why this
+  // measures host memory congestion).
+  WaitingTime WorkerWaiting() const;
 
   // Number of worker threads.
   uint32_t workers() const;

@@ -4,6 +4,7 @@
 #ifndef HZ_SERVICE_COLL_BACKEND_H_
 #define HZ_SERVICE_COLL_BACKEND_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "hz/collectives/types.h"
+#include "hz/collectives/waiting_window.h"
 
 namespace hz::service {
 
@@ -78,6 +80,12 @@ class CollBackend {
   virtual void SetTenantWeight(const TenantId& /*tenant*/, uint32_t /*weight*/) {}
   // The weight the backend schedules the tenant with.
   virtual uint32_t TenantWeight(const TenantId& /*tenant*/) const { return 1; }
+  // Energy slack: the tenant's weight at percent of itself for `span`
+  // (hz::coll::Engine::SetTenantShare); 100 ends it.
+  virtual void SetTenantShare(const TenantId& /*tenant*/, uint32_t /*percent*/,
+                              std::chrono::seconds /*span*/) {}
+  // The engine's waiting window: CONGESTION/HOST_MEMORY (SPEC §8.3.5).
+  virtual coll::WaitingTime WorkerWaiting() const { return {}; }
   virtual BackendStats Stats() const = 0;
   virtual std::vector<CommSummary> Communicators() const = 0;
 };

@@ -186,6 +186,14 @@ struct ServiceConfig {
   uint32_t coll_worker_threads = 0;
   uint32_t coll_worker_nice = 10;
 
+  // [conditions]: how often the host's energy schedule and congestion are
+  // looked at, and the congestion window and hysteresis (SPEC §8.3.5, §8.5).
+  struct Conditions {
+    uint32_t poll_ms = 1000;
+    uint32_t congestion_window_s = 10;
+    uint32_t congestion_hysteresis_s = 10;
+  } conditions;
+
   SchedulerConfig scheduler;
   NegotiationConfig negotiation;
   ClusterConfig cluster;

@@ -34,6 +34,11 @@ class EngineBackend : public CollBackend {
   uint32_t TenantWeight(const TenantId& tenant) const override {
     return engine_.TenantWeight(tenant);
   }
+  void SetTenantShare(const TenantId& tenant, uint32_t percent,
+                      std::chrono::seconds span) override {
+    engine_.SetTenantShare(tenant, percent, std::chrono::steady_clock::now() + span);
+  }
+  coll::WaitingTime WorkerWaiting() const override { return engine_.WorkerWaiting(); }
   BackendStats Stats() const override;
   std::vector<CommSummary> Communicators() const override;
 

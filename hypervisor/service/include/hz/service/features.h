@@ -22,7 +22,7 @@ struct FeatureName {
 inline constexpr FeatureName kFeatureNames[] = {
     {HZ_F_COLLECTIVES, "collectives"}, {HZ_F_CHECKPOINT, "checkpoint"}, {HZ_F_EVENTS, "events"},
     {HZ_F_NEGOTIATION, "negotiation"}, {HZ_F_TOPOLOGY, "topology"},     {HZ_F_HINTS, "hints"},
-    {HZ_F_INLINE_DATA, "inline-data"},
+    {HZ_F_INLINE_DATA, "inline-data"}, {HZ_F_ENERGY, "energy"},
 };
 
 constexpr uint64_t AllFeatureBits() {

@@ -32,6 +32,7 @@
 #include "hz/service/config.h"
 #include "hz/service/device_link.h"
 #include "hz/service/device_state.h"
+#include "hz/service/energy_handler.h"
 #include "hz/service/event_backend.h"
 #include "hz/service/event_handler.h"
 #include "hz/service/family_handler.h"
@@ -101,6 +102,7 @@ struct DeviceEnv {
   CkptBackend* ckpt = nullptr;          // checkpoint streams
   EventBackend* events = nullptr;       // event subscriptions
   ProviderBackend* provider = nullptr;  // topology, negotiation, hints
+  EnergyBackend* energy = nullptr;      // energy slack
   // Where region registrations are prepared; null: on the connection
   // thread (tests).
   BackgroundExecutor background;
@@ -202,8 +204,9 @@ class HzDevice : public vdev::Device {
   CheckpointHandler ckpt_;
   EventQueueHandler events_;
   ProviderHandler provider_;
+  EnergyHandler energy_;
   // Every family handler, for the session hooks.
-  std::array<FamilyHandler*, 5> families_;
+  std::array<FamilyHandler*, 6> families_;
   bool closed_ = false;  // told the registry that the connection closed
 
   mutable std::mutex info_mu_;

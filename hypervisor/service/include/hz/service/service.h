@@ -25,6 +25,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "hz/service/cluster_control.h"
@@ -45,6 +46,7 @@ class Server;
 namespace hz::service {
 
 class ControlServer;
+class HostConditions;
 class MetricsServer;
 
 class Service : public ControlTarget {
@@ -145,6 +147,10 @@ class Service : public ControlTarget {
   // its VMs, else the one serving the fewest VMs. Called with mu_ held.
   size_t ThreadForTenantLocked(const std::string& tenant) const;
   std::string ResolveSocketPath(const std::string& path) const;
+  // service_conditions.cc: energy schedule, congestion, energy slack.
+  hz::Status StartConditions();
+  void ArmConditions();
+  void PollConditions();
   // service_state.cc
   void SaveState();
   hz::Status LoadState();
@@ -172,6 +178,9 @@ class Service : public ControlTarget {
   DeviceEnv env_;
 
   boost::asio::io_context io_;  // control, metrics, signals
+  // After io_ (its timer runs there), before the devices that reach it.
+  std::unique_ptr<HostConditions> conditions_;
+  std::unique_ptr<boost::asio::steady_timer> conditions_timer_;
   std::unique_ptr<boost::asio::signal_set> signals_;
   std::vector<std::unique_ptr<VdevThread>> vdev_threads_;  // vhost-user connections
   std::unique_ptr<boost::asio::thread_pool> background_;   // env_.background

@@ -1,0 +1,177 @@
+#include "host_conditions.h"
+
+#include <array>
+
+#include "spdlog/spdlog.h"
+
+namespace hz::service {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::array<CommandSpec<HostConditions>, 2> kCommands = {{
+    {"energy.schedule", false, &HostConditions::ScheduleCommand},
+    {"energy.status", false, &HostConditions::StatusCommand},
+}};
+
+// Keeps only the tenants still in `present` (a tenant that comes back is told afresh).
+template <typename Map>
+void Prune(Map* told, const std::set<std::string>& present) {
+  std::erase_if(*told, [&](const auto& e) { return present.count(e.first) == 0; });
+}
+
+}  // namespace
+
+HostConditions::HostConditions(std::string schedule_path, uint64_t hysteresis_s,
+                               ConditionHooks hooks)
+    : path_(std::move(schedule_path)), hooks_(std::move(hooks)), congestion_filter_(hysteresis_s) {}
+
+std::span<const CommandSpec<HostConditions>> HostConditions::Commands() {
+  return kCommands;
+}
+
+Status HostConditions::Load() {
+  StatusOr<EnergySchedule> s = EnergySchedule::Load(path_);
+  if (!s.ok()) return s.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  schedule_ = std::move(*s);
+  return Status::Ok();
+}
+
+void HostConditions::Update(const ConditionInputs& in) {
+  const uint64_t now = hooks_.unix_now();
+  Events out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CongestionLocked(in, now, &out);
+    EnergyLocked(in, now, &out);
+    SharesLocked(now);
+  }
+  Publish(out);
+}
+
+void HostConditions::CongestionLocked(const ConditionInputs& in, uint64_t now, Events* out) {
+  last_host_memory_ = in.host_memory;
+  // No window measured yet is no congestion (not, as a zero capacity would be, severe).
+  const events::CongestionLevel level =
+      in.host_memory.window_ns == 0
+          ? events::kCongestionNone
+          : events::CongestionFromUtilisation(in.host_memory.waiting_ns, in.host_memory.window_ns);
+  if (congestion_filter_.Update("host_memory", level, now)) host_memory_level_ = level;
+  Prune(&told_congestion_, in.coll_tenants);
+  for (const std::string& t : in.coll_tenants) {
+    auto it = told_congestion_.try_emplace(t, events::kCongestionNone).first;
+    if (it->second == host_memory_level_) continue;
+    it->second = host_memory_level_;
+    out->emplace_back(t, events::MakeCongestion(events::kCongestionHostMemory,
+                                                events::CongestionLevel(host_memory_level_)));
+  }
+}
+
+void HostConditions::EnergyLocked(const ConditionInputs& in, uint64_t now, Events* out) {
+  const EnergyCondition c = schedule_.At(now);
+  Prune(&told_energy_, in.host_tenants);
+  for (const std::string& t : in.host_tenants) {
+    auto it = told_energy_.try_emplace(t, EnergyCondition{}).first;
+    if (it->second == c) continue;
+    it->second = c;
+    out->emplace_back(t, events::MakeEnergy(events::EnergyLevel(c.level), c.sources));
+  }
+}
+
+void HostConditions::SharesLocked(uint64_t now) {
+  const bool capped = schedule_.At(now).level >= events::kEnergyConstrained;
+  for (auto it = slack_.begin(); it != slack_.end();) {
+    Slack& s = it->second;
+    const bool in_force = capped && now < s.expires_s;
+    const uint32_t want = in_force ? 100 - s.pct : 100;
+    if (want != s.applied && hooks_.set_share) {
+      hooks_.set_share(it->first, want, in_force ? s.expires_s - now : 0);
+    }
+    s.applied = want;
+    it = now >= s.expires_s ? slack_.erase(it) : std::next(it);
+  }
+}
+
+void HostConditions::Publish(const Events& out) {
+  for (const auto& [tenant, spec] : out) {
+    if (hooks_.publish) hooks_.publish(tenant, spec);
+  }
+}
+
+void HostConditions::ForgetTenant(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slack_.find(tenant);
+  if (it != slack_.end() && it->second.applied != 100 && hooks_.set_share) {
+    hooks_.set_share(tenant, 100, 0);
+  }
+  slack_.erase(tenant);
+  told_congestion_.erase(tenant);
+  told_energy_.erase(tenant);
+}
+
+Status HostConditions::DeclareSlack(const TenantId& tenant, const hz_energy_slack_args& args,
+                                    hz_energy_slack_result* result) {
+  const uint32_t pct = args.slowdown_pct;
+  const uint64_t duration = args.duration_s;
+  if (pct > HZ_ENERGY_SLACK_MAX_PCT) {
+    return Status::InvalidArgument("slowdown_pct is above HZ_ENERGY_SLACK_MAX_PCT");
+  }
+  if (pct == 0 && duration != 0) return Status::InvalidArgument("a withdrawal has duration_s 0");
+  if (pct != 0 && (duration == 0 || duration > HZ_ENERGY_SLACK_MAX_S)) {
+    return Status::InvalidArgument("duration_s must be 1..HZ_ENERGY_SLACK_MAX_S");
+  }
+  const uint64_t now = hooks_.unix_now();
+  std::lock_guard<std::mutex> lock(mu_);
+  Slack& s = slack_[tenant.name()];
+  s.pct = pct;
+  s.expires_s = pct == 0 ? now : now + duration;  // a withdrawal ends at once
+  // The engine holds the old share's end: tell it the new one (no share is
+  // 0, so SharesLocked does), unless it was never told anything.
+  if (s.applied != 100 || schedule_.At(now).level >= events::kEnergyConstrained) s.applied = 0;
+
+  SharesLocked(now);
+  result->expires_s = pct == 0 ? 0 : now + duration;
+  return Status::Ok();
+}
+
+CommandResult HostConditions::ScheduleCommand(const json& req) {
+  json windows = req.contains("windows") ? req["windows"] : json::array();
+  StatusOr<EnergySchedule> s = EnergySchedule::FromJson({{"windows", windows}});
+  if (!s.ok()) return s.status();
+  if (Status st = s->Save(path_); !st.ok()) return st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    schedule_ = std::move(*s);
+    SharesLocked(hooks_.unix_now());
+  }
+  spdlog::info("event=energy_schedule windows={}", windows.size());
+  return StatusCommand(req);
+}
+
+CommandResult HostConditions::StatusCommand(const json&) {
+  const uint64_t now = hooks_.unix_now();
+  std::lock_guard<std::mutex> lock(mu_);
+  const EnergyCondition c = schedule_.At(now);
+  json slack = json::array();
+  for (const auto& [tenant, s] : slack_) {
+    slack.push_back({{"tenant", tenant},
+                     {"slowdown_pct", s.pct},
+                     {"expires_s", s.expires_s},
+                     {"share_pct", s.applied}});
+  }
+  json out = schedule_.ToJson();
+  out["now_s"] = now;
+  out["level"] = EnergyLevelName(c.level);
+  out["sources"] = EnergySourceNames(c.sources);
+  out["next_change_s"] = schedule_.NextChange(now);
+  out["slack"] = std::move(slack);
+  out["congestion"] = {{"host_memory",
+                        {{"level", host_memory_level_},
+                         {"waiting_ms", last_host_memory_.waiting_ns / 1000000},
+                         {"window_ms", last_host_memory_.window_ns / 1000000}}}};
+  return out;
+}
+
+}  // namespace hz::service
