@@ -45,9 +45,10 @@ class PeerLink {
   virtual Status Available(const TenantId& tenant) = 0;
 
   // Copies the checkpoint to another host. Calls done exactly once, on any
-  // thread, never inside this call: kOk once the replica is durable on the
-  // other host, else why not (the peer's refusal, kTimedOut, kIoError, ...).
-  // May read source.read_chunk until done is called.
+  // thread (inside this call too, when the link is stopping; the engine
+  // holds no lock then): kOk once the replica is durable on the other host,
+  // else why not (the peer's refusal, kTimedOut, kIoError, ...). May read
+  // source.read_chunk until done is called.
   virtual void Replicate(ReplicaSource source, std::function<void(Status)> done) = 0;
 };
 

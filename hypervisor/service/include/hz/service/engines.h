@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hz/checkpoint/engine.h"
+#include "hz/cluster/membership.h"
 #include "hz/common/status.h"
 #include "hz/common/tenant_id.h"
 #include "hz/events/event_bus.h"
@@ -37,6 +38,7 @@ namespace hz::service {
 
 class BusAdapter;
 class CkptAdapter;
+class PeerReplicas;
 
 class Engines {
  public:
@@ -60,6 +62,10 @@ class Engines {
   // kInvalidArgument when the tenant's own caps exceed what all tenants
   // together have (the checkpoint disk space, the staging pool).
   Status CheckTenantLimits(const TenantSpec& spec) const;
+
+  // The live hosts of the cluster (membership thread): where checkpoints of
+  // the peer-host tier are copied to. Nothing without [cluster].
+  void ClusterHosts(std::vector<cluster::HostInfo> hosts);
 
   events::EventBus* bus() const { return bus_.get(); }
   // What the devices use; null when that engine is not running.
@@ -87,6 +93,8 @@ class Engines {
   uint64_t disk_cap_ = 0;  // all checkpoints on disk; 0: unknown
   std::unique_ptr<events::EventBus> bus_;
   std::unique_ptr<CkptSink> sink_;
+  // The peer-host tier (with [cluster]); stopped before the engine goes.
+  std::unique_ptr<PeerReplicas> peer_;
   std::unique_ptr<checkpoint::Engine> ckpt_;
   // After the engines: a save still queued when the checkpoint engine stops
   // runs during its destruction, through the adapter.
