@@ -335,6 +335,7 @@ void DiskTier::Poll(uint64_t wait_us, std::vector<Completion>* out) {
 // writes are not mixed in. On a journalling filesystem the flushes share one
 // journal commit (and one device cache flush).
 bool DiskTier::SyncAll(const std::vector<std::pair<int, bool>>& fds) {
+  std::lock_guard<std::mutex> l(sync_mu_);
   for (const auto& [fd, datasync] : fds) {
     io_uring_sqe* sqe = io_uring_get_sqe(&sync_ring_);
     if (sqe == nullptr) return false;

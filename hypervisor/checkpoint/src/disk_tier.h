@@ -139,6 +139,9 @@ class DiskTier : public Tier {
   bool ring_ok_ = false;
   io_uring sync_ring_{};  // commit-time flushes, apart from the chunk writes
   bool sync_ring_ok_ = false;
+  // One commit's flushes at a time: the commit thread's and a replica's
+  // (WriteChunkNow's writes are committed on the thread that stores it).
+  std::mutex sync_mu_;
   size_t in_flight_ = 0;
   std::mutex writes_mu_;  // Commit may run on another thread than the writes
   uint64_t next_write_id_ = 1;
