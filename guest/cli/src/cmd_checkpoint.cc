@@ -70,6 +70,31 @@ int CheckpointList(const Options& o, uint32_t stream) {
   return kOk;
 }
 
+int CheckpointPolicy(const Options& o, uint32_t stream, const std::string& tier,
+                     uint32_t retention) {
+  hz_ckpt_policy p{};
+  p.retention = retention;
+  if (tier == "host_memory") {
+    p.tier = HZ_TIER_HOST_MEMORY;
+  } else if (tier == "local_disk") {
+    p.tier = HZ_TIER_LOCAL_DISK;
+  } else if (tier == "peer_host") {
+    p.tier = HZ_TIER_PEER_HOST;
+  } else {
+    std::fprintf(stderr, "hz: --tier must be host_memory, local_disk or peer_host\n");
+    return kUsage;
+  }
+  int code = kOk;
+  DevicePtr dev(Open(o, &code), &hz_close);
+  if (!dev) return code;
+  if (int err = hz_ckpt_set_policy(dev.get(), stream, &p); err != HZ_OK)
+    return Error(o, "set the policy of stream " + std::to_string(stream), err);
+  Print(o, {{"stream", stream}, {"tier", tier}, {"retention", retention}},
+        "stream " + std::to_string(stream) + ": tier " + tier + ", retention " +
+            std::to_string(retention) + "\n");
+  return kOk;
+}
+
 int CheckpointSave(const Options& o, uint32_t stream, uint64_t step, const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) {

@@ -75,6 +75,11 @@ int Events(const Options& o, bool follow, const std::string& topics, int wait_ms
     nlohmann::json j = {{"seq", ev.seq},       {"topic", TopicName(ev.topic)},
                         {"kind", ev.kind},     {"flags", ev.flags},
                         {"time_s", ev.time_s}, {"deadline_s", ev.deadline_s}};
+    // The topic's payload (SPEC.md §8.3) as it came, in hex.
+    static const char kHex[] = "0123456789abcdef";
+    std::string payload;
+    for (uint8_t b : ev.payload) payload += {kHex[b >> 4], kHex[b & 15]};
+    j["payload"] = payload;
     std::ostringstream h;
     h << "#" << ev.seq << " " << TopicName(ev.topic) << " kind " << ev.kind << " at " << ev.time_s;
     if (ev.deadline_s) h << " deadline " << ev.deadline_s;

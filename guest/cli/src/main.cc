@@ -43,6 +43,14 @@ int main(int argc, char** argv) {
   auto* list = ckpt->add_subcommand("list", "checkpoints of a stream");
   list->add_option("--stream", stream, "stream id")->required();
   list->callback([&] { rc = CheckpointList(o, stream); });
+  std::string tier = "local_disk";
+  uint32_t retention = 2;
+  auto* policy = ckpt->add_subcommand("policy", "create a stream or set its policy");
+  policy->add_option("--stream", stream, "stream id")->required();
+  policy->add_option("--tier", tier, "host_memory, local_disk (default) or peer_host");
+  policy->add_option("--retention", retention, "durable checkpoints kept (default 2)")
+      ->check(CLI::Range(1, 1000000));
+  policy->callback([&] { rc = CheckpointPolicy(o, stream, tier, retention); });
   auto* save = ckpt->add_subcommand("save", "save a file's contents as one slice");
   save->add_option("--stream", stream, "stream id (created if it has no policy)")->required();
   save->add_option("--step", save_step, "step number")->required();

@@ -38,6 +38,7 @@ class Tier(enum.IntEnum):
 
     HOST_MEMORY = 0  # held in host memory: survives the guest, not the host
     LOCAL_DISK = 1  # committed to the host's disk with a CRC32C per chunk
+    PEER_HOST = 2  # the local disk, and a replica on another host of the cluster
 
 
 @dataclasses.dataclass(frozen=True)

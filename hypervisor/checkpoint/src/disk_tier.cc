@@ -201,7 +201,9 @@ void DiskTier::LoadPolicies(std::vector<StreamPolicy>* out) {
     } else {
       p.retention = std::max<uint32_t>(1, PolicyU32(j, "retention", 1));
       uint32_t tier = PolicyU32(j, "tier", 1);
-      p.tier = tier == 0 ? TierKind::kHostMemory : TierKind::kLocalDisk;
+      p.tier = tier == 0   ? TierKind::kHostMemory
+               : tier == 2 ? TierKind::kPeerHost
+                           : TierKind::kLocalDisk;
       p.stall_budget_ms = PolicyU32(j, "stall_budget_ms", 1000);
       p.rpo_s = PolicyU32(j, "rpo_s", 0);
       auto flag = j.find("auto_save_on_notice");
@@ -333,6 +335,7 @@ void DiskTier::Poll(uint64_t wait_us, std::vector<Completion>* out) {
 // writes are not mixed in. On a journalling filesystem the flushes share one
 // journal commit (and one device cache flush).
 bool DiskTier::SyncAll(const std::vector<std::pair<int, bool>>& fds) {
+  std::lock_guard<std::mutex> l(sync_mu_);
   for (const auto& [fd, datasync] : fds) {
     io_uring_sqe* sqe = io_uring_get_sqe(&sync_ring_);
     if (sqe == nullptr) return false;
@@ -465,6 +468,44 @@ Status DiskTier::Read(const Manifest& m, uint8_t* dst, size_t dst_len,
   }
   close(fd);
   return done >= m.payload_bytes() ? Status::Ok() : Status::Corruption();
+}
+
+Status DiskTier::ReadChunk(const Manifest& m, uint64_t index, uint8_t* dst, size_t len) {
+  if (index >= m.num_chunks() || len < m.chunk_len(index)) return Status::InvalidArgument();
+  fs::path data = fs::path(StepDir(m.tenant, m.stream, m.step)) / kData;
+  int fd = open(data.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::NotFound() : Status::IoError();
+  const uint64_t want = m.chunk_len(index);
+  uint64_t done = 0;
+  while (done < want) {
+    ssize_t r = pread(fd, dst + done, static_cast<size_t>(want - done),
+                      static_cast<off_t>(index * m.chunk_bytes + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += static_cast<uint64_t>(r);
+  }
+  close(fd);
+  return done == want ? Status::Ok() : Status::IoError("short read of " + data.string());
+}
+
+Status DiskTier::WriteChunkNow(uint64_t write_id, uint64_t index, const uint8_t* data,
+                               size_t padded) {
+  Write w;
+  {
+    std::lock_guard<std::mutex> l(writes_mu_);
+    auto it = writes_.find(write_id);
+    if (it == writes_.end()) return Status::InvalidArgument();
+    w = it->second;
+  }
+  size_t done = 0;
+  while (done < padded) {
+    ssize_t n =
+        pwrite(w.fd, data + done, padded - done, static_cast<off_t>(index * w.chunk_bytes + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::IoError(std::string("chunk write: ") + strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
 }
 
 Status DiskTier::Remove(TenantNo tenant, StreamId stream, uint64_t step) {

@@ -86,6 +86,13 @@ class DiskTier : public Tier {
   Status Read(const Manifest& m, uint8_t* dst, size_t dst_len,
               const std::function<bool()>& cancelled);
   Status Remove(TenantNo tenant, StreamId stream, uint64_t step) override;
+  // The peer-host tier's two ends, beside the io_uring path. ReadChunk reads
+  // chunk `index` (m.chunk_len(index) bytes, len at least that) of a
+  // committed checkpoint; checksums are the caller's. WriteChunkNow writes
+  // chunk `index` of a write opened by BeginWrite synchronously (data
+  // 4096-aligned, padded to a multiple of 4096); Commit makes it durable.
+  Status ReadChunk(const Manifest& m, uint64_t index, uint8_t* dst, size_t len);
+  Status WriteChunkNow(uint64_t write_id, uint64_t index, const uint8_t* data, size_t padded);
   // Removes the tenant's directory (what is left once its checkpoints are
   // deleted: policies, empty stream directories).
   Status RemoveTenant(TenantNo tenant);
@@ -132,6 +139,9 @@ class DiskTier : public Tier {
   bool ring_ok_ = false;
   io_uring sync_ring_{};  // commit-time flushes, apart from the chunk writes
   bool sync_ring_ok_ = false;
+  // One commit's flushes at a time: the commit thread's and a replica's
+  // (WriteChunkNow's writes are committed on the thread that stores it).
+  std::mutex sync_mu_;
   size_t in_flight_ = 0;
   std::mutex writes_mu_;  // Commit may run on another thread than the writes
   uint64_t next_write_id_ = 1;

@@ -94,6 +94,11 @@ Status Engine::SetPolicy(const TenantId& t, StreamId s, const Policy& p) {
   if (!n.ok()) return n.status();
   return impl_->SetPolicy(*n, s, p);
 }
+Status Engine::StoreReplica(const ReplicaIn& in) {
+  StatusOr<TenantNo> n = impl_->AssignNumber(in.tenant);
+  if (!n.ok()) return n.status();
+  return impl_->StoreReplica(*n, in);
+}
 Status Engine::Save(const SaveRequest& r, SaveResult* out) {
   return impl_->Save(impl_->NumberOf(r.tenant), r, out);
 }
@@ -517,12 +522,17 @@ Status Engine::Impl::SetLimits(TenantNo tenant, const TenantLimits& limits) {
   return Status::Ok();
 }
 
-Status Engine::Impl::SetPolicy(TenantNo tenant, StreamId stream, const Policy& policy) {
+Status Engine::Impl::SetPolicy(TenantNo tenant, StreamId stream, const Policy& policy,
+                               bool check_peer) {
   if (stream == 0 || policy.retention == 0 || policy.retention > 1000000)
     return Status::InvalidArgument();
-  if (policy.tier != TierKind::kHostMemory && policy.tier != TierKind::kLocalDisk) {
-    return Status::InvalidArgument();  // the peer-host tier is not offered yet (the wire says
-                                       // ENOTSUP)
+  if (policy.tier != TierKind::kHostMemory && policy.tier != TierKind::kLocalDisk &&
+      policy.tier != TierKind::kPeerHost) {
+    return Status::InvalidArgument();
+  }
+  if (policy.tier == TierKind::kPeerHost && check_peer) {
+    if (config_.peer == nullptr) return Status::NotSupported("this host is not in a cluster");
+    if (Status st = config_.peer->Available(numbers_.Name(tenant)); !st.ok()) return st;
   }
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -563,9 +573,11 @@ Status Engine::Impl::WaitDurable(TenantNo tenant, StreamId stream, uint64_t step
   auto it = s->ckpts.find(step);
   if (it == s->ckpts.end()) return Status::NotFound();
   std::shared_ptr<Ckpt> c = it->second;
-  bool done = durable_cv_.wait_for(lock, timeout, [&] { return stop_ || c->settled; });
+  bool done = durable_cv_.wait_for(
+      lock, timeout, [&] { return stop_ || (c->settled && c->replica != ReplicaState::kPending); });
   if (!done) return Status::TimedOut();
   if (c->failed) return Status::IoError();
+  if (c->replica == ReplicaState::kFailed) return Status(c->replica_code, "replica failed");
   if (c->cancelled) return Status::NotFound();
   if (c->state == CkptState::kDurable) return Status::Ok();
   return stop_ ? Status::Shutdown() : Status::NotFound();

@@ -30,6 +30,14 @@ uint64_t SteadyNowUs();
 bool SumSpans(std::span<const IoSpan> spans, uint64_t cap, uint64_t* total);
 uint64_t WallTime10s();  // unix seconds rounded down to 10 s, as the wire reports times
 
+// The copy of a checkpoint on another host (peer-host tier, peer.h).
+enum class ReplicaState : uint8_t {
+  kNone,     // not asked for (another tier), or adopted at start-up
+  kPending,  // committed here; the copy is on its way
+  kDone,     // durable on another host
+  kFailed,   // the copy failed (replica_code says why); the local copy stands
+};
+
 // One checkpoint, staged or committed. Guarded by Engine::Impl::mu_.
 struct Ckpt {
   Manifest manifest;  // chunk_crcs filled once sealed
@@ -45,6 +53,8 @@ struct Ckpt {
   bool settled = false;          // the worker is done: events published, evictions removed
   int pins = 0;                  // restores in progress
   uint64_t disk_reserved = 0;    // bytes charged to the tenant's disk quota
+  ReplicaState replica = ReplicaState::kNone;
+  StatusCode replica_code = StatusCode::kOk;  // why, when replica is kFailed
 };
 
 struct QuiesceDecl {
@@ -122,7 +132,10 @@ class Engine::Impl {
   void Start();
 
   Status SetLimits(TenantNo tenant, const TenantLimits& limits);
-  Status SetPolicy(TenantNo tenant, StreamId stream, const Policy& policy);
+  // check_peer: a peer-host policy needs a live peer now (a tenant's
+  // request); a replica's stream takes the source's policy as it is.
+  Status SetPolicy(TenantNo tenant, StreamId stream, const Policy& policy, bool check_peer = true);
+  Status StoreReplica(TenantNo tenant, const ReplicaIn& in);
   Status Save(TenantNo tenant, const SaveRequest& req, SaveResult* result);
   Status Restore(TenantNo tenant, const RestoreRequest& req, RestoreResult* result);
   Status List(TenantNo tenant, StreamId stream, uint64_t start_after, uint32_t max_entries,
@@ -193,6 +206,19 @@ class Engine::Impl {
                                   const std::vector<uint32_t>& chunks) const;
   void ZeroTail(const Manifest& m, const std::vector<uint32_t>& chunks) const;
   void Publish(const std::vector<PendingEvent>& events);
+
+  // --- peer-host tier (replica.cc) ---
+  // Hands a checkpoint committed here to the peer link.
+  void StartReplica(TenantNo tenant, StreamId stream, const std::shared_ptr<Ckpt>& c,
+                    const Policy& policy);
+  void OnReplicated(TenantNo tenant, StreamId stream, const std::shared_ptr<Ckpt>& c, Status st);
+  // StoreReplica's checks and disk reservation, under mu_.
+  Status ReserveReplicaLocked(TenantNo tenant, const Manifest& m, uint64_t* reserved);
+  // Reads, verifies and writes every chunk, then commits (StoreReplica).
+  Status WriteReplica(const Manifest& m, const ChunkReader& read_chunk);
+  // Lists the replica's checkpoint and applies retention.
+  void AdoptReplicaLocked(TenantNo tenant, Manifest m, uint64_t reserved,
+                          std::vector<std::shared_ptr<Ckpt>>* evicted);
 
   // --- persist worker (worker.cc) ---
   void WorkerLoop();

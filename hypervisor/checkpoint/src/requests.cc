@@ -258,8 +258,12 @@ Status Engine::Impl::List(TenantNo tenant, StreamId stream, uint64_t start_after
       break;
     }
     const Ckpt& c = *it->second;
+    // With the peer-host tier, DURABLE waits for the replica; a failed one
+    // leaves the checkpoint durable where it is held, on the local disk.
+    CkptState state = c.replica == ReplicaState::kPending ? CkptState::kStaged : c.state;
+    TierKind tier = c.replica == ReplicaState::kDone ? TierKind::kPeerHost : c.tier;
     entries->push_back(
-        ListEntry{it->first, c.manifest.slice_bytes(), c.manifest.time_s, c.state, c.tier});
+        ListEntry{it->first, c.manifest.slice_bytes(), c.manifest.time_s, state, tier});
   }
   return Status::Ok();
 }

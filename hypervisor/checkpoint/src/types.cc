@@ -40,6 +40,14 @@ const char* DecisionKindName(Decision::Kind k) {
       return "recovered-cleanup";
     case Decision::Kind::kKeepAfterFailure:
       return "keep-after-failure";
+    case Decision::Kind::kReplicaDurable:
+      return "replica-durable";
+    case Decision::Kind::kReplicaFailed:
+      return "replica-failed";
+    case Decision::Kind::kReplicaStored:
+      return "replica-stored";
+    case Decision::Kind::kReplicaRefused:
+      return "replica-refused";
   }
   return "unknown";
 }

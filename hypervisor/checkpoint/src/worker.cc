@@ -266,6 +266,8 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
   uint64_t finished_us = SteadyNowUs();
   std::vector<PendingEvent> events;
   std::vector<std::shared_ptr<Ckpt>> remove;
+  bool replicate = false;
+  Policy policy;
   {
     std::lock_guard<std::mutex> l(mu_);
     Ckpt& c = *job->ckpt;
@@ -293,8 +295,15 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
         c.state = CkptState::kDurable;
         c.tier = TierKind::kLocalDisk;
         t.stats.durable++;
-        events.push_back({numbers_.Name(job->tenant), EventKind::kDurable, job->stream,
-                          job->manifest.step, TierKind::kLocalDisk, StatusCode::kOk, 0});
+        if (s != nullptr && s->policy.tier == TierKind::kPeerHost) {
+          // DURABLE waits for the copy on another host (replica.cc).
+          c.replica = ReplicaState::kPending;
+          replicate = true;
+          policy = s->policy;
+        } else {
+          events.push_back({numbers_.Name(job->tenant), EventKind::kDurable, job->stream,
+                            job->manifest.step, TierKind::kLocalDisk, StatusCode::kOk, 0});
+        }
         if (s != nullptr) RetainLocked(job->tenant, job->stream, s, &remove);
       }
     } else {
@@ -344,6 +353,7 @@ void Engine::Impl::CompleteJob(const std::shared_ptr<Job>& job, Status st, bool 
   Publish(events);
   Settle(job);
   for (const std::string& path : trash) disk_->RemoveRetired(path);
+  if (replicate) StartReplica(job->tenant, job->stream, job->ckpt, policy);
 }
 
 void Engine::Impl::AbandonAll() {

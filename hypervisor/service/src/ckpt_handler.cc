@@ -142,7 +142,6 @@ Reply CheckpointHandler::SetPolicy(const vdev::Queue& queue, const Request& req,
   if (a.stream == 0 || a.retention == 0 || a.tier > HZ_TIER_PEER_HOST) {
     return Reply::Error(HZ_S_EINVAL);
   }
-  if (a.tier == HZ_TIER_PEER_HOST) return Reply::Error(HZ_S_ENOTSUP);
   checkpoint::Policy p;
   p.retention = a.retention;
   p.tier = static_cast<checkpoint::TierKind>(a.tier);

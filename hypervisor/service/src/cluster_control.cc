@@ -43,6 +43,7 @@ void ClusterControl::OnChange(const cluster::MembershipChange& change) {
   if (change.kind == cluster::MembershipChange::Kind::kLeft && hooks_.host_left) {
     hooks_.host_left(change.host, change.why);
   }
+  if (hooks_.hosts) hooks_.hosts(membership_->View().hosts);
   if (!hooks_.other_hosts) return;
   uint64_t malformed = 0;
   auto shapes = OtherHostsShapes(membership_->View().hosts, &malformed);

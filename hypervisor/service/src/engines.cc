@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "ckpt_replica.h"
 #include "command_args.h"
 #include "engine_adapters.h"
 #include "hz/events/injection.h"
@@ -86,7 +87,8 @@ Engines::~Engines() {
     notices.swap(notices_);
   }
   for (auto& t : notices) t.join();
-  ckpt_.reset();  // before the sink and the bus it publishes to
+  if (peer_) peer_->Stop();  // its copies end (FAILED) while the engine is there
+  ckpt_.reset();             // before the sink and the bus it publishes to
   sink_.reset();
 }
 
@@ -118,10 +120,19 @@ Status Engines::Start() {
   cc.default_limits.staging_bytes = config_.ckpt_tenant_staging_bytes;
   cc.default_limits.disk_bytes = config_.ckpt_tenant_disk_bytes;
   cc.sink = sink_.get();
+  if (config_.cluster.enabled) {
+    peer_ = std::make_unique<PeerReplicas>(PeerReplicaOptionsOf(config_));
+    cc.peer = peer_.get();
+  }
   st = checkpoint::Engine::Open(cc, &ckpt_);
   if (!st.ok()) return Status(st.code(), root + ": " + st.message());
+  if (peer_) peer_->Start(ckpt_.get());
   ckpt_adapter_ = std::make_unique<CkptAdapter>(*ckpt_);
   return Status::Ok();
+}
+
+void Engines::ClusterHosts(std::vector<cluster::HostInfo> hosts) {
+  if (peer_) peer_->SetHosts(std::move(hosts));
 }
 
 CkptBackend* Engines::checkpoints() const {
@@ -291,12 +302,13 @@ CommandResult Engines::ListCheckpoints(const json& req) {
     if (!ckpt_->List(id, s, 0, 1024, &entries, &more).ok()) continue;
     json steps = json::array();
     for (const auto& e : entries) {
-      steps.push_back(
-          {{"step", e.step},
-           {"bytes", e.bytes},
-           {"time_s", e.time_s},
-           {"state", e.state == checkpoint::CkptState::kDurable ? "durable" : "staged"},
-           {"tier", e.tier == checkpoint::TierKind::kHostMemory ? "host_memory" : "local_disk"}});
+      steps.push_back({{"step", e.step},
+                       {"bytes", e.bytes},
+                       {"time_s", e.time_s},
+                       {"state", e.state == checkpoint::CkptState::kDurable ? "durable" : "staged"},
+                       {"tier", e.tier == checkpoint::TierKind::kHostMemory ? "host_memory"
+                                : e.tier == checkpoint::TierKind::kPeerHost ? "peer_host"
+                                                                            : "local_disk"}});
     }
     streams.push_back({{"stream", s}, {"checkpoints", steps}, {"more", more}});
   }
@@ -341,6 +353,10 @@ json Engines::Counters() const {
                           {"events", ckpt_events_.load()},
                           {"free_chunks", s.free_chunks},
                           {"pool_chunks", s.pool_chunks}};
+    if (peer_) {
+      out["checkpoints"]["replicas"] = {
+          {"sent", peer_->sent()}, {"received", peer_->received()}, {"failed", peer_->failed()}};
+    }
   }
   return out;
 }

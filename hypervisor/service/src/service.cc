@@ -65,9 +65,10 @@ json CrossHostCommsJson(const ClusterCollBackend* backend) {
 
 // What the cluster's membership tells the rest of the service, and asks of
 // it: hosts leaving abort communicators across hosts; each tenant's summary
-// covers its devices on every host.
-ClusterHooks HooksFor(ClusterCollBackend* cross_host, scheduler::Scheduler* sched) {
+// covers its devices on every host; checkpoints are copied to live hosts.
+ClusterHooks HooksFor(ClusterCollBackend* cross_host, scheduler::Scheduler* sched, Engines* e) {
   ClusterHooks hooks;
+  hooks.hosts = [e](std::vector<cluster::HostInfo> hosts) { e->ClusterHosts(std::move(hosts)); };
   hooks.host_left = [cross_host](const std::string& host, const std::string& why) {
     if (cross_host) cross_host->HostLeft(host, why);
   };
@@ -76,9 +77,8 @@ ClusterHooks HooksFor(ClusterCollBackend* cross_host, scheduler::Scheduler* sche
   hooks.local_shapes = [sched] { return sched->LocalShapes(); };
   hooks.other_hosts = [sched](const std::string& tenant, std::vector<scheduler::HostShape> shapes) {
     hz::Status s = sched->SetOtherHosts(TenantId(tenant), std::move(shapes));
-    if (!s.ok()) {
+    if (!s.ok())
       spdlog::warn("event=cluster_shapes_failed tenant={} error=\"{}\"", tenant, s.ToString());
-    }
   };
   return hooks;
 }
@@ -198,7 +198,7 @@ hz::Status Service::Start() {
   if (hz::Status s = StartConditions(); !s.ok()) return s;
   cluster_ = std::make_unique<ClusterControl>(
       config_.cluster, HooksFor(dynamic_cast<ClusterCollBackend*>(coll_.get()),
-                                provider_ ? provider_->scheduler() : nullptr));
+                                provider_ ? provider_->scheduler() : nullptr, engines_.get()));
   commands_.Add(cluster_.get(), ClusterControl::Commands());
 
   StartConnectionThreads();

@@ -504,7 +504,7 @@ static inline unsigned int hz_coll_bytes(unsigned int opcode, hz_u64 count,
 enum hz_ckpt_tier {
 	HZ_TIER_HOST_MEMORY = 0,
 	HZ_TIER_LOCAL_DISK = 1,
-	HZ_TIER_PEER_HOST = 2, /* reserved: not offered in version 1.0 */
+	HZ_TIER_PEER_HOST = 2, /* local disk and a replica on another host (SPEC.md 7.5.6) */
 };
 
 #define HZ_CKPT_F_AUTO_SAVE_ON_NOTICE (1u << 0)

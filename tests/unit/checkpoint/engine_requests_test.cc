@@ -132,8 +132,8 @@ TEST_F(CheckpointRequests, PolicyValidationAndStreamLimit) {
   bad.retention = 0;
   EXPECT_EQ(eng_->SetPolicy(Tenant(1), 1, bad).code(), StatusCode::kInvalidArgument);
   Policy peer;
-  peer.tier = TierKind::kPeerHost;
-  EXPECT_EQ(eng_->SetPolicy(Tenant(1), 1, peer).code(), StatusCode::kInvalidArgument);
+  peer.tier = TierKind::kPeerHost;  // without a peer link (not in a cluster)
+  EXPECT_EQ(eng_->SetPolicy(Tenant(1), 1, peer).code(), StatusCode::kNotSupported);
   EXPECT_EQ(eng_->SetPolicy(Tenant(1), 0, Policy{}).code(),
             StatusCode::kInvalidArgument);  // stream 0 is reserved
   TenantLimits lim;

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "hz/checkpoint/peer.h"
 #include "hz/checkpoint/types.h"
 
 namespace hz::checkpoint {
@@ -72,6 +73,9 @@ struct EngineConfig {
   uint64_t quiesce_bytes = 0;
   TenantLimits default_limits;  // for tenants without SetLimits
   EventSink* sink = nullptr;    // may be null; must outlive the engine
+  // The peer-host tier (peer.h); null: policies naming it are kNotSupported.
+  // Must outlive the engine, and have called every done before it goes.
+  PeerLink* peer = nullptr;
 };
 
 struct SaveRequest {
@@ -132,6 +136,10 @@ struct Decision {
     kJit,               // just-in-time snapshot; value = attempts
     kRecoveredCleanup,  // start-up removed an uncommitted step directory
     kKeepAfterFailure,  // persist failed; the snapshot stays restorable in memory (STAGED)
+    kReplicaDurable,    // the copy on another host is durable (peer-host tier)
+    kReplicaFailed,     // the copy on another host failed; value = StatusCode
+    kReplicaStored,     // a copy from another host was stored here
+    kReplicaRefused,    // a copy from another host was refused; value = StatusCode
   };
   uint64_t time_us = 0;  // steady clock
   Kind kind = Kind::kPlaceDisk;
@@ -243,8 +251,18 @@ class Engine {
   // destruction (Save then answers kShutdown).
   void RunAsync(const TenantId& tenant, std::function<void()> fn);
 
-  // Waits until the step is durable (kOk), failed (kIo), deleted (kNotFound)
-  // or the timeout passed (kTimedOut).
+  // Stores a checkpoint another host sends for the peer-host tier (peer.h):
+  // every chunk is read through in.read_chunk and its CRC32C verified, then
+  // committed on the local disk exactly as a local persist (flushed before
+  // kOk). The tenant's stream is created with in.policy if it does not exist.
+  // kExists: that step is held here; kInvalid: below the highest step here or
+  // a malformed manifest; kBusy: a save of the stream is in progress; kLimit:
+  // the tenant's stream or disk quota; kCorruption: a chunk failed its check.
+  Status StoreReplica(const ReplicaIn& in);
+
+  // Waits until the step is durable (kOk), failed (kIo; for the peer-host
+  // tier the replica's failure), deleted (kNotFound) or the timeout passed
+  // (kTimedOut). With the peer-host tier, durable means the replica is.
   Status WaitDurable(const TenantId& tenant, StreamId stream, uint64_t step,
                      std::chrono::milliseconds timeout);
 

@@ -1,8 +1,9 @@
 // A persistent tier: where the background worker writes a sealed snapshot's
-// chunks and commits its manifest. The local disk (DiskTier) is the one tier
-// of version 1.0; a peer-host tier (a neighbour's memory or disk, Gemini-style)
-// implements the same calls: SubmitChunk sends a chunk, Commit asks the peer
-// to commit, Read fetches the payload back.
+// chunks and commits its manifest. The local disk (DiskTier) is the one Tier.
+// The peer-host tier is not a Tier of the worker's: it copies a checkpoint
+// once the local disk has committed it (peer.h), so that staging memory is
+// never held for a remote host, and the receiving host commits the copy
+// through its own DiskTier.
 //
 // The host-memory tier is not a Tier: it is the staging pool keeping a sealed
 // snapshot instead of releasing it (see engine.h).

@@ -37,7 +37,7 @@ inline constexpr uint64_t kLatestStep = HZ_STEP_LATEST;
 enum class TierKind : uint32_t {
   kHostMemory = HZ_TIER_HOST_MEMORY,  // host RAM: survives the guest, not the host
   kLocalDisk = HZ_TIER_LOCAL_DISK,    // committed files on the host's disk
-  kPeerHost = HZ_TIER_PEER_HOST,      // reserved: another host's memory or disk
+  kPeerHost = HZ_TIER_PEER_HOST,      // local disk plus a replica on another host (peer.h)
 };
 
 // Values equal enum hz_ckpt_state.

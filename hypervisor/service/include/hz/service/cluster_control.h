@@ -29,6 +29,8 @@ namespace hz::service {
 // What the rest of the service gives the cluster, and takes from it. Each
 // is called on the membership thread and must not block; any may be empty.
 struct ClusterHooks {
+  // The live hosts, this one included, after any change.
+  std::function<void(std::vector<cluster::HostInfo> hosts)> hosts;
   // A host left this host's view.
   std::function<void(const std::string& host, const std::string& why)> host_left;
   // The communicators across hosts, as cluster.status lists them.

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hz/checkpoint/engine.h"
+#include "hz/cluster/membership.h"
 #include "hz/common/status.h"
 #include "hz/common/tenant_id.h"
 #include "hz/events/event_bus.h"
@@ -40,6 +41,7 @@ namespace hz::service {
 
 class BusAdapter;
 class CkptAdapter;
+class PeerReplicas;
 
 class Engines {
  public:
@@ -63,6 +65,10 @@ class Engines {
   // kInvalidArgument when the tenant's own caps exceed what all tenants
   // together have (the checkpoint disk space, the staging pool).
   Status CheckTenantLimits(const TenantSpec& spec) const;
+
+  // The live hosts of the cluster (membership thread): where checkpoints of
+  // the peer-host tier are copied to. Nothing without [cluster].
+  void ClusterHosts(std::vector<cluster::HostInfo> hosts);
 
   events::EventBus* bus() const { return bus_.get(); }
   // Appends to the tenant's log, then starts the just-in-time saves of a
@@ -104,6 +110,8 @@ class Engines {
   std::unique_ptr<CkptSink> sink_;
   std::unique_ptr<NoticeSink> notice_sink_;
   PublishedFn observer_;
+  // The peer-host tier (with [cluster]); stopped before the engine goes.
+  std::unique_ptr<PeerReplicas> peer_;
   std::unique_ptr<checkpoint::Engine> ckpt_;
   // After the engines: a save still queued when the checkpoint engine stops
   // runs during its destruction, through the adapter.

@@ -1,0 +1,110 @@
+#include "ckpt_replica_wire.h"
+
+#include <nlohmann/json.hpp>
+
+#include "hz/service/tenants.h"
+
+namespace hz::service {
+
+using json = nlohmann::json;
+
+namespace {
+
+bool U64(const json& j, const char* key, uint64_t max, uint64_t* out) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_unsigned() || it->get<uint64_t>() > max) return false;
+  *out = it->get<uint64_t>();
+  return true;
+}
+
+bool Str(const json& j, const char* key, size_t max, std::string* out) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string() || it->get_ref<const std::string&>().size() > max) {
+    return false;
+  }
+  *out = it->get<std::string>();
+  return true;
+}
+
+bool DecodePolicy(const json& j, checkpoint::Policy* p) {
+  uint64_t retention, tier, stall, rpo;
+  if (!j.is_object() || !U64(j, "retention", 1000000, &retention) || retention == 0 ||
+      !U64(j, "tier", HZ_TIER_PEER_HOST, &tier) || !U64(j, "stall_budget_ms", UINT32_MAX, &stall) ||
+      !U64(j, "rpo_s", UINT32_MAX, &rpo)) {
+    return false;
+  }
+  auto flag = j.find("auto_save_on_notice");
+  if (flag == j.end() || !flag->is_boolean()) return false;
+  p->retention = static_cast<uint32_t>(retention);
+  p->tier = static_cast<checkpoint::TierKind>(tier);
+  p->stall_budget_ms = static_cast<uint32_t>(stall);
+  p->rpo_s = static_cast<uint32_t>(rpo);
+  p->auto_save_on_notice = flag->get<bool>();
+  return true;
+}
+
+}  // namespace
+
+std::string EncodeRequest(const ReplicaRequest& r) {
+  const checkpoint::Policy& p = r.policy;
+  json policy = {{"retention", p.retention},
+                 {"tier", static_cast<uint32_t>(p.tier)},
+                 {"stall_budget_ms", p.stall_budget_ms},
+                 {"rpo_s", p.rpo_s},
+                 {"auto_save_on_notice", p.auto_save_on_notice}};
+  return json{{"version", 1},
+              {"id", r.id},
+              {"source", r.source},
+              {"tenant", r.tenant},
+              {"manifest", checkpoint::EncodeManifest(r.manifest)},
+              {"policy", std::move(policy)},
+              {"deadline_unix_ms", r.deadline_unix_ms}}
+      .dump();
+}
+
+Status DecodeRequest(const std::string& text, ReplicaRequest* out) {
+  if (text.size() > kMaxReplicaRequestBytes) return Status::InvalidArgument("oversized request");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  uint64_t version = 0;
+  std::string manifest;
+  if (!j.is_object() || !U64(j, "version", 1, &version) || version != 1 ||
+      !Str(j, "id", 64, &out->id) || !Str(j, "source", 256, &out->source) ||
+      !Str(j, "tenant", 256, &out->tenant) ||
+      !Str(j, "manifest", checkpoint::kMaxManifestBytes, &manifest) ||
+      !U64(j, "deadline_unix_ms", UINT64_MAX, &out->deadline_unix_ms) || !j.contains("policy") ||
+      !DecodePolicy(j["policy"], &out->policy)) {
+    return Status::InvalidArgument("not a replica request");
+  }
+  if (out->id.empty() || !TenantRegistry::ValidName(out->tenant)) {
+    return Status::InvalidArgument("bad id or tenant name in a replica request");
+  }
+  for (char c : out->id) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return Status::InvalidArgument("bad id");
+  }
+  return checkpoint::DecodeManifest(manifest, &out->manifest).ok()
+             ? Status::Ok()
+             : Status::InvalidArgument("bad manifest in a replica request");
+}
+
+Status SendStatus(cluster::InterHostGroup& g, uint32_t peer, uint64_t tag, const Status& st,
+                  std::chrono::milliseconds timeout) {
+  const uint32_t code = static_cast<uint32_t>(st.code());
+  return g.Send(peer, tag, &code, sizeof code, timeout);
+}
+
+Status RecvStatus(cluster::InterHostGroup& g, uint32_t peer, uint64_t tag,
+                  std::chrono::milliseconds timeout) {
+  uint32_t code = 0;
+  if (Status st = g.Recv(peer, tag, &code, sizeof code, timeout); !st.ok()) return st;
+  if (code >= kStatusCodeCount) return Status::IoError("an answer out of range");
+  if (code == 0) return Status::Ok();
+  return Status(static_cast<StatusCode>(code), "refused by the replica host");
+}
+
+uint64_t UnixMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace hz::service
