@@ -187,6 +187,7 @@ Status Scheduler::Allocate(const TenantId& id, const Request& request, uint64_t*
   const std::string& tenant = id.name();
   if (!ev::ValidName(tenant)) return Status::InvalidArgument("invalid tenant name");
   std::lock_guard<std::mutex> lock(mu_);
+  if (cordoned_) return Status::Busy("the host is under maintenance: no new placements");
   Allocation a;
   Status s = allocator_.Allocate(tenant, request, &a);
   if (!s.ok()) return s;
@@ -437,6 +438,11 @@ nlohmann::json Scheduler::Allocations() const {
   return out;
 }
 
+void Scheduler::SetCordoned(bool cordoned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cordoned_ = cordoned;
+}
+
 uint32_t Scheduler::ReservableDevices(uint32_t pool) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (pool >= cluster_.pools().size()) return 0;
@@ -455,6 +461,7 @@ Status Scheduler::AttachReservation(const TenantId& id, uint64_t reservation_id,
                                     const std::vector<PoolDevices>& devices) {
   const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
+  if (cordoned_) return Status::Busy("the host is under maintenance: no new placements");
   if (reservations_.count(reservation_id)) {
     return Status::State("reservation " + std::to_string(reservation_id) + " already attached");
   }

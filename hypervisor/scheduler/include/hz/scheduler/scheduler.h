@@ -85,6 +85,12 @@ class Scheduler {
 
   // Operator: the tenant's VM (libvirt domain). Persisted.
   Status BindTenant(const TenantId& tenant, const std::string& domain);
+  // While cordoned (the host is under maintenance) nothing new is placed on
+  // it: Allocate and AttachReservation fail with kBusy. What is placed
+  // stays, and the capacity reservations count on is unchanged (a
+  // reservation for after the maintenance must not be revoked). Not
+  // persisted: the maintenance workflow sets it again after a restart.
+  void SetCordoned(bool cordoned);
   // Places, records (durably), binds to vfio-pci and attaches to the tenant's
   // domain; rolls back when binding or attaching fails.
   Status Allocate(const TenantId& tenant, const Request& request, uint64_t* allocation_id);
@@ -187,6 +193,7 @@ class Scheduler {
   std::map<std::string, std::string> domains_;                 // tenant -> libvirt domain
   std::map<uint64_t, uint64_t> reservations_;                  // reservation id -> allocation id
   std::map<std::string, std::vector<HostShape>> other_hosts_;  // tenant -> its other hosts
+  bool cordoned_ = false;                                      // SetCordoned
 };
 
 }  // namespace hz::scheduler
