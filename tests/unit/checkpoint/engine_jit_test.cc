@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <set>
 #include <thread>
 
 #include "hz/checkpoint/engine.h"
@@ -146,6 +147,33 @@ TEST(CheckpointJit, OnlyOptedInDeclaredStreamsAreSaved) {
   EXPECT_EQ(e.size(), 1u);
   // Other tenants' notices do not touch this tenant.
   EXPECT_TRUE(eng->OnNotice(Tenant(2), Clock::now() + 1s).empty());
+}
+
+// A notice about some of the tenant's VMs saves only the streams they
+// registered (the caller names them).
+TEST(CheckpointJit, ANoticeSavesOnlyTheStreamsItNames) {
+  TempDir dir("jit-only");
+  RecordingSink sink;
+  auto eng = testing::OpenEngine(SmallConfig(dir.path(), &sink));
+  ASSERT_TRUE(eng);
+  Policy p;
+  p.auto_save_on_notice = true;
+  LiveState s1, s2;
+  s1.Update(10);
+  s2.Update(20);
+  auto sp1 = s1.spans();
+  auto sp2 = s2.spans();
+  for (StreamId id : {1u, 2u}) ASSERT_EQ(eng->SetPolicy(Tenant(1), id, p).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->DeclareQuiesce(Tenant(1), 1, s1.word_span(), sp1).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->DeclareQuiesce(Tenant(1), 2, s2.word_span(), sp2).code(), StatusCode::kOk);
+  const std::set<StreamId> only = {2};
+  auto outcomes = eng->OnNotice(Tenant(1), Clock::now() + 10s, &only);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[0].stream, 2u);
+  EXPECT_EQ(outcomes[0].step, 20u);
+  EXPECT_EQ(sink.Count(EventKind::kJitSaved, Tenant(1), 1, 10), 0u);
+  const std::set<StreamId> none;
+  EXPECT_TRUE(eng->OnNotice(Tenant(1), Clock::now() + 10s, &none).empty());
 }
 
 TEST(CheckpointJit, DeclarationsAreValidated) {
