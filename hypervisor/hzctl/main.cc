@@ -32,6 +32,10 @@
 //          seconds, or +N seconds from now; LEVEL: normal|constrained|critical or 0-2;
 //          SOURCES: power, price, carbon joined by '+', e.g. +0,+3600,constrained,price)
 //   hzctl energy status                   (the schedule, the level now, energy slack, congestion)
+//   hzctl maintenance schedule --host H --at T|+S --duration D [--vm SOCKET]...
+//         (tells every tenant with a VM or device on host H, or on those VMs; starts
+//          once all approved early or at T; H is this host's name)
+//   hzctl maintenance status | cancel --id N | complete --id N
 //
 // Exit codes: 0 success, 1 the service refused the request, 2 usage error,
 // 3 the service could not be reached.
@@ -49,6 +53,8 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+
+#include "maintenance_cli.h"
 
 using json = nlohmann::json;
 
@@ -163,6 +169,7 @@ void PrintCluster(const json& r) {
 }
 
 void PrintHuman(const std::string& cmd, const json& r) {
+  if (hzctl::MaintenanceCli::Print(cmd, r)) return;
   if (cmd == "tenant.list") {
     std::printf("%-20s %6s %-8s %8s %12s %12s %12s %9s %10s %10s %s\n", "TENANT", "WEIGHT",
                 "PRIORITY", "REGIONS", "MAX_REGIONS", "BYTES", "MAX_BYTES", "MAX_NEGS", "DISK",
@@ -372,6 +379,8 @@ int main(int argc, char** argv) {
   eschedule->add_option("--window", energy_windows, "START,END,LEVEL[,SOURCES] (repeatable)");
   auto* energy_status = energy_cmd->add_subcommand("status", "the schedule, level and slack");
 
+  hzctl::MaintenanceCli maintenance(app);
+
   auto* ckpt_cmd = app.add_subcommand("checkpoint", "tenant checkpoints")->require_subcommand(1);
   auto* clist = ckpt_cmd->add_subcommand("list", "a tenant's streams, checkpoints and decisions");
   clist->add_option("--tenant", tenant, "tenant name")->required();
@@ -494,6 +503,8 @@ int main(int argc, char** argv) {
     }
   } else if (energy_status->parsed()) {
     cmd = "energy.status";
+  } else if (maintenance.Request(&req)) {
+    cmd = req["cmd"];
   } else if (einject->parsed()) {
     cmd = "event.inject";
     json ev = json::object();

@@ -200,6 +200,11 @@ void ReadConditions(TableReader& r, ServiceConfig* c) {
   r.Int("congestion_hysteresis_s", &c->conditions.congestion_hysteresis_s, 10, 3600);
 }
 
+void ReadMaintenance(TableReader& r, ServiceConfig* c) {
+  r.String("hook", &c->maintenance_hook);
+  r.Int("hook_timeout_s", &c->maintenance_hook_timeout_s, 1, 86400);
+}
+
 void ReadScheduler(TableReader& r, ServiceConfig* c) {
   SchedulerConfig& s = c->scheduler;
   r.Bool("enabled", &s.enabled);
@@ -252,6 +257,7 @@ constexpr Section kSections[] = {
     {"checkpoint", ReadCheckpoint},
     {"collectives", ReadCollectives},
     {"conditions", ReadConditions},
+    {"maintenance", ReadMaintenance},
     {"scheduler", ReadScheduler},
     {"negotiation", ReadNegotiation},
     {"cluster", ReadCluster},

@@ -177,8 +177,18 @@ Status Engines::Publish(const TenantId& tenant, const events::EventSpec& spec, u
   hz_event ev{};
   if (!bus_->Get(tenant, n, &ev).ok()) return Status::Ok();  // already compacted away
   if (IsNotice(ev)) Notice(tenant, ev, vms);
-  if (observer_) observer_(tenant, ev);
+  PublishedFn observer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    observer = observer_;
+  }
+  if (observer) observer(tenant, ev);
   return Status::Ok();
+}
+
+void Engines::SetPublishedObserver(PublishedFn fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observer_ = std::move(fn);
 }
 
 // SPEC §7.5.7: a SCHEDULED notice (or STARTED) lets the provider copy every

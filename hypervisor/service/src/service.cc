@@ -196,6 +196,7 @@ hz::Status Service::Start() {
   }
 
   if (hz::Status s = StartConditions(); !s.ok()) return s;
+  if (hz::Status s = StartMaintenance(); !s.ok()) return s;
   cluster_ = std::make_unique<ClusterControl>(
       config_.cluster, HooksFor(dynamic_cast<ClusterCollBackend*>(coll_.get()),
                                 provider_ ? provider_->scheduler() : nullptr, engines_.get()));

@@ -17,7 +17,7 @@ hz::Status Service::StartConditions() {
   hooks.unix_now = [] { return static_cast<uint64_t>(std::time(nullptr)); };
   hooks.publish = [this](const std::string& tenant, const events::EventSpec& spec) {
     uint64_t seq = 0;
-    hz::Status s = engines_->bus()->Publish(TenantId(tenant), spec, &seq);
+    hz::Status s = engines_->Publish(TenantId(tenant), spec, &seq);
     if (!s.ok()) {
       spdlog::warn("event=condition_publish_failed tenant={} topic={} error=\"{}\"", tenant,
                    spec.topic, s.ToString());
@@ -48,17 +48,7 @@ void Service::ArmConditions() {
 
 void Service::PollConditions() {
   ConditionInputs in;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [path, b] : bindings_) in.host_tenants.insert(b.tenant);
-  }
-  if (provider_ && provider_->scheduler()) {
-    for (const nlohmann::json& a : provider_->scheduler()->Allocations()) {
-      if (a.contains("tenant") && a["tenant"].is_string()) {
-        in.host_tenants.insert(a["tenant"].get<std::string>());
-      }
-    }
-  }
+  in.host_tenants = HostTenants();
   if (coll_) {
     for (const CommSummary& c : coll_->Communicators()) in.coll_tenants.insert(c.tenant);
     in.host_memory = coll_->WorkerWaiting();

@@ -198,6 +198,7 @@ void Service::StopConnectionThreads() {
 
 void Service::StopEngines() {
   auto stop = [this] {
+    StopMaintenance();  // it tells tenants through the engines
     coll_.reset();
     // The provider publishes to the bus: it goes first.
     if (provider_) provider_->Stop();

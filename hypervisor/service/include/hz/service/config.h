@@ -194,6 +194,11 @@ struct ServiceConfig {
     uint32_t congestion_hysteresis_s = 10;
   } conditions;
 
+  // [maintenance]: the operator's hook, run as `hook start|complete ID HOST`
+  // when a maintenance starts and completes, and how long it may take.
+  std::string maintenance_hook;
+  uint32_t maintenance_hook_timeout_s = 60;
+
   SchedulerConfig scheduler;
   NegotiationConfig negotiation;
   ClusterConfig cluster;

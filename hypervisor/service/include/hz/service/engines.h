@@ -81,7 +81,8 @@ class Engines {
   // Told of every event published, after it is in the log (any thread, no
   // lock held). Set once, before anything publishes.
   using PublishedFn = std::function<void(const TenantId& tenant, const hz_event& event)>;
-  void SetPublishedObserver(PublishedFn fn) { observer_ = std::move(fn); }
+  // Empty: none. Clearing it does not wait for a call in progress.
+  void SetPublishedObserver(PublishedFn fn);
   // What the devices use; null when that engine is not running.
   CkptBackend* checkpoints() const;
   EventBackend* events() const;

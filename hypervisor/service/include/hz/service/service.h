@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +48,7 @@ namespace hz::service {
 
 class ControlServer;
 class HostConditions;
+class MaintenanceWorkflow;
 class MetricsServer;
 
 class Service : public ControlTarget {
@@ -151,6 +153,14 @@ class Service : public ControlTarget {
   hz::Status StartConditions();
   void ArmConditions();
   void PollConditions();
+  // service_maintenance.cc: the maintenance workflow.
+  hz::Status StartMaintenance();
+  void ArmMaintenance();
+  void StopMaintenance();
+  // Tenants with a VM bound or devices allocated on this host.
+  std::set<std::string> HostTenants() const;
+  // The tenants of the VMs (socket paths); HostTenants() when vms is empty.
+  hz::StatusOr<std::set<std::string>> TenantsOfVms(const std::vector<std::string>& vms) const;
   // service_state.cc
   void SaveState();
   hz::Status LoadState();
@@ -181,6 +191,8 @@ class Service : public ControlTarget {
   // After io_ (its timer runs there), before the devices that reach it.
   std::unique_ptr<HostConditions> conditions_;
   std::unique_ptr<boost::asio::steady_timer> conditions_timer_;
+  std::shared_ptr<MaintenanceWorkflow> maintenance_;
+  std::unique_ptr<boost::asio::steady_timer> maintenance_timer_;
   std::unique_ptr<boost::asio::signal_set> signals_;
   std::vector<std::unique_ptr<VdevThread>> vdev_threads_;  // vhost-user connections
   std::unique_ptr<boost::asio::thread_pool> background_;   // env_.background
