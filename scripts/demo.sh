@@ -7,16 +7,17 @@
 #      the virtio-user transport, join one communicator and all-reduce 16 MiB
 #      through the service, zero-copy from their registered memory, then
 #      subscribe to maintenance notices while they work;
-#   5. the operator publishes a scheduled maintenance (hzctl event inject) once
-#      every rank has subscribed; each rank saves a checkpoint of its shard in
-#      reaction, acknowledges the notice approving an early start, then
-#      restores and verifies the checkpoint;
-#   6. the operator's view: connected VMs, counters, the ranks' checkpoints and
-#      the approval in the tenant's durable event state;
+#   5. the operator schedules a maintenance of this host (hzctl maintenance
+#      schedule) once every rank has subscribed; each rank saves a checkpoint
+#      of its shard in reaction, acknowledges the notice approving an early
+#      start, then restores and verifies the checkpoint; with every tenant's
+#      approval the maintenance starts at once, and the operator completes it;
+#   6. the operator's view: connected VMs, counters, the ranks' checkpoints,
+#      the maintenance's status and the tenant's durable event state;
 #   7. PyTorch: three DDP ranks of a second tenant, launched with
 #      torch.distributed.run on backend "harmonaize", each on its own socket;
-#      a maintenance notice mid-training makes every rank save its state
-#      through the provider and approve; started again with --resume, the
+#      a maintenance of its three VMs mid-training makes every rank save its
+#      state through the provider and approve; started again with --resume, the
 #      ranks restore the step they saved and end with the same parameters.
 # Everything printed comes from the programs that did the work.
 set -euo pipefail
@@ -72,9 +73,9 @@ for i in 0 1 2; do
   [ -e "$work/ready$i" ] || { echo "rank $i did not subscribe"; cat "$work/harmonaized.log"; exit 1; }
 done
 
-say "operator: publish a maintenance notice to 'acme' (starts in 10 minutes unless approved)"
-hzctl event inject --tenant acme --topic maintenance --kind scheduled --deadline-s 600 \
-  --json '{"duration_s": 300, "approvable": true}'
+host=$(hostname)
+say "operator: schedule a maintenance of host '$host' (starts in 10 minutes unless every tenant approves)"
+hzctl maintenance schedule --host "$host" --at +600 --duration 300
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 [ "$status" -eq 0 ] || { echo "a tenant rank failed"; cat "$work/harmonaized.log"; exit 1; }
@@ -88,6 +89,14 @@ hzctl checkpoint list --tenant acme
 
 say "operator: 'acme's event log: each VM's cursor, and the notice it approved early"
 hzctl event status --tenant acme
+
+say "operator: the maintenance started once 'acme' approved; complete it"
+for _ in $(seq 100); do
+  hzctl --json maintenance status | grep -q '"state": "started"' && break
+  sleep 0.1
+done
+hzctl maintenance status
+hzctl maintenance complete --id 1
 
 say "PyTorch: tenant 'ml' trains with DDP on backend harmonaize (three ranks, torch.distributed.run)"
 hzctl tenant create ml
@@ -112,14 +121,15 @@ for _ in $(seq 1200); do
 done
 [ "$(ls "$work/ml-ready" | wc -l)" -ge 3 ] || { echo "the PyTorch ranks did not start"; exit 1; }
 
-say "operator: publish a maintenance notice to 'ml' while it trains"
-hzctl event inject --tenant ml --topic maintenance --kind scheduled --deadline-s 600 \
-  --json '{"duration_s": 300, "approvable": true}'
+say "operator: schedule a maintenance of 'ml's three VMs while it trains"
+hzctl maintenance schedule --host "$host" --at +600 --duration 300 \
+  --vm "$work/ml0.sock" --vm "$work/ml1.sock" --vm "$work/ml2.sock"
 wait "$train_pid" || { echo "PyTorch training failed"; cat "$work/harmonaized.log"; exit 1; }
 
-say "operator: 'ml's checkpoints (one stream per rank) and its approval"
+say "operator: 'ml's checkpoints (one stream per rank), its approval and the maintenance"
 hzctl checkpoint list --tenant ml
 hzctl event status --tenant ml
+hzctl maintenance status
 
 say "PyTorch: the job started again with --resume restores its checkpoints and trains on"
 train --resume --result "$work/ml-resumed" || { echo "the resumed run failed"; exit 1; }

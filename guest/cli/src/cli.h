@@ -36,7 +36,7 @@ hz_device_t* Open(const Options& o, int* code);
 
 int Status(const Options& o);
 int Topology(const Options& o);
-int Events(const Options& o, bool follow, const std::string& topics, int wait_ms);
+int Events(const Options& o, bool follow, const std::string& topics, int wait_ms, bool approve);
 int CheckpointList(const Options& o, uint32_t stream);
 int CheckpointPolicy(const Options& o, uint32_t stream, const std::string& tier,
                      uint32_t retention);

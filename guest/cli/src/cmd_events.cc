@@ -46,7 +46,7 @@ bool ParseTopics(const std::string& list, uint64_t* mask, std::string* bad) {
 
 }  // namespace
 
-int Events(const Options& o, bool follow, const std::string& topics, int wait_ms) {
+int Events(const Options& o, bool follow, const std::string& topics, int wait_ms, bool approve) {
   uint64_t mask = 0;
   std::string bad;
   if (!ParseTopics(topics, &mask, &bad)) {
@@ -85,6 +85,12 @@ int Events(const Options& o, bool follow, const std::string& topics, int wait_ms
     if (ev.deadline_s) h << " deadline " << ev.deadline_s;
     h << "\n";
     Print(o, j, h.str());
+    // The tenant is ready: it acknowledges the notice and approves it.
+    if (approve && (ev.flags & HZ_EVENT_F_APPROVABLE) != 0) {
+      if (int e = hz_event_ack(dev.get(), ev.seq, HZ_ACK_F_APPROVE); e != HZ_OK) {
+        return Error(o, "approve event", e);
+      }
+    }
   }
   return kOk;
 }

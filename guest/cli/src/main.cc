@@ -33,7 +33,10 @@ int main(int argc, char** argv) {
   events->add_option("--topics", topics, "comma-separated topics (default: all)");
   events->add_option("--wait-ms", wait_ms, "without --follow: how long to wait for the next event")
       ->check(CLI::Range(0, 600000));
-  events->callback([&] { rc = Events(o, follow, topics, wait_ms); });
+  bool approve = false;
+  events->add_flag("--approve", approve,
+                   "approve each approvable notice printed (an early start, SPEC 7.6.2)");
+  events->callback([&] { rc = Events(o, follow, topics, wait_ms, approve); });
 
   auto* ckpt = app.add_subcommand("checkpoint", "checkpoint streams");
   ckpt->require_subcommand(1);
