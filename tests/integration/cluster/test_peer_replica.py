@@ -11,63 +11,24 @@ restores it bit-exact; another tenant on h1 can neither list nor restore it.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import tempfile
 
 import pytest
 
-from cluster_host import ClusterHost, wait_until
-from cluster_net import ClusterNet
+from cluster_host import wait_until
+from cluster_tenants import checkpoint_events, hz, two_hosts, vm_socket
 
-HZ = os.environ.get("HZ_CLI", "hz")
 LEASE_MS = 1000
 # include/harmonaize/hz.h; SPEC.md 7.5 and 8.3.6
 HZ_ENOENT, HZ_EAGAIN = -4, -7
 TIER_PEER_HOST, DURABLE, FAILED = 2, 0, 1
-CHECKPOINT_TOPIC = "checkpoint"
-
-
-def hz(socket: str, *args: str) -> list:
-    """Every JSON line `hz --json` printed (results and errors)."""
-    out = subprocess.run([HZ, "--device", f"vhost-user:{socket}", "--json", *args],
-                         capture_output=True, text=True, timeout=60).stdout
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-
-
-def checkpoint_events(socket: str) -> list:
-    """(kind, stream, tier, step, status) of the CHECKPOINT events waiting."""
-    out = []
-    for e in hz(socket, "events", "--topics", CHECKPOINT_TOPIC, "--wait-ms", "200"):
-        p = bytes.fromhex(e["payload"])
-        le = lambda a, b: int.from_bytes(p[a:b], "little")
-        out.append((e["kind"], le(0, 4), le(4, 8), le(8, 16), le(16, 20)))
-    return out
-
-
-def vm_socket(host: ClusterHost, tenant: str) -> str:
-    path = os.path.join(host.dir, f"{tenant}-vm.sock")
-    assert host.hzctl("vm", "bind", "--tenant", tenant, "--socket", path)["ok"]
-    return path
 
 
 @pytest.fixture
 def hosts():
-    with ClusterNet(["store", "h0", "h1"], rate_mbit=1000) as net:
-        net.start_redis()
-        members = [ClusterHost(net, "h0", LEASE_MS), ClusterHost(net, "h1", LEASE_MS)]
-        try:
-            for h in members:
-                h.start()
-                for tenant in ("acme", "eve"):
-                    assert h.hzctl("tenant", "create", tenant)["ok"]
-            assert wait_until(lambda: all(len(h.hosts()) == 2 for h in members), 10)
-            yield members
-        finally:
-            for h in members:
-                if h.proc is not None and h.proc.poll() is None:
-                    h.stop()
+    with two_hosts(["acme", "eve"], LEASE_MS) as members:
+        yield members
 
 
 def test_a_replica_outlives_its_host_and_stays_the_tenants(hosts):
