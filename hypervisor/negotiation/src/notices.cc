@@ -61,8 +61,10 @@ std::map<hz_device_kind, uint64_t> NegotiationEngine::FreeNow(const std::set<hz_
   return free;
 }
 
-// A tenant waits for a kind while a negotiation of its own for the kind is
-// open without an offer to accept (undecided, or decided with none). When
+// A tenant waits for a kind while a negotiation of its own for the kind was
+// decided with no offer to accept. (An undecided one is not waiting yet: its
+// decision point sees the capacity anyway, and does so without the engine's
+// lock, where this tick holds it.) When
 // the free devices of a kind rose since the last tick, each tenant waiting
 // for it is told the bucketed count, as the limiter allows; a count the
 // limiter held back is told at a later tick once allowed.
@@ -70,7 +72,7 @@ void NegotiationEngine::NoticeAvailability(uint64_t now) {
   std::map<hz_device_kind, std::set<TenantId>> waiting;
   std::set<hz_device_kind> kinds;
   for (const auto& [id, n] : negotiations_) {
-    if (n.provider_initiated || !n.offers.empty()) continue;
+    if (n.provider_initiated || !n.offers.empty() || n.state == NegState::kPending) continue;
     const auto kind = static_cast<hz_device_kind>(n.request.kind);
     waiting[kind].insert(n.tenant);
     kinds.insert(kind);
