@@ -10,7 +10,7 @@
 // space follow. The device starts after a valid HELLO (all features), so the
 // fuzzer spends its time past the handshake; a record can send another.
 // Collectives reach a scripted backend that keeps them pending, as a peer
-// that never posts would. Checkpoint, event and provider requests reach the
+// that never posts would. Checkpoint, event, provider and energy requests reach the
 // unit tests' scripted engines: after each record the checkpoint work they
 // queued runs, waiting negotiations are decided and an event is published,
 // so completions race the next record as they would in the daemon. The device
@@ -34,6 +34,7 @@ using hz::service::testing::ChainBuilder;
 using hz::service::testing::FakeBackend;
 using hz::service::testing::FakeCkptBackend;
 using hz::service::testing::FakeContext;
+using hz::service::testing::FakeEnergyBackend;
 using hz::service::testing::FakeEventBackend;
 using hz::service::testing::FakeProviderBackend;
 using hz::service::testing::FakeQueue;
@@ -50,6 +51,7 @@ struct Harness {
   FakeCkptBackend ckpt;
   FakeEventBackend bus;
   FakeProviderBackend provider;
+  FakeEnergyBackend energy;
   std::shared_ptr<Tenant> tenant;
   std::unique_ptr<HzDevice> dev;
   std::vector<std::unique_ptr<FakeQueue>> queues;
@@ -66,6 +68,7 @@ struct Harness {
     env.ckpt = &ckpt;
     env.events = &bus;
     env.provider = &provider;
+    env.energy = &energy;
     dev = std::make_unique<HzDevice>(env, tenant, "/run/fuzz.sock");
     dev->OnConnect(ctx);
     for (uint16_t i = 0; i < dev->NumQueues(); ++i) {
@@ -103,6 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Harness h;
   hz_hello_args hello{};
   hello.version_major = HZ_VERSION_MAJOR;
+  hello.version_minor = HZ_VERSION_MINOR;  // 1.1: ENERGY_SLACK too
   hello.driver_features = ~0ull;
   h.Submit(0, RequestBytes(HZ_OP_HELLO, hello, 1), 256, 0);
 

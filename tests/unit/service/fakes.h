@@ -21,6 +21,7 @@
 
 #include "hz/service/ckpt_backend.h"
 #include "hz/service/coll_backend.h"
+#include "hz/service/energy_backend.h"
 #include "hz/service/event_backend.h"
 #include "hz/service/provider_backend.h"
 #include "protocol/harmonaize.h"
@@ -440,6 +441,22 @@ class FakeProviderBackend : public ProviderBackend {
   std::string last_tenant;
   uint32_t last_weight = 0;
   uint8_t last_max_priority = 0;
+};
+
+// Energy slack declarations, accepted as SPEC §7.10 bounds them.
+class FakeEnergyBackend : public EnergyBackend {
+ public:
+  Status DeclareSlack(const TenantId&, const hz_energy_slack_args& args,
+                      hz_energy_slack_result* result) override {
+    ++declarations;
+    *result = {};
+    if (args.slowdown_pct > HZ_ENERGY_SLACK_MAX_PCT || args.duration_s > HZ_ENERGY_SLACK_MAX_S) {
+      return Status::InvalidArgument();
+    }
+    if (args.slowdown_pct != 0) result->expires_s = args.duration_s;
+    return Status::Ok();
+  }
+  uint64_t declarations = 0;
 };
 
 }  // namespace hz::service::testing
