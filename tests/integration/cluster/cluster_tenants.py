@@ -9,10 +9,13 @@ import os
 import subprocess
 from typing import Iterator, List
 
+import pytest
+
 from cluster_host import ClusterHost, wait_until
 from cluster_net import ClusterNet
 
 HZ = os.environ.get("HZ_CLI", "hz")
+LEASE_MS = 1000  # short, so that a killed host is gone soon
 
 
 def hz(socket: str, *args: str) -> list:
@@ -58,3 +61,10 @@ def two_hosts(tenants: List[str], lease_ms: int) -> Iterator[List[ClusterHost]]:
             for h in members:
                 if h.proc is not None and h.proc.poll() is None:
                     h.stop()
+
+
+@pytest.fixture
+def acme_and_eve() -> Iterator[List[ClusterHost]]:
+    """h0 and h1 (leases of LEASE_MS), each with tenants acme and eve."""
+    with two_hosts(["acme", "eve"], LEASE_MS) as members:
+        yield members

@@ -15,12 +15,10 @@ from __future__ import annotations
 import os
 import tempfile
 
-import pytest
-
 from cluster_host import ClusterHost, wait_until
-from cluster_tenants import checkpoint_events, hz, two_hosts, vm_socket
+# acme_and_eve: the two hosts with both tenants (a fixture).
+from cluster_tenants import LEASE_MS, acme_and_eve, checkpoint_events, hz, vm_socket  # noqa: F401
 
-LEASE_MS = 1000
 HZ_ENOENT = -4  # include/harmonaize/hz.h
 TIER_PEER_HOST, DURABLE = 2, 0  # SPEC.md 7.5, 8.3.6
 APPROVABLE = 1  # HZ_EVENT_F_APPROVABLE
@@ -45,14 +43,9 @@ def maintenance(host: ClusterHost) -> dict:
     return m
 
 
-@pytest.fixture
-def hosts():
-    with two_hosts(["acme", "eve"], LEASE_MS) as members:
-        yield members
 
-
-def test_a_maintenance_reaches_only_its_host_and_the_job_restores_elsewhere(hosts):
-    h0, h1 = hosts
+def test_a_maintenance_reaches_only_its_host_and_the_job_restores_elsewhere(acme_and_eve):
+    h0, h1 = acme_and_eve
     a0, a1, e1 = vm_socket(h0, "acme"), vm_socket(h1, "acme"), vm_socket(h1, "eve")
     work = tempfile.mkdtemp(prefix="hz-maintenance-")
     state = os.path.join(work, "state")

@@ -14,25 +14,18 @@ from __future__ import annotations
 import os
 import tempfile
 
-import pytest
-
 from cluster_host import wait_until
-from cluster_tenants import checkpoint_events, hz, two_hosts, vm_socket
+# acme_and_eve: the two hosts with both tenants (a fixture).
+from cluster_tenants import LEASE_MS, acme_and_eve, checkpoint_events, hz, vm_socket  # noqa: F401
 
-LEASE_MS = 1000
 # include/harmonaize/hz.h; SPEC.md 7.5 and 8.3.6
 HZ_ENOENT, HZ_EAGAIN = -4, -7
 TIER_PEER_HOST, DURABLE, FAILED = 2, 0, 1
 
 
-@pytest.fixture
-def hosts():
-    with two_hosts(["acme", "eve"], LEASE_MS) as members:
-        yield members
 
-
-def test_a_replica_outlives_its_host_and_stays_the_tenants(hosts):
-    h0, h1 = hosts
+def test_a_replica_outlives_its_host_and_stays_the_tenants(acme_and_eve):
+    h0, h1 = acme_and_eve
     a0, a1, e1 = vm_socket(h0, "acme"), vm_socket(h1, "acme"), vm_socket(h1, "eve")
     work = tempfile.mkdtemp(prefix="hz-replica-")
     state = os.path.join(work, "state")
@@ -79,11 +72,11 @@ def test_a_replica_outlives_its_host_and_stays_the_tenants(hosts):
     assert r.get("code") == HZ_EAGAIN, r
 
 
-def test_a_step_the_replica_host_holds_is_refused_and_the_tenant_hears_failed(hosts):
+def test_a_step_the_replica_host_holds_is_refused_and_the_tenant_hears_failed(acme_and_eve):
     """Stream ids are tenant-wide: h1 already holds (stream 3, step 5) of acme,
     so h0's replica of its own step 5 is refused there; acme's log on h0 gets
     FAILED (status EEXIST) and the checkpoint stays durable on h0's disk."""
-    h0, h1 = hosts
+    h0, h1 = acme_and_eve
     a0, a1 = vm_socket(h0, "acme"), vm_socket(h1, "acme")
     work = tempfile.mkdtemp(prefix="hz-replica-")
     state = os.path.join(work, "state")
