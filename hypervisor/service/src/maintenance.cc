@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -171,6 +172,15 @@ void MaintenanceWorkflow::Start(uint64_t id, bool early) {
 void MaintenanceWorkflow::RunHook(uint64_t id, const std::string& phase) {
   if (hooks_.hook.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
+  // Hooks that have finished are joined here, so their threads do not pile up.
+  for (std::thread::id done : hooks_finished_) {
+    auto it = std::find_if(hooks_running_.begin(), hooks_running_.end(),
+                           [done](const std::thread& t) { return t.get_id() == done; });
+    if (it == hooks_running_.end()) continue;
+    it->join();  // it has left mu_ and is returning
+    hooks_running_.erase(it);
+  }
+  hooks_finished_.clear();
   const std::string host = plan_.Find(id)->host;
   hooks_running_.emplace_back([this, id, phase, host] {
     std::string what = RunCommand(hooks_.hook, phase, id, host, hooks_.hook_timeout_s);
@@ -180,6 +190,7 @@ void MaintenanceWorkflow::RunHook(uint64_t id, const std::string& phase) {
       m->hook = what;
       (void)PersistLocked();
     }
+    hooks_finished_.push_back(std::this_thread::get_id());
   });
 }
 

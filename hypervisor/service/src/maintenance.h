@@ -100,7 +100,10 @@ class MaintenanceWorkflow {
   // Approvals of maintenance notices not yet matched to a maintenance (the
   // tenant answered before Schedule recorded the seq it was told).
   std::set<std::pair<std::string, uint64_t>> early_approvals_;
+  // Hook threads, running or finished; a finished one (its id in
+  // hooks_finished_) is joined by the next RunHook, the rest on destruction.
   std::list<std::thread> hooks_running_;
+  std::vector<std::thread::id> hooks_finished_;
 };
 
 }  // namespace hz::service
