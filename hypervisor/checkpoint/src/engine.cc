@@ -19,6 +19,17 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+std::shared_ptr<Ckpt> CommittedOnDisk(Manifest m, uint64_t disk_reserved) {
+  auto c = std::make_shared<Ckpt>();
+  c->state = CkptState::kDurable;
+  c->tier = TierKind::kLocalDisk;
+  c->sealed = true;
+  c->settled = true;
+  c->disk_reserved = disk_reserved;
+  c->manifest = std::move(m);
+  return c;
+}
+
 uint64_t SteadyNowUs() {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
@@ -220,16 +231,10 @@ Status Engine::Impl::Recover() {
     for (Manifest& m : committed) {
       TenantState& t = TenantLocked(m.tenant);
       StreamState& s = t.streams[m.stream];
-      auto c = std::make_shared<Ckpt>();
-      c->state = CkptState::kDurable;
-      c->tier = TierKind::kLocalDisk;
-      c->sealed = true;
-      c->settled = true;
-      c->disk_reserved = m.padded_bytes();
-      t.stats.disk_bytes += c->disk_reserved;
-      uint64_t step = m.step;
-      c->manifest = std::move(m);
-      s.ckpts[step] = std::move(c);
+      const uint64_t step = m.step;
+      const uint64_t bytes = m.padded_bytes();
+      t.stats.disk_bytes += bytes;
+      s.ckpts[step] = CommittedOnDisk(std::move(m), bytes);
     }
     // A crash between a commit and its retention pass leaves one too many.
     for (auto& [tid, t] : tenants_) {

@@ -63,6 +63,10 @@ struct QuiesceDecl {
   std::vector<uint32_t> reserved;  // staging chunks set aside for the next JIT save
 };
 
+// A checkpoint committed on the local disk (found at start, or a replica
+// stored): durable, sealed and settled, holding disk_reserved bytes of disk.
+std::shared_ptr<Ckpt> CommittedOnDisk(Manifest m, uint64_t disk_reserved);
+
 struct StreamState {
   Policy policy;
   bool saving = false;  // a save (or JIT save) of the stream is copying

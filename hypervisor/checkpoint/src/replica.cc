@@ -119,16 +119,9 @@ void Engine::Impl::AdoptReplicaLocked(TenantNo tenant, Manifest m, uint64_t rese
                                       std::vector<std::shared_ptr<Ckpt>>* evicted) {
   TenantState& t = TenantLocked(tenant);
   StreamState& s = t.streams[m.stream];
-  auto c = std::make_shared<Ckpt>();
-  c->state = CkptState::kDurable;
-  c->tier = TierKind::kLocalDisk;
-  c->sealed = true;
-  c->settled = true;
-  c->disk_reserved = reserved;
   const StreamId stream = m.stream;
   const uint64_t step = m.step;
-  c->manifest = std::move(m);
-  s.ckpts[step] = std::move(c);
+  s.ckpts[step] = CommittedOnDisk(std::move(m), reserved);
   t.stats.durable++;
   DecideLocked(Decision::Kind::kReplicaStored, tenant, stream, step, reserved);
   RetainLocked(tenant, stream, &s, evicted);

@@ -252,11 +252,7 @@ CommandResult MaintenanceWorkflow::Schedule(const json& req) {
 CommandResult MaintenanceWorkflow::Show(const json& req) {
   if (Status s = OnlyFields(req, {}); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  json all = plan_.ToJson()["maintenances"];
-  for (json& m : all) {
-    if (m["state"] == "scheduled") m["starts_s"] = m["at_s"];
-  }
-  return json{{"host", hooks_.host}, {"maintenances", all}};
+  return json{{"host", hooks_.host}, {"maintenances", plan_.ToJson()["maintenances"]}};
 }
 
 CommandResult MaintenanceWorkflow::Cancel(const json& req) {
