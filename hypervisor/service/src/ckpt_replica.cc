@@ -10,6 +10,7 @@
 
 #include "ckpt_replica_wire.h"
 #include "hz/cluster/inter_host.h"
+#include "hz/cluster/store_queue.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
@@ -138,13 +139,12 @@ Status PeerReplicas::Send(const checkpoint::ReplicaSource& src, cluster::RedisCo
   const std::string id = RandomId();
   ReplicaRequest req{
       id, options_.host_name, src.tenant.name(),
-      m,  src.policy,         UnixMs() + static_cast<uint64_t>(options_.timeout.count())};
+      m,  src.policy,         cluster::UnixMs() + static_cast<uint64_t>(options_.timeout.count())};
   const std::string text = EncodeRequest(req);
-  const std::string queue = QueueKey(*host);
-  const std::string ttl = std::to_string(2 * options_.timeout.count());
-  StatusOr<cluster::RedisConnection::Reply> r = redis.Command({"RPUSH", queue, text});
-  if (r.ok()) r = redis.Command({"PEXPIRE", queue, ttl});
-  if (!r.ok()) return r.status();
+  if (Status st = cluster::PushWithExpiry(redis, QueueKey(*host), text, 2 * options_.timeout);
+      !st.ok()) {
+    return st;
+  }
   spdlog::info("event=ckpt_replica_send tenant={} stream={} step={} to={} bytes={} id={}",
                src.tenant.name(), m.stream, m.step, *host, m.payload_bytes(), id);
   Status st = Transfer(src, options_.key_prefix + "replica/" + id + "/");

@@ -1,31 +1,20 @@
 // The peer-host tier's receiving side (ckpt_replica.h): requests popped from
 // this host's queue in the cluster store, chunks taken over the Gloo group
 // and stored through the checkpoint engine, which verifies and commits them.
-#include <hiredis/hiredis.h>
-
 #include <memory>
 
 #include "ckpt_replica.h"
 #include "ckpt_replica_wire.h"
 #include "hz/cluster/inter_host.h"
+#include "hz/cluster/store_queue.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
 
 namespace {
 
-// How long one BLPOP waits for a request: also how soon Stop is noticed.
-constexpr const char* kPopSeconds = "1";
+// How long one pop waits for a request: also how soon Stop is noticed.
 constexpr std::chrono::seconds kPopWait{1};
-
-// The request a BLPOP reply carries ([key, value]), if it is one.
-bool PoppedValue(const redisReply* r, std::string* out) {
-  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) return false;
-  const redisReply* v = r->element[1];
-  if (v == nullptr || v->type != REDIS_REPLY_STRING) return false;
-  out->assign(v->str, v->len);
-  return true;
-}
 
 }  // namespace
 
@@ -38,15 +27,14 @@ void PeerReplicas::ReceiveLoop() {
       std::lock_guard<std::mutex> l(mu_);
       if (stop_) return;
     }
-    StatusOr<cluster::RedisConnection::Reply> r = redis.Command({"BLPOP", queue, kPopSeconds});
+    StatusOr<std::optional<std::string>> r = cluster::BlockingPop(redis, queue, kPopWait);
     if (!r.ok()) {
       // The store is away: membership says so; look again in a while.
       std::unique_lock<std::mutex> l(mu_);
       wake_.wait_for(l, kPopWait, [this] { return stop_; });
       continue;
     }
-    std::string request;
-    if (PoppedValue(r->get(), &request)) Receive(request);
+    if (*r) Receive(**r);
   }
 }
 
@@ -57,7 +45,7 @@ void PeerReplicas::Receive(const std::string& text) {
     spdlog::warn("event=ckpt_replica_malformed error=\"{}\"", st.ToString());
     return;
   }
-  if (req.deadline_unix_ms < UnixMs()) {
+  if (req.deadline_unix_ms < cluster::UnixMs()) {
     spdlog::warn("event=ckpt_replica_stale id={} from={}", req.id, req.source);
     return;  // its sender has given up
   }

@@ -101,10 +101,4 @@ Status RecvStatus(cluster::InterHostGroup& g, uint32_t peer, uint64_t tag,
   return Status(static_cast<StatusCode>(code), "refused by the replica host");
 }
 
-uint64_t UnixMs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
-
 }  // namespace hz::service

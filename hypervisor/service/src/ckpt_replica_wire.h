@@ -48,8 +48,6 @@ Status SendStatus(cluster::InterHostGroup& g, uint32_t peer, uint64_t tag, const
 Status RecvStatus(cluster::InterHostGroup& g, uint32_t peer, uint64_t tag,
                   std::chrono::milliseconds timeout);
 
-uint64_t UnixMs();
-
 }  // namespace hz::service
 
 #endif  // HZ_SERVICE_CKPT_REPLICA_WIRE_H_
