@@ -48,6 +48,27 @@ std::map<std::string, HostShape> Scheduler::LocalShapes() const {
   return out;
 }
 
+PlacementRecord Scheduler::LocalPlacement() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  PlacementRecord r;
+  for (uint32_t h = 0; h < cluster_.num_hosts(); ++h) {
+    const HostInventory& host = cluster_.host(h);
+    for (uint32_t i = 0; i < host.devices.size(); ++i) {
+      const DeviceRef d{h, i};
+      r.host.devices.push_back(host.devices[i]);
+      r.free.push_back(allocator_.Owner(d) == 0 && !allocator_.IsFailed(d));
+    }
+  }
+  r.cordoned = cordoned_;
+  // Without a libvirt connection devices are bound to vfio-pci only, for
+  // any tenant; with one, only to a tenant with a VM to attach them to.
+  r.any_tenant = attacher_ == nullptr;
+  if (attacher_) {
+    for (const auto& [tenant, domain] : domains_) r.tenants.insert(tenant);
+  }
+  return r;
+}
+
 Status Scheduler::SetOtherHosts(const TenantId& id, std::vector<HostShape> shapes) {
   const std::string& tenant = id.name();
   std::erase_if(shapes, [](const HostShape& s) { return s.groups.empty(); });

@@ -33,6 +33,7 @@
 #include "hz/events/event_spec.h"
 #include "hz/scheduler/allocator.h"
 #include "hz/scheduler/cluster.h"
+#include "hz/scheduler/cluster_placement.h"
 #include "hz/scheduler/domain_attacher.h"
 #include "hz/scheduler/topology_summary.h"
 #include "hz/scheduler/vfio.h"
@@ -128,6 +129,9 @@ class Scheduler {
   // gets CAPACITY/ALLOCATION_CHANGED (one per device kind whose count
   // changed, else one for GPUs), since its indices may have moved.
   Status SetOtherHosts(const TenantId& tenant, std::vector<HostShape> shapes);
+  // What this host tells the other hosts of its devices, so that any of
+  // them can plan an allocation spread over several (cluster_placement.h).
+  PlacementRecord LocalPlacement() const;
   // Tenant-visible index of a device (for the health monitor's Assign).
   Status TenantIndex(const std::string& bdf, TenantId* tenant, uint32_t* index);
 
