@@ -38,4 +38,17 @@ Status GetUInt(const json& req, const char* key, uint64_t def, uint64_t max, uin
   return Status::Ok();
 }
 
+Status GetBool(const json& req, const char* key, bool def, bool* out) {
+  auto it = req.find(key);
+  if (it == req.end()) {
+    *out = def;
+    return Status::Ok();
+  }
+  if (!it->is_boolean()) {
+    return Status::InvalidArgument(std::string("field \"") + key + "\" must be true or false");
+  }
+  *out = it->get<bool>();
+  return Status::Ok();
+}
+
 }  // namespace hz::service

@@ -21,6 +21,8 @@ Status GetString(const nlohmann::json& req, const char* key, std::string* out);
 // req[key] is an integer in 0..max, or absent (then def): into *out.
 Status GetUInt(const nlohmann::json& req, const char* key, uint64_t def, uint64_t max,
                uint64_t* out);
+// req[key] is true or false, or absent (then def): into *out.
+Status GetBool(const nlohmann::json& req, const char* key, bool def, bool* out);
 
 }  // namespace hz::service
 

@@ -12,13 +12,17 @@ namespace {
 
 using json = nlohmann::json;
 
-// A request error: becomes {"ok": false, "error": what}.
+// A request error: becomes {"ok": false, "error": what, "status": code}.
+// The code (a StatusCode) lets another host that forwarded the command act
+// on the kind of failure, not only print it.
 struct BadRequest : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit BadRequest(const std::string& what, StatusCode c = StatusCode::kInvalidArgument)
+      : std::runtime_error(what), code(c) {}
+  StatusCode code;
 };
 
 void Check(const Status& s) {
-  if (!s.ok()) throw BadRequest(OperatorError(s));
+  if (!s.ok()) throw BadRequest(OperatorError(s), s.code());
 }
 
 void OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
@@ -151,7 +155,7 @@ json ControlApi::Handle(const std::string& line) {
     if (!id.is_null()) out["id"] = id;
     return out;
   } catch (const BadRequest& e) {
-    json out = {{"ok", false}, {"error", e.what()}};
+    json out = {{"ok", false}, {"error", e.what()}, {"status", static_cast<int>(e.code)}};
     if (!id.is_null()) out["id"] = id;
     return out;
   } catch (const std::exception& e) {
