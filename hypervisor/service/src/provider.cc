@@ -100,6 +100,28 @@ Status Provider::Start() {
   return Status::Ok();
 }
 
+Status Provider::JoinCluster(const std::string& self, SpreadHooks::CallHost call) {
+  SpreadHooks hooks;
+  hooks.self = self;
+  hooks.local_record = [this] { return sched_->LocalPlacement(); };
+  hooks.run_here = [this](const nlohmann::json& req) -> CommandResult {
+    const std::string cmd = req.value("cmd", std::string());
+    nlohmann::json args = req;
+    args.erase("cmd");
+    if (cmd == "alloc") return Alloc(args);
+    if (cmd == "release") return ReleaseAllocation(args);
+    return Status::NotSupported("not a placement command: " + cmd);
+  };
+  hooks.call = std::move(call);
+  spread_ = std::make_unique<SpreadAllocations>(config_.state_dir + "/spread_allocations.json",
+                                                std::move(hooks), config_.scheduler.sync);
+  return spread_->Load();
+}
+
+void Provider::SetClusterHosts(const std::vector<cluster::HostInfo>& hosts) {
+  if (spread_) spread_->SetHosts(hosts);
+}
+
 void Provider::Stop() {
   alive_->store(false);
   health_timer_.cancel();

@@ -37,6 +37,7 @@ std::span<const CommandSpec<Provider>> Provider::Commands() {
       {"allocation.list", false, &Provider::AllocationList},
       {"alloc", true, &Provider::Alloc},
       {"release", false, &Provider::ReleaseAllocation},
+      {"allocation.spread", false, &Provider::SpreadList},
       {"device.fail", false, &Provider::DeviceFail},
       {"device.degrade", false, &Provider::DeviceDegrade},
       {"device.repair", false, &Provider::DeviceRepair},
@@ -93,12 +94,16 @@ bool ParseLocality(const std::string& locality, uint8_t* out) {
 
 CommandResult Provider::Alloc(const json& req) {
   Status err;
-  if (!(err = OnlyFields(req, {"tenant", "gpus", "nics", "locality"})).ok()) return err;
+  if (!(err = OnlyFields(req, {"tenant", "gpus", "nics", "locality", "this_host_only"})).ok()) {
+    return err;
+  }
   std::string tenant, locality = "any";
   uint64_t gpus = 0, nics = 0;
+  bool here_only = false;
   if (!(err = GetString(req, "tenant", &tenant)).ok()) return err;
   if (!(err = GetUInt(req, "gpus", 0, 65535, &gpus)).ok()) return err;
   if (!(err = GetUInt(req, "nics", 0, 65535, &nics)).ok()) return err;
+  if (!(err = GetBool(req, "this_host_only", false, &here_only)).ok()) return err;
   if (req.contains("locality") && !(err = GetString(req, "locality", &locality)).ok()) return err;
   sc::Request r;
   r.gpus = static_cast<uint32_t>(gpus);
@@ -109,13 +114,26 @@ CommandResult Provider::Alloc(const json& req) {
   if (r.gpus + r.nics == 0) {
     return Status::InvalidArgument("ask for at least one device (gpus or nics)");
   }
+  CommandResult here = AllocHere(tenant, r);
+  // What this host cannot hold (or place now, under maintenance) may be
+  // spread over the cluster's hosts.
+  const bool cannot_here = !here.ok() && (here.status().IsLimit() || here.status().IsBusy());
+  if (!cannot_here || here_only || !spread_) return here;
+  CommandResult spread = spread_->Allocate(tenant, r);
+  if (spread.ok()) return spread;
+  return Status(spread.status().code(), "not on this host (" + here.status().message() +
+                                            ") nor across the cluster (" +
+                                            spread.status().message() + ")");
+}
+
+CommandResult Provider::AllocHere(const std::string& tenant, const sc::Request& r) {
   uint64_t id = 0;
   std::lock_guard<std::mutex> lock(mu_);
   Status s = sched_->Allocate(TenantId(tenant), r, &id);
   if (!s.ok()) return s;
   SyncLocked();
-  spdlog::info("event=allocated tenant={} id={} gpus={} nics={} locality={}", tenant, id, gpus,
-               nics, locality);
+  spdlog::info("event=allocated tenant={} id={} gpus={} nics={} locality={}", tenant, id, r.gpus,
+               r.nics, r.locality);
   json out = {{"id", id}, {"tenant", tenant}};
   for (const json& a : sched_->Allocations()) {
     if (a.value("id", uint64_t{0}) == id) out["devices"] = a["devices"];
@@ -123,11 +141,19 @@ CommandResult Provider::Alloc(const json& req) {
   return out;
 }
 
+// {"allocation": ID} on this host, or {"spread": ID} on every host it spans.
 CommandResult Provider::ReleaseAllocation(const json& req) {
   Status err;
-  if (!(err = OnlyFields(req, {"allocation"})).ok()) return err;
-  if (!req.contains("allocation")) return Status::InvalidArgument("missing field \"allocation\"");
+  if (!(err = OnlyFields(req, {"allocation", "spread"})).ok()) return err;
   uint64_t id = 0;
+  if (req.contains("spread") && !req.contains("allocation")) {
+    if (!(err = GetUInt(req, "spread", 0, UINT64_MAX, &id)).ok()) return err;
+    if (!spread_) return Status::NotFound("no spread allocation: this host is not in a cluster");
+    return spread_->Release(id);
+  }
+  if (!req.contains("allocation") || req.contains("spread")) {
+    return Status::InvalidArgument("give one of the fields \"allocation\" and \"spread\"");
+  }
   if (!(err = GetUInt(req, "allocation", 0, UINT64_MAX, &id)).ok()) return err;
   std::lock_guard<std::mutex> lock(mu_);
   Status s = sched_->Release(id);
@@ -135,6 +161,11 @@ CommandResult Provider::ReleaseAllocation(const json& req) {
   SyncLocked();
   spdlog::info("event=released id={}", id);
   return json::object();
+}
+
+CommandResult Provider::SpreadList(const json& req) {
+  if (Status err = OnlyFields(req, {}); !err.ok()) return err;
+  return spread_ ? spread_->List() : json::array();
 }
 
 CommandResult Provider::DeviceFail(const json& req) {

@@ -56,6 +56,7 @@
 #include "hz/service/config.h"
 #include "hz/service/provider_backend.h"
 #include "hz/service/scheduler_resources.h"
+#include "hz/service/spread_allocations.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::service {
@@ -80,6 +81,13 @@ class Provider : public ProviderBackend {
   // Cancels the timers, waits for the decision thread and forgets waiting
   // requests (on the io_context's thread or after it stopped).
   void Stop();
+
+  // In a cluster: allocations this host cannot hold are spread over the
+  // hosts (spread_allocations.h); `call` runs an operator command on
+  // another host. After Start, before the first command.
+  Status JoinCluster(const std::string& self, SpreadHooks::CallHost call);
+  // The live hosts, with their placement records (membership thread).
+  void SetClusterHosts(const std::vector<cluster::HostInfo>& hosts);
 
   // The scheduler, once Start succeeded; it locks itself.
   scheduler::Scheduler* scheduler() { return sched_.get(); }
@@ -131,6 +139,9 @@ class Provider : public ProviderBackend {
   CommandResult AllocationList(const nlohmann::json& req);
   CommandResult Alloc(const nlohmann::json& req);
   CommandResult ReleaseAllocation(const nlohmann::json& req);
+  CommandResult SpreadList(const nlohmann::json& req);
+  // Places on this host only.
+  CommandResult AllocHere(const std::string& tenant, const scheduler::Request& request);
   CommandResult DeviceFail(const nlohmann::json& req);
   CommandResult DeviceDegrade(const nlohmann::json& req);
   CommandResult DeviceRepair(const nlohmann::json& req);
@@ -149,7 +160,8 @@ class Provider : public ProviderBackend {
   std::unique_ptr<negotiation::NegotiationEngine> engine_;
   std::unique_ptr<negotiation::HintEngine> hints_;
   std::unique_ptr<events::HealthMonitor> health_;
-  boost::asio::io_context decide_io_;  // the decision thread's
+  std::unique_ptr<SpreadAllocations> spread_;  // in a cluster only
+  boost::asio::io_context decide_io_;          // the decision thread's
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
       decide_work_;
   std::thread decide_thread_;
