@@ -19,9 +19,12 @@
 //   hzctl event status --tenant NAME   (the log, each binding's cursor, early approvals)
 //   hzctl checkpoint list --tenant NAME   (streams, steps, tiers and the engine's decisions)
 //   hzctl inventory                       (this host's GPUs and NICs, state and owner)
-//   hzctl allocations                     (allocations with their devices)
-//   hzctl alloc --tenant NAME [--gpus N] [--nics M] [--locality any|host|group]
-//   hzctl release ID
+//   hzctl allocations [--spread]          (allocations with their devices; --spread: those
+//                                          this host spread over several hosts, by part)
+//   hzctl alloc --tenant NAME [--gpus N] [--nics M] [--locality any|host|group] [--this-host]
+//         (in a cluster, what this host cannot hold is spread over the hosts, fewest first,
+//          unless --this-host)
+//   hzctl release ID | release --spread ID
 //   hzctl device fail|degrade BDF [--errors N] | device repair BDF
 //   hzctl tenant domain NAME --domain DOMAIN   (the tenant's libvirt domain)
 //   hzctl negotiation list                (offers and reservations)
@@ -36,6 +39,9 @@
 //         (tells every tenant with a VM or device on host H, or on those VMs; starts
 //          once all approved early or at T; H is this host's name)
 //   hzctl maintenance status | cancel --id N | complete --id N
+//
+//   hzctl --on-host H COMMAND ...   (alloc, release, allocations, inventory, cluster status and
+//                                    the maintenance commands run on host H of the cluster)
 //
 // Exit codes: 0 success, 1 the service refused the request, 2 usage error,
 // 3 the service could not be reached.
@@ -302,6 +308,8 @@ int main(int argc, char** argv) {
   bool as_json = false;
   app.add_option("-s,--socket", socket_path, "harmonaized's control socket");
   app.add_flag("--json", as_json, "print the service's JSON answer");
+  std::string on_host;
+  app.add_option("--on-host", on_host, "run the command on this host of the cluster");
 
   std::string name, tenant, vm_socket, priority;
   uint64_t weight = 0, max_regions = 0, max_region_bytes = 0, max_extents = 0, max_open = 0;
@@ -388,6 +396,8 @@ int main(int argc, char** argv) {
 
   auto* inventory = app.add_subcommand("inventory", "this host's GPUs and NICs");
   auto* allocations = app.add_subcommand("allocations", "allocations and their devices");
+  bool spread = false, this_host = false;
+  allocations->add_flag("--spread", spread, "the allocations spread over several hosts");
   uint64_t gpus = 0, nics = 0, alloc_id = 0, errors = 0;
   std::string locality, bdf;
   auto* alloc = app.add_subcommand("alloc", "allocate devices to a tenant");
@@ -396,8 +406,11 @@ int main(int argc, char** argv) {
   alloc->add_option("--nics", nics, "NICs");
   alloc->add_option("--locality", locality, "any, host or group")
       ->check(CLI::IsMember({"any", "host", "group"}));
+  alloc->add_flag("--this-host", this_host, "never spread over other hosts of the cluster");
   auto* release = app.add_subcommand("release", "release an allocation");
-  release->add_option("id", alloc_id, "allocation id")->required();
+  auto* release_id = release->add_option("id", alloc_id, "allocation id");
+  release->add_option("--spread", alloc_id, "a spread allocation's id: every part")
+      ->excludes(release_id);
   auto* device_cmd = app.add_subcommand("device", "device health")->require_subcommand(1);
   auto* dfail = device_cmd->add_subcommand("fail", "a device is lost: detach, notify, replace");
   dfail->add_option("bdf", bdf, "PCI address")->required();
@@ -447,16 +460,21 @@ int main(int argc, char** argv) {
   } else if (inventory->parsed()) {
     cmd = "inventory";
   } else if (allocations->parsed()) {
-    cmd = "allocation.list";
+    cmd = spread ? "allocation.spread" : "allocation.list";
   } else if (alloc->parsed()) {
     cmd = "alloc";
     req["tenant"] = tenant;
     req["gpus"] = gpus;
     req["nics"] = nics;
     if (!locality.empty()) req["locality"] = locality;
+    if (this_host) req["this_host_only"] = true;
   } else if (release->parsed()) {
     cmd = "release";
-    req["allocation"] = alloc_id;
+    if (release->count("--spread") == 0 && release_id->count() == 0) {
+      std::fprintf(stderr, "hzctl: release: give an allocation id or --spread ID\n");
+      return 2;
+    }
+    req[release->count("--spread") ? "spread" : "allocation"] = alloc_id;
   } else if (dfail->parsed() || ddegrade->parsed() || drepair->parsed()) {
     cmd = dfail->parsed() ? "device.fail" : ddegrade->parsed() ? "device.degrade" : "device.repair";
     req["bdf"] = bdf;
@@ -524,6 +542,7 @@ int main(int argc, char** argv) {
     cmd = "status";
   }
   req["cmd"] = cmd;
+  if (!on_host.empty()) req["on_host"] = on_host;
 
   json resp;
   std::string error;

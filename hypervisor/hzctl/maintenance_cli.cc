@@ -7,10 +7,10 @@ namespace hzctl {
 using json = nlohmann::json;
 
 MaintenanceCli::MaintenanceCli(CLI::App& app) {
-  auto* cmd = app.add_subcommand("maintenance", "this host's maintenances")->require_subcommand(1);
+  auto* cmd = app.add_subcommand("maintenance", "a host's maintenances")->require_subcommand(1);
   schedule_ = cmd->add_subcommand(
       "schedule", "tell the tenants on the host; start once all approved or at the time");
-  schedule_->add_option("--host", host_, "the host (this one's name)")->required();
+  schedule_->add_option("--host", host_, "the host (any of the cluster)")->required();
   schedule_->add_option("--at", at_, "start: unix seconds, or +SECONDS from now")->required();
   schedule_->add_option("--duration", duration_s_, "expected duration, seconds")->required();
   schedule_->add_option("--vm", vms_, "only this VM's socket (repeatable)");
@@ -19,12 +19,17 @@ MaintenanceCli::MaintenanceCli(CLI::App& app) {
   cancel_->add_option("--id", id_, "the maintenance")->required();
   complete_ = cmd->add_subcommand("complete", "end a started maintenance");
   complete_->add_option("--id", id_, "the maintenance")->required();
+  // A maintenance lives with its host: these run there (default: this one).
+  for (CLI::App* sub : {status_, cancel_, complete_}) {
+    sub->add_option("--host", host_, "the host of the cluster (default: this one)");
+  }
 }
 
 bool MaintenanceCli::Request(json* req) const {
   if (schedule_->parsed()) {
     (*req)["cmd"] = "maintenance.schedule";
     (*req)["host"] = host_;
+    (*req)["on_host"] = host_;  // the host's own harmonaized tells its tenants
     const bool relative = !at_.empty() && at_[0] == '+';
     const std::string digits = relative ? at_.substr(1) : at_;
     const bool numeric =
@@ -42,6 +47,7 @@ bool MaintenanceCli::Request(json* req) const {
   } else {
     return false;
   }
+  if (!host_.empty()) (*req)["on_host"] = host_;
   return true;
 }
 

@@ -119,8 +119,7 @@ StatusOr<PlacementRecord> ParsePlacementRecord(const std::string& host, const js
 }
 
 StatusOr<std::vector<HostPart>> PlanAcrossHosts(const std::vector<PlacementRecord>& hosts,
-                                                const std::string& tenant,
-                                                const Request& request) {
+                                                const std::string& tenant, const Request& request) {
   // A model of the hosts that may take part, each device not free marked
   // failed: the Allocator then places among the free ones exactly as it
   // does on one host.

@@ -26,9 +26,11 @@ hz::Status ClusterControl::Start() {
   auto store = std::make_unique<cluster::RedisLeaseStore>(*address, config_.key_prefix,
                                                           config_.StoreTimeout());
   cluster::MembershipOptions options{host_name_, config_.data_address, config_.lease_ms, {}};
-  if (hooks_.local_shapes) {
-    options.attributes = [this] { return ShapesAttribute(hooks_.local_shapes()); };
-  }
+  options.attributes = [this] {
+    json a = hooks_.local_shapes ? ShapesAttribute(hooks_.local_shapes()) : json::object();
+    if (hooks_.placement) a["placement"] = hooks_.placement();
+    return a;
+  };
   membership_ = std::make_unique<cluster::Membership>(
       std::move(store), std::move(options),
       [this](const cluster::MembershipChange& c) { OnChange(c); });
@@ -65,6 +67,14 @@ void ClusterControl::Stop() {
   membership_->Stop(/*release=*/true);
   spdlog::info("event=cluster_left host={}", host_name_);
   membership_.reset();
+}
+
+bool ClusterControl::IsLiveHost(const std::string& host) const {
+  if (!membership_) return false;
+  for (const cluster::HostInfo& h : membership_->View().hosts) {
+    if (h.name == host) return true;
+  }
+  return false;
 }
 
 std::span<const CommandSpec<ClusterControl>> ClusterControl::Commands() {

@@ -237,6 +237,7 @@ void ReadCluster(TableReader& r, ServiceConfig* c) {
   r.String("data_address", &k.data_address);
   r.Int("lease_ms", &k.lease_ms, 300, 60000);
   r.String("key_prefix", &k.key_prefix);
+  r.Int("command_timeout_ms", &k.command_timeout_ms, 1000, 120000);
 }
 
 void ReadShutdown(TableReader& r, ServiceConfig* c) {

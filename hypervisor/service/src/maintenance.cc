@@ -213,8 +213,9 @@ CommandResult MaintenanceWorkflow::Schedule(const json& req) {
     }
   }
   if (host != hooks_.host) {
-    return Status::InvalidArgument("this is host \"" + hooks_.host + "\", not \"" + host +
-                                   "\": schedule a host's maintenance on that host's harmonaized");
+    return Status::InvalidArgument(
+        "this is host \"" + hooks_.host + "\", not \"" + host +
+        "\": a maintenance is kept by its host's harmonaized (send it with \"on_host\")");
   }
   const uint64_t now = hooks_.unix_now();
   if (req.contains("at_s") == req.contains("in_s")) {

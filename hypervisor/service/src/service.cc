@@ -39,50 +39,6 @@ ClusterCollOptions ClusterCollOptionsOf(const ServiceConfig& c) {
   return o;
 }
 
-json CrossHostCommsJson(const ClusterCollBackend* backend) {
-  json out = json::array();
-  if (backend == nullptr) return out;
-  for (const CrossHostCommInfo& c : backend->CrossHostComms()) {
-    // The measured leg: per algorithm, its latency and the rate it reaches.
-    json model = json::object();
-    for (cluster::InterHostAlgorithm a : cluster::kInterHostAlgorithms) {
-      if (!c.leg_model) break;
-      model[cluster::InterHostAlgorithmName(a)] = {
-          {"latency_us", c.leg_model->Seconds(a, 0) * 1e6},
-          {"mbit_s", c.leg_model->BytesPerSecond(a) * 8e-6}};
-    }
-    out.push_back({{"tenant", c.tenant},
-                   {"nranks", c.nranks},
-                   {"hosts", c.hosts},
-                   {"local_ranks", c.local_ranks},
-                   {"state", c.state},
-                   {"next_seq", c.next_seq},
-                   {"abort_reason", c.abort_reason},
-                   {"leg_model", std::move(model)}});
-  }
-  return out;
-}
-
-// What the cluster's membership tells the rest of the service, and asks of
-// it: hosts leaving abort communicators across hosts; each tenant's summary
-// covers its devices on every host; checkpoints are copied to live hosts.
-ClusterHooks HooksFor(ClusterCollBackend* cross_host, scheduler::Scheduler* sched, Engines* e) {
-  ClusterHooks hooks;
-  hooks.hosts = [e](std::vector<cluster::HostInfo> hosts) { e->ClusterHosts(std::move(hosts)); };
-  hooks.host_left = [cross_host](const std::string& host, const std::string& why) {
-    if (cross_host) cross_host->HostLeft(host, why);
-  };
-  hooks.communicators = [cross_host] { return CrossHostCommsJson(cross_host); };
-  if (sched == nullptr) return hooks;
-  hooks.local_shapes = [sched] { return sched->LocalShapes(); };
-  hooks.other_hosts = [sched](const std::string& tenant, std::vector<scheduler::HostShape> shapes) {
-    hz::Status s = sched->SetOtherHosts(TenantId(tenant), std::move(shapes));
-    if (!s.ok())
-      spdlog::warn("event=cluster_shapes_failed tenant={} error=\"{}\"", tenant, s.ToString());
-  };
-  return hooks;
-}
-
 // Runs io until it is stopped. With poll > 0 the thread does not sleep right
 // after handling something: it keeps running the reactor without blocking
 // (a non-blocking epoll_wait per pass) until poll has passed with nothing to
@@ -198,8 +154,7 @@ hz::Status Service::Start() {
   if (hz::Status s = StartConditions(); !s.ok()) return s;
   if (hz::Status s = StartMaintenance(); !s.ok()) return s;
   cluster_ = std::make_unique<ClusterControl>(
-      config_.cluster, HooksFor(dynamic_cast<ClusterCollBackend*>(coll_.get()),
-                                provider_ ? provider_->scheduler() : nullptr, engines_.get()));
+      config_.cluster, ClusterHooksFor(dynamic_cast<ClusterCollBackend*>(coll_.get())));
   commands_.Add(cluster_.get(), ClusterControl::Commands());
 
   StartConnectionThreads();
@@ -208,7 +163,7 @@ hz::Status Service::Start() {
   control_ = std::make_unique<ControlServer>(
       io_, config_.ControlSocketPath(), SocketAccessFor(group.empty() ? 0600 : 0660, group),
       config_.control_max_line_bytes, config_.control_max_clients,
-      [this](const std::string& line) { return api_.Handle(line).dump(); });
+      [this](const std::string& line) { return HandleControl(line); });
   if (hz::Status s = control_->Start(); !s.ok()) return s;
   if (config_.metrics_enabled) {
     metrics_server_ = std::make_unique<MetricsServer>(
@@ -218,6 +173,7 @@ hz::Status Service::Start() {
     metrics_port_ = metrics_server_->port();
   }
   if (hz::Status s = LoadState(); !s.ok()) return s;
+  if (hz::Status s = StartHostCommands(); !s.ok()) return s;
   // Last: the other hosts see this one once it can serve.
   if (hz::Status s = cluster_->Start(); !s.ok()) return s;
   spdlog::info("event=started state_dir={} control_socket={} metrics={}:{} workers={} engine={}",

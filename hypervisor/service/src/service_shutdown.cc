@@ -86,6 +86,7 @@ void Service::Shutdown() {
   draining_ = true;
   spdlog::info("event=draining");
   if (control_) control_->Stop();
+  if (host_commands_) host_commands_->Stop();
   // The other hosts learn at once that this one is going.
   if (cluster_) cluster_->Stop();
   // 2. The engine fails everything that waits with kShutdown; running

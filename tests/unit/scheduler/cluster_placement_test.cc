@@ -108,8 +108,8 @@ TEST(ClusterPlacement, OneHostThatHoldsItIsPreferredToSeveral) {
 TEST(ClusterPlacement, AmongEqualHostsTheFirstListedWins) {
   for (const char* first : {"a", "b"}) {
     const std::string second = std::string(first) == "a" ? "b" : "a";
-    StatusOr<std::vector<HostPart>> p = PlanAcrossHosts(
-        {Host(first, "ws4"), Host(second, "ws4")}, "acme", {2, 0, HZ_LOC_ANY});
+    StatusOr<std::vector<HostPart>> p =
+        PlanAcrossHosts({Host(first, "ws4"), Host(second, "ws4")}, "acme", {2, 0, HZ_LOC_ANY});
     ASSERT_TRUE(p.ok());
     ASSERT_EQ(p->size(), 1u);
     EXPECT_EQ((*p)[0].host, first);
@@ -145,8 +145,7 @@ TEST(ClusterPlacement, SameHostAndSameGroupNeverSpread) {
   EXPECT_EQ(any->size(), 2u);
   // hgx8's NVLink islands hold 4 GPUs each: 4 in one group fit on h2 only.
   const std::vector<PlacementRecord> mixed = {Host("h0", "ws4", 1), Host("h2", "hgx8")};
-  StatusOr<std::vector<HostPart>> group =
-      PlanAcrossHosts(mixed, "acme", {4, 0, HZ_LOC_SAME_GROUP});
+  StatusOr<std::vector<HostPart>> group = PlanAcrossHosts(mixed, "acme", {4, 0, HZ_LOC_SAME_GROUP});
   ASSERT_TRUE(group.ok()) << group.status().ToString();
   ASSERT_EQ(group->size(), 1u);
   EXPECT_EQ((*group)[0].host, "h2");

@@ -26,10 +26,10 @@
 namespace hz::scheduler {
 
 struct PlacementRecord {
-  HostInventory host;       // the placement fields of each device only
-  std::vector<bool> free;   // per device of host.devices: healthy and not allocated
-  bool cordoned = false;    // under maintenance: places nothing
-  bool any_tenant = true;   // false: only `tenants` (those with a VM to attach to)
+  HostInventory host;      // the placement fields of each device only
+  std::vector<bool> free;  // per device of host.devices: healthy and not allocated
+  bool cordoned = false;   // under maintenance: places nothing
+  bool any_tenant = true;  // false: only `tenants` (those with a VM to attach to)
   std::set<std::string> tenants;
 };
 
@@ -53,8 +53,7 @@ struct HostPart {
 // earlier hosts win: the caller lists itself first. kLimit when the free
 // devices of the cluster cannot hold it.
 StatusOr<std::vector<HostPart>> PlanAcrossHosts(const std::vector<PlacementRecord>& hosts,
-                                                const std::string& tenant,
-                                                const Request& request);
+                                                const std::string& tenant, const Request& request);
 
 }  // namespace hz::scheduler
 

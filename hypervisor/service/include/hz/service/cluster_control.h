@@ -37,6 +37,9 @@ struct ClusterHooks {
   std::function<nlohmann::json()> communicators;
   // Per tenant, the shape of its devices on this host.
   std::function<std::map<std::string, scheduler::HostShape>()> local_shapes;
+  // This host's placement record (hz/scheduler/cluster_placement.h), which
+  // the other hosts plan allocations spread over several hosts from.
+  std::function<nlohmann::json()> placement;
   // The tenant's devices on the other hosts are now `shapes`.
   std::function<void(const std::string& tenant, std::vector<scheduler::HostShape> shapes)>
       other_hosts;
@@ -57,6 +60,9 @@ class ClusterControl {
   // Leaves the cluster: the record is deleted, so the other hosts notice at
   // once rather than a lease later.
   void Stop();
+
+  // Whether `host` is a live member of the cluster, as last read.
+  bool IsLiveHost(const std::string& host) const;
 
   static std::span<const CommandSpec<ClusterControl>> Commands();
   CommandResult ClusterStatus(const nlohmann::json& req);

@@ -101,6 +101,10 @@ struct ClusterConfig {
   uint32_t lease_ms = 3000;
   // Prefix of every key the service writes: several clusters may share a store.
   std::string key_prefix = "harmonaize/";
+  // The longest wait for another host to run an operator command
+  // (hz/cluster/host_commands.h): a part of a spread allocation, another
+  // host's maintenance.
+  uint32_t command_timeout_ms = 10000;
 
   // host_name, or the system's host name when it is empty.
   std::string HostName() const;

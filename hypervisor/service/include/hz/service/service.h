@@ -29,6 +29,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "hz/cluster/host_commands.h"
 #include "hz/service/cluster_control.h"
 #include "hz/service/coll_backend.h"
 #include "hz/service/command_registry.h"
@@ -46,6 +47,7 @@ class Server;
 
 namespace hz::service {
 
+class ClusterCollBackend;
 class ControlServer;
 class HostConditions;
 class MaintenanceWorkflow;
@@ -161,6 +163,11 @@ class Service : public ControlTarget {
   std::set<std::string> HostTenants() const;
   // The tenants of the VMs (socket paths); HostTenants() when vms is empty.
   hz::StatusOr<std::set<std::string>> TenantsOfVms(const std::vector<std::string>& vms) const;
+  // service_cluster.cc: the service in a cluster; commands across hosts.
+  ClusterHooks ClusterHooksFor(ClusterCollBackend* cross_host);
+  hz::Status StartHostCommands();
+  std::string HandleControl(const std::string& line);
+  nlohmann::json ServeForwarded(nlohmann::json request, const std::string& from);
   // service_state.cc
   void SaveState();
   hz::Status LoadState();
@@ -181,10 +188,11 @@ class Service : public ControlTarget {
   Metrics metrics_;
   DeviceRegistry devices_;
   std::unique_ptr<CollBackend> coll_;
-  std::unique_ptr<Engines> engines_;         // event bus, checkpoints
-  std::unique_ptr<Provider> provider_;       // scheduler, negotiation, hints, health
-  std::unique_ptr<ClusterControl> cluster_;  // membership of a cluster ([cluster])
-  CommandRegistry commands_;                 // the engines' operator commands
+  std::unique_ptr<Engines> engines_;                      // event bus, checkpoints
+  std::unique_ptr<Provider> provider_;                    // scheduler, negotiation, hints, health
+  std::unique_ptr<ClusterControl> cluster_;               // membership of a cluster ([cluster])
+  std::unique_ptr<cluster::HostCommands> host_commands_;  // commands for other hosts
+  CommandRegistry commands_;                              // the engines' operator commands
   DeviceEnv env_;
 
   boost::asio::io_context io_;  // control, metrics, signals
