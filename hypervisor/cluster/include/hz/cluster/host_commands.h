@@ -13,7 +13,7 @@
 //
 // Every request is input from the store: the receiver checks its shape and
 // size, and the executor decides which commands it runs (the service allows
-// only a few, hypervisor/service/src/service_remote.cc). One command runs at
+// only a few, hypervisor/service/src/service_cluster.cc). One command runs at
 // a time, in order.
 #ifndef HZ_CLUSTER_HOST_COMMANDS_H_
 #define HZ_CLUSTER_HOST_COMMANDS_H_
