@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "hz/collectives/waiting_window.h"
+#include "hz/common/waiting_window.h"
 #include "hz/common/tenant_id.h"
 
 namespace hz::coll::internal {

@@ -68,7 +68,7 @@ class ClusterCollBackend : public CollBackend {
                       std::chrono::seconds span) override {
     local_->SetTenantShare(tenant, percent, span);
   }
-  coll::WaitingTime WorkerWaiting() const override { return local_->WorkerWaiting(); }
+  WaitingTime WorkerWaiting() const override { return local_->WorkerWaiting(); }
   // The engine's, and the inter-host legs' algorithms.
   BackendStats Stats() const override;
   std::vector<CommSummary> Communicators() const override { return local_->Communicators(); }

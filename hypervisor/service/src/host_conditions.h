@@ -1,7 +1,7 @@
 // The host's conditions that tenants hear of as events, and the energy slack
 // they declare against them:
 //  - CONGESTION/HOST_MEMORY (SPEC.md §8.3.5) from the collective engine's
-//    waiting time (hz/collectives/waiting_window.h), mapped to §8.5's levels
+//    waiting time (hz/common/waiting_window.h), mapped to §8.5's levels
 //    with hysteresis (a level is kept at least hysteresis_s), told to each
 //    tenant with communicators here whenever the level it was last told
 //    differs;
@@ -28,7 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "energy_schedule.h"
-#include "hz/collectives/waiting_window.h"
+#include "hz/common/waiting_window.h"
 #include "hz/events/coarse.h"
 #include "hz/events/event_spec.h"
 #include "hz/service/command_registry.h"
@@ -39,7 +39,7 @@ namespace hz::service {
 struct ConditionInputs {
   std::set<std::string> host_tenants;  // a VM bound or devices allocated on this host
   std::set<std::string> coll_tenants;  // communicators on this host
-  coll::WaitingTime host_memory;       // the collective engine's waiting window
+  WaitingTime host_memory;       // the collective engine's waiting window
 };
 
 struct ConditionHooks {
@@ -88,7 +88,7 @@ class HostConditions : public EnergyBackend {
   EnergySchedule schedule_;
   events::ChangeFilter congestion_filter_;
   uint8_t host_memory_level_ = events::kCongestionNone;
-  coll::WaitingTime last_host_memory_;
+  WaitingTime last_host_memory_;
   std::map<std::string, uint8_t> told_congestion_;
   std::map<std::string, EnergyCondition> told_energy_;
   std::map<std::string, Slack> slack_;

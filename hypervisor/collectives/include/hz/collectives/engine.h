@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "hz/collectives/types.h"
-#include "hz/collectives/waiting_window.h"
+#include "hz/common/waiting_window.h"
 
 namespace hz::coll {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "hz/collectives/types.h"
-#include "hz/collectives/waiting_window.h"
+#include "hz/common/waiting_window.h"
 
 namespace hz::service {
 
@@ -85,7 +85,7 @@ class CollBackend {
   virtual void SetTenantShare(const TenantId& /*tenant*/, uint32_t /*percent*/,
                               std::chrono::seconds /*span*/) {}
   // The engine's waiting window: CONGESTION/HOST_MEMORY (SPEC §8.3.5).
-  virtual coll::WaitingTime WorkerWaiting() const { return {}; }
+  virtual WaitingTime WorkerWaiting() const { return {}; }
   virtual BackendStats Stats() const = 0;
   virtual std::vector<CommSummary> Communicators() const = 0;
 };

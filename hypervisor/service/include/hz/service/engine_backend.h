@@ -38,7 +38,7 @@ class EngineBackend : public CollBackend {
                       std::chrono::seconds span) override {
     engine_.SetTenantShare(tenant, percent, std::chrono::steady_clock::now() + span);
   }
-  coll::WaitingTime WorkerWaiting() const override { return engine_.WorkerWaiting(); }
+  WaitingTime WorkerWaiting() const override { return engine_.WorkerWaiting(); }
   BackendStats Stats() const override;
   std::vector<CommSummary> Communicators() const override;
 

@@ -1,8 +1,8 @@
-#include "hz/collectives/waiting_window.h"
+#include "hz/common/waiting_window.h"
 
 #include <algorithm>
 
-namespace hz::coll {
+namespace hz {
 
 WaitingWindow::WaitingWindow(uint64_t window_ns, uint32_t slots, uint64_t start_ns)
     : slot_ns_(std::max<uint64_t>(1, window_ns / std::max(1u, slots))),
@@ -49,4 +49,4 @@ void WaitingWindow::Advance(uint64_t to) {
   }
 }
 
-}  // namespace hz::coll
+}  // namespace hz

@@ -1,24 +1,25 @@
-// How long, over a recent window, collective work waited for a worker while
-// every worker was busy: the engine's measure of the host memory congestion
-// that SPEC.md §8.3.5 reports (CONGESTION/HOST_MEMORY).
+// How long, over a recent window, work waited for a shared resource that was
+// fully busy with other work: the measure of congestion SPEC.md §8.3.5
+// reports. The collective engine marks the time work is queued while every
+// worker is busy (CONGESTION/HOST_MEMORY: the workers move the tenants'
+// bytes through host memory); the checkpoint engine the time chunks are
+// ready while the disk queue is full (STORAGE); the inter-host legs the time
+// they run slower than their links measured (FABRIC).
 //
-// Why this measure: the workers are what moves the tenants' collective bytes
-// through host memory, so a worker pool that cannot keep up is where memory
-// bandwidth runs short for them. Time spent waiting while all workers are
-// busy counts only real contention: a single tenant that keeps one worker
-// busy, or a task that waits the few microseconds an idle worker takes to
-// wake, is not congestion, while work that queues behind other work is,
-// whatever the number of workers.
+// Why this measure: time spent waiting while the resource is fully busy
+// counts only real contention. A single user that keeps one worker busy, or
+// work that waits the few microseconds an idle worker takes to wake, is not
+// congestion, while work that queues behind other work is.
 //
 // Not thread-safe; times are nanoseconds of one monotonic clock that the
 // caller supplies (tests inject it), never decreasing.
-#ifndef HZ_COLLECTIVES_WAITING_WINDOW_H_
-#define HZ_COLLECTIVES_WAITING_WINDOW_H_
+#ifndef HZ_COMMON_WAITING_WINDOW_H_
+#define HZ_COMMON_WAITING_WINDOW_H_
 
 #include <cstdint>
 #include <vector>
 
-namespace hz::coll {
+namespace hz {
 
 struct WaitingTime {
   uint64_t waiting_ns = 0;  // of the window, how long work waited
@@ -50,6 +51,6 @@ class WaitingWindow {
   bool waiting_ = false;
 };
 
-}  // namespace hz::coll
+}  // namespace hz
 
-#endif  // HZ_COLLECTIVES_WAITING_WINDOW_H_
+#endif  // HZ_COMMON_WAITING_WINDOW_H_

@@ -1,9 +1,9 @@
 // The waiting window behind CONGESTION/HOST_MEMORY, on an injected clock.
-#include "hz/collectives/waiting_window.h"
+#include "hz/common/waiting_window.h"
 
 #include <gtest/gtest.h>
 
-namespace hz::coll {
+namespace hz {
 namespace {
 
 constexpr uint64_t kS = 1'000'000'000;  // one second in ns
@@ -71,4 +71,4 @@ TEST(WaitingWindow, AClockThatStandsStillOrGoesBackAddsNothing) {
 }
 
 }  // namespace
-}  // namespace hz::coll
+}  // namespace hz
