@@ -157,6 +157,13 @@ void Engine::RunAsync(const TenantId& tenant, std::function<void()> fn) {
 Stats Engine::GetStats() const {
   return impl_->GetStats();
 }
+WaitingTime Engine::StorageWaiting() const {
+  return impl_->StorageWaiting();
+}
+WaitingTime Engine::Impl::StorageWaiting() const {
+  std::lock_guard<std::mutex> l(storage_mu_);
+  return storage_waiting_.Measure(SteadyNowUs() * 1000);
+}
 std::vector<Decision> Engine::Decisions() const {
   return impl_->Decisions();
 }
@@ -171,6 +178,7 @@ Engine::Impl::Impl(const EngineConfig& config, std::unique_ptr<StagingPool> pool
       disk_(std::move(disk)),
       copier_(config.copy_threads, config.thread_nice),
       sched_(config.disk_bandwidth_bytes_per_s, config.chunk_bytes, 2 * config.chunk_bytes),
+      storage_waiting_(uint64_t{config.waiting_window_ms} * 1000000, 10, SteadyNowUs() * 1000),
       requests_(config.tenant_request_threads) {}
 
 Engine::Impl::~Impl() {

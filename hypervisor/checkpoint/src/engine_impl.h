@@ -156,6 +156,7 @@ class Engine::Impl {
   Status Flush(std::chrono::milliseconds timeout);
   void RunAsync(const TenantId& tenant, std::function<void()> fn);
   Stats GetStats() const;
+  WaitingTime StorageWaiting() const;
   std::vector<Decision> Decisions() const;
 
  private:
@@ -229,6 +230,8 @@ class Engine::Impl {
   void Intake(std::vector<std::shared_ptr<Job>>* fresh);
   void SealInMemory(const std::shared_ptr<Job>& job);
   bool SubmitMore(uint64_t now_us, uint64_t* retry_us);
+  // Marks whether ready chunks now wait for a busy disk (StorageWaiting).
+  void MarkStorageWaiting(bool disk_busy);
   void OnCompletions(const std::vector<Tier::Completion>& done);
   void FinishJob(const std::shared_ptr<Job>& job);
   void CommitLoop();
@@ -264,6 +267,9 @@ class Engine::Impl {
   std::map<uint64_t, std::shared_ptr<Job>> in_flight_jobs_;      // by job id
   std::map<TenantNo, uint64_t> last_start_us_;
   std::thread worker_;
+  // Chunks waiting for the disk (the worker marks, the service measures).
+  mutable std::mutex storage_mu_;
+  mutable WaitingWindow storage_waiting_;
 
   // Request threads: run RunAsync work, per tenant in turn.
   RequestQueue requests_;

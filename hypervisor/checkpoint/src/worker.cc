@@ -44,7 +44,9 @@ void Engine::Impl::WorkerLoop() {
       }
     }
     uint64_t retry = 0;
-    if (SubmitMore(now, &retry)) wake = std::min(wake, retry);
+    const bool throttled = SubmitMore(now, &retry);
+    if (throttled) wake = std::min(wake, retry);
+    MarkStorageWaiting(throttled || disk_->InFlight() >= disk_->QueueDepth());
 
     if (disk_->InFlight() > 0) {
       // A full queue waits for a completion; otherwise come back soon for new
@@ -137,6 +139,14 @@ void Engine::Impl::Settle(const std::shared_ptr<Job>& job) {
   job->ckpt->settled = true;
   --jobs_pending_;
   durable_cv_.notify_all();
+}
+
+void Engine::Impl::MarkStorageWaiting(bool disk_busy) {
+  // Chunks wait for the disk when some are ready and it takes no more.
+  const bool ready = std::any_of(active_.begin(), active_.end(),
+                                 [](const auto& tenant) { return !tenant.second.empty(); });
+  std::lock_guard<std::mutex> l(storage_mu_);
+  storage_waiting_.SetWaiting(ready && disk_busy, SteadyNowUs() * 1000);
 }
 
 bool Engine::Impl::SubmitMore(uint64_t now_us, uint64_t* retry_us) {

@@ -15,12 +15,18 @@ void WaitingWindow::SetWaiting(bool waiting, uint64_t now_ns) {
   waiting_ = waiting;
 }
 
+void WaitingWindow::AddWaiting(uint64_t ns, uint64_t now_ns) {
+  Advance(now_ns);
+  acc_ += ns;
+}
+
 WaitingTime WaitingWindow::Measure(uint64_t now_ns) {
   Advance(now_ns);
   WaitingTime t;
   for (uint64_t w : ring_) t.waiting_ns += w;
   t.waiting_ns += acc_;
   t.window_ns = ring_.size() * slot_ns_ + (mark_ - cur_ * slot_ns_);
+  t.waiting_ns = std::min(t.waiting_ns, t.window_ns);  // added waits may overlap
   return t;
 }
 

@@ -257,6 +257,11 @@ std::vector<CrossHostCommInfo> ClusterCollBackend::CrossHostComms() const {
   return out;
 }
 
+WaitingTime ClusterCollBackend::FabricWaiting(std::set<std::string>* tenants) const {
+  for (const CrossHostCommInfo& c : CrossHostComms()) tenants->insert(c.tenant);
+  return stats_->fabric.Measure();
+}
+
 BackendStats ClusterCollBackend::Stats() const {
   BackendStats s = local_->Stats();
   for (cluster::InterHostAlgorithm a : cluster::kInterHostAlgorithms) {

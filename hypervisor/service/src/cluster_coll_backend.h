@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,8 @@ struct ClusterCollOptions {
   // What an init or an operation waits for when the tenant sets no timeout.
   uint32_t default_timeout_ms = 60000;
   std::chrono::milliseconds uid_lifetime{std::chrono::hours(1)};
+  // The window CONGESTION/FABRIC is measured over ([conditions]).
+  std::chrono::milliseconds fabric_window{10000};
 };
 
 class ClusterCollBackend : public CollBackend {
@@ -79,6 +82,7 @@ class ClusterCollBackend : public CollBackend {
   void HostLeft(const std::string& host, const std::string& why);
   // The live communicators across hosts that this host takes part in.
   std::vector<CrossHostCommInfo> CrossHostComms() const;
+  WaitingTime FabricWaiting(std::set<std::string>* tenants) const override;
 
  private:
   struct Joining;
@@ -109,7 +113,8 @@ class ClusterCollBackend : public CollBackend {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::thread thread_;
 
-  const std::shared_ptr<CrossHostStats> stats_ = std::make_shared<CrossHostStats>();
+  const std::shared_ptr<CrossHostStats> stats_ =
+      std::make_shared<CrossHostStats>(std::chrono::nanoseconds(options_.fabric_window).count());
   std::atomic<bool> shut_down_{false};
   mutable std::mutex mu_;
   std::vector<std::weak_ptr<CrossHostComm>> comms_;

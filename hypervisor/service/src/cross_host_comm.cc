@@ -6,6 +6,30 @@
 
 namespace hz::service {
 
+namespace {
+
+uint64_t MonotonicNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+FabricMeter::FabricMeter(uint64_t window_ns) : window_(window_ns, 10, MonotonicNs()) {}
+
+void FabricMeter::Leg(double expected_s, uint64_t took_ns) {
+  const double expected_ns = expected_s * 1e9;
+  if (expected_ns <= 0 || took_ns <= 2 * expected_ns) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  window_.AddWaiting(took_ns - static_cast<uint64_t>(expected_ns), MonotonicNs());
+}
+
+WaitingTime FabricMeter::Measure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return window_.Measure(MonotonicNs());
+}
+
 uint32_t CrossHostLayout::LocalIndex(uint32_t global_rank) const {
   auto it = std::lower_bound(local_ranks.begin(), local_ranks.end(), global_rank);
   return static_cast<uint32_t>(it - local_ranks.begin());

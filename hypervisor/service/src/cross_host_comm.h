@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "hz/cluster/inter_host.h"
+#include "hz/common/waiting_window.h"
 #include "hz/service/coll_backend.h"
 
 namespace hz::service {
@@ -59,7 +60,26 @@ struct CrossHostLayout {
 inline constexpr size_t kPipelineChunkBytes = 4 << 20;
 
 // What every communicator across hosts adds up (shared by the backend's).
+// CONGESTION/FABRIC (SPEC.md §8.3.5): a leg across hosts that takes more
+// than twice what its links measured when the communicator formed (its
+// LegCostModel) counts the excess as time waiting for the fabric. Other
+// traffic on the links is what slows a leg below its calibration; the factor
+// two leaves room for noise.
+class FabricMeter {
+ public:
+  explicit FabricMeter(uint64_t window_ns);
+  // A leg expected to take expected_s took took_ns.
+  void Leg(double expected_s, uint64_t took_ns);
+  WaitingTime Measure();
+
+ private:
+  std::mutex mu_;
+  WaitingWindow window_;
+};
+
 struct CrossHostStats {
+  explicit CrossHostStats(uint64_t fabric_window_ns = 10'000'000'000) : fabric(fabric_window_ns) {}
+  FabricMeter fabric;
   // Inter-host legs run with each algorithm, by cluster::InterHostAlgorithm.
   std::atomic<uint64_t> by_algorithm[std::size(cluster::kInterHostAlgorithms)] = {};
   std::atomic<uint64_t> lossy{0};   // ... of them carried as bfloat16 (ALLOW_LOSSY)

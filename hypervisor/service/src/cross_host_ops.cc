@@ -322,9 +322,19 @@ Status CrossHostComm::CombineAcrossHosts(uint8_t* data, uint64_t n, const coll::
   const bool lossy = layout_.allow_lossy && static_cast<DType>(d.dtype) == DType::kFp32 &&
                      (d.redop == static_cast<uint8_t>(RedOp::kSum) ||
                       d.redop == static_cast<uint8_t>(RedOp::kAvg));
+  auto start = std::chrono::steady_clock::now();
+  const auto measured = [&](Status s, size_t bytes) {
+    if (s.ok() && leg_model_) {
+      stats_->fabric.Leg(leg_model_->Seconds(algorithm, bytes),
+                         Nanos(std::chrono::steady_clock::now() - start));
+    }
+    return s;
+  };
   if (!lossy) {
     const InterHostType type = LegType(d.dtype);
-    return InGroup([&] { return group_->AllReduce(data, n, type, LegOp(d.redop), algorithm); });
+    return measured(
+        InGroup([&] { return group_->AllReduce(data, n, type, LegOp(d.redop), algorithm); }),
+        n * ElementBytes(d));
   }
   // Half the bytes between hosts: each host's partial sums are rounded to
   // bfloat16, combined in fp32 and rounded once per step of the algorithm.
@@ -332,9 +342,12 @@ Status CrossHostComm::CombineAcrossHosts(uint8_t* data, uint64_t n, const coll::
   float* f = reinterpret_cast<float*>(data);
   wire_.resize(n);
   for (uint64_t i = 0; i < n; ++i) wire_[i] = FloatToBf16(f[i]);
-  Status s = InGroup([&] {
-    return group_->AllReduce(wire_.data(), n, InterHostType::kBF16, InterHostOp::kSum, algorithm);
-  });
+  start = std::chrono::steady_clock::now();
+  Status s = measured(InGroup([&] {
+                        return group_->AllReduce(wire_.data(), n, InterHostType::kBF16,
+                                                 InterHostOp::kSum, algorithm);
+                      }),
+                      n * sizeof(uint16_t));
   for (uint64_t i = 0; s.ok() && i < n; ++i) f[i] = Bf16ToFloat(wire_[i]);
   return s;
 }

@@ -112,6 +112,7 @@ Status Engines::Start() {
   cc.disk_bandwidth_bytes_per_s = config_.ckpt_disk_bandwidth_bytes_per_s;
   cc.max_stall_budget_ms = config_.ckpt_max_stall_budget_ms;
   cc.jit_max_attempts = config_.ckpt_jit_max_attempts;
+  cc.waiting_window_ms = config_.conditions.congestion_window_s * 1000;
   cc.request_threads = config_.ckpt_request_threads;
   cc.tenant_request_threads = config_.ckpt_tenant_request_threads;
   cc.thread_nice = static_cast<int>(config_.ckpt_thread_nice);
@@ -129,6 +130,14 @@ Status Engines::Start() {
   if (peer_) peer_->Start(ckpt_.get());
   ckpt_adapter_ = std::make_unique<CkptAdapter>(*ckpt_);
   return Status::Ok();
+}
+
+WaitingTime Engines::StorageWaiting() const {
+  return ckpt_ ? ckpt_->StorageWaiting() : WaitingTime{};
+}
+
+bool Engines::PersistsCheckpoints(const TenantId& tenant) const {
+  return ckpt_ && ckpt_->HasTenant(tenant);
 }
 
 void Engines::ClusterHosts(std::vector<cluster::HostInfo> hosts) {

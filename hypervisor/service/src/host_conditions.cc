@@ -21,6 +21,19 @@ void Prune(Map* told, const std::set<std::string>& present) {
   std::erase_if(*told, [&](const auto& e) { return present.count(e.first) == 0; });
 }
 
+// How the operator's status and the hysteresis name each resource.
+const char* CongestionName(events::CongestionKind kind) {
+  switch (kind) {
+    case events::kCongestionFabric:
+      return "fabric";
+    case events::kCongestionHostMemory:
+      return "host_memory";
+    case events::kCongestionStorage:
+      return "storage";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 HostConditions::HostConditions(std::string schedule_path, uint64_t hysteresis_s,
@@ -52,20 +65,27 @@ void HostConditions::Update(const ConditionInputs& in) {
 }
 
 void HostConditions::CongestionLocked(const ConditionInputs& in, uint64_t now, Events* out) {
-  last_host_memory_ = in.host_memory;
+  ResourceLocked(events::kCongestionFabric, in.fabric, now, out);
+  ResourceLocked(events::kCongestionHostMemory, in.host_memory, now, out);
+  ResourceLocked(events::kCongestionStorage, in.storage, now, out);
+}
+
+void HostConditions::ResourceLocked(events::CongestionKind kind, const ResourceWaiting& in,
+                                    uint64_t now, Events* out) {
+  Resource& r = resources_[kind];
+  r.last = in.waiting;
   // No window measured yet is no congestion (not, as a zero capacity would be, severe).
   const events::CongestionLevel level =
-      in.host_memory.window_ns == 0
+      in.waiting.window_ns == 0
           ? events::kCongestionNone
-          : events::CongestionFromUtilisation(in.host_memory.waiting_ns, in.host_memory.window_ns);
-  if (congestion_filter_.Update("host_memory", level, now)) host_memory_level_ = level;
-  Prune(&told_congestion_, in.coll_tenants);
-  for (const std::string& t : in.coll_tenants) {
-    auto it = told_congestion_.try_emplace(t, events::kCongestionNone).first;
-    if (it->second == host_memory_level_) continue;
-    it->second = host_memory_level_;
-    out->emplace_back(t, events::MakeCongestion(events::kCongestionHostMemory,
-                                                events::CongestionLevel(host_memory_level_)));
+          : events::CongestionFromUtilisation(in.waiting.waiting_ns, in.waiting.window_ns);
+  if (congestion_filter_.Update(CongestionName(kind), level, now)) r.level = level;
+  Prune(&r.told, in.tenants);
+  for (const std::string& t : in.tenants) {
+    auto it = r.told.try_emplace(t, events::kCongestionNone).first;
+    if (it->second == r.level) continue;
+    it->second = r.level;
+    out->emplace_back(t, events::MakeCongestion(kind, events::CongestionLevel(r.level)));
   }
 }
 
@@ -107,7 +127,7 @@ void HostConditions::ForgetTenant(const std::string& tenant) {
     hooks_.set_share(tenant, 100, 0);
   }
   slack_.erase(tenant);
-  told_congestion_.erase(tenant);
+  for (Resource& r : resources_) r.told.erase(tenant);
   told_energy_.erase(tenant);
 }
 
@@ -167,10 +187,15 @@ CommandResult HostConditions::StatusCommand(const json&) {
   out["sources"] = EnergySourceNames(c.sources);
   out["next_change_s"] = schedule_.NextChange(now);
   out["slack"] = std::move(slack);
-  out["congestion"] = {{"host_memory",
-                        {{"level", host_memory_level_},
-                         {"waiting_ms", last_host_memory_.waiting_ns / 1000000},
-                         {"window_ms", last_host_memory_.window_ns / 1000000}}}};
+  json congestion = json::object();
+  for (events::CongestionKind kind :
+       {events::kCongestionFabric, events::kCongestionHostMemory, events::kCongestionStorage}) {
+    const Resource& r = resources_[kind];
+    congestion[CongestionName(kind)] = {{"level", r.level},
+                                        {"waiting_ms", r.last.waiting_ns / 1000000},
+                                        {"window_ms", r.last.window_ns / 1000000}};
+  }
+  out["congestion"] = std::move(congestion);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #ifndef HZ_SERVICE_HOST_CONDITIONS_H_
 #define HZ_SERVICE_HOST_CONDITIONS_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -36,10 +37,17 @@
 
 namespace hz::service {
 
+// A shared resource as measured, and the tenants that use it.
+struct ResourceWaiting {
+  WaitingTime waiting;
+  std::set<std::string> tenants;
+};
+
 struct ConditionInputs {
   std::set<std::string> host_tenants;  // a VM bound or devices allocated on this host
-  std::set<std::string> coll_tenants;  // communicators on this host
-  WaitingTime host_memory;       // the collective engine's waiting window
+  ResourceWaiting host_memory;         // the collective workers; tenants with communicators here
+  ResourceWaiting storage;             // the checkpoint disk; tenants that persist checkpoints here
+  ResourceWaiting fabric;  // the inter-host legs; tenants with communicators across hosts
 };
 
 struct ConditionHooks {
@@ -86,10 +94,16 @@ class HostConditions : public EnergyBackend {
 
   mutable std::mutex mu_;
   EnergySchedule schedule_;
+  // One per resource, indexed by the CONGESTION kind.
+  struct Resource {
+    uint8_t level = events::kCongestionNone;
+    WaitingTime last;
+    std::map<std::string, uint8_t> told;
+  };
+  void ResourceLocked(events::CongestionKind kind, const ResourceWaiting& in, uint64_t now,
+                      Events* out);
   events::ChangeFilter congestion_filter_;
-  uint8_t host_memory_level_ = events::kCongestionNone;
-  WaitingTime last_host_memory_;
-  std::map<std::string, uint8_t> told_congestion_;
+  std::array<Resource, 3> resources_;
   std::map<std::string, EnergyCondition> told_energy_;
   std::map<std::string, Slack> slack_;
 };

@@ -36,6 +36,7 @@ ClusterCollOptions ClusterCollOptionsOf(const ServiceConfig& c) {
   o.data_address = c.cluster.data_address;
   o.store_timeout = c.cluster.StoreTimeout();
   o.uid_lifetime = std::chrono::seconds(c.coll_unused_uid_lifetime_s);
+  o.fabric_window = std::chrono::seconds(c.conditions.congestion_window_s);
   return o;
 }
 

@@ -50,8 +50,13 @@ void Service::PollConditions() {
   ConditionInputs in;
   in.host_tenants = HostTenants();
   if (coll_) {
-    for (const CommSummary& c : coll_->Communicators()) in.coll_tenants.insert(c.tenant);
-    in.host_memory = coll_->WorkerWaiting();
+    for (const CommSummary& c : coll_->Communicators()) in.host_memory.tenants.insert(c.tenant);
+    in.host_memory.waiting = coll_->WorkerWaiting();
+    in.fabric.waiting = coll_->FabricWaiting(&in.fabric.tenants);
+  }
+  in.storage.waiting = engines_->StorageWaiting();
+  for (const std::string& t : in.host_tenants) {
+    if (engines_->PersistsCheckpoints(TenantId(t))) in.storage.tenants.insert(t);
   }
   conditions_->Update(in);
 }

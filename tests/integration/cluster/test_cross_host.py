@@ -26,6 +26,8 @@ RANK = os.environ.get("HZ_CLUSTER_RANK", "cluster_rank")
 TIMEOUT_MS = 3000
 # include/harmonaize/hz.h
 HZ_EPERM, HZ_ETIMEDOUT, HZ_EABORTED, HZ_EIO = -3, -8, -9, -12
+HZ = os.environ.get("HZ_CLI", "hz")
+FABRIC = 0  # CONGESTION kind, SPEC.md 8.3.5
 
 
 class Cluster:
@@ -225,3 +227,41 @@ def test_a_store_outage_aborts_communicators_refuses_inits_and_heals(cluster):
     for p in cluster.ranks([0, 1]):
         rc, r = result(p)
         assert rc == 0 and r.get("ok"), r
+
+
+def test_a_slowed_link_is_heard_as_fabric_congestion_by_its_tenant_only(cluster):
+    """The data path between h0 and h1 drops to a twentieth of the rate the
+    communicator measured when it formed; its legs now take far longer than
+    their calibration, and the tenant hears CONGESTION/FABRIC (SPEC.md
+    8.3.5) on h0 within a window and a poll; another tenant on h0 does not."""
+    # Hierarchical all-reduces: their legs are what the links were calibrated
+    # with. A generous operation timeout: the slowed legs take longer.
+    procs = cluster.ranks([0, 1], extra=["--loop", "--hierarchical", "--count", str(1 << 18)],
+                          timeout_ms=30000)
+    for p in procs:
+        first = p.stdout.readline()
+        assert json.loads(first).get("ok"), first
+    cluster.hosts[0].hzctl("tenant", "create", "eve")
+    acme, eve = cluster.socket(0), cluster.socket(0, "eve")
+    for member in ("h0", "h1"):
+        cluster.net.slow_data_path(member, 50)
+
+    def fabric(socket):
+        out = subprocess.run([HZ, "--device", f"vhost-user:{socket}", "--json", "events",
+                              "--topics", "congestion", "--wait-ms", "500"],
+                             capture_output=True, text=True, timeout=30).stdout
+        events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        # Only the congestion topic was asked for.
+        return [bytes.fromhex(e["payload"])[0] for e in events if e.get("kind") == FABRIC]
+
+    levels = []
+    heard = wait_until(lambda: bool(levels.extend(fabric(acme)) or levels), 60)
+    assert heard is not None, ([result(p, 5) for p in procs if p.poll() is not None],
+                               cluster.hosts[0].hzctl("energy", "status"))
+    assert max(levels) >= 1, levels  # light or worse
+    status = cluster.hosts[0].hzctl("energy", "status")["result"]["congestion"]["fabric"]
+    assert status["waiting_ms"] > 0, status
+    assert fabric(eve) == []
+    for p in procs:
+        p.kill()
+        p.wait()

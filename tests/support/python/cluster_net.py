@@ -118,6 +118,26 @@ class ClusterNet:
     def heal(self, member: str) -> None:
         _ip("-n", self.ns("switch"), "link", "set", f"p{self.members.index(member)}", "up")
 
+    def slow_data_path(self, member: str, rate_mbit: float) -> None:
+        """member's traffic with the other hosts now runs at rate_mbit, both
+        ways; its traffic with the store keeps the link's rate, as on a
+        separate management network (htb: the store's address in a class of
+        its own)."""
+        i = self.members.index(member)
+        store = self.address("store")
+        for ns, dev, match in ((self.ns(member), "eth0", "dst"),
+                               (self.ns("switch"), f"p{i}", "src")):
+            tc = ["ip", "netns", "exec", ns, "tc"]
+            for args in (["qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
+                          "default", "10"],
+                         ["class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb",
+                          "rate", f"{rate_mbit}mbit"],
+                         ["class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb",
+                          "rate", f"{self.rate_mbit or 1000}mbit"],
+                         ["filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "u32",
+                          "match", "ip", match, f"{store}/32", "flowid", "1:20"]):
+                subprocess.run(tc + args, check=True, capture_output=True, timeout=10)
+
     def start_redis(self, member: str = "store", port: int = 6379) -> subprocess.Popen:
         """redis-server in member's namespace, without persistence; waits until it answers."""
         addr = self.address(member)

@@ -314,6 +314,25 @@ TEST_F(CheckpointRequests, DeleteWhilePersistingCancelsCleanly) {
   EXPECT_EQ(stats.tenants[0].disk_bytes, 0u);
 }
 
+TEST_F(CheckpointRequests, ChunksHeldBackByTheDiskCountAsStorageWaiting) {
+  TempDir dir("storage_waiting");
+  auto cfg = SmallConfig(dir.path());
+  cfg.disk_bandwidth_bytes_per_s = 256 << 10;  // the disk the operator allows is the bottleneck
+  auto eng = testing::OpenEngine(cfg);
+  ASSERT_TRUE(eng);
+  EXPECT_EQ(eng->StorageWaiting().waiting_ns, 0u);  // nothing to persist, nothing waits
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
+  auto st = MakeState({1 << 20}, 1);
+  auto sp = Spans(st);
+  SaveResult r;
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, sp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(Tenant(1), 1, 1, 60s).code(), StatusCode::kOk);
+  // About 4 s of chunks held back for the bandwidth: most of it waited.
+  WaitingTime w = eng->StorageWaiting();
+  EXPECT_GT(w.waiting_ns, w.window_ns / 10) << w.waiting_ns << " of " << w.window_ns;
+  EXPECT_LE(w.waiting_ns, w.window_ns);
+}
+
 TEST_F(CheckpointRequests, ConcurrentTenantsEachRestoreTheirOwn) {
   constexpr int kTenants = 4;
   constexpr int kSteps = 6;

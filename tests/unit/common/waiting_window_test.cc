@@ -1,4 +1,4 @@
-// The waiting window behind CONGESTION/HOST_MEMORY, on an injected clock.
+// The waiting window behind CONGESTION (SPEC.md §8.3.5), on an injected clock.
 #include "hz/common/waiting_window.h"
 
 #include <gtest/gtest.h>
@@ -68,6 +68,19 @@ TEST(WaitingWindow, AClockThatStandsStillOrGoesBackAddsNothing) {
   w.SetWaiting(true, 101 * kS);  // earlier than already seen
   w.SetWaiting(false, 101 * kS);
   EXPECT_EQ(w.Measure(105 * kS).waiting_ns, 2 * kS);
+}
+
+TEST(WaitingWindow, WaitsKnownAfterTheFactCountAndLeaveLikeOthers) {
+  WaitingWindow w(10 * kS, 10, 0);
+  w.AddWaiting(2 * kS, 100 * kS);  // a leg that took 2 s more than its link allows
+  w.AddWaiting(3 * kS, 104 * kS);
+  EXPECT_EQ(w.Measure(105 * kS).waiting_ns, 5 * kS);
+  EXPECT_EQ(w.Measure(113 * kS).waiting_ns, 3 * kS);  // the first left the window
+  EXPECT_EQ(w.Measure(130 * kS).waiting_ns, 0u);
+  // Overlapping waits (several communicators at once) never exceed the window.
+  for (int i = 0; i < 30; ++i) w.AddWaiting(kS, 131 * kS);
+  WaitingTime t = w.Measure(131 * kS);
+  EXPECT_EQ(t.waiting_ns, t.window_ns);
 }
 
 }  // namespace

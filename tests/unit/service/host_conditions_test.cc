@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "hz/common/file.h"
 
 namespace hz::service {
@@ -21,6 +23,7 @@ constexpr uint64_t kS = 1'000'000'000;
 struct Told {
   std::string tenant;
   uint16_t topic;
+  uint16_t kind;
   uint8_t level;
   uint8_t sources;
 };
@@ -43,7 +46,7 @@ class HostConditionsTest : public ::testing::Test {
     ConditionHooks hooks;
     hooks.unix_now = [this] { return now_; };
     hooks.publish = [this](const std::string& t, const events::EventSpec& spec) {
-      told_.push_back({t, spec.topic, spec.payload[0], spec.payload[1]});
+      told_.push_back({t, spec.topic, spec.kind, spec.payload[0], spec.payload[1]});
     };
     hooks.set_share = [this](const std::string& t, uint32_t pct, uint64_t s) {
       shares_.push_back({t, pct, s});
@@ -66,8 +69,8 @@ class HostConditionsTest : public ::testing::Test {
   ConditionInputs Inputs(uint64_t pct) {
     ConditionInputs in;
     in.host_tenants = {"a", "b"};
-    in.coll_tenants = {"a"};
-    in.host_memory = {pct * kS / 10, 10 * kS};
+    in.host_memory.tenants = {"a"};
+    in.host_memory.waiting = {pct * kS / 10, 10 * kS};
     return in;
   }
 
@@ -182,9 +185,38 @@ TEST_F(HostConditionsTest, CongestionLevelsFollowSection85WithHysteresis) {
   EXPECT_EQ(told_[2].level, events::kCongestionModerate);
 }
 
+TEST_F(HostConditionsTest, EachResourceIsToldToTheTenantsThatUseItWithItsOwnLevel) {
+  ConditionInputs in = Inputs(0);                     // host memory: none, for a
+  in.storage = {{85 * kS / 10, 10 * kS}, {"b"}};      // moderate, for b (checkpoints here)
+  in.fabric = {{99 * kS / 10, 10 * kS}, {"a", "c"}};  // severe, for a and c (across hosts)
+  ConditionInputs quiet = in;
+  quiet.storage.waiting = quiet.fabric.waiting = {0, 10 * kS};
+  c_->Update(quiet);  // none anywhere: nobody is told
+  EXPECT_TRUE(told_.empty());
+  now_ += 10;
+  c_->Update(in);
+  ASSERT_EQ(told_.size(), 3u);
+  std::map<std::pair<std::string, uint16_t>, uint8_t> got;
+  for (const Told& t : told_) {
+    EXPECT_EQ(t.topic, HZ_TOPIC_CONGESTION);
+    got[{t.tenant, t.kind}] = t.level;
+  }
+  using Key = std::pair<std::string, uint16_t>;
+  EXPECT_EQ(
+      got, (std::map<Key, uint8_t>{{{"a", events::kCongestionFabric}, events::kCongestionSevere},
+                                   {{"b", events::kCongestionStorage}, events::kCongestionModerate},
+                                   {{"c", events::kCongestionFabric}, events::kCongestionSevere}}));
+  // The operator sees every resource.
+  CommandResult status = c_->StatusCommand(json::object());
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ((*status)["congestion"]["storage"]["level"], events::kCongestionModerate);
+  EXPECT_EQ((*status)["congestion"]["fabric"]["waiting_ms"], 9900);
+  EXPECT_EQ((*status)["congestion"]["host_memory"]["level"], events::kCongestionNone);
+}
+
 TEST_F(HostConditionsTest, NoMeasurementIsNoCongestion) {
   ConditionInputs in = Inputs(0);
-  in.host_memory = {};
+  in.host_memory.waiting = {};
   c_->Update(in);
   EXPECT_TRUE(told_.empty());
 }

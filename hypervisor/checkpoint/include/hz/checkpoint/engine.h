@@ -43,6 +43,7 @@
 
 #include "hz/checkpoint/peer.h"
 #include "hz/checkpoint/types.h"
+#include "hz/common/waiting_window.h"
 
 namespace hz::checkpoint {
 
@@ -65,6 +66,7 @@ struct EngineConfig {
   size_t max_decisions = 256;                 // decision log entries kept
   uint32_t max_stall_budget_ms = 60000;       // cap on a policy's stall_budget_ms
   uint32_t jit_max_attempts = 64;             // copies per stream and notice of a JIT save
+  uint32_t waiting_window_ms = 10000;         // the window StorageWaiting() measures over
   // All tenants' committed plus in-flight bytes on disk; 0: no cap. Each
   // tenant may use its weighted share of it.
   uint64_t disk_bytes = 0;
@@ -279,6 +281,10 @@ class Engine {
   std::vector<StreamId> Streams(const TenantId& tenant) const;
 
   Stats GetStats() const;
+  // Of the last waiting_window_ms, how long chunks ready to persist waited
+  // for the disk: its queue full, or the configured disk bandwidth spent
+  // (SPEC.md §8.3.5 CONGESTION/STORAGE; hz/common/waiting_window.h).
+  WaitingTime StorageWaiting() const;
   std::vector<Decision> Decisions() const;  // oldest first
 
   class Impl;

@@ -36,7 +36,12 @@ class WaitingWindow {
   void SetWaiting(bool waiting, uint64_t now_ns);
   bool waiting() const { return waiting_; }
 
-  // The waiting time of the window that ends at now_ns.
+  // Work that ended at now_ns waited `ns` in all (a wait known only once it
+  // is over); counted in the slot now_ns falls in.
+  void AddWaiting(uint64_t ns, uint64_t now_ns);
+
+  // The waiting time of the window that ends at now_ns (never more than
+  // the window).
   WaitingTime Measure(uint64_t now_ns);
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +87,10 @@ class CollBackend {
                               std::chrono::seconds /*span*/) {}
   // The engine's waiting window: CONGESTION/HOST_MEMORY (SPEC §8.3.5).
   virtual WaitingTime WorkerWaiting() const { return {}; }
+  // CONGESTION/FABRIC: how long, of the window, the legs across hosts ran
+  // slower than their links measured; *tenants gets the tenants with
+  // communicators across hosts. Nothing without a cluster.
+  virtual WaitingTime FabricWaiting(std::set<std::string>* /*tenants*/) const { return {}; }
   virtual BackendStats Stats() const = 0;
   virtual std::vector<CommSummary> Communicators() const = 0;
 };

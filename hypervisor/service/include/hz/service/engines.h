@@ -83,6 +83,10 @@ class Engines {
   using PublishedFn = std::function<void(const TenantId& tenant, const hz_event& event)>;
   // Empty: none. Clearing it does not wait for a call in progress.
   void SetPublishedObserver(PublishedFn fn);
+  // CONGESTION/STORAGE: how long checkpoint chunks waited for the disk;
+  // whether a tenant persists checkpoints here.
+  WaitingTime StorageWaiting() const;
+  bool PersistsCheckpoints(const TenantId& tenant) const;
   // What the devices use; null when that engine is not running.
   CkptBackend* checkpoints() const;
   EventBackend* events() const;
