@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "hz/common/waiting_window.h"
 #include "hz/common/tenant_id.h"
+#include "hz/common/waiting_window.h"
 
 namespace hz::coll::internal {
 
