@@ -38,6 +38,7 @@ int Status(const Options& o);
 int Topology(const Options& o);
 int Events(const Options& o, bool follow, const std::string& topics, int wait_ms, bool approve);
 int CheckpointList(const Options& o, uint32_t stream);
+int CheckpointDelete(const Options& o, uint32_t stream, uint64_t step);
 int CheckpointPolicy(const Options& o, uint32_t stream, const std::string& tier,
                      uint32_t retention);
 int CheckpointSave(const Options& o, uint32_t stream, uint64_t step, const std::string& file);

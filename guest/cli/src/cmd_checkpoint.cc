@@ -1,4 +1,4 @@
-// hz checkpoint list|save|restore: a file's contents as a one-slice
+// hz checkpoint list|save|restore|delete: a file's contents as a one-slice
 // checkpoint, for a quick check of a stream.
 #include <algorithm>
 #include <fstream>
@@ -67,6 +67,19 @@ int CheckpointList(const Options& o, uint32_t stream) {
   }
   if (n == 0) h = "no checkpoints in stream " + std::to_string(stream) + "\n";
   Print(o, {{"stream", stream}, {"checkpoints", j}}, h);
+  return kOk;
+}
+
+int CheckpointDelete(const Options& o, uint32_t stream, uint64_t step) {
+  int code = kOk;
+  DevicePtr dev(Open(o, &code), &hz_close);
+  if (!dev) return code;
+  if (int err = hz_ckpt_delete(dev.get(), stream, step); err != HZ_OK) {
+    return Error(o, "delete step " + std::to_string(step) + " of stream " + std::to_string(stream),
+                 err);
+  }
+  Print(o, {{"stream", stream}, {"step", step}, {"deleted", true}},
+        "deleted step " + std::to_string(step) + " of stream " + std::to_string(stream) + "\n");
   return kOk;
 }
 

@@ -64,6 +64,12 @@ int main(int argc, char** argv) {
   restore->add_option("--step", restore_step, "step number or 'latest' (default)");
   restore->add_option("file", file, "file to write")->required();
   restore->callback([&] { rc = CheckpointRestore(o, stream, restore_step, file); });
+  uint64_t delete_step = 0;
+  auto* del = ckpt->add_subcommand("delete",
+                                   "delete a checkpoint (and, on the peer-host tier, its replica)");
+  del->add_option("--stream", stream, "stream id")->required();
+  del->add_option("--step", delete_step, "step number")->required();
+  del->callback([&] { rc = CheckpointDelete(o, stream, delete_step); });
 
   app.add_subcommand("selftest", "one-rank collectives, checked")->callback([&] {
     rc = Selftest(o);

@@ -121,7 +121,10 @@ Status Engine::List(const TenantId& t, StreamId s, uint64_t after, uint32_t max,
   return impl_->List(impl_->NumberOf(t), s, after, max, e, more);
 }
 Status Engine::Delete(const TenantId& t, StreamId s, uint64_t step) {
-  return impl_->Delete(impl_->NumberOf(t), s, step);
+  return impl_->DeleteAndForget(t, impl_->NumberOf(t), s, step);
+}
+Status Engine::DeleteReplica(const TenantId& t, StreamId s, uint64_t step, uint32_t digest) {
+  return impl_->DeleteReplica(impl_->NumberOf(t), s, step, digest);
 }
 Status Engine::DeclareQuiesce(const TenantId& t, StreamId s, IoSpan w, std::span<const IoSpan> sl) {
   return impl_->DeclareQuiesce(impl_->NumberOf(t), s, w, sl);

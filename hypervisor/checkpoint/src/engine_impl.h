@@ -139,6 +139,9 @@ class Engine::Impl {
   // check_peer: a peer-host policy needs a live peer now (a tenant's
   // request); a replica's stream takes the source's policy as it is.
   Status SetPolicy(TenantNo tenant, StreamId stream, const Policy& policy, bool check_peer = true);
+  // Delete, then the replicas of a peer-host stream's checkpoint (replica.cc).
+  Status DeleteAndForget(const TenantId& name, TenantNo tenant, StreamId stream, uint64_t step);
+  Status DeleteReplica(TenantNo tenant, StreamId stream, uint64_t step, uint32_t digest);
   Status StoreReplica(TenantNo tenant, const ReplicaIn& in);
   Status Save(TenantNo tenant, const SaveRequest& req, SaveResult* result);
   Status Restore(TenantNo tenant, const RestoreRequest& req, RestoreResult* result);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "engine_impl.h"
 
@@ -125,6 +126,53 @@ void Engine::Impl::AdoptReplicaLocked(TenantNo tenant, Manifest m, uint64_t rese
   t.stats.durable++;
   DecideLocked(Decision::Kind::kReplicaStored, tenant, stream, step, reserved);
   RetainLocked(tenant, stream, &s, evicted);
+}
+
+uint32_t ReplicaDigest(const Manifest& m) {
+  const uint32_t crcs =
+      m.chunk_crcs.empty()
+          ? 0
+          : Crc32c(reinterpret_cast<const uint8_t*>(m.chunk_crcs.data()),
+                   m.chunk_crcs.size() * sizeof(uint32_t));
+  const uint64_t payload = m.payload_bytes();
+  uint8_t both[sizeof payload + sizeof crcs];
+  std::memcpy(both, &payload, sizeof payload);
+  std::memcpy(both + sizeof payload, &crcs, sizeof crcs);
+  return Crc32c(both, sizeof both);
+}
+
+Status Engine::Impl::DeleteAndForget(const TenantId& name, TenantNo tenant, StreamId stream,
+                                     uint64_t step) {
+  std::optional<Manifest> replicated;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    StreamState* s = StreamLocked(tenant, stream);
+    if (s != nullptr && s->policy.tier == TierKind::kPeerHost && config_.peer != nullptr) {
+      auto it = step == kLatestStep
+                    ? (s->ckpts.empty() ? s->ckpts.end() : std::prev(s->ckpts.end()))
+                    : s->ckpts.find(step);
+      if (it != s->ckpts.end()) replicated = it->second->manifest;
+    }
+  }
+  Status st = Delete(tenant, stream, step);
+  if (st.ok() && replicated) config_.peer->Forget(name, *replicated);
+  return st;
+}
+
+Status Engine::Impl::DeleteReplica(TenantNo tenant, StreamId stream, uint64_t step,
+                                   uint32_t digest) {
+  if (step == 0 || step == kLatestStep) return Status::InvalidArgument();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    StreamState* s = StreamLocked(tenant, stream);
+    if (s == nullptr) return Status::NotFound();
+    auto it = s->ckpts.find(step);
+    if (it == s->ckpts.end()) return Status::NotFound();
+    if (ReplicaDigest(it->second->manifest) != digest) {
+      return Status::Mismatch("another checkpoint than the deleted one's copy");
+    }
+  }
+  return Delete(tenant, stream, step);
 }
 
 Status Engine::Impl::StoreReplica(TenantNo tenant, const ReplicaIn& in) {

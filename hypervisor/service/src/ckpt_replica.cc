@@ -107,6 +107,36 @@ void PeerReplicas::Replicate(checkpoint::ReplicaSource source, std::function<voi
   done(Status::Shutdown("the service is stopping"));
 }
 
+void PeerReplicas::Forget(const TenantId& tenant, const checkpoint::Manifest& m) {
+  const std::string text = EncodeForget(
+      {options_.host_name, tenant.name(), m.stream, m.step, checkpoint::ReplicaDigest(m)});
+  std::lock_guard<std::mutex> l(mu_);
+  if (stop_) return;
+  forgets_.push_back(text);
+  wake_.notify_all();
+}
+
+void PeerReplicas::SendForgets(cluster::RedisConnection& redis) {
+  std::deque<std::string> forgets;
+  std::vector<std::string> others;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    forgets.swap(forgets_);
+    for (const cluster::HostInfo& h : hosts_) {
+      if (!h.self) others.push_back(h.name);
+    }
+  }
+  // Whichever host holds the copy (placement follows membership) deletes
+  // it; the others find nothing to delete.
+  for (const std::string& text : forgets) {
+    for (const std::string& host : others) {
+      Status st = cluster::PushWithExpiry(redis, QueueKey(host), text, 2 * options_.timeout);
+      if (!st.ok())
+        spdlog::warn("event=ckpt_replica_forget_unsent to={} error=\"{}\"", host, st.ToString());
+    }
+  }
+}
+
 std::string PeerReplicas::QueueKey(const std::string& host) const {
   return options_.key_prefix + "replica/queue/" + host;
 }
@@ -117,8 +147,13 @@ void PeerReplicas::SendLoop() {
     Job job;
     {
       std::unique_lock<std::mutex> l(mu_);
-      wake_.wait(l, [this] { return stop_ || !jobs_.empty(); });
+      wake_.wait(l, [this] { return stop_ || !jobs_.empty() || !forgets_.empty(); });
       if (stop_) return;  // Stop answers what is queued
+      if (jobs_.empty()) {
+        l.unlock();
+        SendForgets(redis);
+        continue;
+      }
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }

@@ -82,6 +82,8 @@ class PeerReplicas : public checkpoint::PeerLink {
 
   Status Available(const TenantId& tenant) override;
   void Replicate(checkpoint::ReplicaSource source, std::function<void(Status)> done) override;
+  // Sends the forget to every other live host's queue (the sender thread).
+  void Forget(const TenantId& tenant, const checkpoint::Manifest& manifest) override;
 
   uint64_t sent() const { return sent_.load(); }
   uint64_t received() const { return received_.load(); }
@@ -94,6 +96,8 @@ class PeerReplicas : public checkpoint::PeerLink {
   };
 
   void SendLoop();
+  // Each forget queued, to every other live host.
+  void SendForgets(cluster::RedisConnection& redis);
   Status Send(const checkpoint::ReplicaSource& source, cluster::RedisConnection& redis);
   // Moves the chunks over a group formed under `key` (this host rank 0).
   Status Transfer(const checkpoint::ReplicaSource& source, const std::string& key);
@@ -108,6 +112,7 @@ class PeerReplicas : public checkpoint::PeerLink {
   std::condition_variable wake_;
   bool stop_ = false;
   std::deque<Job> jobs_;
+  std::deque<std::string> forgets_;  // encoded
   std::vector<cluster::HostInfo> hosts_;
   std::thread sender_;
   std::thread receiver_;

@@ -39,6 +39,16 @@ void PeerReplicas::ReceiveLoop() {
 }
 
 void PeerReplicas::Receive(const std::string& text) {
+  ReplicaForget forget;
+  if (DecodeForget(text, &forget).ok()) {
+    Status st =
+        engine_->DeleteReplica(TenantId(forget.tenant), forget.stream, forget.step, forget.digest);
+    if (st.ok()) {
+      spdlog::info("event=ckpt_replica_forgotten tenant={} stream={} step={} from={}",
+                   forget.tenant, forget.stream, forget.step, forget.source);
+    }
+    return;  // kNotFound: this host held no copy
+  }
   ReplicaRequest req;
   if (Status st = DecodeRequest(text, &req); !st.ok()) {
     failed_.fetch_add(1);

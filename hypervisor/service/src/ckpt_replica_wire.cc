@@ -86,6 +86,36 @@ Status DecodeRequest(const std::string& text, ReplicaRequest* out) {
              : Status::InvalidArgument("bad manifest in a replica request");
 }
 
+std::string EncodeForget(const ReplicaForget& f) {
+  return json{{"version", 1},
+              {"forget",
+               {{"source", f.source},
+                {"tenant", f.tenant},
+                {"stream", f.stream},
+                {"step", f.step},
+                {"digest", f.digest}}}}
+      .dump();
+}
+
+Status DecodeForget(const std::string& text, ReplicaForget* out) {
+  if (text.size() > 4096) return Status::InvalidArgument("oversized forget");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  uint64_t version = 0, stream = 0, digest = 0;
+  if (!j.is_object() || !U64(j, "version", 1, &version) || version != 1 || !j.contains("forget")) {
+    return Status::InvalidArgument("not a forget");
+  }
+  const json& f = j["forget"];
+  if (!f.is_object() || !Str(f, "source", 256, &out->source) ||
+      !Str(f, "tenant", 256, &out->tenant) || !U64(f, "stream", UINT32_MAX, &stream) ||
+      stream == 0 || !U64(f, "step", UINT64_MAX - 1, &out->step) || out->step == 0 ||
+      !U64(f, "digest", UINT32_MAX, &digest) || !TenantRegistry::ValidName(out->tenant)) {
+    return Status::InvalidArgument("not a forget");
+  }
+  out->stream = static_cast<uint32_t>(stream);
+  out->digest = static_cast<uint32_t>(digest);
+  return Status::Ok();
+}
+
 Status SendStatus(cluster::InterHostGroup& g, uint32_t peer, uint64_t tag, const Status& st,
                   std::chrono::milliseconds timeout) {
   const uint32_t code = static_cast<uint32_t>(st.code());

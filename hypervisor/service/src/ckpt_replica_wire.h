@@ -24,6 +24,20 @@ struct ReplicaRequest {
   uint64_t deadline_unix_ms = 0;  // a request still queued after it is dropped
 };
 
+// A tenant deleted (stream, step) on `source`: the copy of it goes too
+// (Engine::DeleteReplica checks the digest).
+struct ReplicaForget {
+  std::string source;
+  std::string tenant;
+  uint32_t stream = 0;
+  uint64_t step = 0;
+  uint32_t digest = 0;  // checkpoint::ReplicaDigest
+};
+
+std::string EncodeForget(const ReplicaForget& f);
+// kInvalidArgument for anything that is not a forget of this version.
+Status DecodeForget(const std::string& text, ReplicaForget* out);
+
 // The largest request the receiver reads (a manifest of a large checkpoint).
 inline constexpr size_t kMaxReplicaRequestBytes = 16u << 20;
 

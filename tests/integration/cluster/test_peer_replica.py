@@ -72,6 +72,28 @@ def test_a_replica_outlives_its_host_and_stays_the_tenants(acme_and_eve):
     assert r.get("code") == HZ_EAGAIN, r
 
 
+def test_a_delete_takes_the_replica_on_the_other_host(acme_and_eve):
+    h0, h1 = acme_and_eve
+    a0, a1 = vm_socket(h0, "acme"), vm_socket(h1, "acme")
+    state = os.path.join(tempfile.mkdtemp(prefix="hz-forget-"), "state")
+    with open(state, "wb") as f:
+        f.write(os.urandom(1 << 20))
+    [r] = hz(a0, "checkpoint", "policy", "--stream", "4", "--tier", "peer_host")
+    assert r.get("tier") == "peer_host", r
+    [r] = hz(a0, "checkpoint", "save", "--stream", "4", "--step", "2", state)
+    assert r.get("step") == 2, r
+    durable = (DURABLE, 4, TIER_PEER_HOST, 2, 0)
+    assert wait_until(lambda: durable in checkpoint_events(a0), 60) is not None
+    steps = lambda sock: [c["step"] for c in hz(sock, "checkpoint", "list", "--stream", "4")[0].get(
+        "checkpoints", [])]
+    assert steps(a1) == [2]  # the replica, on h1
+    [r] = hz(a0, "checkpoint", "delete", "--stream", "4", "--step", "2")
+    assert r.get("deleted"), r
+    assert steps(a0) == []
+    assert wait_until(lambda: steps(a1) == [], 10) is not None, steps(a1)
+    assert "event=ckpt_replica_forgotten" in h1.log()
+
+
 def test_a_step_the_replica_host_holds_is_refused_and_the_tenant_hears_failed(acme_and_eve):
     """Stream ids are tenant-wide: h1 already holds (stream 3, step 5) of acme,
     so h0's replica of its own step 5 is refused there; acme's log on h0 gets

@@ -81,6 +81,11 @@ class LoopbackLink : public PeerLink {
     hold = false;
     cv_.notify_all();
   }
+  // As the service's link: the copy on the peer goes, if it is the copy.
+  void Forget(const TenantId& tenant, const Manifest& m) override {
+    forgotten = peer->DeleteReplica(tenant, m.stream, m.step, ReplicaDigest(m));
+  }
+  Status forgotten = Status::NotFound("nothing forgotten");
 
  private:
   std::mutex mu_;
@@ -174,6 +179,31 @@ TEST_F(PeerTier, DurableOnlyOnceTheReplicaIsAndRestorableOnThePeerOnly) {
   EXPECT_EQ(peer_->List(Tenant(2), 1, 0, 4, &e, &more).code(), StatusCode::kNotFound);
   EXPECT_EQ(peer_->Restore({Tenant(2), 1, 5, osp}, &rr).code(), StatusCode::kNotFound);
   EXPECT_TRUE(sink_b_.Of(EventKind::kDurable).empty());  // the tenant hears it from the source
+}
+
+TEST_F(PeerTier, ADeleteTakesTheReplicaButNeverAnotherCheckpoint) {
+  ASSERT_EQ(src_->SetPolicy(Tenant(1), 1, peer_policy_).code(), StatusCode::kOk);
+  Save(5, 300000);
+  ASSERT_EQ(src_->WaitDurable(Tenant(1), 1, 5, 30s).code(), StatusCode::kOk);
+  std::vector<ListEntry> e;
+  bool more = false;
+  ASSERT_EQ(peer_->List(Tenant(1), 1, 0, 4, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(e.size(), 1u);
+  // A digest that is not the copy's deletes nothing.
+  EXPECT_EQ(peer_->DeleteReplica(Tenant(1), 1, 5, 12345).code(), StatusCode::kMismatch);
+  EXPECT_EQ(peer_->DeleteReplica(Tenant(1), 1, 6, 12345).code(), StatusCode::kNotFound);
+  ASSERT_EQ(peer_->List(Tenant(1), 1, 0, 4, &e, &more).code(), StatusCode::kOk);
+  EXPECT_EQ(e.size(), 1u);
+  // The tenant deletes it on the source: the copy goes too.
+  ASSERT_EQ(src_->Delete(Tenant(1), 1, 5).code(), StatusCode::kOk);
+  EXPECT_TRUE(link_.forgotten.ok()) << link_.forgotten.ToString();
+  e.clear();
+  peer_->List(Tenant(1), 1, 0, 4, &e, &more);  // an empty stream lists nothing
+  EXPECT_TRUE(e.empty());
+  auto out = ZeroState({300000, 1000});
+  auto osp = Spans(out);
+  RestoreResult rr;
+  EXPECT_EQ(peer_->Restore({Tenant(1), 1, 5, osp}, &rr).code(), StatusCode::kNotFound);
 }
 
 TEST_F(PeerTier, ACorruptChunkIsRefusedAndTheSourceHearsFailed) {

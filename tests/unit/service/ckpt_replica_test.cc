@@ -77,6 +77,29 @@ TEST(ReplicaRequestWire, RoundTrips) {
   EXPECT_EQ(out.deadline_unix_ms, 123456789u);
 }
 
+TEST(ReplicaForgetWire, RoundTripsAndRefusesWhatIsNotAForget) {
+  ReplicaForget f{"h0", "acme", 3, 77, 0xdeadbeef}, out;
+  ASSERT_TRUE(DecodeForget(EncodeForget(f), &out).ok());
+  EXPECT_EQ(out.source, "h0");
+  EXPECT_EQ(out.tenant, "acme");
+  EXPECT_EQ(out.stream, 3u);
+  EXPECT_EQ(out.step, 77u);
+  EXPECT_EQ(out.digest, 0xdeadbeefu);
+  // A replica request is not a forget, nor is a forget a request.
+  EXPECT_FALSE(DecodeForget(EncodeRequest(Sample()), &out).ok());
+  ReplicaRequest req;
+  EXPECT_FALSE(DecodeRequest(EncodeForget(f), &req).ok());
+  for (const char* bad :
+       {"", "{}", "[1]", R"({"version":1,"forget":{}})",
+        R"({"version":2,"forget":{"source":"h","tenant":"a","stream":1,"step":1,"digest":1}})",
+        R"({"version":1,"forget":{"source":"h","tenant":"a","stream":0,"step":1,"digest":1}})",
+        R"({"version":1,"forget":{"source":"h","tenant":"a","stream":1,"step":0,"digest":1}})",
+        R"({"version":1,"forget":{"source":"h","tenant":"../x","stream":1,"step":1,"digest":1}})",
+        R"({"version":1,"forget":{"source":"h","tenant":"a","stream":1,"step":1,"digest":-1}})"}) {
+    EXPECT_EQ(DecodeForget(bad, &out).code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ReplicaRequestWire, RefusesWhatIsNotARequest) {
   ReplicaRequest out;
   auto with = [](auto edit) {

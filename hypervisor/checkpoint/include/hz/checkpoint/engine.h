@@ -261,6 +261,9 @@ class Engine {
   // a malformed manifest; kBusy: a save of the stream is in progress; kLimit:
   // the tenant's stream or disk quota; kCorruption: a chunk failed its check.
   Status StoreReplica(const ReplicaIn& in);
+  // Another host's tenant deleted (stream, step) there: its copy here goes,
+  // if it is that copy (ReplicaDigest matches; else kMismatch).
+  Status DeleteReplica(const TenantId& tenant, StreamId stream, uint64_t step, uint32_t digest);
 
   // Waits until the step is durable (kOk), failed (kIo; for the peer-host
   // tier the replica's failure), deleted (kNotFound) or the timeout passed

@@ -50,7 +50,18 @@ class PeerLink {
   // else why not (the peer's refusal, kTimedOut, kIoError, ...). May read
   // source.read_chunk until done is called.
   virtual void Replicate(ReplicaSource source, std::function<void(Status)> done) = 0;
+
+  // The tenant deleted this checkpoint of a peer-host stream here: its
+  // replicas go too (Engine::DeleteReplica on the other hosts), in the
+  // background. A host that is down then keeps its copy.
+  virtual void Forget(const TenantId& /*tenant*/, const Manifest& /*manifest*/) {}
 };
+
+// What names one checkpoint's bytes across hosts: the CRC32C of its chunk
+// CRCs and size. A replica is deleted only when its digest matches, so a
+// delete never takes another checkpoint that happens to have the same
+// stream and step.
+uint32_t ReplicaDigest(const Manifest& manifest);
 
 // A replica arriving from another host (Engine::StoreReplica).
 struct ReplicaIn {
