@@ -129,11 +129,10 @@ void Engine::Impl::AdoptReplicaLocked(TenantNo tenant, Manifest m, uint64_t rese
 }
 
 uint32_t ReplicaDigest(const Manifest& m) {
-  const uint32_t crcs =
-      m.chunk_crcs.empty()
-          ? 0
-          : Crc32c(reinterpret_cast<const uint8_t*>(m.chunk_crcs.data()),
-                   m.chunk_crcs.size() * sizeof(uint32_t));
+  const uint32_t crcs = m.chunk_crcs.empty()
+                            ? 0
+                            : Crc32c(reinterpret_cast<const uint8_t*>(m.chunk_crcs.data()),
+                                     m.chunk_crcs.size() * sizeof(uint32_t));
   const uint64_t payload = m.payload_bytes();
   uint8_t both[sizeof payload + sizeof crcs];
   std::memcpy(both, &payload, sizeof payload);
