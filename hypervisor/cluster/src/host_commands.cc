@@ -68,25 +68,26 @@ StatusOr<json> HostCommands::Call(const std::string& host, const json& request) 
                          {"from", options_.host_name},
                          {"deadline_unix_ms", UnixMs() + options_.timeout.count() / 2},
                          {"request", request}};
-  Status st = PushWithExpiry(redis, QueueKey(host), envelope.dump(), 2 * options_.timeout);
-  StatusOr<std::optional<std::string>> answer = Status::Ok();
-  if (st.ok()) answer = BlockingPop(redis, AnswerKey(id), options_.timeout);
-  if (st.ok() && !answer.ok()) st = answer.status();
-  if (st.ok() && !*answer) {
-    st = Status::TimedOut("host " + host + " did not answer within " +
-                          std::to_string(options_.timeout.count()) +
-                          " ms (gone, busy, or still running the command: its outcome is unknown)");
-  }
-  if (!st.ok()) {
+  auto failed = [this](Status st) {
     failed_calls_.fetch_add(1);
     return st;
+  };
+  if (Status st = PushWithExpiry(redis, QueueKey(host), envelope.dump(), 2 * options_.timeout);
+      !st.ok()) {
+    return failed(st);
+  }
+  StatusOr<std::optional<std::string>> answer = BlockingPop(redis, AnswerKey(id), options_.timeout);
+  if (!answer.ok()) return failed(answer.status());
+  if (!*answer) {
+    return failed(Status::TimedOut(
+        "host " + host + " did not answer within " + std::to_string(options_.timeout.count()) +
+        " ms (gone, busy, or still running the command: its outcome is unknown)"));
   }
   const json out = (**answer).size() <= kMaxHostCommandBytes
                        ? json::parse(**answer, nullptr, /*allow_exceptions=*/false)
                        : json(json::value_t::discarded);
   if (!out.is_object()) {
-    failed_calls_.fetch_add(1);
-    return Status::Corruption("host " + host + " answered something that is not an answer");
+    return failed(Status::Corruption("host " + host + " answered something that is not an answer"));
   }
   return out;
 }

@@ -129,6 +129,7 @@ void PeerReplicas::SendForgets(cluster::RedisConnection& redis) {
   // Whichever host holds the copy (placement follows membership) deletes
   // it; the others find nothing to delete.
   for (const std::string& text : forgets) {
+    spdlog::info("event=ckpt_replica_forget hosts={} forget={}", others.size(), text);
     for (const std::string& host : others) {
       Status st = cluster::PushWithExpiry(redis, QueueKey(host), text, 2 * options_.timeout);
       if (!st.ok())
