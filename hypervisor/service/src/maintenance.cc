@@ -294,6 +294,34 @@ CommandResult MaintenanceWorkflow::End(const json& req, MaintenanceState from,
   return json{{"maintenance", id}, {"state", MaintenanceStateName(to)}};
 }
 
+std::string MaintenanceWorkflow::MetricsText() {
+  uint64_t by_state[4] = {};
+  uint64_t waiting = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Maintenance& m : plan_.all()) {
+      ++by_state[static_cast<size_t>(m.state)];
+      if (m.state != MaintenanceState::kScheduled) continue;
+      for (const Maintenance::Told& t : m.told) waiting += t.approved_s == 0 ? 1 : 0;
+    }
+  }
+  std::string out =
+      "# HELP hz_maintenances Maintenances of this host, by state.\n"
+      "# TYPE hz_maintenances gauge\n";
+  for (MaintenanceState s : {MaintenanceState::kScheduled, MaintenanceState::kStarted,
+                             MaintenanceState::kCompleted, MaintenanceState::kCancelled}) {
+    out += std::string("hz_maintenances{state=\"") + MaintenanceStateName(s) + "\"} " +
+           std::to_string(by_state[static_cast<size_t>(s)]) + "\n";
+  }
+  out +=
+      "# HELP hz_maintenance_tenants_unapproved Tenants told of a scheduled maintenance that have "
+      "not approved it.\n"
+      "# TYPE hz_maintenance_tenants_unapproved gauge\n"
+      "hz_maintenance_tenants_unapproved " +
+      std::to_string(waiting) + "\n";
+  return out;
+}
+
 std::span<const CommandSpec<MaintenanceWorkflow>> MaintenanceWorkflow::Commands() {
   static const CommandSpec<MaintenanceWorkflow> kCommands[] = {
       {"maintenance.schedule", false, &MaintenanceWorkflow::Schedule},

@@ -75,6 +75,9 @@ class MaintenanceWorkflow {
   void Tick();
 
   static std::span<const CommandSpec<MaintenanceWorkflow>> Commands();
+  // Prometheus text: maintenances by state; tenants told of a scheduled one
+  // that have not approved it yet.
+  std::string MetricsText();
 
  private:
   CommandResult Schedule(const nlohmann::json& req);

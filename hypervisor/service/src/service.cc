@@ -16,6 +16,7 @@
 #include "hz/common/file.h"
 #include "hz/common/thread_priority.h"
 #include "hz/service/engine_backend.h"
+#include "maintenance.h"
 #include "metrics_server.h"
 #include "protocol/harmonaize_opcodes.h"
 #include "spdlog/spdlog.h"
@@ -435,6 +436,7 @@ std::string Service::MetricsText() const {
   std::string text = metrics_.Format(snap);
   if (engines_) text += engines_->MetricsText();
   if (cluster_) text += cluster_->MetricsText();
+  if (maintenance_) text += maintenance_->MetricsText();
   if (metrics_server_) text += ListenerMetricsText(control_->accept_failures(), *metrics_server_);
   return text;
 }

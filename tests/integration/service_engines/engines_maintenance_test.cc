@@ -50,7 +50,7 @@ class ServiceMaintenance : public ::testing::Test {
                           << "provider_file = \"" << fixtures << "/hgx8/inventory.toml\"\n"
                           << "sync = false\n"
                           << "[maintenance]\nhook = \"" << hook << "\"\n";
-    ASSERT_TRUE(svc_.Start({"--config", config}));
+    ASSERT_TRUE(svc_.Start({"--config", config, "--metrics-port", "0"}));
     json s = svc_.Control({{"cmd", "maintenance.status"}});
     ASSERT_TRUE(s.value("ok", false)) << s.dump();
     host_ = s["result"]["host"];
@@ -163,6 +163,12 @@ TEST_F(ServiceMaintenance, EveryTenantOnTheHostIsToldAndTheirApprovalsStartIt) {
   EXPECT_NE(m["told"][0]["approved_s"], 0);
   EXPECT_EQ(m["state"], "scheduled");
   EXPECT_TRUE(svc_.Control({{"cmd", "alloc"}, {"tenant", "idle"}, {"gpus", 1}}).value("ok", false));
+  // The operator's metrics say so too.
+  const json st = svc_.Control({{"cmd", "status"}});
+  const std::string metrics =
+      hz::testing::HttpGet(st["result"]["metrics_port"].get<uint16_t>(), "/metrics");
+  EXPECT_NE(metrics.find("hz_maintenances{state=\"scheduled\"} 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("hz_maintenance_tenants_unapproved 1\n"), std::string::npos) << metrics;
 
   // The last approval starts it, long before its time.
   ASSERT_EQ(hz_event_ack(vms[2], notices[2].seq, HZ_ACK_F_APPROVE), HZ_OK);
