@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -147,7 +148,10 @@ class Engine::Impl {
   Status Restore(TenantNo tenant, const RestoreRequest& req, RestoreResult* result);
   Status List(TenantNo tenant, StreamId stream, uint64_t start_after, uint32_t max_entries,
               std::vector<ListEntry>* entries, bool* more);
-  Status Delete(TenantNo tenant, StreamId stream, uint64_t step);
+  // *replicated, when given, gets the deleted checkpoint's manifest if its
+  // stream is of the peer-host tier (its replica is to go too).
+  Status Delete(TenantNo tenant, StreamId stream, uint64_t step,
+                std::optional<Manifest>* replicated = nullptr);
   Status DeclareQuiesce(TenantNo tenant, StreamId stream, IoSpan word,
                         std::span<const IoSpan> slices);
   Status CancelQuiesce(TenantNo tenant, StreamId stream);

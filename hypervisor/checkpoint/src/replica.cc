@@ -143,18 +143,8 @@ uint32_t ReplicaDigest(const Manifest& m) {
 Status Engine::Impl::DeleteAndForget(const TenantId& name, TenantNo tenant, StreamId stream,
                                      uint64_t step) {
   std::optional<Manifest> replicated;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    StreamState* s = StreamLocked(tenant, stream);
-    if (s != nullptr && s->policy.tier == TierKind::kPeerHost && config_.peer != nullptr) {
-      auto it = step == kLatestStep
-                    ? (s->ckpts.empty() ? s->ckpts.end() : std::prev(s->ckpts.end()))
-                    : s->ckpts.find(step);
-      if (it != s->ckpts.end()) replicated = it->second->manifest;
-    }
-  }
-  Status st = Delete(tenant, stream, step);
-  if (st.ok() && replicated) config_.peer->Forget(name, *replicated);
+  Status st = Delete(tenant, stream, step, &replicated);
+  if (st.ok() && replicated && config_.peer != nullptr) config_.peer->Forget(name, *replicated);
   return st;
 }
 

@@ -268,7 +268,8 @@ Status Engine::Impl::List(TenantNo tenant, StreamId stream, uint64_t start_after
   return Status::Ok();
 }
 
-Status Engine::Impl::Delete(TenantNo tenant, StreamId stream, uint64_t step) {
+Status Engine::Impl::Delete(TenantNo tenant, StreamId stream, uint64_t step,
+                            std::optional<Manifest>* replicated) {
   if (step == 0) return Status::InvalidArgument();
   std::shared_ptr<Ckpt> on_disk;
   {
@@ -282,6 +283,7 @@ Status Engine::Impl::Delete(TenantNo tenant, StreamId stream, uint64_t step) {
     std::shared_ptr<Ckpt> c = it->second;
     if (c->pins > 0) return Status::Busy();
     step = it->first;
+    if (replicated && s->policy.tier == TierKind::kPeerHost) *replicated = c->manifest;
     s->ckpts.erase(it);
     c->in_index = false;
     if (c->job_active) {

@@ -1,8 +1,5 @@
 #include "hz/cluster/host_commands.h"
 
-#include <cstdio>
-#include <random>
-
 #include "hz/cluster/store_queue.h"
 #include "spdlog/spdlog.h"
 
@@ -14,13 +11,6 @@ namespace {
 
 // How long one pop of the queue waits: also how soon Stop is noticed.
 constexpr std::chrono::seconds kPopWait{1};
-
-std::string RandomId() {
-  std::random_device rd;
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  return buf;
-}
 
 // An id names a store key: short, and nothing but hex digits.
 bool ValidId(const json& id) {
@@ -60,34 +50,29 @@ std::string HostCommands::AnswerKey(const std::string& id) const {
 }
 
 StatusOr<json> HostCommands::Call(const std::string& host, const json& request) {
-  calls_.fetch_add(1);
   // Its own connection: any thread may call, and the pop below blocks it.
   RedisConnection redis(options_.store, options_.store_timeout + options_.timeout);
-  const std::string id = RandomId();
+  const std::string id = RandomKeyId();
   const json envelope = {{"id", id},
                          {"from", options_.host_name},
                          {"deadline_unix_ms", UnixMs() + options_.timeout.count() / 2},
                          {"request", request}};
-  auto failed = [this](Status st) {
-    failed_calls_.fetch_add(1);
-    return st;
-  };
   if (Status st = PushWithExpiry(redis, QueueKey(host), envelope.dump(), 2 * options_.timeout);
       !st.ok()) {
-    return failed(st);
+    return st;
   }
   StatusOr<std::optional<std::string>> answer = BlockingPop(redis, AnswerKey(id), options_.timeout);
-  if (!answer.ok()) return failed(answer.status());
+  if (!answer.ok()) return answer.status();
   if (!*answer) {
-    return failed(Status::TimedOut(
+    return Status::TimedOut(
         "host " + host + " did not answer within " + std::to_string(options_.timeout.count()) +
-        " ms (gone, busy, or still running the command: its outcome is unknown)"));
+        " ms (gone, busy, or still running the command: its outcome is unknown)");
   }
   const json out = (**answer).size() <= kMaxHostCommandBytes
                        ? json::parse(**answer, nullptr, /*allow_exceptions=*/false)
                        : json(json::value_t::discarded);
   if (!out.is_object()) {
-    return failed(Status::Corruption("host " + host + " answered something that is not an answer"));
+    return Status::Corruption("host " + host + " answered something that is not an answer");
   }
   return out;
 }
@@ -119,28 +104,21 @@ void HostCommands::Serve(const std::string& text, RedisConnection& redis) {
       !env["from"].is_string() || !env.contains("deadline_unix_ms") ||
       !env["deadline_unix_ms"].is_number_unsigned() || !env.contains("request") ||
       !env["request"].is_object()) {
-    malformed_.fetch_add(1);
     spdlog::warn("event=host_command_malformed bytes={}", text.size());
     return;
   }
   const std::string id = env["id"].get<std::string>();
   const std::string from = env["from"].get<std::string>();
   if (env["deadline_unix_ms"].get<uint64_t>() < UnixMs()) {
-    stale_.fetch_add(1);
     spdlog::warn("event=host_command_stale id={} from={}", id, from);
     return;  // its caller is giving up
   }
   json answer = execute_(env["request"], from);
-  served_.fetch_add(1);
   Status st = PushWithExpiry(redis, AnswerKey(id), answer.dump(), options_.timeout);
   if (!st.ok()) {
     spdlog::warn("event=host_command_unanswered id={} from={} error=\"{}\"", id, from,
                  st.ToString());
   }
-}
-
-HostCommands::Counters HostCommands::counters() const {
-  return {served_.load(), malformed_.load(), stale_.load(), calls_.load(), failed_calls_.load()};
 }
 
 }  // namespace hz::cluster

@@ -2,6 +2,9 @@
 
 #include <hiredis/hiredis.h>
 
+#include <cstdio>
+#include <random>
+
 namespace hz::cluster {
 
 Status PushWithExpiry(RedisConnection& redis, const std::string& key, std::string_view value,
@@ -24,6 +27,13 @@ StatusOr<std::optional<std::string>> BlockingPop(RedisConnection& redis, const s
   const redisReply* v = reply->element[1];
   if (v == nullptr || v->type != REDIS_REPLY_STRING) return std::optional<std::string>();
   return std::optional<std::string>(std::string(v->str, v->len));
+}
+
+std::string RandomKeyId() {
+  std::random_device rd;
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return buf;
 }
 
 uint64_t UnixMs() {

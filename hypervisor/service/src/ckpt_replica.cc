@@ -2,11 +2,9 @@
 #include "ckpt_replica.h"
 
 #include <cinttypes>
-#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <random>
 
 #include "ckpt_replica_wire.h"
 #include "hz/cluster/inter_host.h"
@@ -23,13 +21,6 @@ namespace {
 bool TenantOn(const cluster::HostInfo& h, const std::string& tenant) {
   auto tenants = h.attributes.find("tenants");
   return tenants != h.attributes.end() && tenants->is_object() && tenants->contains(tenant);
-}
-
-std::string RandomId() {
-  std::random_device rd;
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  return buf;
 }
 
 }  // namespace
@@ -172,7 +163,7 @@ Status PeerReplicas::Send(const checkpoint::ReplicaSource& src, cluster::RedisCo
     host = ChooseReplicaHost(hosts_, src.tenant.name(), m.stream);
   }
   if (!host) return Status::TryAgain("no other host of the cluster is live");
-  const std::string id = RandomId();
+  const std::string id = cluster::RandomKeyId();
   ReplicaRequest req{
       id, options_.host_name, src.tenant.name(),
       m,  src.policy,         cluster::UnixMs() + static_cast<uint64_t>(options_.timeout.count())};

@@ -18,7 +18,6 @@
 #ifndef HZ_CLUSTER_HOST_COMMANDS_H_
 #define HZ_CLUSTER_HOST_COMMANDS_H_
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -70,15 +69,6 @@ class HostCommands {
   // the store cannot be reached. Thread-safe.
   StatusOr<nlohmann::json> Call(const std::string& host, const nlohmann::json& request);
 
-  struct Counters {
-    uint64_t served = 0;     // requests run for other hosts
-    uint64_t malformed = 0;  // requests that were not requests
-    uint64_t stale = 0;      // requests dropped past their deadline
-    uint64_t calls = 0;      // Call()s
-    uint64_t failed_calls = 0;
-  };
-  Counters counters() const;
-
  private:
   std::string QueueKey(const std::string& host) const;
   std::string AnswerKey(const std::string& id) const;
@@ -91,7 +81,6 @@ class HostCommands {
   std::condition_variable wake_;
   bool stop_ = false;
   std::thread receiver_;
-  std::atomic<uint64_t> served_{0}, malformed_{0}, stale_{0}, calls_{0}, failed_calls_{0};
 };
 
 }  // namespace hz::cluster

@@ -29,6 +29,9 @@ Status PushWithExpiry(RedisConnection& redis, const std::string& key, std::strin
 StatusOr<std::optional<std::string>> BlockingPop(RedisConnection& redis, const std::string& key,
                                                  std::chrono::milliseconds wait);
 
+// A fresh random id (32 hex digits) for keys one request owns.
+std::string RandomKeyId();
+
 // Milliseconds since the Unix epoch: deadlines that cross hosts.
 uint64_t UnixMs();
 
