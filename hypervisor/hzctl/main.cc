@@ -11,7 +11,9 @@
 //   hzctl tenant list | tenant remove NAME [--purge]
 //         (--purge: also delete the tenant's checkpoints and events; without it a
 //          tenant that has any is not removed)
-//   hzctl vm bind --tenant NAME --socket PATH | vm unbind --socket PATH | vm list
+//   hzctl vm bind --tenant NAME --socket PATH [--domain DOMAIN] | vm unbind --socket PATH | vm list
+//         (DOMAIN: the VM's libvirt domain; a preemption of the tenant's devices then saves
+//          only the VM they are attached to)
 //   hzctl comm list | counters | status
 //   hzctl event inject --tenant NAME --topic TOPIC [--kind KIND] [--deadline-s N] [--json '{..}']
 //         (--deadline-s: seconds from now; --json: further keys of the event, see
@@ -225,9 +227,10 @@ void PrintHuman(const std::string& cmd, const json& r) {
     }
   } else if (cmd == "vm.list") {
     for (const json& v : r) {
-      std::printf("%s  tenant=%s listening=%s thread=%llu\n",
+      std::printf("%s  tenant=%s domain=%s listening=%s thread=%llu\n",
                   v.value("socket", std::string()).c_str(),
                   v.value("tenant", std::string()).c_str(),
+                  v.value("domain", std::string()).c_str(),
                   v.value("listening", false) ? "yes" : "no", U(v, "thread"));
       for (const json& d : v.value("devices", json::array())) {
         std::printf(
@@ -360,6 +363,7 @@ int main(int argc, char** argv) {
   vbind->add_option("--tenant", tenant, "tenant name")->required();
   vbind->add_option("--socket", vm_socket, "socket path (relative: in the VM socket directory)")
       ->required();
+  vbind->add_option("--domain", domain, "the VM's libvirt domain (names the VM its devices go to)");
   auto* vunbind = vm_cmd->add_subcommand("unbind", "stop serving a VM socket");
   vunbind->add_option("--socket", vm_socket, "socket path")->required();
   auto* vlist = vm_cmd->add_subcommand("list", "bound sockets and connected VMs");
@@ -493,6 +497,7 @@ int main(int argc, char** argv) {
     cmd = "vm.bind";
     req["tenant"] = tenant;
     req["socket"] = vm_socket;
+    if (!domain.empty()) req["domain"] = domain;
   } else if (vunbind->parsed()) {
     cmd = "vm.unbind";
     req["socket"] = vm_socket;

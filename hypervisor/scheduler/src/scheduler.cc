@@ -141,6 +141,13 @@ Status Scheduler::BindTenant(const TenantId& id, const std::string& domain) {
   return Persist();
 }
 
+std::optional<std::string> Scheduler::DomainOf(const TenantId& tenant) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = domains_.find(tenant.name());
+  if (it == domains_.end()) return std::nullopt;
+  return it->second;
+}
+
 Status Scheduler::AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices) {
   std::vector<std::string> bdfs;
   for (DeviceRef d : devices) bdfs.push_back(cluster_.device(d).bdf);

@@ -248,8 +248,9 @@ json ControlApi::SetTenantFeatures(const json& req) {
 }
 
 json ControlApi::BindVm(const json& req) {
-  OnlyFields(req, {"tenant", "socket"});
-  StatusOr<std::string> resolved = target_->BindVm(Str(req, "tenant"), Str(req, "socket"));
+  OnlyFields(req, {"tenant", "socket", "domain"});
+  const std::string domain = req.contains("domain") ? Str(req, "domain") : std::string();
+  StatusOr<std::string> resolved = target_->BindVm(Str(req, "tenant"), Str(req, "socket"), domain);
   Check(resolved.status());
   return {{"socket", *resolved}};
 }
@@ -268,6 +269,7 @@ json ControlApi::ListVms(const json& req) {
     for (const DeviceInfo& d : v.devices) devices.push_back(DeviceJson(d));
     out.push_back({{"socket", v.socket_path},
                    {"tenant", v.tenant},
+                   {"domain", v.domain},
                    {"listening", v.listening},
                    {"thread", v.thread},
                    {"devices", devices}});

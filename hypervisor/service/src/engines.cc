@@ -200,18 +200,25 @@ void Engines::SetPublishedObserver(PublishedFn fn) {
   observer_ = std::move(fn);
 }
 
+void Engines::SetNoticeScope(NoticeScopeFn fn) {
+  std::lock_guard<std::mutex> lock(scope_mu_);
+  scope_ = std::move(fn);
+}
+
+std::optional<std::set<std::string>> Engines::ScopeOf(const TenantId& tenant, const hz_event& ev) {
+  std::lock_guard<std::mutex> lock(scope_mu_);
+  if (!scope_) return std::nullopt;
+  return scope_(tenant, ev);
+}
+
 // SPEC §7.5.7: a SCHEDULED notice (or STARTED) lets the provider copy every
-// registered stream before the deadline. OnNotice waits for the copies, so it
-// runs on a thread of its own, never on the operator's or a VM's.
+// registered stream of the VMs it concerns before the deadline. OnNotice
+// waits for the copies, so it runs on a thread of its own, never on the
+// operator's or a VM's; which VMs it concerns is worked out there too (the
+// scope reaches the scheduler, whose lock a publisher may hold).
 void Engines::Notice(const TenantId& tenant, const hz_event& ev, const std::set<std::string>& vms) {
   if (!ckpt_) return;
   if (!ckpt_->HasTenant(tenant)) return;  // never used checkpoints
-  // Only the streams the VMs concerned registered; none of theirs: no save.
-  std::optional<std::set<checkpoint::StreamId>> only;
-  if (!vms.empty()) {
-    only = ckpt_adapter_->StreamsOf(tenant, vms);
-    if (only->empty()) return;
-  }
   const uint64_t now = static_cast<uint64_t>(std::time(nullptr));
   // Without a deadline (STARTED) the copy still gets a bounded window.
   uint64_t left_s = ev.deadline_s > now ? ev.deadline_s - now : 10;
@@ -221,16 +228,34 @@ void Engines::Notice(const TenantId& tenant, const hz_event& ev, const std::set<
   checkpoint::Engine* engine = ckpt_.get();
   std::lock_guard<std::mutex> lock(mu_);
   ReapNoticesLocked();
-  notices_.emplace_back([this, engine, deadline, tenant, only = std::move(only)] {
-    for (const checkpoint::NoticeOutcome& o :
-         engine->OnNotice(tenant, deadline, only ? &*only : nullptr)) {
-      spdlog::info("event=ckpt_jit tenant={} stream={} step={} status=\"{}\" attempts={}",
-                   tenant.name(), o.stream, o.step, o.status.ToString(), o.attempts);
-    }
+  notices_.emplace_back([this, engine, deadline, tenant, ev, named = vms] {
+    std::optional<std::set<std::string>> concerned = named;
+    if (named.empty()) concerned = ScopeOf(tenant, ev);
+    SaveJustInTime(engine, tenant, deadline, concerned);
     jit_notices_done_.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> l(mu_);
     finished_.push_back(std::this_thread::get_id());
   });
+}
+
+void Engines::SaveJustInTime(checkpoint::Engine* engine, const TenantId& tenant,
+                             std::chrono::steady_clock::time_point deadline,
+                             const std::optional<std::set<std::string>>& vms) {
+  // Only the streams the VMs concerned registered; none of theirs: no save.
+  std::optional<std::set<checkpoint::StreamId>> only;
+  if (vms) {
+    only = ckpt_adapter_->StreamsOf(tenant, *vms);
+    if (only->empty()) {
+      spdlog::info("event=ckpt_jit_none tenant={} vms={} reason=\"no stream of the VMs concerned\"",
+                   tenant.name(), vms->size());
+      return;
+    }
+  }
+  for (const checkpoint::NoticeOutcome& o :
+       engine->OnNotice(tenant, deadline, only ? &*only : nullptr)) {
+    spdlog::info("event=ckpt_jit tenant={} stream={} step={} status=\"{}\" attempts={}",
+                 tenant.name(), o.stream, o.step, o.status.ToString(), o.attempts);
+  }
 }
 
 void Engines::ReapNoticesLocked() {

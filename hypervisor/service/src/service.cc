@@ -148,6 +148,8 @@ hz::Status Service::Start() {
     if (hz::Status s = provider_->Start(); !s.ok()) return s;
     env_.provider = provider_.get();
     commands_.Add(provider_.get(), Provider::Commands());
+    engines_->SetNoticeScope(
+        [this](const TenantId& tenant, const hz_event& ev) { return VmsOfNotice(tenant, ev); });
   } else {
     commands_.AddUnavailable(Provider::Commands(),
                              "the scheduler is disabled ([scheduler] enabled = false)");
@@ -220,13 +222,15 @@ hz::Status Service::CreateTenant(const TenantSpec& spec) {
   return hz::Status::Ok();
 }
 
-hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
-                                          const std::string& socket_path) {
+hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::string& socket_path,
+                                          const std::string& domain) {
   if (draining_) return hz::Status::Shutdown("the service is stopping");
   if (vdev_threads_.empty()) return hz::Status::State("the service is not started");
   std::string path = ResolveSocketPath(socket_path);
   if (path.empty()) return hz::Status::InvalidArgument("empty socket path");
   if (path.size() > 107) return hz::Status::InvalidArgument("socket path is longer than 107 bytes");
+  if (domain.size() > 256)
+    return hz::Status::InvalidArgument("domain name is longer than 256 bytes");
   std::shared_ptr<Tenant> t = tenants_.Find(tenant);
   if (!t) return hz::Status::NotFound("no tenant " + tenant);
   size_t thread;
@@ -284,11 +288,12 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant,
     std::lock_guard<std::mutex> lock(mu_);
     Binding& b = bindings_[path];
     b.tenant = tenant;
+    b.domain = domain;
     b.tenant_ptr = t;
     b.thread = thread;
     b.server = std::move(start->server);
   }
-  spdlog::info("event=vm_bound tenant={} socket={}", tenant, path);
+  spdlog::info("event=vm_bound tenant={} socket={} domain={}", tenant, path, domain);
   SaveState();
   return path;
 }
@@ -339,6 +344,7 @@ std::vector<VmView> Service::Vms() const {
       VmView v;
       v.socket_path = path;
       v.tenant = b.tenant;
+      v.domain = b.domain;
       v.listening = b.server != nullptr;
       v.thread = b.thread;
       out.push_back(std::move(v));

@@ -46,6 +46,25 @@ hz::StatusOr<std::set<std::string>> Service::TenantsOfVms(
   return tenants;
 }
 
+// A preemption takes devices, and the scheduler attaches every device of a
+// tenant to its one libvirt domain (tenant.domain): the VMs it concerns are
+// those bound with that domain, and those whose domain the operator did not
+// name (one of them may be it). Every VM when the tenant has no domain.
+std::optional<std::set<std::string>> Service::VmsOfNotice(const TenantId& tenant,
+                                                          const hz_event& ev) const {
+  if (ev.topic != HZ_TOPIC_PREEMPTION || !provider_ || !provider_->scheduler()) {
+    return std::nullopt;
+  }
+  std::optional<std::string> domain = provider_->scheduler()->DomainOf(tenant);
+  if (!domain) return std::nullopt;
+  std::set<std::string> vms;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [path, b] : bindings_) {
+    if (b.tenant == tenant.name() && (b.domain.empty() || b.domain == *domain)) vms.insert(path);
+  }
+  return vms;
+}
+
 hz::Status Service::StartMaintenance() {
   MaintenanceHooks hooks;
   hooks.unix_now = [] { return static_cast<uint64_t>(std::time(nullptr)); };

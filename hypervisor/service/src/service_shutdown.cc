@@ -201,7 +201,9 @@ void Service::StopEngines() {
   auto stop = [this] {
     StopMaintenance();  // it tells tenants through the engines
     coll_.reset();
-    // The provider publishes to the bus: it goes first.
+    // The provider publishes to the bus: it goes first, once no notice
+    // thread asks it which VMs a notice concerns.
+    if (engines_) engines_->SetNoticeScope(nullptr);
     if (provider_) provider_->Stop();
     provider_.reset();
     engines_.reset();

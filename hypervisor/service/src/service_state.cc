@@ -92,7 +92,7 @@ void Service::SaveState() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [path, b] : bindings_)
-      bindings.push_back({{"tenant", b.tenant}, {"socket", path}});
+      bindings.push_back({{"tenant", b.tenant}, {"socket", path}, {"domain", b.domain}});
   }
   json state = {{"tenants", tenants}, {"bindings", bindings}};
   const std::string path = config_.state_dir + "/state.json";
@@ -153,7 +153,9 @@ hz::Status Service::LoadState() {
     for (const json& b : state.value("bindings", json::array())) {
       if (!result.ok()) break;
       const std::string socket = b.at("socket").get<std::string>();
-      hz::StatusOr<std::string> bound = BindVm(b.at("tenant").get<std::string>(), socket);
+      // Absent from state files written before a binding named its domain.
+      hz::StatusOr<std::string> bound =
+          BindVm(b.at("tenant").get<std::string>(), socket, b.value("domain", std::string()));
       if (!bound.ok()) result = bad("binding " + socket + ": " + bound.status().message());
     }
   } catch (const json::exception& e) {

@@ -2,7 +2,11 @@
 // libharmonaize: a preemption notice before a reservation's end and
 // PREEMPTION/STARTED at it (SPEC §8.3.3, §9.6), and CAPACITY/AVAILABLE to the
 // tenants waiting for a device kind when devices are freed (§8.3.4).
+#include <chrono>
+#include <cstring>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -199,6 +203,89 @@ TEST_F(ServiceEngineNotices, FreedDevicesAreAnnouncedToTheWaitingTenantOnlyBucke
   events = EventsUntil(b_, HZ_TOPIC_ENERGY, 0);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(CountOf(events, HZ_TOPIC_CAPACITY, 0), 0u);
+}
+
+// A stream of `vm` that the provider may save on a notice, quiesced at step 7.
+void RegisterStream(hz_device_t* vm, uint32_t stream) {
+  hz_ckpt_policy p{HZ_CKPT_F_AUTO_SAVE_ON_NOTICE, 2, HZ_TIER_LOCAL_DISK, 1000, 0};
+  ASSERT_EQ(hz_ckpt_set_policy(vm, stream, &p), HZ_OK);
+  void* w = nullptr;
+  void* s = nullptr;
+  ASSERT_EQ(hz_mem_alloc(vm, 4096, &w), HZ_OK);
+  ASSERT_EQ(hz_mem_alloc(vm, 16 * 1024, &s), HZ_OK);
+  std::memset(s, static_cast<int>(stream), 16 * 1024);
+  auto* word = static_cast<hz_quiesce_word*>(w);
+  word->step = 7;
+  __atomic_store_n(&word->seq, 2, __ATOMIC_RELEASE);  // even: consistent
+  hz_buf slice{s, 16 * 1024};
+  ASSERT_EQ(hz_ckpt_quiesce(vm, stream, word, &slice, 1), HZ_OK);
+}
+
+size_t CheckpointsOf(hz_device_t* vm, uint32_t stream) {
+  hz_ckpt_info e[4];
+  size_t n = 0;
+  EXPECT_EQ(hz_ckpt_list(vm, stream, e, 4, &n), HZ_OK);
+  return n;
+}
+
+// SPEC §7.5.7 with a preemption: the scheduler attaches the tenant's devices
+// to its libvirt domain, so the just-in-time save covers the VM bound with
+// that domain and a VM whose domain was never named (it may be that one),
+// not the tenant's VM on another domain. The bindings' domains survive a
+// restart.
+TEST_F(ServiceEngineNotices, APreemptionSavesOnlyTheVmsOfTheTenantsDomain) {
+  StartHost("preemption_notice_s = 120\n");
+  int rc = -1;
+  host_.Hzctl("tenant domain ta --domain ta-main", &rc);
+  ASSERT_EQ(rc, 0);
+  const std::string main_sock = host_.svc().dir() + "/ta-main.sock";
+  const std::string side_sock = host_.svc().dir() + "/ta-side.sock";
+  host_.Hzctl("vm bind --tenant ta --socket " + main_sock + " --domain ta-main", &rc);
+  ASSERT_EQ(rc, 0);
+  host_.Hzctl("vm bind --tenant ta --socket " + side_sock + " --domain ta-side", &rc);
+  ASSERT_EQ(rc, 0);
+  hz_device_t* main_vm = OpenVm(main_sock);
+  hz_device_t* side_vm = OpenVm(side_sock);
+  ASSERT_NE(main_vm, nullptr);
+  ASSERT_NE(side_vm, nullptr);
+  ASSERT_EQ(hz_event_subscribe(main_vm, HZ_TOPIC_ALL, HZ_SEQ_CURSOR), HZ_OK);
+  RegisterStream(a_, 1);  // ta's first VM: no domain named
+  RegisterStream(main_vm, 2);
+  RegisterStream(side_vm, 3);
+
+  // 60 s, less than the notice's lead: the notice comes as soon as it starts.
+  hz_neg_offer offer{};
+  ASSERT_NE(ReserveStarted(main_vm, Gpus(1, 60), &offer), 0u);
+  hz_event ev{};
+  ASSERT_TRUE(NextEventOf(a_, HZ_TOPIC_PREEMPTION, 0 /* SCHEDULED */, &ev));
+  auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(hz::testing::kProviderWaitMs);
+  while (host_.Control({{"cmd", "counters"}})["result"]["checkpoints"].value("jit_notices_done",
+                                                                             uint64_t{0}) < 1) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the notice's saves never finished";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(CheckpointsOf(main_vm, 2), 1u) << "the domain's VM is saved";
+  EXPECT_EQ(CheckpointsOf(a_, 1), 1u) << "a VM of no named domain is saved";
+  EXPECT_EQ(CheckpointsOf(side_vm, 3), 0u) << "the VM of another domain is not";
+  hz_close(main_vm);
+  hz_close(side_vm);
+
+  hz_close(a_);
+  hz_close(b_);
+  a_ = b_ = nullptr;
+  ASSERT_EQ(host_.svc().Terminate(), 0);
+  ASSERT_TRUE(host_.svc().Start({"--config", host_.svc().dir() + "/harmonaized.toml"}));
+  json vms = host_.Control({{"cmd", "vm.list"}});
+  ASSERT_TRUE(vms.value("ok", false)) << vms.dump();
+  std::map<std::string, std::string> domains;
+  for (const json& v : vms["result"]) {
+    domains[v.value("socket", "")] = v.value("domain", "?");
+  }
+  ASSERT_EQ(domains.size(), 4u) << vms.dump();
+  EXPECT_EQ(domains[main_sock], "ta-main");
+  EXPECT_EQ(domains[side_sock], "ta-side");
+  EXPECT_EQ(domains[host_.svc().dir() + "/ta-vm0.sock"], "");
 }
 
 }  // namespace

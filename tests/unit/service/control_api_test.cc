@@ -24,10 +24,12 @@ class FakeTarget : public ControlTarget {
     t->set_features(features);
     return hz::Status::Ok();
   }
-  hz::StatusOr<std::string> BindVm(const std::string& tenant, const std::string& path) override {
+  hz::StatusOr<std::string> BindVm(const std::string& tenant, const std::string& path,
+                                   const std::string& domain) override {
     if (!reg.Find(tenant)) return hz::Status::NotFound("no tenant " + tenant);
     std::string resolved = path[0] == '/' ? path : "/vms/" + path;
     bound.push_back(resolved);
+    domains.push_back(domain);
     return resolved;
   }
   hz::Status UnbindVm(const std::string& path) override {
@@ -66,6 +68,7 @@ class FakeTarget : public ControlTarget {
   TenantRegistry reg;
   std::vector<TenantSpec> created;
   std::vector<std::string> bound;
+  std::vector<std::string> domains;  // as each bind named it
 };
 
 class ControlApiTest : public ::testing::Test {
@@ -172,6 +175,12 @@ TEST_F(ControlApiTest, VmBindUnbindList) {
   EXPECT_TRUE(Do(R"({"cmd":"vm.unbind","socket":"/vms/a.sock"})")["ok"].get<bool>());
   EXPECT_FALSE(Do(R"({"cmd":"vm.unbind","socket":"/vms/a.sock"})")["ok"].get<bool>());
   EXPECT_FALSE(Do(R"({"cmd":"vm.bind","tenant":"t1"})")["ok"].get<bool>());
+  // The VM's libvirt domain is optional, and a string.
+  ASSERT_TRUE(Do(R"({"cmd":"vm.bind","tenant":"t1","socket":"b.sock","domain":"t1-vm"})")["ok"]
+                  .get<bool>());
+  EXPECT_EQ(target.domains, (std::vector<std::string>{"", "t1-vm"}));
+  EXPECT_FALSE(
+      Do(R"({"cmd":"vm.bind","tenant":"t1","socket":"c.sock","domain":7})")["ok"].get<bool>());
 }
 
 TEST_F(ControlApiTest, ViewsOfCommunicatorsStatusCounters) {

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -86,6 +87,8 @@ class Scheduler {
 
   // Operator: the tenant's VM (libvirt domain). Persisted.
   Status BindTenant(const TenantId& tenant, const std::string& domain);
+  // The domain every device of the tenant is attached to; nullopt: none bound.
+  std::optional<std::string> DomainOf(const TenantId& tenant) const;
   // While cordoned (the host is under maintenance) nothing new is placed on
   // it: Allocate and AttachReservation fail with kBusy. What is placed
   // stays, and the capacity reservations count on is unchanged (a

@@ -25,6 +25,7 @@ namespace hz::service {
 struct VmView {
   std::string socket_path;
   std::string tenant;
+  std::string domain;  // the libvirt domain of the VM; empty: not told
   bool listening = false;
   size_t thread = 0;                // the connection thread serving it
   std::vector<DeviceInfo> devices;  // the live connection, if any
@@ -39,9 +40,12 @@ class ControlTarget {
   virtual hz::Status RemoveTenant(const std::string& name, bool purge) = 0;
   // The HZ_F_* bits the tenant's sessions may be granted from their next HELLO.
   virtual hz::Status SetTenantFeatures(const std::string& name, uint64_t features) = 0;
-  // The socket path as bound (a relative one is under the VM socket directory).
+  // The socket path as bound (a relative one is under the VM socket
+  // directory). `domain`: the VM's libvirt domain (empty: not told), which
+  // names the VM that a tenant's devices are attached to.
   virtual hz::StatusOr<std::string> BindVm(const std::string& tenant,
-                                           const std::string& socket_path) = 0;
+                                           const std::string& socket_path,
+                                           const std::string& domain) = 0;
   virtual hz::Status UnbindVm(const std::string& socket_path) = 0;
   virtual std::vector<std::shared_ptr<Tenant>> Tenants() const = 0;
   virtual std::vector<VmView> Vms() const = 0;

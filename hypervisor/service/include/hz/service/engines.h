@@ -13,11 +13,14 @@
 #define HZ_SERVICE_ENGINES_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -83,6 +86,14 @@ class Engines {
   using PublishedFn = std::function<void(const TenantId& tenant, const hz_event& event)>;
   // Empty: none. Clearing it does not wait for a call in progress.
   void SetPublishedObserver(PublishedFn fn);
+  // Which of the tenant's VMs (socket paths) a notice concerns when its
+  // publisher named none: nullopt, every VM of the tenant on this host; an
+  // empty set, none (no save). Called on the notice's own thread with no
+  // lock of the engines held. Unset: every VM. Setting it (to empty before
+  // what it reaches goes) waits for a call in progress.
+  using NoticeScopeFn = std::function<std::optional<std::set<std::string>>(const TenantId& tenant,
+                                                                           const hz_event& event)>;
+  void SetNoticeScope(NoticeScopeFn fn);
   // CONGESTION/STORAGE: how long checkpoint chunks waited for the disk;
   // whether a tenant persists checkpoints here.
   WaitingTime StorageWaiting() const;
@@ -107,6 +118,13 @@ class Engines {
   // Just-in-time saves for a notice published to tenant (any thread).
   void Notice(const TenantId& tenant, const hz_event& ev, const std::set<std::string>& vms);
   void ReapNoticesLocked();
+  // The saves of one notice: the streams of `vms` (nullopt: every stream of
+  // the tenant). On the notice's thread.
+  void SaveJustInTime(checkpoint::Engine* engine, const TenantId& tenant,
+                      std::chrono::steady_clock::time_point deadline,
+                      const std::optional<std::set<std::string>>& vms);
+  // The VMs of a notice that named none, through scope_ (notice thread).
+  std::optional<std::set<std::string>> ScopeOf(const TenantId& tenant, const hz_event& ev);
   uint64_t Delivered() const;  // event records written into guests' buffers
 
   ServiceConfig config_;
@@ -115,6 +133,8 @@ class Engines {
   std::unique_ptr<CkptSink> sink_;
   std::unique_ptr<NoticeSink> notice_sink_;
   PublishedFn observer_;
+  std::mutex scope_mu_;  // held while scope_ runs
+  NoticeScopeFn scope_;
   // The peer-host tier (with [cluster]); stopped before the engine goes.
   std::unique_ptr<PeerReplicas> peer_;
   std::unique_ptr<checkpoint::Engine> ckpt_;

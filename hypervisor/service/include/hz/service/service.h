@@ -87,8 +87,8 @@ class Service : public ControlTarget {
   hz::Status CreateTenant(const TenantSpec& spec) override;
   hz::Status RemoveTenant(const std::string& name, bool purge) override;
   hz::Status SetTenantFeatures(const std::string& name, uint64_t features) override;
-  hz::StatusOr<std::string> BindVm(const std::string& tenant,
-                                   const std::string& socket_path) override;
+  hz::StatusOr<std::string> BindVm(const std::string& tenant, const std::string& socket_path,
+                                   const std::string& domain) override;
   hz::Status UnbindVm(const std::string& socket_path) override;
   std::vector<std::shared_ptr<Tenant>> Tenants() const override { return tenants_.List(); }
   std::vector<VmView> Vms() const override;
@@ -102,6 +102,7 @@ class Service : public ControlTarget {
  private:
   struct Binding {
     std::string tenant;
+    std::string domain;  // the VM's libvirt domain; empty: not told
     std::shared_ptr<Tenant> tenant_ptr;
     size_t thread = 0;  // index into vdev_threads_
     std::unique_ptr<vdev::Server> server;
@@ -161,6 +162,11 @@ class Service : public ControlTarget {
   void StopMaintenance();
   // Tenants with a VM bound or devices allocated on this host.
   std::set<std::string> HostTenants() const;
+  // The VMs (socket paths) a notice published without any concerns
+  // (Engines::SetNoticeScope): for a preemption, the VMs of the tenant's
+  // domain; nullopt (every VM of the tenant) otherwise.
+  std::optional<std::set<std::string>> VmsOfNotice(const TenantId& tenant,
+                                                   const hz_event& ev) const;
   // The tenants of the VMs (socket paths); HostTenants() when vms is empty.
   hz::StatusOr<std::set<std::string>> TenantsOfVms(const std::vector<std::string>& vms) const;
   // service_cluster.cc: the service in a cluster; commands across hosts.
