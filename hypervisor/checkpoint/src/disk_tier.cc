@@ -27,6 +27,7 @@ constexpr const char* kRetiredSuffix = ".del";             // a step directory b
 constexpr const char* kPolicy = "policy.json";
 constexpr const char* kPolicyTmp = "policy.json.tmp";  // what a crash in WriteFileAtomic leaves
 constexpr const char* kData = "data";
+constexpr const char* kReplicated = "replicated";  // the peer-host copy is durable
 
 // Creates dir (and parents), fsyncing each parent whose entry is new, so a
 // committed manifest is never reachable only through a lost directory entry.
@@ -400,6 +401,16 @@ Status DiskTier::Commit(uint64_t write_id, const Manifest& m) {
     return Status::IoError();
   }
   return Status::Ok();
+}
+
+Status DiskTier::MarkReplicated(const Manifest& m) {
+  const fs::path dir = StepDir(m.tenant, m.stream, m.step);
+  return WriteFileAtomic((dir / kReplicated).string(), "", /*sync=*/true, 0640);
+}
+
+bool DiskTier::IsReplicated(const Manifest& m) const {
+  std::error_code ec;
+  return fs::exists(fs::path(StepDir(m.tenant, m.stream, m.step)) / kReplicated, ec);
 }
 
 void DiskTier::Abort(uint64_t write_id) {

@@ -92,6 +92,11 @@ class DiskTier : public Tier {
   // chunk `index` of a write opened by BeginWrite synchronously (data
   // 4096-aligned, padded to a multiple of 4096); Commit makes it durable.
   Status ReadChunk(const Manifest& m, uint64_t index, uint8_t* dst, size_t len);
+  // The copy on another host of a committed checkpoint is durable: a flushed
+  // marker in the step's directory, so that it is still known after a
+  // restart. IsReplicated: whether the marker is there.
+  Status MarkReplicated(const Manifest& m);
+  bool IsReplicated(const Manifest& m) const;
   Status WriteChunkNow(uint64_t write_id, uint64_t index, const uint8_t* data, size_t padded);
   // Removes the tenant's directory (what is left once its checkpoints are
   // deleted: policies, empty stream directories).

@@ -123,8 +123,12 @@ Status Engine::List(const TenantId& t, StreamId s, uint64_t after, uint32_t max,
 Status Engine::Delete(const TenantId& t, StreamId s, uint64_t step) {
   return impl_->DeleteAndForget(t, impl_->NumberOf(t), s, step);
 }
-Status Engine::DeleteReplica(const TenantId& t, StreamId s, uint64_t step, uint32_t digest) {
-  return impl_->DeleteReplica(impl_->NumberOf(t), s, step, digest);
+Status Engine::DeleteReplica(const TenantId& t, StreamId s, uint64_t step, uint32_t digest,
+                             const std::string& source) {
+  return impl_->DeleteReplica(impl_->NumberOf(t), s, step, digest, source);
+}
+void Engine::ResumeReplicas() {
+  impl_->ResumeReplicas();
 }
 Status Engine::DeclareQuiesce(const TenantId& t, StreamId s, IoSpan w, std::span<const IoSpan> sl) {
   return impl_->DeclareQuiesce(impl_->NumberOf(t), s, w, sl);
@@ -245,7 +249,9 @@ Status Engine::Impl::Recover() {
       const uint64_t step = m.step;
       const uint64_t bytes = m.padded_bytes();
       t.stats.disk_bytes += bytes;
+      const bool replicated = disk_->IsReplicated(m);
       s.ckpts[step] = CommittedOnDisk(std::move(m), bytes);
+      if (replicated) s.ckpts[step]->replica = ReplicaState::kDone;  // lists as PEER_HOST
     }
     // A crash between a commit and its retention pass leaves one too many.
     for (auto& [tid, t] : tenants_) {

@@ -142,8 +142,11 @@ class Engine::Impl {
   Status SetPolicy(TenantNo tenant, StreamId stream, const Policy& policy, bool check_peer = true);
   // Delete, then the replicas of a peer-host stream's checkpoint (replica.cc).
   Status DeleteAndForget(const TenantId& name, TenantNo tenant, StreamId stream, uint64_t step);
-  Status DeleteReplica(TenantNo tenant, StreamId stream, uint64_t step, uint32_t digest);
+  Status DeleteReplica(TenantNo tenant, StreamId stream, uint64_t step, uint32_t digest,
+                       const std::string& source);
+  bool IsCopyLocked(const Ckpt& c, const std::string& source, uint32_t digest) const;
   Status StoreReplica(TenantNo tenant, const ReplicaIn& in);
+  void ResumeReplicas();
   Status Save(TenantNo tenant, const SaveRequest& req, SaveResult* result);
   Status Restore(TenantNo tenant, const RestoreRequest& req, RestoreResult* result);
   Status List(TenantNo tenant, StreamId stream, uint64_t start_after, uint32_t max_entries,

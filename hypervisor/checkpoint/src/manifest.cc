@@ -63,6 +63,8 @@ std::string EncodeManifest(const Manifest& m) {
       {"chunk_bytes", m.chunk_bytes}, {"meta_len", m.meta_len}, {"slices", m.slice_sizes},
       {"chunk_crc32c", m.chunk_crcs},
   };
+  // Only on copies: the manifests of checkpoints saved here stay as they were.
+  if (!m.replica_of.empty()) body["replica_of"] = m.replica_of;
   std::string text = body.dump();
   json doc = {{"body", body},
               {"crc32c", Crc32c(reinterpret_cast<const uint8_t*>(text.data()), text.size())}};
@@ -104,6 +106,13 @@ Status DecodeManifest(std::string_view text, Manifest* out) {
   m.tenant = tenant;
   m.stream = static_cast<StreamId>(stream);
   m.chunk_bytes = chunk;
+  if (auto of = body.find("replica_of"); of != body.end()) {
+    if (!of->is_string() || of->get<std::string>().empty() ||
+        of->get<std::string>().size() > kMaxHostNameBytes) {
+      return Status::Corruption();
+    }
+    m.replica_of = of->get<std::string>();
+  }
   auto slices = body.find("slices");
   auto crcs = body.find("chunk_crc32c");
   if (slices == body.end() || !slices->is_array() || slices->size() > kMaxSlices ||

@@ -49,6 +49,19 @@ void Engine::Impl::StartReplica(TenantNo tenant, StreamId stream, const std::sha
 
 void Engine::Impl::OnReplicated(TenantNo tenant, StreamId stream, const std::shared_ptr<Ckpt>& c,
                                 Status st) {
+  if (st.ok()) {
+    Manifest m;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      m = c->manifest;
+    }
+    // Before DURABLE goes out, so that what the tenant was told survives a
+    // restart. Without the marker the copy is made again after one.
+    if (Status mark = disk_->MarkReplicated(m); !mark.ok()) {
+      spdlog::warn("event=ckpt_replica_unmarked tenant={} stream={} step={} error=\"{}\"",
+                   numbers_.Name(tenant).name(), stream, m.step, mark.ToString());
+    }
+  }
   std::vector<PendingEvent> events;
   uint64_t step;
   {
@@ -148,8 +161,16 @@ Status Engine::Impl::DeleteAndForget(const TenantId& name, TenantNo tenant, Stre
   return st;
 }
 
-Status Engine::Impl::DeleteReplica(TenantNo tenant, StreamId stream, uint64_t step,
-                                   uint32_t digest) {
+// A checkpoint here is the copy of a source host's checkpoint when it was
+// stored as that host's copy and holds the same bytes: the tenant's own
+// checkpoints here are never taken for one, even with equal bytes.
+bool Engine::Impl::IsCopyLocked(const Ckpt& c, const std::string& source, uint32_t digest) const {
+  return c.in_index && c.sealed && c.manifest.replica_of == source &&
+         ReplicaDigest(c.manifest) == digest;
+}
+
+Status Engine::Impl::DeleteReplica(TenantNo tenant, StreamId stream, uint64_t step, uint32_t digest,
+                                   const std::string& source) {
   if (step == 0 || step == kLatestStep) return Status::InvalidArgument();
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -157,7 +178,7 @@ Status Engine::Impl::DeleteReplica(TenantNo tenant, StreamId stream, uint64_t st
     if (s == nullptr) return Status::NotFound();
     auto it = s->ckpts.find(step);
     if (it == s->ckpts.end()) return Status::NotFound();
-    if (ReplicaDigest(it->second->manifest) != digest) {
+    if (!IsCopyLocked(*it->second, source, digest)) {
       return Status::Mismatch("another checkpoint than the deleted one's copy");
     }
   }
@@ -167,16 +188,25 @@ Status Engine::Impl::DeleteReplica(TenantNo tenant, StreamId stream, uint64_t st
 Status Engine::Impl::StoreReplica(TenantNo tenant, const ReplicaIn& in) {
   Manifest m = in.manifest;
   m.tenant = tenant;  // this host's number for the tenant, never the sender's
+  m.replica_of = in.source_host;
   if (m.stream == 0 || m.step == 0 || m.step == kLatestStep || m.chunk_bytes == 0 ||
       m.chunk_bytes % kIoAlign != 0 || m.chunk_bytes > kMaxReplicaChunkBytes ||
-      m.chunk_crcs.size() != m.num_chunks() || !in.read_chunk) {
+      m.chunk_crcs.size() != m.num_chunks() || !in.read_chunk || m.replica_of.empty() ||
+      m.replica_of.size() > kMaxHostNameBytes) {
     return Status::InvalidArgument("malformed replica manifest");
   }
   bool exists;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stop_) return Status::Shutdown();
-    exists = StreamLocked(tenant, m.stream) != nullptr;
+    const StreamState* s = StreamLocked(tenant, m.stream);
+    exists = s != nullptr;
+    if (s != nullptr) {
+      auto held = s->ckpts.find(m.step);
+      if (held != s->ckpts.end() && IsCopyLocked(*held->second, m.replica_of, ReplicaDigest(m))) {
+        return Status::Ok();  // this copy is here already
+      }
+    }
   }
   // A tenant's stream ids are tenant-wide: the replica joins the stream of
   // the same number here, created with the source's policy if it is new.
@@ -212,6 +242,43 @@ Status Engine::Impl::StoreReplica(TenantNo tenant, const ReplicaIn& in) {
   }
   RemoveFromDisk(evicted);
   return st;
+}
+
+// A copy that was on its way when the service stopped (kPending then, kNone
+// after the restart, without the marker of a durable one) is sent again.
+// Copies held for other hosts (replica_of) are never sent on.
+void Engine::Impl::ResumeReplicas() {
+  struct Resume {
+    TenantNo tenant;
+    StreamId stream;
+    uint64_t step;
+    std::shared_ptr<Ckpt> ckpt;
+    Policy policy;
+  };
+  std::vector<Resume> resume;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_) return;
+    for (auto& [tid, t] : tenants_) {
+      if (t.forgotten) continue;
+      for (auto& [sid, s] : t.streams) {
+        if (s.policy.tier != TierKind::kPeerHost) continue;
+        for (auto& [step, c] : s.ckpts) {
+          if (!c->in_index || c->state != CkptState::kDurable ||
+              c->replica != ReplicaState::kNone || !c->manifest.replica_of.empty()) {
+            continue;
+          }
+          c->replica = ReplicaState::kPending;
+          resume.push_back({tid, sid, step, c, s.policy});
+        }
+      }
+    }
+  }
+  for (const Resume& r : resume) {
+    spdlog::info("event=ckpt_replica_resumed tenant={} stream={} step={}",
+                 numbers_.Name(r.tenant).name(), r.stream, r.step);
+    StartReplica(r.tenant, r.stream, r.ckpt, r.policy);
+  }
 }
 
 }  // namespace hz::checkpoint

@@ -41,8 +41,8 @@ void PeerReplicas::ReceiveLoop() {
 void PeerReplicas::Receive(const std::string& text) {
   ReplicaForget forget;
   if (DecodeForget(text, &forget).ok()) {
-    Status st =
-        engine_->DeleteReplica(TenantId(forget.tenant), forget.stream, forget.step, forget.digest);
+    Status st = engine_->DeleteReplica(TenantId(forget.tenant), forget.stream, forget.step,
+                                       forget.digest, forget.source);
     if (st.ok()) {
       spdlog::info("event=ckpt_replica_forgotten tenant={} stream={} step={} from={}",
                    forget.tenant, forget.stream, forget.step, forget.source);
@@ -74,7 +74,7 @@ void PeerReplicas::Receive(const std::string& text) {
   bool accepted = false;
   uint64_t next = 0;  // the first chunk the engine did not take
   Status link = Status::Ok();
-  checkpoint::ReplicaIn in{TenantId(req.tenant), m, req.policy, nullptr};
+  checkpoint::ReplicaIn in{TenantId(req.tenant), m, req.policy, req.source, nullptr};
   // The source sends once told the replica is accepted: at the first chunk
   // the engine asks for, after its checks and its quota reservation.
   in.read_chunk = [&](uint64_t i, uint8_t* dst, size_t len) {

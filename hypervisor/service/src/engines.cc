@@ -141,7 +141,12 @@ bool Engines::PersistsCheckpoints(const TenantId& tenant) const {
 }
 
 void Engines::ClusterHosts(std::vector<cluster::HostInfo> hosts) {
-  if (peer_) peer_->SetHosts(std::move(hosts));
+  if (!peer_) return;
+  const bool reachable =
+      std::any_of(hosts.begin(), hosts.end(), [](const cluster::HostInfo& h) { return !h.self; });
+  peer_->SetHosts(std::move(hosts));
+  // The copies a restart interrupted, once another host can take them.
+  if (reachable && !replicas_resumed_.exchange(true)) ckpt_->ResumeReplicas();
 }
 
 CkptBackend* Engines::checkpoints() const {

@@ -20,7 +20,7 @@ from cluster_tenants import LEASE_MS, acme_and_eve, checkpoint_events, hz, vm_so
 
 # include/harmonaize/hz.h; SPEC.md 7.5 and 8.3.6
 HZ_ENOENT, HZ_EAGAIN = -4, -7
-TIER_PEER_HOST, DURABLE, FAILED = 2, 0, 1
+TIER_LOCAL_DISK, TIER_PEER_HOST, DURABLE, FAILED = 1, 2, 0, 1
 
 
 
@@ -114,3 +114,54 @@ def test_a_step_the_replica_host_holds_is_refused_and_the_tenant_hears_failed(ac
     [listed] = hz(a0, "checkpoint", "list", "--stream", "3")
     assert [(c["step"], c["state"], c["tier"]) for c in listed["checkpoints"]] == \
         [(5, "durable", 1)], listed  # held on h0's local disk
+
+
+def restart(host) -> None:
+    """An operator's stop and start of the host's daemon, same state."""
+    assert host.terminate() == 0
+    if os.path.exists(host.control):
+        os.unlink(host.control)  # start() waits for the new one
+    host.start()
+
+
+def test_a_restarted_source_keeps_its_replicas_and_resumes_the_copy_it_lacked(acme_and_eve):
+    """h0 knows after a restart which checkpoints have their copy on h1 (they
+    list PEER_HOST), and the copy that could not be made (h1 was down) is
+    made once h1 is back, without the tenant saving again."""
+    h0, h1 = acme_and_eve
+    a0 = vm_socket(h0, "acme")
+    work = tempfile.mkdtemp(prefix="hz-resume-")
+    states = []
+    for step in (1, 2):
+        states.append(os.path.join(work, f"state{step}"))
+        with open(states[-1], "wb") as f:
+            f.write(os.urandom(200000 + step))
+    [r] = hz(a0, "checkpoint", "policy", "--stream", "5", "--tier", "peer_host")
+    assert r.get("tier") == "peer_host", r
+    assert hz(a0, "checkpoint", "save", "--stream", "5", "--step", "1", states[0])[0].get("step") == 1
+    assert wait_until(lambda: (DURABLE, 5, TIER_PEER_HOST, 1, 0) in checkpoint_events(a0), 60)
+
+    # h1 leaves: step 2 is durable on h0's disk only.
+    assert h1.terminate() == 0
+    assert wait_until(lambda: h0.hosts() == ["h0"], 10 * LEASE_MS / 1000) is not None
+    assert hz(a0, "checkpoint", "save", "--stream", "5", "--step", "2", states[1])[0].get("step") == 2
+    assert wait_until(lambda: any(e[0] == FAILED and e[3] == 2 for e in checkpoint_events(a0)), 60)
+
+    tiers = lambda: [(c["step"], c["tier"]) for c in
+                     hz(a0, "checkpoint", "list", "--stream", "5")[0].get("checkpoints", [])]
+    restart(h0)
+    assert tiers() == [(1, TIER_PEER_HOST), (2, TIER_LOCAL_DISK)]
+
+    if os.path.exists(h1.control):
+        os.unlink(h1.control)
+    h1.start()
+    assert wait_until(lambda: (DURABLE, 5, TIER_PEER_HOST, 2, 0) in checkpoint_events(a0), 60), \
+        h0.log()[-3000:]
+    assert tiers() == [(1, TIER_PEER_HOST), (2, TIER_PEER_HOST)]
+    assert "event=ckpt_replica_resumed tenant=acme stream=5 step=2" in h0.log()
+    assert "event=ckpt_replica_resumed tenant=acme stream=5 step=1" not in h0.log()
+    a1 = vm_socket(h1, "acme")
+    restored = os.path.join(work, "restored")
+    assert hz(a1, "checkpoint", "restore", "--stream", "5", "--step", "2", restored)[0].get("step") == 2
+    with open(states[1], "rb") as a, open(restored, "rb") as b:
+        assert a.read() == b.read()

@@ -3,6 +3,7 @@
 // (the service carries them over the cluster's data path instead).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -52,6 +53,11 @@ class LoopbackLink : public PeerLink {
   Status available = Status::Ok();
   int corrupt = -1;
   bool hold = false;
+  // The copies are lost on the way: done is never called, as when the
+  // service stops with copies on their way.
+  bool drop = false;
+  std::atomic<int> calls{0};  // Replicate calls
+  ReplicaSource last;         // of the last call
 
   ~LoopbackLink() override { Join(); }
   // Waits for every copy, done included.
@@ -62,8 +68,11 @@ class LoopbackLink : public PeerLink {
   }
   Status Available(const TenantId&) override { return available; }
   void Replicate(ReplicaSource src, std::function<void(Status)> done) override {
+    ++calls;
+    last = src;
+    if (drop) return;
     threads_.emplace_back([this, src = std::move(src), done = std::move(done)] {
-      ReplicaIn in{src.tenant, src.manifest, src.policy, nullptr};
+      ReplicaIn in{src.tenant, src.manifest, src.policy, "host-a", nullptr};
       in.read_chunk = [&](uint64_t i, uint8_t* dst, size_t len) {
         Status st = src.read_chunk(i, dst, len);
         if (static_cast<int>(i) == corrupt) dst[len / 2] ^= 0x40;
@@ -83,7 +92,7 @@ class LoopbackLink : public PeerLink {
   }
   // As the service's link: the copy on the peer goes, if it is the copy.
   void Forget(const TenantId& tenant, const Manifest& m) override {
-    forgotten = peer->DeleteReplica(tenant, m.stream, m.step, ReplicaDigest(m));
+    forgotten = peer->DeleteReplica(tenant, m.stream, m.step, ReplicaDigest(m), "host-a");
   }
   Status forgotten = Status::NotFound("nothing forgotten");
 
@@ -190,8 +199,12 @@ TEST_F(PeerTier, ADeleteTakesTheReplicaButNeverAnotherCheckpoint) {
   ASSERT_EQ(peer_->List(Tenant(1), 1, 0, 4, &e, &more).code(), StatusCode::kOk);
   ASSERT_EQ(e.size(), 1u);
   // A digest that is not the copy's deletes nothing.
-  EXPECT_EQ(peer_->DeleteReplica(Tenant(1), 1, 5, 12345).code(), StatusCode::kMismatch);
-  EXPECT_EQ(peer_->DeleteReplica(Tenant(1), 1, 6, 12345).code(), StatusCode::kNotFound);
+  EXPECT_EQ(peer_->DeleteReplica(Tenant(1), 1, 5, 12345, "host-a").code(), StatusCode::kMismatch);
+  EXPECT_EQ(peer_->DeleteReplica(Tenant(1), 1, 6, 12345, "host-a").code(), StatusCode::kNotFound);
+  // Nor does a host that is not the copy's source.
+  EXPECT_EQ(
+      peer_->DeleteReplica(Tenant(1), 1, 5, ReplicaDigest(link_.last.manifest), "host-c").code(),
+      StatusCode::kMismatch);
   ASSERT_EQ(peer_->List(Tenant(1), 1, 0, 4, &e, &more).code(), StatusCode::kOk);
   EXPECT_EQ(e.size(), 1u);
   // The tenant deletes it on the source: the copy goes too.
@@ -229,15 +242,24 @@ TEST_F(PeerTier, ACorruptChunkIsRefusedAndTheSourceHearsFailed) {
 TEST_F(PeerTier, AStepThePeerHoldsIsRefusedWithExists) {
   ASSERT_EQ(src_->SetPolicy(Tenant(1), 1, peer_policy_).code(), StatusCode::kOk);
   ASSERT_EQ(peer_->SetPolicy(Tenant(1), 1, Policy{}).code(), StatusCode::kOk);
-  auto st = MakeState({4096}, 9);
+  // The tenant's own checkpoint there, even with the very bytes the source
+  // saves, is not a copy: neither taken for one nor deleted as one.
+  auto st = MakeState({4096, 1000}, 3);
   auto sp = Spans(st);
   SaveResult r;
   ASSERT_EQ(peer_->Save({Tenant(1), 1, 3, sp, {}}, &r).code(), StatusCode::kOk);
-  Save(3, 4096);
+  EXPECT_EQ(Save(3, 4096), st);
   EXPECT_EQ(src_->WaitDurable(Tenant(1), 1, 3, 30s).code(), StatusCode::kExists);
   auto failed = sink_a_.Of(EventKind::kFailed);
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_EQ(failed[0].status, StatusCode::kExists);
+  ASSERT_EQ(src_->Delete(Tenant(1), 1, 3).code(), StatusCode::kOk);
+  EXPECT_EQ(link_.forgotten.code(), StatusCode::kMismatch);
+  std::vector<ListEntry> e;
+  bool more = false;
+  ASSERT_EQ(peer_->List(Tenant(1), 1, 0, 4, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].step, 3u);
 }
 
 TEST_F(PeerTier, TheReplicaCountsAgainstThePeersDiskQuota) {
@@ -272,6 +294,87 @@ TEST_F(PeerTier, TheReplicaSurvivesARestartOfThePeerAndRetentionAppliesThere) {
   RestoreResult rr;
   ASSERT_EQ(peer_->Restore({Tenant(1), 1, 3, osp}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(out, states[2]);
+}
+
+// The source knows after a restart which checkpoints have their copy on
+// another host (they list PEER_HOST), and sends again the copy that the stop
+// interrupted, and only that one; a copy it holds for another host is never
+// sent on.
+TEST_F(PeerTier, ARestartKeepsWhatWasCopiedAndResumesWhatWasNot) {
+  ASSERT_EQ(src_->SetPolicy(Tenant(1), 1, peer_policy_).code(), StatusCode::kOk);
+  Save(1, 100000);
+  ASSERT_EQ(src_->WaitDurable(Tenant(1), 1, 1, 30s).code(), StatusCode::kOk);
+  link_.drop = true;  // step 2's copy is on its way when the service stops
+  auto state2 = Save(2, 100000);
+  for (int i = 0; i < 3000 && link_.calls < 2; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(link_.calls, 2) << "step 2 was never committed";
+  link_.Join();
+  src_.reset();
+
+  link_.drop = false;
+  FullSink after;
+  auto ca = SmallConfig(dir_a_.path(), &after);
+  ca.peer = &link_;
+  src_ = testing::OpenEngine(ca);
+  ASSERT_TRUE(src_);
+  std::vector<ListEntry> e;
+  bool more = false;
+  ASSERT_EQ(src_->List(Tenant(1), 1, 0, 4, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].tier, TierKind::kPeerHost) << "its copy was durable";
+  EXPECT_EQ(e[1].tier, TierKind::kLocalDisk) << "its copy never arrived";
+
+  src_->ResumeReplicas();
+  ASSERT_EQ(src_->WaitDurable(Tenant(1), 1, 2, 30s).code(), StatusCode::kOk);
+  EXPECT_EQ(link_.calls, 3) << "only step 2 is sent again";
+  auto durable = after.Of(EventKind::kDurable);
+  ASSERT_EQ(durable.size(), 1u);
+  EXPECT_EQ(durable[0].step, 2u);
+  EXPECT_EQ(durable[0].tier, TierKind::kPeerHost);
+  ASSERT_EQ(src_->List(Tenant(1), 1, 0, 4, &e, &more).code(), StatusCode::kOk);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[1].tier, TierKind::kPeerHost);
+  auto out = ZeroState({100000, 1000});
+  auto osp = Spans(out);
+  RestoreResult rr;
+  ASSERT_EQ(peer_->Restore({Tenant(1), 1, 2, osp}, &rr).code(), StatusCode::kOk);
+  EXPECT_EQ(out, state2);
+
+  // The peer, restarted with a link of its own, holds copies: none is sent.
+  link_.Join();
+  peer_.reset();
+  LoopbackLink onward;
+  onward.peer = src_.get();
+  auto cb = SmallConfig(dir_b_.path());
+  cb.peer = &onward;
+  peer_ = testing::OpenEngine(cb);
+  ASSERT_TRUE(peer_);
+  peer_->ResumeReplicas();
+  EXPECT_EQ(onward.calls, 0);
+  peer_.reset();  // before the link it names
+}
+
+// A copy the peer holds already is answered kOk without a chunk read: the
+// source may send one again when the answer was lost.
+TEST_F(PeerTier, ACopyThePeerHoldsAlreadyIsAcceptedWithoutItsBytes) {
+  ASSERT_EQ(src_->SetPolicy(Tenant(1), 1, peer_policy_).code(), StatusCode::kOk);
+  Save(1, 100000);
+  ASSERT_EQ(src_->WaitDurable(Tenant(1), 1, 1, 30s).code(), StatusCode::kOk);
+  int reads = 0;
+  ReplicaIn again{link_.last.tenant, link_.last.manifest, link_.last.policy, "host-a",
+                  [&](uint64_t, uint8_t*, size_t) {
+                    ++reads;
+                    return Status::Ok();
+                  }};
+  EXPECT_EQ(peer_->StoreReplica(again).code(), StatusCode::kOk);
+  EXPECT_EQ(reads, 0);
+  // Another checkpoint of that step is still refused, and so is the same
+  // one from another host.
+  again.source_host = "host-c";
+  EXPECT_EQ(peer_->StoreReplica(again).code(), StatusCode::kExists);
+  again.source_host = "host-a";
+  again.manifest.chunk_crcs[0] ^= 1;
+  EXPECT_EQ(peer_->StoreReplica(again).code(), StatusCode::kExists);
 }
 
 }  // namespace

@@ -48,6 +48,13 @@ TEST(CheckpointManifest, RoundTrip) {
   EXPECT_EQ(out.slice_sizes, m.slice_sizes);
   EXPECT_EQ(out.meta_len, m.meta_len);
   EXPECT_EQ(out.chunk_crcs, m.chunk_crcs);
+  EXPECT_EQ(out.replica_of, "");
+  // A copy held for another host says whose (the peer-host tier); a
+  // checkpoint saved here has no such field at all.
+  EXPECT_EQ(EncodeManifest(m).find("replica_of"), std::string::npos);
+  m.replica_of = "host-a";
+  ASSERT_EQ(DecodeManifest(EncodeManifest(m), &out).code(), StatusCode::kOk);
+  EXPECT_EQ(out.replica_of, "host-a");
 }
 
 TEST(CheckpointManifest, AnyFlippedByteIsRejected) {
@@ -114,6 +121,12 @@ TEST(CheckpointManifest, InconsistentBodiesAreRejected) {
   b = body;
   b.erase("meta_len");
   EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption);
+  for (const nlohmann::json& host : {nlohmann::json(""), nlohmann::json(7),
+                                     nlohmann::json(std::string(kMaxHostNameBytes + 1, 'h'))}) {
+    b = body;
+    b["replica_of"] = host;
+    EXPECT_EQ(DecodeManifest(Resealed(b), &out).code(), StatusCode::kCorruption) << host.dump();
+  }
 }
 
 TEST(CheckpointManifest, Crc32cMatchesKnownVector) {

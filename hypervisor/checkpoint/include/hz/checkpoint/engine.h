@@ -257,13 +257,22 @@ class Engine {
   // every chunk is read through in.read_chunk and its CRC32C verified, then
   // committed on the local disk exactly as a local persist (flushed before
   // kOk). The tenant's stream is created with in.policy if it does not exist.
-  // kExists: that step is held here; kInvalid: below the highest step here or
+  // kOk without reading a chunk when this very copy of in.source_host's is
+  // held already (the source resends one whose answer it lost).
+  // kExists: another checkpoint of that step is held here; kInvalid: below the highest step here or
   // a malformed manifest; kBusy: a save of the stream is in progress; kLimit:
   // the tenant's stream or disk quota; kCorruption: a chunk failed its check.
   Status StoreReplica(const ReplicaIn& in);
-  // Another host's tenant deleted (stream, step) there: its copy here goes,
-  // if it is that copy (ReplicaDigest matches; else kMismatch).
-  Status DeleteReplica(const TenantId& tenant, StreamId stream, uint64_t step, uint32_t digest);
+  // Host `source`'s tenant deleted (stream, step) there: its copy here goes,
+  // if it is that copy (stored as source's copy and ReplicaDigest matches;
+  // else kMismatch: the tenant's own checkpoint of that step stays).
+  Status DeleteReplica(const TenantId& tenant, StreamId stream, uint64_t step, uint32_t digest,
+                       const std::string& source);
+  // Copies to the peer-host tier that a restart interrupted start again:
+  // every checkpoint saved here on a peer-host stream whose copy was not
+  // known durable (DURABLE or FAILED at tier PEER_HOST follows, as for a new
+  // save). Once the peer link can reach another host.
+  void ResumeReplicas();
 
   // Waits until the step is durable (kOk), failed (kIo; for the peer-host
   // tier the replica's failure), deleted (kNotFound) or the timeout passed

@@ -24,6 +24,7 @@ inline constexpr uint32_t kManifestVersion = 1;
 inline constexpr size_t kIoAlign = 4096;  // O_DIRECT alignment of buffers and sizes
 inline constexpr size_t kMaxManifestBytes = 64u << 20;
 inline constexpr size_t kMaxSlices = 1u << 20;
+inline constexpr size_t kMaxHostNameBytes = 255;  // Manifest::replica_of
 
 struct Manifest {
   uint32_t version = kManifestVersion;
@@ -35,6 +36,9 @@ struct Manifest {
   std::vector<uint64_t> slice_sizes;
   uint64_t meta_len = 0;
   std::vector<uint32_t> chunk_crcs;  // one per chunk, CRC32C of the chunk's bytes
+  // The host whose checkpoint this is a copy of (the peer-host tier); empty
+  // for a checkpoint saved here. At most kMaxHostNameBytes.
+  std::string replica_of;
 
   uint64_t slice_bytes() const;          // sum of slice_sizes
   uint64_t payload_bytes() const;        // slice_bytes() + meta_len

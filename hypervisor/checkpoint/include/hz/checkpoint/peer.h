@@ -65,9 +65,10 @@ uint32_t ReplicaDigest(const Manifest& manifest);
 
 // A replica arriving from another host (Engine::StoreReplica).
 struct ReplicaIn {
-  TenantId tenant;    // decided by the receiving host from the request, never by the bytes
-  Manifest manifest;  // the source's; its tenant number is ignored
-  Policy policy;      // applied when the tenant has no such stream here yet
+  TenantId tenant;          // decided by the receiving host from the request, never by the bytes
+  Manifest manifest;        // the source's; its tenant number is ignored
+  Policy policy;            // applied when the tenant has no such stream here yet
+  std::string source_host;  // kept in the copy's manifest (Manifest::replica_of)
   ChunkReader read_chunk;
 };
 

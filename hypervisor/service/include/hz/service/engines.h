@@ -70,7 +70,8 @@ class Engines {
   Status CheckTenantLimits(const TenantSpec& spec) const;
 
   // The live hosts of the cluster (membership thread): where checkpoints of
-  // the peer-host tier are copied to. Nothing without [cluster].
+  // the peer-host tier are copied to. The first view with another host
+  // resumes the copies a restart interrupted. Nothing without [cluster].
   void ClusterHosts(std::vector<cluster::HostInfo> hosts);
 
   events::EventBus* bus() const { return bus_.get(); }
@@ -152,6 +153,7 @@ class Engines {
   std::atomic<uint64_t> ckpt_events_{0};
   std::atomic<uint64_t> jit_notices_{0};
   std::atomic<uint64_t> jit_notices_done_{0};  // notices whose saves are over
+  std::atomic<bool> replicas_resumed_{false};  // ResumeReplicas ran (ClusterHosts)
 };
 
 }  // namespace hz::service
