@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "hz/common/file.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
@@ -36,9 +37,12 @@ const char* CongestionName(events::CongestionKind kind) {
 
 }  // namespace
 
-HostConditions::HostConditions(std::string schedule_path, uint64_t hysteresis_s,
+HostConditions::HostConditions(const std::string& state_dir, uint64_t hysteresis_s,
                                ConditionHooks hooks)
-    : path_(std::move(schedule_path)), hooks_(std::move(hooks)), congestion_filter_(hysteresis_s) {}
+    : path_(state_dir + "/energy.json"),
+      state_path_(state_dir + "/conditions.json"),
+      hooks_(std::move(hooks)),
+      congestion_filter_(hysteresis_s) {}
 
 std::span<const CommandSpec<HostConditions>> HostConditions::Commands() {
   return kCommands;
@@ -47,8 +51,17 @@ std::span<const CommandSpec<HostConditions>> HostConditions::Commands() {
 Status HostConditions::Load() {
   StatusOr<EnergySchedule> s = EnergySchedule::Load(path_);
   if (!s.ok()) return s.status();
+  StatusOr<std::string> text = ReadFile(state_path_);
+  if (!text.ok() && !text.status().IsNotFound()) {
+    return Status(text.status().code(), state_path_ + ": " + text.status().message());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   schedule_ = std::move(*s);
+  if (!text.ok()) return Status::Ok();
+  json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  Status st = state.is_object() ? LoadStateLocked(state) : Status::Corruption("not a JSON object");
+  if (!st.ok()) return Status::Corruption(state_path_ + ": " + st.message());
+  saved_state_ = *text;
   return Status::Ok();
 }
 
@@ -60,6 +73,10 @@ void HostConditions::Update(const ConditionInputs& in) {
     CongestionLocked(in, now, &out);
     EnergyLocked(in, now, &out);
     SharesLocked(now);
+    // Before the events go: a restart after them never tells them again.
+    if (Status st = SaveStateLocked(); !st.ok()) {
+      spdlog::error("event=conditions_save_failed error=\"{}\"", st.ToString());
+    }
   }
   Publish(out);
 }
@@ -129,6 +146,9 @@ void HostConditions::ForgetTenant(const std::string& tenant) {
   slack_.erase(tenant);
   for (Resource& r : resources_) r.told.erase(tenant);
   told_energy_.erase(tenant);
+  if (Status st = SaveStateLocked(); !st.ok()) {
+    spdlog::error("event=conditions_save_failed error=\"{}\"", st.ToString());
+  }
 }
 
 Status HostConditions::DeclareSlack(const TenantId& tenant, const hz_energy_slack_args& args,
@@ -144,13 +164,18 @@ Status HostConditions::DeclareSlack(const TenantId& tenant, const hz_energy_slac
   }
   const uint64_t now = hooks_.unix_now();
   std::lock_guard<std::mutex> lock(mu_);
+  // The declaration is answered only once it is on disk.
+  const std::map<std::string, Slack> before = slack_;
   Slack& s = slack_[tenant.name()];
   s.pct = pct;
   s.expires_s = pct == 0 ? now : now + duration;  // a withdrawal ends at once
   // The engine holds the old share's end: tell it the new one (no share is
   // 0, so SharesLocked does), unless it was never told anything.
   if (s.applied != 100 || schedule_.At(now).level >= events::kEnergyConstrained) s.applied = 0;
-
+  if (Status st = SaveStateLocked(); !st.ok()) {
+    slack_ = before;
+    return Status(st.code(), "the declaration could not be kept: " + st.message());
+  }
   SharesLocked(now);
   result->expires_s = pct == 0 ? 0 : now + duration;
   return Status::Ok();
@@ -197,6 +222,76 @@ CommandResult HostConditions::StatusCommand(const json&) {
   }
   out["congestion"] = std::move(congestion);
   return out;
+}
+
+// The shares the collective engine was told are not kept: a restarted
+// engine has none, and the next Update applies the slack again.
+json HostConditions::StateLocked() const {
+  json slack = json::object();
+  for (const auto& [tenant, s] : slack_) {
+    slack[tenant] = {{"slowdown_pct", s.pct}, {"expires_s", s.expires_s}};
+  }
+  json energy = json::object();
+  for (const auto& [tenant, c] : told_energy_) {
+    energy[tenant] = {{"level", c.level}, {"sources", c.sources}};
+  }
+  json congestion = json::object();
+  for (events::CongestionKind kind :
+       {events::kCongestionFabric, events::kCongestionHostMemory, events::kCongestionStorage}) {
+    congestion[CongestionName(kind)] = resources_[kind].told;
+  }
+  return {{"slack", slack}, {"told_energy", energy}, {"told_congestion", congestion}};
+}
+
+Status HostConditions::LoadStateLocked(const json& state) {
+  auto number = [](const json& j, const char* key, uint64_t max) {
+    const json& v = j.at(key);
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > max) {
+      throw std::out_of_range(std::string(key) + " is out of range");
+    }
+    return v.get<uint64_t>();
+  };
+  auto tenants = [](const json& j) {
+    for (const auto& [tenant, v] : j.items()) {
+      if (!events::ValidName(tenant)) throw std::out_of_range("invalid tenant name " + tenant);
+    }
+    return j.items();
+  };
+  try {
+    for (const auto& [tenant, s] : tenants(state.at("slack"))) {
+      slack_[tenant] =
+          Slack{static_cast<uint32_t>(number(s, "slowdown_pct", HZ_ENERGY_SLACK_MAX_PCT)),
+                number(s, "expires_s", UINT64_MAX), 100};
+    }
+    for (const auto& [tenant, c] : tenants(state.at("told_energy"))) {
+      told_energy_[tenant] = {static_cast<uint8_t>(number(c, "level", events::kEnergyCritical)),
+                              static_cast<uint8_t>(number(c, "sources", 0xff))};
+    }
+    const json& congestion = state.at("told_congestion");
+    for (events::CongestionKind kind :
+         {events::kCongestionFabric, events::kCongestionHostMemory, events::kCongestionStorage}) {
+      for (const auto& [tenant, level] : tenants(congestion.at(CongestionName(kind)))) {
+        json wrapped = {{"level", level}};
+        resources_[kind].told[tenant] =
+            static_cast<uint8_t>(number(wrapped, "level", events::kCongestionSevere));
+      }
+    }
+  } catch (const std::exception& e) {
+    slack_.clear();
+    told_energy_.clear();
+    for (Resource& r : resources_) r.told.clear();
+    return Status::Corruption(e.what());
+  }
+  return Status::Ok();
+}
+
+Status HostConditions::SaveStateLocked() {
+  std::string text = StateLocked().dump(1) + "\n";
+  if (text == saved_state_) return Status::Ok();
+  Status st = WriteFileAtomic(state_path_, text);
+  if (!st.ok()) return Status(st.code(), state_path_ + ": " + st.message());
+  saved_state_ = std::move(text);
+  return Status::Ok();
 }
 
 }  // namespace hz::service

@@ -12,8 +12,11 @@
 //  - ENERGY_SLACK (§7.10): while the level is constrained or critical, a
 //    tenant's declaration scales its share of the collective workers.
 // The service calls Update on a timer with what it measured; times come from
-// the injected clock. Thread-safe; the hooks run without the lock held,
-// except set_share, which must not call back.
+// the injected clock. What tenants declared (slack) and what each was last
+// told survive a restart in <state_dir>/conditions.json, so that a level that
+// changed while the service was down is told, and none is told twice.
+// Thread-safe; the hooks run without the lock held, except set_share, which
+// must not call back.
 #ifndef HZ_SERVICE_HOST_CONDITIONS_H_
 #define HZ_SERVICE_HOST_CONDITIONS_H_
 
@@ -60,9 +63,10 @@ struct ConditionHooks {
 
 class HostConditions : public EnergyBackend {
  public:
-  HostConditions(std::string schedule_path, uint64_t hysteresis_s, ConditionHooks hooks);
+  // The schedule is <state_dir>/energy.json, the rest <state_dir>/conditions.json.
+  HostConditions(const std::string& state_dir, uint64_t hysteresis_s, ConditionHooks hooks);
 
-  // Reads the schedule; an error naming the file when it cannot be read.
+  // Reads both files; an error naming the file when one cannot be read.
   Status Load();
   // One poll: publishes what changed and applies or ends shares.
   void Update(const ConditionInputs& in);
@@ -88,8 +92,15 @@ class HostConditions : public EnergyBackend {
   void EnergyLocked(const ConditionInputs& in, uint64_t now, Events* out);
   void SharesLocked(uint64_t now);
   void Publish(const Events& out);
+  // conditions.json (host_conditions_state.cc): the slack and the told
+  // levels as JSON, read back, and written when they differ from the file.
+  nlohmann::json StateLocked() const;
+  Status LoadStateLocked(const nlohmann::json& state);
+  Status SaveStateLocked();
 
-  const std::string path_;
+  const std::string path_;        // energy.json
+  const std::string state_path_;  // conditions.json
+  std::string saved_state_;       // what state_path_ holds
   ConditionHooks hooks_;
 
   mutable std::mutex mu_;

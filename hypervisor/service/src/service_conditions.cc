@@ -26,9 +26,8 @@ hz::Status Service::StartConditions() {
   hooks.set_share = [this](const std::string& tenant, uint32_t percent, uint64_t seconds) {
     if (coll_) coll_->SetTenantShare(TenantId(tenant), percent, std::chrono::seconds(seconds));
   };
-  conditions_ = std::make_unique<HostConditions>(config_.state_dir + "/energy.json",
-                                                 config_.conditions.congestion_hysteresis_s,
-                                                 std::move(hooks));
+  conditions_ = std::make_unique<HostConditions>(
+      config_.state_dir, config_.conditions.congestion_hysteresis_s, std::move(hooks));
   if (hz::Status s = conditions_->Load(); !s.ok()) return s;
   env_.energy = conditions_.get();
   commands_.Add(conditions_.get(), HostConditions::Commands());

@@ -51,7 +51,7 @@ class HostConditionsTest : public ::testing::Test {
     hooks.set_share = [this](const std::string& t, uint32_t pct, uint64_t s) {
       shares_.push_back({t, pct, s});
     };
-    c_ = std::make_unique<HostConditions>(path(), 10, hooks);
+    c_ = std::make_unique<HostConditions>(dir_, 10, hooks);
   }
   std::string path() const { return dir_ + "/energy.json"; }
   // One window: [start, end) at level, with sources.
@@ -278,6 +278,66 @@ TEST_F(HostConditionsTest, SlackDeclaredDuringACapAppliesAtOnceAndAWithdrawalEnd
   ASSERT_TRUE(c_->DeclareSlack(TenantId("a"), a, &r).ok());
   ASSERT_EQ(shares_.size(), 2u);
   EXPECT_EQ(shares_[1].percent, 100u);
+}
+
+// A restart keeps what tenants declared and what each was told: the cap
+// that ended and the congestion that cleared while the service was down are
+// told, the level that held is not told twice, and the slack applies again.
+TEST_F(HostConditionsTest, SlackAndWhatEachTenantWasToldSurviveARestart) {
+  ASSERT_TRUE(Schedule({Window(now_, now_ + 100, 1)}).ok()) << last_error_;
+  hz_energy_slack_args a{};
+  a.slowdown_pct = 30;
+  a.duration_s = 500;
+  hz_energy_slack_result r{};
+  ASSERT_TRUE(c_->DeclareSlack(TenantId("a"), a, &r).ok());
+  c_->Update(Inputs(99));  // a: severe congestion; a and b: constrained
+  ASSERT_EQ(told_.size(), 3u);
+  told_.clear();
+  shares_.clear();
+
+  Make();
+  ASSERT_TRUE(c_->Load().ok());
+  c_->Update(Inputs(99));
+  EXPECT_TRUE(told_.empty()) << "told again: " << told_[0].tenant << " " << told_[0].topic;
+  ASSERT_EQ(shares_.size(), 1u);  // a fresh engine gets the share again
+  EXPECT_EQ(shares_[0].tenant, "a");
+  EXPECT_EQ(shares_[0].percent, 70u);
+  EXPECT_EQ((*c_->StatusCommand({}))["slack"].size(), 1u);
+
+  Make();
+  now_ += 100;  // down while the window ended and the congestion cleared
+  ASSERT_TRUE(c_->Load().ok());
+  c_->Update(Inputs(0));
+  std::map<std::pair<std::string, uint16_t>, uint8_t> got;
+  for (const Told& t : told_) got[{t.tenant, t.topic}] = t.level;
+  using Key = std::pair<std::string, uint16_t>;
+  EXPECT_EQ(got, (std::map<Key, uint8_t>{{{"a", HZ_TOPIC_CONGESTION}, events::kCongestionNone},
+                                         {{"a", HZ_TOPIC_ENERGY}, events::kEnergyNormal},
+                                         {{"b", HZ_TOPIC_ENERGY}, events::kEnergyNormal}}));
+}
+
+TEST_F(HostConditionsTest, ACorruptStateFileIsRefusedAndASlackThatCannotBeKeptIsNotAnswered) {
+  for (const char* bad : {"[1]",
+                          "{\"slack\": {\"a\": {\"slowdown_pct\": 200, \"expires_s\": 1}},"
+                          " \"told_energy\": {}, \"told_congestion\": {}}",
+                          "{\"slack\": {\"../x\": {\"slowdown_pct\": 1, \"expires_s\": 1}}}"}) {
+    std::ofstream(dir_ + "/conditions.json", std::ios::trunc) << bad;
+    Make();
+    Status s = c_->Load();
+    EXPECT_TRUE(s.IsCorruption()) << bad << ": " << s.ToString();
+    EXPECT_NE(s.message().find("conditions.json"), std::string::npos) << s.ToString();
+  }
+  std::filesystem::remove(dir_ + "/conditions.json");
+  Make();
+  ASSERT_TRUE(c_->Load().ok());
+  std::filesystem::create_directory(dir_ + "/conditions.json");  // no file can replace it
+  hz_energy_slack_args a{};
+  a.slowdown_pct = 30;
+  a.duration_s = 60;
+  hz_energy_slack_result r{};
+  EXPECT_FALSE(c_->DeclareSlack(TenantId("a"), a, &r).ok());
+  EXPECT_TRUE((*c_->StatusCommand({}))["slack"].empty());
+  EXPECT_TRUE(shares_.empty());
 }
 
 }  // namespace
