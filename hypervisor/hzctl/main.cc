@@ -1,6 +1,7 @@
 // hzctl: the operator's command line for harmonaized.
 //
-//   hzctl [--socket PATH] [--json] tenant create NAME [--weight N] [--priority low|normal|high]
+//   hzctl [--socket PATH] [--json] [--timeout S] tenant create NAME [--weight N] [--priority
+//   low|normal|high]
 //                                        [--max-regions N] [--max-region-bytes N] [--max-extents N]
 //                                        [--max-open-negotiations N] [--disk-bytes N]
 //                                        [--staging-bytes N] [--features LIST]
@@ -15,8 +16,8 @@
 //         (DOMAIN: the VM's libvirt domain; a preemption of the tenant's devices then saves
 //          only the VM they are attached to)
 //   hzctl comm list | counters | status
-//   hzctl event inject --tenant NAME --topic TOPIC [--kind KIND] [--deadline-s N] [--json '{..}']
-//         (--deadline-s: seconds from now; --json: further keys of the event, see
+//   hzctl event inject --tenant NAME --topic TOPIC [--kind KIND] [--deadline-s N] [--data '{..}']
+//         (--deadline-s: seconds from now; --data: further keys of the event, see
 //          hz/events/injection.h, e.g. '{"duration_s": 600, "approvable": true}')
 //   hzctl event status --tenant NAME   (the log, each binding's cursor, early approvals)
 //   hzctl checkpoint list --tenant NAME   (streams, steps, tiers and the engine's decisions)
@@ -45,13 +46,15 @@
 //   hzctl --on-host H COMMAND ...   (alloc, release, allocations, inventory, cluster status and
 //                                    the maintenance commands run on host H of the cluster)
 //
-// Exit codes: 0 success, 1 the service refused the request, 2 usage error,
-// 3 the service could not be reached.
-#include <sys/socket.h>
-#include <sys/un.h>
+//   hzctl --version
+//
+// The global options (--socket, --json, --timeout, --on-host) go anywhere on
+// the line, as in `hzctl tenant list --json`. Exit codes: kExitCodes below.
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,72 +65,31 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "control_client.h"
+#include "human_output.h"
 #include "maintenance_cli.h"
 
 using json = nlohmann::json;
 
 namespace {
 
-// Sends one request line and reads one response line.
-bool Call(const std::string& path, const json& req, json* resp, std::string* error) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    *error = "socket path too long";
-    return false;
-  }
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    *error = "socket failed";
-    return false;
-  }
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    *error = "cannot connect to " + path + ": " + std::strerror(errno);
-    close(fd);
-    return false;
-  }
-  std::string line = req.dump() + "\n";
-  for (size_t off = 0; off < line.size();) {
-    ssize_t n = write(fd, line.data() + off, line.size() - off);
-    if (n <= 0) {
-      *error = "write failed";
-      close(fd);
-      return false;
-    }
-    off += static_cast<size_t>(n);
-  }
-  std::string in;
-  char buf[4096];
-  while (in.find('\n') == std::string::npos) {
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n <= 0) break;
-    in.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  *resp = json::parse(in.substr(0, in.find('\n')), nullptr, false);
-  if (resp->is_discarded() || !resp->is_object()) {
-    *error = "malformed response from the service";
-    return false;
-  }
-  return true;
-}
+// Exit codes, for scripts; --help and the man page print this text.
+constexpr const char* kExitCodes =
+    "Exit codes: 0 success; 1 the service refused the request; 2 bad command line;\n"
+    "3 the service could not be reached (or its answer was not JSON); 4 the service\n"
+    "accepted the request but did not answer within --timeout.";
+enum Exit { kOk = 0, kRefused = 1, kUsage = 2, kUnreachable = 3, kTimedOut = 4 };
 
-std::string Human(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char out[32];
-  std::snprintf(out, sizeof(out), "%.*f %s", u == 0 ? 0 : 1, v, units[u]);
-  return out;
-}
+constexpr const char* kRunSocket = "/run/harmonaize/control.sock";
+constexpr const char* kStateSocket = "/var/lib/harmonaize/control.sock";
 
-unsigned long long U(const json& j, const char* k) {
-  return j.value(k, 0ull);
+// $HZ_CONTROL_SOCKET, else the runtime directory's socket when the daemon
+// made one, else the one in its default state directory.
+std::string DefaultSocket() {
+  if (const char* env = std::getenv("HZ_CONTROL_SOCKET"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return access(kRunSocket, F_OK) == 0 ? kRunSocket : kStateSocket;
 }
 
 // "a,b,,c" -> ["a", "b", "c"]; the service checks the names.
@@ -141,126 +103,6 @@ json SplitList(const std::string& list) {
     start = end + 1;
   }
   return out;
-}
-
-void PrintCluster(const json& r) {
-  if (r.value("mode", std::string()) != "cluster") {
-    std::printf("single host: no [cluster] section in the configuration\n");
-    return;
-  }
-  std::printf("host %s (data %s), store %s: %s, lease %llu ms, store answered %lld ms ago\n",
-              r.value("host", std::string()).c_str(),
-              r.value("data_address", std::string()).c_str(),
-              r.value("store", std::string()).c_str(), r.value("state", std::string()).c_str(),
-              U(r, "lease_ms"), static_cast<long long>(r.value("ms_since_store_contact", -1ll)));
-  if (r.contains("detail")) std::printf("  %s\n", r.value("detail", std::string()).c_str());
-  std::printf("%-24s %-40s %14s\n", "HOST", "DATA_ADDRESS", "LEASE_LEFT_MS");
-  for (const json& h : r.value("hosts", json::array())) {
-    std::printf("%-24s %-40s %14lld%s\n", h.value("name", std::string()).c_str(),
-                h.value("data_address", std::string()).c_str(),
-                static_cast<long long>(h.value("lease_remaining_ms", 0ll)),
-                h.value("self", false) ? "  (this host)" : "");
-  }
-  const json comms = r.value("communicators", json::array());
-  std::printf("communicators across hosts: %zu\n", comms.size());
-  for (const json& c : comms) {
-    std::string hosts;
-    for (const json& h : c.value("hosts", json::array())) {
-      hosts += (hosts.empty() ? "" : ",") + h.get<std::string>();
-    }
-    std::printf("  tenant=%s nranks=%llu hosts=%s local_ranks=%zu state=%s next_seq=%llu %s\n",
-                c.value("tenant", std::string()).c_str(), U(c, "nranks"), hosts.c_str(),
-                c.value("local_ranks", json::array()).size(),
-                c.value("state", std::string()).c_str(), U(c, "next_seq"),
-                c.value("abort_reason", std::string()).c_str());
-  }
-}
-
-void PrintHuman(const std::string& cmd, const json& r) {
-  if (hzctl::MaintenanceCli::Print(cmd, r)) return;
-  if (cmd == "tenant.list") {
-    std::printf("%-20s %6s %-8s %8s %12s %12s %12s %9s %10s %10s %s\n", "TENANT", "WEIGHT",
-                "PRIORITY", "REGIONS", "MAX_REGIONS", "BYTES", "MAX_BYTES", "MAX_NEGS", "DISK",
-                "STAGING", "FEATURES");
-    for (const json& t : r) {
-      const unsigned long long negs = U(t, "max_open_negotiations");
-      auto own = [](unsigned long long v) { return v == 0 ? std::string("default") : Human(v); };
-      std::string features;
-      for (const json& f : t.value("features", json::array())) {
-        features += (features.empty() ? "" : ",") + f.get<std::string>();
-      }
-      std::printf("%-20s %6llu %-8s %8llu %12llu %12s %12s %9s %10s %10s %s\n",
-                  t.value("name", std::string()).c_str(), U(t, "weight"),
-                  t.value("priority", std::string()).c_str(), U(t, "regions"), U(t, "max_regions"),
-                  Human(U(t, "region_bytes")).c_str(), Human(U(t, "max_region_bytes")).c_str(),
-                  negs == 0 ? "default" : std::to_string(negs).c_str(),
-                  own(U(t, "disk_bytes")).c_str(), own(U(t, "staging_bytes")).c_str(),
-                  features.empty() ? "none" : features.c_str());
-    }
-  } else if (cmd == "event.status") {
-    std::printf("tenant %s: next seq %llu, oldest retained %llu\n",
-                r.value("tenant", std::string()).c_str(), U(r, "next_seq"), U(r, "oldest_seq"));
-    std::printf("%-28s %10s %10s %s\n", "BINDING", "CURSOR", "DELIVERED", "CONNECTED");
-    for (const json& b : r.value("bindings", json::array())) {
-      std::printf("%-28s %10llu %10llu %s\n", b.value("binding", std::string()).c_str(),
-                  U(b, "cursor"), U(b, "delivered"), b.value("connected", false) ? "yes" : "no");
-    }
-    std::string approved;
-    for (const json& a : r.value("approved", json::array())) {
-      approved += (approved.empty() ? "" : " ") + std::to_string(a.get<uint64_t>());
-    }
-    std::printf("approved early: %s\n", approved.empty() ? "none" : approved.c_str());
-  } else if (cmd == "checkpoint.list") {
-    std::printf("%-8s %-20s %12s %-8s %-11s %s\n", "STREAM", "STEP", "BYTES", "STATE", "TIER",
-                "TIME_S");
-    for (const json& s : r.value("streams", json::array())) {
-      for (const json& c : s.value("checkpoints", json::array())) {
-        std::printf("%-8llu %-20llu %12s %-8s %-11s %llu\n", U(s, "stream"), U(c, "step"),
-                    Human(U(c, "bytes")).c_str(), c.value("state", std::string()).c_str(),
-                    c.value("tier", std::string()).c_str(), U(c, "time_s"));
-      }
-    }
-    for (const json& d : r.value("decisions", json::array())) {
-      std::printf("decision %s stream=%llu step=%llu value=%llu\n",
-                  d.value("kind", std::string()).c_str(), U(d, "stream"), U(d, "step"),
-                  U(d, "value"));
-    }
-  } else if (cmd == "vm.list") {
-    for (const json& v : r) {
-      std::printf("%s  tenant=%s domain=%s listening=%s thread=%llu\n",
-                  v.value("socket", std::string()).c_str(),
-                  v.value("tenant", std::string()).c_str(),
-                  v.value("domain", std::string()).c_str(),
-                  v.value("listening", false) ? "yes" : "no", U(v, "thread"));
-      for (const json& d : v.value("devices", json::array())) {
-        std::printf(
-            "  connected=%s hello=%s queues=%zu regions=%llu (%s) communicators=%zu "
-            "requests=%llu errors=%llu in_flight=%llu events_held=%llu\n",
-            d.value("connected", false) ? "yes" : "no", d.value("hello", false) ? "yes" : "no",
-            d.value("queues", json::array()).size(), U(d, "regions"),
-            Human(U(d, "region_bytes")).c_str(), d.value("communicators", json::array()).size(),
-            U(d, "requests"), U(d, "errors"), U(d, "in_flight"), U(d, "events_held"));
-        for (const json& c : d.value("communicators", json::array())) {
-          std::printf("    comm handle=%llu id=%llu rank=%llu/%llu\n", U(c, "handle"),
-                      U(c, "comm_id"), U(c, "rank"), U(c, "nranks"));
-        }
-      }
-    }
-  } else if (cmd == "comm.list") {
-    std::printf("%-8s %-8s %-7s %-7s %-9s %-8s %-9s\n", "ID", "TENANT", "NRANKS", "JOINED",
-                "NEXT_SEQ", "PENDING", "STATE");
-    for (const json& c : r) {
-      std::printf("%-8llu %-8s %-7llu %-7llu %-9llu %-8llu %-9s\n", U(c, "id"),
-                  c.value("tenant", std::string()).c_str(), U(c, "nranks"), U(c, "joined"),
-                  U(c, "next_seq"), U(c, "pending"), c.value("state", std::string()).c_str());
-    }
-  } else if (cmd == "cluster.status") {
-    PrintCluster(r);
-  } else if (r.is_object() && r.empty()) {
-    std::printf("ok\n");
-  } else {
-    std::printf("%s\n", r.dump(2).c_str());
-  }
 }
 
 // "START,END,LEVEL[,SOURCES]" -> an energy.schedule window; false on a bad one.
@@ -306,13 +148,24 @@ bool EnergyWindow(const std::string& text, json* out) {
 int main(int argc, char** argv) {
   CLI::App app{"hzctl: operate harmonaized"};
   app.require_subcommand(1);
-  std::string socket_path = "/var/lib/harmonaize/control.sock";
-  if (const char* env = std::getenv("HZ_CONTROL_SOCKET")) socket_path = env;
+  // Subcommands created from here on inherit both: the global options below
+  // are accepted after a subcommand too, and every --help lists exit codes.
+  app.fallthrough();
+  app.footer(std::string("Control socket: --socket PATH, else $HZ_CONTROL_SOCKET, else\n") +
+             kRunSocket + " if it exists, else " + kStateSocket + ".\n" + kExitCodes);
+  app.set_version_flag("--version", "hzctl " HZ_PROJECT_VERSION, "print the version and exit");
+  std::string socket_path = DefaultSocket();
   bool as_json = false;
-  app.add_option("-s,--socket", socket_path, "harmonaized's control socket");
-  app.add_flag("--json", as_json, "print the service's JSON answer");
+  app.add_option("-s,--socket", socket_path, "harmonaized's control socket (see below)")
+      ->type_name("PATH");
+  app.add_flag("--json", as_json, "print the service's JSON answer (the envelope with \"ok\")");
+  double timeout_s = 30;
+  app.add_option("--timeout", timeout_s, "seconds to wait for the service's answer (default 30)")
+      ->type_name("SECONDS")
+      ->check(CLI::Range(0.001, 86400.0));
   std::string on_host;
-  app.add_option("--on-host", on_host, "run the command on this host of the cluster");
+  app.add_option("--on-host", on_host, "run the command on this host of the cluster")
+      ->type_name("HOST");
 
   std::string name, tenant, vm_socket, priority;
   uint64_t weight = 0, max_regions = 0, max_region_bytes = 0, max_extents = 0, max_open = 0;
@@ -381,7 +234,7 @@ int main(int argc, char** argv) {
       ->required();
   einject->add_option("--kind", kind, "kind within the topic (default: the topic's first)");
   einject->add_option("--deadline-s", deadline_s, "deadline, in seconds from now");
-  einject->add_option("--json", event_json, "further fields of the event, as a JSON object");
+  einject->add_option("--data", event_json, "further fields of the event, as a JSON object");
   auto* estatus = event_cmd->add_subcommand("status", "a tenant's event log, cursors, approvals");
   estatus->add_option("--tenant", tenant, "tenant name")->required();
 
@@ -434,7 +287,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    return rc == 0 ? kOk : kUsage;
   }
 
   json req;
@@ -476,7 +329,7 @@ int main(int argc, char** argv) {
     cmd = "release";
     if (release->count("--spread") == 0 && release_id->count() == 0) {
       std::fprintf(stderr, "hzctl: release: give an allocation id or --spread ID\n");
-      return 2;
+      return kUsage;
     }
     req[release->count("--spread") ? "spread" : "allocation"] = alloc_id;
   } else if (dfail->parsed() || ddegrade->parsed() || drepair->parsed()) {
@@ -520,7 +373,7 @@ int main(int argc, char** argv) {
       json window;
       if (!EnergyWindow(w, &window)) {
         std::fprintf(stderr, "hzctl: --window %s: expected START,END,LEVEL[,SOURCES]\n", w.c_str());
-        return 2;
+        return kUsage;
       }
       req["windows"].push_back(window);
     }
@@ -534,8 +387,8 @@ int main(int argc, char** argv) {
     if (!event_json.empty()) {
       ev = json::parse(event_json, nullptr, /*allow_exceptions=*/false);
       if (!ev.is_object()) {
-        std::fprintf(stderr, "hzctl: --json must be a JSON object\n");
-        return 2;
+        std::fprintf(stderr, "hzctl: --data must be a JSON object\n");
+        return kUsage;
       }
     }
     ev["topic"] = topic;
@@ -551,18 +404,25 @@ int main(int argc, char** argv) {
 
   json resp;
   std::string error;
-  if (!Call(socket_path, req, &resp, &error)) {
-    std::fprintf(stderr, "hzctl: %s\n", error.c_str());
-    return 3;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  switch (hzctl::Call(socket_path, req, timeout, &resp, &error)) {
+    case hzctl::CallResult::kOk:
+      break;
+    case hzctl::CallResult::kUnreachable:
+      std::fprintf(stderr, "hzctl: %s\n", error.c_str());
+      return kUnreachable;
+    case hzctl::CallResult::kTimedOut:
+      std::fprintf(stderr, "hzctl: %s\n", error.c_str());
+      return kTimedOut;
   }
   if (as_json) {
     std::printf("%s\n", resp.dump(2).c_str());
-    return resp.value("ok", false) ? 0 : 1;
+    return resp.value("ok", false) ? kOk : kRefused;
   }
   if (!resp.value("ok", false)) {
     std::fprintf(stderr, "hzctl: %s\n", resp.value("error", std::string("failed")).c_str());
-    return 1;
+    return kRefused;
   }
-  PrintHuman(cmd, resp["result"]);
-  return 0;
+  hzctl::PrintHuman(cmd, resp["result"]);
+  return kOk;
 }

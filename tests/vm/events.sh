@@ -45,9 +45,9 @@ inject() { # prints "SEQ DEADLINE_S" from hzctl's JSON reply
 		fail "hzctl event inject $*"
 }
 read -r seq1 deadline1 < <(inject --topic maintenance --kind scheduled --deadline-s 900 \
-	--json '{"duration_s": 605, "device_index": 2, "approvable": true}')
+	--data '{"duration_s": 605, "device_index": 2, "approvable": true}')
 say "injected maintenance/scheduled: seq $seq1 deadline_s $deadline1"
-read -r seq2 _ < <(inject --topic congestion --kind fabric --json '{"level": 2}')
+read -r seq2 _ < <(inject --topic congestion --kind fabric --data '{"level": 2}')
 say "injected congestion/fabric: seq $seq2"
 if [ "$seq1" != 1 ] || [ "$seq2" != 2 ]; then
 	fail "the tenant's log gave seqs $seq1 and $seq2, expected 1 and 2"

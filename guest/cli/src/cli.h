@@ -31,6 +31,9 @@ void Print(const Options& o, const nlohmann::json& result, const std::string& hu
 // Reports err from `what` (stderr, or a JSON error object on stdout) and
 // returns the exit code for it.
 int Error(const Options& o, const std::string& what, int err);
+// The same with the exit code given; the JSON object's "exit" is that code,
+// the status the process ends with.
+int Error(const Options& o, const std::string& what, int err, int code);
 // Opens the device or reports why not (exit code in *code).
 hz_device_t* Open(const Options& o, int* code);
 

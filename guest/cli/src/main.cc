@@ -6,12 +6,17 @@
 int main(int argc, char** argv) {
   using namespace hz::cli;
   CLI::App app{"hz: inspect and exercise the HarmonAIze device from a tenant"};
+  // Subcommands created from here on inherit both: --device and --json are
+  // accepted after a subcommand too (hz status --json), and every --help
+  // lists the exit codes.
+  app.fallthrough();
   app.footer(
       "Device: --device SPEC (/dev/harmonaizeN or vhost-user:<socket>), else $HZ_DEVICE, else\n"
       "the first /dev/harmonaizeN.\n"
       "Exit codes: 0 success; 1 the device refused or failed the operation; 2 bad command\n"
       "line; 3 the device could not be opened; 4 the device does not offer the operation\n"
       "(HZ_ENOTSUP); 5 the self-test computed a wrong result.");
+  app.set_version_flag("--version", "hz " HZ_PROJECT_VERSION, "print the version and exit");
   Options o;
   app.add_option("--device", o.device, "device to use");
   app.add_flag("--json", o.json, "machine-readable output (one JSON object per line)");

@@ -16,7 +16,10 @@ void Print(const Options& o, const nlohmann::json& result, const std::string& hu
 }
 
 int Error(const Options& o, const std::string& what, int err) {
-  int code = err == HZ_ENOTSUP ? kNotSupported : kFailed;
+  return Error(o, what, err, err == HZ_ENOTSUP ? kNotSupported : kFailed);
+}
+
+int Error(const Options& o, const std::string& what, int err, int code) {
   std::string msg = what + ": " + hz_strerror(err);
   if (err == HZ_ENOTSUP) msg += " (the device does not offer this operation)";
   if (o.json) {
@@ -37,8 +40,7 @@ hz_device_t* Open(const Options& o, int* code) {
   const char* env = std::getenv("HZ_DEVICE");
   std::string where =
       spec ? o.device : (env ? std::string("$HZ_DEVICE=") + env : "first /dev/harmonaizeN");
-  Error(o, "cannot open the device (" + where + ")", err);
-  *code = kNoDevice;
+  *code = Error(o, "cannot open the device (" + where + ")", err, kNoDevice);
   return nullptr;
 }
 

@@ -110,7 +110,7 @@ TEST(ExamplesMaintenanceTest, RanksCheckpointAndApproveOnNotice) {
   std::string out;
   ASSERT_EQ(Hzctl(svc,
                   "--json event inject --tenant acme --topic maintenance --kind scheduled "
-                  "--deadline-s 600 --json '{\"duration_s\": 300, \"approvable\": true}'",
+                  "--deadline-s 600 --data '{\"duration_s\": 300, \"approvable\": true}'",
                   &out),
             0)
       << out;

@@ -91,4 +91,4 @@ class Service:
         """Publishes an approvable scheduled maintenance to the tenant."""
         self.hzctl("event", "inject", "--tenant", tenant, "--topic", "maintenance",
                    "--kind", "scheduled", "--deadline-s", str(deadline_s),
-                   "--json", json.dumps({"duration_s": duration_s, "approvable": True}))
+                   "--data", json.dumps({"duration_s": duration_s, "approvable": True}))
