@@ -29,6 +29,9 @@ set -euo pipefail
 #                   python3-dev to build the `harmonaize` Python package, python3-numpy
 #                   and python3-pytest for its tests. Debian's python3 (/usr/bin/python3)
 #                   is the interpreter these belong to.
+#  CLI docs       - help2man writes the man pages of hzctl and hz from their own --help
+#                   and --version at build time; bash-completion loads their completion
+#                   scripts (and its `complete` helpers the tests source them with).
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
   clang-14 clang llvm-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy
@@ -42,6 +45,7 @@ PACKAGES=(
   linux-image-amd64 linux-headers-amd64 sparse linux-source-6.1
   python3 procps iproute2 util-linux
   python3-dev python3-torch libtorch-dev pybind11-dev python3-numpy python3-pytest
+  help2man bash-completion
 )
 
 SUDO=""

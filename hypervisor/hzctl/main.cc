@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   // are accepted after a subcommand too, and every --help lists exit codes.
   app.fallthrough();
   app.footer(std::string("Control socket: --socket PATH, else $HZ_CONTROL_SOCKET, else\n") +
-             kRunSocket + " if it exists, else " + kStateSocket + ".\n" + kExitCodes);
+             kRunSocket + " if it exists, else " + kStateSocket + ".\n\n" + kExitCodes);
   app.set_version_flag("--version", "hzctl " HZ_PROJECT_VERSION, "print the version and exit");
   std::string socket_path = DefaultSocket();
   bool as_json = false;
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
   double timeout_s = 30;
   app.add_option("--timeout", timeout_s, "seconds to wait for the service's answer (default 30)")
       ->type_name("SECONDS")
-      ->check(CLI::Range(0.001, 86400.0));
+      ->check(CLI::Range(0.001, 86400.0).description(""));
   std::string on_host;
   app.add_option("--on-host", on_host, "run the command on this host of the cluster")
       ->type_name("HOST");

@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   app.footer(
       "Device: --device SPEC (/dev/harmonaizeN or vhost-user:<socket>), else $HZ_DEVICE, else\n"
-      "the first /dev/harmonaizeN.\n"
+      "the first /dev/harmonaizeN.\n\n"
       "Exit codes: 0 success; 1 the device refused or failed the operation; 2 bad command\n"
       "line; 3 the device could not be opened; 4 the device does not offer the operation\n"
       "(HZ_ENOTSUP); 5 the self-test computed a wrong result.");
