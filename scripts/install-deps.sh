@@ -31,7 +31,7 @@ set -euo pipefail
 #                   is the interpreter these belong to.
 #  CLI docs       - help2man writes the man pages of hzctl and hz from their own --help
 #                   and --version at build time; bash-completion loads their completion
-#                   scripts (and its `complete` helpers the tests source them with).
+#                   scripts (installed to share/bash-completion/completions).
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
   clang-14 clang llvm-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy
