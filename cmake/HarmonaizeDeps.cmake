@@ -11,6 +11,8 @@ pkg_check_modules(LIBVIRT REQUIRED IMPORTED_TARGET libvirt)    # hostdev attach/
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus) # config and inventory files
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)     # the cluster store (Redis)
 find_package(Gloo CONFIG REQUIRED)                              # the inter-host leg
+find_package(prometheus-cpp CONFIG REQUIRED)                    # metric families, text format
+find_program(HZ_PROMTOOL promtool)                              # checks a live scrape in tests
 
 # ISA-L (CRC32C of checkpoint chunks) ships no CMake or pkg-config file in Debian 12.
 find_path(ISAL_INCLUDE_DIR isa-l/crc.h REQUIRED)

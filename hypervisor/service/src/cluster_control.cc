@@ -5,6 +5,7 @@
 #include "cluster_topology.h"
 #include "command_args.h"
 #include "hz/cluster/redis_lease_store.h"
+#include "metrics_families.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
@@ -114,24 +115,20 @@ CommandResult ClusterControl::ClusterStatus(const json& req) {
   return out;
 }
 
-std::string ClusterControl::MetricsText() const {
-  if (!membership_) return {};
+void ClusterControl::CollectMetrics(prometheus::Registry* r) const {
+  if (!membership_) return;
   const cluster::MembershipView v = membership_->View();
-  std::string out;
-  auto metric = [&out](const char* name, const char* type, const char* help, uint64_t value) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
-           name + " " + std::to_string(value) + "\n";
-  };
-  metric("hz_cluster_member", "gauge",
-         "1 while this host holds its lease in the cluster store and sees the other hosts.",
-         v.state == cluster::MemberState::kMember ? 1 : 0);
-  metric("hz_cluster_hosts", "gauge", "Live hosts of the cluster, this one included.",
-         v.hosts.size());
-  metric("hz_cluster_store_failures_total", "counter",
-         "Membership rounds that could not reach the cluster store.", v.failed_rounds);
-  metric("hz_cluster_hosts_left_total", "counter",
-         "Hosts dropped from this host's view (lease ended, or the store was lost).", v.hosts_left);
-  return out;
+  AddGauge(r, "hz_cluster_member",
+           "1 while this host holds its lease in the cluster store and sees the other hosts.",
+           v.state == cluster::MemberState::kMember ? 1 : 0);
+  AddGauge(r, "hz_cluster_hosts", "Live hosts of the cluster, this one included.",
+           static_cast<double>(v.hosts.size()));
+  AddCounter(r, "hz_cluster_store_failures_total",
+             "Membership rounds that could not reach the cluster store.",
+             static_cast<double>(v.failed_rounds));
+  AddCounter(r, "hz_cluster_hosts_left_total",
+             "Hosts dropped from this host's view (lease ended, or the store was lost).",
+             static_cast<double>(v.hosts_left));
 }
 
 }  // namespace hz::service

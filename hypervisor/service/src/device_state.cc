@@ -60,20 +60,30 @@ std::vector<uint16_t> QueueSlots::Started() const {
   return out;
 }
 
-void RequestCounters::Count(uint16_t opcode, uint32_t status) {
+void RequestCounters::Count(uint16_t opcode, uint32_t status,
+                            std::chrono::steady_clock::time_point taken) {
   requests_++;
   if (status != HZ_S_OK) errors_++;
-  if (metrics_ != nullptr) metrics_->CountRequest(opcode, status);
+  if (metrics_ == nullptr) return;
+  metrics_->CountRequest(opcode, status);
+  metrics_->ObserveLatency(opcode, std::chrono::steady_clock::now() - taken);
+  tenant_->requests.fetch_add(1, std::memory_order_relaxed);
+  if (status != HZ_S_OK) tenant_->errors.fetch_add(1, std::memory_order_relaxed);
 }
 
 void RequestCounters::CountDropped() {
   requests_++;
   errors_++;
-  if (metrics_ != nullptr) metrics_->CountDropped();
+  if (metrics_ == nullptr) return;
+  metrics_->CountDropped();
+  tenant_->requests.fetch_add(1, std::memory_order_relaxed);
+  tenant_->errors.fetch_add(1, std::memory_order_relaxed);
 }
 
 void RequestCounters::AddBytes(uint16_t opcode, uint64_t bytes) {
-  if (metrics_ != nullptr) metrics_->AddBytes(opcode, bytes);
+  if (metrics_ == nullptr) return;
+  metrics_->AddBytes(opcode, bytes);
+  tenant_->bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace hz::service

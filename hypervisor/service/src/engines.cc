@@ -14,6 +14,7 @@
 #include "engine_adapters.h"
 #include "hz/events/injection.h"
 #include "hz/service/wire_status.h"
+#include "metrics_families.h"
 #include "protocol/harmonaize.h"
 #include "spdlog/spdlog.h"
 
@@ -410,24 +411,45 @@ json Engines::Counters() const {
   return out;
 }
 
-std::string Engines::MetricsText() const {
-  std::string out;
-  out += "# HELP hz_events_published_total Events published to tenants' logs.\n";
-  out += "# TYPE hz_events_published_total counter\n";
-  out += "hz_events_published_total " + std::to_string(published_.load()) + "\n";
-  out += "# HELP hz_events_delivered_total Event records written into guests' event buffers.\n";
-  out += "# TYPE hz_events_delivered_total counter\n";
-  out += "hz_events_delivered_total " + std::to_string(Delivered()) + "\n";
-  if (ckpt_) {
-    json c = Counters()["checkpoints"];
-    for (const char* k :
-         {"saves", "persisted", "bytes_persisted", "restores", "corrupt_restores"}) {
-      out += std::string("# TYPE hz_checkpoint_") + k + "_total counter\n";
-      out += std::string("hz_checkpoint_") + k + "_total " + std::to_string(c[k].get<uint64_t>()) +
-             "\n";
+void Engines::CollectMetrics(prometheus::Registry* r) const {
+  AddCounter(r, "hz_events_published_total", "Events published to tenants' logs.",
+             static_cast<double>(published_.load()));
+  AddCounter(r, "hz_events_delivered_total", "Event records written into guests' event buffers.",
+             static_cast<double>(Delivered()));
+  if (!ckpt_) return;
+  // One series per tenant the checkpoint engine holds (it drops a removed
+  // tenant), for billing and quotas; sum() gives the host's totals.
+  struct Counter {
+    const char* name;
+    const char* help;
+    uint64_t checkpoint::TenantStats::*value;
+  };
+  static const Counter kCounters[] = {
+      {"hz_checkpoint_saves_total", "Checkpoint saves accepted.", &checkpoint::TenantStats::saves},
+      {"hz_checkpoint_persisted_total", "Checkpoints made durable on disk.",
+       &checkpoint::TenantStats::durable},
+      {"hz_checkpoint_persisted_bytes_total", "Chunk bytes of checkpoints written to disk.",
+       &checkpoint::TenantStats::bytes_persisted},
+      {"hz_checkpoint_persist_failures_total", "Checkpoints whose write to disk failed.",
+       &checkpoint::TenantStats::persist_failures},
+      {"hz_checkpoint_restores_total", "Checkpoint restores served.",
+       &checkpoint::TenantStats::restores},
+      {"hz_checkpoint_corrupt_restores_total", "Restores that found a corrupt checkpoint.",
+       &checkpoint::TenantStats::corrupt_restores},
+  };
+  const checkpoint::Stats s = ckpt_->GetStats();
+  for (const Counter& c : kCounters) {
+    auto& family = CounterFamily(r, c.name, c.help);
+    for (const auto& t : s.tenants) {
+      SetCounter(family, {{"tenant", t.tenant.name()}}, static_cast<double>(t.*c.value));
     }
   }
-  return out;
+  if (!peer_) return;
+  auto& replicas = CounterFamily(r, "hz_checkpoint_replicas_total",
+                                 "Checkpoint replicas to and from peer hosts, by outcome.");
+  SetCounter(replicas, {{"outcome", "sent"}}, static_cast<double>(peer_->sent()));
+  SetCounter(replicas, {{"outcome", "received"}}, static_cast<double>(peer_->received()));
+  SetCounter(replicas, {{"outcome", "failed"}}, static_cast<double>(peer_->failed()));
 }
 
 }  // namespace hz::service

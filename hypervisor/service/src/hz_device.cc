@@ -13,7 +13,7 @@ HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, std::string so
       socket_path_(std::move(socket_path)),
       link_(std::make_shared<DeviceLink>()),
       session_(env.draining),
-      counters_(env.metrics),
+      counters_(env.metrics, tenant_->name()),
       pending_(queues_, counters_),
       regions_(env_.limits, tenant_),
       region_(Context(), regions_, env_.limits, env_.background,
@@ -115,14 +115,17 @@ void HzDevice::OnKick(vdev::Queue& queue) {
   queue.Flush();
 }
 
-void HzDevice::Finish(vdev::Queue& queue, const vdev::Chain& chain, uint16_t opcode,
-                      uint64_t request_id, const Reply& r) {
-  uint32_t used = WriteStatus(chain, r.status(), r.result_len(), request_id, r.detail());
+void HzDevice::Finish(vdev::Queue& queue, const vdev::Chain& chain, const Request& req,
+                      const Reply& r) {
+  uint32_t used = WriteStatus(chain, r.status(), r.result_len(), req.hdr.request_id, r.detail());
   queue.Complete(chain, used);
-  counters_.Count(opcode, r.status());
+  counters_.Count(req.hdr.opcode, r.status(), req.taken);
 }
 
 void HzDevice::HandleChain(vdev::Queue& queue, const vdev::Chain& chain) {
+  // The one place every request starts: requests answered at once complete
+  // in Finish below, the others in PendingTable::Finish, both timed from here.
+  const auto taken = std::chrono::steady_clock::now();
   Request req;
   FramingError err;
   switch (ParseRequest(chain, env_.limits.max_args_bytes, &req, &err)) {
@@ -131,15 +134,19 @@ void HzDevice::HandleChain(vdev::Queue& queue, const vdev::Chain& chain) {
       counters_.CountDropped();
       return;
     case Framing::kError:
-      Finish(queue, chain, 0, err.request_id, Reply::Error(err.status, err.detail));
+      req.hdr.opcode = 0;
+      req.hdr.request_id = err.request_id;
+      req.taken = taken;
+      Finish(queue, chain, req, Reply::Error(err.status, err.detail));
       return;
     case Framing::kOk:
       break;
   }
+  req.taken = taken;
   const uint32_t st = Admit(queue, req);
   Reply r = st == HZ_S_OK ? Dispatch(queue, req) : Reply::Error(st);
   if (r.pending()) return;
-  Finish(queue, chain, req.hdr.opcode, req.hdr.request_id, r);
+  Finish(queue, chain, req, r);
 }
 
 uint32_t HzDevice::Admit(const vdev::Queue& queue, const Request& req) const {

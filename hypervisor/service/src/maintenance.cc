@@ -12,6 +12,7 @@
 
 #include "command_args.h"
 #include "hz/common/file.h"
+#include "metrics_families.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -294,7 +295,7 @@ CommandResult MaintenanceWorkflow::End(const json& req, MaintenanceState from,
   return json{{"maintenance", id}, {"state", MaintenanceStateName(to)}};
 }
 
-std::string MaintenanceWorkflow::MetricsText() {
+void MaintenanceWorkflow::CollectMetrics(prometheus::Registry* r) {
   uint64_t by_state[4] = {};
   uint64_t waiting = 0;
   {
@@ -305,21 +306,15 @@ std::string MaintenanceWorkflow::MetricsText() {
       for (const Maintenance::Told& t : m.told) waiting += t.approved_s == 0 ? 1 : 0;
     }
   }
-  std::string out =
-      "# HELP hz_maintenances Maintenances of this host, by state.\n"
-      "# TYPE hz_maintenances gauge\n";
+  auto& states = GaugeFamily(r, "hz_maintenances", "Maintenances of this host, by state.");
   for (MaintenanceState s : {MaintenanceState::kScheduled, MaintenanceState::kStarted,
                              MaintenanceState::kCompleted, MaintenanceState::kCancelled}) {
-    out += std::string("hz_maintenances{state=\"") + MaintenanceStateName(s) + "\"} " +
-           std::to_string(by_state[static_cast<size_t>(s)]) + "\n";
+    SetGauge(states, {{"state", MaintenanceStateName(s)}},
+             static_cast<double>(by_state[static_cast<size_t>(s)]));
   }
-  out +=
-      "# HELP hz_maintenance_tenants_unapproved Tenants told of a scheduled maintenance that have "
-      "not approved it.\n"
-      "# TYPE hz_maintenance_tenants_unapproved gauge\n"
-      "hz_maintenance_tenants_unapproved " +
-      std::to_string(waiting) + "\n";
-  return out;
+  AddGauge(r, "hz_maintenance_tenants_unapproved",
+           "Tenants told of a scheduled maintenance that have not approved it.",
+           static_cast<double>(waiting));
 }
 
 std::span<const CommandSpec<MaintenanceWorkflow>> MaintenanceWorkflow::Commands() {

@@ -39,6 +39,10 @@
 #include "maintenance_plan.h"
 #include "protocol/harmonaize.h"
 
+namespace prometheus {
+class Registry;
+}
+
 namespace hz::service {
 
 struct MaintenanceHooks {
@@ -77,7 +81,7 @@ class MaintenanceWorkflow {
   static std::span<const CommandSpec<MaintenanceWorkflow>> Commands();
   // Prometheus text: maintenances by state; tenants told of a scheduled one
   // that have not approved it yet.
-  std::string MetricsText();
+  void CollectMetrics(prometheus::Registry* r);
 
  private:
   CommandResult Schedule(const nlohmann::json& req);

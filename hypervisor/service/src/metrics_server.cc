@@ -5,7 +5,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "spdlog/fmt/fmt.h"
+#include "metrics_families.h"
 
 namespace hz::service {
 
@@ -112,16 +112,14 @@ void MetricsServer::Accept() {
   });
 }
 
-std::string ListenerMetricsText(uint64_t control_accept_failures, const MetricsServer& metrics) {
-  return fmt::format(
-      "# HELP hz_accept_failures_total Failed accepts (retried with back-off), by listener.\n"
-      "# TYPE hz_accept_failures_total counter\n"
-      "hz_accept_failures_total{{listener=\"control\"}} {}\n"
-      "hz_accept_failures_total{{listener=\"metrics\"}} {}\n"
-      "# HELP hz_metrics_connections_refused_total Metrics connections closed at the cap.\n"
-      "# TYPE hz_metrics_connections_refused_total counter\n"
-      "hz_metrics_connections_refused_total {}\n",
-      control_accept_failures, metrics.accept_failures(), metrics.refused());
+void CollectListenerMetrics(uint64_t control_accept_failures, const MetricsServer& metrics,
+                            prometheus::Registry* r) {
+  auto& failures = CounterFamily(r, "hz_accept_failures_total",
+                                 "Failed accepts (retried with back-off), by listener.");
+  SetCounter(failures, {{"listener", "control"}}, static_cast<double>(control_accept_failures));
+  SetCounter(failures, {{"listener", "metrics"}}, static_cast<double>(metrics.accept_failures()));
+  AddCounter(r, "hz_metrics_connections_refused_total", "Metrics connections closed at the cap.",
+             static_cast<double>(metrics.refused()));
 }
 
 }  // namespace hz::service

@@ -16,6 +16,10 @@
 #include "hz/common/status.h"
 #include "vdev/listener.h"
 
+namespace prometheus {
+class Registry;
+}
+
 namespace hz::service {
 
 class MetricsServer {
@@ -40,8 +44,9 @@ class MetricsServer {
   uint16_t port_ = 0;
 };
 
-// The listeners' own counters in the Prometheus text format.
-std::string ListenerMetricsText(uint64_t control_accept_failures, const MetricsServer& metrics);
+// The listeners' own counters.
+void CollectListenerMetrics(uint64_t control_accept_failures, const MetricsServer& metrics,
+                            prometheus::Registry* r);
 
 }  // namespace hz::service
 

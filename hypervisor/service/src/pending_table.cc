@@ -26,7 +26,7 @@ std::shared_ptr<PendingRequest> PendingTable::Take(uint64_t id) {
 
 void PendingTable::Finish(const PendingRequest& p, const Reply& reply,
                           std::span<const uint8_t> result) {
-  counters_.Count(p.opcode(), reply.status());
+  counters_.Count(p.opcode(), reply.status(), p.req.taken);
   if (reply.ok() && p.bytes != 0) counters_.AddBytes(p.opcode(), p.bytes);
   vdev::Queue* queue = queues_.Live(p.queue, p.queue_gen);
   if (queue == nullptr) return;  // the request's ring is gone

@@ -4,6 +4,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "metrics_families.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
@@ -336,6 +337,21 @@ json Provider::Counters() const {
           {"health_polls", health_polls_.load()},
           {"devices_lost", devices_lost_.load()},
           {"assigned_devices", assigned_count_.load()}};
+}
+
+void Provider::CollectMetrics(prometheus::Registry* r) const {
+  AddCounter(r, "hz_provider_decisions_total", "Negotiations the provider decided.",
+             static_cast<double>(decisions_.load()));
+  AddCounter(r, "hz_provider_offers_total", "Offers the provider made to tenants.",
+             static_cast<double>(offers_made_.load()));
+  AddCounter(r, "hz_provider_health_polls_total", "Health polls of the host's devices.",
+             static_cast<double>(health_polls_.load()));
+  AddCounter(r, "hz_provider_devices_lost_total", "Devices found lost by a health poll.",
+             static_cast<double>(devices_lost_.load()));
+  AddGauge(r, "hz_provider_waiting_requests", "Tenants' device requests waiting for a decision.",
+           static_cast<double>(waiting_count_.load()));
+  AddGauge(r, "hz_provider_assigned_devices", "Devices assigned to tenants' VMs.",
+           static_cast<double>(assigned_count_.load()));
 }
 
 }  // namespace hz::service

@@ -17,6 +17,7 @@
 #include "hz/common/thread_priority.h"
 #include "hz/service/engine_backend.h"
 #include "maintenance.h"
+#include "metrics_families.h"
 #include "metrics_server.h"
 #include "protocol/harmonaize_opcodes.h"
 #include "spdlog/spdlog.h"
@@ -422,7 +423,8 @@ std::string Service::MetricsText() const {
     std::lock_guard<std::mutex> lock(mu_);
     snap.vms_bound = bindings_.size();
   }
-  snap.tenants = tenants_.List().size();
+  for (const auto& t : tenants_.List()) snap.tenant_names.push_back(t->name());
+  snap.tenants = snap.tenant_names.size();
   snap.draining = draining_.load();
   devices_.ForEach([&](HzDevice& d) {
     DeviceInfo i = d.Info();
@@ -439,12 +441,15 @@ std::string Service::MetricsText() const {
       snap.coll_weights.emplace_back(t->name(), coll_->TenantWeight(t->id()));
     }
   }
-  std::string text = metrics_.Format(snap);
-  if (engines_) text += engines_->MetricsText();
-  if (cluster_) text += cluster_->MetricsText();
-  if (maintenance_) text += maintenance_->MetricsText();
-  if (metrics_server_) text += ListenerMetricsText(control_->accept_failures(), *metrics_server_);
-  return text;
+  prometheus::Registry r;  // fresh per scrape (src/metrics_families.h)
+  CollectBuildInfo(&r);
+  metrics_.Collect(snap, &r);
+  if (engines_) engines_->CollectMetrics(&r);
+  if (provider_) provider_->CollectMetrics(&r);
+  if (cluster_) cluster_->CollectMetrics(&r);
+  if (maintenance_) maintenance_->CollectMetrics(&r);
+  if (metrics_server_) CollectListenerMetrics(control_->accept_failures(), *metrics_server_, &r);
+  return SerializeMetrics(r);
 }
 
 std::optional<CommandResult> Service::EngineCommand(const std::string& cmd, const json& req) {

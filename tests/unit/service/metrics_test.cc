@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
+
+#include "hz/service/device_state.h"
 #include "hz/service/metrics.h"
 #include "hz/service/request.h"
 
@@ -32,6 +36,9 @@ TEST(ServiceMetricsTest, CountsByOpcodeAndStatus) {
   EXPECT_TRUE(Has(text, "hz_regions 7"));
   EXPECT_TRUE(Has(text, "# TYPE hz_requests_total counter"));
   EXPECT_TRUE(Has(text, "# TYPE hz_vms_connected gauge"));
+  // Errors not seen yet are exported at zero, so increase() sees the first.
+  EXPECT_TRUE(Has(text, "hz_requests_total{opcode=\"ALLREDUCE\",status=\"EABORTED\"} 0"));
+  EXPECT_TRUE(Has(text, "hz_request_bytes_total{opcode=\"BROADCAST\"} 0"));
   // Without an engine there are no engine series.
   EXPECT_EQ(text.find("hz_collective_algorithm_total"), std::string::npos);
 }
@@ -49,6 +56,60 @@ TEST(ServiceMetricsTest, EngineStatsAppear) {
   EXPECT_TRUE(Has(text, "hz_collective_algorithm_total{algorithm=\"blocked_parallel\"} 2"));
   EXPECT_TRUE(Has(text, "hz_collective_ops_total{op=\"allreduce\"} 7"));
   EXPECT_TRUE(Has(text, "hz_communicators 4"));
+}
+
+TEST(ServiceMetricsTest, LatencyByOpcodeFamily) {
+  Metrics m;
+  m.ObserveLatency(HZ_OP_ALLREDUCE, std::chrono::microseconds(30));
+  m.ObserveLatency(HZ_OP_BARRIER, std::chrono::milliseconds(2));
+  m.ObserveLatency(HZ_OP_CKPT_SAVE, std::chrono::seconds(60));
+  m.ObserveLatency(0x7777, std::chrono::microseconds(1));
+  std::string text = m.Format({});
+  EXPECT_TRUE(Has(text, "# TYPE hz_request_duration_seconds histogram"));
+  EXPECT_TRUE(Has(text, "hz_request_duration_seconds_count{family=\"collective\"} 2"));
+  EXPECT_TRUE(
+      Has(text, "hz_request_duration_seconds_bucket{family=\"collective\",le=\"5e-05\"} 1"));
+  EXPECT_TRUE(
+      Has(text, "hz_request_duration_seconds_bucket{family=\"collective\",le=\"0.001\"} 1"));
+  EXPECT_TRUE(
+      Has(text, "hz_request_duration_seconds_bucket{family=\"collective\",le=\"0.0025\"} 2"));
+  EXPECT_TRUE(Has(text, "hz_request_duration_seconds_bucket{family=\"checkpoint\",le=\"30\"} 0"));
+  EXPECT_TRUE(Has(text, "hz_request_duration_seconds_bucket{family=\"checkpoint\",le=\"+Inf\"} 1"));
+  EXPECT_TRUE(Has(text, "hz_request_duration_seconds_sum{family=\"checkpoint\"} 60"));
+  EXPECT_TRUE(Has(text, "hz_request_duration_seconds_count{family=\"unknown\"} 1"));
+  // Families without requests yet are there at zero.
+  EXPECT_TRUE(Has(text, "hz_request_duration_seconds_count{family=\"event\"} 0"));
+  EXPECT_STREQ(OpcodeFamilyName(HZ_OP_EVENT_ACK), "event");
+  EXPECT_STREQ(OpcodeFamilyName(HZ_OP_HELLO), "session");
+}
+
+TEST(ServiceMetricsTest, TenantSeriesFollowTheTenants) {
+  Metrics m;
+  RequestCounters dev(&m, "acme");
+  const auto now = std::chrono::steady_clock::now();
+  dev.Count(HZ_OP_ALLREDUCE, HZ_S_OK, now);
+  dev.Count(HZ_OP_ALLREDUCE, HZ_S_OK, now);
+  dev.Count(HZ_OP_HELLO, HZ_S_EVERSION, now);
+  dev.AddBytes(HZ_OP_ALLREDUCE, 4096);
+  MetricsSnapshot snap;
+  snap.tenant_names = {"acme", "idle"};
+  std::string text = m.Format(snap);
+  EXPECT_TRUE(Has(text, "hz_tenant_requests_total{outcome=\"ok\",tenant=\"acme\"} 2")) << text;
+  EXPECT_TRUE(Has(text, "hz_tenant_requests_total{outcome=\"error\",tenant=\"acme\"} 1"));
+  EXPECT_TRUE(Has(text, "hz_tenant_request_bytes_total{tenant=\"acme\"} 4096"));
+  // A tenant without requests yet has its series at zero.
+  EXPECT_TRUE(Has(text, "hz_tenant_requests_total{outcome=\"error\",tenant=\"idle\"} 0"));
+  EXPECT_TRUE(Has(text, "hz_request_bytes_total{opcode=\"ALLREDUCE\"} 4096"));
+
+  // acme is removed: its series go, and a new acme starts from zero.
+  snap.tenant_names = {"idle"};
+  text = m.Format(snap);
+  EXPECT_EQ(text.find("tenant=\"acme\""), std::string::npos) << text;
+  snap.tenant_names = {"acme", "idle"};
+  text = m.Format(snap);
+  EXPECT_TRUE(Has(text, "hz_tenant_requests_total{outcome=\"ok\",tenant=\"acme\"} 0")) << text;
+  // The service-wide counters keep what they counted.
+  EXPECT_TRUE(Has(text, "hz_requests_total{opcode=\"ALLREDUCE\",status=\"OK\"} 2"));
 }
 
 // Every line is a comment or "name{labels} value" with a numeric value.
@@ -71,7 +132,9 @@ TEST(ServiceMetricsTest, ExpositionIsWellFormed) {
     ASSERT_NE(sp, std::string::npos) << line;
     std::string value = line.substr(sp + 1);
     ASSERT_FALSE(value.empty());
-    EXPECT_EQ(value.find_first_not_of("0123456789"), std::string::npos) << line;
+    char* end = nullptr;
+    std::strtod(value.c_str(), &end);
+    EXPECT_EQ(*end, '\0') << line;
   }
   EXPECT_NE(text.find("algorithm=\"we\\\"ird\""), std::string::npos);
 }

@@ -24,6 +24,10 @@
 #include "hz/service/command_registry.h"
 #include "hz/service/config.h"
 
+namespace prometheus {
+class Registry;
+}
+
 namespace hz::service {
 
 // What the rest of the service gives the cluster, and takes from it. Each
@@ -66,7 +70,7 @@ class ClusterControl {
 
   static std::span<const CommandSpec<ClusterControl>> Commands();
   CommandResult ClusterStatus(const nlohmann::json& req);
-  std::string MetricsText() const;
+  void CollectMetrics(prometheus::Registry* r) const;
 
  private:
   // A host joined, left or changed its attributes: every tenant's shapes on

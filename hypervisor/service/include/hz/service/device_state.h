@@ -6,7 +6,10 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "hz/service/metrics.h"
@@ -70,13 +73,15 @@ class QueueSlots {
   uint64_t next_gen_ = 1;
 };
 
-// Requests answered by one device: its own counters (read from any thread)
-// and the service's metrics (may be null in tests).
+// Requests answered by one device: its own counters (read from any thread),
+// its tenant's and the service's metrics (may be null in tests).
 class RequestCounters {
  public:
-  explicit RequestCounters(Metrics* metrics) : metrics_(metrics) {}
+  RequestCounters(Metrics* metrics, const std::string& tenant)
+      : metrics_(metrics), tenant_(metrics != nullptr ? metrics->ForTenant(tenant) : nullptr) {}
 
-  void Count(uint16_t opcode, uint32_t status);
+  // A request completed; `taken` is when the device took it off its queue.
+  void Count(uint16_t opcode, uint32_t status, std::chrono::steady_clock::time_point taken);
   // A chain without room for hz_status, completed with used length 0.
   void CountDropped();
   void AddBytes(uint16_t opcode, uint64_t bytes);
@@ -86,6 +91,7 @@ class RequestCounters {
 
  private:
   Metrics* metrics_;
+  std::shared_ptr<TenantRequestCounters> tenant_;
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> errors_{0};
 };

@@ -40,6 +40,10 @@
 #include "hz/service/event_backend.h"
 #include "hz/service/tenants.h"
 
+namespace prometheus {
+class Registry;
+}
+
 namespace hz::service {
 
 class BusAdapter;
@@ -107,7 +111,8 @@ class Engines {
   static std::span<const CommandSpec<Engines>> Commands();
 
   nlohmann::json Counters() const;
-  std::string MetricsText() const;  // Prometheus text, appended to the service's
+  // The engines' families, into the service's scrape.
+  void CollectMetrics(prometheus::Registry* r) const;
 
  private:
   class CkptSink;

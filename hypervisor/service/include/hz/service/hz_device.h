@@ -172,8 +172,8 @@ class HzDevice : public vdev::Device {
   uint32_t Admit(const vdev::Queue& queue, const Request& req) const;
   // One line per opcode family.
   Reply Dispatch(const vdev::Queue& queue, const Request& req);
-  void Finish(vdev::Queue& queue, const vdev::Chain& chain, uint16_t opcode, uint64_t request_id,
-              const Reply& r);
+  // Completes req at once and counts it (timed from req.taken).
+  void Finish(vdev::Queue& queue, const vdev::Chain& chain, const Request& req, const Reply& r);
   uint64_t OfferedFeatures() const;
   // Tells the registry, once, that this device's connection is gone.
   void MarkClosed();

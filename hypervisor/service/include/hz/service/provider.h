@@ -59,6 +59,10 @@
 #include "hz/service/spread_allocations.h"
 #include "protocol/harmonaize.h"
 
+namespace prometheus {
+class Registry;
+}
+
 namespace hz::service {
 
 // The devices reach it as their ProviderBackend.
@@ -108,6 +112,8 @@ class Provider : public ProviderBackend {
   static std::span<const CommandSpec<Provider>> Commands();
 
   nlohmann::json Counters() const;
+  // The same counters as Prometheus families, into the service's scrape.
+  void CollectMetrics(prometheus::Registry* r) const;
 
   // What removing the tenant would take from it here ("2 device
   // allocations", "1 reservation"); empty when it holds nothing.

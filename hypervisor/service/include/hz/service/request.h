@@ -5,6 +5,7 @@
 #ifndef HZ_SERVICE_REQUEST_H_
 #define HZ_SERVICE_REQUEST_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +24,9 @@ struct Request {
   size_t data_offset = 0;  // in the readable part
   size_t data_len = 0;
   size_t result_capacity = 0;  // writable bytes before hz_status
+  // When the device took the chain off its queue: the start of the request's
+  // hz_request_duration_seconds, wherever it completes.
+  std::chrono::steady_clock::time_point taken;
 };
 
 // Outcome of framing a chain.
