@@ -1,11 +1,19 @@
 # Third-party libraries, all from Debian's packages (scripts/install-deps.sh).
 # A missing package is a configuration error, never a silently skipped feature.
+
+# Both sides: the tenant library and hz need only these.
 find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)  # control API, state files, hz --json
+find_package(CLI11 REQUIRED)               # command lines
+
+if(NOT HZ_BUILD_HOST)
+  return()
+endif()
+
+# The provider's side.
 find_package(PkgConfig REQUIRED)
 find_package(Boost 1.74 REQUIRED)          # Asio (service I/O), Beast (metrics)
 find_package(spdlog REQUIRED)              # structured logging
-find_package(nlohmann_json 3.10 REQUIRED)  # control API and state files
-find_package(CLI11 REQUIRED)               # command lines
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)     # checkpoint storage I/O
 pkg_check_modules(LIBVIRT REQUIRED IMPORTED_TARGET libvirt)    # hostdev attach/detach
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus) # config and inventory files

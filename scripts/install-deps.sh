@@ -26,7 +26,8 @@ set -euo pipefail
 #                   the newer guest kernels (vm-images/build-toolchain.sh installs those
 #                   from trixie and trixie-backports); busybox-static/cpio build the guest
 #                   initramfs (xz-utils unpacks Debian 13's modules); Debian 12's guest
-#                   kernel and its headers build and run the guest driver; sparse checks it.
+#                   kernel and its headers build and run the guest driver; sparse checks it;
+#                   dkms builds it from the installed source tree (tenant_install).
 #  PyTorch        - Debian's PyTorch 1.13 (python3-torch for the interpreter, libtorch-dev
 #                   for the c10d backend's headers and libraries), pybind11-dev and
 #                   python3-dev to build the `harmonaize` Python package, python3-numpy
@@ -46,7 +47,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev libgloo-dev
   redis-server libhiredis-dev
   debootstrap busybox-static cpio gzip xz-utils kmod
-  linux-image-amd64 linux-headers-amd64 sparse linux-source-6.1
+  linux-image-amd64 linux-headers-amd64 sparse linux-source-6.1 dkms
   python3 procps iproute2 util-linux
   python3-dev python3-torch libtorch-dev pybind11-dev python3-numpy python3-pytest
   help2man bash-completion

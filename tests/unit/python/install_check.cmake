@@ -1,12 +1,15 @@
-# Installs the python component into PREFIX and imports it from there, with
-# nothing of the build tree on the path. Run by ctest (python_install).
+# Installs the python component, with the tenant component it needs
+# (libharmonaize), into PREFIX and imports it from there, with nothing of the
+# build tree on the path. Run by ctest (python_install).
 file(REMOVE_RECURSE ${PREFIX})
-execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX}
-                        --component python
-                RESULT_VARIABLE rc OUTPUT_QUIET)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "cmake --install failed: ${rc}")
-endif()
+foreach(component tenant python)
+  execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX}
+                          --component ${component}
+                  RESULT_VARIABLE rc OUTPUT_QUIET)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "cmake --install --component ${component} failed: ${rc}")
+  endif()
+endforeach()
 set(check "import sys; sys.path.insert(0, '${PREFIX}/${SITE}')
 import harmonaize, harmonaize.distributed, torch.distributed as dist
 assert harmonaize.__file__.startswith('${PREFIX}'), harmonaize.__file__
