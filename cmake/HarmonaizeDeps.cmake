@@ -18,6 +18,7 @@ pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)     # checkpoint stor
 pkg_check_modules(LIBVIRT REQUIRED IMPORTED_TARGET libvirt)    # hostdev attach/detach
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus) # config and inventory files
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)     # the cluster store (Redis)
+pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)  # sd_notify readiness
 find_package(Gloo CONFIG REQUIRED)                              # the inter-host leg
 find_package(prometheus-cpp CONFIG REQUIRED)                    # metric families, text format
 find_program(HZ_PROMTOOL promtool)                              # checks a live scrape in tests

@@ -11,7 +11,9 @@ set -euo pipefail
 #  service libs   - Boost (Asio for all service I/O, Beast for the metrics endpoint),
 #                   liburing (checkpoint storage I/O), ISA-L (CRC32C of checkpoint chunks),
 #                   spdlog/fmt, nlohmann-json, toml++, CLI11: the established libraries the
-#                   code uses instead of hand-written equivalents.
+#                   code uses instead of hand-written equivalents. libsystemd tells systemd
+#                   when harmonaized is ready (sd_notify); systemd's systemd-analyze checks
+#                   the shipped unit.
 #  metrics        - prometheus-cpp (its core library: metric families and the text
 #                   serialiser behind GET /metrics) and prometheus (promtool, which the
 #                   metrics tests run over a live scrape).
@@ -41,7 +43,7 @@ PACKAGES=(
   clang-14 clang llvm-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy
   libboost-dev liburing-dev libisal-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
-  prometheus-cpp-dev prometheus
+  libsystemd-dev systemd prometheus-cpp-dev prometheus
   libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   openmpi-bin libopenmpi-dev libgloo-dev

@@ -3,9 +3,13 @@
 //   harmonaized [--config FILE] [--state-dir DIR] [--control-socket PATH]
 //               [--metrics-port N] [--log-level LEVEL] [--foreground] ...
 //
-// Exit codes: 0 after a graceful stop, 1 when the service cannot start,
-// 2 for command-line or configuration errors, 3 after a stop that had to
-// leave a connection thread stuck in a handler ([shutdown] timeout_ms).
+// Exit codes (also in --help): 0 after a graceful stop (and for --help and
+// --version), 1 when the service cannot start, 2 for command-line or
+// configuration errors, 3 after a stop that had to leave a connection thread
+// stuck in a handler ([shutdown] timeout_ms).
+//
+// Under systemd (Type=notify) it tells the manager READY=1 once every
+// listener is up, STOPPING=1 when a drain begins, and STATUS= lines.
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -14,10 +18,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include <systemd/sd-daemon.h>
 #include <CLI/CLI.hpp>
 
+#include "daemon_log.h"
+#include "fmt/format.h"
 #include "hz/service/config.h"
 #include "hz/service/service.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -25,17 +33,44 @@
 
 namespace {
 
+constexpr const char* kExitCodes =
+    "Exit codes:\n"
+    "  0  stopped gracefully (SIGTERM or SIGINT), or --help / --version\n"
+    "  1  the service could not start (socket in use, state directory locked, ...)\n"
+    "  2  command-line or configuration error\n"
+    "  3  stopped, but a connection thread stuck in a handler had to be left\n"
+    "     running ([shutdown] timeout_ms)";
+
 void SetUpLogging(const hz::service::ServiceConfig& c) {
+  using hz::service::LogDestination;
+  using hz::service::LogFormat;
   auto logger = spdlog::stderr_logger_mt("harmonaized");
-  if (c.log_format == "json") {
-    // Messages are written as key=value pairs; the JSON form carries them in "msg".
-    logger->set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","thread":%t,"msg":"%v"})");
-  } else {
-    logger->set_pattern("time=%Y-%m-%dT%H:%M:%S.%e%z level=%l %v");
-  }
+  const bool journal = hz::service::IsJournalStream(std::getenv("JOURNAL_STREAM"), STDERR_FILENO);
+  logger->set_formatter(
+      hz::service::MakeLogFormatter(c.log_format == "json" ? LogFormat::kJson : LogFormat::kText,
+                                    journal ? LogDestination::kJournal : LogDestination::kPlain));
   logger->set_level(spdlog::level::from_str(c.log_level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+}
+
+// Tells systemd (when NOTIFY_SOCKET names its socket; otherwise nothing).
+void Notify(const std::string& state) {
+  int rc = sd_notify(0, state.c_str());
+  if (rc < 0) spdlog::warn("event=sd_notify_failed error=\"{}\"", std::strerror(-rc));
+}
+
+void NotifyOnLifecycle(hz::service::Service& service) {
+  hz::service::Service::LifecycleHooks hooks;
+  hooks.serving = [&service] {
+    nlohmann::json s = service.Status();
+    Notify(fmt::format("READY=1\nSTATUS=Serving {} tenants, {} VM sockets; control socket {}",
+                       s["tenants"].get<size_t>(), s["vms_bound"].get<size_t>(),
+                       s["control_socket"].get<std::string>()));
+    spdlog::info("event=ready");
+  };
+  hooks.stopping = [] { Notify("STOPPING=1\nSTATUS=Draining: finishing in-flight requests"); };
+  service.SetLifecycleHooks(std::move(hooks));
 }
 
 // Each VM connection holds about eight descriptors (socket, memory fds,
@@ -80,18 +115,12 @@ int Serve(hz::service::Service& service) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Heap memory below 4 MiB comes from the heap and stays there once freed,
-  // up to 64 MiB free at its top, instead of being mapped and unmapped each
-  // time: on a virtualised host every fresh page costs a fault of some ten
-  // microseconds, and the connection thread that many VMs share would pay
-  // them for every table a VM builds (a region index of 16384 extents is
-  // 96 pages), delaying every other VM's requests.
-  mallopt(M_MMAP_THRESHOLD, 4 << 20);
-  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+// Fills config from the command line and the configuration file it names.
+// Returns -1 to go on, or the exit status (--help, --version, an error).
+int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config) {
   CLI::App app{"harmonaized: the HarmonAIze host service"};
+  app.set_version_flag("--version", "harmonaized " HZ_PROJECT_VERSION);
+  app.footer(kExitCodes);
   std::string config_file;
   std::string state_dir, control_socket, vm_socket_dir, log_level, log_format;
   int metrics_port = -1;
@@ -114,7 +143,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 100000));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
-  app.add_option("--log-format", log_format, "text (key=value) or json")
+  app.add_option("--log-format", log_format, "text (key=value) or json (one object per line)")
       ->check(CLI::IsMember({"text", "json"}));
   app.add_flag("-f,--foreground", foreground,
                "stay in the foreground (the only mode; systemd runs it so)");
@@ -125,31 +154,49 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
-  hz::service::ServiceConfig config;
   std::string error;
-  if (!config_file.empty() && !hz::service::LoadConfigFile(config_file, &config, &error)) {
+  if (!config_file.empty() && !hz::service::LoadConfigFile(config_file, config, &error)) {
     std::fprintf(stderr, "harmonaized: config error: %s\n", error.c_str());
     return 2;
   }
-  if (!state_dir.empty()) config.state_dir = state_dir;
-  if (!control_socket.empty()) config.control_socket = control_socket;
-  if (!vm_socket_dir.empty()) config.vm_socket_dir = vm_socket_dir;
-  if (metrics_port >= 0) config.metrics_port = static_cast<uint16_t>(metrics_port);
-  if (no_metrics) config.metrics_enabled = false;
-  if (workers > 0) config.worker_threads = workers;
-  if (poll_us >= 0) config.connection_poll_us = static_cast<uint32_t>(poll_us);
-  if (!log_level.empty()) config.log_level = log_level;
-  if (!log_format.empty()) config.log_format = log_format;
-  if (!hz::service::ValidateConfig(config, &error)) {
+  if (!state_dir.empty()) config->state_dir = state_dir;
+  if (!control_socket.empty()) config->control_socket = control_socket;
+  if (!vm_socket_dir.empty()) config->vm_socket_dir = vm_socket_dir;
+  if (metrics_port >= 0) config->metrics_port = static_cast<uint16_t>(metrics_port);
+  if (no_metrics) config->metrics_enabled = false;
+  if (workers > 0) config->worker_threads = workers;
+  if (poll_us >= 0) config->connection_poll_us = static_cast<uint32_t>(poll_us);
+  if (!log_level.empty()) config->log_level = log_level;
+  if (!log_format.empty()) config->log_format = log_format;
+  if (!hz::service::ValidateConfig(*config, &error)) {
     std::fprintf(stderr, "harmonaized: config error: %s\n", error.c_str());
     return 2;
   }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Heap memory below 4 MiB comes from the heap and stays there once freed,
+  // up to 64 MiB free at its top, instead of being mapped and unmapped each
+  // time: on a virtualised host every fresh page costs a fault of some ten
+  // microseconds, and the connection thread that many VMs share would pay
+  // them for every table a VM builds (a region index of 16384 extents is
+  // 96 pages), delaying every other VM's requests.
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  hz::service::ServiceConfig config;
+  if (int rc = ParseCommandLine(argc, argv, &config); rc >= 0) return rc;
   SetUpLogging(config);
   RaiseFdLimit();
 
   hz::service::Service service(config);
+  NotifyOnLifecycle(service);
+  Notify("STATUS=Starting: restoring tenants and VM sockets from " + config.state_dir);
   if (hz::Status s = service.Start(); !s.ok()) {
     spdlog::critical("event=start_failed error=\"{}\"", s.message());
+    Notify("STATUS=Start failed: " + s.message());
     return 1;
   }
   return Serve(service);

@@ -196,6 +196,11 @@ void Service::Run() {
     spdlog::info("event=signal signal={}", sig);
     RequestStop();
   });
+  // The first handler the loop runs: by then the control socket and the
+  // metrics endpoint accept on it, and a SIGTERM drains instead of killing.
+  boost::asio::post(io_, [this] {
+    if (hooks_.serving && !stopped_) hooks_.serving();
+  });
   io_.run();
   if (!stopped_) Shutdown();
 }

@@ -85,6 +85,7 @@ void Service::Shutdown() {
   //    config space says DRAINING.
   draining_ = true;
   spdlog::info("event=draining");
+  if (hooks_.stopping) hooks_.stopping();
   if (control_) control_->Stop();
   if (host_commands_) host_commands_->Stop();
   // The other hosts learn at once that this one is going.

@@ -66,6 +66,15 @@ class Service : public ControlTarget {
   hz::Status Start();
   // Serves until SIGTERM/SIGINT or RequestStop(), then shuts down gracefully.
   void Run();
+  // What the process tells its supervisor (systemd's sd_notify), called on
+  // Run()'s thread: `serving` once, when Run()'s loop is running with every
+  // listener Start() opened and the stop signals handled; `stopping` when a
+  // drain begins.
+  struct LifecycleHooks {
+    std::function<void()> serving;
+    std::function<void()> stopping;
+  };
+  void SetLifecycleHooks(LifecycleHooks hooks) { hooks_ = std::move(hooks); }
   // False after a shutdown that had to leave a connection thread running (a
   // handler that never returned). The thread cannot be joined and may still
   // use the service, so the process must end without destroying it.
@@ -208,6 +217,7 @@ class Service : public ControlTarget {
   std::shared_ptr<MaintenanceWorkflow> maintenance_;
   std::unique_ptr<boost::asio::steady_timer> maintenance_timer_;
   std::unique_ptr<boost::asio::signal_set> signals_;
+  LifecycleHooks hooks_;
   std::vector<std::unique_ptr<VdevThread>> vdev_threads_;  // vhost-user connections
   std::unique_ptr<boost::asio::thread_pool> background_;   // env_.background
 
