@@ -121,6 +121,9 @@ int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config) 
   CLI::App app{"harmonaized: the HarmonAIze host service"};
   app.set_version_flag("--version", "harmonaized " HZ_PROJECT_VERSION);
   app.footer(kExitCodes);
+  // A flag given twice takes its last value: the systemd unit names the
+  // socket locations and HARMONAIZED_ARGS, after them, may move them.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string config_file;
   std::string state_dir, control_socket, vm_socket_dir, log_level, log_format;
   int metrics_port = -1;

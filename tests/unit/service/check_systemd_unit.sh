@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Usage: check_systemd_unit.sh UNIT_FILE HARMONAIZED_BINARY
-# The shipped unit runs the service sandboxed: it must keep the hardening
-# below, and systemd must accept it (systemd-analyze verify, and an exposure
-# score of at most 4.0 from systemd-analyze security). Without systemd-analyze
-# only the directives are checked (the rest is skipped with a message).
+# Usage: check_systemd_unit.sh UNIT_FILE HARMONAIZED_BINARY INSTALLED_BINARY
+# UNIT_FILE is the configured unit (the one `cmake --install` installs). It
+# must run INSTALLED_BINARY (the install prefix's sbin/harmonaized), wait for
+# its readiness notification, keep its sockets in /run/harmonaize and keep
+# the hardening below, and systemd must accept it (systemd-analyze verify,
+# and an exposure score of at most 4.0 from systemd-analyze security).
+# Without systemd-analyze only the directives are checked (the rest is
+# skipped with a message).
 set -euo pipefail
 unit=$1
 binary=$2
+installed=$3
 failures=0
 
 need() {
@@ -24,6 +28,15 @@ need_match() {
   fi
 }
 
+need "Type=notify"
+need "NotifyAccess=main"
+need "RuntimeDirectory=harmonaize"
+need "ExecStart=$installed --foreground \\"
+need "    --control-socket /run/harmonaize/control.sock --vm-socket-dir /run/harmonaize \\"
+if grep -qE '@[A-Z_]+@' "$unit"; then
+  echo "check_systemd_unit: $unit has an unconfigured @VARIABLE@" >&2
+  failures=$((failures + 1))
+fi
 need "NoNewPrivileges=yes"
 need "ProtectSystem=strict"
 need "ProtectHome=yes"
