@@ -4,10 +4,14 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -167,6 +171,53 @@ TEST(SystemdTest, JsonLogIsOneObjectPerLineWhateverTheMessageHolds) {
   }
   EXPECT_GT(lines, 3);
   EXPECT_TRUE(bind_logged);
+}
+
+// With stderr on the journal (JOURNAL_STREAM names it) every line carries
+// its syslog priority and no timestamp of its own.
+TEST(SystemdTest, JournalLinesCarryTheirPriority) {
+  ServiceProcess svc;
+  svc.CaptureLog();
+  const std::string log = svc.dir() + "/daemon.log";
+  std::ofstream(log).close();  // the daemon's stderr, opened for appending
+  struct stat st;
+  ASSERT_EQ(stat(log.c_str(), &st), 0);
+  const std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  setenv("JOURNAL_STREAM", stream.c_str(), 1);
+  bool started = svc.Start({"--log-level", "info"});
+  unsetenv("JOURNAL_STREAM");
+  ASSERT_TRUE(started);
+  ASSERT_EQ(svc.Terminate(), 0);
+  std::istringstream in(svc.Log());
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lines;
+    EXPECT_TRUE(std::regex_match(line, std::regex(R"(<[0-7]>level=\w+ .*)"))) << line;
+    EXPECT_EQ(line.find("time="), std::string::npos) << line;
+  }
+  EXPECT_GT(lines, 2);
+  EXPECT_NE(svc.Log().find("<6>level=info event=ready"), std::string::npos) << svc.Log();
+}
+
+// The version is the project's (CMake's project() VERSION), with status 0.
+TEST(SystemdTest, VersionAndHelpExitZero) {
+  for (const char* flag : {"--version", "--help"}) {
+    std::string cmd = std::string(HZ_HARMONAIZED_PATH) + " " + flag + " 2>&1";
+    FILE* f = popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), f)) out.append(buf, n);
+    int status = pclose(f);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << flag;
+    if (std::string(flag) == "--version") {
+      EXPECT_EQ(out, std::string("harmonaized ") + HZ_EXPECTED_VERSION + "\n");
+    } else {
+      EXPECT_NE(out.find("Exit codes:"), std::string::npos) << out;
+      EXPECT_NE(out.find("  2  command-line or configuration error"), std::string::npos) << out;
+    }
+  }
 }
 
 }  // namespace
