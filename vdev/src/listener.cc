@@ -90,9 +90,9 @@ bool ListenUnix(stream_protocol::acceptor& acceptor, const std::string& path,
     *error = "cannot bind " + path + ": " + ec.message();
     return false;
   }
-  if (fchownat(dir.fd(), PrivateDir::kName, static_cast<uid_t>(-1), access.group, 0) != 0 ||
+  if (fchownat(dir.fd(), PrivateDir::kName, access.owner, access.group, 0) != 0 ||
       fchmodat(dir.fd(), PrivateDir::kName, access.mode, 0) != 0) {
-    *error = Errno("cannot set the owner group or mode of " + path);
+    *error = Errno("cannot set the owner, group or mode of " + path);
     acceptor.close(ec);
     return false;
   }

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -133,12 +134,14 @@ void ReadControl(TableReader& r, ServiceConfig* c) {
   r.String("socket", &c->control_socket);
   r.Int("max_line_bytes", &c->control_max_line_bytes, 256, 16u << 20);
   r.Int("max_clients", &c->control_max_clients, 1, 4096);
+  r.String("socket_owner", &c->control_socket_owner);
   r.String("socket_group", &c->control_socket_group);
 }
 
 void ReadVm(TableReader& r, ServiceConfig* c) {
   r.String("socket_dir", &c->vm_socket_dir);
   r.Mode("socket_mode", &c->vm_socket_mode);
+  r.String("socket_owner", &c->vm_socket_owner);
   r.String("socket_group", &c->vm_socket_group);
 }
 
@@ -335,6 +338,17 @@ bool LoadConfigFile(const std::string& path, ServiceConfig* config, std::string*
   return ParseConfig(ss.str(), path, config, error);
 }
 
+bool LookupUser(const std::string& name, uint32_t* uid) {
+  passwd entry;
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwnam_r(name.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return false;
+  }
+  *uid = found->pw_uid;
+  return true;
+}
+
 bool LookupGroup(const std::string& name, uint32_t* gid) {
   group entry;
   group* found = nullptr;
@@ -406,6 +420,15 @@ bool ValidateConfig(const ServiceConfig& c, std::string* error) {
     uint32_t gid;
     if (!name.empty() && !LookupGroup(name, &gid)) {
       *error = fmt::format("{}: no group named {}", key, name);
+      return false;
+    }
+  }
+  for (const auto& [key, name] :
+       {std::pair<const char*, const std::string&>{"control.socket_owner", c.control_socket_owner},
+        {"vm.socket_owner", c.vm_socket_owner}}) {
+    uint32_t uid;
+    if (!name.empty() && !LookupUser(name, &uid)) {
+      *error = fmt::format("{}: no user named {}", key, name);
       return false;
     }
   }

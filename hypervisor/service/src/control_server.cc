@@ -58,8 +58,11 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<size_t> clients_;
 };
 
-vdev::SocketAccess SocketAccessFor(uint32_t mode, const std::string& group) {
+vdev::SocketAccess SocketAccessFor(uint32_t mode, const std::string& owner,
+                                   const std::string& group) {
   vdev::SocketAccess access{static_cast<mode_t>(mode)};
+  uint32_t uid;
+  if (!owner.empty() && LookupUser(owner, &uid)) access.owner = uid;
   uint32_t gid;
   if (!group.empty() && LookupGroup(group, &gid)) access.group = gid;
   return access;

@@ -17,9 +17,10 @@
 
 namespace hz::service {
 
-// Who may connect to a socket: `mode`, and `group` (a name ValidateConfig
-// checked; empty: the service's own group).
-vdev::SocketAccess SocketAccessFor(uint32_t mode, const std::string& group);
+// Who may connect to a socket: `mode`, `owner` and `group` (names
+// ValidateConfig checked; empty: the service's own user or group).
+vdev::SocketAccess SocketAccessFor(uint32_t mode, const std::string& owner,
+                                   const std::string& group);
 
 class ControlServer {
  public:

@@ -166,7 +166,8 @@ hz::Status Service::Start() {
 
   const std::string& group = config_.control_socket_group;
   control_ = std::make_unique<ControlServer>(
-      io_, config_.ControlSocketPath(), SocketAccessFor(group.empty() ? 0600 : 0660, group),
+      io_, config_.ControlSocketPath(),
+      SocketAccessFor(group.empty() ? 0600 : 0660, config_.control_socket_owner, group),
       config_.control_max_line_bytes, config_.control_max_clients,
       [this](const std::string& line) { return HandleControl(line); });
   if (hz::Status s = control_->Start(); !s.ok()) return s;
@@ -256,7 +257,8 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::
   opts.min_connect_interval = std::chrono::milliseconds(config_.device.min_connect_interval_ms);
   opts.session.queue_limits.max_chains_per_turn = config_.device.chains_per_turn;
   opts.session.queue_limits.max_turn_time = std::chrono::microseconds(config_.device.turn_time_us);
-  opts.access = SocketAccessFor(config_.vm_socket_mode, config_.vm_socket_group);
+  opts.access =
+      SocketAccessFor(config_.vm_socket_mode, config_.vm_socket_owner, config_.vm_socket_group);
   // Made on the thread that will serve it. The operator waits a bounded
   // time: a late start is undone on that thread, never half recorded here.
   struct BindCall {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -213,12 +214,32 @@ TEST(ServiceSocketsTest, SocketsHaveTheConfiguredModeAndGroup) {
   EXPECT_EQ(vm.st_gid, gid);
 }
 
+// The user QEMU runs as (libvirt-qemu under libvirt) can be made the owner
+// of the VM sockets, and an operator's user of the control socket.
+TEST(ServiceSocketsTest, SocketsHaveTheConfiguredOwner) {
+  struct passwd* nobody = getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr) << "no user nobody";
+  const uid_t uid = nobody->pw_uid;
+  ServiceProcess svc;
+  std::string cfg =
+      WriteConfig(svc, "[control]\nsocket_owner = \"nobody\"\n[vm]\nsocket_owner = \"nobody\"\n");
+  ASSERT_TRUE(svc.Start({"--config", cfg}));
+  auto vms = svc.TenantWithVms("t1", 1);
+  ASSERT_EQ(vms.size(), 1u);
+  EXPECT_EQ(Lstat(svc.dir() + "/ctl.sock").st_uid, uid);
+  struct stat vm = Lstat(vms[0]);
+  EXPECT_EQ(vm.st_uid, uid);
+  EXPECT_EQ(vm.st_mode & 07777, 0660u);
+}
+
 TEST(ServiceSocketsTest, UnknownGroupsAndBadModesAreConfigErrors) {
   ServiceProcess svc;
   std::string out;
   const std::pair<const char*, const char*> cases[] = {
       {"[vm]\nsocket_group = \"no-such-group-hz\"\n", "no group named no-such-group-hz"},
       {"[control]\nsocket_group = \"no-such-group-hz\"\n", "no group named no-such-group-hz"},
+      {"[vm]\nsocket_owner = \"no-such-user-hz\"\n", "no user named no-such-user-hz"},
+      {"[control]\nsocket_owner = \"no-such-user-hz\"\n", "no user named no-such-user-hz"},
       {"[vm]\nsocket_mode = \"0400\"\n", "vm.socket_mode: expected"},
       {"[vm]\nsocket_mode = \"4660\"\n", "vm.socket_mode: expected"},
       {"[vm]\nsocket_mode = \"rw\"\n", "vm.socket_mode: expected"},

@@ -259,7 +259,7 @@ TEST(ManPageTest, GeneratedFromEachProgramsHelp) {
   // A daemon's page is in section 8.
   const std::string daemon = Slurp(std::string(HZ_MAN_DIR) + "/harmonaized.8");
   EXPECT_NE(daemon.find(".TH HARMONAIZED \"8\""), std::string::npos) << daemon.substr(0, 400);
-  for (const char* want : {"--state-dir", "--log-format", HZ_PROJECT_VERSION}) {
+  for (const char* want : {"state directory", "text,json", HZ_PROJECT_VERSION}) {
     EXPECT_NE(daemon.find(want), std::string::npos) << want;
   }
 }

@@ -21,6 +21,7 @@ namespace vdev {
 // the socket file, so mode and group decide it.
 struct SocketAccess {
   mode_t mode = 0600;
+  uid_t owner = static_cast<uid_t>(-1);  // -1: the process's user
   gid_t group = static_cast<gid_t>(-1);  // -1: the process's group
 };
 

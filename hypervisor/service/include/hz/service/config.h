@@ -123,12 +123,16 @@ struct ServiceConfig {
   uint32_t control_max_line_bytes = 64 * 1024;
   uint32_t control_max_clients = 32;
   // Connecting to a Unix socket needs write permission on it. The control
-  // socket is 0600, or 0660 owned by this group when one is named.
+  // socket is 0600, or 0660 owned by this group when one is named; its user
+  // is the service's unless one is named.
+  std::string control_socket_owner;
   std::string control_socket_group;
   // A VM socket is its tenant's identity: whoever may connect to it acts as
-  // that tenant. Mode (owner read and write at least) and group (empty: the
-  // service's own) of every VM socket.
+  // that tenant. Mode (owner read and write at least), user and group
+  // (empty: the service's own) of every VM socket: e.g. libvirt-qemu, the
+  // user QEMU runs as under libvirt.
   uint32_t vm_socket_mode = 0660;
+  std::string vm_socket_owner;
   std::string vm_socket_group;
 
   bool metrics_enabled = true;
@@ -224,6 +228,8 @@ bool LoadConfigFile(const std::string& path, ServiceConfig* config, std::string*
 
 // The id of the group `name`; false when there is none.
 bool LookupGroup(const std::string& name, uint32_t* gid);
+// The uid of user `name` (getpwnam); false when there is none.
+bool LookupUser(const std::string& name, uint32_t* uid);
 
 // Checks cross-field consistency after all sources were applied.
 bool ValidateConfig(const ServiceConfig& config, std::string* error);
