@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs dependencies, then
-#   1. default preset (RelWithDebInfo, -Werror): unit, integration, then vm
+#   1. default preset (RelWithDebInfo, -Werror): unit, integration, then vm and
+#      packages (the .deb packages installed into a clean Debian 12 root)
 #   2. asan preset (AddressSanitizer + UBSan): unit and integration again
 #   3. fuzz preset (clang + libFuzzer): a bounded smoke run of every fuzz target
 # Any failing test, or a label with no tests at all, fails the run.
@@ -68,12 +69,14 @@ summary() {
 stage "default build"
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$jobs"
-for l in unit integration vm; do require_label default "$l"; done
+for l in unit integration vm packages; do require_label default "$l"; done
 stage "default tests: unit, integration"
 ctest --preset default -j "$jobs" -L '^(unit|integration)$' -LE "$by_hand"
-# Guests run under TCG and use every core: one at a time.
-stage "default tests: vm"
-ctest --preset default -L '^vm$' -LE "$by_hand"
+# Guests run under TCG and use every core: one at a time. The packages test
+# (about 2 minutes cold, debootstrap included) runs its apt and its own build
+# there too.
+stage "default tests: vm, packages"
+ctest --preset default -L '^(vm|packages)$' -LE "$by_hand"
 if [ "$full" -eq 1 ]; then
   stage "default tests: by-hand labels (soak, vm-kernels, nested)"
   ctest --preset default -L "$by_hand"
