@@ -152,10 +152,12 @@ echo "packages: demo in the Debian 12 root ok"
 DEMO
 
 # The overlay, /proc, /dev and the package directory exist only in this
-# private mount namespace: they vanish with it, also when the test is killed.
-# timeout bounds the whole (apt and the demo).
+# private mount namespace, and every process (harmonaized too) in a PID
+# namespace of its own: when timeout, which bounds the whole (apt and the
+# demo), or anything else kills unshare, its child and with it every process
+# and mount is gone.
 # shellcheck disable=SC2016 # expanded by the inner shell
-timeout --kill-after=10 600 unshare --mount --propagation private bash -euo pipefail -c '
+timeout --kill-after=10 600 unshare --mount --pid --fork --kill-child --propagation private bash -euo pipefail -c '
   root=$1 work=$2 archives=$3 demo=$4 version=$5
   m=$work/merged
   mount -t overlay overlay -o "lowerdir=$root,upperdir=$work/upper,workdir=$work/overlay-work" "$m"
