@@ -9,29 +9,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hz_test/run_command.h"
 #include "service_harness.h"
 
 namespace hz::testing {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
+using Result = CommandResult;
 
 // Runs hz with the given arguments; stdout in out, stderr folded in when asked.
 Result Hz(const std::string& args, bool with_stderr = false) {
-  std::string cmd =
-      std::string(HZ_CLI_PATH) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return RunCommand(std::string(HZ_CLI_PATH) + " " + args, with_stderr);
 }
 
 class HzCliTest : public ::testing::Test {

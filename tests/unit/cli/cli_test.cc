@@ -20,28 +20,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hz_test/run_command.h"
+
 namespace {
 
 using json = nlohmann::json;
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
+using Result = hz::testing::CommandResult;
 
-// Runs `command` through the shell, bounded so that a hang fails the test
-// instead of stalling it; stdout in out, stderr too when asked.
+// Runs `command`, bounded so that a hang fails the test instead of stalling it.
 Result Shell(const std::string& command, bool with_stderr = false) {
-  std::string cmd = "timeout 60 " + command + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return hz::testing::RunCommand(command, with_stderr, /*timeout_s=*/60);
 }
 
 // A listening control socket in a private directory. Answer() serves each
