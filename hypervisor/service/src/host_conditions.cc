@@ -16,6 +16,18 @@ constexpr std::array<CommandSpec<HostConditions>, 2> kCommands = {{
     {"energy.status", false, &HostConditions::StatusCommand},
 }};
 
+// A number of conditions.json: unsigned and at most max, else it throws.
+uint64_t InRange(const nlohmann::json& v, const char* what, uint64_t max) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > max) {
+    throw std::out_of_range(std::string(what) + " is out of range");
+  }
+  return v.get<uint64_t>();
+}
+
+// Every resource whose congestion tenants are told of.
+constexpr std::array<events::CongestionKind, 3> kResources = {
+    events::kCongestionFabric, events::kCongestionHostMemory, events::kCongestionStorage};
+
 // Keeps only the tenants still in `present` (a tenant that comes back is told afresh).
 template <typename Map>
 void Prune(Map* told, const std::set<std::string>& present) {
@@ -213,8 +225,7 @@ CommandResult HostConditions::StatusCommand(const json&) {
   out["next_change_s"] = schedule_.NextChange(now);
   out["slack"] = std::move(slack);
   json congestion = json::object();
-  for (events::CongestionKind kind :
-       {events::kCongestionFabric, events::kCongestionHostMemory, events::kCongestionStorage}) {
+  for (events::CongestionKind kind : kResources) {
     const Resource& r = resources_[kind];
     congestion[CongestionName(kind)] = {{"level", r.level},
                                         {"waiting_ms", r.last.waiting_ns / 1000000},
@@ -236,8 +247,7 @@ json HostConditions::StateLocked() const {
     energy[tenant] = {{"level", c.level}, {"sources", c.sources}};
   }
   json congestion = json::object();
-  for (events::CongestionKind kind :
-       {events::kCongestionFabric, events::kCongestionHostMemory, events::kCongestionStorage}) {
+  for (events::CongestionKind kind : kResources) {
     congestion[CongestionName(kind)] = resources_[kind].told;
   }
   return {{"slack", slack}, {"told_energy", energy}, {"told_congestion", congestion}};
@@ -245,11 +255,7 @@ json HostConditions::StateLocked() const {
 
 Status HostConditions::LoadStateLocked(const json& state) {
   auto number = [](const json& j, const char* key, uint64_t max) {
-    const json& v = j.at(key);
-    if (!v.is_number_unsigned() || v.get<uint64_t>() > max) {
-      throw std::out_of_range(std::string(key) + " is out of range");
-    }
-    return v.get<uint64_t>();
+    return InRange(j.at(key), key, max);
   };
   auto tenants = [](const json& j) {
     for (const auto& [tenant, v] : j.items()) {
@@ -268,12 +274,10 @@ Status HostConditions::LoadStateLocked(const json& state) {
                               static_cast<uint8_t>(number(c, "sources", 0xff))};
     }
     const json& congestion = state.at("told_congestion");
-    for (events::CongestionKind kind :
-         {events::kCongestionFabric, events::kCongestionHostMemory, events::kCongestionStorage}) {
+    for (events::CongestionKind kind : kResources) {
       for (const auto& [tenant, level] : tenants(congestion.at(CongestionName(kind)))) {
-        json wrapped = {{"level", level}};
         resources_[kind].told[tenant] =
-            static_cast<uint8_t>(number(wrapped, "level", events::kCongestionSevere));
+            static_cast<uint8_t>(InRange(level, CongestionName(kind), events::kCongestionSevere));
       }
     }
   } catch (const std::exception& e) {

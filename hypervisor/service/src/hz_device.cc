@@ -125,8 +125,8 @@ void HzDevice::Finish(vdev::Queue& queue, const vdev::Chain& chain, const Reques
 void HzDevice::HandleChain(vdev::Queue& queue, const vdev::Chain& chain) {
   // The one place every request starts: requests answered at once complete
   // in Finish below, the others in PendingTable::Finish, both timed from here.
-  const auto taken = std::chrono::steady_clock::now();
   Request req;
+  req.taken = std::chrono::steady_clock::now();
   FramingError err;
   switch (ParseRequest(chain, env_.limits.max_args_bytes, &req, &err)) {
     case Framing::kNoStatus:
@@ -136,13 +136,11 @@ void HzDevice::HandleChain(vdev::Queue& queue, const vdev::Chain& chain) {
     case Framing::kError:
       req.hdr.opcode = 0;
       req.hdr.request_id = err.request_id;
-      req.taken = taken;
       Finish(queue, chain, req, Reply::Error(err.status, err.detail));
       return;
     case Framing::kOk:
       break;
   }
-  req.taken = taken;
   const uint32_t st = Admit(queue, req);
   Reply r = st == HZ_S_OK ? Dispatch(queue, req) : Reply::Error(st);
   if (r.pending()) return;
