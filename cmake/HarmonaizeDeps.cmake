@@ -15,7 +15,8 @@ find_package(PkgConfig REQUIRED)
 find_package(Boost 1.74 REQUIRED)          # Asio (service I/O), Beast (metrics)
 find_package(spdlog REQUIRED)              # structured logging
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)     # checkpoint storage I/O
-pkg_check_modules(LIBVIRT REQUIRED IMPORTED_TARGET libvirt)    # hostdev attach/detach
+pkg_check_modules(LIBVIRT REQUIRED IMPORTED_TARGET libvirt)    # domain definitions, hostdev attach
+pkg_check_modules(LIBXML2 REQUIRED IMPORTED_TARGET libxml-2.0) # domain XML (libvirt's own parser)
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus) # config and inventory files
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)     # the cluster store (Redis)
 pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)  # sd_notify readiness

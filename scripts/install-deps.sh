@@ -17,7 +17,8 @@ set -euo pipefail
 #  metrics        - prometheus-cpp (its core library: metric families and the text
 #                   serialiser behind GET /metrics) and prometheus (promtool, which the
 #                   metrics tests run over a live scrape).
-#  libvirt        - the C API (attach/detach of passthrough devices), the daemon and
+#  libvirt        - the C API (domain definitions, attach/detach of passthrough devices),
+#                   libxml2 (domain XML, the parser libvirt itself uses), the daemon and
 #                   virt-xml-validate for validating generated domain XML.
 #  tests/bench    - GoogleTest/GoogleMock, Google Benchmark, RapidCheck (property tests),
 #                   Open MPI and Gloo (the collective references the benchmarks measure).
@@ -47,7 +48,7 @@ PACKAGES=(
   libboost-dev liburing-dev libisal-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libsystemd-dev systemd prometheus-cpp-dev prometheus
-  libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu
+  libvirt-dev libxml2-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   openmpi-bin libopenmpi-dev libgloo-dev
   redis-server libhiredis-dev

@@ -1,22 +1,10 @@
 #include "hz/scheduler/domain_attacher.h"
 
 #include <libvirt/libvirt.h>
-#include <libvirt/virterror.h>
 
 namespace hz::scheduler {
 
-namespace {
-
-// libvirt prints every error to stderr unless told otherwise; errors are
-// reported through Status instead.
-void SilentErrors(void*, virErrorPtr) {}
-
-std::string LastError() {
-  const char* msg = virGetLastErrorMessage();
-  return msg ? msg : "unknown libvirt error";
-}
-
-}  // namespace
+using hz::libvirt::LastError;
 
 Status HostdevXml(const std::string& bdf, std::string* xml) {
   if (!IsBdf(bdf)) return Status::InvalidArgument("not a PCI address: " + bdf.substr(0, 32));
@@ -33,16 +21,11 @@ Status HostdevXml(const std::string& bdf, std::string* xml) {
 }
 
 Status LibvirtAttacher::Open(const std::string& uri, std::unique_ptr<LibvirtAttacher>* out) {
-  virSetErrorFunc(nullptr, SilentErrors);
-  virConnectPtr conn = virConnectOpen(uri.c_str());
-  if (!conn) return Status::IoError("cannot connect to libvirt at " + uri + ": " + LastError());
-  virConnSetErrorFunc(conn, nullptr, SilentErrors);
-  out->reset(new LibvirtAttacher(conn));
+  std::unique_ptr<hz::libvirt::Connection> conn;
+  Status s = hz::libvirt::Connection::Open(uri, &conn);
+  if (!s.ok()) return s;
+  out->reset(new LibvirtAttacher(std::move(conn)));
   return Status::Ok();
-}
-
-LibvirtAttacher::~LibvirtAttacher() {
-  virConnectClose(static_cast<virConnectPtr>(conn_));
 }
 
 Status LibvirtAttacher::Attach(const std::string& domain, const std::string& bdf) {
@@ -58,7 +41,8 @@ Status LibvirtAttacher::Change(const std::string& domain, const std::string& bdf
   Status s = HostdevXml(bdf, &xml);
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  virDomainPtr dom = virDomainLookupByName(static_cast<virConnectPtr>(conn_), domain.c_str());
+  virDomainPtr dom =
+      virDomainLookupByName(static_cast<virConnectPtr>(conn_->get()), domain.c_str());
   if (!dom) return Status::NotFound("no libvirt domain '" + domain + "': " + LastError());
   int active = virDomainIsActive(dom);
   unsigned int flags = active == 1 ? VIR_DOMAIN_AFFECT_LIVE : VIR_DOMAIN_AFFECT_CONFIG;

@@ -53,7 +53,7 @@ TEST(SchedulerLibvirt, AttachAndDetachOnTheTestDriver) {
   EXPECT_EQ(attacher->Attach("no-such-domain", kBdfs[0]).code(), StatusCode::kNotFound);
   EXPECT_EQ(attacher->Attach("test", "garbage").code(), StatusCode::kInvalidArgument);
 
-  auto conn = static_cast<virConnectPtr>(attacher->connection());
+  auto conn = static_cast<virConnectPtr>(attacher->connection()->get());
   s = attacher->Attach("test", kBdfs[0]);
   if (s.ok()) {
     // A driver with hotplug: the live definition shows the device until
@@ -87,7 +87,7 @@ TEST(SchedulerLibvirt, AttachAndDetachOnTheTestDriver) {
 TEST(SchedulerLibvirt, TestDriverAcceptsTheHostdevXml) {
   std::unique_ptr<LibvirtAttacher> attacher;
   ASSERT_TRUE(LibvirtAttacher::Open("test:///default", &attacher).ok());
-  auto conn = static_cast<virConnectPtr>(attacher->connection());
+  auto conn = static_cast<virConnectPtr>(attacher->connection()->get());
   const std::string xml = DomainXml("tenant-vm", AllHostdevs());
   virDomainPtr dom = virDomainDefineXMLFlags(conn, xml.c_str(), VIR_DOMAIN_DEFINE_VALIDATE);
   ASSERT_NE(dom, nullptr) << virGetLastErrorMessage();

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "hz/libvirt/connection.h"
 #include "hz/scheduler/inventory.h"
 
 namespace hz::scheduler {
@@ -27,22 +28,22 @@ class LibvirtAttacher : public DomainAttacher {
  public:
   // Opens a libvirt connection ("qemu:///system"; tests use "test:///default").
   static Status Open(const std::string& uri, std::unique_ptr<LibvirtAttacher>* out);
-  ~LibvirtAttacher() override;
 
   // virDomainAttachDeviceFlags / virDomainDetachDeviceFlags, on the live
   // domain when it runs, else on its persistent definition.
   Status Attach(const std::string& domain, const std::string& bdf) override;
   Status Detach(const std::string& domain, const std::string& bdf) override;
 
-  // The connection, for callers that need more of libvirt (virConnectPtr).
-  void* connection() const { return conn_; }
+  // The connection, for callers that need more of libvirt.
+  hz::libvirt::Connection* connection() const { return conn_.get(); }
 
  private:
-  explicit LibvirtAttacher(void* conn) : conn_(conn) {}
+  explicit LibvirtAttacher(std::unique_ptr<hz::libvirt::Connection> conn)
+      : conn_(std::move(conn)) {}
   Status Change(const std::string& domain, const std::string& bdf, bool attach);
 
   std::mutex mu_;
-  void* conn_;  // virConnectPtr; void* keeps libvirt.h out of this header
+  std::unique_ptr<hz::libvirt::Connection> conn_;
 };
 
 }  // namespace hz::scheduler
