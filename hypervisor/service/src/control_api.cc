@@ -176,6 +176,8 @@ json ControlApi::Dispatch(const std::string& cmd, const json& req) {
       {"tenant.features", &ControlApi::SetTenantFeatures},
       {"vm.bind", &ControlApi::BindVm},
       {"vm.unbind", &ControlApi::UnbindVm},
+      {"vm.attach", &ControlApi::AttachVm},
+      {"vm.detach", &ControlApi::DetachVm},
       {"vm.list", &ControlApi::ListVms},
       {"comm.list", &ControlApi::ListComms},
       {"counters", &ControlApi::GetCounters},
@@ -256,9 +258,43 @@ json ControlApi::BindVm(const json& req) {
 }
 
 json ControlApi::UnbindVm(const json& req) {
-  OnlyFields(req, {"socket"});
-  Check(target_->UnbindVm(Str(req, "socket")));
+  OnlyFields(req, {"socket", "domain"});
+  const std::string domain = req.contains("domain") ? Str(req, "domain") : std::string();
+  Check(target_->UnbindVm(Str(req, "socket"), domain));
   return json::object();
+}
+
+namespace {
+
+json AttachmentJson(const VmAttachment& a) {
+  return {{"domain", a.domain},
+          {"tenant", a.tenant},
+          {"socket", a.socket},
+          {"running", a.running},
+          {"bound", a.bound}};
+}
+
+}  // namespace
+
+json ControlApi::AttachVm(const json& req) {
+  OnlyFields(req, {"tenant", "domain", "socket", "request_queues", "queue_size"});
+  VmAttachRequest r;
+  r.tenant = Str(req, "tenant");
+  r.domain = Str(req, "domain");
+  if (req.contains("socket")) r.socket = Str(req, "socket");
+  r.request_queues =
+      static_cast<uint32_t>(UInt(req, "request_queues", r.request_queues, HZ_MAX_REQUEST_QUEUES));
+  r.queue_size = static_cast<uint32_t>(UInt(req, "queue_size", r.queue_size, 32768));
+  StatusOr<VmAttachment> a = target_->AttachVm(r);
+  Check(a.status());
+  return AttachmentJson(*a);
+}
+
+json ControlApi::DetachVm(const json& req) {
+  OnlyFields(req, {"domain"});
+  StatusOr<VmAttachment> a = target_->DetachVm(Str(req, "domain"));
+  Check(a.status());
+  return AttachmentJson(*a);
 }
 
 json ControlApi::ListVms(const json& req) {

@@ -229,6 +229,17 @@ hz::Status Service::CreateTenant(const TenantSpec& spec) {
   return hz::Status::Ok();
 }
 
+vdev::ServerOptions Service::VmServerOptions() const {
+  vdev::ServerOptions opts;
+  opts.session.require_sealed_memory = config_.device.require_sealed_memory;
+  opts.min_connect_interval = std::chrono::milliseconds(config_.device.min_connect_interval_ms);
+  opts.session.queue_limits.max_chains_per_turn = config_.device.chains_per_turn;
+  opts.session.queue_limits.max_turn_time = std::chrono::microseconds(config_.device.turn_time_us);
+  opts.access =
+      SocketAccessFor(config_.vm_socket_mode, config_.vm_socket_owner, config_.vm_socket_group);
+  return opts;
+}
+
 hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::string& socket_path,
                                           const std::string& domain) {
   if (draining_) return hz::Status::Shutdown("the service is stopping");
@@ -243,7 +254,14 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::
   size_t thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (bindings_.count(path) != 0) return hz::Status::Exists(path + " is already bound");
+    if (auto it = bindings_.find(path); it != bindings_.end()) {
+      // Binding again what is bound is a no-op, so that the libvirt hook
+      // may bind at every start what `vm attach` bound already.
+      if (it->second.tenant == tenant && it->second.domain == domain) return path;
+      return hz::Status::Exists(
+          path + " is already bound, for tenant " + it->second.tenant +
+          (it->second.domain.empty() ? "" : " and domain " + it->second.domain));
+    }
     thread = ThreadForTenantLocked(tenant);
   }
   std::error_code fec;
@@ -252,13 +270,7 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::
   vdev::DeviceFactory factory = [env, t](const std::string& p) {
     return std::make_unique<HzDevice>(env, t, p);
   };
-  vdev::ServerOptions opts;
-  opts.session.require_sealed_memory = config_.device.require_sealed_memory;
-  opts.min_connect_interval = std::chrono::milliseconds(config_.device.min_connect_interval_ms);
-  opts.session.queue_limits.max_chains_per_turn = config_.device.chains_per_turn;
-  opts.session.queue_limits.max_turn_time = std::chrono::microseconds(config_.device.turn_time_us);
-  opts.access =
-      SocketAccessFor(config_.vm_socket_mode, config_.vm_socket_owner, config_.vm_socket_group);
+  const vdev::ServerOptions opts = VmServerOptions();
   // Made on the thread that will serve it. The operator waits a bounded
   // time: a late start is undone on that thread, never half recorded here.
   struct BindCall {
@@ -315,7 +327,7 @@ size_t Service::ThreadForTenantLocked(const std::string& tenant) const {
   return static_cast<size_t>(std::min_element(vms.begin(), vms.end()) - vms.begin());
 }
 
-hz::Status Service::UnbindVm(const std::string& socket_path) {
+hz::Status Service::UnbindVm(const std::string& socket_path, const std::string& domain) {
   std::string path = ResolveSocketPath(socket_path);
   std::unique_ptr<vdev::Server> server;
   size_t thread;
@@ -323,6 +335,10 @@ hz::Status Service::UnbindVm(const std::string& socket_path) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = bindings_.find(path);
     if (it == bindings_.end()) return hz::Status::NotFound(path + " is not bound");
+    if (!domain.empty() && it->second.domain != domain) {
+      return hz::Status::State(path + " is bound for domain '" + it->second.domain + "', not '" +
+                               domain + "'");
+    }
     server = std::move(it->second.server);
     thread = it->second.thread;
     bindings_.erase(it);

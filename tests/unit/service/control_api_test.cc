@@ -32,7 +32,7 @@ class FakeTarget : public ControlTarget {
     domains.push_back(domain);
     return resolved;
   }
-  hz::Status UnbindVm(const std::string& path) override {
+  hz::Status UnbindVm(const std::string& path, const std::string& /*domain*/) override {
     if (std::erase(bound, path) == 0) return hz::Status::NotFound(path + " is not bound");
     return hz::Status::Ok();
   }
@@ -65,7 +65,17 @@ class FakeTarget : public ControlTarget {
     return l;
   }
 
+  hz::StatusOr<VmAttachment> AttachVm(const VmAttachRequest& req) override {
+    attached.push_back(req);
+    return VmAttachment{req.domain, req.tenant, "/vms/" + req.domain + ".sock", true, true};
+  }
+  hz::StatusOr<VmAttachment> DetachVm(const std::string& domain) override {
+    if (attached.empty()) return hz::Status::NotFound("no device in " + domain);
+    return VmAttachment{domain, attached.back().tenant, "/vms/x.sock", false, false};
+  }
+
   TenantRegistry reg;
+  std::vector<VmAttachRequest> attached;
   std::vector<TenantSpec> created;
   std::vector<std::string> bound;
   std::vector<std::string> domains;  // as each bind named it
@@ -181,6 +191,36 @@ TEST_F(ControlApiTest, VmBindUnbindList) {
   EXPECT_EQ(target.domains, (std::vector<std::string>{"", "t1-vm"}));
   EXPECT_FALSE(
       Do(R"({"cmd":"vm.bind","tenant":"t1","socket":"c.sock","domain":7})")["ok"].get<bool>());
+}
+
+TEST_F(ControlApiTest, VmAttachAndDetachTakeTheirFieldsAndCheckThem) {
+  EXPECT_FALSE(Do(R"({"cmd":"vm.detach","domain":"d"})")["ok"].get<bool>());
+  json r = Do(R"({"cmd":"vm.attach","tenant":"t1","domain":"d"})");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["socket"], "/vms/d.sock");
+  EXPECT_EQ(r["result"]["running"], true);
+  EXPECT_EQ(r["result"]["bound"], true);
+  ASSERT_EQ(target.attached.size(), 1u);
+  EXPECT_EQ(target.attached[0].request_queues, 4u);  // the defaults
+  EXPECT_EQ(target.attached[0].queue_size, 256u);
+  EXPECT_TRUE(target.attached[0].socket.empty());
+  r = Do(R"({"cmd":"vm.attach","tenant":"t1","domain":"e","socket":"/s.sock",
+             "request_queues":8,"queue_size":1024})");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(target.attached[1].request_queues, 8u);
+  EXPECT_EQ(target.attached[1].queue_size, 1024u);
+  EXPECT_EQ(target.attached[1].socket, "/s.sock");
+  for (const char* bad :
+       {R"({"cmd":"vm.attach","tenant":"t1"})", R"({"cmd":"vm.attach","domain":"d"})",
+        R"({"cmd":"vm.attach","tenant":"t1","domain":"d","request_queues":65})",
+        R"({"cmd":"vm.attach","tenant":"t1","domain":"d","queue_size":-1})",
+        R"({"cmd":"vm.attach","tenant":"t1","domain":"d","shape":1})", R"({"cmd":"vm.detach"})"}) {
+    EXPECT_FALSE(Do(bad)["ok"].get<bool>()) << bad;
+  }
+  EXPECT_EQ(target.attached.size(), 2u);
+  r = Do(R"({"cmd":"vm.detach","domain":"e"})");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["bound"], false);
 }
 
 TEST_F(ControlApiTest, ViewsOfCommunicatorsStatusCounters) {

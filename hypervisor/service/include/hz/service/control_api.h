@@ -31,6 +31,23 @@ struct VmView {
   std::vector<DeviceInfo> devices;  // the live connection, if any
 };
 
+// `hzctl vm attach`: the device added to a defined libvirt domain.
+struct VmAttachRequest {
+  std::string tenant;
+  std::string domain;
+  std::string socket;  // empty: <domain>.sock in the VM socket directory
+  uint32_t request_queues = 4;
+  uint32_t queue_size = 256;
+};
+
+struct VmAttachment {
+  std::string domain;
+  std::string tenant;
+  std::string socket;    // absolute, as QEMU opens it
+  bool running = false;  // the domain runs: the change comes with its next start
+  bool bound = false;    // the socket is served now
+};
+
 class ControlTarget {
  public:
   virtual ~ControlTarget() = default;
@@ -46,7 +63,17 @@ class ControlTarget {
   virtual hz::StatusOr<std::string> BindVm(const std::string& tenant,
                                            const std::string& socket_path,
                                            const std::string& domain) = 0;
-  virtual hz::Status UnbindVm(const std::string& socket_path) = 0;
+  // With a domain, only a socket bound for that domain is unbound (the
+  // libvirt hook never takes a socket that was bound again since).
+  virtual hz::Status UnbindVm(const std::string& socket_path, const std::string& domain) = 0;
+  // The device added to, or taken from, a libvirt domain's definition
+  // (hz/libvirt/domain_definitions.h), with its socket bound or unbound.
+  virtual hz::StatusOr<VmAttachment> AttachVm(const VmAttachRequest& /*req*/) {
+    return hz::Status::NotSupported("libvirt domains are not managed here");
+  }
+  virtual hz::StatusOr<VmAttachment> DetachVm(const std::string& /*domain*/) {
+    return hz::Status::NotSupported("libvirt domains are not managed here");
+  }
   virtual std::vector<std::shared_ptr<Tenant>> Tenants() const = 0;
   virtual std::vector<VmView> Vms() const = 0;
   virtual std::vector<CommSummary> Communicators() const = 0;
@@ -84,6 +111,8 @@ class ControlApi {
   nlohmann::json SetTenantFeatures(const nlohmann::json& req);
   nlohmann::json BindVm(const nlohmann::json& req);
   nlohmann::json UnbindVm(const nlohmann::json& req);
+  nlohmann::json AttachVm(const nlohmann::json& req);
+  nlohmann::json DetachVm(const nlohmann::json& req);
   nlohmann::json ListVms(const nlohmann::json& req);
   nlohmann::json ListComms(const nlohmann::json& req);
   nlohmann::json GetCounters(const nlohmann::json& req);

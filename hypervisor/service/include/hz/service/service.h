@@ -30,6 +30,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "hz/cluster/host_commands.h"
+#include "hz/libvirt/domain_definitions.h"
 #include "hz/service/cluster_control.h"
 #include "hz/service/coll_backend.h"
 #include "hz/service/command_registry.h"
@@ -40,6 +41,7 @@
 #include "hz/service/metrics.h"
 #include "hz/service/provider.h"
 #include "hz/service/tenants.h"
+#include "vdev/server.h"
 
 namespace vdev {
 class Server;
@@ -98,7 +100,9 @@ class Service : public ControlTarget {
   hz::Status SetTenantFeatures(const std::string& name, uint64_t features) override;
   hz::StatusOr<std::string> BindVm(const std::string& tenant, const std::string& socket_path,
                                    const std::string& domain) override;
-  hz::Status UnbindVm(const std::string& socket_path) override;
+  hz::Status UnbindVm(const std::string& socket_path, const std::string& domain) override;
+  hz::StatusOr<VmAttachment> AttachVm(const VmAttachRequest& req) override;
+  hz::StatusOr<VmAttachment> DetachVm(const std::string& domain) override;
   std::vector<std::shared_ptr<Tenant>> Tenants() const override { return tenants_.List(); }
   std::vector<VmView> Vms() const override;
   std::vector<CommSummary> Communicators() const override;
@@ -223,6 +227,16 @@ class Service : public ControlTarget {
 
   mutable std::mutex mu_;                    // bindings_
   std::map<std::string, Binding> bindings_;  // socket path -> binding
+
+  // libvirt's domain definitions ([scheduler] libvirt_uri), opened at the
+  // first `vm attach` or `vm detach` and again after libvirtd went away.
+  // How every VM socket is served ([device], [vm] socket access).
+  vdev::ServerOptions VmServerOptions() const;
+  hz::Status OpenDefinitions(hz::libvirt::DomainDefinitions** out);
+  hz::StatusOr<std::string> AttachSocketPath(const VmAttachRequest& req) const;
+  std::mutex libvirt_mu_;
+  std::unique_ptr<hz::libvirt::Connection> libvirt_;
+  std::unique_ptr<hz::libvirt::DomainDefinitions> definitions_;
 
   ControlApi api_{this};
   std::unique_ptr<ControlServer> control_;
