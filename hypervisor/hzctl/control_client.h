@@ -10,6 +10,9 @@
 
 namespace hzctl {
 
+// hzctl's exit codes (main.cc's kExitCodes says them in words).
+enum Exit { kOk = 0, kRefused = 1, kUsage = 2, kUnreachable = 3, kTimedOut = 4 };
+
 enum class CallResult {
   kOk,           // *resp holds the service's answer
   kUnreachable,  // no connection, a broken one, or an answer that is not JSON

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "libvirt_cli.h"
 #include "maintenance_cli.h"
 
 namespace hzctl {
@@ -156,7 +157,7 @@ void PrintIndented(const json& r, const std::string& indent) {
 }  // namespace
 
 void PrintHuman(const std::string& cmd, const json& r) {
-  if (MaintenanceCli::Print(cmd, r)) return;
+  if (MaintenanceCli::Print(cmd, r) || LibvirtCli::Print(cmd, r)) return;
   if (cmd == "tenant.list") {
     std::printf("%-20s %6s %-8s %8s %12s %12s %12s %9s %10s %10s %s\n", "TENANT", "WEIGHT",
                 "PRIORITY", "REGIONS", "MAX_REGIONS", "BYTES", "MAX_BYTES", "MAX_NEGS", "DISK",

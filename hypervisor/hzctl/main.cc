@@ -12,9 +12,14 @@
 //   hzctl tenant list | tenant remove NAME [--purge]
 //         (--purge: also delete the tenant's checkpoints and events; without it a
 //          tenant that has any is not removed)
-//   hzctl vm bind --tenant NAME --socket PATH [--domain DOMAIN] | vm unbind --socket PATH | vm list
+//   hzctl vm bind --tenant NAME --socket PATH [--domain DOMAIN]
+//   hzctl vm unbind --socket PATH [--domain DOMAIN] | vm list
 //         (DOMAIN: the VM's libvirt domain; a preemption of the tenant's devices then saves
 //          only the VM they are attached to)
+//   hzctl vm attach --tenant NAME --domain DOMAIN [--socket PATH] [--request-queues N]
+//                   [--queue-size N] | vm detach --domain DOMAIN
+//         (the device in a defined libvirt domain, through harmonaized's libvirt connection)
+//   hzctl libvirt-hook DOMAIN OPERATION SUB-OPERATION [EXTRA]   (libvirt's QEMU hook)
 //   hzctl comm list | counters | status
 //   hzctl event inject --tenant NAME --topic TOPIC [--kind KIND] [--deadline-s N] [--data '{..}']
 //         (--deadline-s: seconds from now; --data: further keys of the event, see
@@ -67,6 +72,7 @@
 
 #include "control_client.h"
 #include "human_output.h"
+#include "libvirt_cli.h"
 #include "maintenance_cli.h"
 
 using json = nlohmann::json;
@@ -78,7 +84,7 @@ constexpr const char* kExitCodes =
     "Exit codes: 0 success; 1 the service refused the request; 2 bad command line;\n"
     "3 the service could not be reached (or its answer was not JSON); 4 the service\n"
     "accepted the request but did not answer within --timeout.";
-enum Exit { kOk = 0, kRefused = 1, kUsage = 2, kUnreachable = 3, kTimedOut = 4 };
+using hzctl::kOk, hzctl::kRefused, hzctl::kUsage, hzctl::kUnreachable, hzctl::kTimedOut;
 
 constexpr const char* kRunSocket = "/run/harmonaize/control.sock";
 constexpr const char* kStateSocket = "/var/lib/harmonaize/control.sock";
@@ -219,7 +225,9 @@ int main(int argc, char** argv) {
   vbind->add_option("--domain", domain, "the VM's libvirt domain (names the VM its devices go to)");
   auto* vunbind = vm_cmd->add_subcommand("unbind", "stop serving a VM socket");
   vunbind->add_option("--socket", vm_socket, "socket path")->required();
+  vunbind->add_option("--domain", domain, "only if bound for this libvirt domain");
   auto* vlist = vm_cmd->add_subcommand("list", "bound sockets and connected VMs");
+  hzctl::LibvirtCli libvirt(app, *vm_cmd);
 
   auto* comm_cmd = app.add_subcommand("comm", "communicators")->require_subcommand(1);
   comm_cmd->add_subcommand("list", "communicators in the collective engine");
@@ -289,6 +297,12 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
   }
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  if (libvirt.HookGiven()) {
+    return libvirt.RunHook([&](const json& r, json* resp, std::string* error) {
+      return hzctl::Call(socket_path, r, timeout, resp, error);
+    });
+  }
 
   json req;
   std::string cmd;
@@ -354,6 +368,7 @@ int main(int argc, char** argv) {
   } else if (vunbind->parsed()) {
     cmd = "vm.unbind";
     req["socket"] = vm_socket;
+    if (!domain.empty()) req["domain"] = domain;
   } else if (vlist->parsed()) {
     cmd = "vm.list";
   } else if (comm_cmd->parsed()) {
@@ -379,7 +394,7 @@ int main(int argc, char** argv) {
     }
   } else if (energy_status->parsed()) {
     cmd = "energy.status";
-  } else if (maintenance.Request(&req)) {
+  } else if (maintenance.Request(&req) || libvirt.Request(&req)) {
     cmd = req["cmd"];
   } else if (einject->parsed()) {
     cmd = "event.inject";
@@ -404,7 +419,6 @@ int main(int argc, char** argv) {
 
   json resp;
   std::string error;
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   switch (hzctl::Call(socket_path, req, timeout, &resp, &error)) {
     case hzctl::CallResult::kOk:
       break;

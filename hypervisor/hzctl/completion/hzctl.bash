@@ -10,9 +10,9 @@ _hzctl() {
   local globals="--help --version --socket --json --timeout --on-host"
   local -A subs=(
     [top]="tenant vm comm counters event energy maintenance checkpoint status inventory
-          allocations alloc release device negotiation cluster"
+          allocations alloc release device negotiation cluster libvirt-hook"
     [tenant]="create features list remove domain"
-    [vm]="bind unbind list"
+    [vm]="bind unbind list attach detach"
     [comm]="list"
     [event]="inject status"
     [energy]="schedule status"
@@ -29,7 +29,9 @@ _hzctl() {
     [tenant remove]="--purge"
     [tenant domain]="--domain"
     [vm bind]="--tenant --socket --domain"
-    [vm unbind]="--socket"
+    [vm unbind]="--socket --domain"
+    [vm attach]="--tenant --domain --socket --request-queues --queue-size"
+    [vm detach]="--domain"
     [event inject]="--tenant --topic --kind --deadline-s --data"
     [event status]="--tenant"
     [energy schedule]="--window"
