@@ -40,8 +40,9 @@ set -euo pipefail
 #                   and --version at build time; bash-completion loads their completion
 #                   scripts (installed to share/bash-completion/completions).
 #  packages       - dpkg-dev: dpkg-shlibdeps computes the Depends of the .deb packages
-#                   scripts/build-packages.sh builds (dpkg-deb, from dpkg, packs them); the
-#                   packages test installs them into a Debian 12 root made by debootstrap.
+#                   scripts/build-packages.sh builds (dpkg-deb, from dpkg, packs them);
+#                   lintian checks them against Debian's policy; the packages test
+#                   installs them into a Debian 12 root made by debootstrap.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
   clang-14 clang llvm-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy
@@ -57,7 +58,7 @@ PACKAGES=(
   python3 procps iproute2 util-linux
   python3-dev python3-torch libtorch-dev pybind11-dev python3-numpy python3-pytest
   help2man bash-completion
-  dpkg-dev
+  dpkg-dev lintian
 )
 
 SUDO=""
