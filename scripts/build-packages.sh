@@ -17,6 +17,13 @@
 # Depends are computed by dpkg-shlibdeps from the ELF files' needs, plus what
 # the maintainer scripts use. Debug information is stripped (no -dbgsym packages).
 #
+# packaging/debian/ holds what a debian/ directory would: the changelog (whose
+# latest entry gives the packages' version; its upstream part must be the
+# project's version), the machine-readable copyright file every package ships,
+# libharmonaize1's symbols file and the lintian overrides every package ships
+# (each with the reason lintian's finding does not apply). The packages are
+# lintian-clean: the packages test fails on any error or warning.
+#
 # Usage: scripts/build-packages.sh OUT_DIR [BUILD_DIR]
 #   BUILD_DIR defaults to build/packages. Extra configure arguments may be given
 #   in HZ_PACKAGE_CMAKE_ARGS (space-separated), the maintainer in HZ_PACKAGE_MAINTAINER.
@@ -32,10 +39,10 @@ build=${2:-$root/build/packages}
 mkdir -p "$build"
 build=$(cd "$build" && pwd)
 maintainer=${HZ_PACKAGE_MAINTAINER:-HarmonAIze maintainers <maintainers@harmonaize.invalid>}
-revision=1
+debian=$root/packaging/debian
 log() { echo "[build-packages] $*" >&2; }
 die() { echo "[build-packages] error: $*" >&2; exit 1; }
-for tool in cmake ninja dpkg-deb dpkg-shlibdeps strip od; do
+for tool in cmake ninja dpkg-deb dpkg-shlibdeps dpkg-gensymbols dpkg-parsechangelog strip od gzip; do
   command -v "$tool" >/dev/null || die "$tool is missing (scripts/install-deps.sh installs it)"
 done
 
@@ -43,17 +50,23 @@ done
 #    where HZ_PACKAGE_CMAKE_ARGS asks for it (the presets' flags). No CUDA
 #    either: the CUDA runtime is no package of Debian's main archive, and
 #    libnccl.so.2 must not depend on a toolkit the build machine happens to have.
+#    Programs and libraries are linked with -z now (with Debian's default -z
+#    relro: the GOT is read-only once loaded), as dpkg-buildflags' hardening does.
 # shellcheck disable=SC2206 # word splitting is the point
 cmake_args=(${HZ_PACKAGE_CMAKE_ARGS:-})
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_SKIP_INSTALL_RPATH=ON -DHZ_BUILD_TESTS=OFF -DHZ_BUILD_BENCH=OFF -DHZ_VM_TESTS=OFF \
-  -DHZ_PYTHON=OFF -DHZ_NCCL_CUDA=OFF "${cmake_args[@]}" >"$build/configure.log" 2>&1 ||
+  -DHZ_PYTHON=OFF -DHZ_NCCL_CUDA=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,-z,now \
+  -DCMAKE_SHARED_LINKER_FLAGS=-Wl,-z,now "${cmake_args[@]}" >"$build/configure.log" 2>&1 ||
   { tail -n 40 "$build/configure.log" >&2; die "configure failed (log: $build/configure.log)"; }
 cmake --build "$build" -j "$(nproc)" >"$build/build.log" 2>&1 ||
   { tail -n 40 "$build/build.log" >&2; die "build failed (log: $build/build.log)"; }
 upstream=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
 [ -n "$upstream" ] || die "no project version in $build/CMakeCache.txt"
-version=$upstream-$revision
+version=$(dpkg-parsechangelog -l "$debian/changelog" -S Version) ||
+  die "packaging/debian/changelog cannot be parsed"
+[ "${version%-*}" = "$upstream" ] ||
+  die "packaging/debian/changelog's latest entry is $version, the project's version $upstream: add an entry for $upstream-1"
 arch=$(dpkg --print-architecture)
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
 log "version $version ($arch)"
@@ -83,8 +96,9 @@ leftover=$(find "$stages/libharmonaize1" -type f -o -type l | grep -v '/libharmo
 
 is_elf() { [ "$(head -c4 "$1" | od -An -c | tr -d ' ')" = '177ELF' ]; }
 
-# 3. Package files: ELF stripped as dh_strip does, man pages compressed, a
-#    copyright file for each package.
+# 3. Package files: ELF stripped as dh_strip does, man pages compressed, the
+#    copyright file and Debian changelog (gzip -9n, as dh_compress does) and
+#    the lintian overrides of each package.
 for dir in "$stages"/*; do
   pkg=$(basename "$dir")
   while IFS= read -r -d '' f; do
@@ -96,7 +110,10 @@ for dir in "$stages"/*; do
   done < <(find "$dir" -type f -print0)
   find "$dir/usr/share/man" -type f -name '*.[0-9]' -exec gzip -9n {} + 2>/dev/null || true
   mkdir -p "$dir/usr/share/doc/$pkg"
-  cp "$root/LICENSE" "$dir/usr/share/doc/$pkg/copyright"
+  cp "$debian/copyright" "$dir/usr/share/doc/$pkg/copyright"
+  gzip -9nc "$debian/changelog" >"$dir/usr/share/doc/$pkg/changelog.Debian.gz"
+  mkdir -p "$dir/usr/share/lintian/overrides"
+  cp "$debian/lintian-overrides" "$dir/usr/share/lintian/overrides/$pkg"
   mkdir -p "$dir/DEBIAN"
 done
 
@@ -115,6 +132,23 @@ echo /etc/default/harmonaized >"$stages/harmonaized/DEBIAN/conffiles"
 # Other packages link libharmonaize1 through this (dpkg-shlibdeps reads it):
 # the C ABI only grows within a soname, so any version from this one on serves.
 echo "libharmonaize 1 libharmonaize1 (>= $upstream)" >"$stages/libharmonaize1/DEBIAN/shlibs"
+# And the symbols file, from packaging/debian/libharmonaize1.symbols: each
+# symbol with the version that brought it, so a program needs no newer
+# library than the symbols it uses. A symbol the library no longer exports
+# (an ABI break within the soname) fails the build; a new one is listed with
+# this version (and belongs in packaging/debian/libharmonaize1.symbols).
+gensymbols=$build/gensymbols
+rm -rf "$gensymbols"
+mkdir -p "$gensymbols/debian"
+cp "$debian/changelog" "$gensymbols/debian/changelog"
+printf 'Source: harmonaize\n\nPackage: libharmonaize1\nArchitecture: any\n' >"$gensymbols/debian/control"
+(cd "$gensymbols" && dpkg-gensymbols -plibharmonaize1 -P"$stages/libharmonaize1" -v"$version" -c1 \
+  -I"$debian/libharmonaize1.symbols" -O"$stages/libharmonaize1/DEBIAN/symbols") >"$gensymbols/log" 2>&1 ||
+  { cat "$gensymbols/log" >&2; die "libharmonaize1's symbols differ from packaging/debian/libharmonaize1.symbols"; }
+if grep -q '^+ ' "$gensymbols/log"; then
+  log "new symbols, not yet in packaging/debian/libharmonaize1.symbols:"
+  grep '^+ ' "$gensymbols/log" >&2
+fi
 
 # 4. Maintainer scripts.
 write_script() { # PACKAGE NAME: the script from stdin
@@ -162,10 +196,10 @@ set -e
 if [ -d /run/systemd/system ] && [ "$1" = remove ]; then
 	systemctl --system daemon-reload >/dev/null || true
 fi
-if [ "$1" = remove ] && [ -x /usr/bin/deb-systemd-helper ]; then
+if [ "$1" = remove ] && command -v deb-systemd-helper >/dev/null; then
 	deb-systemd-helper mask harmonaized.service >/dev/null || true
 fi
-if [ "$1" = purge ] && [ -x /usr/bin/deb-systemd-helper ]; then
+if [ "$1" = purge ] && command -v deb-systemd-helper >/dev/null; then
 	deb-systemd-helper purge harmonaized.service >/dev/null || true
 	deb-systemd-helper unmask harmonaized.service >/dev/null || true
 fi
@@ -273,9 +307,23 @@ control harmonaize-dkms kernel "dkms, passwd" \
   "DKMS for each installed kernel, and the udev rule giving /dev/harmonaizeN" \
   "to the group harmonaize."
 
-# 6. The packages.
+# 6. The packages, their files' modes set as dh_fixperms sets them whatever
+#    the umask: 755 for directories, programs (ELF but no shared library) and
+#    the scripts among the programs and maintainer scripts; 644 for the rest.
+is_script() { [ "$(head -c2 "$1")" = '#!' ]; }
 for dir in "$stages"/*; do
   pkg=$(basename "$dir")
+  find "$dir" -type d -exec chmod 755 {} +
+  while IFS= read -r -d '' f; do
+    mode=644
+    case $f in
+    *.so | *.so.*) ;;
+    "$dir"/usr/bin/* | "$dir"/usr/sbin/* | "$dir"/usr/libexec/* | "$dir"/DEBIAN/*)
+      if is_elf "$f" || is_script "$f"; then mode=755; fi ;;
+    *) if is_elf "$f"; then mode=755; fi ;;
+    esac
+    chmod "$mode" "$f"
+  done < <(find "$dir" -type f -print0)
   (cd "$dir" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z |
     xargs -0 -r md5sum) >"$dir/DEBIAN/md5sums"
   dpkg-deb --root-owner-group -Zxz --build "$dir" "$out/${pkg}_${version}_$arch.deb" >/dev/null
