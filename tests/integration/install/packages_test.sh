@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Usage: packages_test.sh SOURCE_DIR WORK_DIR PACKAGE_BUILD_DIR VM_DIR
 # Builds the Debian packages (scripts/build-packages.sh, in PACKAGE_BUILD_DIR),
-# installs them with apt into a throw-away overlay of a clean Debian 12
-# minbase root (vm-images/build-bookworm-root.sh, cached in VM_DIR), apt
-# resolving their Debian dependencies from the mirror, and runs a demo inside
-# the root using only the installed files: harmonaized and hzctl on the
-# provider's side, hz and a program built with pkg-config on the tenant's,
-# and the DKMS source and udev rule in place. The module is not built here: the
-# root has no kernel headers (tenant_install builds the installed source with DKMS).
+# checks them with lintian (any error or warning fails; info and pedantic
+# findings are only shown), installs them with apt into a throw-away overlay
+# of a clean Debian 12 minbase root (vm-images/build-bookworm-root.sh, cached
+# in VM_DIR), apt resolving their Debian dependencies from the mirror, and
+# runs a demo inside the root using only the installed files: harmonaized and
+# hzctl on the provider's side, hz and a program built with pkg-config on the
+# tenant's, and the DKMS source and udev rule in place. The module is not built
+# here: the root has no kernel headers (tenant_install builds the installed
+# source with DKMS).
 # Needs root (debootstrap, chroot, mounts) and the Debian mirror; exits 77
-# (skipped) without them.
+# (skipped) without them. Fails without lintian (scripts/install-deps.sh
+# installs it, as it does everything else the test uses).
 set -euo pipefail
 src=$1
 work=$2
@@ -20,6 +23,7 @@ if [ "$(id -u)" -ne 0 ] || ! command -v debootstrap >/dev/null || ! command -v d
   echo "packages: SKIP: needs root, debootstrap and dpkg-dev"
   exit 77
 fi
+command -v lintian >/dev/null || fail "lintian is missing (scripts/install-deps.sh installs it)"
 rm -rf "$work"
 mkdir -p "$work/debs" "$work/upper" "$work/overlay-work" "$work/merged"
 # The mounts live in a private mount namespace (below) and vanish with it;
@@ -45,6 +49,15 @@ if dpkg-deb --ctrl-tarfile "$work/debs/harmonaized_"*.deb | tar -xO ./postinst |
   grep -qE 'restart|try-restart'; then
   fail "harmonaized's postinst restarts the service"
 fi
+
+# The packages as Debian's policy checker sees them. Overridden findings are
+# answered in packaging/debian/lintian-overrides, each with its reason.
+echo "packages: lintian --display-info --pedantic:"
+lintian_rc=0
+lintian --fail-on error,warning --display-info --pedantic "$work"/debs/*.deb || lintian_rc=$?
+[ "$lintian_rc" -eq 0 ] ||
+  fail "lintian found errors or warnings (exit $lintian_rc) above; lintian --info explains each tag"
+echo "packages: lintian found no error or warning"
 
 # 2. The clean root, and an overlay of it to install into.
 "$src/vm-images/build-bookworm-root.sh" "$vm_dir" || fail "the Debian 12 root could not be built"
