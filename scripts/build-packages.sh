@@ -128,7 +128,9 @@ cat >"$stages/harmonaized/etc/default/harmonaized" <<'EOF'
 # restart takes the device from every running VM).
 HARMONAIZED_ARGS=""
 EOF
-echo /etc/default/harmonaized >"$stages/harmonaized/DEBIAN/conffiles"
+# libvirt's QEMU hook (installed by the host component) is a conffile too.
+printf '%s\n' /etc/default/harmonaized /etc/libvirt/hooks/qemu.d/harmonaize \
+  >"$stages/harmonaized/DEBIAN/conffiles"
 # Other packages link libharmonaize1 through this (dpkg-shlibdeps reads it):
 # the C ABI only grows within a soname, so any version from this one on serves.
 echo "libharmonaize 1 libharmonaize1 (>= $upstream)" >"$stages/libharmonaize1/DEBIAN/shlibs"
@@ -309,7 +311,8 @@ control harmonaize-dkms kernel "dkms, passwd" \
 
 # 6. The packages, their files' modes set as dh_fixperms sets them whatever
 #    the umask: 755 for directories, programs (ELF but no shared library) and
-#    the scripts among the programs and maintainer scripts; 644 for the rest.
+#    the scripts among the programs, libvirt's hooks and maintainer scripts;
+#    644 for the rest.
 is_script() { [ "$(head -c2 "$1")" = '#!' ]; }
 for dir in "$stages"/*; do
   pkg=$(basename "$dir")
@@ -318,7 +321,8 @@ for dir in "$stages"/*; do
     mode=644
     case $f in
     *.so | *.so.*) ;;
-    "$dir"/usr/bin/* | "$dir"/usr/sbin/* | "$dir"/usr/libexec/* | "$dir"/DEBIAN/*)
+    "$dir"/usr/bin/* | "$dir"/usr/sbin/* | "$dir"/usr/libexec/* | "$dir"/DEBIAN/* | \
+      "$dir"/etc/libvirt/hooks/*)
       if is_elf "$f" || is_script "$f"; then mode=755; fi ;;
     *) if is_elf "$f"; then mode=755; fi ;;
     esac

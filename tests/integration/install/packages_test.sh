@@ -82,9 +82,14 @@ echo "packages: installed $(dpkg-query -W -f='${Package} ' 'harmonaize*' 'libhar
 # The provider's side: the files the host package put in place.
 for f in /usr/sbin/harmonaized /usr/bin/hzctl /usr/lib/systemd/system/harmonaized.service \
   /usr/share/man/man8/harmonaized.8.gz /usr/share/bash-completion/completions/hzctl \
-  /usr/share/doc/harmonaize/examples/harmonaized.toml.example /etc/default/harmonaized; do
+  /usr/share/doc/harmonaize/examples/harmonaized.toml.example /etc/default/harmonaized \
+  /etc/libvirt/hooks/qemu.d/harmonaize; do
   [ -e "$f" ] || fail "no $f"
 done
+grep -qx 'HZCTL=/usr/bin/hzctl' /etc/libvirt/hooks/qemu.d/harmonaize || fail "the libvirt hook does not run /usr/bin/hzctl"
+# The hook leaves a domain without the device alone, without asking harmonaized.
+echo "<domain><name>plain</name></domain>" | /etc/libvirt/hooks/qemu.d/harmonaize plain prepare begin - ||
+  fail "the libvirt hook refused a domain without the device"
 grep -qx 'ExecStart=/usr/sbin/harmonaized --foreground \\' /usr/lib/systemd/system/harmonaized.service ||
   fail "the unit does not run /usr/sbin/harmonaized"
 [ -L /etc/systemd/system/multi-user.target.wants/harmonaized.service ] || fail "the unit is not enabled"
