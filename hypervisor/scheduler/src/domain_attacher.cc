@@ -6,25 +6,26 @@ namespace hz::scheduler {
 
 using hz::libvirt::LastError;
 
-Status HostdevXml(const std::string& bdf, std::string* xml) {
+Status HostdevXml(const std::string& bdf, bool managed, std::string* xml) {
   if (!IsBdf(bdf)) return Status::InvalidArgument("not a PCI address: " + bdf.substr(0, 32));
-  *xml =
-      "<hostdev mode='subsystem' type='pci' managed='no'>\n"
-      "  <source>\n"
-      "    <address domain='0x" +
-      bdf.substr(0, 4) + "' bus='0x" + bdf.substr(5, 2) + "' slot='0x" + bdf.substr(8, 2) +
-      "' function='0x" + bdf.substr(11, 1) +
-      "'/>\n"
-      "  </source>\n"
-      "</hostdev>\n";
+  *xml = std::string("<hostdev mode='subsystem' type='pci' managed='") + (managed ? "yes" : "no") +
+         "'>\n"
+         "  <source>\n"
+         "    <address domain='0x" +
+         bdf.substr(0, 4) + "' bus='0x" + bdf.substr(5, 2) + "' slot='0x" + bdf.substr(8, 2) +
+         "' function='0x" + bdf.substr(11, 1) +
+         "'/>\n"
+         "  </source>\n"
+         "</hostdev>\n";
   return Status::Ok();
 }
 
-Status LibvirtAttacher::Open(const std::string& uri, std::unique_ptr<LibvirtAttacher>* out) {
+Status LibvirtAttacher::Open(const std::string& uri, bool managed,
+                             std::unique_ptr<LibvirtAttacher>* out) {
   std::unique_ptr<hz::libvirt::Connection> conn;
   Status s = hz::libvirt::Connection::Open(uri, &conn);
   if (!s.ok()) return s;
-  out->reset(new LibvirtAttacher(std::move(conn)));
+  out->reset(new LibvirtAttacher(std::move(conn), managed));
   return Status::Ok();
 }
 
@@ -38,7 +39,7 @@ Status LibvirtAttacher::Detach(const std::string& domain, const std::string& bdf
 
 Status LibvirtAttacher::Change(const std::string& domain, const std::string& bdf, bool attach) {
   std::string xml;
-  Status s = HostdevXml(bdf, &xml);
+  Status s = HostdevXml(bdf, managed_, &xml);
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   virDomainPtr dom =

@@ -216,6 +216,7 @@ void ReadScheduler(TableReader& r, ServiceConfig* c) {
   r.String("libvirt_uri", &s.libvirt_uri);
   r.String("state_file", &s.state_file);
   r.Bool("bind_vfio", &s.bind_vfio);
+  r.Bool("hostdev_managed", &s.hostdev_managed);
   r.Bool("sync", &s.sync);
   r.Int("health_poll_ms", &s.health_poll_ms, 0, 3600 * 1000);
 }
@@ -448,6 +449,12 @@ bool ValidateConfig(const ServiceConfig& c, std::string* error) {
   }
   if (c.scheduler.enabled && (c.scheduler.sysfs_root.empty() || c.scheduler.state_file.empty())) {
     *error = "scheduler.sysfs_root and scheduler.state_file must not be empty";
+    return false;
+  }
+  if (c.scheduler.hostdev_managed && (c.scheduler.libvirt_uri.empty() || c.scheduler.bind_vfio)) {
+    *error =
+        "scheduler.hostdev_managed has libvirt bind the devices: it needs scheduler.libvirt_uri "
+        "and scheduler.bind_vfio = false";
     return false;
   }
   if (c.device.max_extents * sizeof(hz_extent) + sizeof(hz_req_hdr) +

@@ -40,7 +40,7 @@ uint64_t Provider::Now() {
 Status Provider::Start() {
   const SchedulerConfig& c = config_.scheduler;
   if (!c.libvirt_uri.empty()) {
-    Status s = sc::LibvirtAttacher::Open(c.libvirt_uri, &virt_);
+    Status s = sc::LibvirtAttacher::Open(c.libvirt_uri, c.hostdev_managed, &virt_);
     if (!s.ok()) return Status(s.code(), "libvirt " + c.libvirt_uri + ": " + s.ToString());
   }
   sc::SchedulerOptions o;

@@ -30,7 +30,7 @@ std::string AllHostdevs() {
   std::string out;
   for (const char* b : kBdfs) {
     std::string xml;
-    EXPECT_TRUE(HostdevXml(b, &xml).ok());
+    EXPECT_TRUE(HostdevXml(b, false, &xml).ok());
     out += xml;
   }
   return out;
@@ -38,17 +38,20 @@ std::string AllHostdevs() {
 
 TEST(SchedulerLibvirt, HostdevXmlShape) {
   std::string xml;
-  ASSERT_TRUE(HostdevXml("0000:bb:1f.7", &xml).ok());
+  ASSERT_TRUE(HostdevXml("0000:bb:1f.7", false, &xml).ok());
   EXPECT_NE(xml.find("<hostdev mode='subsystem' type='pci' managed='no'>"), std::string::npos);
   EXPECT_NE(xml.find("<address domain='0x0000' bus='0xbb' slot='0x1f' function='0x7'/>"),
             std::string::npos);
-  EXPECT_EQ(HostdevXml("0000:bb:1f.7'/><x", &xml).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(HostdevXml("", &xml).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(HostdevXml("0000:bb:1f.7'/><x", false, &xml).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(HostdevXml("", true, &xml).code(), StatusCode::kInvalidArgument);
+  // [scheduler] hostdev_managed: libvirt binds and gives back the device.
+  ASSERT_TRUE(HostdevXml("0000:bb:1f.7", true, &xml).ok());
+  EXPECT_NE(xml.find("<hostdev mode='subsystem' type='pci' managed='yes'>"), std::string::npos);
 }
 
 TEST(SchedulerLibvirt, AttachAndDetachOnTheTestDriver) {
   std::unique_ptr<LibvirtAttacher> attacher;
-  Status s = LibvirtAttacher::Open("test:///default", &attacher);
+  Status s = LibvirtAttacher::Open("test:///default", false, &attacher);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(attacher->Attach("no-such-domain", kBdfs[0]).code(), StatusCode::kNotFound);
   EXPECT_EQ(attacher->Attach("test", "garbage").code(), StatusCode::kInvalidArgument);
@@ -86,7 +89,7 @@ TEST(SchedulerLibvirt, AttachAndDetachOnTheTestDriver) {
 // address, and the same connection rejects a broken hostdev.
 TEST(SchedulerLibvirt, TestDriverAcceptsTheHostdevXml) {
   std::unique_ptr<LibvirtAttacher> attacher;
-  ASSERT_TRUE(LibvirtAttacher::Open("test:///default", &attacher).ok());
+  ASSERT_TRUE(LibvirtAttacher::Open("test:///default", false, &attacher).ok());
   auto conn = static_cast<virConnectPtr>(attacher->connection()->get());
   const std::string xml = DomainXml("tenant-vm", AllHostdevs());
   virDomainPtr dom = virDomainDefineXMLFlags(conn, xml.c_str(), VIR_DOMAIN_DEFINE_VALIDATE);

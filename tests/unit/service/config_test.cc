@@ -269,6 +269,17 @@ TEST(ServiceConfigTest, ValidateCatchesInconsistentLimits) {
   c.device.max_device_extents = c.device.max_extents - 1;
   EXPECT_FALSE(ValidateConfig(c, &error));
   EXPECT_NE(error.find("max_device_extents"), std::string::npos) << error;
+  // libvirt binds managed hostdevs: only with libvirt, and never both binding.
+  c = ServiceConfig();
+  c.scheduler.hostdev_managed = true;
+  c.scheduler.bind_vfio = false;
+  EXPECT_FALSE(ValidateConfig(c, &error));
+  EXPECT_NE(error.find("hostdev_managed"), std::string::npos) << error;
+  c.scheduler.libvirt_uri = "qemu:///system";
+  c.scheduler.bind_vfio = true;
+  EXPECT_FALSE(ValidateConfig(c, &error));
+  c.scheduler.bind_vfio = false;
+  EXPECT_TRUE(ValidateConfig(c, &error)) << error;
 }
 
 TEST(ServiceTenantsTest, CreateListRemove) {

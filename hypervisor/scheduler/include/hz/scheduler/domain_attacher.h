@@ -1,7 +1,9 @@
 // Attaching passthrough devices to tenant VMs. DomainAttacher is what the
 // scheduler calls; LibvirtAttacher does it through the libvirt C API with
 //   <hostdev mode='subsystem' type='pci' managed='no'>
-// (managed='no': the scheduler itself binds vfio-pci, see vfio.h).
+// (managed='no': the scheduler itself binds vfio-pci, see vfio.h), or with
+// managed='yes' when libvirt is to bind the device to vfio-pci at attach and
+// give it back to its driver at detach ([scheduler] hostdev_managed).
 #ifndef HZ_SCHEDULER_DOMAIN_ATTACHER_H_
 #define HZ_SCHEDULER_DOMAIN_ATTACHER_H_
 
@@ -15,7 +17,7 @@
 namespace hz::scheduler {
 
 // The <hostdev> element for a PCI function; kInvalidArgument for a bad bdf.
-Status HostdevXml(const std::string& bdf, std::string* xml);
+Status HostdevXml(const std::string& bdf, bool managed, std::string* xml);
 
 class DomainAttacher {
  public:
@@ -27,7 +29,7 @@ class DomainAttacher {
 class LibvirtAttacher : public DomainAttacher {
  public:
   // Opens a libvirt connection ("qemu:///system"; tests use "test:///default").
-  static Status Open(const std::string& uri, std::unique_ptr<LibvirtAttacher>* out);
+  static Status Open(const std::string& uri, bool managed, std::unique_ptr<LibvirtAttacher>* out);
 
   // virDomainAttachDeviceFlags / virDomainDetachDeviceFlags, on the live
   // domain when it runs, else on its persistent definition.
@@ -38,12 +40,13 @@ class LibvirtAttacher : public DomainAttacher {
   hz::libvirt::Connection* connection() const { return conn_.get(); }
 
  private:
-  explicit LibvirtAttacher(std::unique_ptr<hz::libvirt::Connection> conn)
-      : conn_(std::move(conn)) {}
+  LibvirtAttacher(std::unique_ptr<hz::libvirt::Connection> conn, bool managed)
+      : conn_(std::move(conn)), managed_(managed) {}
   Status Change(const std::string& domain, const std::string& bdf, bool attach);
 
   std::mutex mu_;
   std::unique_ptr<hz::libvirt::Connection> conn_;
+  const bool managed_;
 };
 
 }  // namespace hz::scheduler

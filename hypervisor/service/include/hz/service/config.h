@@ -61,8 +61,9 @@ struct SchedulerConfig {
   std::string libvirt_uri;                    // empty: devices are not attached to VMs
   std::string state_file = "scheduler.json";  // relative paths are under state_dir
   bool bind_vfio = true;                      // bind allocated devices to vfio-pci
-  bool sync = true;                           // fsync the state file on every change
-  uint32_t health_poll_ms = 5000;             // AER counters of assigned devices; 0: off
+  bool hostdev_managed = false;    // libvirt binds them instead (managed='yes'; needs libvirt_uri)
+  bool sync = true;                // fsync the state file on every change
+  uint32_t health_poll_ms = 5000;  // AER counters of assigned devices; 0: off
 };
 
 // The most open negotiations one tenant may be allowed, by
