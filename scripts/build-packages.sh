@@ -122,8 +122,9 @@ done
 mkdir -p "$stages/harmonaized/etc/default"
 cat >"$stages/harmonaized/etc/default/harmonaized" <<'EOF'
 # Arguments added to harmonaized's command line by harmonaized.service, e.g.
-# HARMONAIZED_ARGS="--config /etc/harmonaize/harmonaized.toml"
-# (every key: /usr/share/doc/harmonaize/examples/harmonaized.toml.example).
+# HARMONAIZED_ARGS="--log-format json". The configuration file,
+# /etc/harmonaize/harmonaized.toml, is read when it exists (every key:
+# /usr/share/doc/harmonaize/examples/harmonaized.toml.example).
 # The operator restarts the service after a change; upgrades never do (a
 # restart takes the device from every running VM).
 HARMONAIZED_ARGS=""

@@ -1,6 +1,8 @@
 // harmonaized: the HarmonAIze host service.
 //
 //   harmonaized [--config FILE] [--state-dir DIR] [--control-socket PATH]
+//   (FILE defaults to /etc/harmonaize/harmonaized.toml, under the install
+//   prefix's sysconfdir, when that exists)
 //               [--metrics-port N] [--log-level LEVEL] [--foreground] ...
 //
 // Exit codes (also in --help): 0 after a graceful stop (and for --help and
@@ -130,7 +132,9 @@ int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config) 
   uint32_t workers = 0;
   int poll_us = -1;
   bool foreground = false, no_metrics = false;
-  app.add_option("-c,--config", config_file, "TOML configuration file");
+  app.add_option("-c,--config", config_file,
+                 "TOML configuration file (default " HZ_DEFAULT_CONFIG
+                 " when it exists; --config /dev/null reads none)");
   app.add_option("--state-dir", state_dir, "state directory (default /var/lib/harmonaize)");
   app.add_option("--control-socket", control_socket,
                  "operator socket (default <state-dir>/control.sock)");
@@ -158,6 +162,9 @@ int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config) 
   }
 
   std::string error;
+  // As most daemons do, the system's configuration file is read unless
+  // another is named.
+  if (config_file.empty() && access(HZ_DEFAULT_CONFIG, F_OK) == 0) config_file = HZ_DEFAULT_CONFIG;
   if (!config_file.empty() && !hz::service::LoadConfigFile(config_file, config, &error)) {
     std::fprintf(stderr, "harmonaized: config error: %s\n", error.c_str());
     return 2;

@@ -96,7 +96,9 @@ grep -qx 'ExecStart=/usr/sbin/harmonaized --foreground \\' /usr/lib/systemd/syst
 [ "$(harmonaized --version)" = "harmonaized $version" ] || fail "harmonaized --version: $(harmonaized --version)"
 
 state=/var/lib/harmonaize-test
-mkdir -p "$state"
+mkdir -p "$state" /etc/harmonaize
+# The system's configuration file is read without --config.
+printf '[tenant_defaults]\nmax_regions = 77\n' >/etc/harmonaize/harmonaized.toml
 harmonaized --foreground --state-dir "$state" --control-socket "$state/control.sock" --no-metrics \
   --log-level warn >"$state/harmonaized.log" 2>&1 &
 daemon=$!
@@ -107,6 +109,8 @@ hzctl() { command hzctl --socket "$state/control.sock" "$@"; }
 hzctl tenant create acme
 hzctl vm bind --tenant acme --socket "$state/vm0.sock"
 hzctl tenant list | grep -q acme || fail "hzctl tenant list has no acme"
+hzctl --json tenant list | grep -q '"max_regions": 77' ||
+  fail "harmonaized did not read /etc/harmonaize/harmonaized.toml"
 
 # The tenant's side: hz from harmonaize-tools on libharmonaize1.
 hz() { command hz --device "vhost-user:$state/vm0.sock" "$@"; }
