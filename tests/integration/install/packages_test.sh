@@ -165,11 +165,31 @@ kill -TERM "$daemon"
 wait "$daemon" || fail "harmonaized did not exit cleanly on SIGTERM"
 trap - EXIT
 
+# An upgrade under systemd never stops or restarts harmonaized (that would take
+# the device from every running VM); removal stops it. The maintainer scripts
+# see a running systemd (/run/systemd/system); deb-systemd-invoke asks
+# policy-rc.d, Debian's hook for exactly this, before each action, and this
+# one records the question and refuses (101), and systemctl records its calls.
+# A reinstall runs the scripts of an upgrade: prerm upgrade, then postinst
+# configure with the old version.
+mkdir -p /run/systemd/system
+printf '#!/bin/sh\necho "policy-rc.d $*" >>/tmp/systemd-calls\nexit 101\n' >/usr/sbin/policy-rc.d
+printf '#!/bin/sh\necho "systemctl $*" >>/tmp/systemd-calls\n' >/usr/bin/systemctl
+chmod 755 /usr/sbin/policy-rc.d /usr/bin/systemctl
+apt-get install -y --reinstall /pkgs/harmonaized_*.deb >/tmp/upgrade.log 2>&1 ||
+  { cat /tmp/upgrade.log >&2; fail "apt-get install --reinstall harmonaized"; }
+grep -qx 'policy-rc.d harmonaized.service start' /tmp/systemd-calls ||
+  { cat /tmp/upgrade.log >&2; fail "the upgrade did not start a stopped harmonaized: $(cat /tmp/systemd-calls 2>&1)"; }
+if grep -E 'stop|restart' /tmp/systemd-calls; then fail "the upgrade stopped or restarted harmonaized"; fi
+echo "packages: an upgrade asked systemd for: $(tr '\n' ';' </tmp/systemd-calls)"
+
 # Removal: the DKMS tree goes with the package; the group stays (it may own files).
 apt-get remove -y -qq harmonaize-dkms harmonaized >/tmp/remove.log 2>&1 ||
   { cat /tmp/remove.log >&2; fail "apt-get remove"; }
 [ -z "$(dkms status -m harmonaize -v "$version")" ] || fail "dkms still lists harmonaize after removal"
 [ ! -e /usr/sbin/harmonaized ] || fail "harmonaized is still there after removal"
+grep -qx 'policy-rc.d harmonaized.service stop' /tmp/systemd-calls ||
+  fail "removing harmonaized did not stop it"
 echo "packages: demo in the Debian 12 root ok"
 DEMO
 
