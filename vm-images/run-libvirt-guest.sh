@@ -106,19 +106,9 @@ cp "/var/log/libvirt/qemu/$name.log" "$boot/qemu.log" 2>/dev/null || true
 virsh undefine "$name" >/dev/null
 INNER
 chmod 755 "$boot/run.sh"
-# libvirt's configuration for a chroot without cgroups, namespaces or a
-# security driver; mounted over the root's /etc/libvirt for this run only.
+# libvirt's configuration, mounted over the root's /etc/libvirt for this run only.
 mkdir -p "$boot/etc-libvirt"
-cat >"$boot/etc-libvirt/qemu.conf" <<CONF
-user = "root"
-group = "root"
-dynamic_ownership = 0
-remember_owner = 0
-security_driver = "none"
-cgroup_controllers = [ ]
-namespaces = [ ]
-stdio_handler = "file"
-CONF
+hz_libvirt_qemu_conf "$boot/etc-libvirt/qemu.conf"
 cat >"$boot/etc-libvirt/libvirtd.conf" <<CONF
 log_outputs = "3:file:/hz-boot/$name/libvirtd.log"
 CONF

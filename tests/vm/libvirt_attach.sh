@@ -49,17 +49,7 @@ sed "s|@HZCTL@|$w/hzctl|" "$HZ_TOP/hypervisor/hzctl/libvirt/qemu-hook.in" \
 	>"$w/etc-libvirt/hooks/qemu.d/harmonaize"
 chmod 755 "$w/etc-libvirt/hooks/qemu.d/harmonaize"
 echo "HZ_CONTROL_SOCKET=$w/control.sock" >"$w/etc-default/harmonaize-libvirt-hook"
-# libvirt for a chroot without cgroups, namespaces or a security driver.
-cat >"$w/etc-libvirt/qemu.conf" <<EOF
-user = "root"
-group = "root"
-dynamic_ownership = 0
-remember_owner = 0
-security_driver = "none"
-cgroup_controllers = [ ]
-namespaces = [ ]
-stdio_handler = "file"
-EOF
+hz_libvirt_qemu_conf "$w/etc-libvirt/qemu.conf"
 echo "log_outputs = \"3:file:$w/libvirtd.log\"" >"$w/etc-libvirt/libvirtd.conf"
 
 hz_spawn "$w/libvirtd.out" unshare --mount --propagation private bash -euo pipefail -c '

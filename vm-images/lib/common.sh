@@ -136,3 +136,19 @@ hz_guest_dir() {
 hz_guest_initramfs() {
 	if [ "$2" = bookworm ]; then echo "$1/images/initramfs.gz"; else echo "$1/images/initramfs-$2.gz"; fi
 }
+
+# hz_libvirt_qemu_conf FILE: libvirt's QEMU driver configuration for a
+# libvirtd in the toolchain root (a chroot without cgroups, namespaces or a
+# security driver), mounted over the root's /etc/libvirt for one run only.
+hz_libvirt_qemu_conf() {
+	cat >"$1" <<-'CONF'
+		user = "root"
+		group = "root"
+		dynamic_ownership = 0
+		remember_owner = 0
+		security_driver = "none"
+		cgroup_controllers = [ ]
+		namespaces = [ ]
+		stdio_handler = "file"
+	CONF
+}
