@@ -215,6 +215,7 @@ bool Allocator::Place(const Request& request, std::vector<DeviceRef>* devices) c
   }
   bool ok = policy_ == Policy::kFirstFit ? PlaceFirstFit(request, devices)
                                          : PlaceTopology(request, devices);
+  if (ok) ok = AddGroupMates(devices).ok();
   if (!ok) {
     devices->clear();
     return false;
@@ -421,17 +422,42 @@ Status Allocator::Allocate(const std::string& tenant, const Request& request, Al
   return AllocateDevices(tenant, request, devices, out);
 }
 
+Status Allocator::AddGroupMates(std::vector<DeviceRef>* devices) const {
+  std::set<DeviceRef> have(devices->begin(), devices->end());
+  for (size_t k = 0; k < devices->size(); ++k) {  // grows while it runs
+    const DeviceRef d = (*devices)[k];
+    const HostInventory& inv = cluster_->host(d.host);
+    const int group = inv.devices[d.index].iommu_group;
+    if (group < 0) continue;
+    for (uint32_t i = 0; i < inv.devices.size(); ++i) {
+      const DeviceRef m{d.host, i};
+      if (inv.devices[i].iommu_group != group || have.count(m)) continue;
+      if (!Free(m)) {
+        return Status::State("IOMMU group " + std::to_string(group) + " of " +
+                             inv.devices[d.index].bdf + " also holds " + inv.devices[i].bdf +
+                             ", which is not free");
+      }
+      have.insert(m);
+      devices->push_back(m);
+    }
+  }
+  return Status::Ok();
+}
+
 Status Allocator::AllocateDevices(const std::string& tenant, const Request& request,
-                                  const std::vector<DeviceRef>& devices, Allocation* out) {
-  if (devices.empty()) return Status::InvalidArgument("no devices");
+                                  const std::vector<DeviceRef>& requested, Allocation* out) {
+  if (requested.empty()) return Status::InvalidArgument("no devices");
   std::set<DeviceRef> seen;
-  for (DeviceRef d : devices) {
+  for (DeviceRef d : requested) {
     if (!cluster_->Valid(d)) return Status::InvalidArgument("unknown device");
     if (!Free(d)) {
       return Status::State(cluster_->device(d).bdf + " is not free");
     }
     if (!seen.insert(d).second) return Status::InvalidArgument("device listed twice");
   }
+  std::vector<DeviceRef> devices(seen.begin(), seen.end());
+  if (Status s = AddGroupMates(&devices); !s.ok()) return s;
+  seen.insert(devices.begin(), devices.end());
   Allocation a;
   a.id = next_id_++;
   a.tenant = tenant;

@@ -44,6 +44,30 @@ Status ReadOptional(const std::string& path, std::string* out, bool* present) {
   return sysfs::ReadAttr(path, out);
 }
 
+// PCIe port types (PCI Express Capabilities register, bits 7:4).
+constexpr int kPortUnknown = -1;  // config space unreadable that far
+constexpr int kNotPcie = -2;      // no PCIe capability: a conventional PCI function
+constexpr int kPortUpstream = 5;
+
+// The port type of a function from its config space (<dev>/config): the
+// kernel shows the first 64 bytes to everyone and the capabilities to root.
+int PortType(const std::string& dev_dir) {
+  std::ifstream in(dev_dir + "/config", std::ios::binary);
+  if (!in) return kPortUnknown;
+  unsigned char cfg[256] = {};
+  in.read(reinterpret_cast<char*>(cfg), sizeof(cfg));
+  const size_t size = static_cast<size_t>(in.gcount());
+  if (size < 64) return kPortUnknown;
+  if (!(cfg[0x06] & 0x10)) return kNotPcie;  // no capability list
+  size_t off = cfg[0x34] & 0xfc;
+  for (int hops = 0; off >= 0x40 && hops < 48; ++hops) {
+    if (off + 4 > size) return kPortUnknown;
+    if (cfg[off] == 0x10) return (cfg[off + 2] >> 4) & 0xf;
+    off = cfg[off + 1] & 0xfc;
+  }
+  return kNotPcie;
+}
+
 // Fills pcie_path and switch_bdf from the device's real location under
 // <root>/devices/pciDDDD:BB/...
 Status ResolvePciePath(const std::string& devices_dir, const std::string& link, Device* dev) {
@@ -77,14 +101,31 @@ Status ResolvePciePath(const std::string& devices_dir, const std::string& link, 
     return Status::InvalidArgument(link + " resolves to " + real + ", another device");
   }
   dev->pcie_path.assign(parts.begin() + 1, parts.end() - 1);
-  // sysfs has no port-type attribute. A switch shows as an upstream port and
-  // a downstream port below a root port: [root port, upstream, downstream].
-  // The nearest switch is the hop two levels above the device.
-  if (dev->pcie_path.size() >= 3) dev->switch_bdf = dev->pcie_path[dev->pcie_path.size() - 2];
+  // sysfs has no port-type attribute; the bridges' config space has. The
+  // nearest switch is the deepest upstream port on the path (a PCIe-to-PCI
+  // bridge below a downstream port is not one).
+  std::string dir = devices_dir + "/" + parts[0];
+  bool known = true;
+  std::string upstream;
+  for (const std::string& bridge : dev->pcie_path) {
+    dir += "/" + bridge;
+    const int type = PortType(dir);
+    if (type == kPortUnknown) known = false;
+    if (type == kPortUpstream) upstream = bridge;
+  }
+  if (known) {
+    dev->switch_bdf = upstream;
+  } else if (dev->pcie_path.size() >= 3) {
+    // Without port types: a switch shows as an upstream port and a downstream
+    // port below a root port, [root port, upstream, downstream]; the nearest
+    // switch is the hop two levels above the device.
+    dev->switch_bdf = dev->pcie_path[dev->pcie_path.size() - 2];
+  }
   return Status::Ok();
 }
 
-Status ReadDevice(const std::string& root, const std::string& bdf, bool* candidate, Device* dev) {
+Status ReadDevice(const std::string& root, const std::string& bdf, const KindOverrides& kinds,
+                  bool* candidate, Device* dev) {
   *candidate = false;
   const std::string dir = root + "/bus/pci/devices/" + bdf;
   std::string text;
@@ -99,7 +140,13 @@ Status ReadDevice(const std::string& root, const std::string& bdf, bool* candida
   // Virtio functions (Red Hat, 0x1af4) are paravirtual devices of a host that
   // is itself a VM (its own network), never hardware to hand to a tenant.
   if (dev->vendor == 0x1af4) return Status::Ok();
-  if (IsGpu(dev->vendor, dev->pci_class)) {
+  if (!(s = sysfs::ReadAttr(dir + "/device", &text)).ok()) return s;
+  if (!(s = sysfs::ParseHex(text, dir + "/device", 0xffff, &v)).ok()) return s;
+  dev->device_id = static_cast<uint16_t>(v);
+  auto named = kinds.find((uint32_t{dev->vendor} << 16) | dev->device_id);
+  if (named != kinds.end()) {
+    dev->kind = named->second;
+  } else if (IsGpu(dev->vendor, dev->pci_class)) {
     dev->kind = DeviceKind::kGpu;
   } else if (IsNic(dev->pci_class)) {
     dev->kind = DeviceKind::kNic;
@@ -108,9 +155,6 @@ Status ReadDevice(const std::string& root, const std::string& bdf, bool* candida
   }
   *candidate = true;
   dev->bdf = bdf;
-  if (!(s = sysfs::ReadAttr(dir + "/device", &text)).ok()) return s;
-  if (!(s = sysfs::ParseHex(text, dir + "/device", 0xffff, &v)).ok()) return s;
-  dev->device_id = static_cast<uint16_t>(v);
 
   bool present = false;
   int64_t n = 0;
@@ -198,6 +242,10 @@ bool IsNic(uint32_t pci_class) {
 }
 
 Status DiscoverPci(const std::string& sysfs_root, HostInventory* out) {
+  return DiscoverPci(sysfs_root, KindOverrides{}, out);
+}
+
+Status DiscoverPci(const std::string& sysfs_root, const KindOverrides& kinds, HostInventory* out) {
   HostInventory inv;
   const std::string dir = sysfs_root + "/bus/pci/devices";
   std::error_code ec;
@@ -213,11 +261,44 @@ Status DiscoverPci(const std::string& sysfs_root, HostInventory* out) {
     }
     Device dev;
     bool candidate = false;
-    Status s = ReadDevice(sysfs_root, name, &candidate, &dev);
+    Status s = ReadDevice(sysfs_root, name, kinds, &candidate, &dev);
     if (!s.ok()) return s;
     if (candidate) inv.devices.push_back(std::move(dev));
   }
   *out = std::move(inv);
+  return Status::Ok();
+}
+
+Status ReadProviderKinds(const std::string& text, const std::string& what, KindOverrides* out) {
+  toml::table table;
+  try {
+    table = toml::parse(text, what);
+  } catch (const toml::parse_error& e) {
+    return Status::InvalidArgument(what + ": " + std::string(e.description()));
+  }
+  KindOverrides kinds;
+  if (auto* t = table["kinds"].as_table()) {
+    for (const auto& [key, value] : *t) {
+      const std::string id(key.str());
+      uint64_t vendor = 0, device = 0;
+      if (id.size() != 9 || id[4] != ':' ||
+          id.find_first_not_of("0123456789abcdef:") != std::string::npos ||
+          !sysfs::ParseHex(id.substr(0, 4), what, 0xffff, &vendor).ok() ||
+          !sysfs::ParseHex(id.substr(5), what, 0xffff, &device).ok()) {
+        return Status::InvalidArgument(what + ": [kinds] key '" + id.substr(0, 32) +
+                                       "' is not a PCI id vvvv:dddd (lower-case hex)");
+      }
+      auto kind = value.value<std::string>();
+      if (!kind || (*kind != "gpu" && *kind != "nic")) {
+        return Status::InvalidArgument(what + ": kind of " + id + " must be \"gpu\" or \"nic\"");
+      }
+      kinds[static_cast<uint32_t>((vendor << 16) | device)] =
+          *kind == "gpu" ? DeviceKind::kGpu : DeviceKind::kNic;
+    }
+  } else if (table.contains("kinds")) {
+    return Status::InvalidArgument(what + ": kinds must be a table");
+  }
+  *out = std::move(kinds);
   return Status::Ok();
 }
 
@@ -231,6 +312,8 @@ Status ApplyProviderText(const std::string& text, const std::string& what,
   }
   HostInventory inv = *inventory;
   Status s;
+  KindOverrides kinds;
+  if (!(s = ReadProviderKinds(text, what, &kinds)).ok()) return s;
   if (auto node = table["host"]) {
     auto name = node.value<std::string>();
     if (!name || name->empty()) return Status::InvalidArgument(what + ": host must be a string");
@@ -320,24 +403,41 @@ Status ApplyProviderText(const std::string& text, const std::string& what,
   return Status::Ok();
 }
 
-Status ApplyProviderFile(const std::string& path, HostInventory* inventory) {
+namespace {
+
+Status ReadProviderFile(const std::string& path, std::string* text) {
   std::ifstream in(path);
   if (!in) return Status::NotFound("cannot read provider inventory " + path);
-  std::string text;
+  text->clear();
   char buf[8192];
   while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > (1u << 20)) return Status::InvalidArgument(path + ": file too large");
+    text->append(buf, static_cast<size_t>(in.gcount()));
+    if (text->size() > (1u << 20)) return Status::InvalidArgument(path + ": file too large");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ApplyProviderFile(const std::string& path, HostInventory* inventory) {
+  std::string text;
+  Status s = ReadProviderFile(path, &text);
+  if (!s.ok()) return s;
   return ApplyProviderText(text, path, inventory);
 }
 
 Status LoadHostInventory(const std::string& sysfs_root, const std::string& provider_file,
                          HostInventory* out) {
+  std::string text;
+  KindOverrides kinds;
+  Status s;
+  if (!provider_file.empty()) {
+    if (!(s = ReadProviderFile(provider_file, &text)).ok()) return s;
+    if (!(s = ReadProviderKinds(text, provider_file, &kinds)).ok()) return s;
+  }
   HostInventory inv;
-  Status s = DiscoverPci(sysfs_root, &inv);
-  if (!s.ok()) return s;
-  if (!provider_file.empty() && !(s = ApplyProviderFile(provider_file, &inv)).ok()) return s;
+  if (!(s = DiscoverPci(sysfs_root, kinds, &inv)).ok()) return s;
+  if (!provider_file.empty() && !(s = ApplyProviderText(text, provider_file, &inv)).ok()) return s;
   *out = std::move(inv);
   return Status::Ok();
 }

@@ -7,6 +7,11 @@
 // matches. NICs follow the GPUs: the NIC on the GPU's rail under the same
 // switch first, then the same switch, the same rail, the same NUMA node.
 //
+// Devices of one IOMMU group cannot be isolated from each other: a GPU or NIC
+// is only ever allocated together with the other GPUs and NICs of its group
+// (an allocation may then hold more devices than it asked for), and refused
+// when one of them is taken or failed.
+//
 // The first-fit policy ignores topology (first host, first free devices); the
 // benchmark compares against it.
 //
@@ -55,7 +60,8 @@ class Allocator {
   // Places and records an allocation. kLimit when it does not fit,
   // kInvalidArgument for an empty or oversized request.
   Status Allocate(const std::string& tenant, const Request& request, Allocation* out);
-  // Records an allocation of exactly these devices (all free and healthy).
+  // Records an allocation of these devices (all free and healthy) and the
+  // other GPUs and NICs of their IOMMU groups (which must be free too).
   Status AllocateDevices(const std::string& tenant, const Request& request,
                          const std::vector<DeviceRef>& devices, Allocation* out);
   Status Release(uint64_t allocation_id);
@@ -85,6 +91,9 @@ class Allocator {
 
  private:
   bool Free(DeviceRef d) const { return owner_[d.host][d.index] == 0 && !failed_[d.host][d.index]; }
+  // Adds the other devices of the IOMMU groups of `devices`; fails naming the
+  // first one that is not free.
+  Status AddGroupMates(std::vector<DeviceRef>* devices) const;
   bool PlaceTopology(const Request& request, std::vector<DeviceRef>* out) const;
   bool PlaceFirstFit(const Request& request, std::vector<DeviceRef>* out) const;
   // GPUs of one host: from `only_pool` when >= 0, else spread best-fit.

@@ -8,6 +8,7 @@
 #define HZ_SCHEDULER_INVENTORY_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,27 @@ bool IsBdf(const std::string& s);
 bool IsGpu(uint16_t vendor, uint32_t pci_class);
 bool IsNic(uint32_t pci_class);
 
+// Kinds the provider file assigns by PCI id, (vendor << 16) | device, for
+// functions the class-code rules above do not recognise (an accelerator with a
+// vendor-specific class, or an emulated stand-in). They win over those rules.
+using KindOverrides = std::map<uint32_t, DeviceKind>;
+
 // Discovers GPUs and NICs under <sysfs_root>/bus/pci/devices. Errors name the
 // offending path: an unreadable or malformed attribute, a dangling link.
+//
+// The nearest PCIe switch above a device is the deepest upstream port on its
+// path, read from the port type in each bridge's PCIe capability
+// (<dev>/config; the kernel shows the capabilities to root only). When a
+// bridge's config cannot be read that far, the path is assumed to be made of
+// PCIe ports only: [root port, upstream, downstream, ...], and the switch is
+// the bridge two levels above the device.
 Status DiscoverPci(const std::string& sysfs_root, HostInventory* out);
+Status DiscoverPci(const std::string& sysfs_root, const KindOverrides& kinds, HostInventory* out);
+
+// Reads the [kinds] table of a provider file:
+//   [kinds] "vvvv:dddd" = "gpu" | "nic"      (lower-case hex vendor:device)
+// Other keys are left to ApplyProviderText.
+Status ReadProviderKinds(const std::string& text, const std::string& what, KindOverrides* out);
 
 // Applies a provider inventory file (TOML):
 //   host = "name"
@@ -68,13 +87,15 @@ Status DiscoverPci(const std::string& sysfs_root, HostInventory* out);
 //   nvlink_islands = [["bdf", ...], ...]     GPUs joined by NVLink/xGMI
 //   [rails]   "bdf" = n                      NIC rail; for a GPU, its aligned rail
 //   [serials] "bdf" = "serial"
+//   [kinds]   "vvvv:dddd" = "gpu"|"nic"      read at discovery (ReadProviderKinds)
 // Every bdf must name a discovered device (islands: GPUs only, each in at
 // most one island).
 Status ApplyProviderFile(const std::string& path, HostInventory* inventory);
 Status ApplyProviderText(const std::string& text, const std::string& what,
                          HostInventory* inventory);
 
-// DiscoverPci then, when provider_file is not empty, ApplyProviderFile.
+// DiscoverPci (with the provider file's [kinds]) then, when provider_file is
+// not empty, ApplyProviderText.
 Status LoadHostInventory(const std::string& sysfs_root, const std::string& provider_file,
                          HostInventory* out);
 

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Boots an emulated GPU server under QEMU (TCG) from the Debian 13 root: a q35
+# machine with an emulated Intel IOMMU, two NUMA nodes, and on each node a
+# PCIe switch with GPU and NIC stand-ins behind it. QEMU's `edu` device
+# (1234:11e8) stands in for a GPU, `e1000e` (8086:10d3) for a NIC. The guest
+# kernel sees real IOMMU groups and can bind the devices to vfio-pci.
+#
+# Each switch hangs off a root port of an expander host bridge (pxb-pcie) of
+# its node, as on a two-socket server; the main host bridge keeps the
+# chipset and QEMU's VGA.
+#
+#   NUMA 0: pxb-pcie (bus 0x20) - root port - x3130 switch
+#             down 0: edu                      (GPU)
+#             down 1: edu                      (GPU)
+#             down 2: e1000e                   (NIC)
+#             down 3: pcie-pci-bridge - edu, edu  (two GPUs, one IOMMU group)
+#   NUMA 1: pxb-pcie (bus 0x40) - root port - x3130 switch
+#             down 0: edu                      (GPU)
+#             down 1: edu                      (GPU)
+#             down 2: e1000e                   (NIC)
+#
+# The serial console goes to stdout and to the log. Nothing is written into
+# the toolchain root: the kernel and initramfs are bind-mounted into it at
+# /mnt, in a private mount namespace.
+#
+# Usage: vm-images/run-iommu-host.sh --name NAME --initrd FILE [--test TEST]
+#          [--log FILE] [--timeout 240] [--dir DIR] [--kernel FILE]
+#          [--append ARGS] [--qemu-arg ARG]...
+#   --initrd  the guest image (vm-images/build-initramfs.sh --out FILE)
+#   --test    passed to the guest as hz.test=TEST (a script in its /tests)
+#   --log     default: a file in a temporary directory, printed at the end
+#   --dir     as for build-toolchain.sh; the root must be built already (only read)
+#   --kernel  defaults to that of $HZ_GUEST_KERNEL (vm-images/lib/common.sh)
+# Exit status: as for run-guest.sh (0 PASS, 1 FAIL, 2 no report, 124 timeout).
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+
+name='' test_name='' log='' timeout_s=240 dir_arg='' kernel='' initrd='' append='' extra=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--name) name=$2; shift 2 ;;
+	--test) test_name=$2; shift 2 ;;
+	--log) log=$2; shift 2 ;;
+	--timeout) timeout_s=$2; shift 2 ;;
+	--dir) dir_arg=$2; shift 2 ;;
+	--kernel) kernel=$2; shift 2 ;;
+	--initrd) initrd=$2; shift 2 ;;
+	--append) append=$2; shift 2 ;;
+	--qemu-arg) extra+=("$2"); shift 2 ;;
+	-h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+	*) hz_die "unknown argument: $1" ;;
+	esac
+done
+
+hz_require_root
+[[ $name =~ ^[A-Za-z0-9_-]+$ ]] || hz_die "--name must be letters, digits, - or _"
+[[ $test_name =~ ^[A-Za-z0-9_.-]*$ ]] || hz_die "--test must be letters, digits, ., - or _"
+[[ $timeout_s =~ ^[0-9]+$ ]] || hz_die "--timeout must be a number"
+dir=$(hz_vm_dir "$dir_arg")
+root=$dir/root
+[ -f "$dir/toolchain.stamp" ] || hz_die "no toolchain in $dir (run vm-images/build-toolchain.sh)"
+guest_kernel=$(hz_guest_kernel)
+if [ -z "$kernel" ]; then
+	kver=$(hz_guest_kernel_version "$guest_kernel" "$dir")
+	kernel=$(hz_guest_kernel_root "$guest_kernel" "$dir")/boot/vmlinuz-$kver
+	hz_log "$name: guest kernel $guest_kernel ($kver)"
+fi
+[ -f "$kernel" ] || hz_die "no kernel $kernel"
+[ -n "$initrd" ] && [ -f "$initrd" ] || hz_die "no initramfs '$initrd' (--initrd)"
+[ -d "$root/mnt" ] || hz_die "$root/mnt is missing"
+
+boot=$(mktemp -d "/tmp/hz-iommu-$name.XXXXXX")
+trap 'rm -rf "$boot"' EXIT
+cp "$kernel" "$boot/vmlinuz"
+cp "$initrd" "$boot/initrd.gz"
+log=${log:-$boot/console.log}
+mkdir -p "$(dirname "$log")"
+
+guest_timeout=$((timeout_s > 60 ? timeout_s - 30 : timeout_s * 2 / 3))
+# shellcheck disable=SC2054 # commas belong to QEMU's option syntax
+qemu=(qemu-system-x86_64 -accel tcg -m 512M -smp 2 -name "$name"
+	-machine q35 -device intel-iommu,caching-mode=on
+	-object memory-backend-ram,id=m0,size=256M -object memory-backend-ram,id=m1,size=256M
+	-numa node,nodeid=0,memdev=m0 -numa node,nodeid=1,memdev=m1
+	-nic none
+	# NUMA 0: an expander host bridge with its switch.
+	-device pxb-pcie,id=pxb0,bus_nr=32,numa_node=0,bus=pcie.0
+	-device pcie-root-port,id=rp0,bus=pxb0,chassis=1,slot=0
+	-device x3130-upstream,id=up0,bus=rp0
+	-device xio3130-downstream,id=dn00,bus=up0,chassis=10,slot=0
+	-device xio3130-downstream,id=dn01,bus=up0,chassis=11,slot=0
+	-device xio3130-downstream,id=dn02,bus=up0,chassis=12,slot=0
+	-device xio3130-downstream,id=dn03,bus=up0,chassis=13,slot=0
+	-device edu,bus=dn00 -device edu,bus=dn01
+	-netdev user,id=n0 -device e1000e,bus=dn02,netdev=n0
+	-device pcie-pci-bridge,id=pb0,bus=dn03
+	-device edu,bus=pb0,addr=1 -device edu,bus=pb0,addr=2
+	# NUMA 1: the same on the other node.
+	-device pxb-pcie,id=pxb1,bus_nr=64,numa_node=1,bus=pcie.0
+	-device pcie-root-port,id=rp1,bus=pxb1,chassis=2,slot=0
+	-device x3130-upstream,id=up1,bus=rp1
+	-device xio3130-downstream,id=dn10,bus=up1,chassis=20,slot=0
+	-device xio3130-downstream,id=dn11,bus=up1,chassis=21,slot=0
+	-device xio3130-downstream,id=dn12,bus=up1,chassis=22,slot=0
+	-device edu,bus=dn10 -device edu,bus=dn11
+	-netdev user,id=n1 -device e1000e,bus=dn12,netdev=n1
+	-kernel /mnt/vmlinuz -initrd /mnt/initrd.gz
+	-append "console=ttyS0 panic=-1 loglevel=4 intel_iommu=on ${test_name:+hz.test=$test_name hz.timeout=$guest_timeout} $append"
+	-display none -serial stdio -monitor none -no-reboot)
+qemu+=("${extra[@]}")
+
+start=$SECONDS
+set +e
+timeout --kill-after=10 "$timeout_s" unshare --mount --propagation private bash -euo pipefail -c '
+	root=$1 boot=$2; shift 2
+	mount -t proc proc "$root/proc"
+	mount --bind /dev "$root/dev"
+	mount --bind "$boot" "$root/mnt"
+	exec chroot "$root" "$@"
+' hz-iommu-host "$root" "$boot" "${qemu[@]}" </dev/null 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+hz_log "$name: QEMU exited with $rc after $((SECONDS - start)) s (log: $log)"
+[ "$log" != "$boot/console.log" ] || { cp "$log" "/tmp/hz-iommu-$name.log"; hz_log "log kept in /tmp/hz-iommu-$name.log"; }
+
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+	hz_log "$name: timed out after $timeout_s s"
+	exit 124
+fi
+[ -n "$test_name" ] || exit "$rc"
+if grep -q "^HZ-RESULT: FAIL $test_name" "$log"; then
+	exit 1
+elif grep -q "^HZ-RESULT: PASS $test_name\b" "$log"; then
+	exit 0
+fi
+hz_log "$name: the guest gave no result for $test_name"
+exit 2
