@@ -66,7 +66,7 @@ if [ -z "$kernel" ]; then
 	hz_log "$name: guest kernel $guest_kernel ($kver)"
 fi
 [ -f "$kernel" ] || hz_die "no kernel $kernel"
-[ -n "$initrd" ] && [ -f "$initrd" ] || hz_die "no initramfs '$initrd' (--initrd)"
+[ -f "${initrd:-/nonexistent}" ] || hz_die "no initramfs '$initrd' (--initrd)"
 [ -d "$root/mnt" ] || hz_die "$root/mnt is missing"
 
 boot=$(mktemp -d "/tmp/hz-iommu-$name.XXXXXX")
