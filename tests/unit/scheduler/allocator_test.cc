@@ -232,5 +232,35 @@ TEST(SchedulerAllocator, RandomSequencesKeepInvariants) {
   }
 }
 
+// Two GPUs in one IOMMU group (behind a PCIe-to-PCI bridge) cannot be
+// isolated from each other: they go to one allocation or to none.
+TEST(SchedulerAllocator, OneIommuGroupIsAllocatedWhole) {
+  HostInventory inv = LoadFixture("hgx8");
+  std::vector<uint32_t> gpus;
+  for (uint32_t i = 0; i < inv.devices.size(); ++i) {
+    if (inv.devices[i].kind == DeviceKind::kGpu) gpus.push_back(i);
+  }
+  ASSERT_GE(gpus.size(), 3u);
+  inv.devices[gpus[1]].iommu_group = inv.devices[gpus[0]].iommu_group;
+  Cluster c(std::vector<HostInventory>{inv});
+  Allocator alloc(&c);
+  for (size_t k = 2; k < gpus.size(); ++k) ASSERT_TRUE(alloc.SetFailed({0, gpus[k]}, true).ok());
+  Allocation a;
+  ASSERT_TRUE(alloc.Allocate("t", {1, 0, HZ_LOC_ANY}, &a).ok());
+  EXPECT_EQ(a.devices, (std::vector<DeviceRef>{{0, gpus[0]}, {0, gpus[1]}}));
+  ASSERT_TRUE(alloc.Release(a.id).ok());
+  // Asked for by address, the other function comes along.
+  ASSERT_TRUE(alloc.AllocateDevices("t", {1, 0, HZ_LOC_ANY}, {{0, gpus[1]}}, &a).ok());
+  EXPECT_EQ(a.devices, (std::vector<DeviceRef>{{0, gpus[0]}, {0, gpus[1]}}));
+  ASSERT_TRUE(alloc.Release(a.id).ok());
+  // With one function failed, the other is refused.
+  ASSERT_TRUE(alloc.SetFailed({0, gpus[1]}, true).ok());
+  EXPECT_EQ(alloc.Allocate("t", {1, 0, HZ_LOC_ANY}, &a).code(), StatusCode::kLimit);
+  Status s = alloc.AllocateDevices("t", {1, 0, HZ_LOC_ANY}, {{0, gpus[0]}}, &a);
+  EXPECT_EQ(s.code(), StatusCode::kState);
+  EXPECT_NE(s.message().find(inv.devices[gpus[1]].bdf), std::string::npos) << s.ToString();
+  EXPECT_EQ(alloc.Owner({0, gpus[0]}), 0u);
+}
+
 }  // namespace
 }  // namespace hz::scheduler

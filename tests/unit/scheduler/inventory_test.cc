@@ -246,6 +246,10 @@ TEST(SchedulerInventory, ProviderFileErrors) {
       {"[rails]\n\"0000:1c:00.0\" = \"a\"", "0..1023"},
       {"exclude = [\"0000:ff:00.0\"]", "0000:ff:00.0"},
       {"[serials]\n\"0000:1a:00.0\" = 5", "serial"},
+      {"[kinds]\n\"1234:11E8\" = \"gpu\"", "vvvv:dddd"},
+      {"[kinds]\n\"12:34\" = \"gpu\"", "vvvv:dddd"},
+      {"[kinds]\n\"1234:11e8\" = \"tpu\"", "\"gpu\" or \"nic\""},
+      {"kinds = 3", "kinds must be a table"},
   };
   for (const Case& c : cases) {
     HostInventory inv = base;
@@ -271,6 +275,65 @@ TEST_F(SchedulerInventoryMalformed, VirtioFunctionsAreNeverCandidates) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(after.devices.size() + 1, before.devices.size());
   for (const Device& d : after.devices) EXPECT_NE(d.bdf, "0000:1c:00.0");
+}
+
+// [kinds] names functions the class-code rules do not take: here the NVMe
+// drive and the BMC's VGA of the hgx8 tree.
+TEST(SchedulerInventory, ProviderKindsNameDevicesByPciId) {
+  TempDir dir;
+  const std::string toml = dir.path() + "/inventory.toml";
+  std::ofstream(toml) << "[kinds]\n\"144d:a824\" = \"gpu\"\n\"1a03:2000\" = \"nic\"\n";
+  HostInventory inv;
+  ASSERT_TRUE(LoadHostInventory(FixtureSysfs("hgx8"), toml, &inv).ok());
+  int nvme = inv.Find("0000:1e:00.0");
+  int vga = inv.Find("0000:02:00.0");
+  ASSERT_GE(nvme, 0);
+  ASSERT_GE(vga, 0);
+  EXPECT_EQ(inv.devices[nvme].kind, DeviceKind::kGpu);
+  EXPECT_EQ(inv.devices[vga].kind, DeviceKind::kNic);
+  EXPECT_EQ(inv.Count(DeviceKind::kGpu), 9u);
+  EXPECT_EQ(inv.Count(DeviceKind::kNic), 10u);
+}
+
+// Config space with a PCIe capability of the given port type (4 root port,
+// 5 upstream, 6 downstream, 7 PCIe-to-PCI bridge), as root reads it.
+void WriteConfig(const std::string& dev, int port_type) {
+  std::string cfg(256, '\0');
+  cfg[0x06] = 0x10;  // capability list
+  cfg[0x34] = 0x40;
+  cfg[0x40] = 0x10;  // PCI Express
+  cfg[0x42] = static_cast<char>(port_type << 4);
+  std::ofstream(dev + "/config", std::ios::binary) << cfg;
+}
+
+// The switch is the deepest upstream port when the bridges' port types can
+// be read; a PCIe-to-PCI bridge below it is not one.
+TEST(SchedulerInventory, SwitchFromPortTypes) {
+  TempDir dir;
+  std::string root = CopyFixtureSysfs("hgx8", dir.path());
+  auto dev = [&](const std::string& bdf) { return root + "/bus/pci/devices/" + bdf; };
+  HostInventory inv;
+  ASSERT_TRUE(DiscoverPci(root, &inv).ok());
+  const Device& before = inv.devices[inv.Find("0000:1a:00.0")];
+  ASSERT_EQ(before.pcie_path,
+            (std::vector<std::string>{"0000:17:01.0", "0000:18:00.0", "0000:19:00.0"}));
+  EXPECT_EQ(before.switch_bdf, "0000:18:00.0");  // no config: the two-levels rule
+  WriteConfig(dev("0000:17:01.0"), 5);
+  WriteConfig(dev("0000:18:00.0"), 6);
+  WriteConfig(dev("0000:19:00.0"), 7);
+  ASSERT_TRUE(DiscoverPci(root, &inv).ok());
+  EXPECT_EQ(inv.devices[inv.Find("0000:1a:00.0")].switch_bdf, "0000:17:01.0");
+  WriteConfig(dev("0000:17:01.0"), 4);
+  ASSERT_TRUE(DiscoverPci(root, &inv).ok());
+  EXPECT_EQ(inv.devices[inv.Find("0000:1a:00.0")].switch_bdf, "") << "no upstream port, no switch";
+  // A config file cut at 64 bytes (what others than root read): its
+  // capability list points past the end, so the rule again.
+  std::string head(64, '\0');
+  head[0x06] = 0x10;
+  head[0x34] = 0x40;
+  std::ofstream(dev("0000:18:00.0") + "/config", std::ios::binary | std::ios::trunc) << head;
+  ASSERT_TRUE(DiscoverPci(root, &inv).ok());
+  EXPECT_EQ(inv.devices[inv.Find("0000:1a:00.0")].switch_bdf, "0000:18:00.0");
 }
 
 }  // namespace
