@@ -455,7 +455,8 @@ Status Allocator::AllocateDevices(const std::string& tenant, const Request& requ
     }
     if (!seen.insert(d).second) return Status::InvalidArgument("device listed twice");
   }
-  std::vector<DeviceRef> devices(seen.begin(), seen.end());
+  // An IOMMU group goes to one tenant whole: its other devices join the allocation.
+  std::vector<DeviceRef> devices = requested;
   if (Status s = AddGroupMates(&devices); !s.ok()) return s;
   seen.insert(devices.begin(), devices.end());
   Allocation a;
