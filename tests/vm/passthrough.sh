@@ -104,5 +104,14 @@ check(len(owners) == 1, "the group's two GPUs are in one allocation (%s)" % owne
 allocs = json.loads(dump("allocations"))["result"]
 check(sum(len(a["devices"]) for a in allocs) == 7, "7 devices in the allocations (6 GPUs, 1 NIC)")
 PY
+# The fixture trees of the scheduler's unit tests against this real sysfs.
+python3 - "$log" >"$out/sysfs-files.txt" <<'PY' || fail "no sysfs-files dump in the guest log"
+import sys
+text = open(sys.argv[1], errors="replace").read().replace("\r", "")
+print(text.split("HZ-DUMP-BEGIN sysfs-files\n", 1)[1].split("HZ-DUMP-END sysfs-files", 1)[0], end="")
+PY
+fixtures=$HZ_TOP/tests/unit/scheduler/fixtures
+python3 "$fixtures/check_against_sysfs.py" "$out/sysfs-files.txt" "$fixtures"/*/sysfs |
+	sed "s/^/[$HZ_TEST] /" || fail "the fixture trees differ from the real sysfs"
 say "step total took $((SECONDS - t0)) s"
 say PASS
