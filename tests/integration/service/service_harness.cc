@@ -68,9 +68,15 @@ bool ServiceProcess::Start(const std::vector<std::string>& extra) {
     execv(argv[0], argv.data());
     _exit(127);
   }
+  // Started once the control socket answers: the daemon serves it only after
+  // every listener (metrics too) is up. A socket file alone may be a previous
+  // run's, or the control listener ahead of the others.
   for (int i = 0; i < 500; ++i) {
     struct stat st;
-    if (stat((dir_ + "/ctl.sock").c_str(), &st) == 0) return true;
+    if (stat((dir_ + "/ctl.sock").c_str(), &st) == 0 &&
+        Control({{"cmd", "ping"}}).value("ok", false)) {
+      return true;
+    }
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
