@@ -8,6 +8,10 @@
 //     an all-reduce reads p inputs and writes p outputs: 2 * p * B bytes;
 //   - Open MPI's and Gloo's all-reduce (the programs of tests/bench/collectives),
 //     when they were built.
+// Beside each time, the CPU-seconds per timed iteration (a barrier and the
+// all-reduce) of the service (all its threads) and of the tenant (all ranks
+// together), so that a latency bought with spinning shows; and at the end the
+// service's CPU use over a window in which 8 tenants are connected and idle.
 //
 // Timing follows nccl-tests: per iteration, barrier, t0, all-reduce, t1; the
 // iteration's time is the maximum over ranks, the result the median.
@@ -23,6 +27,7 @@
 //                           [--no-references]  (skip Open MPI and Gloo; profiling)
 //                           [--io-threads N]   (the daemon's --worker-threads, default 2)
 //                           [--poll-us N]      (its --connection-poll-us, default its own)
+//                           [--idle-s S]       (the idle window, default 10; 0: none)
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,12 +41,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "cpu_time.h"
 #include "hz_client.h"
 #include "ref_sizes.h"
 #include "service_harness.h"
@@ -145,19 +152,30 @@ hz::coll::bench::SizeRun Runs(size_t bytes, double scale) {
   return {bytes, 1, static_cast<int>(std::clamp(it, 5.0, 200.0))};
 }
 
-// Runs one p-rank job over all sizes; returns the median time per size.
-std::vector<double> RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
-                           double scale) {
+// One job's results per size: the median time, and CPU-seconds per timed
+// iteration of the service and of all ranks together.
+struct JobResult {
+  std::vector<double> medians, service_cpu, tenant_cpu;
+};
+
+// Runs one p-rank job over all sizes.
+JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes, double scale) {
   std::string tenant = "bench" + std::to_string(p);
   std::vector<std::string> vms = svc.TenantWithVms(tenant, p);
   if (static_cast<int>(vms.size()) != p) return {};
+  const pid_t svc_pid = svc.pid();
   size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
   int max_iters = 0;
   for (size_t s : sizes) max_iters = std::max(max_iters, Runs(s, scale).iters);
   // times[size][iter][rank], shared with the rank processes.
   size_t slots = sizes.size() * max_iters * p;
-  auto* times = static_cast<double*>(mmap(nullptr, slots * sizeof(double), PROT_READ | PROT_WRITE,
-                                          MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  // Then CPU-seconds over each size's timed iterations: cpu[size][rank], and
+  // the service's at cpu[size][p] (measured by rank 0).
+  const size_t cpu_slots = sizes.size() * (p + 1);
+  auto* times =
+      static_cast<double*>(mmap(nullptr, (slots + cpu_slots) * sizeof(double),
+                                PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  double* const cpu = times + slots;
   std::vector<Pipe> pipes(p);
   std::vector<int> codes = hz::testing::RunRanks(p, [&](int rank) {
     HzClient c;
@@ -182,7 +200,12 @@ std::vector<double> RunJob(ServiceProcess& svc, int p, const std::vector<size_t>
     for (size_t si = 0; si < sizes.size(); ++si) {
       size_t bytes = sizes[si];
       const hz::coll::bench::SizeRun run = Runs(bytes, scale);
+      double self0 = 0, svc0 = 0;
       for (int it = -run.warmup; it < run.iters; ++it) {
+        if (it == 0) {
+          self0 = hz::bench::SelfCpuSeconds();
+          if (rank == 0) svc0 = hz::bench::ProcessCpuSeconds(svc_pid);
+        }
         hz_coll_args b{};
         b.comm = comm;
         b.seq = seq++;
@@ -200,32 +223,72 @@ std::vector<double> RunJob(ServiceProcess& svc, int p, const std::vector<size_t>
         double t = Seconds(Clock::now() - t0);
         if (it >= 0) times[(si * max_iters + it) * p + rank] = t;
       }
+      cpu[si * (p + 1) + rank] = hz::bench::SelfCpuSeconds() - self0;
+      if (rank == 0) cpu[si * (p + 1) + p] = hz::bench::ProcessCpuSeconds(svc_pid) - svc0;
       float check = 0;
       r.Read(bytes - 4, &check, 4);
       if (check != static_cast<float>(p)) return 9;
     }
     return 0;
   });
-  std::vector<double> medians;
+  JobResult out;
   bool ok = std::all_of(codes.begin(), codes.end(), [](int c) { return c == 0; });
   for (size_t si = 0; ok && si < sizes.size(); ++si) {
+    const int iters = Runs(sizes[si], scale).iters;
+    double ranks_cpu = 0;
+    for (int rank = 0; rank < p; ++rank) ranks_cpu += cpu[si * (p + 1) + rank];
+    out.tenant_cpu.push_back(ranks_cpu / iters);
+    out.service_cpu.push_back(cpu[si * (p + 1) + p] / iters);
     std::vector<double> per_iter;
-    for (int it = 0; it < Runs(sizes[si], scale).iters; ++it) {
+    for (int it = 0; it < iters; ++it) {
       double m = 0;
       for (int rank = 0; rank < p; ++rank) m = std::max(m, times[(si * max_iters + it) * p + rank]);
       per_iter.push_back(m);
     }
     std::sort(per_iter.begin(), per_iter.end());
-    medians.push_back(per_iter[per_iter.size() / 2]);
+    out.medians.push_back(per_iter[per_iter.size() / 2]);
   }
   if (!ok) {
     std::fprintf(stderr, "p=%d: rank exit codes:", p);
     for (int c : codes) std::fprintf(stderr, " %d", c);
     std::fprintf(stderr, "\n");
   }
-  munmap(times, slots * sizeof(double));
+  munmap(times, (slots + cpu_slots) * sizeof(double));
   for (const std::string& vm : vms) svc.Control({{"cmd", "vm.unbind"}, {"socket", vm}});
-  return medians;
+  return out;
+}
+
+// The service's CPU use while `tenants` tenants are connected (a VM each,
+// HELLO done) and send nothing, over `window_s` seconds after a second to
+// settle. Polling that never stops shows here.
+json IdleCpu(ServiceProcess& svc, int tenants, double window_s) {
+  std::vector<std::unique_ptr<HzClient>> clients;
+  std::vector<std::string> sockets;
+  for (int t = 0; t < tenants; ++t) {
+    std::vector<std::string> vm = svc.TenantWithVms("idle" + std::to_string(t), 1);
+    if (vm.size() != 1) return {{"bench", "service_idle"}, {"error", "cannot bind a VM"}};
+    sockets.push_back(vm[0]);
+    clients.push_back(std::make_unique<HzClient>());
+    if (!clients.back()->Connect(vm[0], 16 << 20) || clients.back()->Hello() != HZ_S_OK) {
+      return {{"bench", "service_idle"}, {"error", "a tenant could not connect"}};
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double svc0 = hz::bench::ProcessCpuSeconds(svc.pid());
+  const double self0 = hz::bench::SelfCpuSeconds();
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
+  const double wall = Seconds(Clock::now() - t0);
+  const double service = hz::bench::ProcessCpuSeconds(svc.pid()) - svc0;
+  const double tenant = hz::bench::SelfCpuSeconds() - self0;
+  clients.clear();
+  for (const std::string& s : sockets) svc.Control({{"cmd", "vm.unbind"}, {"socket", s}});
+  return {{"bench", "service_idle"},
+          {"tenants", tenants},
+          {"window_s", wall},
+          {"service_cpu_s", service},
+          {"service_cpu_share", service / wall},
+          {"tenant_cpu_s", tenant}};
 }
 
 // Runs a reference program of tests/bench/collectives (JSON lines); returns
@@ -260,6 +323,7 @@ double Lookup(const std::vector<std::pair<size_t, double>>& ref, size_t bytes) {
 // One size's measurements, one entry per round.
 struct SizeRounds {
   std::vector<double> time_s, to_memory, mpi_gbps, to_mpi, gloo_gbps, to_gloo;
+  std::vector<double> service_cpu_s, tenant_cpu_s;  // per iteration
 };
 
 json MedianOrNull(const std::vector<double>& v) {
@@ -280,6 +344,8 @@ json Summary(int p, size_t bytes, const SizeRounds& r) {
           {"time_us", t * 1e6},
           {"algbw_gbps", algbw},
           {"busbw_gbps", algbw * 2.0 * (p - 1) / p},
+          {"service_cpu_s_per_iteration", MedianOrNull(r.service_cpu_s)},
+          {"tenant_cpu_s_per_iteration", MedianOrNull(r.tenant_cpu_s)},
           {"mpi_busbw_gbps", MedianOrNull(r.mpi_gbps)},
           {"gloo_busbw_gbps", MedianOrNull(r.gloo_gbps)},
           {"ratio_to_memory_bound", MedianOrNull(r.to_memory)},
@@ -318,6 +384,7 @@ int main(int argc, char** argv) {
   std::vector<size_t> only_sizes;
   bool references = true;
   int rounds = 3;
+  double idle_s = 10;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -341,6 +408,12 @@ int main(int argc, char** argv) {
           return 2;
         }
       }
+    } else if (a == "--idle-s" && i + 1 < argc) {
+      idle_s = std::atof(argv[++i]);
+      if (idle_s < 0 || idle_s > 3600) {
+        std::fprintf(stderr, "--idle-s: 0 to 3600\n");
+        return 2;
+      }
     } else if (a == "--no-references") {
       references = false;
     } else if (a == "--rounds" && i + 1 < argc) {
@@ -352,7 +425,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
-                   "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n",
+                   "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
+                   "          [--idle-s S]\n",
                    argv[0]);
       return 2;
     }
@@ -410,7 +484,8 @@ int main(int argc, char** argv) {
         gloo = Reference(std::string(HZ_REF_GLOO_ALLREDUCE) + " --ranks " + std::to_string(p) +
                          (full ? " --full" : "") + " 2>/dev/null");
 #endif
-      std::vector<double> med = RunJob(svc, p, job_sizes, scale);
+      const JobResult job = RunJob(svc, p, job_sizes, scale);
+      const std::vector<double>& med = job.medians;
       if (med.size() != job_sizes.size()) {
         std::printf("%s\n",
                     json({{"bench", "service_allreduce"}, {"ranks", p}, {"error", "job failed"}})
@@ -424,6 +499,8 @@ int main(int argc, char** argv) {
         const size_t bytes = job_sizes[i];
         const double busbw = bytes / med[i] / 1e9 * 2.0 * (p - 1) / p;
         r.time_s.push_back(med[i]);
+        r.service_cpu_s.push_back(job.service_cpu[i]);
+        r.tenant_cpu_s.push_back(job.tenant_cpu[i]);
         r.to_memory.push_back(2.0 * p * bytes / (copy_gbps * 1e9) / med[i]);
         if (double m = Lookup(mpi, bytes); m > 0) {
           r.mpi_gbps.push_back(m);
@@ -440,6 +517,10 @@ int main(int argc, char** argv) {
       std::printf("%s\n", Summary(p, job_sizes[i], results[i]).dump().c_str());
       std::fflush(stdout);
     }
+  }
+  if (idle_s > 0) {
+    std::printf("%s\n", IdleCpu(svc, 8, idle_s).dump().c_str());
+    std::fflush(stdout);
   }
   return svc.Terminate() == 0 ? 0 : 1;
 }
