@@ -47,11 +47,21 @@ class Service:
     def start(self, timeout: float = 20.0) -> None:
         log = open(self.log_path, "ab")
         self.proc = self.popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        # Started once the control socket answers: harmonaized serves it only
+        # after every listener, restored VM sockets included, is up. The file
+        # alone comes first.
         deadline = time.monotonic() + timeout
-        while not os.path.exists(self.control):
+        while not (os.path.exists(self.control) and self._answers()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"harmonaized did not start:\n{self.log()}")
             time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        try:
+            return subprocess.run([self.hzctl_path, "--socket", self.control, "--timeout", "2",
+                                   "status"], capture_output=True, timeout=10).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
