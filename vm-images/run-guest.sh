@@ -54,11 +54,7 @@ dir=$(hz_vm_dir "$dir_arg")
 root=$dir/root
 [ -f "$dir/toolchain.stamp" ] || hz_die "no toolchain in $dir (run vm-images/build-toolchain.sh)"
 guest_kernel=$(hz_guest_kernel)
-if [ -z "$kernel" ]; then
-	kver=$(hz_guest_kernel_version "$guest_kernel" "$dir")
-	kernel=$(hz_guest_kernel_root "$guest_kernel" "$dir")/boot/vmlinuz-$kver
-	hz_log "$name: guest kernel $guest_kernel ($kver)"
-fi
+[ -n "$kernel" ] || kernel=$(hz_guest_kernel_image "$dir" "$name")
 initrd=${initrd:-$(hz_guest_initramfs "$dir" "$guest_kernel")}
 [ -f "$kernel" ] || hz_die "no kernel $kernel"
 [ -f "$initrd" ] || hz_die "no initramfs $initrd (run vm-images/build-initramfs.sh)"
@@ -103,15 +99,4 @@ rc=${PIPESTATUS[0]}
 set -e
 hz_log "$name: QEMU exited with $rc after $((SECONDS - start)) s (log: $log)"
 
-if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-	hz_log "$name: timed out after $timeout_s s"
-	exit 124
-fi
-[ -n "$test_name" ] || exit "$rc"
-if grep -q "^HZ-RESULT: FAIL $test_name" "$log"; then
-	exit 1
-elif grep -q "^HZ-RESULT: PASS $test_name\b" "$log"; then
-	exit 0
-fi
-hz_log "$name: the guest gave no result for $test_name"
-exit 2
+hz_guest_exit "$name" "$rc" "$timeout_s" "$log" "$test_name"

@@ -152,3 +152,32 @@ hz_libvirt_qemu_conf() {
 		stdio_handler = "file"
 	CONF
 }
+
+# hz_guest_kernel_image DIR NAME: the image of $HZ_GUEST_KERNEL's kernel
+# (logged for guest NAME).
+hz_guest_kernel_image() {
+	local guest_kernel kver
+	guest_kernel=$(hz_guest_kernel)
+	kver=$(hz_guest_kernel_version "$guest_kernel" "$1")
+	hz_log "$2: guest kernel $guest_kernel ($kver)"
+	echo "$(hz_guest_kernel_root "$guest_kernel" "$1")/boot/vmlinuz-$kver"
+}
+
+# hz_guest_exit NAME RC TIMEOUT_S LOG TEST: exits as the run scripts do: 124
+# when QEMU ran out of time, QEMU's status without a test, else 0 on
+# "HZ-RESULT: PASS TEST" in LOG, 1 on FAIL and 2 without a result.
+hz_guest_exit() {
+	local name=$1 rc=$2 timeout_s=$3 log=$4 test_name=$5
+	if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+		hz_log "$name: timed out after $timeout_s s"
+		exit 124
+	fi
+	[ -n "$test_name" ] || exit "$rc"
+	if grep -q "^HZ-RESULT: FAIL $test_name" "$log"; then
+		exit 1
+	elif grep -q "^HZ-RESULT: PASS $test_name\b" "$log"; then
+		exit 0
+	fi
+	hz_log "$name: the guest gave no result for $test_name"
+	exit 2
+}
