@@ -269,13 +269,10 @@ Status DiscoverPci(const std::string& sysfs_root, const KindOverrides& kinds, Ho
   return Status::Ok();
 }
 
-Status ReadProviderKinds(const std::string& text, const std::string& what, KindOverrides* out) {
-  toml::table table;
-  try {
-    table = toml::parse(text, what);
-  } catch (const toml::parse_error& e) {
-    return Status::InvalidArgument(what + ": " + std::string(e.description()));
-  }
+namespace {
+
+// The [kinds] table of a parsed provider file.
+Status KindsOf(const toml::table& table, const std::string& what, KindOverrides* out) {
   KindOverrides kinds;
   if (auto* t = table["kinds"].as_table()) {
     for (const auto& [key, value] : *t) {
@@ -302,18 +299,31 @@ Status ReadProviderKinds(const std::string& text, const std::string& what, KindO
   return Status::Ok();
 }
 
-Status ApplyProviderText(const std::string& text, const std::string& what,
-                         HostInventory* inventory) {
-  toml::table table;
+Status ParseProvider(const std::string& text, const std::string& what, toml::table* table) {
   try {
-    table = toml::parse(text, what);
+    *table = toml::parse(text, what);
   } catch (const toml::parse_error& e) {
     return Status::InvalidArgument(what + ": " + std::string(e.description()));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadProviderKinds(const std::string& text, const std::string& what, KindOverrides* out) {
+  toml::table table;
+  Status s = ParseProvider(text, what, &table);
+  return s.ok() ? KindsOf(table, what, out) : s;
+}
+
+Status ApplyProviderText(const std::string& text, const std::string& what,
+                         HostInventory* inventory) {
+  toml::table table;
+  Status s = ParseProvider(text, what, &table);
+  if (!s.ok()) return s;
   HostInventory inv = *inventory;
-  Status s;
-  KindOverrides kinds;
-  if (!(s = ReadProviderKinds(text, what, &kinds)).ok()) return s;
+  KindOverrides kinds;  // checked here; applied at discovery (LoadHostInventory)
+  if (!(s = KindsOf(table, what, &kinds)).ok()) return s;
   if (auto node = table["host"]) {
     auto name = node.value<std::string>();
     if (!name || name->empty()) return Status::InvalidArgument(what + ": host must be a string");
