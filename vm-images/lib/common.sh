@@ -163,19 +163,20 @@ hz_guest_kernel_image() {
 	echo "$(hz_guest_kernel_root "$guest_kernel" "$1")/boot/vmlinuz-$kver"
 }
 
-# hz_guest_exit NAME RC TIMEOUT_S LOG TEST: exits as the run scripts do: 124
-# when QEMU ran out of time, QEMU's status without a test, else 0 on
-# "HZ-RESULT: PASS TEST" in LOG, 1 on FAIL and 2 without a result.
+# hz_guest_exit NAME RC TIMEOUT_S LOG TEST [PREFIX]: exits as the run scripts
+# do: 124 when QEMU ran out of time, QEMU's status without a test, else 0 on
+# "HZ-RESULT: PASS TEST" in LOG (after PREFIX, when the console's lines carry
+# one), 1 on FAIL and 2 without a result.
 hz_guest_exit() {
-	local name=$1 rc=$2 timeout_s=$3 log=$4 test_name=$5
+	local name=$1 rc=$2 timeout_s=$3 log=$4 test_name=$5 prefix=${6:-}
 	if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
 		hz_log "$name: timed out after $timeout_s s"
 		exit 124
 	fi
 	[ -n "$test_name" ] || exit "$rc"
-	if grep -q "^HZ-RESULT: FAIL $test_name" "$log"; then
+	if grep -q "^${prefix}HZ-RESULT: FAIL $test_name" "$log"; then
 		exit 1
-	elif grep -q "^HZ-RESULT: PASS $test_name\b" "$log"; then
+	elif grep -q "^${prefix}HZ-RESULT: PASS $test_name\b" "$log"; then
 		exit 0
 	fi
 	hz_log "$name: the guest gave no result for $test_name"

@@ -106,9 +106,8 @@ void RemoveNode(xmlNode* n, bool drop_empty_parent) {
 }
 
 xmlNode* ChildOrNew(xmlNode* parent, const char* name, xmlNs* ns = nullptr) {
-  for (xmlNode* n = parent->children; n; n = n->next) {
-    if (n->type == XML_ELEMENT_NODE && xmlStrEqual(n->name, X(name)) && n->ns == ns) return n;
-  }
+  const char* href = ns ? reinterpret_cast<const char*>(ns->href) : nullptr;
+  if (xmlNode* n = Child(parent, name, href)) return n;
   return xmlNewChild(parent, ns, X(name), nullptr);
 }
 
