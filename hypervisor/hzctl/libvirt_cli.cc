@@ -1,8 +1,6 @@
 #include "libvirt_cli.h"
 
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 
 #include "hz/common/status.h"
 #include "hz/libvirt/domain_device.h"
@@ -41,10 +39,6 @@ LibvirtCli::LibvirtCli(CLI::App& app, CLI::App& vm_cmd) {
   attach_->add_option("--domain", domain_, "libvirt domain name")->required();
   attach_->add_option("--socket", socket_,
                       "socket path (default: DOMAIN.sock in the VM socket directory)");
-  attach_->add_option("--request-queues", request_queues_, "request queues (default 4)")
-      ->check(CLI::Range(1, 64).description(""));
-  attach_->add_option("--queue-size", queue_size_, "descriptors per queue (default 256)")
-      ->check(CLI::Range(2, 32768).description(""));
   detach_ = vm_cmd.add_subcommand(
       "detach",
       "take the device out of a libvirt domain's definition, as attach added it, and unbind "
@@ -68,8 +62,6 @@ bool LibvirtCli::Request(json* req) const {
     (*req)["tenant"] = tenant_;
     (*req)["domain"] = domain_;
     if (!socket_.empty()) (*req)["socket"] = socket_;
-    (*req)["request_queues"] = request_queues_;
-    (*req)["queue_size"] = queue_size_;
     return true;
   }
   if (detach_->parsed()) {

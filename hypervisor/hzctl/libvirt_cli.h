@@ -6,7 +6,6 @@
 #ifndef HZ_HZCTL_LIBVIRT_CLI_H_
 #define HZ_HZCTL_LIBVIRT_CLI_H_
 
-#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -41,8 +40,6 @@ class LibvirtCli {
   std::string tenant_;
   std::string domain_;
   std::string socket_;
-  uint32_t request_queues_ = 4;
-  uint32_t queue_size_ = 256;
   std::string operation_;
   std::string sub_operation_;
   std::string extra_;

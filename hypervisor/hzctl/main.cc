@@ -16,8 +16,7 @@
 //   hzctl vm unbind --socket PATH [--domain DOMAIN] | vm list
 //         (DOMAIN: the VM's libvirt domain; a preemption of the tenant's devices then saves
 //          only the VM they are attached to)
-//   hzctl vm attach --tenant NAME --domain DOMAIN [--socket PATH] [--request-queues N]
-//                   [--queue-size N] | vm detach --domain DOMAIN
+//   hzctl vm attach --tenant NAME --domain DOMAIN [--socket PATH] | vm detach --domain DOMAIN
 //         (the device in a defined libvirt domain, through harmonaized's libvirt connection)
 //   hzctl libvirt-hook DOMAIN OPERATION SUB-OPERATION [EXTRA]   (libvirt's QEMU hook)
 //   hzctl comm list | counters | status

@@ -30,7 +30,7 @@ _hzctl() {
     [tenant domain]="--domain"
     [vm bind]="--tenant --socket --domain"
     [vm unbind]="--socket --domain"
-    [vm attach]="--tenant --domain --socket --request-queues --queue-size"
+    [vm attach]="--tenant --domain --socket"
     [vm detach]="--domain"
     [event inject]="--tenant --topic --kind --deadline-s --data"
     [event status]="--tenant"

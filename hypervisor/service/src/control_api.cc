@@ -40,6 +40,11 @@ std::string Str(const json& req, const char* key) {
   return it->get<std::string>();
 }
 
+// An optional string field: empty when absent.
+std::string OptionalStr(const json& req, const char* key) {
+  return req.contains(key) ? Str(req, key) : std::string();
+}
+
 uint64_t UInt(const json& req, const char* key, uint64_t def, uint64_t max) {
   auto it = req.find(key);
   if (it == req.end()) return def;
@@ -251,7 +256,7 @@ json ControlApi::SetTenantFeatures(const json& req) {
 
 json ControlApi::BindVm(const json& req) {
   OnlyFields(req, {"tenant", "socket", "domain"});
-  const std::string domain = req.contains("domain") ? Str(req, "domain") : std::string();
+  const std::string domain = OptionalStr(req, "domain");
   StatusOr<std::string> resolved = target_->BindVm(Str(req, "tenant"), Str(req, "socket"), domain);
   Check(resolved.status());
   return {{"socket", *resolved}};
@@ -259,7 +264,7 @@ json ControlApi::BindVm(const json& req) {
 
 json ControlApi::UnbindVm(const json& req) {
   OnlyFields(req, {"socket", "domain"});
-  const std::string domain = req.contains("domain") ? Str(req, "domain") : std::string();
+  const std::string domain = OptionalStr(req, "domain");
   Check(target_->UnbindVm(Str(req, "socket"), domain));
   return json::object();
 }
@@ -277,14 +282,11 @@ json AttachmentJson(const VmAttachment& a) {
 }  // namespace
 
 json ControlApi::AttachVm(const json& req) {
-  OnlyFields(req, {"tenant", "domain", "socket", "request_queues", "queue_size"});
+  OnlyFields(req, {"tenant", "domain", "socket"});
   VmAttachRequest r;
   r.tenant = Str(req, "tenant");
   r.domain = Str(req, "domain");
-  if (req.contains("socket")) r.socket = Str(req, "socket");
-  r.request_queues =
-      static_cast<uint32_t>(UInt(req, "request_queues", r.request_queues, HZ_MAX_REQUEST_QUEUES));
-  r.queue_size = static_cast<uint32_t>(UInt(req, "queue_size", r.queue_size, 32768));
+  r.socket = OptionalStr(req, "socket");
   StatusOr<VmAttachment> a = target_->AttachVm(r);
   Check(a.status());
   return AttachmentJson(*a);

@@ -76,7 +76,8 @@ hz::StatusOr<VmAttachment> Service::AttachVm(const VmAttachRequest& req) {
   lv::DomainDevice device;
   device.tenant = req.tenant;
   device.socket = *socket;
-  device.shape = {req.request_queues, req.queue_size};
+  // QEMU's device has the queues this service serves ([device]).
+  device.shape = {config_.device.num_request_queues, config_.device.queue_size};
   lv::DefinitionChange change;
   if (hz::Status s = definitions->Attach(req.domain, device, &change); !s.ok()) return s;
   hz::StatusOr<std::string> bound = BindVm(req.tenant, *socket, req.domain);

@@ -201,14 +201,9 @@ TEST_F(ControlApiTest, VmAttachAndDetachTakeTheirFieldsAndCheckThem) {
   EXPECT_EQ(r["result"]["running"], true);
   EXPECT_EQ(r["result"]["bound"], true);
   ASSERT_EQ(target.attached.size(), 1u);
-  EXPECT_EQ(target.attached[0].request_queues, 4u);  // the defaults
-  EXPECT_EQ(target.attached[0].queue_size, 256u);
   EXPECT_TRUE(target.attached[0].socket.empty());
-  r = Do(R"({"cmd":"vm.attach","tenant":"t1","domain":"e","socket":"/s.sock",
-             "request_queues":8,"queue_size":1024})");
+  r = Do(R"({"cmd":"vm.attach","tenant":"t1","domain":"e","socket":"/s.sock"})");
   ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
-  EXPECT_EQ(target.attached[1].request_queues, 8u);
-  EXPECT_EQ(target.attached[1].queue_size, 1024u);
   EXPECT_EQ(target.attached[1].socket, "/s.sock");
   for (const char* bad :
        {R"({"cmd":"vm.attach","tenant":"t1"})", R"({"cmd":"vm.attach","domain":"d"})",

@@ -36,8 +36,6 @@ struct VmAttachRequest {
   std::string tenant;
   std::string domain;
   std::string socket;  // empty: <domain>.sock in the VM socket directory
-  uint32_t request_queues = 4;
-  uint32_t queue_size = 256;
 };
 
 struct VmAttachment {
