@@ -115,12 +115,29 @@ std::string ChardevArg(const std::string& socket) {
   return std::string("socket,id=") + kChardevId + ",path=" + socket;
 }
 
-std::string DeviceArg(const DeviceShape& shape) {
+// libvirt does not know this device (it comes through <qemu:commandline>),
+// so QEMU puts it into the first free slot, which libvirt still counts as
+// free. On an i440fx machine libvirt hot-plugs PCI devices (the scheduler's
+// hostdevs) straight into the root bus, lowest free slot first, and QEMU
+// would refuse the hostdev ("slot 2 function 0 not available"): there the
+// device takes the root bus's last slot. On q35 libvirt hot-plugs into
+// pcie-root-ports, never into pcie.0, and QEMU's choice is safe.
+constexpr char kI440fxPlacement[] = ",bus=pci.0,addr=0x1f";
+
+bool IsI440fx(xmlNode* root) {
+  xmlNode* os = Child(root, "os");
+  xmlNode* type = os ? Child(os, "type") : nullptr;
+  const std::string machine = type ? Attr(type, "machine").value_or("") : "";
+  return machine == "pc" || (machine.rfind("pc-", 0) == 0 && machine.rfind("pc-q35", 0) != 0);
+}
+
+std::string DeviceArg(const DeviceShape& shape, bool i440fx) {
   return std::string("vhost-user-test-device-pci,chardev=") + kChardevId +
          ",virtio-id=" + std::to_string(HZ_VIRTIO_ID) +
          ",num_vqs=" + std::to_string(HZ_VQ_REQUEST_BASE + shape.request_queues) +
          ",vq_size=" + std::to_string(shape.queue_size) +
-         ",config_size=" + std::to_string(sizeof(struct hz_config));
+         ",config_size=" + std::to_string(sizeof(struct hz_config)) +
+         (i440fx ? kI440fxPlacement : "");
 }
 
 // Whether a QEMU argument belongs to the device: its chardev or the device
@@ -214,7 +231,7 @@ void AddArgs(xmlNode* root, const DomainDevice& d) {
   if (!qemu) qemu = xmlNewNs(root, X(kQemuNamespace), X("qemu"));
   xmlNode* cmdline = ChildOrNew(root, "commandline", qemu);
   for (const std::string& value : {std::string("-chardev"), ChardevArg(d.socket),
-                                   std::string("-device"), DeviceArg(d.shape)}) {
+                                   std::string("-device"), DeviceArg(d.shape, IsI440fx(root))}) {
     xmlNewProp(xmlNewChild(cmdline, qemu, X("arg"), nullptr), X("value"), X(value.c_str()));
   }
 }

@@ -60,6 +60,31 @@ TEST(DomainDevice, AddingPutsTheDeviceSharedMemoryAndTheRecordIn) {
   EXPECT_EQ(AddDevice(*xml, Device()).status().code(), StatusCode::kExists);
 }
 
+// libvirt hot-plugs hostdevs into an i440fx machine's root bus, lowest free
+// slot first, and does not know the slot QEMU gave this device: there the
+// device sits in the root bus's last slot. On q35 QEMU's choice stays.
+TEST(DomainDevice, OnI440fxTheDeviceKeepsClearOfHotpluggedHostdevs) {
+  const std::string q35 = Domain();
+  for (const char* machine : {"pc", "pc-i440fx-11.1"}) {
+    std::string pc = q35;
+    pc.replace(pc.find("machine='q35'"), 13, std::string("machine='") + machine + "'");
+    StatusOr<std::string> xml = AddDevice(pc, Device());
+    ASSERT_TRUE(xml.ok()) << xml.status().ToString();
+    EXPECT_NE(xml->find("config_size=64,bus=pci.0,addr=0x1f\""), std::string::npos)
+        << machine << ": " << *xml;
+    StatusOr<std::string> back = RemoveDevice(*xml);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->find("harmonaize0"), std::string::npos);
+  }
+  for (const char* machine : {"q35", "pc-q35-11.1"}) {
+    std::string other = q35;
+    other.replace(other.find("machine='q35'"), 13, std::string("machine='") + machine + "'");
+    StatusOr<std::string> xml = AddDevice(other, Device());
+    ASSERT_TRUE(xml.ok()) << xml.status().ToString();
+    EXPECT_EQ(xml->find("addr="), std::string::npos) << machine << ": " << *xml;
+  }
+}
+
 TEST(DomainDevice, RemovingTakesOutWhatAddingPutInAndNothingElse) {
   const std::string own_backing = "  <memoryBacking><hugepages/></memoryBacking>\n";
   const std::string own_args =
