@@ -114,6 +114,40 @@ TEST(SchedulerLibvirt, TestDriverAcceptsTheHostdevXml) {
   if (bad) virDomainFree(bad);
 }
 
+// A live detach waits until the device has left the domain: HasHostdev
+// finds a hostdev by its source address in the XML libvirt writes back (the
+// guest-side address, with its type, does not count).
+TEST(SchedulerLibvirt, HasHostdevFindsTheSourceAddress) {
+  std::unique_ptr<LibvirtAttacher> attacher;
+  ASSERT_TRUE(LibvirtAttacher::Open("test:///default", false, &attacher).ok());
+  auto conn = static_cast<virConnectPtr>(attacher->connection()->get());
+  const std::string xml = DomainXml("tenant-vm", AllHostdevs());
+  virDomainPtr dom = virDomainDefineXML(conn, xml.c_str());
+  ASSERT_NE(dom, nullptr) << virGetLastErrorMessage();
+  char* back = virDomainGetXMLDesc(dom, 0);
+  ASSERT_NE(back, nullptr);
+  const std::string text = back;
+  free(back);
+  virDomainUndefine(dom);
+  virDomainFree(dom);
+  for (const char* b : kBdfs) EXPECT_TRUE(HasHostdev(text, b)) << b;
+  EXPECT_FALSE(HasHostdev(text, "0000:1a:00.1"));
+  EXPECT_FALSE(HasHostdev(text, "0000:1b:00.0"));
+  EXPECT_FALSE(HasHostdev(text, "garbage"));
+  // The guest-side address of a hostdev is not its source.
+  const std::string guest_side =
+      "<hostdev mode='subsystem' type='pci' managed='no'><source>"
+      "<address domain='0x0000' bus='0x21' slot='0x00' function='0x0'/></source>"
+      "<address type='pci' domain='0x0000' bus='0x00' slot='0x05' function='0x0'/></hostdev>";
+  EXPECT_TRUE(HasHostdev(guest_side, "0000:21:00.0"));
+  EXPECT_FALSE(HasHostdev(guest_side, "0000:00:05.0"));
+  // Nor is an address outside any hostdev (a disk's, say).
+  EXPECT_FALSE(
+      HasHostdev("<disk><address domain='0x0000' bus='0x21' slot='0x00' "
+                 "function='0x0'/></disk>",
+                 "0000:21:00.0"));
+}
+
 int Validate(const std::string& path) {
   const std::string cmd = "virt-xml-validate " + path + " domain >/dev/null 2>&1";
   int rc = std::system(cmd.c_str());

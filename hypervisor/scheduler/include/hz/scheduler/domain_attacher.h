@@ -7,6 +7,7 @@
 #ifndef HZ_SCHEDULER_DOMAIN_ATTACHER_H_
 #define HZ_SCHEDULER_DOMAIN_ATTACHER_H_
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,13 @@ namespace hz::scheduler {
 // The <hostdev> element for a PCI function; kInvalidArgument for a bad bdf.
 Status HostdevXml(const std::string& bdf, bool managed, std::string* xml);
 
+// Whether a domain's XML still holds the hostdev of `bdf` (its source
+// address as libvirt and HostdevXml write it).
+bool HasHostdev(const std::string& domain_xml, const std::string& bdf);
+
+// How long a detach from a running domain waits for the guest to let go.
+inline constexpr std::chrono::milliseconds kDefaultDetachWait{60000};
+
 class DomainAttacher {
  public:
   virtual ~DomainAttacher() = default;
@@ -29,10 +37,16 @@ class DomainAttacher {
 class LibvirtAttacher : public DomainAttacher {
  public:
   // Opens a libvirt connection ("qemu:///system"; tests use "test:///default").
-  static Status Open(const std::string& uri, bool managed, std::unique_ptr<LibvirtAttacher>* out);
+  static Status Open(const std::string& uri, bool managed, std::unique_ptr<LibvirtAttacher>* out,
+                     std::chrono::milliseconds detach_wait = kDefaultDetachWait);
 
   // virDomainAttachDeviceFlags / virDomainDetachDeviceFlags, on the live
-  // domain when it runs, else on its persistent definition.
+  // domain when it runs, else on its persistent definition. A live detach
+  // returns once the device has left the domain: QEMU only asks the guest
+  // to eject it, and libvirt returns success after waiting 5 s whether or
+  // not the guest did, while the device must not be unbound from vfio-pci
+  // or handed out before QEMU lets go of it. kTimedOut when the guest does
+  // not eject it within detach_wait (the device is still the guest's).
   Status Attach(const std::string& domain, const std::string& bdf) override;
   Status Detach(const std::string& domain, const std::string& bdf) override;
 
@@ -40,13 +54,17 @@ class LibvirtAttacher : public DomainAttacher {
   hz::libvirt::Connection* connection() const { return conn_.get(); }
 
  private:
-  LibvirtAttacher(std::unique_ptr<hz::libvirt::Connection> conn, bool managed)
-      : conn_(std::move(conn)), managed_(managed) {}
+  LibvirtAttacher(std::unique_ptr<hz::libvirt::Connection> conn, bool managed,
+                  std::chrono::milliseconds detach_wait)
+      : conn_(std::move(conn)), managed_(managed), detach_wait_(detach_wait) {}
   Status Change(const std::string& domain, const std::string& bdf, bool attach);
+  // Until the live domain `dom` (a virDomainPtr) no longer holds bdf.
+  Status WaitForRemoval(void* dom, const std::string& domain, const std::string& bdf);
 
   std::mutex mu_;
   std::unique_ptr<hz::libvirt::Connection> conn_;
   const bool managed_;
+  const std::chrono::milliseconds detach_wait_;
 };
 
 }  // namespace hz::scheduler
