@@ -23,19 +23,29 @@
 # the toolchain root: the kernel and initramfs are bind-mounted into it at
 # /mnt, in a private mount namespace.
 #
+# For guests inside the server (tests/vm/passthrough_nested.sh) it can share
+# the toolchain root itself, read-only, over virtio-9p (mount tag hzroot), so
+# that the server runs the root's libvirtd and QEMU, and a directory of the
+# host, writable (mount tag hzshare), for the nested guest's files and logs.
+#
 # Usage: vm-images/run-iommu-host.sh --name NAME --initrd FILE [--test TEST]
 #          [--log FILE] [--timeout 240] [--dir DIR] [--kernel FILE]
+#          [--node-mib 256] [--share-root] [--share DIR]
 #          [--append ARGS] [--qemu-arg ARG]...
-#   --initrd  the guest image (vm-images/build-initramfs.sh --out FILE)
-#   --test    passed to the guest as hz.test=TEST (a script in its /tests)
-#   --log     default: a file in a temporary directory, printed at the end
-#   --dir     as for build-toolchain.sh; the root must be built already (only read)
-#   --kernel  defaults to that of $HZ_GUEST_KERNEL (vm-images/lib/common.sh)
+#   --initrd    the guest image (vm-images/build-initramfs.sh --out FILE)
+#   --test      passed to the guest as hz.test=TEST (a script in its /tests)
+#   --log       default: a file in a temporary directory, printed at the end
+#   --dir       as for build-toolchain.sh; the root must be built already (only read)
+#   --kernel    defaults to that of $HZ_GUEST_KERNEL (vm-images/lib/common.sh)
+#   --node-mib  RAM of each of the two NUMA nodes
+#   --share-root  the toolchain root over virtio-9p, read-only (tag hzroot)
+#   --share     DIR over virtio-9p, writable (tag hzshare)
 # Exit status: as for run-guest.sh (0 PASS, 1 FAIL, 2 no report, 124 timeout).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
 name='' test_name='' log='' timeout_s=240 dir_arg='' kernel='' initrd='' append='' extra=()
+node_mib=256 share_root='' share=''
 while [ $# -gt 0 ]; do
 	case $1 in
 	--name) name=$2; shift 2 ;;
@@ -46,8 +56,11 @@ while [ $# -gt 0 ]; do
 	--kernel) kernel=$2; shift 2 ;;
 	--initrd) initrd=$2; shift 2 ;;
 	--append) append=$2; shift 2 ;;
+	--node-mib) node_mib=$2; shift 2 ;;
+	--share-root) share_root=1; shift ;;
+	--share) share=$2; shift 2 ;;
 	--qemu-arg) extra+=("$2"); shift 2 ;;
-	-h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,41p' "$0"; exit 0 ;;
 	*) hz_die "unknown argument: $1" ;;
 	esac
 done
@@ -56,6 +69,8 @@ hz_require_root
 [[ $name =~ ^[A-Za-z0-9_-]+$ ]] || hz_die "--name must be letters, digits, - or _"
 [[ $test_name =~ ^[A-Za-z0-9_.-]*$ ]] || hz_die "--test must be letters, digits, ., - or _"
 [[ $timeout_s =~ ^[0-9]+$ ]] || hz_die "--timeout must be a number"
+[[ $node_mib =~ ^[0-9]+$ ]] || hz_die "--node-mib must be a number"
+[ -z "$share" ] || [ -d "$share" ] || hz_die "--share $share is not a directory"
 dir=$(hz_vm_dir "$dir_arg")
 root=$dir/root
 [ -f "$dir/toolchain.stamp" ] || hz_die "no toolchain in $dir (run vm-images/build-toolchain.sh)"
@@ -69,13 +84,13 @@ trap 'rm -rf "$boot"' EXIT
 cp "$kernel" "$boot/vmlinuz"
 cp "$initrd" "$boot/initrd.gz"
 log=${log:-$boot/console.log}
-mkdir -p "$(dirname "$log")"
+mkdir -p "$(dirname "$log")" "$boot/share"
 
 guest_timeout=$((timeout_s > 60 ? timeout_s - 30 : timeout_s * 2 / 3))
 # shellcheck disable=SC2054 # commas belong to QEMU's option syntax
-qemu=(qemu-system-x86_64 -accel tcg -m 512M -smp 2 -name "$name"
+qemu=(qemu-system-x86_64 -accel tcg -m $((2 * node_mib))M -smp 2 -name "$name"
 	-machine q35 -device intel-iommu,caching-mode=on
-	-object memory-backend-ram,id=m0,size=256M -object memory-backend-ram,id=m1,size=256M
+	-object memory-backend-ram,id=m0,size="$node_mib"M -object memory-backend-ram,id=m1,size="$node_mib"M
 	-numa node,nodeid=0,memdev=m0 -numa node,nodeid=1,memdev=m1
 	-nic none
 	# NUMA 0: an expander host bridge with its switch.
@@ -102,17 +117,30 @@ qemu=(qemu-system-x86_64 -accel tcg -m 512M -smp 2 -name "$name"
 	-kernel /mnt/vmlinuz -initrd /mnt/initrd.gz
 	-append "console=ttyS0 panic=-1 loglevel=4 intel_iommu=on ${test_name:+hz.test=$test_name hz.timeout=$guest_timeout} $append"
 	-display none -serial stdio -monitor none -no-reboot)
+# The shares: QEMU runs chrooted into the root, so the root is its "/" and
+# the shared directory is bind-mounted at /mnt/share.
+# shellcheck disable=SC2054 # commas belong to QEMU's option syntax
+if [ -n "$share_root" ]; then
+	qemu+=(-fsdev local,id=fsroot,path=/,security_model=none,readonly=on,multidevs=remap
+		-device virtio-9p-pci,fsdev=fsroot,mount_tag=hzroot,bus=pcie.0)
+fi
+# shellcheck disable=SC2054
+if [ -n "$share" ]; then
+	qemu+=(-fsdev local,id=fsshare,path=/mnt/share,security_model=none,multidevs=remap
+		-device virtio-9p-pci,fsdev=fsshare,mount_tag=hzshare,bus=pcie.0)
+fi
 qemu+=("${extra[@]}")
 
 start=$SECONDS
 set +e
 timeout --kill-after=10 "$timeout_s" unshare --mount --propagation private bash -euo pipefail -c '
-	root=$1 boot=$2; shift 2
+	root=$1 boot=$2 share=$3; shift 3
 	mount -t proc proc "$root/proc"
 	mount --bind /dev "$root/dev"
 	mount --bind "$boot" "$root/mnt"
+	[ -z "$share" ] || mount --bind "$share" "$root/mnt/share"
 	exec chroot "$root" "$@"
-' hz-iommu-host "$root" "$boot" "${qemu[@]}" </dev/null 2>&1 | tee "$log"
+' hz-iommu-host "$root" "$boot" "$share" "${qemu[@]}" </dev/null 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 hz_log "$name: QEMU exited with $rc after $((SECONDS - start)) s (log: $log)"
