@@ -36,6 +36,8 @@ set -euo pipefail
 #                   python3-dev to build the `harmonaize` Python package, python3-numpy
 #                   and python3-pytest for its tests. Debian's python3 (/usr/bin/python3)
 #                   is the interpreter these belong to.
+#  experiment     - python3-matplotlib (Agg backend) draws the plots of the cooperation
+#                   experiment's report (hypervisor/experiment/report/plot.py).
 #  CLI docs       - help2man writes the man pages of hzctl and hz from their own --help
 #                   and --version at build time; bash-completion loads their completion
 #                   scripts (installed to share/bash-completion/completions).
@@ -57,6 +59,7 @@ PACKAGES=(
   linux-image-amd64 linux-headers-amd64 sparse linux-source-6.1 dkms
   python3 procps iproute2 util-linux
   python3-dev python3-torch libtorch-dev pybind11-dev python3-numpy python3-pytest
+  python3-matplotlib
   help2man bash-completion
   dpkg-dev lintian
 )
