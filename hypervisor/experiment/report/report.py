@@ -141,7 +141,10 @@ def ablation_table(res, _):
     for c in ablations + ([R.COOPERATIVE] if res.has(R.COOPERATIVE) else []):
         row = [f"`{c}`", res.description(c) or "—"]
         for key in R.COMPARED:
-            row += [with_ci(res.stat(c, key)), with_ci(res.relative_change(c, key), percent)]
+            change = res.relative_change(c, key)
+            # None here means standard's mean is zero: no relative change exists.
+            row += [with_ci(res.stat(c, key)),
+                    with_ci(change, percent) if change else "— (standard is 0)"]
         rows.append(row)
     header = ["Cohort", "What it adds to standard"]
     for key in R.COMPARED:
