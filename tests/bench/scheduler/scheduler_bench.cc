@@ -12,9 +12,8 @@
 //                    full topology, the coarse summary and nothing, relative
 //                    to the best plan; identifiers revealed by the summaries.
 //
-// Synthetic trace (fallback): 8,000 jobs, Poisson arrivals (mean gap 60 s),
-// GPU counts 1 (60%), 2 (15%), 4 (15%), 8 (10%), log-normal durations
-// (median 30 min), seeded, so every run sees the same jobs.
+// Synthetic trace (fallback): 8,000 jobs of hz::experiment::SyntheticTrace
+// (seeded, so every run sees the same jobs).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -28,74 +27,14 @@
 #include <string>
 #include <vector>
 
+#include "hz/experiment/trace.h"
 #include "hz/scheduler/allocator.h"
 #include "hz/scheduler/planner.h"
+#include "hz/scheduler/synthetic_cluster.h"
 #include "hz/scheduler/topology_summary.h"
 
 namespace hz::scheduler {
 namespace {
-
-// A host shaped like the hgx8 fixture: GPUs and NICs in pairs under PCIe
-// switches, switches split over two NUMA nodes, NVLink islands of up to 4.
-HostInventory SyntheticHost(const std::string& name, int gpus, int host_number) {
-  HostInventory inv;
-  inv.name = name;
-  const int switches = std::max(1, (gpus + 1) / 2);
-  int gpu = 0;
-  for (int s = 0; s < switches; ++s) {
-    const int base = 0x18 + 0x20 * s;
-    char sw[32];
-    std::snprintf(sw, sizeof(sw), "0000:%02x:00.0", base + 1);
-    for (int port = 0; port < 4; ++port) {
-      const bool is_gpu = port < 2;
-      if (is_gpu && gpu >= gpus) continue;
-      if (!is_gpu && port - 2 >= std::min(2, gpus - 2 * s)) continue;
-      Device d;
-      char bdf[32];
-      std::snprintf(bdf, sizeof(bdf), "0000:%02x:00.0", base + 3 + port);
-      d.bdf = bdf;
-      d.kind = is_gpu ? DeviceKind::kGpu : DeviceKind::kNic;
-      d.vendor = is_gpu ? 0x10de : 0x15b3;
-      d.pci_class = is_gpu ? 0x030200 : 0x020700;
-      d.numa_node = s < (switches + 1) / 2 ? 0 : 1;
-      d.iommu_group = 10 + 8 * s + port;
-      d.pcie_path = {"root", sw, "down"};
-      d.switch_bdf = sw;
-      d.link_gts = 32;
-      d.link_width = 16;
-      d.rail = is_gpu ? 2 * s + port : 2 * s + port - 2;
-      char serial[32];
-      std::snprintf(serial, sizeof(serial), "SN%05d%03d", host_number, 8 * s + port);
-      d.serial = serial;
-      if (is_gpu) ++gpu;
-      inv.devices.push_back(std::move(d));
-    }
-  }
-  std::sort(inv.devices.begin(), inv.devices.end(),
-            [](const Device& a, const Device& b) { return a.bdf < b.bdf; });
-  // Islands: consecutive GPUs in groups of 4 (2 for a 2-GPU host).
-  std::vector<int> gpu_idx;
-  for (int i = 0; i < static_cast<int>(inv.devices.size()); ++i) {
-    if (inv.devices[i].kind == DeviceKind::kGpu) gpu_idx.push_back(i);
-  }
-  for (size_t k = 0; k + 1 < gpu_idx.size(); k += 4) {
-    std::vector<int> island;
-    for (size_t j = k; j < std::min(gpu_idx.size(), k + 4); ++j) island.push_back(gpu_idx[j]);
-    for (int i : island) inv.devices[i].island = static_cast<int>(inv.islands.size());
-    inv.islands.push_back(island);
-  }
-  return inv;
-}
-
-Cluster UniformCluster(int hosts, int gpus) {
-  std::vector<HostInventory> list;
-  for (int h = 0; h < hosts; ++h) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "node-%04d", h);
-    list.push_back(SyntheticHost(name, gpus, h));
-  }
-  return Cluster(std::move(list));
-}
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -127,75 +66,6 @@ double PlacementRate(const Cluster& cluster, Policy policy, int decisions, uint6
   return decisions / Seconds(t0, std::chrono::steady_clock::now());
 }
 
-struct Job {
-  uint64_t arrival = 0;
-  uint64_t duration = 0;
-  uint32_t gpus = 0;
-};
-
-std::vector<std::string> SplitCsv(const std::string& line) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (true) {
-    const size_t comma = line.find(',', pos);
-    out.push_back(line.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
-bool LoadTrace(const std::string& dir, std::vector<Job>* jobs, std::vector<int>* node_gpus) {
-  std::ifstream pods(dir + "/openb_pod_list_default.csv");
-  std::ifstream nodes(dir + "/openb_node_list_gpu_node.csv");
-  if (!pods || !nodes) return false;
-  std::string line;
-  std::getline(pods, line);  // header
-  while (std::getline(pods, line)) {
-    const std::vector<std::string> f = SplitCsv(line);
-    if (f.size() < 10) continue;
-    try {
-      const uint32_t g = static_cast<uint32_t>(std::stoul(f[3]));
-      const uint64_t created = std::stoull(f[8]);
-      const uint64_t deleted = f[9].empty() ? 0 : std::stoull(f[9]);
-      // Passthrough hands out whole GPUs: a shared fraction counts as one.
-      if (g == 0 || g > 8 || deleted <= created) continue;
-      jobs->push_back({created, deleted - created, g});
-    } catch (const std::exception&) {
-      continue;
-    }
-  }
-  std::getline(nodes, line);
-  while (std::getline(nodes, line)) {
-    const std::vector<std::string> f = SplitCsv(line);
-    if (f.size() < 4) continue;
-    try {
-      node_gpus->push_back(std::stoi(f[3]));
-    } catch (const std::exception&) {
-      continue;
-    }
-  }
-  std::sort(jobs->begin(), jobs->end(),
-            [](const Job& a, const Job& b) { return a.arrival < b.arrival; });
-  return !jobs->empty() && !node_gpus->empty();
-}
-
-std::vector<Job> SyntheticTrace(size_t n) {
-  std::mt19937_64 rng(2023);
-  std::exponential_distribution<double> gap(1.0 / 60.0);
-  std::lognormal_distribution<double> dur(std::log(1800.0), 1.0);
-  std::vector<Job> jobs;
-  double t = 0;
-  for (size_t i = 0; i < n; ++i) {
-    t += gap(rng);
-    const uint64_t r = rng() % 100;
-    const uint32_t g = r < 60 ? 1 : r < 75 ? 2 : r < 90 ? 4 : 8;
-    jobs.push_back(
-        {static_cast<uint64_t>(t), std::max<uint64_t>(1, static_cast<uint64_t>(dur(rng))), g});
-  }
-  return jobs;
-}
-
 struct TraceResult {
   double utilization = 0;    // time-weighted allocated GPUs / all GPUs
   double fragmentation = 0;  // time-weighted share of free GPUs outside whole free islands
@@ -206,7 +76,8 @@ struct TraceResult {
   size_t jobs = 0;
 };
 
-TraceResult Replay(const Cluster& cluster, Policy policy, const std::vector<Job>& jobs) {
+TraceResult Replay(const Cluster& cluster, Policy policy,
+                   const std::vector<hz::experiment::TraceJob>& jobs) {
   Allocator alloc(&cluster, policy);
   uint32_t total_gpus = 0;
   for (uint32_t h = 0; h < cluster.num_hosts(); ++h)
@@ -215,7 +86,7 @@ TraceResult Replay(const Cluster& cluster, Policy policy, const std::vector<Job>
   std::deque<size_t> queue;
   std::vector<double> waits;
   size_t next = 0;
-  uint64_t now = jobs.empty() ? 0 : jobs[0].arrival;
+  uint64_t now = jobs.empty() ? 0 : jobs[0].arrival_s;
   const uint64_t start_time = now;
   double busy_area = 0, frag_area = 0, span = 0;
   size_t multi = 0, island = 0;
@@ -242,12 +113,12 @@ TraceResult Replay(const Cluster& cluster, Policy policy, const std::vector<Job>
   };
   auto try_start = [&]() {
     while (!queue.empty()) {
-      const Job& j = jobs[queue.front()];
+      const hz::experiment::TraceJob& j = jobs[queue.front()];
       Allocation a;
       Request r{j.gpus, j.gpus >= 2 ? j.gpus : 0, HZ_LOC_SAME_HOST};
       if (!alloc.Allocate("t", r, &a).ok()) break;  // FIFO: the head waits
-      waits.push_back(static_cast<double>(now - j.arrival));
-      ends.emplace(now + j.duration, a.id);
+      waits.push_back(static_cast<double>(now - j.arrival_s));
+      ends.emplace(now + j.duration_s, a.id);
       if (j.gpus >= 2) {
         std::vector<DeviceRef> g;
         for (DeviceRef d : a.devices) {
@@ -270,7 +141,7 @@ TraceResult Replay(const Cluster& cluster, Policy policy, const std::vector<Job>
     }
   };
   while (next < jobs.size() || !ends.empty()) {
-    const uint64_t t_arrive = next < jobs.size() ? jobs[next].arrival : UINT64_MAX;
+    const uint64_t t_arrive = next < jobs.size() ? jobs[next].arrival_s : UINT64_MAX;
     const uint64_t t_end = ends.empty() ? UINT64_MAX : ends.begin()->first;
     if (t_end <= t_arrive) {
       advance(t_end);
@@ -411,22 +282,20 @@ int main(int argc, char** argv) {
       hosts, decisions, topo, ff, topo / ff);
   std::fflush(stdout);
 
-  std::vector<Job> jobs;
-  std::vector<int> node_gpus;
-  const bool real = LoadTrace(trace_dir, &jobs, &node_gpus);
-  const char* source = real ? "alibaba-gpu-v2023" : "synthetic";
-  if (!real) {
-    std::fprintf(stderr, "trace not found under %s: using the synthetic trace\n",
-                 trace_dir.c_str());
-    jobs = SyntheticTrace(8000);
-    node_gpus.assign(150, 8);
+  hz::experiment::Trace trace;
+  if (hz::Status st = hz::experiment::LoadAlibabaTrace(trace_dir, &trace); !st.ok()) {
+    std::fprintf(stderr, "%s: using the synthetic trace\n", st.ToString().c_str());
+    trace = hz::experiment::SyntheticTrace(8000, 2023);
   }
+  const std::vector<hz::experiment::TraceJob>& jobs = trace.jobs;
+  const std::vector<uint32_t>& node_gpus = trace.node_gpus;
+  const char* source = trace.source.c_str();
   // The trace's own cluster (one synthetic host per listed node).
   {
     std::vector<HostInventory> list;
     for (size_t i = 0; i < node_gpus.size(); ++i) {
-      if (node_gpus[i] <= 0 || node_gpus[i] > 8) continue;
-      list.push_back(SyntheticHost("n" + std::to_string(i), node_gpus[i], static_cast<int>(i)));
+      list.push_back(SyntheticHost("n" + std::to_string(i), static_cast<int>(node_gpus[i]),
+                                   static_cast<int>(i)));
     }
     Cluster c(std::move(list));
     TraceResult t = Replay(c, Policy::kTopologyAware, jobs);

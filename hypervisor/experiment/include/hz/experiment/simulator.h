@@ -1,0 +1,50 @@
+// The cluster emulator: a discrete-event simulation of a GPU cluster running
+// a job trace, with failures, maintenance, spot-style reclaims and
+// neighbours. Only time and hardware are modelled (model.h). Placement is the
+// scheduler's real Allocator (topology-aware or first fit), and a multi-GPU
+// job's communication plan is the real planner's, made from the real topology
+// summary, the full topology or nothing, and priced under the true topology.
+//
+// Every cohort of one seed sees the same jobs and the same failures,
+// maintenance windows and reclaims at the same times: infrastructure events
+// are drawn from the seed alone, and a job's reclaims from the seed and the
+// job, consumed by its running time.
+#ifndef HZ_EXPERIMENT_SIMULATOR_H_
+#define HZ_EXPERIMENT_SIMULATOR_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "hz/experiment/cohort.h"
+#include "hz/experiment/model.h"
+#include "hz/experiment/trace.h"
+#include "hz/scheduler/cluster.h"
+
+namespace hz::experiment {
+
+struct RunResult {
+  size_t jobs = 0;            // completed
+  std::vector<double> jct_s;  // completion - arrival, per completed job
+  double jct_mean_s = 0;
+  double jct_p50_s = 0;
+  double jct_p99_s = 0;
+  double wait_mean_s = 0;      // time queued, first start and restarts together
+  double makespan_s = 0;       // first arrival to last completion
+  double lost_gpu_h = 0;       // work recomputed after interruptions, GPU-hours
+  double recovery_mean_s = 0;  // interruption to running again with state restored
+  double utilisation = 0;      // time-weighted allocated GPUs / all GPUs
+  double fragmentation = 0;    // time-weighted share of free GPUs outside whole free pools
+  double energy_mwh = 0;
+  uint64_t interruptions = 0;  // a running job stopped by an event (moved or killed)
+};
+
+// Runs `jobs` on `cluster` as `mechanisms` say. Infrastructure events are
+// drawn up to kEventHorizonS after the last arrival; a job still running then
+// runs to its end undisturbed.
+inline constexpr double kEventHorizonS = 30 * 86400.0;
+RunResult Simulate(const scheduler::Cluster& cluster, const std::vector<TraceJob>& jobs,
+                   const Model& model, const Mechanisms& mechanisms, uint64_t seed);
+
+}  // namespace hz::experiment
+
+#endif  // HZ_EXPERIMENT_SIMULATOR_H_

@@ -1,0 +1,643 @@
+#include "hz/experiment/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <queue>
+#include <random>
+#include <set>
+
+#include "hz/events/coarse.h"
+#include "hz/scheduler/allocator.h"
+#include "hz/scheduler/planner.h"
+#include "hz/scheduler/synthetic_cluster.h"
+#include "hz/scheduler/topology_summary.h"
+
+namespace hz::experiment {
+namespace {
+
+using scheduler::Allocation;
+using scheduler::Allocator;
+using scheduler::Cluster;
+using scheduler::DeviceKind;
+using scheduler::DeviceRef;
+
+// Infrastructure events, the same for every cohort of a seed.
+enum class Outage { kGpuFailure, kHostFailure, kMaintenance };
+
+struct InfraEvent {
+  double time = 0;
+  Outage kind = Outage::kGpuFailure;
+  uint32_t host = 0;
+  DeviceRef gpu;             // kGpuFailure only
+  bool predictable = false;  // kGpuFailure: warned of by the health monitor
+};
+
+std::vector<InfraEvent> DrawInfraEvents(const Cluster& cluster, const Model& m, double horizon,
+                                        uint64_t seed) {
+  std::vector<DeviceRef> gpus;
+  for (uint32_t h = 0; h < cluster.num_hosts(); ++h) {
+    const auto& devices = cluster.host(h).devices;
+    for (uint32_t i = 0; i < devices.size(); ++i) {
+      if (devices[i].kind == DeviceKind::kGpu) gpus.push_back({h, i});
+    }
+  }
+  std::vector<InfraEvent> out;
+  const double hosts = static_cast<double>(cluster.num_hosts());
+  struct Process {
+    Outage kind;
+    double per_hour;
+  };
+  const Process processes[] = {
+      {Outage::kGpuFailure, m.gpu_failures_per_gpu_hour.value * static_cast<double>(gpus.size())},
+      {Outage::kHostFailure, m.host_failures_per_host_hour.value * hosts},
+      {Outage::kMaintenance, m.maintenance_per_host_hour.value * hosts},
+  };
+  uint64_t stream = 0;
+  for (const Process& p : processes) {
+    std::mt19937_64 rng(seed * 1000003 + ++stream);
+    if (p.per_hour <= 0 || gpus.empty()) continue;
+    std::exponential_distribution<double> gap(p.per_hour / 3600.0);
+    std::uniform_real_distribution<double> unit(0, 1);
+    for (double t = gap(rng); t < horizon; t += gap(rng)) {
+      InfraEvent e;
+      e.time = t;
+      e.kind = p.kind;
+      if (p.kind == Outage::kGpuFailure) {
+        e.gpu = gpus[rng() % gpus.size()];
+        e.host = e.gpu.host;
+        e.predictable = unit(rng) < m.predictable_failure_share.value;
+      } else {
+        e.host = static_cast<uint32_t>(rng() % cluster.num_hosts());
+      }
+      out.push_back(e);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const InfraEvent& a, const InfraEvent& b) { return a.time < b.time; });
+  return out;
+}
+
+enum class JobState { kWaiting, kRunning, kDone };
+
+struct Job {
+  const TraceJob* trace = nullptr;
+  JobState state = JobState::kWaiting;
+  uint64_t epoch = 0;          // bumped when a run ends, so its old events are ignored
+  double work_done = 0;        // seconds of work at full speed in the last usable checkpoint
+  double queued_at = 0;        // when it last entered the queue
+  double interrupted_at = -1;  // when the run it is waiting to resume ended; -1: none
+  double waited = 0;
+  // The current run.
+  uint64_t allocation = 0;
+  double run_start = 0;      // placed
+  double compute_start = 0;  // state restored, computing
+  double slowdown = 1;       // wall seconds per second of work
+  double interval = 0;       // compute seconds between checkpoints
+  double stall = 0;          // seconds a checkpoint stops the job
+  double durable_lag = 0;    // after its stall, until a checkpoint survives its host
+  double host_safe_lag = 0;
+  double preempt_left = 0;  // running time until the next reclaim (preemptible jobs)
+  uint64_t reserved = 0;    // an allocation reserved for its next run
+  std::mt19937_64 rng;
+};
+
+enum class EventKind { kArrival, kFinish, kInfra, kNotice, kLeave, kPreempt, kRepair };
+
+struct Event {
+  double time = 0;
+  uint64_t order = 0;  // ties: first scheduled first
+  EventKind kind = EventKind::kArrival;
+  size_t job = 0;
+  uint64_t epoch = 0;
+  size_t infra = 0;  // index into the infrastructure events
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : order > o.order; }
+};
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+class Simulation {
+ public:
+  Simulation(const Cluster& cluster, const std::vector<TraceJob>& jobs, const Model& model,
+             const Mechanisms& mech, uint64_t seed)
+      : cluster_(cluster),
+        model_(model),
+        mech_(mech),
+        alloc_(&cluster,
+               mech.topology ? scheduler::Policy::kTopologyAware : scheduler::Policy::kFirstFit),
+        plan_rng_(seed * 7919 + 17) {
+    for (uint32_t h = 0; h < cluster.num_hosts(); ++h)
+      total_gpus_ += static_cast<uint32_t>(cluster.host(h).Count(DeviceKind::kGpu));
+    outages_.assign(cluster.num_hosts(), {});
+    for (uint32_t h = 0; h < cluster.num_hosts(); ++h)
+      outages_[h].assign(cluster.host(h).devices.size(), 0);
+    jobs_.resize(jobs.size());
+    double last_arrival = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      Job& j = jobs_[i];
+      j.trace = &jobs[i];
+      j.rng.seed(seed * 104729 + i);
+      if (j.trace->preemptible && model.preemptions_per_job_hour.value > 0) {
+        std::exponential_distribution<double> gap(model.preemptions_per_job_hour.value / 3600.0);
+        j.preempt_left = gap(j.rng);
+      }
+      Push(static_cast<double>(jobs[i].arrival_s), EventKind::kArrival, i);
+      last_arrival = std::max(last_arrival, static_cast<double>(jobs[i].arrival_s));
+    }
+    if (!jobs.empty()) first_arrival_ = static_cast<double>(jobs.front().arrival_s);
+    infra_ = DrawInfraEvents(cluster, model, last_arrival + kEventHorizonS, seed);
+    for (size_t k = 0; k < infra_.size(); ++k) ScheduleInfra(k);
+    ComputeReferenceCosts();
+  }
+
+  RunResult Run() {
+    while (!events_.empty()) {
+      const Event e = events_.top();
+      events_.pop();
+      if (Unfinished() == 0 && e.kind != EventKind::kArrival) break;
+      Advance(e.time);
+      Handle(e);
+      TryStart();
+    }
+    return Result();
+  }
+
+ private:
+  void Push(double time, EventKind kind, size_t job = 0, uint64_t epoch = 0, size_t infra = 0) {
+    events_.push({time, next_order_++, kind, job, epoch, infra});
+  }
+
+  size_t Unfinished() const { return jobs_.size() - completed_; }
+
+  // When the tenant hears of infrastructure event `k` (-1: never), and when
+  // the provider stops placing on its devices.
+  double NoticeLead(const InfraEvent& e) const {
+    switch (e.kind) {
+      case Outage::kMaintenance:
+        return mech_.pushed_notices ? model_.early_maintenance_notice_s.value
+                                    : model_.maintenance_notice_s.value;
+      case Outage::kGpuFailure:
+        return e.predictable && mech_.pushed_notices ? model_.failure_warning_s.value : -1;
+      case Outage::kHostFailure:
+        return -1;
+    }
+    return -1;
+  }
+
+  // The lead a tenant has left once the notice reaches it: delivery (a poll
+  // or a push) and, for coarse events, the deadline rounded down as
+  // harmonaized publishes it. -1 when it is not told.
+  double UsableLead(double event_time, double lead) const {
+    if (lead < 0) return -1;
+    if (!mech_.pushed_notices) return lead - model_.poll_interval_s.value / 2;
+    switch (mech_.events) {
+      case Information::kNone:
+        return -1;
+      case Information::kCoarse: {
+        const auto deadline = static_cast<uint64_t>(event_time);
+        const double rounded = static_cast<double>(events::RoundDownTime(deadline));
+        return lead - (event_time - rounded) - model_.push_latency_s.value;
+      }
+      case Information::kFull:
+        return lead - model_.push_latency_s.value;
+    }
+    return -1;
+  }
+
+  void ScheduleInfra(size_t k) {
+    const InfraEvent& e = infra_[k];
+    const double lead = NoticeLead(e);
+    if (lead > 0) {
+      // The provider drains the devices from the notice on (planned work and
+      // warned failures alike), and tells the tenants running there.
+      Push(std::max(0.0, e.time - lead), EventKind::kNotice, 0, 0, k);
+    }
+    Push(e.time, EventKind::kInfra, 0, 0, k);
+  }
+
+  std::vector<DeviceRef> DevicesOf(const InfraEvent& e) const {
+    if (e.kind == Outage::kGpuFailure) return {e.gpu};
+    std::vector<DeviceRef> out;
+    const auto& devices = cluster_.host(e.host).devices;
+    for (uint32_t i = 0; i < devices.size(); ++i) {
+      if (devices[i].kind == DeviceKind::kGpu) out.push_back({e.host, i});
+    }
+    return out;
+  }
+
+  void Handle(const Event& e) {
+    switch (e.kind) {
+      case EventKind::kArrival:
+        Enqueue(e.job, e.time);
+        break;
+      case EventKind::kFinish:
+        if (Current(e)) Finish(e.job, e.time);
+        break;
+      case EventKind::kNotice:
+        OnNotice(e.infra, e.time);
+        break;
+      case EventKind::kInfra:
+        OnInfra(e.infra, e.time);
+        break;
+      case EventKind::kLeave:
+        if (Current(e)) Interrupt(e.job, e.time, /*saved=*/true, Outage::kMaintenance);
+        break;
+      case EventKind::kPreempt:
+        if (Current(e)) OnPreempt(e.job, e.time);
+        break;
+      case EventKind::kRepair:
+        Repair(e.infra);
+        break;
+    }
+  }
+
+  bool Current(const Event& e) const {
+    const Job& j = jobs_[e.job];
+    return j.state == JobState::kRunning && j.epoch == e.epoch;
+  }
+
+  // First come, first served: a new job by its arrival, a stopped one by
+  // when it stopped, as a tenant that asks for new capacity after an
+  // eviction queues behind everyone who asked before it.
+  void Enqueue(size_t i, double now) {
+    Job& j = jobs_[i];
+    j.state = JobState::kWaiting;
+    j.queued_at = now;
+    queue_.insert({now, i});
+  }
+
+  void TryStart() {
+    while (!queue_.empty()) {
+      const size_t i = queue_.begin()->second;
+      Job& j = jobs_[i];
+      Allocation a;
+      const scheduler::Request r{j.trace->gpus, 0, HZ_LOC_SAME_HOST};
+      if (!Take("t", r, &a)) break;  // first come, first served: the head waits
+      queue_.erase(queue_.begin());
+      Start(i, a, now_);
+    }
+  }
+
+  // Seconds of work per GPU checkpoint, and the stall, interval and lags of
+  // the cohort's checkpoints.
+  void PlanCheckpoints(Job& j) const {
+    const double gb = model_.ckpt_gb_per_gpu.value;
+    if (mech_.provider_ckpt) {
+      j.stall = gb / model_.provider_stall_gbps.value;
+      // Young's rule, sqrt(2 * stall * MTBF), against the rate at which the
+      // job is stopped: the provider knows its failure and reclaim rates.
+      const double per_hour = j.trace->gpus * model_.gpu_failures_per_gpu_hour.value +
+                              model_.host_failures_per_host_hour.value +
+                              (j.trace->preemptible ? model_.preemptions_per_job_hour.value : 0);
+      const double per_s = per_hour / 3600.0;
+      j.interval = std::clamp(std::sqrt(2 * j.stall / std::max(per_s, 1e-12)), 60.0, 86400.0);
+      j.durable_lag = gb / model_.persist_gbps.value;
+    } else {
+      j.stall = gb / model_.tenant_write_fsync_gbps.value;
+      j.interval = model_.standard_ckpt_interval_s.value;
+      j.durable_lag = 0;  // durable when the fsync returns
+    }
+    j.host_safe_lag = mech_.peer_replicas
+                          ? std::min(j.durable_lag, gb / model_.peer_copy_gbps.value)
+                          : j.durable_lag;
+  }
+
+  void Start(size_t i, const Allocation& a, double now) {
+    Job& j = jobs_[i];
+    j.state = JobState::kRunning;
+    j.allocation = a.id;
+    running_[a.id] = i;
+    j.run_start = now;
+    j.waited += now - j.queued_at;
+    double restore = 0;
+    if (j.interrupted_at >= 0) {
+      const double gb = model_.ckpt_gb_per_gpu.value;
+      const double rate =
+          mech_.peer_replicas ? model_.peer_copy_gbps.value : model_.restore_gbps.value;
+      restore = model_.restart_s.value + (j.work_done > 0 ? gb / rate : 0);
+      recoveries_.push_back(now + restore - j.interrupted_at);
+      j.interrupted_at = -1;
+    }
+    j.compute_start = now + restore;
+    j.slowdown = Slowdown(j, a);
+    PlanCheckpoints(j);
+    const double work_left = static_cast<double>(j.trace->duration_s) - j.work_done;
+    const double compute = work_left * j.slowdown;
+    const double checkpoints = std::floor(compute / j.interval);
+    Push(j.compute_start + compute + checkpoints * j.stall, EventKind::kFinish, i, j.epoch);
+    if (j.trace->preemptible && j.preempt_left > 0) {
+      Push(now + j.preempt_left, EventKind::kPreempt, i, j.epoch);
+    }
+  }
+
+  // Wall seconds per second of work on this allocation: the communication
+  // share slows with the plan's cost against the best 1-host plan, and with
+  // the other multi-GPU jobs on the host.
+  double Slowdown(const Job& j, const Allocation& a) {
+    const uint32_t g = j.trace->gpus;
+    if (g < 2) return 1;
+    std::vector<DeviceRef> gpus;
+    for (DeviceRef d : a.devices) {
+      if (cluster_.device(d).kind == DeviceKind::kGpu) gpus.push_back(d);
+    }
+    const double cost = PlanCost(gpus);
+    const double ref = reference_cost_[g];
+    uint32_t neighbours = 0;
+    for (const auto& [id, other] : alloc_.allocations()) {
+      if (id != a.id && other.devices.size() >= 2 && other.devices[0].host == gpus[0].host)
+        ++neighbours;
+    }
+    const double c = model_.comm_share.value;
+    return (1 - c) +
+           c * (ref > 0 ? cost / ref : 1) * (1 + model_.neighbour_slowdown.value * neighbours);
+  }
+
+  // Seconds per GB of the tenant's plan: groups of 2 (tensor parallel) for
+  // 4 and 8 GPUs, one group for 2, priced under the true topology. With the
+  // summary (or the full topology) the tenant plans with the real planner;
+  // without, it groups its GPUs in the order its VM lists them (PCI order),
+  // as a framework does by default.
+  double PlanCost(const std::vector<DeviceRef>& gpus) {
+    const int n = static_cast<int>(gpus.size());
+    const int k = n >= 4 && n % 2 == 0 ? 2 : n;
+    const Information info = mech_.topology ? mech_.topology_info : Information::kNone;
+    if (info == Information::kNone) {
+      scheduler::Partition in_order(n / k);
+      for (int i = 0; i < n; ++i) in_order[i / k].push_back(i);
+      return scheduler::PlanCost(
+          in_order, [&](int a, int b) { return cluster_.TrueBandwidthGBs(gpus[a], gpus[b]); });
+    }
+    const scheduler::TopologySummary s =
+        scheduler::BuildTopologySummary(cluster_, gpus, plan_rng_());
+    const scheduler::PlanQuality q = scheduler::EvaluatePlans(cluster_, s, k, plan_rng_);
+    return info == Information::kFull ? q.full_cost : q.coarse_cost;
+  }
+
+  void ComputeReferenceCosts() {
+    reference_cost_.assign(9, 0);
+    const Cluster one = scheduler::UniformCluster(1, 8);
+    for (uint32_t g = 2; g <= 8; ++g) {
+      Allocator a(&one, scheduler::Policy::kTopologyAware);
+      std::vector<DeviceRef> gpus;
+      if (!a.Place({g, 0, HZ_LOC_SAME_HOST}, &gpus)) continue;
+      const scheduler::TopologySummary s = scheduler::BuildTopologySummary(one, gpus, 1);
+      std::mt19937_64 rng(1);
+      const int k = g >= 4 && g % 2 == 0 ? 2 : static_cast<int>(g);
+      reference_cost_[g] = scheduler::EvaluatePlans(one, s, k, rng).best_cost;
+    }
+  }
+
+  // Work (seconds at full speed) the run has done by `now`, and the work in
+  // its last checkpoint that has been safe `lag` seconds after its stall.
+  double WorkAt(const Job& j, double now) const {
+    const double e = std::max(0.0, now - j.compute_start);
+    const double cycle = j.interval + j.stall;
+    const double cycles = std::floor(e / cycle);
+    const double compute = cycles * j.interval + std::min(e - cycles * cycle, j.interval);
+    return j.work_done + compute / j.slowdown;
+  }
+  double CheckpointAt(const Job& j, double now, double lag) const {
+    const double e = now - j.compute_start - lag;
+    if (e <= 0) return j.work_done;
+    const double cycles = std::floor(e / (j.interval + j.stall));
+    return j.work_done + cycles * j.interval / j.slowdown;
+  }
+
+  void Finish(size_t i, double now) {
+    Job& j = jobs_[i];
+    running_.erase(j.allocation);
+    Give(j.allocation);
+    ReleaseReservation(j);
+    j.state = JobState::kDone;
+    ++j.epoch;
+    ++completed_;
+    jct_.push_back(now - static_cast<double>(j.trace->arrival_s));
+    waits_.push_back(j.waited);
+    last_completion_ = std::max(last_completion_, now);
+  }
+
+  // A planned move (maintenance, a reclaim, a warned failure): with saves on
+  // notice the job saves as soon as it hears and leaves when the save is
+  // done; otherwise it runs until the event stops it.
+  void OnNotice(size_t k, double now) {
+    const InfraEvent& e = infra_[k];
+    for (DeviceRef d : DevicesOf(e)) Drain(d);
+    const double lead = UsableLead(e.time, e.time - now);
+    std::set<uint64_t> told;
+    for (DeviceRef d : DevicesOf(e)) {
+      const uint64_t owner = alloc_.Owner(d);
+      if (owner == 0 || !told.insert(owner).second) continue;
+      const size_t i = JobOf(owner);
+      if (i != kNoJob) PlanMove(i, now, lead, e.time);
+    }
+  }
+
+  void PlanMove(size_t i, double now, double lead, double event_time) {
+    Job& j = jobs_[i];
+    if (lead < 0 || !mech_.jit_on_notice) return;  // not told, or not acting on it
+    const double heard = event_time - lead;
+    const double done = heard + j.stall;
+    if (done > event_time) return;  // the save does not fit: the event will stop it
+    if (mech_.reservations && j.reserved == 0) Reserve(j);
+    Push(std::max(now, done), EventKind::kLeave, i, j.epoch);
+    // The save captures the state it started with.
+    j.work_done = WorkAt(j, std::max(now, heard));
+    j.compute_start = std::numeric_limits<double>::infinity();  // no more work counts
+  }
+
+  void OnInfra(size_t k, double now) {
+    const InfraEvent& e = infra_[k];
+    const std::vector<DeviceRef> devices = DevicesOf(e);
+    std::set<uint64_t> hit;
+    for (DeviceRef d : devices) {
+      const uint64_t owner = alloc_.Owner(d);
+      if (owner != 0) hit.insert(owner);
+    }
+    for (uint64_t owner : hit) {
+      const size_t i = JobOf(owner);
+      if (i != kNoJob) Interrupt(i, now, /*saved=*/false, e.kind);
+    }
+    if (NoticeLead(e) <= 0) {
+      for (DeviceRef d : devices) Drain(d);  // else drained at the notice
+    }
+    const double down =
+        e.kind == Outage::kMaintenance ? model_.maintenance_s.value : model_.repair_s.value;
+    Push(now + down, EventKind::kRepair, 0, 0, k);
+  }
+
+  void OnPreempt(size_t i, double now) {
+    Job& j = jobs_[i];
+    j.preempt_left = 0;
+    // The reclaim's notice came preemption_notice_s before; a save fits if
+    // the tenant heard in time.
+    const double lead = UsableLead(now, model_.preemption_notice_s.value);
+    const bool saved = lead >= 0 && mech_.jit_on_notice && j.stall <= lead;
+    if (saved) j.work_done = WorkAt(j, now - lead);
+    // Draw the next reclaim from the job's own stream.
+    std::exponential_distribution<double> gap(model_.preemptions_per_job_hour.value / 3600.0);
+    j.preempt_left = gap(j.rng);
+    Interrupt(i, now, saved, Outage::kMaintenance);
+  }
+
+  // Ends a run. `saved`: its state was saved on notice (work_done is set);
+  // otherwise it falls back to the last checkpoint that survives `cause`.
+  void Interrupt(size_t i, double now, bool saved, Outage cause) {
+    Job& j = jobs_[i];
+    if (!saved) {
+      const double done = WorkAt(j, now);
+      const double lag = cause == Outage::kGpuFailure ? 0 : j.host_safe_lag;
+      const double kept = std::min(done, CheckpointAt(j, now, lag));
+      lost_gpu_s_ += (done - kept) * j.trace->gpus;
+      j.work_done = kept;
+    }
+    if (j.trace->preemptible && j.preempt_left > 0)
+      j.preempt_left = std::max(1.0, j.preempt_left - (now - j.run_start));
+    running_.erase(j.allocation);
+    Give(j.allocation);
+    ++j.epoch;
+    ++interruptions_;
+    j.interrupted_at = now;
+    if (j.reserved != 0) {
+      Allocation a = *alloc_.Find(j.reserved);
+      j.reserved = 0;
+      j.queued_at = now;
+      Start(i, a, now);
+      return;
+    }
+    Enqueue(i, now);
+  }
+
+  void Reserve(Job& j) {
+    Allocation a;
+    if (Take("reserved", {j.trace->gpus, 0, HZ_LOC_SAME_HOST}, &a)) j.reserved = a.id;
+  }
+  void ReleaseReservation(Job& j) {
+    if (j.reserved != 0) Give(j.reserved);
+    j.reserved = 0;
+  }
+
+  static constexpr size_t kNoJob = static_cast<size_t>(-1);
+  // The running job on an allocation (kNoJob for a reservation).
+  size_t JobOf(uint64_t allocation) const {
+    auto it = running_.find(allocation);
+    return it == running_.end() ? kNoJob : it->second;
+  }
+
+  // Allocations through these keep the count of allocated devices.
+  bool Take(const char* owner, const scheduler::Request& r, Allocation* a) {
+    if (!alloc_.Allocate(owner, r, a).ok()) return false;
+    allocated_ += a->devices.size();
+    return true;
+  }
+  void Give(uint64_t id) {
+    if (const Allocation* a = alloc_.Find(id)) allocated_ -= a->devices.size();
+    alloc_.Release(id);
+  }
+
+  // Outages overlap (a GPU fails during its host's maintenance): a device is
+  // placeable again when the last one ends.
+  void Drain(DeviceRef d) {
+    if (outages_[d.host][d.index]++ == 0) alloc_.SetFailed(d, true);
+  }
+  void Repair(size_t k) {
+    for (DeviceRef d : DevicesOf(infra_[k])) {
+      if (--outages_[d.host][d.index] == 0) alloc_.SetFailed(d, false);
+    }
+  }
+
+  void Advance(double t) {
+    if (t <= now_) return;
+    const double dt = t - now_;
+    const uint32_t free = alloc_.TotalFree(DeviceKind::kGpu);
+    busy_area_ += dt * static_cast<double>(allocated_);  // reservations included
+    idle_area_ += dt * free;
+    // Walking every pool at every event would dominate the run: the share
+    // is sampled once per simulated minute.
+    if (now_ >= fragmentation_at_ + 60) {
+      fragmentation_ = Fragmentation(free);
+      fragmentation_at_ = now_;
+    }
+    frag_area_ += dt * fragmentation_;
+    span_ += dt;
+    now_ = t;
+  }
+
+  double Fragmentation(uint32_t free) const {
+    if (free == 0) return 0;
+    uint32_t whole = 0;
+    for (uint32_t p = 0; p < cluster_.pools().size(); ++p) {
+      const scheduler::Pool& pool = cluster_.pools()[p];
+      if (pool.kind == DeviceKind::kGpu && alloc_.FreeInPool(p) == pool.devices.size())
+        whole += alloc_.FreeInPool(p);
+    }
+    return 1.0 - static_cast<double>(whole) / free;
+  }
+
+  RunResult Result() const {
+    RunResult r;
+    r.jobs = jct_.size();
+    r.jct_s = jct_;
+    if (!jct_.empty()) {
+      r.jct_mean_s = std::accumulate(jct_.begin(), jct_.end(), 0.0) / jct_.size();
+      r.jct_p50_s = Percentile(jct_, 0.5);
+      r.jct_p99_s = Percentile(jct_, 0.99);
+      r.wait_mean_s = std::accumulate(waits_.begin(), waits_.end(), 0.0) / waits_.size();
+    }
+    r.makespan_s = last_completion_ - first_arrival_;
+    r.lost_gpu_h = lost_gpu_s_ / 3600;
+    if (!recoveries_.empty()) {
+      r.recovery_mean_s =
+          std::accumulate(recoveries_.begin(), recoveries_.end(), 0.0) / recoveries_.size();
+    }
+    if (span_ > 0) {
+      r.utilisation = busy_area_ / span_ / total_gpus_;
+      r.fragmentation = frag_area_ / span_;
+    }
+    r.energy_mwh =
+        (busy_area_ * model_.gpu_busy_w.value + idle_area_ * model_.gpu_idle_w.value) / 3.6e9;
+    r.interruptions = interruptions_;
+    return r;
+  }
+
+  const Cluster& cluster_;
+  const Model& model_;
+  const Mechanisms mech_;
+  Allocator alloc_;
+  std::mt19937_64 plan_rng_;
+  std::vector<Job> jobs_;
+  std::map<uint64_t, size_t> running_;  // allocation -> job
+  std::vector<InfraEvent> infra_;
+  std::vector<std::vector<int>> outages_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t next_order_ = 0;
+  std::set<std::pair<double, size_t>> queue_;  // (queued at, job)
+  std::vector<double> reference_cost_;
+  uint32_t total_gpus_ = 0;
+  size_t allocated_ = 0;
+  double fragmentation_ = 0;
+  double fragmentation_at_ = -1e300;
+  double now_ = 0;
+  double first_arrival_ = 0;
+  double last_completion_ = 0;
+  size_t completed_ = 0;
+  std::vector<double> jct_, waits_, recoveries_;
+  double lost_gpu_s_ = 0;
+  uint64_t interruptions_ = 0;
+  double busy_area_ = 0, idle_area_ = 0, frag_area_ = 0, span_ = 0;
+};
+
+}  // namespace
+
+RunResult Simulate(const Cluster& cluster, const std::vector<TraceJob>& jobs, const Model& model,
+                   const Mechanisms& mechanisms, uint64_t seed) {
+  Simulation sim(cluster, jobs, model, mechanisms, seed);
+  return sim.Run();
+}
+
+}  // namespace hz::experiment
