@@ -2,8 +2,8 @@
 
 The files and their columns are the contract in the emulator's documentation:
 meta.json, runs.csv (one row per cohort and seed), summary.csv (mean and 95%
-confidence interval per cohort and measure) and jct.csv (every job's
-completion time for seed 0). Everything here is standard library only.
+confidence interval per cohort and measure) and jct.csv (evenly spaced
+quantiles of seed 0's completion times). Everything here is standard library only.
 """
 
 import csv
