@@ -4,7 +4,7 @@
 # (checkpoint_bench), runs every cohort over the seeds, draws the plots and
 # renders docs/experiments/cooperation.md with its CSVs beside it.
 #
-# Usage: scripts/experiment.sh [--smoke] [--out DIR] [--trace-dir DIR]
+# Usage: scripts/experiment.sh [--smoke] [--out DIR] [--trace-dir DIR] [-- HZ_EXPERIMENT_ARGS...]
 #   --smoke      a short run: the synthetic trace cut to 2,000 jobs, 64
 #                hosts, standard and cooperative, 3 seeds; writes into --out
 #                only (default: a temporary directory), never into docs/
@@ -14,6 +14,7 @@
 #                forbids shipping it; the default is a copy beside the
 #                repository, at ../shared/data/alibaba-gpu-v2023. Without
 #                it the synthetic trace stands in and the report says so.
+#   -- ARGS      passed on to hz-experiment (--window-days 2, --seeds 20, ...)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 smoke=0 out='' trace_dir="$top/../shared/data/alibaba-gpu-v2023"
@@ -22,7 +23,8 @@ while [ $# -gt 0 ]; do
 	--smoke) smoke=1; shift ;;
 	--out) out=$2; shift 2 ;;
 	--trace-dir) trace_dir=$2; shift 2 ;;
-	-h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+	--) shift; break ;;
+	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
 	*) echo "experiment.sh: unknown argument: $1" >&2; exit 2 ;;
 	esac
 done
@@ -81,7 +83,7 @@ elif [ -f "$trace_dir/openb_pod_list_default.csv" ]; then
 else
 	echo "experiment.sh: no trace at $trace_dir: the synthetic trace stands in" >&2
 fi
-"$bin/hypervisor/experiment/hz-experiment" "${args[@]}" >"$out/results.jsonl"
+"$bin/hypervisor/experiment/hz-experiment" "${args[@]}" "$@" >"$out/results.jsonl"
 MPLBACKEND=Agg "$py" "$report/plot.py" "$out"
 page=$top/docs/experiments/cooperation.md
 [ "$smoke" -eq 1 ] && page=$out/cooperation.md
