@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The cooperation experiment end to end: builds hz-experiment and the
-# checkpoint benchmark, calibrates the model on this machine
-# (checkpoint_bench), runs every cohort over the seeds, draws the plots and
+# The cooperation experiment end to end: builds hz-experiment and two
+# benchmarks, calibrates the model on this machine (checkpoint_bench,
+# event_delivery_bench), runs every cohort over the seeds, draws the plots and
 # renders docs/experiments/cooperation.md with its CSVs beside it.
 #
 # Usage: scripts/experiment.sh [--smoke] [--out DIR] [--trace-dir DIR] [-- HZ_EXPERIMENT_ARGS...]
@@ -32,7 +32,7 @@ bin=${HZ_BUILD_DIR:-$top/build/default}
 if [ ! -x "$bin/hypervisor/experiment/hz-experiment" ] || [ -z "${HZ_BUILD_DIR:-}" ]; then
 	export CCACHE_BASEDIR=$top CCACHE_NOHASHDIR=1
 	cmake --preset default -S "$top" >/dev/null
-	cmake --build "$bin" --target hz-experiment checkpoint_bench -j "$(nproc)"
+	cmake --build "$bin" --target hz-experiment checkpoint_bench event_delivery_bench -j "$(nproc)"
 fi
 if [ -z "$out" ]; then
 	if [ "$smoke" -eq 1 ]; then
@@ -45,34 +45,44 @@ mkdir -p "$out"
 py=/usr/bin/python3
 report=$top/hypervisor/experiment/report
 
-# Calibration: the provider's checkpoint stall and persist rate against the
-# tenant's own write+fsync, measured here by checkpoint_bench, scaled to the
-# stated per-GPU write rate of a GPU server (model.h: tenant_write_fsync_gbps).
+# Calibration in this run:
+# - the provider's checkpoint stall and persist rate as ratios to the
+#   tenant's own write+fsync and to raw O_DIRECT (checkpoint_bench); the
+#   emulator applies them to the GPU server's write rate (model.h);
+# - a pushed notice's delivery: event_delivery_bench's p99 from publish to
+#   100 virtio-user subscribers through harmonaized.
 # Not in /tmp, which may be a tmpfs: the save must reach a disk.
 scratch=$(mktemp -d "$bin/hz-experiment-ckpt.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
-reps=3
-[ "$smoke" -eq 1 ] && reps=1
+reps=3 events=200
+[ "$smoke" -eq 1 ] && reps=1 events=20
 "$bin/tests/bench/checkpoint/checkpoint_bench" --size-mib 64 --reps "$reps" --dir "$scratch" \
 	>"$out/checkpoint_bench.jsonl"
-"$py" - "$out/checkpoint_bench.jsonl" "$out/calibration.json" <<'PY'
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-by = {l.get("metric"): l for l in lines}
-tenant_gbps = 2.0  # model.h's stated per-GPU NVMe write+fsync rate
-stall = by["tenant_stall"]["ratio_tenant_over_harmonaize"]
-persist = by["persist_throughput"]["ratio_vs_raw"]
+"$bin/tests/bench/service/event_delivery_bench" --subscribers 100 --layouts tenants \
+	--events "$events" --poll-samples 3 >"$out/event_delivery_bench.jsonl"
+"$py" - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def lines(name):
+    return [json.loads(l) for l in open(os.path.join(out, name)) if l.startswith("{")]
+ckpt = {l.get("metric"): l for l in lines("checkpoint_bench.jsonl")}
+delivery = [l for l in lines("event_delivery_bench.jsonl") if l.get("bench") == "event_delivery"]
+stall = ckpt["tenant_stall"]["ratio_tenant_over_harmonaize"]
+persist = ckpt["persist_throughput"]["ratio_vs_raw"]
+p99_us = delivery[-1]["p99_us"]
 cal = {
-    "provider_stall_gbps": {
-        "value": tenant_gbps * stall,
-        "source": "checkpoint_bench here: harmonaized's save stall %.1fx shorter than the "
-                  "tenant's write+fsync, times tenant_write_fsync_gbps" % stall},
-    "persist_gbps": {
-        "value": tenant_gbps * persist,
-        "source": "checkpoint_bench here: persist at %.2f of raw O_DIRECT, times "
-                  "tenant_write_fsync_gbps" % persist},
+    "provider_stall_speedup": {
+        "value": stall,
+        "source": "checkpoint_bench here: harmonaized's save stall against the tenant's "
+                  "write+fsync, 64 MiB"},
+    "persist_efficiency": {
+        "value": persist,
+        "source": "checkpoint_bench here: persist throughput against raw O_DIRECT, 64 MiB"},
+    "push_latency_s": {
+        "value": p99_us / 1e6,
+        "source": "event_delivery_bench here: p99 publish-to-delivery, 100 subscribers"},
 }
-json.dump(cal, open(sys.argv[2], "w"), indent=2)
+json.dump(cal, open(os.path.join(out, "calibration.json"), "w"), indent=2)
 PY
 
 args=(--calibration "$out/calibration.json" --out "$out")

@@ -10,8 +10,8 @@ std::vector<NamedFigure> Model::Figures() {
   return {
       {"ckpt_gb_per_gpu", &ckpt_gb_per_gpu},
       {"tenant_write_fsync_gbps", &tenant_write_fsync_gbps},
-      {"provider_stall_gbps", &provider_stall_gbps},
-      {"persist_gbps", &persist_gbps},
+      {"provider_stall_speedup", &provider_stall_speedup},
+      {"persist_efficiency", &persist_efficiency},
       {"peer_copy_gbps", &peer_copy_gbps},
       {"restore_gbps", &restore_gbps},
       {"restart_s", &restart_s},

@@ -289,7 +289,8 @@ class Simulation {
   void PlanCheckpoints(Job& j) const {
     const double gb = model_.ckpt_gb_per_gpu.value;
     if (mech_.provider_ckpt) {
-      j.stall = gb / model_.provider_stall_gbps.value;
+      const double write_gbps = model_.tenant_write_fsync_gbps.value;
+      j.stall = gb / (write_gbps * model_.provider_stall_speedup.value);
       // Young's rule, sqrt(2 * stall * MTBF), against the rate at which the
       // job is stopped: the provider knows its failure and reclaim rates.
       const double per_hour = j.trace->gpus * model_.gpu_failures_per_gpu_hour.value +
@@ -297,7 +298,7 @@ class Simulation {
                               (j.trace->preemptible ? model_.preemptions_per_job_hour.value : 0);
       const double per_s = per_hour / 3600.0;
       j.interval = std::clamp(std::sqrt(2 * j.stall / std::max(per_s, 1e-12)), 60.0, 86400.0);
-      j.durable_lag = gb / model_.persist_gbps.value;
+      j.durable_lag = gb / (write_gbps * model_.persist_efficiency.value);
     } else {
       j.stall = gb / model_.tenant_write_fsync_gbps.value;
       j.interval = model_.standard_ckpt_interval_s.value;

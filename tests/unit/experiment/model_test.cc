@@ -9,13 +9,14 @@ TEST(Calibration, OverridesTheNamedFiguresAndSaysWhich) {
   Model m;
   std::vector<std::string> applied;
   ASSERT_TRUE(ApplyCalibration(R"({"tenant_write_fsync_gbps": 0.5,
-                                   "provider_stall_gbps": {"value": 9.5, "source": "measured"}})",
+                                   "provider_stall_speedup": {"value": 9.5, "source": "measured"}})",
                                &m, &applied)
                   .ok());
   EXPECT_EQ(m.tenant_write_fsync_gbps.value, 0.5);
-  EXPECT_EQ(m.provider_stall_gbps.value, 9.5);
-  EXPECT_EQ(m.provider_stall_gbps.source, "measured");
-  EXPECT_EQ(applied, (std::vector<std::string>{"provider_stall_gbps", "tenant_write_fsync_gbps"}));
+  EXPECT_EQ(m.provider_stall_speedup.value, 9.5);
+  EXPECT_EQ(m.provider_stall_speedup.source, "measured");
+  EXPECT_EQ(applied,
+            (std::vector<std::string>{"provider_stall_speedup", "tenant_write_fsync_gbps"}));
 }
 
 TEST(Calibration, BadInputChangesNothing) {
