@@ -273,6 +273,17 @@ class Simulation {
   }
 
   void TryStart() {
+    // Devices promised to jobs about to move come before the queue.
+    for (auto it = wants_reservation_.begin(); it != wants_reservation_.end();) {
+      Job& j = jobs_[*it];
+      if (j.state != JobState::kRunning || j.reserved != 0) {
+        it = wants_reservation_.erase(it);
+      } else if (Reserve(j)) {
+        it = wants_reservation_.erase(it);
+      } else {
+        ++it;
+      }
+    }
     while (!queue_.empty()) {
       const size_t i = queue_.begin()->second;
       Job& j = jobs_[i];
@@ -441,11 +452,14 @@ class Simulation {
 
   void PlanMove(size_t i, double now, double lead, double event_time) {
     Job& j = jobs_[i];
+    // The provider reserves the job's next devices at the notice, whatever
+    // the tenant does with it: the first that are free, or free up, before
+    // the queue gets them.
+    if (mech_.reservations && j.reserved == 0 && !Reserve(j)) wants_reservation_.insert(i);
     if (lead < 0 || !mech_.jit_on_notice) return;  // not told, or not acting on it
     const double heard = event_time - lead;
     const double done = heard + j.stall;
     if (done > event_time) return;  // the save does not fit: the event will stop it
-    if (mech_.reservations && j.reserved == 0) Reserve(j);
     Push(std::max(now, done), EventKind::kLeave, i, j.epoch);
     // The save captures the state it started with.
     j.work_done = WorkAt(j, std::max(now, heard));
@@ -514,9 +528,11 @@ class Simulation {
     Enqueue(i, now);
   }
 
-  void Reserve(Job& j) {
+  bool Reserve(Job& j) {
     Allocation a;
-    if (Take("reserved", {j.trace->gpus, 0, HZ_LOC_SAME_HOST}, &a)) j.reserved = a.id;
+    if (!Take("reserved", {j.trace->gpus, 0, HZ_LOC_SAME_HOST}, &a)) return false;
+    j.reserved = a.id;
+    return true;
   }
   void ReleaseReservation(Job& j) {
     if (j.reserved != 0) Give(j.reserved);
@@ -613,6 +629,7 @@ class Simulation {
   std::mt19937_64 plan_rng_;
   std::vector<Job> jobs_;
   std::map<uint64_t, size_t> running_;  // allocation -> job
+  std::set<size_t> wants_reservation_;  // running jobs told to move, nothing reserved yet
   std::vector<InfraEvent> infra_;
   std::vector<std::vector<int>> outages_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
