@@ -89,12 +89,23 @@ def not_run_line(what, cohorts):
 
 # --- placeholders ------------------------------------------------------------
 
+def workload(m):
+    """How the jobs were drawn from the trace, when the emulator says."""
+    if not m.get("offered_load"):
+        return ", replayed as traced"
+    text = (f", drawn from the trace's job mix with Poisson arrivals over {m.get('window_days', '?')}"
+            f" days at an offered load of {m['offered_load']}")
+    if m.get("max_job_days"):
+        text += f", jobs cut to {m['max_job_days']} days"
+    return text
+
+
 def meta(res, _):
     m = res.meta
     lines = [
         f"- Trace: `{m.get('trace', 'unknown')}`",
         f"- Cluster: {m.get('hosts', '?')} hosts, {m.get('gpus', '?')} GPUs",
-        f"- Jobs: {m.get('jobs', '?')}",
+        f"- Jobs: {m.get('jobs', '?')} per seed" + workload(m),
         f"- Seeds: {m.get('seeds', '?')} per cohort (95% confidence intervals are Student t over seeds)",
         "- Cohorts:",
     ]
