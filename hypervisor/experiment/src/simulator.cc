@@ -151,6 +151,7 @@ class Simulation {
       last_arrival = std::max(last_arrival, static_cast<double>(jobs[i].arrival_s));
     }
     if (!jobs.empty()) first_arrival_ = static_cast<double>(jobs.front().arrival_s);
+    last_arrival_ = last_arrival;
     infra_ = DrawInfraEvents(cluster, model, last_arrival + kEventHorizonS, seed);
     for (size_t k = 0; k < infra_.size(); ++k) ScheduleInfra(k);
     ComputeReferenceCosts();
@@ -568,9 +569,15 @@ class Simulation {
     }
   }
 
+  // Utilisation, fragmentation and energy are integrated over the arrival
+  // window, the steady state: after the last arrival the cluster only drains,
+  // and a cohort whose last job ends late would be charged for idle GPUs a
+  // real cluster would give to the next jobs.
   void Advance(double t) {
     if (t <= now_) return;
-    const double dt = t - now_;
+    const double dt = std::max(0.0, std::min(t, last_arrival_) - std::max(now_, first_arrival_));
+    now_ = t;
+    if (dt == 0) return;
     const uint32_t free = alloc_.TotalFree(DeviceKind::kGpu);
     busy_area_ += dt * static_cast<double>(allocated_);  // reservations included
     idle_area_ += dt * free;
@@ -582,7 +589,6 @@ class Simulation {
     }
     frag_area_ += dt * fragmentation_;
     span_ += dt;
-    now_ = t;
   }
 
   double Fragmentation(uint32_t free) const {
@@ -642,6 +648,7 @@ class Simulation {
   double fragmentation_at_ = -1e300;
   double now_ = 0;
   double first_arrival_ = 0;
+  double last_arrival_ = 0;
   double last_completion_ = 0;
   size_t completed_ = 0;
   std::vector<double> jct_, waits_, recoveries_;

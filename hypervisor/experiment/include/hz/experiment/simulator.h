@@ -32,9 +32,10 @@ struct RunResult {
   double makespan_s = 0;       // first arrival to last completion
   double lost_gpu_h = 0;       // work recomputed after interruptions, GPU-hours
   double recovery_mean_s = 0;  // interruption to running again with state restored
+  // Over the arrival window (the steady state):
   double utilisation = 0;      // time-weighted allocated GPUs / all GPUs
   double fragmentation = 0;    // time-weighted share of free GPUs outside whole free pools
-  double energy_mwh = 0;
+  double energy_mwh = 0;       // allocated GPUs at busy power, free ones at idle power
   uint64_t interruptions = 0;  // a running job stopped by an event (moved or killed)
 };
 
