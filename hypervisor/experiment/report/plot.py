@@ -86,7 +86,7 @@ def plot_jct_cdf(res, directory):
         times = sorted(t for t in res.jct[c] if t > 0 and not math.isnan(t))
         n = len(times)
         ax.step(times, [(i + 1) / n for i in range(n)], where="post", color=colour(c),
-                label=f"{c} ({n} jobs)")
+                label=f"{c} ({n} quantiles)")
     ax.set_xscale("log")
     ax.set_ylim(0, 1.0)
     ax.set_xlabel("Job completion time (s, log scale)")
