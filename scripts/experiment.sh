@@ -5,9 +5,9 @@
 # renders docs/experiments/cooperation.md with its CSVs beside it.
 #
 # Usage: scripts/experiment.sh [--smoke] [--out DIR] [--trace-dir DIR] [-- HZ_EXPERIMENT_ARGS...]
-#   --smoke      a short run: the synthetic trace cut to 2,000 jobs, 64
-#                hosts, standard and cooperative, 3 seeds; writes into --out
-#                only (default: a temporary directory), never into docs/
+#   --smoke      a short run: one day of jobs drawn from a 2,000-job synthetic
+#                trace on 64 hosts, standard and cooperative, 3 seeds; writes
+#                into --out only (default: a temporary directory), never docs/
 #   --out        where the CSVs, plots and meta.json go
 #                (default: docs/experiments/cooperation)
 #   --trace-dir  Alibaba's cluster-trace-gpu-v2023 CSV files. Its licence
@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
 	--out) out=$2; shift 2 ;;
 	--trace-dir) trace_dir=$2; shift 2 ;;
 	--) shift; break ;;
-	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,17p' "$0"; exit 0 ;;
 	*) echo "experiment.sh: unknown argument: $1" >&2; exit 2 ;;
 	esac
 done
@@ -87,6 +87,7 @@ PY
 
 args=(--calibration "$out/calibration.json" --out "$out")
 if [ "$smoke" -eq 1 ]; then
+	# shellcheck disable=SC2054 # the comma separates hz-experiment's cohorts
 	args+=(--synthetic-jobs 2000 --hosts 64 --window-days 1 --cohorts standard,cooperative --seeds 3)
 elif [ -f "$trace_dir/openb_pod_list_default.csv" ]; then
 	args+=(--trace-dir "$trace_dir")
