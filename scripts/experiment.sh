@@ -10,10 +10,10 @@
 #                into --out only (default: a temporary directory), never docs/
 #   --out        where the CSVs, plots and meta.json go
 #                (default: docs/experiments/cooperation)
-#   --trace-dir  Alibaba's cluster-trace-gpu-v2023 CSV files. Its licence
-#                forbids shipping it; the default is a copy beside the
-#                repository, at ../shared/data/alibaba-gpu-v2023. Without
-#                it the synthetic trace stands in and the report says so.
+#   --trace-dir  Alibaba's cluster-trace-gpu-v2023 CSV files (its licence
+#                forbids shipping them; the default is a directory beside
+#                the repository). Without them the synthetic trace stands in,
+#                and the output and the report say so.
 #   -- ARGS      passed on to hz-experiment (--window-days 2, --seeds 20, ...)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
