@@ -97,10 +97,9 @@ struct Job {
   double slowdown = 1;       // wall seconds per second of work
   double interval = 0;       // compute seconds between checkpoints
   double stall = 0;          // seconds a checkpoint stops the job
-  double durable_lag = 0;    // after its stall, until a checkpoint survives its host
-  double host_safe_lag = 0;
-  double preempt_left = 0;  // running time until the next reclaim (preemptible jobs)
-  uint64_t reserved = 0;    // an allocation reserved for its next run
+  double host_safe_lag = 0;  // after its stall, until a checkpoint survives its host
+  double preempt_left = 0;   // running time until the next reclaim (preemptible jobs)
+  uint64_t reserved = 0;     // an allocation reserved for its next run
   std::mt19937_64 rng;
 };
 
@@ -115,6 +114,16 @@ struct Event {
   size_t infra = 0;  // index into the infrastructure events
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : order > o.order; }
 };
+
+// The tenant's tensor-parallel group: pairs for 4 and 8 GPUs, else one group.
+int GroupSize(int gpus) {
+  return gpus >= 4 && gpus % 2 == 0 ? 2 : gpus;
+}
+
+// What a job asks the allocator for: its GPUs, on one host.
+scheduler::Request RequestFor(const TraceJob& job) {
+  return {job.gpus, 0, HZ_LOC_SAME_HOST};
+}
 
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -132,27 +141,26 @@ class Simulation {
         alloc_(&cluster,
                mech.topology ? scheduler::Policy::kTopologyAware : scheduler::Policy::kFirstFit),
         plan_rng_(seed * 7919 + 17) {
-    for (uint32_t h = 0; h < cluster.num_hosts(); ++h)
-      total_gpus_ += static_cast<uint32_t>(cluster.host(h).Count(DeviceKind::kGpu));
+    total_gpus_ = alloc_.TotalFree(DeviceKind::kGpu);  // all of them, before any allocation
     outages_.assign(cluster.num_hosts(), {});
     for (uint32_t h = 0; h < cluster.num_hosts(); ++h)
       outages_[h].assign(cluster.host(h).devices.size(), 0);
     jobs_.resize(jobs.size());
-    double last_arrival = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
       Job& j = jobs_[i];
       j.trace = &jobs[i];
       j.rng.seed(seed * 104729 + i);
-      if (j.trace->preemptible && model.preemptions_per_job_hour.value > 0) {
-        std::exponential_distribution<double> gap(model.preemptions_per_job_hour.value / 3600.0);
-        j.preempt_left = gap(j.rng);
-      }
+      if (j.trace->preemptible && model.preemptions_per_job_hour.value > 0) DrawReclaim(j);
       Push(static_cast<double>(jobs[i].arrival_s), EventKind::kArrival, i);
-      last_arrival = std::max(last_arrival, static_cast<double>(jobs[i].arrival_s));
     }
-    if (!jobs.empty()) first_arrival_ = static_cast<double>(jobs.front().arrival_s);
-    last_arrival_ = last_arrival;
-    infra_ = DrawInfraEvents(cluster, model, last_arrival + kEventHorizonS, seed);
+    const auto [first, last] = std::minmax_element(
+        jobs.begin(), jobs.end(),
+        [](const TraceJob& a, const TraceJob& b) { return a.arrival_s < b.arrival_s; });
+    if (first != jobs.end()) {
+      first_arrival_ = static_cast<double>(first->arrival_s);
+      last_arrival_ = static_cast<double>(last->arrival_s);
+    }
+    infra_ = DrawInfraEvents(cluster, model, last_arrival_ + kEventHorizonS, seed);
     for (size_t k = 0; k < infra_.size(); ++k) ScheduleInfra(k);
     ComputeReferenceCosts();
   }
@@ -289,17 +297,16 @@ class Simulation {
       const size_t i = queue_.begin()->second;
       Job& j = jobs_[i];
       Allocation a;
-      const scheduler::Request r{j.trace->gpus, 0, HZ_LOC_SAME_HOST};
-      if (!Take("t", r, &a)) break;  // first come, first served: the head waits
+      if (!Take("t", RequestFor(*j.trace), &a)) break;  // first come, first served: the head waits
       queue_.erase(queue_.begin());
       Start(i, a, now_);
     }
   }
 
-  // Seconds of work per GPU checkpoint, and the stall, interval and lags of
-  // the cohort's checkpoints.
+  // The stall, interval and lag of the cohort's checkpoints for this job.
   void PlanCheckpoints(Job& j) const {
     const double gb = model_.ckpt_gb_per_gpu.value;
+    double durable_lag = 0;  // the tenant's own save is durable when the fsync returns
     if (mech_.provider_ckpt) {
       const double write_gbps = model_.tenant_write_fsync_gbps.value;
       j.stall = gb / (write_gbps * model_.provider_stall_speedup.value);
@@ -310,15 +317,13 @@ class Simulation {
                               (j.trace->preemptible ? model_.preemptions_per_job_hour.value : 0);
       const double per_s = per_hour / 3600.0;
       j.interval = std::clamp(std::sqrt(2 * j.stall / std::max(per_s, 1e-12)), 60.0, 86400.0);
-      j.durable_lag = gb / (write_gbps * model_.persist_efficiency.value);
+      durable_lag = gb / (write_gbps * model_.persist_efficiency.value);
     } else {
       j.stall = gb / model_.tenant_write_fsync_gbps.value;
       j.interval = model_.standard_ckpt_interval_s.value;
-      j.durable_lag = 0;  // durable when the fsync returns
     }
-    j.host_safe_lag = mech_.peer_replicas
-                          ? std::min(j.durable_lag, gb / model_.peer_copy_gbps.value)
-                          : j.durable_lag;
+    j.host_safe_lag =
+        mech_.peer_replicas ? std::min(durable_lag, gb / model_.peer_copy_gbps.value) : durable_lag;
   }
 
   void Start(size_t i, const Allocation& a, double now) {
@@ -378,7 +383,7 @@ class Simulation {
   // as a framework does by default.
   double PlanCost(const std::vector<DeviceRef>& gpus) {
     const int n = static_cast<int>(gpus.size());
-    const int k = n >= 4 && n % 2 == 0 ? 2 : n;
+    const int k = GroupSize(n);
     const Information info = mech_.topology ? mech_.topology_info : Information::kNone;
     if (info == Information::kNone) {
       scheduler::Partition in_order(n / k);
@@ -401,8 +406,8 @@ class Simulation {
       if (!a.Place({g, 0, HZ_LOC_SAME_HOST}, &gpus)) continue;
       const scheduler::TopologySummary s = scheduler::BuildTopologySummary(one, gpus, 1);
       std::mt19937_64 rng(1);
-      const int k = g >= 4 && g % 2 == 0 ? 2 : static_cast<int>(g);
-      reference_cost_[g] = scheduler::EvaluatePlans(one, s, k, rng).best_cost;
+      reference_cost_[g] =
+          scheduler::EvaluatePlans(one, s, GroupSize(static_cast<int>(g)), rng).best_cost;
     }
   }
 
@@ -424,11 +429,9 @@ class Simulation {
 
   void Finish(size_t i, double now) {
     Job& j = jobs_[i];
-    running_.erase(j.allocation);
-    Give(j.allocation);
+    EndRun(j);
     ReleaseReservation(j);
     j.state = JobState::kDone;
-    ++j.epoch;
     ++completed_;
     jct_.push_back(now - static_cast<double>(j.trace->arrival_s));
     waits_.push_back(j.waited);
@@ -440,15 +443,10 @@ class Simulation {
   // done; otherwise it runs until the event stops it.
   void OnNotice(size_t k, double now) {
     const InfraEvent& e = infra_[k];
-    for (DeviceRef d : DevicesOf(e)) Drain(d);
+    const std::vector<DeviceRef> devices = DevicesOf(e);
+    for (DeviceRef d : devices) Drain(d);
     const double lead = UsableLead(e.time, e.time - now);
-    std::set<uint64_t> told;
-    for (DeviceRef d : DevicesOf(e)) {
-      const uint64_t owner = alloc_.Owner(d);
-      if (owner == 0 || !told.insert(owner).second) continue;
-      const size_t i = JobOf(owner);
-      if (i != kNoJob) PlanMove(i, now, lead, e.time);
-    }
+    for (size_t i : JobsOn(devices)) PlanMove(i, now, lead, e.time);
   }
 
   void PlanMove(size_t i, double now, double lead, double event_time) {
@@ -470,21 +468,19 @@ class Simulation {
   void OnInfra(size_t k, double now) {
     const InfraEvent& e = infra_[k];
     const std::vector<DeviceRef> devices = DevicesOf(e);
-    std::set<uint64_t> hit;
-    for (DeviceRef d : devices) {
-      const uint64_t owner = alloc_.Owner(d);
-      if (owner != 0) hit.insert(owner);
-    }
-    for (uint64_t owner : hit) {
-      const size_t i = JobOf(owner);
-      if (i != kNoJob) Interrupt(i, now, /*saved=*/false, e.kind);
-    }
+    for (size_t i : JobsOn(devices)) Interrupt(i, now, /*saved=*/false, e.kind);
     if (NoticeLead(e) <= 0) {
       for (DeviceRef d : devices) Drain(d);  // else drained at the notice
     }
     const double down =
         e.kind == Outage::kMaintenance ? model_.maintenance_s.value : model_.repair_s.value;
     Push(now + down, EventKind::kRepair, 0, 0, k);
+  }
+
+  // The running time until the job's next reclaim, from its own stream.
+  void DrawReclaim(Job& j) const {
+    std::exponential_distribution<double> gap(model_.preemptions_per_job_hour.value / 3600.0);
+    j.preempt_left = gap(j.rng);
   }
 
   void OnPreempt(size_t i, double now) {
@@ -495,9 +491,7 @@ class Simulation {
     const double lead = UsableLead(now, model_.preemption_notice_s.value);
     const bool saved = lead >= 0 && mech_.jit_on_notice && j.stall <= lead;
     if (saved) j.work_done = WorkAt(j, now - lead);
-    // Draw the next reclaim from the job's own stream.
-    std::exponential_distribution<double> gap(model_.preemptions_per_job_hour.value / 3600.0);
-    j.preempt_left = gap(j.rng);
+    DrawReclaim(j);
     Interrupt(i, now, saved, Outage::kMaintenance);
   }
 
@@ -514,9 +508,7 @@ class Simulation {
     }
     if (j.trace->preemptible && j.preempt_left > 0)
       j.preempt_left = std::max(1.0, j.preempt_left - (now - j.run_start));
-    running_.erase(j.allocation);
-    Give(j.allocation);
-    ++j.epoch;
+    EndRun(j);
     ++interruptions_;
     j.interrupted_at = now;
     if (j.reserved != 0) {
@@ -529,9 +521,16 @@ class Simulation {
     Enqueue(i, now);
   }
 
+  // Gives the run's devices back; its pending events no longer apply.
+  void EndRun(Job& j) {
+    running_.erase(j.allocation);
+    Give(j.allocation);
+    ++j.epoch;
+  }
+
   bool Reserve(Job& j) {
     Allocation a;
-    if (!Take("reserved", {j.trace->gpus, 0, HZ_LOC_SAME_HOST}, &a)) return false;
+    if (!Take("reserved", RequestFor(*j.trace), &a)) return false;
     j.reserved = a.id;
     return true;
   }
@@ -540,11 +539,16 @@ class Simulation {
     j.reserved = 0;
   }
 
-  static constexpr size_t kNoJob = static_cast<size_t>(-1);
-  // The running job on an allocation (kNoJob for a reservation).
-  size_t JobOf(uint64_t allocation) const {
-    auto it = running_.find(allocation);
-    return it == running_.end() ? kNoJob : it->second;
+  // The running jobs on these devices, each once, in device order
+  // (reservations are no job's run).
+  std::vector<size_t> JobsOn(const std::vector<DeviceRef>& devices) const {
+    std::vector<size_t> out;
+    for (DeviceRef d : devices) {
+      auto it = running_.find(alloc_.Owner(d));
+      if (it != running_.end() && std::find(out.begin(), out.end(), it->second) == out.end())
+        out.push_back(it->second);
+    }
+    return out;
   }
 
   // Allocations through these keep the count of allocated devices.
