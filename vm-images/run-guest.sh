@@ -44,8 +44,7 @@ while [ $# -gt 0 ]; do
 done
 
 hz_require_root
-[[ $name =~ ^[A-Za-z0-9_-]+$ ]] || hz_die "--name must be letters, digits, - or _"
-[[ $test_name =~ ^[A-Za-z0-9_.-]*$ ]] || hz_die "--test must be letters, digits, ., - or _"
+hz_check_guest_name "$name" "$test_name"
 [[ $mem =~ ^[0-9]+[MG]$ ]] || hz_die "--mem must look like 512M or 1G"
 for v in timeout_s smp num_vqs vq_size config_size; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || hz_die "--${v//_/-} must be a number"

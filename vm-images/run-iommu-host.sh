@@ -66,8 +66,7 @@ while [ $# -gt 0 ]; do
 done
 
 hz_require_root
-[[ $name =~ ^[A-Za-z0-9_-]+$ ]] || hz_die "--name must be letters, digits, - or _"
-[[ $test_name =~ ^[A-Za-z0-9_.-]*$ ]] || hz_die "--test must be letters, digits, ., - or _"
+hz_check_guest_name "$name" "$test_name"
 [[ $timeout_s =~ ^[0-9]+$ ]] || hz_die "--timeout must be a number"
 [[ $node_mib =~ ^[0-9]+$ ]] || hz_die "--node-mib must be a number"
 [ -z "$share" ] || [ -d "$share" ] || hz_die "--share $share is not a directory"

@@ -34,8 +34,7 @@ while [ $# -gt 0 ]; do
 done
 
 hz_require_root
-[[ $name =~ ^[A-Za-z0-9_-]+$ ]] || hz_die "--name must be letters, digits, - or _"
-[[ $test_name =~ ^[A-Za-z0-9_.-]*$ ]] || hz_die "--test must be letters, digits, ., - or _"
+hz_check_guest_name "$name" "$test_name"
 for v in mem_mib timeout_s num_vqs vq_size config_size; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || hz_die "--${v//_/-} must be a number"
 done

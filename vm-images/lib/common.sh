@@ -22,6 +22,13 @@ hz_require_root() {
 	[ "$(id -u)" -eq 0 ] || hz_die "must run as root (debootstrap, chroot and mounts need it)"
 }
 
+# The guest runners' --name and --test: they become file names and a kernel
+# command-line word, so only a safe alphabet.
+hz_check_guest_name() { # NAME TEST
+	[[ $1 =~ ^[A-Za-z0-9_-]+$ ]] || hz_die "--name must be letters, digits, - or _"
+	[[ $2 =~ ^[A-Za-z0-9_.-]*$ ]] || hz_die "--test must be letters, digits, ., - or _"
+}
+
 # Prints the Debian mirror URL the host's apt uses, read from
 # /etc/apt/sources.list and /etc/apt/sources.list.d/*.list (one-line format) and
 # *.sources (deb822 format). The first "deb" source whose URI is a Debian
