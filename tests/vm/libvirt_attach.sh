@@ -119,7 +119,7 @@ lv dumpxml --inactive "$name" >"$w/attached.xml"
 expect_line "$w/attached.xml" "<source type='memfd'/>" "definition: memfd memory"
 expect_line "$w/attached.xml" "<access mode='shared'/>" "definition: shared with the back-end"
 expect_line "$w/attached.xml" "socket,id=harmonaize0,path=$socket" "definition: the chardev"
-expect_line "$w/attached.xml" "vhost-user-test-device-pci,chardev=harmonaize0,virtio-id=21" "definition: the device"
+expect_line "$w/attached.xml" '\{&quot;driver&quot;:&quot;vhost-user-test-device-pci&quot;,&quot;chardev&quot;:&quot;harmonaize0&quot;,&quot;virtio-id&quot;:21' "definition: the device, as JSON"
 expect_line "$w/attached.xml" "tenant=['\"]acme['\"]" "definition: the record"
 
 # 2. The start must bind through the hook: unbind what attach bound.
@@ -136,7 +136,7 @@ for _ in $(seq 260); do
 done
 [ "$state" = "shut off" ] || fail "the domain did not power off (state: $state)"
 sed 's/^/HZ-CONSOLE: /' "$w/boot/console.log" >"$w/console.log"
-expect_line "$w/libvirt-log/qemu/$name.log" 'vhost-user-test-device-pci,chardev=harmonaize0' "QEMU ran the device"
+expect_line "$w/libvirt-log/qemu/$name.log" '"driver":"vhost-user-test-device-pci","chardev":"harmonaize0"' "QEMU ran the device"
 expect_line "$w/console.log" 'harmonaize virtio[0-9]+: harmonaize0: ' "the real driver bound"
 expect_line "$w/console.log" 'HZ-RESULT: PASS hello' "the guest's HELLO"
 expect_line "$w/harmonaized.log" "$name\.sock\]: front-end connected" "harmonaized: the VM connected"

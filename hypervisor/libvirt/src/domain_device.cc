@@ -117,12 +117,18 @@ std::string ChardevArg(const std::string& socket) {
 
 // libvirt does not know this device (it comes through <qemu:commandline>),
 // so QEMU puts it into the first free slot, which libvirt still counts as
-// free. On an i440fx machine libvirt hot-plugs PCI devices (the scheduler's
-// hostdevs) straight into the root bus, lowest free slot first, and QEMU
-// would refuse the hostdev ("slot 2 function 0 not available"): there the
-// device takes the root bus's last slot. On q35 libvirt hot-plugs into
-// pcie-root-ports, never into pcie.0, and QEMU's choice is safe.
-constexpr char kI440fxPlacement[] = ",bus=pci.0,addr=0x1f";
+// free. Two consequences:
+// - QEMU creates the devices given as key=value before those given as JSON,
+//   whatever their order, and libvirt gives its own as JSON with fixed
+//   addresses: in key=value form this device would take the slot of the
+//   first of them (on q35, the first pcie-root-port's), and the domain would
+//   not start. In JSON form it comes after them, into a slot left free.
+// - On an i440fx machine libvirt hot-plugs PCI devices (the scheduler's
+//   hostdevs) straight into the root bus, lowest free slot first, and QEMU
+//   would refuse the hostdev ("slot 2 function 0 not available"): there the
+//   device takes the root bus's last slot. On q35 libvirt hot-plugs into
+//   pcie-root-ports, never into pcie.0, and QEMU's choice is safe.
+constexpr char kI440fxPlacement[] = R"(,"bus":"pci.0","addr":"0x1f")";
 
 bool IsI440fx(xmlNode* root) {
   xmlNode* os = Child(root, "os");
@@ -131,21 +137,24 @@ bool IsI440fx(xmlNode* root) {
   return machine == "pc" || (machine.rfind("pc-", 0) == 0 && machine.rfind("pc-q35", 0) != 0);
 }
 
+// The device as QEMU's JSON -device (protocol/SPEC.md §2.2).
 std::string DeviceArg(const DeviceShape& shape, bool i440fx) {
-  return std::string("vhost-user-test-device-pci,chardev=") + kChardevId +
-         ",virtio-id=" + std::to_string(HZ_VIRTIO_ID) +
-         ",num_vqs=" + std::to_string(HZ_VQ_REQUEST_BASE + shape.request_queues) +
-         ",vq_size=" + std::to_string(shape.queue_size) +
-         ",config_size=" + std::to_string(sizeof(struct hz_config)) +
-         (i440fx ? kI440fxPlacement : "");
+  return std::string(R"({"driver":"vhost-user-test-device-pci","chardev":")") + kChardevId +
+         R"(","virtio-id":)" + std::to_string(HZ_VIRTIO_ID) + R"(,"num_vqs":)" +
+         std::to_string(HZ_VQ_REQUEST_BASE + shape.request_queues) + R"(,"vq_size":)" +
+         std::to_string(shape.queue_size) + R"(,"config_size":)" +
+         std::to_string(sizeof(struct hz_config)) + (i440fx ? kI440fxPlacement : "") + "}";
 }
 
 // Whether a QEMU argument belongs to the device: its chardev or the device
-// that names it.
+// that names it, in JSON or (as versions before JSON wrote it) key=value.
 bool IsDeviceArg(const std::string& value) {
   const std::string chardev = std::string("socket,id=") + kChardevId + ",";
-  const std::string device = std::string("chardev=") + kChardevId;
   if (value.rfind(chardev, 0) == 0) return true;
+  if (value.rfind(R"({"driver":"vhost-user-)", 0) == 0) {
+    return value.find(std::string(R"("chardev":")") + kChardevId + "\"") != std::string::npos;
+  }
+  const std::string device = std::string("chardev=") + kChardevId;
   if (value.rfind("vhost-user-", 0) != 0) return false;
   for (size_t pos = value.find(device); pos != std::string::npos;
        pos = value.find(device, pos + 1)) {

@@ -45,10 +45,13 @@ TEST(DomainDevice, AddingPutsTheDeviceSharedMemoryAndTheRecordIn) {
   EXPECT_NE(xml->find("socket,id=harmonaize0,path=/run/harmonaize/tenant-vm0.sock"),
             std::string::npos);
   // Control and event queues before the four request queues; the config
-  // space is struct hz_config.
-  EXPECT_NE(xml->find("vhost-user-test-device-pci,chardev=harmonaize0,virtio-id=21,num_vqs=6,"
-                      "vq_size=256,config_size=64"),
-            std::string::npos);
+  // space is struct hz_config. JSON, so that QEMU creates it after libvirt's
+  // own devices (their addresses are libvirt's).
+  EXPECT_NE(xml->find("{&quot;driver&quot;:&quot;vhost-user-test-device-pci&quot;,"
+                      "&quot;chardev&quot;:&quot;harmonaize0&quot;,&quot;virtio-id&quot;:21,"
+                      "&quot;num_vqs&quot;:6,&quot;vq_size&quot;:256,&quot;config_size&quot;:64}"),
+            std::string::npos)
+      << *xml;
   EXPECT_TRUE(added.added_memfd_source);
   EXPECT_TRUE(added.added_shared_access);
   StatusOr<DomainDevice> found = FindDevice(*xml);
@@ -70,7 +73,9 @@ TEST(DomainDevice, OnI440fxTheDeviceKeepsClearOfHotpluggedHostdevs) {
     pc.replace(pc.find("machine='q35'"), 13, std::string("machine='") + machine + "'");
     StatusOr<std::string> xml = AddDevice(pc, Device());
     ASSERT_TRUE(xml.ok()) << xml.status().ToString();
-    EXPECT_NE(xml->find("config_size=64,bus=pci.0,addr=0x1f\""), std::string::npos)
+    EXPECT_NE(xml->find("&quot;config_size&quot;:64,&quot;bus&quot;:&quot;pci.0&quot;,"
+                        "&quot;addr&quot;:&quot;0x1f&quot;}"),
+              std::string::npos)
         << machine << ": " << *xml;
     StatusOr<std::string> back = RemoveDevice(*xml);
     ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -81,7 +86,7 @@ TEST(DomainDevice, OnI440fxTheDeviceKeepsClearOfHotpluggedHostdevs) {
     other.replace(other.find("machine='q35'"), 13, std::string("machine='") + machine + "'");
     StatusOr<std::string> xml = AddDevice(other, Device());
     ASSERT_TRUE(xml.ok()) << xml.status().ToString();
-    EXPECT_EQ(xml->find("addr="), std::string::npos) << machine << ": " << *xml;
+    EXPECT_EQ(xml->find("addr"), std::string::npos) << machine << ": " << *xml;
   }
 }
 
@@ -106,6 +111,24 @@ TEST(DomainDevice, RemovingTakesOutWhatAddingPutInAndNothingElse) {
   EXPECT_EQ(Count(*without, "-device"), 0u);
   EXPECT_EQ(FindDevice(*without).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(RemoveDevice(*without).status().code(), StatusCode::kNotFound);
+}
+
+// Versions before the JSON form wrote the device as key=value: removing it
+// from such a definition still takes out exactly what was added.
+TEST(DomainDevice, RemovingTakesOutTheKeyValueFormOfEarlierVersions) {
+  StatusOr<std::string> with = AddDevice(Domain(), Device());
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  const size_t from = with->find("{&quot;driver&quot;");
+  const size_t to = with->find('"', from);
+  ASSERT_NE(from, std::string::npos);
+  std::string old = *with;
+  old.replace(from, to - from,
+              "vhost-user-test-device-pci,chardev=harmonaize0,virtio-id=21,num_vqs=6,"
+              "vq_size=256,config_size=64");
+  StatusOr<std::string> without = RemoveDevice(old);
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_EQ(without->find("harmonaize"), std::string::npos) << *without;
+  EXPECT_EQ(Count(*without, "-device"), 0u);
 }
 
 TEST(DomainDevice, MemoryThatIsSharedAlreadyStaysWhenTheDeviceGoes) {
