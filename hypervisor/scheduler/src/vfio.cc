@@ -120,6 +120,18 @@ Status VfioBinder::Bind(const std::vector<std::string>& bdfs, bool whole_group) 
   return Status::Ok();
 }
 
+Status VfioBinder::Override(const std::string& bdf, std::string* value) const {
+  std::string text;
+  Status s = sysfs::ReadAttr(root_ + "/bus/pci/devices/" + bdf + "/driver_override", &text);
+  if (!s.ok()) return s;
+  // The kernel shows one line; a fixture's file keeps every write, the last
+  // one current.
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  const size_t nl = text.rfind('\n');
+  *value = nl == std::string::npos ? text : text.substr(nl + 1);
+  return Status::Ok();
+}
+
 Status VfioBinder::Unbind(const std::vector<std::string>& bdfs) {
   for (const std::string& bdf : bdfs) {
     if (!IsBdf(bdf)) return Status::InvalidArgument("not a PCI address: " + bdf.substr(0, 32));
@@ -127,7 +139,21 @@ Status VfioBinder::Unbind(const std::vector<std::string>& bdfs) {
       return Status::NotFound("no device " + root_ + "/bus/pci/devices/" + bdf);
     }
   }
+  // What Bind took along with them: the other functions of their groups
+  // whose override it set (a GPU's audio function).
+  std::vector<std::string> order = bdfs;
   for (const std::string& bdf : bdfs) {
+    std::vector<GroupMember> members;
+    Status s = GroupMembers(bdf, &members);
+    if (!s.ok()) return s;
+    for (const GroupMember& m : members) {
+      if (m.bridge || std::find(order.begin(), order.end(), m.bdf) != order.end()) continue;
+      std::string override_value;
+      if (!(s = Override(m.bdf, &override_value)).ok()) return s;
+      if (override_value == "vfio-pci") order.push_back(m.bdf);
+    }
+  }
+  for (const std::string& bdf : order) {
     std::string driver;
     Status s = Driver(bdf, &driver);
     if (!s.ok()) return s;

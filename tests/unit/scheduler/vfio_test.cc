@@ -92,6 +92,33 @@ TEST_F(SchedulerVfio, WholeGroupBindsTheAudioFunctionToo) {
   EXPECT_EQ(ReadText(Dev("0000:17:00.1") + "/driver_override"), "(null)\nvfio-pci\n");
 }
 
+// Release gives the audio function back as well: left on vfio-pci, the host
+// would have lost it for good.
+TEST_F(SchedulerVfio, UnbindGivesBackWhatTheWholeGroupBindTook) {
+  Use("ws4");
+  VfioBinder b(root_);
+  ASSERT_TRUE(b.Bind({"0000:17:00.0"}, true).ok());
+  SetDriver("0000:17:00.0", "vfio-pci");
+  SetDriver("0000:17:00.1", "vfio-pci");
+  ASSERT_TRUE(b.Unbind({"0000:17:00.0"}).ok());
+  EXPECT_EQ(ReadText(Dev("0000:17:00.1") + "/driver_override"), "(null)\nvfio-pci\n\n");
+  EXPECT_EQ(ReadText(root_ + "/bus/pci/drivers/vfio-pci/unbind"), "0000:17:00.0\n0000:17:00.1\n");
+  EXPECT_EQ(ReadText(root_ + "/bus/pci/drivers_probe"),
+            "0000:17:00.0\n0000:17:00.1\n0000:17:00.0\n0000:17:00.1\n");
+}
+
+// A function of the group the operator put on vfio-pci without an override
+// stays there.
+TEST_F(SchedulerVfio, UnbindLeavesWhatTheOperatorBound) {
+  Use("ws4");
+  VfioBinder other(root_);
+  SetDriver("0000:17:00.0", "vfio-pci");
+  SetDriver("0000:17:00.1", "vfio-pci");
+  ASSERT_TRUE(other.Unbind({"0000:17:00.0"}).ok());
+  EXPECT_EQ(ReadText(Dev("0000:17:00.1") + "/driver_override"), "(null)\n");
+  EXPECT_EQ(ReadText(root_ + "/bus/pci/drivers/vfio-pci/unbind"), "0000:17:00.0\n");
+}
+
 TEST_F(SchedulerVfio, ViabilityAcceptsVfioStubUnboundAndBridges) {
   Use("ws4");
   VfioBinder b(root_);

@@ -6,7 +6,8 @@
 //   <dev>/driver_override  <- "vfio-pci"
 //   <dev>/driver/unbind    <- bdf      (when bound to another driver)
 //   bus/pci/drivers_probe  <- bdf
-// Unbind, per device on vfio-pci (hands it back to its host driver):
+// Unbind, per device and per function Bind took along with it (hands it
+// back to its host driver):
 //   <dev>/driver_override  <- ""       (clears the override)
 //   <dev>/driver/unbind    <- bdf
 //   bus/pci/drivers_probe  <- bdf
@@ -49,7 +50,9 @@ class VfioBinder {
   // must already be viable. Every check runs before the first write.
   Status Bind(const std::vector<std::string>& bdfs, bool whole_group);
 
-  // Hands devices on vfio-pci back to their host drivers.
+  // Hands devices on vfio-pci back to their host drivers, with the other
+  // functions of their groups that Bind took along (those whose
+  // driver_override is vfio-pci).
   Status Unbind(const std::vector<std::string>& bdfs);
 
   // Every write made so far, in order.
@@ -58,6 +61,8 @@ class VfioBinder {
  private:
   Status Write(const std::string& rel, const std::string& value);
   Status Driver(const std::string& bdf, std::string* driver) const;
+  // The function's driver_override ("(null)" when none is set).
+  Status Override(const std::string& bdf, std::string* value) const;
 
   std::string root_;
   std::vector<SysfsWrite> journal_;
