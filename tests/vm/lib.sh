@@ -61,3 +61,19 @@ expect_line() {
 	line=$(grep -E -m1 -- "$regex" "$file") || fail "$what: no line matching '$regex' in $(basename "$file")"
 	say "ok: $what: ${line//$'\r'/}"
 }
+
+# The emulated GPU server's image (vm-images/run-iommu-host.sh): vfio, the
+# NIC stand-in's driver, stripped copies of harmonaized and hzctl (its
+# initramfs lives in its RAM), tests/vm/guest/tests/lib_l1_host and TEST.
+# Usage: l1_initramfs HARMONAIZED HZCTL OUT_DIR TEST [BUILD_INITRAMFS_ARGS...]
+#   writes OUT_DIR/initramfs.gz
+l1_initramfs() {
+	local harmonaized=$1 hzctl=$2 out=$3 test=$4 tests=$HZ_TOP/tests/vm/guest/tests
+	shift 4
+	strip -o "$out/harmonaized" "$harmonaized"
+	strip -o "$out/hzctl" "$hzctl"
+	"$HZ_TOP/vm-images/build-initramfs.sh" --dir "$HZ_VM_DIR" --out "$out/initramfs.gz" \
+		--kmod vfio-pci --kmod vfio_iommu_type1 --kmod e1000e \
+		--dynamic "$out/harmonaized" --dynamic "$out/hzctl" \
+		--test "$tests/lib_l1_host" --test "$tests/$test" "$@"
+}

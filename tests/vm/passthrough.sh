@@ -14,13 +14,7 @@ export HZ_TEST=vm_passthrough
 source "$(dirname "$0")/lib.sh"
 t0=$SECONDS
 mkdir -p "$out"
-# The guest gets stripped copies: its initramfs lives in 512 MiB of RAM.
-strip -o "$out/harmonaized" "$harmonaized"
-strip -o "$out/hzctl" "$hzctl"
-"$HZ_TOP/vm-images/build-initramfs.sh" --dir "$HZ_VM_DIR" --out "$out/initramfs.gz" \
-	--kmod vfio-pci --kmod vfio_iommu_type1 --kmod e1000e \
-	--dynamic "$out/harmonaized" --dynamic "$out/hzctl" \
-	--test "$HZ_TOP/tests/vm/guest/tests/passthrough"
+l1_initramfs "$harmonaized" "$hzctl" "$out" passthrough
 say "step image took $((SECONDS - t0)) s"
 t1=$SECONDS
 log=$out/passthrough-guest.log

@@ -25,16 +25,14 @@ driver=$(hz_guest_dir "$HZ_VM_DIR" "$(hz_guest_kernel)")/harmonaize.ko
 share=$out/share
 rm -rf "$share"
 mkdir -p "$share"
-# The guests get stripped copies: their initramfs lives in their RAM.
-for p in "$harmonaized" "$hzctl" "$hz_tool"; do strip -o "$out/$(basename "$p")" "$p"; done
+# L2 gets a stripped copy: its initramfs lives in its RAM.
+strip -o "$out/hz" "$hz_tool"
 # L2: the driver, hz (with libharmonaize) and its test.
 "$HZ_TOP/vm-images/build-initramfs.sh" --dir "$HZ_VM_DIR" --out "$share/l2-initrd.gz" \
 	--module "$driver" --dynamic "$out/hz" --test "$HZ_TOP/tests/vm/guest/tests/nested_tenant"
-# L1: vfio, 9p and overlay for the shared root, harmonaized and hzctl.
-"$HZ_TOP/vm-images/build-initramfs.sh" --dir "$HZ_VM_DIR" --out "$out/initramfs.gz" \
-	--kmod vfio-pci --kmod vfio_iommu_type1 --kmod e1000e --kmod 9pnet_virtio --kmod 9p --kmod overlay \
-	--dynamic "$out/harmonaized" --dynamic "$out/hzctl" \
-	--test "$HZ_TOP/tests/vm/guest/tests/passthrough_nested"
+# L1: 9p and overlay for the shared root.
+l1_initramfs "$harmonaized" "$hzctl" "$out" passthrough_nested \
+	--kmod 9pnet_virtio --kmod 9p --kmod overlay
 cp "$(hz_guest_kernel_image "$HZ_VM_DIR" l2)" "$share/vmlinuz"
 hz_libvirt_qemu_conf "$share/qemu.conf"
 say "step image took $((SECONDS - t0)) s"
