@@ -19,7 +19,8 @@ std::vector<Cohort> AllCohorts() {
                  Mechanisms{}});
   all.push_back({"cooperative",
                  "provider checkpoints with saves on notice and peer replicas, pushed and early "
-                 "notices, reservations, topology-aware placement; coarse events and topology",
+                 "notices, reservations, topology-aware placement with the provider's collectives; "
+                 "coarse events and topology",
                  Cooperative()});
   struct Ablation {
     const char* name;
@@ -32,7 +33,8 @@ std::vector<Cohort> AllCohorts() {
       {"only_peer_replicas", "peer replicas", &Mechanisms::peer_replicas},
       {"only_pushed_notices", "pushed and early notices", &Mechanisms::pushed_notices},
       {"only_reservations", "reservations", &Mechanisms::reservations},
-      {"only_topology", "topology-aware placement and planning", &Mechanisms::topology},
+      {"only_topology", "topology-aware placement and planning, the provider's collectives",
+       &Mechanisms::topology},
   };
   for (const Ablation& a : ablations) {
     Mechanisms m;

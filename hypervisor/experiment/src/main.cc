@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "hz/experiment/cohort.h"
+#include "hz/experiment/comm_model.h"
 #include "hz/experiment/model.h"
 #include "hz/experiment/simulator.h"
 #include "hz/experiment/stats.h"
@@ -84,6 +85,13 @@ nlohmann::json Meta(const Trace& trace, const scheduler::Cluster& cluster, doubl
   meta["max_job_days"] = max_days;
   meta["seeds"] = seeds;
   for (const Cohort& c : cohorts) meta["cohorts"][c.name] = c.description;
+  for (const JobClass& c : JobClasses()) {
+    meta["job_classes"].push_back({{"gpus", c.gpus},
+                                   {"model", c.model},
+                                   {"params", c.params},
+                                   {"layers", c.layers},
+                                   {"hidden", c.hidden}});
+  }
   meta["calibration"] = nlohmann::json::object();
   meta["assumptions"] = nlohmann::json::object();
   for (const NamedFigure& f : model.Figures()) {

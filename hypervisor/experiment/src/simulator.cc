@@ -10,6 +10,7 @@
 #include <set>
 
 #include "hz/events/coarse.h"
+#include "hz/experiment/comm_model.h"
 #include "hz/scheduler/allocator.h"
 #include "hz/scheduler/planner.h"
 #include "hz/scheduler/synthetic_cluster.h"
@@ -95,6 +96,7 @@ struct Job {
   double run_start = 0;      // placed
   double compute_start = 0;  // state restored, computing
   double slowdown = 1;       // wall seconds per second of work
+  double comm_share = 0;     // share of the run's time spent in all-reduces
   double interval = 0;       // compute seconds between checkpoints
   double stall = 0;          // seconds a checkpoint stops the job
   double host_safe_lag = 0;  // after its stall, until a checkpoint survives its host
@@ -118,6 +120,17 @@ struct Event {
 // The tenant's tensor-parallel group: pairs for 4 and 8 GPUs, else one group.
 int GroupSize(int gpus) {
   return gpus >= 4 && gpus % 2 == 0 ? 2 : gpus;
+}
+
+// The slowest link between two of the GPUs: what a ring over all of them
+// runs at.
+double SlowestLinkGBs(const Cluster& cluster, const std::vector<DeviceRef>& gpus) {
+  double slowest = std::numeric_limits<double>::infinity();
+  for (size_t a = 0; a < gpus.size(); ++a) {
+    for (size_t b = a + 1; b < gpus.size(); ++b)
+      slowest = std::min(slowest, cluster.TrueBandwidthGBs(gpus[a], gpus[b]));
+  }
+  return slowest;
 }
 
 // What a job asks the allocator for: its GPUs, on one host.
@@ -354,26 +367,34 @@ class Simulation {
     }
   }
 
-  // Wall seconds per second of work on this allocation: the communication
-  // share slows with the plan's cost against the best 1-host plan, and with
-  // the other multi-GPU jobs on the host.
-  double Slowdown(const Job& j, const Allocation& a) {
+  // Wall seconds per second of work on this allocation: the job's iteration
+  // (comm_model.h) with the cohort's collectives, the tenant's plan and the
+  // host's PCIe links shared with the other jobs communicating there,
+  // against the same job alone on the best GPUs of a host with its own
+  // library.
+  double Slowdown(Job& j, const Allocation& a) {
     const uint32_t g = j.trace->gpus;
+    j.comm_share = 0;
     if (g < 2) return 1;
     std::vector<DeviceRef> gpus;
     for (DeviceRef d : a.devices) {
       if (cluster_.device(d).kind == DeviceKind::kGpu) gpus.push_back(d);
     }
-    const double cost = PlanCost(gpus);
-    const double ref = reference_cost_[g];
-    uint32_t neighbours = 0;
+    double neighbours = 0;
     for (const auto& [id, other] : alloc_.allocations()) {
-      if (id != a.id && other.devices.size() >= 2 && other.devices[0].host == gpus[0].host)
-        ++neighbours;
+      auto it = running_.find(id);
+      if (id != a.id && it != running_.end() && other.devices[0].host == gpus[0].host)
+        neighbours += jobs_[it->second].comm_share;
     }
-    const double c = model_.comm_share.value;
-    return (1 - c) +
-           c * (ref > 0 ? cost / ref : 1) * (1 + model_.neighbour_slowdown.value * neighbours);
+    const int k = GroupSize(static_cast<int>(g));
+    // The plan's slowest group runs at RingFactor(k) / cost GB/s.
+    const double group_gbs = RingFactor(k) / PlanCost(gpus);
+    const Engine engine = mech_.topology ? ProviderEngine(model_) : StandardEngine(model_);
+    const Iteration it =
+        IterationTime(model_, g, k, RingFactor(k) / SharedGBs(group_gbs, neighbours),
+                      SharedGBs(SlowestLinkGBs(cluster_, gpus), neighbours), 1, engine);
+    j.comm_share = it.comm_share();
+    return it.total_s() / reference_iteration_s_[g];
   }
 
   // Seconds per GB of the tenant's plan: groups of 2 (tensor parallel) for
@@ -397,8 +418,10 @@ class Simulation {
     return info == Information::kFull ? q.full_cost : q.coarse_cost;
   }
 
+  // A job's iteration on the best GPUs of an idle 8-GPU host with the
+  // tenant's own library: the speed its traced duration is taken at.
   void ComputeReferenceCosts() {
-    reference_cost_.assign(9, 0);
+    reference_iteration_s_.assign(9, 0);
     const Cluster one = scheduler::UniformCluster(1, 8);
     for (uint32_t g = 2; g <= 8; ++g) {
       Allocator a(&one, scheduler::Policy::kTopologyAware);
@@ -406,8 +429,11 @@ class Simulation {
       if (!a.Place({g, 0, HZ_LOC_SAME_HOST}, &gpus)) continue;
       const scheduler::TopologySummary s = scheduler::BuildTopologySummary(one, gpus, 1);
       std::mt19937_64 rng(1);
-      reference_cost_[g] =
-          scheduler::EvaluatePlans(one, s, GroupSize(static_cast<int>(g)), rng).best_cost;
+      const int k = GroupSize(static_cast<int>(g));
+      const double best = scheduler::EvaluatePlans(one, s, k, rng).best_cost;
+      reference_iteration_s_[g] =
+          IterationTime(model_, g, k, best, SlowestLinkGBs(one, gpus), 1, StandardEngine(model_))
+              .total_s();
     }
   }
 
@@ -645,7 +671,7 @@ class Simulation {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t next_order_ = 0;
   std::set<std::pair<double, size_t>> queue_;  // (queued at, job)
-  std::vector<double> reference_cost_;
+  std::vector<double> reference_iteration_s_;
   uint32_t total_gpus_ = 0;
   size_t allocated_ = 0;
   double fragmentation_ = 0;

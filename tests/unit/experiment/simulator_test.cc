@@ -124,5 +124,29 @@ TEST_F(SimulatorTest, AReservationRestartsAMovedJobWithoutQueueing) {
   EXPECT_LT(only.recovery_mean_s, standard.recovery_mean_s);
 }
 
+// One 8-GPU job alone on one host: its collectives' cost is all that
+// differs between the tenant's own library and the provider's.
+TEST_F(SimulatorTest, TheProvidersCollectivesPriceAMultiGpuJobAsMeasured) {
+  const scheduler::Cluster one = scheduler::UniformCluster(1, 8);
+  const std::vector<TraceJob> eight = {{0, 3600, 8, false}};
+  const std::vector<TraceJob> single = {{0, 3600, 1, false}};
+  Model m = Quiet();
+  m.provider_added_latency_s.value = 1e-9;
+  m.provider_busbw_ratio.value = 1;
+  const double own = Simulate(one, eight, m, Of("standard"), 1).jct_s.at(0);
+  // As fast as the tenant's own library: the same time.
+  EXPECT_NEAR(Simulate(one, eight, m, Of("only_topology"), 1).jct_s.at(0), own, 1e-6 * own);
+  // Half the bus bandwidth and a slower call: longer.
+  Model slow = m;
+  slow.provider_busbw_ratio.value = 0.5;
+  EXPECT_GT(Simulate(one, eight, slow, Of("only_topology"), 1).jct_s.at(0), own);
+  Model late = m;
+  late.provider_added_latency_s.value = 1e-3;
+  EXPECT_GT(Simulate(one, eight, late, Of("only_topology"), 1).jct_s.at(0), own);
+  // A job on one GPU does not communicate.
+  EXPECT_EQ(Simulate(one, single, slow, Of("only_topology"), 1).jct_s.at(0),
+            Simulate(one, single, m, Of("standard"), 1).jct_s.at(0));
+}
+
 }  // namespace
 }  // namespace hz::experiment

@@ -29,8 +29,9 @@ struct Mechanisms {
   // Replacement devices reserved at the notice (negotiation): a moved job
   // restarts ahead of the queue.
   bool reservations = false;
-  // Topology-aware placement by the scheduler's allocator, and a tenant plan
-  // made from the topology summary (else first fit and a blind plan).
+  // Topology-aware placement by the scheduler's allocator, a tenant plan
+  // made from the topology summary and the provider's collectives (else
+  // first fit, a blind plan and the tenant's own library).
   bool topology = false;
   Information events = Information::kCoarse;
   Information topology_info = Information::kCoarse;

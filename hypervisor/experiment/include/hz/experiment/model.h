@@ -61,10 +61,37 @@ struct Model {
   Figure preemptions_per_job_hour{1.0 / 24, "1/job-h", "assumption: one reclaim a day"};
   Figure repair_s{4 * 3600, "s", "assumption: a failed GPU or host is back in 4 h"};
   Figure maintenance_s{2 * 3600, "s", "assumption: a maintenance takes 2 h"};
-  // Jobs.
-  Figure comm_share{0.25, "share", "assumption: communication share of a multi-GPU iteration"};
-  Figure neighbour_slowdown{0.2, "share",
-                            "assumption: comm slows by this per other multi-GPU job on the host"};
+  // Jobs: an iteration of a job class (comm_model.h) on H100s.
+  Figure gpu_bf16_tflops{989, "TFLOP/s per GPU", "NVIDIA H100 SXM datasheet: dense BF16"};
+  Figure mfu{0.40, "share",
+             "Llama 3 (arXiv 2407.21783) Table 4: 38-43% BF16 model FLOPs utilisation"};
+  Figure sequences_per_iteration{16, "sequences",
+                                 "assumption: per tensor-parallel group and iteration"};
+  Figure sequence_tokens{4096, "tokens", "assumption: Llama 3 pre-training's first stage length"};
+  Figure gradient_bucket_mb{25, "MB", "PyTorch DistributedDataParallel: bucket_cap_mb default"};
+  // All-reduce on the GPU cluster by the tenant's own library with static
+  // settings; link rates are the cluster's (Cluster::TrueBandwidthGBs).
+  Figure nccl_alpha_s{2e-5, "s",
+                      "assumption: the order of nccl-tests all_reduce_perf's small-message "
+                      "time on 8 H100s"};
+  Figure nccl_bus_efficiency{0.8, "share of the slowest link",
+                             "assumption: nccl-tests ring busbw on 8 H100 SXM near 360 of "
+                             "NVLink 4's 450 GB/s a direction"};
+  Figure net_gbs_per_gpu{50, "GB/s per GPU",
+                         "Llama 3 (arXiv 2407.21783) 3.3.1 and DGX H100: 400 Gb/s per GPU"};
+  Figure net_alpha_s{5e-5, "s", "assumption: an all-reduce across hosts over RDMA"};
+  // The provider's collectives against the tenant's own, measured by
+  // service_allreduce_bench against Open MPI's shared-memory all-reduce and
+  // by cluster_allreduce_bench (the device and flat Gloo over TCP against
+  // the shaped link's rate), applied to the figures above. The latency
+  // carries over as time added per call: the daemon's control path is CPU
+  // work that a GPU does not shorten.
+  Figure provider_added_latency_s{1e-5, "s", "assumption: a call through the provider's daemon"};
+  Figure provider_busbw_ratio{1, "x", "assumption: as the tenant's own library"};
+  Figure provider_net_alpha_ratio{1, "x", "assumption: as Gloo over TCP"};
+  Figure provider_net_efficiency{0.9, "share of the link", "assumption: near the link's rate"};
+  Figure standard_net_efficiency{0.9, "share of the link",
+                                 "assumption: Gloo over TCP near the link's rate"};
   // Energy (Llama 3: H100 at 700 W).
   Figure gpu_busy_w{700, "W", "Llama 3: H100 80GB, 700 W"};
   Figure gpu_idle_w{100, "W", "assumption: an idle H100"};
