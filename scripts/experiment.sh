@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The cooperation experiment end to end: builds hz-experiment and two
+# The cooperation experiment end to end: builds hz-experiment and the
 # benchmarks, calibrates the model on this machine (checkpoint_bench,
-# event_delivery_bench), runs every cohort over the seeds, draws the plots and
-# renders docs/experiments/cooperation.md with its CSVs beside it.
+# event_delivery_bench, service_allreduce_bench, cluster_allreduce_bench),
+# runs every cohort over the seeds, draws the plots and renders
+# docs/experiments/cooperation.md with its CSVs beside it.
 #
 # Usage: scripts/experiment.sh [--smoke] [--out DIR] [--trace-dir DIR] [-- HZ_EXPERIMENT_ARGS...]
 #   --smoke      a short run: one day of jobs drawn from a 2,000-job synthetic
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
 	--out) out=$2; shift 2 ;;
 	--trace-dir) trace_dir=$2; shift 2 ;;
 	--) shift; break ;;
-	-h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
 	*) echo "experiment.sh: unknown argument: $1" >&2; exit 2 ;;
 	esac
 done
@@ -32,7 +33,8 @@ bin=${HZ_BUILD_DIR:-$top/build/default}
 if [ ! -x "$bin/hypervisor/experiment/hz-experiment" ] || [ -z "${HZ_BUILD_DIR:-}" ]; then
 	export CCACHE_BASEDIR=$top CCACHE_NOHASHDIR=1
 	cmake --preset default -S "$top" >/dev/null
-	cmake --build "$bin" --target hz-experiment checkpoint_bench event_delivery_bench -j "$(nproc)"
+	cmake --build "$bin" --target hz-experiment hz-comm-fit checkpoint_bench event_delivery_bench \
+		service_allreduce_bench cluster_bench_rank harmonaized hzctl -j "$(nproc)"
 fi
 if [ -z "$out" ]; then
 	if [ "$smoke" -eq 1 ]; then
@@ -50,16 +52,40 @@ report=$top/hypervisor/experiment/report
 #   tenant's own write+fsync and to raw O_DIRECT (checkpoint_bench); the
 #   emulator applies them to the GPU server's write rate (model.h);
 # - a pushed notice's delivery: event_delivery_bench's p99 from publish to
-#   100 virtio-user subscribers through harmonaized.
+#   100 virtio-user subscribers through harmonaized;
+# - the provider's collectives (hz-comm-fit): latency and bus bandwidth fitted
+#   to service_allreduce_bench's sizes and ranks, as ratios to Open MPI's
+#   shared-memory all-reduce of the same run; across hosts, the device's and
+#   flat Gloo's over TCP (cluster_allreduce_bench, network namespaces with
+#   shaped links, root only) as shares of the link's rate.
 # Not in /tmp, which may be a tmpfs: the save must reach a disk.
 scratch=$(mktemp -d "$bin/hz-experiment-ckpt.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
-reps=3 events=200
-[ "$smoke" -eq 1 ] && reps=1 events=20
+reps=3 events=200 ranks=2,4,8 sizes=4K,64K,1M,16M iters_scale=0.2
+configs=2x2,4x1 cluster_sizes=65536,1048576,4194304,16777216 cluster_iters=5
+if [ "$smoke" -eq 1 ]; then
+	reps=1 events=20 ranks=2 iters_scale=0.1 configs=2x1 cluster_sizes=65536,1048576,4194304 cluster_iters=3
+fi
 "$bin/tests/bench/checkpoint/checkpoint_bench" --size-mib 64 --reps "$reps" --dir "$scratch" \
 	>"$out/checkpoint_bench.jsonl"
 "$bin/tests/bench/service/event_delivery_bench" --subscribers 100 --layouts tenants \
 	--events "$events" --poll-samples 3 >"$out/event_delivery_bench.jsonl"
+"$bin/tests/bench/service/service_allreduce_bench" --ranks "$ranks" --sizes "$sizes" --rounds 1 \
+	--iters-scale "$iters_scale" --idle-s 0 >"$out/service_allreduce_bench.jsonl"
+fit=(--service "$out/service_allreduce_bench.jsonl")
+if [ "$(id -u)" -ne 0 ]; then
+	echo "experiment.sh: not root: no cluster_allreduce_bench; the figures across hosts stay assumptions" >&2
+elif PYTHONPATH="$top/tests/support/python:$top/tests/integration/python:$top/tests/integration/cluster" \
+	HZ_HARMONAIZED="$bin/hypervisor/service/harmonaized" HZ_HZCTL="$bin/hypervisor/hzctl/hzctl" \
+	HZ_CLUSTER_BENCH_RANK="$bin/tests/bench/cluster/cluster_bench_rank" PYTHONDONTWRITEBYTECODE=1 \
+	timeout 600 "$py" "$top/tests/bench/cluster/cluster_allreduce_bench.py" --configs "$configs" \
+	--sizes "$cluster_sizes" --iters "$cluster_iters" \
+	>"$out/cluster_allreduce_bench.jsonl"; then
+	fit+=(--cluster "$out/cluster_allreduce_bench.jsonl")
+else
+	echo "experiment.sh: cluster_allreduce_bench failed; the figures across hosts stay assumptions" >&2
+fi
+"$bin/hypervisor/experiment/hz-comm-fit" "${fit[@]}" >"$out/comm_fit.json"
 "$py" - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -82,6 +108,7 @@ cal = {
         "value": p99_us / 1e6,
         "source": "event_delivery_bench here: p99 publish-to-delivery, 100 subscribers"},
 }
+cal.update(json.load(open(os.path.join(out, "comm_fit.json"))))
 json.dump(cal, open(os.path.join(out, "calibration.json"), "w"), indent=2)
 PY
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/experiment.sh --smoke, then checks what a reader of the report
 # depends on: both cohorts ran every seed on the same jobs, every job ended,
-# the calibration came from this run's checkpoint_bench, and the page and
+# the calibration came from this run's benchmarks, and the page and
 # its plots were written with nothing left unfilled.
 set -euo pipefail
 top=$1
@@ -38,6 +38,11 @@ check("checkpoint_bench" in cal["provider_stall_speedup"]["source"]
       "the provider's stall is calibrated here and shorter than the tenant's write+fsync")
 check("event_delivery_bench" in cal["push_latency_s"]["source"],
       "a pushed notice's delivery is calibrated here")
+check("service_allreduce_bench" in cal["provider_busbw_ratio"]["source"]
+      and cal["provider_busbw_ratio"]["value"] > 0,
+      "the provider's collectives are calibrated here against Open MPI")
+check(all(k in meta["assumptions"] for k in ("nccl_bus_efficiency", "mfu", "gpu_bf16_tflops")),
+      "the communication model's published figures and assumptions are listed")
 for png in ("jct_cdf.png", "lost_gpu_hours.png"):
     data = open(os.path.join(out, png), "rb").read(8)
     check(data == b"\x89PNG\r\n\x1a\n", png + " written")
