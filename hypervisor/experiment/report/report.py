@@ -190,9 +190,13 @@ def calibration_table(res, _):
     for kind in ("calibration", "assumptions"):
         for key, entry in sorted(res.meta.get(kind, {}).items()):
             value = entry.get("value")
+            source = entry.get("source", "")
+            if kind == "calibration":
+                how = "calibrated"
+            else:
+                how = "assumed" if source.startswith("assumption") else "published"
             rows.append([f"`{key}`", f"{value:.6g}" if isinstance(value, (int, float)) else value,
-                         entry.get("unit", ""), entry.get("source", ""),
-                         "calibrated" if kind == "calibration" else "assumed"])
+                         entry.get("unit", ""), source, how])
     if not rows:
         return "_meta.json lists no calibration or assumptions._"
     return table(["Key", "Value", "Unit", "Source", "Kind"], rows)

@@ -75,7 +75,9 @@ def write_results(directory, cohorts, seeds=3, fixed=FIXED):
         "calibration": {"ckpt_write_gbps": {"value": 2.5, "unit": "GB/s",
                                             "source": "bench | checkpoint"}},
         "assumptions": {"gpu_failure_rate": {"value": 1e-5, "unit": "1/GPU-h",
-                                             "source": "literature"}},
+                                             "source": "literature"},
+                        "restart_s": {"value": 120, "unit": "s",
+                                      "source": "assumption: a guess"}},
     }
     with open(os.path.join(directory, "meta.json"), "w") as f:
         json.dump(meta, f)
@@ -159,6 +161,10 @@ def test_report_fills_every_placeholder(full, tmp_path):
     assert "32 GPUs" in text and "`synthetic`" in text
     assert "`ckpt_write_gbps`" in text and "bench \\| checkpoint" in text
     assert "`gpu_failure_rate`" in text and "1/GPU-h" in text
+    # A figure's kind: measured here, published, or a stated assumption.
+    assert re.search(r"^\| `ckpt_write_gbps` .*\| calibrated \|$", text, re.M)
+    assert re.search(r"^\| `gpu_failure_rate` .*\| published \|$", text, re.M)
+    assert re.search(r"^\| `restart_s` .*\| assumed \|$", text, re.M)
     for cohort in ABLATIONS + GRANULARITY:
         assert f"`{cohort}`" in text, cohort
     assert "_Ablations: not run" not in text
