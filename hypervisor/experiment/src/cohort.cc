@@ -19,8 +19,8 @@ std::vector<Cohort> AllCohorts() {
                  Mechanisms{}});
   all.push_back({"cooperative",
                  "provider checkpoints with saves on notice and peer replicas, pushed and early "
-                 "notices, reservations, topology-aware placement with the provider's collectives; "
-                 "coarse events and topology",
+                 "notices, replacements negotiated at notices, topology-aware placement with the "
+                 "provider's collectives; coarse events and topology",
                  Cooperative()});
   struct Ablation {
     const char* name;
@@ -32,7 +32,7 @@ std::vector<Cohort> AllCohorts() {
       {"only_jit_notice", "saves on notice", &Mechanisms::jit_on_notice},
       {"only_peer_replicas", "peer replicas", &Mechanisms::peer_replicas},
       {"only_pushed_notices", "pushed and early notices", &Mechanisms::pushed_notices},
-      {"only_reservations", "reservations", &Mechanisms::reservations},
+      {"only_reservations", "replacements negotiated at notices", &Mechanisms::reservations},
       {"only_topology", "topology-aware placement and planning, the provider's collectives",
        &Mechanisms::topology},
   };

@@ -40,6 +40,12 @@ const Measure kMeasures[] = {
     {"fragmentation", [](const RunResult& r) { return r.fragmentation; }},
     {"energy_mwh", [](const RunResult& r) { return r.energy_mwh; }},
     {"interruptions", [](const RunResult& r) { return static_cast<double>(r.interruptions); }},
+    {"offers_made", [](const RunResult& r) { return static_cast<double>(r.offers_made); }},
+    {"offers_accepted", [](const RunResult& r) { return static_cast<double>(r.offers_accepted); }},
+    {"reservations_honoured",
+     [](const RunResult& r) { return static_cast<double>(r.reservations_honoured); }},
+    {"reservation_fallbacks",
+     [](const RunResult& r) { return static_cast<double>(r.reservation_fallbacks); }},
 };
 
 constexpr size_t kJctQuantiles = 1000;

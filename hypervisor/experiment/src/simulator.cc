@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <queue>
 #include <random>
@@ -15,6 +16,7 @@
 #include "hz/scheduler/planner.h"
 #include "hz/scheduler/synthetic_cluster.h"
 #include "hz/scheduler/topology_summary.h"
+#include "replacements.h"
 
 namespace hz::experiment {
 namespace {
@@ -101,11 +103,30 @@ struct Job {
   double stall = 0;          // seconds a checkpoint stops the job
   double host_safe_lag = 0;  // after its stall, until a checkpoint survives its host
   double preempt_left = 0;   // running time until the next reclaim (preemptible jobs)
-  uint64_t reserved = 0;     // an allocation reserved for its next run
+  // Replacement capacity for the move a notice announced: the offer made to
+  // it, the reservation it accepted, whether one was sought, and whether it
+  // stopped before the reservation started and waits for it.
+  uint64_t offer = 0;
+  uint64_t reservation = 0;
+  bool sought = false;
+  bool awaiting = false;
   std::mt19937_64 rng;
 };
 
-enum class EventKind { kArrival, kFinish, kInfra, kNotice, kLeave, kPreempt, kRepair };
+// kHear: the tenant hears a notice (and reads the offer made with it);
+// kEngine: the negotiation engine's time passes (offers expire,
+// reservations start).
+enum class EventKind {
+  kArrival,
+  kFinish,
+  kInfra,
+  kNotice,
+  kLeave,
+  kPreempt,
+  kRepair,
+  kHear,
+  kEngine
+};
 
 struct Event {
   double time = 0;
@@ -172,6 +193,18 @@ class Simulation {
     if (first != jobs.end()) {
       first_arrival_ = static_cast<double>(first->arrival_s);
       last_arrival_ = static_cast<double>(last->arrival_s);
+    }
+    if (mech.reservations) {
+      replacements_ = std::make_unique<Replacements>(
+          alloc_,
+          [this](const std::vector<DeviceRef>& devices) {
+            Allocation a;
+            const scheduler::Request r{static_cast<uint32_t>(devices.size()), 0, HZ_LOC_SAME_HOST};
+            if (!alloc_.AllocateDevices("reserved", r, devices, &a).ok()) return uint64_t{0};
+            allocated_ += a.devices.size();
+            return a.id;
+          },
+          [this](uint64_t id) { Give(id); }, seed);
     }
     infra_ = DrawInfraEvents(cluster, model, last_arrival_ + kEventHorizonS, seed);
     for (size_t k = 0; k < infra_.size(); ++k) ScheduleInfra(k);
@@ -276,6 +309,13 @@ class Simulation {
       case EventKind::kRepair:
         Repair(e.infra);
         break;
+      case EventKind::kHear:
+        if (Current(e)) OnHear(e.job, e.time);
+        break;
+      case EventKind::kEngine:
+        replacements_->Tick(e.time);
+        AfterEngine(e.time);
+        break;
     }
   }
 
@@ -295,17 +335,6 @@ class Simulation {
   }
 
   void TryStart() {
-    // Devices promised to jobs about to move come before the queue.
-    for (auto it = wants_reservation_.begin(); it != wants_reservation_.end();) {
-      Job& j = jobs_[*it];
-      if (j.state != JobState::kRunning || j.reserved != 0) {
-        it = wants_reservation_.erase(it);
-      } else if (Reserve(j)) {
-        it = wants_reservation_.erase(it);
-      } else {
-        ++it;
-      }
-    }
     while (!queue_.empty()) {
       const size_t i = queue_.begin()->second;
       Job& j = jobs_[i];
@@ -456,7 +485,11 @@ class Simulation {
   void Finish(size_t i, double now) {
     Job& j = jobs_[i];
     EndRun(j);
-    ReleaseReservation(j);
+    if (j.reservation != 0) {
+      replacements_->Release(i, j.reservation, now);
+      reserved_by_.erase(j.reservation);
+      j.reservation = 0;
+    }
     j.state = JobState::kDone;
     ++completed_;
     jct_.push_back(now - static_cast<double>(j.trace->arrival_s));
@@ -477,10 +510,8 @@ class Simulation {
 
   void PlanMove(size_t i, double now, double lead, double event_time) {
     Job& j = jobs_[i];
-    // The provider reserves the job's next devices at the notice, whatever
-    // the tenant does with it: the first that are free, or free up, before
-    // the queue gets them.
-    if (mech_.reservations && j.reserved == 0 && !Reserve(j)) wants_reservation_.insert(i);
+    if (replacements_ && j.offer == 0 && j.reservation == 0)
+      SeekReplacement(i, now, lead, event_time);
     if (lead < 0 || !mech_.jit_on_notice) return;  // not told, or not acting on it
     const double heard = event_time - lead;
     const double done = heard + j.stall;
@@ -537,14 +568,94 @@ class Simulation {
     EndRun(j);
     ++interruptions_;
     j.interrupted_at = now;
-    if (j.reserved != 0) {
-      Allocation a = *alloc_.Find(j.reserved);
-      j.reserved = 0;
-      j.queued_at = now;
-      Start(i, a, now);
+    j.queued_at = now;
+    j.offer = 0;  // not accepted by now: it lapses
+    if (j.reservation != 0) {
+      if (replacements_->Ready(j.reservation) != 0) {
+        MoveToReservation(i, now);
+      } else {
+        // Not started yet, or its held devices failed: the engine's time
+        // passes now, which starts it or takes it back (AfterEngine).
+        j.state = JobState::kWaiting;
+        j.awaiting = true;
+        awaiting_.insert(i);
+        replacements_->Tick(now);
+        AfterEngine(now);
+      }
       return;
     }
+    if (j.sought) ++replacements_->counts().fallbacks;
+    j.sought = false;
     Enqueue(i, now);
+  }
+
+  // At a notice, the provider offers the job replacement devices (the
+  // engine decides at once); the tenant reads the offer with the notice and
+  // accepts it then. A tenant told nothing lets it lapse.
+  void SeekReplacement(size_t i, double now, double lead, double event_time) {
+    Job& j = jobs_[i];
+    j.sought = true;
+    const Replacements::Offered o = replacements_->Offer(i, j.trace->gpus, now, event_time);
+    AfterEngine(now);
+    if (o.offer == 0) return;  // refused: when the event comes, the job queues
+    j.offer = o.offer;
+    Push(o.expires, EventKind::kEngine);
+    if (lead >= 0) Push(std::max(now, event_time - lead), EventKind::kHear, i, j.epoch);
+  }
+
+  void OnHear(size_t i, double now) {
+    Job& j = jobs_[i];
+    if (j.offer == 0) return;
+    const Replacements::Accepted a = replacements_->Accept(i, j.offer, now);
+    j.offer = 0;
+    if (a.reservation != 0) {
+      j.reservation = a.reservation;
+      reserved_by_[a.reservation] = i;
+      if (a.start > now) Push(a.start, EventKind::kEngine);  // attached then
+    }
+    AfterEngine(now);
+  }
+
+  // The reservation's devices are the job's next run, ahead of the queue.
+  void MoveToReservation(size_t i, double now) {
+    Job& j = jobs_[i];
+    const uint64_t id = replacements_->Ready(j.reservation);
+    const Allocation a = *alloc_.Find(id);
+    replacements_->Consume(i, j.reservation, now);
+    reserved_by_.erase(j.reservation);
+    j.reservation = 0;
+    j.sought = false;
+    j.awaiting = false;
+    Start(i, a, now);
+  }
+
+  // After the engine ran: a job whose reservation was taken back queues
+  // (from when it stopped, if it has), and a job waiting for its
+  // reservation to start moves once it has.
+  void AfterEngine(double now) {
+    for (uint64_t r : replacements_->TakeLost()) {
+      auto it = reserved_by_.find(r);
+      if (it == reserved_by_.end()) continue;
+      const size_t i = it->second;
+      reserved_by_.erase(it);
+      Job& j = jobs_[i];
+      j.reservation = 0;
+      if (!j.awaiting) continue;
+      j.awaiting = false;
+      j.sought = false;
+      awaiting_.erase(i);
+      ++replacements_->counts().fallbacks;
+      Enqueue(i, j.interrupted_at);
+    }
+    for (auto it = awaiting_.begin(); it != awaiting_.end();) {
+      const size_t i = *it;
+      if (replacements_->Ready(jobs_[i].reservation) == 0) {
+        ++it;
+        continue;
+      }
+      it = awaiting_.erase(it);
+      MoveToReservation(i, now);
+    }
   }
 
   // Gives the run's devices back; its pending events no longer apply.
@@ -552,17 +663,6 @@ class Simulation {
     running_.erase(j.allocation);
     Give(j.allocation);
     ++j.epoch;
-  }
-
-  bool Reserve(Job& j) {
-    Allocation a;
-    if (!Take("reserved", RequestFor(*j.trace), &a)) return false;
-    j.reserved = a.id;
-    return true;
-  }
-  void ReleaseReservation(Job& j) {
-    if (j.reserved != 0) Give(j.reserved);
-    j.reserved = 0;
   }
 
   // The running jobs on these devices, each once, in device order
@@ -655,6 +755,13 @@ class Simulation {
     r.energy_mwh =
         (busy_area_ * model_.gpu_busy_w.value + idle_area_ * model_.gpu_idle_w.value) / 3.6e9;
     r.interruptions = interruptions_;
+    if (replacements_) {
+      const ReplacementCounts& c = replacements_->counts();
+      r.offers_made = c.offers_made;
+      r.offers_accepted = c.offers_accepted;
+      r.reservations_honoured = c.honoured;
+      r.reservation_fallbacks = c.fallbacks;
+    }
     return r;
   }
 
@@ -664,8 +771,10 @@ class Simulation {
   Allocator alloc_;
   std::mt19937_64 plan_rng_;
   std::vector<Job> jobs_;
-  std::map<uint64_t, size_t> running_;  // allocation -> job
-  std::set<size_t> wants_reservation_;  // running jobs told to move, nothing reserved yet
+  std::map<uint64_t, size_t> running_;          // allocation -> job
+  std::unique_ptr<Replacements> replacements_;  // cohorts with reservations
+  std::map<uint64_t, size_t> reserved_by_;      // reservation -> job
+  std::set<size_t> awaiting_;                   // stopped jobs waiting for their reservation
   std::vector<InfraEvent> infra_;
   std::vector<std::vector<int>> outages_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;

@@ -32,6 +32,25 @@ std::vector<TraceJob> LongJobs(size_t n) {
   return jobs;
 }
 
+// A busy cluster of day-long jobs arriving `squeeze` times faster than the
+// synthetic trace's pace, each on `gpus` GPUs (0: the trace's count).
+std::vector<TraceJob> BusyJobs(size_t n, uint64_t squeeze, uint32_t gpus = 0) {
+  std::vector<TraceJob> jobs = SyntheticTrace(n, 4).jobs;
+  for (TraceJob& j : jobs) {
+    j.arrival_s /= squeeze;
+    j.duration_s = 86400;
+    if (gpus != 0) j.gpus = gpus;
+  }
+  return jobs;
+}
+
+// Maintenance often enough that notices find jobs running.
+Model Maintained() {
+  Model m = Quiet();
+  m.maintenance_per_host_hour.value = 2e-3;
+  return m;
+}
+
 class SimulatorTest : public ::testing::Test {
  protected:
   scheduler::Cluster cluster_ = scheduler::UniformCluster(16, 8);
@@ -39,13 +58,21 @@ class SimulatorTest : public ::testing::Test {
 
 TEST_F(SimulatorTest, TheSameSeedGivesTheSameRun) {
   Model m;
-  m.maintenance_per_host_hour.value = 1e-3;
-  const std::vector<TraceJob> jobs = SyntheticTrace(300, 2).jobs;
+  m.maintenance_per_host_hour.value = 2e-3;
+  // Long jobs, so that maintenance notices find them running.
+  std::vector<TraceJob> jobs = SyntheticTrace(300, 2).jobs;
+  for (TraceJob& j : jobs) j.duration_s *= 10;
   const RunResult a = Simulate(cluster_, jobs, m, Of("cooperative"), 9);
   const RunResult b = Simulate(cluster_, jobs, m, Of("cooperative"), 9);
   EXPECT_EQ(a.jct_s, b.jct_s);
   EXPECT_EQ(a.lost_gpu_h, b.lost_gpu_h);
   EXPECT_EQ(a.interruptions, b.interruptions);
+  // The negotiation engine's decisions repeat too.
+  EXPECT_GT(a.offers_made, 0u);
+  EXPECT_EQ(a.offers_made, b.offers_made);
+  EXPECT_EQ(a.offers_accepted, b.offers_accepted);
+  EXPECT_EQ(a.reservations_honoured, b.reservations_honoured);
+  EXPECT_EQ(a.reservation_fallbacks, b.reservation_fallbacks);
 }
 
 TEST_F(SimulatorTest, WithoutOutagesEveryJobRunsOnceAndNothingIsLost) {
@@ -100,15 +127,10 @@ TEST_F(SimulatorTest, ProviderCheckpointsLoseLessToUnannouncedFailures) {
 }
 
 TEST_F(SimulatorTest, AReservationRestartsAMovedJobWithoutQueueing) {
-  Model m = Quiet();
-  m.maintenance_per_host_hour.value = 2e-3;
+  const Model m = Maintained();
   // A busy cluster: a moved job without a reservation queues behind the
   // jobs that arrived before it moved.
-  std::vector<TraceJob> jobs = SyntheticTrace(400, 4).jobs;
-  for (TraceJob& j : jobs) {
-    j.arrival_s /= 20;
-    j.duration_s = 86400;
-  }
+  const std::vector<TraceJob> jobs = BusyJobs(400, 20);
   Mechanisms jit = Of("only_jit_notice");
   Mechanisms reserved = jit;
   reserved.reservations = true;
@@ -116,11 +138,18 @@ TEST_F(SimulatorTest, AReservationRestartsAMovedJobWithoutQueueing) {
   const RunResult b = Simulate(cluster_, jobs, m, reserved, 2);
   ASSERT_GT(a.interruptions, 0u);
   EXPECT_LT(b.recovery_mean_s, a.recovery_mean_s);
-  // The reservation is the provider's, made at the notice: it serves a
-  // tenant that does not save on notice as well.
+  // The negotiation engine offered, the tenants accepted, and moved jobs
+  // restarted on what they had reserved.
+  EXPECT_EQ(a.offers_made, 0u);
+  EXPECT_GT(b.reservations_honoured, 0u);
+  EXPECT_GE(b.offers_made, b.offers_accepted);
+  EXPECT_GE(b.offers_accepted, b.reservations_honoured);
+  // The offer is the provider's, made at the notice: it serves a tenant that
+  // does not save on notice as well.
   const RunResult standard = Simulate(cluster_, jobs, m, Of("standard"), 2);
   const RunResult only = Simulate(cluster_, jobs, m, Of("only_reservations"), 2);
   ASSERT_GT(standard.interruptions, 0u);
+  EXPECT_GT(only.reservations_honoured, 0u);
   EXPECT_LT(only.recovery_mean_s, standard.recovery_mean_s);
 }
 
@@ -146,6 +175,24 @@ TEST_F(SimulatorTest, TheProvidersCollectivesPriceAMultiGpuJobAsMeasured) {
   // A job on one GPU does not communicate.
   EXPECT_EQ(Simulate(one, single, slow, Of("only_topology"), 1).jct_s.at(0),
             Simulate(one, single, m, Of("standard"), 1).jct_s.at(0));
+}
+
+TEST_F(SimulatorTest, ATenantToldNothingLetsTheOffersLapseAndQueues) {
+  const RunResult r = Simulate(cluster_, BusyJobs(400, 20), Maintained(), Of("events_none"), 2);
+  EXPECT_GT(r.offers_made, 0u);
+  EXPECT_EQ(r.offers_accepted, 0u);
+  EXPECT_EQ(r.reservations_honoured, 0u);
+  EXPECT_GT(r.reservation_fallbacks, 0u);
+}
+
+TEST_F(SimulatorTest, WithoutCapacityForAReplacementTheMovedJobQueues) {
+  // Whole-host jobs, many more than hosts: the queue takes every host that
+  // frees, so the engine finds none to offer while jobs wait.
+  const RunResult r =
+      Simulate(cluster_, BusyJobs(200, 100, 8), Maintained(), Of("only_reservations"), 2);
+  ASSERT_GT(r.interruptions, 0u);
+  EXPECT_GT(r.reservation_fallbacks, 0u);
+  EXPECT_LT(r.offers_made, r.reservation_fallbacks);
 }
 
 }  // namespace

@@ -26,8 +26,11 @@ struct Mechanisms {
   // Notices pushed by the event queue instead of polled at 1 Hz; maintenance
   // announced early and degraded GPUs warned of.
   bool pushed_notices = false;
-  // Replacement devices reserved at the notice (negotiation): a moved job
-  // restarts ahead of the queue.
+  // Replacement devices from the negotiation engine: the provider offers
+  // them when a notice drains a job's devices, the tenant accepts when it
+  // hears, and the moved job restarts on them ahead of the queue. Without
+  // capacity no offer is made, and a tenant told nothing lets it lapse:
+  // either way the job queues.
   bool reservations = false;
   // Topology-aware placement by the scheduler's allocator, a tenant plan
   // made from the topology summary and the provider's collectives (else

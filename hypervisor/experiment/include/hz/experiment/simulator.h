@@ -1,9 +1,12 @@
 // The cluster emulator: a discrete-event simulation of a GPU cluster running
 // a job trace, with failures, maintenance, spot-style reclaims and
 // neighbours. Only time and hardware are modelled (model.h). Placement is the
-// scheduler's real Allocator (topology-aware or first fit), and a multi-GPU
+// scheduler's real Allocator (topology-aware or first fit), a multi-GPU
 // job's communication plan is the real planner's, made from the real topology
-// summary, the full topology or nothing, and priced under the true topology.
+// summary, the full topology or nothing, and priced under the true topology,
+// and replacement devices for a job a notice will move are the real
+// negotiation engine's offers and reservations, on simulated time
+// (src/replacements.h).
 //
 // Every cohort of one seed sees the same jobs and the same failures,
 // maintenance windows and reclaims at the same times: infrastructure events
@@ -37,6 +40,11 @@ struct RunResult {
   double fragmentation = 0;    // time-weighted share of free GPUs outside whole free pools
   double energy_mwh = 0;       // allocated GPUs at busy power, free ones at idle power
   uint64_t interruptions = 0;  // a running job stopped by an event (moved or killed)
+  // Replacements negotiated at notices (cohorts with reservations):
+  uint64_t offers_made = 0;            // by the negotiation engine
+  uint64_t offers_accepted = 0;        // by the job's tenant, when it heard the notice
+  uint64_t reservations_honoured = 0;  // a moved job restarted on its reservation
+  uint64_t reservation_fallbacks = 0;  // one was sought, the moved job queued instead
 };
 
 // Runs `jobs` on `cluster` as `mechanisms` say. Infrastructure events are
