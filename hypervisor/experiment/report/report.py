@@ -9,6 +9,7 @@ Copies TEMPLATE to OUT with each placeholder replaced by what DIR's files say:
   {{ablation_table}}     each ablation's change relative to standard
   {{granularity_table}}  mean JCT and lost GPU-hours per information level
   {{calibration_table}}  meta.json's calibration and assumptions
+  {{replacements_table}} the negotiation engine's offers and reservations per cohort
   {{plots}}              links to plot.py's images, relative to OUT's directory
   {{verdict}}            one sentence per headline measure, from the numbers
 A cohort that did not run gives a "not run" line. A placeholder this script
@@ -185,6 +186,25 @@ def granularity_table(res, _):
     return table(header, rows) + "\n\n" + note
 
 
+def replacements_table(res, _):
+    keys = [m.key for m in R.REPLACEMENTS]
+    cohorts = [c for c in res.cohorts() if any(res.stat(c, k) for k in keys)]
+    if not cohorts:
+        return "_Replacements: not in this run's output._"
+    rows = []
+    for c in cohorts:
+        stats = [res.stat(c, k) for k in keys]
+        if all(s is None or s.mean == 0 for s in stats):
+            continue  # no reservations, or no notice found a job running
+        rows.append([f"`{c}`"] + [with_ci(s) for s in stats])
+    if not rows:
+        return "_Replacements: none sought in this run._"
+    header = ["Cohort"] + [f"{m.label} [95% CI]" for m in R.REPLACEMENTS]
+    note = ("Per run, mean over seeds. Cohorts without reservations, or whose runs met no "
+            "notice with a job running, are left out.")
+    return table(header, rows) + "\n\n" + note
+
+
 def calibration_table(res, _):
     rows = []
     for kind in ("calibration", "assumptions"):
@@ -248,6 +268,7 @@ PLACEHOLDERS = {
     "ablation_table": ablation_table,
     "granularity_table": granularity_table,
     "calibration_table": calibration_table,
+    "replacements_table": replacements_table,
     "plots": plots,
     "verdict": verdict,
 }

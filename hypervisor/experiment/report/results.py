@@ -65,6 +65,14 @@ MEASURES = (
     Measure("interruptions", "Interruptions", "count"),
 )
 MEASURE = {m.key: m for m in MEASURES}
+# The negotiation engine's replacements at notices, per run: counts, neither
+# better nor worse in themselves, so the summary table leaves them out.
+REPLACEMENTS = (
+    Measure("offers_made", "Offers made", "count"),
+    Measure("offers_accepted", "Offers accepted", "count"),
+    Measure("reservations_honoured", "Moved onto the reservation", "count"),
+    Measure("reservation_fallbacks", "Queued instead", "count"),
+)
 # The measures the verdict speaks about.
 HEADLINE = ("jct_mean_s", "jct_p99_s", "lost_gpu_h", "energy_mwh")
 # The two measures the ablation and granularity views compare.

@@ -21,7 +21,8 @@ TEMPLATE = os.path.join(HERE, "cooperation.md.in")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 IMAGES = ("jct_cdf.png", "lost_gpu_hours.png", "ablations.png", "granularity.png")
 RUN_COLUMNS = ("jobs jct_mean_s jct_p50_s jct_p99_s wait_mean_s makespan_s lost_gpu_h "
-               "recovery_mean_s utilisation fragmentation energy_mwh interruptions").split()
+               "recovery_mean_s utilisation fragmentation energy_mwh interruptions offers_made "
+               "offers_accepted reservations_honoured reservation_fallbacks").split()
 T95_DF2 = 4.303  # Student t, two-sided 95%, three seeds
 
 # Per-seed values for standard and cooperative, chosen so that the verdict has
@@ -241,6 +242,18 @@ def test_missing_cooperative_says_not_run(tmp_path):
     assert verdict_line(text, "Energy") == "- **Energy**: not run (no `cooperative` cohort)."
     assert "_Summary: not run" not in text  # standard alone still has a table
     assert "| not run |" in text
+
+
+def test_replacements_list_the_cohorts_that_negotiated(tmp_path):
+    # Standard has no reservations: its counts are zero and it is left out.
+    counts = ("offers_made", "offers_accepted", "reservations_honoured", "reservation_fallbacks")
+    fixed = dict(FIXED, standard=dict(FIXED["standard"], **{k: [0, 0, 0] for k in counts}))
+    d = tmp_path / "results"
+    write_results(d, ("standard", "cooperative"), fixed=fixed)
+    text = render(d, tmp_path / "report.md")
+    section = text.split("## Replacements negotiated")[1].split("## Where")[0]
+    assert "| Cohort | Offers made [95% CI] | Offers accepted [95% CI] |" in section
+    assert "| `cooperative` |" in section and "| `standard` |" not in section
 
 
 def test_unknown_placeholder_is_an_error(full, tmp_path):
