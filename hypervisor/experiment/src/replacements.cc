@@ -1,6 +1,5 @@
 #include "replacements.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "hz/events/coarse.h"
@@ -10,12 +9,6 @@ namespace hz::experiment {
 namespace {
 
 using scheduler::DeviceRef;
-
-// The engine counts whole seconds; an instant of simulated time counts from
-// the second it falls in at the latest, so nothing is acted on early.
-uint64_t Secs(double t) {
-  return static_cast<uint64_t>(std::ceil(t));
-}
 
 // Capacity is the same in every window here (as the service counts it), so
 // the window only sets how finely bookings are kept, while a decision scans
@@ -37,19 +30,15 @@ negotiation::NegotiationOptions Options(uint64_t seed) {
 }  // namespace
 
 Replacements::Replacements(const scheduler::Allocator& alloc, TakeFn take, GiveFn give,
-                           uint64_t seed)
-    : alloc_(alloc), take_(std::move(take)), give_(std::move(give)) {
+                           events::EventSink* tenants, uint64_t seed)
+    : alloc_(alloc), take_(std::move(take)), give_(std::move(give)), tenants_(tenants) {
   engine_ = std::make_unique<negotiation::NegotiationEngine>(Options(seed), this, this);
 }
 
 Replacements::~Replacements() = default;
 
-TenantId Replacements::TenantOf(size_t job) {
-  return TenantId("job-" + std::to_string(job));
-}
-
 Replacements::Offered Replacements::Offer(size_t job, uint32_t gpus, double now, double deadline) {
-  const uint64_t t = Secs(now);
+  const uint64_t t = SimSeconds(now);
   hz_neg_request r{};
   r.kind = HZ_DEV_GPU;
   r.count = static_cast<uint16_t>(gpus);
@@ -60,25 +49,20 @@ Replacements::Offered Replacements::Offer(size_t job, uint32_t gpus, double now,
   // deadline and one window to restart in.
   r.earliest_start_s = t;
   r.latest_start_s = t + events::kTimeGranularityS;
-  r.duration_s = std::max(Secs(deadline), t) - t + kWindowS;
+  r.duration_s = std::max(SimSeconds(deadline), t) - t + kWindowS;
   uint64_t negotiation = 0;
   if (!engine_->OfferReplacement(TenantOf(job), r, t, &negotiation).ok()) return {};
   engine_->Decide(t);
-  // What the tenant reads: the engine's NEGOTIATION/OFFER_MADE.
-  auto made = offer_made_.find(negotiation);
-  if (made == offer_made_.end()) return {};  // no capacity: no offer
-  const uint64_t offer = made->second.offer_id;
-  const double expires = static_cast<double>(made->second.expires_s);
-  offer_made_.erase(made);
   for (const negotiation::OfferInfo& o : engine_->Offers()) {
-    if (o.offer.offer_id != offer) continue;
+    if (o.negotiation_id != negotiation) continue;
     const uint64_t allocation = TakeHold(o.devices);
     if (allocation == 0) break;
-    holds_[offer] = Hold{allocation, o.devices, false};
+    holds_[o.offer.offer_id] = Hold{allocation, o.devices, false};
     ++counts_.offers_made;
-    return {offer, expires};
+    return {o.offer.offer_id, static_cast<double>(o.offer.expires_s)};
   }
-  // Devices the engine counted are not there to hold: the provider withdraws.
+  // No capacity, or devices the engine counted that are not there to hold
+  // (then the provider withdraws).
   engine_->Decline(TenantOf(job), negotiation, t);
   return {};
 }
@@ -86,7 +70,7 @@ Replacements::Offered Replacements::Offer(size_t job, uint32_t gpus, double now,
 Replacements::Accepted Replacements::Accept(size_t job, uint64_t offer, double now) {
   uint64_t reservation = 0;
   accepting_ = offer;
-  const Status s = engine_->Accept(TenantOf(job), offer, Secs(now), &reservation);
+  const Status s = engine_->Accept(TenantOf(job), offer, SimSeconds(now), &reservation);
   accepting_ = 0;
   if (!s.ok()) return {};  // expired, or withdrawn
   Rekey(offer, reservation);
@@ -115,13 +99,13 @@ void Replacements::Consume(size_t job, uint64_t reservation, double now) {
 
 void Replacements::Release(size_t job, uint64_t reservation, double now) {
   releasing_ = true;
-  engine_->Release(TenantOf(job), reservation, 0, Secs(now));  // an error: gone already
+  engine_->Release(TenantOf(job), reservation, 0, SimSeconds(now));  // an error: gone already
   releasing_ = false;
   DropHold(reservation);  // not started: the engine detached nothing
 }
 
 void Replacements::Tick(double now) {
-  engine_->Tick(Secs(now));
+  engine_->Tick(SimSeconds(now));
 }
 
 std::vector<uint64_t> Replacements::TakeLost() {
@@ -179,18 +163,16 @@ uint32_t Replacements::DevicesHeld(const TenantId& /*tenant*/, hz_device_kind /*
   return 0;  // read only into event payloads, which nothing here acts on
 }
 
-Status Replacements::Publish(const TenantId& /*tenant*/, const events::EventSpec& spec,
-                             uint64_t* seq) {
+Status Replacements::Publish(const TenantId& tenant, const events::EventSpec& spec, uint64_t* seq) {
   if (seq != nullptr) *seq = 0;
-  // Capacity and preemption notices of reservations: the jobs here move on
-  // their infrastructure notices, and release a reservation once on it.
-  if (spec.topic != HZ_TOPIC_NEGOTIATION) return Status::Ok();
+  if (spec.topic == HZ_TOPIC_NEGOTIATION) Dropped(spec);
+  return tenants_ ? tenants_->Publish(tenant, spec, seq) : Status::Ok();
+}
+
+void Replacements::Dropped(const events::EventSpec& spec) {
   events::NegotiationPayload p{};
   std::memcpy(&p, spec.payload.data(), sizeof(p));
   switch (spec.kind) {
-    case events::kNegotiationOfferMade:
-      offer_made_[p.negotiation_id] = p;
-      break;
     case events::kNegotiationOfferExpired:
     case events::kNegotiationOfferWithdrawn:
       DropHold(p.offer_id);
@@ -200,7 +182,6 @@ Status Replacements::Publish(const TenantId& /*tenant*/, const events::EventSpec
       lost_.insert(p.reservation_id);
       break;
   }
-  return Status::Ok();
 }
 
 uint64_t Replacements::TakeHold(const std::vector<negotiation::PoolCount>& devices) {

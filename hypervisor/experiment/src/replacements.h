@@ -6,14 +6,13 @@
 // job the event will stop (OfferReplacement, SPEC.md §9.7: the provider is
 // the one taking the devices, and it knows first, when it drains them) and
 // takes a decision point. The engine publishes the offer (NEGOTIATION/
-// OFFER_MADE) to the job's tenant, which accepts it when it hears the notice;
-// an offer nobody accepts expires on simulated time. A started reservation is
+// OFFER_MADE) to the job's tenant, on the event bus, and the tenant accepts
+// it when it reads the notice; an offer nobody accepts expires on simulated
+// time. A started reservation is
 // where the job restarts when the event stops it: its devices become the
 // job's allocation and the tenant releases the reservation (NEG_RELEASE).
 //
-// Tenants: one per job. The trace names no users, and a tenant per job keeps
-// the engine's weighted usage (each job's own reservations) and its quotas
-// from ranking one job's replacement by another's history.
+// Tenants: one per job (TenantOf, notice_bus.h).
 #ifndef HZ_EXPERIMENT_SRC_REPLACEMENTS_H_
 #define HZ_EXPERIMENT_SRC_REPLACEMENTS_H_
 
@@ -30,6 +29,7 @@
 #include "hz/negotiation/negotiation.h"
 #include "hz/negotiation/resource_provider.h"
 #include "hz/scheduler/allocator.h"
+#include "notice_bus.h"
 
 namespace hz::experiment {
 
@@ -52,7 +52,9 @@ class Replacements final : public negotiation::ResourceProvider, public events::
   using TakeFn = std::function<uint64_t(const std::vector<scheduler::DeviceRef>&)>;
   using GiveFn = std::function<void(uint64_t)>;
 
-  Replacements(const scheduler::Allocator& alloc, TakeFn take, GiveFn give, uint64_t seed);
+  // What the engine publishes goes on to `tenants` (may be null).
+  Replacements(const scheduler::Allocator& alloc, TakeFn take, GiveFn give,
+               events::EventSink* tenants, uint64_t seed);
   ~Replacements() override;
 
   struct Offered {
@@ -94,7 +96,8 @@ class Replacements final : public negotiation::ResourceProvider, public events::
                 std::vector<negotiation::PoolCount>* detached) override;
   uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const override;
 
-  // EventSink: what the engine publishes to the tenants.
+  // EventSink: what the engine publishes to the tenants; the provider
+  // lets the devices of an offer or reservation the engine dropped go.
   Status Publish(const TenantId& tenant, const events::EventSpec& spec, uint64_t* seq) override;
 
  private:
@@ -104,7 +107,7 @@ class Replacements final : public negotiation::ResourceProvider, public events::
     bool started = false;
   };
 
-  static TenantId TenantOf(size_t job);
+  void Dropped(const events::EventSpec& spec);
   uint64_t TakeHold(const std::vector<negotiation::PoolCount>& devices);
   // A held device that failed is swapped for a free one of its pool, as the
   // scheduler picks a pool's devices when it attaches a reservation.
@@ -115,10 +118,10 @@ class Replacements final : public negotiation::ResourceProvider, public events::
   const scheduler::Allocator& alloc_;
   TakeFn take_;
   GiveFn give_;
+  events::EventSink* tenants_;
   std::unique_ptr<negotiation::NegotiationEngine> engine_;
   std::map<uint64_t, Hold> holds_;       // offer or reservation id -> its hold
   std::set<uint64_t> held_allocations_;  // their allocations
-  std::map<uint64_t, events::NegotiationPayload> offer_made_;  // by negotiation, from OFFER_MADE
   std::set<uint64_t> lost_;
   uint64_t accepting_ = 0;  // the offer being accepted (its reservation attaches inside Accept)
   bool releasing_ = false;  // Detach on the tenant's own release: nothing is lost

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -16,6 +19,7 @@
 #include "hz/scheduler/planner.h"
 #include "hz/scheduler/synthetic_cluster.h"
 #include "hz/scheduler/topology_summary.h"
+#include "notice_bus.h"
 #include "replacements.h"
 
 namespace hz::experiment {
@@ -194,6 +198,15 @@ class Simulation {
       first_arrival_ = static_cast<double>(first->arrival_s);
       last_arrival_ = static_cast<double>(last->arrival_s);
     }
+    if (mech.pushed_notices || mech.reservations) {
+      const Status s = NoticeBus::Open([this] { return SimSeconds(now_); }, &bus_);
+      if (!s.ok()) {
+        // The cohort's notices would not reach its tenants: no run is better
+        // than a run that only looks like one.
+        std::fprintf(stderr, "hz-experiment: event bus: %s\n", s.ToString().c_str());
+        std::abort();
+      }
+    }
     if (mech.reservations) {
       replacements_ = std::make_unique<Replacements>(
           alloc_,
@@ -204,7 +217,7 @@ class Simulation {
             allocated_ += a.devices.size();
             return a.id;
           },
-          [this](uint64_t id) { Give(id); }, seed);
+          [this](uint64_t id) { Give(id); }, bus_.get(), seed);
     }
     infra_ = DrawInfraEvents(cluster, model, last_arrival_ + kEventHorizonS, seed);
     for (size_t k = 0; k < infra_.size(); ++k) ScheduleInfra(k);
@@ -246,32 +259,38 @@ class Simulation {
   }
 
   // The lead a tenant has left once the notice reaches it: delivery (a poll
-  // or a push) and, for coarse events, the deadline rounded down as
-  // harmonaized publishes it. -1 when it is not told.
-  double UsableLead(double event_time, double lead) const {
+  // or a push) and, for coarse events, what the deadline it was told
+  // (`told`, rounded down as harmonaized publishes it) falls short of the
+  // event. -1 when it is not told.
+  double UsableLead(double event_time, double lead, double told) const {
     if (lead < 0) return -1;
-    if (!mech_.pushed_notices) return lead - model_.poll_interval_s.value / 2;
+    if (!mech_.pushed_notices) return lead - Delivery();
     switch (mech_.events) {
       case Information::kNone:
         return -1;
-      case Information::kCoarse: {
-        const auto deadline = static_cast<uint64_t>(event_time);
-        const double rounded = static_cast<double>(events::RoundDownTime(deadline));
-        return lead - (event_time - rounded) - model_.push_latency_s.value;
-      }
+      case Information::kCoarse:
+        return lead - (event_time - told) - Delivery();
       case Information::kFull:
-        return lead - model_.push_latency_s.value;
+        return lead - Delivery();
     }
     return -1;
   }
+  static double Coarse(double t) {
+    return static_cast<double>(events::RoundDownTime(static_cast<uint64_t>(t)));
+  }
+  // From a notice's publication to the tenant reading it: a push, or half a
+  // poll interval on average.
+  double Delivery() const {
+    return mech_.pushed_notices ? model_.push_latency_s.value : model_.poll_interval_s.value / 2;
+  }
+  double NoticeTime(const InfraEvent& e) const { return std::max(0.0, e.time - NoticeLead(e)); }
 
   void ScheduleInfra(size_t k) {
     const InfraEvent& e = infra_[k];
-    const double lead = NoticeLead(e);
-    if (lead > 0) {
+    if (NoticeLead(e) > 0) {
       // The provider drains the devices from the notice on (planned work and
       // warned failures alike), and tells the tenants running there.
-      Push(std::max(0.0, e.time - lead), EventKind::kNotice, 0, 0, k);
+      Push(NoticeTime(e), EventKind::kNotice, 0, 0, k);
     }
     Push(e.time, EventKind::kInfra, 0, 0, k);
   }
@@ -310,7 +329,7 @@ class Simulation {
         Repair(e.infra);
         break;
       case EventKind::kHear:
-        if (Current(e)) OnHear(e.job, e.time);
+        if (Current(e)) OnHear(e.job, e.time, e.infra);
         break;
       case EventKind::kEngine:
         replacements_->Tick(e.time);
@@ -497,21 +516,62 @@ class Simulation {
     last_completion_ = std::max(last_completion_, now);
   }
 
-  // A planned move (maintenance, a reclaim, a warned failure): with saves on
-  // notice the job saves as soon as it hears and leaves when the save is
-  // done; otherwise it runs until the event stops it.
+  // A planned move (maintenance, a warned failure): the provider drains the
+  // devices, publishes harmonaized's notice on the event bus to each tenant
+  // running there (today's IaaS tells its own way, polled), and seeks their
+  // replacements; each tenant reads after its delivery, if it is told.
   void OnNotice(size_t k, double now) {
     const InfraEvent& e = infra_[k];
     const std::vector<DeviceRef> devices = DevicesOf(e);
     for (DeviceRef d : devices) Drain(d);
-    const double lead = UsableLead(e.time, e.time - now);
-    for (size_t i : JobsOn(devices)) PlanMove(i, now, lead, e.time);
+    const bool told = UsableLead(e.time, e.time - now, Coarse(e.time)) >= 0;
+    for (size_t i : JobsOn(devices)) {
+      Job& j = jobs_[i];
+      if (bus_ && mech_.pushed_notices) bus_->Publish(TenantOf(i), NoticeOf(e, j), nullptr);
+      if (replacements_ && j.offer == 0 && j.reservation == 0) SeekReplacement(i, now, e.time);
+      if (told) Push(now + Delivery(), EventKind::kHear, i, j.epoch, k);
+    }
   }
 
+  // A maintenance as MAINTENANCE/SCHEDULED; a warned failure as
+  // PREEMPTION/SCHEDULED, the devices the provider takes at the deadline.
+  events::EventSpec NoticeOf(const InfraEvent& e, const Job& j) const {
+    const auto deadline = static_cast<uint64_t>(e.time);
+    if (e.kind == Outage::kMaintenance) {
+      return events::MakeMaintenance(events::kMaintenanceScheduled, deadline,
+                                     static_cast<uint64_t>(model_.maintenance_s.value),
+                                     events::kAllDevices, /*approvable=*/false);
+    }
+    return events::MakePreemption(events::kPreemptionScheduled, deadline, j.trace->gpus,
+                                  events::kAllDevices, /*approvable=*/false);
+  }
+
+  // The tenant reads its log: the notice (harmonaized's, with the deadline
+  // the bus stored) and the offer made with it, which it accepts. Then it
+  // plans its move against what it was told.
+  void OnHear(size_t i, double now, size_t k) {
+    const InfraEvent& e = infra_[k];
+    bool noticed = !mech_.pushed_notices;  // today's notices do not come by the bus
+    double told = e.time;
+    uint64_t offer = 0;
+    for (const hz_event& ev : bus_ ? bus_->Read(TenantOf(i)) : std::vector<hz_event>{}) {
+      if (ev.topic == HZ_TOPIC_NEGOTIATION && ev.kind == events::kNegotiationOfferMade) {
+        events::NegotiationPayload p{};
+        std::memcpy(&p, ev.payload, sizeof(p));
+        offer = p.offer_id;
+      } else if (ev.deadline_s != 0) {
+        noticed = true;
+        if (mech_.events == Information::kCoarse) told = static_cast<double>(ev.deadline_s);
+      }
+    }
+    if (offer != 0) AcceptOffer(i, offer, now);
+    if (noticed) PlanMove(i, now, UsableLead(e.time, e.time - NoticeTime(e), told), e.time);
+  }
+
+  // With saves on notice the job saves as soon as it hears and leaves when
+  // the save is done; otherwise it runs until the event stops it.
   void PlanMove(size_t i, double now, double lead, double event_time) {
     Job& j = jobs_[i];
-    if (replacements_ && j.offer == 0 && j.reservation == 0)
-      SeekReplacement(i, now, lead, event_time);
     if (lead < 0 || !mech_.jit_on_notice) return;  // not told, or not acting on it
     const double heard = event_time - lead;
     const double done = heard + j.stall;
@@ -545,7 +605,8 @@ class Simulation {
     j.preempt_left = 0;
     // The reclaim's notice came preemption_notice_s before; a save fits if
     // the tenant heard in time.
-    const double lead = UsableLead(now, model_.preemption_notice_s.value);
+    // Reclaim notices are not on the bus: the lead alone models them.
+    const double lead = UsableLead(now, model_.preemption_notice_s.value, Coarse(now));
     const bool saved = lead >= 0 && mech_.jit_on_notice && j.stall <= lead;
     if (saved) j.work_done = WorkAt(j, now - lead);
     DrawReclaim(j);
@@ -592,7 +653,7 @@ class Simulation {
   // At a notice, the provider offers the job replacement devices (the
   // engine decides at once); the tenant reads the offer with the notice and
   // accepts it then. A tenant told nothing lets it lapse.
-  void SeekReplacement(size_t i, double now, double lead, double event_time) {
+  void SeekReplacement(size_t i, double now, double event_time) {
     Job& j = jobs_[i];
     j.sought = true;
     const Replacements::Offered o = replacements_->Offer(i, j.trace->gpus, now, event_time);
@@ -600,13 +661,12 @@ class Simulation {
     if (o.offer == 0) return;  // refused: when the event comes, the job queues
     j.offer = o.offer;
     Push(o.expires, EventKind::kEngine);
-    if (lead >= 0) Push(std::max(now, event_time - lead), EventKind::kHear, i, j.epoch);
   }
 
-  void OnHear(size_t i, double now) {
+  void AcceptOffer(size_t i, uint64_t offer, double now) {
     Job& j = jobs_[i];
-    if (j.offer == 0) return;
-    const Replacements::Accepted a = replacements_->Accept(i, j.offer, now);
+    if (!replacements_ || j.reservation != 0) return;
+    const Replacements::Accepted a = replacements_->Accept(i, offer, now);
     j.offer = 0;
     if (a.reservation != 0) {
       j.reservation = a.reservation;
@@ -772,6 +832,7 @@ class Simulation {
   std::mt19937_64 plan_rng_;
   std::vector<Job> jobs_;
   std::map<uint64_t, size_t> running_;          // allocation -> job
+  std::unique_ptr<NoticeBus> bus_;              // cohorts told by harmonaized, or negotiating
   std::unique_ptr<Replacements> replacements_;  // cohorts with reservations
   std::map<uint64_t, size_t> reserved_by_;      // reservation -> job
   std::set<size_t> awaiting_;                   // stopped jobs waiting for their reservation

@@ -28,7 +28,7 @@ class ReplacementsTest : public ::testing::Test {
           const scheduler::Request r{static_cast<uint32_t>(devices.size()), 0, HZ_LOC_SAME_HOST};
           return alloc_.AllocateDevices("reserved", r, devices, &a).ok() ? a.id : 0;
         },
-        [this](uint64_t id) { alloc_.Release(id); }, seed);
+        [this](uint64_t id) { alloc_.Release(id); }, nullptr, seed);
   }
 
   // A job's run of `gpus` on `host`, and the notice's drain of that host.

@@ -6,7 +6,8 @@
 // summary, the full topology or nothing, and priced under the true topology,
 // and replacement devices for a job a notice will move are the real
 // negotiation engine's offers and reservations, on simulated time
-// (src/replacements.h).
+// (src/replacements.h); harmonaized's event bus carries the notices and the
+// offers to the tenants (src/notice_bus.h).
 //
 // Every cohort of one seed sees the same jobs and the same failures,
 // maintenance windows and reclaims at the same times: infrastructure events

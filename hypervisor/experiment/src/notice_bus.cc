@@ -1,0 +1,68 @@
+#include "notice_bus.h"
+
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <system_error>
+
+namespace hz::experiment {
+
+TenantId TenantOf(size_t job) {
+  return TenantId("job-" + std::to_string(job));
+}
+
+uint64_t SimSeconds(double t) {
+  return static_cast<uint64_t>(std::ceil(t));
+}
+
+Status NoticeBus::Open(std::function<uint64_t()> clock, std::unique_ptr<NoticeBus>* out) {
+  std::error_code ec;
+  std::string dir =
+      (std::filesystem::temp_directory_path(ec) / "hz-experiment-bus.XXXXXX").string();
+  if (ec || mkdtemp(dir.data()) == nullptr) {
+    return Status::IoError("no scratch directory for the event bus under " + dir);
+  }
+  std::unique_ptr<NoticeBus> bus(new NoticeBus(dir));
+  events::BusOptions o;
+  o.dir = dir;
+  o.retention = 64;
+  // Nothing here outlives the run: the log need not survive a power loss.
+  o.fsync = events::FsyncPolicy::kNone;
+  o.clock = std::move(clock);
+  Status s = events::EventBus::Open(std::move(o), &bus->bus_);
+  if (!s.ok()) return s;
+  *out = std::move(bus);
+  return Status::Ok();
+}
+
+NoticeBus::~NoticeBus() {
+  readers_.clear();
+  bus_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+Status NoticeBus::Publish(const TenantId& tenant, const events::EventSpec& spec, uint64_t* seq) {
+  return bus_->Publish(tenant, spec, seq);
+}
+
+std::vector<hz_event> NoticeBus::Read(const TenantId& tenant) {
+  std::unique_ptr<events::Delivery>& reader = readers_[tenant];
+  if (!reader) {
+    hz_event_subscribe_args args{};
+    args.topics = HZ_TOPIC_ALL;
+    args.from_seq = 1;  // from its first event
+    hz_event_subscribe_result result{};
+    if (!bus_->Connect(tenant, "guest", &reader).ok() || !reader->Subscribe(args, &result).ok()) {
+      reader.reset();
+      return {};
+    }
+  }
+  std::vector<hz_event> out;
+  hz_event e{};
+  while (reader->Next(&e)) out.push_back(e);
+  return out;
+}
+
+}  // namespace hz::experiment
