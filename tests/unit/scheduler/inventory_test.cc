@@ -317,7 +317,13 @@ TEST(SchedulerInventory, SwitchFromPortTypes) {
   const Device& before = inv.devices[inv.Find("0000:1a:00.0")];
   ASSERT_EQ(before.pcie_path,
             (std::vector<std::string>{"0000:17:01.0", "0000:18:00.0", "0000:19:00.0"}));
-  EXPECT_EQ(before.switch_bdf, "0000:18:00.0");  // no config: the two-levels rule
+  EXPECT_EQ(before.switch_bdf, "0000:18:00.0");  // the fixture's types: root, up, down
+  // Without config space the two-levels rule finds the same switch.
+  for (const char* bridge : {"0000:17:01.0", "0000:18:00.0", "0000:19:00.0"}) {
+    ASSERT_TRUE(std::filesystem::remove(dev(bridge) + "/config"));
+  }
+  ASSERT_TRUE(DiscoverPci(root, &inv).ok());
+  EXPECT_EQ(inv.devices[inv.Find("0000:1a:00.0")].switch_bdf, "0000:18:00.0");
   WriteConfig(dev("0000:17:01.0"), 5);
   WriteConfig(dev("0000:18:00.0"), 6);
   WriteConfig(dev("0000:19:00.0"), 7);
