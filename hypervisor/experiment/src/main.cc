@@ -15,6 +15,7 @@
 #include "hz/experiment/cohort.h"
 #include "hz/experiment/comm_model.h"
 #include "hz/experiment/model.h"
+#include "hz/experiment/scenario.h"
 #include "hz/experiment/simulator.h"
 #include "hz/experiment/stats.h"
 #include "hz/experiment/trace.h"
@@ -109,9 +110,48 @@ nlohmann::json Meta(const Trace& trace, const scheduler::Cluster& cluster, doubl
   return meta;
 }
 
+// --scenario: each cohort once on the scenario's jobs and events; writes
+// scenario.csv (cohort,job,jct_s,lost_s,ckpt_interval_s,interruptions) and
+// prints one JSON line per cohort with its jobs.
+int RunScenario(const std::string& path, Model model, const std::vector<Cohort>& cohorts,
+                const std::string& out_dir) {
+  std::string text;
+  Scenario scenario;
+  if (!ReadFile(path, &text)) {
+    std::fprintf(stderr, "hz-experiment: cannot read %s\n", path.c_str());
+    return 2;
+  }
+  if (Status st = ParseScenario(text, &scenario, &model); !st.ok()) {
+    std::fprintf(stderr, "hz-experiment: %s: %s\n", path.c_str(), st.ToString().c_str());
+    return 2;
+  }
+  const scheduler::Cluster cluster =
+      scheduler::UniformCluster(scenario.hosts, scenario.gpus_per_host);
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  std::ofstream csv(out_dir + "/scenario.csv");
+  if (ec || !csv) {
+    std::fprintf(stderr, "hz-experiment: cannot write into %s\n", out_dir.c_str());
+    return 1;
+  }
+  csv << "cohort,job,jct_s,lost_s,ckpt_interval_s,interruptions\n";
+  for (const Cohort& c : cohorts) {
+    const RunResult r = Simulate(cluster, scenario.jobs, model, c.mechanisms, 0, &scenario.events);
+    nlohmann::json line = {{"bench", "experiment-scenario"}, {"cohort", c.name}};
+    for (size_t i = 0; i < r.per_job.size(); ++i) {
+      const JobResult& j = r.per_job[i];
+      csv << c.name << ',' << i << ',' << j.jct_s << ',' << j.lost_s << ',' << j.ckpt_interval_s
+          << ',' << j.interruptions << '\n';
+      line["jobs"].push_back({{"jct_s", j.jct_s}, {"lost_s", j.lost_s}});
+    }
+    std::printf("%s\n", line.dump().c_str());
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"Cooperative against standard IaaS on a GPU cluster trace"};
-  std::string trace_dir, out_dir = "experiment-out", calibration_path;
+  std::string trace_dir, out_dir = "experiment-out", calibration_path, scenario_path;
   int hosts = 0, seeds = 10;
   size_t max_jobs = 0, synthetic_jobs = 8000;
   double load = 0.7;
@@ -135,20 +175,9 @@ int Main(int argc, char** argv) {
   app.add_option("--cohorts", cohort_names, "cohorts to run (default: all)")->delimiter(',');
   app.add_option("--calibration", calibration_path, "JSON file of measured figures");
   app.add_option("--out", out_dir, "output directory");
+  app.add_option("--scenario", scenario_path,
+                 "JSON file of given jobs and events (scenario.h): run it once per cohort");
   CLI11_PARSE(app, argc, argv);
-
-  Trace trace;
-  if (trace_dir.empty()) {
-    std::fprintf(stderr, "hz-experiment: no --trace-dir: using the synthetic trace\n");
-    trace = SyntheticTrace(synthetic_jobs, 2023);
-  } else if (Status st = LoadAlibabaTrace(trace_dir, &trace); !st.ok()) {
-    std::fprintf(stderr, "hz-experiment: %s: using the synthetic trace instead\n",
-                 st.ToString().c_str());
-    trace = SyntheticTrace(synthetic_jobs, 2023);
-  }
-  if (max_jobs > 0 && trace.jobs.size() > max_jobs) trace.jobs.resize(max_jobs);
-  for (TraceJob& j : trace.jobs)
-    j.duration_s = std::min<uint64_t>(j.duration_s, static_cast<uint64_t>(max_days * 86400));
 
   Model model;
   std::vector<std::string> calibrated;
@@ -171,6 +200,20 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "hz-experiment: unknown cohort in --cohorts\n");
     return 2;
   }
+  if (!scenario_path.empty()) return RunScenario(scenario_path, model, cohorts, out_dir);
+  Trace trace;
+  if (trace_dir.empty()) {
+    std::fprintf(stderr, "hz-experiment: no --trace-dir: using the synthetic trace\n");
+    trace = SyntheticTrace(synthetic_jobs, 2023);
+  } else if (Status st = LoadAlibabaTrace(trace_dir, &trace); !st.ok()) {
+    std::fprintf(stderr, "hz-experiment: %s: using the synthetic trace instead\n",
+                 st.ToString().c_str());
+    trace = SyntheticTrace(synthetic_jobs, 2023);
+  }
+  if (max_jobs > 0 && trace.jobs.size() > max_jobs) trace.jobs.resize(max_jobs);
+  for (TraceJob& j : trace.jobs)
+    j.duration_s = std::min<uint64_t>(j.duration_s, static_cast<uint64_t>(max_days * 86400));
+
   const scheduler::Cluster cluster = TraceCluster(trace, hosts);
 
   std::error_code ec;

@@ -32,15 +32,31 @@ using scheduler::DeviceKind;
 using scheduler::DeviceRef;
 
 // Infrastructure events, the same for every cohort of a seed.
-enum class Outage { kGpuFailure, kHostFailure, kMaintenance };
-
 struct InfraEvent {
   double time = 0;
   Outage kind = Outage::kGpuFailure;
   uint32_t host = 0;
   DeviceRef gpu;             // kGpuFailure only
   bool predictable = false;  // kGpuFailure: warned of by the health monitor
+  // A fixed event aimed at a job: where it strikes is set by Aim.
+  static constexpr size_t kNoJob = SIZE_MAX;
+  size_t job = kNoJob;
+  bool aimed = false;
 };
+
+std::vector<InfraEvent> FixedInfraEvents(const std::vector<FixedEvent>& fixed) {
+  std::vector<InfraEvent> out;
+  for (const FixedEvent& f : fixed) {
+    InfraEvent e;
+    e.time = f.time;
+    e.kind = f.kind;
+    e.job = f.job;
+    out.push_back(e);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const InfraEvent& a, const InfraEvent& b) { return a.time < b.time; });
+  return out;
+}
 
 std::vector<InfraEvent> DrawInfraEvents(const Cluster& cluster, const Model& m, double horizon,
                                         uint64_t seed) {
@@ -114,6 +130,9 @@ struct Job {
   uint64_t reservation = 0;
   bool sought = false;
   bool awaiting = false;
+  double lost = 0;           // work recomputed, seconds at full speed
+  double jct = 0;            // once done
+  uint64_t interruptions = 0;
   std::mt19937_64 rng;
 };
 
@@ -172,7 +191,7 @@ double Percentile(std::vector<double> v, double q) {
 class Simulation {
  public:
   Simulation(const Cluster& cluster, const std::vector<TraceJob>& jobs, const Model& model,
-             const Mechanisms& mech, uint64_t seed)
+             const Mechanisms& mech, uint64_t seed, const std::vector<FixedEvent>* fixed)
       : cluster_(cluster),
         model_(model),
         mech_(mech),
@@ -219,7 +238,9 @@ class Simulation {
           },
           [this](uint64_t id) { Give(id); }, bus_.get(), seed);
     }
-    infra_ = DrawInfraEvents(cluster, model, last_arrival_ + kEventHorizonS, seed);
+    infra_ = fixed != nullptr
+                 ? FixedInfraEvents(*fixed)
+                 : DrawInfraEvents(cluster, model, last_arrival_ + kEventHorizonS, seed);
     for (size_t k = 0; k < infra_.size(); ++k) ScheduleInfra(k);
     ComputeReferenceCosts();
   }
@@ -511,7 +532,8 @@ class Simulation {
     }
     j.state = JobState::kDone;
     ++completed_;
-    jct_.push_back(now - static_cast<double>(j.trace->arrival_s));
+    j.jct = now - static_cast<double>(j.trace->arrival_s);
+    jct_.push_back(j.jct);
     waits_.push_back(j.waited);
     last_completion_ = std::max(last_completion_, now);
   }
@@ -521,6 +543,7 @@ class Simulation {
   // running there (today's IaaS tells its own way, polled), and seeks their
   // replacements; each tenant reads after its delivery, if it is told.
   void OnNotice(size_t k, double now) {
+    if (!Aim(k)) return;
     const InfraEvent& e = infra_[k];
     const std::vector<DeviceRef> devices = DevicesOf(e);
     for (DeviceRef d : devices) Drain(d);
@@ -583,6 +606,7 @@ class Simulation {
   }
 
   void OnInfra(size_t k, double now) {
+    if (!Aim(k)) return;
     const InfraEvent& e = infra_[k];
     const std::vector<DeviceRef> devices = DevicesOf(e);
     for (size_t i : JobsOn(devices)) Interrupt(i, now, /*saved=*/false, e.kind);
@@ -592,6 +616,19 @@ class Simulation {
     const double down =
         e.kind == Outage::kMaintenance ? model_.maintenance_s.value : model_.repair_s.value;
     Push(now + down, EventKind::kRepair, 0, 0, k);
+  }
+
+  // A fixed event strikes where its job runs when first handled (its notice,
+  // else the event); false when the job is not running then: it hits nothing.
+  bool Aim(size_t k) {
+    InfraEvent& e = infra_[k];
+    if (e.job == InfraEvent::kNoJob || e.aimed) return true;
+    if (e.job >= jobs_.size() || jobs_[e.job].state != JobState::kRunning) return false;
+    const Allocation* a = alloc_.Find(jobs_[e.job].allocation);
+    e.gpu = a->devices.front();
+    e.host = e.gpu.host;
+    e.aimed = true;
+    return true;
   }
 
   // The running time until the job's next reclaim, from its own stream.
@@ -622,8 +659,10 @@ class Simulation {
       const double lag = cause == Outage::kGpuFailure ? 0 : j.host_safe_lag;
       const double kept = std::min(done, CheckpointAt(j, now, lag));
       lost_gpu_s_ += (done - kept) * j.trace->gpus;
+      j.lost += done - kept;
       j.work_done = kept;
     }
+    ++j.interruptions;
     if (j.trace->preemptible && j.preempt_left > 0)
       j.preempt_left = std::max(1.0, j.preempt_left - (now - j.run_start));
     EndRun(j);
@@ -822,6 +861,10 @@ class Simulation {
       r.reservations_honoured = c.honoured;
       r.reservation_fallbacks = c.fallbacks;
     }
+    for (const Job& j : jobs_) {
+      r.per_job.push_back(
+          {j.state == JobState::kDone ? j.jct : -1, j.lost, j.interval, j.interruptions});
+    }
     return r;
   }
 
@@ -860,8 +903,9 @@ class Simulation {
 }  // namespace
 
 RunResult Simulate(const Cluster& cluster, const std::vector<TraceJob>& jobs, const Model& model,
-                   const Mechanisms& mechanisms, uint64_t seed) {
-  Simulation sim(cluster, jobs, model, mechanisms, seed);
+                   const Mechanisms& mechanisms, uint64_t seed,
+                   const std::vector<FixedEvent>* fixed) {
+  Simulation sim(cluster, jobs, model, mechanisms, seed, fixed);
   return sim.Run();
 }
 

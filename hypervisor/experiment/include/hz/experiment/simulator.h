@@ -26,6 +26,28 @@
 
 namespace hz::experiment {
 
+// An infrastructure event.
+enum class Outage { kGpuFailure, kHostFailure, kMaintenance };
+
+// An infrastructure event at a given time instead of drawn ones (a scenario
+// replayed for validation): it strikes where job `job` runs then, a GPU
+// failure its first GPU, a host failure or maintenance its host, with the
+// notice the cohort gets for it (GPU failures unannounced). A job that is not
+// running then is not hit.
+struct FixedEvent {
+  double time = 0;
+  Outage kind = Outage::kGpuFailure;
+  size_t job = 0;
+};
+
+// One job's outcome (by the job's index in the input).
+struct JobResult {
+  double jct_s = -1;           // completion - arrival; -1: not completed
+  double lost_s = 0;           // work recomputed after interruptions, seconds at full speed
+  double ckpt_interval_s = 0;  // compute seconds between checkpoints in its last run
+  uint64_t interruptions = 0;
+};
+
 struct RunResult {
   size_t jobs = 0;            // completed
   std::vector<double> jct_s;  // completion - arrival, per completed job
@@ -46,14 +68,16 @@ struct RunResult {
   uint64_t offers_accepted = 0;        // by the job's tenant, when it heard the notice
   uint64_t reservations_honoured = 0;  // a moved job restarted on its reservation
   uint64_t reservation_fallbacks = 0;  // one was sought, the moved job queued instead
+  std::vector<JobResult> per_job;
 };
 
 // Runs `jobs` on `cluster` as `mechanisms` say. Infrastructure events are
-// drawn up to kEventHorizonS after the last arrival; a job still running then
-// runs to its end undisturbed.
+// drawn up to kEventHorizonS after the last arrival (a job still running then
+// runs to its end undisturbed), or are `fixed` ones when given.
 inline constexpr double kEventHorizonS = 30 * 86400.0;
 RunResult Simulate(const scheduler::Cluster& cluster, const std::vector<TraceJob>& jobs,
-                   const Model& model, const Mechanisms& mechanisms, uint64_t seed);
+                   const Model& model, const Mechanisms& mechanisms, uint64_t seed,
+                   const std::vector<FixedEvent>* fixed = nullptr);
 
 }  // namespace hz::experiment
 
