@@ -3,12 +3,17 @@
 # benchmarks, calibrates the model on this machine (checkpoint_bench,
 # event_delivery_bench, service_allreduce_bench, cluster_allreduce_bench),
 # runs every cohort over the seeds, draws the plots and renders
-# docs/experiments/cooperation.md with its CSVs beside it.
+# docs/experiments/cooperation.md with its CSVs beside it. Then validates the
+# emulator against a real run of a small configuration
+# (hypervisor/experiment/validation/validate.py) into DIR/validation; the
+# report shows it, and the script fails after the report if they disagree.
 #
-# Usage: scripts/experiment.sh [--smoke] [--out DIR] [--trace-dir DIR] [-- HZ_EXPERIMENT_ARGS...]
+# Usage: scripts/experiment.sh [--smoke] [--skip-validation] [--out DIR] [--trace-dir DIR]
+#                              [-- HZ_EXPERIMENT_ARGS...]
 #   --smoke      a short run: one day of jobs drawn from a 2,000-job synthetic
 #                trace on 64 hosts, standard and cooperative, 3 seeds; writes
 #                into --out only (default: a temporary directory), never docs/
+#   --skip-validation  no validation run (it takes about 3 minutes, 1 with --smoke)
 #   --out        where the CSVs, plots and meta.json go
 #                (default: docs/experiments/cooperation)
 #   --trace-dir  Alibaba's cluster-trace-gpu-v2023 CSV files (its licence
@@ -18,14 +23,15 @@
 #   -- ARGS      passed on to hz-experiment (--window-days 2, --seeds 20, ...)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-smoke=0 out='' trace_dir="$top/../shared/data/alibaba-gpu-v2023"
+smoke=0 validation=1 out='' trace_dir="$top/../shared/data/alibaba-gpu-v2023"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--smoke) smoke=1; shift ;;
+	--skip-validation) validation=0; shift ;;
 	--out) out=$2; shift 2 ;;
 	--trace-dir) trace_dir=$2; shift 2 ;;
 	--) shift; break ;;
-	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,23p' "$0"; exit 0 ;;
 	*) echo "experiment.sh: unknown argument: $1" >&2; exit 2 ;;
 	esac
 done
@@ -34,7 +40,7 @@ if [ ! -x "$bin/hypervisor/experiment/hz-experiment" ] || [ -z "${HZ_BUILD_DIR:-
 	export CCACHE_BASEDIR=$top CCACHE_NOHASHDIR=1
 	cmake --preset default -S "$top" >/dev/null
 	cmake --build "$bin" --target hz-experiment hz-comm-fit checkpoint_bench event_delivery_bench \
-		service_allreduce_bench cluster_bench_rank harmonaized hzctl -j "$(nproc)"
+		service_allreduce_bench cluster_bench_rank harmonaized hzctl hz-validation-job -j "$(nproc)"
 fi
 if [ -z "$out" ]; then
 	if [ "$smoke" -eq 1 ]; then
@@ -122,8 +128,23 @@ else
 	echo "experiment.sh: no trace at $trace_dir: the synthetic trace stands in" >&2
 fi
 "$bin/hypervisor/experiment/hz-experiment" "${args[@]}" "$@" >"$out/results.jsonl"
+
+# The emulator against a real run of the same small configuration; its
+# checkpoint files go to the scratch directory, on a disk.
+agrees=0
+rm -rf "$out/validation"  # a report shows this run's validation or none
+if [ "$validation" -eq 1 ]; then
+	config=$top/hypervisor/experiment/validation/full.json
+	[ "$smoke" -eq 1 ] && config=$top/hypervisor/experiment/validation/smoke.json
+	"$py" "$top/hypervisor/experiment/validation/validate.py" --config "$config" \
+		--build-dir "$bin" --out "$out/validation" --work-dir "$scratch" || agrees=$?
+fi
 MPLBACKEND=Agg "$py" "$report/plot.py" "$out"
 page=$top/docs/experiments/cooperation.md
 [ "$smoke" -eq 1 ] && page=$out/cooperation.md
 "$py" "$report/report.py" "$out" "$report/cooperation.md.in" "$page"
 echo "experiment.sh: report $page, data in $out"
+if [ "$agrees" -ne 0 ]; then
+	echo "experiment.sh: the validation failed (see $out/validation)" >&2
+	exit "$agrees"
+fi

@@ -12,6 +12,7 @@ Copies TEMPLATE to OUT with each placeholder replaced by what DIR's files say:
   {{replacements_table}} the negotiation engine's offers and reservations per cohort
   {{plots}}              links to plot.py's images, relative to OUT's directory
   {{verdict}}            one sentence per headline measure, from the numbers
+  {{validation}}         the emulator against a real run (DIR/validation/validation.json)
 A cohort that did not run gives a "not run" line. A placeholder this script
 does not know is an error, so that no `{{` reaches the report.
 """
@@ -262,6 +263,51 @@ def verdict(res, _):
                      for k in R.HEADLINE)
 
 
+def validation_rows(v):
+    rows = []
+    for r in v["jobs"]:
+        rows.append([f"`{r['cohort']}`", r["job"], number(r["measured_jct_s"]),
+                     number(r["predicted_jct_s"]), f"{100 * r['jct_error']:.1f} %",
+                     number(r["measured_lost_s"]), number(r["predicted_lost_s"]),
+                     f"{r['measured_interruptions']} / {r['predicted_interruptions']}"])
+    for c, t in v["totals"].items():
+        rows.append([f"`{c}`", "mean JCT, total lost", number(t["measured_jct_s"]),
+                     number(t["predicted_jct_s"]),
+                     f"{100 * abs(t['predicted_jct_s'] / t['measured_jct_s'] - 1):.1f} %",
+                     number(t["measured_lost_s"]), number(t["predicted_lost_s"]), ""])
+    rows.append([f"`{R.COOPERATIVE}` / `{R.BASELINE}`", "mean JCT",
+                 f"{v['ratio']['measured']:.3f}", f"{v['ratio']['predicted']:.3f}",
+                 f"{100 * v['errors']['ratio_rel_error']:.1f} %", "", "", ""])
+    return rows
+
+
+def validation(res, _):
+    v = res.validation
+    if v is None:
+        return f"_Validation: {NOT_RUN} (no {R.VALIDATION} in the results)._"
+    cfg, e, b = v["config"], v["errors"], v["bound"]
+    where = ("each in its own user, mount, PID, UTS, IPC and network namespaces"
+             if v.get("namespaces") else "as plain process groups (no namespaces on that machine)")
+    events = ", ".join(f"{x['kind'].replace('_', ' ')} of job {x['job']} at {x['time_s']} s"
+                       for x in cfg["events"])
+    intro = (f"{len(cfg['jobs'])} jobs of 2 ranks, {where}, ran through harmonaized on a fixture "
+             f"host ({cfg['fixture']}), once per cohort, with a {events}. Measured: completion "
+             f"time and work lost (recomputed iterations). Predicted: hz-experiment --scenario "
+             f"on the same jobs and events, its figures measured in the same run "
+             f"(`{R.VALIDATION}`).")
+    header = ["Cohort", "Job", "JCT measured (s)", "JCT predicted (s)", "JCT error",
+              "Lost measured (s)", "Lost predicted (s)", "Interruptions measured / predicted"]
+    word = "agrees" if v["agrees"] else "**does not agree**"
+    bounds = (f"Mean absolute relative error of JCT {100 * e['jct_mean_abs_rel_error']:.1f} % "
+              f"(bound {100 * b['jct_mean_abs_rel_error']:.0f} %), error of the "
+              f"cooperative/standard ratio {100 * e['ratio_rel_error']:.1f} % (bound "
+              f"{100 * b['ratio_rel_error']:.0f} %), lost work off by at most "
+              f"{e['lost_abs_error_s']:.1f} s per cohort (bound {b['lost_abs_error_s']} s), "
+              f"interruptions {'the same' if e['interruptions_match'] else 'different'}: the "
+              f"emulator {word} with the measurement.")
+    return intro + "\n\n" + table(header, validation_rows(v)) + "\n\n" + bounds
+
+
 PLACEHOLDERS = {
     "meta": meta,
     "summary_table": summary_table,
@@ -271,6 +317,7 @@ PLACEHOLDERS = {
     "replacements_table": replacements_table,
     "plots": plots,
     "verdict": verdict,
+    "validation": validation,
 }
 
 

@@ -3,7 +3,9 @@
 The files and their columns are the contract in the emulator's documentation:
 meta.json, runs.csv (one row per cohort and seed), summary.csv (mean and 95%
 confidence interval per cohort and measure) and jct.csv (evenly spaced
-quantiles of seed 0's completion times). Everything here is standard library only.
+quantiles of seed 0's completion times), and validation/validation.json when
+the validation ran (hypervisor/experiment/validation/validate.py). Everything
+here is standard library only.
 """
 
 import csv
@@ -36,6 +38,8 @@ GRANULARITY = tuple(
     granularity_cohort(d, l) for d in GRANULARITY_DIMENSIONS for l in GRANULARITY_LEVELS
 )
 COHORT_ORDER = (BASELINE, COOPERATIVE) + ABLATIONS + GRANULARITY
+# The emulator against a real run, relative to the output directory.
+VALIDATION = "validation/validation.json"
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,11 @@ class Results:
                 jct_seed[cohort], self.jct[cohort] = seed, []
             self.jct[cohort].append(_number(row["jct_s"]))
         self.jct_seed = jct_seed
+        self.validation = None
+        validation_path = os.path.join(directory, VALIDATION)
+        if os.path.exists(validation_path):
+            with open(validation_path) as f:
+                self.validation = json.load(f)
 
     def has(self, cohort):
         return cohort in self.summary

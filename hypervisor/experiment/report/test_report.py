@@ -263,3 +263,52 @@ def test_unknown_placeholder_is_an_error(full, tmp_path):
     assert r.returncode != 0
     assert "no_such_thing" in r.stderr
     assert not (tmp_path / "out.md").exists()
+
+
+def write_validation(directory, jct_error):
+    """validation/validation.json as validate.py writes it: two jobs per cohort."""
+    rows = []
+    for cohort, jct in (("standard", 80.0), ("cooperative", 72.0)):
+        for job in range(2):
+            rows.append({"cohort": cohort, "job": job, "measured_jct_s": jct,
+                         "predicted_jct_s": jct * (1 + jct_error), "jct_error": jct_error,
+                         "measured_lost_s": 4.0 * job, "predicted_lost_s": 4.5 * job,
+                         "measured_interruptions": job, "predicted_interruptions": job})
+    totals = {c: {"measured_jct_s": j, "predicted_jct_s": j * (1 + jct_error),
+                  "measured_lost_s": 4.0, "predicted_lost_s": 4.5}
+              for c, j in (("standard", 80.0), ("cooperative", 72.0))}
+    v = {"jobs": rows, "totals": totals, "ratio": {"measured": 0.9, "predicted": 0.9},
+         "errors": {"jct_mean_abs_rel_error": jct_error, "ratio_rel_error": 0.0,
+                    "lost_abs_error_s": 0.5, "interruptions_match": True},
+         "bound": {"jct_mean_abs_rel_error": 0.1, "ratio_rel_error": 0.1,
+                   "lost_abs_error_s": 3},
+         "agrees": jct_error <= 0.1, "namespaces": True,
+         "config": {"fixture": "hgx8", "jobs": [{}, {}],
+                    "events": [{"time_s": 15, "kind": "gpu_failure", "job": 1}]}}
+    os.makedirs(directory / "validation", exist_ok=True)
+    with open(directory / "validation" / "validation.json", "w") as f:
+        json.dump(v, f)
+
+
+def validation_section(text):
+    return text.split("## Validation")[1].split("## Where")[0]
+
+
+def test_validation_measured_against_predicted(smoke, tmp_path):
+    write_validation(smoke, 0.05)
+    section = validation_section(render(smoke, tmp_path / "report.md"))
+    assert "| `standard` | 0 | 80.00 | 84.00 | 5.0 % |" in section
+    assert "| `cooperative` / `standard` | mean JCT | 0.900 | 0.900 | 0.0 % |" in section
+    assert "gpu failure of job 1 at 15 s" in section and "own user, mount, PID" in section
+    assert "JCT 5.0 % (bound 10 %)" in section and "emulator agrees" in section
+
+
+def test_validation_that_disagrees_says_so(smoke, tmp_path):
+    write_validation(smoke, 0.25)
+    section = validation_section(render(smoke, tmp_path / "report.md"))
+    assert "**does not agree**" in section
+
+
+def test_without_validation_says_not_run(smoke, tmp_path):
+    section = validation_section(render(smoke, tmp_path / "report.md"))
+    assert "_Validation: not run (no validation/validation.json in the results)._" in section
