@@ -119,7 +119,7 @@ class RealRun:
         self.hosts = [{"down_until": 0.0, "drained": False, "job": None}
                       for _ in range(cfg["hosts"])]
         self.jobs = [{"state": "waiting", "queued": j["arrival_s"], "host": None, "proc": None,
-                      "launch_at": None, "runs": [], "interrupts": [], "done_at": None}
+                      "launch_at": None, "runs": [], "placed": [], "interrupts": []}
                      for j in cfg["jobs"]]
         self.aim: Dict[int, int] = {}  # event -> host it strikes
         self.injected: List[float] = []
@@ -222,7 +222,7 @@ class RealRun:
         j = self.jobs[i]
         rc = j["proc"].returncode
         if rc == 0:
-            j["state"], j["done_at"] = "done", now
+            j["state"] = "done"
             self.release(i)
         elif rc == EXIT_LEFT:
             self.release(i)
@@ -245,6 +245,7 @@ class RealRun:
             j["host"] = free[0]
             self.hosts[free[0]]["job"] = i
             j["state"] = "starting"
+            j["placed"].append(now)
             j["launch_at"] = now + (self.cfg["restart_delay_s"] if j["interrupts"] else 0)
 
     def launch(self, i: int) -> None:
@@ -261,7 +262,6 @@ class RealRun:
             j["proc"] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         j["runs"].append(log)
-        j["launched"] = j.get("launched", []) + [time.monotonic()]
         j["state"] = "running"
 
     def measure(self) -> Dict[str, Any]:
@@ -276,8 +276,10 @@ class RealRun:
                 if last is not None:
                     lost += last - restored["step"]
                 if r > 0:
+                    # From its placement, as the emulator counts a restart:
+                    # waiting for a free host is queueing, not restarting.
                     start = restored["t"] - restored["restore_s"] - self.t0
-                    restarts.append(start - j["interrupts"][r - 1])
+                    restarts.append(start - j["placed"][r])
                 if restored["restore_s"] > 0:
                     restores.append(restored["restore_s"])
                 steps = [x["step"] for x in lines if x["ev"] == "it"]
@@ -294,7 +296,8 @@ class RealRun:
                             stalls.append(x["stall_s"])
                         else:
                             notices.append(x["t"])
-            jobs.append({"jct_s": j["done_at"] - self.cfg["jobs"][i]["arrival_s"],
+            done = next(x["t"] for x in read_lines(j["runs"][-1]) if x["ev"] == "done")
+            jobs.append({"jct_s": done - self.t0 - self.cfg["jobs"][i]["arrival_s"],
                          "lost_iterations": lost, "interruptions": len(j["interrupts"])})
         delivery = [n - s for n, s in zip(sorted(notices), sorted(self.injected))]
         return {"jobs": jobs, "iteration_s": iters, "stall_s": stalls, "restore_s": restores,
@@ -309,28 +312,30 @@ def calibrate(cfg: Dict[str, Any], real: Dict[str, Dict[str, Any]]) -> Dict[str,
     """The emulator's figures measured in this run, each with its source."""
     iteration = mean(real["standard"]["iteration_s"] + real["cooperative"]["iteration_s"])
     gb = cfg["ckpt_bytes"] / 1e9
-    std_stall, coop_stall = (mean(real[c]["stall_s"]) for c in COHORTS)
+    std, coop = real["standard"], real["cooperative"]
+    std_stall, coop_stall = mean(std["stall_s"]), mean(coop["stall_s"])
+    std_restore, coop_restore = mean(std["restore_s"]), mean(coop["restore_s"])
     here = "measured in this validation run: "
     cal: Dict[str, Any] = {
         "ckpt_gb_per_gpu": (gb, "the job's state, saved by its first rank"),
-        "tenant_write_fsync_gbps": (gb / std_stall, "the standard jobs' write+fsync stalls"),
-        "provider_stall_speedup": (std_stall / coop_stall,
+        "tenant_write_fsync_gbps": (std_stall and gb / std_stall,
+                                    "the standard jobs' write+fsync stalls"),
+        "provider_stall_speedup": (std_stall and coop_stall and std_stall / coop_stall,
                                    "the standard over the cooperative jobs' save stalls"),
         "standard_ckpt_interval_s": (cfg["ckpt_every"]["standard"] * iteration,
                                      "the standard jobs' interval times the iteration"),
-        "restart_s": (mean(real["standard"]["restart_s"] + real["cooperative"]["restart_s"]),
-                      "from a job's stop to its restore starting"),
-        "restore_gbps": (gb / (mean(real["standard"]["restore_s"]) or 0),
+        "restart_s": (mean(std["restart_s"] + coop["restart_s"]),
+                      "from a stopped job's placement to its restore starting"),
+        "restore_gbps": (std_restore and gb / std_restore,
                          "the standard jobs' reads of their file"),
-        "peer_copy_gbps": (gb / (mean(real["cooperative"]["restore_s"]) or 0),
+        "peer_copy_gbps": (coop_restore and gb / coop_restore,
                            "the cooperative jobs' restores through harmonaized"),
-        "push_latency_s": (mean(real["cooperative"]["notice_delivery_s"]),
+        "push_latency_s": (mean(coop["notice_delivery_s"]),
                            "a cooperative job's notice, from hzctl event inject"),
     }
-    # A figure this run did not exercise (no restore, no notice) is left to
-    # the configuration: the emulator will not use it either.
-    figures = {k: {"value": v, "source": here + s} for k, (v, s) in cal.items()
-               if v is not None and v > 0 and v != float("inf")}
+    # A figure this run did not exercise (no save, restore or notice) is left
+    # to the configuration: the emulator does not use it either.
+    figures = {k: {"value": v, "source": here + s} for k, (v, s) in cal.items() if v}
     return {"iteration_s": iteration, "figures": figures}
 
 
@@ -409,6 +414,7 @@ def main() -> int:
     with open(args.config, encoding="utf-8") as f:
         cfg = json.load(f)
     os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.work_dir or args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="hz-validation.", dir=args.work_dir or args.out)
     prefix = container_prefix()
     real = {}
