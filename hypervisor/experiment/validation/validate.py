@@ -4,9 +4,9 @@
 
 Runs each cohort (standard, cooperative) for real: harmonaized on a fixture
 host (tests/unit/scheduler/fixtures), one tenant per job, each job a
-hz-validation-job process (tests/integration/experiment) in its own namespaces (user, mount, PID, UTS, IPC
-and network, with util-linux's unshare) whose two ranks all-reduce through
-harmonaized over virtio-user. The configuration's failures and maintenance
+hz-validation-job process (tests/integration/experiment) in its own
+namespaces (user, mount, PID, UTS, IPC and network, with util-linux's
+unshare) whose two ranks all-reduce through harmonaized over virtio-user. The configuration's failures and maintenance
 strike the jobs at fixed times: a GPU failure kills the job and fails its GPU
 (hzctl device fail); a maintenance is announced with its lead (hzctl event
 inject) and ends the job still there when it starts. A stopped job starts
@@ -102,7 +102,8 @@ class RealRun:
     def __init__(self, cfg: Dict[str, Any], cohort: str, build: str, work: str,
                  prefix: List[str]) -> None:
         self.cfg, self.cohort, self.prefix = cfg, cohort, prefix
-        self.job_bin = os.path.join(build, "tests", "integration", "experiment", "hz-validation-job")
+        self.job_bin = os.path.join(build, "tests", "integration", "experiment",
+                                    "hz-validation-job")
         self.work = os.path.join(work, cohort)
         os.makedirs(self.work, exist_ok=True)
         self.svc = FixtureService(build, cfg["fixture"])
