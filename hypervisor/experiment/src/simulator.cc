@@ -130,8 +130,8 @@ struct Job {
   uint64_t reservation = 0;
   bool sought = false;
   bool awaiting = false;
-  double lost = 0;           // work recomputed, seconds at full speed
-  double jct = 0;            // once done
+  double lost = 0;  // work recomputed, seconds at full speed
+  double jct = 0;   // once done
   uint64_t interruptions = 0;
   std::mt19937_64 rng;
 };
