@@ -41,6 +41,21 @@ int FromVdev(const vdev::frontend::Status& s) {
   }
 }
 
+// The next wait's length until `deadline`: the first look at the used ring
+// happens even when the deadline has passed (a timeout of 0 polls), and
+// waits are sliced to at most a second so that a dead peer or a lost
+// interrupt is noticed. False when the time is up.
+bool NextSlice(std::chrono::steady_clock::time_point deadline, bool first,
+               std::chrono::nanoseconds* slice) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= deadline) {
+    *slice = std::chrono::nanoseconds(0);
+    return first;
+  }
+  *slice = std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::seconds(1));
+  return true;
+}
+
 class VirtioUserTransport : public Transport {
  public:
   explicit VirtioUserTransport(std::string socket) : path_(std::move(socket)) {}
@@ -130,11 +145,9 @@ class VirtioUserTransport : public Transport {
     std::lock_guard<std::mutex> lock(qs.mu);
     auto it = qs.pending.find(id);
     if (it == qs.pending.end()) return HZ_EINVAL;
-    while (qs.done.count(id) == 0) {
-      auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) return HZ_ETIMEDOUT;
-      // Bounded slices so a dead peer or a lost interrupt is noticed.
-      auto slice = std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::seconds(1));
+    for (bool first = true; qs.done.count(id) == 0; first = false) {
+      std::chrono::nanoseconds slice;
+      if (!NextSlice(deadline, first, &slice)) return HZ_ETIMEDOUT;
       Completion c[32];
       size_t n = 0;
       vdev::frontend::Status s = dev_.WaitUsed(q, slice, c, 32, &n);
@@ -231,10 +244,9 @@ class VirtioUserTransport : public Transport {
     const auto deadline =
         timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
                        : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (event_ready_.empty()) {
-      auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) return HZ_ETIMEDOUT;
-      auto slice = std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::seconds(1));
+    for (bool first = true; event_ready_.empty(); first = false) {
+      std::chrono::nanoseconds slice;
+      if (!NextSlice(deadline, first, &slice)) return HZ_ETIMEDOUT;
       Completion c[32];
       size_t n = 0;
       vdev::frontend::Status s = dev_.WaitUsed(HZ_VQ_EVENT, slice, c, 32, &n);

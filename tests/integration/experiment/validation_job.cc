@@ -206,9 +206,7 @@ class Job {
   bool Notice() {
     bool got = false;
     hz_event ev{};
-    // 1 ms, not 0: on virtio-user a zero timeout returns before it looks
-    // at the event queue.
-    while (hz_event_next(dev_[0], &ev, 1) == HZ_OK) {
+    while (hz_event_next(dev_[0], &ev, 0) == HZ_OK) {
       if (ev.topic != HZ_TOPIC_MAINTENANCE) continue;
       got = true;
       Say("\"ev\": \"notice\"");

@@ -110,6 +110,25 @@ TEST_F(ServiceEngineEvents, EventsPublishedBeforeSubscribingAreDelivered) {
   hz_close(d);
 }
 
+// A timeout of 0 polls: an event already delivered is returned, not
+// HZ_ETIMEDOUT before the queue was looked at.
+TEST_F(ServiceEngineEvents, AZeroTimeoutReturnsAnEventThatHasArrived) {
+  hz_device_t* d = Open(socks_a_[0]);
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(hz_event_subscribe(d, HZ_TOPIC_ALL, HZ_SEQ_CURSOR), HZ_OK);
+  const uint64_t seq = InjectMaintenance("ta", 600);
+  hz_event ev{};
+  int rc = HZ_ETIMEDOUT;
+  for (int waited_ms = 0; rc == HZ_ETIMEDOUT && waited_ms < kWaitMs; waited_ms += 10) {
+    rc = hz_event_next(d, &ev, 0);
+    if (rc == HZ_ETIMEDOUT) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(rc, HZ_OK);
+  EXPECT_EQ(ev.seq, seq);
+  EXPECT_EQ(hz_event_next(d, &ev, 0), HZ_ETIMEDOUT);  // nothing more: at once
+  hz_close(d);
+}
+
 TEST_F(ServiceEngineEvents, ReconnectReplaysFromTheCursor) {
   hz_device_t* d = Open(socks_a_[0]);
   ASSERT_NE(d, nullptr);
