@@ -235,32 +235,41 @@ def plots(res, out):
     return "\n\n".join(lines)
 
 
-def judge(measure, std, coop):
-    """One sentence: is cooperative better than standard in `measure`, and is it significant?"""
+def judge(res, measure):
+    """One sentence: is cooperative better than standard in `measure`, and is it significant?
+
+    Every cohort of a seed runs the same jobs and meets the same failures, so
+    the test is paired: the 95% interval of the per-seed differences. Whether
+    the two means' own intervals overlap (a cruder test) is said as well.
+    """
     m = R.MEASURE[measure]
+    std, coop = res.stat(R.BASELINE, measure), res.stat(R.COOPERATIVE, measure)
     if std is None or coop is None:
         missing = R.BASELINE if std is None else R.COOPERATIVE
         return f"- **{m.label}**: {NOT_RUN} (no `{missing}` cohort)."
     figures = (f"{R.COOPERATIVE} {with_ci(coop)} {m.unit} vs {R.BASELINE} "
                f"{with_ci(std)} {m.unit}")
-    if std.mean != 0:
-        figures += f", {percent(100 * (coop.mean / std.mean - 1))}"
     if coop.mean == std.mean:
         return f"- **{m.label}**: cooperative is the same as standard ({figures})."
     better = (coop.mean < std.mean) == m.lower_is_better
-    if not (std.has_ci and coop.has_ci):
+    change = res.relative_change(R.COOPERATIVE, measure)
+    if change is not None:
+        figures += f", {with_ci(change, percent)}"
+    if change is None or not change.has_ci or not (std.has_ci and coop.has_ci):
         sig = "with fewer than two seeds there is no confidence interval, so significance is unknown"
     else:
+        paired = change.high < 0 or change.low > 0
         apart = coop.high < std.low or std.high < coop.low
-        sig = ("the 95% confidence intervals do not overlap" if apart else
-               "the 95% confidence intervals overlap, so the difference is not significant")
+        sig = ("paired by seed, the difference is significant" if paired else
+               "paired by seed, the difference is not significant")
+        sig += ("; the two means' intervals do not overlap" if apart else
+                "; the two means' intervals overlap")
     word = "better" if better else "worse"
     return f"- **{m.label}**: cooperative is {word} than standard ({figures}); {sig}."
 
 
 def verdict(res, _):
-    return "\n".join(judge(k, res.stat(R.BASELINE, k), res.stat(R.COOPERATIVE, k))
-                     for k in R.HEADLINE)
+    return "\n".join(judge(res, k) for k in R.HEADLINE)
 
 
 def validation_rows(v):

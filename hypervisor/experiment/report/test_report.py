@@ -28,14 +28,16 @@ T95_DF2 = 4.303  # Student t, two-sided 95%, three seeds
 # Per-seed values for standard and cooperative, chosen so that the verdict has
 # one of each case:
 #   jct_mean_s  cooperative clearly better (intervals far apart)
-#   lost_gpu_h  cooperative better on average, intervals overlap
+#   lost_gpu_h  cooperative better on average, intervals overlap, and the
+#               per-seed differences change sign: not significant
 #   energy_mwh  cooperative clearly worse
-#   jct_p99_s   cooperative clearly better
+#   jct_p99_s   cooperative better by the same amount on every seed: the
+#               means' intervals overlap, the paired difference is significant
 FIXED = {
     "standard": {"jct_mean_s": [1000, 1010, 990], "lost_gpu_h": [10, 14, 18],
                  "energy_mwh": [5.0, 5.1, 4.9], "jct_p99_s": [9000, 9100, 8900]},
-    "cooperative": {"jct_mean_s": [700, 705, 695], "lost_gpu_h": [9, 13, 17],
-                    "energy_mwh": [6.0, 6.1, 5.9], "jct_p99_s": [5000, 5050, 4950]},
+    "cooperative": {"jct_mean_s": [700, 705, 695], "lost_gpu_h": [12, 11, 17],
+                    "energy_mwh": [6.0, 6.1, 5.9], "jct_p99_s": [8990, 9090, 8890]},
 }
 ABLATIONS = ("only_provider_ckpt", "only_topology")
 GRANULARITY = ("events_full", "events_coarse", "events_none",
@@ -180,15 +182,18 @@ def test_verdict_follows_the_numbers(full, tmp_path):
     text = render(full, tmp_path / "report.md")
     better = verdict_line(text, "Mean job completion time")
     assert "cooperative is better than standard" in better
-    assert "do not overlap" in better and "not significant" not in better
+    assert "the difference is significant" in better and "do not overlap" in better
     overlap = verdict_line(text, "Lost GPU-hours")
     assert "cooperative is better than standard" in overlap
-    assert "overlap, so the difference is not significant" in overlap
+    assert "the difference is not significant" in overlap and "intervals overlap" in overlap
     worse = verdict_line(text, "Energy")
     assert "cooperative is worse than standard" in worse
     assert "better" not in worse
+    # The same 10 s less on every seed: significant, paired, although the
+    # means' intervals overlap.
     p99 = verdict_line(text, "p99 job completion time")
-    assert "cooperative is better than standard" in p99 and "do not overlap" in p99
+    assert "cooperative is better than standard" in p99
+    assert "the difference is significant" in p99 and "intervals overlap" in p99
 
 
 def test_verdict_flips_with_the_numbers(tmp_path):
