@@ -77,3 +77,21 @@ l1_initramfs() {
 		--dynamic "$out/harmonaized" --dynamic "$out/hzctl" \
 		--test "$tests/lib_l1_host" --test "$tests/$test" "$@"
 }
+
+# Boots the emulated GPU server on OUT/initramfs.gz with the toolchain root
+# and SHARE shared into it (libvirt runs there), prints the guest test's
+# steps, and fails unless TEST passed and L2's QEMU ran the device.
+# Usage: l1_run_libvirt OUT SHARE TEST TIMEOUT_S NODE_MIB
+#   the guest's log: OUT/TEST-guest.log
+l1_run_libvirt() {
+	local out=$1 share=$2 test=$3 timeout_s=$4 node_mib=$5 t1=$SECONDS rc=0
+	local log=$out/$test-guest.log
+	"$HZ_TOP/vm-images/run-iommu-host.sh" --dir "$HZ_VM_DIR" --name "${test//_/-}" \
+		--initrd "$out/initramfs.gz" --test "$test" --timeout "$timeout_s" --log "$log" \
+		--node-mib "$node_mib" --share-root --share "$share" || rc=$?
+	say "step guest took $((SECONDS - t1)) s"
+	grep "^$test: \(step\|ok\)" "$log" | tr -d '\r' | sed "s/^/[$HZ_TEST] guest /" || true
+	[ "$rc" -eq 0 ] || fail "the guest test failed (exit $rc; log: $log, files: $share)"
+	expect_line "$log" "^HZ-RESULT: PASS $test" "L1's result"
+	expect_line "$share/l2-qemu.log" 'vhost-user-test-device-pci' "L2's QEMU ran the device"
+}

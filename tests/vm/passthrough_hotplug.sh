@@ -26,16 +26,6 @@ l1_initramfs "$harmonaized" "$hzctl" "$out" passthrough_hotplug \
 hz_libvirt_qemu_conf "$share/qemu.conf"
 say "step image took $((SECONDS - t0)) s"
 
-t1=$SECONDS
-log=$out/passthrough-hotplug-guest.log
-rc=0
-"$HZ_TOP/vm-images/run-iommu-host.sh" --dir "$HZ_VM_DIR" --name passthrough-hotplug \
-	--initrd "$out/initramfs.gz" --test passthrough_hotplug --timeout 500 --log "$log" \
-	--node-mib 512 --share-root --share "$share" || rc=$?
-say "step guest took $((SECONDS - t1)) s"
-grep '^passthrough_hotplug: \(step\|ok\)' "$log" | tr -d '\r' | sed "s/^/[$HZ_TEST] guest /" || true
-[ "$rc" -eq 0 ] || fail "the guest test failed (exit $rc; log: $log, logs: $share)"
-expect_line "$log" '^HZ-RESULT: PASS passthrough_hotplug' "L1's result"
-expect_line "$share/l2-qemu.log" 'vhost-user-test-device-pci' "L2's QEMU ran the device"
+l1_run_libvirt "$out" "$share" passthrough_hotplug 500 512
 say "step total took $((SECONDS - t0)) s"
 say PASS

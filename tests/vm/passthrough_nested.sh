@@ -37,18 +37,8 @@ cp "$(hz_guest_kernel_image "$HZ_VM_DIR" l2)" "$share/vmlinuz"
 hz_libvirt_qemu_conf "$share/qemu.conf"
 say "step image took $((SECONDS - t0)) s"
 
-t1=$SECONDS
-log=$out/passthrough-nested-guest.log
-rc=0
-"$HZ_TOP/vm-images/run-iommu-host.sh" --dir "$HZ_VM_DIR" --name passthrough-nested \
-	--initrd "$out/initramfs.gz" --test passthrough_nested --timeout 1700 --log "$log" \
-	--node-mib 768 --share-root --share "$share" || rc=$?
-say "step guest took $((SECONDS - t1)) s"
-grep '^passthrough_nested: step' "$log" | tr -d '\r' | sed "s/^/[$HZ_TEST] guest /" || true
-[ "$rc" -eq 0 ] || fail "the guest test failed (exit $rc; log: $log, L2's files: $share)"
-expect_line "$log" '^HZ-RESULT: PASS passthrough_nested' "L1's result"
+l1_run_libvirt "$out" "$share" passthrough_nested 1700 768
 expect_line "$share/l2-console.log" '^HZ-RESULT: PASS nested_tenant' "L2's result"
-expect_line "$share/l2-qemu.log" 'vhost-user-test-device-pci' "L2's QEMU ran the device"
 expect_line "$share/harmonaized.log" 'front-end connected' "harmonaized: L2 connected"
 
 python3 - "$share" <<'PY' || fail "L2's topology summary is not the allocation's"
