@@ -70,7 +70,7 @@ trap 'rm -rf "$scratch"' EXIT
 reps=3 events=200 ranks=2,4,8 sizes=4K,64K,1M,16M iters_scale=0.2
 configs=2x2,4x1 cluster_sizes=65536,1048576,4194304,16777216 cluster_iters=5
 if [ "$smoke" -eq 1 ]; then
-	reps=1 events=20 ranks=2 iters_scale=0.1 configs=2x1 cluster_sizes=65536,1048576,4194304 cluster_iters=3
+	reps=1 events=20 ranks=2,4 iters_scale=0.1 configs=2x1 cluster_sizes=65536,1048576,4194304 cluster_iters=3
 fi
 "$bin/tests/bench/checkpoint/checkpoint_bench" --size-mib 64 --reps "$reps" --dir "$scratch" \
 	>"$out/checkpoint_bench.jsonl"

@@ -192,8 +192,12 @@ Status FitAlphaBeta(const std::vector<std::pair<double, double>>& points, AlphaB
   const double xn = large->first, tn = Median(large->second);
   ++large;
   const double xm = large->first, tm = Median(large->second);
-  const double alpha = t0 - x0 * (t1 - t0) / (x1 - x0);
   const double per_byte = (tn - tm) / (xn - xm);
+  double alpha = t0 - x0 * (t1 - t0) / (x1 - x0);
+  // A latency far below the smallest call's time (Open MPI's shared memory
+  // on two ranks) can come out negative from two noisy points: then it is
+  // what the smallest call takes beyond its transfer at the streaming rate.
+  if (!(alpha > 0)) alpha = t0 - x0 * per_byte;
   if (!(alpha > 0) || !(per_byte > 0))
     return Status::InvalidArgument("fit: no positive latency or rate");
   *out = {alpha, 1 / per_byte / 1e9};

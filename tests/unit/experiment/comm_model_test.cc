@@ -99,6 +99,12 @@ TEST(Fit, RecoversAlphaAndBandwidthOfALine) {
   EXPECT_TRUE(FitAlphaBeta({{1e6, 1e-3}}, &ab).IsInvalidArgument());
   // Time falling with size: no positive bandwidth.
   EXPECT_TRUE(FitAlphaBeta({{1e4, 1e-2}, {1e6, 1e-3}}, &ab).IsInvalidArgument());
+  // The two smallest sizes, noisy, put the latency below zero: it is what
+  // the smallest call takes beyond its transfer at the fitted 4 GB/s.
+  ASSERT_TRUE(
+      FitAlphaBeta({{1e3, 2.0e-6}, {2e3, 4.5e-6}, {1e7, 2.6e-3}, {1e8, 25.1e-3}}, &ab).ok());
+  EXPECT_NEAR(ab.bus_gbs, 4, 1e-6);
+  EXPECT_NEAR(ab.alpha_s, 2.0e-6 - 1e3 / 4e9, 1e-12);
 }
 
 TEST(Fit, ServiceAllReduceAgainstOpenMpi) {

@@ -84,9 +84,11 @@ double SharedGBs(double gbs, double neighbours_comm);
 // (bus bytes, seconds) points, each where it dominates: alpha from the line
 // through the two smallest sizes, the bandwidth from the two largest (on a
 // CPU, small buffers run from the caches at a rate large ones never see; a
-// GPU link has no such step). A size measured more than once counts with its
-// median. kInvalidArgument with fewer than two sizes or when either is not
-// positive.
+// GPU link has no such step). Where the two smallest sizes put the latency
+// at or below zero (noise around a latency far below their times), it is
+// the smallest size's time beyond its transfer at the fitted rate. A size
+// measured more than once counts with its median. kInvalidArgument with
+// fewer than two sizes or when either is still not positive.
 struct AlphaBeta {
   double alpha_s = 0;
   double bus_gbs = 0;
