@@ -7,26 +7,12 @@
 //   hz-comm-fit [--service FILE] [--cluster FILE]
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "hz/common/file.h"
 #include "hz/experiment/comm_model.h"
-
-namespace {
-
-bool ReadFile(const char* path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using hz::experiment::FittedFigures;
@@ -35,17 +21,17 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const bool service = std::strcmp(argv[i], "--service") == 0;
     const bool cluster = std::strcmp(argv[i], "--cluster") == 0;
-    std::string text;
     if ((!service && !cluster) || i + 1 >= argc) {
       std::fprintf(stderr, "usage: %s [--service FILE] [--cluster FILE]\n", argv[0]);
       return 2;
     }
-    if (!ReadFile(argv[++i], &text)) {
-      std::fprintf(stderr, "hz-comm-fit: cannot read %s\n", argv[i]);
+    hz::StatusOr<std::string> text = hz::ReadFile(argv[++i]);
+    if (!text.ok()) {
+      std::fprintf(stderr, "hz-comm-fit: %s\n", text.status().ToString().c_str());
       return 2;
     }
-    if (service) hz::experiment::FitServiceAllReduce(text, &figures, &skipped);
-    if (cluster) hz::experiment::FitClusterAllReduce(text, &figures, &skipped);
+    if (service) hz::experiment::FitServiceAllReduce(*text, &figures, &skipped);
+    if (cluster) hz::experiment::FitClusterAllReduce(*text, &figures, &skipped);
   }
   for (const std::string& s : skipped)
     std::fprintf(stderr, "hz-comm-fit: %s not fitted: it keeps its default\n", s.c_str());

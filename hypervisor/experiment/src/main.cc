@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "hz/common/file.h"
 #include "hz/experiment/cohort.h"
 #include "hz/experiment/comm_model.h"
 #include "hz/experiment/model.h"
@@ -68,15 +68,6 @@ size_t CountGpus(const scheduler::Cluster& cluster) {
   return gpus;
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
-}
-
 nlohmann::json Meta(const Trace& trace, const scheduler::Cluster& cluster, double jobs_per_seed,
                     double load, double window_days, double max_days, int seeds,
                     const std::vector<Cohort>& cohorts, Model& model,
@@ -115,13 +106,13 @@ nlohmann::json Meta(const Trace& trace, const scheduler::Cluster& cluster, doubl
 // prints one JSON line per cohort with its jobs.
 int RunScenario(const std::string& path, Model model, const std::vector<Cohort>& cohorts,
                 const std::string& out_dir) {
-  std::string text;
   Scenario scenario;
-  if (!ReadFile(path, &text)) {
-    std::fprintf(stderr, "hz-experiment: cannot read %s\n", path.c_str());
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    std::fprintf(stderr, "hz-experiment: %s\n", text.status().ToString().c_str());
     return 2;
   }
-  if (Status st = ParseScenario(text, &scenario, &model); !st.ok()) {
+  if (Status st = ParseScenario(*text, &scenario, &model); !st.ok()) {
     std::fprintf(stderr, "hz-experiment: %s: %s\n", path.c_str(), st.ToString().c_str());
     return 2;
   }
@@ -182,12 +173,12 @@ int Main(int argc, char** argv) {
   Model model;
   std::vector<std::string> calibrated;
   if (!calibration_path.empty()) {
-    std::string text;
-    if (!ReadFile(calibration_path, &text)) {
-      std::fprintf(stderr, "hz-experiment: cannot read %s\n", calibration_path.c_str());
+    StatusOr<std::string> text = ReadFile(calibration_path);
+    if (!text.ok()) {
+      std::fprintf(stderr, "hz-experiment: %s\n", text.status().ToString().c_str());
       return 2;
     }
-    if (Status st = ApplyCalibration(text, &model, &calibrated); !st.ok()) {
+    if (Status st = ApplyCalibration(*text, &model, &calibrated); !st.ok()) {
       std::fprintf(stderr, "hz-experiment: %s: %s\n", calibration_path.c_str(),
                    st.ToString().c_str());
       return 2;
