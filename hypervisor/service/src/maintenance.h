@@ -36,7 +36,7 @@
 #include "hz/common/tenant_id.h"
 #include "hz/events/event_spec.h"
 #include "hz/service/command_registry.h"
-#include "maintenance_plan.h"
+#include "hz/service/maintenance_plan.h"
 #include "protocol/harmonaize.h"
 
 namespace prometheus {

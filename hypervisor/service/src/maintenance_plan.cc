@@ -1,4 +1,4 @@
-#include "maintenance_plan.h"
+#include "hz/service/maintenance_plan.h"
 
 #include <algorithm>
 #include <iterator>

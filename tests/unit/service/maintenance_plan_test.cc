@@ -1,6 +1,6 @@
-// The maintenance plan's rules (src/maintenance_plan.h): when a maintenance
+// The maintenance plan's rules (hz/service/maintenance_plan.h): when a maintenance
 // may start, whose approval counts, and its file form.
-#include "maintenance_plan.h"
+#include "hz/service/maintenance_plan.h"
 
 #include <gtest/gtest.h>
 
