@@ -44,7 +44,29 @@ NoticeBus::~NoticeBus() {
 }
 
 Status NoticeBus::Publish(const TenantId& tenant, const events::EventSpec& spec, uint64_t* seq) {
+  published_.insert(tenant);
   return bus_->Publish(tenant, spec, seq);
+}
+
+Status NoticeBus::Approve(const TenantId& tenant, uint64_t seq) {
+  auto it = readers_.find(tenant);
+  if (it == readers_.end() || !it->second) return Status::State("the tenant has read nothing");
+  hz_event_ack_args args{};
+  args.seq = seq;
+  args.flags = HZ_ACK_F_APPROVE;
+  return it->second->Ack(args);
+}
+
+void NoticeBus::SetApprovalCallback(events::EventBus::ApprovalCallback callback) {
+  bus_->SetApprovalCallback(std::move(callback));
+}
+
+void NoticeBus::Forget(const TenantId& tenant) {
+  readers_.erase(tenant);
+  if (published_.erase(tenant) == 0) return;  // it has no log
+  // Only a connected delivery (none now) keeps a tenant: nothing can fail
+  // that the run depends on, and what is left goes with the directory.
+  (void)bus_->Forget(tenant);
 }
 
 std::vector<hz_event> NoticeBus::Read(const TenantId& tenant) {

@@ -4,7 +4,9 @@
 // its notices and the negotiation engine its offers to a job's tenant; the
 // tenant's subscriber reads them from the log, with the deadline the bus
 // stored (rounded down to 10 s, as every tenant is told). When a tenant
-// reads is the emulator's model of delivery (a push or a poll).
+// reads is the emulator's model of delivery (a push or a poll). A tenant
+// approves an approvable notice early with the EVENT_ACK a guest sends, and
+// the provider hears of it through the bus's approval callback.
 #ifndef HZ_EXPERIMENT_SRC_NOTICE_BUS_H_
 #define HZ_EXPERIMENT_SRC_NOTICE_BUS_H_
 
@@ -12,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,14 @@ class NoticeBus final : public events::EventSink {
   Status Publish(const TenantId& tenant, const events::EventSpec& spec, uint64_t* seq) override;
   // What reached the tenant's log since its subscriber last read, in order.
   std::vector<hz_event> Read(const TenantId& tenant);
+  // The tenant approves event `seq` (read before) early: EVENT_ACK with
+  // HZ_ACK_F_APPROVE. The approval callback has run when this returns OK.
+  Status Approve(const TenantId& tenant, uint64_t seq);
+  // Told of every early approval, on the caller's thread of Approve.
+  void SetApprovalCallback(events::EventBus::ApprovalCallback callback);
+  // The tenant is gone: its log and subscriber go too, so the scratch
+  // directory holds only the tenants still running.
+  void Forget(const TenantId& tenant);
 
  private:
   explicit NoticeBus(std::string dir) : dir_(std::move(dir)) {}
@@ -46,6 +57,8 @@ class NoticeBus final : public events::EventSink {
   std::string dir_;
   std::unique_ptr<events::EventBus> bus_;
   std::map<TenantId, std::unique_ptr<events::Delivery>> readers_;
+  // Tenants with a log: each holds its file open until forgotten.
+  std::set<TenantId> published_;
 };
 
 }  // namespace hz::experiment
