@@ -13,12 +13,14 @@
 #include <random>
 #include <set>
 
+#include "ckpt_policy.h"
 #include "hz/events/coarse.h"
 #include "hz/experiment/comm_model.h"
 #include "hz/scheduler/allocator.h"
 #include "hz/scheduler/planner.h"
 #include "hz/scheduler/synthetic_cluster.h"
 #include "hz/scheduler/topology_summary.h"
+#include "hz/service/maintenance_plan.h"
 #include "notice_bus.h"
 #include "replacements.h"
 
@@ -42,6 +44,7 @@ struct InfraEvent {
   static constexpr size_t kNoJob = SIZE_MAX;
   size_t job = kNoJob;
   bool aimed = false;
+  bool started = false;  // kMaintenance: every tenant told approved, so it began early
 };
 
 std::vector<InfraEvent> FixedInfraEvents(const std::vector<FixedEvent>& fixed) {
@@ -115,14 +118,16 @@ struct Job {
   double waited = 0;
   // The current run.
   uint64_t allocation = 0;
-  double run_start = 0;      // placed
-  double compute_start = 0;  // state restored, computing
-  double slowdown = 1;       // wall seconds per second of work
-  double comm_share = 0;     // share of the run's time spent in all-reduces
-  double interval = 0;       // compute seconds between checkpoints
-  double stall = 0;          // seconds a checkpoint stops the job
-  double host_safe_lag = 0;  // after its stall, until a checkpoint survives its host
-  double preempt_left = 0;   // running time until the next reclaim (preemptible jobs)
+  double run_start = 0;              // placed
+  double compute_start = 0;          // state restored, computing
+  double slowdown = 1;               // wall seconds per second of work
+  double comm_share = 0;             // share of the run's time spent in all-reduces
+  CheckpointPlan ckpt;               // as the cohort's checkpoint policy makes them
+  double preempt_left = 0;           // running time until the next reclaim (preemptible jobs)
+  double reclaim_at = 0;             // when the run is reclaimed, if it runs that long
+  bool leaving_for_reclaim = false;  // it saved on the reclaim's notice and leaves
+  // Approvable maintenance notices it read and has not approved (seqs).
+  std::vector<uint64_t> approvable;
   // Replacement capacity for the move a notice announced: the offer made to
   // it, the reservation it accepted, whether one was sought, and whether it
   // stopped before the reservation started and waits for it.
@@ -138,18 +143,22 @@ struct Job {
 
 // kHear: the tenant hears a notice (and reads the offer made with it);
 // kEngine: the negotiation engine's time passes (offers expire,
-// reservations start).
+// reservations start); kReclaimNotice: a spot reclaim is announced.
 enum class EventKind {
   kArrival,
   kFinish,
   kInfra,
   kNotice,
   kLeave,
+  kReclaimNotice,
   kPreempt,
   kRepair,
   kHear,
   kEngine
 };
+
+// Event::infra of a kHear for a reclaim's notice, which is the job's own.
+constexpr size_t kReclaim = SIZE_MAX;
 
 struct Event {
   double time = 0;
@@ -225,6 +234,13 @@ class Simulation {
         std::fprintf(stderr, "hz-experiment: event bus: %s\n", s.ToString().c_str());
         std::abort();
       }
+    }
+    if (bus_ && mech.pushed_notices) {
+      // Maintenance as harmonaized's workflow runs it: approvable notices,
+      // started early once every tenant told approved.
+      bus_->SetApprovalCallback([this](const TenantId& tenant, const hz_event& ev) {
+        maintenance_plan_.Approve(tenant.name(), ev.seq, SimSeconds(now_));
+      });
     }
     if (mech.reservations) {
       replacements_ = std::make_unique<Replacements>(
@@ -341,10 +357,13 @@ class Simulation {
         OnInfra(e.infra, e.time);
         break;
       case EventKind::kLeave:
-        if (Current(e)) Interrupt(e.job, e.time, /*saved=*/true, Outage::kMaintenance);
+        if (Current(e)) Interrupt(e.job, e.time, /*saved=*/true, Loss::kGuest);
+        break;
+      case EventKind::kReclaimNotice:
+        if (Current(e)) OnReclaimNotice(e.job, e.time);
         break;
       case EventKind::kPreempt:
-        if (Current(e)) OnPreempt(e.job, e.time);
+        if (Current(e)) Interrupt(e.job, e.time, /*saved=*/false, Loss::kGuest);
         break;
       case EventKind::kRepair:
         Repair(e.infra);
@@ -385,29 +404,6 @@ class Simulation {
     }
   }
 
-  // The stall, interval and lag of the cohort's checkpoints for this job.
-  void PlanCheckpoints(Job& j) const {
-    const double gb = model_.ckpt_gb_per_gpu.value;
-    double durable_lag = 0;  // the tenant's own save is durable when the fsync returns
-    if (mech_.provider_ckpt) {
-      const double write_gbps = model_.tenant_write_fsync_gbps.value;
-      j.stall = gb / (write_gbps * model_.provider_stall_speedup.value);
-      // Young's rule, sqrt(2 * stall * MTBF), against the rate at which the
-      // job is stopped: the provider knows its failure and reclaim rates.
-      const double per_hour = j.trace->gpus * model_.gpu_failures_per_gpu_hour.value +
-                              model_.host_failures_per_host_hour.value +
-                              (j.trace->preemptible ? model_.preemptions_per_job_hour.value : 0);
-      const double per_s = per_hour / 3600.0;
-      j.interval = std::clamp(std::sqrt(2 * j.stall / std::max(per_s, 1e-12)), 60.0, 86400.0);
-      durable_lag = gb / (write_gbps * model_.persist_efficiency.value);
-    } else {
-      j.stall = gb / model_.tenant_write_fsync_gbps.value;
-      j.interval = model_.standard_ckpt_interval_s.value;
-    }
-    j.host_safe_lag =
-        mech_.peer_replicas ? std::min(durable_lag, gb / model_.peer_copy_gbps.value) : durable_lag;
-  }
-
   void Start(size_t i, const Allocation& a, double now) {
     Job& j = jobs_[i];
     j.state = JobState::kRunning;
@@ -426,13 +422,17 @@ class Simulation {
     }
     j.compute_start = now + restore;
     j.slowdown = Slowdown(j, a);
-    PlanCheckpoints(j);
+    j.ckpt = PlanCheckpoints(model_, mech_, *j.trace);
     const double work_left = static_cast<double>(j.trace->duration_s) - j.work_done;
     const double compute = work_left * j.slowdown;
-    const double checkpoints = std::floor(compute / j.interval);
-    Push(j.compute_start + compute + checkpoints * j.stall, EventKind::kFinish, i, j.epoch);
+    const double checkpoints = std::floor(compute / j.ckpt.interval_s);
+    Push(j.compute_start + compute + checkpoints * j.ckpt.stall_s, EventKind::kFinish, i, j.epoch);
     if (j.trace->preemptible && j.preempt_left > 0) {
-      Push(now + j.preempt_left, EventKind::kPreempt, i, j.epoch);
+      // The reclaim is announced its notice ahead, or at the start.
+      j.reclaim_at = now + j.preempt_left;
+      Push(std::max(now, j.reclaim_at - model_.preemption_notice_s.value),
+           EventKind::kReclaimNotice, i, j.epoch);
+      Push(j.reclaim_at, EventKind::kPreempt, i, j.epoch);
     }
   }
 
@@ -510,16 +510,17 @@ class Simulation {
   // its last checkpoint that has been safe `lag` seconds after its stall.
   double WorkAt(const Job& j, double now) const {
     const double e = std::max(0.0, now - j.compute_start);
-    const double cycle = j.interval + j.stall;
+    const double cycle = j.ckpt.interval_s + j.ckpt.stall_s;
     const double cycles = std::floor(e / cycle);
-    const double compute = cycles * j.interval + std::min(e - cycles * cycle, j.interval);
+    const double compute =
+        cycles * j.ckpt.interval_s + std::min(e - cycles * cycle, j.ckpt.interval_s);
     return j.work_done + compute / j.slowdown;
   }
   double CheckpointAt(const Job& j, double now, double lag) const {
     const double e = now - j.compute_start - lag;
     if (e <= 0) return j.work_done;
-    const double cycles = std::floor(e / (j.interval + j.stall));
-    return j.work_done + cycles * j.interval / j.slowdown;
+    const double cycles = std::floor(e / (j.ckpt.interval_s + j.ckpt.stall_s));
+    return j.work_done + cycles * j.ckpt.interval_s / j.slowdown;
   }
 
   void Finish(size_t i, double now) {
@@ -536,48 +537,108 @@ class Simulation {
     jct_.push_back(j.jct);
     waits_.push_back(j.waited);
     last_completion_ = std::max(last_completion_, now);
+    ApproveNotices(i, now);
+    if (bus_) bus_->Forget(TenantOf(i));  // the tenant is done
   }
 
   // A planned move (maintenance, a warned failure): the provider drains the
   // devices, publishes harmonaized's notice on the event bus to each tenant
   // running there (today's IaaS tells its own way, polled), and seeks their
-  // replacements; each tenant reads after its delivery, if it is told.
+  // replacements; each tenant reads after its delivery, if it is told. A
+  // maintenance the bus announces runs as harmonaized's workflow does: it
+  // starts early once every tenant told approved.
   void OnNotice(size_t k, double now) {
     if (!Aim(k)) return;
     const InfraEvent& e = infra_[k];
     const std::vector<DeviceRef> devices = DevicesOf(e);
     for (DeviceRef d : devices) Drain(d);
     const bool told = UsableLead(e.time, e.time - now, Coarse(e.time)) >= 0;
+    service::Maintenance* m = nullptr;
+    if (EarlyApproval() && e.kind == Outage::kMaintenance) {
+      m = &maintenance_plan_.Add("host-" + std::to_string(e.host), {}, SimSeconds(e.time),
+                                 static_cast<uint64_t>(model_.maintenance_s.value),
+                                 SimSeconds(now));
+      maintenance_of_[m->id] = k;
+    }
     for (size_t i : JobsOn(devices)) {
       Job& j = jobs_[i];
-      if (bus_ && mech_.pushed_notices) bus_->Publish(TenantOf(i), NoticeOf(e, j), nullptr);
+      if (bus_ && mech_.pushed_notices) {
+        uint64_t seq = 0;
+        if (bus_->Publish(TenantOf(i), NoticeOf(e, j, m != nullptr), &seq).ok() && m != nullptr)
+          m->told.push_back({TenantOf(i).name(), seq, 0, 0});
+      }
       if (replacements_ && j.offer == 0 && j.reservation == 0) SeekReplacement(i, now, e.time);
       if (told) Push(now + Delivery(), EventKind::kHear, i, j.epoch, k);
     }
+    if (m != nullptr) StartDueMaintenance(now);  // nobody told: it starts now
   }
+
+  // Early approval belongs to the notices harmonaized pushes.
+  bool EarlyApproval() const { return bus_ != nullptr && mech_.pushed_notices; }
 
   // A maintenance as MAINTENANCE/SCHEDULED; a warned failure as
   // PREEMPTION/SCHEDULED, the devices the provider takes at the deadline.
-  events::EventSpec NoticeOf(const InfraEvent& e, const Job& j) const {
+  events::EventSpec NoticeOf(const InfraEvent& e, const Job& j, bool approvable) const {
     const auto deadline = static_cast<uint64_t>(e.time);
     if (e.kind == Outage::kMaintenance) {
       return events::MakeMaintenance(events::kMaintenanceScheduled, deadline,
                                      static_cast<uint64_t>(model_.maintenance_s.value),
-                                     events::kAllDevices, /*approvable=*/false);
+                                     events::kAllDevices, approvable);
     }
     return events::MakePreemption(events::kPreemptionScheduled, deadline, j.trace->gpus,
                                   events::kAllDevices, /*approvable=*/false);
+  }
+
+  // Maintenances every tenant told has approved start now: the plan's rule,
+  // as harmonaized's workflow applies it.
+  void StartDueMaintenance(double now) {
+    for (uint64_t id : maintenance_plan_.Due(SimSeconds(now))) {
+      service::Maintenance* m = maintenance_plan_.Find(id);
+      m->state = service::MaintenanceState::kStarted;
+      m->started_s = SimSeconds(now);
+      m->started_early = SimSeconds(now) < m->at_s;
+      const size_t k = maintenance_of_.at(id);
+      if (!infra_[k].started) BeginOutage(k, now);
+    }
+  }
+
+  // A spot reclaim's notice: PREEMPTION/SCHEDULED on the bus for the
+  // cohorts harmonaized tells, today's polled notice otherwise.
+  void OnReclaimNotice(size_t i, double now) {
+    Job& j = jobs_[i];
+    if (bus_ && mech_.pushed_notices) {
+      bus_->Publish(
+          TenantOf(i),
+          events::MakePreemption(events::kPreemptionScheduled, static_cast<uint64_t>(j.reclaim_at),
+                                 j.trace->gpus, events::kAllDevices, /*approvable=*/false),
+          nullptr);
+    }
+    if (UsableLead(j.reclaim_at, j.reclaim_at - now, Coarse(j.reclaim_at)) >= 0)
+      Push(now + Delivery(), EventKind::kHear, i, j.epoch, kReclaim);
+  }
+
+  // What a notice announced: when the event strikes, and when it was told.
+  struct Announced {
+    double event_time = 0;
+    double notice_time = 0;
+  };
+  Announced AnnouncedBy(size_t i, size_t k) const {
+    if (k == kReclaim) {
+      const double at = jobs_[i].reclaim_at;
+      return {at, std::max(jobs_[i].run_start, at - model_.preemption_notice_s.value)};
+    }
+    return {infra_[k].time, NoticeTime(infra_[k])};
   }
 
   // The tenant reads its log: the notice (harmonaized's, with the deadline
   // the bus stored) and the offer made with it, which it accepts. Then it
   // plans its move against what it was told.
   void OnHear(size_t i, double now, size_t k) {
-    const InfraEvent& e = infra_[k];
+    const Announced a = AnnouncedBy(i, k);
     bool noticed = !mech_.pushed_notices;  // today's notices do not come by the bus
-    double told = e.time;
+    double told = a.event_time;
     uint64_t offer = 0;
-    for (const hz_event& ev : bus_ ? bus_->Read(TenantOf(i)) : std::vector<hz_event>{}) {
+    for (const hz_event& ev : ReadLog(i)) {
       if (ev.topic == HZ_TOPIC_NEGOTIATION && ev.kind == events::kNegotiationOfferMade) {
         events::NegotiationPayload p{};
         std::memcpy(&p, ev.payload, sizeof(p));
@@ -588,28 +649,67 @@ class Simulation {
       }
     }
     if (offer != 0) AcceptOffer(i, offer, now);
-    if (noticed) PlanMove(i, now, UsableLead(e.time, e.time - NoticeTime(e), told), e.time);
+    if (!noticed) return;
+    const double lead = UsableLead(a.event_time, a.event_time - a.notice_time, told);
+    if (PlanMove(i, now, lead, a.event_time)) jobs_[i].leaving_for_reclaim = k == kReclaim;
   }
 
-  // With saves on notice the job saves as soon as it hears and leaves when
-  // the save is done; otherwise it runs until the event stops it.
-  void PlanMove(size_t i, double now, double lead, double event_time) {
+  // The tenant's log since it last read; approvable notices are kept to
+  // approve once the job is off their devices.
+  std::vector<hz_event> ReadLog(size_t i) {
+    if (!bus_) return {};
+    std::vector<hz_event> events = bus_->Read(TenantOf(i));
+    for (const hz_event& ev : events) {
+      if ((ev.flags & HZ_EVENT_F_APPROVABLE) != 0) jobs_[i].approvable.push_back(ev.seq);
+    }
+    return events;
+  }
+
+  // The job no longer runs where its approvable notices announced work:
+  // nothing is lost by approving them, and the maintenance may start early.
+  void ApproveNotices(size_t i, double now) {
+    if (!EarlyApproval()) return;
+    ReadLog(i);  // one not heard yet
     Job& j = jobs_[i];
-    if (lead < 0 || !mech_.jit_on_notice) return;  // not told, or not acting on it
+    bool approved = false;
+    for (uint64_t seq : j.approvable) approved |= bus_->Approve(TenantOf(i), seq).ok();
+    j.approvable.clear();
+    if (approved) StartDueMaintenance(now);
+  }
+
+  // When the policy saves on notice, the job saves as soon as it hears and
+  // leaves when the save is done; otherwise, or when the save would not be
+  // taken before the deadline, it runs until the event stops it. True when
+  // it leaves.
+  bool PlanMove(size_t i, double now, double lead, double event_time) {
+    Job& j = jobs_[i];
+    if (lead < 0) return false;  // not told
     const double heard = event_time - lead;
-    const double done = heard + j.stall;
-    if (done > event_time) return;  // the save does not fit: the event will stop it
-    Push(std::max(now, done), EventKind::kLeave, i, j.epoch);
+    if (!j.ckpt.NoticeSaveFits(heard, event_time)) return false;
+    Push(std::max(now, heard + j.ckpt.stall_s), EventKind::kLeave, i, j.epoch);
     // The save captures the state it started with.
     j.work_done = WorkAt(j, std::max(now, heard));
     j.compute_start = std::numeric_limits<double>::infinity();  // no more work counts
+    return true;
   }
 
   void OnInfra(size_t k, double now) {
-    if (!Aim(k)) return;
-    const InfraEvent& e = infra_[k];
+    if (!Aim(k) || infra_[k].started) return;
+    if (EarlyApproval() && infra_[k].kind == Outage::kMaintenance) {
+      StartDueMaintenance(now);  // its start time came
+      if (infra_[k].started) return;
+    }
+    BeginOutage(k, now);
+  }
+
+  // The event strikes: the jobs still on its devices stop, and the devices
+  // are out until the repair or the maintenance's end.
+  void BeginOutage(size_t k, double now) {
+    InfraEvent& e = infra_[k];
+    e.started = true;
     const std::vector<DeviceRef> devices = DevicesOf(e);
-    for (size_t i : JobsOn(devices)) Interrupt(i, now, /*saved=*/false, e.kind);
+    const Loss loss = e.kind == Outage::kGpuFailure ? Loss::kDevices : Loss::kHost;
+    for (size_t i : JobsOn(devices)) Interrupt(i, now, /*saved=*/false, loss);
     if (NoticeLead(e) <= 0) {
       for (DeviceRef d : devices) Drain(d);  // else drained at the notice
     }
@@ -637,34 +737,35 @@ class Simulation {
     j.preempt_left = gap(j.rng);
   }
 
-  void OnPreempt(size_t i, double now) {
-    Job& j = jobs_[i];
-    j.preempt_left = 0;
-    // The reclaim's notice came preemption_notice_s before; a save fits if
-    // the tenant heard in time.
-    // Reclaim notices are not on the bus: the lead alone models them.
-    const double lead = UsableLead(now, model_.preemption_notice_s.value, Coarse(now));
-    const bool saved = lead >= 0 && mech_.jit_on_notice && j.stall <= lead;
-    if (saved) j.work_done = WorkAt(j, now - lead);
-    DrawReclaim(j);
-    Interrupt(i, now, saved, Outage::kMaintenance);
+  // A reclaimable job's next reclaim: a fresh draw after this run's reclaim
+  // (taken, or left ahead of on notice), else what this run left of it.
+  void NextReclaim(Job& j, double now) {
+    if (!j.trace->preemptible || j.preempt_left <= 0) return;
+    if (j.leaving_for_reclaim || now >= j.reclaim_at) {
+      DrawReclaim(j);
+    } else {
+      j.preempt_left = std::max(1.0, j.preempt_left - (now - j.run_start));
+    }
+    j.leaving_for_reclaim = false;
   }
 
   // Ends a run. `saved`: its state was saved on notice (work_done is set);
-  // otherwise it falls back to the last checkpoint that survives `cause`.
-  void Interrupt(size_t i, double now, bool saved, Outage cause) {
+  // otherwise it falls back to the last checkpoint that survives `loss`.
+  void Interrupt(size_t i, double now, bool saved, Loss loss) {
+    Stop(i, now, saved, loss);
+    ApproveNotices(i, now);
+  }
+  void Stop(size_t i, double now, bool saved, Loss loss) {
     Job& j = jobs_[i];
     if (!saved) {
       const double done = WorkAt(j, now);
-      const double lag = cause == Outage::kGpuFailure ? 0 : j.host_safe_lag;
-      const double kept = std::min(done, CheckpointAt(j, now, lag));
+      const double kept = std::min(done, CheckpointAt(j, now, j.ckpt.SafeLag(loss)));
       lost_gpu_s_ += (done - kept) * j.trace->gpus;
       j.lost += done - kept;
       j.work_done = kept;
     }
     ++j.interruptions;
-    if (j.trace->preemptible && j.preempt_left > 0)
-      j.preempt_left = std::max(1.0, j.preempt_left - (now - j.run_start));
+    NextReclaim(j, now);
     EndRun(j);
     ++interruptions_;
     j.interrupted_at = now;
@@ -863,7 +964,7 @@ class Simulation {
     }
     for (const Job& j : jobs_) {
       r.per_job.push_back(
-          {j.state == JobState::kDone ? j.jct : -1, j.lost, j.interval, j.interruptions});
+          {j.state == JobState::kDone ? j.jct : -1, j.lost, j.ckpt.interval_s, j.interruptions});
     }
     return r;
   }
@@ -879,6 +980,8 @@ class Simulation {
   std::unique_ptr<Replacements> replacements_;  // cohorts with reservations
   std::map<uint64_t, size_t> reserved_by_;      // reservation -> job
   std::set<size_t> awaiting_;                   // stopped jobs waiting for their reservation
+  service::MaintenancePlan maintenance_plan_;   // cohorts with early approval
+  std::map<uint64_t, size_t> maintenance_of_;   // maintenance id -> infrastructure event
   std::vector<InfraEvent> infra_;
   std::vector<std::vector<int>> outages_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;

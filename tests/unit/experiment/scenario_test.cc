@@ -125,6 +125,41 @@ TEST_F(FixedEventsTest, ASaveOnNoticeLosesNothing) {
   EXPECT_EQ(cooperative.per_job[0].interruptions, 1u);
 }
 
+// One host: a job that leaves for a maintenance waits for the host to
+// come back. Notice at 200 for 300, pushed (coarse deadline 300, exact).
+class MaintenanceTest : public FixedEventsTest {
+ protected:
+  MaintenanceTest() {
+    m_.early_maintenance_notice_s.value = 100;
+    m_.maintenance_notice_s.value = 100;
+    jobs_[0].duration_s = 600;
+    jobs_[0].gpus = 1;  // no collectives: its speed is the same in every cohort
+  }
+  scheduler::Cluster one_host_ = scheduler::UniformCluster(1, 2);
+  const std::vector<FixedEvent> events_ = {{300, Outage::kMaintenance, 0}};
+};
+
+TEST_F(MaintenanceTest, OnceEveryTenantToldApprovedItStartsAndEndsEarly) {
+  const RunResult r = Simulate(one_host_, jobs_, m_, Of("cooperative"), 0, &events_);
+  ASSERT_EQ(r.per_job.size(), 1u);
+  EXPECT_EQ(r.per_job[0].lost_s, 0);
+  // Heard at 200 + d, saved by 200 + d + 0.008 (1 GB at 125 GB/s) and
+  // approved as it left: the host is back 1000 s later, not at 1300. Then a
+  // 5 s restart, a 1 s restore from the peer and the 400 - d s left.
+  EXPECT_NEAR(r.per_job[0].jct_s, 200.008 + 1000 + 6 + 400, 1e-6);
+}
+
+TEST_F(MaintenanceTest, ATenantThatHasNotApprovedHoldsItToItsTime) {
+  // Told early but not saving on notice: the job runs on, so its tenant
+  // does not approve and the maintenance starts at 300.
+  const RunResult r = Simulate(one_host_, jobs_, m_, Of("only_pushed_notices"), 0, &events_);
+  ASSERT_EQ(r.per_job.size(), 1u);
+  EXPECT_EQ(r.per_job[0].interruptions, 1u);
+  // Checkpoints every 10 s of work and 0.1 s: 290 s kept at 300.
+  EXPECT_NEAR(r.per_job[0].lost_s, 300 - 29 * 0.1 - 290, 1e-6);
+  EXPECT_GT(r.per_job[0].jct_s, 1300 + 5);
+}
+
 TEST_F(FixedEventsTest, AnEventAfterTheJobEndsHitsNothing) {
   const std::vector<FixedEvent> events = {{500, Outage::kHostFailure, 0}};
   const RunResult r = Simulate(cluster_, jobs_, m_, Of("standard"), 0, &events);

@@ -115,15 +115,54 @@ TEST_F(SimulatorTest, WarnedFailuresAreSavedOnlyWhenTheTenantIsTold) {
   EXPECT_EQ(told.lost_gpu_h, 0);
 }
 
-TEST_F(SimulatorTest, ProviderCheckpointsLoseLessToUnannouncedFailures) {
+TEST_F(SimulatorTest, ProviderCheckpointsLoseLessToUnannouncedGpuFailures) {
   Model m = Quiet();
-  m.host_failures_per_host_hour.value = 1e-2;
+  m.gpu_failures_per_gpu_hour.value = 2e-3;
+  m.predictable_failure_share.value = 0;
   const std::vector<TraceJob> jobs = LongJobs(100);
   const RunResult standard = Simulate(cluster_, jobs, m, Of("standard"), 8);
   const RunResult provider = Simulate(cluster_, jobs, m, Of("only_provider_ckpt"), 8);
   ASSERT_GT(standard.interruptions, 0u);
-  // Young's interval for a 0.16 s stall is minutes, against the standard 30.
+  // Young's interval for a 0.16 s stall is minutes, against the standard 30,
+  // and the snapshot in host memory outlives the GPUs at once.
   EXPECT_LT(provider.lost_gpu_h, standard.lost_gpu_h);
+}
+
+// The policy's tier decides what a host failure leaves: a local-disk
+// checkpoint is out of reach with its host, a peer-host one is not, and the
+// standard tenant's own storage is off the host anyway.
+TEST_F(SimulatorTest, OnlyThePeerHostTierKeepsProviderCheckpointsThroughAHostFailure) {
+  Model m = Quiet();
+  m.host_failures_per_host_hour.value = 1e-2;
+  const std::vector<TraceJob> jobs = LongJobs(100);
+  Mechanisms peer = Of("only_provider_ckpt");
+  peer.peer_replicas = true;
+  const RunResult standard = Simulate(cluster_, jobs, m, Of("standard"), 8);
+  const RunResult local = Simulate(cluster_, jobs, m, Of("only_provider_ckpt"), 8);
+  const RunResult replicated = Simulate(cluster_, jobs, m, peer, 8);
+  ASSERT_GT(standard.interruptions, 0u);
+  EXPECT_GT(local.lost_gpu_h, standard.lost_gpu_h);
+  EXPECT_LT(replicated.lost_gpu_h, standard.lost_gpu_h);
+}
+
+// Reclaims are announced 30 s ahead on the bus: a tenant that hears and
+// saves on notice loses nothing to them, and leaving ahead of a reclaim
+// does not bring the next one forward.
+TEST_F(SimulatorTest, ASpotReclaimHeardOnTheBusIsSavedAheadOfIt) {
+  Model m = Quiet();
+  m.preemptions_per_job_hour.value = 0.5;
+  std::vector<TraceJob> jobs = LongJobs(60);
+  for (TraceJob& j : jobs) j.preemptible = true;
+  const RunResult standard = Simulate(cluster_, jobs, m, Of("standard"), 3);
+  const RunResult told = Simulate(cluster_, jobs, m, Of("cooperative"), 3);
+  const RunResult untold = Simulate(cluster_, jobs, m, Of("events_none"), 3);
+  ASSERT_GT(standard.interruptions, 0u);
+  EXPECT_GT(standard.lost_gpu_h, 0);
+  EXPECT_GT(untold.lost_gpu_h, 0);
+  EXPECT_EQ(told.lost_gpu_h, 0);
+  // The same reclaim draws, consumed by running time: about as many.
+  EXPECT_LT(told.interruptions, standard.interruptions * 5 / 4);
+  EXPECT_GT(told.interruptions, standard.interruptions * 3 / 4);
 }
 
 TEST_F(SimulatorTest, AReservationRestartsAMovedJobWithoutQueueing) {
