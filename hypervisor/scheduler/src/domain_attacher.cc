@@ -77,7 +77,7 @@ Status LibvirtAttacher::Change(const std::string& domain, const std::string& bdf
   std::string xml;
   Status s = HostdevXml(bdf, managed_, &xml);
   if (!s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   virDomainPtr dom =
       virDomainLookupByName(static_cast<virConnectPtr>(conn_->get()), domain.c_str());
   if (!dom) return Status::NotFound("no libvirt domain '" + domain + "': " + LastError());
@@ -90,7 +90,13 @@ Status LibvirtAttacher::Change(const std::string& domain, const std::string& bdf
                       ? Status::IoError(std::string(attach ? "attach of " : "detach of ") + bdf +
                                         (attach ? " to " : " from ") + domain + " failed: " + err)
                       : Status::Ok();
-  if (result.ok() && !attach && active == 1) result = WaitForRemoval(dom, domain, bdf);
+  if (result.ok() && !attach && active == 1) {
+    // The wait takes mu_ only to look, so that the other VMs' attaches and
+    // detaches go on while this guest takes its time.
+    lock.unlock();
+    result = WaitForRemoval(dom, domain, bdf);
+    lock.lock();
+  }
   virDomainFree(dom);
   return result;
 }
@@ -100,10 +106,14 @@ Status LibvirtAttacher::WaitForRemoval(void* domain_ptr, const std::string& doma
   auto dom = static_cast<virDomainPtr>(domain_ptr);
   const auto deadline = std::chrono::steady_clock::now() + detach_wait_;
   for (;;) {
-    // A domain that stopped (or a transient one that is gone) let go of it.
-    if (virDomainIsActive(dom) != 1) return Status::Ok();
-    std::optional<std::string> xml = LiveXml(dom);
-    if (!xml) return Status::IoError("detach of " + bdf + " from " + domain + ": " + LastError());
+    std::optional<std::string> xml;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // A domain that stopped (or a transient one that is gone) let go of it.
+      if (virDomainIsActive(dom) != 1) return Status::Ok();
+      xml = LiveXml(dom);
+      if (!xml) return Status::IoError("detach of " + bdf + " from " + domain + ": " + LastError());
+    }
     if (!HasHostdev(*xml, bdf)) return Status::Ok();
     if (std::chrono::steady_clock::now() >= deadline) {
       return Status::TimedOut("detach of " + bdf + " from " + domain + ": the guest has not " +

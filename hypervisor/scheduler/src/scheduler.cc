@@ -172,22 +172,43 @@ Status Scheduler::AttachDevices(const std::string& tenant, const std::vector<Dev
   return Status::Ok();
 }
 
-void Scheduler::DetachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices,
-                              Status* first_error) {
-  auto dom = domains_.find(tenant);
+Status Scheduler::CheckNotDetaching(uint64_t allocation_id) const {
+  if (!detaching_.count(allocation_id)) return Status::Ok();
+  return Status::Busy("allocation " + std::to_string(allocation_id) +
+                      " is being released: its devices are still leaving the VM");
+}
+
+Status Scheduler::DetachUnlocked(std::unique_lock<std::mutex>& lock, uint64_t allocation_id,
+                                 const std::vector<DeviceRef>& devices) {
   std::vector<std::string> bdfs;
-  for (DeviceRef d : devices) {
-    const std::string& bdf = cluster_.device(d).bdf;
-    bdfs.push_back(bdf);
-    if (attacher_ && dom != domains_.end()) {
-      Status s = attacher_->Detach(dom->second, bdf);
-      if (!s.ok() && first_error->ok()) *first_error = s;
+  for (DeviceRef d : devices) bdfs.push_back(cluster_.device(d).bdf);
+  auto dom = domains_.find(allocator_.Find(allocation_id)->tenant);
+  Status first;
+  if (attacher_ && dom != domains_.end()) {
+    const std::string domain = dom->second;
+    // The guest may take its time (detach_wait) or never let go. The devices
+    // stay owned by the allocation meanwhile, so nothing hands them out, and
+    // whoever would change the allocation gets kBusy or waits for
+    // done_detaching_.
+    detaching_[allocation_id] = devices;
+    lock.unlock();
+    for (const std::string& bdf : bdfs) {
+      Status s = attacher_->Detach(domain, bdf);
+      if (!s.ok() && first.ok()) first = s;
     }
+    lock.lock();
+    detaching_.erase(allocation_id);
+    done_detaching_.notify_all();
   }
-  if (options_.bind_vfio && first_error->ok()) {
-    Status s = binder_.Unbind(bdfs);
-    if (!s.ok()) *first_error = s;
-  }
+  if (!first.ok()) return first;
+  if (options_.bind_vfio) return binder_.Unbind(bdfs);
+  return Status::Ok();
+}
+
+void Scheduler::KeepAfterFailedDetach(uint64_t allocation_id, const Status& error) {
+  spdlog::warn("scheduler: allocation {} keeps its devices (they may still be attached): {}",
+               allocation_id, error.ToString());
+  detach_errors_[allocation_id] = error.ToString();
 }
 
 Status Scheduler::Allocate(const TenantId& id, const Request& request, uint64_t* allocation_id) {
@@ -216,14 +237,21 @@ Status Scheduler::Allocate(const TenantId& id, const Request& request, uint64_t*
 }
 
 Status Scheduler::Release(uint64_t allocation_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   const Allocation* a = allocator_.Find(allocation_id);
   if (!a) return Status::NotFound("no allocation " + std::to_string(allocation_id));
-  Status err;
-  DetachDevices(a->tenant, a->devices, &err);
-  // A device that may still be attached to the VM is not handed out again.
-  if (!err.ok()) return err;
+  if (Status s = CheckNotDetaching(allocation_id); !s.ok()) return s;
+  const std::vector<DeviceRef> devices = a->devices;
+  // A device that may still be attached to the VM is not handed out again:
+  // the allocation stays, and says why.
+  if (Status s = DetachUnlocked(lock, allocation_id, devices); !s.ok()) {
+    KeepAfterFailedDetach(allocation_id, s);
+    return s;
+  }
+  // Nothing else changed the allocation while its devices were leaving the
+  // VM (kBusy to releases, FailLocked waits), so it is still here.
   allocator_.Release(allocation_id);
+  detach_errors_.erase(allocation_id);
   for (auto it = reservations_.begin(); it != reservations_.end();) {
     it = it->second == allocation_id ? reservations_.erase(it) : std::next(it);
   }
@@ -241,21 +269,33 @@ uint32_t Scheduler::TenantAllocations(const TenantId& id) const {
 
 Status Scheduler::ForgetTenant(const TenantId& id) {
   const std::string& tenant = id.name();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::vector<uint64_t> held;
   for (const auto& [aid, a] : allocator_.allocations()) {
-    if (a.tenant == tenant) held.push_back(aid);
+    if (a.tenant != tenant) continue;
+    if (Status s = CheckNotDetaching(aid); !s.ok()) return s;
+    held.push_back(aid);
   }
   Status first;
   for (uint64_t aid : held) {
-    Status err;
-    DetachDevices(tenant, allocator_.Find(aid)->devices, &err);
+    // Each detach frees the lock: check again what the others did meanwhile.
+    const Allocation* a = allocator_.Find(aid);
+    if (!a) continue;
+    Status err = CheckNotDetaching(aid);
+    if (err.ok()) err = DetachUnlocked(lock, aid, std::vector<DeviceRef>(a->devices));
     if (!err.ok()) {
+      if (!err.IsBusy()) KeepAfterFailedDetach(aid, err);
       if (first.ok()) first = err;
       continue;
     }
     allocator_.Release(aid);
+    detach_errors_.erase(aid);
     std::erase_if(reservations_, [aid](const auto& r) { return r.second == aid; });
+  }
+  const bool holds = std::any_of(allocator_.allocations().begin(), allocator_.allocations().end(),
+                                 [&](const auto& entry) { return entry.second.tenant == tenant; });
+  if (first.ok() && holds) {
+    first = Status::Busy("tenant " + tenant + " was given devices meanwhile");
   }
   if (first.ok()) {
     seeds_.erase(tenant);
@@ -266,21 +306,29 @@ Status Scheduler::ForgetTenant(const TenantId& id) {
 }
 
 StatusOr<DeviceLoss> Scheduler::MarkFailed(const std::string& bdf, uint64_t errors) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   DeviceRef d;
   Status s = FindDevice(bdf, &d);
   if (!s.ok()) return s;
-  return FailLocked(d, errors, /*publish_failure=*/true);
+  return FailLocked(lock, d, errors, /*publish_failure=*/true);
 }
 
 StatusOr<DeviceLoss> Scheduler::DeviceLost(const TenantId& id, uint32_t device_index) {
   const std::string& tenant = id.name();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   const TopologySummary summary = SummaryLocked(tenant);
   if (device_index >= summary.devices.size() || summary.devices[device_index] == kOtherHostDevice) {
     return Status::NotFound("tenant " + tenant + " has no device " + std::to_string(device_index));
   }
-  return FailLocked(summary.devices[device_index], 0, /*publish_failure=*/false);
+  return FailLocked(lock, summary.devices[device_index], 0, /*publish_failure=*/false);
+}
+
+StatusOr<DeviceLoss> Scheduler::DeviceLostAt(const std::string& bdf) {
+  std::unique_lock<std::mutex> lock(mu_);
+  DeviceRef d;
+  Status s = FindDevice(bdf, &d);
+  if (!s.ok()) return s;
+  return FailLocked(lock, d, 0, /*publish_failure=*/false);
 }
 
 std::vector<std::tuple<TenantId, std::string, uint32_t>> Scheduler::Assignments() {
@@ -298,25 +346,29 @@ std::vector<std::tuple<TenantId, std::string, uint32_t>> Scheduler::Assignments(
   return out;
 }
 
-StatusOr<DeviceLoss> Scheduler::FailLocked(DeviceRef d, uint64_t errors, bool publish_failure) {
+StatusOr<DeviceLoss> Scheduler::FailLocked(std::unique_lock<std::mutex>& lock, DeviceRef d,
+                                           uint64_t errors, bool publish_failure) {
   Status s;
   const std::string bdf = cluster_.device(d).bdf;
   if (allocator_.IsFailed(d)) return DeviceLoss{};
   allocator_.SetFailed(d, true);
-  const uint64_t owner = allocator_.Owner(d);
+  // While its allocation's devices leave the VM, what that release does
+  // decides what is left to do here (it may free the device).
+  uint64_t owner = 0;
+  while (detaching_.count(owner = allocator_.Owner(d))) done_detaching_.wait(lock);
   if (owner == 0) {
     if (!(s = Persist()).ok()) return s;
     return DeviceLoss{};
   }
 
   const Allocation a = *allocator_.Find(owner);
-  const uint32_t index = SummaryLocked(a.tenant).IndexOf(d);
-  Status detach;
-  DetachDevices(a.tenant, {d}, &detach);
+  Status detach = DetachUnlocked(lock, owner, {d});
   if (!detach.ok()) {
     // The device is gone either way; it stays failed and leaves the allocation.
     spdlog::warn("scheduler: detach of failed device {}: {}", bdf, detach.ToString());
   }
+  // Indices as the tenant knows them now (they may have moved meanwhile).
+  const uint32_t index = SummaryLocked(a.tenant).IndexOf(d);
   allocator_.RemoveDevice(d);
   if (!allocator_.Find(owner)) {
     for (auto it = reservations_.begin(); it != reservations_.end();) {
@@ -365,6 +417,9 @@ Status Scheduler::Repair(const std::string& bdf) {
   Status s = FindDevice(bdf, &d);
   if (!s.ok()) return s;
   if (!allocator_.IsFailed(d)) return Status::Ok();
+  // A failed device leaving its VM leaves its allocation next: repaired, it
+  // would be free before the guest let go of it.
+  if (!(s = CheckNotDetaching(allocator_.Owner(d))).ok()) return s;
   allocator_.SetFailed(d, false);
   return Persist();
 }
@@ -397,6 +452,10 @@ nlohmann::json Scheduler::Inventory() const {
     const Device& d = inv.devices[i];
     const DeviceRef ref{0, i};
     const uint64_t owner = allocator_.Owner(ref);
+    auto leaving = detaching_.find(owner);
+    const bool releasing =
+        leaving != detaching_.end() &&
+        std::find(leaving->second.begin(), leaving->second.end(), ref) != leaving->second.end();
     char ids[16];
     std::snprintf(ids, sizeof(ids), "%04x:%04x", d.vendor, d.device_id);
     nlohmann::json j{{"bdf", d.bdf},
@@ -414,6 +473,7 @@ nlohmann::json Scheduler::Inventory() const {
                      {"serial", d.serial},
                      {"pool", cluster_.PoolOf(ref)},
                      {"state", allocator_.IsFailed(ref) ? "failed"
+                               : releasing              ? "releasing"
                                : owner != 0             ? "allocated"
                                                         : "free"}};
     if (owner != 0) {
@@ -440,6 +500,12 @@ nlohmann::json Scheduler::Allocations() const {
     for (const auto& [rid, aid] : reservations_) {
       if (aid == id) j["reservation"] = rid;
     }
+    if (auto leaving = detaching_.find(id); leaving != detaching_.end()) {
+      nlohmann::json bdfs = nlohmann::json::array();
+      for (DeviceRef d : leaving->second) bdfs.push_back(cluster_.device(d).bdf);
+      j["releasing"] = bdfs;
+    }
+    if (auto e = detach_errors_.find(id); e != detach_errors_.end()) j["detach_error"] = e->second;
     out.push_back(std::move(j));
   }
   return out;
@@ -508,13 +574,15 @@ StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const TenantId& 
                                                                 uint64_t reservation_id,
                                                                 uint32_t count) {
   const std::string& tenant = id.name();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = reservations_.find(reservation_id);
   if (it == reservations_.end()) {
     return Status::State("reservation " + std::to_string(reservation_id) + " is not attached");
   }
-  const Allocation* a = allocator_.Find(it->second);
+  const uint64_t aid = it->second;
+  const Allocation* a = allocator_.Find(aid);
   if (!a || a->tenant != tenant) return Status::State("reservation of another tenant");
+  if (Status s = CheckNotDetaching(aid); !s.ok()) return s;
   if (count > a->devices.size()) {
     return Status::InvalidArgument("reservation holds fewer than " + std::to_string(count) +
                                    " devices");
@@ -526,10 +594,11 @@ StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const TenantId& 
   std::sort(ranked.rbegin(), ranked.rend());
   std::vector<DeviceRef> victims;
   for (uint32_t i = 0; i < count; ++i) victims.push_back(ranked[i].second);
-  Status err;
-  DetachDevices(tenant, victims, &err);
-  if (!err.ok()) return err;
-  const uint64_t aid = it->second;
+  if (Status s = DetachUnlocked(lock, aid, victims); !s.ok()) {
+    KeepAfterFailedDetach(aid, s);
+    return s;
+  }
+  detach_errors_.erase(aid);
   std::map<uint32_t, uint32_t> per_pool;
   for (DeviceRef d : victims) {
     per_pool[cluster_.PoolOf(d)]++;
@@ -537,7 +606,7 @@ StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const TenantId& 
   }
   std::vector<PoolDevices> detached;
   for (auto [pool, n] : per_pool) detached.push_back({pool, n});
-  if (!allocator_.Find(aid)) reservations_.erase(it);
+  if (!allocator_.Find(aid)) reservations_.erase(reservation_id);
   if (Status s = Persist(); !s.ok()) return s;
   return detached;
 }

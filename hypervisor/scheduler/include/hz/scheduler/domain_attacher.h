@@ -58,10 +58,11 @@ class LibvirtAttacher : public DomainAttacher {
                   std::chrono::milliseconds detach_wait)
       : conn_(std::move(conn)), managed_(managed), detach_wait_(detach_wait) {}
   Status Change(const std::string& domain, const std::string& bdf, bool attach);
-  // Until the live domain `dom` (a virDomainPtr) no longer holds bdf.
+  // Until the live domain `dom` (a virDomainPtr) no longer holds bdf. Called
+  // without mu_, which it takes only for each look at the domain.
   Status WaitForRemoval(void* dom, const std::string& domain, const std::string& bdf);
 
-  std::mutex mu_;
+  std::mutex mu_;  // one libvirt call sequence at a time, never held over a wait
   std::unique_ptr<hz::libvirt::Connection> conn_;
   const bool managed_;
   const std::chrono::milliseconds detach_wait_;

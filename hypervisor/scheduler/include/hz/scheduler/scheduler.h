@@ -12,10 +12,18 @@
 // service. So nothing here calls out to another engine.
 //
 // Thread-safe: every public method takes the scheduler's mutex and calls
-// nothing that could call back. Nothing here reads a clock.
+// nothing that could call back. Nothing here reads a clock. A detach from a
+// running VM waits for the guest to let go of the device (up to the
+// attacher's detach_wait); that wait runs with the mutex released, so other
+// tenants' allocations, releases and the operator views go on meanwhile.
+// The devices being detached stay with their allocation until the detach is
+// confirmed (never handed out), shown as "releasing"; a second release of
+// that allocation meanwhile gets kBusy, and a failure of one of its devices
+// waits for the outcome.
 #ifndef HZ_SCHEDULER_SCHEDULER_H_
 #define HZ_SCHEDULER_SCHEDULER_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -98,7 +106,10 @@ class Scheduler {
   // Places, records (durably), binds to vfio-pci and attaches to the tenant's
   // domain; rolls back when binding or attaching fails.
   Status Allocate(const TenantId& tenant, const Request& request, uint64_t* allocation_id);
-  // Detaches, hands the devices back to their host drivers, forgets.
+  // Detaches, hands the devices back to their host drivers, forgets. Answers
+  // once the guest let go; kBusy while another release of the allocation
+  // waits for that. A device that did not leave the VM (kTimedOut) keeps the
+  // allocation, with the error in Allocations() ("detach_error").
   Status Release(uint64_t allocation_id);
 
   // A device is lost (health monitor or operator): marked failed (durably),
@@ -111,12 +122,15 @@ class Scheduler {
   // FailureListener gives the tenant and the tenant-visible index): no
   // second FAILURE event, the rest as MarkFailed.
   StatusOr<DeviceLoss> DeviceLost(const TenantId& tenant, uint32_t device_index);
+  // The same, for the device at `bdf` (an index seen earlier may have moved).
+  StatusOr<DeviceLoss> DeviceLostAt(const std::string& bdf);
   // Every allocated device with its tenant and current tenant-visible index,
   // for HealthMonitor::Assign after each allocation change.
   std::vector<std::tuple<TenantId, std::string, uint32_t>> Assignments();
   // Uncorrectable non-fatal errors: FAILURE/DEVICE_DEGRADED, stays attached.
   Status MarkDegraded(const std::string& bdf, uint64_t errors);
-  // The device can be placed again (it must not be allocated).
+  // The device can be placed again (it must not be allocated). kBusy while
+  // the device is being detached.
   Status Repair(const std::string& bdf);
 
   // TOPOLOGY_GET result for the tenant's whole allocation: its devices on
@@ -138,8 +152,11 @@ class Scheduler {
   // Tenant-visible index of a device (for the health monitor's Assign).
   Status TenantIndex(const std::string& bdf, TenantId* tenant, uint32_t* index);
 
-  // Operator views (JSON for hzctl): every device with its state and owner;
-  // every allocation with its devices.
+  // Operator views (JSON for hzctl): every device with its state and owner
+  // ("releasing" while it leaves the VM); every allocation with its devices,
+  // "releasing": the devices leaving the VM meanwhile, and "detach_error"
+  // when the last detach failed (the devices may still be attached: they
+  // stay).
   nlohmann::json Inventory() const;
   nlohmann::json Allocations() const;
 
@@ -164,7 +181,8 @@ class Scheduler {
   // back), its VM and its permutation seed forgotten, durably, so that a
   // tenant created later under the same name draws a new seed. A device that
   // fails to detach stays recorded (it may still be attached) and the error
-  // is returned; nothing is forgotten then.
+  // is returned; nothing is forgotten then, nor while one of its allocations
+  // is being released (kBusy).
   Status ForgetTenant(const TenantId& tenant);
   // Devices of `kind` the tenant holds, from every allocation.
   uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const;
@@ -175,7 +193,9 @@ class Scheduler {
   Scheduler(HostInventory inventory, const SchedulerOptions& options, DomainAttacher* attacher,
             hz::events::EventSink* sink);
   Status Load();
-  StatusOr<DeviceLoss> FailLocked(DeviceRef d, uint64_t errors, bool publish_failure);
+  // `lock` holds mu_; released while the device leaves the VM.
+  StatusOr<DeviceLoss> FailLocked(std::unique_lock<std::mutex>& lock, DeviceRef d, uint64_t errors,
+                                  bool publish_failure);
   Status Persist();
   // The state and the allocator keep tenants by name.
   uint64_t SeedLocked(const std::string& tenant);
@@ -184,8 +204,17 @@ class Scheduler {
   // Devices of kind the tenant holds here and on the other hosts.
   uint32_t HeldLocked(const std::string& tenant, DeviceKind kind) const;
   Status AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices);
-  void DetachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices,
-                     Status* first_error);
+  // Detaches `devices` of allocation `allocation_id` from the tenant's VM and
+  // hands them back to their host drivers. `lock` holds mu_ on entry and on
+  // return; it is released while the guest lets go, with the allocation in
+  // detaching_ (its caller checked it was not). The first error is returned.
+  Status DetachUnlocked(std::unique_lock<std::mutex>& lock, uint64_t allocation_id,
+                        const std::vector<DeviceRef>& devices);
+  // A detach failed: the devices stay with the allocation (they may still be
+  // attached), logged and shown in Allocations().
+  void KeepAfterFailedDetach(uint64_t allocation_id, const Status& error);
+  // kBusy when a detach from the allocation is under way.
+  Status CheckNotDetaching(uint64_t allocation_id) const;
   Status FindDevice(const std::string& bdf, DeviceRef* ref) const;
   bool IsReservationAllocation(uint64_t allocation_id) const;
 
@@ -201,6 +230,11 @@ class Scheduler {
   std::map<uint64_t, uint64_t> reservations_;                  // reservation id -> allocation id
   std::map<std::string, std::vector<HostShape>> other_hosts_;  // tenant -> its other hosts
   bool cordoned_ = false;                                      // SetCordoned
+  // Allocations some of whose devices are leaving their VM (DetachUnlocked),
+  // with those devices; done_detaching_ is signalled when one is done.
+  std::map<uint64_t, std::vector<DeviceRef>> detaching_;
+  std::condition_variable done_detaching_;
+  std::map<uint64_t, std::string> detach_errors_;  // allocation -> its last failed detach
 };
 
 }  // namespace hz::scheduler
