@@ -75,16 +75,13 @@ Status Provider::Start() {
     hints->SetDevices(tenant, gpus);
   });
   health_ = std::make_unique<ev::HealthMonitor>(c.sysfs_root, sink_);
-  sc::Scheduler* sched = sched_.get();
-  health_->SetFailureListener(
-      [this, sched](const TenantId& tenant, uint32_t index, ev::FailureKind kind) {
-        if (kind != ev::kFailureDeviceFailed) return;  // degraded devices stay attached
-        devices_lost_++;
-        StatusOr<sc::DeviceLoss> loss = sched->DeviceLost(tenant, index);
-        spdlog::warn("event=device_lost tenant={} index={} result=\"{}\"", tenant.name(), index,
-                     loss.status().ToString());
-        if (loss.ok()) OfferReplacementLocked(*loss, Now());  // the monitor polls under mu_
-      });
+  // The monitor polls under mu_; PollHealth hands the lost devices to the
+  // scheduler after it, without mu_.
+  health_->SetFailureListener([this](const TenantId& tenant, uint32_t index, ev::FailureKind kind) {
+    if (kind != ev::kFailureDeviceFailed) return;  // degraded devices stay attached
+    devices_lost_++;
+    lost_.push_back({tenant, index, BdfAssignedLocked(tenant, index)});
+  });
   {
     std::lock_guard<std::mutex> lock(mu_);
     SyncLocked();
@@ -217,13 +214,38 @@ void Provider::DecisionPoint() {
   for (auto& [fn, d] : done) fn(d);
 }
 
+std::string Provider::BdfAssignedLocked(const TenantId& tenant, uint32_t index) const {
+  for (const auto& [bdf, who] : assigned_) {
+    if (who.first == tenant && who.second == index) return bdf;
+  }
+  return std::string();
+}
+
 void Provider::PollHealth() {
+  std::vector<LostDevice> lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!health_) return;
+    SyncLocked();
+    health_polls_++;
+    Status s = health_->Poll();
+    if (!s.ok()) spdlog::debug("event=health_poll error=\"{}\"", s.ToString());
+    lost.swap(lost_);
+    if (lost.empty()) return;
+  }
+  // Each lost device leaves its VM without mu_: the guest may take its
+  // time, and the other tenants' calls go on meanwhile. By its address, as
+  // the first loss moves the tenant's indices.
+  std::vector<sc::DeviceLoss> losses;
+  for (const LostDevice& d : lost) {
+    StatusOr<sc::DeviceLoss> loss =
+        d.bdf.empty() ? sched_->DeviceLost(d.tenant, d.index) : sched_->DeviceLostAt(d.bdf);
+    spdlog::warn("event=device_lost tenant={} index={} bdf={} result=\"{}\"", d.tenant.name(),
+                 d.index, d.bdf, loss.status().ToString());
+    if (loss.ok()) losses.push_back(*loss);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!health_) return;
-  SyncLocked();
-  health_polls_++;
-  Status s = health_->Poll();
-  if (!s.ok()) spdlog::debug("event=health_poll error=\"{}\"", s.ToString());
+  for (const sc::DeviceLoss& loss : losses) OfferReplacementLocked(loss, Now());
   SyncLocked();  // a lost device moved indices
 }
 
@@ -320,10 +342,14 @@ std::vector<std::string> Provider::TenantHoldings(const TenantId& tenant) {
 }
 
 Status Provider::ForgetTenant(const TenantId& tenant) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (uint64_t id : engine_->ForgetTenant(tenant, Now())) waiting_.erase(id);
-  waiting_count_ = waiting_.size();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t id : engine_->ForgetTenant(tenant, Now())) waiting_.erase(id);
+    waiting_count_ = waiting_.size();
+  }
+  // Without mu_: the devices leave the tenant's VM first.
   Status s = sched_->ForgetTenant(tenant);
+  std::lock_guard<std::mutex> lock(mu_);
   gpus_.erase(tenant);
   hints_->Forget(tenant);
   SyncLocked();

@@ -155,10 +155,14 @@ CommandResult Provider::ReleaseAllocation(const json& req) {
     return Status::InvalidArgument("give one of the fields \"allocation\" and \"spread\"");
   }
   if (!(err = GetUInt(req, "allocation", 0, UINT64_MAX, &id)).ok()) return err;
-  std::lock_guard<std::mutex> lock(mu_);
+  // Without mu_: the release waits for the guest to let go of the devices,
+  // and the scheduler locks itself.
   Status s = sched_->Release(id);
   if (!s.ok()) return s;
-  SyncLocked();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SyncLocked();
+  }
   spdlog::info("event=released id={}", id);
   return json::object();
 }
@@ -188,20 +192,28 @@ CommandResult Provider::ChangeDevice(const std::string& cmd, const json& req) {
   uint64_t errors = 0;
   if (!(err = GetString(req, "bdf", &bdf)).ok()) return err;
   if (!(err = GetUInt(req, "errors", 1, UINT32_MAX, &errors)).ok()) return err;
-  std::lock_guard<std::mutex> lock(mu_);
+  if (cmd == "device.repair" && req.contains("errors")) {
+    return Status::InvalidArgument("unknown field \"errors\"");
+  }
+  // The scheduler without mu_: a failed device leaves its VM first, which
+  // waits for the guest.
   Status s;
+  std::optional<sc::DeviceLoss> lost;
   if (cmd == "device.fail") {
     StatusOr<sc::DeviceLoss> loss = sched_->MarkFailed(bdf, errors);
     s = loss.status();
-    if (loss.ok()) OfferReplacementLocked(*loss, Now());
+    if (loss.ok()) lost = *loss;
   } else if (cmd == "device.degrade") {
     s = sched_->MarkDegraded(bdf, errors);
   } else {
-    if (req.contains("errors")) return Status::InvalidArgument("unknown field \"errors\"");
     s = sched_->Repair(bdf);
   }
   if (!s.ok()) return s;
-  SyncLocked();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lost) OfferReplacementLocked(*lost, Now());
+    SyncLocked();
+  }
   spdlog::info("event={} bdf={}", cmd == "device.fail" ? "device_failed" : cmd, bdf);
   return json{{"bdf", bdf}};
 }

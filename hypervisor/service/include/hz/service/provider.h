@@ -11,7 +11,9 @@
 //
 // Threads: the negotiation engine and the health monitor are not
 // thread-safe, so every call into them (from VM executors, the operator and
-// the timers) holds mu_. The scheduler locks itself and calls nothing back.
+// the timers) holds mu_. The scheduler locks itself and calls nothing back;
+// what may wait for a guest to let go of a device (operator releases,
+// device failures, removing a tenant) calls it without mu_.
 // Decisions are handed to the waiting devices through callbacks that only
 // post to the device's executor.
 //
@@ -137,6 +139,9 @@ class Provider : public ProviderBackend {
   // Under mu_: health monitor assignments follow the scheduler's, and the
   // hint engine learns the tenants' GPU counts.
   void SyncLocked();
+  // Under mu_: the device assigned to the health monitor as the tenant's
+  // index; empty when none is.
+  std::string BdfAssignedLocked(const TenantId& tenant, uint32_t index) const;
   // Under mu_: a replacement offer for what a failure took, when a healthy
   // device of its kind is free.
   void OfferReplacementLocked(const scheduler::DeviceLoss& loss, uint64_t now);
@@ -180,6 +185,14 @@ class Provider : public ProviderBackend {
   std::map<uint64_t, DecisionFn> waiting_;  // negotiation id -> the device's request
   std::map<std::string, std::pair<TenantId, uint32_t>> assigned_;  // bdf -> tenant, index
   std::map<TenantId, uint32_t> gpus_;  // tenant -> GPUs the hint engine was told
+  // Devices the health monitor found lost during a poll, for PollHealth to
+  // hand to the scheduler after it.
+  struct LostDevice {
+    TenantId tenant;
+    uint32_t index = 0;
+    std::string bdf;  // as assigned to the monitor; empty if unknown
+  };
+  std::vector<LostDevice> lost_;
   // Metrics, readable without mu_.
   std::atomic<uint64_t> decisions_{0};
   std::atomic<uint64_t> offers_made_{0};
