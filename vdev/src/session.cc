@@ -79,8 +79,24 @@ Session::Session(std::unique_ptr<Device> device, SessionHost* host, SessionOptio
   queues_.resize(n);
   for (uint32_t i = 0; i < n; ++i) {
     queues_[i].q = std::make_unique<SplitQueue>(static_cast<uint16_t>(i), options_.queue_limits);
-    // A turn's budget ran out: finish the work in a later handler.
-    queues_[i].q->set_on_yield([this](uint16_t q) { host_->Post([this, q] { Kick(q); }); });
+    // A turn's budget ran out: finish the work in a later handler (or the
+    // scheduler's later turn). Outside a turn (a device popping in a posted
+    // completion) the device is inside Pop: never run a turn from there.
+    queues_[i].q->set_on_yield([this](uint16_t q) {
+      if (in_turn_) {
+        WantTurn(q);
+      } else {
+        host_->Post([this, q] { Kick(q); });
+      }
+    });
+  }
+  if (options_.turn_scheduler) {
+    turns_ = options_.turn_scheduler->Join(options_.share_key, options_.share_weight, [this] {
+      host_->Post([this] {
+        // Gone (disconnected) since, or another session goes first.
+        if (turns_ && turns_->Resumed()) RunTurn();
+      });
+    });
   }
 }
 
@@ -96,6 +112,9 @@ void Session::Disconnect() {
   if (disconnected_) return;
   disconnected_ = true;
   pending_stop_ = -1;
+  // A turn granted to this session goes to the next one waiting.
+  turns_.reset();
+  wanting_turns_.clear();
   StopAllQueues();
   device_->OnReset();
   device_->OnDisconnect();
@@ -456,7 +475,13 @@ void Session::Reconcile(uint16_t i) {
     // Chains made available before the ring ran (or a kick that fired while
     // it was disabled) must not wait for the next kick.
     s.q->NewTurn();
-    if (s.delivered && s.q->HasAvailable()) device_->OnKick(*s.q);
+    if (s.delivered && s.q->HasAvailable()) {
+      if (turns_) {
+        WantTurn(i);
+      } else {
+        device_->OnKick(*s.q);
+      }
+    }
   } else if (!run && s.delivered) {
     s.delivered = false;
     spdlog::debug("vdev[{}]: queue {} stopped", name_, i);
@@ -480,8 +505,39 @@ void Session::UpdatePolling() {
 
 void Session::Kick(uint16_t queue) {
   if (queue >= queues_.size() || !queues_[queue].delivered) return;
+  if (turns_) {
+    WantTurn(queue);
+    return;
+  }
   queues_[queue].q->NewTurn();
   device_->OnKick(*queues_[queue].q);
+}
+
+void Session::WantTurn(uint16_t i) {
+  QueueState& s = queues_[i];
+  if (!s.turn_wanted) {
+    s.turn_wanted = true;
+    wanting_turns_.push_back(i);
+  }
+  // In a turn, its end asks for the next one.
+  if (!in_turn_ && turns_->Request()) RunTurn();
+}
+
+void Session::RunTurn() {
+  turns_->Begin();
+  in_turn_ = true;
+  while (!wanting_turns_.empty()) {
+    const uint16_t i = wanting_turns_.front();
+    wanting_turns_.pop_front();
+    QueueState& s = queues_[i];
+    s.turn_wanted = false;
+    if (!s.delivered) continue;  // stopped since it asked
+    s.q->NewTurn();
+    device_->OnKick(*s.q);
+    break;
+  }
+  in_turn_ = false;
+  if (turns_) turns_->End(!wanting_turns_.empty());
 }
 
 bool Session::Poll() {

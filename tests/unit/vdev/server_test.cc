@@ -412,6 +412,53 @@ TEST_F(VdevServerTest, OneConnectionFailingLeavesAnotherServerAlone) {
   unlink(other.c_str());
 }
 
+TEST_F(VdevServerTest, ConnectionsSharingATurnSchedulerServeEverything) {
+  // Turns of one request each, so both rings are served in many turns that
+  // wait for each other, and resumed through each connection's strand.
+  ServerOptions options;
+  options.session.queue_limits.max_chains_per_turn = 1;
+  options.session.turn_scheduler = std::make_shared<TurnScheduler>();
+  options.session.share_key = "a";
+  options.session.share_weight = 2;
+  std::string other = dir_ + "/other.sock";
+  StartServer(path_, options);
+  options.session.share_key = "b";
+  options.session.share_weight = 1;
+  StartServer(other, options);
+  struct Vm {
+    explicit Vm(const std::string& path)
+        : c(RawClient::Connect(path)),
+          ring(&guest, 8, kGpaBase, kGpaBase + 0x1000, kGpaBase + 0x2000) {}
+    RawClient c;
+    SimpleGuest guest;
+    RingDriver ring;
+    int kick = eventfd(0, EFD_CLOEXEC);
+    int call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  };
+  Vm a(path_), b(other);
+  for (Vm* vm : {&a, &b}) {
+    Bringup(vm->c, vm->guest, vm->kick, vm->call);
+    for (uint16_t head = 0; head < 8; ++head) {
+      vm->ring.SetDesc(head, kGpaBase + 0x10000 + 0x100ull * head, 4, 2, 0);
+      vm->ring.Publish(head);
+    }
+  }
+  uint64_t one = 1;
+  ASSERT_EQ(write(a.kick, &one, 8), 8);
+  ASSERT_EQ(write(b.kick, &one, 8), 8);
+  // No further kick: the turns after the first are the scheduler's.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHangMs);
+  for (Vm* vm : {&a, &b}) {
+    while (vm->ring.used_idx() != 8 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(vm->ring.used_idx(), 8);
+    close(vm->kick);
+    close(vm->call);
+  }
+  unlink(other.c_str());
+}
+
 TEST_F(VdevServerTest, ClientModeConnectsToAListeningFrontEnd) {
   int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};

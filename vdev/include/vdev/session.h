@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include "vdev/memory_map.h"
 #include "vdev/message.h"
 #include "vdev/split_queue.h"
+#include "vdev/turn_scheduler.h"
 
 namespace vdev {
 
@@ -52,6 +54,14 @@ struct SessionOptions {
   // the reply waits for their completions (the spec has the back-end drain
   // in-flight requests before answering). Zero answers at once.
   std::chrono::milliseconds stop_drain_timeout{1000};
+  // Sessions that share a thread and a scheduler take kicked turns by
+  // weighted time (turn_scheduler.h): each turn is charged to share_key (an
+  // opaque name, such as the tenant a VM belongs to; empty: the session
+  // alone) divided by share_weight. Without one, turns run in the order
+  // they come. Busy-polled rings are not scheduled: they spin regardless.
+  std::shared_ptr<TurnScheduler> turn_scheduler;
+  std::string share_key;
+  uint32_t share_weight = 1;
 };
 
 // What a Session needs from its event loop. Called on the session's executor.
@@ -92,7 +102,8 @@ class Session final : public DeviceContext {
   void Start();
   // Handles one framed message (from MessageReader).
   Result Handle(Message msg);
-  // A kick eventfd fired for queue.
+  // A kick eventfd fired for queue: runs its turn, or with a turn scheduler
+  // asks for one (run now if the thread is free, else posted when due).
   void Kick(uint16_t queue);
   // One busy-poll pass over the polled queues; returns true if any had work.
   bool Poll();
@@ -130,8 +141,9 @@ class Session final : public DeviceContext {
     bool watching = false;  // kick fd handed to the host
     bool started = false;   // spec state: kick received, not stopped since
     bool enabled = false;
-    bool delivered = false;  // device was given OnQueueStarted
-    bool nofd_kick = false;  // SET_VRING_KICK with NOFD (allowed): poll this ring
+    bool delivered = false;    // device was given OnQueueStarted
+    bool nofd_kick = false;    // SET_VRING_KICK with NOFD (allowed): poll this ring
+    bool turn_wanted = false;  // in wanting_turns_
   };
 
   Error Dispatch(Message& msg, std::vector<uint8_t>* reply);
@@ -149,6 +161,11 @@ class Session final : public DeviceContext {
   void UpdatePolling();
   bool Polled(uint16_t i) const;
   bool Negotiated(uint64_t protocol_bit) const { return acked_protocol_ & (1ull << protocol_bit); }
+  // With a turn scheduler: queue i wants a turn; it runs now if the thread
+  // is free, else when the scheduler resumes this session.
+  void WantTurn(uint16_t i);
+  // Runs the turn the scheduler let this session have: one wanting ring's.
+  void RunTurn();
 
   std::unique_ptr<Device> device_;
   SessionHost* host_;
@@ -167,6 +184,10 @@ class Session final : public DeviceContext {
   bool ever_started_ = false;
   int pending_stop_ = -1;  // queue whose GET_VRING_BASE reply waits, or -1
   bool disconnected_ = false;
+  // Turn scheduling (options_.turn_scheduler); reset on disconnect.
+  std::unique_ptr<TurnScheduler::Member> turns_;
+  std::deque<uint16_t> wanting_turns_;  // rings with a turn waiting, in order
+  bool in_turn_ = false;
 };
 
 }  // namespace vdev
