@@ -229,8 +229,13 @@ hz::Status Service::CreateTenant(const TenantSpec& spec) {
   return hz::Status::Ok();
 }
 
-vdev::ServerOptions Service::VmServerOptions() const {
+vdev::ServerOptions Service::VmServerOptions(const Tenant& tenant, size_t thread) const {
   vdev::ServerOptions opts;
+  // A turn that runs out of its budget gives way to the thread's other VMs;
+  // which VM goes next is the tenants' weighted share of the thread's time.
+  opts.session.turn_scheduler = vdev_threads_[thread]->turns;
+  opts.session.share_key = tenant.name();
+  opts.session.share_weight = tenant.spec().weight;
   opts.session.require_sealed_memory = config_.device.require_sealed_memory;
   opts.min_connect_interval = std::chrono::milliseconds(config_.device.min_connect_interval_ms);
   opts.session.queue_limits.max_chains_per_turn = config_.device.chains_per_turn;
@@ -270,7 +275,7 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::
   vdev::DeviceFactory factory = [env, t](const std::string& p) {
     return std::make_unique<HzDevice>(env, t, p);
   };
-  const vdev::ServerOptions opts = VmServerOptions();
+  const vdev::ServerOptions opts = VmServerOptions(*t, thread);
   // Made on the thread that will serve it. The operator waits a bounded
   // time: a late start is undone on that thread, never half recorded here.
   struct BindCall {

@@ -127,6 +127,8 @@ class Service : public ControlTarget {
   // ranks of a tenant run one after another on the thread that posted them.
   struct VdevThread {
     boost::asio::io_context io{1};
+    // Shares the thread's time between the tenants of its VMs by weight.
+    std::shared_ptr<vdev::TurnScheduler> turns = std::make_shared<vdev::TurnScheduler>();
     std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
     std::thread thread;
     std::promise<void> exit_signal;  // set when the thread's loop has returned
@@ -230,8 +232,9 @@ class Service : public ControlTarget {
 
   // libvirt's domain definitions ([scheduler] libvirt_uri), opened at the
   // first `vm attach` or `vm detach` and again after libvirtd went away.
-  // How every VM socket is served ([device], [vm] socket access).
-  vdev::ServerOptions VmServerOptions() const;
+  // How a VM socket of tenant, on connection thread `thread`, is served
+  // ([device], [vm] socket access; the thread's time by the tenant's weight).
+  vdev::ServerOptions VmServerOptions(const Tenant& tenant, size_t thread) const;
   hz::Status OpenDefinitions(hz::libvirt::DomainDefinitions** out);
   hz::StatusOr<std::string> AttachSocketPath(const VmAttachRequest& req) const;
   std::mutex libvirt_mu_;
