@@ -17,6 +17,7 @@
 namespace hz::scheduler {
 namespace {
 
+using testing::AllocationBdfs;
 using testing::CopyFixtureSysfs;
 using testing::FixtureToml;
 using testing::RecordingSink;
@@ -109,15 +110,7 @@ class SchedulerSlowDetach : public ::testing::Test {
     Status s = Scheduler::Open(options_, &attacher_, &sink_, &sched_);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
-  std::set<std::string> Bdfs(uint64_t id) {
-    std::set<std::string> out;
-    for (const auto& a : sched_->Allocations()) {
-      if (a["id"] == id) {
-        for (const auto& d : a["devices"]) out.insert(d.get<std::string>());
-      }
-    }
-    return out;
-  }
+  std::set<std::string> Bdfs(uint64_t id) { return AllocationBdfs(*sched_, id); }
   nlohmann::json AllocationJson(uint64_t id) {
     for (const auto& a : sched_->Allocations()) {
       if (a["id"] == id) return a;

@@ -16,6 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace ev = hz::events;
+using testing::AllocationBdfs;
 using testing::CopyFixtureSysfs;
 using testing::FixtureToml;
 using testing::ReadText;
@@ -62,15 +63,7 @@ class SchedulerFacade : public ::testing::Test {
     Status s = Scheduler::Open(options_, &attacher_, &sink_, &sched_);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
-  std::set<std::string> Bdfs(uint64_t id) {
-    std::set<std::string> out;
-    for (const auto& a : sched_->Allocations()) {
-      if (a["id"] == id) {
-        for (const auto& d : a["devices"]) out.insert(d.get<std::string>());
-      }
-    }
-    return out;
-  }
+  std::set<std::string> Bdfs(uint64_t id) { return AllocationBdfs(*sched_, id); }
   TempDir dir_;
   SchedulerOptions options_;
   FakeAttacher attacher_;

@@ -57,4 +57,14 @@ std::string ReadText(const std::string& path) {
   return ss.str();
 }
 
+std::set<std::string> AllocationBdfs(const Scheduler& scheduler, uint64_t id) {
+  std::set<std::string> out;
+  for (const auto& a : scheduler.Allocations()) {
+    if (a["id"] == id) {
+      for (const auto& d : a["devices"]) out.insert(d.get<std::string>());
+    }
+  }
+  return out;
+}
+
 }  // namespace hz::scheduler::testing

@@ -3,11 +3,14 @@
 #ifndef HZ_TESTS_SCHEDULER_TEST_UTIL_H_
 #define HZ_TESTS_SCHEDULER_TEST_UTIL_H_
 
+#include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "hz/events/event_spec.h"
 #include "hz/scheduler/inventory.h"
+#include "hz/scheduler/scheduler.h"
 
 namespace hz::scheduler::testing {
 
@@ -37,6 +40,9 @@ class TempDir {
 std::string CopyFixtureSysfs(const std::string& name, const std::string& dir);
 
 std::string ReadText(const std::string& path);
+
+// The addresses of allocation `id`'s devices, as Allocations() lists them.
+std::set<std::string> AllocationBdfs(const Scheduler& scheduler, uint64_t id);
 
 struct Published {
   TenantId tenant;
