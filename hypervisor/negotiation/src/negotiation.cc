@@ -896,6 +896,9 @@ void NegotiationEngine::StartAndEnd(uint64_t now) {
     const uint64_t id = r.info.id;
     if (r.info.state == ReservationState::kAccepted && r.info.start_s <= now) {
       Status s = provider_->Attach(r.info.tenant, id, r.info.devices);
+      // Its devices are still leaving the VM of the reservation they ended:
+      // it starts at a later tick, once they left.
+      if (s.code() == StatusCode::kTryAgain) continue;
       if (!s.ok()) {
         spdlog::warn("negotiation: attach for a reservation failed: {}", s.ToString());
         Revoke(id, events::kRevokeAttachFailed, now);

@@ -76,6 +76,11 @@ Status Scheduler::Load() {
       if (!allocator_.Find(aid)) continue;  // its devices all failed meanwhile
       reservations_[rid] = aid;
     }
+    // Absent from the state of earlier releases.
+    for (const auto& e : j.value("detach_errors", nlohmann::json::array())) {
+      const uint64_t aid = e.at(0).get<uint64_t>();
+      if (allocator_.Find(aid)) detach_errors_[aid] = e.at(1).get<std::string>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return Status::Corruption(options_.state_path + ": " + e.what());
   }
@@ -93,8 +98,20 @@ Status Scheduler::Persist() {
   }
   nlohmann::json res = nlohmann::json::array();
   for (const auto& [rid, aid] : reservations_) res.push_back({rid, aid});
-  nlohmann::json j{
-      {"version", 1}, {"allocator", alloc}, {"tenants", tenants}, {"reservations", res}};
+  // Written as failed while their devices leave: read back after a crash
+  // meanwhile, the allocation keeps them (the guest may still hold them)
+  // and says why, as after a detach that failed.
+  std::map<uint64_t, std::string> errors = detach_errors_;
+  for (const auto& [aid, devices] : detaching_) {
+    errors.try_emplace(aid, "the service stopped while its devices were leaving the VM");
+  }
+  nlohmann::json failed = nlohmann::json::array();
+  for (const auto& [aid, error] : errors) failed.push_back({aid, error});
+  nlohmann::json j{{"version", 1},
+                   {"allocator", alloc},
+                   {"tenants", tenants},
+                   {"reservations", res},
+                   {"detach_errors", failed}};
   return WriteFileAtomic(options_.state_path, j.dump(1), options_.sync);
 }
 
@@ -148,7 +165,9 @@ std::optional<std::string> Scheduler::DomainOf(const TenantId& tenant) const {
   return it->second;
 }
 
-Status Scheduler::AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices) {
+Status Scheduler::AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices,
+                                std::vector<DeviceRef>* attached) {
+  attached->clear();
   std::vector<std::string> bdfs;
   for (DeviceRef d : devices) bdfs.push_back(cluster_.device(d).bdf);
   if (options_.bind_vfio) {
@@ -164,12 +183,29 @@ Status Scheduler::AttachDevices(const std::string& tenant, const std::vector<Dev
   for (size_t i = 0; i < bdfs.size(); ++i) {
     Status s = attacher_->Attach(dom->second, bdfs[i]);
     if (!s.ok()) {
-      for (size_t k = 0; k < i; ++k) attacher_->Detach(dom->second, bdfs[k]);
-      if (options_.bind_vfio) binder_.Unbind(bdfs);
+      attached->assign(devices.begin(), devices.begin() + i);
+      const std::vector<std::string> never(bdfs.begin() + i, bdfs.end());
+      if (options_.bind_vfio) binder_.Unbind(never);
       return s;
     }
   }
   return Status::Ok();
+}
+
+void Scheduler::RollBackAttach(std::unique_lock<std::mutex>& lock, uint64_t allocation_id,
+                               const std::vector<DeviceRef>& attached) {
+  if (!attached.empty()) {
+    // Nothing else changes the allocation meanwhile (kBusy), as for a release.
+    if (Status s = DetachUnlocked(lock, allocation_id, attached); !s.ok()) {
+      KeepAfterFailedDetach(allocation_id, s);
+      return;
+    }
+  }
+  allocator_.Release(allocation_id);
+  std::erase_if(reservations_,
+                [allocation_id](const auto& r) { return r.second == allocation_id; });
+  Status p = Persist();
+  if (!p.ok()) spdlog::error("scheduler: rollback not persisted: {}", p.ToString());
 }
 
 Status Scheduler::CheckNotDetaching(uint64_t allocation_id) const {
@@ -180,26 +216,44 @@ Status Scheduler::CheckNotDetaching(uint64_t allocation_id) const {
 
 Status Scheduler::DetachUnlocked(std::unique_lock<std::mutex>& lock, uint64_t allocation_id,
                                  const std::vector<DeviceRef>& devices) {
+  MarkLeaving(allocation_id, devices);
+  return LeaveVmUnlocked(lock, allocation_id, devices);
+}
+
+void Scheduler::MarkLeaving(uint64_t allocation_id, const std::vector<DeviceRef>& devices) {
+  // The guest may take its time (detach_wait) or never let go. The devices
+  // stay owned by the allocation meanwhile, so nothing hands them out, and
+  // whoever would change the allocation gets kBusy or waits for
+  // done_detaching_.
+  std::vector<DeviceRef>& leaving = detaching_[allocation_id];
+  leaving.insert(leaving.end(), devices.begin(), devices.end());
+  if (Status s = Persist(); !s.ok()) {
+    spdlog::error("scheduler: devices leaving allocation {} not recorded: {}", allocation_id,
+                  s.ToString());
+  }
+}
+
+Status Scheduler::LeaveVmUnlocked(std::unique_lock<std::mutex>& lock, uint64_t allocation_id,
+                                  const std::vector<DeviceRef>& devices) {
   std::vector<std::string> bdfs;
   for (DeviceRef d : devices) bdfs.push_back(cluster_.device(d).bdf);
   auto dom = domains_.find(allocator_.Find(allocation_id)->tenant);
   Status first;
   if (attacher_ && dom != domains_.end()) {
     const std::string domain = dom->second;
-    // The guest may take its time (detach_wait) or never let go. The devices
-    // stay owned by the allocation meanwhile, so nothing hands them out, and
-    // whoever would change the allocation gets kBusy or waits for
-    // done_detaching_.
-    detaching_[allocation_id] = devices;
     lock.unlock();
     for (const std::string& bdf : bdfs) {
       Status s = attacher_->Detach(domain, bdf);
       if (!s.ok() && first.ok()) first = s;
     }
     lock.lock();
-    detaching_.erase(allocation_id);
-    done_detaching_.notify_all();
   }
+  std::vector<DeviceRef>& leaving = detaching_.at(allocation_id);
+  std::erase_if(leaving, [&devices](DeviceRef d) {
+    return std::find(devices.begin(), devices.end(), d) != devices.end();
+  });
+  if (leaving.empty()) detaching_.erase(allocation_id);
+  done_detaching_.notify_all();
   if (!first.ok()) return first;
   if (options_.bind_vfio) return binder_.Unbind(bdfs);
   return Status::Ok();
@@ -214,7 +268,7 @@ void Scheduler::KeepAfterFailedDetach(uint64_t allocation_id, const Status& erro
 Status Scheduler::Allocate(const TenantId& id, const Request& request, uint64_t* allocation_id) {
   const std::string& tenant = id.name();
   if (!ev::ValidName(tenant)) return Status::InvalidArgument("invalid tenant name");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (cordoned_) return Status::Busy("the host is under maintenance: no new placements");
   Allocation a;
   Status s = allocator_.Allocate(tenant, request, &a);
@@ -226,10 +280,9 @@ Status Scheduler::Allocate(const TenantId& id, const Request& request, uint64_t*
     allocator_.Release(a.id);
     return s;
   }
-  if (!(s = AttachDevices(tenant, a.devices)).ok()) {
-    allocator_.Release(a.id);
-    Status p = Persist();
-    if (!p.ok()) spdlog::error("scheduler: rollback not persisted: {}", p.ToString());
+  std::vector<DeviceRef> attached;
+  if (!(s = AttachDevices(tenant, a.devices, &attached)).ok()) {
+    RollBackAttach(lock, a.id, attached);
     return s;
   }
   if (allocation_id) *allocation_id = a.id;
@@ -516,119 +569,15 @@ void Scheduler::SetCordoned(bool cordoned) {
   cordoned_ = cordoned;
 }
 
-uint32_t Scheduler::ReservableDevices(uint32_t pool) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (pool >= cluster_.pools().size()) return 0;
-  const Pool& p = cluster_.pools()[pool];
-  uint32_t n = 0;
-  for (uint32_t i : p.devices) {
-    const DeviceRef d{p.host, i};
-    if (allocator_.IsFailed(d)) continue;
-    const uint64_t owner = allocator_.Owner(d);
-    if (owner == 0 || IsReservationAllocation(owner)) ++n;
-  }
-  return n;
-}
-
-Status Scheduler::AttachReservation(const TenantId& id, uint64_t reservation_id,
-                                    const std::vector<PoolDevices>& devices) {
-  const std::string& tenant = id.name();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (cordoned_) return Status::Busy("the host is under maintenance: no new placements");
-  if (reservations_.count(reservation_id)) {
-    return Status::State("reservation " + std::to_string(reservation_id) + " already attached");
-  }
-  std::vector<DeviceRef> chosen;
-  Request req;
-  req.locality = HZ_LOC_SAME_HOST;
-  for (const PoolDevices& pc : devices) {
-    if (pc.pool >= cluster_.pools().size()) return Status::InvalidArgument("unknown pool");
-    const Pool& p = cluster_.pools()[pc.pool];
-    uint32_t left = pc.count;
-    for (uint32_t i : p.devices) {
-      const DeviceRef d{p.host, i};
-      if (left > 0 && allocator_.Owner(d) == 0 && !allocator_.IsFailed(d)) {
-        chosen.push_back(d);
-        --left;
-      }
-    }
-    if (left > 0) return Status::State("pool " + std::to_string(pc.pool) + " has too few devices");
-    (p.kind == DeviceKind::kGpu ? req.gpus : req.nics) += pc.count;
-  }
-  Allocation a;
-  Status s = allocator_.AllocateDevices(tenant, req, chosen, &a);
-  if (!s.ok()) return s;
-  SeedLocked(tenant);
-  reservations_[reservation_id] = a.id;
-  if (!(s = Persist()).ok() || !(s = AttachDevices(tenant, a.devices)).ok()) {
-    allocator_.Release(a.id);
-    reservations_.erase(reservation_id);
-    Status p = Persist();
-    if (!p.ok()) spdlog::error("scheduler: rollback not persisted: {}", p.ToString());
-    return s;
-  }
-  return Status::Ok();
-}
-
-StatusOr<std::vector<PoolDevices>> Scheduler::DetachReservation(const TenantId& id,
-                                                                uint64_t reservation_id,
-                                                                uint32_t count) {
-  const std::string& tenant = id.name();
-  std::unique_lock<std::mutex> lock(mu_);
-  auto it = reservations_.find(reservation_id);
-  if (it == reservations_.end()) {
-    return Status::State("reservation " + std::to_string(reservation_id) + " is not attached");
-  }
-  const uint64_t aid = it->second;
-  const Allocation* a = allocator_.Find(aid);
-  if (!a || a->tenant != tenant) return Status::State("reservation of another tenant");
-  if (Status s = CheckNotDetaching(aid); !s.ok()) return s;
-  if (count > a->devices.size()) {
-    return Status::InvalidArgument("reservation holds fewer than " + std::to_string(count) +
-                                   " devices");
-  }
-  // The devices with the highest tenant-visible indices go first (§7.8.5).
-  const TopologySummary summary = SummaryLocked(tenant);
-  std::vector<std::pair<uint32_t, DeviceRef>> ranked;
-  for (DeviceRef d : a->devices) ranked.push_back({summary.IndexOf(d), d});
-  std::sort(ranked.rbegin(), ranked.rend());
-  std::vector<DeviceRef> victims;
-  for (uint32_t i = 0; i < count; ++i) victims.push_back(ranked[i].second);
-  if (Status s = DetachUnlocked(lock, aid, victims); !s.ok()) {
-    KeepAfterFailedDetach(aid, s);
-    return s;
-  }
-  detach_errors_.erase(aid);
-  std::map<uint32_t, uint32_t> per_pool;
-  for (DeviceRef d : victims) {
-    per_pool[cluster_.PoolOf(d)]++;
-    allocator_.RemoveDevice(d);
-  }
-  std::vector<PoolDevices> detached;
-  for (auto [pool, n] : per_pool) detached.push_back({pool, n});
-  if (!allocator_.Find(aid)) reservations_.erase(reservation_id);
-  if (Status s = Persist(); !s.ok()) return s;
-  return detached;
-}
-
-StatusOr<std::vector<uint32_t>> Scheduler::ReservationIndices(const TenantId& id,
-                                                              uint64_t reservation_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = reservations_.find(reservation_id);
-  if (it == reservations_.end()) return Status::NotFound("reservation is not attached");
-  const Allocation* a = allocator_.Find(it->second);
-  if (!a || a->tenant != id.name()) return Status::NotFound("reservation of another tenant");
-  const TopologySummary summary = SummaryLocked(a->tenant);
-  std::vector<uint32_t> indices;
-  for (DeviceRef d : a->devices) indices.push_back(summary.IndexOf(d));
-  return indices;
-}
-
 uint32_t Scheduler::DevicesHeld(const TenantId& id, hz_device_kind kind) const {
   const std::string& tenant = id.name();
   std::lock_guard<std::mutex> lock(mu_);
   uint32_t n = 0;
   for (DeviceRef d : TenantDevices(tenant)) n += WireKind(cluster_.device(d).kind) == kind;
+  for (const auto& [aid, devices] : detaching_) {
+    if (allocator_.Find(aid)->tenant != tenant) continue;
+    for (DeviceRef d : devices) n -= WireKind(cluster_.device(d).kind) == kind;
+  }
   return n;
 }
 

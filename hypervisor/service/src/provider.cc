@@ -347,7 +347,9 @@ Status Provider::ForgetTenant(const TenantId& tenant) {
     for (uint64_t id : engine_->ForgetTenant(tenant, Now())) waiting_.erase(id);
     waiting_count_ = waiting_.size();
   }
-  // Without mu_: the devices leave the tenant's VM first.
+  // Without mu_: the devices leave the tenant's VM first, its reservations'
+  // (which the engine just ended) as well as the others.
+  resources_->WaitForDetaches(tenant);
   Status s = sched_->ForgetTenant(tenant);
   std::lock_guard<std::mutex> lock(mu_);
   gpus_.erase(tenant);

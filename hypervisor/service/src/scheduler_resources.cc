@@ -1,8 +1,18 @@
 #include "hz/service/scheduler_resources.h"
 
+#include <boost/asio/post.hpp>
+
 #include "hz/events/coarse.h"
+#include "spdlog/spdlog.h"
 
 namespace hz::service {
+
+SchedulerResources::SchedulerResources(scheduler::Scheduler* sched) : sched_(sched) {}
+
+SchedulerResources::~SchedulerResources() {
+  // Every detach begun is finished: its devices are marked leaving.
+  detaches_.join();
+}
 
 std::vector<negotiation::Pool> SchedulerResources::Pools() const {
   std::vector<negotiation::Pool> out;
@@ -27,11 +37,37 @@ Status SchedulerResources::Attach(const TenantId& tenant, uint64_t reservation_i
 Status SchedulerResources::Detach(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
                                   std::vector<negotiation::PoolCount>* detached) {
   detached->clear();
-  StatusOr<std::vector<scheduler::PoolDevices>> given =
-      sched_->DetachReservation(tenant, reservation_id, count);
-  if (!given.ok()) return given.status();
-  for (const scheduler::PoolDevices& pd : *given) detached->push_back({pd.pool, pd.count});
+  StatusOr<scheduler::ReservationDetach> begun =
+      sched_->BeginDetachReservation(tenant, reservation_id, count);
+  if (!begun.ok()) return begun.status();
+  for (const scheduler::PoolDevices& pd : begun->pools) detached->push_back({pd.pool, pd.count});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++under_way_[tenant];
+  }
+  boost::asio::post(detaches_, [this, detach = std::move(*begun), tenant] {
+    // A failure keeps the devices out of every allocation but an operator's
+    // (Scheduler::FinishDetachReservation); the tenant no longer has them.
+    Status s = sched_->FinishDetachReservation(detach);
+    if (!s.ok()) {
+      spdlog::warn("event=reservation_detach_failed tenant={} reservation={} error=\"{}\"",
+                   tenant.name(), detach.reservation_id, s.ToString());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--under_way_[tenant] == 0) under_way_.erase(tenant);
+    finished_.notify_all();
+  });
   return Status::Ok();
+}
+
+void SchedulerResources::WaitForDetaches(const TenantId& tenant) {
+  std::unique_lock<std::mutex> lock(mu_);
+  finished_.wait(lock, [&] { return under_way_.count(tenant) == 0; });
+}
+
+void SchedulerResources::WaitForDetaches() {
+  std::unique_lock<std::mutex> lock(mu_);
+  finished_.wait(lock, [this] { return under_way_.empty(); });
 }
 
 uint32_t SchedulerResources::DevicesHeld(const TenantId& tenant, hz_device_kind kind) const {

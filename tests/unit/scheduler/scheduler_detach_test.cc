@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <set>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "hz/scheduler/scheduler.h"
+#include "slow_guest_attacher.h"
 #include "test_util.h"
 
 namespace hz::scheduler {
@@ -20,79 +22,11 @@ namespace {
 using testing::AllocationBdfs;
 using testing::CopyFixtureSysfs;
 using testing::FixtureToml;
+using testing::kBound;
+using testing::LetGoAtEnd;
 using testing::RecordingSink;
+using testing::SlowGuestAttacher;
 using testing::TempDir;
-
-// Only bounds what would otherwise hang: a test that reaches it fails.
-constexpr std::chrono::seconds kBound{10};
-
-// A detach from kSlowVm blocks like a guest that has not answered the unplug
-// request yet, until LetGo; then the device leaves, or stays (the guest never
-// let go, as LibvirtAttacher reports after detach_wait). Other VMs let go at
-// once.
-class SlowGuestAttacher : public DomainAttacher {
- public:
-  static constexpr const char* kSlowVm = "vm-slow";
-
-  Status Attach(const std::string& /*domain*/, const std::string& bdf) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    attached_.insert(bdf);
-    return Status::Ok();
-  }
-  Status Detach(const std::string& domain, const std::string& bdf) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (domain == kSlowVm) {
-      ++waiting_;
-      changed_.notify_all();
-      const bool answered = changed_.wait_for(lock, kBound, [this] { return let_go_; });
-      --waiting_;
-      if (!answered) return Status::TimedOut("the test never let the guest go");
-      if (!outcome_.ok()) return outcome_;
-    }
-    attached_.erase(bdf);
-    return Status::Ok();
-  }
-
-  // Until a detach from kSlowVm waits for its guest; false past kBound.
-  bool WaitForSlowDetach() {
-    std::unique_lock<std::mutex> lock(mu_);
-    return changed_.wait_for(lock, kBound, [this] { return waiting_ > 0; });
-  }
-  // The guest answers: every waiting and later detach from kSlowVm returns
-  // `outcome` (Ok: the device left the VM). Once only.
-  void LetGo(Status outcome) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (let_go_) return;
-    let_go_ = true;
-    outcome_ = std::move(outcome);
-    changed_.notify_all();
-  }
-  bool Attached(const std::string& bdf) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return attached_.count(bdf) != 0;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable changed_;
-  int waiting_ = 0;
-  bool let_go_ = false;
-  Status outcome_;
-  std::set<std::string> attached_;
-};
-
-// Lets the slow guest go when a test ends, however it ends, so that no
-// thread is left waiting; declared after the futures it unblocks.
-class LetGoAtEnd {
- public:
-  explicit LetGoAtEnd(SlowGuestAttacher* attacher) : attacher_(attacher) {}
-  ~LetGoAtEnd() { attacher_->LetGo(Status::TimedOut("the test ended")); }
-  LetGoAtEnd(const LetGoAtEnd&) = delete;
-  LetGoAtEnd& operator=(const LetGoAtEnd&) = delete;
-
- private:
-  SlowGuestAttacher* attacher_;
-};
 
 class SchedulerSlowDetach : public ::testing::Test {
  protected:
@@ -290,6 +224,66 @@ TEST_F(SchedulerSlowDetach, FailureDuringAReleaseWaitsForItsOutcome) {
   EXPECT_TRUE(sched_->Allocations().empty());
   Reopen();
   EXPECT_EQ(StateOf(victim), "failed");
+}
+
+TEST_F(SchedulerSlowDetach, AnAttachThatFailsPartWayRollsBackWithoutBlockingOthers) {
+  attacher_.RefuseAttachesAfter(1);
+  auto allocated = Async([&] {
+    uint64_t id = 0;
+    return sched_->Allocate(TenantId("slow"), {2, 0, HZ_LOC_ANY}, &id);
+  });
+  LetGoAtEnd let_go(&attacher_);
+  // The device the VM took leaves it again: the guest takes its time.
+  ASSERT_TRUE(attacher_.WaitForSlowDetach());
+  attacher_.RefuseAttachesAfter(-1);
+  nlohmann::json rolling_back = sched_->Allocations();
+  auto others = Async([&] {
+    uint64_t id = 0;
+    Status quick = sched_->Allocate(TenantId("quick"), {6, 0, HZ_LOC_ANY}, &id);
+    return std::make_pair(quick, AllocationBdfs(*sched_, id));
+  });
+  const bool prompt = Finishes(others);
+  attacher_.LetGo(Status::Ok());
+  EXPECT_TRUE(prompt) << "another tenant waited for the slow guest";
+  ASSERT_TRUE(Finishes(allocated));
+  EXPECT_EQ(allocated.get().code(), StatusCode::kIoError);
+
+  // Meanwhile the device leaving was not handed out.
+  ASSERT_EQ(rolling_back.size(), 1u);
+  ASSERT_TRUE(rolling_back[0].contains("releasing")) << rolling_back.dump();
+  const std::string leaving = rolling_back[0]["releasing"][0];
+  const auto [quick, quick_devices] = others.get();
+  EXPECT_TRUE(quick.ok()) << quick.ToString();
+  EXPECT_FALSE(quick_devices.count(leaving));
+  // Then the allocation is gone, and with it its devices.
+  EXPECT_FALSE(attacher_.Attached(leaving));
+  EXPECT_EQ(StateOf(leaving), "free");
+  EXPECT_EQ(sched_->Allocations().size(), 1u);
+}
+
+TEST_F(SchedulerSlowDetach, DevicesLeavingWhenTheServiceStoppedStayWithTheirAllocation) {
+  uint64_t slow = 0;
+  ASSERT_TRUE(sched_->Allocate(TenantId("slow"), {2, 0, HZ_LOC_ANY}, &slow).ok());
+  auto release = Async([&] { return sched_->Release(slow); });
+  LetGoAtEnd let_go(&attacher_);
+  ASSERT_TRUE(attacher_.WaitForSlowDetach());
+  // The state on disk now is what a crash here would leave.
+  const std::string crashed = dir_.path() + "/crashed.json";
+  std::filesystem::copy_file(options_.state_path, crashed);
+  attacher_.LetGo(Status::Ok());
+  ASSERT_TRUE(Finishes(release));
+
+  options_.state_path = crashed;
+  Reopen();
+  nlohmann::json kept = AllocationJson(slow);
+  ASSERT_TRUE(kept.is_object());
+  EXPECT_EQ(Bdfs(slow).size(), 2u);
+  EXPECT_NE(kept.value("detach_error", std::string()).find("stopped"), std::string::npos)
+      << kept.dump();
+  // What the operator does next: release it again.
+  EXPECT_TRUE(sched_->Release(slow).ok());
+  Reopen();
+  EXPECT_TRUE(sched_->Allocations().empty());
 }
 
 }  // namespace

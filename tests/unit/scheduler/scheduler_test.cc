@@ -302,17 +302,29 @@ TEST_F(SchedulerFacade, ReservationsTakeReservableDevicesAndGiveThemBack) {
 
   Reopen();  // the reservation survives a restart
   EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 7u);
-  StatusOr<std::vector<PoolDevices>> detached = sched_->DetachReservation(TenantId("acme"), 77, 2);
-  ASSERT_TRUE(detached.ok());
-  ASSERT_EQ(detached->size(), 1u);
-  EXPECT_EQ((*detached)[0], (PoolDevices{gpu_pool, 2}));
+  StatusOr<ReservationDetach> detach = sched_->BeginDetachReservation(TenantId("acme"), 77, 2);
+  ASSERT_TRUE(detach.ok());
+  ASSERT_EQ(detach->pools.size(), 1u);
+  EXPECT_EQ(detach->pools[0], (PoolDevices{gpu_pool, 2}));
+  // Leaving, they are no longer the tenant's, nor yet anyone else's.
   EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 5u);
-  EXPECT_EQ(sched_->DetachReservation(TenantId("other"), 77, 1).status().code(),
-            StatusCode::kState);
-  EXPECT_EQ(sched_->DetachReservation(TenantId("acme"), 77, 5).status().code(),
+  EXPECT_EQ(sched_->ReservableDevices(gpu_pool), 4u);
+  EXPECT_EQ(sched_->AttachReservation(TenantId("other"), 79, {{gpu_pool, 2}}).code(),
+            StatusCode::kTryAgain);
+  // The rest of the reservation: two of them were already released.
+  EXPECT_EQ(sched_->BeginDetachReservation(TenantId("acme"), 77, 2).status().code(),
             StatusCode::kInvalidArgument);
-  ASSERT_TRUE(sched_->DetachReservation(TenantId("acme"), 77, 1).ok());
-  EXPECT_EQ(sched_->DetachReservation(TenantId("acme"), 77, 1).status().code(), StatusCode::kState);
+  ASSERT_TRUE(sched_->FinishDetachReservation(*detach).ok());
+  EXPECT_EQ(sched_->DevicesHeld(TenantId("acme"), HZ_DEV_GPU), 5u);
+  EXPECT_EQ(sched_->BeginDetachReservation(TenantId("other"), 77, 1).status().code(),
+            StatusCode::kState);
+  EXPECT_EQ(sched_->BeginDetachReservation(TenantId("acme"), 77, 5).status().code(),
+            StatusCode::kInvalidArgument);
+  detach = sched_->BeginDetachReservation(TenantId("acme"), 77, 1);
+  ASSERT_TRUE(detach.ok());
+  ASSERT_TRUE(sched_->FinishDetachReservation(*detach).ok());
+  EXPECT_EQ(sched_->BeginDetachReservation(TenantId("acme"), 77, 1).status().code(),
+            StatusCode::kState);
 }
 
 TEST_F(SchedulerFacade, FailureReportsWhatTheTenantLost) {

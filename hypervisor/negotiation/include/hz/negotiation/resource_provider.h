@@ -36,12 +36,16 @@ class ResourceProvider {
   virtual std::vector<Pool> Pools() const = 0;
   // Devices of `pool` usable in reservation window `window` (index, not seconds).
   virtual uint32_t Capacity(uint32_t pool, uint64_t window) const = 0;
-  // Attaches the devices of a starting reservation to the tenant.
+  // Attaches the devices of a starting reservation to the tenant. kTryAgain:
+  // not yet (devices it needs are still leaving another VM); the engine
+  // tries again at its next tick.
   virtual Status Attach(const TenantId& tenant, uint64_t reservation_id,
                         const std::vector<PoolCount>& devices) = 0;
   // Detaches `count` devices of a started reservation: those with the highest
   // tenant-visible indices among its devices (SPEC.md §7.8.5). *detached
-  // receives the pools they came from.
+  // receives the pools they came from. The devices are the tenant's no
+  // longer when it returns (DevicesHeld); an implementation may let them
+  // leave the VM afterwards, so that the engine never waits for a guest.
   virtual Status Detach(const TenantId& tenant, uint64_t reservation_id, uint32_t count,
                         std::vector<PoolCount>* detached) = 0;
   // Devices of `kind` the tenant holds now, from every source (its base

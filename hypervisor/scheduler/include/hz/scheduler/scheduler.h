@@ -79,6 +79,16 @@ struct PoolDevices {
   bool operator==(const PoolDevices&) const = default;
 };
 
+// Devices of a started reservation on their way out of the tenant's VM
+// (Scheduler::BeginDetachReservation): no longer the tenant's to use, not
+// yet anyone else's.
+struct ReservationDetach {
+  uint64_t reservation_id = 0;
+  uint64_t allocation_id = 0;
+  std::vector<DeviceRef> devices;
+  std::vector<PoolDevices> pools;  // where they came from
+};
+
 hz_device_kind WireKind(DeviceKind kind);
 
 class Scheduler {
@@ -160,17 +170,27 @@ class Scheduler {
   nlohmann::json Inventory() const;
   nlohmann::json Allocations() const;
 
-  // Reservations. The pools are the cluster's (cluster().pools()); a pool's
-  // reservable devices are its healthy ones not held by direct allocations
-  // (the negotiation engine books its own among them).
+  // Reservations (scheduler_reservations.cc). The pools are the cluster's
+  // (cluster().pools()); a pool's reservable devices are its healthy ones
+  // not held by direct allocations (the negotiation engine books its own
+  // among them), nor leaving a VM, nor kept after a failed detach.
   uint32_t ReservableDevices(uint32_t pool) const;
-  // Allocates, binds and attaches a starting reservation's devices.
+  // Allocates, binds and attaches a starting reservation's devices. kTryAgain
+  // when the pool's devices it needs are still leaving another VM (a
+  // release under way): the start is due again once they left.
   Status AttachReservation(const TenantId& tenant, uint64_t reservation_id,
                            const std::vector<PoolDevices>& devices);
-  // Detaches the reservation's `count` devices with the highest
-  // tenant-visible indices; returns the pools they came from.
-  StatusOr<std::vector<PoolDevices>> DetachReservation(const TenantId& tenant,
-                                                       uint64_t reservation_id, uint32_t count);
+  // A detach of the reservation's `count` devices with the highest
+  // tenant-visible indices, in two steps, so that whoever decides it need
+  // not hold its locks while the guest lets go. Begin, at once: the devices
+  // are chosen and marked leaving ("releasing"): no longer counted as the
+  // tenant's (DevicesHeld), never handed out. Finish waits for the guest
+  // (up to the attacher's detach_wait), then the devices are free; if they
+  // did not leave, they stay with the allocation as after a failed Release.
+  // Every Begin that succeeded must be finished.
+  StatusOr<ReservationDetach> BeginDetachReservation(const TenantId& tenant,
+                                                     uint64_t reservation_id, uint32_t count);
+  Status FinishDetachReservation(const ReservationDetach& detach);
   // Tenant-visible indices of a started reservation's devices (kNotFound
   // when it holds none or is another tenant's).
   StatusOr<std::vector<uint32_t>> ReservationIndices(const TenantId& tenant,
@@ -184,7 +204,8 @@ class Scheduler {
   // is returned; nothing is forgotten then, nor while one of its allocations
   // is being released (kBusy).
   Status ForgetTenant(const TenantId& tenant);
-  // Devices of `kind` the tenant holds, from every allocation.
+  // Devices of `kind` the tenant holds, from every allocation, less those
+  // leaving its VM.
   uint32_t DevicesHeld(const TenantId& tenant, hz_device_kind kind) const;
 
   const Cluster& cluster() const { return cluster_; }
@@ -203,13 +224,34 @@ class Scheduler {
   TopologySummary SummaryLocked(const std::string& tenant);
   // Devices of kind the tenant holds here and on the other hosts.
   uint32_t HeldLocked(const std::string& tenant, DeviceKind kind) const;
-  Status AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices);
+  // Binds `devices` and attaches them to the tenant's VM. On failure,
+  // *attached lists those the VM got before the error (still bound); the
+  // others are handed back to their host drivers.
+  Status AttachDevices(const std::string& tenant, const std::vector<DeviceRef>& devices,
+                       std::vector<DeviceRef>* attached);
+  // Undoes allocation `allocation_id` after AttachDevices failed: the
+  // devices the VM got leave it (DetachUnlocked, so without mu_ meanwhile)
+  // and the allocation is dropped, durably. If one does not leave, the
+  // allocation stays, kept as after a failed detach.
+  void RollBackAttach(std::unique_lock<std::mutex>& lock, uint64_t allocation_id,
+                      const std::vector<DeviceRef>& attached);
   // Detaches `devices` of allocation `allocation_id` from the tenant's VM and
   // hands them back to their host drivers. `lock` holds mu_ on entry and on
   // return; it is released while the guest lets go, with the allocation in
   // detaching_ (its caller checked it was not). The first error is returned.
   Status DetachUnlocked(std::unique_lock<std::mutex>& lock, uint64_t allocation_id,
                         const std::vector<DeviceRef>& devices);
+  // The two halves of DetachUnlocked: MarkLeaving adds the devices to
+  // detaching_ (durably: after a crash meanwhile they come back as a failed
+  // detach, since the guest may still hold them); LeaveVmUnlocked detaches
+  // them without mu_ and takes them out of detaching_ again.
+  void MarkLeaving(uint64_t allocation_id, const std::vector<DeviceRef>& devices);
+  Status LeaveVmUnlocked(std::unique_lock<std::mutex>& lock, uint64_t allocation_id,
+                         const std::vector<DeviceRef>& devices);
+  // Devices of a reservation's detach that did not leave the VM: they move
+  // to an allocation of their own (no reservation's, so never reservable),
+  // kept as after a failed Release for the operator to release again.
+  void KeepReservationDevices(const ReservationDetach& detach, const Status& error);
   // A detach failed: the devices stay with the allocation (they may still be
   // attached), logged and shown in Allocations().
   void KeepAfterFailedDetach(uint64_t allocation_id, const Status& error);
@@ -230,11 +272,14 @@ class Scheduler {
   std::map<uint64_t, uint64_t> reservations_;                  // reservation id -> allocation id
   std::map<std::string, std::vector<HostShape>> other_hosts_;  // tenant -> its other hosts
   bool cordoned_ = false;                                      // SetCordoned
-  // Allocations some of whose devices are leaving their VM (DetachUnlocked),
-  // with those devices; done_detaching_ is signalled when one is done.
+  // Allocations some of whose devices are leaving their VM (DetachUnlocked,
+  // BeginDetachReservation), with those devices; done_detaching_ is
+  // signalled when some are done.
   std::map<uint64_t, std::vector<DeviceRef>> detaching_;
   std::condition_variable done_detaching_;
-  std::map<uint64_t, std::string> detach_errors_;  // allocation -> its last failed detach
+  // Allocation -> its last failed detach. Persisted, with the allocations
+  // in detaching_ as failed (the service stopped while they were leaving).
+  std::map<uint64_t, std::string> detach_errors_;
 };
 
 }  // namespace hz::scheduler
