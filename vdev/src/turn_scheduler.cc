@@ -19,7 +19,8 @@ struct TurnScheduler::Account {
   uint64_t weight = 1;
   uint64_t virtual_time = 0;
   int members = 0;
-  int active = 0;  // members waiting or running
+  int active = 0;                  // members waiting or running
+  ChargeTotals* totals = nullptr;  // empty key: not counted
 };
 
 TurnScheduler::TurnScheduler(Clock clock) : clock_(std::move(clock)) {}
@@ -39,6 +40,7 @@ std::unique_ptr<TurnScheduler::Member> TurnScheduler::Join(const std::string& sh
     if (!slot) {
       slot = std::make_unique<Account>();
       slot->key = share_key;
+      slot->totals = TotalsOf(share_key);
     }
     account = slot.get();
   }
@@ -88,6 +90,10 @@ void TurnScheduler::End(Member* m, bool more) {
   const int64_t elapsed = std::max<int64_t>(Now() - m->turn_started_, 0);
   Account* a = m->account_;
   a->virtual_time += static_cast<uint64_t>(elapsed) * kScale / a->weight;
+  if (a->totals != nullptr) {
+    a->totals->nanoseconds.fetch_add(static_cast<uint64_t>(elapsed), std::memory_order_relaxed);
+    a->totals->turns.fetch_add(1, std::memory_order_relaxed);
+  }
   running_ = nullptr;
   if (more) {
     Enqueue(m);
@@ -164,6 +170,21 @@ TurnScheduler::Member* TurnScheduler::Least() const {
     if (Earlier(v, best_v) || (v == best_v && m->seq_ < best->seq_)) best = m;
   }
   return best;
+}
+
+std::map<std::string, TurnScheduler::Charge> TurnScheduler::Charges() const {
+  std::map<std::string, Charge> out;
+  std::lock_guard<std::mutex> lock(totals_mu_);
+  for (const auto& [key, t] : totals_) {
+    out[key] = {t.nanoseconds.load(std::memory_order_relaxed),
+                t.turns.load(std::memory_order_relaxed)};
+  }
+  return out;
+}
+
+TurnScheduler::ChargeTotals* TurnScheduler::TotalsOf(const std::string& share_key) {
+  std::lock_guard<std::mutex> lock(totals_mu_);
+  return &totals_.try_emplace(share_key).first->second;
 }
 
 int64_t TurnScheduler::Now() const {

@@ -7,11 +7,15 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -183,6 +187,11 @@ class VdevTurnSchedulerTest : public ::testing::Test {
     return counts;
   }
 
+  // Requests served for VM id so far.
+  int64_t Served(int id) const {
+    return std::count(thread_.served.begin(), thread_.served.end(), id);
+  }
+
   FakeThread thread_;
 };
 
@@ -304,6 +313,94 @@ TEST_F(VdevTurnSchedulerTest, WithoutASchedulerTurnsAlternate) {
   thread_.Serve(4000);
   std::vector<int> n = CountLast(4000, 2);
   EXPECT_NEAR(n[0], n[1], 2 * kChainsPerTurn);
+}
+
+TEST_F(VdevTurnSchedulerTest, ChargesAreEachShareKeysMeasuredTimeAndTurns) {
+  auto sched = Scheduler();
+  Vm a(0, 1000, &thread_, Shared(sched, "a", 2));
+  Vm b(1, 1000, &thread_, Shared(sched, "b", 1));
+  a.Kick();
+  b.Kick();
+  thread_.Serve(3000);
+  std::map<std::string, TurnScheduler::Charge> c = sched->Charges();
+  ASSERT_EQ(c.size(), 2u);
+  // The fake clock moves only while requests are served: each key was
+  // charged exactly its requests' time, not divided by its weight, in turns
+  // of kChainsPerTurn requests.
+  EXPECT_EQ(c["a"].nanoseconds, static_cast<uint64_t>(Served(0) * 1000));
+  EXPECT_EQ(c["b"].nanoseconds, static_cast<uint64_t>(Served(1) * 1000));
+  EXPECT_EQ(c["a"].turns, static_cast<uint64_t>(Served(0) / kChainsPerTurn));
+  EXPECT_EQ(c["b"].turns, static_cast<uint64_t>(Served(1) / kChainsPerTurn));
+  // Under contention the charges follow the weights, 2 : 1.
+  EXPECT_NEAR(static_cast<double>(c["a"].nanoseconds) / static_cast<double>(c["b"].nanoseconds),
+              2.0, 0.05);
+}
+
+TEST_F(VdevTurnSchedulerTest, SessionsWithOneShareKeyAreChargedTogether) {
+  auto sched = Scheduler();
+  Vm x1(0, 1000, &thread_, Shared(sched, "x", 1));
+  Vm x2(1, 3000, &thread_, Shared(sched, "x", 1));
+  x1.Kick();
+  x2.Kick();
+  thread_.Serve(400);
+  std::map<std::string, TurnScheduler::Charge> c = sched->Charges();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c["x"].nanoseconds, static_cast<uint64_t>(Served(0) * 1000 + Served(1) * 3000));
+  EXPECT_EQ(c["x"].turns, static_cast<uint64_t>((Served(0) + Served(1)) / kChainsPerTurn));
+}
+
+TEST_F(VdevTurnSchedulerTest, ChargesOutliveTheSessionsAndGoOnWithTheNextOne) {
+  auto sched = Scheduler();
+  uint64_t before = 0;
+  {
+    Vm a(0, 1000, &thread_, Shared(sched, "a", 1));
+    a.Kick();
+    thread_.Serve(40);
+    before = sched->Charges()["a"].nanoseconds;
+    ASSERT_EQ(before, static_cast<uint64_t>(Served(0) * 1000));
+    a.Disconnect();
+    while (thread_.RunOne()) {  // what was posted for a, dropped
+    }
+  }
+  // The key's sessions all left: its charge stays (a counter never goes back).
+  EXPECT_EQ(sched->Charges()["a"].nanoseconds, before);
+  Vm again(1, 1000, &thread_, Shared(sched, "a", 1));
+  again.Kick();
+  thread_.Serve(40);
+  EXPECT_EQ(sched->Charges()["a"].nanoseconds, before + Served(1) * 1000);
+}
+
+TEST_F(VdevTurnSchedulerTest, SessionsWithoutAShareKeyAreNotInTheCharges) {
+  auto sched = Scheduler();
+  Vm a(0, 1000, &thread_, Shared(sched, "", 1));
+  a.Kick();
+  thread_.Serve(40);
+  EXPECT_TRUE(sched->Charges().empty());
+}
+
+TEST_F(VdevTurnSchedulerTest, ChargesAreReadOnAnotherThreadWhileTurnsRun) {
+  auto sched = Scheduler();
+  Vm a(0, 1000, &thread_, Shared(sched, "a", 1));
+  Vm b(1, 1000, &thread_, Shared(sched, "b", 1));
+  std::atomic<bool> done{false};
+  bool grew_only = true;
+  std::thread reader([&] {
+    uint64_t last = 0;
+    while (!done.load()) {
+      const auto c = sched->Charges();
+      const auto it = c.find("a");
+      const uint64_t now = it == c.end() ? 0 : it->second.nanoseconds;
+      grew_only = grew_only && now >= last;
+      last = now;
+    }
+  });
+  a.Kick();
+  b.Kick();
+  thread_.Serve(20000);
+  done = true;
+  reader.join();
+  EXPECT_TRUE(grew_only);
+  EXPECT_EQ(sched->Charges()["a"].nanoseconds, static_cast<uint64_t>(Served(0) * 1000));
 }
 
 }  // namespace

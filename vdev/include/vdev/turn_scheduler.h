@@ -24,19 +24,22 @@
 // has (ties go to the one that waited longer); otherwise the session waits,
 // and is resumed by a post onto its executor, as a turn whose budget ran
 // out was before.
-// Cost: two clock reads per turn (vDSO, no system call) and no thread of
-// its own.
+// Cost: two clock reads per turn (vDSO, no system call), two uncontended
+// atomic adds for the charges (Charges()), and no thread of its own.
 //
 // Not thread-safe: every session given one scheduler must run on the same
 // thread (give each connection thread, that is each io_context run by one
-// thread, a scheduler of its own).
+// thread, a scheduler of its own). Only Charges() may be called from any
+// thread.
 #ifndef VDEV_TURN_SCHEDULER_H_
 #define VDEV_TURN_SCHEDULER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -63,8 +66,27 @@ class TurnScheduler {
   std::unique_ptr<Member> Join(const std::string& share_key, uint32_t weight,
                                std::function<void()> resume);
 
+  // What the sessions of one share key were charged: the turns they ran and
+  // the turns' measured time (real nanoseconds, before the weight divides it).
+  struct Charge {
+    uint64_t nanoseconds = 0;
+    uint64_t turns = 0;
+  };
+  // Each share key's charge since its first session joined, kept after its
+  // sessions leave so that it only grows (one entry per key ever joined);
+  // sessions with an empty key are not in it. Any thread may call it.
+  std::map<std::string, Charge> Charges() const;
+
  private:
   struct Account;
+  // A share key's charge, in atomics: End adds to them on the owning thread
+  // and Charges() reads them on any. Posting the read onto the owning thread
+  // instead would make every reader wait for that thread, which may be busy
+  // for a while (that is when its charges matter).
+  struct ChargeTotals {
+    std::atomic<uint64_t> nanoseconds{0};
+    std::atomic<uint64_t> turns{0};
+  };
 
   // Virtual time is nanoseconds * kScale / weight: keeps the fractions of
   // high weights.
@@ -85,6 +107,8 @@ class TurnScheduler {
   void Wake();
   Member* Least() const;
   int64_t Now() const;
+  // share_key's totals, made at its first Join.
+  ChargeTotals* TotalsOf(const std::string& share_key);
 
   const Clock clock_;
   std::map<std::string, std::unique_ptr<Account>> shared_;  // by share key
@@ -94,6 +118,10 @@ class TurnScheduler {
   // The thread's virtual time: the start of the latest turn run.
   uint64_t now_virtual_ = 0;
   uint64_t next_seq_ = 0;
+  // Taken by Join of a new account and by Charges(), never per turn. The
+  // map's entries are never erased: their addresses stay valid.
+  mutable std::mutex totals_mu_;
+  std::map<std::string, ChargeTotals> totals_;  // by share key
 };
 
 class TurnScheduler::Member {
