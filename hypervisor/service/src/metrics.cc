@@ -138,10 +138,26 @@ void Metrics::CollectTenants(const std::vector<std::string>& names, prometheus::
   }
 }
 
+void Metrics::CollectTurns(const MetricsSnapshot& snap, prometheus::Registry* r) {
+  auto& seconds = CounterFamily(r, "hz_vdev_turn_seconds_total",
+                                "Connection-thread time the tenant's VMs were charged for their "
+                                "turns, over all connection threads; under contention tenants are "
+                                "charged in proportion to their weights.");
+  auto& turns = CounterFamily(r, "hz_vdev_turns_total",
+                              "Turns the tenant's VMs ran on the connection threads.");
+  for (const std::string& name : snap.tenant_names) {
+    TenantTurns t;
+    if (auto it = snap.tenant_turns.find(name); it != snap.tenant_turns.end()) t = it->second;
+    SetCounter(seconds, {{"tenant", name}}, static_cast<double>(t.nanoseconds) / 1e9);
+    SetCounter(turns, {{"tenant", name}}, static_cast<double>(t.turns));
+  }
+}
+
 void Metrics::Collect(const MetricsSnapshot& snap, prometheus::Registry* r) const {
   CollectRequests(r);
   CollectLatency(r);
   CollectTenants(snap.tenant_names, r);
+  CollectTurns(snap, r);
   AddGauge(r, "hz_vms_bound", "VM sockets bound to a tenant.", snap.vms_bound);
   AddGauge(r, "hz_vms_connected", "VM front-ends connected.", snap.vms_connected);
   AddGauge(r, "hz_tenants", "Tenants known to the service.", snap.tenants);

@@ -12,6 +12,7 @@
 #include "metrics_families.h"
 #include "metrics_server.h"
 #include "protocol/harmonaize_opcodes.h"
+#include "vdev/turn_scheduler.h"
 
 namespace hz::service {
 
@@ -79,6 +80,17 @@ std::string Service::MetricsText() const {
   }
   for (const auto& t : tenants_.List()) snap.tenant_names.push_back(t->name());
   snap.tenants = snap.tenant_names.size();
+  // Read here, not on the connection threads: the schedulers keep their
+  // charges in atomics for any thread to read, so a busy connection thread
+  // does not hold up the scrape. vdev_threads_ is made by Start before the
+  // metrics endpoint serves and cleared by Shutdown on the endpoint's thread.
+  for (const auto& t : vdev_threads_) {
+    for (const auto& [tenant, c] : t->turns->Charges()) {
+      TenantTurns& sum = snap.tenant_turns[tenant];
+      sum.nanoseconds += c.nanoseconds;
+      sum.turns += c.turns;
+    }
+  }
   snap.draining = draining_.load();
   devices_.ForEach([&](HzDevice& d) {
     DeviceInfo i = d.Info();

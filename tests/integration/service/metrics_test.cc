@@ -72,6 +72,8 @@ TEST(ServiceMetricsTest, ALiveScrapePassesPromtoolAndHasTheFamilies) {
            {"hz_request_duration_seconds", "histogram"},
            {"hz_tenant_requests_total", "counter"},
            {"hz_tenant_request_bytes_total", "counter"},
+           {"hz_vdev_turn_seconds_total", "counter"},
+           {"hz_vdev_turns_total", "counter"},
            {"hz_checkpoint_saves_total", "counter"},
            {"hz_checkpoint_persisted_bytes_total", "counter"},
            {"hz_checkpoint_persist_failures_total", "counter"},

@@ -112,6 +112,21 @@ TEST(ServiceMetricsTest, TenantSeriesFollowTheTenants) {
   EXPECT_TRUE(Has(text, "hz_requests_total{opcode=\"ALLREDUCE\",status=\"OK\"} 2"));
 }
 
+TEST(ServiceMetricsTest, TurnChargesAppearForEachTenant) {
+  Metrics m;
+  MetricsSnapshot snap;
+  snap.tenant_names = {"acme", "idle"};
+  snap.tenant_turns["acme"] = {1500000000, 42};
+  snap.tenant_turns["gone"] = {7, 1};  // charged before it was removed
+  std::string text = m.Format(snap);
+  EXPECT_TRUE(Has(text, "hz_vdev_turn_seconds_total{tenant=\"acme\"} 1.5")) << text;
+  EXPECT_TRUE(Has(text, "hz_vdev_turns_total{tenant=\"acme\"} 42"));
+  // A tenant that ran no turn yet is there at zero; a removed one is not.
+  EXPECT_TRUE(Has(text, "hz_vdev_turn_seconds_total{tenant=\"idle\"} 0"));
+  EXPECT_TRUE(Has(text, "hz_vdev_turns_total{tenant=\"idle\"} 0"));
+  EXPECT_EQ(text.find("tenant=\"gone\""), std::string::npos) << text;
+}
+
 // Every line is a comment or "name{labels} value" with a numeric value.
 TEST(ServiceMetricsTest, ExpositionIsWellFormed) {
   Metrics m;

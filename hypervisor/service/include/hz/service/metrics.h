@@ -24,6 +24,13 @@ class Registry;
 
 namespace hz::service {
 
+// Connection-thread time a tenant's VMs were charged for their turns, summed
+// over the connection threads (vdev::TurnScheduler::Charges).
+struct TenantTurns {
+  uint64_t nanoseconds = 0;
+  uint64_t turns = 0;
+};
+
 // Values read at scrape time from the service's state.
 struct MetricsSnapshot {
   uint64_t vms_bound = 0;
@@ -39,6 +46,8 @@ struct MetricsSnapshot {
   // The tenants that exist now: only their per-tenant series are exported,
   // and the counters of a removed tenant are dropped.
   std::vector<std::string> tenant_names;
+  // tenant -> its turns; a tenant of tenant_names that is not here had none.
+  std::map<std::string, TenantTurns> tenant_turns;
 };
 
 // What one tenant's VMs asked of the device (billing, quotas). Devices hold
@@ -92,6 +101,7 @@ class Metrics {
   void CollectRequests(prometheus::Registry* r) const;
   void CollectLatency(prometheus::Registry* r) const;
   void CollectTenants(const std::vector<std::string>& names, prometheus::Registry* r) const;
+  static void CollectTurns(const MetricsSnapshot& snap, prometheus::Registry* r);
 
   std::array<std::array<std::atomic<uint64_t>, HZ_S_MAX + 1>, kOpcodeSlots> requests_{};
   std::array<std::atomic<uint64_t>, kOpcodeSlots> bytes_{};
