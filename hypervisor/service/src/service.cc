@@ -216,6 +216,11 @@ hz::Status Service::CreateTenant(const TenantSpec& spec) {
     if (hz::Status s = engines_->CheckTenantLimits(spec); !s.ok()) return s;
   }
   if (hz::Status s = tenants_.Create(spec); !s.ok()) return s;
+  {
+    std::map<std::string, TenantTurns> charged = ChargedTurns();
+    std::lock_guard<std::mutex> lock(mu_);
+    turns_before_[spec.name] = charged[spec.name];
+  }
   if (coll_) coll_->SetTenantWeight(TenantId(spec.name), spec.weight);
   if (engines_) engines_->SetTenantLimits(spec);
   spdlog::info(

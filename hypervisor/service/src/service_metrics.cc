@@ -1,5 +1,6 @@
 // What the service reports about itself: `hzctl status` and `hzctl counters`
 // (Status, Counters) and the Prometheus exposition of /metrics (MetricsText).
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
@@ -72,6 +73,22 @@ json Service::Counters() const {
   return out;
 }
 
+std::map<std::string, TenantTurns> Service::ChargedTurns() const {
+  std::map<std::string, TenantTurns> out;
+  // Read here, not on the connection threads: the schedulers keep their
+  // charges in atomics for any thread to read, so a busy connection thread
+  // does not hold up the reader. vdev_threads_ is made by Start before the
+  // metrics endpoint serves and cleared by Shutdown on the endpoint's thread.
+  for (const auto& t : vdev_threads_) {
+    for (const auto& [tenant, c] : t->turns->Charges()) {
+      TenantTurns& sum = out[tenant];
+      sum.nanoseconds += c.nanoseconds;
+      sum.turns += c.turns;
+    }
+  }
+  return out;
+}
+
 std::string Service::MetricsText() const {
   MetricsSnapshot snap;
   {
@@ -80,15 +97,14 @@ std::string Service::MetricsText() const {
   }
   for (const auto& t : tenants_.List()) snap.tenant_names.push_back(t->name());
   snap.tenants = snap.tenant_names.size();
-  // Read here, not on the connection threads: the schedulers keep their
-  // charges in atomics for any thread to read, so a busy connection thread
-  // does not hold up the scrape. vdev_threads_ is made by Start before the
-  // metrics endpoint serves and cleared by Shutdown on the endpoint's thread.
-  for (const auto& t : vdev_threads_) {
-    for (const auto& [tenant, c] : t->turns->Charges()) {
-      TenantTurns& sum = snap.tenant_turns[tenant];
-      sum.nanoseconds += c.nanoseconds;
-      sum.turns += c.turns;
+  snap.tenant_turns = ChargedTurns();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [tenant, sum] : snap.tenant_turns) {
+      auto before = turns_before_.find(tenant);
+      if (before == turns_before_.end()) continue;
+      sum.nanoseconds -= std::min(sum.nanoseconds, before->second.nanoseconds);
+      sum.turns -= std::min(sum.turns, before->second.turns);
     }
   }
   snap.draining = draining_.load();

@@ -1,7 +1,8 @@
 // Tenants whose VMs keep one connection thread busy share it by their
 // weights: harmonaized charges each VM's turns to its tenant's account (by
 // the tenant's name, with its --weight), and /metrics shows each tenant's
-// charged time (hz_vdev_turn_seconds_total).
+// charged time (hz_vdev_turn_seconds_total), from zero for a tenant that
+// takes the name of a removed one.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -207,6 +208,22 @@ TEST(ServiceTurnShareTest, TenantsShareAConnectionThreadByTheirWeights) {
   // So do the requests answered: they all cost the same.
   EXPECT_GT(heavy_requests / light_requests, 1.8)
       << "heavy " << heavy_requests << ", light " << light_requests;
+
+  // A tenant created under the name of a removed one inherits none of its
+  // charged time.
+  floods.clear();
+  for (int i = 0; i < tenants.at("light").second; ++i) {
+    const std::string sock = svc.dir() + "/light" + std::to_string(i) + ".sock";
+    auto r = svc.Control({{"cmd", "vm.unbind"}, {"socket", sock}});
+    ASSERT_TRUE(r.value("ok", false)) << r.dump();
+  }
+  auto r = svc.Control({{"cmd", "tenant.remove"}, {"name", "light"}});
+  ASSERT_TRUE(r.value("ok", false)) << r.dump();
+  r = svc.Control({{"cmd", "tenant.create"}, {"name", "light"}, {"weight", 1}});
+  ASSERT_TRUE(r.value("ok", false)) << r.dump();
+  const std::map<std::string, double> renewed = TurnSeconds(static_cast<uint16_t>(port), names);
+  EXPECT_EQ(renewed.at("light"), 0.0);
+  EXPECT_GE(renewed.at("heavy"), after.at("heavy"));
 }
 
 }  // namespace

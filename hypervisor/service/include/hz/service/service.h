@@ -227,8 +227,14 @@ class Service : public ControlTarget {
   std::vector<std::unique_ptr<VdevThread>> vdev_threads_;  // vhost-user connections
   std::unique_ptr<boost::asio::thread_pool> background_;   // env_.background
 
-  mutable std::mutex mu_;                    // bindings_
+  mutable std::mutex mu_;                    // bindings_, turns_before_
   std::map<std::string, Binding> bindings_;  // socket path -> binding
+  // The connection threads charge turns by tenant name for the process's
+  // life; a tenant created under the name of a removed one starts from
+  // what that one was charged, so that it inherits nothing.
+  std::map<std::string, TenantTurns> turns_before_;
+  // Each tenant name's charges summed over the connection threads.
+  std::map<std::string, TenantTurns> ChargedTurns() const;
 
   // libvirt's domain definitions ([scheduler] libvirt_uri), opened at the
   // first `vm attach` or `vm detach` and again after libvirtd went away.
