@@ -491,6 +491,38 @@ Status Allocator::RemoveDevice(DeviceRef device) {
   return Status::Ok();
 }
 
+Status Allocator::SplitOff(const std::vector<DeviceRef>& moving, Allocation* out) {
+  // A copy: `moving` may be the source allocation's own list, changed below.
+  const std::vector<DeviceRef> devices = moving;
+  if (devices.empty()) return Status::InvalidArgument("no devices");
+  for (DeviceRef d : devices) {
+    if (!cluster_->Valid(d)) return Status::InvalidArgument("unknown device");
+  }
+  const uint64_t from = Owner(devices.front());
+  for (DeviceRef d : devices) {
+    if (from == 0 || Owner(d) != from) {
+      return Status::InvalidArgument("the devices are not all of one allocation");
+    }
+  }
+  Allocation& source = allocations_.at(from);
+  Allocation a;
+  a.id = next_id_++;
+  a.tenant = source.tenant;
+  a.request.locality = source.request.locality;
+  for (DeviceRef d : devices) {
+    if (std::find(a.devices.begin(), a.devices.end(), d) != a.devices.end()) continue;
+    (cluster_->device(d).kind == DeviceKind::kGpu ? a.request.gpus : a.request.nics) += 1;
+    std::erase(source.devices, d);
+    Own(d, a.id);  // owned all along: no free count moves
+    a.devices.push_back(d);
+  }
+  std::sort(a.devices.begin(), a.devices.end());
+  if (source.devices.empty()) allocations_.erase(from);
+  if (out) *out = a;
+  allocations_.emplace(a.id, std::move(a));
+  return Status::Ok();
+}
+
 Status Allocator::SetFailed(DeviceRef device, bool failed) {
   if (!cluster_->Valid(device)) return Status::InvalidArgument("unknown device");
   if (failed_[device.host][device.index] == failed) return Status::Ok();

@@ -130,22 +130,17 @@ Status Scheduler::FinishDetachReservation(const ReservationDetach& detach) {
 }
 
 void Scheduler::KeepReservationDevices(const ReservationDetach& detach, const Status& error) {
-  const std::string tenant = allocator_.Find(detach.allocation_id)->tenant;
-  Request req;
-  req.locality = HZ_LOC_SAME_HOST;
-  for (DeviceRef d : detach.devices) {
-    (cluster_.device(d).kind == DeviceKind::kGpu ? req.gpus : req.nics) += 1;
-    allocator_.RemoveDevice(d);
+  Allocation kept;
+  if (Status s = allocator_.SplitOff(detach.devices, &kept); !s.ok()) {
+    // Cannot happen (nothing else changes a reservation's devices while
+    // they leave); they stay with the reservation then, still never free.
+    spdlog::error("scheduler: devices that did not leave the VM stay with reservation {}: {}",
+                  detach.reservation_id, s.ToString());
+    KeepAfterFailedDetach(detach.allocation_id, error);
+    return;
   }
   if (!allocator_.Find(detach.allocation_id)) reservations_.erase(detach.reservation_id);
-  Allocation kept;
-  Status s = allocator_.AllocateDevices(tenant, req, detach.devices, &kept);
-  if (s.ok()) {
-    KeepAfterFailedDetach(kept.id, error);
-  } else {
-    // Cannot happen: the devices were just taken out of an allocation.
-    spdlog::error("scheduler: devices that did not leave the VM are free: {}", s.ToString());
-  }
+  KeepAfterFailedDetach(kept.id, error);
   if (Status p = Persist(); !p.ok()) {
     spdlog::error("scheduler: kept devices not persisted: {}", p.ToString());
   }

@@ -52,6 +52,36 @@ TEST(SchedulerAllocator, FourGpusFillOneIslandWithRailAlignedNics) {
   }
 }
 
+TEST(SchedulerAllocator, SplitOffMovesDevicesToANewAllocationWithoutFreeingThem) {
+  Cluster c = Hosts("hgx8", 1);
+  Allocator alloc(&c);
+  Allocation a, b;
+  ASSERT_TRUE(alloc.Allocate("t1", {4, 2, HZ_LOC_SAME_GROUP}, &a).ok());
+  ASSERT_TRUE(alloc.Allocate("t2", {1, 0, HZ_LOC_ANY}, &b).ok());
+  const uint32_t free_gpus = alloc.TotalFree(DeviceKind::kGpu);
+  const std::vector<DeviceRef> gpus = Of(c, a, DeviceKind::kGpu);
+  const std::vector<DeviceRef> moved = {gpus[2], gpus[3], Of(c, a, DeviceKind::kNic)[0]};
+
+  Allocation kept;
+  ASSERT_TRUE(alloc.SplitOff(moved, &kept).ok());
+  EXPECT_NE(kept.id, a.id);
+  EXPECT_EQ(kept.tenant, "t1");
+  EXPECT_EQ(kept.request.gpus, 2u);
+  EXPECT_EQ(kept.request.nics, 1u);
+  EXPECT_EQ(kept.request.locality, HZ_LOC_SAME_GROUP);
+  for (DeviceRef d : moved) EXPECT_EQ(alloc.Owner(d), kept.id);
+  EXPECT_EQ(alloc.Find(a.id)->devices.size(), 3u);
+  EXPECT_EQ(alloc.TotalFree(DeviceKind::kGpu), free_gpus);
+
+  // Devices of two allocations, or a free one, are refused and nothing moves.
+  EXPECT_EQ(alloc.SplitOff({gpus[0], b.devices[0]}, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(alloc.Owner(gpus[0]), a.id);
+  // Moving what is left removes the allocation.
+  ASSERT_TRUE(alloc.SplitOff(alloc.Find(a.id)->devices, nullptr).ok());
+  EXPECT_EQ(alloc.Find(a.id), nullptr);
+  EXPECT_EQ(alloc.TotalFree(DeviceKind::kGpu), free_gpus);
+}
+
 TEST(SchedulerAllocator, TwoGpusShareASwitchWithTheirNics) {
   Cluster c = Hosts("hgx8", 1);
   Allocator alloc(&c);

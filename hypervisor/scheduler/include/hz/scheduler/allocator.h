@@ -68,6 +68,10 @@ class Allocator {
   // Takes one device out of its allocation (a failed device after detach).
   // An allocation left empty is removed.
   Status RemoveDevice(DeviceRef device);
+  // Moves `devices`, all of one allocation, to a new allocation of the same
+  // tenant and locality; they are never free in between, whatever their
+  // IOMMU groups. An allocation left empty is removed.
+  Status SplitOff(const std::vector<DeviceRef>& devices, Allocation* out);
 
   // A failed device is never placed; repair makes it placeable again.
   Status SetFailed(DeviceRef device, bool failed);
