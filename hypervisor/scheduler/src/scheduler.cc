@@ -220,6 +220,12 @@ Status Scheduler::DetachUnlocked(std::unique_lock<std::mutex>& lock, uint64_t al
   return LeaveVmUnlocked(lock, allocation_id, devices);
 }
 
+bool Scheduler::IsLeaving(DeviceRef d) const {
+  auto it = detaching_.find(allocator_.Owner(d));
+  return it != detaching_.end() &&
+         std::find(it->second.begin(), it->second.end(), d) != it->second.end();
+}
+
 void Scheduler::MarkLeaving(uint64_t allocation_id, const std::vector<DeviceRef>& devices) {
   // The guest may take its time (detach_wait) or never let go. The devices
   // stay owned by the allocation meanwhile, so nothing hands them out, and
@@ -505,10 +511,7 @@ nlohmann::json Scheduler::Inventory() const {
     const Device& d = inv.devices[i];
     const DeviceRef ref{0, i};
     const uint64_t owner = allocator_.Owner(ref);
-    auto leaving = detaching_.find(owner);
-    const bool releasing =
-        leaving != detaching_.end() &&
-        std::find(leaving->second.begin(), leaving->second.end(), ref) != leaving->second.end();
+    const bool releasing = IsLeaving(ref);
     char ids[16];
     std::snprintf(ids, sizeof(ids), "%04x:%04x", d.vendor, d.device_id);
     nlohmann::json j{{"bdf", d.bdf},

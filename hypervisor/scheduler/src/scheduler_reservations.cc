@@ -48,8 +48,8 @@ Status Scheduler::AttachReservation(const TenantId& id, uint64_t reservation_id,
       if (owner == 0 && left > 0) {
         chosen.push_back(d);
         --left;
-      } else if (auto it = detaching_.find(owner); it != detaching_.end()) {
-        leaving += std::count(it->second.begin(), it->second.end(), d);
+      } else if (IsLeaving(d)) {
+        ++leaving;
       }
     }
     if (left > 0 && left <= leaving) {
@@ -86,13 +86,9 @@ StatusOr<ReservationDetach> Scheduler::BeginDetachReservation(const TenantId& id
   if (!a || a->tenant != tenant) return Status::State("reservation of another tenant");
   // Devices already on their way out (an earlier release of some of them)
   // are no longer the reservation's.
-  auto leaving = detaching_.find(aid);
   std::vector<DeviceRef> held;
   for (DeviceRef d : a->devices) {
-    if (leaving == detaching_.end() ||
-        std::find(leaving->second.begin(), leaving->second.end(), d) == leaving->second.end()) {
-      held.push_back(d);
-    }
+    if (!IsLeaving(d)) held.push_back(d);
   }
   if (count > held.size()) {
     return Status::InvalidArgument("reservation holds fewer than " + std::to_string(count) +

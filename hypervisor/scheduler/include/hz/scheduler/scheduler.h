@@ -257,6 +257,8 @@ class Scheduler {
   void KeepAfterFailedDetach(uint64_t allocation_id, const Status& error);
   // kBusy when a detach from the allocation is under way.
   Status CheckNotDetaching(uint64_t allocation_id) const;
+  // The device is leaving its VM (in detaching_).
+  bool IsLeaving(DeviceRef d) const;
   Status FindDevice(const std::string& bdf, DeviceRef* ref) const;
   bool IsReservationAllocation(uint64_t allocation_id) const;
 
