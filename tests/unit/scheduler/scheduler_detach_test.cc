@@ -20,8 +20,6 @@ namespace hz::scheduler {
 namespace {
 
 using testing::AllocationBdfs;
-using testing::CopyFixtureSysfs;
-using testing::FixtureToml;
 using testing::kBound;
 using testing::LetGoAtEnd;
 using testing::RecordingSink;
@@ -31,10 +29,7 @@ using testing::TempDir;
 class SchedulerSlowDetach : public ::testing::Test {
  protected:
   void SetUp() override {
-    options_.sysfs_root = CopyFixtureSysfs("hgx8", dir_.path());
-    options_.provider_file = FixtureToml("hgx8");
-    options_.state_path = dir_.path() + "/scheduler.json";
-    options_.sync = false;
+    options_ = testing::FixtureSchedulerOptions("hgx8", dir_.path());
     Reopen();
     ASSERT_TRUE(sched_->BindTenant(TenantId("slow"), SlowGuestAttacher::kSlowVm).ok());
     ASSERT_TRUE(sched_->BindTenant(TenantId("quick"), "vm-quick").ok());

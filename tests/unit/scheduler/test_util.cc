@@ -67,4 +67,13 @@ std::set<std::string> AllocationBdfs(const Scheduler& scheduler, uint64_t id) {
   return out;
 }
 
+SchedulerOptions FixtureSchedulerOptions(const std::string& name, const std::string& dir) {
+  SchedulerOptions o;
+  o.sysfs_root = CopyFixtureSysfs(name, dir);
+  o.provider_file = FixtureToml(name);
+  o.state_path = dir + "/scheduler.json";
+  o.sync = false;
+  return o;
+}
+
 }  // namespace hz::scheduler::testing

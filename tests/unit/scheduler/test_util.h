@@ -39,6 +39,10 @@ class TempDir {
 // and returns that path.
 std::string CopyFixtureSysfs(const std::string& name, const std::string& dir);
 
+// A scheduler on a scratch copy of fixture `name` in `dir`, its state in
+// dir/scheduler.json, without fsync.
+SchedulerOptions FixtureSchedulerOptions(const std::string& name, const std::string& dir);
+
 std::string ReadText(const std::string& path);
 
 // The addresses of allocation `id`'s devices, as Allocations() lists them.

@@ -17,8 +17,6 @@ namespace {
 
 namespace ev = hz::events;
 namespace sc = hz::scheduler;
-using sc::testing::CopyFixtureSysfs;
-using sc::testing::FixtureToml;
 using sc::testing::RecordingSink;
 using sc::testing::TempDir;
 
@@ -31,12 +29,9 @@ class NoVm : public sc::DomainAttacher {
 class ServiceReplacement : public ::testing::Test {
  protected:
   void SetUp() override {
-    sc::SchedulerOptions o;
-    o.sysfs_root = CopyFixtureSysfs("hgx8", dir_.path());
-    o.provider_file = FixtureToml("hgx8");
-    o.state_path = dir_.path() + "/scheduler.json";
-    o.sync = false;
-    ASSERT_TRUE(sc::Scheduler::Open(o, &vm_, &sink_, &sched_).ok());
+    ASSERT_TRUE(sc::Scheduler::Open(sc::testing::FixtureSchedulerOptions("hgx8", dir_.path()), &vm_,
+                                    &sink_, &sched_)
+                    .ok());
     resources_ = std::make_unique<SchedulerResources>(sched_.get());
     engine_ = std::make_unique<negotiation::NegotiationEngine>(negotiation::NegotiationOptions{},
                                                                resources_.get(), &sink_);

@@ -21,8 +21,6 @@ namespace {
 
 namespace neg = hz::negotiation;
 namespace sc = hz::scheduler;
-using sc::testing::CopyFixtureSysfs;
-using sc::testing::FixtureToml;
 using sc::testing::kBound;
 using sc::testing::LetGoAtEnd;
 using sc::testing::RecordingSink;
@@ -34,12 +32,9 @@ constexpr uint64_t kNow = 1'700'000'000;
 class ReservationDetach : public ::testing::Test {
  protected:
   void SetUp() override {
-    sc::SchedulerOptions o;
-    o.sysfs_root = CopyFixtureSysfs("hgx8", dir_.path());
-    o.provider_file = FixtureToml("hgx8");
-    o.state_path = dir_.path() + "/scheduler.json";
-    o.sync = false;
-    ASSERT_TRUE(sc::Scheduler::Open(o, &vm_, &sink_, &sched_).ok());
+    ASSERT_TRUE(sc::Scheduler::Open(sc::testing::FixtureSchedulerOptions("hgx8", dir_.path()), &vm_,
+                                    &sink_, &sched_)
+                    .ok());
     ASSERT_TRUE(sched_->BindTenant(TenantId("slow"), SlowGuestAttacher::kSlowVm).ok());
     ASSERT_TRUE(sched_->BindTenant(TenantId("quick"), "vm-quick").ok());
     resources_ = std::make_unique<SchedulerResources>(sched_.get());
