@@ -1,6 +1,5 @@
 #include "connection.h"
 
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,11 +39,6 @@ inline void CpuRelax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
-}
-
-void SetNonBlocking(int fd) {
-  int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0 && !(flags & O_NONBLOCK)) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
 }  // namespace
@@ -122,13 +116,15 @@ void Connection::DoClose(const std::string& reason) {
 }
 
 void Connection::WaitReadable() {
-  if (closed_) return;
+  if (closed_ || read_armed_) return;
+  read_armed_ = true;
   WaitSocket(Socket::wait_read, &Connection::OnReadable);
 }
 
 void Connection::WaitSocket(Socket::wait_type what, void (Connection::*ready)()) {
-  socket_.async_wait(what, asio::bind_executor(strand_, [self = shared_from_this(), ready](
+  socket_.async_wait(what, asio::bind_executor(strand_, [self = shared_from_this(), ready, what](
                                                             const boost::system::error_code& ec) {
+                       (what == Socket::wait_read ? self->read_armed_ : self->write_armed_) = false;
                        if (self->closed_) return;
                        if (ec) {
                          self->DoClose("socket wait failed: " + ec.message());
@@ -139,10 +135,11 @@ void Connection::WaitSocket(Socket::wait_type what, void (Connection::*ready)())
 }
 
 void Connection::OnReadable() {
+  if (frozen_) return;  // Thaw() waits again
   const int fd = socket_.native_handle();
   alignas(8) uint8_t buf[sizeof(vu::Header) + vu::kMaxPayload];
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * vu::kMaxFds)];
-  for (int handled = 0; !closed_;) {
+  for (int handled = 0; !closed_ && !frozen_;) {
     size_t want = reader_.Want();
     struct iovec iov = {buf, want};
     struct msghdr mh = {};
@@ -232,6 +229,7 @@ bool Connection::SendReply(std::vector<uint8_t> bytes) {
 }
 
 void Connection::OnWritable() {
+  if (exported_) return;  // the successor sends the rest
   const int fd = socket_.native_handle();
   bool progress = false;
   while (!out_.empty() && !closed_) {
@@ -268,6 +266,8 @@ void Connection::OnWritable() {
 }
 
 void Connection::WaitWritable() {
+  if (write_armed_) return;
+  write_armed_ = true;
   WaitSocket(Socket::wait_write, &Connection::OnWritable);
 }
 
@@ -359,6 +359,104 @@ void Connection::PollSlice() {
     if (!session_.Poll()) CpuRelax();
     if (pass % kPassesPerClockCheck == 0 && std::chrono::steady_clock::now() >= deadline) return;
   }
+}
+
+void Connection::Run(std::function<void(Connection&)> fn) {
+  asio::post(strand_, [self = shared_from_this(), fn = std::move(fn)] { fn(*self); });
+}
+
+void Connection::Freeze() {
+  if (closed_ || frozen_) return;
+  frozen_ = true;
+  session_.Freeze();
+}
+
+Error Connection::Export(ConnectionRecord* out, SnapshotFds* fds) {
+  if (closed_) return "the connection is closed";
+  if (!frozen_) return "the connection is not frozen";
+  ConnectionRecord r;
+  r.socket = fds->Add(socket_.native_handle());
+  if (Error e = session_.Export(&r.session, fds); !e.empty()) return e;
+  r.partial_message = reader_.PartialBytes();
+  for (const UniqueFd& fd : reader_.partial_fds()) r.partial_fds.push_back(fds->Add(fd.get()));
+  for (size_t i = 0; i < out_.size(); ++i) {
+    const std::vector<uint8_t>& reply = out_[i];
+    const size_t skip = i == 0 ? out_offset_ : 0;
+    r.unsent_replies.append(reinterpret_cast<const char*>(reply.data()) + skip,
+                            reply.size() - skip);
+  }
+  if (fds->failed()) return "out of descriptors";
+  exported_ = true;
+  *out = std::move(r);
+  return {};
+}
+
+void Connection::Thaw() {
+  if (closed_ || !frozen_) return;
+  frozen_ = false;
+  exported_ = false;
+  session_.Thaw();
+  WaitReadable();
+  if (!out_.empty() && !write_armed_) OnWritable();
+}
+
+void Connection::Abandon() {
+  if (closed_) return;
+  closed_ = true;
+  spdlog::info("vdev[{}]: connection handed over", name_);
+  polling_ = false;
+  reply_timer_.cancel();
+  stop_timer_.cancel();
+  out_.clear();
+  session_.Abandon();
+  for (auto& k : kicks_) {
+    if (k) {
+      k->sd.release();
+      k.reset();
+    }
+  }
+  // Closes this process's descriptor only: the successor holds the socket.
+  boost::system::error_code ec;
+  socket_.close(ec);
+}
+
+void Connection::Resume(ConnectionRecord record, std::shared_ptr<std::vector<UniqueFd>> fds,
+                        std::function<void(const Error&)> done) {
+  asio::post(strand_, [self = shared_from_this(), record = std::move(record), fds,
+                       done = std::move(done)] {
+    spdlog::info("vdev[{}]: front-end taken over from the previous process", self->name_);
+    self->session_.Start();
+    Error e = self->session_.Restore(record.session, *fds);
+    if (e.empty()) {
+      std::vector<UniqueFd> partial_fds;
+      for (int index : record.partial_fds) partial_fds.push_back(std::move((*fds)[index]));
+      const auto* bytes = reinterpret_cast<const uint8_t*>(record.partial_message.data());
+      size_t left = record.partial_message.size();
+      while (e.empty() && left > 0) {
+        const size_t n = std::min(left, self->reader_.Want());
+        if (n == 0) {
+          e = "the partial message is longer than its header says";
+          break;
+        }
+        e = self->reader_.Feed(bytes, n, &partial_fds);
+        bytes += n;
+        left -= n;
+      }
+      if (e.empty() && self->reader_.Ready()) e = "the partial message is whole";
+    }
+    if (!e.empty()) {
+      spdlog::error("vdev[{}]: could not take the session over: {}", self->name_, e);
+      self->DoClose("hand-over failed");
+      done(e);
+      return;
+    }
+    done(e);
+    self->WaitReadable();
+    if (!record.unsent_replies.empty()) {
+      const auto* r = reinterpret_cast<const uint8_t*>(record.unsent_replies.data());
+      self->SendReply(std::vector<uint8_t>(r, r + record.unsent_replies.size()));
+    }
+  });
 }
 
 }  // namespace vdev

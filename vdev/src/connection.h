@@ -44,6 +44,26 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   // Closes the connection from any thread (posted onto the strand).
   void Close(std::string reason);
 
+  // Live upgrade, on the strand (Run posts there; server.cc waits for it).
+  // Freeze stops reading messages (wherever the stream stands: a partial
+  // message is handed over) and serving rings; chains in flight and a
+  // pending GET_VRING_BASE still finish.
+  void Run(std::function<void(Connection&)> fn);
+  void Freeze();
+  bool Quiescent() const { return session_.Quiescent(); }
+  // Writes the frozen, quiescent connection into *out; from then on no
+  // reply is sent (the successor sends what is left).
+  Error Export(ConnectionRecord* out, SnapshotFds* fds);
+  // The hand-over did not happen: serve again.
+  void Thaw();
+  // The successor serves this connection: let go without a word.
+  void Abandon();
+  // Instead of Start(): takes over a predecessor's connection (on the
+  // strand); done gets an empty string, or why the session could not be
+  // rebuilt (the connection is then closed).
+  void Resume(ConnectionRecord record, std::shared_ptr<std::vector<UniqueFd>> fds,
+              std::function<void(const Error&)> done);
+
   // SessionHost.
   void Post(std::function<void()> fn) override;
   void WatchKick(uint16_t queue, int fd) override;
@@ -88,6 +108,10 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   bool polling_ = false;
   bool poll_scheduled_ = false;
   bool closed_ = false;
+  bool read_armed_ = false;   // a socket read wait is pending
+  bool write_armed_ = false;  // a socket write wait is pending
+  bool frozen_ = false;       // Freeze(): read nothing more
+  bool exported_ = false;     // Export(): send nothing more
   // Outgoing replies the socket did not take yet; front() is partly sent.
   const ReplyLimits reply_limits_;
   std::deque<std::vector<uint8_t>> out_;

@@ -27,6 +27,23 @@ bool EchoDevice::SetConfig(uint32_t offset, std::span<const uint8_t> data) {
   return true;
 }
 
+bool EchoDevice::SaveState(std::string* state) const {
+  state->assign(config_.begin(), config_.end());
+  return true;
+}
+
+bool EchoDevice::RestoreState(std::string_view state) {
+  // Another configuration (size, queue count) is another device.
+  if (state.size() != config_.size() ||
+      !std::equal(config_.begin(),
+                  config_.begin() + std::min<size_t>(config_.size(), kReadOnlyConfigBytes),
+                  reinterpret_cast<const uint8_t*>(state.data()))) {
+    return false;
+  }
+  config_.assign(state.begin(), state.end());
+  return true;
+}
+
 namespace {
 
 // Any number of segments on either side.

@@ -57,6 +57,13 @@ Error MessageReader::Feed(const uint8_t* data, size_t n, std::vector<UniqueFd>* 
   return {};
 }
 
+std::string MessageReader::PartialBytes() const {
+  const size_t header = std::min(have_, sizeof(vu::Header));
+  std::string out(reinterpret_cast<const char*>(&msg_.header), header);
+  if (have_ > header) out.append(reinterpret_cast<const char*>(msg_.payload), have_ - header);
+  return out;
+}
+
 Message MessageReader::Take() {
   Message out = std::move(msg_);
   msg_.header = {};

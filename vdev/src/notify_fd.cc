@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 #include "blocking_call_guard.h"
 
@@ -35,6 +37,20 @@ bool DrainEventFd(int fd) {
   if (flags < 0 || !(flags & O_NONBLOCK)) return false;
   BlockingCallGuard guard;  // as in NotifyEventFd: the flag may go after the check
   return read(fd, &count, sizeof(count)) >= 0 || errno != EINTR;
+}
+
+bool IsEventFd(int fd) {
+  char link[64];
+  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+  if (n <= 0) return false;
+  link[n] = 0;
+  return std::strcmp(link, "anon_inode:[eventfd]") == 0;
+}
+
+void SetNonBlocking(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0 && !(flags & O_NONBLOCK)) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
 }  // namespace vdev

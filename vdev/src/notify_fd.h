@@ -32,6 +32,16 @@ NotifyResult NotifyEventFd(int fd);
 // blocking on such a kernel.
 bool DrainEventFd(int fd);
 
+// Kick, call and err fds must be eventfds: a socket whose peer is gone would
+// raise SIGPIPE on the notification write, a full pipe would block the
+// connection's thread, and a file would never become readable. (An eventfd's
+// file flags stay shared with the front-end, which can make it blocking
+// again: the functions above read and write them so that this never blocks.)
+bool IsEventFd(int fd);
+
+// Sets O_NONBLOCK on an fd the back-end waits on or writes to.
+void SetNonBlocking(int fd);
+
 }  // namespace vdev
 
 #endif  // VDEV_SRC_NOTIFY_FD_H_

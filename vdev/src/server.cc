@@ -4,12 +4,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <future>
 #include <mutex>
+#include <thread>
 
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "connection.h"
+#include "spdlog/fmt/fmt.h"
 #include "spdlog/spdlog.h"
 #include "vdev/listener.h"
 
@@ -40,6 +44,9 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
   void AdmitNow(stream_protocol::socket socket);
   void Connect();
   void Adopt(stream_protocol::socket socket);
+  // The connection for a front-end's socket, registered as the active one
+  // but not started; nullptr when the factory makes no device.
+  std::shared_ptr<Connection> MakeConnection(stream_protocol::socket socket);
   void OnConnectionClosed();
   // A front-end arrived: adopt it, or while busy let it wait for the
   // hand-over (refused if one waits already).
@@ -66,15 +73,22 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
   std::chrono::steady_clock::time_point last_admitted;
   AcceptBackoff backoff;  // touched only by Accept and Stop
   std::atomic<bool> stopped{false};
+  bool frozen = false;  // on the io_context: a hand-over is under way
   std::atomic<uint64_t> accepted{0};
 };
 
 void Server::State::Adopt(stream_protocol::socket socket) {
-  std::unique_ptr<Device> device = factory(path);
-  if (device == nullptr) {
+  std::shared_ptr<Connection> conn = MakeConnection(std::move(socket));
+  if (conn == nullptr) {
     spdlog::error("vdev[{}]: device factory returned no device; closing", path);
     return;
   }
+  conn->Start();
+}
+
+std::shared_ptr<Connection> Server::State::MakeConnection(stream_protocol::socket socket) {
+  std::unique_ptr<Device> device = factory(path);
+  if (device == nullptr) return nullptr;
   std::weak_ptr<State> weak = weak_from_this();
   auto conn = std::make_shared<Connection>(
       io, std::move(socket), std::move(device), options.session, path,
@@ -88,7 +102,7 @@ void Server::State::Adopt(stream_protocol::socket socket) {
     busy = true;
   }
   accepted.fetch_add(1);
-  conn->Start();
+  return conn;
 }
 
 void Server::State::OnConnectionClosed() {
@@ -116,6 +130,12 @@ void Server::State::Accept() {
                                                     stream_protocol::socket socket) {
     if (self->stopped) return;
     if (!self->backoff.Accepted(ec, [self] { self->Accept(); })) return;
+    if (self->frozen) {
+      // Accepted just as the hand-over froze the listener; Thaw or the
+      // successor accepts the next one.
+      self->Refuse(std::move(socket));
+      return;
+    }
     self->AdmitPaced(std::move(socket));
   });
 }
@@ -255,6 +275,148 @@ void Server::Stop() {
     waiting->close(ignored);
   }
   if (conn) conn->Close("server stopped");
+}
+
+namespace {
+
+// Runs fn on the executor and waits for it (the caller is not on it).
+template <typename Executor, typename Fn>
+auto RunAndWait(const Executor& executor, Fn fn) {
+  std::packaged_task<decltype(fn())()> task(std::move(fn));
+  auto result = task.get_future();
+  asio::post(executor, [&task] { task(); });
+  return result.get();
+}
+
+// Runs fn on the connection's strand and waits for it.
+template <typename Fn>
+auto RunOnConnection(const std::shared_ptr<Connection>& conn, Fn fn) {
+  std::promise<decltype(fn(*conn))> promise;
+  auto result = promise.get_future();
+  conn->Run([&](Connection& c) { promise.set_value(fn(c)); });
+  return result.get();
+}
+
+}  // namespace
+
+Error Server::Freeze(std::chrono::milliseconds timeout) {
+  State& s = *state_;
+  std::shared_ptr<Connection> conn = RunAndWait(s.io.get_executor(), [&s] {
+    s.frozen = true;
+    boost::system::error_code ec;
+    if (s.acceptor.is_open()) s.acceptor.cancel(ec);
+    std::lock_guard<std::mutex> lock(s.mu);
+    return s.active.lock();
+  });
+  if (conn == nullptr) return {};
+  RunOnConnection(conn, [](Connection& c) {
+    c.Freeze();
+    return true;
+  });
+  // Chains in flight complete through posts to the strand; check between.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (RunOnConnection(conn, [](Connection& c) { return c.Quiescent(); })) return {};
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return fmt::format("{}: chains still in flight after {} ms", path_, timeout.count());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Error Server::Export(ServerRecord* out, SnapshotFds* fds) {
+  State& s = *state_;
+  ServerRecord r;
+  r.path = path_;
+  std::shared_ptr<Connection> conn = RunAndWait(s.io.get_executor(), [&] {
+    if (s.acceptor.is_open()) r.listener = fds->Add(s.acceptor.native_handle());
+    std::lock_guard<std::mutex> lock(s.mu);
+    return s.active.lock();
+  });
+  if (conn != nullptr) {
+    r.has_connection = true;
+    Error e = RunOnConnection(conn, [&](Connection& c) { return c.Export(&r.connection, fds); });
+    if (!e.empty()) return path_ + ": " + e;
+  }
+  if (fds->failed()) return path_ + ": out of descriptors";
+  *out = std::move(r);
+  return {};
+}
+
+void Server::Thaw() {
+  State& s = *state_;
+  std::shared_ptr<Connection> conn = RunAndWait(s.io.get_executor(), [&s] {
+    if (s.frozen && !s.stopped && s.acceptor.is_open()) s.Accept();
+    s.frozen = false;
+    std::lock_guard<std::mutex> lock(s.mu);
+    return s.active.lock();
+  });
+  if (conn != nullptr) {
+    RunOnConnection(conn, [](Connection& c) {
+      c.Thaw();
+      return true;
+    });
+  }
+}
+
+void Server::Abandon() {
+  State& s = *state_;
+  std::shared_ptr<Connection> conn = RunAndWait(s.io.get_executor(), [&s] {
+    s.stopped = true;
+    boost::system::error_code ec;
+    s.acceptor.close(ec);  // this process's descriptor; the path stays
+    s.timer.cancel();
+    s.pace_timer.cancel();
+    s.backoff.Cancel();
+    std::lock_guard<std::mutex> lock(s.mu);
+    return s.active.lock();
+  });
+  if (conn != nullptr) {
+    RunOnConnection(conn, [](Connection& c) {
+      c.Abandon();
+      return true;
+    });
+  }
+}
+
+bool Server::StartFrom(const ServerRecord& record, std::shared_ptr<std::vector<UniqueFd>> fds,
+                       std::function<void(const Error&)> done, std::string* error) {
+  State& s = *state_;
+  if (record.path != path_) {
+    *error = fmt::format("the record is for {}, this server serves {}", record.path, path_);
+    return false;
+  }
+  if (record.listener != kNoFd) {
+    boost::system::error_code ec;
+    s.acceptor.assign(stream_protocol(), (*fds)[record.listener].release(), ec);
+    if (ec) {
+      *error = path_ + ": cannot take the listening socket over: " + ec.message();
+      return false;
+    }
+    spdlog::info("vdev: listening on {} (taken over)", path_);
+    s.Accept();
+  } else if (s.options.mode == ServerOptions::Mode::kServer) {
+    *error = path_ + ": the record has no listening socket";
+    return false;
+  }
+  if (!record.has_connection) {
+    asio::post(s.io, [done = std::move(done)] { done({}); });
+    return true;
+  }
+  stream_protocol::socket socket(s.io);
+  boost::system::error_code ec;
+  socket.assign(stream_protocol(), (*fds)[record.connection.socket].release(), ec);
+  if (ec) {
+    *error = path_ + ": cannot take the connection over: " + ec.message();
+    return false;
+  }
+  std::shared_ptr<Connection> conn = s.MakeConnection(std::move(socket));
+  if (conn == nullptr) {
+    *error = path_ + ": the device factory returned no device";
+    return false;
+  }
+  conn->Resume(record.connection, std::move(fds), std::move(done));
+  return true;
 }
 
 bool Server::connected() const {

@@ -1,6 +1,5 @@
 #include "vdev/session.h"
 
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <limits>
 
 #include "blocking_call_guard.h"
+#include "notify_fd.h"
 #include "spdlog/fmt/fmt.h"
 #include "spdlog/spdlog.h"
 
@@ -32,25 +32,6 @@ bool HasOwnReply(uint32_t request) {
     default:
       return false;
   }
-}
-
-// Kick, call and err fds must be eventfds: a socket whose peer is gone would
-// raise SIGPIPE on the notification write, a full pipe would block the
-// connection's thread, and a file would never become readable. (An eventfd's
-// file flags stay shared with the front-end, which can make it blocking
-// again: notify_fd.h reads and writes them so that this never blocks.)
-bool IsEventFd(int fd) {
-  char link[64];
-  std::string path = "/proc/self/fd/" + std::to_string(fd);
-  ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
-  if (n <= 0) return false;
-  link[n] = 0;
-  return std::strcmp(link, "anon_inode:[eventfd]") == 0;
-}
-
-void SetNonBlocking(int fd) {
-  int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0 && !(flags & O_NONBLOCK)) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
 }  // namespace
@@ -475,7 +456,7 @@ void Session::Reconcile(uint16_t i) {
     // Chains made available before the ring ran (or a kick that fired while
     // it was disabled) must not wait for the next kick.
     s.q->NewTurn();
-    if (s.delivered && s.q->HasAvailable()) {
+    if (s.delivered && !frozen_ && s.q->HasAvailable()) {
       if (turns_) {
         WantTurn(i);
       } else {
@@ -496,7 +477,7 @@ void Session::UpdatePolling() {
   for (uint16_t i = 0; i < queues_.size(); ++i) {
     if (queues_[i].delivered && Polled(i)) polled_.push_back(i);
   }
-  bool want = !polled_.empty();
+  bool want = !polled_.empty() && !frozen_;
   if (want != polling_) {
     polling_ = want;
     host_->SetPolling(want);
@@ -504,7 +485,7 @@ void Session::UpdatePolling() {
 }
 
 void Session::Kick(uint16_t queue) {
-  if (queue >= queues_.size() || !queues_[queue].delivered) return;
+  if (queue >= queues_.size() || !queues_[queue].delivered || frozen_) return;
   if (turns_) {
     WantTurn(queue);
     return;
@@ -542,6 +523,7 @@ void Session::RunTurn() {
 
 bool Session::Poll() {
   bool work = false;
+  if (frozen_) return false;
   // Indexing (not iterators): a device callback cannot change the list, but
   // stay safe if one ever does.
   for (size_t k = 0; k < polled_.size(); ++k) {

@@ -1,17 +1,44 @@
 // vdev-echo-backend: serves the echo device on a vhost-user socket, for
 // real-QEMU handshake tests and benchmarks. Logs every vhost-user message at
 // debug level (--log-level debug) and exits cleanly on SIGTERM / SIGINT.
+//
+// SIGUSR2 upgrades it live (upgrade.h), as nginx does: it starts
+// --upgrade-binary (by default the program it was started as) with the same
+// arguments and hands it the socket and the connected front-end, which keeps
+// its device. If the successor does not take over, this process carries on.
+#include <unistd.h>
+
+#include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 
 #include "CLI/CLI.hpp"
 #include "spdlog/spdlog.h"
 #include "vdev/echo_device.h"
 #include "vdev/server.h"
+#include "vdev/upgrade.h"
+
+namespace {
+
+// The program this process runs, resolved now: after a package upgrade
+// replaces the file, /proc/self/exe names the deleted old one.
+std::string OwnBinary() {
+  char path[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return {};
+  path[n] = 0;
+  return path;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"vhost-user echo back-end (vdev)"};
@@ -39,7 +66,21 @@ int main(int argc, char** argv) {
       ->excludes("--require-sealed-memory");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  std::string upgrade_binary = OwnBinary();
+  int handoff_fd = -1;
+  app.add_option("--upgrade-binary", upgrade_binary, "the program SIGUSR2 upgrades to");
+  app.add_option(vdev::kHandoffFdOption, handoff_fd,
+                 "take over from a predecessor on this descriptor (set by the predecessor)");
   CLI11_PARSE(app, argc, argv);
+  // The successor gets the same arguments, less the hand-over descriptor.
+  std::vector<std::string> successor_args;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == vdev::kHandoffFdOption) {
+      ++i;
+      continue;
+    }
+    successor_args.emplace_back(argv[i]);
+  }
 
   spdlog::set_level(spdlog::level::from_str(log_level));
 
@@ -61,10 +102,47 @@ int main(int argc, char** argv) {
       },
       options);
   std::string error;
-  if (!server.Start(&error)) {
+  vdev::Server* servers[] = {&server};
+  if (handoff_fd >= 0) {
+    vdev::Takeover takeover(handoff_fd);
+    if (std::string e = takeover.Receive(std::chrono::seconds(10)); !e.empty()) {
+      spdlog::error("vdev-echo-backend: no take-over: {}", e);
+      return 1;
+    }
+    if (!takeover.Serve(servers, &error)) spdlog::error("vdev-echo-backend: {}", error);
+  } else if (!server.Start(&error)) {
     spdlog::error("vdev-echo-backend: {}", error);
     return 1;
   }
+
+  bool handed_over = false;
+  std::thread upgrader;
+  boost::asio::signal_set upgrade_signal(io, SIGUSR2);
+  std::function<void()> await_upgrade = [&] {
+    upgrade_signal.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      if (upgrader.joinable()) upgrader.join();
+      // The hand-over waits for work on the io_context: run it off it.
+      upgrader = std::thread([&] {
+        vdev::UpgradeOptions upgrade;
+        upgrade.binary = upgrade_binary;
+        upgrade.args = successor_args;
+        spdlog::info("vdev-echo-backend: upgrading to {}", upgrade.binary);
+        vdev::UpgradeResult r = vdev::HandOver(servers, nullptr, upgrade);
+        boost::asio::post(io, [&, r] {
+          if (!r.error.empty()) {
+            spdlog::error("vdev-echo-backend: upgrade failed, still serving: {}", r.error);
+            await_upgrade();
+            return;
+          }
+          handed_over = true;
+          io.stop();
+        });
+      });
+    });
+  };
+  await_upgrade();
+
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signo) {
     if (ec) return;
@@ -75,6 +153,14 @@ int main(int argc, char** argv) {
     io.stop();
   });
   io.run();
+  if (upgrader.joinable()) upgrader.join();
+  if (handed_over) {
+    spdlog::info("vdev-echo-backend: handed over to its successor; exiting");
+    spdlog::shutdown();
+    // The successor serves everything now: leave without the destructors,
+    // which would tear down what it took over.
+    std::_Exit(0);
+  }
   spdlog::info("vdev-echo-backend: exited");
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace vdev {
@@ -190,6 +191,19 @@ class Device {
   // RESET_DEVICE, SET_STATUS 0 or disconnect: drop all per-driver state.
   virtual void OnReset() {}
   virtual void OnDisconnect() {}
+
+  // Live upgrade (session_snapshot.h). The device's state goes into the
+  // snapshot as opaque bytes, taken while the session is quiescent (no chain
+  // in flight); the successor's device gets it back after OnConnect and
+  // OnMemory, before any queue starts. RestoreState returns false for state
+  // it cannot take (the hand-over is then refused). The defaults suit a
+  // device with no state of its own.
+  virtual bool SaveState(std::string* /*state*/) const { return true; }
+  virtual bool RestoreState(std::string_view state) { return state.empty(); }
+  // The session was handed to a successor: let go of everything without
+  // telling anyone (no completions, no notifications, nothing left behind
+  // for other sessions to see), since the successor carries on from here.
+  virtual void OnHandedOver() {}
 };
 
 // Creates one Device per accepted connection (one connection per VM).

@@ -4,12 +4,15 @@
 //
 // Config space (config_size bytes, at most 256): bytes 0-3 "ECHO", bytes 4-5
 // the queue count (little-endian), bytes 6-7 zero, then byte i holds i & 0xff.
-// Bytes 0-7 are read-only; SET_CONFIG may write the rest.
+// Bytes 0-7 are read-only; SET_CONFIG may write the rest, and a live upgrade
+// keeps what it wrote.
 #ifndef VDEV_ECHO_DEVICE_H_
 #define VDEV_ECHO_DEVICE_H_
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "vdev/device.h"
@@ -37,6 +40,10 @@ class EchoDevice final : public Device {
   void OnConnect(DeviceContext& ctx) override { ctx_ = &ctx; }
   void OnKick(Queue& queue) override;
   void OnDisconnect() override { ctx_ = nullptr; }
+  // The writable config bytes are the device's state: a live upgrade keeps
+  // what the driver wrote there.
+  bool SaveState(std::string* state) const override;
+  bool RestoreState(std::string_view state) override;
 
   // Chains echoed so far (any thread may read).
   uint64_t chains() const { return chains_echoed_.load(std::memory_order_relaxed); }

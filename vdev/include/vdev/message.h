@@ -76,6 +76,11 @@ class MessageReader {
   // True once a whole message is ready; Take() moves it out.
   bool Ready() const { return ready_; }
   Message Take();
+  // A live upgrade hands a message the front-end sent only part of to the
+  // successor: the bytes so far (feed them back through Feed, Want() at a
+  // time) and the descriptors that came with them.
+  std::string PartialBytes() const;
+  const std::vector<UniqueFd>& partial_fds() const { return msg_.fds; }
 
  private:
   Message msg_;

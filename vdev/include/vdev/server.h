@@ -36,6 +36,7 @@
 #define VDEV_SERVER_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -44,6 +45,7 @@
 #include "vdev/device.h"
 #include "vdev/listener.h"
 #include "vdev/session.h"
+#include "vdev/session_snapshot.h"
 
 namespace vdev {
 
@@ -91,6 +93,27 @@ class Server {
   // Stops listening or reconnecting and closes the connection (asynchronously,
   // on its strand). Safe to call more than once, from the io_context's thread.
   void Stop();
+
+  // --- Live upgrade (upgrade.h drives these). Any thread but the
+  // io_context's: each waits for work it posts there. ---
+  // Stops accepting (front-ends that connect wait in the backlog, which the
+  // successor inherits) and freezes the connection, then waits up to
+  // timeout for it to be quiescent (no chain in flight). On failure, Thaw.
+  Error Freeze(std::chrono::milliseconds timeout);
+  // Writes the frozen server into *out, duplicating its descriptors.
+  Error Export(ServerRecord* out, SnapshotFds* fds);
+  // The hand-over did not happen: accept and serve again.
+  void Thaw();
+  // The successor serves: let go of the listener and the connection without
+  // unlinking the socket path or writing anything to the front-end.
+  void Abandon();
+  // Instead of Start(): serves what a predecessor handed over (record.path
+  // must be this server's path; fds are the snapshot's, record names which).
+  // done runs once, on the io_context, with the result of rebuilding the
+  // connection's session (at once when there is none). Returns false with
+  // *error when the listener cannot be taken over.
+  bool StartFrom(const ServerRecord& record, std::shared_ptr<std::vector<UniqueFd>> fds,
+                 std::function<void(const Error&)> done, std::string* error);
 
   const std::string& path() const { return path_; }
   // True while a front-end is connected.

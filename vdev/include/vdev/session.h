@@ -23,6 +23,7 @@
 #include "vdev/device.h"
 #include "vdev/memory_map.h"
 #include "vdev/message.h"
+#include "vdev/session_snapshot.h"
 #include "vdev/split_queue.h"
 #include "vdev/turn_scheduler.h"
 
@@ -118,6 +119,29 @@ class Session final : public DeviceContext {
   std::vector<uint8_t> FinishStop();
   const SessionOptions& options() const { return options_; }
 
+  // --- Live upgrade (session_snapshot.h), on the executor. ---
+  // Stops serving the rings: kicks are no longer watched, polling stops and
+  // no turn runs; chains in flight still complete. A successor re-reads the
+  // avail rings, so no kick that arrives meanwhile is lost.
+  void Freeze();
+  // Serves again (the hand-over did not happen), including anything the
+  // driver made available meanwhile.
+  void Thaw();
+  bool frozen() const { return frozen_; }
+  // No chain in flight and no GET_VRING_BASE waiting: the state can be taken.
+  bool Quiescent() const;
+  // Writes a frozen, quiescent session into *out, duplicating its
+  // descriptors into fds.
+  Error Export(SessionRecord* out, SnapshotFds* fds);
+  // Rebuilds the session from a predecessor's record, right after Start()
+  // and before any message. fds are the snapshot's; the descriptors the
+  // record names are taken from it. On error the session is unusable (close
+  // the connection).
+  Error Restore(const SessionRecord& record, std::vector<UniqueFd>& fds);
+  // A successor serves this session now: let go of its descriptors and
+  // rings without writing to them, and tell the device (OnHandedOver).
+  void Abandon();
+
   // DeviceContext. Post and Memory are safe from any thread;
   // NotifyConfigChanged belongs on the executor (Post it from elsewhere).
   void Post(std::function<void()> fn) override;
@@ -159,6 +183,9 @@ class Session final : public DeviceContext {
   void StopAllQueues();
   void Reconcile(uint16_t i);
   void UpdatePolling();
+  // Restore's steps.
+  Error RestoreMemory(const SessionRecord& record, std::vector<UniqueFd>& fds);
+  Error RestoreQueue(uint16_t i, const QueueRecord& record, std::vector<UniqueFd>& fds);
   bool Polled(uint16_t i) const;
   bool Negotiated(uint64_t protocol_bit) const { return acked_protocol_ & (1ull << protocol_bit); }
   // With a turn scheduler: queue i wants a turn; it runs now if the thread
@@ -184,6 +211,7 @@ class Session final : public DeviceContext {
   bool ever_started_ = false;
   int pending_stop_ = -1;  // queue whose GET_VRING_BASE reply waits, or -1
   bool disconnected_ = false;
+  bool frozen_ = false;  // Freeze(): a hand-over is under way
   // Turn scheduling (options_.turn_scheduler); reset on disconnect.
   std::unique_ptr<TurnScheduler::Member> turns_;
   std::deque<uint16_t> wanting_turns_;  // rings with a turn waiting, in order

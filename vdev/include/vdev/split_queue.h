@@ -125,6 +125,10 @@ class SplitQueue final : public Queue {
   // Chains popped and not completed yet.
   uint32_t in_flight() const { return in_flight_; }
 
+  bool has_addresses() const { return has_addresses_; }
+  uint64_t desc_addr() const { return desc_uva_; }
+  uint64_t avail_addr() const { return avail_uva_; }
+  uint64_t used_addr() const { return used_uva_; }
   bool started() const { return started_; }
   bool broken() const { return broken_; }
   uint16_t last_avail() const { return last_avail_; }
