@@ -23,6 +23,11 @@ void Session::Freeze() {
   // A turn granted later finds nothing to run and ends at once.
   wanting_turns_.clear();
   UpdatePolling();
+  // Chains the device keeps (event buffers, requests waiting for peers) come
+  // back now or through later posts.
+  for (QueueState& s : queues_) {
+    if (s.delivered) device_->OnQueueFreezing(*s.q);
+  }
 }
 
 void Session::Thaw() {
@@ -44,8 +49,9 @@ void Session::Thaw() {
 
 bool Session::Quiescent() const {
   if (StopPending()) return false;
-  return std::all_of(queues_.begin(), queues_.end(),
-                     [](const QueueState& s) { return s.q->in_flight() == 0; });
+  return std::all_of(queues_.begin(), queues_.end(), [](const QueueState& s) {
+    return s.q->in_flight() == s.q->returned().size();
+  });
 }
 
 Error Session::Export(SessionRecord* out, SnapshotFds* fds) {
@@ -74,6 +80,7 @@ Error Session::Export(SessionRecord* out, SnapshotFds* fds) {
     q.avail_addr = s.q->avail_addr();
     q.used_addr = s.q->used_addr();
     q.last_avail = s.q->last_avail();
+    q.returned.assign(s.q->returned().begin(), s.q->returned().end());
     q.started = s.started;
     q.enabled = s.enabled;
     q.nofd_kick = s.nofd_kick;
@@ -140,6 +147,7 @@ Error Session::RestoreQueue(uint16_t i, const QueueRecord& r, std::vector<Unique
   if (!r.started) return {};
   Error error;
   if (!s.q->Start(memory_, &error)) return error;
+  if (!s.q->AdoptReturned(r.returned)) return fmt::format("queue {}: bad returned heads", i);
   s.started = true;
   if (s.kick.valid()) {
     host_->WatchKick(i, s.kick.get());

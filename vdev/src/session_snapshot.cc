@@ -109,12 +109,19 @@ class FdIndices {
 };
 
 json EncodeQueue(const QueueRecord& q) {
-  return {{"size", q.size},           {"has_addresses", q.has_addresses},
-          {"desc_addr", q.desc_addr}, {"avail_addr", q.avail_addr},
-          {"used_addr", q.used_addr}, {"last_avail", q.last_avail},
-          {"started", q.started},     {"enabled", q.enabled},
-          {"nofd_kick", q.nofd_kick}, {"kick", q.kick},
-          {"call", q.call},           {"err", q.err}};
+  return {{"size", q.size},
+          {"has_addresses", q.has_addresses},
+          {"desc_addr", q.desc_addr},
+          {"avail_addr", q.avail_addr},
+          {"used_addr", q.used_addr},
+          {"last_avail", q.last_avail},
+          {"returned", q.returned},
+          {"started", q.started},
+          {"enabled", q.enabled},
+          {"nofd_kick", q.nofd_kick},
+          {"kick", q.kick},
+          {"call", q.call},
+          {"err", q.err}};
 }
 
 QueueRecord DecodeQueue(const json& j, FdIndices& fds) {
@@ -125,6 +132,14 @@ QueueRecord DecodeQueue(const json& j, FdIndices& fds) {
   q.avail_addr = Unsigned(j, "avail_addr", UINT64_MAX);
   q.used_addr = Unsigned(j, "used_addr", UINT64_MAX);
   q.last_avail = static_cast<uint16_t>(Unsigned(j, "last_avail", UINT16_MAX));
+  if (j.contains("returned")) {
+    const json& heads = Array(j, "returned");
+    if (heads.size() > q.size) Refuse("more returned chains than the ring holds");
+    for (const json& head : heads) {
+      json holder = {{"head", head}};
+      q.returned.push_back(static_cast<uint16_t>(Unsigned(holder, "head", q.size - 1u)));
+    }
+  }
   q.started = Bool(j, "started");
   q.enabled = Bool(j, "enabled");
   q.nofd_kick = Bool(j, "nofd_kick");

@@ -175,6 +175,7 @@ bool SplitQueue::Start(MemoryMapPtr memory, std::string* error) {
   hot_ = {};
   inflight_.assign(size_, 0);
   in_flight_ = 0;
+  returned_.clear();
   ring_id_ = NextRingId();
   started_ = true;
   broken_ = false;
@@ -214,6 +215,7 @@ void SplitQueue::Stop() {
   desc_ = avail_ = used_ = nullptr;
   inflight_.clear();
   in_flight_ = 0;
+  returned_.clear();
   draining_ = false;
   UpdatePopping();
 }
@@ -265,6 +267,8 @@ bool SplitQueue::EnableNotifyAndRecheck() {
 
 bool SplitQueue::HasAvailable() {
   if (!popping_) return false;
+  if (!returned_.empty()) [[unlikely]]
+    return true;
   if (last_avail_ != avail_cache_) return true;
   if (!RefreshAvail()) return false;
   return last_avail_ != avail_cache_;
@@ -667,6 +671,8 @@ void SplitQueue::BadHead(uint16_t head) {
 // as PopBatch, without its run bookkeeping.
 bool SplitQueue::Pop(Chain* out) {
   if (!popping_) return false;
+  if (!returned_.empty()) [[unlikely]]
+    return PopReturned({out, 1}) == 1;
   while (CanTake()) {
     --budget_;
     uint16_t head;
@@ -690,6 +696,8 @@ bool SplitQueue::Pop(Chain* out) {
 size_t SplitQueue::PopBatch(std::span<Chain> out) {
   if (!popping_) return 0;
   size_t n = 0;
+  if (!returned_.empty()) [[unlikely]]
+    n = PopReturned(out);
   while (n < out.size() && CanTake()) {
     // A run of avail entries the driver published, the turn allows and out
     // has room for: the checks above hold for all of them, and the
@@ -841,6 +849,47 @@ void SplitQueue::Flush() {
   } else {
     ++stats_.suppressed;
   }
+}
+
+void SplitQueue::Return(const Chain& chain) {
+  if (!started_ || chain.ring_id_ != ring_id_) return;  // the ring it came from is gone
+  const uint16_t head = chain.head_;
+  if (head >= size_ || !inflight_[head]) [[unlikely]] {
+    NotInFlight(head);
+    return;
+  }
+  returned_.push_back(head);
+}
+
+size_t SplitQueue::PopReturned(std::span<Chain> out) {
+  size_t n = 0;
+  while (n < out.size() && !returned_.empty()) {
+    const uint16_t head = returned_.front();
+    returned_.pop_front();
+    Chain* c = &out[n];
+    // The driver may not touch a chain it made available until it is used,
+    // but the walk checks it again all the same.
+    if (Walk(head, c, LoadDesc(desc_, head), head, 0, 0) != WalkResult::kOk) {
+      inflight_[head] = 0;
+      --in_flight_;
+      SkipMalformed(head, c);
+      continue;
+    }
+    Claim(head, c);
+    ++n;
+  }
+  return n;
+}
+
+bool SplitQueue::AdoptReturned(std::span<const uint16_t> heads) {
+  if (!started_) return false;
+  for (uint16_t head : heads) {
+    if (head >= size_ || inflight_[head]) return false;
+    inflight_[head] = 1;
+    ++in_flight_;
+    returned_.push_back(head);
+  }
+  return true;
 }
 
 }  // namespace vdev

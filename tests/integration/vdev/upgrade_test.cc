@@ -12,8 +12,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -41,11 +43,61 @@ namespace {
 
 using vdev::testing::TempSocketPath;
 
-// One echo server on its own io_context thread, remembering its devices.
+// A device that keeps the buffers of queue 0, as an event queue does, and
+// fills the oldest with its name whenever a request on queue 1 (echoed)
+// arrives. A live upgrade hands the kept buffers back (Queue::Return).
+class KeepingDevice final : public Device {
+ public:
+  explicit KeepingDevice(std::string name) : name_(std::move(name)) {}
+  uint64_t Features() const override { return vu::kFRingEventIdx; }
+  uint16_t NumQueues() const override { return 2; }
+  std::vector<uint8_t> ConfigSpace() const override { return {}; }
+  void OnQueueStarted(Queue& queue) override {
+    if (queue.index() == 0) events_ = &queue;
+  }
+  void OnQueueStopped(uint16_t index) override {
+    if (index == 0) {
+      events_ = nullptr;
+      kept_.clear();
+    }
+  }
+  void OnQueueFreezing(Queue& queue) override {
+    if (queue.index() != 0) return;
+    for (const Chain& c : kept_) queue.Return(c);
+    kept_.clear();
+  }
+  void OnKick(Queue& queue) override {
+    Chain c;
+    while (queue.Pop(&c)) {
+      if (queue.index() == 0) {
+        kept_.push_back(c);
+        continue;
+      }
+      if (events_ != nullptr && !kept_.empty()) {
+        const Chain& event = kept_.front();
+        events_->Complete(event, static_cast<uint32_t>(event.Write(0, name_.data(), name_.size())));
+        events_->Flush();
+        kept_.pop_front();
+      }
+      queue.Complete(c, static_cast<uint32_t>(EchoChain(c)));
+    }
+    queue.Flush();
+  }
+
+ private:
+  const std::string name_;
+  Queue* events_ = nullptr;
+  std::deque<Chain> kept_;
+};
+
+// One server on its own io_context thread, remembering its echo devices.
 class EchoServer {
  public:
-  explicit EchoServer(const std::string& path)
-      : work_(io_.get_executor()), server_(io_, path, [this](const std::string&) {
+  using MakeDevice = std::function<std::unique_ptr<Device>()>;
+  explicit EchoServer(const std::string& path, MakeDevice make = nullptr)
+      : work_(io_.get_executor()),
+        server_(io_, path, [this, make](const std::string&) -> std::unique_ptr<Device> {
+          if (make) return make();
           auto d = std::make_unique<EchoDevice>(vdev::testing::EchoOptions());
           device_ = d.get();
           return d;
@@ -210,6 +262,53 @@ TEST(LiveUpgrade, APartlySentMessageAndTheDevicesStateCarryOver) {
   ASSERT_EQ(reply.hdr.request, vu::kGetConfig);
   ASSERT_EQ(reply.payload.size(), sizeof(vu::ConfigHeader) + 4);
   EXPECT_EQ(std::memcmp(reply.payload.data() + sizeof(vu::ConfigHeader), set.data, 4), 0);
+}
+
+// Posts a writable-only buffer on queue 0 (kept by KeepingDevice).
+void PostEventBuffer(VirtioUser& dev, uint64_t cookie, uint64_t* gpa) {
+  ASSERT_NE(dev.Allocate(64, gpa), nullptr);
+  Buffer w{*gpa, 64};
+  ASSERT_TRUE(dev.AddChain(0, {}, {&w, 1}, cookie).ok());
+  ASSERT_TRUE(dev.Kick(0).ok());
+}
+
+// Sends one request on queue 1 and returns what the event buffer it
+// releases says.
+std::string NextEvent(VirtioUser& dev, uint64_t expected_cookie, uint64_t event_gpa) {
+  if (std::string e = EchoOnce(dev, 1, static_cast<uint32_t>(expected_cookie)); !e.empty()) {
+    return e;
+  }
+  Completion c{};
+  size_t n = 0;
+  if (Status s = dev.WaitUsed(0, kWait, &c, 1, &n); !s.ok()) return s.ToString();
+  if (c.cookie != expected_cookie) return "event buffer " + std::to_string(c.cookie);
+  const uint8_t* bytes = dev.memory().Translate(event_gpa, c.len);
+  if (bytes == nullptr) return "event buffer outside guest memory";
+  return "got:" + std::string(reinterpret_cast<const char*>(bytes), c.len);
+}
+
+TEST(LiveUpgrade, BuffersTheDeviceKeepsAreHandedBackAndServedByTheSuccessor) {
+  const std::string path = TempSocketPath("upgrade-keep");
+  EchoServer old_server(path, [] { return std::make_unique<KeepingDevice>("old"); });
+  EchoServer new_server(path, [] { return std::make_unique<KeepingDevice>("new"); });
+  std::string error;
+  ASSERT_TRUE(old_server.server().Start(&error)) << error;
+  old_server.Run();
+  VirtioUser dev;
+  ASSERT_TRUE(dev.Connect(path, DefaultOptions()).ok());
+  uint64_t gpa[4];
+  for (uint64_t i = 0; i < 4; ++i) PostEventBuffer(dev, 100 + i, &gpa[i]);
+  ASSERT_EQ(NextEvent(dev, 100, gpa[0]), "got:old");
+
+  // A hand-over that does not happen: the old device keeps them again.
+  ASSERT_EQ(old_server.server().Freeze(2000ms), "");
+  old_server.server().Thaw();
+  ASSERT_EQ(NextEvent(dev, 101, gpa[1]), "got:old");
+
+  ASSERT_EQ(HandOverInProcess(old_server, new_server), "");
+  ASSERT_EQ(NextEvent(dev, 102, gpa[2]), "got:new");
+  ASSERT_EQ(NextEvent(dev, 103, gpa[3]), "got:new");
+  EXPECT_TRUE(dev.Stop().ok());
 }
 
 // --- Across processes ------------------------------------------------------

@@ -144,6 +144,8 @@ class FakeQueue : public vdev::Queue {
     used.push_back({chain, written});
   }
   void Flush() override { flushes++; }
+  // A returned chain is popped again first, as SplitQueue does.
+  void Return(const vdev::Chain& chain) override { avail.push_front(chain); }
 
   std::deque<vdev::Chain> avail;
   struct Used {

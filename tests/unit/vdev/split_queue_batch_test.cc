@@ -249,6 +249,7 @@ TEST(VdevSplitQueueBatch, TheDefaultBatchFormsLoopOverPopAndComplete) {
       completed.emplace_back(chain.head(), written);
     }
     void Flush() override {}
+    void Return(const Chain&) override {}
     std::vector<std::pair<uint16_t, uint32_t>> completed;
 
    private:

@@ -156,6 +156,54 @@ TEST_F(VdevSplitQueueTest, OutOfOrderCompletionsAndAFullRing) {
   EXPECT_EQ(ring_.used_idx(), kSize);
 }
 
+TEST_F(VdevSplitQueueTest, AReturnedChainIsPoppedAgainBeforeNewOnes) {
+  PublishWritableChains(3);
+  Chain first, second;
+  ASSERT_TRUE(q_.Pop(&first));
+  ASSERT_TRUE(q_.Pop(&second));
+  q_.Return(second);
+  EXPECT_EQ(q_.in_flight(), 2u);  // still the back-end's
+  EXPECT_TRUE(q_.HasAvailable());
+  Chain again, next;
+  ASSERT_TRUE(q_.Pop(&again));
+  EXPECT_EQ(again.head(), second.head());
+  EXPECT_EQ(again.writable_bytes(), 4u);
+  ASSERT_TRUE(q_.Pop(&next));
+  EXPECT_EQ(next.head(), 2);
+  for (const Chain* c : {&first, &again, &next}) q_.Complete(*c, 4);
+  q_.Flush();
+  EXPECT_EQ(ring_.used_idx(), 3);
+  EXPECT_EQ(q_.in_flight(), 0u);
+}
+
+TEST_F(VdevSplitQueueTest, ASuccessorAdoptsReturnedHeadsAndServesThemFirst) {
+  PublishWritableChains(3);
+  Chain c0, c1;
+  ASSERT_TRUE(q_.Pop(&c0));
+  ASSERT_TRUE(q_.Pop(&c1));
+  q_.Return(c1);
+  q_.Return(c0);
+  const std::vector<uint16_t> heads(q_.returned().begin(), q_.returned().end());
+  const uint16_t base = q_.last_avail();
+  // The successor's queue, over the same ring.
+  SplitQueue successor(0);
+  successor.set_last_avail(base);
+  Configure(&successor, /*event_idx=*/false, /*indirect=*/true);
+  EXPECT_FALSE(successor.AdoptReturned(std::vector<uint16_t>{kSize}));  // outside the ring
+  ASSERT_TRUE(successor.AdoptReturned(heads));
+  EXPECT_FALSE(successor.AdoptReturned(heads));  // already in flight
+  EXPECT_EQ(successor.in_flight(), 2u);
+  std::vector<uint16_t> order;
+  for (Chain c; successor.Pop(&c);) {
+    order.push_back(c.head());
+    successor.Complete(c, 4);
+  }
+  successor.Flush();
+  EXPECT_EQ(order, (std::vector<uint16_t>{1, 0, 2}));
+  EXPECT_EQ(ring_.used_idx(), 3);
+  EXPECT_EQ(successor.in_flight(), 0u);
+}
+
 TEST_F(VdevSplitQueueTest, DescriptorLoopIsSkipped) {
   ring_.SetDesc(0, kBuf, 8, N, 1);
   ring_.SetDesc(1, kBuf, 8, N, 0);

@@ -120,6 +120,12 @@ class Queue {
   // Publishes pending used entries and notifies the driver unless
   // notifications are suppressed (EVENT_IDX / NO_INTERRUPT).
   virtual void Flush() = 0;
+  // Hands a popped chain back unserved (a live upgrade is freezing the
+  // session: Device::OnQueueFreezing). The chain stays the back-end's, and
+  // Pop yields it again before anything new: in this process if the
+  // hand-over does not happen, else in the successor. Only for chains the
+  // device has not acted on, since they will be served from scratch.
+  virtual void Return(const Chain& chain) = 0;
 
   // Batch forms for devices that serve many small chains per kick: the same
   // results as the loops below (which are the defaults), with the queue's
@@ -192,7 +198,13 @@ class Device {
   virtual void OnReset() {}
   virtual void OnDisconnect() {}
 
-  // Live upgrade (session_snapshot.h). The device's state goes into the
+  // Live upgrade (session_snapshot.h). A hand-over is freezing the
+  // session: complete, or hand back with Queue::Return, every chain of this
+  // queue the device holds, now or through later Posts (event queues hand
+  // back the buffers they keep). The hand-over waits, bounded, until no
+  // chain is in flight that was not returned.
+  virtual void OnQueueFreezing(Queue& /*queue*/) {}
+  // The device's state goes into the
   // snapshot as opaque bytes, taken while the session is quiescent (no chain
   // in flight); the successor's device gets it back after OnConnect and
   // OnMemory, before any queue starts. RestoreState returns false for state

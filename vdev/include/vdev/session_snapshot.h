@@ -49,7 +49,10 @@ struct QueueRecord {
   uint64_t avail_addr = 0;
   uint64_t used_addr = 0;
   uint16_t last_avail = 0;  // the next avail entry to pop
-  bool started = false;     // SET_VRING_KICK seen, not stopped since
+  // Chains popped before and handed back unserved (Queue::Return): the
+  // successor pops them again first. Optional in the encoding (absent: none).
+  std::vector<uint16_t> returned;
+  bool started = false;  // SET_VRING_KICK seen, not stopped since
   bool enabled = false;
   bool nofd_kick = false;
   int kick = kNoFd;

@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <span>
 #include <string>
@@ -122,8 +123,13 @@ class SplitQueue final : public Queue {
     UpdatePopping();
   }
   bool draining() const { return draining_; }
-  // Chains popped and not completed yet.
+  // Chains popped and not completed yet (returned ones included).
   uint32_t in_flight() const { return in_flight_; }
+  // Heads handed back (Return), in the order Pop yields them again.
+  const std::deque<uint16_t>& returned() const { return returned_; }
+  // A started ring taking over a predecessor's returned heads (live
+  // upgrade); false when a head is out of range or repeated.
+  bool AdoptReturned(std::span<const uint16_t> heads);
 
   bool has_addresses() const { return has_addresses_; }
   uint64_t desc_addr() const { return desc_uva_; }
@@ -142,6 +148,7 @@ class SplitQueue final : public Queue {
   bool Pop(Chain* out) override;
   void Complete(const Chain& chain, uint32_t written) override;
   void Flush() override;
+  void Return(const Chain& chain) override;
   size_t PopBatch(std::span<Chain> out) override;
   void CompleteBatch(std::span<const Chain> chains, std::span<const uint32_t> written) override;
 
@@ -185,6 +192,8 @@ class SplitQueue final : public Queue {
   // Completes a malformed chain with length 0 and publishes it.
   [[gnu::cold, gnu::noinline]] void SkipMalformed(uint16_t head, Chain* out);
   [[gnu::cold, gnu::noinline]] void NotInFlight(uint16_t head);
+  // Pops returned heads into out[0, n) again; returns n.
+  [[gnu::cold, gnu::noinline]] size_t PopReturned(std::span<Chain> out);
   [[gnu::cold, gnu::noinline]] void BrokenHead(const char* what, uint16_t head);
   void MarkBroken(const std::string& why);
   // True once the turn has run past max_turn_time (starts its clock first).
@@ -235,6 +244,7 @@ class SplitQueue final : public Queue {
   uint16_t avail_event_written_ = 0;
   bool avail_event_valid_ = false;
   std::vector<uint8_t> inflight_;  // per head: popped, not completed
+  std::deque<uint16_t> returned_;  // in flight, handed back: Pop yields these first
   uint32_t in_flight_ = 0;         // heads set in inflight_
   uint32_t budget_ = 0;            // chains left in this turn
   bool yielded_ = false;
