@@ -3,7 +3,9 @@
 
 messages/: vhost-user streams in fuzz_messages.cc's step format.
 ring/: RingParams + a guest memory image for fuzz_ring.cc.
+snapshot/: a descriptor count byte + a hand-over snapshot for fuzz_snapshot.cc.
 """
+import json
 import struct
 
 VERSION, NEED_REPLY = 0x1, 0x8
@@ -107,3 +109,48 @@ write("corpus/ring/batch", ring_seed(
      (GPA + 0x1E00, 32, 4, 0), (GPA + 0x3300, 8, 1, 4), (GPA + 0x3300, 8, 1, 4)],
     [0, 2, 3, 4, 1], tables=[(0x1E00, [(GPA + 0x3000, 8, 1, 1), (GPA + 0x3100, 8, 2, 0)])],
     flags=3 | 16 | (2 << 5), size_log2=4))
+
+
+# Snapshot seeds: the descriptor count, then the JSON EncodeSnapshot writes.
+def queue(size, kick, call, err=-1, last_avail=0, addrs=True):
+    base = UVA if addrs else 0
+    return {"size": size, "has_addresses": addrs, "desc_addr": base,
+            "avail_addr": base + 0x400 if addrs else 0, "used_addr": base + 0x1000 if addrs else 0,
+            "last_avail": last_avail, "started": addrs, "enabled": addrs,
+            "nofd_kick": kick == -1 and addrs, "kick": kick, "call": call, "err": err}
+
+
+def connection(socket, first_fd, queues, partial=b"", partial_fds=()):
+    fd = first_fd
+    regions = []
+    for i in range(2):
+        regions.append({"guest_phys_addr": i * 0x100000, "size": 0x100000,
+                        "userspace_addr": UVA + i * 0x100000, "mmap_offset": 0, "fd": fd})
+        fd += 1
+    qs = []
+    for i in range(queues):
+        qs.append(queue(64, fd, fd + 1, last_avail=i * 7))
+        fd += 2
+    session = {"acked_features": 0x170000000, "features_set": True, "acked_protocol": 0x1822B,
+               "status": 15, "ever_started": True, "backend_channel": -1, "regions": regions,
+               "queues": qs, "device_state": "deadbeef"}
+    return {"socket": socket, "session": session, "partial_message": partial.hex(),
+            "partial_fds": list(partial_fds), "unsent_replies": ""}
+
+
+def snapshot(num_fds, servers, app=b"", version=1):
+    doc = {"format": "vdev-handoff", "version": version, "servers": servers,
+           "application_state": app.hex()}
+    return bytes([num_fds]) + json.dumps(doc, separators=(",", ":")).encode()
+
+
+write("corpus/snapshot/idle", snapshot(1, [{"path": "/run/a.sock", "listener": 0,
+                                            "has_connection": False}]))
+write("corpus/snapshot/connected", snapshot(9, [
+    {"path": "/run/a.sock", "listener": 0, "has_connection": True,
+     "connection": connection(1, 2, 2, b"\x18\x00\x00", [8])}], b"{}\x00"))
+write("corpus/snapshot/two_servers", snapshot(13, [
+    {"path": "/run/a.sock", "listener": 0, "has_connection": True,
+     "connection": connection(1, 2, 4)},
+    {"path": "/run/b.sock", "listener": 12, "has_connection": False}]))
+write("corpus/snapshot/newer_version", snapshot(0, [], version=2))
