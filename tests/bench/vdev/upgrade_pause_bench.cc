@@ -26,11 +26,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "backend_harness.h"
 #include "vdev/frontend/virtio_user.h"
-
-#ifndef VDEV_ECHO_BACKEND_PATH
-#error "VDEV_ECHO_BACKEND_PATH must name vdev-echo-backend"
-#endif
 
 namespace {
 
@@ -49,82 +46,6 @@ constexpr auto kAfterUpgrade = std::chrono::milliseconds(50);
 int64_t Ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
-
-// The pids of this process's children (a successor started by a back-end
-// that exits is re-parented here: child subreaper).
-std::vector<pid_t> Children() {
-  std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    // pid (comm) state ppid ...: comm may hold spaces; read after the ')'.
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    char state = 0;
-    int ppid = 0;
-    if (sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == getpid() &&
-        state != 'Z') {
-      out.push_back(std::stoi(name));
-    }
-  }
-  return out;
-}
-
-// vdev-echo-backend as a child, followed across upgrades.
-class Backend {
- public:
-  explicit Backend(const std::string& path) {
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    std::vector<std::string> args = {VDEV_ECHO_BACKEND_PATH, "--socket", path, "--queues", "1",
-                                     "--log-level",          "warn"};
-    std::fflush(stdout);
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    for (int i = 0; i < 2000; ++i) {
-      struct stat st;
-      if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-  ~Backend() {
-    for (pid_t p : Children()) kill(p, SIGTERM);
-    for (int i = 0; i < 400 && !Children().empty(); ++i) {
-      while (waitpid(-1, nullptr, WNOHANG) > 0) {
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    prctl(PR_SET_CHILD_SUBREAPER, 0);
-  }
-
-  // SIGUSR2, then waits for the old process to exit and its successor to be
-  // the one child left. Returns why not, or an empty string.
-  std::string Upgrade() {
-    kill(pid_, SIGUSR2);
-    int status = 0;
-    const auto give_up = Clock::now() + std::chrono::seconds(30);
-    while (waitpid(pid_, &status, WNOHANG) != pid_) {
-      if (Clock::now() > give_up) return "the old process did not exit";
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "the old process failed";
-    std::vector<pid_t> children = Children();
-    if (children.size() != 1) return std::to_string(children.size()) + " successors";
-    pid_ = children[0];
-    return {};
-  }
-
- private:
-  pid_t pid_ = -1;
-};
 
 // One request in flight at a time, with buffers set up once, so that a gap
 // between completions is one round trip unless the back-end was not serving.
@@ -251,7 +172,7 @@ int main(int argc, char** argv) {
   std::vector<Window> windows;
   EchoLoop loop;
   {
-    Backend backend(path);  // forked before this process starts threads
+    vdev::testing::UpgradableBackend backend(path);  // forked before this process starts threads
     if (Status s = loop.Connect(path); !s.ok()) return Fail("connect: " + s.ToString());
     std::thread echo([&] { loop.Run(); });
     const auto settle = std::chrono::milliseconds(settle_ms);

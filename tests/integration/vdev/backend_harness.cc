@@ -1,12 +1,16 @@
 #include "backend_harness.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <future>
 
 #include <boost/asio/post.hpp>
@@ -119,6 +123,80 @@ int ChildBackend::Stop() {
 ChildBackend::~ChildBackend() {
   Stop();
   unlink(path_.c_str());
+}
+
+std::vector<pid_t> Children() {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces; read after the ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == getpid() &&
+        state != 'Z') {
+      out.push_back(std::stoi(name));
+    }
+  }
+  return out;
+}
+
+UpgradableBackend::UpgradableBackend(const std::string& path, std::vector<std::string> extra_args) {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  std::vector<std::string> args = {VDEV_ECHO_BACKEND_PATH,
+                                   "--socket",
+                                   path,
+                                   "--queues",
+                                   std::to_string(kEchoQueues),
+                                   "--config-size",
+                                   std::to_string(kEchoConfigSize),
+                                   "--log-level",
+                                   "warn"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  std::fflush(stdout);
+  pid_ = fork();
+  if (pid_ == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 2000; ++i) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return;
+    usleep(5000);
+  }
+}
+
+UpgradableBackend::~UpgradableBackend() {
+  for (pid_t p : Children()) kill(p, SIGTERM);
+  for (int i = 0; i < 400 && !Children().empty(); ++i) {
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    usleep(5000);
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+std::string UpgradableBackend::Upgrade() {
+  kill(pid_, SIGUSR2);
+  int status = 0;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (waitpid(pid_, &status, WNOHANG) != pid_) {
+    if (std::chrono::steady_clock::now() > give_up) return "the old process did not exit";
+    usleep(1000);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "the old process failed";
+  std::vector<pid_t> children = Children();
+  if (children.size() != 1) return std::to_string(children.size()) + " successors";
+  pid_ = children[0];
+  return {};
 }
 
 }  // namespace vdev::testing

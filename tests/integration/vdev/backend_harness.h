@@ -68,6 +68,28 @@ class ChildBackend {
   pid_t pid_ = -1;
 };
 
+// The pids of this process's live children, found through /proc.
+std::vector<pid_t> Children();
+
+// vdev-echo-backend in a child process, followed across the live upgrades it
+// makes on SIGUSR2: this process becomes a child subreaper, so each
+// successor is re-parented here once its predecessor exits. Construct it
+// before this process starts threads (it forks).
+class UpgradableBackend {
+ public:
+  explicit UpgradableBackend(const std::string& path, std::vector<std::string> extra_args = {});
+  ~UpgradableBackend();  // SIGTERM to every child, then reap
+  UpgradableBackend(const UpgradableBackend&) = delete;
+  UpgradableBackend& operator=(const UpgradableBackend&) = delete;
+  pid_t pid() const { return pid_; }
+  // SIGUSR2, then waits (bounded) for the process to exit and its successor
+  // to be the one child left. Returns why not, or an empty string.
+  std::string Upgrade();
+
+ private:
+  pid_t pid_ = -1;
+};
+
 }  // namespace vdev::testing
 
 #endif  // TESTS_INTEGRATION_VDEV_BACKEND_HARNESS_H_
