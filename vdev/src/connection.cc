@@ -94,25 +94,31 @@ void Connection::Post(std::function<void()> fn) {
 
 void Connection::DoClose(const std::string& reason) {
   if (closed_) return;
-  closed_ = true;
   spdlog::info("vdev[{}]: connection closed: {}", name_, reason);
+  // The session unwatches kicks (releasing the fds it owns) and stops rings.
+  Release(&Session::Disconnect);
+  if (on_closed_) on_closed_();
+}
+
+void Connection::Release(void (Session::*end_session)()) {
+  closed_ = true;
   polling_ = false;
   stop_waiting_ = false;
   reply_timer_.cancel();
   stop_timer_.cancel();
   out_.clear();
   out_bytes_ = 0;
-  // The session unwatches kicks (releasing the fds it owns) and stops rings.
-  session_.Disconnect();
+  (session_.*end_session)();
   for (auto& k : kicks_) {
     if (k) {
       k->sd.release();
       k.reset();
     }
   }
+  // Closes this process's descriptor; after a hand-over the successor holds
+  // the socket too.
   boost::system::error_code ec;
   socket_.close(ec);
-  if (on_closed_) on_closed_();
 }
 
 void Connection::WaitReadable() {
@@ -402,22 +408,8 @@ void Connection::Thaw() {
 
 void Connection::Abandon() {
   if (closed_) return;
-  closed_ = true;
   spdlog::info("vdev[{}]: connection handed over", name_);
-  polling_ = false;
-  reply_timer_.cancel();
-  stop_timer_.cancel();
-  out_.clear();
-  session_.Abandon();
-  for (auto& k : kicks_) {
-    if (k) {
-      k->sd.release();
-      k.reset();
-    }
-  }
-  // Closes this process's descriptor only: the successor holds the socket.
-  boost::system::error_code ec;
-  socket_.close(ec);
+  Release(&Session::Abandon);
 }
 
 void Connection::Resume(ConnectionRecord record, std::shared_ptr<std::vector<UniqueFd>> fds,

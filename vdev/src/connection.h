@@ -95,6 +95,9 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   // Busy-polls the session's polled rings for one bounded slice.
   void PollSlice();
   void DoClose(const std::string& reason);
+  // Lets go of everything on this side; end_session ends the session
+  // (Disconnect, or Abandon after a hand-over).
+  void Release(void (Session::*end_session)());
 
   boost::asio::io_context& io_;
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;

@@ -65,8 +65,11 @@ InProcessBackend::~InProcessBackend() {
   for (const std::string& p : paths_) unlink(p.c_str());
 }
 
-ChildBackend::ChildBackend(const std::string& path, std::vector<std::string> extra_args)
-    : path_(path) {
+namespace {
+
+// Starts vdev-echo-backend on path and waits (bounded) for its socket;
+// returns its pid, or -1 when it exited first.
+pid_t SpawnEchoBackend(const std::string& path, const std::vector<std::string>& extra_args) {
   std::vector<std::string> args = {VDEV_ECHO_BACKEND_PATH,
                                    "--socket",
                                    path,
@@ -77,26 +80,28 @@ ChildBackend::ChildBackend(const std::string& path, std::vector<std::string> ext
                                    "--log-level",
                                    "warn"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  pid_ = fork();
-  if (pid_ == 0) {
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
   }
-  // Wait for the socket to appear (bounded).
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < 2000; ++i) {
     struct stat st;
-    if (stat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return;
-    int status;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return;
-    }
+    if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return pid;
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return -1;
     usleep(5000);
   }
+  return pid;
 }
+
+}  // namespace
+
+ChildBackend::ChildBackend(const std::string& path, std::vector<std::string> extra_args)
+    : path_(path), pid_(SpawnEchoBackend(path, extra_args)) {}
 
 void ChildBackend::Kill() {
   if (pid_ <= 0) return;
@@ -148,30 +153,7 @@ std::vector<pid_t> Children() {
 
 UpgradableBackend::UpgradableBackend(const std::string& path, std::vector<std::string> extra_args) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  std::vector<std::string> args = {VDEV_ECHO_BACKEND_PATH,
-                                   "--socket",
-                                   path,
-                                   "--queues",
-                                   std::to_string(kEchoQueues),
-                                   "--config-size",
-                                   std::to_string(kEchoConfigSize),
-                                   "--log-level",
-                                   "warn"};
-  args.insert(args.end(), extra_args.begin(), extra_args.end());
-  std::fflush(stdout);
-  pid_ = fork();
-  if (pid_ == 0) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  for (int i = 0; i < 2000; ++i) {
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return;
-    usleep(5000);
-  }
+  pid_ = SpawnEchoBackend(path, extra_args);
 }
 
 UpgradableBackend::~UpgradableBackend() {
