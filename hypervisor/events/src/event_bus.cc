@@ -17,7 +17,7 @@ Delivery::Delivery(std::shared_ptr<TenantLog> log, std::shared_ptr<SubscriberSta
     : log_(std::move(log)), state_(std::move(state)) {}
 
 Delivery::~Delivery() {
-  log_->Disconnect(*state_);
+  log_->Disconnect(*state_, /*save=*/!abandoned_);
 }
 
 Status Delivery::Subscribe(const hz_event_subscribe_args& args, hz_event_subscribe_result* result) {
@@ -30,6 +30,14 @@ bool Delivery::Next(hz_event* out) {
 
 bool Delivery::Pending() {
   return log_->Pending(*state_);
+}
+
+DeliveryPosition Delivery::Position() const {
+  return log_->Position(*state_);
+}
+
+Status Delivery::Resume(const DeliveryPosition& position) {
+  return log_->Resume(*state_, position);
 }
 
 Status Delivery::Ack(const hz_event_ack_args& args) {

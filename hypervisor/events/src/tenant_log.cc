@@ -285,7 +285,7 @@ Status TenantLog::Connect(const std::string& subscriber, std::shared_ptr<Subscri
   return Status::Ok();
 }
 
-void TenantLog::Disconnect(SubscriberState& state) {
+void TenantLog::Disconnect(SubscriberState& state, bool save) {
   {
     std::lock_guard<std::mutex> lock(state.notify_mu);
     state.notify = nullptr;
@@ -294,7 +294,7 @@ void TenantLog::Disconnect(SubscriberState& state) {
     std::lock_guard<std::mutex> lock(mu_);
     state.connected = false;
     state.subscribed = false;
-    if (state.delivered == state.saved_delivered) return;
+    if (!save || state.delivered == state.saved_delivered) return;
     state_dirty_ = true;
     if (ScheduleWriteLocked()) return;
   }
@@ -407,6 +407,29 @@ bool TenantLog::Next(SubscriberState& state, hz_event* out) {
 bool TenantLog::Pending(SubscriberState& state) {
   std::lock_guard<std::mutex> lock(mu_);
   return NextLocked(state, nullptr, /*consume=*/false);
+}
+
+DeliveryPosition TenantLog::Position(const SubscriberState& state) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {state.subscribed, state.mask, state.pos, state.delivered};
+}
+
+Status TenantLog::Resume(SubscriberState& state, const DeliveryPosition& position) {
+  const uint64_t allowed = HZ_TOPIC_ALL | HZ_TOPIC_MASK(HZ_TOPIC_LOST);
+  if ((position.topics & ~allowed) != 0) return Status::InvalidArgument("unknown topic bits");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (position.next > next_seq_ || position.delivered >= next_seq_) {
+    return Status::InvalidArgument("position " + std::to_string(position.next) + "/" +
+                                   std::to_string(position.delivered) + " is beyond next_seq " +
+                                   std::to_string(next_seq_));
+  }
+  state.subscribed = position.subscribed;
+  state.mask = position.topics | HZ_TOPIC_MASK(HZ_TOPIC_LOST);
+  state.pos = position.next;
+  // The marks saved on disk may lag what the guest was given: acks name
+  // what it was given.
+  state.delivered = std::max(state.delivered, position.delivered);
+  return Status::Ok();
 }
 
 Status TenantLog::CheckAckLocked(SubscriberState& state, const hz_event_ack_args& args,

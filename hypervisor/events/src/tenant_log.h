@@ -83,11 +83,15 @@ class TenantLog : public std::enable_shared_from_this<TenantLog> {
   bool log_damaged() const { return log_damaged_; }
   Status Publish(const EventSpec& spec, uint64_t* seq);
   Status Connect(const std::string& subscriber, std::shared_ptr<SubscriberState>* state);
-  void Disconnect(SubscriberState& state);
+  // save: write the delivery marks that changed (not for a subscriber
+  // handed to the next process, which owns the state file then).
+  void Disconnect(SubscriberState& state, bool save);
   Status Subscribe(SubscriberState& state, const hz_event_subscribe_args& args,
                    hz_event_subscribe_result* result);
   bool Next(SubscriberState& state, hz_event* out);
   bool Pending(SubscriberState& state);
+  DeliveryPosition Position(const SubscriberState& state) const;
+  Status Resume(SubscriberState& state, const DeliveryPosition& position);
   void AckAsync(const std::shared_ptr<SubscriberState>& state, const hz_event_ack_args& args,
                 Delivery::AckDone done);
   // Waits until no state write of this log is queued or running.
@@ -125,7 +129,7 @@ class TenantLog : public std::enable_shared_from_this<TenantLog> {
   const std::shared_ptr<StateWriter> writer_;
 
   std::mutex write_mu_;  // one state write at a time, from whichever thread
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable written_;  // with mu_: write_queued_ went false
   RecordFile file_;
   std::deque<hz_event> events_;  // retained, increasing seq

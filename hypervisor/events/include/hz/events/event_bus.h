@@ -50,6 +50,16 @@ class StateWriter;
 struct SubscriberState;
 struct ApprovalHolder;
 
+// Where one subscriber's delivery stands, for handing it to another process
+// of the service (a live upgrade): the durable cursor is on disk already,
+// the rest lives only in memory.
+struct DeliveryPosition {
+  bool subscribed = false;
+  uint64_t topics = 0;     // HZ_TOPIC_MASK bits, LOST included
+  uint64_t next = 1;       // the next seq to consider
+  uint64_t delivered = 0;  // the highest seq delivered (what an ack may name)
+};
+
 // One subscriber of one tenant: the guest's event queue on one device, or a
 // tool. Its cursor (last acknowledged seq) is durable and keyed by the
 // subscriber name, so a new Delivery with the same names resumes there.
@@ -73,6 +83,16 @@ class Delivery {
 
   // True when Next() would return a record.
   bool Pending();
+
+  // Where the delivery stands, and the same position taken up by a Delivery
+  // of the same subscriber in the next process. Resume checks the position
+  // against this log (it comes from outside) and never moves the durable
+  // cursor.
+  DeliveryPosition Position() const;
+  Status Resume(const DeliveryPosition& position);
+  // The subscriber went to the next process: the destructor then leaves
+  // the state file, which that process owns now, alone.
+  void Abandon() { abandoned_ = true; }
 
   // EVENT_ACK: moves the cursor (durably) to seq, which must not exceed the
   // highest seq delivered. HZ_ACK_F_APPROVE approves the event `seq` itself,
@@ -109,6 +129,7 @@ class Delivery {
 
   std::shared_ptr<TenantLog> log_;
   std::shared_ptr<SubscriberState> state_;
+  bool abandoned_ = false;
 };
 
 struct TenantSummary {
