@@ -373,4 +373,10 @@ void CheckpointHandler::EndSession(SessionEnd end) {
   if (end == SessionEnd::kDisconnect) ctx_.pending.ForgetAll(this);
 }
 
+Status CheckpointHandler::SaveState(nlohmann::json* /*out*/) const {
+  if (quiesce_.empty()) return Status::Ok();
+  return Status::Busy("checkpoint stream " + std::to_string(quiesce_.begin()->first) +
+                      " has a quiescence registration");
+}
+
 }  // namespace hz::service

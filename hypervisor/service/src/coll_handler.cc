@@ -23,8 +23,13 @@ struct CollectiveHandler::Collective : PendingRequest {
 
 CollectiveHandler::CollectiveHandler(CollBackend* backend, const HandlerContext& ctx,
                                      const RegionTable& regions, const DeviceLimits& limits,
-                                     const Tenant& tenant)
-    : backend_(backend), ctx_(ctx), regions_(regions), limits_(limits), tenant_(tenant) {}
+                                     const Tenant& tenant, std::function<void()> rejoined)
+    : backend_(backend),
+      ctx_(ctx),
+      regions_(regions),
+      limits_(limits),
+      tenant_(tenant),
+      rejoined_(std::move(rejoined)) {}
 
 uint64_t CollectiveHandler::Features() const {
   return backend_ != nullptr ? (1ull << HZ_F_COLLECTIVES) | (1ull << HZ_F_INLINE_DATA) : 0;
@@ -136,6 +141,13 @@ Reply CollectiveHandler::CommDestroyOrAbort(const vdev::Queue& queue, const Requ
   if (it == comms_.end()) return Reply::Error(HZ_S_ENOENT);
   CommEntry& entry = it->second;
   MemberPtr m = entry.member;
+  if (entry.lost) {
+    // Its communicator is gone already: aborting is done, destroying
+    // forgets the handle.
+    if (req.hdr.opcode == HZ_OP_COMM_DESTROY) comms_.erase(it);
+    ctx_.info_changed();
+    return Reply::Ok();
+  }
   if (req.hdr.opcode == HZ_OP_COMM_ABORT) {
     backend_->Abort(m);
     if (entry.in_flight == 0) return Reply::Ok();
@@ -162,6 +174,9 @@ Reply CollectiveHandler::HandleCollective(const vdev::Queue& queue, const Reques
   if (a.flags != 0) return Reply::Error(HZ_S_ENOTSUP);
   auto cit = comms_.find(a.comm);
   if (cit == comms_.end()) return Reply::Error(HZ_S_ENOENT);
+  if (cit->second.lost) {
+    return Reply::Error(HZ_S_EABORTED, static_cast<uint32_t>(coll::AbortCause::kSessionEnded));
+  }
   const MemberPtr& m = cit->second.member;
   Reply r = PlanCollective(req, a, *m, ctx_.session.Granted(HZ_F_INLINE_DATA), regions_, &plan);
   if (!r.ok()) return r;
@@ -180,6 +195,11 @@ Reply CollectiveHandler::HandleCollective(const vdev::Queue& queue, const Reques
 }
 
 void CollectiveHandler::OnOpDone(Collective& op, Status st) {
+  // Only Withdraw completes a posted operation with kTryAgain (engine.h).
+  if (st.code() == StatusCode::kTryAgain) {
+    ReturnWithdrawn(op);
+    return;
+  }
   if (!ctx_.pending.Take(op.id)) return;  // answered by Drain already
   uint32_t status = ToWireStatus(st);
   if (ctx_.session.draining() && status != HZ_S_OK) status = HZ_S_ESHUTDOWN;
@@ -201,6 +221,17 @@ void CollectiveHandler::OnOpDone(Collective& op, Status st) {
   if (cit != comms_.end() && --cit->second.in_flight == 0) ReleaseAborts(cit->second, Reply::Ok());
 }
 
+void CollectiveHandler::ReturnWithdrawn(Collective& op) {
+  std::shared_ptr<PendingRequest> p = ctx_.pending.Take(op.id);
+  if (p == nullptr) return;  // answered or forgotten meanwhile
+  ctx_.pending.Return(*p);
+  op.pins.clear();
+  auto cit = comms_.find(op.comm);
+  if (cit != comms_.end() && --cit->second.in_flight == 0) {
+    ReleaseAborts(cit->second, Reply::Ok());
+  }
+}
+
 void CollectiveHandler::ReleaseAborts(CommEntry& entry, const Reply& reply) {
   for (uint64_t id : entry.aborts) {
     if (std::shared_ptr<PendingRequest> p = ctx_.pending.Take(id)) ctx_.pending.Finish(*p, reply);
@@ -219,6 +250,7 @@ void CollectiveHandler::Drain() {
 void CollectiveHandler::EndSession(SessionEnd end) {
   std::map<uint64_t, CommEntry> comms;
   comms.swap(comms_);
+  rejoining_ = 0;  // a re-formed member that comes back later leaves again
   if (end == SessionEnd::kNewSession) {
     // A joining rank of the old session fails now; the engine's late answer
     // finds no request and leaves the communicator again (OnInitDone).
@@ -233,12 +265,15 @@ void CollectiveHandler::EndSession(SessionEnd end) {
   // them waits for this VM until a timeout. Destroy returns once the engine
   // no longer touches this VM's memory; the collectives it aborts come back
   // through the executor and, with the rings alive, are answered EABORTED.
-  for (auto& [handle, entry] : comms) backend_->Destroy(entry.member);
+  for (auto& [handle, entry] : comms) {
+    if (entry.member != nullptr) backend_->Destroy(entry.member);
+  }
 }
 
 void CollectiveHandler::AddInfo(DeviceInfo* info) const {
   info->comms.clear();
   for (const auto& [handle, e] : comms_) {
+    if (e.member == nullptr) continue;  // re-forming or lost
     info->comms.push_back({handle, e.member->comm_id(), e.member->rank(), e.member->nranks()});
   }
 }

@@ -38,6 +38,12 @@ Status GetUInt(const json& req, const char* key, uint64_t def, uint64_t max, uin
   return Status::Ok();
 }
 
+Status GetUInt(const json& req, const char* key, uint64_t max, uint64_t* out) {
+  if (!req.contains(key))
+    return Status::InvalidArgument(std::string("field \"") + key + "\" is missing");
+  return GetUInt(req, key, 0, max, out);
+}
+
 Status GetBool(const json& req, const char* key, bool def, bool* out) {
   auto it = req.find(key);
   if (it == req.end()) {

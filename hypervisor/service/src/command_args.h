@@ -1,6 +1,7 @@
 // Reading the fields of an operator command (control API) that an engine or
 // the provider runs: each check answers InvalidArgument with the message the
 // operator reads. Every command accepts "cmd" and "id" besides its own fields.
+// The device's state handed over in a live upgrade is read with them too.
 #ifndef HZ_SERVICE_COMMAND_ARGS_H_
 #define HZ_SERVICE_COMMAND_ARGS_H_
 
@@ -21,6 +22,8 @@ Status GetString(const nlohmann::json& req, const char* key, std::string* out);
 // req[key] is an integer in 0..max, or absent (then def): into *out.
 Status GetUInt(const nlohmann::json& req, const char* key, uint64_t def, uint64_t max,
                uint64_t* out);
+// req[key] is an integer in 0..max: into *out. Absent is an error.
+Status GetUInt(const nlohmann::json& req, const char* key, uint64_t max, uint64_t* out);
 // req[key] is true or false, or absent (then def): into *out.
 Status GetBool(const nlohmann::json& req, const char* key, bool def, bool* out);
 

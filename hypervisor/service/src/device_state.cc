@@ -2,6 +2,10 @@
 
 #include <sys/random.h>
 
+#include <nlohmann/json.hpp>
+
+#include "command_args.h"
+
 namespace hz::service {
 
 namespace {
@@ -33,6 +37,27 @@ void SessionState::End() {
   hello_ = false;
   features_ = 0;
   id_ = RandomU64();
+}
+
+void SessionState::Save(nlohmann::json* out) const {
+  *out = {{"hello", hello_}, {"id", id_}, {"features", features_}};
+}
+
+Status SessionState::Restore(const nlohmann::json& in, uint64_t offered) {
+  bool hello = false;
+  uint64_t id = 0, features = 0;
+  Status st = GetBool(in, "hello", false, &hello);
+  if (st.ok()) st = GetUInt(in, "id", UINT64_MAX, &id);
+  if (st.ok()) st = GetUInt(in, "features", UINT64_MAX, &features);
+  if (!st.ok()) return st;
+  if (id == 0) return Status::InvalidArgument("session id 0");
+  if ((features & ~offered) != 0) {
+    return Status::NotSupported("the session was granted features this service does not offer");
+  }
+  hello_ = hello;
+  id_ = id;
+  features_ = hello ? features : 0;
+  return Status::Ok();
 }
 
 void QueueSlots::Start(vdev::Queue& queue) {

@@ -18,6 +18,9 @@ class BusSubscription : public EventSubscription {
     d_->AckAsync(args, std::move(done));
   }
   void SetNotify(std::function<void()> notify) override { d_->SetNotify(std::move(notify)); }
+  events::DeliveryPosition Position() const override { return d_->Position(); }
+  Status Resume(const events::DeliveryPosition& position) override { return d_->Resume(position); }
+  void Abandon() override { d_->Abandon(); }
 
  private:
   std::unique_ptr<events::Delivery> d_;

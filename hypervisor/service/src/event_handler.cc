@@ -2,6 +2,9 @@
 
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
+#include "command_args.h"
 #include "hz/service/device_link.h"
 #include "hz/service/pending_table.h"
 #include "hz/service/wire_status.h"
@@ -52,12 +55,7 @@ Reply EventQueueHandler::Handle(const vdev::Queue& queue, const Request& req) {
     return Reply::Error(HZ_S_ETOOSMALL, sizeof(hz_event_subscribe_result));
   }
   if (!subscription_) {
-    std::unique_ptr<EventSubscription> s;
-    Status st = backend_->Connect(tenant_.id(), SubscriberName(socket_path_), &s);
-    if (!st.ok()) return Reply::Error(ToWireStatus(st));
-    // Runs on the publisher's thread: hop onto this connection's executor.
-    s->SetNotify([this, link = ctx_.link] { DeviceLink::Post(link, [this] { Fill(); }); });
-    subscription_ = std::move(s);
+    if (Status st = Connect(); !st.ok()) return Reply::Error(ToWireStatus(st));
   }
   hz_event_subscribe_result res{};
   Status st = subscription_->Subscribe(a, &res);
@@ -65,6 +63,16 @@ Reply EventQueueHandler::Handle(const vdev::Queue& queue, const Request& req) {
   WriteResult(req, &res, sizeof(res));
   Fill();
   return Reply::Ok(sizeof(res));
+}
+
+Status EventQueueHandler::Connect() {
+  std::unique_ptr<EventSubscription> s;
+  Status st = backend_->Connect(tenant_.id(), SubscriberName(socket_path_), &s);
+  if (!st.ok()) return st;
+  // Runs on the publisher's thread: hop onto this connection's executor.
+  s->SetNotify([this, link = ctx_.link] { DeviceLink::Post(link, [this] { Fill(); }); });
+  subscription_ = std::move(s);
+  return Status::Ok();
 }
 
 Reply EventQueueHandler::Ack(const vdev::Queue& queue, const Request& req,
@@ -142,6 +150,50 @@ void EventQueueHandler::ReturnBuffers() {
   }
   held_.clear();
   if (eq != nullptr) eq->Flush();
+}
+
+void EventQueueHandler::OnQueueFreezing(vdev::Queue& queue) {
+  if (queue.index() != HZ_VQ_EVENT) return;
+  const uint64_t gen = queues_.gen(HZ_VQ_EVENT);
+  for (auto& [chain, g] : held_) {
+    if (g == gen) queue.Return(chain);
+  }
+  held_.clear();
+}
+
+Status EventQueueHandler::SaveState(nlohmann::json* out) const {
+  if (!subscription_) {
+    *out = {{"connected", false}};
+    return Status::Ok();
+  }
+  const events::DeliveryPosition p = subscription_->Position();
+  *out = {{"connected", true},
+          {"subscribed", p.subscribed},
+          {"topics", p.topics},
+          {"next", p.next},
+          {"delivered", p.delivered}};
+  return Status::Ok();
+}
+
+Status EventQueueHandler::RestoreState(const nlohmann::json& in) {
+  bool connected = false;
+  if (Status st = GetBool(in, "connected", false, &connected); !st.ok() || !connected) return st;
+  if (backend_ == nullptr) return Status::NotSupported("this service has no event bus");
+  events::DeliveryPosition p;
+  Status st = GetBool(in, "subscribed", false, &p.subscribed);
+  if (st.ok()) st = GetUInt(in, "topics", UINT64_MAX, &p.topics);
+  if (st.ok()) st = GetUInt(in, "next", UINT64_MAX, &p.next);
+  if (st.ok()) st = GetUInt(in, "delivered", UINT64_MAX, &p.delivered);
+  if (st.ok()) st = Connect();
+  if (st.ok()) st = subscription_->Resume(p);
+  if (!st.ok()) subscription_.reset();
+  return st;
+}
+
+void EventQueueHandler::OnHandedOver() {
+  if (subscription_) subscription_->Abandon();
+  subscription_.reset();
+  held_.clear();
 }
 
 void EventQueueHandler::EndSession(SessionEnd end) {

@@ -18,12 +18,18 @@ HzDevice::HzDevice(DeviceEnv env, std::shared_ptr<Tenant> tenant, std::string so
       regions_(env_.limits, tenant_),
       region_(Context(), regions_, env_.limits, env_.background,
               [this] { return ctx_ != nullptr ? ctx_->Memory() : nullptr; }),
-      coll_(env.coll, Context(), regions_, env_.limits, *tenant_),
+      coll_(env.coll, Context(), regions_, env_.limits, *tenant_, [this] { ServeWaiting(); }),
       ckpt_(env.ckpt, Context(), regions_, env_.limits, *tenant_),
       events_(env.events, Context(), queues_, *tenant_, socket_path_),
       provider_(env.provider, Context(), *tenant_),
       energy_(env.energy, Context(), *tenant_),
-      families_{&region_, &events_, &ckpt_, &coll_, &provider_, &energy_} {
+      // Regions first: a restored family may resolve slices in them.
+      families_{{{"regions", &region_},
+                 {"events", &events_},
+                 {"checkpoints", &ckpt_},
+                 {"collectives", &coll_},
+                 {"provider", &provider_},
+                 {"energy", &energy_}}} {
   info_.socket_path = socket_path_;
   info_.tenant = tenant_->name();
   if (env_.registry != nullptr) env_.registry->Add(this);
@@ -98,9 +104,15 @@ void HzDevice::OnQueueStopped(uint16_t index) {
   UpdateInfo();
 }
 
+void HzDevice::ServeWaiting() {
+  for (uint16_t index : queues_.Started()) {
+    if (index != HZ_VQ_EVENT) OnKick(*queues_.queue(index));
+  }
+}
+
 uint64_t HzDevice::OfferedFeatures() const {
   uint64_t f = 0;
-  for (const FamilyHandler* h : families_) f |= h->Features();
+  for (const Family& family : families_) f |= family.handler->Features();
   return f;
 }
 
@@ -110,6 +122,9 @@ void HzDevice::OnKick(vdev::Queue& queue) {
     UpdateInfo();
     return;
   }
+  // After a live upgrade, requests wait in their rings until the handed
+  // over communicators have re-formed (ServeWaiting).
+  if (coll_.rejoining()) return;
   vdev::Chain chain;
   while (queue.Pop(&chain)) HandleChain(queue, chain);
   queue.Flush();
@@ -242,13 +257,13 @@ bool HzDevice::PostToDevice(std::function<void(HzDevice&)> fn) {
 
 void HzDevice::Drain() {
   session_.MarkDrained();
-  for (FamilyHandler* h : families_) h->Drain();
+  for (const Family& family : families_) family.handler->Drain();
   if (ctx_ != nullptr) ctx_->NotifyConfigChanged();
   UpdateInfo();
 }
 
 void HzDevice::Teardown(SessionEnd end) {
-  for (FamilyHandler* h : families_) h->EndSession(end);
+  for (const Family& family : families_) family.handler->EndSession(end);
   regions_.Clear();
   session_.End();
   UpdateInfo();

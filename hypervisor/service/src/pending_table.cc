@@ -40,6 +40,10 @@ void PendingTable::Finish(const PendingRequest& p, const Reply& reply,
   queue->Flush();
 }
 
+void PendingTable::Return(const PendingRequest& p) {
+  if (vdev::Queue* queue = queues_.Live(p.queue, p.queue_gen)) queue->Return(p.chain);
+}
+
 void PendingTable::FinishAll(const FamilyHandler* owner, const Reply& reply,
                              const std::function<bool(const PendingRequest&)>& match) {
   std::vector<std::shared_ptr<PendingRequest>> done;

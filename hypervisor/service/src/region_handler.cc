@@ -3,6 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "hz/collectives/types.h"
 #include "hz/service/device_link.h"
 #include "hz/service/pending_table.h"
@@ -127,6 +129,18 @@ void RegionHandler::EndSession(SessionEnd end) {
   } else {
     ctx_.pending.ForgetAll(this);
   }
+}
+
+Status RegionHandler::SaveState(nlohmann::json* out) const {
+  // Nothing is in flight when the state is taken, so no registration waits.
+  regions_.Save(out);
+  return Status::Ok();
+}
+
+Status RegionHandler::RestoreState(const nlohmann::json& in) {
+  vdev::MemoryMapPtr memory = memory_ ? memory_() : nullptr;
+  if (memory == nullptr) return Status::State("no guest memory to register regions in");
+  return regions_.Restore(memory, in);
 }
 
 void RegionHandler::Drain() {

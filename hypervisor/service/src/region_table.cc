@@ -68,6 +68,7 @@ RegionTable::Prepared RegionTable::Prepare(const DeviceLimits& limits,
   region->flags = flags;
   region->total_len = total_len;
   region->num_extents = static_cast<uint32_t>(extents.size());
+  region->extents = extents;
   region->memory = memory;
   uint64_t off = 0;
   region->starts.reserve(region->host.size());

@@ -33,16 +33,20 @@ class DeviceTest : public ::testing::Test {
   // Fixtures of the other families add their backends.
   virtual void AddBackends(DeviceEnv* /*env*/) {}
 
-  void Recreate() {
+  DeviceEnv Env() {
     DeviceEnv env;
     env.limits = limits_;
     env.coll = &backend_;
     env.metrics = &metrics_;
     env.draining = &draining_;
     AddBackends(&env);
+    return env;
+  }
+
+  void Recreate() {
     queues_.clear();
     dev_.reset();
-    dev_ = std::make_unique<HzDevice>(env, tenant_, "/run/vm0.sock");
+    dev_ = std::make_unique<HzDevice>(Env(), tenant_, "/run/vm0.sock");
     dev_->OnConnect(ctx_);
     for (uint16_t i = 0; i < dev_->NumQueues(); ++i) {
       queues_.push_back(std::make_unique<testing::FakeQueue>(i));

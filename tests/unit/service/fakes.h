@@ -247,6 +247,36 @@ class FakeBackend : public CollBackend {
     std::lock_guard<std::mutex> lock(mu);
     aborted.push_back(m);
   }
+  // Every op of m still waiting for the test is withdrawn.
+  size_t Withdraw(const MemberPtr& m) override {
+    std::vector<coll::Done> withdrawn;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto it = posts.begin(); it != posts.end();) {
+        if (it->member != m) {
+          ++it;
+          continue;
+        }
+        withdrawn.push_back(std::move(it->done));
+        it = posts.erase(it);
+      }
+    }
+    for (coll::Done& done : withdrawn) done(Status::TryAgain("withdrawn"));
+    return withdrawn.size();
+  }
+  Status SaveMember(const MemberPtr& m, coll::MemberState* out) const override {
+    out->uid.bytes[0] = static_cast<uint8_t>(m->comm_id() - 100);
+    out->nranks = m->nranks();
+    out->rank = m->rank();
+    out->next_seq = next_seq;
+    return Status::Ok();
+  }
+  // Rejoins wait for the test.
+  void Rejoin(const TenantId& /*tenant*/, const coll::MemberState& state,
+              std::function<void(Status, MemberPtr)> done) override {
+    std::lock_guard<std::mutex> lock(mu);
+    rejoins.push_back({state, std::move(done)});
+  }
   void Shutdown() override { shutdown = true; }
   BackendStats Stats() const override {
     BackendStats s;
@@ -268,8 +298,14 @@ class FakeBackend : public CollBackend {
   std::mutex mu;
   int uids = 0;
   std::map<coll::Uid, TenantId> uid_tenant;
+  struct PendingRejoin {
+    coll::MemberState state;
+    std::function<void(Status, MemberPtr)> done;
+  };
   std::vector<PendingInit> inits;
   std::vector<Posted> posts;
+  std::vector<PendingRejoin> rejoins;
+  uint64_t next_seq = 0;  // what SaveMember reports
   std::vector<MemberPtr> destroyed, aborted;
   coll::Constraints last_constraints;
   bool shutdown = false;
@@ -343,7 +379,9 @@ class FakeEventBackend : public EventBackend {
   class Subscription : public EventSubscription {
    public:
     explicit Subscription(FakeEventBackend* bus) : bus_(bus) {}
-    ~Subscription() override { bus_->live = nullptr; }
+    ~Subscription() override {
+      if (bus_->live == this) bus_->live = nullptr;
+    }
     Status Subscribe(const hz_event_subscribe_args&, hz_event_subscribe_result* result) override {
       result->next_seq = bus_->next_seq;
       subscribed_ = true;
@@ -362,6 +400,15 @@ class FakeEventBackend : public EventBackend {
     void Notify() {
       if (notify_) notify_();
     }
+    events::DeliveryPosition Position() const override {
+      return {subscribed_, bus_->topics, bus_->next_seq - bus_->records.size(), bus_->delivered};
+    }
+    Status Resume(const events::DeliveryPosition& p) override {
+      subscribed_ = p.subscribed;
+      bus_->resumed.push_back(p);
+      return Status::Ok();
+    }
+    void Abandon() override { bus_->abandoned++; }
 
    private:
     FakeEventBackend* bus_;
@@ -394,6 +441,9 @@ class FakeEventBackend : public EventBackend {
   uint64_t delivered = 0;
   Subscription* live = nullptr;
   std::string last_tenant, last_subscriber;
+  uint64_t topics = 0;  // what Position reports
+  std::vector<events::DeliveryPosition> resumed;
+  int abandoned = 0;
 };
 
 // Scripted provider: negotiations wait until the test decides them.

@@ -86,6 +86,17 @@ struct Constraints {
   uint32_t timeout_ms = 0;      // 0: EngineOptions::default_timeout_ms
 };
 
+// What re-forms one rank's membership in the next process of the service
+// (a live upgrade): the communicator's identity and constraints, and where
+// its sequence of collectives stands.
+struct MemberState {
+  Uid uid;
+  uint32_t nranks = 0;
+  uint32_t rank = 0;
+  Constraints constraints;
+  uint64_t next_seq = 0;  // the first collective not executed yet
+};
+
 enum class Op : uint8_t {
   kAllReduce,
   kBroadcast,

@@ -74,6 +74,19 @@ class CollBackend {
   // ranks learn that a rank destroyed its handle (SPEC §7.3.5, detail 4)
   // rather than that its session ended.
   virtual void Leave(const MemberPtr& m) { Destroy(m); }
+  // Live upgrade. Withdraw takes back every operation of m that has not
+  // started: each completes with kTryAgain before Withdraw returns, and
+  // nothing else completes an operation so. SaveMember says what re-forms
+  // m in another process, where Rejoin does it once every rank came back.
+  // The defaults suit a backend that cannot hand its communicators over.
+  virtual size_t Withdraw(const MemberPtr& /*m*/) { return 0; }
+  virtual Status SaveMember(const MemberPtr& /*m*/, coll::MemberState* /*out*/) const {
+    return Status::NotSupported("this backend cannot hand communicators over");
+  }
+  virtual void Rejoin(const TenantId& /*tenant*/, const coll::MemberState& /*state*/,
+                      std::function<void(Status, MemberPtr)> done) {
+    done(Status::NotSupported("this backend cannot re-form communicators"), nullptr);
+  }
   // Why m's communicator was aborted: the HZ_S_EABORTED detail, 0 if unknown.
   virtual uint32_t AbortDetail(const MemberPtr& /*m*/) const { return 0; }
   virtual void Shutdown() = 0;

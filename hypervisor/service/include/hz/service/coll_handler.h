@@ -11,6 +11,7 @@
 #define HZ_SERVICE_COLL_HANDLER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -28,14 +29,27 @@ struct DeviceInfo;
 
 class CollectiveHandler : public FamilyHandler {
  public:
+  // rejoined: runs on the executor once the communicators a live upgrade
+  // handed over have all re-formed (or failed to).
   CollectiveHandler(CollBackend* backend, const HandlerContext& ctx, const RegionTable& regions,
-                    const DeviceLimits& limits, const Tenant& tenant);
+                    const DeviceLimits& limits, const Tenant& tenant,
+                    std::function<void()> rejoined);
 
   uint64_t Features() const override;
   // The session's ranks leave their communicators, which aborts them for
   // the other ranks; a rank still joining fails at once (kNewSession).
   void EndSession(SessionEnd end) override;
   void Drain() override;
+  // A live upgrade (coll_handler_state.cc). Collectives that have not
+  // started are withdrawn from the engine and go back to their ring; the
+  // handles go to the next process, whose engine re-forms each communicator
+  // once all its ranks are back, at the same sequence number.
+  void OnQueueFreezing(vdev::Queue& queue) override;
+  Status SaveState(nlohmann::json* out) const override;
+  Status RestoreState(const nlohmann::json& in) override;
+  // Communicators handed over are still re-forming: the device takes no
+  // request until they are, so none finds its handle half made.
+  bool rejoining() const { return rejoining_ != 0; }
 
   Reply HandleComm(const vdev::Queue& queue, const Request& req);
   Reply HandleCollective(const vdev::Queue& queue, const Request& req);
@@ -46,7 +60,10 @@ class CollectiveHandler : public FamilyHandler {
  private:
   struct Collective;
   struct CommEntry {
-    MemberPtr member;
+    MemberPtr member;  // null while re-forming after a live upgrade, or lost
+    // Handed over by a live upgrade, but its communicator did not re-form
+    // in this process: its operations fail EABORTED (SPEC §7.3.5).
+    bool lost = false;
     uint32_t in_flight = 0;  // collectives posted on this handle
     // COMM_ABORT requests waiting for the handle's operations (SPEC §7.3.4).
     std::vector<uint64_t> aborts;
@@ -59,14 +76,19 @@ class CollectiveHandler : public FamilyHandler {
   void OnOpDone(Collective& op, Status status);
   // Answers the COMM_ABORTs waiting for entry's operations.
   void ReleaseAborts(CommEntry& entry, const Reply& reply);
+  // A collective the engine withdrew unstarted goes back to its ring.
+  void ReturnWithdrawn(Collective& op);
+  void OnRejoined(uint64_t handle, Status status, MemberPtr member);
 
   CollBackend* const backend_;  // null: collectives are not offered
   const HandlerContext ctx_;
   const RegionTable& regions_;
   const DeviceLimits& limits_;
   const Tenant& tenant_;
+  const std::function<void()> rejoined_;
   std::map<uint64_t, CommEntry> comms_;  // handle -> membership
   uint64_t next_handle_ = 1;
+  size_t rejoining_ = 0;  // handles re-forming after a live upgrade
 };
 
 }  // namespace hz::service

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "hz/common/status.h"
 #include "hz/service/metrics.h"
 #include "protocol/harmonaize.h"
 #include "vdev/device.h"
@@ -37,6 +40,11 @@ class SessionState {
   void Begin(uint64_t features);  // HELLO succeeded
   void End();                     // the session ended; the next one gets a new id
   void MarkDrained() { drained_ = true; }
+  // A live upgrade: the session goes on in the next process with the same
+  // id and features. Restore checks what it is given against the features
+  // this process offers.
+  void Save(nlohmann::json* out) const;
+  Status Restore(const nlohmann::json& in, uint64_t offered);
 
  private:
   const std::atomic<bool>* service_draining_;

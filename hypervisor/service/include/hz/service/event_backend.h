@@ -10,6 +10,7 @@
 
 #include "hz/common/status.h"
 #include "hz/common/tenant_id.h"
+#include "hz/events/event_bus.h"
 #include "protocol/harmonaize.h"
 
 namespace hz::service {
@@ -33,6 +34,15 @@ class EventSubscription {
   // notify runs on a publisher's thread when a record may be ready; it must
   // not destroy the subscription.
   virtual void SetNotify(std::function<void()> notify) = 0;
+  // Where the delivery stands, and taking that position up in the next
+  // process of the service (Delivery::Position, Delivery::Resume).
+  virtual events::DeliveryPosition Position() const { return {}; }
+  virtual Status Resume(const events::DeliveryPosition& /*position*/) {
+    return Status::NotSupported("this event backend cannot resume a delivery");
+  }
+  // The next process took the subscriber over: destroying this one must
+  // not write what that process owns now (Delivery::Abandon).
+  virtual void Abandon() {}
 };
 
 class EventBackend {

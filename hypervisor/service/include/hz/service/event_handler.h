@@ -38,6 +38,14 @@ class EventQueueHandler : public FamilyHandler {
   // The held buffers go back unused; acks waiting for their write are
   // answered HZ_S_ESHUTDOWN (the write itself still happens).
   void Drain() override;
+  // A live upgrade: the held buffers go back to the ring unanswered (the
+  // next process holds them again), the subscription's position goes with
+  // the session, and this process lets go of it without writing the state
+  // the next process now owns.
+  void OnQueueFreezing(vdev::Queue& queue) override;
+  Status SaveState(nlohmann::json* out) const override;
+  Status RestoreState(const nlohmann::json& in) override;
+  void OnHandedOver() override;
 
   Reply Handle(const vdev::Queue& queue, const Request& req);
 
@@ -52,6 +60,8 @@ class EventQueueHandler : public FamilyHandler {
 
  private:
   // EVENT_ACK: answered once the bus wrote the cursor (OnAckDone).
+  // Binds the session to the bus (the first EVENT_SUBSCRIBE, or a restore).
+  Status Connect();
   Reply Ack(const vdev::Queue& queue, const Request& req, const hz_event_ack_args& args);
   void OnAckDone(uint64_t id, const Status& status);
   // Fills held buffers with the subscription's next records.

@@ -15,7 +15,14 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "hz/common/status.h"
 #include "protocol/harmonaize.h"
+
+namespace vdev {
+class Queue;
+}
 
 namespace hz::service {
 
@@ -89,6 +96,24 @@ class FamilyHandler {
   // Service shutdown: what waits is answered with HZ_S_ESHUTDOWN (now, or
   // by the engine's own shutdown); later requests never reach the handler.
   virtual void Drain() = 0;
+
+  // A live upgrade hands the session to the next process of the service
+  // (vdev::Device's hooks of the same names). The defaults suit a family
+  // that keeps nothing beyond the requests in flight.
+  //
+  // The session is freezing: hand back through queue.Return, unanswered,
+  // what would otherwise wait for something the freeze stops (a collective
+  // waiting for peers, the event buffers held). Called for every ring.
+  virtual void OnQueueFreezing(vdev::Queue& /*queue*/) {}
+  // The family's part of the session, once nothing is in flight; an error
+  // says why the session cannot be handed over (the upgrade is refused).
+  virtual Status SaveState(nlohmann::json* /*out*/) const { return Status::Ok(); }
+  // In the next process, after the guest memory and before any ring runs.
+  // The state comes from outside the process: check everything.
+  virtual Status RestoreState(const nlohmann::json& /*in*/) { return Status::Ok(); }
+  // The next process serves the session now: let go without writing
+  // anything it now owns (state files, rings).
+  virtual void OnHandedOver() {}
 };
 
 }  // namespace hz::service

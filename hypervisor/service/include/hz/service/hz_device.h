@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hz/service/ckpt_backend.h"
@@ -152,6 +153,12 @@ class HzDevice : public vdev::Device {
   void OnKick(vdev::Queue& queue) override;
   void OnReset() override;
   void OnDisconnect() override;
+  // Live upgrade (hz_device_handoff.cc): the session, its regions,
+  // communicators and event subscription go on in the next process.
+  void OnQueueFreezing(vdev::Queue& queue) override;
+  bool SaveState(std::string* state) const override;
+  bool RestoreState(std::string_view state) override;
+  void OnHandedOver() override;
 
   // Runs fn on this device's executor while it is connected; returns false
   // (and drops fn) otherwise. Any thread.
@@ -168,6 +175,8 @@ class HzDevice : public vdev::Device {
 
  private:
   void HandleChain(vdev::Queue& queue, const vdev::Chain& chain);
+  // Serves what waits in the request rings (after communicators re-formed).
+  void ServeWaiting();
   // The checks every request passes before its family sees it (SPEC §6).
   uint32_t Admit(const vdev::Queue& queue, const Request& req) const;
   // One line per opcode family.
@@ -205,8 +214,13 @@ class HzDevice : public vdev::Device {
   EventQueueHandler events_;
   ProviderHandler provider_;
   EnergyHandler energy_;
-  // Every family handler, for the session hooks.
-  std::array<FamilyHandler*, 6> families_;
+  // Every family handler, for the session hooks, with the name of its part
+  // of the state a live upgrade hands over.
+  struct Family {
+    const char* name;
+    FamilyHandler* handler;
+  };
+  std::array<Family, 6> families_;
   bool closed_ = false;  // told the registry that the connection closed
 
   mutable std::mutex info_mu_;

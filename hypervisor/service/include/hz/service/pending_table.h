@@ -76,6 +76,11 @@ class PendingTable {
     return queues_.Live(p.queue, p.queue_gen) != nullptr;
   }
 
+  // Hands a request taken out of the table back to its ring unanswered (a
+  // live upgrade is freezing the session: vdev::Queue::Return); it will be
+  // served again from scratch, by this process or the next.
+  void Return(const PendingRequest& p);
+
   // Takes and answers every request of owner that matches (all by default),
   // in the order they arrived.
   void FinishAll(const FamilyHandler* owner, const Reply& reply,

@@ -40,6 +40,9 @@ class RegionHandler : public FamilyHandler {
   // when it comes back.
   void EndSession(SessionEnd end) override;
   void Drain() override;
+  // The session's regions, with their ids, in the next process.
+  Status SaveState(nlohmann::json* out) const override;
+  Status RestoreState(const nlohmann::json& in) override;
 
   Reply Handle(const vdev::Queue& queue, const Request& req);
 

@@ -10,6 +10,8 @@
 #include <memory>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "hz/collectives/types.h"
 #include "hz/service/config.h"
 #include "hz/service/tenants.h"
@@ -23,6 +25,7 @@ struct Region {
   uint32_t flags = 0;  // HZ_REGION_F_*
   uint64_t total_len = 0;
   uint32_t num_extents = 0;         // it was registered with
+  std::vector<hz_extent> extents;   // as registered, for a live upgrade
   std::vector<vdev::Segment> host;  // translation of the extents, in order
   std::vector<uint64_t> starts;     // region offset of each host segment
   vdev::MemoryMapPtr memory;        // keeps the mapping alive while in use
@@ -121,6 +124,13 @@ class RegionTable {
 
   // Drops every region and returns their quota to the tenant.
   void Clear();
+
+  // A live upgrade: the regions as the guest registered them, and the same
+  // regions registered again, with the same ids, in the next process's map
+  // of the same guest memory. Restore registers all or none; it goes
+  // through the checks of Register, since its input comes from outside.
+  void Save(nlohmann::json* out) const;
+  Status Restore(const vdev::MemoryMapPtr& memory, const nlohmann::json& in);
 
   size_t count() const { return regions_.size(); }
   uint64_t bytes() const { return bytes_; }

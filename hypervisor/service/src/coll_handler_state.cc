@@ -1,0 +1,177 @@
+// CollectiveHandler's part in a live upgrade: collectives that wait for
+// peers go back to their rings, and each communicator handle goes to the
+// next process with what its engine needs to re-form the communicator.
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "command_args.h"
+#include "hz/service/coll_handler.h"
+#include "hz/service/device_link.h"
+#include "hz/service/pending_table.h"
+
+namespace hz::service {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kU16Max = std::numeric_limits<uint16_t>::max();
+constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
+
+std::string Hex(const coll::Uid& uid) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : uid.bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+Status ParseUid(const json& in, coll::Uid* uid) {
+  const auto it = in.find("uid");
+  if (it == in.end() || !it->is_string() || it->get<std::string>().size() != 64) {
+    return Status::InvalidArgument("uid must be 64 hex digits");
+  }
+  const std::string hex = it->get<std::string>();
+  for (size_t i = 0; i < uid->bytes.size(); ++i) {
+    uint8_t b = 0;
+    for (char c : hex.substr(2 * i, 2)) {
+      const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (v < 0) return Status::InvalidArgument("uid must be 64 hex digits");
+      b = static_cast<uint8_t>(b * 16 + v);
+    }
+    uid->bytes[i] = b;
+  }
+  return Status::Ok();
+}
+
+json MemberJson(uint64_t handle, const coll::MemberState& m) {
+  return {{"handle", handle},
+          {"uid", Hex(m.uid)},
+          {"nranks", m.nranks},
+          {"rank", m.rank},
+          {"deterministic", m.constraints.deterministic},
+          {"allow_lossy", m.constraints.allow_lossy},
+          {"priority_class", m.constraints.priority_class},
+          {"max_threads", m.constraints.max_threads},
+          {"timeout_ms", m.constraints.timeout_ms},
+          {"next_seq", m.next_seq}};
+}
+
+Status ParseMember(const json& in, const DeviceLimits& limits, coll::MemberState* m) {
+  uint64_t nranks = 0, rank = 0, prio = 0, threads = 0, timeout = 0;
+  Status st = ParseUid(in, &m->uid);
+  if (st.ok()) st = GetUInt(in, "nranks", limits.max_comm_ranks, &nranks);
+  if (st.ok()) st = GetUInt(in, "rank", kU32Max, &rank);
+  if (st.ok()) st = GetBool(in, "deterministic", true, &m->constraints.deterministic);
+  if (st.ok()) st = GetBool(in, "allow_lossy", false, &m->constraints.allow_lossy);
+  if (st.ok()) st = GetUInt(in, "priority_class", coll::kPriorityCount - 1, &prio);
+  if (st.ok()) st = GetUInt(in, "max_threads", kU16Max, &threads);
+  if (st.ok()) st = GetUInt(in, "timeout_ms", kU32Max, &timeout);
+  if (st.ok()) st = GetUInt(in, "next_seq", kU64Max, &m->next_seq);
+  if (!st.ok()) return st;
+  if (nranks == 0 || rank >= nranks)
+    return Status::InvalidArgument("rank outside the communicator");
+  m->nranks = static_cast<uint32_t>(nranks);
+  m->rank = static_cast<uint32_t>(rank);
+  m->constraints.priority_class = static_cast<uint16_t>(prio);
+  m->constraints.max_threads = static_cast<uint16_t>(threads);
+  m->constraints.timeout_ms = static_cast<uint32_t>(timeout);
+  return Status::Ok();
+}
+
+}  // namespace
+
+void CollectiveHandler::OnQueueFreezing(vdev::Queue& queue) {
+  if (backend_ == nullptr || queue.index() < HZ_VQ_REQUEST_BASE) return;
+  // The withdrawn collectives come back through OnOpDone, which returns
+  // them to their rings. Later calls (one per data ring) find none left.
+  for (auto& [handle, entry] : comms_) {
+    if (entry.member != nullptr) backend_->Withdraw(entry.member);
+  }
+}
+
+Status CollectiveHandler::SaveState(json* out) const {
+  json comms = json::array();
+  for (const auto& [handle, entry] : comms_) {
+    if (entry.lost) {
+      comms.push_back({{"handle", handle}, {"lost", true}});
+      continue;
+    }
+    if (entry.member == nullptr) return Status::Busy("a communicator is still re-forming");
+    coll::MemberState m;
+    if (Status st = backend_->SaveMember(entry.member, &m); !st.ok()) {
+      return Status(st.code(), "communicator handle " + std::to_string(handle) + ": " +
+                                   std::string(st.message()));
+    }
+    comms.push_back(MemberJson(handle, m));
+  }
+  *out = {{"next_handle", next_handle_}, {"comms", std::move(comms)}};
+  return Status::Ok();
+}
+
+Status CollectiveHandler::RestoreState(const json& in) {
+  uint64_t next_handle = 0;
+  if (Status st = GetUInt(in, "next_handle", kU64Max, &next_handle); !st.ok()) return st;
+  const auto list = in.find("comms");
+  if (list == in.end() || !list->is_array() || list->size() > limits_.max_comms) {
+    return Status::InvalidArgument("comms must be a list of at most " +
+                                   std::to_string(limits_.max_comms));
+  }
+  if (!list->empty() && backend_ == nullptr) {
+    return Status::NotSupported("this service has no collective engine");
+  }
+  std::vector<std::pair<uint64_t, coll::MemberState>> rejoin;
+  std::map<uint64_t, CommEntry> comms;
+  for (const json& c : *list) {
+    uint64_t handle = 0;
+    if (Status st = GetUInt(c, "handle", kU64Max, &handle); !st.ok()) return st;
+    if (handle == 0 || handle >= next_handle || comms.count(handle) != 0) {
+      return Status::InvalidArgument("communicator handle " + std::to_string(handle) +
+                                     " cannot be used");
+    }
+    bool lost = false;
+    if (Status st = GetBool(c, "lost", false, &lost); !st.ok()) return st;
+    comms[handle].lost = lost;
+    if (lost) continue;
+    coll::MemberState m;
+    if (Status st = ParseMember(c, limits_, &m); !st.ok()) return st;
+    rejoin.emplace_back(handle, m);
+  }
+  comms_ = std::move(comms);
+  next_handle_ = next_handle;
+  rejoining_ = rejoin.size();
+  for (const auto& [handle, m] : rejoin) {
+    CollBackend* backend = backend_;
+    backend_->Rejoin(tenant_.id(), m,
+                     [this, link = ctx_.link, handle, backend](Status st, MemberPtr member) {
+                       DeviceLink::Post(
+                           link, [this, handle, st, member] { OnRejoined(handle, st, member); },
+                           [backend, member] {
+                             if (member != nullptr) backend->DestroyAsync(member);
+                           });
+                     });
+  }
+  return Status::Ok();
+}
+
+void CollectiveHandler::OnRejoined(uint64_t handle, Status status, MemberPtr member) {
+  auto it = comms_.find(handle);
+  if (it == comms_.end() || it->second.member != nullptr || it->second.lost || rejoining_ == 0) {
+    // The session ended while its communicators re-formed.
+    if (member != nullptr) backend_->DestroyAsync(member);
+    return;
+  }
+  if (status.ok() && member != nullptr) {
+    it->second.member = std::move(member);
+  } else {
+    it->second.lost = true;
+  }
+  ctx_.info_changed();
+  if (--rejoining_ == 0 && rejoined_) rejoined_();
+}
+
+}  // namespace hz::service
