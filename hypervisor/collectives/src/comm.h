@@ -74,6 +74,10 @@ class Comm {
   Status abort_reason = Status::Ok();
   AbortCause abort_cause = AbortCause::kNone;
 
+  // Formed in another engine and re-formed here (Engine::Rejoin): ranks
+  // rejoin it, none may Init it. Set before the communicator is shared.
+  bool rejoined = false;
+
   std::vector<uint8_t> joined;
   uint32_t njoined = 0;
   std::vector<uint8_t> left;

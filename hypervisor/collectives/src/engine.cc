@@ -39,6 +39,9 @@ class EngineImpl {
   void Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank, Constraints c,
             InitDone done);
   void Post(const std::shared_ptr<Member>& m, OpDesc op, Done done);
+  size_t Withdraw(const std::shared_ptr<Member>& m);
+  Status SaveMember(const std::shared_ptr<Member>& m, MemberState* out) const;
+  void Rejoin(TenantId tenant, const MemberState& state, InitDone done);
   void Destroy(const std::shared_ptr<Member>& m, AbortCause cause);
   void Abort(const std::shared_ptr<Member>& m, AbortCause cause);
   AbortCause AbortCauseOf(const std::shared_ptr<Member>& m) const;
@@ -75,6 +78,11 @@ class EngineImpl {
   // Requires c.mu. Fails every pending operation and init with reason.
   void AbortLocked(Comm& c, Status reason, AbortCause cause, Completions& out);
   void ReleaseUid(const std::shared_ptr<Comm>& c);
+  // Requires reg_mu_. A communicator for uid, registered for tenant.
+  std::shared_ptr<Comm> NewCommLocked(TenantId tenant, const Uid& uid, uint32_t nranks,
+                                      Constraints c);
+  // The rank joins comm (Init, Rejoin); done runs once it is active.
+  void Join(const std::shared_ptr<Comm>& comm, uint32_t nranks, uint32_t rank, InitDone done);
   // Requires reg_mu_. Forgets the tenant's unused uids older than the
   // lifetime; returns how many.
   uint32_t ExpireUnusedUidsLocked(TenantId tenant);
@@ -285,6 +293,16 @@ void EngineImpl::ReleaseUid(const std::shared_ptr<Comm>& c) {
   --stats_.communicators;
 }
 
+std::shared_ptr<Comm> EngineImpl::NewCommLocked(TenantId tenant, const Uid& uid, uint32_t nranks,
+                                                Constraints c) {
+  uint32_t timeout = c.timeout_ms != 0 ? c.timeout_ms : opts_.default_timeout_ms;
+  auto comm = std::make_shared<Comm>(next_comm_id_++, tenant, uid, nranks, c, timeout);
+  comm->init_deadline = Clock::now() + comm->timeout;
+  std::lock_guard<std::mutex> slock(stats_mu_);
+  ++stats_.communicators;
+  return comm;
+}
+
 void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t rank,
                       Constraints c, InitDone done) {
   if (nranks == 0 || nranks > opts_.max_ranks || rank >= nranks ||
@@ -303,15 +321,12 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
       st = Status::NotFound();
     } else if (it->second.tenant != tenant) {
       st = Status::Permission();
+    } else if (it->second.comm && it->second.comm->rejoined) {
+      st = Status::Exists("the communicator is re-forming after a hand-over");
     } else {
       if (!it->second.comm) {
-        uint32_t timeout = c.timeout_ms != 0 ? c.timeout_ms : opts_.default_timeout_ms;
-        auto fresh = std::make_shared<Comm>(next_comm_id_++, tenant, uid, nranks, c, timeout);
-        fresh->init_deadline = Clock::now() + fresh->timeout;
-        it->second.comm = std::move(fresh);
+        it->second.comm = NewCommLocked(tenant, uid, nranks, c);
         ForgetUnusedLocked(tenant, it->second.created, uid);
-        std::lock_guard<std::mutex> slock(stats_mu_);
-        ++stats_.communicators;
       }
       comm = it->second.comm;
     }
@@ -320,7 +335,70 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
     done(st, nullptr);
     return;
   }
+  Join(comm, nranks, rank, std::move(done));
+}
 
+namespace {
+
+bool SameConstraints(const Constraints& a, const Constraints& b) {
+  return a.deterministic == b.deterministic && a.allow_lossy == b.allow_lossy &&
+         a.priority_class == b.priority_class && a.max_threads == b.max_threads &&
+         a.timeout_ms == b.timeout_ms;
+}
+
+}  // namespace
+
+void EngineImpl::Rejoin(TenantId tenant, const MemberState& state, InitDone done) {
+  const uint32_t nranks = state.nranks;
+  if (nranks == 0 || nranks > opts_.max_ranks || state.rank >= nranks ||
+      state.constraints.priority_class >= kPriorityCount) {
+    done(Status::InvalidArgument(), nullptr);
+    return;
+  }
+  std::shared_ptr<Comm> comm;
+  Status st = Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    auto it = uids_.find(state.uid);
+    if (shutdown_) {
+      st = Status::Shutdown();
+    } else if (it == uids_.end()) {
+      uint32_t& count = uids_per_tenant_[tenant];
+      if (count >= opts_.max_uids_per_tenant) count -= ExpireUnusedUidsLocked(tenant);
+      if (count >= opts_.max_uids_per_tenant) {
+        st = Status::Limit();
+      } else {
+        comm = NewCommLocked(tenant, state.uid, nranks, state.constraints);
+        comm->rejoined = true;
+        comm->next_seq = state.next_seq;  // not shared yet: no lock needed
+        uids_.emplace(state.uid, UidEntry{tenant, comm, Now()});
+        ++count;
+      }
+    } else if (it->second.tenant != tenant) {
+      st = Status::Permission();
+    } else if (!it->second.comm || !it->second.comm->rejoined) {
+      st = Status::Exists("the uid is in use by a communicator formed here");
+    } else {
+      comm = it->second.comm;
+      if (!SameConstraints(comm->constraints, state.constraints)) st = Status::Mismatch();
+    }
+  }
+  if (st.ok()) {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (comm->state == CommState::kJoining && comm->next_seq != state.next_seq) {
+      st = Status::Mismatch("ranks disagree on where the collectives stand");
+    }
+  }
+  if (!st.ok()) {
+    done(st, nullptr);
+    return;
+  }
+  Join(comm, nranks, state.rank, std::move(done));
+}
+
+void EngineImpl::Join(const std::shared_ptr<Comm>& comm, uint32_t nranks, uint32_t rank,
+                      InitDone done) {
+  Status st = Status::Ok();
   Completions out;
   {
     std::lock_guard<std::mutex> lock(comm->mu);
@@ -344,13 +422,62 @@ void EngineImpl::Init(TenantId tenant, const Uid& uid, uint32_t nranks, uint32_t
         }
         comm->init_waiters.clear();
         spdlog::debug("collectives: communicator {} of tenant {} active, {} ranks", comm->id,
-                      tenant.name(), nranks);
+                      comm->tenant.name(), nranks);
       } else {
         ArmTimerLocked(comm, comm->init_deadline);
       }
     }
   }
-  Deliver(tenant, out);
+  Deliver(comm->tenant, out);
+}
+
+size_t EngineImpl::Withdraw(const std::shared_ptr<Member>& m) {
+  if (!m || !m->comm_) return 0;
+  Comm& comm = *m->comm_;
+  const uint32_t rank = m->rank_;
+  const Status withdrawn = Status::TryAgain("withdrawn before it started");
+  std::vector<Done> dones;
+  {
+    std::lock_guard<std::mutex> lock(comm.mu);
+    // Everything still in colls waits: Pump takes a collective out before
+    // it starts it.
+    for (auto it = comm.colls.begin(); it != comm.colls.end();) {
+      std::optional<CollPost>& post = it->second.posts[rank];
+      if (post && post->done) {
+        dones.push_back(std::move(post->done));
+        post.reset();
+        --it->second.nposted;
+      }
+      it = it->second.nposted == 0 ? comm.colls.erase(it) : std::next(it);
+    }
+    for (auto* posts : {&comm.sends, &comm.recvs}) {
+      for (auto it = posts->begin(); it != posts->end();) {
+        std::erase_if(it->second, [&](P2PPost& p) {
+          if (p.rank != rank) return false;
+          dones.push_back(std::move(p.done));
+          --comm.pending_p2p;
+          return true;
+        });
+        it = it->second.empty() ? posts->erase(it) : std::next(it);
+      }
+    }
+  }
+  // Not Deliver: a withdrawn operation did not fail.
+  for (Done& done : dones) done(withdrawn);
+  return dones.size();
+}
+
+Status EngineImpl::SaveMember(const std::shared_ptr<Member>& m, MemberState* out) const {
+  if (!m || !m->comm_) return Status::InvalidArgument();
+  Comm& comm = *m->comm_;
+  std::lock_guard<std::mutex> lock(comm.mu);
+  if (comm.state != CommState::kActive) return Status::State("the communicator is not active");
+  out->uid = comm.uid;
+  out->nranks = comm.nranks;
+  out->rank = m->rank_;
+  out->constraints = comm.constraints;
+  out->next_seq = comm.next_seq;
+  return Status::Ok();
 }
 
 void EngineImpl::Post(const std::shared_ptr<Member>& m, OpDesc op, Done done) {
@@ -942,6 +1069,16 @@ void Engine::Post(const std::shared_ptr<Member>& m, OpDesc op, Done done) {
 }
 void Engine::Shutdown() {
   impl_->Shutdown();
+}
+size_t Engine::Withdraw(const std::shared_ptr<Member>& m) {
+  return impl_->Withdraw(m);
+}
+Status Engine::SaveMember(const std::shared_ptr<Member>& m, MemberState* out) const {
+  return impl_->SaveMember(m, out);
+}
+void Engine::Rejoin(TenantId tenant, const MemberState& state,
+                    std::function<void(Status, std::shared_ptr<Member>)> done) {
+  impl_->Rejoin(tenant, state, std::move(done));
 }
 void Engine::SetTenantWeight(const TenantId& tenant, uint32_t weight) {
   impl_->SetTenantWeight(tenant, weight);

@@ -213,6 +213,17 @@ void ClusterCollBackend::DestroyAsync(MemberPtr m) {
   local_->DestroyAsync(std::move(m));
 }
 
+size_t ClusterCollBackend::Withdraw(const MemberPtr& m) {
+  return AsCrossHost(m) != nullptr ? 0 : local_->Withdraw(m);
+}
+
+Status ClusterCollBackend::SaveMember(const MemberPtr& m, coll::MemberState* out) const {
+  if (AsCrossHost(m) != nullptr) {
+    return Status::NotSupported("a communicator across hosts cannot be handed over");
+  }
+  return local_->SaveMember(m, out);
+}
+
 void ClusterCollBackend::Abort(const MemberPtr& m) {
   if (const CrossHostMember* x = AsCrossHost(m)) {
     x->comm()->Abort(Status::Aborted("a rank aborted the communicator"),

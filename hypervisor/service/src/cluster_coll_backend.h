@@ -60,6 +60,15 @@ class ClusterCollBackend : public CollBackend {
   void Abort(const MemberPtr& m) override;
   void Leave(const MemberPtr& m) override;
   uint32_t AbortDetail(const MemberPtr& m) const override;
+  // Communicators within this host go on in the next process as the local
+  // engine's do; one across hosts does not: its peers on other hosts hold
+  // state about this host's ranks that a hand-over here cannot move.
+  size_t Withdraw(const MemberPtr& m) override;
+  Status SaveMember(const MemberPtr& m, coll::MemberState* out) const override;
+  void Rejoin(const TenantId& tenant, const coll::MemberState& state,
+              std::function<void(Status, MemberPtr)> done) override {
+    local_->Rejoin(tenant, state, std::move(done));
+  }
   void Shutdown() override;
   void SetTenantWeight(const TenantId& tenant, uint32_t weight) override {
     local_->SetTenantWeight(tenant, weight);

@@ -47,6 +47,22 @@ void EngineBackend::Init(const TenantId& tenant, const coll::Uid& uid, uint32_t 
                });
 }
 
+void EngineBackend::Rejoin(const TenantId& tenant, const coll::MemberState& state,
+                           std::function<void(Status, MemberPtr)> done) {
+  engine_.Rejoin(tenant, state,
+                 [done = std::move(done)](Status st, std::shared_ptr<coll::Member> m) {
+                   done(st, m ? std::make_shared<EngineMember>(std::move(m)) : nullptr);
+                 });
+}
+
+size_t EngineBackend::Withdraw(const MemberPtr& m) {
+  return engine_.Withdraw(Unwrap(m));
+}
+
+Status EngineBackend::SaveMember(const MemberPtr& m, coll::MemberState* out) const {
+  return engine_.SaveMember(Unwrap(m), out);
+}
+
 void EngineBackend::Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) {
   engine_.Post(Unwrap(m), std::move(op), std::move(done));
 }

@@ -224,6 +224,29 @@ class Engine {
   // rank complete with kAborted. Does not wait for running blocks.
   void Abort(const std::shared_ptr<Member>& m, AbortCause cause = AbortCause::kAbortCalled);
 
+  // Live upgrade of the service: the communicators go on in another
+  // process's engine.
+  //
+  // Takes back every operation of m that has not started (a collective
+  // waiting for other ranks or for an earlier seq, a send or receive waiting
+  // for its partner), as if it had never been posted: its done runs with
+  // kTryAgain before Withdraw returns. Nothing else completes a posted
+  // operation with kTryAgain. Operations running are left alone, and so is
+  // a post already answered (an invalid descriptor). Returns how many.
+  size_t Withdraw(const std::shared_ptr<Member>& m);
+  // What re-forms m's membership in another engine (kState unless the
+  // communicator is active).
+  Status SaveMember(const std::shared_ptr<Member>& m, MemberState* out) const;
+  // Init for a communicator that was formed in another engine: the first
+  // rank to rejoin creates the uid here for tenant (it counts against
+  // max_uids_per_tenant), the others must bring the same nranks,
+  // constraints and next_seq (else kMismatch). The communicator is active
+  // once every rank rejoined, with collectives continuing at next_seq; the
+  // ranks that do not come within its timeout abort it, as for Init. An
+  // Init on such a uid gets kExists.
+  void Rejoin(TenantId tenant, const MemberState& state,
+              std::function<void(Status, std::shared_ptr<Member>)> done);
+
   // Why m's communicator was aborted (kNone while it is not). The first
   // cause wins: later destroys of an aborted communicator do not change it.
   AbortCause AbortCauseOf(const std::shared_ptr<Member>& m) const;
