@@ -91,8 +91,8 @@ const json& Array(const json& object, const char* name) {
 class FdIndices {
  public:
   explicit FdIndices(size_t num_fds) : used_(num_fds, false) {}
-  int Take(const json& object, const char* name) {
-    const json& v = Field(object, name);
+  int Take(const json& object, const char* name) { return TakeValue(Field(object, name), name); }
+  int TakeValue(const json& v, const char* name) {
     if (!v.is_number_integer()) Refuse(fmt::format("\"{}\" is not a descriptor index", name));
     int64_t i = v.get<int64_t>();
     if (i == kNoFd) return kNoFd;
@@ -263,6 +263,8 @@ std::string EncodeSnapshot(const Snapshot& snapshot) {
             {"version", kSnapshotVersion},
             {"servers", std::move(servers)},
             {"application_state", ToHex(snapshot.application_state)}};
+  // Optional in version 1: absent means none.
+  if (!snapshot.application_fds.empty()) j["application_fds"] = snapshot.application_fds;
   return j.dump();
 }
 
@@ -281,6 +283,13 @@ std::string DecodeSnapshot(std::string_view bytes, size_t num_fds, Snapshot* out
     FdIndices fds(num_fds);
     for (const json& server : Array(j, "servers")) s.servers.push_back(DecodeServer(server, fds));
     s.application_state = Bytes(j, "application_state");
+    if (j.contains("application_fds")) {
+      for (const json& fd : Array(j, "application_fds")) {
+        const int index = fds.TakeValue(fd, "application_fds");
+        if (index == kNoFd) Refuse("\"application_fds\" names no descriptor");
+        s.application_fds.push_back(index);
+      }
+    }
     *out = std::move(s);
     return {};
   } catch (const Refused& r) {

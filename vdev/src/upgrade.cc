@@ -83,8 +83,7 @@ std::string CheckHello(int channel, Clock::time_point deadline) {
 }
 
 // Freezes every server and writes the snapshot; on error the caller thaws.
-std::string FreezeAndExport(std::span<Server* const> servers,
-                            const std::function<std::string()>& application_state,
+std::string FreezeAndExport(std::span<Server* const> servers, const ApplicationExport& application,
                             const UpgradeOptions& options, std::string* encoded, SnapshotFds* fds) {
   for (Server* s : servers) {
     if (Error e = s->Freeze(options.freeze_timeout); !e.empty()) return "freeze: " + e;
@@ -95,7 +94,9 @@ std::string FreezeAndExport(std::span<Server* const> servers,
     if (Error e = s->Export(&record, fds); !e.empty()) return "export: " + e;
     snapshot.servers.push_back(std::move(record));
   }
-  if (application_state) snapshot.application_state = application_state();
+  if (application) {
+    if (Error e = application(*fds, &snapshot); !e.empty()) return "application: " + e;
+  }
   *encoded = EncodeSnapshot(snapshot);
   return {};
 }
@@ -126,8 +127,7 @@ std::string ReadResult(int channel, Clock::time_point deadline, UpgradeResult* r
 
 }  // namespace
 
-UpgradeResult HandOver(std::span<Server* const> servers,
-                       const std::function<std::string()>& application_state,
+UpgradeResult HandOver(std::span<Server* const> servers, const ApplicationExport& application,
                        const UpgradeOptions& options) {
   UpgradeResult result;
   int pair[2];
@@ -154,8 +154,7 @@ UpgradeResult HandOver(std::span<Server* const> servers,
   const auto frozen_at = Clock::now();
   std::string encoded;
   SnapshotFds fds;
-  if (std::string e = FreezeAndExport(servers, application_state, options, &encoded, &fds);
-      !e.empty()) {
+  if (std::string e = FreezeAndExport(servers, application, options, &encoded, &fds); !e.empty()) {
     return fail(e, true);
   }
   const std::vector<int> raw = fds.raw();
@@ -226,6 +225,11 @@ std::string Takeover::Receive(std::chrono::milliseconds timeout) {
   }
   fds_ = std::make_shared<std::vector<UniqueFd>>(std::move(state.fds));
   return {};
+}
+
+UniqueFd Takeover::TakeApplicationFd(size_t i) {
+  if (fds_ == nullptr || i >= snapshot_.application_fds.size()) return UniqueFd();
+  return std::move((*fds_)[snapshot_.application_fds[i]]);
 }
 
 bool Takeover::Serve(std::span<Server* const> servers, std::string* error) {

@@ -48,6 +48,7 @@ void CheckIndices(const vdev::Snapshot& s, size_t num_fds) {
     }
     for (int fd : c.partial_fds) check(fd);
   }
+  for (int fd : s.application_fds) check(fd);
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ auto Fields(const ServerRecord& s) {
 void ExpectEqual(const Snapshot& want, const Snapshot& got) {
   EXPECT_EQ(want.version, got.version);
   EXPECT_EQ(want.application_state, got.application_state);
+  EXPECT_EQ(want.application_fds, got.application_fds);
   ASSERT_EQ(want.servers.size(), got.servers.size());
   for (size_t i = 0; i < want.servers.size(); ++i) {
     SCOPED_TRACE("server " + std::to_string(i));
@@ -82,9 +83,9 @@ QueueRecord Queue(uint16_t size, uint16_t last_avail, int kick, int call, int er
 }
 
 // Two servers: one connected, mid-message, with two regions and three
-// queues; one listening and idle. Descriptor indices 0..14 are each named
-// once.
-constexpr size_t kFullFds = 15;
+// queues; one listening and idle; and two descriptors of the application.
+// Descriptor indices 0..16 are each named once.
+constexpr size_t kFullFds = 17;
 
 Snapshot FullSnapshot() {
   Snapshot s;
@@ -113,6 +114,7 @@ Snapshot FullSnapshot() {
   b.path = "/run/vdev/blk0.sock";
   b.listener = 14;
   s.application_state = std::string("{\"tenant\":7}\x00\xff", 14);
+  s.application_fds = {16, 15};
   return s;
 }
 
@@ -156,7 +158,13 @@ TEST(SessionSnapshot, EachKindOfDamageIsRefusedWithItsCause) {
       {"string for a number", [](json& j) { Session(j)["status"] = "15"; },
        "\"status\" is not an unsigned integer"},
       {"index out of range", [](json& j) { j["servers"][1]["listener"] = kFullFds; },
-       "names descriptor 15, but 15 arrived"},
+       "names descriptor 17, but 17 arrived"},
+      {"application descriptor named twice", [](json& j) { j["application_fds"][1] = 3; },
+       "descriptor 3 is named twice"},
+      {"application descriptor missing", [](json& j) { j["application_fds"][0] = kNoFd; },
+       "\"application_fds\" names no descriptor"},
+      {"application descriptors not a list", [](json& j) { j["application_fds"] = 15; },
+       "\"application_fds\" is not an array"},
       {"index named twice", [](json& j) { j["servers"][1]["listener"] = 3; },
        "descriptor 3 is named twice"},
       {"negative index", [](json& j) { Session(j)["queues"][0]["kick"] = -2; },

@@ -100,6 +100,10 @@ struct Snapshot {
   uint32_t version = kSnapshotVersion;
   std::vector<ServerRecord> servers;
   std::string application_state;  // opaque to vdev
+  // Descriptors the application hands over besides its servers (listening
+  // sockets of its own, a lock), in the order it named them. Optional in
+  // the encoding (absent: none).
+  std::vector<int> application_fds;
 };
 
 // The descriptors a snapshot names, gathered while it is written: Add

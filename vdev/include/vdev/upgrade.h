@@ -52,12 +52,16 @@ struct UpgradeResult {
   std::vector<std::string> lost;
 };
 
-// Old process. Runs on a thread that is not the servers' io_context's.
-// application_state is asked for once every server is frozen. On success the
-// servers are abandoned (Server::Abandon); the caller exits without stopping
-// them. On failure every server serves again.
-UpgradeResult HandOver(std::span<Server* const> servers,
-                       const std::function<std::string()>& application_state,
+// The application's part of the snapshot, asked for once every server is
+// frozen: it sets snapshot->application_state and adds its own descriptors
+// to fds, naming them in snapshot->application_fds. An error refuses the
+// hand-over (the servers thaw).
+using ApplicationExport = std::function<Error(SnapshotFds& fds, Snapshot* snapshot)>;
+
+// Old process. Runs on a thread that is not the servers' io_context's. On
+// success the servers are abandoned (Server::Abandon); the caller exits
+// without stopping them. On failure every server serves again.
+UpgradeResult HandOver(std::span<Server* const> servers, const ApplicationExport& application,
                        const UpgradeOptions& options);
 
 // Successor process, started with --handoff-fd.
@@ -72,6 +76,9 @@ class Takeover {
   // predecessor was told (when it could be) and keeps serving: exit.
   std::string Receive(std::chrono::milliseconds timeout);
   const Snapshot& snapshot() const { return snapshot_; }
+  // The application's descriptor named at position i of
+  // snapshot().application_fds, once; invalid after that.
+  UniqueFd TakeApplicationFd(size_t i);
 
   // Starts each server from its record, or normally (Server::Start) when the
   // snapshot has none for its path, and confirms to the predecessor (from
