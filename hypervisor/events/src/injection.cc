@@ -26,7 +26,7 @@ const std::map<std::string, TopicInfo>& Topics() {
         {"device_index", "errors"}}},
       {"maintenance",
        {HZ_TOPIC_MAINTENANCE,
-        {"scheduled", "started", "cancelled", "completed"},
+        {"scheduled", "started", "cancelled", "completed", "service_restarted"},
         {"deadline_s", "in_s", "duration_s", "device_index", "approvable"}}},
       {"preemption",
        {HZ_TOPIC_PREEMPTION,

@@ -35,6 +35,9 @@ enum MaintenanceKind : uint16_t {
   kMaintenanceStarted = 1,
   kMaintenanceCancelled = 2,
   kMaintenanceCompleted = 3,
+  // The host service was upgraded: the VM kept its device and its session
+  // (SPEC.md §2.9). Nothing is asked of the tenant.
+  kMaintenanceServiceRestarted = 4,
 };
 enum PreemptionKind : uint16_t {
   kPreemptionScheduled = 0,  // deadline_s: when the devices are taken
