@@ -47,6 +47,9 @@
 //          once all approved early or at T; H is this host's name)
 //   hzctl maintenance status | cancel --id N | complete --id N
 //
+//   hzctl upgrade [--binary PATH]        (live upgrade: PATH, or the program running, takes
+//                                          every VM's session over; waits until it serves)
+//
 //   hzctl --on-host H COMMAND ...   (alloc, release, allocations, inventory, cluster status and
 //                                    the maintenance commands run on host H of the cluster)
 //
@@ -73,6 +76,7 @@
 #include "human_output.h"
 #include "libvirt_cli.h"
 #include "maintenance_cli.h"
+#include "upgrade_cli.h"
 
 using json = nlohmann::json;
 
@@ -257,6 +261,11 @@ int main(int argc, char** argv) {
   auto* clist = ckpt_cmd->add_subcommand("list", "a tenant's streams, checkpoints and decisions");
   clist->add_option("--tenant", tenant, "tenant name")->required();
   app.add_subcommand("status", "service status");
+  std::string upgrade_binary;
+  auto* upgrade =
+      app.add_subcommand("upgrade", "upgrade harmonaized live: every VM keeps its device");
+  upgrade->add_option("--binary", upgrade_binary, "the new program (default: the one running)")
+      ->type_name("PATH");
 
   auto* inventory = app.add_subcommand("inventory", "this host's GPUs and NICs");
   auto* allocations = app.add_subcommand("allocations", "allocations and their devices");
@@ -302,6 +311,8 @@ int main(int argc, char** argv) {
       return hzctl::Call(socket_path, r, timeout, resp, error);
     });
   }
+
+  if (upgrade->parsed()) return hzctl::Upgrade(socket_path, upgrade_binary, timeout, as_json);
 
   json req;
   std::string cmd;

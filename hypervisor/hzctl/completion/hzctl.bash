@@ -10,7 +10,7 @@ _hzctl() {
   local globals="--help --version --socket --json --timeout --on-host"
   local -A subs=(
     [top]="tenant vm comm counters event energy maintenance checkpoint status inventory
-          allocations alloc release device negotiation cluster libvirt-hook"
+          allocations alloc release device negotiation cluster libvirt-hook upgrade"
     [tenant]="create features list remove domain"
     [vm]="bind unbind list attach detach"
     [comm]="list"
@@ -45,10 +45,11 @@ _hzctl() {
     [release]="--spread"
     [device fail]="--errors"
     [device degrade]="--errors"
+    [upgrade]="--binary"
   )
 
   case $prev in
-    -s | --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    -s | --socket | --binary) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --priority) COMPREPLY=($(compgen -W "low normal high" -- "$cur")); return ;;
     --locality) COMPREPLY=($(compgen -W "any host group" -- "$cur")); return ;;
     --features) COMPREPLY=($(compgen -W "all none collectives checkpoint events negotiation
@@ -63,7 +64,7 @@ _hzctl() {
   for ((i = 1; i < COMP_CWORD; i++)); do
     word=${COMP_WORDS[i]}
     case $word in
-      -s | --socket | --timeout | --on-host) ((i++)) ;;
+      -s | --socket | --timeout | --on-host | --binary) ((i++)) ;;
       -*) ;;
       *)
         if [[ -n ${subs[$path]+x} && " ${subs[$path]} " == *[[:space:]]$word[[:space:]]* ]]; then

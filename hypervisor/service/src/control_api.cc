@@ -186,6 +186,7 @@ json ControlApi::Dispatch(const std::string& cmd, const json& req) {
       {"vm.list", &ControlApi::ListVms},
       {"comm.list", &ControlApi::ListComms},
       {"counters", &ControlApi::GetCounters},
+      {"upgrade", &ControlApi::Upgrade},
   };
   if (auto it = kCommands.find(cmd); it != kCommands.end()) return (this->*it->second)(req);
   if (std::optional<CommandResult> result = target_->EngineCommand(cmd, req)) {
@@ -334,6 +335,15 @@ json ControlApi::ListComms(const json& req) {
 json ControlApi::GetCounters(const json& req) {
   OnlyFields(req, {});
   return target_->Counters();
+}
+
+json ControlApi::Upgrade(const json& req) {
+  OnlyFields(req, {"binary"});
+  std::string binary;
+  if (req.contains("binary")) binary = Str(req, "binary");
+  StatusOr<json> started = target_->StartUpgrade(binary);
+  Check(started.status());
+  return *started;
 }
 
 }  // namespace hz::service

@@ -95,6 +95,23 @@ Status ControlServer::Start() {
   return Status::Ok();
 }
 
+Status ControlServer::Adopt(int fd) {
+  boost::system::error_code ec;
+  acceptor_.assign(local(), fd, ec);
+  if (ec) {
+    close(fd);
+    return Status::IoError(path_ + ": the listener handed over: " + ec.message());
+  }
+  Accept();
+  return Status::Ok();
+}
+
+void ControlServer::Release() {
+  backoff_.Cancel();
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+}
+
 void ControlServer::Stop() {
   backoff_.Cancel();
   if (!acceptor_.is_open()) return;

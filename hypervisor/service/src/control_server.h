@@ -29,6 +29,13 @@ class ControlServer {
                 size_t max_line, size_t max_clients, Handler handler);
   ~ControlServer();
   Status Start();
+  // A live upgrade: the listening socket the previous process handed over
+  // (Adopt); this process's descriptor of it (listener()); and letting go
+  // of it without removing the socket file the next process serves
+  // (Release).
+  Status Adopt(int fd);
+  int listener() { return acceptor_.native_handle(); }
+  void Release();
   void Stop();
   // Accepts that failed so far (any thread).
   uint64_t accept_failures() const { return backoff_.failures(); }

@@ -93,6 +93,10 @@ Engines::~Engines() {
   sink_.reset();
 }
 
+Status Engines::FlushCheckpoints(std::chrono::milliseconds timeout) {
+  return ckpt_ != nullptr ? ckpt_->Flush(timeout) : Status::Ok();
+}
+
 Status Engines::Start() {
   events::BusOptions bo;
   bo.dir = config_.state_dir + "/events";

@@ -11,17 +11,25 @@
 // stuck in a handler ([shutdown] timeout_ms).
 //
 // Under systemd (Type=notify) it tells the manager READY=1 once every
-// listener is up, STOPPING=1 when a drain begins, and STATUS= lines.
+// listener is up, STOPPING=1 when a drain begins, MAINPID= when a live
+// upgrade handed the service to a new process, and STATUS= lines.
+//
+// SIGUSR2 or `hzctl upgrade` upgrades it live: the program it was started as
+// (or the one named) is started with the same command line plus
+// --handoff-fd, and takes every VM's session over (service_upgrade.cc).
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <systemd/sd-daemon.h>
 #include <CLI/CLI.hpp>
@@ -32,6 +40,7 @@
 #include "hz/service/service.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
+#include "vdev/upgrade.h"
 
 namespace {
 
@@ -72,6 +81,17 @@ void NotifyOnLifecycle(hz::service::Service& service) {
     spdlog::info("event=ready");
   };
   hooks.stopping = [] { Notify("STOPPING=1\nSTATUS=Draining: finishing in-flight requests"); };
+  hooks.handed_over = [](pid_t successor) {
+    Notify(fmt::format("MAINPID={}\nSTATUS=Handed over to process {}", successor, successor));
+    // systemd must know the new main process before this one exits: else it
+    // takes the exit for the service's and stops the unit, successor too.
+    if (int rc = sd_notify_barrier(0, 5'000'000); rc < 0 && rc != -ENOENT) {
+      spdlog::warn("event=sd_notify_barrier_failed error=\"{}\"", std::strerror(-rc));
+    }
+    spdlog::info("event=exit_after_upgrade successor={}", successor);
+    spdlog::shutdown();
+    std::_Exit(0);
+  };
   service.SetLifecycleHooks(std::move(hooks));
 }
 
@@ -88,6 +108,31 @@ void RaiseFdLimit() {
   }
   spdlog::info("event=fd_limit soft={} hard={} vms_approx={}", rl.rlim_cur, rl.rlim_max,
                rl.rlim_cur / 8);
+}
+
+// The program to start for a live upgrade: this one's path as it was
+// started, resolved now, since /proc/self/exe names a deleted file once a
+// package upgrade replaced the binary.
+std::string ProgramPath(const char* argv0) {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) return std::string(buf, static_cast<size_t>(n));
+  return argv0;
+}
+
+// This process's arguments, for its successor: all but --handoff-fd N.
+std::vector<std::string> ArgsWithoutHandoff(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == vdev::kHandoffFdOption) {
+      ++i;
+      continue;
+    }
+    if (a.rfind(std::string(vdev::kHandoffFdOption) + "=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  return args;
 }
 
 // Serves until SIGTERM or SIGINT; the process's exit status.
@@ -119,7 +164,7 @@ int Serve(hz::service::Service& service) {
 
 // Fills config from the command line and the configuration file it names.
 // Returns -1 to go on, or the exit status (--help, --version, an error).
-int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config) {
+int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config, int* handoff_fd) {
   CLI::App app{"harmonaized: the HarmonAIze host service"};
   app.set_version_flag("--version", "harmonaized " HZ_PROJECT_VERSION);
   app.footer(kExitCodes);
@@ -154,6 +199,10 @@ int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config) 
       ->check(CLI::IsMember({"text", "json"}));
   app.add_flag("-f,--foreground", foreground,
                "stay in the foreground (the only mode; systemd runs it so)");
+  app.add_option(vdev::kHandoffFdOption, *handoff_fd,
+                 "take the service over from the running process through this descriptor "
+                 "(a live upgrade starts the new program so)")
+      ->check(CLI::Range(0, 1 << 20));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -197,12 +246,25 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   hz::service::ServiceConfig config;
-  if (int rc = ParseCommandLine(argc, argv, &config); rc >= 0) return rc;
+  int handoff_fd = -1;
+  if (int rc = ParseCommandLine(argc, argv, &config, &handoff_fd); rc >= 0) return rc;
   SetUpLogging(config);
   RaiseFdLimit();
 
   hz::service::Service service(config);
   NotifyOnLifecycle(service);
+  service.SetCommandLine(ProgramPath(argv[0]), ArgsWithoutHandoff(argc, argv));
+  // A live upgrade's successor: the snapshot first, since the state lock
+  // and the listeners it holds come with it.
+  std::unique_ptr<vdev::Takeover> takeover;
+  if (handoff_fd >= 0) {
+    takeover = std::make_unique<vdev::Takeover>(handoff_fd);
+    if (std::string e = takeover->Receive(std::chrono::seconds(30)); !e.empty()) {
+      spdlog::critical("event=takeover_failed error=\"{}\"", e);
+      return 1;
+    }
+    service.TakeOverFrom(takeover.get());
+  }
   Notify("STATUS=Starting: restoring tenants and VM sockets from " + config.state_dir);
   if (hz::Status s = service.Start(); !s.ok()) {
     spdlog::critical("event=start_failed error=\"{}\"", s.message());

@@ -1,5 +1,8 @@
 #include "metrics_server.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <memory>
 
 #include <boost/beast/core.hpp>
@@ -90,6 +93,21 @@ Status MetricsServer::Start(const std::string& address, uint16_t port) {
     return Status::IoError("metrics " + address + ":" + std::to_string(port) + ": " + ec.message());
   }
   port_ = acceptor_.local_endpoint().port();
+  Accept();
+  return Status::Ok();
+}
+
+Status MetricsServer::Adopt(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  beast::error_code ec;
+  acceptor_.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+  if (!ec) port_ = acceptor_.local_endpoint(ec).port();
+  if (ec) {
+    close(fd);
+    return Status::IoError("metrics listener handed over: " + ec.message());
+  }
   Accept();
   return Status::Ok();
 }

@@ -27,6 +27,10 @@ class MetricsServer {
   MetricsServer(boost::asio::io_context& io, std::function<std::string()> render,
                 size_t max_connections);
   Status Start(const std::string& address, uint16_t port);
+  // A live upgrade: the listening socket the previous process handed over
+  // (Adopt), and this process's descriptor of it (listener()).
+  Status Adopt(int fd);
+  int listener() { return acceptor_.native_handle(); }
   uint16_t port() const { return port_; }
   void Stop();
   // Accepts that failed, and connections closed for the cap (any thread).

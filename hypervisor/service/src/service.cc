@@ -116,14 +116,19 @@ hz::Status Service::Start() {
   // One service per state directory, before anything in it is touched: a
   // second one would take the control socket and recover (delete) the first
   // one's checkpoints in progress.
-  const std::string lock_path = config_.state_dir + "/harmonaized.lock";
-  hz::StatusOr<int> lock = LockFile(lock_path);
-  if (!lock.ok()) {
-    if (!lock.status().IsBusy()) return lock.status();
-    return hz::Status::Busy("state directory " + config_.state_dir +
-                            " is in use by another harmonaized: " + lock.status().message());
+  // The successor of a live upgrade holds the lock it was handed.
+  if (takeover_ != nullptr) {
+    if (hz::Status s = AdoptLockAndListeners(); !s.ok()) return s;
+  } else {
+    const std::string lock_path = config_.state_dir + "/harmonaized.lock";
+    hz::StatusOr<int> lock = LockFile(lock_path);
+    if (!lock.ok()) {
+      if (!lock.status().IsBusy()) return lock.status();
+      return hz::Status::Busy("state directory " + config_.state_dir +
+                              " is in use by another harmonaized: " + lock.status().message());
+    }
+    state_lock_fd_ = *lock;
   }
-  state_lock_fd_ = *lock;
 
   coll::EngineOptions eo;
   eo.max_ranks = config_.device.max_comm_ranks;
@@ -168,15 +173,22 @@ hz::Status Service::Start() {
       SocketAccessFor(group.empty() ? 0600 : 0660, config_.control_socket_owner, group),
       config_.control_max_line_bytes, config_.control_max_clients,
       [this](const std::string& line) { return HandleControl(line); });
-  if (hz::Status s = control_->Start(); !s.ok()) return s;
+  const bool adopt = takeover_ != nullptr;
+  if (hz::Status s = adopt ? control_->Adopt(handed_control_.release()) : control_->Start();
+      !s.ok()) {
+    return s;
+  }
   if (config_.metrics_enabled) {
     metrics_server_ = std::make_unique<MetricsServer>(
         io_, [this] { return MetricsText(); }, config_.metrics_max_connections);
-    hz::Status s = metrics_server_->Start(config_.metrics_address, config_.metrics_port);
+    hz::Status s = adopt && handed_metrics_.valid()
+                       ? metrics_server_->Adopt(handed_metrics_.release())
+                       : metrics_server_->Start(config_.metrics_address, config_.metrics_port);
     if (!s.ok()) return s;
     metrics_port_ = metrics_server_->port();
   }
   if (hz::Status s = LoadState(); !s.ok()) return s;
+  if (takeover_ != nullptr) ServeTakenOver();
   if (hz::Status s = StartHostCommands(); !s.ok()) return s;
   // Last: the other hosts see this one once it can serve.
   if (hz::Status s = cluster_->Start(); !s.ok()) return s;
@@ -195,6 +207,10 @@ void Service::Run() {
     spdlog::info("event=signal signal={}", sig);
     RequestStop();
   });
+  // SIGUSR2 upgrades to the program this one was started as, as nginx's
+  // binary upgrade does.
+  upgrade_signal_ = std::make_unique<boost::asio::signal_set>(io_, SIGUSR2);
+  WaitForUpgradeSignal();
   // The first handler the loop runs: by then the control socket and the
   // metrics endpoint accept on it, and a SIGTERM drains instead of killing.
   boost::asio::post(io_, [this] {
@@ -289,12 +305,15 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::
   };
   auto start = std::make_shared<BindCall>();
   boost::asio::io_context& io = vdev_threads_[thread]->io;
+  // The successor of a live upgrade starts its servers from the snapshot
+  // once every binding is loaded (ServeTakenOver).
+  const bool taken_over = takeover_ != nullptr;
   const bool answered = OnVdevThread(
       thread,
-      [start, &io, path, factory, opts] {
+      [start, &io, path, factory, opts, taken_over] {
         auto server = std::make_unique<vdev::Server>(io, path, factory, opts);
         std::string error;
-        if (!server->Start(&error)) server.reset();
+        if (!taken_over && !server->Start(&error)) server.reset();
         std::lock_guard<std::mutex> lock(start->mu);
         if (start->gave_up) {
           if (server) server->Stop();

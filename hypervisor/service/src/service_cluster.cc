@@ -110,6 +110,12 @@ hz::Status Service::StartHostCommands() {
 }
 
 std::string Service::HandleControl(const std::string& line) {
+  if (upgrading_ && !ReadOnlyCommand(line)) {
+    return json{{"ok", false},
+                {"error", "a live upgrade is under way: only commands that change nothing run"},
+                {"status", static_cast<int>(StatusCode::kBusy)}}
+        .dump();
+  }
   json req = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!req.is_object() || !req.contains("on_host")) return api_.Handle(line).dump();
   const json& host = req["on_host"];

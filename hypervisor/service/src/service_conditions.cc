@@ -40,7 +40,9 @@ void Service::ArmConditions() {
   conditions_timer_->expires_after(std::chrono::milliseconds(config_.conditions.poll_ms));
   conditions_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (ec || draining_) return;
-    PollConditions();
+    // The next process publishes from the state it loads; this one must
+    // not change it meanwhile.
+    if (!upgrading_) PollConditions();
     ArmConditions();
   });
 }

@@ -108,7 +108,7 @@ void Service::ArmMaintenance() {
   maintenance_timer_->expires_after(kMaintenancePoll);
   maintenance_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (ec || draining_ || !maintenance_) return;
-    maintenance_->Tick();
+    if (!upgrading_) maintenance_->Tick();  // the state is being handed over
     ArmMaintenance();
   });
 }

@@ -30,6 +30,8 @@ json Service::Status() const {
   auto up =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_);
   return {{"version", HZ_VERSION_MAJOR * 100 + HZ_VERSION_MINOR},
+          {"pid", getpid()},
+          {"upgrade", UpgradeStatus()},
           {"draining", draining_.load()},
           {"state_dir", config_.state_dir},
           {"control_socket", config_.ControlSocketPath()},

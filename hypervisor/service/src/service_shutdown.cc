@@ -80,6 +80,10 @@ void Service::RequestStop() {
 }
 
 void Service::Shutdown() {
+  // An upgrade under way ends first, within its own bounds: it either
+  // thawed every session, or handed them over and this process must leave.
+  if (upgrade_thread_.joinable()) upgrade_thread_.join();
+  if (successor_ > 0) LeaveAfterUpgrade(successor_);
   stopped_ = true;
   // 1. Stop accepting: new requests fail with ESHUTDOWN from now on and the
   //    config space says DRAINING.

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,6 +22,9 @@
 namespace hz::testing {
 
 ServiceProcess::ServiceProcess() {
+  // A live upgrade's new process is the old one's child: once the old one
+  // leaves, it becomes this process's, to be waited for like the first.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   char tmpl[] = "/tmp/hz-svc-XXXXXX";
   const char* d = mkdtemp(tmpl);
   dir_ = d != nullptr ? d : "/tmp/hz-svc-fallback";
@@ -153,6 +157,46 @@ int ServiceProcess::Wait(int timeout_ms) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  return -1;
+}
+
+pid_t ServiceProcess::Upgrade(std::string* error, const std::string& binary, bool by_signal,
+                              int timeout_ms) {
+  const pid_t old = pid_;
+  if (by_signal) {
+    kill(old, SIGUSR2);
+  } else {
+    nlohmann::json req = {{"cmd", "upgrade"}};
+    if (!binary.empty()) req["binary"] = binary;
+    nlohmann::json started = Control(req);
+    if (!started.value("ok", false)) {
+      *error = started.value("error", std::string("no answer"));
+      return -1;
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    nlohmann::json status = Control({{"cmd", "status"}});
+    if (!status.value("ok", false)) continue;  // between the two processes
+    const nlohmann::json& s = status["result"];
+    const pid_t now = s.value("pid", -1);
+    if (now > 0 && now != old) {
+      int st = 0;
+      waitpid(old, &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        *error = "the old process did not exit cleanly after the hand-over";
+      }
+      pid_ = now;
+      return now;
+    }
+    const nlohmann::json upgrade = s.value("upgrade", nlohmann::json::object());
+    if (upgrade.value("state", std::string()) == "failed") {
+      *error = upgrade.value("error", std::string("failed"));
+      return -1;
+    }
+  }
+  *error = "the upgrade did not finish in time";
   return -1;
 }
 

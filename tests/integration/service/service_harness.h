@@ -31,6 +31,13 @@ class ServiceProcess {
   int RunToExit(const std::vector<std::string>& extra, std::string* output,
                 int timeout_ms = 20000) const;
   nlohmann::json Control(const nlohmann::json& req);
+  // A live upgrade through the control socket (`binary` empty: the same
+  // program), or started by SIGUSR2 (by_signal). Waits until the new process
+  // answers on the control socket, then follows it: pid() names it and
+  // Terminate() stops it (the test process adopts it as a subreaper). Returns
+  // the new pid, or -1 with *error (the old process still serves then).
+  pid_t Upgrade(std::string* error, const std::string& binary = "", bool by_signal = false,
+                int timeout_ms = 60000);
   // Runs the hzctl at hzctl_path with args against this service; returns its
   // exit code, with its stdout and stderr in *out.
   int Hzctl(const std::string& hzctl_path, const std::string& args, std::string* out) const;

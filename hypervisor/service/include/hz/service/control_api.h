@@ -72,6 +72,11 @@ class ControlTarget {
   virtual hz::StatusOr<VmAttachment> DetachVm(const std::string& /*domain*/) {
     return hz::Status::NotSupported("libvirt domains are not managed here");
   }
+  // A live upgrade of the service to binary (empty: the same program),
+  // started in the background; the result says what was started.
+  virtual hz::StatusOr<nlohmann::json> StartUpgrade(const std::string& /*binary*/) {
+    return hz::Status::NotSupported("this service cannot be upgraded live");
+  }
   virtual std::vector<std::shared_ptr<Tenant>> Tenants() const = 0;
   virtual std::vector<VmView> Vms() const = 0;
   virtual std::vector<CommSummary> Communicators() const = 0;
@@ -114,6 +119,7 @@ class ControlApi {
   nlohmann::json ListVms(const nlohmann::json& req);
   nlohmann::json ListComms(const nlohmann::json& req);
   nlohmann::json GetCounters(const nlohmann::json& req);
+  nlohmann::json Upgrade(const nlohmann::json& req);
 
   ControlTarget* target_;
 };

@@ -79,6 +79,9 @@ class Engines {
   void ClusterHosts(std::vector<cluster::HostInfo> hosts);
 
   events::EventBus* bus() const { return bus_.get(); }
+  // Waits until no checkpoint is being persisted (a live upgrade hands the
+  // state directory to the next process only then).
+  Status FlushCheckpoints(std::chrono::milliseconds timeout);
   // Appends to the tenant's log, then starts the just-in-time saves of a
   // notice: of the tenant's VMs named in vms (socket paths), or of all its
   // VMs on this host when vms is empty. Any thread.

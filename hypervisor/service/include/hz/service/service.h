@@ -45,7 +45,10 @@
 
 namespace vdev {
 class Server;
-}
+class SnapshotFds;
+class Takeover;
+struct Snapshot;
+}  // namespace vdev
 
 namespace hz::service {
 
@@ -72,9 +75,13 @@ class Service : public ControlTarget {
   // Run()'s thread: `serving` once, when Run()'s loop is running with every
   // listener Start() opened and the stop signals handled; `stopping` when a
   // drain begins.
+  // `handed_over` when a live upgrade succeeded: the successor (its pid)
+  // serves every VM now; the process must end at once, without stopping
+  // anything (the default does std::_Exit(0)).
   struct LifecycleHooks {
     std::function<void()> serving;
     std::function<void()> stopping;
+    std::function<void(pid_t successor)> handed_over;
   };
   void SetLifecycleHooks(LifecycleHooks hooks) { hooks_ = std::move(hooks); }
   // False after a shutdown that had to leave a connection thread running (a
@@ -83,6 +90,14 @@ class Service : public ControlTarget {
   bool stopped_cleanly() const { return stuck_threads_.load() == 0; }
   // Asks Run() to shut down (any thread).
   void RequestStop();
+
+  // Live upgrade (service_upgrade.cc), in the manner of nginx's binary
+  // upgrade: the running service starts `program` with this command line
+  // plus --handoff-fd and hands it the VM sessions, the listeners and the
+  // state directory's lock (vdev/upgrade.h).
+  void SetCommandLine(std::string program, std::vector<std::string> args);
+  // The successor's side: Start() takes over from t instead of binding.
+  void TakeOverFrom(vdev::Takeover* t) { takeover_ = t; }
 
   // Runs fn on connection thread i and returns at once. A test seam: the
   // daemon built for tests/integration/service holds a thread with it, as a
@@ -111,6 +126,9 @@ class Service : public ControlTarget {
   TenantLimits DefaultTenantLimits() const override { return config_.tenant_defaults; }
   std::optional<CommandResult> EngineCommand(const std::string& cmd,
                                              const nlohmann::json& req) override;
+  // Starts a live upgrade to binary (empty: the program this one was
+  // started as) and returns at once; `status` tells how it went.
+  hz::StatusOr<nlohmann::json> StartUpgrade(const std::string& binary) override;
 
  private:
   struct Binding {
@@ -189,6 +207,20 @@ class Service : public ControlTarget {
   hz::Status StartHostCommands();
   std::string HandleControl(const std::string& line);
   nlohmann::json ServeForwarded(nlohmann::json request, const std::string& from);
+  // service_upgrade.cc. The old process: the hand-over, on its own thread,
+  // and what the service adds to the snapshot; then it leaves (on io_).
+  void RunUpgrade(const std::string& binary);
+  std::string ExportForUpgrade(vdev::SnapshotFds& fds, vdev::Snapshot* snapshot);
+  void LeaveAfterUpgrade(pid_t successor);
+  void WaitForUpgradeSignal();
+  // The successor: the lock and listeners from the snapshot, then the VM
+  // sessions once the bindings are loaded, and the tenants are told.
+  hz::Status AdoptLockAndListeners();
+  void ServeTakenOver();
+  // Only commands that change nothing run while an upgrade is under way.
+  static bool ReadOnlyCommand(const std::string& line);
+  nlohmann::json UpgradeStatus() const;
+
   // service_state.cc
   void SaveState();
   hz::Status LoadState();
@@ -246,6 +278,19 @@ class Service : public ControlTarget {
   std::mutex libvirt_mu_;
   std::unique_ptr<hz::libvirt::Connection> libvirt_;
   std::unique_ptr<hz::libvirt::DomainDefinitions> definitions_;
+
+  // Live upgrade.
+  std::string program_;
+  std::vector<std::string> args_;
+  vdev::Takeover* takeover_ = nullptr;  // the successor, until it serves
+  vdev::UniqueFd handed_control_;       // the listeners it was handed
+  vdev::UniqueFd handed_metrics_;
+  std::atomic<bool> upgrading_{false};
+  pid_t successor_ = -1;  // set once handed over (upgrade thread, then io_)
+  std::thread upgrade_thread_;
+  mutable std::mutex upgrade_mu_;
+  nlohmann::json last_upgrade_;                              // how the last one went, for `status`
+  std::unique_ptr<boost::asio::signal_set> upgrade_signal_;  // SIGUSR2
 
   ControlApi api_{this};
   std::unique_ptr<ControlServer> control_;
