@@ -3,127 +3,45 @@
 // the service is replaced by a new process, again and again.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <thread>
 
+#include "allreduce_loop.h"
 #include "hz_client.h"
 #include "service_harness.h"
 
 namespace hz::testing {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr uint64_t kCount = 256;  // 1 KiB of fp32 per all-reduce
 constexpr int kUpgrades = 20;
 
-// Shared by the test and its rank processes (an anonymous shared mapping).
-struct Progress {
-  std::atomic<uint64_t> done[2];         // all-reduces verified, per rank
-  std::atomic<uint64_t> stop_at;         // the iteration both ranks stop at
-  std::atomic<uint64_t> restart_events;  // SERVICE_RESTARTED seen by rank 0
+// Stops the ranks and waits for them however the test ends.
+struct RanksRunning {
+  AllReduceLoop& loop;
+  std::thread& ranks;
+  ~RanksRunning() {
+    if (!ranks.joinable()) return;
+    loop.Stop();
+    ranks.join();
+  }
 };
-
-Progress* MapProgress() {
-  void* p =
-      mmap(nullptr, sizeof(Progress), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  auto* progress = new (p) Progress;
-  progress->done[0] = progress->done[1] = 0;
-  progress->stop_at = UINT64_MAX;
-  progress->restart_events = 0;
-  return progress;
-}
-
-float Input(int rank, uint64_t it, uint64_t j) {
-  return static_cast<float>((rank + 1) * (it % 1000 + 1)) + static_cast<float>(j);
-}
-
-// One rank: HELLO, a communicator and two regions once, then verified
-// all-reduces until told to stop. The session is never renewed: an upgrade
-// that lost any of it would fail a request here.
-int RankLoop(const std::vector<std::string>& vms, std::vector<Pipe>& pipes, int rank,
-             Progress* progress) {
-  HzClient c;
-  std::string err;
-  if (!c.Connect(vms[rank], 64ull << 20, &err)) {
-    std::fprintf(stderr, "rank %d: connect: %s\n", rank, err.c_str());
-    return 2;
-  }
-  if (c.Hello() != HZ_S_OK) return 3;
-  hz_comm_uid uid{};
-  if (rank == 0) {
-    if (c.NewUid(&uid) != HZ_S_OK) return 4;
-    pipes[1].Send(&uid, sizeof(uid));
-  } else if (!pipes[1].Receive(&uid, sizeof(uid))) {
-    return 5;
-  }
-  uint64_t comm = 0;
-  if (c.InitComm(uid, 2, rank, &comm) != HZ_S_OK) return 6;
-  GuestBuffer send, recv;
-  if (c.Register(kCount * 4, 2, HZ_REGION_F_READ, &send) != HZ_S_OK) return 7;
-  if (c.Register(kCount * 4, 2, HZ_REGION_F_WRITE, &recv) != HZ_S_OK) return 8;
-  std::vector<float> in(kCount), out(kCount);
-  for (uint64_t it = 0; it < progress->stop_at.load(); ++it) {
-    for (uint64_t j = 0; j < kCount; ++j) in[j] = Input(rank, it, j);
-    send.Write(0, in.data(), kCount * 4);
-    hz_coll_args a{};
-    a.comm = comm;
-    a.count = kCount;
-    a.dtype = HZ_FP32;
-    a.redop = HZ_SUM;
-    a.seq = it;
-    a.send = SliceOf(send, 0, kCount * 4);
-    a.recv = SliceOf(recv, 0, kCount * 4);
-    if (uint32_t st = c.Coll(2 + rank % 2, HZ_OP_ALLREDUCE, a); st != HZ_S_OK) {
-      std::fprintf(stderr, "rank %d: all-reduce %llu: status %u\n", rank,
-                   static_cast<unsigned long long>(it), st);
-      return 10;
-    }
-    recv.Read(0, out.data(), kCount * 4);
-    for (uint64_t j = 0; j < kCount; ++j) {
-      if (out[j] != Input(0, it, j) + Input(1, it, j)) {
-        std::fprintf(stderr, "rank %d: all-reduce %llu: element %llu is %g\n", rank,
-                     static_cast<unsigned long long>(it), static_cast<unsigned long long>(j),
-                     out[j]);
-        return 11;
-      }
-    }
-    progress->done[rank] = it + 1;
-  }
-  return 0;
-}
-
-uint64_t Slowest(const Progress& p) {
-  return std::min(p.done[0].load(), p.done[1].load());
-}
-
-// Waits until both ranks verified `target` all-reduces; false if they stall.
-bool ProgressTo(const Progress& p, uint64_t target) {
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (Slowest(p) < target) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
 
 TEST(ServiceUpgrade, AllReduceRanksKeepRunningAcrossTwentyUpgrades) {
   ServiceProcess svc;
   ASSERT_TRUE(svc.Start());
   std::vector<std::string> vms = svc.TenantWithVms("t1", 2);
   ASSERT_EQ(vms.size(), 2u);
-  Progress* progress = MapProgress();
+  AllReduceLoop loop(2, kCount);
   std::vector<Pipe> pipes(2);
   std::vector<int> codes;
   std::thread ranks(
-      [&] { codes = RunRanks(2, [&](int rank) { return RankLoop(vms, pipes, rank, progress); }); });
-  ASSERT_TRUE(ProgressTo(*progress, 10)) << "the ranks never got going";
+      [&] { codes = RunRanks(2, [&](int rank) { return loop.RunRank(vms, pipes, rank); }); });
+  RanksRunning running{loop, ranks};
+  ASSERT_TRUE(loop.ProgressTo(10)) << "the ranks never got going";
   std::vector<pid_t> pids = {svc.pid()};
   for (int u = 0; u < kUpgrades; ++u) {
     std::string error;
@@ -133,9 +51,9 @@ TEST(ServiceUpgrade, AllReduceRanksKeepRunningAcrossTwentyUpgrades) {
     EXPECT_EQ(error, "") << "upgrade " << u;
     pids.push_back(next);
     // The same sessions go on in the new process: the ranks make progress.
-    ASSERT_TRUE(ProgressTo(*progress, Slowest(*progress) + 5)) << "stalled after upgrade " << u;
+    ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 5)) << "stalled after upgrade " << u;
   }
-  progress->stop_at = std::max(progress->done[0].load(), progress->done[1].load()) + 3;
+  loop.Stop();
   ranks.join();
   ASSERT_EQ(codes.size(), 2u);
   EXPECT_EQ(codes[0], 0);

@@ -1,0 +1,58 @@
+// Rank processes running a verified all-reduce loop through harmonaized on
+// one communicator, for as long as the test or benchmark lets them: what
+// live-upgrade tests and benchmarks run across the event. Progress, the stop
+// point and rank 0's completion times live in shared memory, so that the
+// parent watches them while the ranks (forked processes) run.
+#ifndef HZ_TESTS_INTEGRATION_SERVICE_ALLREDUCE_LOOP_H_
+#define HZ_TESTS_INTEGRATION_SERVICE_ALLREDUCE_LOOP_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "service_harness.h"
+
+namespace hz::testing {
+
+class AllReduceLoop {
+ public:
+  static constexpr int kMaxRanks = 8;
+
+  // nranks ranks of `count` fp32 elements each; room for `stamps`
+  // completion times of rank 0 (0: none kept).
+  AllReduceLoop(int nranks, uint64_t count, size_t stamps = 0);
+  ~AllReduceLoop();
+  AllReduceLoop(const AllReduceLoop&) = delete;
+  AllReduceLoop& operator=(const AllReduceLoop&) = delete;
+
+  // The body of rank process `rank`: HELLO, one communicator and two regions
+  // once, then all-reduce after all-reduce, each result checked, until the
+  // stop point. Never a second HELLO: a session lost would fail a request.
+  // Returns the process's exit code (0, or a code that stderr explains).
+  int RunRank(const std::vector<std::string>& vms, std::vector<Pipe>& pipes, int rank);
+
+  // All-reduces verified by the slowest and the fastest rank.
+  uint64_t Slowest() const;
+  uint64_t Fastest() const;
+  // Waits until every rank verified `target`; false if they stall for
+  // `patience` (a hang, not a measurement).
+  bool ProgressTo(uint64_t target, std::chrono::seconds patience = std::chrono::seconds(60)) const;
+  // Every rank stops after the same iteration, a few past the fastest.
+  void Stop();
+  // Rank 0's completion times (steady clock, ns), in order.
+  std::vector<int64_t> Stamps() const;
+
+ private:
+  struct Shared;
+  int nranks_;
+  uint64_t count_;
+  size_t capacity_;
+  Shared* shared_;
+  int64_t* stamps_;
+};
+
+}  // namespace hz::testing
+
+#endif  // HZ_TESTS_INTEGRATION_SERVICE_ALLREDUCE_LOOP_H_
