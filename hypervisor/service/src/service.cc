@@ -105,6 +105,44 @@ void Service::StartConnectionThreads() {
   }
 }
 
+hz::Status Service::LockStateDir() {
+  // The successor of a live upgrade holds the lock it was handed.
+  if (takeover_ != nullptr) return AdoptLockAndListeners();
+  const std::string lock_path = config_.state_dir + "/harmonaized.lock";
+  hz::StatusOr<int> lock = LockFile(lock_path);
+  if (!lock.ok()) {
+    if (!lock.status().IsBusy()) return lock.status();
+    return hz::Status::Busy("state directory " + config_.state_dir +
+                            " is in use by another harmonaized: " + lock.status().message());
+  }
+  state_lock_fd_ = *lock;
+  return hz::Status::Ok();
+}
+
+hz::Status Service::StartListeners() {
+  const std::string& group = config_.control_socket_group;
+  control_ = std::make_unique<ControlServer>(
+      io_, config_.ControlSocketPath(),
+      SocketAccessFor(group.empty() ? 0600 : 0660, config_.control_socket_owner, group),
+      config_.control_max_line_bytes, config_.control_max_clients,
+      [this](const std::string& line) { return HandleControl(line); });
+  const bool adopt = takeover_ != nullptr;
+  if (hz::Status s = adopt ? control_->Adopt(handed_control_.release()) : control_->Start();
+      !s.ok()) {
+    return s;
+  }
+  if (config_.metrics_enabled) {
+    metrics_server_ = std::make_unique<MetricsServer>(
+        io_, [this] { return MetricsText(); }, config_.metrics_max_connections);
+    hz::Status s = adopt && handed_metrics_.valid()
+                       ? metrics_server_->Adopt(handed_metrics_.release())
+                       : metrics_server_->Start(config_.metrics_address, config_.metrics_port);
+    if (!s.ok()) return s;
+    metrics_port_ = metrics_server_->port();
+  }
+  return hz::Status::Ok();
+}
+
 hz::Status Service::Start() {
   started_ = std::chrono::steady_clock::now();
   std::error_code fec;
@@ -113,22 +151,7 @@ hz::Status Service::Start() {
     if (fec) return hz::Status::IoError(dir + ": " + fec.message());
   }
   fs::create_directories(fs::path(config_.ControlSocketPath()).parent_path(), fec);
-  // One service per state directory, before anything in it is touched: a
-  // second one would take the control socket and recover (delete) the first
-  // one's checkpoints in progress.
-  // The successor of a live upgrade holds the lock it was handed.
-  if (takeover_ != nullptr) {
-    if (hz::Status s = AdoptLockAndListeners(); !s.ok()) return s;
-  } else {
-    const std::string lock_path = config_.state_dir + "/harmonaized.lock";
-    hz::StatusOr<int> lock = LockFile(lock_path);
-    if (!lock.ok()) {
-      if (!lock.status().IsBusy()) return lock.status();
-      return hz::Status::Busy("state directory " + config_.state_dir +
-                              " is in use by another harmonaized: " + lock.status().message());
-    }
-    state_lock_fd_ = *lock;
-  }
+  if (hz::Status s = LockStateDir(); !s.ok()) return s;
 
   coll::EngineOptions eo;
   eo.max_ranks = config_.device.max_comm_ranks;
@@ -167,26 +190,7 @@ hz::Status Service::Start() {
 
   StartConnectionThreads();
 
-  const std::string& group = config_.control_socket_group;
-  control_ = std::make_unique<ControlServer>(
-      io_, config_.ControlSocketPath(),
-      SocketAccessFor(group.empty() ? 0600 : 0660, config_.control_socket_owner, group),
-      config_.control_max_line_bytes, config_.control_max_clients,
-      [this](const std::string& line) { return HandleControl(line); });
-  const bool adopt = takeover_ != nullptr;
-  if (hz::Status s = adopt ? control_->Adopt(handed_control_.release()) : control_->Start();
-      !s.ok()) {
-    return s;
-  }
-  if (config_.metrics_enabled) {
-    metrics_server_ = std::make_unique<MetricsServer>(
-        io_, [this] { return MetricsText(); }, config_.metrics_max_connections);
-    hz::Status s = adopt && handed_metrics_.valid()
-                       ? metrics_server_->Adopt(handed_metrics_.release())
-                       : metrics_server_->Start(config_.metrics_address, config_.metrics_port);
-    if (!s.ok()) return s;
-    metrics_port_ = metrics_server_->port();
-  }
+  if (hz::Status s = StartListeners(); !s.ok()) return s;
   if (hz::Status s = LoadState(); !s.ok()) return s;
   if (takeover_ != nullptr) ServeTakenOver();
   if (hz::Status s = StartHostCommands(); !s.ok()) return s;

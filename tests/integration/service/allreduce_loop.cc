@@ -33,6 +33,23 @@ float Input(int rank, uint64_t it, uint64_t j) {
 
 }  // namespace
 
+int ConnectAndShareUid(HzClient& c, const std::vector<std::string>& vms, std::vector<Pipe>& pipes,
+                       int rank, int nranks, hz_comm_uid* uid) {
+  std::string err;
+  if (!c.Connect(vms[rank], 64ull << 20, &err)) {
+    std::fprintf(stderr, "rank %d: connect: %s\n", rank, err.c_str());
+    return 2;
+  }
+  if (c.Hello() != HZ_S_OK) return 3;
+  if (rank == 0) {
+    if (c.NewUid(uid) != HZ_S_OK) return 4;
+    for (int r = 1; r < nranks; ++r) pipes[r].Send(uid, sizeof(*uid));
+  } else if (!pipes[rank].Receive(uid, sizeof(*uid))) {
+    return 5;
+  }
+  return 0;
+}
+
 AllReduceLoop::AllReduceLoop(int nranks, uint64_t count, size_t stamps)
     : nranks_(std::min(nranks, kMaxRanks)), count_(count), capacity_(stamps) {
   shared_ = new (MapShared(sizeof(Shared))) Shared;
@@ -50,19 +67,8 @@ AllReduceLoop::~AllReduceLoop() {
 int AllReduceLoop::RunRank(const std::vector<std::string>& vms, std::vector<Pipe>& pipes,
                            int rank) {
   HzClient c;
-  std::string err;
-  if (!c.Connect(vms[rank], 64ull << 20, &err)) {
-    std::fprintf(stderr, "rank %d: connect: %s\n", rank, err.c_str());
-    return 2;
-  }
-  if (c.Hello() != HZ_S_OK) return 3;
   hz_comm_uid uid{};
-  if (rank == 0) {
-    if (c.NewUid(&uid) != HZ_S_OK) return 4;
-    for (int r = 1; r < nranks_; ++r) pipes[r].Send(&uid, sizeof(uid));
-  } else if (!pipes[rank].Receive(&uid, sizeof(uid))) {
-    return 5;
-  }
+  if (int rc = ConnectAndShareUid(c, vms, pipes, rank, nranks_, &uid); rc != 0) return rc;
   uint64_t comm = 0;
   if (c.InitComm(uid, nranks_, rank, &comm) != HZ_S_OK) return 6;
   const uint64_t bytes = count_ * 4;

@@ -12,9 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "protocol/harmonaize.h"
 #include "service_harness.h"
 
 namespace hz::testing {
+
+class HzClient;
+
+// What every rank process does first: connects c to its VM's socket, says
+// HELLO, and gets the communicator's uid (rank 0 makes it and sends it to
+// the others through pipes[rank]). Returns 0, or the process's exit code.
+int ConnectAndShareUid(HzClient& c, const std::vector<std::string>& vms, std::vector<Pipe>& pipes,
+                       int rank, int nranks, hz_comm_uid* uid);
 
 class AllReduceLoop {
  public:

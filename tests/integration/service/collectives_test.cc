@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <type_traits>
 
+#include "allreduce_loop.h"
 #include "hz_client.h"
 #include "service_harness.h"
 
@@ -194,19 +195,8 @@ int RunAll(RankEnv& env, uint8_t dtype, uint64_t count) {
 
 int RankMain(const std::vector<std::string>& vms, std::vector<Pipe>& pipes, int rank, int n) {
   HzClient c;
-  std::string err;
-  if (!c.Connect(vms[rank], 64ull << 20, &err)) {
-    std::fprintf(stderr, "rank %d: connect: %s\n", rank, err.c_str());
-    return 2;
-  }
-  if (c.Hello() != HZ_S_OK) return 3;
   hz_comm_uid uid{};
-  if (rank == 0) {
-    if (c.NewUid(&uid) != HZ_S_OK) return 4;
-    for (int i = 1; i < n; ++i) pipes[i].Send(&uid, sizeof(uid));
-  } else if (!pipes[rank].Receive(&uid, sizeof(uid))) {
-    return 5;
-  }
+  if (int rc = ConnectAndShareUid(c, vms, pipes, rank, n, &uid); rc != 0) return rc;
   RankEnv env;
   env.c = &c;
   env.rank = rank;

@@ -68,13 +68,24 @@ TEST(ServiceUpgrade, AllReduceRanksKeepRunningAcrossTwentyUpgrades) {
   EXPECT_EQ(svc.Terminate(), 0);
 }
 
-TEST(ServiceUpgrade, TheSessionGoesOnWithoutAnotherHello) {
+// A service with one VM of tenant t1 whose session said HELLO.
+class OneSession : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(svc.Start());
+    std::vector<std::string> vms = svc.TenantWithVms("t1", 1);
+    ASSERT_EQ(vms.size(), 1u);
+    ASSERT_TRUE(c.Connect(vms[0]));
+    ASSERT_EQ(c.Hello(), HZ_S_OK);
+  }
+
   ServiceProcess svc;
-  ASSERT_TRUE(svc.Start());
-  std::vector<std::string> vms = svc.TenantWithVms("t1", 1);
   HzClient c;
-  ASSERT_TRUE(c.Connect(vms[0]));
-  ASSERT_EQ(c.Hello(), HZ_S_OK);
+};
+
+using ServiceUpgradeSession = OneSession;
+
+TEST_F(ServiceUpgradeSession, GoesOnWithoutAnotherHello) {
   GuestBuffer buf;
   ASSERT_EQ(c.Register(4096, 2, HZ_REGION_F_READ, &buf), HZ_S_OK);
   hz_comm_uid uid{};
@@ -104,13 +115,7 @@ TEST(ServiceUpgrade, TheSessionGoesOnWithoutAnotherHello) {
   EXPECT_EQ(svc.Terminate(), 0);
 }
 
-TEST(ServiceUpgrade, AFailedUpgradeLeavesTheOldProcessServing) {
-  ServiceProcess svc;
-  ASSERT_TRUE(svc.Start());
-  std::vector<std::string> vms = svc.TenantWithVms("t1", 1);
-  HzClient c;
-  ASSERT_TRUE(c.Connect(vms[0]));
-  ASSERT_EQ(c.Hello(), HZ_S_OK);
+TEST_F(ServiceUpgradeSession, AFailedUpgradeLeavesTheOldProcessServing) {
   const pid_t before = svc.pid();
   // A program that is not harmonaized never says hello.
   std::string error;

@@ -10,18 +10,6 @@
 namespace hz::coll::testing {
 namespace {
 
-OpDesc AllReduce(uint64_t seq, std::vector<float>& send, std::vector<float>& recv) {
-  OpDesc d;
-  d.op = Op::kAllReduce;
-  d.seq = seq;
-  d.count = send.size();
-  d.dtype = static_cast<uint8_t>(DType::kFp32);
-  d.redop = static_cast<uint8_t>(RedOp::kSum);
-  d.send = {IoSpan{reinterpret_cast<uint8_t*>(send.data()), send.size() * 4}};
-  d.recv = {IoSpan{reinterpret_cast<uint8_t*>(recv.data()), recv.size() * 4}};
-  return d;
-}
-
 OpDesc Send(uint32_t peer, std::vector<uint8_t>& buf) {
   OpDesc d;
   d.op = Op::kSend;

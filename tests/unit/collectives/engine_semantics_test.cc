@@ -35,19 +35,6 @@ InitResult Get(std::future<InitResult>& f) {
   return f.get();
 }
 
-// An all-reduce descriptor of n fp32 elements over the given buffers.
-OpDesc AllReduce(uint64_t seq, std::vector<float>& send, std::vector<float>& recv) {
-  OpDesc d;
-  d.op = Op::kAllReduce;
-  d.seq = seq;
-  d.count = send.size();
-  d.dtype = static_cast<uint8_t>(DType::kFp32);
-  d.redop = static_cast<uint8_t>(RedOp::kSum);
-  d.send = {IoSpan{reinterpret_cast<uint8_t*>(send.data()), send.size() * 4}};
-  d.recv = {IoSpan{reinterpret_cast<uint8_t*>(recv.data()), recv.size() * 4}};
-  return d;
-}
-
 OpDesc Barrier(uint64_t seq) {
   OpDesc d;
   d.op = Op::kBarrier;

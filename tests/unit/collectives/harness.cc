@@ -312,4 +312,16 @@ std::vector<uint8_t> RandomElements(uint8_t dtype, size_t n, std::mt19937& rng) 
   return out;
 }
 
+OpDesc AllReduce(uint64_t seq, std::vector<float>& send, std::vector<float>& recv) {
+  OpDesc d;
+  d.op = Op::kAllReduce;
+  d.seq = seq;
+  d.count = send.size();
+  d.dtype = static_cast<uint8_t>(DType::kFp32);
+  d.redop = static_cast<uint8_t>(RedOp::kSum);
+  d.send = {IoSpan{reinterpret_cast<uint8_t*>(send.data()), send.size() * 4}};
+  d.recv = {IoSpan{reinterpret_cast<uint8_t*>(recv.data()), recv.size() * 4}};
+  return d;
+}
+
 }  // namespace hz::coll::testing

@@ -48,6 +48,9 @@ class Waiter {
   std::optional<Status> got_;
 };
 
+// A sum all-reduce descriptor of send.size() fp32 elements, send into recv.
+OpDesc AllReduce(uint64_t seq, std::vector<float>& send, std::vector<float>& recv);
+
 // Posts descs[r] on members[r] from one thread per rank; returns the statuses.
 std::vector<Status> RunAll(Engine& e, const std::vector<std::shared_ptr<Member>>& members,
                            const std::vector<OpDesc>& descs);

@@ -156,6 +156,12 @@ class Service : public ControlTarget {
   using Clock = std::chrono::steady_clock;
   struct ThreadCall;  // service_shutdown.cc
 
+  // One service per state directory, before anything in it is touched: a
+  // second one would take the control socket and recover (delete) the first
+  // one's checkpoints in progress.
+  hz::Status LockStateDir();
+  // The control socket and the metrics endpoint (adopted in a live upgrade).
+  hz::Status StartListeners();
   // The connection threads, and the thread that prepares region
   // registrations for them.
   void StartConnectionThreads();
