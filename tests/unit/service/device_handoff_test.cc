@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -241,6 +243,40 @@ TEST_F(DeviceHandoffTest, AHandleWhoseCommunicatorDidNotReformFailsAborted) {
   d.comm = comm;
   EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_DESTROY, d, 72)).status, HZ_S_OK);
   EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_DESTROY, d, 73)).status, HZ_S_ENOENT);
+}
+
+// The device state a release of format 1 hands over, written by hand: every
+// later release must keep taking it over.
+TEST_F(DeviceHandoffTest, AFormatOneStateIsStillTakenOver) {
+  std::ifstream in(std::string(HZ_SERVICE_UNIT_TEST_DATA) + "/hz_device_state_v1.json");
+  ASSERT_TRUE(in) << "fixture missing";
+  std::stringstream state;
+  state << in.rdbuf();
+  HzDevice next(Env(), tenant_, "/run/vm0.sock");
+  next.OnConnect(ctx_);
+  ASSERT_TRUE(next.RestoreState(state.str()));
+  DeviceInfo info = next.Info();
+  EXPECT_TRUE(info.hello);
+  EXPECT_EQ(info.session_id, 0x0123456789abcdefull);
+  EXPECT_EQ(info.features, (1ull << HZ_F_COLLECTIVES) | (1ull << HZ_F_EVENTS));
+  EXPECT_EQ(info.regions, 2u);
+  EXPECT_EQ(info.region_bytes, 16384u);
+  ASSERT_EQ(bus_.resumed.size(), 1u);
+  EXPECT_TRUE(bus_.resumed[0].subscribed);
+  EXPECT_EQ(bus_.resumed[0].topics, (1ull << HZ_TOPIC_LOST) | (1ull << HZ_TOPIC_MAINTENANCE));
+  EXPECT_EQ(bus_.resumed[0].next, 5u);
+  EXPECT_EQ(bus_.resumed[0].delivered, 4u);
+  ASSERT_EQ(backend_.rejoins.size(), 1u) << "the lost handle does not rejoin";
+  const coll::MemberState& m = backend_.rejoins[0].state;
+  EXPECT_EQ(m.uid.bytes[0], 0x01);
+  EXPECT_EQ(m.uid.bytes[31], 0xef);
+  EXPECT_EQ(m.nranks, 2u);
+  EXPECT_EQ(m.rank, 1u);
+  EXPECT_EQ(m.next_seq, 41u);
+  EXPECT_TRUE(m.constraints.deterministic);
+  EXPECT_EQ(m.constraints.priority_class, 1u);
+  backend_.rejoins[0].done(Status::TimedOut(), nullptr);  // the peers never came
+  ctx_.RunPosted();
 }
 
 }  // namespace
