@@ -49,6 +49,13 @@ uint64_t WallTime10s() {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
+void Engine::ReserveStaging(const EngineConfig& config) {
+  if (config.chunk_bytes == 0 || config.chunk_bytes % kIoAlign != 0) return;
+  const size_t chunks = config.staging_bytes / config.chunk_bytes;
+  if (chunks == 0 || chunks > 65536) return;
+  StagingPool::Reserve(config.chunk_bytes, chunks);
+}
+
 Status Engine::Open(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   if (config.chunk_bytes == 0 || config.chunk_bytes % kIoAlign != 0 ||
       config.chunk_bytes > (1u << 30)) {

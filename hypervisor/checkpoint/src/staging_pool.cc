@@ -3,18 +3,62 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <mutex>
 
 namespace hz::checkpoint {
+
+namespace {
+
+// mmap gives page alignment (O_DIRECT needs 4096); MAP_POPULATE faults the
+// pages in now rather than during the first snapshot. Null on failure.
+void* MapPopulated(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+struct Reservation {
+  std::mutex mu;
+  void* base = nullptr;
+  size_t bytes = 0;
+};
+
+Reservation& Reserved() {
+  static Reservation r;
+  return r;
+}
+
+// The reserved mapping if it has exactly `bytes`, else null.
+void* TakeReserved(size_t bytes) {
+  Reservation& r = Reserved();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.base == nullptr || r.bytes != bytes) return nullptr;
+  void* p = r.base;
+  r.base = nullptr;
+  r.bytes = 0;
+  return p;
+}
+
+}  // namespace
+
+const void* StagingPool::Reserve(size_t chunk_bytes, size_t num_chunks) {
+  const size_t bytes = chunk_bytes * num_chunks;
+  void* p = bytes != 0 ? MapPopulated(bytes) : nullptr;
+  Reservation& r = Reserved();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.base != nullptr) munmap(r.base, r.bytes);
+  r.base = p;
+  r.bytes = p != nullptr ? bytes : 0;
+  return p;
+}
 
 StagingPool::StagingPool(size_t chunk_bytes, size_t num_chunks)
     : chunk_bytes_(chunk_bytes), num_chunks_(num_chunks) {
   if (chunk_bytes == 0 || num_chunks == 0) return;
   map_bytes_ = chunk_bytes * num_chunks;
-  // mmap gives page alignment (O_DIRECT needs 4096); MAP_POPULATE faults the
-  // pages in now rather than during the first snapshot.
-  void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED) return;
+  void* p = TakeReserved(map_bytes_);
+  if (p == nullptr) p = MapPopulated(map_bytes_);
+  if (p == nullptr) return;
   base_ = static_cast<uint8_t*>(p);
   free_.reserve(num_chunks);
   // Highest index first so pops hand out low indexes first.

@@ -16,6 +16,12 @@ namespace hz::checkpoint {
 class StagingPool {
  public:
   StagingPool(size_t chunk_bytes, size_t num_chunks);
+  // Faults in chunk_bytes * num_chunks bytes now, for the next pool of
+  // exactly that size to take instead of faulting in its own (a live
+  // upgrade's successor does this before its predecessor freezes the
+  // tenants). One reservation at a time; a later one replaces it. Returns
+  // where the memory is (null when it could not be mapped).
+  static const void* Reserve(size_t chunk_bytes, size_t num_chunks);
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;

@@ -93,6 +93,12 @@ Engines::~Engines() {
   sink_.reset();
 }
 
+void Engines::ReserveStaging(const ServiceConfig& config) {
+  checkpoint::EngineConfig cc;  // Start's chunk size, and its staging size
+  cc.staging_bytes = config.ckpt_staging_bytes;
+  checkpoint::Engine::ReserveStaging(cc);
+}
+
 Status Engines::FlushCheckpoints(std::chrono::milliseconds timeout) {
   return ckpt_ != nullptr ? ckpt_->Flush(timeout) : Status::Ok();
 }

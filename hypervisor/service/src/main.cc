@@ -37,6 +37,7 @@
 #include "daemon_log.h"
 #include "fmt/format.h"
 #include "hz/service/config.h"
+#include "hz/service/engines.h"
 #include "hz/service/service.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -258,6 +259,10 @@ int main(int argc, char** argv) {
   // and the listeners it holds come with it.
   std::unique_ptr<vdev::Takeover> takeover;
   if (handoff_fd >= 0) {
+    // What does not touch the state directory is done before the
+    // predecessor freezes its tenants: faulting in the staging memory is
+    // most of the service's start-up.
+    hz::service::Engines::ReserveStaging(config);
     takeover = std::make_unique<vdev::Takeover>(handoff_fd);
     if (std::string e = takeover->Receive(std::chrono::seconds(30)); !e.empty()) {
       spdlog::critical("event=takeover_failed error=\"{}\"", e);

@@ -34,6 +34,29 @@ TEST(CheckpointStagingPool, ChunksAreAlignedDistinctAndBounded) {
   EXPECT_EQ(iov[3].iov_len, 8192u);
 }
 
+// A live upgrade's successor reserves its staging memory early; the pool of
+// that size takes it, zeroed and whole, and a pool of another size does not.
+TEST(CheckpointStagingPool, APoolTakesTheMemoryReservedForItsSize) {
+  const void* reserved = StagingPool::Reserve(8192, 4);
+  ASSERT_NE(reserved, nullptr);
+  StagingPool other(4096, 4);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(static_cast<const void*>(other.chunk(0)), reserved);
+  StagingPool pool(8192, 4);
+  ASSERT_TRUE(pool.ok());
+  EXPECT_EQ(static_cast<const void*>(pool.chunk(0)), reserved);
+  for (uint32_t i = 0; i < 4; ++i) {
+    const uint8_t* c = pool.chunk(i);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(c) % 4096, 0u);
+    for (size_t b = 0; b < 8192; b += 512) EXPECT_EQ(c[b], 0);
+  }
+  std::memset(pool.chunk(3), 0x5a, 8192);  // writable to the end
+  // Taken once: the next pool of that size maps its own.
+  StagingPool again(8192, 4);
+  EXPECT_TRUE(again.ok());
+  EXPECT_NE(again.chunk(0), pool.chunk(0));
+}
+
 TEST(CheckpointCopyPool, ParallelCopyMovesEveryByte) {
   CopyPool copier(3);
   for (size_t size : {size_t{1}, size_t{4095}, size_t{3u << 20}, size_t{(7u << 20) + 13}}) {

@@ -189,6 +189,11 @@ class Engine {
  public:
   // Opens (and recovers) the engine at config.root into *engine.
   static Status Open(const EngineConfig& config, std::unique_ptr<Engine>* engine);
+  // Faults in now the staging memory an Open with config will take, so
+  // that Open does not (a live upgrade's successor reserves it before its
+  // predecessor freezes the tenants, which then wait for Open). Nothing
+  // for a config Open would refuse.
+  static void ReserveStaging(const EngineConfig& config);
   ~Engine();  // stops the worker; staged persists that did not finish are abandoned
 
   Engine(const Engine&) = delete;

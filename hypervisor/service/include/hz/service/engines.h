@@ -59,6 +59,9 @@ class Engines {
 
   // Opens the engines' state under the state directory.
   Status Start();
+  // Faults in the checkpoint staging memory Start will take, before Start
+  // (checkpoint::Engine::ReserveStaging).
+  static void ReserveStaging(const ServiceConfig& config);
   // What the engines keep for the tenant that a tenant.remove would delete:
   // "checkpoints", "events" (none: nothing worth keeping).
   Status TenantData(const TenantId& tenant, std::vector<std::string>* held) const;
