@@ -144,9 +144,11 @@ Status CollectiveHandler::RestoreState(const json& in) {
   comms_ = std::move(comms);
   next_handle_ = next_handle;
   rejoining_ = rejoin.size();
-  for (const auto& [handle, m] : rejoin) {
+  // Not a structured binding: clang 14 does not let a lambda capture one.
+  for (const auto& entry : rejoin) {
+    const uint64_t handle = entry.first;
     CollBackend* backend = backend_;
-    backend_->Rejoin(tenant_.id(), m,
+    backend_->Rejoin(tenant_.id(), entry.second,
                      [this, link = ctx_.link, handle, backend](Status st, MemberPtr member) {
                        DeviceLink::Post(
                            link, [this, handle, st, member] { OnRejoined(handle, st, member); },
