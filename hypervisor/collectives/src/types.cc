@@ -19,6 +19,30 @@ static_assert(kRedOpCount == HZ_REDOP_MAX);
 static_assert(kPriorityCount == HZ_PRIO_MAX);
 static_assert(sizeof(Uid{}.bytes) == HZ_UID_BYTES);
 
+std::string UidHex(const Uid& uid) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * uid.bytes.size());
+  for (uint8_t b : uid.bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+bool ParseUidHex(std::string_view hex, Uid* uid) {
+  if (hex.size() != 2 * uid->bytes.size()) return false;
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  for (size_t i = 0; i < uid->bytes.size(); ++i) {
+    const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    uid->bytes[i] = static_cast<uint8_t>(hi * 16 + lo);
+  }
+  return true;
+}
+
 const char* AbortCauseName(AbortCause c) {
   switch (c) {
     case AbortCause::kNone:

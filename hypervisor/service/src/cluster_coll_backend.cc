@@ -16,16 +16,6 @@ using Clock = std::chrono::steady_clock;
 // How often an init looks again for ranks that have not been placed yet.
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 
-std::string Hex(const coll::Uid& uid) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : uid.bytes) {
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
-}
-
 const CrossHostMember* AsCrossHost(const MemberPtr& m) {
   return dynamic_cast<const CrossHostMember*>(m.get());
 }
@@ -82,7 +72,7 @@ Status ClusterCollBackend::NewUid(const TenantId& tenant, coll::Uid* out) {
   if (Status s = local_->NewUid(tenant, out); !s.ok()) return s;
   // Published off the connection thread; an init elsewhere that comes first
   // waits for it (Step).
-  boost::asio::post(io_, [this, hex = Hex(*out), name = tenant.name()] {
+  boost::asio::post(io_, [this, hex = coll::UidHex(*out), name = tenant.name()] {
     if (Status s = directory_.PublishUid(hex, name, options_.uid_lifetime); !s.ok()) {
       spdlog::warn("event=cluster_uid_publish_failed error=\"{}\"", s.ToString());
     }
@@ -98,7 +88,7 @@ void ClusterCollBackend::Init(const TenantId& tenant, const coll::Uid& uid, uint
   auto j = std::make_shared<Joining>(io_);
   j->tenant = tenant;
   j->uid = uid;
-  j->hex = Hex(uid);
+  j->hex = coll::UidHex(uid);
   j->nranks = nranks;
   j->rank = rank;
   j->constraints = c;

@@ -96,18 +96,23 @@ Reply CollectiveHandler::CommInit(const vdev::Queue& queue, const Request& req) 
 
   auto p = std::make_shared<PendingRequest>();
   ctx_.pending.Add(this, queue, req, p);
-  CollBackend* backend = backend_;
   backend_->Init(tenant_.id(), uid, a.nranks, a.rank, cons,
-                 [this, link = ctx_.link, id = p->id, backend](Status st, MemberPtr m) {
-                   // A VM that left while its rank was joining leaves again,
-                   // so the other ranks see an abort instead of waiting.
-                   DeviceLink::Post(
-                       link, [this, id, st, m] { OnInitDone(id, st, m); },
-                       [backend, m] {
-                         if (m != nullptr) backend->DestroyAsync(m);
-                       });
-                 });
+                 OnExecutor([this, id = p->id](Status st, MemberPtr m) {
+                   OnInitDone(id, std::move(st), std::move(m));
+                 }));
   return Reply::Pending();
+}
+
+CollectiveHandler::MemberDone CollectiveHandler::OnExecutor(MemberDone done) {
+  return [link = ctx_.link, backend = backend_, done = std::move(done)](Status st, MemberPtr m) {
+    // A VM that left while its rank was joining leaves again, so the other
+    // ranks see an abort instead of waiting.
+    DeviceLink::Post(
+        link, [done, st, m] { done(st, m); },
+        [backend, m] {
+          if (m != nullptr) backend->DestroyAsync(m);
+        });
+  };
 }
 
 void CollectiveHandler::OnInitDone(uint64_t id, Status st, MemberPtr m) {

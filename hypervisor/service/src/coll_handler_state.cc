@@ -7,8 +7,6 @@
 
 #include "command_args.h"
 #include "hz/service/coll_handler.h"
-#include "hz/service/device_link.h"
-#include "hz/service/pending_table.h"
 
 namespace hz::service {
 
@@ -20,37 +18,17 @@ constexpr uint64_t kU16Max = std::numeric_limits<uint16_t>::max();
 constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 
-std::string Hex(const coll::Uid& uid) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : uid.bytes) {
-    out.push_back(kDigits[b >> 4]);
-    out.push_back(kDigits[b & 15]);
-  }
-  return out;
-}
-
 Status ParseUid(const json& in, coll::Uid* uid) {
   const auto it = in.find("uid");
-  if (it == in.end() || !it->is_string() || it->get<std::string>().size() != 64) {
-    return Status::InvalidArgument("uid must be 64 hex digits");
-  }
-  const std::string hex = it->get<std::string>();
-  for (size_t i = 0; i < uid->bytes.size(); ++i) {
-    uint8_t b = 0;
-    for (char c : hex.substr(2 * i, 2)) {
-      const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (v < 0) return Status::InvalidArgument("uid must be 64 hex digits");
-      b = static_cast<uint8_t>(b * 16 + v);
-    }
-    uid->bytes[i] = b;
+  if (it == in.end() || !it->is_string() || !coll::ParseUidHex(it->get<std::string>(), uid)) {
+    return Status::InvalidArgument("uid must be 64 lowercase hex digits");
   }
   return Status::Ok();
 }
 
 json MemberJson(uint64_t handle, const coll::MemberState& m) {
   return {{"handle", handle},
-          {"uid", Hex(m.uid)},
+          {"uid", coll::UidHex(m.uid)},
           {"nranks", m.nranks},
           {"rank", m.rank},
           {"deterministic", m.constraints.deterministic},
@@ -147,15 +125,10 @@ Status CollectiveHandler::RestoreState(const json& in) {
   // Not a structured binding: clang 14 does not let a lambda capture one.
   for (const auto& entry : rejoin) {
     const uint64_t handle = entry.first;
-    CollBackend* backend = backend_;
     backend_->Rejoin(tenant_.id(), entry.second,
-                     [this, link = ctx_.link, handle, backend](Status st, MemberPtr member) {
-                       DeviceLink::Post(
-                           link, [this, handle, st, member] { OnRejoined(handle, st, member); },
-                           [backend, member] {
-                             if (member != nullptr) backend->DestroyAsync(member);
-                           });
-                     });
+                     OnExecutor([this, handle](Status st, MemberPtr member) {
+                       OnRejoined(handle, std::move(st), std::move(member));
+                     }));
   }
   return Status::Ok();
 }

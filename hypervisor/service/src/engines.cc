@@ -93,10 +93,20 @@ Engines::~Engines() {
   sink_.reset();
 }
 
-void Engines::ReserveStaging(const ServiceConfig& config) {
-  checkpoint::EngineConfig cc;  // Start's chunk size, and its staging size
+namespace {
+
+// The part of the checkpoint engine's configuration that sizes its staging
+// memory: Start and ReserveStaging must agree on it.
+checkpoint::EngineConfig StagingConfigOf(const ServiceConfig& config) {
+  checkpoint::EngineConfig cc;
   cc.staging_bytes = config.ckpt_staging_bytes;
-  checkpoint::Engine::ReserveStaging(cc);
+  return cc;
+}
+
+}  // namespace
+
+void Engines::ReserveStaging(const ServiceConfig& config) {
+  checkpoint::Engine::ReserveStaging(StagingConfigOf(config));
 }
 
 Status Engines::FlushCheckpoints(std::chrono::milliseconds timeout) {
@@ -116,9 +126,8 @@ Status Engines::Start() {
 
   const std::string root = config_.state_dir + "/checkpoints";
   sink_ = std::make_unique<CkptSink>(this);
-  checkpoint::EngineConfig cc;
+  checkpoint::EngineConfig cc = StagingConfigOf(config_);
   cc.root = root;
-  cc.staging_bytes = config_.ckpt_staging_bytes;
   cc.memory_tier_bytes = std::min<size_t>(cc.memory_tier_bytes, cc.staging_bytes / 2);
   cc.disk_bandwidth_bytes_per_s = config_.ckpt_disk_bandwidth_bytes_per_s;
   cc.max_stall_budget_ms = config_.ckpt_max_stall_budget_ms;

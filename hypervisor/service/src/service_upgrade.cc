@@ -84,6 +84,13 @@ hz::StatusOr<json> Service::StartUpgrade(const std::string& binary) {
   return json{{"started", true}, {"pid", getpid()}, {"binary", program}};
 }
 
+std::vector<vdev::Server*> Service::BoundServers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<vdev::Server*> servers;
+  for (const auto& [path, b] : bindings_) servers.push_back(b.server.get());
+  return servers;
+}
+
 void Service::WaitForUpgradeSignal() {
   upgrade_signal_->async_wait([this](const boost::system::error_code& ec, int) {
     if (ec) return;
@@ -98,11 +105,7 @@ void Service::WaitForUpgradeSignal() {
 
 void Service::RunUpgrade(const std::string& binary) {
   spdlog::info("event=upgrade_started binary={}", binary);
-  std::vector<vdev::Server*> servers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [path, b] : bindings_) servers.push_back(b.server.get());
-  }
+  const std::vector<vdev::Server*> servers = BoundServers();
   vdev::UpgradeOptions options;
   options.binary = binary;
   options.args = args_;
@@ -143,7 +146,6 @@ std::string Service::ExportForUpgrade(vdev::SnapshotFds& fds, vdev::Snapshot* sn
   snapshot->application_fds.push_back(fds.Add(control_->listener()));
   if (metrics_server_) snapshot->application_fds.push_back(fds.Add(metrics_server_->listener()));
   if (fds.failed()) return "out of descriptors";
-  snapshot->application_state = json{{"service", "harmonaized"}}.dump();
   return {};
 }
 
@@ -177,11 +179,7 @@ hz::Status Service::AdoptLockAndListeners() {
 }
 
 void Service::ServeTakenOver() {
-  std::vector<vdev::Server*> servers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [path, b] : bindings_) servers.push_back(b.server.get());
-  }
+  const std::vector<vdev::Server*> servers = BoundServers();
   std::string error;
   if (!takeover_->Serve(servers, &error)) {
     spdlog::error("event=takeover_incomplete error=\"{}\"", error);

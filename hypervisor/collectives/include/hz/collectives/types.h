@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hz/common/status.h"
@@ -66,6 +67,11 @@ struct Uid {
   friend bool operator==(const Uid&, const Uid&) = default;
   friend auto operator<=>(const Uid&, const Uid&) = default;
 };
+
+// A uid as 64 lowercase hex digits (the cluster store's keys, hand-over
+// snapshots), and back; ParseUidHex refuses anything else.
+std::string UidHex(const Uid& uid);
+bool ParseUidHex(std::string_view hex, Uid* uid);
 
 // Priority classes, numerically equal to enum hz_priority_class.
 enum class Priority : uint16_t { kLow = 0, kNormal = 1, kHigh = 2 };

@@ -72,6 +72,10 @@ class CollectiveHandler : public FamilyHandler {
   Reply CommUid(const Request& req);
   Reply CommInit(const vdev::Queue& queue, const Request& req);
   Reply CommDestroyOrAbort(const vdev::Queue& queue, const Request& req);
+  using MemberDone = std::function<void(Status, MemberPtr)>;
+  // An engine callback for a membership (COMM_INIT, a rejoin) that runs
+  // done on the executor, or, when the device is gone, leaves again.
+  MemberDone OnExecutor(MemberDone done);
   void OnInitDone(uint64_t id, Status status, MemberPtr member);
   void OnOpDone(Collective& op, Status status);
   // Answers the COMM_ABORTs waiting for entry's operations.

@@ -219,6 +219,8 @@ class Service : public ControlTarget {
   std::string ExportForUpgrade(vdev::SnapshotFds& fds, vdev::Snapshot* snapshot);
   void LeaveAfterUpgrade(pid_t successor);
   void WaitForUpgradeSignal();
+  // Every bound VM socket's server: what an upgrade hands over or takes.
+  std::vector<vdev::Server*> BoundServers() const;
   // The successor: the lock and listeners from the snapshot, then the VM
   // sessions once the bindings are loaded, and the tenants are told.
   hz::Status AdoptLockAndListeners();
