@@ -20,26 +20,6 @@ OpDesc Send(uint32_t peer, std::vector<uint8_t>& buf) {
   return d;
 }
 
-struct Joined {
-  Status status = Status::Aborted();
-  std::shared_ptr<Member> member;
-};
-
-std::future<Joined> RejoinAsync(Engine& e, TenantId t, const MemberState& s) {
-  auto p = std::make_shared<std::promise<Joined>>();
-  auto f = p->get_future();
-  e.Rejoin(t, s, [p](Status st, std::shared_ptr<Member> m) { p->set_value({st, std::move(m)}); });
-  return f;
-}
-
-Joined Get(std::future<Joined>& f) {
-  if (f.wait_for(kHang) != std::future_status::ready) {
-    ADD_FAILURE() << "Rejoin hangs";
-    return {};
-  }
-  return f.get();
-}
-
 // Runs one verified all-reduce of rank+1+seq on every member.
 void RunVerified(Engine& e, const std::vector<std::shared_ptr<Member>>& m, uint64_t seq) {
   const size_t n = m.size();
@@ -127,11 +107,11 @@ TEST(CollectivesHandOver, ACommunicatorReformsInAnotherEngineAtItsSequenceNumber
   }
 
   Engine next;
-  std::vector<std::future<Joined>> f;
+  std::vector<std::future<InitResult>> f;
   for (int r = 0; r < 3; ++r) f.push_back(RejoinAsync(next, Tenant(1), saved[r]));
   std::vector<std::shared_ptr<Member>> again;
   for (auto& x : f) {
-    Joined j = Get(x);
+    InitResult j = Get(x);
     ASSERT_TRUE(j.status.ok()) << j.status.ToString();
     again.push_back(j.member);
   }

@@ -11,30 +11,6 @@
 namespace hz::coll::testing {
 namespace {
 
-struct InitResult {
-  Status status = Status::Aborted();
-  std::shared_ptr<Member> member;
-};
-
-// Init from the calling thread; returns a future for the result.
-std::future<InitResult> InitAsync(Engine& e, TenantId t, const Uid& uid, uint32_t n, uint32_t r,
-                                  Constraints c = {}) {
-  auto p = std::make_shared<std::promise<InitResult>>();
-  auto f = p->get_future();
-  e.Init(t, uid, n, r, c, [p](Status s, std::shared_ptr<Member> m) {
-    p->set_value(InitResult{s, std::move(m)});
-  });
-  return f;
-}
-
-InitResult Get(std::future<InitResult>& f) {
-  if (f.wait_for(kHang) != std::future_status::ready) {
-    ADD_FAILURE() << "Init hangs";
-    return {};
-  }
-  return f.get();
-}
-
 OpDesc Barrier(uint64_t seq) {
   OpDesc d;
   d.op = Op::kBarrier;
@@ -60,6 +36,22 @@ TEST(CollectivesTypes, WireValuesMapToEngineValues) {
   EXPECT_EQ(hz_dtype_size(static_cast<uint8_t>(DType::kBf16)), 2u);
   EXPECT_EQ(hz_dtype_size(kDTypeCount), 0u);
   EXPECT_STREQ(StatusCodeName(StatusCode::kMismatch), "mismatch");
+}
+
+TEST(CollectivesTypes, AUidIsWrittenAndReadAsHex) {
+  Uid uid;
+  for (size_t i = 0; i < uid.bytes.size(); ++i) uid.bytes[i] = static_cast<uint8_t>(i * 37 + 5);
+  const std::string hex = UidHex(uid);
+  EXPECT_EQ(hex.size(), 64u);
+  EXPECT_EQ(hex.substr(0, 4), "052a");
+  Uid back;
+  ASSERT_TRUE(ParseUidHex(hex, &back));
+  EXPECT_EQ(back, uid);
+  std::string upper = hex;
+  upper[1] = 'A';
+  for (const std::string& bad : {hex.substr(1), hex + "0", upper, std::string(64, 'g')}) {
+    EXPECT_FALSE(ParseUidHex(bad, &back)) << bad;
+  }
 }
 
 TEST(CollectivesInit, AnotherTenantsUidIsPermission) {

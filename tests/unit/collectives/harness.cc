@@ -324,4 +324,36 @@ OpDesc AllReduce(uint64_t seq, std::vector<float>& send, std::vector<float>& rec
   return d;
 }
 
+namespace {
+
+// A callback for Init or Rejoin that fulfils *future.
+std::function<void(Status, std::shared_ptr<Member>)> Fulfil(std::future<InitResult>* future) {
+  auto p = std::make_shared<std::promise<InitResult>>();
+  *future = p->get_future();
+  return [p](Status s, std::shared_ptr<Member> m) { p->set_value(InitResult{s, std::move(m)}); };
+}
+
+}  // namespace
+
+std::future<InitResult> InitAsync(Engine& e, TenantId t, const Uid& uid, uint32_t n, uint32_t r,
+                                  Constraints c) {
+  std::future<InitResult> f;
+  e.Init(t, uid, n, r, c, Fulfil(&f));
+  return f;
+}
+
+std::future<InitResult> RejoinAsync(Engine& e, TenantId t, const MemberState& state) {
+  std::future<InitResult> f;
+  e.Rejoin(t, state, Fulfil(&f));
+  return f;
+}
+
+InitResult Get(std::future<InitResult>& f) {
+  if (f.wait_for(kHang) != std::future_status::ready) {
+    ADD_FAILURE() << "a rank's join hangs";
+    return {};
+  }
+  return f.get();
+}
+
 }  // namespace hz::coll::testing

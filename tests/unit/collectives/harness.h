@@ -33,6 +33,18 @@ inline TenantId Tenant(int n) {
 std::vector<std::shared_ptr<Member>> MakeComm(Engine& e, TenantId tenant, uint32_t nranks,
                                               Constraints c = {});
 
+// The outcome of a rank's Init or Rejoin.
+struct InitResult {
+  Status status = Status::Aborted();
+  std::shared_ptr<Member> member;
+};
+// Init, or Rejoin, from the calling thread; the future gets the outcome.
+std::future<InitResult> InitAsync(Engine& e, TenantId t, const Uid& uid, uint32_t n, uint32_t r,
+                                  Constraints c = {});
+std::future<InitResult> RejoinAsync(Engine& e, TenantId t, const MemberState& state);
+// The outcome, or a test failure and kAborted after kHang.
+InitResult Get(std::future<InitResult>& f);
+
 // Waits for a Done with a hang deadline.
 class Waiter {
  public:
