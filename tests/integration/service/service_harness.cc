@@ -180,6 +180,11 @@ pid_t ServiceProcess::Upgrade(std::string* error, const std::string& binary, boo
       return -1;
     }
   }
+  return FollowUpgrade(error, timeout_ms);
+}
+
+pid_t ServiceProcess::FollowUpgrade(std::string* error, int timeout_ms) {
+  const pid_t old = pid_;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -188,6 +193,8 @@ pid_t ServiceProcess::Upgrade(std::string* error, const std::string& binary, boo
     const nlohmann::json& s = status["result"];
     const pid_t now = s.value("pid", -1);
     if (now > 0 && now != old) {
+      // The new process becomes the test's child (as a subreaper) only once
+      // the old one, its parent, has exited.
       int st = 0;
       waitpid(old, &st, 0);
       if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {

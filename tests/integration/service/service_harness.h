@@ -38,6 +38,9 @@ class ServiceProcess {
   // the new pid, or -1 with *error (the old process still serves then).
   pid_t Upgrade(std::string* error, const std::string& binary = "", bool by_signal = false,
                 int timeout_ms = 60000);
+  // Follows an upgrade started some other way (hzctl): waits until a new
+  // process answers and the old one has exited, as Upgrade does.
+  pid_t FollowUpgrade(std::string* error, int timeout_ms = 60000);
   // Runs the hzctl at hzctl_path with args against this service; returns its
   // exit code, with its stdout and stderr in *out.
   int Hzctl(const std::string& hzctl_path, const std::string& args, std::string* out) const;

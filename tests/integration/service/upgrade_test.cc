@@ -145,18 +145,17 @@ TEST(ServiceUpgrade, TheNewProcessHoldsTheStateDirectory) {
   std::string out;
   EXPECT_EQ(svc.Hzctl(HZ_HZCTL_PATH, "upgrade", &out), 0) << out;
   EXPECT_NE(out.find("handed over to process"), std::string::npos) << out;
-  // hzctl's upgrade left the harness's pid behind: find the new one.
-  nlohmann::json status = svc.Control({{"cmd", "status"}});
-  ASSERT_TRUE(status.value("ok", false));
+  // hzctl's upgrade left the harness's pid behind: follow it to the new one.
+  const pid_t before = svc.pid();
+  const pid_t now = svc.FollowUpgrade(&error);
+  ASSERT_GT(now, 0) << error;
+  EXPECT_NE(now, before);
   // A second service on the same state directory still refuses to start.
   std::string output;
   EXPECT_EQ(svc.RunToExit({}, &output), 1) << output;
   EXPECT_NE(output.find("in use"), std::string::npos) << output;
-  const pid_t now = status["result"]["pid"].get<pid_t>();
-  ASSERT_EQ(kill(now, SIGTERM), 0);
-  int st = 0;
-  ASSERT_EQ(waitpid(now, &st, 0), now) << "the new process is the test's to wait for";
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  // The new process is the test's to stop and wait for.
+  EXPECT_EQ(svc.Terminate(), 0);
 }
 
 }  // namespace
