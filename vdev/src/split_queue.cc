@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstring>
 
 #include "notify_fd.h"
 #include "ring_layout.h"
@@ -158,6 +159,53 @@ bool SplitQueue::Translate(const MemoryMap& memory, std::string* error) {
 }
 
 bool SplitQueue::Start(MemoryMapPtr memory, std::string* error) {
+  if (!StartRing(std::move(memory), error)) return false;
+  if (journal_ != nullptr) {
+    journal_->size = 0;  // nothing to recover while the marks are reset
+    std::memset(journal_->marks, 0, size_);
+    journal_->used_idx = used_idx_;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    journal_->size = size_;
+  }
+  return true;
+}
+
+bool SplitQueue::Recover(MemoryMapPtr memory, std::string* error) {
+  if (journal_ == nullptr || journal_->size != size_) {
+    *error = fmt::format("queue {}: no journal of a ring of size {}", index_, size_);
+    return false;
+  }
+  if (!StartRing(std::move(memory), error)) return false;
+  // Completions published after the journal's used index: their marks go.
+  const auto published = static_cast<uint16_t>(used_idx_ - journal_->used_idx);
+  if (published > size_) {
+    StopRing();  // the journal stays for another try
+    *error = fmt::format("queue {}: used idx {} is more than {} past the journal's {}", index_,
+                         used_idx_, size_, journal_->used_idx);
+    return false;
+  }
+  JournalPublished(journal_->used_idx);
+  uint16_t marked = 0;
+  for (uint16_t head = 0; head < size_; ++head) {
+    if (!journal_->marks[head]) continue;
+    inflight_[head] = 1;
+    returned_.push_back(head);
+    ++marked;
+  }
+  in_flight_ = marked;
+  last_avail_ = static_cast<uint16_t>(used_idx_ + marked);
+  avail_cache_ = last_avail_;
+  const uint16_t avail_idx = Load<uint16_t>(avail_ + 2, __ATOMIC_ACQUIRE);
+  if (static_cast<uint16_t>(avail_idx - last_avail_) > size_) {
+    StopRing();  // the journal stays for another try
+    *error = fmt::format("queue {}: avail idx {} is out of step with the journal (next {})", index_,
+                         avail_idx, last_avail_);
+    return false;
+  }
+  return true;
+}
+
+bool SplitQueue::StartRing(MemoryMapPtr memory, std::string* error) {
   if (!ValidSize(size_)) {
     *error = fmt::format("queue {}: invalid size {}", index_, size_);
     return false;
@@ -208,6 +256,11 @@ bool SplitQueue::Remap(MemoryMapPtr memory, std::string* error) {
 }
 
 void SplitQueue::Stop() {
+  if (journal_ != nullptr) journal_->size = 0;
+  StopRing();
+}
+
+void SplitQueue::StopRing() {
   started_ = false;
   ring_id_ = 0;
   memory_.reset();
@@ -622,6 +675,11 @@ bool SplitQueue::TurnTimeSpent() {
 // Marks head in flight and stamps the chain walked into *c as its own.
 [[gnu::always_inline]] inline void SplitQueue::Claim(uint16_t head, Chain* c) {
   inflight_[head] = 1;
+  if (journal_ != nullptr) {
+    journal_->marks[head] = 1;
+    // Marked before anything the device does with the chain.
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  }
   c->head_ = head;
   c->ring_id_ = ring_id_;
   if (c->memory_ != memory_) [[unlikely]]
@@ -828,6 +886,7 @@ void SplitQueue::NotInFlight(uint16_t head) {
 void SplitQueue::Flush() {
   if (!started_ || used_idx_ == used_published_) return;
   Store<uint16_t>(used_ + 2, used_idx_, __ATOMIC_RELEASE);
+  if (journal_ != nullptr) JournalPublished(used_published_);
   used_published_ = used_idx_;
   if (call_fd_ < 0) return;  // the driver polls
   // Order the used idx store before reading the driver's suppression state.
@@ -849,6 +908,17 @@ void SplitQueue::Flush() {
   } else {
     ++stats_.suppressed;
   }
+}
+
+void SplitQueue::JournalPublished(uint16_t from) {
+  // Cleared only after the used index that publishes them was stored.
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  for (uint16_t i = from; i != used_idx_; ++i) {
+    const uint32_t head = Load<uint32_t>(UsedEntry(i));
+    if (head < size_) journal_->marks[head] = 0;
+  }
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  journal_->used_idx = used_idx_;
 }
 
 void SplitQueue::Return(const Chain& chain) {

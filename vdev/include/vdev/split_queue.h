@@ -41,6 +41,7 @@
 
 #include "vdev/device.h"
 #include "vdev/memory_map.h"
+#include "vdev/ring_journal.h"
 
 namespace vdev {
 
@@ -115,6 +116,15 @@ class SplitQueue final : public Queue {
   bool Remap(MemoryMapPtr memory, std::string* error);
   // Stops the ring: chains popped before are no longer completable.
   void Stop();
+  // Keeps the ring's in-flight marks in journal (ring_journal.h), memory
+  // that outlives the process; nullptr: none. Only while stopped.
+  void set_journal(RingJournal* journal) { journal_ = journal; }
+  // Instead of Start() after a crash: starts the ring where the journal says
+  // the crashed process stood. The next avail entry follows the used index
+  // and what is still marked; the marked chains are handed back (as by
+  // Return) to be served again first. False with *error when the journal
+  // does not fit the ring (the ring is then not started).
+  bool Recover(MemoryMapPtr memory, std::string* error);
   // Stopping in two steps (GET_VRING_BASE waits for the device): while
   // draining, Pop and HasAvailable find nothing, but chains in flight can
   // still be completed and flushed. Stop() or Start() ends it.
@@ -206,6 +216,13 @@ class SplitQueue final : public Queue {
   // The used-ring entry that used index idx lands in.
   uint8_t* UsedEntry(uint16_t idx) const;
   void UpdatePopping() { popping_ = started_ && !broken_ && !draining_; }
+  // Stop's work; the journal is left as it is.
+  void StopRing();
+  // Start's work up to the used index; the journal is left as it is.
+  bool StartRing(MemoryMapPtr memory, std::string* error);
+  // Flush's journal step: the marks of completions published in
+  // [from, used_idx_) are cleared, then the journal's used index moves.
+  void JournalPublished(uint16_t from);
   void SignalCall();
 
   const uint16_t index_;
@@ -243,10 +260,11 @@ class SplitQueue final : public Queue {
   bool signalled_valid_ = false;
   uint16_t avail_event_written_ = 0;
   bool avail_event_valid_ = false;
-  std::vector<uint8_t> inflight_;  // per head: popped, not completed
-  std::deque<uint16_t> returned_;  // in flight, handed back: Pop yields these first
-  uint32_t in_flight_ = 0;         // heads set in inflight_
-  uint32_t budget_ = 0;            // chains left in this turn
+  RingJournal* journal_ = nullptr;  // in-flight marks that outlive the process
+  std::vector<uint8_t> inflight_;   // per head: popped, not completed
+  std::deque<uint16_t> returned_;   // in flight, handed back: Pop yields these first
+  uint32_t in_flight_ = 0;          // heads set in inflight_
+  uint32_t budget_ = 0;             // chains left in this turn
   bool yielded_ = false;
   // The turn's time bound: the clock is first read when the turn takes its
   // first chain (a kick that finds nothing reads no clock).
