@@ -17,56 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "hz_test/service_manager.h"
 #include "service_harness.h"
 
 namespace hz::testing {
 namespace {
-
-// The manager's side of NOTIFY_SOCKET: a datagram socket the test binds.
-class NotifySocket {
- public:
-  explicit NotifySocket(const std::string& path) : path_(path) {
-    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    bound_ = bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  }
-  ~NotifySocket() {
-    if (fd_ >= 0) close(fd_);
-    unlink(path_.c_str());
-  }
-  bool bound() const { return bound_; }
-  // Datagrams until one holds the line `line` (with prefix: a line starting
-  // with it); every one read is kept in received(). False when none comes
-  // within timeout_ms.
-  bool WaitForLine(const std::string& line, int timeout_ms = 20000, bool prefix = false) {
-    for (;;) {
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, timeout_ms) != 1) return false;
-      char buf[4096];
-      ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-      if (n < 0) return false;
-      std::string message(buf, static_cast<size_t>(n));
-      received_.push_back(message);
-      if (HasLine(message, line, prefix)) return true;
-    }
-  }
-  static bool HasLine(const std::string& message, const std::string& line, bool prefix = false) {
-    std::istringstream in(message);
-    for (std::string l; std::getline(in, l);) {
-      if (prefix ? l.rfind(line, 0) == 0 : l == line) return true;
-    }
-    return false;
-  }
-  const std::vector<std::string>& received() const { return received_; }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  bool bound_ = false;
-  std::vector<std::string> received_;
-};
 
 bool UnixConnects(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -95,7 +50,7 @@ TEST(SystemdTest, ReadyComesOnceEveryListenerServesAndStoppingOnSigterm) {
   ASSERT_EQ(svc.Terminate(), 0);
 
   // Restarted: the two VM sockets come back from the state directory.
-  NotifySocket manager(svc.dir() + "/notify.sock");
+  FakeServiceManager manager(svc.dir() + "/notify.sock");
   ASSERT_TRUE(manager.bound());
   ASSERT_TRUE(StartNotifying(svc, svc.dir() + "/notify.sock", {"--metrics-port", "0"}));
   ASSERT_TRUE(manager.WaitForLine("READY=1"));
@@ -125,7 +80,7 @@ TEST(SystemdTest, NoReadyWhenTheServiceCannotStart) {
   ASSERT_TRUE(svc.Start());
   // A second daemon on the same state directory finds it locked: exit 1,
   // and the manager hears a reason but never READY=1.
-  NotifySocket manager(svc.dir() + "/notify.sock");
+  FakeServiceManager manager(svc.dir() + "/notify.sock");
   ASSERT_TRUE(manager.bound());
   setenv("NOTIFY_SOCKET", (svc.dir() + "/notify.sock").c_str(), 1);
   std::string output;
@@ -136,7 +91,7 @@ TEST(SystemdTest, NoReadyWhenTheServiceCannotStart) {
       "STATUS=Start failed: state directory " + svc.dir() + " is in use by another harmonaized",
       5000, /*prefix=*/true));
   for (const std::string& m : manager.received()) {
-    EXPECT_FALSE(NotifySocket::HasLine(m, "READY=1")) << m;
+    EXPECT_FALSE(FakeServiceManager::HasLine(m, "READY=1")) << m;
   }
 }
 
