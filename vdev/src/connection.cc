@@ -74,6 +74,7 @@ void Connection::Start() {
   asio::post(strand_, [self = shared_from_this()] {
     spdlog::info("vdev[{}]: front-end connected", self->name_);
     self->session_.Start();
+    self->WriteJournal();
     self->WaitReadable();
   });
 }
@@ -97,7 +98,35 @@ void Connection::DoClose(const std::string& reason) {
   spdlog::info("vdev[{}]: connection closed: {}", name_, reason);
   // The session unwatches kicks (releasing the fds it owns) and stops rings.
   Release(&Session::Disconnect);
+  WriteJournal();
   if (on_closed_) on_closed_();
+}
+
+void Connection::SetJournal(std::shared_ptr<ServerJournal> journal, int listener) {
+  journal_ = std::move(journal);
+  listener_fd_ = listener;
+  if (journal_ == nullptr) return;
+  std::vector<RingJournal*> rings;
+  for (uint16_t i = 0; i < session_.num_queues() && i < kJournalMaxQueues; ++i) {
+    rings.push_back(journal_->ring(i));
+  }
+  session_.SetRingJournals(rings);
+}
+
+void Connection::WriteJournal() {
+  if (journal_ == nullptr || resuming_) return;
+  ServerJournal::DescribeConnection describe;
+  if (!closed_) {
+    describe = [this](ConnectionRecord* r, FdIndex* fds) {
+      r->socket = fds->Add(socket_.native_handle());
+      session_.Describe(&r->session, fds);
+    };
+  }
+  Error e = journal_->WriteServer(name_, listener_fd_, describe);
+  if (!e.empty() && !journal_failed_) {
+    journal_failed_ = true;
+    spdlog::error("vdev[{}]: the crash journal is not written: {}", name_, e);
+  }
 }
 
 void Connection::Release(void (Session::*end_session)()) {
@@ -190,6 +219,7 @@ void Connection::OnReadable() {
     }
     if (!reader_.Ready()) continue;
     Session::Result r = session_.Handle(reader_.Take());
+    WriteJournal();
     if (!r.reply.empty() && !SendReply(std::move(r.reply))) return;
     if (r.close) {
       DoClose("protocol error");
@@ -413,12 +443,15 @@ void Connection::Abandon() {
 }
 
 void Connection::Resume(ConnectionRecord record, std::shared_ptr<std::vector<UniqueFd>> fds,
-                        std::function<void(const Error&)> done) {
+                        std::function<void(const Error&)> done, bool recover) {
   asio::post(strand_, [self = shared_from_this(), record = std::move(record), fds,
-                       done = std::move(done)] {
-    spdlog::info("vdev[{}]: front-end taken over from the previous process", self->name_);
+                       done = std::move(done), recover] {
+    spdlog::info("vdev[{}]: front-end taken over from the {} process", self->name_,
+                 recover ? "crashed" : "previous");
+    self->resuming_ = true;
     self->session_.Start();
-    Error e = self->session_.Restore(record.session, *fds);
+    Error e = self->session_.Restore(record.session, *fds, recover);
+    self->resuming_ = false;
     if (e.empty()) {
       std::vector<UniqueFd> partial_fds;
       for (int index : record.partial_fds) partial_fds.push_back(std::move((*fds)[index]));
@@ -443,6 +476,7 @@ void Connection::Resume(ConnectionRecord record, std::shared_ptr<std::vector<Uni
       return;
     }
     done(e);
+    self->WriteJournal();
     self->WaitReadable();
     if (!record.unsent_replies.empty()) {
       const auto* r = reinterpret_cast<const uint8_t*>(record.unsent_replies.data());

@@ -19,6 +19,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "server_journal.h"
 #include "vdev/message.h"
 #include "vdev/session.h"
 
@@ -61,14 +62,24 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   // Instead of Start(): takes over a predecessor's connection (on the
   // strand); done gets an empty string, or why the session could not be
   // rebuilt (the connection is then closed).
+  // With recover, the record is a crashed predecessor's journal
+  // (Session::Restore).
   void Resume(ConnectionRecord record, std::shared_ptr<std::vector<UniqueFd>> fds,
-              std::function<void(const Error&)> done);
+              std::function<void(const Error&)> done, bool recover = false);
+
+  // Crash recovery (crash_recovery.h): from Start or Resume on, the server's
+  // record in journal (its path, listening socket listener and this
+  // connection) is written again after every message and every change of
+  // the device's durable state, and without the connection once it closes.
+  // Call before Start or Resume.
+  void SetJournal(std::shared_ptr<ServerJournal> journal, int listener);
 
   // SessionHost.
   void Post(std::function<void()> fn) override;
   void WatchKick(uint16_t queue, int fd) override;
   void UnwatchKick(uint16_t queue) override;
   void SetPolling(bool on) override;
+  void StateChanged() override { WriteJournal(); }
 
  private:
   struct KickWatch {
@@ -95,6 +106,8 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   // Busy-polls the session's polled rings for one bounded slice.
   void PollSlice();
   void DoClose(const std::string& reason);
+  // Writes the server's record with this connection (without it once closed).
+  void WriteJournal();
   // Lets go of everything on this side; end_session ends the session
   // (Disconnect, or Abandon after a hand-over).
   void Release(void (Session::*end_session)());
@@ -123,6 +136,11 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   bool write_waiting_ = false;
   boost::asio::steady_timer reply_timer_;
   uint64_t reply_timer_gen_ = 0;
+  // Crash recovery: the server's journal, and its listening socket.
+  std::shared_ptr<ServerJournal> journal_;
+  int listener_fd_ = -1;
+  bool journal_failed_ = false;  // logged once
+  bool resuming_ = false;        // a half-rebuilt session is not written
   // GET_VRING_BASE waiting for in-flight chains: reading is paused.
   boost::asio::steady_timer stop_timer_;
   bool stop_waiting_ = false;

@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "connection.h"
+#include "server_journal.h"
 #include "spdlog/fmt/fmt.h"
 #include "spdlog/spdlog.h"
 #include "vdev/listener.h"
@@ -52,6 +53,11 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
   // hand-over (refused if one waits already).
   void Admit(stream_protocol::socket socket);
   void Refuse(stream_protocol::socket socket);
+  // With options.fd_store: a new journal recording the server alone.
+  bool StartJournal(std::string* error);
+  // Serves what record describes (StartFrom, Recover).
+  bool StartFromRecord(const ServerRecord& record, std::shared_ptr<std::vector<UniqueFd>> fds,
+                       std::function<void(const Error&)> done, bool recover, std::string* error);
 
   asio::io_context& io;
   const std::string path;
@@ -74,6 +80,10 @@ struct Server::State : std::enable_shared_from_this<Server::State> {
   AcceptBackoff backoff;  // touched only by Accept and Stop
   std::atomic<bool> stopped{false};
   bool frozen = false;  // on the io_context: a hand-over is under way
+  // Crash recovery (options.fd_store): the journal, and the listening
+  // socket it names (-1: none). Set before the first connection.
+  std::shared_ptr<ServerJournal> journal;
+  int listener_fd = -1;
   std::atomic<uint64_t> accepted{0};
 };
 
@@ -96,6 +106,7 @@ std::shared_ptr<Connection> Server::State::MakeConnection(stream_protocol::socke
         if (auto s = weak.lock()) s->OnConnectionClosed();
       },
       ReplyLimits{options.max_queued_reply_bytes, options.reply_drain_timeout});
+  conn->SetJournal(journal, listener_fd);
   {
     std::lock_guard<std::mutex> lock(mu);
     active = conn;
@@ -103,6 +114,20 @@ std::shared_ptr<Connection> Server::State::MakeConnection(stream_protocol::socke
   }
   accepted.fetch_add(1);
   return conn;
+}
+
+bool Server::State::StartJournal(std::string* error) {
+  if (options.fd_store == nullptr) return true;
+  Error e;
+  std::unique_ptr<ServerJournal> created = ServerJournal::Create(options.fd_store, &e);
+  if (created != nullptr) e = created->WriteServer(path, listener_fd, {});
+  if (!e.empty()) {
+    *error = path + ": no crash journal: " + e;
+    if (created != nullptr) created->Discard();
+    return false;
+  }
+  journal = std::move(created);
+  return true;
 }
 
 void Server::State::OnConnectionClosed() {
@@ -226,6 +251,7 @@ Server::~Server() {
 bool Server::Start(std::string* error) {
   State& s = *state_;
   if (s.options.mode == ServerOptions::Mode::kClient) {
+    if (!s.StartJournal(error)) return false;
     s.Connect();
     return true;
   }
@@ -247,6 +273,13 @@ bool Server::Start(std::string* error) {
     unlink(path_.c_str());
   }
   if (!ListenUnix(s.acceptor, path_, s.options.access, error)) return false;
+  s.listener_fd = s.acceptor.native_handle();
+  if (!s.StartJournal(error)) {
+    boost::system::error_code ignored;
+    s.acceptor.close(ignored);
+    unlink(path_.c_str());
+    return false;
+  }
   spdlog::info("vdev: listening on {}", path_);
   s.Accept();
   return true;
@@ -275,6 +308,8 @@ void Server::Stop() {
     waiting->close(ignored);
   }
   if (conn) conn->Close("server stopped");
+  // Stopped for good: nothing is left for a next process to recover.
+  if (s.journal) s.journal->Discard();
 }
 
 namespace {
@@ -377,11 +412,28 @@ void Server::Abandon() {
       return true;
     });
   }
+  // The successor keeps a journal of its own.
+  if (s.journal) s.journal->Discard();
 }
 
 bool Server::StartFrom(const ServerRecord& record, std::shared_ptr<std::vector<UniqueFd>> fds,
                        std::function<void(const Error&)> done, std::string* error) {
-  State& s = *state_;
+  return state_->StartFromRecord(record, std::move(fds), std::move(done), false, error);
+}
+
+bool Server::Recover(const ServerRecord& record, std::shared_ptr<std::vector<UniqueFd>> fds,
+                     std::shared_ptr<ServerJournal> journal, std::function<void(const Error&)> done,
+                     std::string* error) {
+  state_->journal = std::move(journal);
+  return state_->StartFromRecord(record, std::move(fds), std::move(done), true, error);
+}
+
+bool Server::State::StartFromRecord(const ServerRecord& record,
+                                    std::shared_ptr<std::vector<UniqueFd>> fds,
+                                    std::function<void(const Error&)> done, bool recover,
+                                    std::string* error) {
+  State& s = *this;
+  const std::string& path_ = path;
   if (record.path != path_) {
     *error = fmt::format("the record is for {}, this server serves {}", record.path, path_);
     return false;
@@ -393,11 +445,18 @@ bool Server::StartFrom(const ServerRecord& record, std::shared_ptr<std::vector<U
       *error = path_ + ": cannot take the listening socket over: " + ec.message();
       return false;
     }
+    s.listener_fd = s.acceptor.native_handle();
     spdlog::info("vdev: listening on {} (taken over)", path_);
     s.Accept();
   } else if (s.options.mode == ServerOptions::Mode::kServer) {
     *error = path_ + ": the record has no listening socket";
     return false;
+  }
+  // A successor starts its own journal; a recovering process goes on with
+  // the crashed one's.
+  if (!recover && !s.StartJournal(error)) return false;
+  if (recover && s.journal && !record.has_connection) {
+    s.journal->WriteServer(path_, s.listener_fd, {});
   }
   if (!record.has_connection) {
     asio::post(s.io, [done = std::move(done)] { done({}); });
@@ -415,7 +474,7 @@ bool Server::StartFrom(const ServerRecord& record, std::shared_ptr<std::vector<U
     *error = path_ + ": the device factory returned no device";
     return false;
   }
-  conn->Resume(record.connection, std::move(fds), std::move(done));
+  conn->Resume(record.connection, std::move(fds), std::move(done), recover);
   return true;
 }
 

@@ -56,6 +56,20 @@ bool Session::Quiescent() const {
 
 Error Session::Export(SessionRecord* out, SnapshotFds* fds) {
   if (!frozen_ || !Quiescent()) return "the session is not frozen and quiescent";
+  // Completions still batched become visible in guest memory, where the
+  // successor reads the used index.
+  for (QueueState& s : queues_) {
+    if (s.q->started()) s.q->Flush();
+  }
+  SessionRecord r;
+  Describe(&r, fds);
+  if (!device_->SaveState(&r.device_state)) return "the device could not save its state";
+  if (fds->failed()) return "out of descriptors";
+  *out = std::move(r);
+  return {};
+}
+
+void Session::Describe(SessionRecord* out, FdIndex* fds) const {
   SessionRecord r;
   r.acked_features = acked_features_;
   r.features_set = features_set_;
@@ -69,10 +83,7 @@ Error Session::Export(SessionRecord* out, SnapshotFds* fds) {
                            region->mmap_offset, fds->Add(region->fd)});
     }
   }
-  for (QueueState& s : queues_) {
-    // Completions still batched become visible in guest memory, where the
-    // successor reads the used index.
-    if (s.q->started()) s.q->Flush();
+  for (const QueueState& s : queues_) {
     QueueRecord q;
     q.size = s.q->size();
     q.has_addresses = s.q->has_addresses();
@@ -89,10 +100,14 @@ Error Session::Export(SessionRecord* out, SnapshotFds* fds) {
     q.err = fds->Add(s.err.get());
     r.queues.push_back(q);
   }
-  if (!device_->SaveState(&r.device_state)) return "the device could not save its state";
-  if (fds->failed()) return "out of descriptors";
+  r.device_state = device_->DurableState();
   *out = std::move(r);
-  return {};
+}
+
+void Session::SetRingJournals(const std::vector<RingJournal*>& rings) {
+  for (size_t i = 0; i < queues_.size() && i < rings.size(); ++i) {
+    queues_[i].q->set_journal(rings[i]);
+  }
 }
 
 Error Session::RestoreMemory(const SessionRecord& record, std::vector<UniqueFd>& fds) {
@@ -113,7 +128,8 @@ Error Session::RestoreMemory(const SessionRecord& record, std::vector<UniqueFd>&
   return InstallMemory(std::move(regions));
 }
 
-Error Session::RestoreQueue(uint16_t i, const QueueRecord& r, std::vector<UniqueFd>& fds) {
+Error Session::RestoreQueue(uint16_t i, const QueueRecord& r, std::vector<UniqueFd>& fds,
+                            bool recover) {
   QueueState& s = queues_[i];
   if (r.size != 0) {
     if (!SplitQueue::ValidSize(r.size) || r.size > device_->MaxQueueSize()) {
@@ -122,7 +138,7 @@ Error Session::RestoreQueue(uint16_t i, const QueueRecord& r, std::vector<Unique
     s.q->set_size(r.size);
   }
   if (r.has_addresses) s.q->set_addresses(r.desc_addr, r.avail_addr, r.used_addr);
-  s.q->set_last_avail(r.last_avail);
+  if (!recover) s.q->set_last_avail(r.last_avail);
   auto take = [&](int index, UniqueFd* into) -> Error {
     if (index == kNoFd) return {};
     UniqueFd fd = std::move(fds[index]);
@@ -145,9 +161,7 @@ Error Session::RestoreQueue(uint16_t i, const QueueRecord& r, std::vector<Unique
   }
   s.enabled = r.enabled;
   if (!r.started) return {};
-  Error error;
-  if (!s.q->Start(memory_, &error)) return error;
-  if (!s.q->AdoptReturned(r.returned)) return fmt::format("queue {}: bad returned heads", i);
+  if (Error e = StartRestoredQueue(i, r, recover); !e.empty()) return e;
   s.started = true;
   if (s.kick.valid()) {
     host_->WatchKick(i, s.kick.get());
@@ -159,7 +173,16 @@ Error Session::RestoreQueue(uint16_t i, const QueueRecord& r, std::vector<Unique
   return {};
 }
 
-Error Session::Restore(const SessionRecord& record, std::vector<UniqueFd>& fds) {
+Error Session::StartRestoredQueue(uint16_t i, const QueueRecord& r, bool recover) {
+  SplitQueue& q = *queues_[i].q;
+  Error error;
+  if (recover) return q.Recover(memory_, &error) ? Error() : error;
+  if (!q.Start(memory_, &error)) return error;
+  if (!q.AdoptReturned(r.returned)) return fmt::format("queue {}: bad returned heads", i);
+  return {};
+}
+
+Error Session::Restore(const SessionRecord& record, std::vector<UniqueFd>& fds, bool recover) {
   if (record.queues.size() != queues_.size()) {
     return fmt::format("the snapshot has {} queues, this device {}", record.queues.size(),
                        queues_.size());
@@ -186,9 +209,12 @@ Error Session::Restore(const SessionRecord& record, std::vector<UniqueFd>& fds) 
   }
   if (record.backend_channel != kNoFd) backend_fd_ = std::move(fds[record.backend_channel]);
   if (Error e = RestoreMemory(record, fds); !e.empty()) return e;
-  if (!device_->RestoreState(record.device_state)) return "the device refused its saved state";
+  if (!(recover ? device_->RecoverState(record.device_state)
+                : device_->RestoreState(record.device_state))) {
+    return "the device refused its saved state";
+  }
   for (uint16_t i = 0; i < queues_.size(); ++i) {
-    if (Error e = RestoreQueue(i, record.queues[i], fds); !e.empty()) return e;
+    if (Error e = RestoreQueue(i, record.queues[i], fds, recover); !e.empty()) return e;
   }
   return {};
 }

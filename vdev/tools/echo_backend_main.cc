@@ -6,6 +6,12 @@
 // --upgrade-binary (by default the program it was started as) with the same
 // arguments and hands it the socket and the connected front-end, which keeps
 // its device. If the successor does not take over, this process carries on.
+//
+// With --fd-store, run as a systemd service (NOTIFY_SOCKET set, the unit with
+// FileDescriptorStoreMax=), it survives its own crash: it keeps the socket,
+// the front-end's connection and a journal of the session in the unit's fd
+// store, and the process systemd restarts serves on from there
+// (crash_recovery.h).
 #include <unistd.h>
 
 #include <climits>
@@ -22,6 +28,7 @@
 
 #include "CLI/CLI.hpp"
 #include "spdlog/spdlog.h"
+#include "vdev/crash_recovery.h"
 #include "vdev/echo_device.h"
 #include "vdev/server.h"
 #include "vdev/upgrade.h"
@@ -71,6 +78,9 @@ int main(int argc, char** argv) {
   app.add_option("--upgrade-binary", upgrade_binary, "the program SIGUSR2 upgrades to");
   app.add_option(vdev::kHandoffFdOption, handoff_fd,
                  "take over from a predecessor on this descriptor (set by the predecessor)");
+  bool fd_store = false;
+  app.add_flag("--fd-store", fd_store,
+               "keep the session in systemd's fd store and recover it after a crash");
   CLI11_PARSE(app, argc, argv);
   // The successor gets the same arguments, less the hand-over descriptor.
   std::vector<std::string> successor_args;
@@ -93,6 +103,13 @@ int main(int argc, char** argv) {
   options.mode = client ? vdev::ServerOptions::Mode::kClient : vdev::ServerOptions::Mode::kServer;
   options.session.busy_poll = busy_poll;
   options.session.require_sealed_memory = require_sealed || !allow_unsealed;
+  if (fd_store) {
+    options.fd_store = vdev::SystemdFdStore();
+    if (options.fd_store == nullptr) {
+      spdlog::error("vdev-echo-backend: --fd-store needs a service manager (NOTIFY_SOCKET)");
+      return 1;
+    }
+  }
 
   boost::asio::io_context io;
   vdev::Server server(
@@ -110,6 +127,13 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (!takeover.Serve(servers, &error)) spdlog::error("vdev-echo-backend: {}", error);
+  } else if (fd_store) {
+    // After a crash the store holds what the previous process kept.
+    vdev::CrashRecovery recovery(options.fd_store, vdev::TakeStoredFds());
+    if (!recovery.Serve(servers, &error)) {
+      spdlog::error("vdev-echo-backend: {}", error);
+      return 1;
+    }
   } else if (!server.Start(&error)) {
     spdlog::error("vdev-echo-backend: {}", error);
     return 1;

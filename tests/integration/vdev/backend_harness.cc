@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 
 #include <boost/asio/post.hpp>
@@ -69,7 +70,8 @@ namespace {
 
 // Starts vdev-echo-backend on path and waits (bounded) for its socket;
 // returns its pid, or -1 when it exited first.
-pid_t SpawnEchoBackend(const std::string& path, const std::vector<std::string>& extra_args) {
+pid_t SpawnEchoBackend(const std::string& path, const std::vector<std::string>& extra_args,
+                       const std::function<void()>& in_child = {}) {
   std::vector<std::string> args = {VDEV_ECHO_BACKEND_PATH,
                                    "--socket",
                                    path,
@@ -83,6 +85,7 @@ pid_t SpawnEchoBackend(const std::string& path, const std::vector<std::string>& 
   std::fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
+    if (in_child) in_child();
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -126,6 +129,44 @@ int ChildBackend::Stop() {
 }
 
 ChildBackend::~ChildBackend() {
+  Stop();
+  unlink(path_.c_str());
+}
+
+RestartingBackend::RestartingBackend(const std::string& path, const std::string& notify_path,
+                                     std::vector<std::string> extra_args)
+    : manager_(notify_path), path_(path), extra_args_(std::move(extra_args)) {
+  extra_args_.push_back("--fd-store");
+  Restart();
+}
+
+void RestartingBackend::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+bool RestartingBackend::Restart() {
+  // Everything the last process sent before it died, as systemd reads it;
+  // the store does not change while the child is forked.
+  manager_.Pause();
+  manager_.Drain();
+  pid_ = SpawnEchoBackend(path_, extra_args_, [this] { manager_.PrepareChild(); });
+  manager_.Serve();
+  return pid_ > 0;
+}
+
+int RestartingBackend::Stop() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+RestartingBackend::~RestartingBackend() {
   Stop();
   unlink(path_.c_str());
 }

@@ -14,6 +14,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "hz_test/service_manager.h"
 #include "vdev/device.h"
 #include "vdev/server.h"
 
@@ -87,6 +88,35 @@ class UpgradableBackend {
   std::string Upgrade();
 
  private:
+  pid_t pid_ = -1;
+};
+
+// vdev-echo-backend --fd-store under a service manager that speaks the
+// sd_notify protocol (hz_test/service_manager.h), killed and restarted as
+// systemd restarts a crashed service: the next process gets the store back.
+class RestartingBackend {
+ public:
+  RestartingBackend(const std::string& path, const std::string& notify_path,
+                    std::vector<std::string> extra_args = {});
+  ~RestartingBackend();  // SIGTERM and reap
+  RestartingBackend(const RestartingBackend&) = delete;
+  RestartingBackend& operator=(const RestartingBackend&) = delete;
+  bool ok() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  // The manager reads on a thread of its own: Pause it before looking.
+  hz::testing::FakeServiceManager& manager() { return manager_; }
+  // SIGKILL and reap: nothing of the process runs any more.
+  void Kill();
+  // Starts the next process with the store (after Kill); false when it
+  // could not be started.
+  bool Restart();
+  // SIGTERM and reap; the exit status, or -1.
+  int Stop();
+
+ private:
+  hz::testing::FakeServiceManager manager_;
+  std::string path_;
+  std::vector<std::string> extra_args_;
   pid_t pid_ = -1;
 };
 

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,7 @@ class FakeServiceManager {
     bound_ = bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   }
   ~FakeServiceManager() {
+    Pause();
     for (auto& [name, fd] : store_) close(fd);
     if (fd_ >= 0) close(fd_);
     unlink(path_.c_str());
@@ -48,6 +50,30 @@ class FakeServiceManager {
 
   bool bound() const { return bound_; }
   const std::string& path() const { return path_; }
+
+  // Reads and acts on datagrams on a thread of its own, as systemd does at
+  // once (a service's sd_notify blocks while the socket's queue is full),
+  // until Pause. Only store()/Stored()/received() after Pause.
+  void Serve() {
+    if (reader_.joinable()) return;
+    if (pipe2(wake_, O_CLOEXEC) != 0) return;
+    reader_ = std::thread([this] {
+      for (;;) {
+        pollfd p[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+        if (poll(p, 2, -1) < 0) continue;
+        if (p[1].revents) return;
+        if (p[0].revents & POLLIN) ReadOne();
+      }
+    });
+  }
+  // Stops the thread Serve started; what arrived is then read by Drain.
+  void Pause() {
+    if (!reader_.joinable()) return;
+    (void)!write(wake_[1], "x", 1);
+    reader_.join();
+    close(wake_[0]);
+    close(wake_[1]);
+  }
 
   // Reads datagrams until one holds the line `line` (with prefix: a line
   // starting with it); every one is acted on and kept in received(). False
@@ -154,6 +180,8 @@ class FakeServiceManager {
 
   std::string path_;
   int fd_ = -1;
+  std::thread reader_;
+  int wake_[2] = {-1, -1};
   bool bound_ = false;
   std::vector<std::string> received_;
   std::vector<std::pair<std::string, int>> store_;

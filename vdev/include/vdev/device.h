@@ -157,6 +157,10 @@ class DeviceContext {
   virtual MemoryMapPtr Memory() const = 0;
   // Raises a config-change interrupt when the front-end supports it.
   virtual void NotifyConfigChanged() = 0;
+  // Crash recovery (crash_recovery.h): the device's durable state changed;
+  // the journal is written again (Device::DurableState), before this
+  // returns. On the executor. Nothing happens without a journal.
+  virtual void StateChanged() {}
 };
 
 // A device implementation. vdev calls these on the connection's executor.
@@ -212,6 +216,16 @@ class Device {
   // device with no state of its own.
   virtual bool SaveState(std::string* /*state*/) const { return true; }
   virtual bool RestoreState(std::string_view state) { return state.empty(); }
+  // Crash recovery (crash_recovery.h). DurableState is what the device
+  // needs when the process serving it crashed and the next one goes on:
+  // written to the server's journal whenever the session changes or the
+  // device calls DeviceContext::StateChanged(). RecoverState gets it back in
+  // the next process, after OnConnect and OnMemory, before any queue starts;
+  // false refuses it (the session is then closed). Chains in flight at the
+  // crash are served again, so a request the device had finished but not
+  // completed is seen twice. The defaults suit a device with no state.
+  virtual std::string DurableState() const { return {}; }
+  virtual bool RecoverState(std::string_view state) { return state.empty(); }
   // The session was handed to a successor: let go of everything without
   // telling anyone (no completions, no notifications, nothing left behind
   // for other sessions to see), since the successor carries on from here.

@@ -43,6 +43,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "vdev/device.h"
+#include "vdev/fd_store.h"
 #include "vdev/listener.h"
 #include "vdev/session.h"
 #include "vdev/session_snapshot.h"
@@ -76,7 +77,13 @@ struct ServerOptions {
   // Server mode: who may connect. The socket file has this mode and group
   // from the moment it appears (listener.h).
   SocketAccess access;
+  // Crash recovery (crash_recovery.h): keep a journal of this server, and
+  // every descriptor it names, in this store (systemd's: SystemdFdStore()),
+  // so that the process started after a crash serves on. nullptr: none.
+  std::shared_ptr<FdStore> fd_store;
 };
+
+class ServerJournal;
 
 class Server {
  public:
@@ -114,6 +121,13 @@ class Server {
   // *error when the listener cannot be taken over.
   bool StartFrom(const ServerRecord& record, std::shared_ptr<std::vector<UniqueFd>> fds,
                  std::function<void(const Error&)> done, std::string* error);
+
+  // Instead of Start(), after a crash (crash_recovery.h drives this): serves
+  // on from journal, which holds record; as StartFrom, with each ring going
+  // on from its ring journal. The journal stays this server's.
+  bool Recover(const ServerRecord& record, std::shared_ptr<std::vector<UniqueFd>> fds,
+               std::shared_ptr<ServerJournal> journal, std::function<void(const Error&)> done,
+               std::string* error);
 
   const std::string& path() const { return path_; }
   // True while a front-end is connected.

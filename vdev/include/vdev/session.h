@@ -80,6 +80,8 @@ class SessionHost {
   virtual void SetPolling(bool on) = 0;
   // Writes a back-end request on the SET_BACKEND_REQ_FD channel fd.
   virtual bool SendBackendMessage(int fd, const std::vector<uint8_t>& bytes);
+  // The device's durable state changed (DeviceContext::StateChanged).
+  virtual void StateChanged() {}
 };
 
 class Session final : public DeviceContext {
@@ -135,9 +137,18 @@ class Session final : public DeviceContext {
   Error Export(SessionRecord* out, SnapshotFds* fds);
   // Rebuilds the session from a predecessor's record, right after Start()
   // and before any message. fds are the snapshot's; the descriptors the
-  // record names are taken from it. On error the session is unusable (close
-  // the connection).
-  Error Restore(const SessionRecord& record, std::vector<UniqueFd>& fds);
+  // record names are taken from it. With recover, the record is a crashed
+  // predecessor's journal: each started ring goes on from its ring journal
+  // (SplitQueue::Recover) and the device gets RecoverState. On error the
+  // session is unusable (close the connection).
+  Error Restore(const SessionRecord& record, std::vector<UniqueFd>& fds, bool recover = false);
+
+  // --- Crash recovery (crash_recovery.h), on the executor. ---
+  // Keeps ring i's in-flight marks in rings[i]; only before Start.
+  void SetRingJournals(const std::vector<RingJournal*>& rings);
+  // Writes the session as it stands into *out, naming its descriptors in
+  // fds: what a process started after a crash rebuilds it from.
+  void Describe(SessionRecord* out, FdIndex* fds) const;
   // A successor serves this session now: let go of its descriptors and
   // rings without writing to them, and tell the device (OnHandedOver).
   void Abandon();
@@ -147,6 +158,7 @@ class Session final : public DeviceContext {
   void Post(std::function<void()> fn) override;
   MemoryMapPtr Memory() const override;
   void NotifyConfigChanged() override;
+  void StateChanged() override { host_->StateChanged(); }
 
   // Introspection (tests, logs).
   uint16_t num_queues() const { return static_cast<uint16_t>(queues_.size()); }
@@ -185,7 +197,10 @@ class Session final : public DeviceContext {
   void UpdatePolling();
   // Restore's steps.
   Error RestoreMemory(const SessionRecord& record, std::vector<UniqueFd>& fds);
-  Error RestoreQueue(uint16_t i, const QueueRecord& record, std::vector<UniqueFd>& fds);
+  Error RestoreQueue(uint16_t i, const QueueRecord& record, std::vector<UniqueFd>& fds,
+                     bool recover);
+  // Starts restored ring i: where the record says, or from its ring journal.
+  Error StartRestoredQueue(uint16_t i, const QueueRecord& record, bool recover);
   bool Polled(uint16_t i) const;
   bool Negotiated(uint64_t protocol_bit) const { return acked_protocol_ & (1ull << protocol_bit); }
   // With a turn scheduler: queue i wants a turn; it runs now if the thread

@@ -106,13 +106,20 @@ struct Snapshot {
   std::vector<int> application_fds;
 };
 
-// The descriptors a snapshot names, gathered while it is written: Add
-// duplicates fd (the exporter keeps its own, in case the hand-over fails)
-// and returns the index a record stores.
-class SnapshotFds {
+// Gathers the descriptors a record names while it is written: Add returns
+// the index the record stores (kNoFd for fd < 0).
+class FdIndex {
+ public:
+  virtual ~FdIndex() = default;
+  virtual int Add(int fd) = 0;
+};
+
+// The descriptors a snapshot names: Add duplicates fd (the exporter keeps
+// its own, in case the hand-over fails).
+class SnapshotFds final : public FdIndex {
  public:
   // kNoFd for fd < 0, and when the copy failed (then failed() says so).
-  int Add(int fd);
+  int Add(int fd) override;
   bool failed() const { return failed_; }
   std::vector<int> raw() const;
   std::vector<UniqueFd>& fds() { return fds_; }
