@@ -133,10 +133,12 @@ void CollectiveHandler::OnInitDone(uint64_t id, Status st, MemberPtr m) {
   }
   const uint64_t handle = next_handle_++;
   comms_[handle].member = std::move(m);
+  // Recorded (the crash journal among others) before the guest learns the
+  // handle, so a process started after a crash knows it too.
+  ctx_.info_changed();
   hz_comm_init_result res{};
   res.comm = handle;
   ctx_.pending.Finish(*p, Reply::Ok(), {reinterpret_cast<const uint8_t*>(&res), sizeof(res)});
-  ctx_.info_changed();
 }
 
 Reply CollectiveHandler::CommDestroyOrAbort(const vdev::Queue& queue, const Request& req) {

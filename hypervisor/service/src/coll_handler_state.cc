@@ -91,6 +91,12 @@ Status CollectiveHandler::SaveState(json* out) const {
   return Status::Ok();
 }
 
+void CollectiveHandler::SaveDurable(json* out) const {
+  json comms = json::array();
+  for (const auto& [handle, entry] : comms_) comms.push_back({{"handle", handle}, {"lost", true}});
+  *out = {{"next_handle", next_handle_}, {"comms", std::move(comms)}};
+}
+
 Status CollectiveHandler::RestoreState(const json& in) {
   uint64_t next_handle = 0;
   if (Status st = GetUInt(in, "next_handle", kU64Max, &next_handle); !st.ok()) return st;

@@ -161,6 +161,10 @@ void EventQueueHandler::OnQueueFreezing(vdev::Queue& queue) {
   held_.clear();
 }
 
+events::DeliveryPosition EventQueueHandler::position() const {
+  return subscription_ ? subscription_->Position() : events::DeliveryPosition{};
+}
+
 Status EventQueueHandler::SaveState(nlohmann::json* out) const {
   if (!subscription_) {
     *out = {{"connected", false}};

@@ -284,6 +284,7 @@ void HzDevice::OnDisconnect() {
 }
 
 void HzDevice::UpdateInfo() {
+  JournalIfChanged();
   std::lock_guard<std::mutex> lock(info_mu_);
   info_.connected = ctx_ != nullptr;
   info_.hello = session_.hello();

@@ -1,6 +1,7 @@
 // HzDevice's part in a live upgrade (vdev/upgrade.h): what the session holds
 // beyond its rings goes to the next process as one JSON document, one part
 // per opcode family, and the families rebuild it there.
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -67,6 +68,37 @@ bool HzDevice::RestoreState(std::string_view state) {
   }
   UpdateInfo();
   return true;
+}
+
+void FamilyHandler::SaveDurable(nlohmann::json* out) const {
+  if (!SaveState(out).ok()) *out = nlohmann::json::object();
+}
+
+std::string HzDevice::DurableState() const {
+  // Without a session there is nothing to go on with: the guest says HELLO.
+  if (!session_.hello()) return {};
+  nlohmann::json j = {{"format", kDeviceStateFormat}};
+  session_.Save(&j["session"]);
+  for (const Family& family : families_) {
+    nlohmann::json part = nlohmann::json::object();
+    family.handler->SaveDurable(&part);
+    j[family.name] = std::move(part);
+  }
+  return j.dump();
+}
+
+void HzDevice::JournalIfChanged() {
+  if (ctx_ == nullptr) return;
+  // Cheap to compare, and different whenever DurableState would be.
+  const auto [next_handle, comms] = coll_.handles();
+  const events::DeliveryPosition p = events_.position();
+  std::string now = fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {}", session_.hello(),
+                                session_.id(), session_.features(), regions_.count(),
+                                regions_.bytes(), regions_.next_id(), next_handle, comms,
+                                p.subscribed, p.topics, p.next, p.delivered, session_.draining());
+  if (now == journaled_) return;
+  journaled_ = std::move(now);
+  ctx_->StateChanged();
 }
 
 void HzDevice::OnHandedOver() {

@@ -177,7 +177,7 @@ int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config, 
   int metrics_port = -1;
   uint32_t workers = 0;
   int poll_us = -1;
-  bool foreground = false, no_metrics = false;
+  bool foreground = false, no_metrics = false, fd_store = false;
   app.add_option("-c,--config", config_file,
                  "TOML configuration file (default " HZ_DEFAULT_CONFIG
                  " when it exists; --config /dev/null reads none)");
@@ -198,6 +198,9 @@ int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config, 
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_option("--log-format", log_format, "text (key=value) or json (one object per line)")
       ->check(CLI::IsMember({"text", "json"}));
+  app.add_flag("--fd-store", fd_store,
+               "keep VM sessions in systemd's fd store and serve them on after a crash "
+               "(the unit needs FileDescriptorStoreMax=)");
   app.add_flag("-f,--foreground", foreground,
                "stay in the foreground (the only mode; systemd runs it so)");
   app.add_option(vdev::kHandoffFdOption, *handoff_fd,
@@ -224,6 +227,7 @@ int ParseCommandLine(int argc, char** argv, hz::service::ServiceConfig* config, 
   if (!vm_socket_dir.empty()) config->vm_socket_dir = vm_socket_dir;
   if (metrics_port >= 0) config->metrics_port = static_cast<uint16_t>(metrics_port);
   if (no_metrics) config->metrics_enabled = false;
+  if (fd_store) config->fd_store = true;
   if (workers > 0) config->worker_threads = workers;
   if (poll_us >= 0) config->connection_poll_us = static_cast<uint32_t>(poll_us);
   if (!log_level.empty()) config->log_level = log_level;

@@ -106,8 +106,10 @@ void Service::StartConnectionThreads() {
 }
 
 hz::Status Service::LockStateDir() {
-  // The successor of a live upgrade holds the lock it was handed.
+  // The successor of a live upgrade holds the lock it was handed, and a
+  // process restarted after a crash the lock its predecessor stored.
   if (takeover_ != nullptr) return AdoptLockAndListeners();
+  if (recovery_ != nullptr) return AdoptStoredLockAndListeners();
   const std::string lock_path = config_.state_dir + "/harmonaized.lock";
   hz::StatusOr<int> lock = LockFile(lock_path);
   if (!lock.ok()) {
@@ -126,7 +128,7 @@ hz::Status Service::StartListeners() {
       SocketAccessFor(group.empty() ? 0600 : 0660, config_.control_socket_owner, group),
       config_.control_max_line_bytes, config_.control_max_clients,
       [this](const std::string& line) { return HandleControl(line); });
-  const bool adopt = takeover_ != nullptr;
+  const bool adopt = handed_control_.valid();
   if (hz::Status s = adopt ? control_->Adopt(handed_control_.release()) : control_->Start();
       !s.ok()) {
     return s;
@@ -151,6 +153,7 @@ hz::Status Service::Start() {
     if (fec) return hz::Status::IoError(dir + ": " + fec.message());
   }
   fs::create_directories(fs::path(config_.ControlSocketPath()).parent_path(), fec);
+  if (hz::Status s = OpenFdStore(); !s.ok()) return s;
   if (hz::Status s = LockStateDir(); !s.ok()) return s;
 
   coll::EngineOptions eo;
@@ -191,8 +194,10 @@ hz::Status Service::Start() {
   StartConnectionThreads();
 
   if (hz::Status s = StartListeners(); !s.ok()) return s;
+  StoreLockAndListeners();
   if (hz::Status s = LoadState(); !s.ok()) return s;
   if (takeover_ != nullptr) ServeTakenOver();
+  if (recovery_ != nullptr) ServeRecovered();
   if (hz::Status s = StartHostCommands(); !s.ok()) return s;
   // Last: the other hosts see this one once it can serve.
   if (hz::Status s = cluster_->Start(); !s.ok()) return s;
@@ -265,6 +270,7 @@ vdev::ServerOptions Service::VmServerOptions(const Tenant& tenant, size_t thread
   opts.session.queue_limits.max_turn_time = std::chrono::microseconds(config_.device.turn_time_us);
   opts.access =
       SocketAccessFor(config_.vm_socket_mode, config_.vm_socket_owner, config_.vm_socket_group);
+  opts.fd_store = fd_store_;
   return opts;
 }
 
@@ -309,9 +315,10 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::
   };
   auto start = std::make_shared<BindCall>();
   boost::asio::io_context& io = vdev_threads_[thread]->io;
-  // The successor of a live upgrade starts its servers from the snapshot
-  // once every binding is loaded (ServeTakenOver).
-  const bool taken_over = takeover_ != nullptr;
+  // The successor of a live upgrade, or a process restarted after a crash,
+  // starts its servers from what it was handed once every binding is loaded
+  // (ServeTakenOver, ServeRecovered).
+  const bool taken_over = takeover_ != nullptr || recovery_ != nullptr;
   const bool answered = OnVdevThread(
       thread,
       [start, &io, path, factory, opts, taken_over] {

@@ -110,6 +110,9 @@ void Service::Shutdown() {
   }
   if (metrics_server_) metrics_server_->Stop();
   StopEngines();
+  // Stopped for good: a next start takes nothing back (the VM servers
+  // emptied their part of the store as they closed).
+  ForgetStoredLockAndListeners();
   spdlog::info("event=stopped clean={}", stopped_cleanly());
 }
 

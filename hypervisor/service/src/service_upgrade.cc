@@ -185,7 +185,11 @@ void Service::ServeTakenOver() {
     spdlog::error("event=takeover_incomplete error=\"{}\"", error);
   }
   takeover_ = nullptr;
-  // Every tenant with a VM here learns that the service changed under it.
+  TellTenantsRestarted();
+  spdlog::info("event=upgrade_serving vms={}", servers.size());
+}
+
+void Service::TellTenantsRestarted() {
   const events::EventSpec spec = events::MakeMaintenance(events::kMaintenanceServiceRestarted, 0, 0,
                                                          events::kAllDevices, false);
   for (const std::string& tenant : HostTenants()) {
@@ -194,7 +198,6 @@ void Service::ServeTakenOver() {
       spdlog::warn("event=restart_notice_failed tenant={} error=\"{}\"", tenant, st.ToString());
     }
   }
-  spdlog::info("event=upgrade_serving vms={}", servers.size());
 }
 
 }  // namespace hz::service

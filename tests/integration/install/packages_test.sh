@@ -90,7 +90,7 @@ grep -qx 'HZCTL=/usr/bin/hzctl' /etc/libvirt/hooks/qemu.d/harmonaize || fail "th
 # The hook leaves a domain without the device alone, without asking harmonaized.
 echo "<domain><name>plain</name></domain>" | /etc/libvirt/hooks/qemu.d/harmonaize plain prepare begin - ||
   fail "the libvirt hook refused a domain without the device"
-grep -qx 'ExecStart=/usr/sbin/harmonaized --foreground \\' /usr/lib/systemd/system/harmonaized.service ||
+grep -qx 'ExecStart=/usr/sbin/harmonaized --foreground --fd-store \\' /usr/lib/systemd/system/harmonaized.service ||
   fail "the unit does not run /usr/sbin/harmonaized"
 [ -L /etc/systemd/system/multi-user.target.wants/harmonaized.service ] || fail "the unit is not enabled"
 [ "$(harmonaized --version)" = "harmonaized $version" ] || fail "harmonaized --version: $(harmonaized --version)"

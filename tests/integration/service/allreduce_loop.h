@@ -18,6 +18,7 @@
 namespace hz::testing {
 
 class HzClient;
+struct GuestBuffer;
 
 // What every rank process does first: connects c to its VM's socket, says
 // HELLO, and gets the communicator's uid (rank 0 makes it and sends it to
@@ -30,8 +31,11 @@ class AllReduceLoop {
   static constexpr int kMaxRanks = 8;
 
   // nranks ranks of `count` fp32 elements each; room for `stamps`
-  // completion times of rank 0 (0: none kept).
-  AllReduceLoop(int nranks, uint64_t count, size_t stamps = 0);
+  // completion times of rank 0 (0: none kept). With re_form, a rank whose
+  // communicator was lost (EABORTED: the service crashed, SPEC.md §2.10)
+  // forms a new one with the others and goes on from the first iteration
+  // not every rank verified.
+  AllReduceLoop(int nranks, uint64_t count, size_t stamps = 0, bool re_form = false);
   ~AllReduceLoop();
   AllReduceLoop(const AllReduceLoop&) = delete;
   AllReduceLoop& operator=(const AllReduceLoop&) = delete;
@@ -52,12 +56,21 @@ class AllReduceLoop {
   void Stop();
   // Rank 0's completion times (steady clock, ns), in order.
   std::vector<int64_t> Stamps() const;
+  // Communicators rank 0 formed again after losing one.
+  uint64_t ReFormed() const;
 
  private:
   struct Shared;
+  // re_form: agrees with the other ranks where to go on, forms a new
+  // communicator and returns it in *comm, with its first iteration in *base.
+  bool ReForm(HzClient& c, std::vector<Pipe>& pipes, int rank, uint64_t* comm, uint64_t* base);
+  // One verified all-reduce; its status.
+  uint32_t Iterate(HzClient& c, int rank, uint64_t comm, uint64_t it, uint64_t seq,
+                   const GuestBuffer& send, const GuestBuffer& recv);
   int nranks_;
   uint64_t count_;
   size_t capacity_;
+  bool re_form_;
   Shared* shared_;
   int64_t* stamps_;
 };

@@ -62,12 +62,27 @@ std::vector<std::string> ServiceProcess::Args(const std::vector<std::string>& ex
   return args;
 }
 
+void ServiceProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
 bool ServiceProcess::Start(const std::vector<std::string>& extra) {
   std::vector<std::string> args = Args(extra);
   const std::string log = dir_ + "/daemon.log";
+  // The manager reads everything the last process sent, and holds its store
+  // still while the child is forked.
+  if (manager_ != nullptr) {
+    manager_->Pause();
+    manager_->Drain();
+  }
   pid_ = fork();
+  if (pid_ > 0 && manager_ != nullptr) manager_->Serve();
   if (pid_ < 0) return false;
   if (pid_ == 0) {
+    if (manager_ != nullptr) manager_->PrepareChild();
     if (capture_log_) {
       int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
       if (fd >= 0) dup2(fd, STDERR_FILENO);

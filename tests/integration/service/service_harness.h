@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hz_test/service_manager.h"
+
 namespace hz::testing {
 
 class ServiceProcess {
@@ -52,12 +54,18 @@ class ServiceProcess {
   void set_binary(const std::string& path) { binary_ = path; }
   // From the next Start on, the daemon's stderr goes to a file that Log() reads.
   void CaptureLog() { capture_log_ = true; }
+  // From the next Start on, the daemon runs under manager, as systemd runs
+  // it: NOTIFY_SOCKET, and the manager's fd store handed to it (LISTEN_FDS).
+  void set_service_manager(FakeServiceManager* manager) { manager_ = manager; }
+  // SIGKILL and reap: the daemon crashed. Start() again restarts it.
+  void Kill();
   std::string Log() const;
 
  private:
   std::string dir_;
   std::string binary_ = HZ_HARMONAIZED_PATH;
   bool capture_log_ = false;
+  FakeServiceManager* manager_ = nullptr;
   pid_t pid_ = -1;
 };
 

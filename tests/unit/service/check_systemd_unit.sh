@@ -31,7 +31,9 @@ need_match() {
 need "Type=notify"
 need "NotifyAccess=main"
 need "RuntimeDirectory=harmonaize"
-need "ExecStart=$installed --foreground \\"
+need "ExecStart=$installed --foreground --fd-store \\"
+need_match "a file-descriptor store" 'FileDescriptorStoreMax=[1-9][0-9]*'
+need "RuntimeDirectoryPreserve=restart"
 need "    --control-socket /run/harmonaize/control.sock --vm-socket-dir /run/harmonaize \\"
 if grep -qE '@[A-Z_]+@' "$unit"; then
   echo "check_systemd_unit: $unit has an unconfigured @VARIABLE@" >&2

@@ -56,6 +56,11 @@ class CollectiveHandler : public FamilyHandler {
 
   // The session's communicator handles.
   void AddInfo(DeviceInfo* info) const;
+  // Crash recovery: every handle is lost with the engine that served it;
+  // the next process fails their requests (EABORTED).
+  void SaveDurable(nlohmann::json* out) const override;
+  // Changes whenever a handle is made or dropped.
+  std::pair<uint64_t, size_t> handles() const { return {next_handle_, comms_.size()}; }
 
  private:
   struct Collective;

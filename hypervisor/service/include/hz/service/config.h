@@ -155,6 +155,10 @@ struct ServiceConfig {
   std::string log_format = "text";  // text (key=value) or json
 
   uint32_t shutdown_timeout_ms = 10000;  // longest wait for in-flight work
+  // Survive a crash under systemd: keep every VM's connection, memory and
+  // rings, with a journal of each session, in the unit's fd store (the unit
+  // needs FileDescriptorStoreMax=), and serve them on after the restart.
+  bool fd_store = false;
 
   DeviceLimits device;
   TenantLimits tenant_defaults;

@@ -57,6 +57,8 @@ class EventQueueHandler : public FamilyHandler {
   void OnQueueStopped() { held_.clear(); }
 
   size_t held() const { return held_.size(); }
+  // Where the subscription stands (all zero without one).
+  events::DeliveryPosition position() const;
 
  private:
   // EVENT_ACK: answered once the bus wrote the cursor (OnAckDone).

@@ -114,6 +114,12 @@ class FamilyHandler {
   // The next process serves the session now: let go without writing
   // anything it now owns (state files, rings).
   virtual void OnHandedOver() {}
+  // Crash recovery (vdev/crash_recovery.h): the family's part as the process
+  // started after a crash restores it (RestoreState, same format), taken at
+  // any time, with requests in flight. What a crash loses is left out, so
+  // that the next process reports it instead of waiting for it. The default
+  // is SaveState's, or nothing when SaveState refuses now.
+  virtual void SaveDurable(nlohmann::json* out) const;
 };
 
 }  // namespace hz::service

@@ -159,6 +159,11 @@ class HzDevice : public vdev::Device {
   bool SaveState(std::string* state) const override;
   bool RestoreState(std::string_view state) override;
   void OnHandedOver() override;
+  // Crash recovery (vdev/crash_recovery.h), in the same format: the session,
+  // its regions and event subscription; its communicators as lost. The
+  // journal is written again whenever one of these changes.
+  std::string DurableState() const override;
+  bool RecoverState(std::string_view state) override { return RestoreState(state); }
 
   // Runs fn on this device's executor while it is connected; returns false
   // (and drops fn) otherwise. Any thread.
@@ -192,6 +197,8 @@ class HzDevice : public vdev::Device {
   // flight and lets go of what it holds, then the regions go.
   void Teardown(SessionEnd end);
   void UpdateInfo();
+  // Asks vdev to write the journal again when the durable state changed.
+  void JournalIfChanged();
 
   // HELLO belongs to the session itself.
   Reply HandleHello(const Request& req);
@@ -221,7 +228,8 @@ class HzDevice : public vdev::Device {
     FamilyHandler* handler;
   };
   std::array<Family, 6> families_;
-  bool closed_ = false;  // told the registry that the connection closed
+  bool closed_ = false;    // told the registry that the connection closed
+  std::string journaled_;  // what the journal last saw of the durable state
 
   mutable std::mutex info_mu_;
   DeviceInfo info_;

@@ -134,6 +134,7 @@ class RegionTable {
 
   size_t count() const { return regions_.size(); }
   uint64_t bytes() const { return bytes_; }
+  uint32_t next_id() const { return next_id_; }
 
  private:
   // A new extent, with its index in the request.

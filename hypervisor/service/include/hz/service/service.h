@@ -41,6 +41,8 @@
 #include "hz/service/metrics.h"
 #include "hz/service/provider.h"
 #include "hz/service/tenants.h"
+#include "vdev/crash_recovery.h"
+#include "vdev/fd_store.h"
 #include "vdev/server.h"
 
 namespace vdev {
@@ -225,6 +227,20 @@ class Service : public ControlTarget {
   // sessions once the bindings are loaded, and the tenants are told.
   hz::Status AdoptLockAndListeners();
   void ServeTakenOver();
+  // Every tenant with a VM here learns that the service changed under it.
+  void TellTenantsRestarted();
+
+  // service_crash.cc: surviving a crash under systemd ([service] fd_store).
+  // Opens the unit's fd store, and takes back what a crashed process left.
+  hz::Status OpenFdStore();
+  // The lock and listeners a crashed process kept in the store, when it did.
+  hz::Status AdoptStoredLockAndListeners();
+  // Keeps the lock and the listeners in the store from now on, and no more.
+  void StoreLockAndListeners();
+  void ForgetStoredLockAndListeners();
+  // The VM sessions, once the bindings are loaded, and the tenants are told.
+  void ServeRecovered();
+
   // Only commands that change nothing run while an upgrade is under way.
   static bool ReadOnlyCommand(const std::string& line);
   nlohmann::json UpgradeStatus() const;
@@ -293,6 +309,10 @@ class Service : public ControlTarget {
   vdev::Takeover* takeover_ = nullptr;  // the successor, until it serves
   vdev::UniqueFd handed_control_;       // the listeners it was handed
   vdev::UniqueFd handed_metrics_;
+  // Crash recovery: the unit's fd store, and what a crashed process left in
+  // it until the VM sessions are served again.
+  std::shared_ptr<vdev::FdStore> fd_store_;
+  std::unique_ptr<vdev::CrashRecovery> recovery_;
   std::atomic<bool> upgrading_{false};
   pid_t successor_ = -1;  // set once handed over (upgrade thread, then io_)
   std::thread upgrade_thread_;

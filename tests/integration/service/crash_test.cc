@@ -1,0 +1,142 @@
+// harmonaized surviving its own crash end to end (SPEC.md §2.10): with
+// --fd-store, under a service manager that speaks systemd's sd_notify and
+// fd-store protocol (hz_test/service_manager.h), the daemon is killed with
+// SIGKILL and started again with the store, again and again. Rank processes
+// on virtio-user keep their device and session; a communicator lost with the
+// crashed process fails EABORTED and the ranks form a new one.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "allreduce_loop.h"
+#include "hz_client.h"
+#include "service_harness.h"
+
+namespace hz::testing {
+namespace {
+
+constexpr uint64_t kCount = 256;  // 1 KiB of fp32 per all-reduce
+constexpr int kCrashes = 20;
+
+// A daemon with --fd-store under its own service manager.
+class CrashingService : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(manager_.bound());
+    svc_.set_service_manager(&manager_);
+    svc_.CaptureLog();
+    ASSERT_TRUE(svc_.Start({"--fd-store", "--log-level", "info"}));
+  }
+  // SIGKILL, then the manager starts it again with what it stored.
+  bool Crash() {
+    svc_.Kill();
+    return svc_.Start({"--fd-store", "--log-level", "info"});
+  }
+
+  ServiceProcess svc_;
+  FakeServiceManager manager_{svc_.dir() + "/notify.sock"};
+};
+
+TEST_F(CrashingService, AllReduceRanksGoOnAcrossTwentyKills) {
+  std::vector<std::string> vms = svc_.TenantWithVms("t1", 2);
+  ASSERT_EQ(vms.size(), 2u);
+  AllReduceLoop loop(2, kCount, 0, /*re_form=*/true);
+  std::vector<Pipe> pipes(2);
+  std::vector<int> codes;
+  std::thread ranks(
+      [&] { codes = RunRanks(2, [&](int rank) { return loop.RunRank(vms, pipes, rank); }); });
+  struct Join {
+    AllReduceLoop& loop;
+    std::thread& ranks;
+    ~Join() {
+      if (!ranks.joinable()) return;
+      loop.Stop();
+      ranks.join();
+    }
+  } join{loop, ranks};
+  ASSERT_TRUE(loop.ProgressTo(10)) << "the ranks never got going";
+  std::vector<pid_t> pids = {svc_.pid()};
+  for (int k = 0; k < kCrashes; ++k) {
+    ASSERT_TRUE(Crash()) << "restart " << k;
+    pids.push_back(svc_.pid());
+    // The same sessions go on in the new process: the ranks make progress.
+    ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 5))
+        << "stalled after crash " << k << "; the daemon's log:\n"
+        << svc_.Log();
+  }
+  loop.Stop();
+  ranks.join();
+  ASSERT_EQ(codes.size(), 2u);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  EXPECT_GE(loop.ReFormed(), 1u) << "no crash cost a communicator";
+  EXPECT_LE(loop.ReFormed(), static_cast<uint64_t>(kCrashes));
+  std::sort(pids.begin(), pids.end());
+  EXPECT_EQ(std::unique(pids.begin(), pids.end()), pids.end());
+  // Each restarted process told the tenant, in its durable event log.
+  nlohmann::json events = svc_.Control({{"cmd", "event.status"}, {"tenant", "t1"}});
+  ASSERT_TRUE(events.value("ok", false)) << events.dump();
+  EXPECT_EQ(events["result"].value("next_seq", 0u), static_cast<uint64_t>(kCrashes) + 1)
+      << events.dump();
+  EXPECT_EQ(svc_.Terminate(), 0);
+}
+
+TEST_F(CrashingService, TheSessionAndItsRegionsOutliveTheProcess) {
+  std::vector<std::string> vms = svc_.TenantWithVms("t1", 1);
+  ASSERT_EQ(vms.size(), 1u);
+  HzClient c;
+  ASSERT_TRUE(c.Connect(vms[0]));
+  ASSERT_EQ(c.Hello(), HZ_S_OK);
+  GuestBuffer send, recv;
+  ASSERT_EQ(c.Register(4096, 1, HZ_REGION_F_READ, &send), HZ_S_OK);
+  ASSERT_EQ(c.Register(4096, 1, HZ_REGION_F_WRITE, &recv), HZ_S_OK);
+  hz_comm_uid uid{};
+  ASSERT_EQ(c.NewUid(&uid), HZ_S_OK);
+  uint64_t comm = 0;
+  ASSERT_EQ(c.InitComm(uid, 1, 0, &comm), HZ_S_OK);
+
+  ASSERT_TRUE(Crash());
+  // No HELLO again. The communicator was lost with the engine that served
+  // it: a collective on it fails EABORTED (SPEC.md §2.10), and its handle
+  // can be destroyed.
+  hz_coll_args a{};
+  a.comm = comm;
+  a.count = 16;
+  a.dtype = HZ_FP32;
+  a.redop = HZ_SUM;
+  a.send = SliceOf(send, 0, 64);
+  a.recv = SliceOf(recv, 0, 64);
+  EXPECT_EQ(c.Coll(HZ_VQ_REQUEST_BASE, HZ_OP_ALLREDUCE, a), HZ_S_EABORTED);
+  hz_comm_args d{};
+  d.comm = comm;
+  EXPECT_EQ(c.Call(HZ_VQ_CONTROL, HZ_OP_COMM_DESTROY, d).status, HZ_S_OK);
+  // The regions are there under their ids; a new communicator works.
+  ASSERT_EQ(c.NewUid(&uid), HZ_S_OK);
+  ASSERT_EQ(c.InitComm(uid, 1, 0, &comm), HZ_S_OK);
+  a.comm = comm;
+  EXPECT_EQ(c.Coll(HZ_VQ_REQUEST_BASE, HZ_OP_ALLREDUCE, a), HZ_S_OK);
+  for (const GuestBuffer* b : {&send, &recv}) {
+    hz_region_unregister_args u{};
+    u.region_id = b->region;
+    EXPECT_EQ(c.Call(HZ_VQ_CONTROL, HZ_OP_REGION_UNREGISTER, u).status, HZ_S_OK);
+  }
+  EXPECT_EQ(svc_.Terminate(), 0);
+  // A clean stop leaves nothing for a next start to take back.
+  manager_.Pause();
+  manager_.Drain();
+  EXPECT_TRUE(manager_.store().empty()) << manager_.store().front().first;
+}
+
+TEST_F(CrashingService, WithoutAServiceManagerTheFdStoreIsRefused) {
+  ServiceProcess other;
+  std::string output;
+  EXPECT_EQ(other.RunToExit({"--fd-store"}, &output), 1) << output;
+  EXPECT_NE(output.find("NOTIFY_SOCKET"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace hz::testing
