@@ -315,9 +315,8 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::
   };
   auto start = std::make_shared<BindCall>();
   boost::asio::io_context& io = vdev_threads_[thread]->io;
-  // The successor of a live upgrade, or a process restarted after a crash,
-  // starts its servers from what it was handed once every binding is loaded
-  // (ServeTakenOver, ServeRecovered).
+  // An upgrade's successor, or a process restarted after a crash, starts the
+  // servers once every binding is loaded (ServeTakenOver, ServeRecovered).
   const bool taken_over = takeover_ != nullptr || recovery_ != nullptr;
   const bool answered = OnVdevThread(
       thread,
