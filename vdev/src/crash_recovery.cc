@@ -1,5 +1,7 @@
 #include "vdev/crash_recovery.h"
 
+#include <fcntl.h>
+
 #include "server_journal.h"
 #include "spdlog/spdlog.h"
 
@@ -46,6 +48,39 @@ UniqueFd CrashRecovery::Take(const std::string& name) {
   return fd;
 }
 
+std::shared_ptr<std::vector<UniqueFd>> CrashRecovery::TakeNamed(Journal& j,
+                                                                const std::string& path) {
+  auto fds = std::make_shared<std::vector<UniqueFd>>();
+  bool lost = false;
+  std::map<std::string, int> taken;  // name -> its descriptor, taken already
+  for (const std::string& name : j.names) {
+    // One file named twice in a record (guest memory in two regions of one
+    // memfd): each place takes a descriptor of its own.
+    if (auto t = taken.find(name); t != taken.end()) {
+      fds->emplace_back(fcntl(t->second, F_DUPFD_CLOEXEC, 0));
+      continue;
+    }
+    auto it = stored_.find(name);
+    if (it == stored_.end()) {
+      spdlog::error("vdev[{}]: crash recovery: the store lost {}", path, name);
+      fds->emplace_back();
+      lost = true;
+      continue;
+    }
+    j.journal->Adopt(name, it->second.get());
+    taken[name] = it->second.get();
+    fds->push_back(std::move(it->second));
+    stored_.erase(it);
+  }
+  // Without all of its descriptors the session cannot go on; the
+  // listener can (the front-end lost the device and may come again).
+  if (lost && j.record.has_connection) {
+    spdlog::error("vdev[{}]: crash recovery: the session is lost", path);
+    j.record.has_connection = false;
+  }
+  return fds;
+}
+
 bool CrashRecovery::Serve(std::span<Server* const> servers, std::string* error) {
   for (Server* server : servers) {
     Journal* j = nullptr;
@@ -57,26 +92,7 @@ bool CrashRecovery::Serve(std::span<Server* const> servers, std::string* error) 
       continue;
     }
     j->claimed = true;
-    auto fds = std::make_shared<std::vector<UniqueFd>>();
-    bool lost = false;
-    for (const std::string& name : j->names) {
-      auto it = stored_.find(name);
-      if (it == stored_.end()) {
-        spdlog::error("vdev[{}]: crash recovery: the store lost {}", server->path(), name);
-        fds->emplace_back();
-        lost = true;
-        continue;
-      }
-      j->journal->Adopt(name, it->second.get());
-      fds->push_back(std::move(it->second));
-      stored_.erase(it);
-    }
-    // Without all of its descriptors the session cannot go on; the
-    // listener can (the front-end lost the device and may come again).
-    if (lost && j->record.has_connection) {
-      spdlog::error("vdev[{}]: crash recovery: the session is lost", server->path());
-      j->record.has_connection = false;
-    }
+    std::shared_ptr<std::vector<UniqueFd>> fds = TakeNamed(*j, server->path());
     const std::string path = server->path();
     auto done = [path](const Error& e) {
       if (e.empty()) {

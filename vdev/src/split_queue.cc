@@ -956,6 +956,7 @@ bool SplitQueue::AdoptReturned(std::span<const uint16_t> heads) {
   for (uint16_t head : heads) {
     if (head >= size_ || inflight_[head]) return false;
     inflight_[head] = 1;
+    if (journal_ != nullptr) journal_->marks[head] = 1;  // taken, not completed
     ++in_flight_;
     returned_.push_back(head);
   }

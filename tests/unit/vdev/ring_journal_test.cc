@@ -160,6 +160,31 @@ TEST_F(RingJournalTest, EveryCrashPointCompletesEachChainExactlyOnce) {
   }
 }
 
+TEST_F(RingJournalTest, ChainsAnUpgradeHandedBackAreJournaledToo) {
+  // A predecessor took heads 0-2, completed 0 and handed 1 and 2 back.
+  auto old = Started();
+  for (uint16_t h = 0; h < 4; ++h) Post(h);
+  Chain c0, c1, c2;
+  ASSERT_TRUE(old->Pop(&c0) && old->Pop(&c1) && old->Pop(&c2));
+  old->Complete(c0, 4);
+  old->Flush();
+  old.reset();
+  // The successor starts the ring where the snapshot says, then crashes.
+  auto q = NewQueue();
+  q->set_last_avail(3);
+  std::string error;
+  ASSERT_TRUE(q->Start(guest_.memory, &error)) << error;
+  ASSERT_TRUE(q->AdoptReturned(std::vector<uint16_t>{1, 2}));
+  q.reset();
+
+  q = Recovered();
+  EXPECT_EQ(q->last_avail(), 3);
+  EXPECT_EQ(q->in_flight(), 2u);
+  std::vector<Chain> held;
+  Drain(q.get(), &held);
+  EXPECT_EQ(CompletionsPerHead(), (std::vector<int>{1, 1, 1, 1, 0, 0, 0, 0}));
+}
+
 TEST_F(RingJournalTest, AStoppedRingHasNothingToRecover) {
   auto q = Started();
   q->Stop();

@@ -59,6 +59,9 @@ class CrashRecovery {
 
  private:
   struct Journal;
+  // The descriptors j's record names, in its order, taken from the store; a
+  // session that lost one is dropped from the record (the listener stays).
+  std::shared_ptr<std::vector<UniqueFd>> TakeNamed(Journal& j, const std::string& path);
   std::shared_ptr<FdStore> store_;
   std::map<std::string, UniqueFd> stored_;
   std::vector<std::unique_ptr<Journal>> journals_;
