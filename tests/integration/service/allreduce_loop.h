@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "protocol/harmonaize.h"
@@ -73,6 +74,18 @@ class AllReduceLoop {
   bool re_form_;
   Shared* shared_;
   int64_t* stamps_;
+};
+
+// Stops the ranks running loop on thread `ranks` and waits for them, however
+// the test ends.
+struct RanksRunning {
+  AllReduceLoop& loop;
+  std::thread& ranks;
+  ~RanksRunning() {
+    if (!ranks.joinable()) return;
+    loop.Stop();
+    ranks.join();
+  }
 };
 
 }  // namespace hz::testing

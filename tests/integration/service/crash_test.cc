@@ -49,15 +49,7 @@ TEST_F(CrashingService, AllReduceRanksGoOnAcrossTwentyKills) {
   std::vector<int> codes;
   std::thread ranks(
       [&] { codes = RunRanks(2, [&](int rank) { return loop.RunRank(vms, pipes, rank); }); });
-  struct Join {
-    AllReduceLoop& loop;
-    std::thread& ranks;
-    ~Join() {
-      if (!ranks.joinable()) return;
-      loop.Stop();
-      ranks.join();
-    }
-  } join{loop, ranks};
+  RanksRunning running{loop, ranks};
   ASSERT_TRUE(loop.ProgressTo(10)) << "the ranks never got going";
   std::vector<pid_t> pids = {svc_.pid()};
   for (int k = 0; k < kCrashes; ++k) {

@@ -19,17 +19,6 @@ namespace {
 constexpr uint64_t kCount = 256;  // 1 KiB of fp32 per all-reduce
 constexpr int kUpgrades = 20;
 
-// Stops the ranks and waits for them however the test ends.
-struct RanksRunning {
-  AllReduceLoop& loop;
-  std::thread& ranks;
-  ~RanksRunning() {
-    if (!ranks.joinable()) return;
-    loop.Stop();
-    ranks.join();
-  }
-};
-
 TEST(ServiceUpgrade, AllReduceRanksKeepRunningAcrossTwentyUpgrades) {
   ServiceProcess svc;
   ASSERT_TRUE(svc.Start());

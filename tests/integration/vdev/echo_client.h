@@ -3,6 +3,7 @@
 #ifndef TESTS_INTEGRATION_VDEV_ECHO_CLIENT_H_
 #define TESTS_INTEGRATION_VDEV_ECHO_CLIENT_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -71,6 +72,44 @@ inline std::string EchoOnce(VirtioUser& dev, uint16_t q, uint32_t tag, size_t le
   dev.Free(out);
   return err;
 }
+
+// Verified echo requests one after another, over every queue, on a thread of
+// their own until Stop: what the tests run while the back-end is upgraded or
+// crashes under the front-end.
+class EchoLoad {
+ public:
+  explicit EchoLoad(VirtioUser& dev, size_t len = 512)
+      : thread_([this, &dev, len] {
+          for (uint32_t i = 0; !stop_.load(); ++i) {
+            std::string e = EchoOnce(dev, static_cast<uint16_t>(i % dev.num_queues()), i, len);
+            if (!e.empty()) {
+              error_ = "request " + std::to_string(i) + ": " + e;
+              failed_ = true;
+              return;
+            }
+            echoed_.fetch_add(1);
+          }
+        }) {}
+  ~EchoLoad() { Stop(); }
+  // Waits until n more requests were echoed, or one failed.
+  void WaitFor(uint64_t n) {
+    const uint64_t target = echoed_.load() + n;
+    while (echoed_.load() < target && !failed_.load()) std::this_thread::sleep_for(1ms);
+  }
+  bool failed() const { return failed_.load(); }
+  // Stops and returns the first failure, empty when none.
+  std::string Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return error_;
+  }
+
+ private:
+  std::atomic<bool> stop_{false}, failed_{false};
+  std::atomic<uint64_t> echoed_{0};
+  std::string error_;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
 
 }  // namespace vdev::frontend
 

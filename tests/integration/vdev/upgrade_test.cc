@@ -321,31 +321,15 @@ TEST(LiveUpgrade, TheEchoBackendIsUpgradedTwentyTimesUnderLoadWithoutLosingARequ
   VirtioUser dev;
   ASSERT_TRUE(ConnectRetry(dev, path, DefaultOptions()).ok());
 
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> echoed{0};
-  std::string load_error;
-  std::thread load([&] {
-    for (uint32_t i = 0; !stop.load(); ++i) {
-      std::string e = EchoOnce(dev, static_cast<uint16_t>(i % dev.num_queues()), i, 512);
-      if (!e.empty()) {
-        load_error = "request " + std::to_string(i) + ": " + e;
-        return;
-      }
-      echoed.fetch_add(1);
-    }
-  });
+  EchoLoad load(dev);
   std::vector<pid_t> pids = {backend.pid()};
-  for (int round = 0; round < 20 && load_error.empty(); ++round) {
-    const uint64_t before = echoed.load();
-    while (echoed.load() < before + 20 && load_error.empty()) std::this_thread::sleep_for(1ms);
+  for (int round = 0; round < 20 && !load.failed(); ++round) {
+    load.WaitFor(20);
     ASSERT_EQ(backend.Upgrade(), "") << "upgrade " << round;
     pids.push_back(backend.pid());
   }
-  const uint64_t before = echoed.load();
-  while (echoed.load() < before + 20 && load_error.empty()) std::this_thread::sleep_for(1ms);
-  stop = true;
-  load.join();
-  EXPECT_EQ(load_error, "");
+  load.WaitFor(20);
+  EXPECT_EQ(load.Stop(), "");
   // Every upgrade made a new process; the front-end never reconnected.
   std::sort(pids.begin(), pids.end());
   EXPECT_EQ(std::unique(pids.begin(), pids.end()), pids.end());
