@@ -32,11 +32,7 @@ guest=$!
 HZ_PIDS+=("$guest")
 
 # Inject only once the guest's subscription is in place.
-for _ in $(seq 1500); do
-	grep -a -q '^HZ-EVENTS: subscribed' "$log" 2>/dev/null && break
-	kill -0 "$guest" 2>/dev/null || break
-	sleep 0.1
-done
+hz_wait_line "$log" '^HZ-EVENTS: subscribed' "$guest"
 expect_line "$log" '^HZ-EVENTS: subscribed cursor 0 next_seq 1 ' "guest subscribed"
 
 inject() { # prints "SEQ DEADLINE_S" from hzctl's JSON reply

@@ -55,6 +55,17 @@ hz_wait_socket() {
 	fail "$sock did not appear"
 }
 
+# Waits up to 150 s for a line matching the extended regex in FILE, while
+# process PID runs (a guest reporting its progress on its console).
+hz_wait_line() {
+	local file=$1 regex=$2 pid=$3
+	for _ in $(seq 1500); do
+		grep -a -q -E -- "$regex" "$file" 2>/dev/null && return 0
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+}
+
 # Fails unless FILE has a line matching the extended regex; prints it.
 expect_line() {
 	local file=$1 regex=$2 what=$3 line
