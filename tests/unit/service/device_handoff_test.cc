@@ -245,6 +245,40 @@ TEST_F(DeviceHandoffTest, AHandleWhoseCommunicatorDidNotReformFailsAborted) {
   EXPECT_EQ(Call(0, RequestBytes(HZ_OP_COMM_DESTROY, d, 73)).status, HZ_S_ENOENT);
 }
 
+// A crash (SPEC.md §2.10): the journal holds the device's durable state as
+// of every change, written before the guest sees the change; the process
+// started after the crash goes on with the session and its regions, and its
+// communicators are lost.
+TEST_F(DeviceHandoffTest, AfterACrashTheSessionGoesOnAndItsCommunicatorsAreLost) {
+  ctx_.journal_source = [this] { return dev_->DurableState(); };
+  EXPECT_EQ(dev_->DurableState(), "") << "no session, nothing to go on with";
+  const uint64_t session = Hello().session_id;
+  uint32_t region = 0;
+  ASSERT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region),
+            HZ_S_OK);
+  const uint64_t comm = InitComm();
+  const int changes = ctx_.state_changes;
+  EXPECT_GE(changes, 3) << "HELLO, the region and the communicator were journaled";
+  // Nothing durable changes with a collective.
+  hz_coll_args a = Coll(comm, 16, Slice(region, 0, 64), Slice(region, 64, 64));
+  EXPECT_FALSE(Submit(2, cb_.Make(RequestBytes(HZ_OP_ALLREDUCE, a, 80), sizeof(hz_status))));
+  EXPECT_EQ(ctx_.state_changes, changes);
+
+  // The next process, from what the journal holds.
+  const std::string journaled = ctx_.journaled;
+  ctx_.journal_source = nullptr;
+  auto next = std::make_unique<HzDevice>(Env(), tenant_, "/run/vm0.sock");
+  next->OnConnect(ctx_);
+  ASSERT_TRUE(next->RecoverState(journaled));
+  EXPECT_TRUE(backend_.rejoins.empty()) << "the engine that served the communicator is gone";
+  dev_->OnHandedOver();
+  dev_ = std::move(next);
+  for (auto& q : queues_) dev_->OnQueueStarted(*q);
+  EXPECT_EQ(dev_->Info().session_id, session);
+  EXPECT_EQ(Call(2, RequestBytes(HZ_OP_ALLREDUCE, a, 81)).status, HZ_S_EABORTED);
+  EXPECT_EQ(Unregister(region), HZ_S_OK);
+}
+
 // The device state a release of format 1 hands over, written by hand: every
 // later release must keep taking it over.
 TEST_F(DeviceHandoffTest, AFormatOneStateIsStillTakenOver) {

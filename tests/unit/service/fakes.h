@@ -168,6 +168,11 @@ class FakeContext : public vdev::DeviceContext {
   }
   vdev::MemoryMapPtr Memory() const override { return memory_; }
   void NotifyConfigChanged() override { config_changes++; }
+  // The crash journal would be written now: keeps what it would hold.
+  void StateChanged() override {
+    state_changes++;
+    if (journal_source) journaled = journal_source();
+  }
   // Runs everything posted so far (as the connection's executor would).
   size_t RunPosted() {
     size_t n = 0;
@@ -184,6 +189,9 @@ class FakeContext : public vdev::DeviceContext {
     }
   }
   int config_changes = 0;
+  int state_changes = 0;
+  std::function<std::string()> journal_source;  // the device's DurableState
+  std::string journaled;
 
  private:
   vdev::MemoryMapPtr memory_;
