@@ -432,46 +432,44 @@ bool Server::State::StartFromRecord(const ServerRecord& record,
                                     std::shared_ptr<std::vector<UniqueFd>> fds,
                                     std::function<void(const Error&)> done, bool recover,
                                     std::string* error) {
-  State& s = *this;
-  const std::string& path_ = path;
-  if (record.path != path_) {
-    *error = fmt::format("the record is for {}, this server serves {}", record.path, path_);
+  if (record.path != path) {
+    *error = fmt::format("the record is for {}, this server serves {}", record.path, path);
     return false;
   }
   if (record.listener != kNoFd) {
     boost::system::error_code ec;
-    s.acceptor.assign(stream_protocol(), (*fds)[record.listener].release(), ec);
+    acceptor.assign(stream_protocol(), (*fds)[record.listener].release(), ec);
     if (ec) {
-      *error = path_ + ": cannot take the listening socket over: " + ec.message();
+      *error = path + ": cannot take the listening socket over: " + ec.message();
       return false;
     }
-    s.listener_fd = s.acceptor.native_handle();
-    spdlog::info("vdev: listening on {} (taken over)", path_);
-    s.Accept();
-  } else if (s.options.mode == ServerOptions::Mode::kServer) {
-    *error = path_ + ": the record has no listening socket";
+    listener_fd = acceptor.native_handle();
+    spdlog::info("vdev: listening on {} (taken over)", path);
+    Accept();
+  } else if (options.mode == ServerOptions::Mode::kServer) {
+    *error = path + ": the record has no listening socket";
     return false;
   }
   // A successor starts its own journal; a recovering process goes on with
-  // the crashed one's.
-  if (!recover && !s.StartJournal(error)) return false;
-  if (recover && s.journal && !record.has_connection) {
-    s.journal->WriteServer(path_, s.listener_fd, {});
+  // the crashed one'
+  if (!recover && !StartJournal(error)) return false;
+  if (recover && journal && !record.has_connection) {
+    journal->WriteServer(path, listener_fd, {});
   }
   if (!record.has_connection) {
-    asio::post(s.io, [done = std::move(done)] { done({}); });
+    asio::post(io, [done = std::move(done)] { done({}); });
     return true;
   }
-  stream_protocol::socket socket(s.io);
+  stream_protocol::socket socket(io);
   boost::system::error_code ec;
   socket.assign(stream_protocol(), (*fds)[record.connection.socket].release(), ec);
   if (ec) {
-    *error = path_ + ": cannot take the connection over: " + ec.message();
+    *error = path + ": cannot take the connection over: " + ec.message();
     return false;
   }
-  std::shared_ptr<Connection> conn = s.MakeConnection(std::move(socket));
+  std::shared_ptr<Connection> conn = MakeConnection(std::move(socket));
   if (conn == nullptr) {
-    *error = path_ + ": the device factory returned no device";
+    *error = path + ": the device factory returned no device";
     return false;
   }
   conn->Resume(record.connection, std::move(fds), std::move(done), recover);
