@@ -8,7 +8,6 @@
 namespace vdev {
 
 struct CrashRecovery::Journal {
-  std::string name;
   std::shared_ptr<ServerJournal> journal;
   ServerRecord record;
   std::vector<std::string> names;  // the fd-store names the record indexes
@@ -23,13 +22,12 @@ CrashRecovery::CrashRecovery(std::shared_ptr<FdStore> store, std::map<std::strin
       continue;
     }
     auto j = std::make_unique<Journal>();
-    j->name = it->first;
     Error error;
     j->journal = ServerJournal::Open(store_, it->first, std::move(it->second), &j->record,
                                      &j->names, &error);
     if (j->journal == nullptr) {
+      // Dropped from the store: nothing can use it.
       spdlog::error("vdev: crash recovery: {}", error);
-      unreadable_.push_back(error);
       store_->Remove(it->first);
     } else {
       journals_.push_back(std::move(j));
@@ -92,8 +90,8 @@ bool CrashRecovery::Serve(std::span<Server* const> servers, std::string* error) 
       continue;
     }
     j->claimed = true;
-    std::shared_ptr<std::vector<UniqueFd>> fds = TakeNamed(*j, server->path());
     const std::string path = server->path();
+    std::shared_ptr<std::vector<UniqueFd>> fds = TakeNamed(*j, path);
     auto done = [path](const Error& e) {
       if (e.empty()) {
         spdlog::info("vdev[{}]: recovered after a crash", path);

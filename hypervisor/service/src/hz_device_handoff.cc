@@ -23,11 +23,17 @@ void HzDevice::OnQueueFreezing(vdev::Queue& queue) {
 }
 
 bool HzDevice::SaveState(std::string* state) const {
+  return WriteState(/*durable=*/false, state);
+}
+
+bool HzDevice::WriteState(bool durable, std::string* state) const {
   nlohmann::json j = {{"format", kDeviceStateFormat}};
   session_.Save(&j["session"]);
   for (const Family& family : families_) {
     nlohmann::json part = nlohmann::json::object();
-    if (Status st = family.handler->SaveState(&part); !st.ok()) {
+    if (durable) {
+      family.handler->SaveDurable(&part);
+    } else if (Status st = family.handler->SaveState(&part); !st.ok()) {
       spdlog::warn("event=handover_refused vm={} family={} reason=\"{}\"", socket_path_,
                    family.name, st.message());
       return false;
@@ -76,15 +82,9 @@ void FamilyHandler::SaveDurable(nlohmann::json* out) const {
 
 std::string HzDevice::DurableState() const {
   // Without a session there is nothing to go on with: the guest says HELLO.
-  if (!session_.hello()) return {};
-  nlohmann::json j = {{"format", kDeviceStateFormat}};
-  session_.Save(&j["session"]);
-  for (const Family& family : families_) {
-    nlohmann::json part = nlohmann::json::object();
-    family.handler->SaveDurable(&part);
-    j[family.name] = std::move(part);
-  }
-  return j.dump();
+  std::string state;
+  if (session_.hello()) WriteState(/*durable=*/true, &state);
+  return state;
 }
 
 void HzDevice::JournalIfChanged() {

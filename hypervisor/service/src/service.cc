@@ -196,8 +196,7 @@ hz::Status Service::Start() {
   if (hz::Status s = StartListeners(); !s.ok()) return s;
   StoreLockAndListeners();
   if (hz::Status s = LoadState(); !s.ok()) return s;
-  if (takeover_ != nullptr) ServeTakenOver();
-  if (recovery_ != nullptr) ServeRecovered();
+  if (takeover_ != nullptr || recovery_ != nullptr) ServeInherited();
   if (hz::Status s = StartHostCommands(); !s.ok()) return s;
   // Last: the other hosts see this one once it can serve.
   if (hz::Status s = cluster_->Start(); !s.ok()) return s;
@@ -316,7 +315,7 @@ hz::StatusOr<std::string> Service::BindVm(const std::string& tenant, const std::
   auto start = std::make_shared<BindCall>();
   boost::asio::io_context& io = vdev_threads_[thread]->io;
   // An upgrade's successor, or a process restarted after a crash, starts the
-  // servers once every binding is loaded (ServeTakenOver, ServeRecovered).
+  // servers once every binding is loaded (ServeInherited).
   const bool taken_over = takeover_ != nullptr || recovery_ != nullptr;
   const bool answered = OnVdevThread(
       thread,

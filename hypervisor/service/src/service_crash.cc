@@ -84,15 +84,4 @@ void Service::ForgetStoredLockAndListeners() {
   for (const char* name : {kLockName, kControlName, kMetricsName}) fd_store_->Remove(name);
 }
 
-void Service::ServeRecovered() {
-  const std::vector<vdev::Server*> servers = BoundServers();
-  std::string error;
-  if (!recovery_->Serve(servers, &error)) {
-    spdlog::error("event=crash_recovery_incomplete error=\"{}\"", error);
-  }
-  recovery_ = nullptr;
-  TellTenantsRestarted();
-  spdlog::info("event=crash_recovery_serving vms={}", servers.size());
-}
-
 }  // namespace hz::service

@@ -178,18 +178,18 @@ hz::Status Service::AdoptLockAndListeners() {
   return hz::Status::Ok();
 }
 
-void Service::ServeTakenOver() {
+void Service::ServeInherited() {
   const std::vector<vdev::Server*> servers = BoundServers();
+  // From the predecessor's hand-over, or from what a crashed one stored.
+  const bool upgrade = takeover_ != nullptr;
   std::string error;
-  if (!takeover_->Serve(servers, &error)) {
-    spdlog::error("event=takeover_incomplete error=\"{}\"", error);
+  if (!(upgrade ? takeover_->Serve(servers, &error) : recovery_->Serve(servers, &error))) {
+    spdlog::error("event={} error=\"{}\"",
+                  upgrade ? "takeover_incomplete" : "crash_recovery_incomplete", error);
   }
   takeover_ = nullptr;
-  TellTenantsRestarted();
-  spdlog::info("event=upgrade_serving vms={}", servers.size());
-}
-
-void Service::TellTenantsRestarted() {
+  recovery_ = nullptr;
+  // Every tenant with a VM here learns that the service changed under it.
   const events::EventSpec spec = events::MakeMaintenance(events::kMaintenanceServiceRestarted, 0, 0,
                                                          events::kAllDevices, false);
   for (const std::string& tenant : HostTenants()) {
@@ -198,6 +198,8 @@ void Service::TellTenantsRestarted() {
       spdlog::warn("event=restart_notice_failed tenant={} error=\"{}\"", tenant, st.ToString());
     }
   }
+  spdlog::info("event={} vms={}", upgrade ? "upgrade_serving" : "crash_recovery_serving",
+               servers.size());
 }
 
 }  // namespace hz::service

@@ -41,10 +41,6 @@ class CrashRecovery {
   CrashRecovery(const CrashRecovery&) = delete;
   CrashRecovery& operator=(const CrashRecovery&) = delete;
 
-  // The journals among the stored descriptors that could be read, and why
-  // the others could not (each is then dropped from the store).
-  size_t journals() const { return journals_.size(); }
-  const std::vector<std::string>& unreadable() const { return unreadable_; }
   // A descriptor the application stored itself under name (a lock, a
   // listening socket of its own), once; invalid when there is none. Before
   // Serve, which removes what nobody took from the store.
@@ -65,7 +61,6 @@ class CrashRecovery {
   std::shared_ptr<FdStore> store_;
   std::map<std::string, UniqueFd> stored_;
   std::vector<std::unique_ptr<Journal>> journals_;
-  std::vector<std::string> unreadable_;
 };
 
 }  // namespace vdev

@@ -30,7 +30,8 @@
 
 namespace vdev {
 
-inline constexpr uint32_t kRingJournalMaxSize = 32768;  // SplitQueue::kMaxSize
+// The largest split ring (virtio 1.x: 32768 entries); SplitQueue::kMaxSize.
+inline constexpr uint32_t kMaxRingSize = 32768;
 
 struct RingJournal {
   // 0: the ring was not started (nothing to recover); else its size.
@@ -39,7 +40,7 @@ struct RingJournal {
   uint16_t used_idx;
   uint32_t reserved;
   // Per head: 1 while taken and its completion not published.
-  uint8_t marks[kRingJournalMaxSize];
+  uint8_t marks[kMaxRingSize];
 };
 
 inline constexpr size_t kRingJournalBytes = sizeof(RingJournal);

@@ -74,7 +74,7 @@ struct QueueStats {
 
 class SplitQueue final : public Queue {
  public:
-  static constexpr uint32_t kMaxSize = 32768;
+  static constexpr uint32_t kMaxSize = kMaxRingSize;
 
   explicit SplitQueue(uint16_t index, QueueLimits limits = {});
   SplitQueue(const SplitQueue&) = delete;

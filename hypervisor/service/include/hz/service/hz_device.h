@@ -197,6 +197,8 @@ class HzDevice : public vdev::Device {
   // flight and lets go of what it holds, then the regions go.
   void Teardown(SessionEnd end);
   void UpdateInfo();
+  // The state document: SaveState's, or with durable the crash journal's.
+  bool WriteState(bool durable, std::string* state) const;
   // Asks vdev to write the journal again when the durable state changed.
   void JournalIfChanged();
 

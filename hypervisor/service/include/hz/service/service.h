@@ -223,13 +223,12 @@ class Service : public ControlTarget {
   void WaitForUpgradeSignal();
   // Every bound VM socket's server: what an upgrade hands over or takes.
   std::vector<vdev::Server*> BoundServers() const;
-  // The successor: the lock and listeners from the snapshot, then the VM
-  // sessions once the bindings are loaded, and the tenants are told.
+  // The successor: the lock and listeners from the snapshot.
   hz::Status AdoptLockAndListeners();
-  void ServeTakenOver();
-  // Every tenant with a VM here learns that the service changed under it.
-  void TellTenantsRestarted();
-
+  // The successor of an upgrade, or a process restarted after a crash: once
+  // the bindings are loaded, the VM sessions its predecessor left are served
+  // and the tenants are told.
+  void ServeInherited();
   // service_crash.cc: surviving a crash under systemd ([service] fd_store).
   // Opens the unit's fd store, and takes back what a crashed process left.
   hz::Status OpenFdStore();
@@ -238,8 +237,6 @@ class Service : public ControlTarget {
   // Keeps the lock and the listeners in the store from now on, and no more.
   void StoreLockAndListeners();
   void ForgetStoredLockAndListeners();
-  // The VM sessions, once the bindings are loaded, and the tenants are told.
-  void ServeRecovered();
 
   // Only commands that change nothing run while an upgrade is under way.
   static bool ReadOnlyCommand(const std::string& line);
