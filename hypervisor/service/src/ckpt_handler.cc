@@ -265,42 +265,54 @@ Reply CheckpointHandler::Quiesce(const Request& req, const TenantId& tid) {
     DropQuiesce(a.stream);
     return Reply::Ok();
   }
-  if (a.num_slices == 0 || a.word.length != sizeof(hz_quiesce_word) || a.word.offset % 8 != 0) {
-    return Reply::Error(HZ_S_EINVAL, a.num_slices);
-  }
   std::vector<hz_slice> slices;
   if (!ReadSlices(req, 0, a.num_slices, &slices)) return Reply::Error(HZ_S_EINVAL);
-  // The word first: it must be one aligned host span the engine can load
-  // atomically (detail num_slices names the word).
-  CkptSpans word;
   uint32_t detail = 0;
-  if (uint32_t st = ResolveSlices({a.word}, false, &word, &detail); st != HZ_S_OK) {
-    return Reply::Error(st, a.num_slices);
+  const uint32_t st = Register(tid, a.stream, a.word, std::move(slices), &detail);
+  return st == HZ_S_OK ? Reply::Ok() : Reply::Error(st, detail);
+}
+
+uint32_t CheckpointHandler::Register(const TenantId& tid, uint32_t stream,
+                                     const hz_slice& word_slice, std::vector<hz_slice> slices,
+                                     uint32_t* detail) {
+  // Detail num_slices names the word.
+  *detail = static_cast<uint32_t>(slices.size());
+  if (slices.empty() || word_slice.length != sizeof(hz_quiesce_word) ||
+      word_slice.offset % 8 != 0) {
+    return HZ_S_EINVAL;
   }
+  // The word first: it must be one aligned host span the engine can load
+  // atomically.
+  CkptSpans word;
+  uint32_t ignored = 0;
+  if (uint32_t st = ResolveSlices({word_slice}, false, &word, &ignored); st != HZ_S_OK) return st;
   if (word.guest[0].size() != 1 || reinterpret_cast<uintptr_t>(word.guest[0][0].data) % 8 != 0) {
-    return Reply::Error(HZ_S_EINVAL, a.num_slices);
+    return HZ_S_EINVAL;
   }
   CkptSpans state;
-  if (uint32_t st = ResolveSlices(slices, false, &state, &detail); st != HZ_S_OK) {
-    return Reply::Error(st, detail);
-  }
+  if (uint32_t st = ResolveSlices(slices, false, &state, detail); st != HZ_S_OK) return st;
+  *detail = 0;
   // The engine reads the state live when a notice comes, so it needs the
   // guest's own spans (a slice over several extents becomes several slices
   // of the just-in-time checkpoint).
   std::vector<checkpoint::IoSpan> live;
   for (const auto& g : state.guest) live.insert(live.end(), g.begin(), g.end());
-  if (!backend_->ClaimQuiesce(tid, a.stream, this, ctx_.vm)) return Reply::Error(HZ_S_EBUSY);
-  Status st = backend_->DeclareQuiesce(tid, a.stream, word.guest[0][0], live);
+  if (!backend_->ClaimQuiesce(tid, stream, this, ctx_.vm)) return HZ_S_EBUSY;
+  Status st = backend_->DeclareQuiesce(tid, stream, word.guest[0][0], live);
   if (!st.ok()) {
-    if (quiesce_.count(a.stream) == 0) backend_->ReleaseQuiesce(tid, a.stream, this);
-    return Reply::Error(ToWireStatus(st));
+    if (quiesce_.count(stream) == 0) backend_->ReleaseQuiesce(tid, stream, this);
+    return ToWireStatus(st);
   }
   // The registration holds its regions (REGION_UNREGISTER answers EBUSY).
-  QuiesceReg& reg = quiesce_[a.stream];
+  QuiesceReg& reg = quiesce_[stream];
   reg.tenant = tid;
+  reg.word = word_slice;
+  reg.slices = std::move(slices);
   reg.pins = std::move(word.pins);
   for (auto& p : state.pins) reg.pins.push_back(std::move(p));
-  return Reply::Ok();
+  ++registrations_changed_;
+  ctx_.info_changed();  // a crash journal keeps it
+  return HZ_S_OK;
 }
 
 void CheckpointHandler::DropQuiesce(uint32_t stream) {
@@ -310,6 +322,8 @@ void CheckpointHandler::DropQuiesce(uint32_t stream) {
   backend_->CancelQuiesce(it->second.tenant, stream);
   backend_->ReleaseQuiesce(it->second.tenant, stream, this);
   quiesce_.erase(it);
+  ++registrations_changed_;
+  ctx_.info_changed();
 }
 
 Reply CheckpointHandler::Start(const vdev::Queue& queue, const Request& req,
@@ -371,12 +385,6 @@ void CheckpointHandler::EndSession(SessionEnd end) {
   // back through the executor (OnOpDone: answered, or dropped with their
   // ring). Without a connection nothing will deliver them: forget them.
   if (end == SessionEnd::kDisconnect) ctx_.pending.ForgetAll(this);
-}
-
-Status CheckpointHandler::SaveState(nlohmann::json* /*out*/) const {
-  if (quiesce_.empty()) return Status::Ok();
-  return Status::Busy("checkpoint stream " + std::to_string(quiesce_.begin()->first) +
-                      " has a quiescence registration");
 }
 
 }  // namespace hz::service

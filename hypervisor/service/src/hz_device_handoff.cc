@@ -92,10 +92,11 @@ void HzDevice::JournalIfChanged() {
   // Cheap to compare, and different whenever DurableState would be.
   const auto [next_handle, comms] = coll_.handles();
   const events::DeliveryPosition p = events_.position();
-  std::string now = fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {}", session_.hello(),
-                                session_.id(), session_.features(), regions_.count(),
-                                regions_.bytes(), regions_.next_id(), next_handle, comms,
-                                p.subscribed, p.topics, p.next, p.delivered, session_.draining());
+  std::string now =
+      fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {}", session_.hello(), session_.id(),
+                  session_.features(), regions_.count(), regions_.bytes(), regions_.next_id(),
+                  next_handle, comms, p.subscribed, p.topics, p.next, p.delivered,
+                  session_.draining(), ckpt_.registrations_changed());
   if (now == journaled_) return;
   journaled_ = std::move(now);
   ctx_->StateChanged();

@@ -20,7 +20,10 @@ using testing::StatusOf;
 
 class DeviceHandoffTest : public DeviceTest {
  protected:
-  void AddBackends(DeviceEnv* env) override { env->events = &bus_; }
+  void AddBackends(DeviceEnv* env) override {
+    env->events = &bus_;
+    env->ckpt = &ckpt_;
+  }
   void TearDown() override { dev_.reset(); }
 
   // Freezes dev_ and returns its saved state; false when it refused.
@@ -61,7 +64,20 @@ class DeviceHandoffTest : public DeviceTest {
     ASSERT_EQ(Call(0, RequestBytes(HZ_OP_EVENT_SUBSCRIBE, a, 1)).status, HZ_S_OK);
   }
 
+  // CKPT_QUIESCE for stream 7: the word at the region's start, the state
+  // in one slice after it; or, with num_slices 0 and no word, a cancel.
+  uint32_t Quiesce(uint32_t region, uint32_t num_slices = 1) {
+    hz_ckpt_quiesce_args a{};
+    a.stream = 7;
+    a.num_slices = num_slices;
+    hz_slice state = Slice(region, 64, 256);
+    if (num_slices != 0) a.word = Slice(region, 0, sizeof(hz_quiesce_word));
+    return Call(0, RequestBytes(HZ_OP_CKPT_QUIESCE, a, 12, &state, num_slices * sizeof(state)))
+        .status;
+  }
+
   testing::FakeEventBackend bus_;
+  testing::FakeCkptBackend ckpt_;
 };
 
 TEST_F(DeviceHandoffTest, TheSessionAndItsRegionsGoOnWithoutAnotherHello) {
@@ -277,6 +293,100 @@ TEST_F(DeviceHandoffTest, AfterACrashTheSessionGoesOnAndItsCommunicatorsAreLost)
   EXPECT_EQ(dev_->Info().session_id, session);
   EXPECT_EQ(Call(2, RequestBytes(HZ_OP_ALLREDUCE, a, 81)).status, HZ_S_EABORTED);
   EXPECT_EQ(Unregister(region), HZ_S_OK);
+}
+
+// A quiescence registration goes to the next process as the guest declared
+// it, and is declared there again over the same guest memory.
+TEST_F(DeviceHandoffTest, AQuiescenceRegistrationIsDeclaredAgainOverTheSameMemory) {
+  Hello();
+  uint32_t region = 0;
+  ASSERT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region),
+            HZ_S_OK);
+  ASSERT_EQ(Quiesce(region), HZ_S_OK);
+  ASSERT_EQ(ckpt_.declared.size(), 1u);
+
+  ASSERT_TRUE(HandOver());
+  ASSERT_EQ(ckpt_.declared.size(), 2u);
+  const auto& before = ckpt_.declared[0];
+  const auto& after = ckpt_.declared[1];
+  EXPECT_EQ(after.stream, 7u);
+  EXPECT_EQ(after.word, before.word);
+  ASSERT_EQ(after.slices.size(), 1u);
+  EXPECT_EQ(after.slices[0].data, before.slices[0].data);
+  EXPECT_EQ(after.slices[0].len, 256u);
+  // It holds its region in the new session too, until the guest cancels it.
+  EXPECT_EQ(Unregister(region), HZ_S_EBUSY);
+  const int cancels = ckpt_.cancels;
+  EXPECT_EQ(Quiesce(region, 0), HZ_S_OK);
+  EXPECT_EQ(ckpt_.cancels, cancels + 1);
+  EXPECT_EQ(Unregister(region), HZ_S_OK);
+}
+
+// A registration that no longer fits the engine (the operator shrank the
+// staging meanwhile) is dropped; the session goes on.
+TEST_F(DeviceHandoffTest, ARegistrationTheNextEngineRefusesIsDroppedAndTheSessionGoesOn) {
+  const uint64_t session = Hello().session_id;
+  uint32_t region = 0;
+  ASSERT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region),
+            HZ_S_OK);
+  ASSERT_EQ(Quiesce(region), HZ_S_OK);
+  ckpt_.declare_status = Status::Limit();
+  ASSERT_TRUE(HandOver());
+  EXPECT_EQ(dev_->Info().session_id, session);
+  EXPECT_EQ(Quiesce(region, 0), HZ_S_ENOENT) << "nothing registered";
+  EXPECT_EQ(Unregister(region), HZ_S_OK);
+}
+
+// After a crash: the journal follows every change of the registrations.
+TEST_F(DeviceHandoffTest, AQuiescenceRegistrationIsJournaledAndRecoveredAfterACrash) {
+  ctx_.journal_source = [this] { return dev_->DurableState(); };
+  Hello();
+  uint32_t region = 0;
+  ASSERT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region),
+            HZ_S_OK);
+  int changes = ctx_.state_changes;
+  ASSERT_EQ(Quiesce(region), HZ_S_OK);
+  EXPECT_EQ(ctx_.state_changes, changes + 1) << "declaring it is journaled";
+  changes = ctx_.state_changes;
+  ASSERT_EQ(Quiesce(region, 0), HZ_S_OK);
+  EXPECT_EQ(ctx_.state_changes, changes + 1) << "cancelling it too";
+  ASSERT_EQ(Quiesce(region), HZ_S_OK);
+
+  const std::string journaled = ctx_.journaled;
+  ctx_.journal_source = nullptr;
+  const size_t declared = ckpt_.declared.size();
+  auto next = std::make_unique<HzDevice>(Env(), tenant_, "/run/vm0.sock");
+  next->OnConnect(ctx_);
+  ASSERT_TRUE(next->RecoverState(journaled));
+  ASSERT_EQ(ckpt_.declared.size(), declared + 1);
+  EXPECT_EQ(ckpt_.declared.back().word, ckpt_.declared[0].word);
+  dev_->OnHandedOver();
+  dev_ = std::move(next);
+  for (auto& q : queues_) dev_->OnQueueStarted(*q);
+  EXPECT_EQ(Unregister(region), HZ_S_EBUSY);
+}
+
+// A registration in a state from outside is checked like the rest.
+TEST_F(DeviceHandoffTest, AMalformedRegistrationRefusesTheState) {
+  Hello();
+  uint32_t region = 0;
+  ASSERT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region),
+            HZ_S_OK);
+  ASSERT_EQ(Quiesce(region), HZ_S_OK);
+  std::string state;
+  ASSERT_TRUE(Freeze(&state));
+  nlohmann::json j = nlohmann::json::parse(state);
+  ASSERT_EQ(j["checkpoints"]["quiesce"].size(), 1u);
+  for (const char* bad :
+       {R"([{"stream": 0, "word": [1, 0, 8], "slices": [[1, 64, 256]]}])",
+        R"([{"stream": 7, "word": [1, 0], "slices": [[1, 64, 256]]}])",
+        R"([{"stream": 7, "word": [1, 0, 8], "slices": [[1, -64, 256]]}])", R"({"stream": 7})"}) {
+    nlohmann::json broken = j;
+    broken["checkpoints"]["quiesce"] = nlohmann::json::parse(bad);
+    HzDevice next(Env(), tenant_, "/run/vm0.sock");
+    next.OnConnect(ctx_);
+    EXPECT_FALSE(next.RestoreState(broken.dump())) << bad;
+  }
 }
 
 // The device state a release of format 1 hands over, written by hand: every

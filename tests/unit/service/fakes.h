@@ -323,6 +323,13 @@ class FakeBackend : public CollBackend {
 // (RunQueued, as an engine thread would); Save records what it was given.
 class FakeCkptBackend : public CkptBackend {
  public:
+  // A quiescence registration as the engine was given it.
+  struct Declared {
+    checkpoint::StreamId stream;
+    const uint8_t* word;
+    std::vector<checkpoint::IoSpan> slices;
+  };
+
   Status SetPolicy(const TenantId&, checkpoint::StreamId, const checkpoint::Policy&) override {
     ++policies;
     return Status::Ok();
@@ -348,11 +355,15 @@ class FakeCkptBackend : public CkptBackend {
     ++deletes;
     return Status::NotFound();
   }
-  Status DeclareQuiesce(const TenantId&, checkpoint::StreamId, checkpoint::IoSpan,
-                        std::span<const checkpoint::IoSpan>) override {
+  Status DeclareQuiesce(const TenantId&, checkpoint::StreamId stream, checkpoint::IoSpan word,
+                        std::span<const checkpoint::IoSpan> slices) override {
+    declared.push_back({stream, word.data, {slices.begin(), slices.end()}});
+    return declare_status;
+  }
+  Status CancelQuiesce(const TenantId&, checkpoint::StreamId) override {
+    ++cancels;
     return Status::Ok();
   }
-  Status CancelQuiesce(const TenantId&, checkpoint::StreamId) override { return Status::Ok(); }
   bool ClaimQuiesce(const TenantId&, checkpoint::StreamId, const void*,
                     const std::string&) override {
     return true;
@@ -377,8 +388,11 @@ class FakeCkptBackend : public CkptBackend {
   std::deque<std::function<void()>> queued;
   std::vector<uint8_t> saved;  // the bytes of the last save's slices
   Status save_status = Status::Ok();
-  std::atomic<int> policies{0};  // SetPolicy calls
-  std::atomic<int> deletes{0};   // Delete calls
+  std::atomic<int> policies{0};    // SetPolicy calls
+  std::atomic<int> deletes{0};     // Delete calls
+  std::vector<Declared> declared;  // DeclareQuiesce calls, in order
+  Status declare_status = Status::Ok();
+  int cancels = 0;  // CancelQuiesce calls
 };
 
 // Scripted event bus: records published by the test are delivered in order.

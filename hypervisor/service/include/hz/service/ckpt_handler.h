@@ -48,10 +48,14 @@ class CheckpointHandler : public FamilyHandler {
   // Nothing to do: the requests in flight watch the service's draining flag
   // and answer HZ_S_ESHUTDOWN themselves.
   void Drain() override {}
-  // Checkpoints in flight finish before the state is taken. A quiescence
-  // registration is not handed over yet: the upgrade is refused while one
-  // holds the session's regions.
+  // Checkpoints in flight finish before the state is taken; each quiescence
+  // registration goes over as the guest declared it and is declared again
+  // on the restored regions (ckpt_handler_state.cc).
   Status SaveState(nlohmann::json* out) const override;
+  Status RestoreState(const nlohmann::json& in) override;
+  // Changes whenever a registration is declared, replaced or dropped: what
+  // a crash journal must follow.
+  uint64_t registrations_changed() const { return registrations_changed_; }
 
   Reply Handle(const vdev::Queue& queue, const Request& req);
 
@@ -59,6 +63,8 @@ class CheckpointHandler : public FamilyHandler {
   // A CKPT_QUIESCE registration of this session: it holds its regions.
   struct QuiesceReg {
     TenantId tenant;
+    hz_slice word;  // as the guest declared them
+    std::vector<hz_slice> slices;
     std::vector<RegionPin> pins;
   };
 
@@ -70,6 +76,10 @@ class CheckpointHandler : public FamilyHandler {
   Reply List(const Request& req, const TenantId& tid);
   Reply Delete(const vdev::Queue& queue, const Request& req, const TenantId& tid);
   Reply Quiesce(const Request& req, const TenantId& tid);
+  // Resolves and declares (or replaces) stream's registration: an HZ_S_
+  // status, with *detail naming the offending slice (slices.size(): the word).
+  uint32_t Register(const TenantId& tid, uint32_t stream, const hz_slice& word,
+                    std::vector<hz_slice> slices, uint32_t* detail);
   // Resolves slices for reading (save) or writing (restore); *detail names
   // the offending slice.
   uint32_t ResolveSlices(const std::vector<hz_slice>& slices, bool write, CkptSpans* out,
@@ -87,6 +97,7 @@ class CheckpointHandler : public FamilyHandler {
   const DeviceLimits& limits_;
   const Tenant& tenant_;
   std::map<uint32_t, QuiesceReg> quiesce_;  // stream -> registration
+  uint64_t registrations_changed_ = 0;
 };
 
 }  // namespace hz::service

@@ -74,7 +74,8 @@ struct HandlerContext {
   PendingTable& pending;        // requests answered later
   // Engine callbacks post their completions back through it.
   std::weak_ptr<DeviceLink> link;
-  // Called when something the operator's view of the device shows changed.
+  // Called when something the operator's view of the device shows, or the
+  // session's durable state (what a crash journal keeps), changed.
   std::function<void()> info_changed;
   // The VM's socket path: its name on this host (notices name VMs by it).
   const std::string& vm;
