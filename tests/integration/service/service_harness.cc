@@ -240,11 +240,10 @@ int ServiceProcess::Hzctl(const std::string& hzctl_path, const std::string& args
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-nlohmann::json ServiceProcess::Control(const nlohmann::json& req) {
+nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  std::string path = dir_ + "/ctl.sock";
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
@@ -270,15 +269,24 @@ nlohmann::json ServiceProcess::Control(const nlohmann::json& req) {
   return answer;
 }
 
-std::vector<std::string> ServiceProcess::TenantWithVms(const std::string& tenant, int n) {
-  Control({{"cmd", "tenant.create"}, {"name", tenant}});
+std::vector<std::string> TenantWithVmsAt(const std::string& control, const std::string& dir,
+                                         const std::string& tenant, int n) {
+  ControlAt(control, {{"cmd", "tenant.create"}, {"name", tenant}});
   std::vector<std::string> out;
   for (int i = 0; i < n; ++i) {
-    std::string path = dir_ + "/" + tenant + "-vm" + std::to_string(i) + ".sock";
-    auto r = Control({{"cmd", "vm.bind"}, {"tenant", tenant}, {"socket", path}});
+    std::string path = dir + "/" + tenant + "-vm" + std::to_string(i) + ".sock";
+    auto r = ControlAt(control, {{"cmd", "vm.bind"}, {"tenant", tenant}, {"socket", path}});
     if (r.value("ok", false)) out.push_back(path);
   }
   return out;
+}
+
+nlohmann::json ServiceProcess::Control(const nlohmann::json& req) {
+  return ControlAt(dir_ + "/ctl.sock", req);
+}
+
+std::vector<std::string> ServiceProcess::TenantWithVms(const std::string& tenant, int n) {
+  return TenantWithVmsAt(dir_ + "/ctl.sock", dir_, tenant, n);
 }
 
 std::string HttpGet(uint16_t port, const std::string& target, int timeout_ms) {

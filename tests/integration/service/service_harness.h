@@ -69,6 +69,14 @@ class ServiceProcess {
   pid_t pid_ = -1;
 };
 
+// One request on the control socket at `path`; the answer, or {"ok": false}
+// with why there was none.
+nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req);
+// Creates a tenant and binds `n` VM sockets in dir to it through the control
+// socket at `control`; returns their paths.
+std::vector<std::string> TenantWithVmsAt(const std::string& control, const std::string& dir,
+                                         const std::string& tenant, int n);
+
 // Sends GET `target` to 127.0.0.1:port; the whole response, empty when the
 // connection fails or no answer comes within timeout_ms.
 std::string HttpGet(uint16_t port, const std::string& target, int timeout_ms = 20000);
