@@ -121,11 +121,7 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> vms = svc.TenantWithVms("t1", 2);
   AllReduceLoop loop(2, kCount, 1u << 22, /*re_form=*/crash);
-  std::vector<hz::testing::Pipe> pipes(2);
-  std::vector<int> codes;
-  std::thread ranks([&] {
-    codes = hz::testing::RunRanks(2, [&](int rank) { return loop.RunRank(vms, pipes, rank); });
-  });
+  hz::testing::LoopRanks ranks(loop, vms);
   std::vector<Window> windows;
   std::string error;
   bool ok = loop.ProgressTo(100);
@@ -137,8 +133,7 @@ int main(int argc, char** argv) {
     ok = ok && loop.ProgressTo(loop.Slowest() + 10);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
-  loop.Stop();
-  ranks.join();
+  const std::vector<int> codes = ranks.Finish();
   svc.Terminate();
   if (!ok || codes != std::vector<int>{0, 0}) {
     std::fprintf(stderr, "the loop did not run through the events: %s\n", error.c_str());

@@ -202,4 +202,24 @@ std::vector<int64_t> AllReduceLoop::Stamps() const {
   return std::vector<int64_t>(stamps_, stamps_ + shared_->stamped.load());
 }
 
+LoopRanks::LoopRanks(AllReduceLoop& loop, std::vector<std::string> vms)
+    : loop_(loop), vms_(std::move(vms)), pipes_(vms_.size()) {
+  thread_ = std::thread([this] {
+    codes_ = RunRanks(static_cast<int>(vms_.size()),
+                      [this](int rank) { return loop_.RunRank(vms_, pipes_, rank); });
+  });
+}
+
+LoopRanks::~LoopRanks() {
+  Finish();
+}
+
+std::vector<int> LoopRanks::Finish() {
+  if (thread_.joinable()) {
+    loop_.Stop();
+    thread_.join();
+  }
+  return codes_;
+}
+
 }  // namespace hz::testing

@@ -76,16 +76,26 @@ class AllReduceLoop {
   int64_t* stamps_;
 };
 
-// Stops the ranks running loop on thread `ranks` and waits for them, however
-// the test ends.
-struct RanksRunning {
-  AllReduceLoop& loop;
-  std::thread& ranks;
-  ~RanksRunning() {
-    if (!ranks.joinable()) return;
-    loop.Stop();
-    ranks.join();
-  }
+// loop's ranks, one process per VM socket, started from a thread of their
+// own so that the caller can act on the service meanwhile. However the test
+// ends, they are stopped and waited for.
+class LoopRanks {
+ public:
+  LoopRanks(AllReduceLoop& loop, std::vector<std::string> vms);
+  ~LoopRanks();
+  LoopRanks(const LoopRanks&) = delete;
+  LoopRanks& operator=(const LoopRanks&) = delete;
+
+  // Stops the loop and waits for the ranks; their exit codes (0 each when
+  // every result was right and no session was lost).
+  std::vector<int> Finish();
+
+ private:
+  AllReduceLoop& loop_;
+  std::vector<std::string> vms_;
+  std::vector<Pipe> pipes_;
+  std::vector<int> codes_;
+  std::thread thread_;
 };
 
 }  // namespace hz::testing

@@ -45,11 +45,7 @@ TEST_F(CrashingService, AllReduceRanksGoOnAcrossTwentyKills) {
   std::vector<std::string> vms = svc_.TenantWithVms("t1", 2);
   ASSERT_EQ(vms.size(), 2u);
   AllReduceLoop loop(2, kCount, 0, /*re_form=*/true);
-  std::vector<Pipe> pipes(2);
-  std::vector<int> codes;
-  std::thread ranks(
-      [&] { codes = RunRanks(2, [&](int rank) { return loop.RunRank(vms, pipes, rank); }); });
-  RanksRunning running{loop, ranks};
+  LoopRanks ranks(loop, vms);
   ASSERT_TRUE(loop.ProgressTo(10)) << "the ranks never got going";
   std::vector<pid_t> pids = {svc_.pid()};
   for (int k = 0; k < kCrashes; ++k) {
@@ -60,11 +56,7 @@ TEST_F(CrashingService, AllReduceRanksGoOnAcrossTwentyKills) {
         << "stalled after crash " << k << "; the daemon's log:\n"
         << svc_.Log();
   }
-  loop.Stop();
-  ranks.join();
-  ASSERT_EQ(codes.size(), 2u);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0}));
   EXPECT_GE(loop.ReFormed(), 1u) << "no crash cost a communicator";
   EXPECT_LE(loop.ReFormed(), static_cast<uint64_t>(kCrashes));
   std::sort(pids.begin(), pids.end());

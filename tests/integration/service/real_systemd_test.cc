@@ -83,11 +83,7 @@ TEST(RealSystemd, RestartsACrashedServiceAndTheVmsKeepTheirSessions) {
   std::vector<std::string> vms = TenantWithVmsAt(control, systemd.dir() + "/run", "t1", 2);
   ASSERT_EQ(vms.size(), 2u);
   AllReduceLoop loop(2, 256, 0, /*re_form=*/true);
-  std::vector<Pipe> pipes(2);
-  std::vector<int> codes;
-  std::thread ranks(
-      [&] { codes = RunRanks(2, [&](int rank) { return loop.RunRank(vms, pipes, rank); }); });
-  RanksRunning running{loop, ranks};
+  LoopRanks ranks(loop, vms);
   ASSERT_TRUE(loop.ProgressTo(10)) << "the ranks never got going";
 
   std::string pid = systemd.Property(kUnit, "MainPID");
@@ -100,9 +96,7 @@ TEST(RealSystemd, RestartsACrashedServiceAndTheVmsKeepTheirSessions) {
     pid = next;
     ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 5)) << "stalled after crash " << k;
   }
-  loop.Stop();
-  ranks.join();
-  EXPECT_EQ(codes, (std::vector<int>{0, 0})) << "a rank lost its session or a result";
+  EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0})) << "a rank lost its session or a result";
   EXPECT_EQ(systemd.Property(kUnit, "NRestarts"), std::to_string(kCrashes));
   // Each restarted process told the tenant, in its durable event log.
   nlohmann::json events = ControlAt(control, {{"cmd", "event.status"}, {"tenant", "t1"}});

@@ -25,11 +25,7 @@ TEST(ServiceUpgrade, AllReduceRanksKeepRunningAcrossTwentyUpgrades) {
   std::vector<std::string> vms = svc.TenantWithVms("t1", 2);
   ASSERT_EQ(vms.size(), 2u);
   AllReduceLoop loop(2, kCount);
-  std::vector<Pipe> pipes(2);
-  std::vector<int> codes;
-  std::thread ranks(
-      [&] { codes = RunRanks(2, [&](int rank) { return loop.RunRank(vms, pipes, rank); }); });
-  RanksRunning running{loop, ranks};
+  LoopRanks ranks(loop, vms);
   ASSERT_TRUE(loop.ProgressTo(10)) << "the ranks never got going";
   std::vector<pid_t> pids = {svc.pid()};
   for (int u = 0; u < kUpgrades; ++u) {
@@ -42,11 +38,7 @@ TEST(ServiceUpgrade, AllReduceRanksKeepRunningAcrossTwentyUpgrades) {
     // The same sessions go on in the new process: the ranks make progress.
     ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 5)) << "stalled after upgrade " << u;
   }
-  loop.Stop();
-  ranks.join();
-  ASSERT_EQ(codes.size(), 2u);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0}));
   std::sort(pids.begin(), pids.end());
   EXPECT_EQ(std::unique(pids.begin(), pids.end()), pids.end()) << "each upgrade is a new process";
   // Each new process told the tenant, in its durable event log.
