@@ -1,17 +1,20 @@
 // harmonaized's systemd unit under a real systemd, through crashes (SPEC.md
-// §2.10). The unit this build installs (hypervisor/service/harmonaized.service,
-// its sandbox included) runs under a systemd user manager
+// §2.10) and live upgrades (§2.9). The unit this build installs
+// (hypervisor/service/harmonaized.service, its sandbox included) runs under a systemd user manager
 // (user_service_manager.h), with a drop-in that points it at the build's
 // binary and at directories of the test. Two rank processes on virtio-user
 // run a verified all-reduce loop while the test has systemd SIGKILL the
 // service's main process, three times: systemd restarts it (Restart=) and
 // hands back its fd store (LISTEN_FDS), and the ranks go on in the same
-// sessions, forming a new communicator where one was lost.
+// sessions, forming a new communicator where one was lost. Then the same
+// through three live upgrades, which systemd must follow to each new
+// process without taking them for a crash.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -25,7 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUnit = "harmonaized.service";
-constexpr int kCrashes = 3;
+constexpr int kCrashes = 3;  // and upgrades
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -65,45 +68,96 @@ std::string NextMainPid(const UserServiceManager& systemd, const std::string& be
   return "";
 }
 
-TEST(RealSystemd, RestartsACrashedServiceAndTheVmsKeepTheirSessions) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root: the manager runs in a mount namespace";
-  if (access(UserServiceManager::kSystemd, X_OK) != 0) {
-    GTEST_SKIP() << UserServiceManager::kSystemd << " is not installed (scripts/install-deps.sh)";
+// The unit, started by a systemd of the test's own, with tenant t1 and two
+// VM sockets bound.
+class RealSystemd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root: the manager runs in a mount namespace";
+    if (access(UserServiceManager::kSystemd, X_OK) != 0) {
+      GTEST_SKIP() << UserServiceManager::kSystemd << " is not installed (scripts/install-deps.sh)";
+    }
+    systemd_ = std::make_unique<UserServiceManager>();
+    ASSERT_TRUE(systemd_->ok()) << systemd_->why();
+    const std::string unit = ReadFile(HZ_SYSTEMD_UNIT);
+    ASSERT_FALSE(unit.empty()) << HZ_SYSTEMD_UNIT;
+    ASSERT_TRUE(systemd_->Install(kUnit, unit, DropIn(systemd_->dir())));
+    CommandResult started = Systemctl("start");
+    ASSERT_EQ(started.code, 0) << started.out << Systemctl("status").out;
+    control_ = systemd_->dir() + "/run/control.sock";
+    vms_ = TenantWithVmsAt(control_, systemd_->dir() + "/run", "t1", 2);
+    ASSERT_EQ(vms_.size(), 2u);
   }
-  UserServiceManager systemd;
-  ASSERT_TRUE(systemd.ok()) << systemd.why();
-  const std::string unit = ReadFile(HZ_SYSTEMD_UNIT);
-  ASSERT_FALSE(unit.empty()) << HZ_SYSTEMD_UNIT;
-  ASSERT_TRUE(systemd.Install(kUnit, unit, DropIn(systemd.dir())));
-  CommandResult started = systemd.Systemctl(std::string("start ") + kUnit);
-  ASSERT_EQ(started.code, 0) << started.out
-                             << systemd.Systemctl("status " + std::string(kUnit)).out;
 
-  const std::string control = systemd.dir() + "/run/control.sock";
-  std::vector<std::string> vms = TenantWithVmsAt(control, systemd.dir() + "/run", "t1", 2);
-  ASSERT_EQ(vms.size(), 2u);
+  void TearDown() override {
+    if (systemd_ == nullptr || !systemd_->ok()) return;
+    CommandResult stopped = Systemctl("stop");
+    EXPECT_EQ(stopped.code, 0) << stopped.out;
+  }
+
+  CommandResult Systemctl(const std::string& verb) const {
+    return systemd_->Systemctl(verb + " " + kUnit);
+  }
+  std::string Property(const std::string& name) const { return systemd_->Property(kUnit, name); }
+
+  // SERVICE_RESTARTED notices in t1's durable event log, as its next seq.
+  uint64_t NextEventSeq() {
+    nlohmann::json events = ControlAt(control_, {{"cmd", "event.status"}, {"tenant", "t1"}});
+    EXPECT_TRUE(events.value("ok", false)) << events.dump();
+    return events["result"].value("next_seq", uint64_t{0});
+  }
+
+  std::unique_ptr<UserServiceManager> systemd_;
+  std::string control_;
+  std::vector<std::string> vms_;
+};
+
+TEST_F(RealSystemd, RestartsACrashedServiceAndTheVmsKeepTheirSessions) {
   AllReduceLoop loop(2, 256, 0, /*re_form=*/true);
-  LoopRanks ranks(loop, vms);
+  LoopRanks ranks(loop, vms_);
   ASSERT_TRUE(loop.ProgressTo(10)) << "the ranks never got going";
 
-  std::string pid = systemd.Property(kUnit, "MainPID");
+  std::string pid = Property("MainPID");
   for (int k = 0; k < kCrashes; ++k) {
-    CommandResult killed = systemd.Systemctl(std::string("kill --signal=SIGKILL ") + kUnit);
+    CommandResult killed = Systemctl("kill --signal=SIGKILL");
     ASSERT_EQ(killed.code, 0) << killed.out;
-    const std::string next = NextMainPid(systemd, pid);
+    const std::string next = NextMainPid(*systemd_, pid);
     ASSERT_FALSE(next.empty()) << "systemd did not restart the service after crash " << k << "\n"
-                               << systemd.Systemctl(std::string("status ") + kUnit).out;
+                               << Systemctl("status").out;
     pid = next;
     ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 5)) << "stalled after crash " << k;
   }
   EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0})) << "a rank lost its session or a result";
-  EXPECT_EQ(systemd.Property(kUnit, "NRestarts"), std::to_string(kCrashes));
+  EXPECT_EQ(Property("NRestarts"), std::to_string(kCrashes));
   // Each restarted process told the tenant, in its durable event log.
-  nlohmann::json events = ControlAt(control, {{"cmd", "event.status"}, {"tenant", "t1"}});
-  ASSERT_TRUE(events.value("ok", false)) << events.dump();
-  EXPECT_EQ(events["result"].value("next_seq", 0u), static_cast<uint64_t>(kCrashes) + 1);
-  CommandResult stopped = systemd.Systemctl(std::string("stop ") + kUnit);
-  EXPECT_EQ(stopped.code, 0) << stopped.out;
+  EXPECT_EQ(NextEventSeq(), static_cast<uint64_t>(kCrashes) + 1);
+}
+
+// A live upgrade under systemd (SPEC.md §2.9): the old process tells systemd
+// the new main PID (MAINPID=) before it exits, so systemd neither restarts
+// the unit nor stops what is left of it; the ranks never notice.
+TEST_F(RealSystemd, FollowsALiveUpgradeToTheNewMainProcess) {
+  AllReduceLoop loop(2, 256);
+  LoopRanks ranks(loop, vms_);
+  ASSERT_TRUE(loop.ProgressTo(10)) << "the ranks never got going";
+
+  std::string pid = Property("MainPID");
+  for (int u = 0; u < kCrashes; ++u) {
+    nlohmann::json started = ControlAt(control_, {{"cmd", "upgrade"}});
+    ASSERT_TRUE(started.value("ok", false)) << started.dump();
+    const std::string next = NextMainPid(*systemd_, pid);
+    ASSERT_FALSE(next.empty()) << "systemd did not follow upgrade " << u << "\n"
+                               << Systemctl("status").out;
+    nlohmann::json status = ControlAt(control_, {{"cmd", "status"}});
+    EXPECT_EQ(std::to_string(status["result"].value("pid", -1)), next)
+        << "systemd's main PID is not the process that serves";
+    pid = next;
+    ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 5)) << "stalled after upgrade " << u;
+  }
+  EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0})) << "a rank lost its session or a result";
+  EXPECT_EQ(Property("NRestarts"), "0") << "systemd took an upgrade for a crash";
+  EXPECT_EQ(Property("ActiveState"), "active");
+  EXPECT_EQ(NextEventSeq(), static_cast<uint64_t>(kCrashes) + 1);
 }
 
 }  // namespace
