@@ -120,6 +120,8 @@ void Connection::WriteJournal() {
     describe = [this](ConnectionRecord* r, FdIndex* fds) {
       r->socket = fds->Add(socket_.native_handle());
       session_.Describe(&r->session, fds);
+      r->partial_message = reader_.PartialBytes();
+      for (const UniqueFd& fd : reader_.partial_fds()) r->partial_fds.push_back(fds->Add(fd.get()));
     };
   }
   Error e = journal_->WriteServer(name_, listener_fd_, describe);
@@ -217,26 +219,16 @@ void Connection::OnReadable() {
       DoClose("protocol error");
       return;
     }
-    if (!reader_.Ready()) continue;
-    Session::Result r = session_.Handle(reader_.Take());
+    // What the front-end sent and this process has not acted on yet is in
+    // the crash journal before anything is done with it: a process started
+    // after a crash reads the rest of the message from the socket, or serves
+    // the whole one, as this one would have.
+    if (!reader_.Ready()) {
+      if (journal_ != nullptr && reader_.Started()) WriteJournal();
+      continue;
+    }
     WriteJournal();
-    if (!r.reply.empty() && !SendReply(std::move(r.reply))) return;
-    if (r.close) {
-      DoClose("protocol error");
-      return;
-    }
-    if (r.stop_pending) {
-      // No further message until the device has completed the chains it
-      // holds (or the bound passes); the front-end waits for this reply.
-      stop_waiting_ = true;
-      const uint64_t gen = ++stop_timer_gen_;
-      stop_timer_.expires_after(session_.options().stop_drain_timeout);
-      stop_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
-        // A stale expiry (already queued when this stop ended) is ignored.
-        if (!ec && gen == self->stop_timer_gen_) self->MaybeFinishStop(true);
-      });
-      return;
-    }
+    if (!HandleMessage()) return;
     if (++handled == kMessagesPerWakeup) {
       asio::post(strand_, [self = shared_from_this()] {
         if (!self->closed_) self->OnReadable();
@@ -244,6 +236,29 @@ void Connection::OnReadable() {
       return;
     }
   }
+}
+
+bool Connection::HandleMessage() {
+  Session::Result r = session_.Handle(reader_.Take());
+  WriteJournal();
+  if (!r.reply.empty() && !SendReply(std::move(r.reply))) return false;
+  if (r.close) {
+    DoClose("protocol error");
+    return false;
+  }
+  if (r.stop_pending) {
+    // No further message until the device has completed the chains it
+    // holds (or the bound passes); the front-end waits for this reply.
+    stop_waiting_ = true;
+    const uint64_t gen = ++stop_timer_gen_;
+    stop_timer_.expires_after(session_.options().stop_drain_timeout);
+    stop_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
+      // A stale expiry (already queued when this stop ended) is ignored.
+      if (!ec && gen == self->stop_timer_gen_) self->MaybeFinishStop(true);
+    });
+    return false;
+  }
+  return true;
 }
 
 bool Connection::SendReply(std::vector<uint8_t> bytes) {
@@ -467,7 +482,9 @@ void Connection::Resume(ConnectionRecord record, std::shared_ptr<std::vector<Uni
         bytes += n;
         left -= n;
       }
-      if (e.empty() && self->reader_.Ready()) e = "the partial message is whole";
+      // A live upgrade hands over at a message boundary; a crash journal
+      // may hold a whole message the crashed process had not served.
+      if (e.empty() && self->reader_.Ready() && !recover) e = "the partial message is whole";
     }
     if (!e.empty()) {
       spdlog::error("vdev[{}]: could not take the session over: {}", self->name_, e);
@@ -477,6 +494,7 @@ void Connection::Resume(ConnectionRecord record, std::shared_ptr<std::vector<Uni
     }
     done(e);
     self->WriteJournal();
+    if (self->reader_.Ready() && !self->HandleMessage()) return;
     self->WaitReadable();
     if (!record.unsent_replies.empty()) {
       const auto* r = reinterpret_cast<const uint8_t*>(record.unsent_replies.data());

@@ -12,6 +12,7 @@
 // the front-end's connection and a journal of the session in the unit's fd
 // store, and the process systemd restarts serves on from there
 // (crash_recovery.h).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <climits>
@@ -79,6 +80,10 @@ int main(int argc, char** argv) {
   app.add_option(vdev::kHandoffFdOption, handoff_fd,
                  "take over from a predecessor on this descriptor (set by the predecessor)");
   bool fd_store = false;
+  std::string crash_marker;
+  app.add_option("--crash-once-on-queue-start", crash_marker,
+                 "fault injection for tests: SIGKILL this process when a queue starts, unless "
+                 "FILE exists (it is created first, so the restarted process carries on)");
   app.add_flag("--fd-store", fd_store,
                "keep the session in systemd's fd store and recover it after a crash");
   CLI11_PARSE(app, argc, argv);
@@ -98,6 +103,14 @@ int main(int argc, char** argv) {
   device_options.queues = static_cast<uint16_t>(queues);
   device_options.config_size = static_cast<uint32_t>(config_size);
   device_options.max_queue_size = static_cast<uint16_t>(max_queue_size);
+  if (!crash_marker.empty()) {
+    device_options.on_queue_started = [crash_marker](uint16_t) {
+      const int fd = open(crash_marker.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+      if (fd < 0) return;  // crashed here once already
+      close(fd);
+      raise(SIGKILL);
+    };
+  }
 
   vdev::ServerOptions options;
   options.mode = client ? vdev::ServerOptions::Mode::kClient : vdev::ServerOptions::Mode::kServer;

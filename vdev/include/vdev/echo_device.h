@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,9 @@ class EchoDevice final : public Device {
     uint32_t config_size = 8;
     uint64_t features = vu::kFRingEventIdx | vu::kFRingIndirectDesc;
     uint16_t max_queue_size = 1024;
+    // Called when a queue starts; fault-injection tests crash the process
+    // there, in the middle of the vhost-user message that started it.
+    std::function<void(uint16_t queue)> on_queue_started = nullptr;
   };
   static constexpr uint32_t kReadOnlyConfigBytes = 8;
 
@@ -39,6 +43,9 @@ class EchoDevice final : public Device {
   bool SetConfig(uint32_t offset, std::span<const uint8_t> data) override;
   void OnConnect(DeviceContext& ctx) override { ctx_ = &ctx; }
   void OnKick(Queue& queue) override;
+  void OnQueueStarted(Queue& queue) override {
+    if (options_.on_queue_started) options_.on_queue_started(queue.index());
+  }
   void OnDisconnect() override { ctx_ = nullptr; }
   // The writable config bytes are the device's state: a live upgrade keeps
   // what the driver wrote there.

@@ -75,6 +75,8 @@ class MessageReader {
   Error Feed(const uint8_t* data, size_t n, std::vector<UniqueFd>* fds);
   // True once a whole message is ready; Take() moves it out.
   bool Ready() const { return ready_; }
+  // True once any byte of the next message has arrived.
+  bool Started() const { return have_ > 0; }
   Message Take();
   // A live upgrade hands a message the front-end sent only part of to the
   // successor: the bytes so far (feed them back through Feed, Want() at a
