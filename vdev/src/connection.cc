@@ -59,6 +59,9 @@ Connection::Connection(asio::io_context& io, Socket socket, std::unique_ptr<Devi
 }
 
 Connection::~Connection() {
+  // Nothing is journaled from here on: the connection is gone (or handed
+  // over), whatever the device reports while it is destroyed.
+  journal_.reset();
   // Normally closed already; when the io_context is torn down first, stop the
   // session while the members it calls back into still exist.
   if (!closed_) {
@@ -454,6 +457,7 @@ void Connection::Thaw() {
 void Connection::Abandon() {
   if (closed_) return;
   spdlog::info("vdev[{}]: connection handed over", name_);
+  journal_.reset();  // the successor keeps a journal of its own
   Release(&Session::Abandon);
 }
 

@@ -117,6 +117,13 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
 
   boost::asio::io_context& io_;
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;
+  // Crash recovery: the server's journal, and its listening socket. Before
+  // session_: a device being destroyed with the session may still report a
+  // change, and WriteJournal must find journal_ (reset by then) alive.
+  std::shared_ptr<ServerJournal> journal_;
+  int listener_fd_ = -1;
+  bool journal_failed_ = false;  // logged once
+  bool resuming_ = false;        // a half-rebuilt session is not written
   Socket socket_;
   Session session_;
   MessageReader reader_;
@@ -139,11 +146,6 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   bool write_waiting_ = false;
   boost::asio::steady_timer reply_timer_;
   uint64_t reply_timer_gen_ = 0;
-  // Crash recovery: the server's journal, and its listening socket.
-  std::shared_ptr<ServerJournal> journal_;
-  int listener_fd_ = -1;
-  bool journal_failed_ = false;  // logged once
-  bool resuming_ = false;        // a half-rebuilt session is not written
   // GET_VRING_BASE waiting for in-flight chains: reading is paused.
   boost::asio::steady_timer stop_timer_;
   bool stop_waiting_ = false;

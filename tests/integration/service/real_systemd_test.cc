@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -46,7 +47,7 @@ std::string DropIn(const std::string& dir) {
                   " --vm-socket-dir " + dir + "/run --state-dir " + dir +
                   "/state --no-metrics\n"
                   "EnvironmentFile=\nReadWritePaths=\nReadWritePaths=" +
-                  dir + "\n";
+                  dir + "\nStandardError=append:" + dir + "/service.log\n";
   // ProtectHome= would hide a build tree under a home directory.
   for (const char* home : {"/home/", "/root/", "/run/user/"}) {
     if (binary.rfind(home, 0) == 0) d += "ProtectHome=read-only\n";
@@ -91,6 +92,9 @@ class RealSystemd : public ::testing::Test {
 
   void TearDown() override {
     if (systemd_ == nullptr || !systemd_->ok()) return;
+    if (HasFailure()) {
+      std::cerr << "the service's log:\n" << ReadFile(systemd_->dir() + "/service.log");
+    }
     CommandResult stopped = Systemctl("stop");
     EXPECT_EQ(stopped.code, 0) << stopped.out;
   }

@@ -139,5 +139,38 @@ TEST(ServiceUpgrade, TheNewProcessHoldsTheStateDirectory) {
   EXPECT_EQ(svc.Terminate(), 0);
 }
 
+// With --fd-store (as the systemd unit runs it) the old process lets go of
+// its crash journal at the hand-over and the new one keeps its own: a crash
+// after the upgrade is recovered from the new process's journal.
+TEST(ServiceUpgrade, WithAnFdStoreTheNewProcessJournalsAndSurvivesACrash) {
+  ServiceProcess svc;
+  FakeServiceManager manager(svc.dir() + "/notify.sock");
+  ASSERT_TRUE(manager.bound());
+  svc.set_service_manager(&manager);
+  ASSERT_TRUE(svc.Start({"--fd-store"}));
+  std::vector<std::string> vms = svc.TenantWithVms("t1", 1);
+  ASSERT_EQ(vms.size(), 1u);
+  HzClient c;
+  ASSERT_TRUE(c.Connect(vms[0]));
+  ASSERT_EQ(c.Hello(), HZ_S_OK);
+  GuestBuffer before;
+  ASSERT_EQ(c.Register(4096, 1, HZ_REGION_F_READ, &before), HZ_S_OK);
+
+  std::string error;
+  ASSERT_GT(svc.Upgrade(&error), 0) << error;
+  // Registered in the new process: only its journal can know it.
+  GuestBuffer after;
+  ASSERT_EQ(c.Register(4096, 1, HZ_REGION_F_READ, &after), HZ_S_OK);
+  svc.Kill();
+  ASSERT_TRUE(svc.Start({"--fd-store"}));
+  for (const GuestBuffer* b : {&before, &after}) {
+    hz_region_unregister_args u{};
+    u.region_id = b->region;
+    EXPECT_EQ(c.Call(HZ_VQ_CONTROL, HZ_OP_REGION_UNREGISTER, u).status, HZ_S_OK)
+        << "region " << b->region << " was lost";
+  }
+  EXPECT_EQ(svc.Terminate(), 0);
+}
+
 }  // namespace
 }  // namespace hz::testing
