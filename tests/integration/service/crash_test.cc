@@ -26,19 +26,14 @@ constexpr int kCrashes = 20;
 class CrashingService : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(manager_.bound());
-    svc_.set_service_manager(&manager_);
     svc_.CaptureLog();
-    ASSERT_TRUE(svc_.Start({"--fd-store", "--log-level", "info"}));
+    ASSERT_TRUE(stored_.Start({"--log-level", "info"}));
   }
-  // SIGKILL, then the manager starts it again with what it stored.
-  bool Crash() {
-    svc_.Kill();
-    return svc_.Start({"--fd-store", "--log-level", "info"});
-  }
+  bool Crash() { return stored_.Crash(); }
 
-  ServiceProcess svc_;
-  FakeServiceManager manager_{svc_.dir() + "/notify.sock"};
+  StoredService stored_;
+  ServiceProcess& svc_ = stored_.svc();
+  FakeServiceManager& manager_ = stored_.manager();
 };
 
 TEST_F(CrashingService, AllReduceRanksGoOnAcrossTwentyKills) {

@@ -120,19 +120,15 @@ TEST(QuiesceHandover, ARegistrationOutlivesALiveUpgrade) {
 }
 
 TEST(QuiesceHandover, ARegistrationOutlivesACrash) {
-  ServiceProcess svc;
-  FakeServiceManager manager(svc.dir() + "/notify.sock");
-  ASSERT_TRUE(manager.bound());
-  svc.set_service_manager(&manager);
-  ASSERT_TRUE(svc.Start({"--fd-store"}));
-  std::vector<std::string> vms = svc.TenantWithVms("t1", 1);
+  StoredService stored;
+  ASSERT_TRUE(stored.Start());
+  std::vector<std::string> vms = stored.svc().TenantWithVms("t1", 1);
   ASSERT_EQ(vms.size(), 1u);
   QuiescedVm vm;
   ASSERT_NO_FATAL_FAILURE(vm.Open(vms[0]));
-  svc.Kill();
-  ASSERT_TRUE(svc.Start({"--fd-store"}));
-  ExpectSavedFromTheSameMemory(svc, vm);
-  EXPECT_EQ(svc.Terminate(), 0);
+  ASSERT_TRUE(stored.Crash());
+  ExpectSavedFromTheSameMemory(stored.svc(), vm);
+  EXPECT_EQ(stored.svc().Terminate(), 0);
 }
 
 }  // namespace

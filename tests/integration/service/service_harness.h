@@ -69,6 +69,34 @@ class ServiceProcess {
   pid_t pid_ = -1;
 };
 
+// harmonaized with --fd-store under a service manager of its own (the test
+// one, which speaks systemd's notify and fd-store protocol), as the systemd
+// unit runs it: a crash and restart keep every VM's device.
+class StoredService {
+ public:
+  StoredService() : manager_(svc_.dir() + "/notify.sock") { svc_.set_service_manager(&manager_); }
+  // Starts the daemon with --fd-store and `extra`; false also when the
+  // manager could not bind its socket.
+  bool Start(const std::vector<std::string>& extra = {}) {
+    args_ = {"--fd-store"};
+    args_.insert(args_.end(), extra.begin(), extra.end());
+    return manager_.bound() && svc_.Start(args_);
+  }
+  // SIGKILL, then the manager starts it again, with the same arguments and
+  // what it stored.
+  bool Crash() {
+    svc_.Kill();
+    return svc_.Start(args_);
+  }
+  ServiceProcess& svc() { return svc_; }
+  FakeServiceManager& manager() { return manager_; }
+
+ private:
+  ServiceProcess svc_;
+  FakeServiceManager manager_;
+  std::vector<std::string> args_;
+};
+
 // One request on the control socket at `path`; the answer, or {"ok": false}
 // with why there was none.
 nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req);

@@ -143,11 +143,9 @@ TEST(ServiceUpgrade, TheNewProcessHoldsTheStateDirectory) {
 // its crash journal at the hand-over and the new one keeps its own: a crash
 // after the upgrade is recovered from the new process's journal.
 TEST(ServiceUpgrade, WithAnFdStoreTheNewProcessJournalsAndSurvivesACrash) {
-  ServiceProcess svc;
-  FakeServiceManager manager(svc.dir() + "/notify.sock");
-  ASSERT_TRUE(manager.bound());
-  svc.set_service_manager(&manager);
-  ASSERT_TRUE(svc.Start({"--fd-store"}));
+  StoredService stored;
+  ASSERT_TRUE(stored.Start());
+  ServiceProcess& svc = stored.svc();
   std::vector<std::string> vms = svc.TenantWithVms("t1", 1);
   ASSERT_EQ(vms.size(), 1u);
   HzClient c;
@@ -161,8 +159,7 @@ TEST(ServiceUpgrade, WithAnFdStoreTheNewProcessJournalsAndSurvivesACrash) {
   // Registered in the new process: only its journal can know it.
   GuestBuffer after;
   ASSERT_EQ(c.Register(4096, 1, HZ_REGION_F_READ, &after), HZ_S_OK);
-  svc.Kill();
-  ASSERT_TRUE(svc.Start({"--fd-store"}));
+  ASSERT_TRUE(stored.Crash());
   for (const GuestBuffer* b : {&before, &after}) {
     hz_region_unregister_args u{};
     u.region_id = b->region;

@@ -34,11 +34,12 @@ class DeviceHandoffTest : public DeviceTest {
   }
 
   // A new device on the same rings takes state over, as the next process
-  // would; on success the old device lets go and the new one serves.
-  bool Restore(const std::string& state) {
+  // would after an upgrade (or, with recover, after a crash, from what the
+  // journal held); on success the old device lets go and the new one serves.
+  bool Restore(const std::string& state, bool recover = false) {
     auto next = std::make_unique<HzDevice>(Env(), tenant_, "/run/vm0.sock");
     next->OnConnect(ctx_);
-    if (!next->RestoreState(state)) return false;
+    if (!(recover ? next->RecoverState(state) : next->RestoreState(state))) return false;
     dev_->OnHandedOver();
     dev_ = std::move(next);
     for (auto& q : queues_) dev_->OnQueueStarted(*q);
@@ -62,6 +63,22 @@ class DeviceHandoffTest : public DeviceTest {
     hz_event_subscribe_args a{};
     a.topics = 1ull << HZ_TOPIC_MAINTENANCE;
     ASSERT_EQ(Call(0, RequestBytes(HZ_OP_EVENT_SUBSCRIBE, a, 1)).status, HZ_S_OK);
+  }
+
+  // The process crashes: what its journal last held.
+  std::string Crash() {
+    ctx_.journal_source = nullptr;
+    return ctx_.journaled;
+  }
+
+  // A session with one read-write region and stream 7 registered over it.
+  uint32_t QuiescedRegion() {
+    Hello();
+    uint32_t region = 0;
+    EXPECT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region),
+              HZ_S_OK);
+    EXPECT_EQ(Quiesce(region), HZ_S_OK);
+    return region;
   }
 
   // CKPT_QUIESCE for stream 7: the word at the region's start, the state
@@ -281,15 +298,8 @@ TEST_F(DeviceHandoffTest, AfterACrashTheSessionGoesOnAndItsCommunicatorsAreLost)
   EXPECT_EQ(ctx_.state_changes, changes);
 
   // The next process, from what the journal holds.
-  const std::string journaled = ctx_.journaled;
-  ctx_.journal_source = nullptr;
-  auto next = std::make_unique<HzDevice>(Env(), tenant_, "/run/vm0.sock");
-  next->OnConnect(ctx_);
-  ASSERT_TRUE(next->RecoverState(journaled));
+  ASSERT_TRUE(Restore(Crash(), /*recover=*/true));
   EXPECT_TRUE(backend_.rejoins.empty()) << "the engine that served the communicator is gone";
-  dev_->OnHandedOver();
-  dev_ = std::move(next);
-  for (auto& q : queues_) dev_->OnQueueStarted(*q);
   EXPECT_EQ(dev_->Info().session_id, session);
   EXPECT_EQ(Call(2, RequestBytes(HZ_OP_ALLREDUCE, a, 81)).status, HZ_S_EABORTED);
   EXPECT_EQ(Unregister(region), HZ_S_OK);
@@ -298,11 +308,7 @@ TEST_F(DeviceHandoffTest, AfterACrashTheSessionGoesOnAndItsCommunicatorsAreLost)
 // A quiescence registration goes to the next process as the guest declared
 // it, and is declared there again over the same guest memory.
 TEST_F(DeviceHandoffTest, AQuiescenceRegistrationIsDeclaredAgainOverTheSameMemory) {
-  Hello();
-  uint32_t region = 0;
-  ASSERT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region),
-            HZ_S_OK);
-  ASSERT_EQ(Quiesce(region), HZ_S_OK);
+  const uint32_t region = QuiescedRegion();
   ASSERT_EQ(ckpt_.declared.size(), 1u);
 
   ASSERT_TRUE(HandOver());
@@ -325,11 +331,8 @@ TEST_F(DeviceHandoffTest, AQuiescenceRegistrationIsDeclaredAgainOverTheSameMemor
 // A registration that no longer fits the engine (the operator shrank the
 // staging meanwhile) is dropped; the session goes on.
 TEST_F(DeviceHandoffTest, ARegistrationTheNextEngineRefusesIsDroppedAndTheSessionGoesOn) {
-  const uint64_t session = Hello().session_id;
-  uint32_t region = 0;
-  ASSERT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region),
-            HZ_S_OK);
-  ASSERT_EQ(Quiesce(region), HZ_S_OK);
+  const uint32_t region = QuiescedRegion();
+  const uint64_t session = dev_->Info().session_id;
   ckpt_.declare_status = Status::Limit();
   ASSERT_TRUE(HandOver());
   EXPECT_EQ(dev_->Info().session_id, session);
@@ -352,27 +355,16 @@ TEST_F(DeviceHandoffTest, AQuiescenceRegistrationIsJournaledAndRecoveredAfterACr
   EXPECT_EQ(ctx_.state_changes, changes + 1) << "cancelling it too";
   ASSERT_EQ(Quiesce(region), HZ_S_OK);
 
-  const std::string journaled = ctx_.journaled;
-  ctx_.journal_source = nullptr;
   const size_t declared = ckpt_.declared.size();
-  auto next = std::make_unique<HzDevice>(Env(), tenant_, "/run/vm0.sock");
-  next->OnConnect(ctx_);
-  ASSERT_TRUE(next->RecoverState(journaled));
+  ASSERT_TRUE(Restore(Crash(), /*recover=*/true));
   ASSERT_EQ(ckpt_.declared.size(), declared + 1);
   EXPECT_EQ(ckpt_.declared.back().word, ckpt_.declared[0].word);
-  dev_->OnHandedOver();
-  dev_ = std::move(next);
-  for (auto& q : queues_) dev_->OnQueueStarted(*q);
   EXPECT_EQ(Unregister(region), HZ_S_EBUSY);
 }
 
 // A registration in a state from outside is checked like the rest.
 TEST_F(DeviceHandoffTest, AMalformedRegistrationRefusesTheState) {
-  Hello();
-  uint32_t region = 0;
-  ASSERT_EQ(Register({{ram_.base(), 4096}}, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region),
-            HZ_S_OK);
-  ASSERT_EQ(Quiesce(region), HZ_S_OK);
+  QuiescedRegion();
   std::string state;
   ASSERT_TRUE(Freeze(&state));
   nlohmann::json j = nlohmann::json::parse(state);
