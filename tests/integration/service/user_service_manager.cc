@@ -88,10 +88,12 @@ void UserServiceManager::Start() {
   chmod((dir_ + "/xdg").c_str(), 0700);
   // Built before fork: the child makes no allocation.
   std::vector<std::string> env = {
-      "XDG_RUNTIME_DIR=" + dir_ + "/xdg",       "XDG_CONFIG_HOME=" + dir_ + "/config",
+      "XDG_RUNTIME_DIR=" + dir_ + "/xdg", "XDG_CONFIG_HOME=" + dir_ + "/config",
       "XDG_STATE_HOME=" + dir_ + "/state-home", "XDG_CACHE_HOME=" + dir_ + "/cache",
-      "XDG_DATA_HOME=" + dir_ + "/data",        "HOME=" + dir_,
-      "PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
+      "XDG_DATA_HOME=" + dir_ + "/data", "HOME=" + dir_, "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+      // The test's units and systemd's own targets, none the host enabled
+      // for its users.
+      "SYSTEMD_UNIT_PATH=" + dir_ + "/config/systemd/user:/usr/lib/systemd/user"};
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
