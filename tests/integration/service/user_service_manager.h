@@ -2,7 +2,8 @@
 // namespace of its own, with its units, state and runtime directories in a
 // directory of the test. Nothing of the host's own systemd (if any) is used
 // or changed, but the manager places itself and its units in the machine's
-// cgroup hierarchy, under names every such manager uses: run one at a time. What it runs is what systemd runs: Type=notify, Restart=, the
+// cgroup hierarchy, under names every such manager uses: run one at a time.
+// What it runs is what systemd runs: Type=notify, Restart=, the
 // file-descriptor store and the unit's sandbox.
 #ifndef HZ_TESTS_INTEGRATION_SERVICE_USER_SERVICE_MANAGER_H_
 #define HZ_TESTS_INTEGRATION_SERVICE_USER_SERVICE_MANAGER_H_
