@@ -25,15 +25,14 @@ json SliceJson(const hz_slice& s) {
 }
 
 Status ReadSlice(const json& in, hz_slice* out) {
-  if (!in.is_array() || in.size() != 3 || !in[0].is_number_unsigned() ||
-      !in[1].is_number_unsigned() || !in[2].is_number_unsigned() ||
-      in[0].get<uint64_t>() > kU32Max) {
+  uint64_t v[3];  // region_id, offset, length
+  if (!GetUInts(in, v) || v[0] > kU32Max) {
     return Status::InvalidArgument("a slice must be [region_id, offset, length]");
   }
   *out = hz_slice{};
-  out->region_id = static_cast<uint32_t>(in[0].get<uint64_t>());
-  out->offset = in[1].get<uint64_t>();
-  out->length = in[2].get<uint64_t>();
+  out->region_id = static_cast<uint32_t>(v[0]);
+  out->offset = v[1];
+  out->length = v[2];
   return Status::Ok();
 }
 

@@ -15,6 +15,15 @@ Status OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
   return Status::Ok();
 }
 
+bool GetUInts(const json& in, std::span<uint64_t> out) {
+  if (!in.is_array() || in.size() != out.size()) return false;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!in[i].is_number_unsigned()) return false;
+    out[i] = in[i].get<uint64_t>();
+  }
+  return true;
+}
+
 Status GetString(const json& req, const char* key, std::string* out) {
   auto it = req.find(key);
   if (it == req.end() || !it->is_string()) {

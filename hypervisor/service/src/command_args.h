@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +25,8 @@ Status GetUInt(const nlohmann::json& req, const char* key, uint64_t def, uint64_
                uint64_t* out);
 // req[key] is an integer in 0..max: into *out. Absent is an error.
 Status GetUInt(const nlohmann::json& req, const char* key, uint64_t max, uint64_t* out);
+// in is a list of exactly out.size() unsigned integers: into out.
+bool GetUInts(const nlohmann::json& in, std::span<uint64_t> out);
 // req[key] is true or false, or absent (then def): into *out.
 Status GetBool(const nlohmann::json& req, const char* key, bool def, bool* out);
 

@@ -22,11 +22,9 @@ Status ReadExtents(const json& in, uint64_t max_extents, std::vector<hz_extent>*
                                    std::to_string(max_extents));
   }
   for (const json& e : in) {
-    if (!e.is_array() || e.size() != 2 || !e[0].is_number_unsigned() ||
-        !e[1].is_number_unsigned()) {
-      return Status::InvalidArgument("an extent must be [gpa, len]");
-    }
-    out->push_back(hz_extent{e[0].get<uint64_t>(), e[1].get<uint64_t>()});
+    uint64_t gpa_len[2];
+    if (!GetUInts(e, gpa_len)) return Status::InvalidArgument("an extent must be [gpa, len]");
+    out->push_back(hz_extent{gpa_len[0], gpa_len[1]});
   }
   return Status::Ok();
 }
