@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -62,19 +61,14 @@ TEST(CrashRecovery, TheEchoBackendIsKilledTwentyTimesUnderLoadWithoutLosingARequ
   VirtioUser dev;
   ASSERT_TRUE(ConnectRetry(dev, path, DefaultOptions()).ok());
 
-  EchoLoad load(dev);
-  std::vector<pid_t> pids = {backend.pid()};
-  for (int round = 0; round < 20 && !load.failed(); ++round) {
-    load.WaitFor(20);
-    backend.Kill();  // wherever the request loop stands
-    ASSERT_TRUE(backend.Restart()) << "restart " << round;
-    pids.push_back(backend.pid());
-  }
-  load.WaitFor(20);
-  EXPECT_EQ(load.Stop(), "");
-  std::sort(pids.begin(), pids.end());
-  EXPECT_EQ(std::unique(pids.begin(), pids.end()), pids.end());
-  EXPECT_TRUE(dev.connected());
+  EXPECT_EQ(EchoThroughReplacements(dev, backend.pid(), 20,
+                                    [&](std::string* error) -> pid_t {
+                                      backend.Kill();  // wherever the request loop stands
+                                      if (backend.Restart()) return backend.pid();
+                                      *error = "the restart failed";
+                                      return -1;
+                                    }),
+            "");
   EXPECT_TRUE(dev.Stop().ok());
 }
 

@@ -3,9 +3,13 @@
 #ifndef TESTS_INTEGRATION_VDEV_ECHO_CLIENT_H_
 #define TESTS_INTEGRATION_VDEV_ECHO_CLIENT_H_
 
+#include <sys/types.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +114,32 @@ class EchoLoad {
   std::string error_;
   std::thread thread_;  // last: starts once the members it uses exist
 };
+
+// Runs echo load on dev while `replace` puts a new back-end process in its
+// place `rounds` times (an upgrade, or a kill and restart): replace returns
+// the new process's pid, or -1 with *error. Returns what went wrong: a
+// request that failed, a round that made no new process, a front-end that
+// had to connect again; empty when nothing did.
+inline std::string EchoThroughReplacements(VirtioUser& dev, pid_t first, int rounds,
+                                           const std::function<pid_t(std::string*)>& replace) {
+  EchoLoad load(dev);
+  std::vector<pid_t> pids = {first};
+  for (int round = 0; round < rounds && !load.failed(); ++round) {
+    load.WaitFor(20);
+    std::string error;
+    const pid_t pid = replace(&error);
+    if (pid < 0) {
+      load.Stop();
+      return "round " + std::to_string(round) + ": " + error;
+    }
+    pids.push_back(pid);
+  }
+  load.WaitFor(20);
+  if (std::string e = load.Stop(); !e.empty()) return e;
+  std::sort(pids.begin(), pids.end());
+  if (std::unique(pids.begin(), pids.end()) != pids.end()) return "a round made no new process";
+  return dev.connected() ? "" : "the front-end lost its connection";
+}
 
 }  // namespace vdev::frontend
 
