@@ -227,7 +227,7 @@ void Connection::OnReadable() {
     // after a crash reads the rest of the message from the socket, or serves
     // the whole one, as this one would have.
     if (!reader_.Ready()) {
-      if (journal_ != nullptr && reader_.Started()) WriteJournal();
+      if (reader_.Started()) WriteJournal();
       continue;
     }
     WriteJournal();

@@ -451,7 +451,7 @@ bool Server::State::StartFromRecord(const ServerRecord& record,
     return false;
   }
   // A successor starts its own journal; a recovering process goes on with
-  // the crashed one'
+  // the crashed one's.
   if (!recover && !StartJournal(error)) return false;
   if (recover && journal && !record.has_connection) {
     journal->WriteServer(path, listener_fd, {});

@@ -62,7 +62,7 @@ Error Session::Export(SessionRecord* out, SnapshotFds* fds) {
     if (s.q->started()) s.q->Flush();
   }
   SessionRecord r;
-  Describe(&r, fds);
+  DescribeRings(&r, fds);
   if (!device_->SaveState(&r.device_state)) return "the device could not save its state";
   if (fds->failed()) return "out of descriptors";
   *out = std::move(r);
@@ -70,6 +70,11 @@ Error Session::Export(SessionRecord* out, SnapshotFds* fds) {
 }
 
 void Session::Describe(SessionRecord* out, FdIndex* fds) const {
+  DescribeRings(out, fds);
+  out->device_state = device_->DurableState();
+}
+
+void Session::DescribeRings(SessionRecord* out, FdIndex* fds) const {
   SessionRecord r;
   r.acked_features = acked_features_;
   r.features_set = features_set_;
@@ -100,7 +105,6 @@ void Session::Describe(SessionRecord* out, FdIndex* fds) const {
     q.err = fds->Add(s.err.get());
     r.queues.push_back(q);
   }
-  r.device_state = device_->DurableState();
   *out = std::move(r);
 }
 

@@ -169,6 +169,10 @@ class Session final : public DeviceContext {
   Device& device() { return *device_; }
 
  private:
+  // Describe without the device's state: features, memory, rings and their
+  // descriptors (a hand-over adds the device's full state, a journal its
+  // durable part).
+  void DescribeRings(SessionRecord* out, FdIndex* fds) const;
   struct QueueState {
     std::unique_ptr<SplitQueue> q;
     UniqueFd kick;
