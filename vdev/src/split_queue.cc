@@ -164,6 +164,7 @@ bool SplitQueue::Start(MemoryMapPtr memory, std::string* error) {
     journal_->size = 0;  // nothing to recover while the marks are reset
     std::memset(journal_->marks, 0, size_);
     journal_->used_idx = used_idx_;
+    journal_->skipped = static_cast<uint16_t>(last_avail_ - used_idx_);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     journal_->size = size_;
   }
@@ -193,7 +194,7 @@ bool SplitQueue::Recover(MemoryMapPtr memory, std::string* error) {
     ++marked;
   }
   in_flight_ = marked;
-  last_avail_ = static_cast<uint16_t>(used_idx_ + marked);
+  last_avail_ = static_cast<uint16_t>(used_idx_ + marked + journal_->skipped);
   avail_cache_ = last_avail_;
   const uint16_t avail_idx = Load<uint16_t>(avail_ + 2, __ATOMIC_ACQUIRE);
   if (static_cast<uint16_t>(avail_idx - last_avail_) > size_) {
@@ -956,7 +957,10 @@ bool SplitQueue::AdoptReturned(std::span<const uint16_t> heads) {
   for (uint16_t head : heads) {
     if (head >= size_ || inflight_[head]) return false;
     inflight_[head] = 1;
-    if (journal_ != nullptr) journal_->marks[head] = 1;  // taken, not completed
+    if (journal_ != nullptr) {
+      journal_->marks[head] = 1;  // taken, not completed: marked, not skipped
+      --journal_->skipped;
+    }
     ++in_flight_;
     returned_.push_back(head);
   }

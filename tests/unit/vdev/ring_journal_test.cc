@@ -196,6 +196,32 @@ TEST_F(RingJournalTest, AStoppedRingHasNothingToRecover) {
   EXPECT_FALSE(next->started());
 }
 
+// GET_VRING_BASE gave up on heads 1 and 2 (they stayed in flight past the
+// drain bound) and answered base 3; the front-end started the ring there.
+// Those two are not the driver's to see again, so a crash must not serve
+// them: the next avail entry is the used index + marks + what was skipped.
+TEST_F(RingJournalTest, ChainsAStopGaveUpOnAreNotServedAfterACrash) {
+  auto q = Started();
+  for (uint16_t h = 0; h < 4; ++h) Post(h);
+  Chain c0, c1, c2;
+  ASSERT_TRUE(q->Pop(&c0) && q->Pop(&c1) && q->Pop(&c2));
+  q->Complete(c0, 4);
+  q->Flush();
+  q->Stop();
+  q = NewQueue();
+  q->set_last_avail(3);
+  std::string error;
+  ASSERT_TRUE(q->Start(guest_.memory, &error)) << error;
+  q.reset();  // crash before it served anything
+
+  q = Recovered();
+  EXPECT_EQ(q->last_avail(), 3) << "used idx 1 + 2 skipped";
+  EXPECT_EQ(q->in_flight(), 0u);
+  Chain c;
+  ASSERT_TRUE(q->Pop(&c));
+  EXPECT_EQ(c.head(), 3);
+}
+
 TEST_F(RingJournalTest, ADriverThatSpoilsItsUsedIndexLosesOnlyItsOwnRing) {
   auto q = Started();
   Post(0);

@@ -12,7 +12,8 @@
 // crash, at any instruction:
 //   - every avail entry taken is either published in guest memory's used
 //     index or still marked, so the next avail entry to take is the used
-//     index plus the number of marks (as libvhost-user computes it);
+//     index plus the number of marks (as libvhost-user computes it), plus
+//     the entries a stop before this run gave up on (skipped);
 //   - completions published after the recorded used index name the heads
 //     whose marks may not have been cleared yet: the used entries between
 //     the two indices say which;
@@ -38,7 +39,11 @@ struct RingJournal {
   uint16_t size;
   // The used index whose completions' marks are all cleared.
   uint16_t used_idx;
-  uint32_t reserved;
+  // Avail entries taken before the ring started and never to be completed:
+  // the front-end's base minus the used index then (chains a stop gave up
+  // on). The next avail entry is used index + marks + skipped.
+  uint16_t skipped;
+  uint16_t reserved;
   // Per head: 1 while taken and its completion not published.
   uint8_t marks[kMaxRingSize];
 };
