@@ -241,8 +241,8 @@ void Connection::OnReadable() {
   }
 }
 
-bool Connection::HandleMessage() {
-  Session::Result r = session_.Handle(reader_.Take());
+bool Connection::HandleMessage(bool replay) {
+  Session::Result r = replay ? session_.Replay(reader_.Take()) : session_.Handle(reader_.Take());
   WriteJournal();
   if (!r.reply.empty() && !SendReply(std::move(r.reply))) return false;
   if (r.close) {
@@ -498,7 +498,7 @@ void Connection::Resume(ConnectionRecord record, std::shared_ptr<std::vector<Uni
     }
     done(e);
     self->WriteJournal();
-    if (self->reader_.Ready() && !self->HandleMessage()) return;
+    if (self->reader_.Ready() && !self->HandleMessage(/*replay=*/recover)) return;
     self->WaitReadable();
     if (!record.unsent_replies.empty()) {
       const auto* r = reinterpret_cast<const uint8_t*>(record.unsent_replies.data());

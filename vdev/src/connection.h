@@ -93,8 +93,9 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   void WaitSocket(Socket::wait_type what, void (Connection::*ready)());
   void OnReadable();
   // Serves the message the reader holds whole: journal, reply, close or a
-  // stop that waits for the device. False when reading stops here.
-  bool HandleMessage();
+  // stop that waits for the device. False when reading stops here. replay:
+  // a crashed process had read it (Session::Replay).
+  bool HandleMessage(bool replay = false);
   // Sends what the socket takes now and queues the rest (never blocks);
   // false when the connection was closed for it.
   bool SendReply(std::vector<uint8_t> bytes);

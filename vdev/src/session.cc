@@ -164,6 +164,13 @@ void Session::NotifyConfigChanged() {
   }
 }
 
+Session::Result Session::Replay(Message msg) {
+  replaying_ = true;
+  Result result = Handle(std::move(msg));
+  replaying_ = false;
+  return result;
+}
+
 Session::Result Session::Handle(Message msg) {
   Result result;
   const uint32_t request = msg.request();
@@ -398,13 +405,16 @@ Error Session::SetVringFd(Message& msg) {
     default:
       break;
   }
-  // SET_VRING_KICK: (re)starts the ring.
+  // SET_VRING_KICK: (re)starts the ring. Replayed after a crash, it goes
+  // on where the crashed process stood if that process got as far as
+  // starting the ring (its journal describes the ring then).
   uint16_t i = static_cast<uint16_t>(index);
-  if (s.started) StopQueue(i);
+  const bool resume = replaying_ && s.q->journaled();
+  if (s.started) StopQueue(i, /*keep_journal=*/resume);
   s.kick = std::move(fd);
   s.nofd_kick = nofd;
   Error error;
-  if (!s.q->Start(memory_, &error)) return error;
+  if (!(resume ? s.q->Recover(memory_, &error) : s.q->Start(memory_, &error))) return error;
   s.started = true;
   ever_started_ = true;
   if (s.kick.valid()) {
@@ -418,7 +428,7 @@ Error Session::SetVringFd(Message& msg) {
   return {};
 }
 
-void Session::StopQueue(uint16_t i) {
+void Session::StopQueue(uint16_t i, bool keep_journal) {
   QueueState& s = queues_[i];
   if (s.watching) {
     host_->UnwatchKick(i);
@@ -430,7 +440,7 @@ void Session::StopQueue(uint16_t i) {
   Reconcile(i);
   if (was_started) {
     s.q->Flush();
-    s.q->Stop();
+    s.q->Stop(keep_journal);
   }
 }
 

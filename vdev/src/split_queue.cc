@@ -256,8 +256,8 @@ bool SplitQueue::Remap(MemoryMapPtr memory, std::string* error) {
   return true;
 }
 
-void SplitQueue::Stop() {
-  if (journal_ != nullptr) journal_->size = 0;
+void SplitQueue::Stop(bool keep_journal) {
+  if (journal_ != nullptr && !keep_journal) journal_->size = 0;
   StopRing();
 }
 

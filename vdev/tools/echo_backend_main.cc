@@ -82,8 +82,9 @@ int main(int argc, char** argv) {
   bool fd_store = false;
   std::string crash_marker;
   app.add_option("--crash-once-on-queue-start", crash_marker,
-                 "fault injection for tests: SIGKILL this process when a queue starts, unless "
-                 "FILE exists (it is created first, so the restarted process carries on)");
+                 "fault injection for tests: SIGKILL this process when a queue starts (after "
+                 "serving the requests already posted), unless FILE exists (it is created "
+                 "first, so the restarted process carries on)");
   app.add_flag("--fd-store", fd_store,
                "keep the session in systemd's fd store and recover it after a crash");
   CLI11_PARSE(app, argc, argv);

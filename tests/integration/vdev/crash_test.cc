@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -135,6 +137,72 @@ TEST(CrashRecovery, AMessageTheCrashedProcessWasServingIsServedByTheNext) {
   ASSERT_TRUE(connected.ok()) << connected.ToString();
   EXPECT_EQ(EchoOnce(dev, 0, 1), "");
   EXPECT_TRUE(dev.connected());
+  EXPECT_TRUE(dev.Stop().ok());
+}
+
+// A crash after the message that restarted a ring had served from it: the
+// echo back-end serves the request posted while the ring was stopped inside
+// SET_VRING_KICK, then kills itself. The next process serves that message
+// again, and the ring goes on where the crashed one stood (its journal),
+// not at the front-end's base: the request completes once.
+TEST(CrashRecovery, ARequestServedInsideTheMessageThatStartedItsRingIsNotServedAgain) {
+  const std::string path = TempSocketPath("crash-served");
+  const std::string marker = path + ".crashed";
+  // Armed only once the ring is restarted: the first start must not crash.
+  ASSERT_TRUE(std::ofstream(marker).good());
+  RestartingBackend backend(path, path + ".notify", {"--crash-once-on-queue-start", marker});
+  ASSERT_TRUE(backend.ok());
+  VirtioUser dev;
+  ASSERT_TRUE(ConnectRetry(dev, path, DefaultOptions()).ok());
+  ASSERT_EQ(EchoOnce(dev, 0, 1), "");
+  uint16_t base = 0;
+  ASSERT_TRUE(dev.StopQueue(0, &base).ok());
+  ASSERT_EQ(base, 1);
+
+  constexpr size_t kLen = 64;
+  uint64_t in_gpa = 0, out_gpa = 0;
+  auto* in = static_cast<uint8_t*>(dev.Allocate(kLen, &in_gpa));
+  auto* out = static_cast<uint8_t*>(dev.Allocate(kLen, &out_gpa));
+  ASSERT_NE(in, nullptr);
+  ASSERT_NE(out, nullptr);
+  const std::vector<uint8_t> pattern = Pattern(2, kLen);
+  std::memcpy(in, pattern.data(), kLen);
+  Buffer r{in_gpa, kLen}, w{out_gpa, kLen};
+  ASSERT_TRUE(dev.AddChain(0, {&r, 1}, {&w, 1}, /*cookie=*/2).ok());
+  ASSERT_TRUE(dev.Kick(0).ok());  // made available; the stopped ring is not served
+  unlink(marker.c_str());
+
+  Status started;
+  std::thread starting([&] { started = dev.StartQueue(0, base); });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (access(marker.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const bool crashed = access(marker.c_str(), F_OK) == 0;
+  backend.Kill();  // reaps the process that killed itself
+  ASSERT_TRUE(backend.Restart());
+  starting.join();
+  unlink(marker.c_str());
+  ASSERT_TRUE(crashed) << "the back-end never restarted the ring";
+  ASSERT_TRUE(started.ok()) << started.ToString();
+
+  Completion c[4] = {};
+  size_t n = 0;
+  Status waited = dev.WaitUsed(0, kWait, c, 4, &n);
+  ASSERT_TRUE(waited.ok()) << waited.ToString();
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(c[0].cookie, 2u);
+  EXPECT_EQ(c[0].len, kLen);
+  EXPECT_EQ(std::memcmp(out, pattern.data(), kLen), 0);
+  // Served twice, a second completion of the same chain would be here, or
+  // would answer the next request.
+  std::this_thread::sleep_for(100ms);
+  Status polled;
+  EXPECT_EQ(dev.PollUsed(0, c, 4, &polled), 0u);
+  EXPECT_TRUE(polled.ok()) << polled.ToString();
+  EXPECT_EQ(EchoOnce(dev, 0, 3), "");
+  dev.Free(in);
+  dev.Free(out);
   EXPECT_TRUE(dev.Stop().ok());
 }
 

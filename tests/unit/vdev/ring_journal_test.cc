@@ -222,6 +222,25 @@ TEST_F(RingJournalTest, ChainsAStopGaveUpOnAreNotServedAfterACrash) {
   EXPECT_EQ(c.head(), 3);
 }
 
+// A message a crashed process had begun is served again (Session::Replay):
+// stopping the ring it restarts keeps the journal, so it can go on where
+// the crashed process stood.
+TEST_F(RingJournalTest, AStopThatKeepsTheJournalLeavesTheRingRecoverable) {
+  auto q = Started();
+  Post(0);
+  Chain c;
+  ASSERT_TRUE(q->Pop(&c));
+  EXPECT_TRUE(q->journaled());
+  q->Stop(/*keep_journal=*/true);
+  EXPECT_TRUE(q->journaled());
+  std::string error;
+  ASSERT_TRUE(q->Recover(guest_.memory, &error)) << error;
+  EXPECT_EQ(q->in_flight(), 1u);
+  EXPECT_EQ(q->last_avail(), 1);
+  q->Stop();
+  EXPECT_FALSE(q->journaled());
+}
+
 TEST_F(RingJournalTest, ADriverThatSpoilsItsUsedIndexLosesOnlyItsOwnRing) {
   auto q = Started();
   Post(0);

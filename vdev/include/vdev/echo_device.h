@@ -28,8 +28,10 @@ class EchoDevice final : public Device {
     uint32_t config_size = 8;
     uint64_t features = vu::kFRingEventIdx | vu::kFRingIndirectDesc;
     uint16_t max_queue_size = 1024;
-    // Called when a queue starts; fault-injection tests crash the process
-    // there, in the middle of the vhost-user message that started it.
+    // Fault injection for tests: called when a queue starts, inside the
+    // vhost-user message that started it, once the chains the driver made
+    // available before are served there (as a device serving on threads of
+    // its own may serve them). Tests crash the process in it.
     std::function<void(uint16_t queue)> on_queue_started = nullptr;
   };
   static constexpr uint32_t kReadOnlyConfigBytes = 8;
@@ -44,7 +46,9 @@ class EchoDevice final : public Device {
   void OnConnect(DeviceContext& ctx) override { ctx_ = &ctx; }
   void OnKick(Queue& queue) override;
   void OnQueueStarted(Queue& queue) override {
-    if (options_.on_queue_started) options_.on_queue_started(queue.index());
+    if (!options_.on_queue_started) return;
+    OnKick(queue);
+    options_.on_queue_started(queue.index());
   }
   void OnDisconnect() override { ctx_ = nullptr; }
   // The writable config bytes are the device's state: a live upgrade keeps

@@ -105,6 +105,12 @@ class Session final : public DeviceContext {
   void Start();
   // Handles one framed message (from MessageReader).
   Result Handle(Message msg);
+  // After a crash: handles a message the crashed process had read whole and
+  // may have served in part (crash_recovery.h). A ring it starts that the
+  // crashed process had started already goes on where that process stood
+  // (its ring journal), not at the front-end's base: chains taken then are
+  // neither lost nor served twice.
+  Result Replay(Message msg);
   // A kick eventfd fired for queue: runs its turn, or with a turn scheduler
   // asks for one (run now if the thread is free, else posted when due).
   void Kick(uint16_t queue);
@@ -195,7 +201,7 @@ class Session final : public DeviceContext {
   Error CheckIndex(uint32_t index) const;
   void GetConfig(const Message& msg, std::vector<uint8_t>* reply);
   Error SetConfig(const Message& msg);
-  void StopQueue(uint16_t i);
+  void StopQueue(uint16_t i, bool keep_journal = false);
   void StopAllQueues();
   void Reconcile(uint16_t i);
   void UpdatePolling();
@@ -230,7 +236,8 @@ class Session final : public DeviceContext {
   bool ever_started_ = false;
   int pending_stop_ = -1;  // queue whose GET_VRING_BASE reply waits, or -1
   bool disconnected_ = false;
-  bool frozen_ = false;  // Freeze(): a hand-over is under way
+  bool frozen_ = false;     // Freeze(): a hand-over is under way
+  bool replaying_ = false;  // inside Replay()
   // Turn scheduling (options_.turn_scheduler); reset on disconnect.
   std::unique_ptr<TurnScheduler::Member> turns_;
   std::deque<uint16_t> wanting_turns_;  // rings with a turn waiting, in order

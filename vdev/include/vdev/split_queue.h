@@ -114,8 +114,11 @@ class SplitQueue final : public Queue {
   // Re-translates a started ring after a memory-table change. A ring that no
   // longer translates is marked broken (returns false).
   bool Remap(MemoryMapPtr memory, std::string* error);
-  // Stops the ring: chains popped before are no longer completable.
-  void Stop();
+  // Stops the ring: chains popped before are no longer completable. The
+  // journal then says the ring is stopped, unless keep_journal: a message a
+  // crashed process had started serving is served again, and Recover must
+  // still find where that process stood.
+  void Stop(bool keep_journal = false);
   // Keeps the ring's in-flight marks in journal (ring_journal.h), memory
   // that outlives the process; nullptr: none. Only while stopped.
   void set_journal(RingJournal* journal) { journal_ = journal; }
@@ -125,6 +128,9 @@ class SplitQueue final : public Queue {
   // Return) to be served again first. False with *error when the journal
   // does not fit the ring (the ring is then not started).
   bool Recover(MemoryMapPtr memory, std::string* error);
+  // True while the journal describes a run of this ring at its size: from a
+  // Start or Recover until a Stop that does not keep it.
+  bool journaled() const { return journal_ != nullptr && size_ != 0 && journal_->size == size_; }
   // Stopping in two steps (GET_VRING_BASE waits for the device): while
   // draining, Pop and HasAvailable find nothing, but chains in flight can
   // still be completed and flushed. Stop() or Start() ends it.
