@@ -123,6 +123,10 @@ void Connection::WriteJournal() {
     describe = [this](ConnectionRecord* r, FdIndex* fds) {
       r->socket = fds->Add(socket_.native_handle());
       session_.Describe(&r->session, fds);
+      if (!stop_message_.empty()) {  // no message is read meanwhile
+        r->partial_message = stop_message_;
+        return;
+      }
       r->partial_message = reader_.PartialBytes();
       for (const UniqueFd& fd : reader_.partial_fds()) r->partial_fds.push_back(fds->Add(fd.get()));
     };
@@ -138,6 +142,7 @@ void Connection::Release(void (Session::*end_session)()) {
   closed_ = true;
   polling_ = false;
   stop_waiting_ = false;
+  stop_message_.clear();
   reply_timer_.cancel();
   stop_timer_.cancel();
   out_.clear();
@@ -242,7 +247,9 @@ void Connection::OnReadable() {
 }
 
 bool Connection::HandleMessage(bool replay) {
+  std::string bytes = journal_ != nullptr ? reader_.PartialBytes() : std::string();
   Session::Result r = replay ? session_.Replay(reader_.Take()) : session_.Handle(reader_.Take());
+  if (r.stop_pending) stop_message_ = std::move(bytes);
   WriteJournal();
   if (!r.reply.empty() && !SendReply(std::move(r.reply))) return false;
   if (r.close) {
@@ -343,7 +350,10 @@ void Connection::MaybeFinishStop(bool timed_out) {
   if (!timed_out && !session_.StopDrained()) return;
   stop_waiting_ = false;
   stop_timer_.cancel();
-  if (!SendReply(session_.FinishStop())) return;
+  stop_message_.clear();
+  std::vector<uint8_t> reply = session_.FinishStop();
+  WriteJournal();  // the ring is stopped: a process started now must not recover it
+  if (!SendReply(std::move(reply))) return;
   // Messages that arrived meanwhile are waiting in the socket.
   WaitReadable();
 }

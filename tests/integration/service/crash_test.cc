@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "allreduce_loop.h"
@@ -108,6 +110,76 @@ TEST_F(CrashingService, TheSessionAndItsRegionsOutliveTheProcess) {
   manager_.Pause();
   manager_.Drain();
   EXPECT_TRUE(manager_.store().empty()) << manager_.store().front().first;
+}
+
+// The front-end takes a ring back (GET_VRING_BASE) while a request on it is
+// in flight, and the daemon crashes while the reply waits for that request.
+// The next process serves the request again and then answers the stop, as
+// the crashed one would have; a crash while the ring is stopped keeps it
+// stopped, and the front-end can start it again.
+TEST_F(CrashingService, AStopWaitingForARequestIsAnsweredAfterACrash) {
+  std::vector<std::string> vms = svc_.TenantWithVms("t1", 2);
+  ASSERT_EQ(vms.size(), 2u);
+  HzClient c0, c1;
+  ASSERT_TRUE(c0.Connect(vms[0]));
+  ASSERT_TRUE(c1.Connect(vms[1]));
+  ASSERT_EQ(c0.Hello(), HZ_S_OK);
+  ASSERT_EQ(c1.Hello(), HZ_S_OK);
+  hz_comm_uid uid{};
+  ASSERT_EQ(c0.NewUid(&uid), HZ_S_OK);
+  hz_comm_init_args init{};
+  init.uid = uid;
+  init.nranks = 2;
+  init.rank = 0;
+  init.constraints.flags = HZ_COMM_F_DETERMINISTIC;
+  init.constraints.priority_class = HZ_PRIO_NORMAL;
+  const uint64_t joining = c0.Post(HZ_VQ_CONTROL, HZ_OP_COMM_INIT, &init, sizeof(init));
+  uint64_t comm1 = 0;
+  ASSERT_EQ(c1.InitComm(uid, 2, 1, &comm1), HZ_S_OK);
+  Reply joined = c0.Wait(HZ_VQ_CONTROL, joining);
+  ASSERT_EQ(joined.status, HZ_S_OK);
+  uint64_t comm0 = 0;
+  ASSERT_GE(joined.result.size(), sizeof(comm0));
+  std::memcpy(&comm0, joined.result.data(), sizeof(comm0));
+  GuestBuffer send, recv;
+  ASSERT_EQ(c0.Register(4096, 1, HZ_REGION_F_READ, &send), HZ_S_OK);
+  ASSERT_EQ(c0.Register(4096, 1, HZ_REGION_F_WRITE, &recv), HZ_S_OK);
+
+  // Rank 0's all-reduce waits for rank 1, which never posts: in flight.
+  hz_coll_args a{};
+  a.comm = comm0;
+  a.count = 16;
+  a.dtype = HZ_FP32;
+  a.redop = HZ_SUM;
+  a.send = SliceOf(send, 0, 64);
+  a.recv = SliceOf(recv, 0, 64);
+  const uint64_t waiting = c0.Post(HZ_VQ_REQUEST_BASE, HZ_OP_ALLREDUCE, &a, sizeof(a));
+  std::atomic<bool> answered{false};
+  vdev::frontend::Status stopped;
+  uint16_t base = 0;
+  std::thread stopping([&] {
+    stopped = c0.dev().StopQueue(HZ_VQ_REQUEST_BASE, &base);
+    answered = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const bool waited = !answered.load();
+  ASSERT_TRUE(Crash());
+  stopping.join();
+  ASSERT_TRUE(waited) << "the stop did not wait for the request in flight";
+  ASSERT_TRUE(stopped.ok()) << stopped.ToString();
+  EXPECT_EQ(base, 1u);
+  // Served again by the next process: the communicator was lost with the
+  // crashed one (SPEC.md §2.10).
+  EXPECT_EQ(c0.Wait(HZ_VQ_REQUEST_BASE, waiting).status, HZ_S_EABORTED);
+
+  ASSERT_TRUE(Crash());
+  ASSERT_TRUE(c0.dev().StartQueue(HZ_VQ_REQUEST_BASE, base).ok());
+  ASSERT_EQ(c0.NewUid(&uid), HZ_S_OK);
+  ASSERT_EQ(c0.InitComm(uid, 1, 0, &comm0), HZ_S_OK);
+  a.comm = comm0;
+  EXPECT_EQ(c0.Coll(HZ_VQ_REQUEST_BASE, HZ_OP_ALLREDUCE, a), HZ_S_OK);
+  EXPECT_TRUE(c0.dev().connected());
+  EXPECT_EQ(svc_.Terminate(), 0);
 }
 
 TEST_F(CrashingService, WithoutAServiceManagerTheFdStoreIsRefused) {

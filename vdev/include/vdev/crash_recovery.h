@@ -11,9 +11,12 @@
 //   - each ring where the crashed process stood: chains it had taken and not
 //     completed are served again, once; completions it had published stay
 //     (ring_journal.h); what the driver posted while no process ran is served;
-//   - the device's durable state (Device::DurableState / RecoverState).
-// What is lost: a vhost-user message the crashed process was in the middle of
-// (a front-end waiting for its reply waits on), and the device's state that
+//   - the device's durable state (Device::DurableState / RecoverState);
+//   - a vhost-user message the crashed process had read in part or whole and
+//     not finished, a GET_VRING_BASE waiting for its ring's chains included:
+//     the next process serves it (Session::Replay).
+// What is lost: a reply the crashed process had worked out and not yet
+// written (a front-end waiting for it waits on), and the device's state that
 // is not durable (the device says what a tenant sees then).
 //
 // A live upgrade (upgrade.h) needs none of this: there the old process hands
