@@ -4,11 +4,9 @@
 # command runs every label in the default build and unit+integration again
 # under the sanitizers.
 
-# hz_gtest(NAME name SOURCES ... LIBS ... LABEL unit|integration [TIMEOUT s]
-#          [RESOURCE_LOCK name])
-# RESOURCE_LOCK: tests of binaries naming the same lock never run at once.
+# hz_gtest(NAME name SOURCES ... LIBS ... LABEL unit|integration [TIMEOUT s])
 function(hz_gtest)
-  cmake_parse_arguments(T "" "NAME;LABEL;TIMEOUT;RESOURCE_LOCK" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
   if(NOT T_LABEL)
     message(FATAL_ERROR "hz_gtest(${T_NAME}): LABEL is required")
   endif()
@@ -21,11 +19,7 @@ function(hz_gtest)
   # Header-only helpers shared by tests of every component (tests/support/hz_test).
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
   # Each TEST() is its own ctest entry, so a failure names the case.
-  set(lock "")
-  if(T_RESOURCE_LOCK)
-    set(lock RESOURCE_LOCK ${T_RESOURCE_LOCK})
-  endif()
-  gtest_discover_tests(${T_NAME} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT} ${lock}
+  gtest_discover_tests(${T_NAME} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT}
                        DISCOVERY_TIMEOUT 60)
 endfunction()
 

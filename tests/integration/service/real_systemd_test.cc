@@ -8,7 +8,10 @@
 // hands back its fd store (LISTEN_FDS), and the ranks go on in the same
 // sessions, forming a new communicator where one was lost. Then the same
 // through three live upgrades, which systemd must follow to each new
-// process without taking them for a crash.
+// process without taking them for a crash. The manager tracks the unit's
+// processes by cgroup, as PID 1 does: after each crash and upgrade the
+// unit's cgroup holds the process that serves and nothing else, and a stop
+// leaves nothing running.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,7 +20,9 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "allreduce_loop.h"
 #include "service_harness.h"
@@ -88,6 +93,7 @@ class RealSystemd : public ::testing::Test {
     control_ = systemd_->dir() + "/run/control.sock";
     vms_ = TenantWithVmsAt(control_, systemd_->dir() + "/run", "t1", 2);
     ASSERT_EQ(vms_.size(), 2u);
+    ExpectTheUnitRunsOnly(Property("MainPID"));
   }
 
   void TearDown() override {
@@ -95,8 +101,27 @@ class RealSystemd : public ::testing::Test {
     if (HasFailure()) {
       std::cerr << "the service's log:\n" << ReadFile(systemd_->dir() + "/service.log");
     }
+    const std::string group = Property("ControlGroup");
     CommandResult stopped = Systemctl("stop");
     EXPECT_EQ(stopped.code, 0) << stopped.out;
+    EXPECT_TRUE(systemd_->Processes(group).empty()) << "a process of the unit outlived its stop";
+  }
+
+  // The unit's cgroup, under the manager's, holds pid and nothing else (a
+  // process that served before has exited), within a bounded wait.
+  void ExpectTheUnitRunsOnly(const std::string& pid) {
+    const std::string group = Property("ControlGroup");
+    ASSERT_EQ(group.rfind(systemd_->cgroup() + "/", 0), 0u)
+        << "the unit's cgroup " << group << " is not under the manager's " << systemd_->cgroup();
+    const std::vector<pid_t> only = {static_cast<pid_t>(std::stol(pid))};
+    std::vector<pid_t> procs;
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    do {
+      procs = systemd_->Processes(group);
+      if (procs == only) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (Clock::now() < deadline);
+    ADD_FAILURE() << group << " holds " << ::testing::PrintToString(procs) << ", not only " << pid;
   }
 
   CommandResult Systemctl(const std::string& verb) const {
@@ -129,6 +154,7 @@ TEST_F(RealSystemd, RestartsACrashedServiceAndTheVmsKeepTheirSessions) {
     ASSERT_FALSE(next.empty()) << "systemd did not restart the service after crash " << k << "\n"
                                << Systemctl("status").out;
     pid = next;
+    ExpectTheUnitRunsOnly(pid);
     ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 5)) << "stalled after crash " << k;
   }
   EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0})) << "a rank lost its session or a result";
@@ -156,6 +182,8 @@ TEST_F(RealSystemd, FollowsALiveUpgradeToTheNewMainProcess) {
     EXPECT_EQ(std::to_string(status["result"].value("pid", -1)), next)
         << "systemd's main PID is not the process that serves";
     pid = next;
+    // The old process exited once the new one confirmed.
+    ExpectTheUnitRunsOnly(pid);
     ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 5)) << "stalled after upgrade " << u;
   }
   EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0})) << "a rank lost its session or a result";

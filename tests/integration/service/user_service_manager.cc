@@ -1,17 +1,20 @@
 #include "user_service_manager.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -32,10 +35,18 @@ using Clock = std::chrono::steady_clock;
 // that ProtectHome=, ProtectKernelModules= and the like mount over what they
 // hide. The child makes both on a tmpfs of its own mount namespace, then
 // becomes the manager. Only system calls between fork and exec.
-[[noreturn]] void BecomeManager(char* const argv[], char* const envp[], int log_fd) {
+// First it joins the cgroups made for it (join: their cgroup.procs files;
+// writing 0 moves the writer).
+[[noreturn]] void BecomeManager(char* const argv[], char* const envp[], int log_fd,
+                                const char* const join[]) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
   dup2(log_fd, STDOUT_FILENO);
   dup2(log_fd, STDERR_FILENO);
+  for (const char* const* procs = join; *procs != nullptr; ++procs) {
+    const int fd = open(*procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "0", 1) != 1) _exit(89);
+    close(fd);
+  }
   if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     _exit(90);
   mkdir("/run/systemd", 0755);
@@ -64,6 +75,32 @@ std::string Quote(const std::string& s) {
   return "'" + s + "'";
 }
 
+bool IsFileSystem(const char* path, decltype(statfs::f_type) magic) {
+  struct statfs fs;
+  return statfs(path, &fs) == 0 && fs.f_type == magic;
+}
+
+// The mount points of the hierarchies systemd keeps its cgroups in: the
+// unified one, and in hybrid mode also its own named v1 hierarchy.
+std::vector<std::string> SystemdHierarchies() {
+  if (IsFileSystem("/sys/fs/cgroup", CGROUP2_SUPER_MAGIC)) return {"/sys/fs/cgroup"};
+  std::vector<std::string> out;
+  if (IsFileSystem("/sys/fs/cgroup/unified", CGROUP2_SUPER_MAGIC)) {
+    out.push_back("/sys/fs/cgroup/unified");
+  }
+  if (IsFileSystem("/sys/fs/cgroup/systemd", CGROUP_SUPER_MAGIC)) {
+    out.push_back("/sys/fs/cgroup/systemd");
+  }
+  return out;
+}
+
+std::vector<pid_t> ReadPids(const std::string& procs) {
+  std::vector<pid_t> pids;
+  std::ifstream in(procs);
+  for (pid_t pid; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+
 }  // namespace
 
 UserServiceManager::UserServiceManager() {
@@ -77,10 +114,66 @@ UserServiceManager::UserServiceManager() {
     return;
   }
   dir_ = tmpl;
-  Start();
+  const std::vector<std::string> join = MakeCgroups();
+  if (why_.empty()) Start(join);
 }
 
-void UserServiceManager::Start() {
+std::vector<std::string> UserServiceManager::MakeCgroups() {
+  const std::string name = "/" + fs::path(dir_).filename().string();
+  const std::vector<std::string> mounts = SystemdHierarchies();
+  if (mounts.empty()) {
+    why_ = "no cgroup hierarchy of systemd's under /sys/fs/cgroup";
+    return {};
+  }
+  std::vector<std::string> join;
+  for (const std::string& mount : mounts) {
+    if (mkdir((mount + name).c_str(), 0755) != 0) {
+      // Half a delegation would confuse the manager: all or nothing.
+      why_ = "cannot make cgroup " + mount + name + ": " + std::strerror(errno);
+      RemoveCgroups();
+      return {};
+    }
+    hierarchies_.push_back(mount);
+    join.push_back(mount + name + "/cgroup.procs");
+  }
+  cgroup_ = name;
+  return join;
+}
+
+void UserServiceManager::RemoveCgroups() {
+  if (hierarchies_.empty()) return;
+  const std::string name = "/" + fs::path(dir_).filename().string();
+  for (const std::string& mount : hierarchies_) {
+    // Deepest first: a cgroup goes once its children and processes have.
+    std::vector<std::string> groups;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(mount + name, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      if (it->is_directory(ec)) groups.push_back(it->path().string());
+    }
+    groups.push_back(mount + name);
+    std::sort(groups.begin(), groups.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    for (const std::string& g : groups) {
+      for (pid_t pid : ReadPids(g + "/cgroup.procs")) kill(pid, SIGKILL);
+    }
+    for (const std::string& g : groups) {
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      while (rmdir(g.c_str()) != 0 && errno == EBUSY && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  }
+  hierarchies_.clear();
+  cgroup_.clear();
+}
+
+std::vector<pid_t> UserServiceManager::Processes(const std::string& control_group) const {
+  if (hierarchies_.empty() || control_group.empty()) return {};
+  return ReadPids(hierarchies_.front() + control_group + "/cgroup.procs");
+}
+
+void UserServiceManager::Start(const std::vector<std::string>& join) {
   for (const char* sub : {"/xdg", "/config/systemd/user", "/state-home", "/cache", "/data"}) {
     std::error_code ec;
     fs::create_directories(dir_ + sub, ec);
@@ -99,10 +192,13 @@ void UserServiceManager::Start() {
   envp.push_back(nullptr);
   std::string prog = kSystemd, user = "--user";
   char* argv[] = {prog.data(), user.data(), nullptr};
+  std::vector<const char*> join_paths;
+  for (const std::string& procs : join) join_paths.push_back(procs.c_str());
+  join_paths.push_back(nullptr);
   const int log_fd =
       open((dir_ + "/manager.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   pid_ = fork();
-  if (pid_ == 0) BecomeManager(argv, envp.data(), log_fd);
+  if (pid_ == 0) BecomeManager(argv, envp.data(), log_fd, join_paths.data());
   close(log_fd);
   if (pid_ < 0) {
     why_ = std::string("fork: ") + std::strerror(errno);
@@ -137,6 +233,7 @@ UserServiceManager::~UserServiceManager() {
     }
     if (kill(pid_, SIGKILL) == 0) waitpid(pid_, &status, 0);
   }
+  RemoveCgroups();
   if (!dir_.empty()) {
     std::error_code ec;
     fs::remove_all(dir_, ec);
