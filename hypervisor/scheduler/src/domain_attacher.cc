@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <optional>
-#include <thread>
 
 namespace hz::scheduler {
 
@@ -120,8 +119,20 @@ Status LibvirtAttacher::WaitForRemoval(void* domain_ptr, const std::string& doma
                               "released it after " + std::to_string(detach_wait_.count() / 1000) +
                               " s (it stays attached)");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (stop_changed_.wait_for(lock, std::chrono::milliseconds(100),
+                               [this] { return stop_waiting_; })) {
+      return Status::Aborted("detach of " + bdf + " from " + domain +
+                             ": the service stopped before the guest released it (it may still "
+                             "hold it)");
+    }
   }
+}
+
+void LibvirtAttacher::StopWaiting() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  stop_waiting_ = true;
+  stop_changed_.notify_all();
 }
 
 }  // namespace hz::scheduler

@@ -125,6 +125,10 @@ Status Scheduler::FinishDetachReservation(const ReservationDetach& detach) {
   return Persist();
 }
 
+void Scheduler::StopWaitingForGuests() {
+  if (attacher_ != nullptr) attacher_->StopWaiting();
+}
+
 void Scheduler::KeepReservationDevices(const ReservationDetach& detach, const Status& error) {
   Allocation kept;
   if (Status s = allocator_.SplitOff(detach.devices, &kept); !s.ok()) {

@@ -10,7 +10,10 @@ namespace hz::service {
 SchedulerResources::SchedulerResources(scheduler::Scheduler* sched) : sched_(sched) {}
 
 SchedulerResources::~SchedulerResources() {
-  // Every detach begun is finished: its devices are marked leaving.
+  // The service is stopping: a detach under way does not wait for its guest
+  // (up to detach_wait each), and every detach begun is finished; devices a
+  // guest did not let go of stay with it, recorded (detach_error).
+  sched_->StopWaitingForGuests();
   detaches_.join();
 }
 

@@ -42,13 +42,30 @@ class SlowGuestAttacher : public DomainAttacher {
     if (domain == kSlowVm) {
       ++waiting_;
       changed_.notify_all();
-      const bool answered = changed_.wait_for(lock, kBound, [this] { return let_go_; });
+      const bool answered =
+          changed_.wait_for(lock, kBound, [this] { return let_go_ || stop_waiting_; });
       --waiting_;
       if (!answered) return Status::TimedOut("the test never let the guest go");
+      if (!let_go_) {
+        ++stopped_detaches_;
+        return Status::Aborted("the service stopped waiting for the guest");
+      }
       if (!outcome_.ok()) return outcome_;
     }
     attached_.erase(bdf);
     return Status::Ok();
+  }
+
+  // As LibvirtAttacher: a detach from kSlowVm no longer waits for the guest.
+  void StopWaiting() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_waiting_ = true;
+    changed_.notify_all();
+  }
+  // Detaches that ended because of StopWaiting, before the guest let go.
+  int stopped_detaches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopped_detaches_;
   }
 
   // Until a detach from kSlowVm waits for its guest; false past kBound.
@@ -76,6 +93,8 @@ class SlowGuestAttacher : public DomainAttacher {
   int waiting_ = 0;
   int attaches_left_ = -1;  // -1: no limit
   bool let_go_ = false;
+  bool stop_waiting_ = false;
+  int stopped_detaches_ = 0;
   Status outcome_;
   std::set<std::string> attached_;
 };

@@ -44,7 +44,7 @@ class ReservationDetach : public ::testing::Test {
   }
   void TearDown() override {
     vm_.LetGo(Status::TimedOut("the test ended"));
-    resources_->WaitForDetaches();
+    if (resources_ != nullptr) resources_->WaitForDetaches();
   }
 
   // Negotiates `gpus` GPUs on one host for the tenant from `now` on, accepts
@@ -159,6 +159,29 @@ TEST_F(ReservationDetach, DevicesTheGuestKeepsAreNobodysToReserve) {
                e.spec.kind == hz::events::kNegotiationReservationRevoked;
   }
   EXPECT_TRUE(revoked);
+}
+
+// The service stops while a guest takes its time: the stop does not wait
+// for it (up to detach_wait for each detach under way); the devices stay
+// with the VM, recorded, as when a guest does not let go.
+TEST_F(ReservationDetach, AStopDoesNotWaitForAGuestThatHasNotLetGo) {
+  const uint64_t slow = Reserve("slow", 8, kNow);
+  ASSERT_NE(slow, 0u);
+  ASSERT_TRUE(engine_->Release(TenantId("slow"), slow, 2, kNow).ok());
+  ASSERT_TRUE(vm_.WaitForSlowDetach());
+  LetGoAtEnd let_go(&vm_);
+
+  engine_.reset();
+  resources_.reset();  // as the service stops
+  // Each of the two devices' detaches ended at the stop, not by the guest.
+  EXPECT_EQ(vm_.stopped_detaches(), 2) << "the stop waited for the guest";
+  uint32_t kept = 0;
+  for (const auto& a : sched_->Allocations()) {
+    if (!a.contains("detach_error")) continue;
+    EXPECT_EQ(a["tenant"], "slow");
+    kept += a["devices"].size();
+  }
+  EXPECT_EQ(kept, 2u);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #define HZ_SCHEDULER_DOMAIN_ATTACHER_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +33,10 @@ class DomainAttacher {
   virtual ~DomainAttacher() = default;
   virtual Status Attach(const std::string& domain, const std::string& bdf) = 0;
   virtual Status Detach(const std::string& domain, const std::string& bdf) = 0;
+  // The service is stopping: a detach waiting for its guest to let go, now
+  // or later, returns at once with kAborted, as if detach_wait had passed
+  // (the device may still be the guest's). Any thread.
+  virtual void StopWaiting() {}
 };
 
 class LibvirtAttacher : public DomainAttacher {
@@ -49,6 +54,7 @@ class LibvirtAttacher : public DomainAttacher {
   // not eject it within detach_wait (the device is still the guest's).
   Status Attach(const std::string& domain, const std::string& bdf) override;
   Status Detach(const std::string& domain, const std::string& bdf) override;
+  void StopWaiting() override;
 
   // The connection, for callers that need more of libvirt.
   hz::libvirt::Connection* connection() const { return conn_.get(); }
@@ -66,6 +72,11 @@ class LibvirtAttacher : public DomainAttacher {
   std::unique_ptr<hz::libvirt::Connection> conn_;
   const bool managed_;
   const std::chrono::milliseconds detach_wait_;
+  // StopWaiting(): waits end. Between two looks at a domain, WaitForRemoval
+  // sleeps on stop_changed_.
+  std::mutex stop_mu_;
+  std::condition_variable stop_changed_;
+  bool stop_waiting_ = false;
 };
 
 }  // namespace hz::scheduler

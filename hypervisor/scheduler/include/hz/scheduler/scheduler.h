@@ -191,6 +191,10 @@ class Scheduler {
   StatusOr<ReservationDetach> BeginDetachReservation(const TenantId& tenant,
                                                      uint64_t reservation_id, uint32_t count);
   Status FinishDetachReservation(const ReservationDetach& detach);
+  // The service is stopping: detaches under way and later ones no longer
+  // wait for their guests (DomainAttacher::StopWaiting); the devices stay
+  // as when a guest does not let go.
+  void StopWaitingForGuests();
   // Tenant-visible indices of a started reservation's devices (kNotFound
   // when it holds none or is another tenant's).
   StatusOr<std::vector<uint32_t>> ReservationIndices(const TenantId& tenant,
