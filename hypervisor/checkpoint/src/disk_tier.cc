@@ -135,7 +135,7 @@ bool DiskTier::RegisterBuffers(const std::vector<iovec>& buffers) {
                  strerror(-rc));
     return false;
   }
-  registered_ = true;
+  registered_.store(true, std::memory_order_release);
   return true;
 }
 
@@ -270,7 +270,7 @@ bool DiskTier::Queue(Op* op) {
     std::lock_guard<std::mutex> l(writes_mu_);
     fd = writes_[op->write_id].fd;
   }
-  if (op->buf_index >= 0 && registered_) {
+  if (op->buf_index >= 0 && registered()) {
     io_uring_prep_write_fixed(sqe, fd, op->data, static_cast<unsigned>(op->len), op->offset,
                               op->buf_index);
   } else {

@@ -25,6 +25,7 @@
 #include <liburing.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -58,7 +59,7 @@ class DiskTier : public Tier {
   // Registers the staging pool with the ring; false (and plain writes) when the
   // kernel refuses, e.g. over the locked-memory limit.
   bool RegisterBuffers(const std::vector<iovec>& buffers);
-  bool registered() const { return registered_; }
+  bool registered() const { return registered_.load(std::memory_order_acquire); }
   bool direct_io() const { return direct_io_; }
 
   Status SavePolicy(TenantNo tenant, StreamId stream, const Policy& policy);
@@ -139,7 +140,9 @@ class DiskTier : public Tier {
   unsigned queue_depth_;
   bool direct_io_;
   bool warned_fallback_ = false;
-  bool registered_ = false;
+  // Set once by RegisterBuffers, which may run on a thread of its own while
+  // writes are queued (Engine::Open with populate_staging_later).
+  std::atomic<bool> registered_{false};
   io_uring ring_{};
   bool ring_ok_ = false;
   io_uring sync_ring_{};  // commit-time flushes, apart from the chunk writes

@@ -82,7 +82,8 @@ Status Engine::Open(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   if (config.jit_max_attempts == 0) {
     return Status::InvalidArgument("jit_max_attempts must be at least 1");
   }
-  auto pool = std::make_unique<StagingPool>(config.chunk_bytes, chunks);
+  auto pool = std::make_unique<StagingPool>(config.chunk_bytes, chunks,
+                                            /*populate=*/!config.populate_staging_later);
   if (!pool->ok()) return Status::Limit("cannot allocate the staging pool");
   DiskTier::Options opt;
   opt.root = config.root;
@@ -91,7 +92,9 @@ Status Engine::Open(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   std::unique_ptr<DiskTier> disk;
   Status s = DiskTier::Open(opt, &disk);
   if (!s.ok()) return s;
-  if (config.register_buffers) disk->RegisterBuffers(pool->Iovecs());
+  if (config.register_buffers && !config.populate_staging_later) {
+    disk->RegisterBuffers(pool->Iovecs());
+  }
   auto impl = std::make_unique<Impl>(config, std::move(pool), std::move(disk));
   if (!(s = impl->LoadTenantNumbers()).ok()) return s;
   if (!(s = impl->Recover()).ok()) return s;
@@ -196,6 +199,7 @@ Engine::Impl::Impl(const EngineConfig& config, std::unique_ptr<StagingPool> pool
       requests_(config.tenant_request_threads) {}
 
 Engine::Impl::~Impl() {
+  if (staging_setup_.joinable()) staging_setup_.join();
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
@@ -215,6 +219,20 @@ Engine::Impl::~Impl() {
   }
   commit_cv_.notify_all();
   if (committer_.joinable()) committer_.join();
+}
+
+void Engine::PrepareStaging() {
+  impl_->PrepareStaging();
+}
+
+void Engine::Impl::PrepareStaging() {
+  if (!config_.populate_staging_later || staging_setup_.joinable()) return;
+  // At the lowest priority: the tenants the process just started to serve
+  // again come first.
+  staging_setup_ = ThreadAtNice(19, [this] {
+    pool_->Populate();
+    if (config_.register_buffers) disk_->RegisterBuffers(pool_->Iovecs());
+  });
 }
 
 void Engine::Impl::Start() {

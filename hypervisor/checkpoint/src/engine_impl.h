@@ -117,6 +117,7 @@ inline constexpr TenantNo kNoTenant = 0;
 
 class Engine::Impl {
  public:
+  void PrepareStaging();  // Engine::PrepareStaging
   // Reads the tenant numbers (<root>/tenants.json); before Recover.
   Status LoadTenantNumbers();
   // The tenant's number, or kNoTenant when it has none yet.
@@ -291,6 +292,8 @@ class Engine::Impl {
   std::deque<std::shared_ptr<Job>> commits_;
   bool commit_stop_ = false;
   std::thread committer_;
+  // Faults in and registers the staging memory (PrepareStaging).
+  std::thread staging_setup_;
 };
 
 }  // namespace hz::checkpoint

@@ -11,9 +11,9 @@ namespace {
 
 // mmap gives page alignment (O_DIRECT needs 4096); MAP_POPULATE faults the
 // pages in now rather than during the first snapshot. Null on failure.
-void* MapPopulated(size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                 -1, 0);
+void* Map(size_t bytes, bool populate) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
@@ -43,7 +43,7 @@ void* TakeReserved(size_t bytes) {
 
 const void* StagingPool::Reserve(size_t chunk_bytes, size_t num_chunks) {
   const size_t bytes = chunk_bytes * num_chunks;
-  void* p = bytes != 0 ? MapPopulated(bytes) : nullptr;
+  void* p = bytes != 0 ? Map(bytes, /*populate=*/true) : nullptr;
   Reservation& r = Reserved();
   std::lock_guard<std::mutex> lock(r.mu);
   if (r.base != nullptr) munmap(r.base, r.bytes);
@@ -52,12 +52,12 @@ const void* StagingPool::Reserve(size_t chunk_bytes, size_t num_chunks) {
   return p;
 }
 
-StagingPool::StagingPool(size_t chunk_bytes, size_t num_chunks)
+StagingPool::StagingPool(size_t chunk_bytes, size_t num_chunks, bool populate)
     : chunk_bytes_(chunk_bytes), num_chunks_(num_chunks) {
   if (chunk_bytes == 0 || num_chunks == 0) return;
   map_bytes_ = chunk_bytes * num_chunks;
   void* p = TakeReserved(map_bytes_);
-  if (p == nullptr) p = MapPopulated(map_bytes_);
+  if (p == nullptr) p = Map(map_bytes_, populate);
   if (p == nullptr) return;
   base_ = static_cast<uint8_t*>(p);
   free_.reserve(num_chunks);
@@ -67,6 +67,17 @@ StagingPool::StagingPool(size_t chunk_bytes, size_t num_chunks)
 
 StagingPool::~StagingPool() {
   if (base_ != nullptr) munmap(base_, map_bytes_);
+}
+
+void StagingPool::Populate() {
+  // Faults in what is not yet, as a write would, without changing a byte:
+  // chunks in use meanwhile are left as they are (Linux 5.14 and later;
+  // elsewhere the pages fault in as they are used). A chunk at a time: each
+  // call holds the process's memory map, and other threads' mmap calls (a
+  // VM's memory, a thread's stack) wait for it.
+  for (size_t i = 0; base_ != nullptr && i < num_chunks_; ++i) {
+    madvise(chunk(static_cast<uint32_t>(i)), chunk_bytes_, MADV_POPULATE_WRITE);
+  }
 }
 
 bool StagingPool::TryAcquire(size_t n, std::vector<uint32_t>* out) {

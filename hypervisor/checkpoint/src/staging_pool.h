@@ -15,7 +15,9 @@ namespace hz::checkpoint {
 
 class StagingPool {
  public:
-  StagingPool(size_t chunk_bytes, size_t num_chunks);
+  // populate: the memory is faulted in now (else as it is used, or by
+  // Populate); a reservation of the same size is taken either way.
+  StagingPool(size_t chunk_bytes, size_t num_chunks, bool populate = true);
   // Faults in chunk_bytes * num_chunks bytes now, for the next pool of
   // exactly that size to take instead of faulting in its own (a live
   // upgrade's successor does this before its predecessor freezes the
@@ -38,6 +40,9 @@ class StagingPool {
 
   // One iovec per chunk, in index order (for io_uring_register_buffers).
   std::vector<iovec> Iovecs() const;
+  // Faults in the memory a pool made without populate; any thread, while
+  // chunks are in use.
+  void Populate();
 
  private:
   size_t chunk_bytes_;

@@ -105,6 +105,10 @@ checkpoint::EngineConfig StagingConfigOf(const ServiceConfig& config) {
 
 }  // namespace
 
+void Engines::PrepareStaging() {
+  if (ckpt_ != nullptr) ckpt_->PrepareStaging();
+}
+
 void Engines::ReserveStaging(const ServiceConfig& config) {
   checkpoint::Engine::ReserveStaging(StagingConfigOf(config));
 }
@@ -113,7 +117,7 @@ Status Engines::FlushCheckpoints(std::chrono::milliseconds timeout) {
   return ckpt_ != nullptr ? ckpt_->Flush(timeout) : Status::Ok();
 }
 
-Status Engines::Start() {
+Status Engines::Start(bool after_crash) {
   events::BusOptions bo;
   bo.dir = config_.state_dir + "/events";
   // Infrastructure events are rare; losing one to a power cut would lose a
@@ -141,6 +145,7 @@ Status Engines::Start() {
   cc.default_limits.staging_bytes = config_.ckpt_tenant_staging_bytes;
   cc.default_limits.disk_bytes = config_.ckpt_tenant_disk_bytes;
   cc.sink = sink_.get();
+  cc.populate_staging_later = after_crash;
   if (config_.cluster.enabled) {
     peer_ = std::make_unique<PeerReplicas>(PeerReplicaOptionsOf(config_));
     cc.peer = peer_.get();

@@ -169,7 +169,8 @@ hz::Status Service::Start() {
   }
   env_.coll = coll_.get();
   engines_ = std::make_unique<Engines>(config_);
-  if (hz::Status s = engines_->Start(); !s.ok()) return s;
+  const bool after_crash = recovery_ != nullptr;
+  if (hz::Status s = engines_->Start(after_crash); !s.ok()) return s;
   env_.ckpt = engines_->checkpoints();
   env_.events = engines_->events();
   commands_.Add(engines_.get(), Engines::Commands());
@@ -197,6 +198,7 @@ hz::Status Service::Start() {
   StoreLockAndListeners();
   if (hz::Status s = LoadState(); !s.ok()) return s;
   if (takeover_ != nullptr || recovery_ != nullptr) ServeInherited();
+  if (after_crash) engines_->PrepareStaging();  // once the tenants are served
   if (hz::Status s = StartHostCommands(); !s.ok()) return s;
   // Last: the other hosts see this one once it can serve.
   if (hz::Status s = cluster_->Start(); !s.ok()) return s;

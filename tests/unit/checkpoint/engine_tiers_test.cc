@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <utility>
 
 #include "hz/checkpoint/engine.h"
 #include "test_util.h"
@@ -285,6 +288,55 @@ TEST(CheckpointTiers, BufferedFallbackWhenDirectIoIsOff) {
   RestoreResult rr;
   ASSERT_EQ(eng->Restore({Tenant(1), 1, 1, osp}, &rr).code(), StatusCode::kOk);
   EXPECT_EQ(out, st);
+}
+
+// A process started after a crash serves before its staging memory is
+// faulted in (EngineConfig::populate_staging_later): checkpoints work
+// before PrepareStaging and while it runs, and the buffers end up
+// registered wherever an engine opened the usual way registers them.
+TEST(CheckpointTiers, StagingPreparedAfterOpenServesCheckpointsAllAlong) {
+  TempDir dir("staging-later");
+  auto cfg = SmallConfig(dir.path());
+  bool registers = false;
+  {
+    auto usual = testing::OpenEngine(cfg);
+    ASSERT_TRUE(usual);
+    registers = usual->GetStats().registered_buffers;
+  }
+  cfg.populate_staging_later = true;
+  auto eng = testing::OpenEngine(cfg);
+  ASSERT_TRUE(eng);
+  EXPECT_FALSE(eng->GetStats().registered_buffers);
+  Policy keep_two;
+  keep_two.retention = 2;
+  ASSERT_EQ(eng->SetPolicy(Tenant(1), 1, keep_two).code(), StatusCode::kOk);
+  auto before = MakeState({100000, 77}, 4);
+  auto bsp = Spans(before);
+  SaveResult r;
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 1, bsp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(Tenant(1), 1, 1, 30s).code(), StatusCode::kOk);
+
+  eng->PrepareStaging();
+  auto during = MakeState({100000, 77}, 9);
+  auto dsp = Spans(during);
+  ASSERT_EQ(eng->Save({Tenant(1), 1, 2, dsp, {}}, &r).code(), StatusCode::kOk);
+  ASSERT_EQ(eng->WaitDurable(Tenant(1), 1, 2, 30s).code(), StatusCode::kOk);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (registers && !eng->GetStats().registered_buffers &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(eng->GetStats().registered_buffers, registers);
+
+  eng.reset();
+  eng = testing::OpenEngine(SmallConfig(dir.path()));
+  for (auto [step, want] : {std::pair{uint64_t{1}, &before}, {uint64_t{2}, &during}}) {
+    auto out = ZeroState({100000, 77});
+    auto osp = Spans(out);
+    RestoreResult rr;
+    ASSERT_EQ(eng->Restore({Tenant(1), 1, step, osp}, &rr).code(), StatusCode::kOk);
+    EXPECT_EQ(out, *want) << "step " << step;
+  }
 }
 
 TEST(CheckpointTiers, DirectIoAndRegisteredBuffersOnTheBuildFilesystem) {

@@ -67,6 +67,10 @@ struct EngineConfig {
   uint32_t max_stall_budget_ms = 60000;       // cap on a policy's stall_budget_ms
   uint32_t jit_max_attempts = 64;             // copies per stream and notice of a JIT save
   uint32_t waiting_window_ms = 10000;         // the window StorageWaiting() measures over
+  // Open leaves the staging memory to fault in as it is used, and to be
+  // registered with io_uring, until PrepareStaging: for a process started
+  // after a crash, whose tenants wait until it serves.
+  bool populate_staging_later = false;
   // All tenants' committed plus in-flight bytes on disk; 0: no cap. Each
   // tenant may use its weighted share of it.
   uint64_t disk_bytes = 0;
@@ -194,6 +198,10 @@ class Engine {
   // predecessor freezes the tenants, which then wait for Open). Nothing
   // for a config Open would refuse.
   static void ReserveStaging(const EngineConfig& config);
+  // With populate_staging_later: a thread of the engine faults in the
+  // staging memory and registers it with io_uring, from now on; checkpoints
+  // go on meanwhile. Once; nothing otherwise.
+  void PrepareStaging();
   ~Engine();  // stops the worker; staged persists that did not finish are abandoned
 
   Engine(const Engine&) = delete;

@@ -57,8 +57,13 @@ class Engines {
   Engines(const Engines&) = delete;
   Engines& operator=(const Engines&) = delete;
 
-  // Opens the engines' state under the state directory.
-  Status Start();
+  // Opens the engines' state under the state directory. after_crash: the
+  // tenants wait until this process serves, so the checkpoint staging memory
+  // is faulted in once it does (PrepareStaging).
+  Status Start(bool after_crash = false);
+  // After Start(after_crash): faults in the checkpoint staging memory on a
+  // thread of the engine (checkpoint::Engine::PrepareStaging).
+  void PrepareStaging();
   // Faults in the checkpoint staging memory Start will take, before Start
   // (checkpoint::Engine::ReserveStaging).
   static void ReserveStaging(const ServiceConfig& config);
