@@ -84,13 +84,7 @@ TEST_F(CrashingService, TheSessionAndItsRegionsOutliveTheProcess) {
   // No HELLO again. The communicator was lost with the engine that served
   // it: a collective on it fails EABORTED (SPEC.md §2.10), and its handle
   // can be destroyed.
-  hz_coll_args a{};
-  a.comm = comm;
-  a.count = 16;
-  a.dtype = HZ_FP32;
-  a.redop = HZ_SUM;
-  a.send = SliceOf(send, 0, 64);
-  a.recv = SliceOf(recv, 0, 64);
+  hz_coll_args a = AllReduceArgs(comm, 0, send, recv, 16);
   EXPECT_EQ(c.Coll(HZ_VQ_REQUEST_BASE, HZ_OP_ALLREDUCE, a), HZ_S_EABORTED);
   hz_comm_args d{};
   d.comm = comm;
@@ -146,13 +140,7 @@ TEST_F(CrashingService, AStopWaitingForARequestIsAnsweredAfterACrash) {
   ASSERT_EQ(c0.Register(4096, 1, HZ_REGION_F_WRITE, &recv), HZ_S_OK);
 
   // Rank 0's all-reduce waits for rank 1, which never posts: in flight.
-  hz_coll_args a{};
-  a.comm = comm0;
-  a.count = 16;
-  a.dtype = HZ_FP32;
-  a.redop = HZ_SUM;
-  a.send = SliceOf(send, 0, 64);
-  a.recv = SliceOf(recv, 0, 64);
+  hz_coll_args a = AllReduceArgs(comm0, 0, send, recv, 16);
   const uint64_t waiting = c0.Post(HZ_VQ_REQUEST_BASE, HZ_OP_ALLREDUCE, &a, sizeof(a));
   std::atomic<bool> answered{false};
   vdev::frontend::Status stopped;

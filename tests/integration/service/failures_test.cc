@@ -124,18 +124,6 @@ std::vector<int> TwoRanks(const std::vector<std::string>& vms, uint32_t timeout_
   });
 }
 
-hz_coll_args AllReduceArgs(uint64_t comm, uint64_t seq, const GuestBuffer& s, const GuestBuffer& r,
-                           uint64_t count) {
-  hz_coll_args a{};
-  a.comm = comm;
-  a.seq = seq;
-  a.count = count;
-  a.dtype = HZ_FP32;
-  a.send = SliceOf(s, 0, count * 4);
-  a.recv = SliceOf(r, 0, count * 4);
-  return a;
-}
-
 TEST_F(ServiceFailuresTest, MismatchedRanksAllGetEMismatchAndGoOn) {
   auto vms = svc_.TenantWithVms("t1", 2);
   auto codes = TwoRanks(vms, 0, [](int rank, HzClient& c, uint64_t comm) {

@@ -120,6 +120,20 @@ inline hz_slice SliceOf(const GuestBuffer& b, uint64_t off, uint64_t len) {
   return s;
 }
 
+// A sum of count fp32 from the start of s into the start of r.
+inline hz_coll_args AllReduceArgs(uint64_t comm, uint64_t seq, const GuestBuffer& s,
+                                  const GuestBuffer& r, uint64_t count) {
+  hz_coll_args a{};
+  a.comm = comm;
+  a.seq = seq;
+  a.count = count;
+  a.dtype = HZ_FP32;
+  a.redop = HZ_SUM;
+  a.send = SliceOf(s, 0, count * 4);
+  a.recv = SliceOf(r, 0, count * 4);
+  return a;
+}
+
 // A TCP port on 127.0.0.1 that was free a moment ago (0 if none could be
 // found), for a service's metrics endpoint.
 int FreeTcpPort();

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,25 @@ using vdev::testing::RawConn;
 using vdev::testing::RawReply;
 using vdev::testing::RestartingBackend;
 using vdev::testing::TempSocketPath;
+
+// Runs call, a front-end request that makes the back-end kill itself (it
+// creates marker first, --crash-once-on-queue-start), on a thread; restarts
+// the back-end once it did, or after 10 s, and returns the call's status.
+// *crashed: whether the back-end did kill itself.
+Status CallAcrossSelfCrash(RestartingBackend& backend, const std::string& marker,
+                           const std::function<Status()>& call, bool* crashed) {
+  Status status;
+  std::thread calling([&] { status = call(); });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (access(marker.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  *crashed = access(marker.c_str(), F_OK) == 0;
+  backend.Kill();  // reaps the process that killed itself
+  const bool restarted = backend.Restart();
+  calling.join();
+  return restarted ? status : Status::Disconnected("the back-end did not restart");
+}
 
 TEST(CrashRecovery, ARequestPostedWhileNoProcessRunsIsServedAfterTheRestart) {
   const std::string path = TempSocketPath("crash-posted");
@@ -118,20 +138,13 @@ TEST(CrashRecovery, AMessageTheCrashedProcessWasServingIsServedByTheNext) {
   RestartingBackend backend(path, path + ".notify", {"--crash-once-on-queue-start", marker});
   ASSERT_TRUE(backend.ok());
   VirtioUser dev;
-  Status connected;
   // One attempt: a front-end that had to connect again would have lost the
   // device (QEMU's would).
   for (int i = 0; i < 200 && access(path.c_str(), F_OK) != 0; ++i)
     std::this_thread::sleep_for(10ms);
-  std::thread connecting([&] { connected = dev.Connect(path, DefaultOptions()); });
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (access(marker.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(5ms);
-  }
-  const bool crashed = access(marker.c_str(), F_OK) == 0;
-  backend.Kill();  // reaps the process that killed itself
-  ASSERT_TRUE(backend.Restart());
-  connecting.join();
+  bool crashed = false;
+  const Status connected = CallAcrossSelfCrash(
+      backend, marker, [&] { return dev.Connect(path, DefaultOptions()); }, &crashed);
   unlink(marker.c_str());
   ASSERT_TRUE(crashed) << "the back-end never started a queue";
   ASSERT_TRUE(connected.ok()) << connected.ToString();
@@ -172,16 +185,9 @@ TEST(CrashRecovery, ARequestServedInsideTheMessageThatStartedItsRingIsNotServedA
   ASSERT_TRUE(dev.Kick(0).ok());  // made available; the stopped ring is not served
   unlink(marker.c_str());
 
-  Status started;
-  std::thread starting([&] { started = dev.StartQueue(0, base); });
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (access(marker.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(5ms);
-  }
-  const bool crashed = access(marker.c_str(), F_OK) == 0;
-  backend.Kill();  // reaps the process that killed itself
-  ASSERT_TRUE(backend.Restart());
-  starting.join();
+  bool crashed = false;
+  const Status started = CallAcrossSelfCrash(
+      backend, marker, [&] { return dev.StartQueue(0, base); }, &crashed);
   unlink(marker.c_str());
   ASSERT_TRUE(crashed) << "the back-end never restarted the ring";
   ASSERT_TRUE(started.ok()) << started.ToString();
