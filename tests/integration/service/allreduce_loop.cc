@@ -103,14 +103,7 @@ uint32_t AllReduceLoop::Iterate(HzClient& c, int rank, uint64_t comm, uint64_t i
   std::vector<float> in(count_), out(count_);
   for (uint64_t j = 0; j < count_; ++j) in[j] = Input(rank, it, j);
   send.Write(0, in.data(), bytes);
-  hz_coll_args a{};
-  a.comm = comm;
-  a.count = count_;
-  a.dtype = HZ_FP32;
-  a.redop = HZ_SUM;
-  a.seq = seq;
-  a.send = SliceOf(send, 0, bytes);
-  a.recv = SliceOf(recv, 0, bytes);
+  const hz_coll_args a = AllReduceArgs(comm, seq, send, recv, count_);
   // Ranks use different data queues, so the device's queues all carry
   // collectives while it is handed over.
   if (uint32_t st = c.Coll(HZ_VQ_REQUEST_BASE + rank % 2, HZ_OP_ALLREDUCE, a); st != HZ_S_OK) {
