@@ -53,9 +53,13 @@ std::string DropIn(const std::string& dir) {
                   "/state --no-metrics\n"
                   "EnvironmentFile=\nReadWritePaths=\nReadWritePaths=" +
                   dir + "\nStandardError=append:" + dir + "/service.log\n";
-  // ProtectHome= would hide a build tree under a home directory.
+  // ProtectHome= would hide a build tree under a home directory, and
+  // PrivateTmp= one under /tmp (exit 203/EXEC).
   for (const char* home : {"/home/", "/root/", "/run/user/"}) {
     if (binary.rfind(home, 0) == 0) d += "ProtectHome=read-only\n";
+  }
+  for (const char* tmp : {"/tmp/", "/var/tmp/"}) {
+    if (binary.rfind(tmp, 0) == 0) d += "PrivateTmp=no\n";
   }
   return d;
 }
