@@ -4,9 +4,11 @@
 # command runs every label in the default build and unit+integration again
 # under the sanitizers.
 
-# hz_gtest(NAME name SOURCES ... LIBS ... LABEL unit|integration [TIMEOUT s])
+# hz_gtest(NAME name SOURCES ... LIBS ... LABEL unit|integration [TIMEOUT s] [RUN_SERIAL])
+# RUN_SERIAL: the binary's tests run while no other test does (they measure
+# shares of the CPU that other tests would take).
 function(hz_gtest)
-  cmake_parse_arguments(T "" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "RUN_SERIAL" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
   if(NOT T_LABEL)
     message(FATAL_ERROR "hz_gtest(${T_NAME}): LABEL is required")
   endif()
@@ -19,7 +21,11 @@ function(hz_gtest)
   # Header-only helpers shared by tests of every component (tests/support/hz_test).
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
   # Each TEST() is its own ctest entry, so a failure names the case.
-  gtest_discover_tests(${T_NAME} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT}
+  set(serial "")
+  if(T_RUN_SERIAL)
+    set(serial RUN_SERIAL TRUE)
+  endif()
+  gtest_discover_tests(${T_NAME} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT} ${serial}
                        DISCOVERY_TIMEOUT 60)
 endfunction()
 
