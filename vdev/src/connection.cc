@@ -123,8 +123,9 @@ void Connection::WriteJournal() {
     describe = [this](ConnectionRecord* r, FdIndex* fds) {
       r->socket = fds->Add(socket_.native_handle());
       session_.Describe(&r->session, fds);
-      if (!stop_message_.empty()) {  // no message is read meanwhile
-        r->partial_message = stop_message_;
+      if (session_.StopPending()) {  // no message is read meanwhile
+        const std::vector<uint8_t> stop = session_.PendingStopRequest();
+        r->partial_message.assign(stop.begin(), stop.end());
         return;
       }
       r->partial_message = reader_.PartialBytes();
@@ -142,7 +143,6 @@ void Connection::Release(void (Session::*end_session)()) {
   closed_ = true;
   polling_ = false;
   stop_waiting_ = false;
-  stop_message_.clear();
   reply_timer_.cancel();
   stop_timer_.cancel();
   out_.clear();
@@ -247,9 +247,7 @@ void Connection::OnReadable() {
 }
 
 bool Connection::HandleMessage(bool replay) {
-  std::string bytes = journal_ != nullptr ? reader_.PartialBytes() : std::string();
   Session::Result r = replay ? session_.Replay(reader_.Take()) : session_.Handle(reader_.Take());
-  if (r.stop_pending) stop_message_ = std::move(bytes);
   WriteJournal();
   if (!r.reply.empty() && !SendReply(std::move(r.reply))) return false;
   if (r.close) {
@@ -350,7 +348,6 @@ void Connection::MaybeFinishStop(bool timed_out) {
   if (!timed_out && !session_.StopDrained()) return;
   stop_waiting_ = false;
   stop_timer_.cancel();
-  stop_message_.clear();
   std::vector<uint8_t> reply = session_.FinishStop();
   WriteJournal();  // the ring is stopped: a process started now must not recover it
   if (!SendReply(std::move(reply))) return;

@@ -150,10 +150,6 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   // GET_VRING_BASE waiting for in-flight chains: reading is paused.
   boost::asio::steady_timer stop_timer_;
   bool stop_waiting_ = false;
-  // ... and that GET_VRING_BASE as it came, in the crash journal as a
-  // message not served: a process started after a crash serves it again,
-  // and the front-end gets its reply.
-  std::string stop_message_;
   uint64_t stop_timer_gen_ = 0;
 };
 

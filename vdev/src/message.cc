@@ -226,7 +226,12 @@ Error ValidateMessage(const Message& msg) {
 }
 
 std::vector<uint8_t> MakeReply(uint32_t request, const void* payload, uint32_t size) {
-  vu::Header h{request, vu::kReplyFlags, size};
+  return MakeMessage(request, vu::kReplyFlags, payload, size);
+}
+
+std::vector<uint8_t> MakeMessage(uint32_t request, uint32_t flags, const void* payload,
+                                 uint32_t size) {
+  vu::Header h{request, flags, size};
   std::vector<uint8_t> out(sizeof(h) + size);
   std::memcpy(out.data(), &h, sizeof(h));
   if (size > 0) std::memcpy(out.data() + sizeof(h), payload, size);

@@ -105,6 +105,12 @@ bool Session::StopDrained() const {
   return pending_stop_ >= 0 && queues_[pending_stop_].q->in_flight() == 0;
 }
 
+std::vector<uint8_t> Session::PendingStopRequest() const {
+  if (pending_stop_ < 0) return {};
+  const vu::VringState state{static_cast<uint32_t>(pending_stop_), 0};
+  return MakeMessage(vu::kGetVringBase, vu::kVersion, &state, sizeof(state));
+}
+
 std::vector<uint8_t> Session::FinishStop() {
   if (pending_stop_ < 0) return {};
   const uint16_t i = static_cast<uint16_t>(pending_stop_);

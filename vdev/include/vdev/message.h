@@ -100,6 +100,9 @@ const char* RequestName(uint32_t request);
 
 // Builds a reply: header with flags exactly kReplyFlags and the payload.
 std::vector<uint8_t> MakeReply(uint32_t request, const void* payload, uint32_t size);
+// Any message: header with these flags, then the payload.
+std::vector<uint8_t> MakeMessage(uint32_t request, uint32_t flags, const void* payload,
+                                 uint32_t size);
 std::vector<uint8_t> MakeU64Reply(uint32_t request, uint64_t value);
 
 }  // namespace vdev

@@ -120,6 +120,10 @@ class Session final : public DeviceContext {
   void Disconnect();
   // A GET_VRING_BASE reply waits for in-flight chains (Result::stop_pending).
   bool StopPending() const { return pending_stop_ >= 0; }
+  // That GET_VRING_BASE, as a front-end sends it: the crash journal holds it
+  // as a message not served, so that a process started after a crash serves
+  // it again (Replay) and the front-end gets its reply.
+  std::vector<uint8_t> PendingStopRequest() const;
   // True when that ring has no chain in flight any more.
   bool StopDrained() const;
   // Stops the pending ring and returns the GET_VRING_BASE reply; chains still
