@@ -119,39 +119,37 @@ UserServiceManager::UserServiceManager() {
 }
 
 std::vector<std::string> UserServiceManager::MakeCgroups() {
-  const std::string name = "/" + fs::path(dir_).filename().string();
   const std::vector<std::string> mounts = SystemdHierarchies();
   if (mounts.empty()) {
     why_ = "no cgroup hierarchy of systemd's under /sys/fs/cgroup";
     return {};
   }
+  // Named after the test's directory: unique, and found again by a person.
+  cgroup_ = "/" + fs::path(dir_).filename().string();
   std::vector<std::string> join;
   for (const std::string& mount : mounts) {
-    if (mkdir((mount + name).c_str(), 0755) != 0) {
+    if (mkdir((mount + cgroup_).c_str(), 0755) != 0) {
       // Half a delegation would confuse the manager: all or nothing.
-      why_ = "cannot make cgroup " + mount + name + ": " + std::strerror(errno);
+      why_ = "cannot make cgroup " + mount + cgroup_ + ": " + std::strerror(errno);
       RemoveCgroups();
       return {};
     }
     hierarchies_.push_back(mount);
-    join.push_back(mount + name + "/cgroup.procs");
+    join.push_back(mount + cgroup_ + "/cgroup.procs");
   }
-  cgroup_ = name;
   return join;
 }
 
 void UserServiceManager::RemoveCgroups() {
-  if (hierarchies_.empty()) return;
-  const std::string name = "/" + fs::path(dir_).filename().string();
   for (const std::string& mount : hierarchies_) {
     // Deepest first: a cgroup goes once its children and processes have.
     std::vector<std::string> groups;
     std::error_code ec;
-    for (fs::recursive_directory_iterator it(mount + name, ec), end; !ec && it != end;
+    for (fs::recursive_directory_iterator it(mount + cgroup_, ec), end; !ec && it != end;
          it.increment(ec)) {
       if (it->is_directory(ec)) groups.push_back(it->path().string());
     }
-    groups.push_back(mount + name);
+    groups.push_back(mount + cgroup_);
     std::sort(groups.begin(), groups.end(),
               [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
     for (const std::string& g : groups) {
