@@ -23,19 +23,21 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// Starts binary with args and --handoff-fd; the child keeps child_fd open
-// across exec. Returns the pid, or -1 with *error.
+// Starts binary with args and --handoff-fd; the child finds child_fd as
+// descriptor kSuccessorChannelFd. Returns the pid, or -1 with *error.
 //
 // posix_spawn, not fork: glibc spawns with vfork semantics, so the parent's
 // page tables are not copied. A fork of this process (staging memory, guest
 // memory maps) held its memory map for about 100 ms on a small host, and
 // every tenant's request with it.
+constexpr int kSuccessorChannelFd = 3;
+
 pid_t Spawn(const UpgradeOptions& options, int child_fd, std::string* error) {
   std::vector<std::string> args;
   args.push_back(options.binary);
   args.insert(args.end(), options.args.begin(), options.args.end());
   args.push_back(kHandoffFdOption);
-  args.push_back(std::to_string(child_fd));
+  args.push_back(std::to_string(kSuccessorChannelFd));
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -44,9 +46,13 @@ pid_t Spawn(const UpgradeOptions& options, int child_fd, std::string* error) {
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);
   posix_spawnattr_init(&attr);
-  // dup2 onto itself clears close-on-exec: the one descriptor the successor
-  // inherits on purpose.
-  posix_spawn_file_actions_adddup2(&actions, child_fd, child_fd);
+  // The successor inherits the channel and the standard streams, nothing
+  // else: a descriptor a library opened without close-on-exec (Gloo's
+  // connections to other hosts, for one) would otherwise stay open in every
+  // later process, and the peers would never see it close. dup2 also
+  // clears close-on-exec when the channel already is descriptor 3.
+  posix_spawn_file_actions_adddup2(&actions, child_fd, kSuccessorChannelFd);
+  posix_spawn_file_actions_addclosefrom_np(&actions, kSuccessorChannelFd + 1);
   sigset_t none;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
