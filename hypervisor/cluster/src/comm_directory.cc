@@ -23,6 +23,23 @@ for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = v end
 return out
 )";
 
+// KEYS: reform key. ARGV: generation, lifetime_ms. Raises the generation
+// (never lowers it) and returns the one in effect.
+constexpr const char kReformScript[] = R"(
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+return tostring(cur)
+)";
+
+bool ToU64(const redisReply* r, uint64_t* out) {
+  if (r == nullptr || r->type != REDIS_REPLY_STRING) return false;
+  auto [p, ec] = std::from_chars(r->str, r->str + r->len, *out);
+  return ec == std::errc() && p == r->str + r->len;
+}
+
 bool ToU32(const redisReply* r, uint32_t* out) {
   if (r == nullptr || r->type != REDIS_REPLY_STRING) return false;
   auto [p, ec] = std::from_chars(r->str, r->str + r->len, *out);
@@ -99,6 +116,30 @@ StatusOr<Placement> CommDirectory::Claim(const std::string& uid_hex, uint32_t nr
   }
   if (p.nranks != nranks) return Malformed();
   return p;
+}
+
+StatusOr<uint64_t> CommDirectory::AnnounceReform(const std::string& uid_hex, uint64_t generation,
+                                                 std::chrono::milliseconds lifetime) {
+  StatusOr<RedisConnection::Reply> r =
+      redis_.Command({"EVAL", kReformScript, "1", prefix_ + "reform/" + uid_hex,
+                      std::to_string(generation), std::to_string(lifetime.count())});
+  if (!r.ok()) return r.status();
+  uint64_t now = 0;
+  if (!ToU64(r->get(), &now)) {
+    return Status::Corruption("the cluster store answered a reform with an unexpected reply");
+  }
+  return now;
+}
+
+StatusOr<uint64_t> CommDirectory::ReformGeneration(const std::string& uid_hex) {
+  StatusOr<RedisConnection::Reply> r = redis_.Command({"GET", prefix_ + "reform/" + uid_hex});
+  if (!r.ok()) return r.status();
+  if ((*r)->type == REDIS_REPLY_NIL) return uint64_t{0};
+  uint64_t generation = 0;
+  if (!ToU64(r->get(), &generation)) {
+    return Status::Corruption("the cluster store holds a malformed reform generation");
+  }
+  return generation;
 }
 
 }  // namespace hz::cluster

@@ -11,10 +11,13 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <mutex>
+#include <set>
 
 #include "gloo_store.h"
 #include "hz/cluster/inter_host.h"
@@ -208,10 +211,9 @@ class GlooGroup : public InterHostGroup {
               std::chrono::milliseconds timeout) override {
     if (peer >= size() || tag >= kMaxTag)
       return Status::InvalidArgument("inter-host leg: bad send");
-    return Run([&] {
-      auto buffer = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
-      buffer->send(static_cast<int>(peer), kPointToPointSlots | tag);
-      buffer->waitSend(timeout);
+    return PointToPoint(const_cast<void*>(data), bytes, [&](gloo::transport::UnboundBuffer& b) {
+      b.send(static_cast<int>(peer), kPointToPointSlots | tag);
+      return b.waitSend(timeout);
     });
   }
 
@@ -219,14 +221,45 @@ class GlooGroup : public InterHostGroup {
               std::chrono::milliseconds timeout) override {
     if (peer >= size() || tag >= kMaxTag)
       return Status::InvalidArgument("inter-host leg: bad recv");
-    return Run([&] {
-      auto buffer = context_->createUnboundBuffer(data, bytes);
-      buffer->recv(static_cast<int>(peer), kPointToPointSlots | tag);
-      buffer->waitRecv(timeout);
+    return PointToPoint(data, bytes, [&](gloo::transport::UnboundBuffer& b) {
+      b.recv(static_cast<int>(peer), kPointToPointSlots | tag);
+      return b.waitRecv(timeout);
     });
   }
 
+  void Close() override {
+    std::lock_guard<std::mutex> lock(waits_mu_);
+    if (closed_) return;
+    closed_ = true;
+    broken_ = true;
+    // Gloo's own abort of a wait; the buffer's thread then returns.
+    for (gloo::transport::UnboundBuffer* b : waits_) {
+      b->abortWaitSend();
+      b->abortWaitRecv();
+    }
+    context_->closeConnections();
+  }
+
  private:
+  // A send or recv on an unbound buffer that Close can abort while it waits
+  // (wait returns false then).
+  template <typename F>
+  Status PointToPoint(void* data, size_t bytes, F&& post_and_wait) {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    {
+      std::lock_guard<std::mutex> lock(waits_mu_);
+      if (closed_) return Status::Aborted("inter-host leg: the group was closed");
+      buffer = context_->createUnboundBuffer(data, bytes);
+      waits_.insert(buffer.get());
+    }
+    bool completed = false;
+    Status s = Run([&] { completed = post_and_wait(*buffer); });
+    std::lock_guard<std::mutex> lock(waits_mu_);
+    waits_.erase(buffer.get());
+    if (s.ok() && !completed) return Status::Aborted("inter-host leg: the group was closed");
+    return s;
+  }
+
   template <typename T>
   Status Native(T* data, size_t count, InterHostOp op, InterHostAlgorithm algorithm) {
     return Reduce(data, count, algorithm, ReduceFor<T>(op), InPlaceFor<T>(op));
@@ -272,6 +305,9 @@ class GlooGroup : public InterHostGroup {
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<GlooStore> store_;
   std::atomic<bool> broken_{false};  // point-to-point runs on other threads
+  std::mutex waits_mu_;
+  bool closed_ = false;
+  std::set<gloo::transport::UnboundBuffer*> waits_;  // point-to-point waiting now
 };
 
 }  // namespace

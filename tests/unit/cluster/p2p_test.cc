@@ -117,5 +117,31 @@ TEST_F(InterHostP2PTest, AnUnansweredReceiveTimesOutAndBreaksTheGroup) {
   EXPECT_FALSE(groups_[0]->Barrier().ok());
 }
 
+// Close, as a host re-forming its group after a peer's upgrade: this
+// member's waits end with kAborted, the other member's operation with it
+// fails at once rather than at its timeout, and the closed group refuses
+// what comes after.
+TEST_F(InterHostP2PTest, ClosingAGroupEndsEveryWaitOnBothMembers) {
+  uint8_t here = 0, there = 0;
+  auto waiting_here = std::async(
+      std::launch::async, [&] { return groups_[0]->Recv(1, 3, &here, 1, milliseconds(60000)); });
+  auto waiting_there = std::async(
+      std::launch::async, [&] { return groups_[1]->Recv(0, 4, &there, 1, milliseconds(60000)); });
+  // Both receives are posted (a recv announces itself to its sender; the
+  // sends below, on other tags, show the pairs carry traffic meanwhile).
+  auto ping = std::async(std::launch::async,
+                         [&] { return groups_[1]->Recv(0, 5, &there, 1, milliseconds(60000)); });
+  uint8_t one = 1;
+  ASSERT_TRUE(groups_[0]->Send(1, 5, &one, 1, milliseconds(60000)).ok());
+  ASSERT_TRUE(ping.get().ok());
+  groups_[0]->Close();
+  EXPECT_EQ(waiting_here.get().code(), StatusCode::kAborted);
+  // Well before the 60 s it would wait for the message otherwise (ctest's
+  // timeout for this binary is 120 s).
+  EXPECT_FALSE(waiting_there.get().ok());
+  EXPECT_EQ(groups_[0]->Send(1, 6, &one, 1, milliseconds(100)).code(), StatusCode::kAborted);
+  groups_[0]->Close();  // again: nothing happens
+}
+
 }  // namespace
 }  // namespace hz::cluster

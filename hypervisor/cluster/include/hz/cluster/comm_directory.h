@@ -6,6 +6,12 @@
 // communicators it describes by more than its lifetime):
 //   P uid/<uid hex>    the owning tenant's name
 //   P comm/<uid hex>   hash: "n" -> nranks, "<rank>" -> host name
+//   P reform/<uid hex> the generation its inter-host group re-forms at: a
+//                      host that hands the communicator to its next process
+//                      (a live upgrade) announces it before its connections
+//                      close, and the other hosts, seeing them close, form
+//                      the group again at that generation instead of
+//                      aborting the communicator
 #ifndef HZ_CLUSTER_COMM_DIRECTORY_H_
 #define HZ_CLUSTER_COMM_DIRECTORY_H_
 
@@ -42,6 +48,14 @@ class CommDirectory {
   // when the communicator was claimed with another nranks.
   StatusOr<Placement> Claim(const std::string& uid_hex, uint32_t nranks, uint32_t rank,
                             const std::string& host, std::chrono::milliseconds lifetime);
+
+  // Announces that the communicator's group re-forms at `generation` (kept
+  // for lifetime); an announcement never lowers it. Returns the generation
+  // now announced.
+  StatusOr<uint64_t> AnnounceReform(const std::string& uid_hex, uint64_t generation,
+                                    std::chrono::milliseconds lifetime);
+  // The generation announced last; 0 when none (or it expired).
+  StatusOr<uint64_t> ReformGeneration(const std::string& uid_hex);
 
   std::string Describe() const { return redis_.Describe(); }
 

@@ -65,6 +65,14 @@ class InterHostGroup {
                       std::chrono::milliseconds timeout) = 0;
   virtual Status Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes,
                       std::chrono::milliseconds timeout) = 0;
+
+  // Ends the group for good, so that its members can form a new one (after
+  // one of them was upgraded): this member's point-to-point waits return
+  // kAborted at once, and its connections close, so that every other
+  // member's operation with it fails at once too instead of at its timeout.
+  // From any thread, while other threads may be inside Send or Recv; not
+  // while this member runs a collective (those cannot be interrupted).
+  virtual void Close() = 0;
 };
 
 struct GlooGroupOptions {
