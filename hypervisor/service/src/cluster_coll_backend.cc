@@ -138,16 +138,26 @@ StatusOr<ClusterCollBackend::LocalPart*> ClusterCollBackend::PartFor(
   if (Status s = local_->NewUid(j->tenant, &part.local_uid); !s.ok()) return s;
   part.remaining = static_cast<uint32_t>(layout.local_ranks.size());
   if (layout.nhosts() > 1) {
-    cluster::GlooGroupOptions g{options_.store,        options_.key_prefix + "gloo/" + j->hex + "/",
-                                options_.data_address, layout.host_index,
-                                layout.nhosts(),       TimeoutOf(j->constraints)};
-    part.comm = std::make_shared<CrossHostComm>(*local_, layout, std::move(g), stats_);
+    part.comm = std::make_shared<CrossHostComm>(*local_, layout, KeysFor(j->uid),
+                                                GroupFor(j->uid, layout, j->constraints), stats_);
     part.comm->Start();
     std::lock_guard<std::mutex> lock(mu_);
     std::erase_if(comms_, [](const auto& w) { return w.expired(); });
     comms_.push_back(part.comm);
   }
   return &joining_.emplace(j->uid, std::move(part)).first->second;
+}
+
+CrossHostKeys ClusterCollBackend::KeysFor(const coll::Uid& uid) const {
+  return {uid, options_.store, options_.key_prefix, options_.store_timeout};
+}
+
+cluster::GlooGroupOptions ClusterCollBackend::GroupFor(const coll::Uid& uid,
+                                                       const CrossHostLayout& layout,
+                                                       const coll::Constraints& c) const {
+  return {options_.store,        options_.key_prefix + "gloo/" + coll::UidHex(uid) + "/",
+          options_.data_address, layout.host_index,
+          layout.nhosts(),       TimeoutOf(c)};
 }
 
 void ClusterCollBackend::Placed(const std::shared_ptr<Joining>& j, const cluster::Placement& p) {
@@ -204,14 +214,74 @@ void ClusterCollBackend::DestroyAsync(MemberPtr m) {
 }
 
 size_t ClusterCollBackend::Withdraw(const MemberPtr& m) {
-  return AsCrossHost(m) != nullptr ? 0 : local_->Withdraw(m);
+  const CrossHostMember* x = AsCrossHost(m);
+  if (x == nullptr) return local_->Withdraw(m);
+  // Sends and receives between this host's ranks are the engine's.
+  return x->comm()->Withdraw(x->rank()) + local_->Withdraw(x->local());
 }
 
-Status ClusterCollBackend::SaveMember(const MemberPtr& m, coll::MemberState* out) const {
-  if (AsCrossHost(m) != nullptr) {
-    return Status::NotSupported("a communicator across hosts cannot be handed over");
+Status ClusterCollBackend::SaveMember(const MemberPtr& m, SavedMember* out) const {
+  const CrossHostMember* x = AsCrossHost(m);
+  if (x == nullptr) return local_->SaveMember(m, out);
+  SavedMember local;
+  if (Status s = local_->SaveMember(x->local(), &local); !s.ok()) return s;
+  StatusOr<nlohmann::json> backend = x->comm()->Save(x->rank(), local.engine);
+  if (!backend.ok()) return backend.status();
+  // Numbered in the whole communicator (what a process that knows nothing of
+  // hosts would try, and fail, to rejoin); the local part inside `backend`.
+  const CrossHostLayout& layout = x->comm()->layout();
+  out->engine = local.engine;
+  out->engine.uid = x->comm()->keys().uid;
+  out->engine.nranks = layout.nranks;
+  out->engine.rank = x->rank();
+  out->engine.next_seq = x->comm()->Info().next_seq;
+  out->backend = std::move(*backend);
+  return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<CrossHostComm>> ClusterCollBackend::RejoinedComm(
+    const coll::Uid& uid, const CrossHostSaved& saved, const coll::Constraints& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Rejoining& r = rejoining_[uid];
+  if (r.comm == nullptr) {
+    r.comm = std::make_shared<CrossHostComm>(*local_, saved.layout, KeysFor(uid),
+                                             GroupFor(uid, saved.layout, c), stats_, saved.resume);
+    r.comm->Start();
+    r.remaining = static_cast<uint32_t>(saved.layout.local_ranks.size());
+    std::erase_if(comms_, [](const auto& w) { return w.expired(); });
+    comms_.push_back(r.comm);
+  } else if (r.comm->layout().hosts != saved.layout.hosts ||
+             r.comm->layout().host_of_rank != saved.layout.host_of_rank) {
+    return Status::InvalidArgument("the ranks of a communicator disagree on where they are");
   }
-  return local_->SaveMember(m, out);
+  std::shared_ptr<CrossHostComm> comm = r.comm;
+  if (--r.remaining == 0) rejoining_.erase(uid);
+  return comm;
+}
+
+void ClusterCollBackend::Rejoin(const TenantId& tenant, const SavedMember& saved,
+                                std::function<void(Status, MemberPtr)> done) {
+  if (!saved.backend.is_object() || !saved.backend.contains("cross_host")) {
+    return local_->Rejoin(tenant, saved, std::move(done));
+  }
+  StatusOr<CrossHostSaved> parsed = ParseCrossHostSaved(saved, options_.host_name);
+  if (!parsed.ok()) return done(parsed.status(), nullptr);
+  parsed->layout.tenant = tenant.name();
+  StatusOr<std::shared_ptr<CrossHostComm>> comm =
+      RejoinedComm(saved.engine.uid, *parsed, saved.engine.constraints);
+  if (!comm.ok()) return done(comm.status(), nullptr);
+  const uint32_t rank = saved.engine.rank;
+  (*comm)->RestorePairs(rank, parsed->pairs);
+  SavedMember local;
+  local.engine = parsed->local;
+  local_->Rejoin(tenant, local,
+                 [comm = *comm, rank, done = std::move(done)](Status st, MemberPtr m) mutable {
+                   if (!st.ok()) {
+                     comm->Abort(st);
+                     return done(st, nullptr);
+                   }
+                   comm->AddLocal(rank, std::move(m), std::move(done));
+                 });
 }
 
 void ClusterCollBackend::Abort(const MemberPtr& m) {

@@ -61,14 +61,12 @@ class ClusterCollBackend : public CollBackend {
   void Leave(const MemberPtr& m) override;
   uint32_t AbortDetail(const MemberPtr& m) const override;
   // Communicators within this host go on in the next process as the local
-  // engine's do; one across hosts does not: its peers on other hosts hold
-  // state about this host's ranks that a hand-over here cannot move.
+  // engine's do; one across hosts re-forms its inter-host group with the
+  // next process (cross_host_comm.h says how).
   size_t Withdraw(const MemberPtr& m) override;
-  Status SaveMember(const MemberPtr& m, coll::MemberState* out) const override;
-  void Rejoin(const TenantId& tenant, const coll::MemberState& state,
-              std::function<void(Status, MemberPtr)> done) override {
-    local_->Rejoin(tenant, state, std::move(done));
-  }
+  Status SaveMember(const MemberPtr& m, SavedMember* out) const override;
+  void Rejoin(const TenantId& tenant, const SavedMember& saved,
+              std::function<void(Status, MemberPtr)> done) override;
   void Shutdown() override;
   void SetTenantWeight(const TenantId& tenant, uint32_t weight) override {
     local_->SetTenantWeight(tenant, weight);
@@ -112,6 +110,14 @@ class ClusterCollBackend : public CollBackend {
   // timeout, or the default).
   std::chrono::milliseconds TimeoutOf(const coll::Constraints& c) const;
   StatusOr<LocalPart*> PartFor(const std::shared_ptr<Joining>& j, const CrossHostLayout& layout);
+  CrossHostKeys KeysFor(const coll::Uid& uid) const;
+  cluster::GlooGroupOptions GroupFor(const coll::Uid& uid, const CrossHostLayout& layout,
+                                     const coll::Constraints& c) const;
+  // The communicator a rank handed over by the previous process rejoins:
+  // made by its host's first rank to come back.
+  StatusOr<std::shared_ptr<CrossHostComm>> RejoinedComm(const coll::Uid& uid,
+                                                        const CrossHostSaved& saved,
+                                                        const coll::Constraints& c);
 
   const std::unique_ptr<CollBackend> local_;
   const ClusterCollOptions options_;
@@ -127,6 +133,11 @@ class ClusterCollBackend : public CollBackend {
   std::atomic<bool> shut_down_{false};
   mutable std::mutex mu_;
   std::vector<std::weak_ptr<CrossHostComm>> comms_;
+  struct Rejoining {
+    std::shared_ptr<CrossHostComm> comm;
+    uint32_t remaining = 0;  // this host's ranks still to come back
+  };
+  std::map<coll::Uid, Rejoining> rejoining_;
 };
 
 }  // namespace hz::service

@@ -26,20 +26,31 @@ Status ParseUid(const json& in, coll::Uid* uid) {
   return Status::Ok();
 }
 
-json MemberJson(uint64_t handle, const coll::MemberState& m) {
-  return {{"handle", handle},
-          {"uid", coll::UidHex(m.uid)},
-          {"nranks", m.nranks},
-          {"rank", m.rank},
-          {"deterministic", m.constraints.deterministic},
-          {"allow_lossy", m.constraints.allow_lossy},
-          {"priority_class", m.constraints.priority_class},
-          {"max_threads", m.constraints.max_threads},
-          {"timeout_ms", m.constraints.timeout_ms},
-          {"next_seq", m.next_seq}};
+json MemberJson(uint64_t handle, const SavedMember& saved) {
+  const coll::MemberState& m = saved.engine;
+  json j = {{"handle", handle},
+            {"uid", coll::UidHex(m.uid)},
+            {"nranks", m.nranks},
+            {"rank", m.rank},
+            {"deterministic", m.constraints.deterministic},
+            {"allow_lossy", m.constraints.allow_lossy},
+            {"priority_class", m.constraints.priority_class},
+            {"max_threads", m.constraints.max_threads},
+            {"timeout_ms", m.constraints.timeout_ms},
+            {"next_seq", m.next_seq}};
+  // Optional, so that the previous format reads as it did; a process that
+  // does not know it rejoins the rank numbered in the whole communicator,
+  // which fails (its other ranks never come) rather than runs on part of it.
+  if (!saved.backend.is_null()) j["backend"] = saved.backend;
+  return j;
 }
 
-Status ParseMember(const json& in, const DeviceLimits& limits, coll::MemberState* m) {
+Status ParseMember(const json& in, const DeviceLimits& limits, SavedMember* saved) {
+  coll::MemberState* m = &saved->engine;
+  if (auto backend = in.find("backend"); backend != in.end()) {
+    if (!backend->is_object()) return Status::InvalidArgument("backend must be an object");
+    saved->backend = *backend;  // the backend checks it (Rejoin)
+  }
   uint64_t nranks = 0, rank = 0, prio = 0, threads = 0, timeout = 0;
   Status st = ParseUid(in, &m->uid);
   if (st.ok()) st = GetUInt(in, "nranks", limits.max_comm_ranks, &nranks);
@@ -80,7 +91,7 @@ Status CollectiveHandler::SaveState(json* out) const {
       continue;
     }
     if (entry.member == nullptr) return Status::Busy("a communicator is still re-forming");
-    coll::MemberState m;
+    SavedMember m;
     if (Status st = backend_->SaveMember(entry.member, &m); !st.ok()) {
       return Status(st.code(), "communicator handle " + std::to_string(handle) + ": " +
                                    std::string(st.message()));
@@ -108,7 +119,7 @@ Status CollectiveHandler::RestoreState(const json& in) {
   if (!list->empty() && backend_ == nullptr) {
     return Status::NotSupported("this service has no collective engine");
   }
-  std::vector<std::pair<uint64_t, coll::MemberState>> rejoin;
+  std::vector<std::pair<uint64_t, SavedMember>> rejoin;
   std::map<uint64_t, CommEntry> comms;
   for (const json& c : *list) {
     uint64_t handle = 0;
@@ -121,7 +132,7 @@ Status CollectiveHandler::RestoreState(const json& in) {
     if (Status st = GetBool(c, "lost", false, &lost); !st.ok()) return st;
     comms[handle].lost = lost;
     if (lost) continue;
-    coll::MemberState m;
+    SavedMember m;
     if (Status st = ParseMember(c, limits_, &m); !st.ok()) return st;
     rejoin.emplace_back(handle, m);
   }

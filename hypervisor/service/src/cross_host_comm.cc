@@ -35,14 +35,25 @@ uint32_t CrossHostLayout::LocalIndex(uint32_t global_rank) const {
   return static_cast<uint32_t>(it - local_ranks.begin());
 }
 
-CrossHostComm::CrossHostComm(CollBackend& local, CrossHostLayout layout,
-                             cluster::GlooGroupOptions group, std::shared_ptr<CrossHostStats> stats)
+CrossHostComm::CrossHostComm(CollBackend& local, CrossHostLayout layout, CrossHostKeys keys,
+                             cluster::GlooGroupOptions group, std::shared_ptr<CrossHostStats> stats,
+                             std::optional<CrossHostResume> resume)
     : local_(local),
       layout_(std::move(layout)),
+      keys_(std::move(keys)),
+      uid_hex_(coll::UidHex(keys_.uid)),
       group_options_(std::move(group)),
-      stats_(std::move(stats)) {
+      stats_(std::move(stats)),
+      resumed_(resume.has_value()),
+      directory_(keys_.store, keys_.key_prefix, keys_.store_timeout) {
   members_.resize(layout_.local_ranks.size());
   init_dones_.resize(layout_.local_ranks.size());
+  if (resume) {
+    generation_ = resume->generation;
+    next_seq_ = resume->next_seq;
+    local_seq_ = resume->local_seq;
+    leg_model_ = resume->leg_model;
+  }
 }
 
 void CrossHostComm::Start() {
@@ -145,6 +156,7 @@ CrossHostCommInfo CrossHostComm::Info() const {
   i.state = !aborted_.ok() ? "aborted" : inits_answered_ ? "active" : "forming";
   if (!aborted_.ok()) i.abort_reason = aborted_.message();
   i.next_seq = next_seq_;
+  i.generation = generation_;
   i.leg_model = leg_model_;
   return i;
 }
@@ -206,6 +218,8 @@ void CrossHostComm::Finish(PendingOp& op, const Status& s) {
 }
 
 StatusOr<std::unique_ptr<cluster::InterHostGroup>> CrossHostComm::ConnectAndCalibrate() {
+  // The other hosts kept the model; measuring again would stall them.
+  if (resumed_) return ConnectAt(generation_, next_seq_);
   StatusOr<std::unique_ptr<cluster::InterHostGroup>> g = cluster::ConnectGlooGroup(group_options_);
   if (!g.ok()) return g;
   // Before any operation: every host measures the same sequence, so the
@@ -267,19 +281,29 @@ void CrossHostComm::Loop() {
     for (;;) {
       PendingOp op;
       uint64_t seq = 0;
+      uint64_t reform = 0;
       {
         std::unique_lock<std::mutex> lock(mu_);
         wake_.wait(lock, [this] {
           auto it = pending_.find(next_seq_);
-          return stop_ || !aborted_.ok() ||
+          return stop_ || !aborted_.ok() || reform_wanted_ > generation_ ||
                  (it != pending_.end() && it->second.posted == layout_.local_ranks.size());
         });
         if (stop_ || !aborted_.ok()) break;
-        seq = next_seq_++;
-        op = std::move(pending_[seq]);
-        pending_.erase(seq);
+        seq = next_seq_;
+        if (reform_wanted_ > generation_) {
+          reform = reform_wanted_;
+        } else {
+          ++next_seq_;
+          op = std::move(pending_[seq]);
+          pending_.erase(seq);
+        }
       }
-      Run(std::move(op));
+      if (reform == 0) {
+        Run(std::move(op), seq);
+      } else if (Status s = Reform(reform, seq); !s.ok()) {
+        Abort(s);
+      }
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

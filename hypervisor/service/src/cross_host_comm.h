@@ -28,6 +28,9 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "hz/cluster/comm_directory.h"
 #include "hz/cluster/inter_host.h"
 #include "hz/common/waiting_window.h"
 #include "hz/service/coll_backend.h"
@@ -53,6 +56,47 @@ struct CrossHostLayout {
   uint32_t LocalIndex(uint32_t global_rank) const;
   uint32_t nhosts() const { return static_cast<uint32_t>(hosts.size()); }
 };
+
+// The communicator in the cluster store: its uid, and where a re-formation
+// of its inter-host group is announced (cluster::CommDirectory).
+struct CrossHostKeys {
+  coll::Uid uid;
+  cluster::RedisAddress store;
+  std::string key_prefix;  // the cluster's
+  std::chrono::milliseconds store_timeout{1000};
+};
+
+// Where a communicator across hosts stood when this host handed it to its
+// next process (a live upgrade), for that process to go on from: the
+// generation its group re-forms at, the first collective not run, and the
+// leg's cost model, which every host keeps (each picks algorithms from it).
+struct CrossHostResume {
+  uint64_t generation = 0;
+  uint64_t next_seq = 0;
+  uint64_t local_seq = 0;  // the local part's, in the engine
+  cluster::LegCostModel leg_model;
+};
+
+// A rank's point-to-point counters across hosts (SPEC §7.4.5): the next
+// pair seq of its sends by destination, and of its receives by source.
+struct CrossHostPairs {
+  std::map<uint32_t, uint64_t> sends;
+  std::map<uint32_t, uint64_t> recvs;
+};
+
+// A rank of a communicator across hosts as a previous process saved it
+// (CrossHostComm::Save), for Rejoin.
+struct CrossHostSaved {
+  CrossHostLayout layout;  // tenant left to the caller
+  CrossHostResume resume;
+  CrossHostPairs pairs;
+  coll::MemberState local;  // the engine's state of its part on this host
+};
+// Checks saved.backend["cross_host"] against the engine's part (the rank
+// numbered in the whole communicator) and this host: kInvalidArgument for
+// anything inconsistent, kAborted when the communicator was aborted before.
+StatusOr<CrossHostSaved> ParseCrossHostSaved(const SavedMember& saved,
+                                             const std::string& host_name);
 
 // The pipeline's chunk, the largest call of the inter-host leg: large
 // enough that a chunk's leg is dominated by its bytes rather than by the
@@ -100,14 +144,30 @@ struct CrossHostCommInfo {
   std::string state;                  // forming, active, aborted
   std::string abort_reason;
   uint64_t next_seq = 0;
+  uint64_t generation = 0;  // of the inter-host group: how often it re-formed
   std::optional<cluster::LegCostModel> leg_model;  // once the group is formed
 };
 
+// Live upgrade (cross_host_reform.cc). A host hands the communicator to its
+// next process at a collective's boundary: Withdraw takes back the
+// collectives its ranks posted that have not started, and announces in the
+// cluster store that the group re-forms at the next generation. When the old
+// process exits its connections close; each other host, its group failing,
+// finds the announcement, closes its own connections (so that the failure
+// reaches every host at once), forms the group again and retries the
+// operation that failed, sends and receives included. The next process
+// forms it from the state SaveMember wrote. Before the first operation on
+// the new group, every host says which collective it is at; they must agree
+// (a collective ends on every host or on none, since each needs every host),
+// else the communicator is aborted.
 class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
  public:
-  // Start() once made (the leg thread needs shared_from_this).
-  CrossHostComm(CollBackend& local, CrossHostLayout layout, cluster::GlooGroupOptions group,
-                std::shared_ptr<CrossHostStats> stats);
+  // Start() once made (the leg thread needs shared_from_this). resume: the
+  // state a previous process handed over; the group then re-forms at its
+  // generation, without measuring the links again.
+  CrossHostComm(CollBackend& local, CrossHostLayout layout, CrossHostKeys keys,
+                cluster::GlooGroupOptions group, std::shared_ptr<CrossHostStats> stats,
+                std::optional<CrossHostResume> resume = std::nullopt);
   ~CrossHostComm();
   void Start();
   CrossHostComm(const CrossHostComm&) = delete;
@@ -137,6 +197,17 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   Status abort_status() const;
   CrossHostCommInfo Info() const;
 
+  // Live upgrade. Takes back global_rank's collectives that have not
+  // started (each completes with kTryAgain before Withdraw returns) and
+  // announces the re-formation; the number taken back.
+  size_t Withdraw(uint32_t global_rank);
+  // What the next process needs for global_rank (the engine's state of its
+  // local part in `local`); kState before Withdraw announced the re-formation.
+  StatusOr<nlohmann::json> Save(uint32_t global_rank, const coll::MemberState& local) const;
+  // A rank of a resumed communicator brings back its point-to-point counters.
+  void RestorePairs(uint32_t global_rank, const CrossHostPairs& pairs);
+  const CrossHostKeys& keys() const { return keys_; }
+
  private:
   struct PendingOp {
     std::vector<std::optional<coll::OpDesc>> descs;  // by local index
@@ -146,8 +217,26 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
 
   void Loop();
   bool FormGroup();
-  // Forms the group and measures its cost model (leg_model_).
+  // Forms the group and measures its cost model (leg_model_); when resumed,
+  // re-forms it at the handed-over generation instead.
   StatusOr<std::unique_ptr<cluster::InterHostGroup>> ConnectAndCalibrate();
+
+  // cross_host_reform.cc. The group's store key at a generation.
+  std::string GroupKey(uint64_t generation) const;
+  // After a failure of the group (used at generation `used`): the newer
+  // generation it re-forms at, if one was announced.
+  std::optional<uint64_t> NewerGeneration(const Status& failure, uint64_t used);
+  // On the leg thread: closes the current group and forms the one of
+  // `generation`, where the hosts must agree that seq is the first
+  // collective not completed.
+  Status Reform(uint64_t generation, uint64_t seq);
+  // Connects the group of `generation` and checks the agreement on seq.
+  StatusOr<std::unique_ptr<cluster::InterHostGroup>> ConnectAt(uint64_t generation, uint64_t seq);
+  // On a point-to-point thread whose operation failed at generation `used`:
+  // has the leg thread re-form the group, if a newer one was announced, and
+  // waits for it. False when there is none, or the communicator was aborted.
+  bool AwaitReform(const Status& failure, uint64_t used);
+  std::pair<std::shared_ptr<cluster::InterHostGroup>, uint64_t> CurrentGroup() const;
   void PostPointToPoint(uint32_t global_rank, coll::OpDesc& op, coll::Done& done);
 
   // cross_host_p2p.cc: a send or recv whose peer is on another host. The
@@ -164,14 +253,16 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   void RunPointToPoint(PointToPoint p);
   // The two sides exchange (count, dtype) before any data: kMismatch on both
   // when they differ, and no data moves.
-  Status AgreeAcrossHosts(const PointToPoint& p);
-  Status SendAcrossHosts(const PointToPoint& p);
-  Status RecvAcrossHosts(const PointToPoint& p);
+  Status AgreeAcrossHosts(const PointToPoint& p, cluster::InterHostGroup& group);
+  Status SendAcrossHosts(const PointToPoint& p, cluster::InterHostGroup& group);
+  Status RecvAcrossHosts(const PointToPoint& p, cluster::InterHostGroup& group);
   // Answers op's ranks that are not answered yet.
   void Finish(PendingOp& op, const Status& s);
 
-  // cross_host_ops.cc: one operation, on the leg thread.
-  void Run(PendingOp op);
+  // cross_host_ops.cc: one operation, on the leg thread, again on a
+  // re-formed group when its group failed for a re-formation.
+  void Run(PendingOp op, uint64_t seq);
+  Status RunOnce(PendingOp& op);
   // One output of a reduction: bytes [from, from + len) of the result, to
   // the start of a rank's recv buffer.
   struct Output {
@@ -213,15 +304,24 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
 
   CollBackend& local_;
   const CrossHostLayout layout_;
-  const cluster::GlooGroupOptions group_options_;
+  const CrossHostKeys keys_;
+  const std::string uid_hex_;
+  const cluster::GlooGroupOptions group_options_;  // key: generation 0's
   const std::shared_ptr<CrossHostStats> stats_;
-  // Set (under mu_) before any rank's init is answered; then the leg thread
-  // and the point-to-point threads use it.
-  std::unique_ptr<cluster::InterHostGroup> group_;
+  const bool resumed_;
+  // Set (under mu_) by the leg thread before any rank's init is answered,
+  // and replaced when the group re-forms; the leg thread reads it without
+  // the lock, the point-to-point threads through CurrentGroup.
+  std::shared_ptr<cluster::InterHostGroup> group_;
   std::optional<cluster::LegCostModel> leg_model_;  // set with group_
   std::vector<uint8_t> staging_;                    // leg thread only
   std::vector<uint16_t> wire_;                      // bfloat16 chunk (ALLOW_LOSSY); leg thread only
-  uint64_t local_seq_ = 0;                          // leg thread only
+  // The local part's next seq in the engine: written by the leg thread
+  // within operations, read by Save between them.
+  std::atomic<uint64_t> local_seq_{0};
+  // Re-formation announcements, read and written from several threads.
+  mutable std::mutex store_mu_;
+  mutable cluster::CommDirectory directory_;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;
@@ -241,7 +341,10 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> next_recv_;
   std::map<uint64_t, coll::Done> p2p_dones_;  // point-to-point not answered yet, by id
   uint64_t next_p2p_id_ = 0;
-  uint32_t p2p_threads_ = 0;  // running; at most kMaxPointToPoint
+  uint32_t p2p_threads_ = 0;    // running; at most kMaxPointToPoint
+  uint64_t generation_ = 0;     // group_'s
+  uint64_t reform_wanted_ = 0;  // a point-to-point thread asks the leg thread to re-form
+  uint64_t announced_ = 0;      // the generation Withdraw announced (0: none)
   std::thread leg_;
 };
 
@@ -251,6 +354,19 @@ Status CrossHostComm::Touching(F&& f) {
   if (!aborted_.ok()) return aborted_;
   f();
   return Status::Ok();
+}
+
+template <typename F>
+Status CrossHostComm::InGroup(F&& f) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.ok()) return aborted_;
+    in_group_op_ = true;
+  }
+  Status s = f();
+  std::lock_guard<std::mutex> lock(mu_);
+  in_group_op_ = false;
+  return s;
 }
 
 // A rank's membership in a communicator across hosts: numbered as in the

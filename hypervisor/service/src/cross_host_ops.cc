@@ -201,19 +201,6 @@ Status WaitAll(std::vector<std::future<Status>>& done) {
 
 }  // namespace
 
-template <typename F>
-Status CrossHostComm::InGroup(F&& f) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!aborted_.ok()) return aborted_;
-    in_group_op_ = true;
-  }
-  Status s = f();
-  std::lock_guard<std::mutex> lock(mu_);
-  in_group_op_ = false;
-  return s;
-}
-
 // The algorithm whose measured cost (the group's LegCostModel, the same on
 // every host) is lowest for one call of the leg: a pipeline chunk, or the
 // whole buffer when it is smaller.
@@ -227,28 +214,26 @@ cluster::InterHostAlgorithm CrossHostComm::ChooseAlgorithm(size_t bytes) {
   return a;
 }
 
-void CrossHostComm::Run(PendingOp op) {
+void CrossHostComm::Run(PendingOp op, uint64_t seq) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_dones_ = &op.dones;
   }
   Status s;
-  switch (op.descs[0]->op) {
-    case Op::kAllReduce:
-    case Op::kReduce:
-    case Op::kReduceScatter:
-      s = RunReduction(op);
+  for (;;) {
+    const uint64_t generation = generation_;  // written by this thread only
+    s = RunOnce(op);
+    if (s.ok()) break;
+    // The group failed because a host handed the communicator to its next
+    // process: no host completed this operation (it needs every host), and
+    // no rank's output was written (outputs follow the group's part), so
+    // it runs again from the ranks' buffers on the re-formed group.
+    std::optional<uint64_t> next = NewerGeneration(s, generation);
+    if (!next) break;
+    if (Status r = Reform(*next, seq); !r.ok()) {
+      s = r;
       break;
-    case Op::kBroadcast:
-      s = RunBroadcast(op);
-      break;
-    case Op::kAllGather:
-    case Op::kAllToAll:
-      s = RunGather(op);
-      break;
-    default:
-      s = InGroup([&] { return group_->Barrier(); });
-      break;
+    }
   }
   if (!s.ok()) {
     stats_->failed.fetch_add(1, std::memory_order_relaxed);
@@ -256,6 +241,22 @@ void CrossHostComm::Run(PendingOp op) {
                                                : coll::AbortCause::kProvider);
   }
   Finish(op, s);
+}
+
+Status CrossHostComm::RunOnce(PendingOp& op) {
+  switch (op.descs[0]->op) {
+    case Op::kAllReduce:
+    case Op::kReduce:
+    case Op::kReduceScatter:
+      return RunReduction(op);
+    case Op::kBroadcast:
+      return RunBroadcast(op);
+    case Op::kAllGather:
+    case Op::kAllToAll:
+      return RunGather(op);
+    default:
+      return InGroup([&] { return group_->Barrier(); });
+  }
 }
 
 std::vector<std::future<Status>> CrossHostComm::PostLocalReduce(PendingOp& op, size_t offset,

@@ -92,8 +92,24 @@ void CrossHostComm::PostAcrossHosts(uint32_t global_rank, coll::OpDesc& op, coll
 }
 
 void CrossHostComm::RunPointToPoint(PointToPoint p) {
-  Status s = AgreeAcrossHosts(p);
-  if (s.ok()) s = p.op.op == coll::Op::kSend ? SendAcrossHosts(p) : RecvAcrossHosts(p);
+  Status s;
+  for (;;) {
+    auto [group, generation] = CurrentGroup();
+    s = AgreeAcrossHosts(p, *group);
+    if (s.ok()) {
+      s = p.op.op == coll::Op::kSend ? SendAcrossHosts(p, *group) : RecvAcrossHosts(p, *group);
+    }
+    if (s.ok() || s.code() == StatusCode::kMismatch) break;
+    // A host handed the communicator to its next process: the pair starts
+    // over on the re-formed group, under the same seq (the partner's side
+    // failed too, or is posted again there), with the whole timeout to meet
+    // its partner again. Should the partner's side have completed in the
+    // instant the old group closed, this side finds no partner and fails
+    // by its timeout, which aborts the communicator: never a wrong match,
+    // since each message's tag carries its pair seq.
+    if (!AwaitReform(s, generation)) break;
+    p.deadline = Clock::now() + group_options_.timeout;
+  }
   coll::Done done;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -118,7 +134,7 @@ void CrossHostComm::RunPointToPoint(PointToPoint p) {
   wake_.notify_all();
 }
 
-Status CrossHostComm::AgreeAcrossHosts(const PointToPoint& p) {
+Status CrossHostComm::AgreeAcrossHosts(const PointToPoint& p, cluster::InterHostGroup& group) {
   const bool send = p.op.op == coll::Op::kSend;
   const uint32_t host = layout_.host_of_rank[p.op.peer];
   const uint32_t src = send ? p.me : p.op.peer;
@@ -128,11 +144,11 @@ Status CrossHostComm::AgreeAcrossHosts(const PointToPoint& p) {
   // The offer waits for the partner; the answer follows it at once.
   const uint64_t offer = Tag(Kind::kOffer, src, dst, p.seq);
   const uint64_t answer = Tag(Kind::kAnswer, src, dst, p.seq);
-  Status s = send ? group_->Send(host, offer, &mine, sizeof(mine), Until(p.deadline))
-                  : group_->Recv(host, offer, &theirs, sizeof(theirs), Until(p.deadline));
+  Status s = send ? group.Send(host, offer, &mine, sizeof(mine), Until(p.deadline))
+                  : group.Recv(host, offer, &theirs, sizeof(theirs), Until(p.deadline));
   if (s.ok()) {
-    s = send ? group_->Recv(host, answer, &theirs, sizeof(theirs), group_options_.timeout)
-             : group_->Send(host, answer, &mine, sizeof(mine), group_options_.timeout);
+    s = send ? group.Recv(host, answer, &theirs, sizeof(theirs), group_options_.timeout)
+             : group.Send(host, answer, &mine, sizeof(mine), group_options_.timeout);
   }
   if (!s.ok()) return s;
   if (theirs.count != mine.count || theirs.dtype != mine.dtype) {
@@ -141,7 +157,7 @@ Status CrossHostComm::AgreeAcrossHosts(const PointToPoint& p) {
   return Status::Ok();
 }
 
-Status CrossHostComm::SendAcrossHosts(const PointToPoint& p) {
+Status CrossHostComm::SendAcrossHosts(const PointToPoint& p, cluster::InterHostGroup& group) {
   const size_t bytes = Bytes(p.op);
   const uint32_t host = layout_.host_of_rank[p.op.peer];
   const uint64_t tag = Tag(Kind::kData, p.me, p.op.peer, p.seq);
@@ -149,21 +165,21 @@ Status CrossHostComm::SendAcrossHosts(const PointToPoint& p) {
   for (size_t off = 0; off < bytes; off += chunk.size()) {
     const size_t n = std::min(chunk.size(), bytes - off);
     if (Status s = Touching([&] { Gather(p.op.send, off, n, chunk.data()); }); !s.ok()) return s;
-    if (Status s = group_->Send(host, tag, chunk.data(), n, group_options_.timeout); !s.ok()) {
+    if (Status s = group.Send(host, tag, chunk.data(), n, group_options_.timeout); !s.ok()) {
       return s;
     }
   }
   return Status::Ok();
 }
 
-Status CrossHostComm::RecvAcrossHosts(const PointToPoint& p) {
+Status CrossHostComm::RecvAcrossHosts(const PointToPoint& p, cluster::InterHostGroup& group) {
   const size_t bytes = Bytes(p.op);
   const uint32_t host = layout_.host_of_rank[p.op.peer];
   const uint64_t tag = Tag(Kind::kData, p.op.peer, p.me, p.seq);
   std::vector<uint8_t> chunk(std::min(bytes, kChunkBytes));
   for (size_t off = 0; off < bytes; off += chunk.size()) {
     const size_t n = std::min(chunk.size(), bytes - off);
-    if (Status s = group_->Recv(host, tag, chunk.data(), n, group_options_.timeout); !s.ok()) {
+    if (Status s = group.Recv(host, tag, chunk.data(), n, group_options_.timeout); !s.ok()) {
       return s;
     }
     if (Status s = Touching([&] { Scatter(chunk.data(), n, p.op.recv, off); }); !s.ok()) return s;

@@ -47,9 +47,9 @@ void EngineBackend::Init(const TenantId& tenant, const coll::Uid& uid, uint32_t 
                });
 }
 
-void EngineBackend::Rejoin(const TenantId& tenant, const coll::MemberState& state,
+void EngineBackend::Rejoin(const TenantId& tenant, const SavedMember& saved,
                            std::function<void(Status, MemberPtr)> done) {
-  engine_.Rejoin(tenant, state,
+  engine_.Rejoin(tenant, saved.engine,
                  [done = std::move(done)](Status st, std::shared_ptr<coll::Member> m) {
                    done(st, m ? std::make_shared<EngineMember>(std::move(m)) : nullptr);
                  });
@@ -59,8 +59,8 @@ size_t EngineBackend::Withdraw(const MemberPtr& m) {
   return engine_.Withdraw(Unwrap(m));
 }
 
-Status EngineBackend::SaveMember(const MemberPtr& m, coll::MemberState* out) const {
-  return engine_.SaveMember(Unwrap(m), out);
+Status EngineBackend::SaveMember(const MemberPtr& m, SavedMember* out) const {
+  return engine_.SaveMember(Unwrap(m), &out->engine);
 }
 
 void EngineBackend::Post(const MemberPtr& m, coll::OpDesc op, coll::Done done) {

@@ -8,7 +8,8 @@
 // Input: the state bytes. When they are accepted, the restored device is
 // exercised as the next process would: its rings start, a waiting
 // communicator's rejoin is answered (succeeding or failing by the input's
-// last byte), requests on every family are served, and the device's state
+// last byte; one across hosts is first read as the cluster backend reads
+// it), requests on every family are served, and the device's state
 // is saved again and must be accepted by yet another device.
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cross_host_comm.h"
 #include "fakes.h"
 #include "hz/service/hz_device.h"
 
@@ -80,6 +82,16 @@ void Exercise(Harness& h, HzDevice& dev, bool rejoins_succeed) {
     dev.OnQueueStarted(*queues.back());
   }
   for (auto& rejoin : h.backend.rejoins) {
+    // A rank of a communicator across hosts: what the cluster backend reads
+    // of it before it rejoins (cluster_coll_backend.cc).
+    if (rejoin.backend.is_object() && rejoin.backend.contains("cross_host")) {
+      hz::service::SavedMember saved{rejoin.state, rejoin.backend};
+      hz::StatusOr<hz::service::CrossHostSaved> x = hz::service::ParseCrossHostSaved(saved, "h0");
+      if (x.ok() && (x->layout.local_ranks.empty() || x->layout.nranks != rejoin.state.nranks ||
+                     x->local.rank >= x->local.nranks)) {
+        std::abort();  // accepted, yet not a rank of this host
+      }
+    }
     if (rejoins_succeed) {
       rejoin.done(hz::Status::Ok(), std::make_shared<FakeMember>(0, rejoin.state.nranks, 200));
     } else {

@@ -272,18 +272,19 @@ class FakeBackend : public CollBackend {
     for (coll::Done& done : withdrawn) done(Status::TryAgain("withdrawn"));
     return withdrawn.size();
   }
-  Status SaveMember(const MemberPtr& m, coll::MemberState* out) const override {
-    out->uid.bytes[0] = static_cast<uint8_t>(m->comm_id() - 100);
-    out->nranks = m->nranks();
-    out->rank = m->rank();
-    out->next_seq = next_seq;
+  Status SaveMember(const MemberPtr& m, SavedMember* out) const override {
+    out->engine.uid.bytes[0] = static_cast<uint8_t>(m->comm_id() - 100);
+    out->engine.nranks = m->nranks();
+    out->engine.rank = m->rank();
+    out->engine.next_seq = next_seq;
+    out->backend = backend_state;
     return Status::Ok();
   }
   // Rejoins wait for the test.
-  void Rejoin(const TenantId& /*tenant*/, const coll::MemberState& state,
+  void Rejoin(const TenantId& /*tenant*/, const SavedMember& saved,
               std::function<void(Status, MemberPtr)> done) override {
     std::lock_guard<std::mutex> lock(mu);
-    rejoins.push_back({state, std::move(done)});
+    rejoins.push_back({saved.engine, saved.backend, std::move(done)});
   }
   void Shutdown() override { shutdown = true; }
   BackendStats Stats() const override {
@@ -308,12 +309,14 @@ class FakeBackend : public CollBackend {
   std::map<coll::Uid, TenantId> uid_tenant;
   struct PendingRejoin {
     coll::MemberState state;
+    nlohmann::json backend;
     std::function<void(Status, MemberPtr)> done;
   };
   std::vector<PendingInit> inits;
   std::vector<Posted> posts;
   std::vector<PendingRejoin> rejoins;
-  uint64_t next_seq = 0;  // what SaveMember reports
+  uint64_t next_seq = 0;         // what SaveMember reports
+  nlohmann::json backend_state;  // ... and as the backend's part
   std::vector<MemberPtr> destroyed, aborted;
   coll::Constraints last_constraints;
   bool shutdown = false;

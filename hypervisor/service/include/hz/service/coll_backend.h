@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "hz/collectives/types.h"
 #include "hz/common/waiting_window.h"
 
@@ -25,6 +27,15 @@ class CommMember {
   virtual uint32_t rank() const = 0;
   virtual uint32_t nranks() const = 0;
   virtual uint64_t comm_id() const = 0;
+};
+
+// What re-forms a rank's membership in the next process (live upgrade): as
+// the engine knows it (numbered in the whole communicator), and what the
+// backend adds; `backend` is null when it adds nothing (a communicator across
+// hosts: where its ranks are and its inter-host group, cross_host_comm.h).
+struct SavedMember {
+  coll::MemberState engine;
+  nlohmann::json backend;
 };
 
 struct CommSummary {
@@ -80,10 +91,10 @@ class CollBackend {
   // m in another process, where Rejoin does it once every rank came back.
   // The defaults suit a backend that cannot hand its communicators over.
   virtual size_t Withdraw(const MemberPtr& /*m*/) { return 0; }
-  virtual Status SaveMember(const MemberPtr& /*m*/, coll::MemberState* /*out*/) const {
+  virtual Status SaveMember(const MemberPtr& /*m*/, SavedMember* /*out*/) const {
     return Status::NotSupported("this backend cannot hand communicators over");
   }
-  virtual void Rejoin(const TenantId& /*tenant*/, const coll::MemberState& /*state*/,
+  virtual void Rejoin(const TenantId& /*tenant*/, const SavedMember& /*saved*/,
                       std::function<void(Status, MemberPtr)> done) {
     done(Status::NotSupported("this backend cannot re-form communicators"), nullptr);
   }

@@ -28,8 +28,8 @@ class EngineBackend : public CollBackend {
   void Leave(const MemberPtr& m) override;
   uint32_t AbortDetail(const MemberPtr& m) const override;
   size_t Withdraw(const MemberPtr& m) override;
-  Status SaveMember(const MemberPtr& m, coll::MemberState* out) const override;
-  void Rejoin(const TenantId& tenant, const coll::MemberState& state,
+  Status SaveMember(const MemberPtr& m, SavedMember* out) const override;
+  void Rejoin(const TenantId& tenant, const SavedMember& saved,
               std::function<void(Status, MemberPtr)> done) override;
   void Shutdown() override;
   void SetTenantWeight(const TenantId& tenant, uint32_t weight) override {
