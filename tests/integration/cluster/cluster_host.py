@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -15,6 +16,58 @@ from cluster_net import ClusterNet
 from hz_service import Service
 
 FIXTURES = os.environ.get("HZ_SCHED_FIXTURES", "")
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+class UpgradeFailed(RuntimeError):
+    """`hzctl upgrade` did not hand over; the message is its answer."""
+
+
+class Successor:
+    """The daemon a live upgrade started, in place of the Popen of the one it
+    replaced (the same poll, wait, send_signal, kill and terminate). It is
+    the old process's child; once that one exits it is the test's (see
+    become_subreaper), so its exit status can still be waited for."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.args = [f"harmonaized (pid {pid})"]
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def become_subreaper() -> None:
+    """The test process adopts the orphans of its descendants: a daemon
+    started by a live upgrade outlives its parent, the daemon the test
+    started, and would otherwise go to init, out of the test's reach. (Any
+    other orphan stays a zombie until the test exits, which is harmless.)"""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
 class ClusterHost(Service):
@@ -70,6 +123,57 @@ class ClusterHost(Service):
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait(10)
+
+    def upgrade(self, timeout_s: float = 60.0) -> int:
+        """A live upgrade to the same binary with `hzctl upgrade`; the new
+        daemon's pid. From then on stop(), kill(), terminate(), wait_exit()
+        and log() are the new daemon's: it writes to the same log file (it
+        inherits the old one's output) and is tracked by its pid.
+        UpgradeFailed when hzctl does not report a hand-over."""
+        assert self.proc is not None
+        become_subreaper()  # before the old process can exit
+        out = subprocess.run([self.hzctl_path, "--socket", self.control, "--json", "--timeout",
+                              str(timeout_s), "upgrade", "--binary", self.harmonaized],
+                             capture_output=True, text=True, timeout=timeout_s + 30)
+        try:
+            answer = json.loads(out.stdout)
+        except ValueError:
+            answer = {"ok": False, "error": f"no answer: {out.stdout!r} {out.stderr!r}"}
+        if out.returncode != 0 or not answer.get("ok"):
+            raise UpgradeFailed(f"hzctl upgrade (exit {out.returncode}): {json.dumps(answer)}")
+        if answer["from"] != self.proc.pid or answer["pid"] == answer["from"]:
+            raise UpgradeFailed(f"not a hand-over from process {self.proc.pid}: {answer}")
+        # The new process answers before the old one has left; only once it
+        # has is the new one the test's child.
+        try:
+            status = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise UpgradeFailed(f"process {self.proc.pid} still runs after the hand-over "
+                                f"to {answer['pid']}") from None
+        if status != 0:
+            raise UpgradeFailed(f"process {self.proc.pid} exited with {status} after the "
+                                "hand-over")
+        self.proc = Successor(answer["pid"])
+        # ClusterNet kills it with the namespaces if the test does not stop it.
+        self.net.procs.append(self.proc)
+        return self.proc.pid
+
+    def log_size(self) -> int:
+        """Where the log's next line will start (for a part of log_since)."""
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    def log_since(self, start: int, end: Optional[int] = None) -> str:
+        """The log from byte start (a log_size()) to end (or its end)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                data = f.read() if end is None else f.read(max(0, end - start))
+        except OSError:
+            return ""
+        return data.decode("utf-8", errors="replace")
 
     def cluster(self) -> Dict[str, Any]:
         answer = self.hzctl("cluster", "status")

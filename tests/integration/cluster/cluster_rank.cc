@@ -5,6 +5,7 @@
 //   cluster_rank --socket PATH --uid-file FILE --rank R --nranks N
 //                [--create-uid] [--count N] [--timeout-ms MS] [--loop] [--cross-host]
 //                [--hierarchical] [--lossy] [--unanswered-send]
+//                [--verified-loop --progress-file PATH --stop-file PATH]
 //
 // --create-uid: this rank asks its host for the uid and writes it (hex) to
 // FILE; the others wait for the file. Then every rank joins, runs all-reduce
@@ -21,7 +22,19 @@
 // times out (rank 0 to the last rank), then exits.
 // --loop: after the checks, all-reduces until an operation fails, and
 // reports that failure (a host dying under the communicator).
+// --verified-loop: only joins (none of the checks above, so that the ranks
+// get going at once), then loops, checking every result: an fp32 sum
+// all-reduce of --count elements and a ring shift with send and recv, with
+// values that depend on the iteration (a stale or lost result shows). After
+// each iteration the number done is written to --progress-file (20 decimal
+// digits at offset 0; "{rank}" in PATH stands for the rank, so that ranks
+// started with the same options write files of their own). Once a rank sees
+// --stop-file, every rank stops after the same iteration (the all-reduce
+// carries the stop), and each prints {"ok": true, "iterations": N}. A
+// failed operation or a wrong result is reported as usual, with the
+// iteration.
 // Exit status: 0 all checks passed; 1 an operation failed; 2 a wrong result.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -392,6 +405,112 @@ int CheckUnansweredSend(hz_comm_t* comm, uint8_t* buf, uint32_t me, uint32_t n,
   return 0;
 }
 
+// Rank r's summand at element k of iteration `iter`: small integers, so the
+// sum over the ranks is exact in fp32 in any order; it changes with the
+// iteration, so a result left from an earlier one shows.
+float LoopValue(uint32_t r, uint64_t iter, size_t k) {
+  return static_cast<float>(1 + r + (iter * 3 + k + r * 5) % 17);
+}
+
+// What rank `from` sends to its right neighbour in iteration `iter`.
+uint32_t LoopShiftValue(uint32_t from, uint64_t iter, size_t k) {
+  return static_cast<uint32_t>((from + 1) * 2654435761u ^ (iter * 40503u + k));
+}
+
+// The number of iterations done, where the test reads it: one fixed-width
+// write in place per iteration.
+class Progress {
+ public:
+  explicit Progress(const std::string& path)
+      : fd_(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {}
+  ~Progress() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  bool ok() const { return fd_ >= 0; }
+  bool Write(uint64_t done) const {
+    char text[32];
+    const int n = std::snprintf(text, sizeof(text), "%020" PRIu64 "\n", done);
+    return pwrite(fd_, text, n, 0) == n;
+  }
+
+ private:
+  int fd_;
+};
+
+// --verified-loop. Element `count` of the all-reduce is the number of ranks
+// that saw the stop file before this iteration: every rank learns of a stop
+// in the same iteration and leaves after it, so that none waits in a
+// collective its peers never join.
+int VerifiedLoop(hz_comm_t* comm, void* mem, size_t count, uint32_t me, uint32_t n,
+                 const std::string& progress_file, const std::string& stop_file) {
+  Progress progress(progress_file);
+  if (!progress.ok() || !progress.Write(0)) return Failed("progress_file", HZ_EIO);
+  auto* f = static_cast<float*>(mem);
+  // The ring shift's buffers take the all-reduce's place once it was checked.
+  auto* send = static_cast<uint32_t*>(mem);
+  uint32_t* recv = send + count;
+  const uint32_t left = (me + n - 1) % n, right = (me + 1) % n;
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t iter = 0;
+  auto failed = [&](const char* what, int e) {
+    out["iterations"] = iter;
+    out["ms_in_loop"] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return Failed(what, e);
+  };
+  auto wrong = [&](const char* what, size_t k, double got, double want) {
+    out["iterations"] = iter;
+    out["wrong"] = {
+        {"what", what}, {"iteration", iter}, {"index", k}, {"got", got}, {"want", want}};
+    return Report(2);
+  };
+  for (;; ++iter) {
+    for (size_t k = 0; k < count; ++k) f[k] = LoopValue(me, iter, k);
+    f[count] = access(stop_file.c_str(), F_OK) == 0 ? 1.0f : 0.0f;
+    if (int e = hz_allreduce(comm, f, f, count + 1, HZ_FP32, HZ_SUM); e != 0) {
+      return failed("loop allreduce", e);
+    }
+    for (size_t k = 0; k < count; ++k) {
+      float want = 0;
+      for (uint32_t r = 0; r < n; ++r) want += LoopValue(r, iter, k);
+      if (f[k] != want) return wrong("allreduce", k, f[k], want);
+    }
+    const bool stop = f[count] > 0;
+    if (n > 1) {  // a send to itself is refused
+      for (size_t k = 0; k < count; ++k) {
+        send[k] = LoopShiftValue(me, iter, k);
+        recv[k] = 0;
+      }
+      hz_request_t *rq = nullptr, *sq = nullptr;
+      if (int e = hz_recv_async(comm, recv, count, HZ_UINT32, left, &rq); e != 0) {
+        return failed("loop recv", e);
+      }
+      if (int e = hz_send_async(comm, send, count, HZ_UINT32, right, &sq); e != 0) {
+        return failed("loop send", e);  // the recv ends with the communicator
+      }
+      const int es = hz_wait(sq, -1), er = hz_wait(rq, -1);
+      if (es != 0 || er != 0) return failed("loop send/recv", es != 0 ? es : er);
+      for (size_t k = 0; k < count; ++k) {
+        if (recv[k] != LoopShiftValue(left, iter, k)) {
+          return wrong("ring_shift", k, recv[k], LoopShiftValue(left, iter, k));
+        }
+      }
+    }
+    if (!progress.Write(iter + 1)) return failed("progress_file", HZ_EIO);
+    if (stop) break;
+  }
+  // A rank that leaves ends the communicator for the others: none leaves
+  // while a peer's send or recv with it may still be under way.
+  if (int e = hz_barrier(comm); e != 0) return failed("loop barrier", e);
+  out["ok"] = true;
+  out["iterations"] = iter + 1;
+  out["ms_in_loop"] =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return Report(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -413,6 +532,11 @@ int main(int argc, char** argv) {
   app.add_flag("--lossy", lossy);
   bool unanswered = false;
   app.add_flag("--unanswered-send", unanswered);
+  bool verified_loop = false;
+  std::string progress_file, stop_file;
+  auto* progress_opt = app.add_option("--progress-file", progress_file);
+  auto* stop_opt = app.add_option("--stop-file", stop_file);
+  app.add_flag("--verified-loop", verified_loop)->needs(progress_opt)->needs(stop_opt);
   CLI11_PARSE(app, argc, argv);
   out = {{"rank", rank}, {"nranks", nranks}};
 
@@ -440,8 +564,14 @@ int main(int argc, char** argv) {
   comm_owner.reset(comm);
   void* mem = nullptr;
   // Room for the largest ring shift (its send and recv buffers) too.
-  if (int e = hz_mem_alloc(dev, std::max<size_t>(count, 1 << 20) * 8, &mem); e != 0) {
+  if (int e = hz_mem_alloc(dev, std::max<size_t>(count + 1, 1 << 20) * 8, &mem); e != 0) {
     return Failed("mem_alloc", e);
+  }
+  if (verified_loop) {
+    if (size_t at = progress_file.find("{rank}"); at != std::string::npos) {
+      progress_file.replace(at, 6, std::to_string(rank));
+    }
+    return VerifiedLoop(comm, mem, count, rank, nranks, progress_file, stop_file);
   }
   if (unanswered) {
     if (int e = CheckUnansweredSend(comm, static_cast<uint8_t*>(mem), rank, nranks, timeout_ms);
