@@ -7,6 +7,7 @@ its name to its closing brace). Small files and functions are a rule of the
 project; this keeps the rule true where it has been applied.
 """
 import re
+import string
 import subprocess
 import sys
 
@@ -36,6 +37,11 @@ def strip(text):
             j = n if end < 0 else end + len(m.group(1)) + 2
             out.append(re.sub(r"[^\n]", " ", text[i:j]))
             i = j
+        elif c == "'" and 0 < i < n - 1 and text[i - 1] in string.hexdigits and \
+                text[i + 1] in string.hexdigits:
+            # A digit separator (10'000), not a character literal.
+            out.append(c)
+            i += 1
         elif c in "\"'":
             j = i + 1
             while j < n and text[j] != c:
