@@ -250,6 +250,15 @@ StatusOr<std::shared_ptr<CrossHostComm>> ClusterCollBackend::RejoinedComm(
     r.remaining = static_cast<uint32_t>(saved.layout.local_ranks.size());
     std::erase_if(comms_, [](const auto& w) { return w.expired(); });
     comms_.push_back(r.comm);
+    ReformNotice notice{coll::UidHex(uid), {}};
+    for (uint32_t h = 0; h < saved.layout.nhosts(); ++h) {
+      if (h != saved.layout.host_index) notice.hosts.push_back(saved.layout.hosts[h]);
+    }
+    if (host_caller_) {
+      boost::asio::post(io_, [this, notice = std::move(notice)] { Notify(notice); });
+    } else {
+      unsent_.push_back(std::move(notice));
+    }
   } else if (r.comm->layout().hosts != saved.layout.hosts ||
              r.comm->layout().host_of_rank != saved.layout.host_of_rank) {
     return Status::InvalidArgument("the ranks of a communicator disagree on where they are");
@@ -257,6 +266,50 @@ StatusOr<std::shared_ptr<CrossHostComm>> ClusterCollBackend::RejoinedComm(
   std::shared_ptr<CrossHostComm> comm = r.comm;
   if (--r.remaining == 0) rejoining_.erase(uid);
   return comm;
+}
+
+void ClusterCollBackend::SetHostCaller(HostCaller call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  host_caller_ = std::move(call);
+  for (ReformNotice& n : unsent_) {
+    boost::asio::post(io_, [this, n = std::move(n)] { Notify(n); });
+  }
+  unsent_.clear();
+}
+
+void ClusterCollBackend::Notify(ReformNotice notice) {
+  HostCaller call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call = host_caller_;
+  }
+  for (const std::string& host : notice.hosts) {
+    StatusOr<nlohmann::json> r = call(host, {{"cmd", kReformCommand}, {"uid", notice.uid_hex}});
+    if (!r.ok()) {
+      // That host re-forms when its next operation fails instead.
+      spdlog::warn("event=cross_host_reform_notice_failed host={} error=\"{}\"", host,
+                   r.status().ToString());
+    }
+  }
+}
+
+nlohmann::json ClusterCollBackend::ReformRequested(const nlohmann::json& req) {
+  coll::Uid uid;
+  const auto hex = req.find("uid");
+  if (hex == req.end() || !hex->is_string() || !coll::ParseUidHex(hex->get<std::string>(), &uid)) {
+    return {{"ok", false},
+            {"error", "uid must be 64 lowercase hex digits"},
+            {"status", static_cast<int>(StatusCode::kInvalidArgument)}};
+  }
+  std::vector<std::shared_ptr<CrossHostComm>> matching;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& w : comms_) {
+      if (auto c = w.lock(); c && c->keys().uid == uid) matching.push_back(std::move(c));
+    }
+  }
+  for (const auto& c : matching) c->CheckForReform();
+  return {{"ok", true}, {"result", {{"communicators", matching.size()}}}};
 }
 
 void ClusterCollBackend::Rejoin(const TenantId& tenant, const SavedMember& saved,

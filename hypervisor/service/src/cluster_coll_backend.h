@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -87,6 +88,19 @@ class ClusterCollBackend : public CollBackend {
   // store): every communicator with ranks there is aborted at once, its
   // ranks answered even while Gloo still waits for the host.
   void HostLeft(const std::string& host, const std::string& why);
+  // Live upgrade. A communicator that re-forms in this (next) process asks
+  // its other hosts, through `call` (the cluster's host commands), to
+  // re-form at once rather than at their next operation: each of them
+  // serves kReformCommand with ReformRequested. Notices made before the
+  // caller is set wait for it.
+  static constexpr const char* kReformCommand = "cross_host.reform";
+  using HostCaller =
+      std::function<StatusOr<nlohmann::json>(const std::string& host, const nlohmann::json& req)>;
+  void SetHostCaller(HostCaller call);
+  // {"uid": hex}: the communicator's group re-forms if the store announces
+  // a newer generation. Input from another host: checked.
+  nlohmann::json ReformRequested(const nlohmann::json& req);
+
   // The live communicators across hosts that this host takes part in.
   std::vector<CrossHostCommInfo> CrossHostComms() const;
   WaitingTime FabricWaiting(std::set<std::string>* tenants) const override;
@@ -118,6 +132,12 @@ class ClusterCollBackend : public CollBackend {
   StatusOr<std::shared_ptr<CrossHostComm>> RejoinedComm(const coll::Uid& uid,
                                                         const CrossHostSaved& saved,
                                                         const coll::Constraints& c);
+  struct ReformNotice {
+    std::string uid_hex;
+    std::vector<std::string> hosts;
+  };
+  // Sends it on the directory thread (the calls wait for their answers).
+  void Notify(ReformNotice notice);
 
   const std::unique_ptr<CollBackend> local_;
   const ClusterCollOptions options_;
@@ -138,6 +158,8 @@ class ClusterCollBackend : public CollBackend {
     uint32_t remaining = 0;  // this host's ranks still to come back
   };
   std::map<coll::Uid, Rejoining> rejoining_;
+  HostCaller host_caller_;
+  std::vector<ReformNotice> unsent_;  // until the caller is set
 };
 
 }  // namespace hz::service

@@ -206,6 +206,11 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   StatusOr<nlohmann::json> Save(uint32_t global_rank, const coll::MemberState& local) const;
   // A rank of a resumed communicator brings back its point-to-point counters.
   void RestorePairs(uint32_t global_rank, const CrossHostPairs& pairs);
+  // Another host's next process asks this host to re-form the group now
+  // (an idle communicator would otherwise notice only at its next
+  // operation): re-formed between operations when the store announces a
+  // newer generation. From any thread; it reads the store.
+  void CheckForReform();
   const CrossHostKeys& keys() const { return keys_; }
 
  private:

@@ -245,10 +245,12 @@ std::optional<uint64_t> CrossHostComm::NewerGeneration(const Status& failure, ui
   if (c != StatusCode::kIoError && c != StatusCode::kAborted && c != StatusCode::kTimedOut) {
     return std::nullopt;
   }
+  uint64_t own = 0;  // a generation this process announced is its successor's
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!aborted_.ok() || stop_) return std::nullopt;
     if (generation_ > used) return generation_;
+    own = announced_;
   }
   StatusOr<uint64_t> announced = [&] {
     std::lock_guard<std::mutex> lock(store_mu_);
@@ -259,8 +261,18 @@ std::optional<uint64_t> CrossHostComm::NewerGeneration(const Status& failure, ui
                  announced.status().ToString());
     return std::nullopt;
   }
-  if (*announced <= used) return std::nullopt;
+  if (*announced <= used || *announced <= own) return std::nullopt;
   return *announced;
+}
+
+void CrossHostComm::CheckForReform() {
+  const uint64_t used = CurrentGroup().second;
+  std::optional<uint64_t> next =
+      NewerGeneration(Status::Aborted("a host re-forms the group"), used);
+  if (!next) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  reform_wanted_ = std::max(reform_wanted_, *next);
+  wake_.notify_all();
 }
 
 StatusOr<std::unique_ptr<cluster::InterHostGroup>> CrossHostComm::ConnectAt(uint64_t generation,

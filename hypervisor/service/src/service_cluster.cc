@@ -99,11 +99,14 @@ hz::Status Service::StartHostCommands() {
   o.timeout = std::chrono::milliseconds(config_.cluster.command_timeout_ms);
   host_commands_ = std::make_unique<cluster::HostCommands>(
       o, [this](const json& req, const std::string& from) { return ServeForwarded(req, from); });
+  auto call = [this](const std::string& host, const json& req) {
+    return host_commands_->Call(host, req);
+  };
   if (provider_) {
-    auto call = [this](const std::string& host, const json& req) {
-      return host_commands_->Call(host, req);
-    };
     if (hz::Status s = provider_->JoinCluster(o.host_name, call); !s.ok()) return s;
+  }
+  if (auto* cross_host = dynamic_cast<ClusterCollBackend*>(coll_.get())) {
+    cross_host->SetHostCaller(call);
   }
   host_commands_->Start();
   return hz::Status::Ok();
@@ -144,6 +147,14 @@ std::string Service::HandleControl(const std::string& line) {
 
 json Service::ServeForwarded(json req, const std::string& from) {
   const std::string cmd = req.value("cmd", std::string());
+  // Between hosts only (no operator sends it): a communicator across hosts
+  // re-forms after another host's upgrade (cluster_coll_backend.h).
+  if (cmd == ClusterCollBackend::kReformCommand) {
+    auto* cross_host = dynamic_cast<ClusterCollBackend*>(coll_.get());
+    if (cross_host == nullptr) return Refused("this host runs no communicators across hosts");
+    spdlog::info("event=host_command from={} cmd={}", from, cmd);
+    return cross_host->ReformRequested(req);
+  }
   if (!Forwardable(cmd)) {
     spdlog::warn("event=host_command_refused from={} cmd=\"{}\"", from, cmd);
     return Refused("command \"" + cmd + "\" is not run for another host", StatusCode::kPermission);
