@@ -5,7 +5,8 @@
 //   cluster_rank --socket PATH --uid-file FILE --rank R --nranks N
 //                [--create-uid] [--count N] [--timeout-ms MS] [--loop] [--cross-host]
 //                [--hierarchical] [--lossy] [--unanswered-send]
-//                [--verified-loop --progress-file PATH --stop-file PATH]
+//                [--verified-loop --progress-file PATH --stop-file PATH
+//                 [--hold-at N --resume-file PATH]]
 //
 // --create-uid: this rank asks its host for the uid and writes it (hex) to
 // FILE; the others wait for the file. Then every rank joins, runs all-reduce
@@ -32,7 +33,8 @@
 // --stop-file, every rank stops after the same iteration (the all-reduce
 // carries the stop), and each prints {"ok": true, "iterations": N}. A
 // failed operation or a wrong result is reported as usual, with the
-// iteration.
+// iteration. --hold-at N --resume-file PATH: every rank stops posting once
+// it has done N iterations, until PATH exists (a communicator left idle).
 // Exit status: 0 all checks passed; 1 an operation failed; 2 a wrong result.
 #include <fcntl.h>
 #include <unistd.h>
@@ -443,8 +445,13 @@ class Progress {
 // that saw the stop file before this iteration: every rank learns of a stop
 // in the same iteration and leaves after it, so that none waits in a
 // collective its peers never join.
+struct Hold {
+  uint64_t at = 0;  // 0: none
+  std::string resume_file;
+};
+
 int VerifiedLoop(hz_comm_t* comm, void* mem, size_t count, uint32_t me, uint32_t n,
-                 const std::string& progress_file, const std::string& stop_file) {
+                 const std::string& progress_file, const std::string& stop_file, const Hold& hold) {
   Progress progress(progress_file);
   if (!progress.ok() || !progress.Write(0)) return Failed("progress_file", HZ_EIO);
   auto* f = static_cast<float*>(mem);
@@ -500,6 +507,9 @@ int VerifiedLoop(hz_comm_t* comm, void* mem, size_t count, uint32_t me, uint32_t
     }
     if (!progress.Write(iter + 1)) return failed("progress_file", HZ_EIO);
     if (stop) break;
+    while (iter + 1 == hold.at && access(hold.resume_file.c_str(), F_OK) != 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   // A rank that leaves ends the communicator for the others: none leaves
   // while a peer's send or recv with it may still be under way.
@@ -537,6 +547,9 @@ int main(int argc, char** argv) {
   auto* progress_opt = app.add_option("--progress-file", progress_file);
   auto* stop_opt = app.add_option("--stop-file", stop_file);
   app.add_flag("--verified-loop", verified_loop)->needs(progress_opt)->needs(stop_opt);
+  Hold hold;
+  auto* resume_opt = app.add_option("--resume-file", hold.resume_file);
+  app.add_option("--hold-at", hold.at)->needs(resume_opt);
   CLI11_PARSE(app, argc, argv);
   out = {{"rank", rank}, {"nranks", nranks}};
 
@@ -571,7 +584,7 @@ int main(int argc, char** argv) {
     if (size_t at = progress_file.find("{rank}"); at != std::string::npos) {
       progress_file.replace(at, 6, std::to_string(rank));
     }
-    return VerifiedLoop(comm, mem, count, rank, nranks, progress_file, stop_file);
+    return VerifiedLoop(comm, mem, count, rank, nranks, progress_file, stop_file, hold);
   }
   if (unanswered) {
     if (int e = CheckUnansweredSend(comm, static_cast<uint8_t*>(mem), rank, nranks, timeout_ms);

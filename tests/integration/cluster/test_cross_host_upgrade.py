@@ -33,15 +33,24 @@ class VerifiedLoop:
     """The ranks of one communicator, each in --verified-loop, with their
     progress files and the stop file."""
 
-    def __init__(self, cl, placement) -> None:
+    def __init__(self, cl, placement, timeout_ms=TIMEOUT_MS, hold_at=0) -> None:
+        """hold_at: every rank stops posting after that many iterations
+        until resume()."""
         self.cluster = cl
         tag = time.monotonic_ns()
         self.progress_path = os.path.join(cl.dir, f"progress-{tag}-{{rank}}")
         self.stop_path = os.path.join(cl.dir, f"stop-{tag}")
-        self.procs = cl.ranks(placement, timeout_ms=TIMEOUT_MS,
-                                   extra=["--verified-loop", "--count", str(COUNT),
-                                          "--progress-file", self.progress_path,
-                                          "--stop-file", self.stop_path])
+        self.resume_path = os.path.join(cl.dir, f"resume-{tag}")
+        self.timeout_ms = timeout_ms
+        hold = ["--hold-at", str(hold_at), "--resume-file", self.resume_path] if hold_at else []
+        self.procs = cl.ranks(placement, timeout_ms=timeout_ms,
+                              extra=["--verified-loop", "--count", str(COUNT),
+                                     "--progress-file", self.progress_path,
+                                     "--stop-file", self.stop_path, *hold])
+
+    def resume(self) -> None:
+        with open(self.resume_path, "w", encoding="ascii"):
+            pass
 
     def progress(self) -> list:
         """Iterations each rank has done (0 before its first)."""
@@ -71,7 +80,7 @@ class VerifiedLoop:
         """Stops the loop; (exit status, JSON result) of each rank."""
         with open(self.stop_path, "w", encoding="ascii"):
             pass
-        return [result(p, limit_s=TIMEOUT_MS / 1000 + 60) for p in self.procs]
+        return [result(p, limit_s=self.timeout_ms / 1000 + 60) for p in self.procs]
 
     def kill(self) -> list:
         """Kills what still runs; (how each rank ended, what it printed)."""
@@ -142,6 +151,35 @@ def test_ranks_across_hosts_keep_running_across_upgrades_of_their_hosts(cluster)
         "upgrades": len(order), "iterations": results[0][1]["iterations"],
         "max_s_to_progress": max(resumed), "max_s_to_progress_by_step": max(stepped),
         "step": STEP}}))
+
+
+def test_an_idle_communicator_reforms_at_once_on_every_host(cluster):
+    """The ranks hold, posting nothing, while h0 is upgraded and for longer
+    than their communicator's timeout: the other hosts re-form the group
+    with h0's new process when it asks them to (without that, they would
+    notice only at their next operation, and the new process would have
+    given up waiting for them), and the loop goes on once resumed."""
+    hold_at, timeout_ms = STEP, 2000
+    loop = VerifiedLoop(cluster, [0, 1, 2], timeout_ms=timeout_ms, hold_at=hold_at)
+    try:
+        loop.wait_for([hold_at] * 3, "before the hold")
+        begin = [h.log_size() for h in cluster.hosts]
+        try:
+            cluster.hosts[0].upgrade()
+        except UpgradeFailed as e:
+            loop.fail(f"the upgrade of h0: {e}")
+        for h, b in zip(cluster.hosts, begin):
+            if wait_until(lambda: REFORMED in h.log_since(b), 30) is None:
+                loop.fail(f"{h.name} did not re-form the idle communicator")
+        # Idle past the timeout: nothing is left waiting that could expire.
+        time.sleep(2 * timeout_ms / 1000)
+        loop.resume()
+        loop.wait_for([hold_at + STEP] * 3, "after the resume")
+        results = loop.stop()
+    finally:
+        loop.kill()
+    for rank, (rc, r) in enumerate(results):
+        assert rc == 0 and r.get("ok"), (rank, r)
 
 
 def test_an_upgrade_while_a_peer_host_is_gone_does_not_hang(cluster):
