@@ -31,7 +31,9 @@
 // digits at offset 0; "{rank}" in PATH stands for the rank, so that ranks
 // started with the same options write files of their own). Once a rank sees
 // --stop-file, every rank stops after the same iteration (the all-reduce
-// carries the stop), and each prints {"ok": true, "iterations": N}. A
+// carries the stop), and each prints {"ok": true, "iterations": N,
+// "p99_iteration_us", "max_iteration_us"} (the longest iteration is the
+// longest pause a tenant saw, the p99 the loop's usual pace). A
 // failed operation or a wrong result is reported as usual, with the
 // iteration. --hold-at N --resume-file PATH: every rank stops posting once
 // it has done N iterations, until PATH exists (a communicator left idle).
@@ -460,6 +462,8 @@ int VerifiedLoop(hz_comm_t* comm, void* mem, size_t count, uint32_t me, uint32_t
   uint32_t* recv = send + count;
   const uint32_t left = (me + n - 1) % n, right = (me + 1) % n;
   const auto start = std::chrono::steady_clock::now();
+  auto last = start;
+  std::vector<int64_t> iteration_us;  // each iteration's time, end to end
   uint64_t iter = 0;
   auto failed = [&](const char* what, int e) {
     out["iterations"] = iter;
@@ -506,10 +510,17 @@ int VerifiedLoop(hz_comm_t* comm, void* mem, size_t count, uint32_t me, uint32_t
       }
     }
     if (!progress.Write(iter + 1)) return failed("progress_file", HZ_EIO);
+    const auto now = std::chrono::steady_clock::now();
+    if (iter + 1 != hold.at) {  // a hold is no pause of the service's
+      iteration_us.push_back(
+          std::chrono::duration_cast<std::chrono::microseconds>(now - last).count());
+    }
+    last = now;
     if (stop) break;
     while (iter + 1 == hold.at && access(hold.resume_file.c_str(), F_OK) != 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    if (iter + 1 == hold.at) last = std::chrono::steady_clock::now();
   }
   // A rank that leaves ends the communicator for the others: none leaves
   // while a peer's send or recv with it may still be under way.
@@ -518,6 +529,13 @@ int VerifiedLoop(hz_comm_t* comm, void* mem, size_t count, uint32_t me, uint32_t
   out["iterations"] = iter + 1;
   out["ms_in_loop"] =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  // The longest iteration (a pause, such as an upgrade under it) against
+  // the loop's usual p99, measured in the same run.
+  std::sort(iteration_us.begin(), iteration_us.end());
+  if (!iteration_us.empty()) {
+    out["p99_iteration_us"] = iteration_us[(iteration_us.size() - 1) * 99 / 100];
+    out["max_iteration_us"] = iteration_us.back();
+  }
   return Report(0);
 }
 

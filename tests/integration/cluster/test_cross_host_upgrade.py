@@ -147,10 +147,17 @@ def test_ranks_across_hosts_keep_running_across_upgrades_of_their_hosts(cluster)
         later = [b for g, b in upgrades[n + 1:] if g == h]
         part = cluster.hosts[h].log_since(begin, later[0] if later else None)
         assert REFORMED in part, f"upgrade {n} of {cluster.hosts[h].name}:\n{part[-4000:]}"
+    # The tenant-visible pause: each rank's longest iteration (one spans an
+    # upgrade) against its loop's p99 in the same run. Reported, not
+    # asserted: the machine is shared.
+    pauses = [r["max_iteration_us"] for _, r in results]
+    p99s = [r["p99_iteration_us"] for _, r in results]
     print(json.dumps({"cross_host_upgrade": {
         "upgrades": len(order), "iterations": results[0][1]["iterations"],
         "max_s_to_progress": max(resumed), "max_s_to_progress_by_step": max(stepped),
-        "step": STEP}}))
+        "step": STEP, "longest_iteration_ms": max(pauses) / 1000,
+        "p99_iteration_ms": max(p99s) / 1000,
+        "longest_over_p99": max(p / q for p, q in zip(pauses, p99s) if q > 0)}}))
 
 
 def test_an_idle_communicator_reforms_at_once_on_every_host(cluster):
