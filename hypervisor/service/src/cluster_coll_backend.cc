@@ -225,17 +225,9 @@ Status ClusterCollBackend::SaveMember(const MemberPtr& m, SavedMember* out) cons
   if (x == nullptr) return local_->SaveMember(m, out);
   SavedMember local;
   if (Status s = local_->SaveMember(x->local(), &local); !s.ok()) return s;
-  StatusOr<nlohmann::json> backend = x->comm()->Save(x->rank(), local.engine);
-  if (!backend.ok()) return backend.status();
-  // Numbered in the whole communicator (what a process that knows nothing of
-  // hosts would try, and fail, to rejoin); the local part inside `backend`.
-  const CrossHostLayout& layout = x->comm()->layout();
-  out->engine = local.engine;
-  out->engine.uid = x->comm()->keys().uid;
-  out->engine.nranks = layout.nranks;
-  out->engine.rank = x->rank();
-  out->engine.next_seq = x->comm()->Info().next_seq;
-  out->backend = std::move(*backend);
+  StatusOr<SavedMember> saved = x->comm()->Save(x->rank(), local.engine);
+  if (!saved.ok()) return saved.status();
+  *out = std::move(*saved);
   return Status::Ok();
 }
 

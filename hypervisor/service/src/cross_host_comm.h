@@ -201,9 +201,10 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   // started (each completes with kTryAgain before Withdraw returns) and
   // announces the re-formation; the number taken back.
   size_t Withdraw(uint32_t global_rank);
-  // What the next process needs for global_rank (the engine's state of its
-  // local part in `local`); kState before Withdraw announced the re-formation.
-  StatusOr<nlohmann::json> Save(uint32_t global_rank, const coll::MemberState& local) const;
+  // What the next process needs for global_rank, given the engine's state
+  // of its local part: numbered in the whole communicator, the rest in
+  // `backend`. kState before Withdraw announced the re-formation.
+  StatusOr<SavedMember> Save(uint32_t global_rank, const coll::MemberState& local) const;
   // A rank of a resumed communicator brings back its point-to-point counters.
   void RestorePairs(uint32_t global_rank, const CrossHostPairs& pairs);
   // Another host's next process asks this host to re-form the group now
@@ -321,9 +322,7 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   std::optional<cluster::LegCostModel> leg_model_;  // set with group_
   std::vector<uint8_t> staging_;                    // leg thread only
   std::vector<uint16_t> wire_;                      // bfloat16 chunk (ALLOW_LOSSY); leg thread only
-  // The local part's next seq in the engine: written by the leg thread
-  // within operations, read by Save between them.
-  std::atomic<uint64_t> local_seq_{0};
+  uint64_t local_seq_ = 0;  // the local part's next seq in the engine; leg thread only
   // Re-formation announcements, read and written from several threads.
   mutable std::mutex store_mu_;
   mutable cluster::CommDirectory directory_;

@@ -193,9 +193,21 @@ size_t CrossHostComm::Withdraw(uint32_t global_rank) {
   return withdrawn.size();
 }
 
-StatusOr<json> CrossHostComm::Save(uint32_t global_rank, const coll::MemberState& local) const {
+StatusOr<SavedMember> CrossHostComm::Save(uint32_t global_rank,
+                                          const coll::MemberState& local) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!aborted_.ok()) return json{{"cross_host", {{"aborted", aborted_.message()}}}};
+  // Numbered in the whole communicator (what a process that knows nothing
+  // of hosts would try, and fail, to rejoin); the local part in `backend`.
+  SavedMember saved;
+  saved.engine = local;
+  saved.engine.uid = keys_.uid;
+  saved.engine.nranks = layout_.nranks;
+  saved.engine.rank = global_rank;
+  saved.engine.next_seq = next_seq_;
+  if (!aborted_.ok()) {
+    saved.backend = {{"cross_host", {{"aborted", aborted_.message()}}}};
+    return saved;
+  }
   if (announced_ <= generation_ || !leg_model_) {
     return Status::State("the re-formation of the communicator across hosts was not announced");
   }
@@ -220,7 +232,8 @@ StatusOr<json> CrossHostComm::Save(uint32_t global_rank, const coll::MemberState
             {"leg_model", ModelJson(*leg_model_)},
             {"sends", std::move(sends)},
             {"recvs", std::move(recvs)}};
-  return json{{"cross_host", std::move(x)}};
+  saved.backend = {{"cross_host", std::move(x)}};
+  return saved;
 }
 
 void CrossHostComm::RestorePairs(uint32_t global_rank, const CrossHostPairs& pairs) {
