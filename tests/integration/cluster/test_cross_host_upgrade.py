@@ -166,7 +166,9 @@ def test_an_idle_communicator_reforms_at_once_on_every_host(cluster):
     with h0's new process when it asks them to (without that, they would
     notice only at their next operation, and the new process would have
     given up waiting for them), and the loop goes on once resumed."""
-    hold_at, timeout_ms = STEP, 2000
+    # Long enough that a loaded machine does not run an operation out of
+    # it, short enough to hold past it.
+    hold_at, timeout_ms = STEP, 6000
     loop = VerifiedLoop(cluster, [0, 1, 2], timeout_ms=timeout_ms, hold_at=hold_at)
     try:
         loop.wait_for([hold_at] * 3, "before the hold")
