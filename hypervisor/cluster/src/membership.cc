@@ -14,10 +14,12 @@ namespace {
 
 constexpr const char kHostsGroup[] = "hosts";
 
+constexpr size_t kInstanceDigits = 16;
+
 std::string RandomInstance() {
   std::random_device rd;
   const uint64_t v = (uint64_t{rd()} << 32) | rd();
-  char buf[17];
+  char buf[kInstanceDigits + 1];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
 }
@@ -48,6 +50,12 @@ bool ReadRecord(const std::string& value, HostInfo* host, std::string* instance)
 
 }  // namespace
 
+bool IsInstanceId(const std::string& id) {
+  return id.size() == kInstanceDigits && std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
 const char* MemberStateName(MemberState s) {
   switch (s) {
     case MemberState::kJoining:
@@ -71,7 +79,7 @@ Membership::Membership(std::unique_ptr<LeaseStore> store, MembershipOptions opti
     : store_(std::move(store)),
       options_(std::move(options)),
       listener_(std::move(listener)),
-      instance_(RandomInstance()),
+      instance_(options_.instance.empty() ? RandomInstance() : options_.instance),
       started_unix_ms_(UnixMs()) {
   view_.store = store_->Describe();
 }
@@ -96,6 +104,9 @@ std::string Membership::RecordValue() const {
 }
 
 Status Membership::Start() {
+  if (!IsInstanceId(instance_)) {
+    return Status::InvalidArgument("the cluster instance id is not 16 lower-case hex digits");
+  }
   const auto give_up = Clock::now() + std::chrono::milliseconds(options_.lease_ms + round_ms());
   for (;;) {
     StatusOr<HoldResult> held =

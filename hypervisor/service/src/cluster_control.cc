@@ -16,7 +16,7 @@ ClusterControl::~ClusterControl() {
   Stop();
 }
 
-hz::Status ClusterControl::Start() {
+hz::Status ClusterControl::Start(const std::string& instance) {
   if (!config_.enabled) return hz::Status::Ok();
   host_name_ = config_.HostName();
   if (host_name_.empty()) {
@@ -26,7 +26,8 @@ hz::Status ClusterControl::Start() {
   if (!address.ok()) return address.status();
   auto store = std::make_unique<cluster::RedisLeaseStore>(*address, config_.key_prefix,
                                                           config_.StoreTimeout());
-  cluster::MembershipOptions options{host_name_, config_.data_address, config_.lease_ms, {}};
+  cluster::MembershipOptions options{
+      host_name_, config_.data_address, config_.lease_ms, {}, instance};
   options.attributes = [this] {
     json a = hooks_.local_shapes ? ShapesAttribute(hooks_.local_shapes()) : json::object();
     if (hooks_.placement) a["placement"] = hooks_.placement();
@@ -61,6 +62,10 @@ void ClusterControl::OnChange(const cluster::MembershipChange& change) {
     if (tenants.count(tenant) == 0) hooks_.other_hosts(tenant, {});
   }
   tenants_elsewhere_ = std::move(tenants);
+}
+
+std::string ClusterControl::Instance() const {
+  return membership_ ? membership_->instance() : std::string();
 }
 
 void ClusterControl::Stop() {

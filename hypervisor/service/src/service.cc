@@ -108,7 +108,7 @@ void Service::StartConnectionThreads() {
 hz::Status Service::LockStateDir() {
   // The successor of a live upgrade holds the lock it was handed, and a
   // process restarted after a crash the lock its predecessor stored.
-  if (takeover_ != nullptr) return AdoptLockAndListeners();
+  if (takeover_ != nullptr) return AdoptHandedOver();
   if (recovery_ != nullptr) return AdoptStoredLockAndListeners();
   const std::string lock_path = config_.state_dir + "/harmonaized.lock";
   hz::StatusOr<int> lock = LockFile(lock_path);
@@ -201,7 +201,7 @@ hz::Status Service::Start() {
   if (after_crash) engines_->PrepareStaging();  // once the tenants are served
   if (hz::Status s = StartHostCommands(); !s.ok()) return s;
   // Last: the other hosts see this one once it can serve.
-  if (hz::Status s = cluster_->Start(); !s.ok()) return s;
+  if (hz::Status s = cluster_->Start(handed_cluster_instance_); !s.ok()) return s;
   spdlog::info("event=started state_dir={} control_socket={} metrics={}:{} workers={} engine={}",
                config_.state_dir, config_.ControlSocketPath(), config_.metrics_address,
                metrics_port_, config_.worker_threads, coll_ ? "yes" : "no");

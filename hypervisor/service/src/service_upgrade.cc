@@ -24,6 +24,7 @@
 #include "hz/events/event_spec.h"
 #include "hz/service/service.h"
 #include "metrics_server.h"
+#include "upgrade_state.h"
 #include "vdev/upgrade.h"
 
 namespace hz::service {
@@ -146,6 +147,7 @@ std::string Service::ExportForUpgrade(vdev::SnapshotFds& fds, vdev::Snapshot* sn
   snapshot->application_fds.push_back(fds.Add(control_->listener()));
   if (metrics_server_) snapshot->application_fds.push_back(fds.Add(metrics_server_->listener()));
   if (fds.failed()) return "out of descriptors";
+  snapshot->application_state = EncodeUpgradeState({cluster_->Instance()});
   return {};
 }
 
@@ -158,8 +160,13 @@ void Service::LeaveAfterUpgrade(pid_t successor) {
   std::_Exit(0);
 }
 
-hz::Status Service::AdoptLockAndListeners() {
+hz::Status Service::AdoptHandedOver() {
   const vdev::Snapshot& s = takeover_->snapshot();
+  // Without a cluster instance (single host, or an earlier release's
+  // snapshot) the successor joins with a new one once the old lease ends.
+  StatusOr<UpgradeState> state = ParseUpgradeState(s.application_state);
+  if (!state.ok()) return state.status();
+  handed_cluster_instance_ = state->cluster_instance;
   if (s.application_fds.size() <= kControlFd) {
     return hz::Status::InvalidArgument("the snapshot holds no lock and control socket");
   }

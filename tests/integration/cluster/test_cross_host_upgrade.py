@@ -147,6 +147,10 @@ def test_ranks_across_hosts_keep_running_across_upgrades_of_their_hosts(cluster)
         later = [b for g, b in upgrades[n + 1:] if g == h]
         part = cluster.hosts[h].log_since(begin, later[0] if later else None)
         assert REFORMED in part, f"upgrade {n} of {cluster.hosts[h].name}:\n{part[-4000:]}"
+    # An upgraded host never left the cluster: its new process renewed the
+    # old one's lease (a host seen leaving aborts its communicators).
+    for h in cluster.hosts:
+        assert "event=cluster_host_left" not in h.log(), h.name
     # The tenant-visible pause: each rank's longest iteration (one spans an
     # upgrade) against its loop's p99 in the same run. Reported, not
     # asserted: the machine is shared.

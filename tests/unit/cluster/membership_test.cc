@@ -33,12 +33,14 @@ class MembershipTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(redis_.Start()) << redis_.error(); }
 
   std::unique_ptr<Membership> Host(const std::string& name, Membership::Listener listener = {},
-                                   std::function<nlohmann::json()> attributes = {}) {
+                                   std::function<nlohmann::json()> attributes = {},
+                                   std::string instance = {}) {
     auto store = std::make_unique<RedisLeaseStore>(*RedisAddress::Parse(redis_.address()), "hz/",
                                                    milliseconds(kLeaseMs / 4));
     return std::make_unique<Membership>(
         std::move(store),
-        MembershipOptions{name, "10.0.0." + name.substr(1), kLeaseMs, std::move(attributes)},
+        MembershipOptions{name, "10.0.0." + name.substr(1), kLeaseMs, std::move(attributes),
+                          std::move(instance)},
         std::move(listener));
   }
 
@@ -188,6 +190,35 @@ TEST_F(MembershipTest, AHostRestartedAfterACrashTakesItsNameOnceTheOldLeaseEnds)
   EXPECT_EQ(after->View().state, MemberState::kMember);
   EXPECT_EQ(Names(after->View()), (std::vector<std::string>{"h0"}));
   EXPECT_TRUE(after->View().hosts[0].self);
+}
+
+// A live upgrade: the new process holds the lease under its predecessor's
+// instance id. It is not refused while the predecessor still renews (a new
+// id would be, after a lease), and the other hosts never see the host leave.
+TEST_F(MembershipTest, ASuccessorWithItsPredecessorsInstanceKeepsTheLease) {
+  auto h1 = Host("h1");
+  auto before = Host("h0");
+  ASSERT_TRUE(h1->Start().ok());
+  ASSERT_TRUE(before->Start().ok());
+  ASSERT_TRUE(WaitFor([&] { return h1->View().hosts.size() == 2; }));
+  auto after = Host("h0", {}, {}, before->instance());
+  Status s = after->Start();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(after->View().state, MemberState::kMember);
+  before->Stop(/*release=*/false);  // it exits without a word
+  const uint64_t rounds = h1->View().rounds;
+  ASSERT_TRUE(WaitFor([&] { return h1->View().rounds >= rounds + 3 * 3; }));  // three leases
+  EXPECT_EQ(Names(h1->View()), (std::vector<std::string>{"h0", "h1"}));
+  EXPECT_EQ(h1->View().hosts_left, 0u);
+  EXPECT_NE(redis_.Cli("HGET hz/hosts/h0 holder").find(before->instance()), std::string::npos);
+}
+
+TEST_F(MembershipTest, AMalformedInstanceIdIsRefused) {
+  for (const std::string bad : {"0123456789ABCDEF", "0123", "0123456789abcdef0", "../x"}) {
+    Status s = Host("h0", {}, {}, bad)->Start();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad << ": " << s.ToString();
+  }
+  EXPECT_TRUE(IsInstanceId("0123456789abcdef"));
 }
 
 TEST_F(MembershipTest, ALostStoreIsolatesTheHostAndItRejoinsWhenTheStoreReturns) {

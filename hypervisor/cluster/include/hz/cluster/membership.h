@@ -40,7 +40,15 @@ struct MembershipOptions {
   // membership thread; must not block): a JSON object. A record that would
   // exceed kMaxRecordBytes with it goes without it (logged).
   std::function<nlohmann::json()> attributes;
+  // The record's holder id (IsInstanceId); empty: a new random one. A process
+  // that takes over from this host's previous one in a live upgrade passes
+  // the predecessor's, and so renews the same lease instead of waiting for it
+  // to expire, which the other hosts would see as this host leaving.
+  std::string instance;
 };
+
+// Whether `id` has the form of a holder id: 16 lower-case hex digits.
+bool IsInstanceId(const std::string& id);
 
 // The largest record a host writes or reads of another.
 inline constexpr size_t kMaxRecordBytes = 256 * 1024;
@@ -105,6 +113,8 @@ class Membership {
   void Stop(bool release = true);
 
   MembershipView View() const;
+  // The record's holder id, for a successor to take over the lease with.
+  const std::string& instance() const { return instance_; }
   uint32_t round_ms() const { return options_.lease_ms / 3; }
 
  private:

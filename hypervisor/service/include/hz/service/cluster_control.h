@@ -60,10 +60,15 @@ class ClusterControl {
   // Joins the cluster (nothing without [cluster]). Fails when this host's
   // name is held by another live host; a store that cannot be reached is
   // not a failure (the host keeps trying, and says so in cluster.status).
-  hz::Status Start();
+  // A process that took over in a live upgrade passes its predecessor's
+  // Instance(), and holds on to the same lease.
+  hz::Status Start(const std::string& instance = {});
   // Leaves the cluster: the record is deleted, so the other hosts notice at
   // once rather than a lease later.
   void Stop();
+
+  // This process's holder id of the host's record; empty outside a cluster.
+  std::string Instance() const;
 
   // Whether `host` is a live member of the cluster, as last read.
   bool IsLiveHost(const std::string& host) const;

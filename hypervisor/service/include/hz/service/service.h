@@ -223,8 +223,9 @@ class Service : public ControlTarget {
   void WaitForUpgradeSignal();
   // Every bound VM socket's server: what an upgrade hands over or takes.
   std::vector<vdev::Server*> BoundServers() const;
-  // The successor: the lock and listeners from the snapshot.
-  hz::Status AdoptLockAndListeners();
+  // The successor: the lock, the listeners and the cluster lease's holder
+  // from the snapshot.
+  hz::Status AdoptHandedOver();
   // The successor of an upgrade, or a process restarted after a crash: once
   // the bindings are loaded, the VM sessions its predecessor left are served
   // and the tenants are told.
@@ -306,6 +307,7 @@ class Service : public ControlTarget {
   vdev::Takeover* takeover_ = nullptr;  // the successor, until it serves
   vdev::UniqueFd handed_control_;       // the listeners it was handed
   vdev::UniqueFd handed_metrics_;
+  std::string handed_cluster_instance_;  // the predecessor's lease holder id
   // Crash recovery: the unit's fd store, and what a crashed process left in
   // it until the VM sessions are served again.
   std::shared_ptr<vdev::FdStore> fd_store_;
