@@ -48,9 +48,10 @@ inline std::vector<uint8_t> Pattern(uint32_t tag, size_t len) {
 }
 
 // One request/response through the echo device; returns an empty string on
-// success, else what went wrong.
+// success, else what went wrong. spin: WaitUsed's.
 inline std::string EchoOnce(VirtioUser& dev, uint16_t q, uint32_t tag, size_t len = 64,
-                            bool indirect = false) {
+                            bool indirect = false,
+                            std::chrono::nanoseconds spin = std::chrono::nanoseconds(0)) {
   uint64_t in_gpa = 0, out_gpa = 0;
   auto* in = static_cast<uint8_t*>(dev.Allocate(len, &in_gpa));
   auto* out = static_cast<uint8_t*>(dev.Allocate(len, &out_gpa));
@@ -64,7 +65,7 @@ inline std::string EchoOnce(VirtioUser& dev, uint16_t q, uint32_t tag, size_t le
   if (s.ok()) s = dev.Kick(q);
   Completion c{};
   size_t n = 0;
-  if (s.ok()) s = dev.WaitUsed(q, kWait, &c, 1, &n);
+  if (s.ok()) s = dev.WaitUsed(q, kWait, &c, 1, &n, spin);
   if (!s.ok()) {
     err = s.ToString();
   } else if (n != 1 || c.cookie != tag || c.len != len) {

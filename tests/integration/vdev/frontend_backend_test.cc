@@ -249,6 +249,24 @@ TEST_F(VdevFrontendBackend, BlockingRoundTripsWithAndWithoutEventIdx) {
   }
 }
 
+// A wait that spins first turns the device's notifications off and back on
+// before it sleeps: whether the completion comes during the spin or after
+// it, none is lost, with and without EVENT_IDX, and waits that do not spin
+// in between still wake.
+TEST_F(VdevFrontendBackend, SpinningWaitsLoseNoWakeUp) {
+  const std::chrono::nanoseconds spins[] = {0ns, 1us, 20us, 2ms};
+  for (bool event_idx : {true, false}) {
+    VirtioUser dev;
+    VirtioUser::Options o = DefaultOptions();
+    o.event_idx = event_idx;
+    ASSERT_TRUE(ConnectRetry(dev, path_, o).ok());
+    for (uint32_t i = 0; i < 400; ++i) {
+      ASSERT_EQ(EchoOnce(dev, i % 2, i, 16, false, spins[(i / 3) % 4]), "") << i;
+    }
+    dev.Disconnect();
+  }
+}
+
 TEST_F(VdevFrontendBackend, BusyPollModeNeedsNoEventfds) {
   // A back-end polls rings without kick eventfds only where allowed.
   backend_.reset();

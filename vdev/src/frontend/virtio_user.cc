@@ -510,7 +510,7 @@ size_t VirtioUser::PollQueue(Queue& q, Completion* out, size_t max, Status* erro
 }
 
 Status VirtioUser::WaitUsed(uint16_t queue, std::chrono::nanoseconds timeout, Completion* out,
-                            size_t max, size_t* n) {
+                            size_t max, size_t* n, std::chrono::nanoseconds spin) {
   *n = 0;
   Status s = CheckQueue(queue);
   if (!s.ok()) return s;
@@ -522,7 +522,13 @@ Status VirtioUser::WaitUsed(uint16_t queue, std::chrono::nanoseconds timeout, Co
     if (*n > 0) return Status::Ok();
     if (!err.ok()) return err;
   }
-  const auto deadline = Clock::now() + timeout;
+  const auto now = Clock::now();
+  const auto deadline = now + timeout;
+  // Interrupt mode's spin first, with notifications off; they are back on
+  // before the thread sleeps (EnableNotifications below).
+  const auto spin_until = now + std::min(spin, timeout);
+  const bool spinning = spin.count() > 0 && q.call_fd >= 0;
+  if (spinning) q.ring->DisableNotifications();
   const int sock = channel_.fd();
   for (uint32_t spins = 0;; ++spins) {
     if (q.broken || q.ring->HasUsed()) {
@@ -544,6 +550,10 @@ Status VirtioUser::WaitUsed(uint16_t queue, std::chrono::nanoseconds timeout, Co
           }
         }
       }
+      CpuRelax();
+      continue;
+    }
+    if (spinning && Clock::now() < spin_until) {
       CpuRelax();
       continue;
     }

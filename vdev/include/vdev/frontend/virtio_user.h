@@ -153,9 +153,11 @@ class VirtioUser {
   size_t PollUsed(uint16_t queue, Completion* out, size_t max, Status* error = nullptr);
   // Waits until at least one completion arrives (sleeping on the call eventfd,
   // or spinning in busy-poll mode), the timeout passes (kTimeout) or the
-  // back-end goes away (kDisconnected).
+  // back-end goes away (kDisconnected). In interrupt mode it first spins
+  // for up to `spin` (within the timeout) with the device's notifications
+  // off: a completion that arrives meanwhile costs neither side a wake-up.
   Status WaitUsed(uint16_t queue, std::chrono::nanoseconds timeout, Completion* out, size_t max,
-                  size_t* n);
+                  size_t* n, std::chrono::nanoseconds spin = std::chrono::nanoseconds(0));
 
   // Ring lifecycle. StopQueue sends GET_VRING_BASE and returns the index of
   // the next avail entry the back-end would have processed; StartQueue
