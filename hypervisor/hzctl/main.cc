@@ -5,6 +5,7 @@
 //                                        [--max-regions N] [--max-region-bytes N] [--max-extents N]
 //                                        [--max-open-negotiations N] [--disk-bytes N]
 //                                        [--staging-bytes N] [--features LIST]
+//                                        [--latency-poll-us N]
 //         (--features: what HELLO may grant the tenant's sessions, comma-separated
 //          collectives,checkpoint,events,negotiation,topology,hints,inline-data,energy, or
 //          all or none; default all)
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
 
   std::string name, tenant, vm_socket, priority;
   uint64_t weight = 0, max_regions = 0, max_region_bytes = 0, max_extents = 0, max_open = 0;
-  uint64_t disk_bytes = 0, staging_bytes = 0;
+  uint64_t disk_bytes = 0, staging_bytes = 0, latency_poll_us = 0;
 
   auto* tenant_cmd = app.add_subcommand("tenant", "manage tenants")->require_subcommand(1);
   auto* tcreate = tenant_cmd->add_subcommand("create", "create a tenant");
@@ -197,6 +198,10 @@ int main(int argc, char** argv) {
   tcreate->add_option("--staging-bytes", staging_bytes,
                       "checkpoint staging held at once (default: [checkpoint] "
                       "tenant_staging_bytes)");
+  tcreate->add_option("--latency-poll-us", latency_poll_us,
+                      "how long its low-latency communicators keep the service polling after "
+                      "each operation, 0..100000; 0: the flag has no effect (default: [device] "
+                      "low_latency_poll_us)");
   std::string features;
   const char* features_help =
       "what HELLO may grant the tenant's sessions: comma-separated collectives, checkpoint, "
@@ -327,6 +332,7 @@ int main(int argc, char** argv) {
     if (tcreate->count("--max-open-negotiations")) req["max_open_negotiations"] = max_open;
     if (tcreate->count("--disk-bytes")) req["disk_bytes"] = disk_bytes;
     if (tcreate->count("--staging-bytes")) req["staging_bytes"] = staging_bytes;
+    if (tcreate->count("--latency-poll-us")) req["latency_poll_us"] = latency_poll_us;
     if (tcreate->count("--features")) req["features"] = SplitList(features);
   } else if (tfeatures->parsed()) {
     cmd = "tenant.features";

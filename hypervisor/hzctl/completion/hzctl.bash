@@ -24,7 +24,7 @@ _hzctl() {
   )
   local -A opts=(
     [tenant create]="--weight --priority --max-regions --max-region-bytes --max-extents
-                     --max-open-negotiations --disk-bytes --staging-bytes --features"
+                     --max-open-negotiations --disk-bytes --staging-bytes --features --latency-poll-us"
     [tenant features]="--features"
     [tenant remove]="--purge"
     [tenant domain]="--domain"

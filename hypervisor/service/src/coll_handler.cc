@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "coll_request.h"
+#include "hz/service/connection_loop.h"
 #include "hz/service/device_link.h"
 #include "hz/service/device_state.h"
 #include "hz/service/hz_device.h"
@@ -73,7 +74,9 @@ Reply CollectiveHandler::CommInit(const vdev::Queue& queue, const Request& req) 
     return Reply::Error(HZ_S_ETOOSMALL, sizeof(hz_comm_init_result));
   }
   // SPEC §7.3.2, in its order.
-  if ((c.flags & ~(HZ_COMM_F_DETERMINISTIC | HZ_COMM_F_ALLOW_LOSSY)) != 0 || c.reserved != 0) {
+  constexpr uint32_t kKnownFlags =
+      HZ_COMM_F_DETERMINISTIC | HZ_COMM_F_ALLOW_LOSSY | HZ_COMM_F_LOW_LATENCY;
+  if ((c.flags & ~kKnownFlags) != 0 || c.reserved != 0) {
     return Reply::Error(HZ_S_ENOTSUP);
   }
   if (a.nranks == 0 || a.rank >= a.nranks || c.priority_class >= HZ_PRIO_MAX) {
@@ -96,9 +99,10 @@ Reply CollectiveHandler::CommInit(const vdev::Queue& queue, const Request& req) 
 
   auto p = std::make_shared<PendingRequest>();
   ctx_.pending.Add(this, queue, req, p);
+  const bool low_latency = (c.flags & HZ_COMM_F_LOW_LATENCY) != 0;
   backend_->Init(tenant_.id(), uid, a.nranks, a.rank, cons,
-                 OnExecutor([this, id = p->id](Status st, MemberPtr m) {
-                   OnInitDone(id, std::move(st), std::move(m));
+                 OnExecutor([this, id = p->id, low_latency](Status st, MemberPtr m) {
+                   OnInitDone(id, low_latency, std::move(st), std::move(m));
                  }));
   return Reply::Pending();
 }
@@ -115,7 +119,7 @@ CollectiveHandler::MemberDone CollectiveHandler::OnExecutor(MemberDone done) {
   };
 }
 
-void CollectiveHandler::OnInitDone(uint64_t id, Status st, MemberPtr m) {
+void CollectiveHandler::OnInitDone(uint64_t id, bool low_latency, Status st, MemberPtr m) {
   std::shared_ptr<PendingRequest> p = ctx_.pending.Take(id);
   if (!p || !ctx_.pending.RingLive(*p)) {
     // Drained or torn down meanwhile, or the ring it came from stopped: the
@@ -133,6 +137,7 @@ void CollectiveHandler::OnInitDone(uint64_t id, Status st, MemberPtr m) {
   }
   const uint64_t handle = next_handle_++;
   comms_[handle].member = std::move(m);
+  comms_[handle].low_latency = low_latency;
   // Recorded (the crash journal among others) before the guest learns the
   // handle, so a process started after a crash knows it too.
   ctx_.info_changed();
@@ -195,6 +200,7 @@ Reply CollectiveHandler::HandleCollective(const vdev::Queue& queue, const Reques
   op->pins = std::move(plan.pins);
   ctx_.pending.Add(this, queue, req, op);
   cit->second.in_flight++;
+  PollFor(cit->second);
   backend_->Post(m, std::move(plan.desc), [this, link = ctx_.link, op](Status st) {
     DeviceLink::Post(link, [this, op, st] { OnOpDone(*op, st); });
   });
@@ -224,8 +230,16 @@ void CollectiveHandler::OnOpDone(Collective& op, Status st) {
     ctx_.pending.Finish(op, Reply::Error(status, detail));
   }
   op.pins.clear();
+  if (cit == comms_.end()) return;
+  PollFor(cit->second);
   // The last operation of a handle releases the COMM_ABORTs waiting for it.
-  if (cit != comms_.end() && --cit->second.in_flight == 0) ReleaseAborts(cit->second, Reply::Ok());
+  if (--cit->second.in_flight == 0) ReleaseAborts(cit->second, Reply::Ok());
+}
+
+void CollectiveHandler::PollFor(const CommEntry& entry) const {
+  if (!entry.low_latency) return;
+  KeepPolling(std::chrono::microseconds(
+      tenant_.spec().latency_poll_us.value_or(limits_.low_latency_poll_us)));
 }
 
 void CollectiveHandler::ReturnWithdrawn(Collective& op) {

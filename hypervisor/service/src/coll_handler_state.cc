@@ -26,7 +26,7 @@ Status ParseUid(const json& in, coll::Uid* uid) {
   return Status::Ok();
 }
 
-json MemberJson(uint64_t handle, const SavedMember& saved) {
+json MemberJson(uint64_t handle, bool low_latency, const SavedMember& saved) {
   const coll::MemberState& m = saved.engine;
   json j = {{"handle", handle},
             {"uid", coll::UidHex(m.uid)},
@@ -42,6 +42,7 @@ json MemberJson(uint64_t handle, const SavedMember& saved) {
   // does not know it rejoins the rank numbered in the whole communicator,
   // which fails (its other ranks never come) rather than runs on part of it.
   if (!saved.backend.is_null()) j["backend"] = saved.backend;
+  if (low_latency) j["low_latency"] = true;  // optional likewise
   return j;
 }
 
@@ -96,7 +97,7 @@ Status CollectiveHandler::SaveState(json* out) const {
       return Status(st.code(), "communicator handle " + std::to_string(handle) + ": " +
                                    std::string(st.message()));
     }
-    comms.push_back(MemberJson(handle, m));
+    comms.push_back(MemberJson(handle, entry.low_latency, m));
   }
   *out = {{"next_handle", next_handle_}, {"comms", std::move(comms)}};
   return Status::Ok();
@@ -132,6 +133,9 @@ Status CollectiveHandler::RestoreState(const json& in) {
     if (Status st = GetBool(c, "lost", false, &lost); !st.ok()) return st;
     comms[handle].lost = lost;
     if (lost) continue;
+    if (Status st = GetBool(c, "low_latency", false, &comms[handle].low_latency); !st.ok()) {
+      return st;
+    }
     SavedMember m;
     if (Status st = ParseMember(c, limits_, &m); !st.ok()) return st;
     rejoin.emplace_back(handle, m);

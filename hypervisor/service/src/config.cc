@@ -168,6 +168,7 @@ void ReadDevice(TableReader& r, ServiceConfig* c) {
   r.Int("min_connect_interval_ms", &d.min_connect_interval_ms, 0, 60000);
   r.Int("chains_per_turn", &d.chains_per_turn, 1, 65536);
   r.Int("turn_time_us", &d.turn_time_us, 0, 1000000);
+  r.Int("low_latency_poll_us", &d.low_latency_poll_us, 0, kMaxPollUs);
 }
 
 void ReadTenantDefaults(TableReader& r, ServiceConfig* c) {
@@ -310,7 +311,7 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
              {"trace", "debug", "info", "warn", "error", "critical", "off"});
   top.String("log_format", &c.log_format, {"text", "json"});
   top.Int("worker_threads", &c.worker_threads, 1, 256);
-  top.Int("connection_poll_us", &c.connection_poll_us, 0, 100000);
+  top.Int("connection_poll_us", &c.connection_poll_us, 0, kMaxPollUs);
   top.Bool("fd_store", &c.fd_store);
   for (const Section& section : kSections) {
     if (const toml::table* t = top.Table(section.name)) {

@@ -118,6 +118,7 @@ json TenantJson(const Tenant& t) {
           {"disk_bytes", t.spec().ckpt_disk_bytes},
           {"staging_bytes", t.spec().ckpt_staging_bytes},
           {"features", FeatureNamesOf(t.features())},
+          {"latency_poll_us", t.spec().latency_poll_us ? json(*t.spec().latency_poll_us) : json()},
           {"regions", u.regions},
           {"region_bytes", u.region_bytes},
           {"extents", u.extents}};
@@ -207,8 +208,9 @@ json ControlApi::GetStatus(const json& req) {
 }
 
 json ControlApi::CreateTenant(const json& req) {
-  OnlyFields(req, {"name", "weight", "priority", "max_regions", "max_region_bytes", "max_extents",
-                   "max_open_negotiations", "disk_bytes", "staging_bytes", "features"});
+  OnlyFields(
+      req, {"name", "weight", "priority", "max_regions", "max_region_bytes", "max_extents",
+            "max_open_negotiations", "disk_bytes", "staging_bytes", "features", "latency_poll_us"});
   TenantSpec spec;
   spec.name = Str(req, "name");
   TenantLimits def = target_->DefaultTenantLimits();
@@ -224,6 +226,9 @@ json ControlApi::CreateTenant(const json& req) {
   spec.ckpt_disk_bytes = OwnCap(req, "disk_bytes", "tenant_disk_bytes");
   spec.ckpt_staging_bytes = OwnCap(req, "staging_bytes", "tenant_staging_bytes");
   spec.features = Features(req);
+  if (req.contains("latency_poll_us")) {
+    spec.latency_poll_us = static_cast<uint32_t>(UInt(req, "latency_poll_us", 0, kMaxPollUs));
+  }
   Check(target_->CreateTenant(spec));
   return {{"name", spec.name}};
 }

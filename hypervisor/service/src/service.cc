@@ -15,6 +15,7 @@
 #include "host_conditions.h"
 #include "hz/common/file.h"
 #include "hz/common/thread_priority.h"
+#include "hz/service/connection_loop.h"
 #include "hz/service/engine_backend.h"
 #include "maintenance.h"
 #include "metrics_server.h"
@@ -38,32 +39,6 @@ ClusterCollOptions ClusterCollOptionsOf(const ServiceConfig& c) {
   o.uid_lifetime = std::chrono::seconds(c.coll_unused_uid_lifetime_s);
   o.fabric_window = std::chrono::seconds(c.conditions.congestion_window_s);
   return o;
-}
-
-// Runs io until it is stopped. With poll > 0 the thread does not sleep right
-// after handling something: it keeps running the reactor without blocking
-// (a non-blocking epoll_wait per pass) until poll has passed with nothing to
-// do. A rank that posts its next request within that time (a barrier's
-// completion followed by the collective, back-to-back training steps) is
-// served without waking this thread, which costs tens of microseconds on an
-// idle CPU. The price is this thread's CPU time while it polls.
-void RunConnectionThread(boost::asio::io_context& io, std::chrono::microseconds poll) {
-  if (poll.count() == 0) {
-    io.run();
-    return;
-  }
-  using Clock = std::chrono::steady_clock;
-  while (!io.stopped()) {
-    if (io.run_one() == 0) break;  // sleeps until there is something to do
-    auto idle_since = Clock::now();
-    while (!io.stopped()) {
-      if (io.poll() != 0) {
-        idle_since = Clock::now();
-      } else if (Clock::now() - idle_since >= poll) {
-        break;
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -98,7 +73,7 @@ void Service::StartConnectionThreads() {
     t->exited = t->exit_signal.get_future();
     t->thread =
         std::thread([t = t.get(), poll = std::chrono::microseconds(config_.connection_poll_us)] {
-          RunConnectionThread(t->io, poll);
+          RunConnectionLoop(t->io, poll, &t->loop);
           t->exit_signal.set_value();
         });
     vdev_threads_.push_back(std::move(t));

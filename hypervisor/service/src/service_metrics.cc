@@ -57,6 +57,13 @@ json Service::Counters() const {
     }
   }
   json out = {{"requests", requests}, {"dropped", metrics_.dropped()}};
+  // Read from any thread, as ChargedTurns does.
+  json threads = json::array();
+  for (const auto& t : vdev_threads_) {
+    threads.push_back({{"sleeps", t->loop.sleeps.load(std::memory_order_relaxed)},
+                       {"idle_polls", t->loop.idle_polls.load(std::memory_order_relaxed)}});
+  }
+  out["connection_threads"] = std::move(threads);
   if (engines_) out.update(engines_->Counters());
   if (provider_) out["provider"] = provider_->Counters();
   if (coll_) {

@@ -281,6 +281,7 @@ struct hz_comm_uid_result {
 
 #define HZ_COMM_F_DETERMINISTIC (1u << 0) /* bit-identical reduction order */
 #define HZ_COMM_F_ALLOW_LOSSY (1u << 1)   /* lossy transport across hosts */
+#define HZ_COMM_F_LOW_LATENCY (1u << 2)   /* the device polls for its operations */
 
 enum hz_priority_class {
 	HZ_PRIO_LOW = 0,

@@ -75,7 +75,7 @@ Reply HzClient::Wait(uint16_t queue, uint64_t cookie, std::chrono::milliseconds 
     if (now >= deadline) return out;
     vdev::frontend::Completion c[16];
     size_t n = 0;
-    vdev::frontend::Status s = dev_.WaitUsed(queue, deadline - now, c, 16, &n);
+    vdev::frontend::Status s = dev_.WaitUsed(queue, deadline - now, c, 16, &n, spin_);
     for (size_t i = 0; i < n; ++i) done_[c[i].cookie] = c[i].len;
     if (!s.ok() && n == 0 && s.code() != vdev::frontend::Status::Code::kTimeout) return out;
   }
@@ -137,12 +137,12 @@ uint32_t HzClient::NewUid(hz_comm_uid* out) {
 }
 
 uint32_t HzClient::InitComm(const hz_comm_uid& uid, uint32_t nranks, uint32_t rank, uint64_t* comm,
-                            uint32_t timeout_ms) {
+                            uint32_t timeout_ms, uint32_t flags) {
   hz_comm_init_args a{};
   a.uid = uid;
   a.nranks = nranks;
   a.rank = rank;
-  a.constraints.flags = HZ_COMM_F_DETERMINISTIC;
+  a.constraints.flags = flags;
   a.constraints.priority_class = HZ_PRIO_NORMAL;
   a.constraints.timeout_ms = timeout_ms;
   Reply r = Call(HZ_VQ_CONTROL, HZ_OP_COMM_INIT, a);

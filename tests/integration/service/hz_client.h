@@ -71,6 +71,9 @@ class HzClient {
   bool Connect(const std::string& socket, uint64_t memory = 64ull << 20,
                std::string* error = nullptr);
   vdev::frontend::VirtioUser& dev() { return dev_; }
+  // How long Wait looks for a completion before it sleeps (as the tenant
+  // library does for a low-latency communicator); 0 by default.
+  void set_spin(std::chrono::nanoseconds spin) { spin_ = spin; }
   const hz_config& config() const { return config_; }
 
   // Submits one request without waiting; returns a cookie for Wait.
@@ -96,7 +99,7 @@ class HzClient {
   uint32_t Register(uint64_t size, int pieces, uint32_t flags, GuestBuffer* out);
   uint32_t NewUid(hz_comm_uid* out);
   uint32_t InitComm(const hz_comm_uid& uid, uint32_t nranks, uint32_t rank, uint64_t* comm,
-                    uint32_t timeout_ms = 0);
+                    uint32_t timeout_ms = 0, uint32_t flags = HZ_COMM_F_DETERMINISTIC);
   uint32_t Coll(uint16_t queue, uint16_t opcode, const hz_coll_args& a);
 
  private:
@@ -108,6 +111,7 @@ class HzClient {
   vdev::frontend::VirtioUser dev_;
   hz_config config_{};
   uint64_t next_cookie_ = 1;
+  std::chrono::nanoseconds spin_{0};
   std::map<uint64_t, Slot> slots_;
   std::map<uint64_t, uint32_t> done_;  // cookie -> used length, completed but not waited for
 };

@@ -72,6 +72,9 @@ class CollectiveHandler : public FamilyHandler {
     uint32_t in_flight = 0;  // collectives posted on this handle
     // COMM_ABORT requests waiting for the handle's operations (SPEC §7.3.4).
     std::vector<uint64_t> aborts;
+    // Created with HZ_COMM_F_LOW_LATENCY: its operations keep the connection
+    // thread polling (KeepPolling, within the tenant's window).
+    bool low_latency = false;
   };
 
   Reply CommUid(const Request& req);
@@ -81,8 +84,11 @@ class CollectiveHandler : public FamilyHandler {
   // An engine callback for a membership (COMM_INIT, a rejoin) that runs
   // done on the executor, or, when the device is gone, leaves again.
   MemberDone OnExecutor(MemberDone done);
-  void OnInitDone(uint64_t id, Status status, MemberPtr member);
+  void OnInitDone(uint64_t id, bool low_latency, Status status, MemberPtr member);
   void OnOpDone(Collective& op, Status status);
+  // A low-latency communicator's operation was posted or completed: its
+  // rank's next one is likely to follow closely.
+  void PollFor(const CommEntry& entry) const;
   // Answers the COMM_ABORTs waiting for entry's operations.
   void ReleaseAborts(CommEntry& entry, const Reply& reply);
   // A collective the engine withdrew unstarted goes back to its ring.

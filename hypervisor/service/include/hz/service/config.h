@@ -11,6 +11,9 @@
 namespace hz::service {
 
 // What one VM's device offers and accepts (config space, HELLO result).
+// The longest polling window any key may set: 100 ms of a thread's CPU.
+inline constexpr uint32_t kMaxPollUs = 100000;
+
 struct DeviceLimits {
   uint16_t num_request_queues = 4;  // queues 2.. ; at most HZ_MAX_REQUEST_QUEUES
   uint16_t queue_size = 256;        // largest ring the device accepts
@@ -41,6 +44,13 @@ struct DeviceLimits {
   // wait for a later turn: with requests that each cost much, the count
   // above would let one VM hold the thread that much longer. 0: no bound.
   uint32_t turn_time_us = 50;
+  // A communicator created with HZ_COMM_F_LOW_LATENCY (SPEC §7.3.2) keeps its
+  // device's connection thread polling this long after each of its
+  // operations is posted or completed, instead of sleeping: a rank's next
+  // small collective then needs no wake-up. It costs the thread's CPU while
+  // it polls, and stops by itself once the communicator goes quiet. A
+  // tenant's latency_poll_us replaces it; 0: the flag has no effect.
+  uint32_t low_latency_poll_us = 200;
 };
 
 // Per-tenant quotas, summed over all VMs bound to the tenant. A tenant created

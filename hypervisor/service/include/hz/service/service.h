@@ -35,6 +35,7 @@
 #include "hz/service/coll_backend.h"
 #include "hz/service/command_registry.h"
 #include "hz/service/config.h"
+#include "hz/service/connection_loop.h"
 #include "hz/service/control_api.h"
 #include "hz/service/engines.h"
 #include "hz/service/hz_device.h"
@@ -154,6 +155,7 @@ class Service : public ControlTarget {
     std::promise<void> exit_signal;  // set when the thread's loop has returned
     std::future<void> exited;
     bool stuck = false;  // did not answer within the shutdown timeout
+    ConnectionLoopStats loop;
   };
   using Clock = std::chrono::steady_clock;
   struct ThreadCall;  // service_shutdown.cc

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,10 @@ struct TenantSpec {
   // HZ_F_* bits HELLO may grant the tenant's sessions (SPEC §4.2), at
   // creation; Tenant::features() is the allowance now.
   uint64_t features = kEveryFeature;
+  // How long its HZ_COMM_F_LOW_LATENCY communicators keep a connection
+  // thread polling after each operation (SPEC §7.3.2), up to kMaxPollUs;
+  // 0 grants the flag no effect. Unset: [device] low_latency_poll_us.
+  std::optional<uint32_t> latency_poll_us;
 };
 
 // One tenant. Usage counters are shared by every VM of the tenant.
