@@ -108,7 +108,10 @@ int hz_mem_unregister(hz_device_t* dev, void* ptr);
 typedef struct hz_comm_uid hz_uid_t;
 
 struct hz_comm_config {
-  uint32_t flags;          /* HZ_COMM_F_* (HZ_COMM_F_DETERMINISTIC by default) */
+  uint32_t flags;          /* HZ_COMM_F_* (HZ_COMM_F_DETERMINISTIC by default); with
+                              HZ_COMM_F_LOW_LATENCY, the service polls for its requests,
+                              and over vhost-user waits for its operations spin
+                              HZ_LATENCY_POLL_US (default 0) microseconds first */
   uint16_t priority_class; /* enum hz_priority_class */
   uint16_t max_threads;    /* 0: provider decides */
   uint32_t timeout_ms;     /* 0: device default */

@@ -1,6 +1,8 @@
 // Communicators and collectives: argument checks, buffer placement
 // (registered slice, inline in the request, or staged through registered
 // memory), sequence numbers, and asynchronous requests.
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -14,6 +16,9 @@ struct hz_comm {
   uint32_t nranks = 0;
   uint64_t seq = 0;    // next collective sequence number
   uint16_t queue = 0;  // request queue this communicator posts on
+  // HZ_COMM_F_LOW_LATENCY: how long a wait for its operations looks for the
+  // completion before it sleeps (HZ_LATENCY_POLL_US).
+  std::chrono::nanoseconds spin{0};
 };
 
 struct hz_request {
@@ -30,6 +35,7 @@ struct hz_request {
   std::vector<uint8_t> inline_result;
   uint8_t* inline_dst = nullptr;
   hz_coll_args args{};
+  std::chrono::nanoseconds spin{0};  // its communicator's
 };
 
 namespace hz::lib {
@@ -37,6 +43,24 @@ namespace {
 
 // Buffers up to this size travel inside the request when not registered.
 constexpr size_t kInlineMax = 64 * 1024;
+
+// How long a low-latency communicator's waits spin before they sleep:
+// HZ_LATENCY_POLL_US, 0..100000, default 0. Off unless asked for: a spinning
+// rank takes a CPU that the service or the other ranks may need, and where
+// they share the CPUs that costs more than the wake-up it saves
+// (service_allreduce_bench --tenant-spin-us 50 on two CPUs: three to six
+// times slower). It pays where each rank has a CPU of its own.
+std::chrono::nanoseconds LatencyPoll() {
+  constexpr long kDefaultUs = 0, kMaxUs = 100000;
+  const char* env = std::getenv("HZ_LATENCY_POLL_US");
+  long us = kDefaultUs;
+  if (env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end == '\0' && v >= 0 && v <= kMaxUs) us = v;
+  }
+  return std::chrono::microseconds(us);
+}
 
 struct Plan {
   uint16_t opcode;
@@ -78,6 +102,7 @@ int Post(hz_comm* c, uint16_t opcode, const void* send, void* recv, size_t count
 
   auto req = std::make_unique<hz_request>();
   req->dev = dev;
+  req->spin = c->spin;
   hz_coll_args& a = req->args;
   a.comm = c->handle;
   a.seq = p2p ? 0 : c->seq;
@@ -215,6 +240,7 @@ extern "C" int hz_comm_init(hz_device_t* dev, const hz_uid_t* uid, uint32_t nran
   comm->nranks = nranks;
   const uint32_t queues = std::max<uint32_t>(1, dev->hello.num_request_queues);
   comm->queue = static_cast<uint16_t>(dev->next_queue.fetch_add(1) % queues);
+  if (cfg->flags & HZ_COMM_F_LOW_LATENCY) comm->spin = LatencyPoll();
   *out = comm;
   return HZ_OK;
 }
@@ -313,7 +339,7 @@ extern "C" int hz_test(hz_request_t* r) {
   if (r == nullptr) return HZ_EINVAL;
   if (r->done) return r->result;
   Completion c;
-  int rc = r->dev->transport->Wait(r->ticket, 0, &c);
+  int rc = r->dev->transport->Wait(r->ticket, 0, &c, kNoSpin);
   if (rc == HZ_ETIMEDOUT) return HZ_EPENDING;
   if (rc != HZ_OK) return rc;
   return Finish(r, c);
@@ -323,7 +349,7 @@ extern "C" int hz_test_wait(hz_request_t* r, int timeout_ms) {
   if (r == nullptr) return HZ_EINVAL;
   if (r->done) return r->result;
   Completion c;
-  int rc = r->dev->transport->Wait(r->ticket, timeout_ms, &c);
+  int rc = r->dev->transport->Wait(r->ticket, timeout_ms, &c, r->spin);
   if (rc == HZ_ETIMEDOUT) return HZ_EPENDING;  // the wait expired, not the operation
   if (rc != HZ_OK) {
     c = {};
@@ -336,7 +362,7 @@ extern "C" int hz_wait(hz_request_t* r, int timeout_ms) {
   if (r == nullptr) return HZ_EINVAL;
   if (!r->done) {
     Completion c;
-    int rc = r->dev->transport->Wait(r->ticket, timeout_ms, &c);
+    int rc = r->dev->transport->Wait(r->ticket, timeout_ms, &c, r->spin);
     if (rc == HZ_ETIMEDOUT) return rc;  // still pending; the caller may wait again
     if (rc != HZ_OK) {
       c = {};

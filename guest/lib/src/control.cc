@@ -87,7 +87,7 @@ extern "C" int hz_ckpt_save(hz_device_t* dev, uint32_t stream, uint64_t step, co
                                   sizeof(r), &ticket);
   if (rc != HZ_OK) return rc;
   Completion c;
-  rc = dev->transport->Wait(ticket, -1, &c);
+  rc = dev->transport->Wait(ticket, -1, &c, kNoSpin);
   if (rc != HZ_OK) return rc;
   if (c.err) return c.err;
   if (c.status != HZ_S_OK) return FromStatus(c.status);
@@ -120,7 +120,7 @@ extern "C" int hz_ckpt_restore(hz_device_t* dev, uint32_t stream, uint64_t step,
                                   result.data(), static_cast<uint32_t>(result.size()), &ticket);
   if (rc != HZ_OK) return rc;
   Completion c;
-  rc = dev->transport->Wait(ticket, -1, &c);
+  rc = dev->transport->Wait(ticket, -1, &c, kNoSpin);
   if (rc != HZ_OK) return rc;
   if (c.err) return c.err;
   if (c.status != HZ_S_OK) return FromStatus(c.status);

@@ -21,7 +21,7 @@ int ControlCall(hz_device* dev, uint16_t opcode, const void* args, uint32_t args
                                   result_len, &ticket);
   if (rc != HZ_OK) return rc;
   Completion c;
-  rc = dev->transport->Wait(ticket, -1, &c);
+  rc = dev->transport->Wait(ticket, -1, &c, kNoSpin);
   if (rc != HZ_OK) return rc;
   if (done) *done = c;
   if (c.err != 0) return c.err;

@@ -5,6 +5,7 @@
 #ifndef HZ_GUEST_LIB_TRANSPORT_H_
 #define HZ_GUEST_LIB_TRANSPORT_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,9 @@ struct DataSeg {
   const void* ptr = nullptr;
   size_t len = 0;
 };
+
+// A wait that sleeps at once.
+inline constexpr std::chrono::nanoseconds kNoSpin{0};
 
 struct Completion {
   int err = 0;          // 0, or a library error (HZ_ETRANSPORT, HZ_ENODEV, ...)
@@ -44,8 +48,12 @@ class Transport {
   virtual int Submit(uint16_t queue, uint16_t opcode, const void* args, uint32_t args_len,
                      std::span<const DataSeg> data, void* result, uint32_t result_len,
                      uint64_t* ticket) = 0;
-  // Waits for a ticket (timeout_ms < 0: forever). HZ_ETIMEDOUT leaves it pending.
-  virtual int Wait(uint64_t ticket, int timeout_ms, Completion* out) = 0;
+  // Waits for a ticket (timeout_ms < 0: forever). HZ_ETIMEDOUT leaves it
+  // pending. spin: look for the completion this long before sleeping (a
+  // low-latency communicator's operations); a transport whose waits happen
+  // elsewhere (the kernel driver) ignores it.
+  virtual int Wait(uint64_t ticket, int timeout_ms, Completion* out,
+                   std::chrono::nanoseconds spin) = 0;
 
   // Memory the device can address. Alloc returns memory that Register accepts.
   virtual int Alloc(size_t bytes, void** ptr) = 0;

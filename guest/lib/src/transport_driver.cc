@@ -112,7 +112,8 @@ class DriverTransport : public Transport {
     return HZ_OK;
   }
 
-  int Wait(uint64_t ticket, int timeout_ms, Completion* out) override {
+  int Wait(uint64_t ticket, int timeout_ms, Completion* out,
+           std::chrono::nanoseconds /*spin: the kernel waits*/) override {
     std::lock_guard<std::mutex> lock(mu_);
     const auto deadline = Deadline(timeout_ms);
     while (done_.count(ticket) == 0) {

@@ -134,7 +134,8 @@ class VirtioUserTransport : public Transport {
     return HZ_OK;
   }
 
-  int Wait(uint64_t ticket, int timeout_ms, hz::lib::Completion* out) override {
+  int Wait(uint64_t ticket, int timeout_ms, hz::lib::Completion* out,
+           std::chrono::nanoseconds spin) override {
     const uint16_t q = static_cast<uint16_t>(ticket >> 56);
     const uint64_t id = ticket & ((1ull << 56) - 1);
     if (q >= queues_.size()) return HZ_EINVAL;
@@ -150,7 +151,7 @@ class VirtioUserTransport : public Transport {
       if (!NextSlice(deadline, first, &slice)) return HZ_ETIMEDOUT;
       Completion c[32];
       size_t n = 0;
-      vdev::frontend::Status s = dev_.WaitUsed(q, slice, c, 32, &n);
+      vdev::frontend::Status s = dev_.WaitUsed(q, slice, c, 32, &n, first ? spin : kNoSpin);
       for (size_t i = 0; i < n; ++i) qs.done[c[i].cookie] = c[i].len;
       if (!s.ok() && n == 0 && s.code() != vdev::frontend::Status::Code::kTimeout) {
         Finish(qs, it);
@@ -300,7 +301,7 @@ class VirtioUserTransport : public Transport {
     int rc = Submit(kControlQueue, opcode, args, args_len, data, result, result_len, &t);
     if (rc != HZ_OK) return rc;
     hz::lib::Completion c;
-    rc = Wait(t, -1, &c);
+    rc = Wait(t, -1, &c, kNoSpin);
     if (rc != HZ_OK) return rc;
     if (c.err != 0) return c.err;
     if (c.status != HZ_S_OK) return -static_cast<int>(c.status);

@@ -27,6 +27,9 @@
 //                           [--no-references]  (skip Open MPI and Gloo; profiling)
 //                           [--io-threads N]   (the daemon's --worker-threads, default 2)
 //                           [--poll-us N]      (its --connection-poll-us, default its own)
+//                           [--low-latency]    (communicators with HZ_COMM_F_LOW_LATENCY)
+//                           [--tenant-spin-us N] (ranks' waits spin N us before they sleep,
+//                                               as the library's HZ_LATENCY_POLL_US; 0..100000)
 //                           [--idle-s S]       (the idle window, default 10; 0: none)
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -159,7 +162,8 @@ struct JobResult {
 };
 
 // Runs one p-rank job over all sizes.
-JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes, double scale) {
+JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes, double scale,
+                 uint32_t comm_flags, std::chrono::microseconds tenant_spin) {
   std::string tenant = "bench" + std::to_string(p);
   std::vector<std::string> vms = svc.TenantWithVms(tenant, p);
   if (static_cast<int>(vms.size()) != p) return {};
@@ -188,7 +192,10 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes, d
       return 4;
     }
     uint64_t comm = 0;
-    if (c.InitComm(uid, p, rank, &comm, 120000) != HZ_S_OK) return 5;
+    if (c.InitComm(uid, p, rank, &comm, 120000, comm_flags) != HZ_S_OK) return 5;
+    // As the tenant library waits for a low-latency communicator's
+    // operations with HZ_LATENCY_POLL_US set.
+    c.set_spin(tenant_spin);
     GuestBuffer s, r;
     if (c.Register(max_bytes, 1, HZ_REGION_F_READ, &s) != HZ_S_OK ||
         c.Register(max_bytes, 1, HZ_REGION_F_WRITE, &r) != HZ_S_OK) {
@@ -332,7 +339,7 @@ json MedianOrNull(const std::vector<double>& v) {
 
 // The result line of one size: medians over the rounds, and every round's
 // ratios as measured.
-json Summary(int p, size_t bytes, const SizeRounds& r) {
+json Summary(int p, size_t bytes, bool low_latency, long tenant_spin_us, const SizeRounds& r) {
   const double t = hz::coll::bench::MedianOf(r.time_s);
   const double algbw = bytes / t / 1e9;
   return {{"bench", "service_allreduce"},
@@ -340,6 +347,8 @@ json Summary(int p, size_t bytes, const SizeRounds& r) {
           {"op", "sum"},
           {"ranks", p},
           {"bytes", bytes},
+          {"low_latency", low_latency},
+          {"tenant_spin_us", tenant_spin_us},
           {"rounds", r.time_s.size()},
           {"time_us", t * 1e6},
           {"algbw_gbps", algbw},
@@ -385,6 +394,8 @@ int main(int argc, char** argv) {
   bool references = true;
   int rounds = 3;
   double idle_s = 10;
+  bool low_latency = false;
+  long tenant_spin_us = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -414,6 +425,14 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--idle-s: 0 to 3600\n");
         return 2;
       }
+    } else if (a == "--low-latency") {
+      low_latency = true;
+    } else if (a == "--tenant-spin-us" && i + 1 < argc) {
+      tenant_spin_us = std::atol(argv[++i]);
+      if (tenant_spin_us < 0 || tenant_spin_us > 100000) {
+        std::fprintf(stderr, "--tenant-spin-us: 0 to 100000\n");
+        return 2;
+      }
     } else if (a == "--no-references") {
       references = false;
     } else if (a == "--rounds" && i + 1 < argc) {
@@ -426,7 +445,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
                    "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
-                   "          [--idle-s S]\n",
+                   "          [--idle-s S] [--low-latency] [--tenant-spin-us N]\n",
                    argv[0]);
       return 2;
     }
@@ -484,7 +503,10 @@ int main(int argc, char** argv) {
         gloo = Reference(std::string(HZ_REF_GLOO_ALLREDUCE) + " --ranks " + std::to_string(p) +
                          (full ? " --full" : "") + " 2>/dev/null");
 #endif
-      const JobResult job = RunJob(svc, p, job_sizes, scale);
+      const uint32_t flags =
+          HZ_COMM_F_DETERMINISTIC | (low_latency ? uint32_t{HZ_COMM_F_LOW_LATENCY} : 0u);
+      const JobResult job =
+          RunJob(svc, p, job_sizes, scale, flags, std::chrono::microseconds(tenant_spin_us));
       const std::vector<double>& med = job.medians;
       if (med.size() != job_sizes.size()) {
         std::printf("%s\n",
@@ -514,7 +536,8 @@ int main(int argc, char** argv) {
     }
     if (failed) continue;
     for (size_t i = 0; i < job_sizes.size(); ++i) {
-      std::printf("%s\n", Summary(p, job_sizes[i], results[i]).dump().c_str());
+      std::printf("%s\n",
+                  Summary(p, job_sizes[i], low_latency, tenant_spin_us, results[i]).dump().c_str());
       std::fflush(stdout);
     }
   }

@@ -2,6 +2,7 @@
 // harmonaized, with registered, inline-sized and staged (large unregistered)
 // buffers, blocking and asynchronous.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,7 +26,8 @@ constexpr int kRanks = 3;
     if (!(cond)) return (code); \
   } while (0)
 
-int OpenComm(const std::string& sock, int rank, Pipe& pipe, hz_device_t** dev, hz_comm_t** comm) {
+int OpenComm(const std::string& sock, int rank, Pipe& pipe, const hz_comm_config& cfg,
+             hz_device_t** dev, hz_comm_t** comm) {
   if (hz_open(("vhost-user:" + sock).c_str(), dev) != HZ_OK) return 10;
   hz_uid_t uid;
   if (rank == 0) {
@@ -34,7 +36,7 @@ int OpenComm(const std::string& sock, int rank, Pipe& pipe, hz_device_t** dev, h
   } else if (!pipe.Receive(&uid, sizeof(uid))) {
     return 12;
   }
-  return hz_comm_init(*dev, &uid, kRanks, rank, nullptr, comm) == HZ_OK ? 0 : 13;
+  return hz_comm_init(*dev, &uid, kRanks, rank, &cfg, comm) == HZ_OK ? 0 : 13;
 }
 
 float Val(int rank, size_t i) {
@@ -75,10 +77,10 @@ int AllReduceCase(hz_device_t* dev, hz_comm_t* comm, int rank, size_t count, boo
   return result;
 }
 
-int CollectivesRank(const std::string& sock, int rank, Pipe& pipe) {
+int CollectivesRank(const std::string& sock, int rank, Pipe& pipe, const hz_comm_config& cfg) {
   hz_device_t* dev = nullptr;
   hz_comm_t* comm = nullptr;
-  if (int rc = OpenComm(sock, rank, pipe, &dev, &comm); rc != 0) return rc;
+  if (int rc = OpenComm(sock, rank, pipe, cfg, &dev, &comm); rc != 0) return rc;
   RANK_CHECK(hz_comm_rank(comm) == rank && hz_comm_size(comm) == kRanks, 14);
 
   // Registered, inline-sized and staged buffers, out of place and in place.
@@ -151,8 +153,27 @@ TEST(LibCollectives, EveryCollectiveThroughTheService) {
   std::vector<std::string> socks = svc.TenantWithVms("libtenant", kRanks);
   ASSERT_EQ(socks.size(), size_t(kRanks));
   Pipe pipe;
+  const hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
   std::vector<int> codes =
-      RunRanks(kRanks, [&](int rank) { return CollectivesRank(socks[rank], rank, pipe); });
+      RunRanks(kRanks, [&](int rank) { return CollectivesRank(socks[rank], rank, pipe, cfg); });
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// The same on a low-latency communicator (SPEC §7.3.2): the library's waits
+// spin before they sleep (HZ_LATENCY_POLL_US) and the service polls for the
+// ranks' requests; every result is the same.
+TEST(LibCollectives, EveryCollectiveOnALowLatencyCommunicator) {
+  ServiceProcess svc;
+  ASSERT_TRUE(svc.Start());
+  std::vector<std::string> socks = svc.TenantWithVms("libtenant", kRanks);
+  ASSERT_EQ(socks.size(), size_t(kRanks));
+  Pipe pipe;
+  hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
+  cfg.flags |= HZ_COMM_F_LOW_LATENCY;
+  std::vector<int> codes = RunRanks(kRanks, [&](int rank) {
+    setenv("HZ_LATENCY_POLL_US", rank == 0 ? "0" : "200", 1);  // ranks choose for themselves
+    return CollectivesRank(socks[rank], rank, pipe, cfg);
+  });
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
