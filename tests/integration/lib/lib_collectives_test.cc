@@ -147,34 +147,33 @@ int CollectivesRank(const std::string& sock, int rank, Pipe& pipe, const hz_comm
   return 0;
 }
 
-TEST(LibCollectives, EveryCollectiveThroughTheService) {
+// Every rank runs CollectivesRank on a communicator made with cfg, in a
+// process whose HZ_LATENCY_POLL_US is latency_poll_us[rank] (null: unset).
+void RunCollectives(const hz_comm_config& cfg, const char* const* latency_poll_us = nullptr) {
   ServiceProcess svc;
   ASSERT_TRUE(svc.Start());
   std::vector<std::string> socks = svc.TenantWithVms("libtenant", kRanks);
   ASSERT_EQ(socks.size(), size_t(kRanks));
   Pipe pipe;
-  const hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
-  std::vector<int> codes =
-      RunRanks(kRanks, [&](int rank) { return CollectivesRank(socks[rank], rank, pipe, cfg); });
-  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
-}
-
-// The same on a low-latency communicator (SPEC §7.3.2): the library's waits
-// spin before they sleep (HZ_LATENCY_POLL_US) and the service polls for the
-// ranks' requests; every result is the same.
-TEST(LibCollectives, EveryCollectiveOnALowLatencyCommunicator) {
-  ServiceProcess svc;
-  ASSERT_TRUE(svc.Start());
-  std::vector<std::string> socks = svc.TenantWithVms("libtenant", kRanks);
-  ASSERT_EQ(socks.size(), size_t(kRanks));
-  Pipe pipe;
-  hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
-  cfg.flags |= HZ_COMM_F_LOW_LATENCY;
   std::vector<int> codes = RunRanks(kRanks, [&](int rank) {
-    setenv("HZ_LATENCY_POLL_US", rank == 0 ? "0" : "200", 1);  // ranks choose for themselves
+    if (latency_poll_us != nullptr) setenv("HZ_LATENCY_POLL_US", latency_poll_us[rank], 1);
     return CollectivesRank(socks[rank], rank, pipe, cfg);
   });
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(LibCollectives, EveryCollectiveThroughTheService) {
+  RunCollectives(HZ_COMM_CONFIG_INIT);
+}
+
+// The same on a low-latency communicator (SPEC §7.3.2): the service polls
+// for the ranks' requests, and the waits of the ranks that ask for it spin
+// before they sleep; every result is the same.
+TEST(LibCollectives, EveryCollectiveOnALowLatencyCommunicator) {
+  hz_comm_config cfg = HZ_COMM_CONFIG_INIT;
+  cfg.flags |= HZ_COMM_F_LOW_LATENCY;
+  const char* const latency_poll_us[kRanks] = {"0", "200", ""};  // "": the default
+  RunCollectives(cfg, latency_poll_us);
 }
 
 }  // namespace
