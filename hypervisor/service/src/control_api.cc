@@ -227,7 +227,7 @@ json ControlApi::CreateTenant(const json& req) {
   spec.ckpt_staging_bytes = OwnCap(req, "staging_bytes", "tenant_staging_bytes");
   spec.features = Features(req);
   if (req.contains("latency_poll_us")) {
-    spec.latency_poll_us = static_cast<uint32_t>(UInt(req, "latency_poll_us", 0, kMaxPollUs));
+    spec.latency_poll_us = static_cast<uint32_t>(UInt(req, "latency_poll_us", 0, UINT32_MAX));
   }
   Check(target_->CreateTenant(spec));
   return {{"name", spec.name}};

@@ -213,6 +213,10 @@ std::string Service::ResolveSocketPath(const std::string& path) const {
 
 hz::Status Service::CreateTenant(const TenantSpec& spec) {
   if (draining_) return hz::Status::Shutdown("the service is stopping");
+  if (spec.latency_poll_us && *spec.latency_poll_us > kMaxPollUs) {
+    return hz::Status::InvalidArgument("latency_poll_us " + std::to_string(*spec.latency_poll_us) +
+                                       " is above " + std::to_string(kMaxPollUs));
+  }
   if (engines_) {
     if (hz::Status s = engines_->CheckTenantLimits(spec); !s.ok()) return s;
   }

@@ -137,15 +137,8 @@ hz::Status Service::LoadState() {
       spec.ckpt_disk_bytes = t.value("disk_bytes", uint64_t{0});
       spec.ckpt_staging_bytes = t.value("staging_bytes", uint64_t{0});
       // Set for a tenant given its own polling window only.
-      if (t.contains("latency_poll_us")) {
-        const uint32_t us = t.at("latency_poll_us").get<uint32_t>();
-        if (us > kMaxPollUs) {
-          result =
-              bad("tenant " + spec.name + ": latency_poll_us above " + std::to_string(kMaxPollUs));
-          break;
-        }
-        spec.latency_poll_us = us;
-      }
+      if (t.contains("latency_poll_us"))
+        spec.latency_poll_us = t.at("latency_poll_us").get<uint32_t>();
       // Absent from state files written before the allowance existed: every feature.
       if (t.contains("features")) {
         hz::StatusOr<uint64_t> features =

@@ -10,10 +10,10 @@
 
 namespace hz::service {
 
-// What one VM's device offers and accepts (config space, HELLO result).
 // The longest polling window any key may set: 100 ms of a thread's CPU.
 inline constexpr uint32_t kMaxPollUs = 100000;
 
+// What one VM's device offers and accepts (config space, HELLO result).
 struct DeviceLimits {
   uint16_t num_request_queues = 4;  // queues 2.. ; at most HZ_MAX_REQUEST_QUEUES
   uint16_t queue_size = 256;        // largest ring the device accepts
