@@ -312,6 +312,7 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
   top.String("log_format", &c.log_format, {"text", "json"});
   top.Int("worker_threads", &c.worker_threads, 1, 256);
   top.Int("connection_poll_us", &c.connection_poll_us, 0, kMaxPollUs);
+  top.Int("region_thread_nice", &c.region_thread_nice, 0, 19);
   top.Bool("fd_store", &c.fd_store);
   for (const Section& section : kSections) {
     if (const toml::table* t = top.Table(section.name)) {

@@ -59,9 +59,10 @@ void Service::StartConnectionThreads() {
   // One thread prepares every VM's region registrations (one per VM at a
   // time, VMs in turn): the connection threads only install them.
   background_ = std::make_unique<boost::asio::thread_pool>(1);
-  // At nice 10, as the collective workers by default: preparing one VM's
-  // registration gives way to serving every VM's requests.
-  boost::asio::post(*background_, [] { SetThisThreadNice(10); });
+  // Preparing one VM's registration gives way to serving every VM's requests.
+  boost::asio::post(*background_, [nice = static_cast<int>(config_.region_thread_nice)] {
+    SetThisThreadNice(nice);
+  });
   env_.background = [pool = background_.get()](std::function<void()> fn) {
     boost::asio::post(*pool, std::move(fn));
   };

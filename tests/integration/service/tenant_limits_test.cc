@@ -1,8 +1,13 @@
 // The operator's per-tenant checkpoint caps (hzctl tenant create
 // --disk-bytes/--staging-bytes): validated, kept across restarts, and what
-// the checkpoint engine holds the tenant to.
+// the checkpoint engine holds the tenant to; and the operator's other
+// settings that keep one tenant from another's way.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -109,6 +114,43 @@ TEST(ServiceTenantLimitsTest, TheOperatorsWeightReachesTheCollectiveEngine) {
   text = HttpGet(port, "/metrics");
   EXPECT_NE(text.find(weight("heavy", 7)), std::string::npos) << text;
   EXPECT_NE(text.find(weight("plain", 1)), std::string::npos) << text;
+}
+
+// The nice value of each of the daemon's threads (field 19 of its stat).
+std::vector<int> ThreadNiceValues(pid_t pid) {
+  std::vector<int> out;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream f(t.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), {});
+    // The name, field 2, is in parentheses and may hold spaces.
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && rest >> field; ++i) {
+      if (i == 19) out.push_back(std::stoi(field));
+    }
+  }
+  return out;
+}
+
+// Region registrations are prepared on a thread at region_thread_nice, so
+// that one VM registering without end takes only the CPU that the threads
+// serving every VM's requests leave.
+TEST(ServiceTenantLimitsTest, RegionsArePreparedAtTheConfiguredNice) {
+  ServiceProcess svc;
+  const std::string cfg = svc.dir() + "/hz.toml";
+  std::ofstream(cfg) << "region_thread_nice = 13\n";
+  ASSERT_TRUE(svc.Start({"--config", cfg}));
+  auto vms = svc.TenantWithVms("t1", 1);
+  ASSERT_EQ(vms.size(), 1u);
+  HzClient c;
+  ASSERT_TRUE(c.Connect(vms[0]));
+  ASSERT_EQ(c.Hello(), HZ_S_OK);
+  GuestBuffer region;
+  // Prepared on that thread: once it is answered, the thread has run.
+  ASSERT_EQ(c.Register(1 << 20, 64, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region), HZ_S_OK);
+  std::vector<int> nice = ThreadNiceValues(svc.pid());
+  EXPECT_EQ(std::count(nice.begin(), nice.end(), 13), 1) << ::testing::PrintToString(nice);
 }
 
 }  // namespace

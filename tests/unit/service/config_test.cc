@@ -24,6 +24,7 @@ log_level = "debug"
 log_format = "json"
 worker_threads = 3
 connection_poll_us = 0
+region_thread_nice = 12
 [control]
 socket = "/run/hz/ctl.sock"
 max_line_bytes = 4096
@@ -77,6 +78,7 @@ preemption_notice_s = 45
   EXPECT_EQ(c.log_format, "json");
   EXPECT_EQ(c.worker_threads, 3u);
   EXPECT_EQ(c.connection_poll_us, 0u);
+  EXPECT_EQ(c.region_thread_nice, 12u);
   EXPECT_EQ(c.ControlSocketPath(), "/run/hz/ctl.sock");
   EXPECT_EQ(c.control_max_line_bytes, 4096u);
   EXPECT_EQ(c.VmSocketDir(), "/run/hz/vms");
@@ -127,6 +129,7 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
       {"worker_threads = \"two\"", "worker_threads: expected an integer"},
       {"worker_threads = 0", "worker_threads: expected an integer in 1..256"},
       {"connection_poll_us = -5", "connection_poll_us: expected an integer in 0..100000"},
+      {"region_thread_nice = 20", "region_thread_nice: expected an integer in 0..19"},
       {"[device]\nnum_request_queues = 65", "device.num_request_queues"},
       {"[device]\nmax_regions = -1", "device.max_regions"},
       {"[metrics]\nport = 70000", "metrics.port"},
@@ -344,6 +347,7 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.vm_socket_mode, d.vm_socket_mode);
   EXPECT_EQ(parsed.worker_threads, d.worker_threads);
   EXPECT_EQ(parsed.connection_poll_us, d.connection_poll_us);
+  EXPECT_EQ(parsed.region_thread_nice, d.region_thread_nice);
   EXPECT_EQ(parsed.device.max_region_bytes, d.device.max_region_bytes);
   EXPECT_EQ(parsed.device.max_args_bytes, d.device.max_args_bytes);
   EXPECT_EQ(parsed.tenant_defaults.max_region_bytes, d.tenant_defaults.max_region_bytes);

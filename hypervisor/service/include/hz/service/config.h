@@ -161,6 +161,11 @@ struct ServiceConfig {
   // 8.1-9.1 GB/s against 5.8-8.3 without) at a small cost to ranks that share
   // the CPUs (p=8 on 2 CPUs: unchanged).
   uint32_t connection_poll_us = 50;
+  // Nice value of the thread that prepares every VM's region registrations.
+  // A registration is a VM's setup, never on another tenant's path: at 19
+  // it takes only CPU the request-serving threads leave (noisy_neighbour_bench
+  // region_max, TOPOLOGY_GET p99: 0.8-1.0x at 19 against 2.5-3.1x at 10).
+  uint32_t region_thread_nice = 19;
   std::string log_level = "info";
   std::string log_format = "text";  // text (key=value) or json
 
