@@ -2,7 +2,9 @@
 // rate, one attack at a time, against B alone measured just before it.
 // Both tenants share the daemon's one connection thread (worker_threads = 1),
 // so attacks that hold that thread are visible. B measures a 1-element fp32
-// all-reduce between its two ranks and TOPOLOGY_GET.
+// all-reduce between its two ranks and TOPOLOGY_GET. The last attack,
+// own_cpu_copy, is the reference: A copying memory on its own threads, with
+// no request to harmonaized.
 //
 // What is measured is the interference through harmonaized. Tenant A's own
 // threads (its guest's CPU, on a host its own vCPUs) run at nice
@@ -403,6 +405,24 @@ void CollectiveFlood(Ctx& c) {
   r1.join();
 }
 
+// (ref) The reference: A copies memory on its own threads, as much at once
+// as ckpt_save_flood's streams, and asks harmonaized nothing. A tenant may
+// do so in its own VM at any time, so this is the floor that memory-bound
+// work sets for B on this host; the checkpoint attacks are read against it.
+void OwnCpuCopy(Ctx& c) {
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSaveFloodStreams; ++i) {
+    threads.emplace_back([&c] {
+      std::vector<char> from(kBigBytes, 1), to(kBigBytes);
+      while (!c.stop) {
+        std::memcpy(to.data(), from.data(), kBigBytes);
+        ++c.ops;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 struct AttackSpec {
   const char* name;
   void (*run)(Ctx&);
@@ -417,6 +437,7 @@ constexpr AttackSpec kAttacks[] = {
     {"reconnect_churn", ReconnectChurn},
     {"busy_poll_frontend", BusyPollFrontend},
     {"collective_flood", CollectiveFlood},
+    {"own_cpu_copy", OwnCpuCopy},
 };
 
 // ---- Tenant B -----------------------------------------------------------

@@ -6,7 +6,7 @@ import sys
 
 ATTACKS = ["ckpt_quiesce", "ckpt_save_flood", "neg_flood", "ckpt_policy_batch",
            "metrics_idle_connections", "region_max", "reconnect_churn", "busy_poll_frontend",
-           "collective_flood"]
+           "collective_flood", "own_cpu_copy"]
 KEYS = ["b_allreduce_p50_ratio", "b_allreduce_p99_ratio", "b_topology_p50_ratio",
         "b_topology_p99_ratio", "unloaded", "loaded", "a_ops"]
 
