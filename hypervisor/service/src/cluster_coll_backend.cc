@@ -205,6 +205,14 @@ void ClusterCollBackend::Leave(const MemberPtr& m) {
   local_->Leave(m);
 }
 
+void ClusterCollBackend::HandOver(const MemberPtr& m) {
+  if (const CrossHostMember* x = AsCrossHost(m)) {
+    x->comm()->HandOver();
+    return local_->HandOver(x->local());
+  }
+  local_->HandOver(m);
+}
+
 void ClusterCollBackend::DestroyAsync(MemberPtr m) {
   if (const CrossHostMember* x = AsCrossHost(m)) {
     x->comm()->Abort(Status::Aborted("a rank's session ended"), coll::AbortCause::kSessionEnded);

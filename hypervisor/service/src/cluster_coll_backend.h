@@ -60,6 +60,7 @@ class ClusterCollBackend : public CollBackend {
   void DestroyAsync(MemberPtr m) override;
   void Abort(const MemberPtr& m) override;
   void Leave(const MemberPtr& m) override;
+  void HandOver(const MemberPtr& m) override;
   uint32_t AbortDetail(const MemberPtr& m) const override;
   // Communicators within this host go on in the next process as the local
   // engine's do; one across hosts re-forms its inter-host group with the

@@ -103,6 +103,17 @@ Status CollectiveHandler::SaveState(json* out) const {
   return Status::Ok();
 }
 
+void CollectiveHandler::OnHandedOver() {
+  // The members still hold this process's side of each communicator (a
+  // group across hosts, for one): it goes now, and EndSession, when the
+  // connection closes, finds nothing left to leave.
+  std::map<uint64_t, CommEntry> comms;
+  comms.swap(comms_);
+  for (auto& [handle, entry] : comms) {
+    if (entry.member != nullptr) backend_->HandOver(entry.member);
+  }
+}
+
 void CollectiveHandler::SaveDurable(json* out) const {
   json comms = json::array();
   for (const auto& [handle, entry] : comms_) comms.push_back({{"handle", handle}, {"lost", true}});

@@ -167,12 +167,18 @@ coll::AbortCause CrossHostComm::abort_cause() const {
 }
 
 void CrossHostComm::Abort(Status why, coll::AbortCause cause) {
+  if (!AbortSilently(std::move(why), cause)) return;
+  spdlog::warn("event=cross_host_comm_aborted host_index={} error=\"{}\"", layout_.host_index,
+               abort_status().ToString());
+}
+
+bool CrossHostComm::AbortSilently(Status why, coll::AbortCause cause) {
   std::vector<PendingOp> failed;  // not started: EABORTED (SPEC §7.3.8)
   PendingOp running;              // in the group: the cause itself
   std::vector<coll::Done> p2p;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!aborted_.ok()) return;
+    if (!aborted_.ok()) return false;
     aborted_ = why.code() == StatusCode::kShutdown ? why : Status::Aborted(why.message());
     abort_cause_ = cause;
     for (auto& [seq, p] : pending_) failed.push_back(std::move(p));
@@ -190,11 +196,10 @@ void CrossHostComm::Abort(Status why, coll::AbortCause cause) {
     wake_.notify_all();
   }
   const Status aborted = abort_status();
-  spdlog::warn("event=cross_host_comm_aborted host_index={} error=\"{}\"", layout_.host_index,
-               aborted.ToString());
   Finish(running, why);
   for (PendingOp& p : failed) Finish(p, aborted);
   for (coll::Done& d : p2p) d(aborted);
+  return true;
 }
 
 void CrossHostComm::Release(coll::AbortCause cause) {
@@ -202,6 +207,14 @@ void CrossHostComm::Release(coll::AbortCause cause) {
   // Copies to and from the ranks' memory run under mu_ and check the abort
   // first: once the lock is taken here, none is running or will run.
   std::lock_guard<std::mutex> lock(mu_);
+}
+
+void CrossHostComm::HandOver() {
+  if (AbortSilently(Status::Aborted("handed over to the next process"),
+                    coll::AbortCause::kSessionEnded)) {
+    spdlog::info("event=cross_host_comm_handed_over host_index={}", layout_.host_index);
+  }
+  std::lock_guard<std::mutex> lock(mu_);  // as in Release
 }
 
 void CrossHostComm::Finish(PendingOp& op, const Status& s) {

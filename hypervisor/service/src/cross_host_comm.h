@@ -190,6 +190,10 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
   // the communicator is aborted, and when Release returns the leg thread no
   // longer touches any rank's memory.
   void Release(coll::AbortCause cause);
+  // As Release, once a live upgrade handed the rank's session to the next
+  // process, which re-forms the group: nothing went wrong, so nothing is
+  // reported as an abort.
+  void HandOver();
   // Aborts with kShutdown and waits, at most until deadline, for the leg
   // thread to end; false if it is still inside an operation of the group
   // (which its timeout bounds; the thread then ends on its own).
@@ -221,6 +225,8 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
     uint32_t posted = 0;
   };
 
+  // Abort without the log line; false if it was aborted already.
+  bool AbortSilently(Status why, coll::AbortCause cause);
   void Loop();
   bool FormGroup();
   // Forms the group and measures its cost model (leg_model_); when resumed,

@@ -21,8 +21,12 @@ from cluster_host import UpgradeFailed, wait_until
 from test_cross_host import HZ_EABORTED, HZ_EIO, HZ_ETIMEDOUT, cluster, result  # noqa: F401
 
 # What an upgraded host logs when a communicator across hosts has re-formed
-# its inter-host group in the new process.
+# its inter-host group in the new process, and when the old process let go
+# of its side of the group.
 REFORMED = "event=cross_host_comm_reformed"
+HANDED_OVER = "event=cross_host_comm_handed_over"
+ABORTED = "event=cross_host_comm_aborted"
+EXITED = "event=exit_after_upgrade"  # the old process's last line
 COUNT = 4096  # fp32 elements per all-reduce and uint32 per ring shift
 TIMEOUT_MS = 30000  # an operation waits while a host is being replaced
 STEP = 5  # iterations every rank makes before, and after each upgrade
@@ -147,6 +151,11 @@ def test_ranks_across_hosts_keep_running_across_upgrades_of_their_hosts(cluster)
         later = [b for g, b in upgrades[n + 1:] if g == h]
         part = cluster.hosts[h].log_since(begin, later[0] if later else None)
         assert REFORMED in part, f"upgrade {n} of {cluster.hosts[h].name}:\n{part[-4000:]}"
+        # The old process let go of its side of the group without taking
+        # the hand-over for a failure (up to its exit).
+        old = part[:part.find(EXITED)]
+        assert EXITED in part and HANDED_OVER in old and ABORTED not in old, \
+            f"upgrade {n} of {cluster.hosts[h].name}:\n{old[-4000:]}"
     # An upgraded host never left the cluster: its new process renewed the
     # old one's lease (a host seen leaving aborts its communicators).
     for h in cluster.hosts:

@@ -85,6 +85,9 @@ class CollBackend {
   // ranks learn that a rank destroyed its handle (SPEC §7.3.5, detail 4)
   // rather than that its session ended.
   virtual void Leave(const MemberPtr& m) { Destroy(m); }
+  // Live upgrade: the next process serves m's session now and re-forms its
+  // communicator. Like Destroy, without reporting it as a failure.
+  virtual void HandOver(const MemberPtr& m) { Destroy(m); }
   // Live upgrade. Withdraw takes back every operation of m that has not
   // started: each completes with kTryAgain before Withdraw returns, and
   // nothing else completes an operation so. SaveMember says what re-forms

@@ -47,6 +47,9 @@ class CollectiveHandler : public FamilyHandler {
   void OnQueueFreezing(vdev::Queue& queue) override;
   Status SaveState(nlohmann::json* out) const override;
   Status RestoreState(const nlohmann::json& in) override;
+  // The next process serves the session: this one lets go of its members
+  // quietly (CollBackend::HandOver).
+  void OnHandedOver() override;
   // Communicators handed over are still re-forming: the device takes no
   // request until they are, so none finds its handle half made.
   bool rejoining() const { return rejoining_ != 0; }
