@@ -164,7 +164,8 @@ struct ServiceConfig {
   // Nice value of the thread that prepares every VM's region registrations.
   // A registration is a VM's setup, never on another tenant's path: at 19
   // it takes only CPU the request-serving threads leave (noisy_neighbour_bench
-  // region_max, TOPOLOGY_GET p99: 0.8-1.0x at 19 against 2.5-3.1x at 10).
+  // region_max, another tenant's TOPOLOGY_GET p99: 1.1-1.8x its unloaded
+  // value at 19, 2.8-3.1x at 10).
   uint32_t region_thread_nice = 19;
   std::string log_level = "info";
   std::string log_format = "text";  // text (key=value) or json
