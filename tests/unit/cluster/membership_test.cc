@@ -113,6 +113,11 @@ TEST_F(MembershipTest, AttributesReachTheOtherHostsAndTheirChangesAreTold) {
   }
   ASSERT_TRUE(WaitFor([&] { return attributes_of_h1().empty(); }));
   EXPECT_EQ(h1->View().state, MemberState::kMember);
+  // The listener is told after the view changed, outside its lock.
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return changes.size() >= 3;
+  })) << "the listener was not told of every change";
   std::lock_guard<std::mutex> lock(mu);
   std::vector<MembershipChange::Kind> kinds;
   for (const MembershipChange& c : changes) kinds.push_back(c.kind);
@@ -138,6 +143,11 @@ TEST_F(MembershipTest, AHostThatDiesIsDroppedByTheOthersOnceItsLeaseEnds) {
   EXPECT_GE(took->count(), kLeaseMs - h0->round_ms() - 50);
   std::cout << "dead host dropped after " << took->count() << " ms (lease " << kLeaseMs
             << " ms, round " << h0->round_ms() << " ms)\n";
+  // The listener is told after the view changed, outside its lock.
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return changes.size() >= 2;
+  })) << "the listener was not told that h1 left";
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(changes.size(), 2u);
   EXPECT_EQ(changes[0].kind, MembershipChange::Kind::kJoined);
