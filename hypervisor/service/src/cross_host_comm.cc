@@ -204,9 +204,7 @@ bool CrossHostComm::AbortSilently(Status why, coll::AbortCause cause) {
 
 void CrossHostComm::Release(coll::AbortCause cause) {
   Abort(Status::Aborted("a rank of the communicator left"), cause);
-  // Copies to and from the ranks' memory run under mu_ and check the abort
-  // first: once the lock is taken here, none is running or will run.
-  std::lock_guard<std::mutex> lock(mu_);
+  WaitOutCopies();
 }
 
 void CrossHostComm::HandOver() {
@@ -214,7 +212,13 @@ void CrossHostComm::HandOver() {
                     coll::AbortCause::kSessionEnded)) {
     spdlog::info("event=cross_host_comm_handed_over host_index={}", layout_.host_index);
   }
-  std::lock_guard<std::mutex> lock(mu_);  // as in Release
+  WaitOutCopies();
+}
+
+void CrossHostComm::WaitOutCopies() {
+  // Copies to and from the ranks' memory run under mu_ and check the abort
+  // first: once the lock is taken here, none is running or will run.
+  std::lock_guard<std::mutex> lock(mu_);
 }
 
 void CrossHostComm::Finish(PendingOp& op, const Status& s) {

@@ -227,6 +227,8 @@ class CrossHostComm : public std::enable_shared_from_this<CrossHostComm> {
 
   // Abort without the log line; false if it was aborted already.
   bool AbortSilently(Status why, coll::AbortCause cause);
+  // Once aborted: returns when no copy touches a rank's memory any more.
+  void WaitOutCopies();
   void Loop();
   bool FormGroup();
   // Forms the group and measures its cost model (leg_model_); when resumed,
