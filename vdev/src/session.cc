@@ -16,9 +16,6 @@ namespace vdev {
 
 namespace {
 
-// One kick/call/err index byte addresses at most 256 rings.
-constexpr uint32_t kMaxQueues = vu::kVringIdxMask + 1;
-
 bool HasOwnReply(uint32_t request) {
   switch (request) {
     case vu::kGetFeatures:
@@ -52,10 +49,10 @@ Session::Session(std::unique_ptr<Device> device, SessionHost* host, SessionOptio
   // The eventfd watchdog's warnings belong in the back-end's log.
   SetGuardWarningSink([](const std::string& message) { spdlog::warn("{}", message); });
   uint32_t n = device_->NumQueues();
-  if (n > kMaxQueues) {
+  if (n > vu::kMaxQueues) {
     spdlog::warn("vdev[{}]: device asks for {} queues; vhost-user addresses at most {}", name_, n,
-                 kMaxQueues);
-    n = kMaxQueues;
+                 vu::kMaxQueues);
+    n = vu::kMaxQueues;
   }
   queues_.resize(n);
   for (uint32_t i = 0; i < n; ++i) {

@@ -6,6 +6,7 @@
 
 #include "nlohmann/json.hpp"
 #include "spdlog/fmt/fmt.h"
+#include "vdev/vhost_user.h"
 
 namespace vdev {
 
@@ -167,9 +168,8 @@ json EncodeSession(const SessionRecord& s) {
           {"device_state", ToHex(s.device_state)}};
 }
 
-// Far more than any front-end can set up (vhost-user addresses 256 rings;
-// memory slots are bounded by the back-end's GET_MAX_MEM_SLOTS).
-constexpr size_t kMaxQueues = 256;
+// Far more than any front-end can set up (memory slots are bounded by the
+// back-end's GET_MAX_MEM_SLOTS).
 constexpr size_t kMaxRegions = 512;
 
 SessionRecord DecodeSession(const json& j, FdIndices& fds) {
@@ -193,7 +193,7 @@ SessionRecord DecodeSession(const json& j, FdIndices& fds) {
     s.regions.push_back(region);
   }
   const json& queues = Array(j, "queues");
-  if (queues.size() > kMaxQueues) Refuse(fmt::format("{} queues", queues.size()));
+  if (queues.size() > vu::kMaxQueues) Refuse(fmt::format("{} queues", queues.size()));
   for (const json& q : queues) s.queues.push_back(DecodeQueue(q, fds));
   s.device_state = Bytes(j, "device_state");
   return s;

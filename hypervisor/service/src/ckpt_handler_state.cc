@@ -2,7 +2,6 @@
 // quiescence registration goes to the next process as the guest declared it
 // (stream, word and state slices), and is declared there again on the
 // session's restored regions. Checkpoints themselves are on disk already.
-#include <limits>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -17,8 +16,6 @@ namespace hz::service {
 using json = nlohmann::json;
 
 namespace {
-
-constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
 
 json SliceJson(const hz_slice& s) {
   return {s.region_id, s.offset, s.length};

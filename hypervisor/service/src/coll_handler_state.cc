@@ -1,7 +1,6 @@
 // CollectiveHandler's part in a live upgrade: collectives that wait for
 // peers go back to their rings, and each communicator handle goes to the
 // next process with what its engine needs to re-form the communicator.
-#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -13,10 +12,6 @@ namespace hz::service {
 using json = nlohmann::json;
 
 namespace {
-
-constexpr uint64_t kU16Max = std::numeric_limits<uint16_t>::max();
-constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
-constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 
 Status ParseUid(const json& in, coll::Uid* uid) {
   const auto it = in.find("uid");

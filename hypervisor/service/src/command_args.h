@@ -23,6 +23,10 @@ Status GetString(const nlohmann::json& req, const char* key, std::string* out);
 // req[key] is an integer in 0..max, or absent (then def): into *out.
 Status GetUInt(const nlohmann::json& req, const char* key, uint64_t def, uint64_t max,
                uint64_t* out);
+// GetUInt's max for a field of 16, 32 or 64 bits.
+inline constexpr uint64_t kU16Max = UINT16_MAX;
+inline constexpr uint64_t kU32Max = UINT32_MAX;
+inline constexpr uint64_t kU64Max = UINT64_MAX;
 // req[key] is an integer in 0..max: into *out. Absent is an error.
 Status GetUInt(const nlohmann::json& req, const char* key, uint64_t max, uint64_t* out);
 // in is a list of exactly out.size() unsigned integers: into out.

@@ -4,6 +4,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "command_args.h"
 #include "hz/service/request.h"
 
 namespace hz::service {
@@ -25,12 +26,8 @@ void Check(const Status& s) {
   if (!s.ok()) throw BadRequest(OperatorError(s), s.code());
 }
 
-void OnlyFields(const json& req, std::initializer_list<const char*> allowed) {
-  std::set<std::string> ok = {"cmd", "id"};
-  for (const char* a : allowed) ok.insert(a);
-  for (const auto& [k, v] : req.items()) {
-    if (ok.count(k) == 0) throw BadRequest("unknown field \"" + k + "\"");
-  }
+void CheckOnlyFields(const json& req, std::initializer_list<const char*> allowed) {
+  Check(OnlyFields(req, allowed));
 }
 
 std::string Str(const json& req, const char* key) {
@@ -198,17 +195,17 @@ json ControlApi::Dispatch(const std::string& cmd, const json& req) {
 }
 
 json ControlApi::Ping(const json& req) {
-  OnlyFields(req, {});
+  CheckOnlyFields(req, {});
   return "pong";
 }
 
 json ControlApi::GetStatus(const json& req) {
-  OnlyFields(req, {});
+  CheckOnlyFields(req, {});
   return target_->Status();
 }
 
 json ControlApi::CreateTenant(const json& req) {
-  OnlyFields(
+  CheckOnlyFields(
       req, {"name", "weight", "priority", "max_regions", "max_region_bytes", "max_extents",
             "max_open_negotiations", "disk_bytes", "staging_bytes", "features", "latency_poll_us"});
   TenantSpec spec;
@@ -234,14 +231,14 @@ json ControlApi::CreateTenant(const json& req) {
 }
 
 json ControlApi::ListTenants(const json& req) {
-  OnlyFields(req, {});
+  CheckOnlyFields(req, {});
   json out = json::array();
   for (const auto& t : target_->Tenants()) out.push_back(TenantJson(*t));
   return out;
 }
 
 json ControlApi::RemoveTenant(const json& req) {
-  OnlyFields(req, {"name", "purge"});
+  CheckOnlyFields(req, {"name", "purge"});
   bool purge = false;
   if (auto it = req.find("purge"); it != req.end()) {
     if (!it->is_boolean()) Check(Status::InvalidArgument("field \"purge\" must be true or false"));
@@ -252,7 +249,7 @@ json ControlApi::RemoveTenant(const json& req) {
 }
 
 json ControlApi::SetTenantFeatures(const json& req) {
-  OnlyFields(req, {"name", "features"});
+  CheckOnlyFields(req, {"name", "features"});
   const std::string name = Str(req, "name");
   if (!req.contains("features")) throw BadRequest("missing field \"features\"");
   const uint64_t features = Features(req);
@@ -261,7 +258,7 @@ json ControlApi::SetTenantFeatures(const json& req) {
 }
 
 json ControlApi::BindVm(const json& req) {
-  OnlyFields(req, {"tenant", "socket", "domain"});
+  CheckOnlyFields(req, {"tenant", "socket", "domain"});
   const std::string domain = OptionalStr(req, "domain");
   StatusOr<std::string> resolved = target_->BindVm(Str(req, "tenant"), Str(req, "socket"), domain);
   Check(resolved.status());
@@ -269,7 +266,7 @@ json ControlApi::BindVm(const json& req) {
 }
 
 json ControlApi::UnbindVm(const json& req) {
-  OnlyFields(req, {"socket", "domain"});
+  CheckOnlyFields(req, {"socket", "domain"});
   const std::string domain = OptionalStr(req, "domain");
   Check(target_->UnbindVm(Str(req, "socket"), domain));
   return json::object();
@@ -288,7 +285,7 @@ json AttachmentJson(const VmAttachment& a) {
 }  // namespace
 
 json ControlApi::AttachVm(const json& req) {
-  OnlyFields(req, {"tenant", "domain", "socket"});
+  CheckOnlyFields(req, {"tenant", "domain", "socket"});
   VmAttachRequest r;
   r.tenant = Str(req, "tenant");
   r.domain = Str(req, "domain");
@@ -299,14 +296,14 @@ json ControlApi::AttachVm(const json& req) {
 }
 
 json ControlApi::DetachVm(const json& req) {
-  OnlyFields(req, {"domain"});
+  CheckOnlyFields(req, {"domain"});
   StatusOr<VmAttachment> a = target_->DetachVm(Str(req, "domain"));
   Check(a.status());
   return AttachmentJson(*a);
 }
 
 json ControlApi::ListVms(const json& req) {
-  OnlyFields(req, {});
+  CheckOnlyFields(req, {});
   json out = json::array();
   for (const VmView& v : target_->Vms()) {
     json devices = json::array();
@@ -322,7 +319,7 @@ json ControlApi::ListVms(const json& req) {
 }
 
 json ControlApi::ListComms(const json& req) {
-  OnlyFields(req, {});
+  CheckOnlyFields(req, {});
   json out = json::array();
   for (const CommSummary& c : target_->Communicators()) {
     out.push_back({{"id", c.id},
@@ -338,12 +335,12 @@ json ControlApi::ListComms(const json& req) {
 }
 
 json ControlApi::GetCounters(const json& req) {
-  OnlyFields(req, {});
+  CheckOnlyFields(req, {});
   return target_->Counters();
 }
 
 json ControlApi::Upgrade(const json& req) {
-  OnlyFields(req, {"binary"});
+  CheckOnlyFields(req, {"binary"});
   std::string binary;
   if (req.contains("binary")) binary = Str(req, "binary");
   StatusOr<json> started = target_->StartUpgrade(binary);

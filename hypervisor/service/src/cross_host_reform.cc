@@ -4,7 +4,6 @@
 // of the inter-host group.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <set>
 
 #include "command_args.h"
@@ -17,7 +16,6 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 constexpr size_t kMaxHostNameBytes = 255;
 
 json ModelJson(const cluster::LegCostModel& model) {

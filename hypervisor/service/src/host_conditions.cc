@@ -11,7 +11,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr std::array<CommandSpec<HostConditions>, 2> kCommands = {{
+constexpr std::array<CommandSpec<HostConditions>, 2> kConditionCommands = {{
     {"energy.schedule", false, &HostConditions::ScheduleCommand},
     {"energy.status", false, &HostConditions::StatusCommand},
 }};
@@ -57,7 +57,7 @@ HostConditions::HostConditions(const std::string& state_dir, uint64_t hysteresis
       congestion_filter_(hysteresis_s) {}
 
 std::span<const CommandSpec<HostConditions>> HostConditions::Commands() {
-  return kCommands;
+  return kConditionCommands;
 }
 
 Status HostConditions::Load() {

@@ -1,15 +1,11 @@
 #include "hz/service/region_table.h"
 
 #include <algorithm>
-#include <limits>
+#include <cstdint>
 
 #include "vdev/memory_map.h"
 
 namespace hz::service {
-
-namespace {
-constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
-}  // namespace
 
 uint32_t RegionTable::Register(const vdev::MemoryMapPtr& memory, uint32_t flags, uint64_t total_len,
                                const std::vector<hz_extent>& extents, uint32_t* id,
@@ -42,10 +38,11 @@ RegionTable::Prepared RegionTable::Prepare(const DeviceLimits& limits,
   uint64_t sum = 0;
   for (size_t i = 0; i < extents.size(); ++i) {
     const hz_extent& e = extents[i];
-    if (e.len == 0 || e.gpa > kU64Max - e.len) return fail(HZ_S_EINVAL, static_cast<uint32_t>(i));
+    if (e.len == 0 || e.gpa > UINT64_MAX - e.len)
+      return fail(HZ_S_EINVAL, static_cast<uint32_t>(i));
   }
   for (const hz_extent& e : extents) {
-    if (e.len > kU64Max - sum) return fail(HZ_S_EINVAL);
+    if (e.len > UINT64_MAX - sum) return fail(HZ_S_EINVAL);
     sum += e.len;
   }
   if (sum != total_len) return fail(HZ_S_EINVAL);

@@ -1,6 +1,5 @@
 // RegionTable's part in a live upgrade: the regions as the guest registered
 // them, registered again in the next process.
-#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -12,9 +11,6 @@ namespace hz::service {
 using json = nlohmann::json;
 
 namespace {
-
-constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
-constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 
 Status ReadExtents(const json& in, uint64_t max_extents, std::vector<hz_extent>* out) {
   if (!in.is_array() || in.size() > max_extents) {

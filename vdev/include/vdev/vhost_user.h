@@ -77,6 +77,8 @@ constexpr uint32_t kMaxMemRegions = 8;    // SET_MEM_TABLE regions
 constexpr uint32_t kMaxConfigSize = 256;  // GET/SET_CONFIG payload
 constexpr uint64_t kVringIdxMask = 0xff;  // SET_VRING_KICK/CALL/ERR index bits
 constexpr uint64_t kVringNoFd = 1ull << 8;
+// One kick/call/err index byte addresses at most this many rings.
+constexpr uint32_t kMaxQueues = kVringIdxMask + 1;
 
 struct Header {
   uint32_t request;
