@@ -8,6 +8,8 @@ namespace hz::checkpoint {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 std::atomic_ref<uint64_t> Seq(uint8_t* word) {
   return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(word));
 }
@@ -20,7 +22,6 @@ std::atomic_ref<uint64_t> Step(uint8_t* word) {
 SeqlockCopyResult SeqlockCopy(uint8_t* word, const std::function<void()>& copy,
                               std::chrono::steady_clock::time_point deadline,
                               const SeqlockLimits& limits) {
-  using Clock = std::chrono::steady_clock;
   // The word is the tenant's: while it stays odd the copy sleeps between
   // looks, doubling the pause up to kMaxPause, instead of holding a core.
   constexpr std::chrono::microseconds kFirstPause{50};
