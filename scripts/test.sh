@@ -30,7 +30,9 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_strin
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # Objects compiled by any earlier run, in any folder, are reused
 # (cmake/HarmonaizeCcache.cmake says why this is safe).
-export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
+# Depend mode takes the headers an object needs from the compiler's own -MD
+# list, so a miss compiles once instead of preprocessing first to look again.
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G} CCACHE_DEPEND=1
 
 # Labels run only by hand (or with --full).
 by_hand='^(soak|vm-kernels|nested)$'
