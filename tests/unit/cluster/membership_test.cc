@@ -246,6 +246,9 @@ TEST_F(MembershipTest, ALostStoreIsolatesTheHostAndItRejoinsWhenTheStoreReturns)
   EXPECT_TRUE(lost.hosts.empty());
   EXPECT_GT(lost.failed_rounds, 0u);
   EXPECT_NE(lost.detail.find("cluster store"), std::string::npos) << lost.detail;
+  // The listener is told after the view changed, outside its lock.
+  ASSERT_TRUE(WaitFor([&] { return left.load() >= 1; }))
+      << "the listener was not told that h1 left";
   EXPECT_EQ(left.load(), 1);  // h1, the only other host
   // A restarted store is empty; both hosts register again and see each other.
   ASSERT_TRUE(redis_.Start()) << redis_.error();
