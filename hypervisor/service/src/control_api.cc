@@ -1,7 +1,6 @@
 #include "hz/service/control_api.h"
 
 #include <map>
-#include <set>
 #include <stdexcept>
 
 #include "command_args.h"
