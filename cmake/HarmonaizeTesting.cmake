@@ -4,14 +4,14 @@
 # command runs every label in the default build and unit+integration again
 # under the sanitizers.
 
-# hz_gtest(NAME name SOURCES ... LIBS ... LABEL unit|integration [TIMEOUT s] [RUN_SERIAL]
-#          [NO_UNITY])
+# hz_gtest(NAME name SOURCES ... LIBS ... LABEL unit|integration [TIMEOUT s] [RUN_SERIAL])
 # RUN_SERIAL: the binary's tests run while no other test does (they measure
 # shares of the CPU that other tests would take).
-# NO_UNITY: compile each source on its own, for sources whose file-scope
-# helpers share names (hz_unity_build, HarmonaizeUnity.cmake).
+# The sources compile in batches (hz_unity_build, HarmonaizeUnity.cmake), so
+# the names each file defines at file scope must differ from its neighbours':
+# a helper that several files use lives once, in a header of their folder.
 function(hz_gtest)
-  cmake_parse_arguments(T "RUN_SERIAL;NO_UNITY" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "RUN_SERIAL" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
   if(NOT T_LABEL)
     message(FATAL_ERROR "hz_gtest(${T_NAME}): LABEL is required")
   endif()
@@ -19,9 +19,7 @@ function(hz_gtest)
     set(T_TIMEOUT 300)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
-  if(NOT T_NO_UNITY)
-    hz_unity_build(${T_NAME})
-  endif()
+  hz_unity_build(${T_NAME})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main GTest::gmock
                                           Threads::Threads)
   # Header-only helpers shared by tests of every component (tests/support/hz_test).

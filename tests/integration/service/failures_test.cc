@@ -330,11 +330,7 @@ TEST(ServiceShutdownTest, SigtermAsVmsDisconnectDoesNotWaitOutTheDrainTimeout) {
   constexpr int kVms = 6;
   for (int round = 0; round < 3; ++round) {
     ServiceProcess svc;
-    const std::string cfg = svc.dir() + "/hz.toml";
-    {
-      std::ofstream f(cfg);
-      f << "[shutdown]\ntimeout_ms = 600000\n";
-    }
+    const std::string cfg = svc.WriteConfig("[shutdown]\ntimeout_ms = 600000\n");
     ASSERT_TRUE(svc.Start({"--config", cfg}));
     auto vms = svc.TenantWithVms("t1", kVms);
     ASSERT_EQ(vms.size(), static_cast<size_t>(kVms));

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 namespace hz::testing {
@@ -149,6 +150,12 @@ int ServiceProcess::RunToExit(const std::vector<std::string>& extra, std::string
     fclose(f);
   }
   return rc;
+}
+
+std::string ServiceProcess::WriteConfig(const std::string& toml) const {
+  const std::string path = dir_ + "/harmonaized.toml";
+  std::ofstream(path) << toml;
+  return path;
 }
 
 std::string ServiceProcess::Log() const {

@@ -15,6 +15,9 @@
 
 namespace hz::testing {
 
+// How long a test waits for what the service owes it: only detects hangs.
+constexpr int kWaitMs = 10000;
+
 class ServiceProcess {
  public:
   ServiceProcess();
@@ -49,6 +52,9 @@ class ServiceProcess {
   // Creates a tenant and binds `n` VM sockets to it; returns their paths.
   std::vector<std::string> TenantWithVms(const std::string& tenant, int n);
   const std::string& dir() const { return dir_; }
+  // Writes `toml` to harmonaized.toml in dir() (replacing what an earlier call
+  // wrote) and returns its path, for Start({"--config", path}).
+  std::string WriteConfig(const std::string& toml) const;
   pid_t pid() const { return pid_; }
   // The daemon binary the next Start runs (default: harmonaized).
   void set_binary(const std::string& path) { binary_ = path; }

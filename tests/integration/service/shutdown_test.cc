@@ -15,12 +15,6 @@ namespace {
 // Only a hang detector: a daemon that has not exited by then never will.
 constexpr int kHangGuardMs = 60000;
 
-std::string WriteConfig(const ServiceProcess& svc, const std::string& text) {
-  const std::string path = svc.dir() + "/test.toml";
-  std::ofstream(path) << text;
-  return path;
-}
-
 // The socket of a VM bound to `tenant` that is served by connection thread
 // `thread` (empty if none).
 std::string SocketOnThread(ServiceProcess& svc, const std::string& tenant, size_t thread) {
@@ -39,7 +33,7 @@ std::string SocketOnThread(ServiceProcess& svc, const std::string& tenant, size_
 void StartWithThreadZeroStuck(ServiceProcess& svc) {
   const std::vector<std::string> args = {
       "--worker-threads", "2", "--config",
-      WriteConfig(svc, "[shutdown]\ntimeout_ms = 500\n[scheduler]\nenabled = false\n")};
+      svc.WriteConfig("[shutdown]\ntimeout_ms = 500\n[scheduler]\nenabled = false\n")};
   ASSERT_TRUE(svc.Start(args));
   ASSERT_EQ(svc.TenantWithVms("a", 1).size(), 1u);
   ASSERT_EQ(svc.TenantWithVms("b", 1).size(), 1u);
@@ -130,10 +124,9 @@ TEST(ServiceShutdownTest, ATenantHoldingItsStagingShareDelaysNeitherItsNeighbour
   ServiceProcess svc;
   svc.CaptureLog();
   ASSERT_TRUE(svc.Start({"--worker-threads", "1", "--log-level", "info", "--config",
-                         WriteConfig(svc,
-                                     "[checkpoint]\nstaging_bytes = 16777216\n"
-                                     "tenant_staging_bytes = 8388608\n"
-                                     "quiesce_bytes = 8388608\n")}));
+                         svc.WriteConfig("[checkpoint]\nstaging_bytes = 16777216\n"
+                                         "tenant_staging_bytes = 8388608\n"
+                                         "quiesce_bytes = 8388608\n")}));
   std::vector<std::string> a_socks = svc.TenantWithVms("a", 1);
   std::vector<std::string> b_socks = svc.TenantWithVms("b", 1);
   ASSERT_EQ(a_socks.size(), 1u);

@@ -29,12 +29,6 @@ namespace {
 // timeout(1) turns a daemon that never answers into a failure (exit 124).
 const std::string kHzctl = std::string("timeout 20 ") + HZ_HZCTL_PATH;
 
-std::string WriteConfig(const ServiceProcess& svc, const std::string& toml) {
-  std::string path = svc.dir() + "/sockets-test.toml";
-  std::ofstream(path) << toml;
-  return path;
-}
-
 uint16_t MetricsPort(ServiceProcess& svc) {
   return svc.Control({{"cmd", "status"}})["result"].value("metrics_port", uint16_t{0});
 }
@@ -103,7 +97,7 @@ TEST(ServiceSocketsTest, ListenersServeAgainAfterTheDescriptorsRanOut) {
 #endif
   ServiceProcess svc;
   // No cap on metrics connections short of the descriptors.
-  ASSERT_TRUE(svc.Start({"--config", WriteConfig(svc, "[metrics]\nmax_connections = 65536\n"),
+  ASSERT_TRUE(svc.Start({"--config", svc.WriteConfig("[metrics]\nmax_connections = 65536\n"),
                          "--metrics-port", "0"}));
   uint16_t port = MetricsPort(svc);
   ASSERT_NE(port, 0);
@@ -146,7 +140,7 @@ TEST(ServiceSocketsTest, ListenersServeAgainAfterTheDescriptorsRanOut) {
 TEST(ServiceSocketsTest, MetricsConnectionsAreCapped) {
   ServiceProcess svc;
   ASSERT_TRUE(svc.Start(
-      {"--config", WriteConfig(svc, "[metrics]\nmax_connections = 4\n"), "--metrics-port", "0"}));
+      {"--config", svc.WriteConfig("[metrics]\nmax_connections = 4\n"), "--metrics-port", "0"}));
   uint16_t port = MetricsPort(svc);
   ASSERT_NE(port, 0);
   std::vector<int> idle;
@@ -201,8 +195,8 @@ TEST(ServiceSocketsTest, SocketsHaveTheConfiguredModeAndGroup) {
   auto [name, gid] = OtherGroup();
   ServiceProcess svc;
   std::string cfg =
-      WriteConfig(svc, "[control]\nsocket_group = \"" + name +
-                           "\"\n[vm]\nsocket_mode = \"0640\"\nsocket_group = \"" + name + "\"\n");
+      svc.WriteConfig("[control]\nsocket_group = \"" + name +
+                      "\"\n[vm]\nsocket_mode = \"0640\"\nsocket_group = \"" + name + "\"\n");
   ASSERT_TRUE(svc.Start({"--config", cfg}));
   auto vms = svc.TenantWithVms("t1", 1);
   ASSERT_EQ(vms.size(), 1u);
@@ -222,7 +216,7 @@ TEST(ServiceSocketsTest, SocketsHaveTheConfiguredOwner) {
   const uid_t uid = nobody->pw_uid;
   ServiceProcess svc;
   std::string cfg =
-      WriteConfig(svc, "[control]\nsocket_owner = \"nobody\"\n[vm]\nsocket_owner = \"nobody\"\n");
+      svc.WriteConfig("[control]\nsocket_owner = \"nobody\"\n[vm]\nsocket_owner = \"nobody\"\n");
   ASSERT_TRUE(svc.Start({"--config", cfg}));
   auto vms = svc.TenantWithVms("t1", 1);
   ASSERT_EQ(vms.size(), 1u);
@@ -245,7 +239,7 @@ TEST(ServiceSocketsTest, UnknownGroupsAndBadModesAreConfigErrors) {
       {"[vm]\nsocket_mode = \"rw\"\n", "vm.socket_mode: expected"},
   };
   for (const auto& [toml, error] : cases) {
-    EXPECT_EQ(svc.RunToExit({"--config", WriteConfig(svc, toml)}, &out), 2) << toml << out;
+    EXPECT_EQ(svc.RunToExit({"--config", svc.WriteConfig(toml)}, &out), 2) << toml << out;
     EXPECT_NE(out.find(error), std::string::npos) << out;
   }
 }

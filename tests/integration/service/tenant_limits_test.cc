@@ -138,8 +138,7 @@ std::vector<int> ThreadNiceValues(pid_t pid) {
 // serving every VM's requests leave.
 TEST(ServiceTenantLimitsTest, RegionsArePreparedAtTheConfiguredNice) {
   ServiceProcess svc;
-  const std::string cfg = svc.dir() + "/hz.toml";
-  std::ofstream(cfg) << "region_thread_nice = 13\n";
+  const std::string cfg = svc.WriteConfig("region_thread_nice = 13\n");
   ASSERT_TRUE(svc.Start({"--config", cfg}));
   auto vms = svc.TenantWithVms("t1", 1);
   ASSERT_EQ(vms.size(), 1u);

@@ -150,8 +150,7 @@ bool WaitFor(const std::function<bool()>& fn, std::chrono::seconds limit) {
 
 TEST(ServiceTurnShareTest, TenantsShareAConnectionThreadByTheirWeights) {
   ServiceProcess svc;
-  const std::string config = svc.dir() + "/harmonaized.toml";
-  std::ofstream(config) << "worker_threads = 1\n";  // every VM on one thread
+  const std::string config = svc.WriteConfig("worker_threads = 1\n");  // every VM on one thread
   const int port = FreeTcpPort();
   ASSERT_TRUE(svc.Start({"--config", config, "--metrics-port", std::to_string(port)}));
   // heavy (weight 3) has one VM; light (weight 1) two, charged as one tenant.

@@ -16,13 +16,13 @@
 
 namespace {
 
+using hz::testing::kWaitMs;
 using hz::testing::Pipe;
 using hz::testing::RunRanks;
 using hz::testing::ServiceProcess;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr int kWaitMs = 10000;  // only detects hangs
 constexpr size_t kBytes = 1u << 20;
 
 struct CkptPayload {  // SPEC §8.3.6
@@ -275,11 +275,8 @@ TEST_F(ServiceEngineCheckpoints, NoticeThreadsAreJoinedWhenTheirSavesAreOver) {
 // budget ran out, and A's save would fail with EAGAIN.
 TEST(ServiceEngineCheckpointsAsync, AnotherVmIsServedWhileASaveWaits) {
   ServiceProcess svc;
-  const std::string conf = svc.dir() + "/async.toml";
-  {
-    std::ofstream f(conf);
-    f << "[checkpoint]\nstaging_bytes = " << (8u << 20) << "\n";  // two 4 MiB chunks
-  }
+  const std::string conf = svc.WriteConfig(
+      "[checkpoint]\nstaging_bytes = " + std::to_string(8u << 20) + "\n");  // two 4 MiB chunks
   ASSERT_TRUE(svc.Start({"--config", conf, "--worker-threads", "1"}));
   std::vector<std::string> socks = svc.TenantWithVms("ck", 2);
   ASSERT_EQ(socks.size(), 2u);

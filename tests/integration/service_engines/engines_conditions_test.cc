@@ -17,19 +17,17 @@
 
 namespace {
 
+using hz::testing::kWaitMs;
 using hz::testing::ServiceProcess;
 using json = nlohmann::json;
-
-constexpr int kWaitMs = 10000;  // only detects hangs
 
 class ServiceConditions : public ::testing::Test {
  protected:
   void SetUp() override {
     // One collective worker, so that two tenants' large all-reduces contend
     // for it; the conditions are looked at every 200 ms.
-    const std::string config = svc_.dir() + "/harmonaized.toml";
-    std::ofstream(config) << "[collectives]\nworker_threads = 1\n"
-                          << "[conditions]\npoll_ms = 200\n";
+    const std::string config =
+        svc_.WriteConfig("[collectives]\nworker_threads = 1\n[conditions]\npoll_ms = 200\n");
     ASSERT_TRUE(svc_.Start({"--config", config}));
     socks_a_ = svc_.TenantWithVms("ta", 1);
     socks_b_ = svc_.TenantWithVms("tb", 1);

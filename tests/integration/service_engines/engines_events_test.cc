@@ -13,10 +13,9 @@
 
 namespace {
 
+using hz::testing::kWaitMs;
 using hz::testing::ServiceProcess;
 using json = nlohmann::json;
-
-constexpr int kWaitMs = 10000;  // only detects hangs
 
 class ServiceEngineEvents : public ::testing::Test {
  protected:

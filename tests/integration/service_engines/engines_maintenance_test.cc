@@ -45,11 +45,9 @@ class ServiceMaintenance : public ::testing::Test {
     const std::string hook = svc_.dir() + "/hook.sh";
     std::ofstream(hook) << "#!/bin/sh\necho \"$@\" >> " << hook_out_ << "\n";
     chmod(hook.c_str(), 0755);
-    const std::string config = svc_.dir() + "/harmonaized.toml";
-    std::ofstream(config) << "[scheduler]\nsysfs_root = \"" << sysfs << "\"\n"
-                          << "provider_file = \"" << fixtures << "/hgx8/inventory.toml\"\n"
-                          << "sync = false\n"
-                          << "[maintenance]\nhook = \"" << hook << "\"\n";
+    const std::string config = svc_.WriteConfig(
+        "[scheduler]\nsysfs_root = \"" + sysfs + "\"\nprovider_file = \"" + fixtures +
+        "/hgx8/inventory.toml\"\nsync = false\n[maintenance]\nhook = \"" + hook + "\"\n");
     ASSERT_TRUE(svc_.Start({"--config", config, "--metrics-port", "0"}));
     json s = svc_.Control({{"cmd", "maintenance.status"}});
     ASSERT_TRUE(s.value("ok", false)) << s.dump();

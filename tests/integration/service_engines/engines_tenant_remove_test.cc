@@ -19,10 +19,9 @@
 
 namespace {
 
+using hz::testing::kWaitMs;
 using hz::testing::ServiceProcess;
 using json = nlohmann::json;
-
-constexpr int kWaitMs = 10000;  // only detects hangs
 
 // Runs hzctl against the service; returns its exit code and output.
 int Hzctl(const ServiceProcess& svc, const std::string& args, std::string* out) {

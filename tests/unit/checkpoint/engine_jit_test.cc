@@ -12,6 +12,7 @@
 namespace hz::checkpoint {
 namespace {
 
+using testing::kSmallChunkBytes;
 using testing::RecordingSink;
 using testing::SmallConfig;
 using testing::TempDir;
@@ -197,8 +198,8 @@ TEST(CheckpointJit, DeclarationsAreValidated) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(eng->DeclareQuiesce(Tenant(1), 1, s.word_span(), sp).code(), StatusCode::kOk);
   // The registration sets staging memory aside (SPEC.md §7.5.7) ...
-  size_t state_chunks = (s.a.size() * 8 + s.b.size() * 8 + (64 << 10) - 1) / (64 << 10);
-  EXPECT_EQ(eng->GetStats().tenants[0].staging_bytes, state_chunks * (64 << 10));
+  size_t state_chunks = (s.a.size() * 8 + s.b.size() * 8 + kSmallChunkBytes - 1) / kSmallChunkBytes;
+  EXPECT_EQ(eng->GetStats().tenants[0].staging_bytes, state_chunks * kSmallChunkBytes);
   EXPECT_EQ(eng->CancelQuiesce(Tenant(1), 1).code(), StatusCode::kOk);
   EXPECT_EQ(eng->GetStats().tenants[0].staging_bytes, 0u);
   EXPECT_EQ(eng->CancelQuiesce(Tenant(1), 1).code(), StatusCode::kNotFound);

@@ -13,6 +13,7 @@
 namespace hz::checkpoint {
 namespace {
 
+using testing::kSmallChunkBytes;
 using testing::MakeState;
 using testing::SmallConfig;
 using testing::Spans;
@@ -20,8 +21,6 @@ using testing::TempDir;
 using testing::Tenant;
 using testing::ZeroState;
 using namespace std::chrono_literals;
-
-constexpr size_t kChunk = 64 << 10;  // SmallConfig's chunk; its pool holds 64
 
 class CheckpointQuotas : public ::testing::Test {
  protected:
@@ -55,9 +54,9 @@ class CheckpointQuotas : public ::testing::Test {
   }
   // Registers the largest quiescence region the engine accepts; its size in chunks.
   size_t LargestQuiesce(TenantId t, StreamId s, std::vector<uint8_t>* state) {
-    state->assign(64 * kChunk, 1);
+    state->assign(64 * kSmallChunkBytes, 1);
     for (size_t n = 64; n > 0; --n) {
-      IoSpan slice{state->data(), n * kChunk};
+      IoSpan slice{state->data(), n * kSmallChunkBytes};
       if (eng_->DeclareQuiesce(t, s, {reinterpret_cast<uint8_t*>(&word_), sizeof word_},
                                {&slice, 1})
               .ok()) {
@@ -88,7 +87,7 @@ TEST_F(CheckpointQuotas, HugeSaveCannotStallAnotherTenantsSave) {
   ASSERT_TRUE(Policy(Tenant(2), 1).ok());
   // The largest save tenant 1 gets; its chunks stay held while it persists.
   size_t n = 64;
-  while (n > 0 && !SaveBytes(Tenant(1), 1, 1, n * kChunk).ok()) --n;
+  while (n > 0 && !SaveBytes(Tenant(1), 1, 1, n * kSmallChunkBytes).ok()) --n;
   EXPECT_LT(n, 64u) << "one tenant staged into the whole pool";
   EXPECT_EQ(SaveBytes(Tenant(2), 1, 1, 5000).code(), StatusCode::kOk);
 }
@@ -102,9 +101,9 @@ TEST_F(CheckpointQuotas, StagingSharesFollowTheOperatorsWeights) {
   ASSERT_TRUE(eng_->SetLimits(Tenant(2), light).ok());
   ASSERT_TRUE(Policy(Tenant(1), 1).ok());
   ASSERT_TRUE(Policy(Tenant(2), 1).ok());
-  EXPECT_EQ(SaveBytes(Tenant(1), 1, 1, 40 * kChunk).code(), StatusCode::kOk);
-  EXPECT_EQ(SaveBytes(Tenant(2), 1, 1, 20 * kChunk).code(), StatusCode::kLimit);
-  EXPECT_EQ(SaveBytes(Tenant(2), 1, 2, 16 * kChunk).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveBytes(Tenant(1), 1, 1, 40 * kSmallChunkBytes).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveBytes(Tenant(2), 1, 1, 20 * kSmallChunkBytes).code(), StatusCode::kLimit);
+  EXPECT_EQ(SaveBytes(Tenant(2), 1, 2, 16 * kSmallChunkBytes).code(), StatusCode::kOk);
 }
 
 TEST_F(CheckpointQuotas, OneTenantCannotKeepTheMemoryTierFull) {
@@ -114,31 +113,32 @@ TEST_F(CheckpointQuotas, OneTenantCannotKeepTheMemoryTierFull) {
   size_t in_memory = 0;
   for (uint64_t step = 1; step <= 16; ++step) {
     TierKind tier{};
-    ASSERT_EQ(SaveBytes(Tenant(1), 1, step, kChunk, &tier).code(), StatusCode::kOk);
+    ASSERT_EQ(SaveBytes(Tenant(1), 1, step, kSmallChunkBytes, &tier).code(), StatusCode::kOk);
     in_memory += tier == TierKind::kHostMemory;
     ASSERT_TRUE(eng_->Flush(30s).ok());
   }
   EXPECT_LT(in_memory, 16u);
   TierKind tier{};
-  ASSERT_EQ(SaveBytes(Tenant(2), 1, 1, kChunk, &tier).code(), StatusCode::kOk);
+  ASSERT_EQ(SaveBytes(Tenant(2), 1, 1, kSmallChunkBytes, &tier).code(), StatusCode::kOk);
   EXPECT_EQ(tier, TierKind::kHostMemory);
 }
 
 TEST_F(CheckpointQuotas, TenantOverItsDiskShareGetsLimitAndOthersStillSave) {
   EngineConfig cfg = SmallConfig(dir_->path());
-  cfg.disk_bytes = 16 * kChunk;  // two tenants: 8 chunks each
+  cfg.disk_bytes = 16 * kSmallChunkBytes;  // two tenants: 8 chunks each
   Open(cfg);
   ASSERT_TRUE(Policy(Tenant(1), 1).ok());
   ASSERT_TRUE(Policy(Tenant(2), 1).ok());
   Status last = Status::Ok();
   for (uint64_t step = 1; step <= 20 && last.ok(); ++step) {
-    last = SaveBytes(Tenant(1), 1, step, kChunk);
+    last = SaveBytes(Tenant(1), 1, step, kSmallChunkBytes);
     ASSERT_TRUE(eng_->Flush(30s).ok());
   }
   EXPECT_EQ(last.code(), StatusCode::kLimit);
-  EXPECT_EQ(SaveBytes(Tenant(2), 1, 1, 4 * kChunk).code(), StatusCode::kOk);
+  EXPECT_EQ(SaveBytes(Tenant(2), 1, 1, 4 * kSmallChunkBytes).code(), StatusCode::kOk);
   ASSERT_TRUE(eng_->Flush(30s).ok());
-  for (const TenantStats& t : eng_->GetStats().tenants) EXPECT_LE(t.disk_bytes, 8 * kChunk);
+  for (const TenantStats& t : eng_->GetStats().tenants)
+    EXPECT_LE(t.disk_bytes, 8 * kSmallChunkBytes);
 }
 
 TEST_F(CheckpointQuotas, WaitingRequestsOfOneTenantLeaveThreadsForOthers) {

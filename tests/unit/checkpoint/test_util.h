@@ -112,10 +112,13 @@ class RecordingSink : public EventSink {
 };
 
 // A small engine configuration for tests: 64 KiB chunks, 4 MiB pool.
+// SmallConfig's chunk: its staging pool holds 64 of them.
+constexpr size_t kSmallChunkBytes = 64 << 10;
+
 inline EngineConfig SmallConfig(const std::string& root, EventSink* sink = nullptr) {
   EngineConfig c;
   c.root = root;
-  c.chunk_bytes = 64 << 10;
+  c.chunk_bytes = kSmallChunkBytes;
   c.staging_bytes = 4 << 20;
   c.memory_tier_bytes = 1 << 20;
   c.queue_depth = 8;

@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "cohort_util.h"
 #include "hz/experiment/cohort.h"
 #include "hz/scheduler/synthetic_cluster.h"
 
 namespace hz::experiment {
 namespace {
+
+using testing::MechanismsOf;
 
 constexpr const char* kScenario = R"({
   "hosts": 3, "gpus_per_host": 2,
@@ -77,12 +80,6 @@ TEST(Scenario, BadInputChangesNothing) {
   }
 }
 
-Mechanisms Of(const std::string& cohort) {
-  std::vector<Cohort> c;
-  EXPECT_TRUE(SelectCohorts({cohort}, &c)) << cohort;
-  return c.empty() ? Mechanisms{} : c[0].mechanisms;
-}
-
 // One 2-GPU job of 60 s on two 2-GPU hosts; 1 GB checkpoints written at
 // 10 GB/s every 10 s (0.1 s stalls), restored at 1 GB/s after a 5 s restart.
 class FixedEventsTest : public ::testing::Test {
@@ -105,7 +102,7 @@ class FixedEventsTest : public ::testing::Test {
 
 TEST_F(FixedEventsTest, AFailureLosesTheWorkSinceTheLastCheckpoint) {
   const std::vector<FixedEvent> events = {{25, Outage::kGpuFailure, 0}};
-  const RunResult r = Simulate(cluster_, jobs_, m_, Of("standard"), 0, &events);
+  const RunResult r = Simulate(cluster_, jobs_, m_, MechanismsOf("standard"), 0, &events);
   ASSERT_EQ(r.per_job.size(), 1u);
   // Checkpoints of 20 s of work by 20.2 s; 4.8 s more lost at 25 s.
   EXPECT_NEAR(r.per_job[0].lost_s, 4.8, 1e-9);
@@ -118,8 +115,9 @@ TEST_F(FixedEventsTest, AFailureLosesTheWorkSinceTheLastCheckpoint) {
 TEST_F(FixedEventsTest, ASaveOnNoticeLosesNothing) {
   m_.early_maintenance_notice_s.value = 10;
   const std::vector<FixedEvent> events = {{25, Outage::kMaintenance, 0}};
-  const RunResult standard = Simulate(cluster_, jobs_, m_, Of("standard"), 0, &events);
-  const RunResult cooperative = Simulate(cluster_, jobs_, m_, Of("cooperative"), 0, &events);
+  const RunResult standard = Simulate(cluster_, jobs_, m_, MechanismsOf("standard"), 0, &events);
+  const RunResult cooperative =
+      Simulate(cluster_, jobs_, m_, MechanismsOf("cooperative"), 0, &events);
   EXPECT_GT(standard.per_job[0].lost_s, 0);
   EXPECT_EQ(cooperative.per_job[0].lost_s, 0);
   EXPECT_EQ(cooperative.per_job[0].interruptions, 1u);
@@ -140,7 +138,7 @@ class MaintenanceTest : public FixedEventsTest {
 };
 
 TEST_F(MaintenanceTest, OnceEveryTenantToldApprovedItStartsAndEndsEarly) {
-  const RunResult r = Simulate(one_host_, jobs_, m_, Of("cooperative"), 0, &events_);
+  const RunResult r = Simulate(one_host_, jobs_, m_, MechanismsOf("cooperative"), 0, &events_);
   ASSERT_EQ(r.per_job.size(), 1u);
   EXPECT_EQ(r.per_job[0].lost_s, 0);
   // Heard at 200 + d, saved by 200 + d + 0.008 (1 GB at 125 GB/s) and
@@ -152,7 +150,8 @@ TEST_F(MaintenanceTest, OnceEveryTenantToldApprovedItStartsAndEndsEarly) {
 TEST_F(MaintenanceTest, ATenantThatHasNotApprovedHoldsItToItsTime) {
   // Told early but not saving on notice: the job runs on, so its tenant
   // does not approve and the maintenance starts at 300.
-  const RunResult r = Simulate(one_host_, jobs_, m_, Of("only_pushed_notices"), 0, &events_);
+  const RunResult r =
+      Simulate(one_host_, jobs_, m_, MechanismsOf("only_pushed_notices"), 0, &events_);
   ASSERT_EQ(r.per_job.size(), 1u);
   EXPECT_EQ(r.per_job[0].interruptions, 1u);
   // Checkpoints every 10 s of work and 0.1 s: 290 s kept at 300.
@@ -162,7 +161,7 @@ TEST_F(MaintenanceTest, ATenantThatHasNotApprovedHoldsItToItsTime) {
 
 TEST_F(FixedEventsTest, AnEventAfterTheJobEndsHitsNothing) {
   const std::vector<FixedEvent> events = {{500, Outage::kHostFailure, 0}};
-  const RunResult r = Simulate(cluster_, jobs_, m_, Of("standard"), 0, &events);
+  const RunResult r = Simulate(cluster_, jobs_, m_, MechanismsOf("standard"), 0, &events);
   EXPECT_EQ(r.interruptions, 0u);
   EXPECT_NEAR(r.per_job[0].jct_s, 60 + 6 * 0.1, 1e-9);  // the last save at the very end too
 }

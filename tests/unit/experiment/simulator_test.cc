@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "cohort_util.h"
 #include "hz/experiment/cohort.h"
 #include "hz/scheduler/synthetic_cluster.h"
 
 namespace hz::experiment {
 namespace {
+
+using testing::MechanismsOf;
 
 // A model in which nothing happens to the infrastructure; tests switch on
 // what they look at.
@@ -17,12 +20,6 @@ Model Quiet() {
   m.maintenance_per_host_hour.value = 0;
   m.preemptions_per_job_hour.value = 0;
   return m;
-}
-
-Mechanisms Of(const std::string& cohort) {
-  std::vector<Cohort> c;
-  EXPECT_TRUE(SelectCohorts({cohort}, &c)) << cohort;
-  return c.empty() ? Mechanisms{} : c[0].mechanisms;
 }
 
 // Long jobs, so that every outage finds work to lose.
@@ -62,8 +59,8 @@ TEST_F(SimulatorTest, TheSameSeedGivesTheSameRun) {
   // Long jobs, so that maintenance notices find them running.
   std::vector<TraceJob> jobs = SyntheticTrace(300, 2).jobs;
   for (TraceJob& j : jobs) j.duration_s *= 10;
-  const RunResult a = Simulate(cluster_, jobs, m, Of("cooperative"), 9);
-  const RunResult b = Simulate(cluster_, jobs, m, Of("cooperative"), 9);
+  const RunResult a = Simulate(cluster_, jobs, m, MechanismsOf("cooperative"), 9);
+  const RunResult b = Simulate(cluster_, jobs, m, MechanismsOf("cooperative"), 9);
   EXPECT_EQ(a.jct_s, b.jct_s);
   EXPECT_EQ(a.lost_gpu_h, b.lost_gpu_h);
   EXPECT_EQ(a.interruptions, b.interruptions);
@@ -78,7 +75,7 @@ TEST_F(SimulatorTest, TheSameSeedGivesTheSameRun) {
 TEST_F(SimulatorTest, WithoutOutagesEveryJobRunsOnceAndNothingIsLost) {
   const std::vector<TraceJob> jobs = SyntheticTrace(300, 3).jobs;
   for (const char* cohort : {"standard", "cooperative"}) {
-    const RunResult r = Simulate(cluster_, jobs, Quiet(), Of(cohort), 1);
+    const RunResult r = Simulate(cluster_, jobs, Quiet(), MechanismsOf(cohort), 1);
     EXPECT_EQ(r.jobs, jobs.size()) << cohort;
     EXPECT_EQ(r.interruptions, 0u) << cohort;
     EXPECT_EQ(r.lost_gpu_h, 0) << cohort;
@@ -93,8 +90,8 @@ TEST_F(SimulatorTest, ASaveOnNoticeKeepsTheWorkAMaintenanceWouldCost) {
   Model m = Quiet();
   m.maintenance_per_host_hour.value = 2e-3;
   const std::vector<TraceJob> jobs = LongJobs(100);
-  const RunResult standard = Simulate(cluster_, jobs, m, Of("standard"), 4);
-  const RunResult jit = Simulate(cluster_, jobs, m, Of("only_jit_notice"), 4);
+  const RunResult standard = Simulate(cluster_, jobs, m, MechanismsOf("standard"), 4);
+  const RunResult jit = Simulate(cluster_, jobs, m, MechanismsOf("only_jit_notice"), 4);
   ASSERT_GT(standard.interruptions, 0u);
   EXPECT_GT(standard.lost_gpu_h, 0);
   // The tenant's own save (2 s for 4 GB at 2 GB/s) fits in the 15-minute
@@ -108,8 +105,8 @@ TEST_F(SimulatorTest, WarnedFailuresAreSavedOnlyWhenTheTenantIsTold) {
   m.gpu_failures_per_gpu_hour.value = 2e-4;
   m.predictable_failure_share.value = 1;  // every failure is warned of
   const std::vector<TraceJob> jobs = LongJobs(100);
-  const RunResult told = Simulate(cluster_, jobs, m, Of("events_coarse"), 6);
-  const RunResult untold = Simulate(cluster_, jobs, m, Of("events_none"), 6);
+  const RunResult told = Simulate(cluster_, jobs, m, MechanismsOf("events_coarse"), 6);
+  const RunResult untold = Simulate(cluster_, jobs, m, MechanismsOf("events_none"), 6);
   ASSERT_GT(untold.interruptions, 0u);
   EXPECT_GT(untold.lost_gpu_h, 0);
   EXPECT_EQ(told.lost_gpu_h, 0);
@@ -120,8 +117,8 @@ TEST_F(SimulatorTest, ProviderCheckpointsLoseLessToUnannouncedGpuFailures) {
   m.gpu_failures_per_gpu_hour.value = 2e-3;
   m.predictable_failure_share.value = 0;
   const std::vector<TraceJob> jobs = LongJobs(100);
-  const RunResult standard = Simulate(cluster_, jobs, m, Of("standard"), 8);
-  const RunResult provider = Simulate(cluster_, jobs, m, Of("only_provider_ckpt"), 8);
+  const RunResult standard = Simulate(cluster_, jobs, m, MechanismsOf("standard"), 8);
+  const RunResult provider = Simulate(cluster_, jobs, m, MechanismsOf("only_provider_ckpt"), 8);
   ASSERT_GT(standard.interruptions, 0u);
   // Young's interval for a 0.16 s stall is minutes, against the standard 30,
   // and the snapshot in host memory outlives the GPUs at once.
@@ -135,10 +132,10 @@ TEST_F(SimulatorTest, OnlyThePeerHostTierKeepsProviderCheckpointsThroughAHostFai
   Model m = Quiet();
   m.host_failures_per_host_hour.value = 1e-2;
   const std::vector<TraceJob> jobs = LongJobs(100);
-  Mechanisms peer = Of("only_provider_ckpt");
+  Mechanisms peer = MechanismsOf("only_provider_ckpt");
   peer.peer_replicas = true;
-  const RunResult standard = Simulate(cluster_, jobs, m, Of("standard"), 8);
-  const RunResult local = Simulate(cluster_, jobs, m, Of("only_provider_ckpt"), 8);
+  const RunResult standard = Simulate(cluster_, jobs, m, MechanismsOf("standard"), 8);
+  const RunResult local = Simulate(cluster_, jobs, m, MechanismsOf("only_provider_ckpt"), 8);
   const RunResult replicated = Simulate(cluster_, jobs, m, peer, 8);
   ASSERT_GT(standard.interruptions, 0u);
   EXPECT_GT(local.lost_gpu_h, standard.lost_gpu_h);
@@ -153,9 +150,9 @@ TEST_F(SimulatorTest, ASpotReclaimHeardOnTheBusIsSavedAheadOfIt) {
   m.preemptions_per_job_hour.value = 0.5;
   std::vector<TraceJob> jobs = LongJobs(60);
   for (TraceJob& j : jobs) j.preemptible = true;
-  const RunResult standard = Simulate(cluster_, jobs, m, Of("standard"), 3);
-  const RunResult told = Simulate(cluster_, jobs, m, Of("cooperative"), 3);
-  const RunResult untold = Simulate(cluster_, jobs, m, Of("events_none"), 3);
+  const RunResult standard = Simulate(cluster_, jobs, m, MechanismsOf("standard"), 3);
+  const RunResult told = Simulate(cluster_, jobs, m, MechanismsOf("cooperative"), 3);
+  const RunResult untold = Simulate(cluster_, jobs, m, MechanismsOf("events_none"), 3);
   ASSERT_GT(standard.interruptions, 0u);
   EXPECT_GT(standard.lost_gpu_h, 0);
   EXPECT_GT(untold.lost_gpu_h, 0);
@@ -170,7 +167,7 @@ TEST_F(SimulatorTest, AReservationRestartsAMovedJobWithoutQueueing) {
   // A busy cluster: a moved job without a reservation queues behind the
   // jobs that arrived before it moved.
   const std::vector<TraceJob> jobs = BusyJobs(400, 20);
-  Mechanisms jit = Of("only_jit_notice");
+  Mechanisms jit = MechanismsOf("only_jit_notice");
   Mechanisms reserved = jit;
   reserved.reservations = true;
   const RunResult a = Simulate(cluster_, jobs, m, jit, 2);
@@ -185,8 +182,8 @@ TEST_F(SimulatorTest, AReservationRestartsAMovedJobWithoutQueueing) {
   EXPECT_GE(b.offers_accepted, b.reservations_honoured);
   // The offer is the provider's, made at the notice: it serves a tenant that
   // does not save on notice as well.
-  const RunResult standard = Simulate(cluster_, jobs, m, Of("standard"), 2);
-  const RunResult only = Simulate(cluster_, jobs, m, Of("only_reservations"), 2);
+  const RunResult standard = Simulate(cluster_, jobs, m, MechanismsOf("standard"), 2);
+  const RunResult only = Simulate(cluster_, jobs, m, MechanismsOf("only_reservations"), 2);
   ASSERT_GT(standard.interruptions, 0u);
   EXPECT_GT(only.reservations_honoured, 0u);
   EXPECT_LT(only.recovery_mean_s, standard.recovery_mean_s);
@@ -201,23 +198,25 @@ TEST_F(SimulatorTest, TheProvidersCollectivesPriceAMultiGpuJobAsMeasured) {
   Model m = Quiet();
   m.provider_added_latency_s.value = 1e-9;
   m.provider_busbw_ratio.value = 1;
-  const double own = Simulate(one, eight, m, Of("standard"), 1).jct_s.at(0);
+  const double own = Simulate(one, eight, m, MechanismsOf("standard"), 1).jct_s.at(0);
   // As fast as the tenant's own library: the same time.
-  EXPECT_NEAR(Simulate(one, eight, m, Of("only_topology"), 1).jct_s.at(0), own, 1e-6 * own);
+  EXPECT_NEAR(Simulate(one, eight, m, MechanismsOf("only_topology"), 1).jct_s.at(0), own,
+              1e-6 * own);
   // Half the bus bandwidth and a slower call: longer.
   Model slow = m;
   slow.provider_busbw_ratio.value = 0.5;
-  EXPECT_GT(Simulate(one, eight, slow, Of("only_topology"), 1).jct_s.at(0), own);
+  EXPECT_GT(Simulate(one, eight, slow, MechanismsOf("only_topology"), 1).jct_s.at(0), own);
   Model late = m;
   late.provider_added_latency_s.value = 1e-3;
-  EXPECT_GT(Simulate(one, eight, late, Of("only_topology"), 1).jct_s.at(0), own);
+  EXPECT_GT(Simulate(one, eight, late, MechanismsOf("only_topology"), 1).jct_s.at(0), own);
   // A job on one GPU does not communicate.
-  EXPECT_EQ(Simulate(one, single, slow, Of("only_topology"), 1).jct_s.at(0),
-            Simulate(one, single, m, Of("standard"), 1).jct_s.at(0));
+  EXPECT_EQ(Simulate(one, single, slow, MechanismsOf("only_topology"), 1).jct_s.at(0),
+            Simulate(one, single, m, MechanismsOf("standard"), 1).jct_s.at(0));
 }
 
 TEST_F(SimulatorTest, ATenantToldNothingLetsTheOffersLapseAndQueues) {
-  const RunResult r = Simulate(cluster_, BusyJobs(400, 20), Maintained(), Of("events_none"), 2);
+  const RunResult r =
+      Simulate(cluster_, BusyJobs(400, 20), Maintained(), MechanismsOf("events_none"), 2);
   EXPECT_GT(r.offers_made, 0u);
   EXPECT_EQ(r.offers_accepted, 0u);
   EXPECT_EQ(r.reservations_honoured, 0u);
@@ -228,7 +227,7 @@ TEST_F(SimulatorTest, WithoutCapacityForAReplacementTheMovedJobQueues) {
   // Whole-host jobs, many more than hosts: the queue takes every host that
   // frees, so the engine finds none to offer while jobs wait.
   const RunResult r =
-      Simulate(cluster_, BusyJobs(200, 100, 8), Maintained(), Of("only_reservations"), 2);
+      Simulate(cluster_, BusyJobs(200, 100, 8), Maintained(), MechanismsOf("only_reservations"), 2);
   ASSERT_GT(r.interruptions, 0u);
   EXPECT_GT(r.reservation_fallbacks, 0u);
   EXPECT_LT(r.offers_made, r.reservation_fallbacks);

@@ -7,25 +7,14 @@
 
 #include "hz/negotiation/negotiation.h"
 #include "in_memory_inventory.h"
+#include "request_util.h"
 #include "test_util.h"
 
 namespace hz::negotiation {
 namespace {
 
-constexpr uint64_t kNow = 600000;  // a window boundary (60 s windows)
-
-hz_neg_request Req(uint16_t count, uint8_t locality, uint64_t earliest, uint64_t latest,
-                   uint64_t duration, uint16_t kind = HZ_DEV_GPU) {
-  hz_neg_request r{};
-  r.kind = kind;
-  r.count = count;
-  r.locality = locality;
-  r.priority_class = HZ_PRIO_NORMAL;
-  r.earliest_start_s = earliest;
-  r.latest_start_s = latest;
-  r.duration_s = duration;
-  return r;
-}
+using testing::kNow;
+using testing::Req;
 
 // Counts Capacity() calls. Past `limit` it reports no devices, so that an
 // engine doing unbounded work still finishes quickly (and the count shows it).
@@ -298,9 +287,10 @@ std::string ScenarioDigest() {
   for (int round = 0; round < 12; ++round) {
     for (int t = 0; t < 4; ++t) {
       const int i = round * 4 + t;
-      hz_neg_request r = Req(static_cast<uint16_t>(1 + (i * 7) % 9), static_cast<uint8_t>(i % 3),
-                             now + (i % 5) * 25, now + (i % 5) * 25 + 60 * ((i * 3) % 11),
-                             60 * (1 + (i * 5) % 7), i % 6 == 5 ? HZ_DEV_NIC : HZ_DEV_GPU);
+      hz_neg_request r =
+          Req(static_cast<uint16_t>(1 + (i * 7) % 9), static_cast<uint8_t>(i % 3),
+              now + (i % 5) * 25, now + (i % 5) * 25 + 60 * ((i * 3) % 11), 60 * (1 + (i * 5) % 7),
+              HZ_PRIO_NORMAL, i % 6 == 5 ? HZ_DEV_NIC : HZ_DEV_GPU);
       if (r.kind == HZ_DEV_NIC) r.count = 1 + i % 2;
       uint64_t id = 0;
       EXPECT_TRUE(e.Submit(TenantId("t" + std::to_string(t)), r, now, &id).ok());

@@ -5,26 +5,14 @@
 #include <set>
 
 #include "in_memory_inventory.h"
+#include "request_util.h"
 #include "test_util.h"
 
 namespace hz::negotiation {
 namespace {
 
-constexpr uint64_t kNow = 600000;  // a window boundary (60 s windows)
-
-hz_neg_request Req(uint16_t count, uint8_t locality, uint64_t earliest, uint64_t latest,
-                   uint64_t duration, uint8_t priority = HZ_PRIO_NORMAL,
-                   uint16_t kind = HZ_DEV_GPU) {
-  hz_neg_request r{};
-  r.kind = kind;
-  r.count = count;
-  r.locality = locality;
-  r.priority_class = priority;
-  r.earliest_start_s = earliest;
-  r.latest_start_s = latest;
-  r.duration_s = duration;
-  return r;
-}
+using testing::kNow;
+using testing::Req;
 
 class Negotiation : public ::testing::Test {
  protected:

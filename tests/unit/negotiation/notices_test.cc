@@ -6,6 +6,7 @@
 #include "hz/negotiation/availability_limiter.h"
 #include "hz/negotiation/negotiation.h"
 #include "in_memory_inventory.h"
+#include "request_util.h"
 #include "test_util.h"
 
 namespace hz::negotiation {
@@ -14,19 +15,13 @@ namespace {
 using events::testing::PayloadAs;
 using events::testing::RecordingSink;
 
-constexpr uint64_t kNow = 600000;  // a window boundary (60 s windows)
+using testing::kNow;
 const TenantId kA("a"), kB("b"), kC("c"), kD("d");
 
-hz_neg_request Req(uint16_t count, uint64_t start, uint64_t duration, uint16_t kind = HZ_DEV_GPU) {
-  hz_neg_request r{};
-  r.kind = kind;
-  r.count = count;
-  r.locality = HZ_LOC_ANY;
-  r.priority_class = HZ_PRIO_NORMAL;
-  r.earliest_start_s = start;
-  r.latest_start_s = start + 60;
-  r.duration_s = duration;
-  return r;
+// A request anywhere, starting in the minute from `start`.
+hz_neg_request ReqStartingAt(uint16_t count, uint64_t start, uint64_t duration,
+                             uint16_t kind = HZ_DEV_GPU) {
+  return testing::Req(count, HZ_LOC_ANY, start, start + 60, duration, HZ_PRIO_NORMAL, kind);
 }
 
 NegotiationOptions Options() {
@@ -89,7 +84,7 @@ class Notices : public ::testing::Test {
 
 TEST_F(Notices, ScheduledComesOnceWithTheLeadThenStartedBeforeTheEnd) {
   // Ends at kNow + 605: the deadline is coarse, the lead counted from the end.
-  Reserve(kA, Req(2, kNow, 605), kNow);
+  Reserve(kA, ReqStartingAt(2, kNow, 605), kNow);
   engine_.Tick(kNow + 484);
   EXPECT_EQ(Count(HZ_TOPIC_PREEMPTION, events::kPreemptionScheduled), 0u);
   engine_.Tick(kNow + 485);
@@ -120,7 +115,7 @@ TEST_F(Notices, ScheduledComesOnceWithTheLeadThenStartedBeforeTheEnd) {
 }
 
 TEST_F(Notices, ALateTickStillGivesTheNoticeOnce) {
-  Reserve(kA, Req(1, kNow, 600), kNow);
+  Reserve(kA, ReqStartingAt(1, kNow, 600), kNow);
   engine_.Tick(kNow + 100);
   engine_.Tick(kNow + 595);  // the engine missed the notice's time
   ASSERT_EQ(Count(HZ_TOPIC_PREEMPTION, events::kPreemptionScheduled), 1u);
@@ -130,7 +125,7 @@ TEST_F(Notices, ALateTickStillGivesTheNoticeOnce) {
 
 TEST_F(Notices, AReservationShorterThanTheLeadIsNoticedAtItsStart) {
   // Starts at kNow + 600 for 60 s: no notice before it starts, one at once then.
-  Decision d = Ask(kA, Req(1, kNow + 600, 60), kNow);
+  Decision d = Ask(kA, ReqStartingAt(1, kNow + 600, 60), kNow);
   ASSERT_FALSE(d.offers.empty());
   uint64_t id = 0;
   ASSERT_TRUE(engine_.Accept(kA, d.offers[0].offer_id, kNow, &id).ok());
@@ -148,12 +143,12 @@ TEST_F(Notices, AReservationShorterThanTheLeadIsNoticedAtItsStart) {
 }
 
 TEST_F(Notices, AcceptedWithLessThanTheLeadLeftIsNoticedAtOnce) {
-  Reserve(kA, Req(1, kNow, 90), kNow);
+  Reserve(kA, ReqStartingAt(1, kNow, 90), kNow);
   EXPECT_EQ(Count(HZ_TOPIC_PREEMPTION, events::kPreemptionScheduled), 1u);
 }
 
 TEST_F(Notices, AReservationStartedAtItsEndGetsStartedAlone) {
-  Decision d = Ask(kA, Req(1, kNow, 1), kNow);
+  Decision d = Ask(kA, ReqStartingAt(1, kNow, 1), kNow);
   ASSERT_FALSE(d.offers.empty());
   uint64_t id = 0;
   ASSERT_TRUE(engine_.Accept(kA, d.offers[0].offer_id, kNow + 5, &id).ok());
@@ -162,7 +157,7 @@ TEST_F(Notices, AReservationStartedAtItsEndGetsStartedAlone) {
 }
 
 TEST_F(Notices, AReservationReleasedBeforeItsNoticeGetsNone) {
-  uint64_t id = Reserve(kA, Req(2, kNow, 600), kNow);
+  uint64_t id = Reserve(kA, ReqStartingAt(2, kNow, 600), kNow);
   ASSERT_TRUE(engine_.Release(kA, id, 0, kNow + 100).ok());
   for (uint64_t t = kNow + 100; t <= kNow + 700; t += 10) engine_.Tick(t);
   for (uint16_t kind :
@@ -172,7 +167,7 @@ TEST_F(Notices, AReservationReleasedBeforeItsNoticeGetsNone) {
 }
 
 TEST_F(Notices, GivingEverythingBackAfterTheNoticeCancelsIt) {
-  uint64_t id = Reserve(kA, Req(2, kNow, 600), kNow);
+  uint64_t id = Reserve(kA, ReqStartingAt(2, kNow, 600), kNow);
   engine_.Tick(kNow + 500);
   ASSERT_EQ(Count(HZ_TOPIC_PREEMPTION, events::kPreemptionScheduled), 1u);
   ASSERT_TRUE(engine_.Release(kA, id, 1, kNow + 510).ok());  // one is still to be taken
@@ -190,11 +185,11 @@ TEST_F(Notices, GivingEverythingBackAfterTheNoticeCancelsIt) {
 }
 
 TEST_F(Notices, ARevocationAfterTheNoticeStartsThePreemptionAndOneBeforeItGivesNone) {
-  uint64_t early = Reserve(kA, Req(1, kNow, 600), kNow);
+  uint64_t early = Reserve(kA, ReqStartingAt(1, kNow, 600), kNow);
   ASSERT_TRUE(engine_.Revoke(early, events::kRevokeOperator, kNow + 10).ok());
   EXPECT_TRUE(sink_.Matching(HZ_TOPIC_PREEMPTION, events::kPreemptionStarted).empty());
 
-  uint64_t late = Reserve(kB, Req(1, kNow + 60, 600), kNow + 60);
+  uint64_t late = Reserve(kB, ReqStartingAt(1, kNow + 60, 600), kNow + 60);
   engine_.Tick(kNow + 560);
   ASSERT_EQ(Count(HZ_TOPIC_PREEMPTION, events::kPreemptionScheduled), 1u);
   ASSERT_TRUE(engine_.Revoke(late, events::kRevokeOperator, kNow + 570).ok());
@@ -208,10 +203,10 @@ TEST_F(Notices, ARevocationAfterTheNoticeStartsThePreemptionAndOneBeforeItGivesN
 }
 
 TEST_F(Notices, AvailableGoesOnlyToTenantsWaitingForTheKindBucketed) {
-  uint64_t all = Reserve(kA, Req(4, kNow, 3600), kNow);  // every GPU
-  Decision waiting = Ask(kB, Req(1, kNow, 60), kNow + 1);
+  uint64_t all = Reserve(kA, ReqStartingAt(4, kNow, 3600), kNow);  // every GPU
+  Decision waiting = Ask(kB, ReqStartingAt(1, kNow, 60), kNow + 1);
   EXPECT_TRUE(waiting.offers.empty());
-  Decision nic = Ask(kC, Req(1, kNow + 1, 60, HZ_DEV_NIC), kNow + 1);  // holds an offer
+  Decision nic = Ask(kC, ReqStartingAt(1, kNow + 1, 60, HZ_DEV_NIC), kNow + 1);  // holds an offer
   EXPECT_FALSE(nic.offers.empty());
   engine_.Tick(kNow + 2);
   EXPECT_TRUE(Available().empty()) << "nothing was freed yet";
@@ -229,8 +224,8 @@ TEST_F(Notices, AvailableGoesOnlyToTenantsWaitingForTheKindBucketed) {
 }
 
 TEST_F(Notices, AvailableIsRateLimitedPerTenantAndKindAndSentOnlyOnABucketChange) {
-  uint64_t all = Reserve(kA, Req(4, kNow, 3600), kNow);
-  Ask(kB, Req(1, kNow, 60), kNow + 1);
+  uint64_t all = Reserve(kA, ReqStartingAt(4, kNow, 3600), kNow);
+  Ask(kB, ReqStartingAt(1, kNow, 60), kNow + 1);
   engine_.Tick(kNow + 2);
   ASSERT_TRUE(engine_.Release(kA, all, 2, kNow + 3).ok());  // 2 free
   engine_.Tick(kNow + 4);
@@ -245,7 +240,7 @@ TEST_F(Notices, AvailableIsRateLimitedPerTenantAndKindAndSentOnlyOnABucketChange
 
   // A change inside the 60 s is held back and told once they are over.
   engine_.Tick(kNow + 112);
-  Reserve(kD, Req(4, kNow + 120, 3600), kNow + 120);  // 0 free
+  Reserve(kD, ReqStartingAt(4, kNow + 120, 3600), kNow + 120);  // 0 free
   engine_.Tick(kNow + 121);
   inv_.SetCapacityFrom(0, 0, 6);  // two more GPUs: 2 free
   engine_.Tick(kNow + 130);
@@ -261,8 +256,8 @@ TEST_F(Notices, AvailableIsRateLimitedPerTenantAndKindAndSentOnlyOnABucketChange
 }
 
 TEST_F(Notices, AHeldBackChangeIsNotToldToATenantThatStoppedWaiting) {
-  uint64_t all = Reserve(kA, Req(4, kNow, 3600), kNow);
-  Decision waiting = Ask(kB, Req(1, kNow, 60), kNow + 1);
+  uint64_t all = Reserve(kA, ReqStartingAt(4, kNow, 3600), kNow);
+  Decision waiting = Ask(kB, ReqStartingAt(1, kNow, 60), kNow + 1);
   engine_.Tick(kNow + 2);
   ASSERT_TRUE(engine_.Release(kA, all, 1, kNow + 3).ok());
   engine_.Tick(kNow + 4);
@@ -276,7 +271,7 @@ TEST_F(Notices, AHeldBackChangeIsNotToldToATenantThatStoppedWaiting) {
 
 TEST_F(Notices, DevicesThatComeBackAreAvailableToo) {
   inv_.SetCapacityFrom(0, 0, 0);  // every GPU failed or allocated otherwise
-  Ask(kB, Req(1, kNow, 60), kNow);
+  Ask(kB, ReqStartingAt(1, kNow, 60), kNow);
   engine_.Tick(kNow + 1);
   inv_.SetCapacityFrom(0, 0, 1);  // one repaired, or released by its allocation
   engine_.Tick(kNow + 2);
@@ -287,14 +282,14 @@ TEST_F(Notices, DevicesThatComeBackAreAvailableToo) {
 
 TEST_F(Notices, ForgettingATenantForgetsWhatItWasTold) {
   inv_.SetCapacityFrom(0, 0, 0);
-  Ask(kB, Req(1, kNow, 60), kNow);
+  Ask(kB, ReqStartingAt(1, kNow, 60), kNow);
   engine_.Tick(kNow + 1);
   inv_.SetCapacityFrom(0, 0, 2);
   engine_.Tick(kNow + 2);
   ASSERT_EQ(Available().size(), 1u);
   engine_.ForgetTenant(kB, kNow + 3);
   // A tenant created again under the name is told at once, not 60 s later.
-  Ask(kB, Req(1, kNow + 4, 60), kNow + 4);
+  Ask(kB, ReqStartingAt(1, kNow + 4, 60), kNow + 4);
   inv_.SetCapacityFrom(0, 0, 0);
   engine_.Tick(kNow + 5);
   inv_.SetCapacityFrom(0, 0, 4);

@@ -15,18 +15,20 @@
 #include <gtest/gtest.h>
 
 #include "notify_fd.h"
+#include "test_util.h"
 
 namespace vdev {
 namespace {
 
 using namespace std::chrono_literals;
 
-constexpr uint64_t kFull = 0xfffffffffffffffeull;  // the most an eventfd holds
+using testing::Drain;
+using testing::kEventFdMax;
 
 // A blocking eventfd whose counter is full: the next write waits forever.
 int FullBlockingEventFd() {
   const int fd = eventfd(0, EFD_CLOEXEC);
-  if (fd >= 0 && write(fd, &kFull, sizeof(kFull)) != sizeof(kFull)) {
+  if (fd >= 0 && write(fd, &kEventFdMax, sizeof(kEventFdMax)) != sizeof(kEventFdMax)) {
     close(fd);
     return -1;
   }
@@ -38,11 +40,6 @@ bool WaitFor(const std::atomic<bool>& flag, std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
   while (!flag.load() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(1ms);
   return flag.load();
-}
-
-uint64_t Drain(int fd) {
-  uint64_t v = 0;
-  return read(fd, &v, sizeof(v)) == sizeof(v) ? v : 0;
 }
 
 TEST(BlockingCallGuard, InterruptsAWriteThatWouldNeverReturn) {
@@ -67,7 +64,7 @@ TEST(BlockingCallGuard, InterruptsAWriteThatWouldNeverReturn) {
   ASSERT_TRUE(returned) << "the guarded write was not interrupted";
   EXPECT_EQ(n, -1);
   EXPECT_EQ(err, EINTR);
-  EXPECT_EQ(Drain(fd), kFull);  // nothing was added
+  EXPECT_EQ(Drain(fd), kEventFdMax);  // nothing was added
   close(fd);
 }
 
@@ -87,7 +84,7 @@ TEST(BlockingCallGuard, LeavesCallsOutsideAGuardAlone) {
   });
   // Six ticks: the watchdog would have interrupted a guarded call by two.
   EXPECT_FALSE(WaitFor(done, 6 * kWatchdogTick));
-  EXPECT_EQ(Drain(fd), kFull);  // room for the write, which now completes
+  EXPECT_EQ(Drain(fd), kEventFdMax);  // room for the write, which now completes
   ASSERT_TRUE(WaitFor(done, 10s));
   writer.join();
   EXPECT_EQ(n, 8);
@@ -128,7 +125,7 @@ TEST(NotifyEventFd, ReturnsWhileTheFrontEndTogglesNonBlocking) {
   RecordProperty("interrupted", interrupted);
   EXPECT_GT(pending + refused, 0);
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  EXPECT_EQ(Drain(fd), kFull);
+  EXPECT_EQ(Drain(fd), kEventFdMax);
   close(fd);
 }
 

@@ -12,12 +12,9 @@
 namespace vdev {
 namespace {
 
+using testing::FdIsOpen;
 using testing::GuestRam;
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
-
-bool FdIsOpen(int fd) {
-  return fcntl(fd, F_GETFD) != -1 || errno != EBADF;
-}
 
 MemoryMap MapOf(std::vector<std::shared_ptr<MappedRegion>> regions) {
   EXPECT_EQ(MemoryMap::Validate(regions), "");

@@ -7,13 +7,12 @@
 #include <cerrno>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace vdev {
 namespace {
 
-bool FdIsOpen(int fd) {
-  return fcntl(fd, F_GETFD) != -1 || errno != EBADF;
-}
+using testing::FdIsOpen;
 
 std::vector<uint8_t> Raw(uint32_t request, uint32_t flags, const void* payload, uint32_t size,
                          uint32_t header_size) {

@@ -10,15 +10,13 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 namespace vdev {
 namespace {
 
-constexpr uint64_t kFull = 0xfffffffffffffffeull;  // the most an eventfd holds
-
-uint64_t Drain(int fd) {
-  uint64_t v = 0;
-  return read(fd, &v, sizeof(v)) == sizeof(v) ? v : 0;
-}
+using testing::Drain;
+using testing::kEventFdMax;
 
 TEST(NotifyEventFd, IncrementsANonBlockingCounter) {
   const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -32,9 +30,9 @@ TEST(NotifyEventFd, IncrementsANonBlockingCounter) {
 TEST(NotifyEventFd, AFullCounterIsAlreadyANotification) {
   const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, &kFull, sizeof(kFull)), 8);
+  ASSERT_EQ(write(fd, &kEventFdMax, sizeof(kEventFdMax)), 8);
   EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kPending);
-  EXPECT_EQ(Drain(fd), kFull);  // unchanged, and still readable
+  EXPECT_EQ(Drain(fd), kEventFdMax);  // unchanged, and still readable
   close(fd);
 }
 
@@ -43,11 +41,11 @@ TEST(NotifyEventFd, AFullCounterIsAlreadyANotification) {
 TEST(NotifyEventFd, RefusesAnFdMadeBlockingAgain) {
   const int fd = eventfd(0, EFD_CLOEXEC);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, &kFull, sizeof(kFull)), 8);
+  ASSERT_EQ(write(fd, &kEventFdMax, sizeof(kEventFdMax)), 8);
   EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kRefused);
   // Refused even with room in the counter: the front-end took back
   // O_NONBLOCK, so the next write could block.
-  EXPECT_EQ(Drain(fd), kFull);
+  EXPECT_EQ(Drain(fd), kEventFdMax);
   EXPECT_EQ(NotifyEventFd(fd), NotifyResult::kRefused);
   close(fd);
 }

@@ -23,7 +23,7 @@ using testing::RingDriver;
 using testing::SimpleGuest;
 using testing::W;
 
-constexpr uint16_t kSize = 8;
+using testing::kRingSize;
 
 class RingJournalTest : public ::testing::Test {
  protected:
@@ -32,7 +32,7 @@ class RingJournalTest : public ::testing::Test {
   // A queue on the guest's ring, journaled; started fresh or recovered.
   std::unique_ptr<SplitQueue> NewQueue() {
     auto q = std::make_unique<SplitQueue>(0);
-    q->set_size(kSize);
+    q->set_size(kRingSize);
     q->set_addresses(ring_.desc_uva(), ring_.avail_uva(), ring_.used_uva());
     q->set_journal(journal_.get());
     return q;
@@ -64,18 +64,18 @@ class RingJournalTest : public ::testing::Test {
   }
   // The driver's rings as new (the descriptors are rewritten by Post).
   void ResetRing() {
-    std::memset(guest_.host(kAvail), 0, 4 + 2 * kSize + 2);
-    std::memset(guest_.host(kUsed), 0, 4 + 8 * kSize + 2);
+    std::memset(guest_.host(kAvail), 0, 4 + 2 * kRingSize + 2);
+    std::memset(guest_.host(kUsed), 0, 4 + 8 * kRingSize + 2);
   }
   // How many times each head was completed where the driver can see it.
   std::vector<int> CompletionsPerHead() {
-    std::vector<int> n(kSize, 0);
+    std::vector<int> n(kRingSize, 0);
     for (uint16_t i = 0; i < ring_.used_idx(); ++i) ++n.at(ring_.used_elem(i).first);
     return n;
   }
 
   SimpleGuest guest_;
-  RingDriver ring_{&guest_, kSize, kDesc, kAvail, kUsed};
+  RingDriver ring_{&guest_, kRingSize, kDesc, kAvail, kUsed};
   std::unique_ptr<RingJournal> journal_;
 };
 
@@ -129,7 +129,7 @@ TEST_F(RingJournalTest, ACrashBetweenPublishingAndClearingMarksRedoesNothing) {
 }
 
 TEST_F(RingJournalTest, EveryCrashPointCompletesEachChainExactlyOnce) {
-  // Random schedules of pops, completions and flushes over kSize chains,
+  // Random schedules of pops, completions and flushes over kRingSize chains,
   // cut at every step; the next process drains the rest.
   std::mt19937 rng(42);
   for (int schedule = 0; schedule < 50; ++schedule) {
@@ -138,7 +138,7 @@ TEST_F(RingJournalTest, EveryCrashPointCompletesEachChainExactlyOnce) {
     for (size_t cut = 0; cut <= ops.size(); ++cut) {
       ResetRing();
       auto q = Started();
-      for (uint16_t h = 0; h < kSize; ++h) Post(h);
+      for (uint16_t h = 0; h < kRingSize; ++h) Post(h);
       std::vector<Chain> held;
       for (size_t i = 0; i < cut; ++i) {
         Chain c;
@@ -153,8 +153,8 @@ TEST_F(RingJournalTest, EveryCrashPointCompletesEachChainExactlyOnce) {
       held.clear();
       q = Recovered();
       Drain(q.get(), &held);
-      ASSERT_EQ(ring_.used_idx(), kSize) << "schedule " << schedule << " cut " << cut;
-      EXPECT_EQ(CompletionsPerHead(), std::vector<int>(kSize, 1))
+      ASSERT_EQ(ring_.used_idx(), kRingSize) << "schedule " << schedule << " cut " << cut;
+      EXPECT_EQ(CompletionsPerHead(), std::vector<int>(kRingSize, 1))
           << "schedule " << schedule << " cut " << cut;
     }
   }
@@ -258,7 +258,7 @@ TEST_F(RingJournalTest, ADriverThatSpoilsItsUsedIndexLosesOnlyItsOwnRing) {
   // Marks past the ring size are never trusted either.
   bogus = 0;
   std::memcpy(guest_.host(kUsed + 2), &bogus, 2);
-  journal_->marks[kSize + 3] = 1;
+  journal_->marks[kRingSize + 3] = 1;
   next = NewQueue();
   ASSERT_TRUE(next->Recover(guest_.memory, &error)) << error;
   EXPECT_EQ(next->in_flight(), 1u);
@@ -270,7 +270,7 @@ TEST_F(RingJournalTest, AnAvailIndexOutOfStepWithTheJournalIsRefused) {
   Chain c;
   ASSERT_TRUE(q->Pop(&c));
   q.reset();
-  ring_.set_avail_idx(static_cast<uint16_t>(ring_.avail_idx() + 3 * kSize));
+  ring_.set_avail_idx(static_cast<uint16_t>(ring_.avail_idx() + 3 * kRingSize));
   auto next = NewQueue();
   std::string error;
   EXPECT_FALSE(next->Recover(guest_.memory, &error));

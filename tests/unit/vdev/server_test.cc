@@ -425,8 +425,8 @@ TEST_F(VdevServerTest, ConnectionsSharingATurnSchedulerServeEverything) {
   options.session.share_key = "b";
   options.session.share_weight = 1;
   StartServer(other, options);
-  struct Vm {
-    explicit Vm(const std::string& path)
+  struct VmClient {
+    explicit VmClient(const std::string& path)
         : c(RawClient::Connect(path)),
           ring(&guest, 8, kGpaBase, kGpaBase + 0x1000, kGpaBase + 0x2000) {}
     RawClient c;
@@ -435,8 +435,8 @@ TEST_F(VdevServerTest, ConnectionsSharingATurnSchedulerServeEverything) {
     int kick = eventfd(0, EFD_CLOEXEC);
     int call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   };
-  Vm a(path_), b(other);
-  for (Vm* vm : {&a, &b}) {
+  VmClient a(path_), b(other);
+  for (VmClient* vm : {&a, &b}) {
     Bringup(vm->c, vm->guest, vm->kick, vm->call);
     for (uint16_t head = 0; head < 8; ++head) {
       vm->ring.SetDesc(head, kGpaBase + 0x10000 + 0x100ull * head, 4, 2, 0);
@@ -448,7 +448,7 @@ TEST_F(VdevServerTest, ConnectionsSharingATurnSchedulerServeEverything) {
   ASSERT_EQ(write(b.kick, &one, 8), 8);
   // No further kick: the turns after the first are the scheduler's.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHangMs);
-  for (Vm* vm : {&a, &b}) {
+  for (VmClient* vm : {&a, &b}) {
     while (vm->ring.used_idx() != 8 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

@@ -14,23 +14,12 @@ namespace {
 
 using namespace vdev::testing;  // NOLINT
 
-constexpr uint16_t kSize = 8;
 constexpr uint64_t kRingGpa = kGpaBase;  // desc; avail +0x1000; used +0x2000
 constexpr uint64_t kBuf = kGpaBase + 0x10000;
 constexpr uint64_t kAllProtocol = (1ull << vu::kPfMq) | (1ull << vu::kPfReplyAck) |
                                   (1ull << vu::kPfConfig) | (1ull << vu::kPfResetDevice) |
                                   (1ull << vu::kPfConfigureMemSlots) | (1ull << vu::kPfStatus) |
                                   (1ull << vu::kPfBackendReq);
-
-bool FdIsOpen(int fd) {
-  return fcntl(fd, F_GETFD) != -1 || errno != EBADF;
-}
-
-uint64_t Drain(int fd) {
-  uint64_t v = 0;
-  if (read(fd, &v, sizeof(v)) != sizeof(v)) return 0;
-  return v;
-}
 
 class VdevSessionTest : public ::testing::Test {
  protected:
@@ -104,7 +93,7 @@ class VdevSessionTest : public ::testing::Test {
     Ok(WithFd(Msg(vu::kSetMemTable, payload, true), dup(guest_.ram.fd())));
   }
   void SetupRing(uint16_t q, uint64_t ring_gpa, bool enable = true) {
-    Ok(Msg(vu::kSetVringNum, vu::VringState{q, kSize}, true));
+    Ok(Msg(vu::kSetVringNum, vu::VringState{q, kRingSize}, true));
     Ok(Msg(vu::kSetVringBase, vu::VringState{q, 0}, true));
     vu::VringAddr a{
         q, 0, ring_gpa + kUvaDelta, ring_gpa + 0x2000 + kUvaDelta, ring_gpa + 0x1000 + kUvaDelta,
@@ -120,7 +109,7 @@ class VdevSessionTest : public ::testing::Test {
     SetupRing(0, kRingGpa);
   }
   RingDriver Ring(uint64_t ring_gpa = kRingGpa) {
-    return RingDriver(&guest_, kSize, ring_gpa, ring_gpa + 0x1000, ring_gpa + 0x2000);
+    return RingDriver(&guest_, kRingSize, ring_gpa, ring_gpa + 0x1000, ring_gpa + 0x2000);
   }
   // Puts a "ping" request with a 16-byte reply buffer on the ring.
   void PostPing(RingDriver& ring, uint16_t head) {
@@ -259,7 +248,7 @@ TEST_F(VdevSessionTest, NotificationFdsMustBeEventfds) {
 TEST_F(VdevSessionTest, KickWithBadRingAddressesIsRefused) {
   Negotiate();
   SetMemTable();
-  Ok(Msg(vu::kSetVringNum, vu::VringState{0, kSize}, true));
+  Ok(Msg(vu::kSetVringNum, vu::VringState{0, kRingSize}, true));
   vu::VringAddr a{0, 0, kRingGpa, kRingGpa + 0x2000, kRingGpa + 0x1000, 0};  // GPAs, not UVAs
   Ok(Msg(vu::kSetVringAddr, a, true));
   Refused(WithFd(Msg(vu::kSetVringKick, uint64_t{0}), eventfd(0, EFD_CLOEXEC)));
@@ -421,7 +410,7 @@ TEST_F(VdevSessionTest, MemorySlotsAreLimited) {
 TEST_F(VdevSessionTest, NoFdKickIsRefusedUnlessPollingIsAllowed) {
   Negotiate();
   SetMemTable();
-  Ok(Msg(vu::kSetVringNum, vu::VringState{1, kSize}, true));
+  Ok(Msg(vu::kSetVringNum, vu::VringState{1, kRingSize}, true));
   uint64_t ring = kRingGpa + 0x4000;
   vu::VringAddr a{1, 0, ring + kUvaDelta, ring + 0x2000 + kUvaDelta, ring + 0x1000 + kUvaDelta, 0};
   Ok(Msg(vu::kSetVringAddr, a, true));
@@ -440,7 +429,7 @@ TEST_F(VdevSessionTest, NoFdKickMeansBusyPollWhereAllowed) {
   Reopen(options);
   Negotiate();
   SetMemTable();
-  Ok(Msg(vu::kSetVringNum, vu::VringState{1, kSize}, true));
+  Ok(Msg(vu::kSetVringNum, vu::VringState{1, kRingSize}, true));
   uint64_t ring = kRingGpa + 0x4000;
   vu::VringAddr a{1, 0, ring + kUvaDelta, ring + 0x2000 + kUvaDelta, ring + 0x1000 + kUvaDelta, 0};
   Ok(Msg(vu::kSetVringAddr, a, true));

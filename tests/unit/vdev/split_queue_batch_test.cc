@@ -25,12 +25,12 @@ using testing::RingDriver;
 using testing::SimpleGuest;
 using testing::W;
 
-constexpr uint16_t kSize = 64;
+constexpr uint16_t kBatchRingSize = 64;
 
 // One guest with its ring and a started queue on it.
 struct Ring {
   explicit Ring(QueueLimits limits = {}) : q(0, limits) {
-    q.set_size(kSize);
+    q.set_size(kBatchRingSize);
     q.set_addresses(driver.desc_uva(), driver.avail_uva(), driver.used_uva());
     q.set_features(/*event_idx=*/false, /*indirect=*/true);
     std::string error;
@@ -50,7 +50,7 @@ struct Ring {
   }
 
   SimpleGuest guest;
-  RingDriver driver{&guest, kSize, kDesc, kAvail, kUsed};
+  RingDriver driver{&guest, kBatchRingSize, kDesc, kAvail, kUsed};
   SplitQueue q;
 };
 
@@ -92,7 +92,7 @@ std::vector<std::string> PopInBatches(Ring& r) {
 // writable-only, zero-length descriptors, longer than the inline array,
 // indirect, and malformed ones (skipped) in between.
 void LayOut(Ring& r) {
-  for (uint64_t i = 0; i < 0x100ull * kSize; ++i) {
+  for (uint64_t i = 0; i < 0x100ull * kBatchRingSize; ++i) {
     *r.guest.host(kBuf + i) = static_cast<uint8_t>('a' + i % 23);
   }
   r.Chain(0, 1, 1);
@@ -136,7 +136,7 @@ TEST(VdevSplitQueueBatch, PopBatchPopsWhatPopWould) {
 // path of its own; every chain that starts like one and then differs goes
 // on from the descriptor where it differs. Each must come out as Pop has it.
 void LayOutPairs(Ring& r) {
-  for (uint64_t i = 0; i < 0x100ull * kSize; ++i) {
+  for (uint64_t i = 0; i < 0x100ull * kBatchRingSize; ++i) {
     *r.guest.host(kBuf + i) = static_cast<uint8_t>('A' + i % 19);
   }
   r.Chain(0, 1, 1);  // the pair itself
@@ -150,7 +150,7 @@ void LayOutPairs(Ring& r) {
   r.driver.SetDesc(13, kTable, 16, I, 0);
   r.driver.Publish(12);
   r.Chain(14, 1, 1);  // next index outside the ring: skipped
-  r.driver.SetDesc(14, kBuf, 8, N, kSize);
+  r.driver.SetDesc(14, kBuf, 8, N, kBatchRingSize);
   r.Chain(16, 1, 1);  // readable buffer outside guest memory: skipped
   r.driver.SetDesc(16, 0x7fff0000, 8, N, 17);
   r.Chain(18, 1, 1);  // the pair again, after all that
@@ -273,22 +273,23 @@ TEST(VdevSplitQueueBatch, TheDefaultBatchFormsLoopOverPopAndComplete) {
 // size) of descriptors; the general walk continues with what is left of the
 // ring-size bound.
 TEST(VdevSplitQueueBatch, LongChainsAndLoopsBeyondTheInlineArray) {
-  static_assert(kSize > 2 * Chain::kInlineSegments);
+  static_assert(kBatchRingSize > 2 * Chain::kInlineSegments);
   Ring r;
   Chain c;
   // The longest legal chain: every descriptor of the ring, readable then writable.
-  r.Chain(0, kSize - 5, 5, 4);
+  r.Chain(0, kBatchRingSize - 5, 5, 4);
   ASSERT_TRUE(r.q.Pop(&c));
-  EXPECT_EQ(c.readable().size(), kSize - 5u);
+  EXPECT_EQ(c.readable().size(), kBatchRingSize - 5u);
   EXPECT_EQ(c.writable().size(), 5u);
-  EXPECT_EQ(c.readable_bytes(), 4u * (kSize - 5));
+  EXPECT_EQ(c.readable_bytes(), 4u * (kBatchRingSize - 5));
   EXPECT_EQ(c.writable_bytes(), 20u);
-  EXPECT_TRUE(testing::Aliases(c.writable()[4].data, r.guest.host(kBuf + 0x100ull * (kSize - 1))));
+  EXPECT_TRUE(
+      testing::Aliases(c.writable()[4].data, r.guest.host(kBuf + 0x100ull * (kBatchRingSize - 1))));
   r.q.Complete(c, 0);
 
   // A loop through the whole ring: one descriptor more than the ring holds.
-  for (uint16_t i = 0; i < kSize; ++i) {
-    r.driver.SetDesc(i, kBuf, 4, N, static_cast<uint16_t>((i + 1) % kSize));
+  for (uint16_t i = 0; i < kBatchRingSize; ++i) {
+    r.driver.SetDesc(i, kBuf, 4, N, static_cast<uint16_t>((i + 1) % kBatchRingSize));
   }
   r.driver.Publish(0);
   EXPECT_FALSE(r.q.Pop(&c));

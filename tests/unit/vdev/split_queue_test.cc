@@ -12,6 +12,7 @@
 namespace vdev {
 namespace {
 
+using testing::Drain;
 using testing::I;
 using testing::kAvail;
 using testing::kBuf;
@@ -25,17 +26,10 @@ using testing::RingDriver;
 using testing::SimpleGuest;
 using testing::W;
 
-constexpr uint16_t kSize = 8;
+using testing::kRingSize;
 // <linux/virtio_ring.h> values (its inline helpers are not C++).
 constexpr uint16_t kAvailNoInterrupt = 1;  // VRING_AVAIL_F_NO_INTERRUPT
 constexpr uint16_t kUsedNoNotify = 1;      // VRING_USED_F_NO_NOTIFY
-
-// Reads and resets an eventfd counter (0 when not signalled).
-uint64_t Drain(int fd) {
-  uint64_t v = 0;
-  if (read(fd, &v, sizeof(v)) != sizeof(v)) return 0;
-  return v;
-}
 
 class VdevSplitQueueTest : public ::testing::Test {
  protected:
@@ -51,7 +45,7 @@ class VdevSplitQueueTest : public ::testing::Test {
     close(err_);
   }
   void Configure(SplitQueue* q, bool event_idx, bool indirect) {
-    q->set_size(kSize);
+    q->set_size(kRingSize);
     q->set_addresses(ring_.desc_uva(), ring_.avail_uva(), ring_.used_uva());
     q->set_features(event_idx, indirect);
     q->set_call_fd(call_);
@@ -79,7 +73,7 @@ class VdevSplitQueueTest : public ::testing::Test {
   }
 
   SimpleGuest guest_;
-  RingDriver ring_{&guest_, kSize, kDesc, kAvail, kUsed};
+  RingDriver ring_{&guest_, kRingSize, kDesc, kAvail, kUsed};
   SplitQueue q_;
   int call_ = -1;
   int err_ = -1;
@@ -135,25 +129,25 @@ TEST_F(VdevSplitQueueTest, ZeroLengthDescriptorsYieldNoSegments) {
 }
 
 TEST_F(VdevSplitQueueTest, OutOfOrderCompletionsAndAFullRing) {
-  for (uint16_t i = 0; i < kSize; ++i) {
+  for (uint16_t i = 0; i < kRingSize; ++i) {
     ring_.SetDesc(i, kBuf + 0x100 * i, 8, W, 0);
     ring_.Publish(i);
   }
-  std::vector<Chain> chains(kSize);
+  std::vector<Chain> chains(kRingSize);
   for (auto& c : chains) ASSERT_TRUE(q_.Pop(&c));
   Chain extra;
   EXPECT_FALSE(q_.Pop(&extra));
-  for (int i = kSize - 1; i >= 0; --i) q_.Complete(chains[i], i);
+  for (int i = kRingSize - 1; i >= 0; --i) q_.Complete(chains[i], i);
   q_.Flush();
-  EXPECT_EQ(ring_.used_idx(), kSize);
-  for (uint16_t k = 0; k < kSize; ++k) {
-    EXPECT_EQ(ring_.used_elem(k).first, static_cast<uint32_t>(kSize - 1 - k));
+  EXPECT_EQ(ring_.used_idx(), kRingSize);
+  for (uint16_t k = 0; k < kRingSize; ++k) {
+    EXPECT_EQ(ring_.used_elem(k).first, static_cast<uint32_t>(kRingSize - 1 - k));
   }
   EXPECT_EQ(Drain(call_), 1u);  // one notification for the batch
   // Double completion is a device bug: ignored, nothing published.
   q_.Complete(chains[0], 1);
   q_.Flush();
-  EXPECT_EQ(ring_.used_idx(), kSize);
+  EXPECT_EQ(ring_.used_idx(), kRingSize);
 }
 
 TEST_F(VdevSplitQueueTest, AReturnedChainIsPoppedAgainBeforeNewOnes) {
@@ -189,7 +183,7 @@ TEST_F(VdevSplitQueueTest, ASuccessorAdoptsReturnedHeadsAndServesThemFirst) {
   SplitQueue successor(0);
   successor.set_last_avail(base);
   Configure(&successor, /*event_idx=*/false, /*indirect=*/true);
-  EXPECT_FALSE(successor.AdoptReturned(std::vector<uint16_t>{kSize}));  // outside the ring
+  EXPECT_FALSE(successor.AdoptReturned(std::vector<uint16_t>{kRingSize}));  // outside the ring
   ASSERT_TRUE(successor.AdoptReturned(heads));
   EXPECT_FALSE(successor.AdoptReturned(heads));  // already in flight
   EXPECT_EQ(successor.in_flight(), 2u);
@@ -210,7 +204,7 @@ TEST_F(VdevSplitQueueTest, DescriptorLoopIsSkipped) {
   ring_.Publish(0);
   ExpectMalformed("loop");
   // Self-loop through the whole table with writable descriptors.
-  for (uint16_t i = 0; i < kSize; ++i) ring_.SetDesc(i, kBuf, 8, W | N, (i + 1) % kSize);
+  for (uint16_t i = 0; i < kRingSize; ++i) ring_.SetDesc(i, kBuf, 8, W | N, (i + 1) % kRingSize);
   ring_.Publish(3);
   ExpectMalformed("ring-sized loop");
   // The ring keeps working afterwards.
@@ -221,14 +215,14 @@ TEST_F(VdevSplitQueueTest, DescriptorLoopIsSkipped) {
 }
 
 TEST_F(VdevSplitQueueTest, LongestLegalChainIsAccepted) {
-  for (uint16_t i = 0; i < kSize; ++i) {
-    ring_.SetDesc(i, kBuf + i, 1, (i + 1 < kSize) ? N : 0, i + 1);
+  for (uint16_t i = 0; i < kRingSize; ++i) {
+    ring_.SetDesc(i, kBuf + i, 1, (i + 1 < kRingSize) ? N : 0, i + 1);
   }
   ring_.Publish(0);
   Chain c;
   ASSERT_TRUE(q_.Pop(&c));
-  EXPECT_EQ(c.readable_bytes(), kSize);
-  EXPECT_EQ(c.readable().size(), kSize);  // one segment per descriptor
+  EXPECT_EQ(c.readable_bytes(), kRingSize);
+  EXPECT_EQ(c.readable().size(), kRingSize);  // one segment per descriptor
 }
 
 TEST_F(VdevSplitQueueTest, BadBuffersAreSkipped) {
@@ -390,7 +384,7 @@ TEST_F(VdevSplitQueueTest, IndirectWithoutTheFeatureIsSkipped) {
 
 TEST_F(VdevSplitQueueTest, AvailIndexJumpBreaksTheRing) {
   ring_.SetDesc(0, kBuf, 4, 0, 0);
-  ring_.set_avail_idx(kSize + 1);
+  ring_.set_avail_idx(kRingSize + 1);
   Chain c;
   EXPECT_FALSE(q_.Pop(&c));
   EXPECT_TRUE(q_.broken());
@@ -410,7 +404,7 @@ TEST_F(VdevSplitQueueTest, AvailIndexJumpBreaksTheRing) {
 }
 
 TEST_F(VdevSplitQueueTest, AvailIndexExactlyOneRingAheadIsLegal) {
-  for (uint16_t i = 0; i < kSize; ++i) {
+  for (uint16_t i = 0; i < kRingSize; ++i) {
     ring_.SetDesc(i, kBuf, 4, 0, 0);
     ring_.Publish(i);
   }
@@ -419,7 +413,7 @@ TEST_F(VdevSplitQueueTest, AvailIndexExactlyOneRingAheadIsLegal) {
 }
 
 TEST_F(VdevSplitQueueTest, HeadOutsideTheRingBreaksIt) {
-  ring_.Publish(kSize);
+  ring_.Publish(kRingSize);
   Chain c;
   EXPECT_FALSE(q_.Pop(&c));
   EXPECT_TRUE(q_.broken());
@@ -456,7 +450,7 @@ TEST_F(VdevSplitQueueTest, StartValidatesRingAddresses) {
   q.set_size(3);
   q.set_addresses(ring_.desc_uva(), ring_.avail_uva(), ring_.used_uva());
   EXPECT_FALSE(q.Start(guest_.memory, &error));  // not a power of two
-  q.set_size(kSize);
+  q.set_size(kRingSize);
   EXPECT_FALSE(q.Start(nullptr, &error));
   q.set_addresses(ring_.desc_uva() + 8, ring_.avail_uva(), ring_.used_uva());
   EXPECT_FALSE(q.Start(guest_.memory, &error));
@@ -503,12 +497,12 @@ TEST_F(VdevSplitQueueTest, ATurnIsBoundedAndYields) {
     ++yields;
   });
   q_.NewTurn();
-  for (uint16_t i = 0; i < kSize; ++i) ring_.SetDesc(i, kBuf, 4, W, 0);
+  for (uint16_t i = 0; i < kRingSize; ++i) ring_.SetDesc(i, kBuf, 4, W, 0);
   Chain c;
   // Twice the ring size per turn, here with a device that completes and
   // publishes each chain at once while the driver keeps re-posting.
-  for (int round = 0; round < 2 * kSize; ++round) {
-    ring_.Publish(static_cast<uint16_t>(round % kSize));
+  for (int round = 0; round < 2 * kRingSize; ++round) {
+    ring_.Publish(static_cast<uint16_t>(round % kRingSize));
     ASSERT_TRUE(q_.Pop(&c)) << round;
     q_.Complete(c, 0);
     q_.Flush();

@@ -3,9 +3,11 @@
 #ifndef VDEV_TESTS_UNIT_TEST_UTIL_H_
 #define VDEV_TESTS_UNIT_TEST_UTIL_H_
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -16,6 +18,19 @@
 #include "vdev/memory_map.h"
 
 namespace vdev::testing {
+
+constexpr uint64_t kEventFdMax = 0xfffffffffffffffeull;  // the most an eventfd holds
+constexpr uint16_t kRingSize = 8;  // the queue size of a test that needs no more
+
+inline bool FdIsOpen(int fd) {
+  return fcntl(fd, F_GETFD) != -1 || errno != EBADF;
+}
+
+// Reads and resets an eventfd counter (0 when not signalled).
+inline uint64_t Drain(int fd) {
+  uint64_t v = 0;
+  return read(fd, &v, sizeof(v)) == sizeof(v) ? v : 0;
+}
 
 // True when p and q view the same guest byte. The back-end maps guest RAM
 // itself, so its pointers differ from the test's; compare through the memfd.

@@ -28,7 +28,6 @@ namespace {
 
 using namespace vdev::testing;  // NOLINT
 
-constexpr uint16_t kRingSize = 8;
 constexpr uint16_t kRequests = 4;  // always on each ring: heads 0, 2, 4, 6
 constexpr uint32_t kChainsPerTurn = 4;
 constexpr uint64_t kRing = kGpaBase;  // desc; avail +0x1000; used +0x2000
