@@ -16,7 +16,8 @@ constexpr size_t kPieceBytes = 1u << 20;
 CopyPool::CopyPool(unsigned threads, int nice) {
   unsigned helpers = threads > 1 ? threads - 1 : 0;
   for (unsigned i = 0; i < helpers; ++i)
-    threads_.push_back(ThreadAtNice(nice, [this] { Worker(); }));
+    threads_.push_back(
+        ThreadAtNice(nice, "hz-ckpt-copy-" + std::to_string(i), [this] { Worker(); }));
 }
 
 CopyPool::~CopyPool() {

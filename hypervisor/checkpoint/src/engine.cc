@@ -229,7 +229,7 @@ void Engine::Impl::PrepareStaging() {
   if (!config_.populate_staging_later || staging_setup_.joinable()) return;
   // At the lowest priority: the tenants the process just started to serve
   // again come first.
-  staging_setup_ = ThreadAtNice(19, [this] {
+  staging_setup_ = ThreadAtNice(19, "hz-ckpt-staging", [this] {
     pool_->Populate();
     if (config_.register_buffers) disk_->RegisterBuffers(pool_->Iovecs());
   });
@@ -237,10 +237,11 @@ void Engine::Impl::PrepareStaging() {
 
 void Engine::Impl::Start() {
   const int nice = config_.thread_nice;
-  worker_ = ThreadAtNice(nice, [this] { WorkerLoop(); });
-  committer_ = ThreadAtNice(nice, [this] { CommitLoop(); });
+  worker_ = ThreadAtNice(nice, "hz-ckpt-io", [this] { WorkerLoop(); });
+  committer_ = ThreadAtNice(nice, "hz-ckpt-commit", [this] { CommitLoop(); });
   for (unsigned i = 0; i < config_.request_threads; ++i) {
-    requesters_.push_back(ThreadAtNice(nice, [this] { requests_.Serve(); }));
+    requesters_.push_back(
+        ThreadAtNice(nice, "hz-ckpt-req-" + std::to_string(i), [this] { requests_.Serve(); }));
   }
 }
 

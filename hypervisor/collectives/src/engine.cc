@@ -1,4 +1,5 @@
 #include "hz/collectives/engine.h"
+#include "hz/common/thread_priority.h"
 
 #include <sys/random.h>
 
@@ -148,7 +149,10 @@ EngineImpl::EngineImpl(EngineOptions opts) : opts_(opts) {
         return static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(Now().time_since_epoch()).count());
       });
-  timer_ = std::thread([this] { TimerLoop(); });
+  timer_ = std::thread([this] {
+    NameThisThread("hz-coll-timer");
+    TimerLoop();
+  });
   spdlog::debug("collectives: engine with {} workers, kernels {}", n, KernelIsa());
 }
 

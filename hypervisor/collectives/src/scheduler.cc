@@ -25,7 +25,7 @@ Scheduler::Scheduler(uint32_t threads, int nice, uint64_t window_ns, NowNs now_n
       window_(window_ns, 10, now_ns_()) {
   workers_.reserve(nthreads_);
   for (size_t i = 0; i < nthreads_; ++i) {
-    workers_.push_back(ThreadAtNice(nice, [this] { Run(); }));
+    workers_.push_back(ThreadAtNice(nice, "hz-coll-" + std::to_string(i), [this] { Run(); }));
   }
 }
 

@@ -1,5 +1,6 @@
 #include "hz/common/thread_priority.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -7,6 +8,11 @@ namespace hz {
 
 void SetThisThreadNice(int nice) {
   if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
+}
+
+void NameThisThread(const std::string& name) {
+  // pthread_setname_np refuses names over 15 bytes instead of cutting them.
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
 }  // namespace hz

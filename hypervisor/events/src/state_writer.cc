@@ -1,8 +1,13 @@
 #include "state_writer.h"
+#include "hz/common/thread_priority.h"
 
 namespace hz::events {
 
-StateWriter::StateWriter() : thread_([this] { Loop(); }) {}
+StateWriter::StateWriter()
+    : thread_([this] {
+        NameThisThread("hz-event-state");
+        Loop();
+      }) {}
 
 StateWriter::~StateWriter() {
   Stop();

@@ -9,6 +9,7 @@
 #include "ckpt_replica_wire.h"
 #include "hz/cluster/inter_host.h"
 #include "hz/cluster/store_queue.h"
+#include "hz/common/thread_priority.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
@@ -56,8 +57,14 @@ PeerReplicas::~PeerReplicas() {
 
 void PeerReplicas::Start(checkpoint::Engine* engine) {
   engine_ = engine;
-  sender_ = std::thread([this] { SendLoop(); });
-  receiver_ = std::thread([this] { ReceiveLoop(); });
+  sender_ = std::thread([this] {
+    NameThisThread("hz-replica-send");
+    SendLoop();
+  });
+  receiver_ = std::thread([this] {
+    NameThisThread("hz-replica-recv");
+    ReceiveLoop();
+  });
 }
 
 void PeerReplicas::Stop() {

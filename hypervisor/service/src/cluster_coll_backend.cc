@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "hz/common/thread_priority.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
@@ -58,7 +59,10 @@ ClusterCollBackend::ClusterCollBackend(std::unique_ptr<CollBackend> local,
       options_(std::move(options)),
       directory_(options_.store, options_.key_prefix, options_.store_timeout),
       work_(io_.get_executor()),
-      thread_([this] { io_.run(); }) {}
+      thread_([this] {
+        NameThisThread("hz-cluster");
+        io_.run();
+      }) {}
 
 std::chrono::milliseconds ClusterCollBackend::TimeoutOf(const coll::Constraints& c) const {
   return std::chrono::milliseconds(c.timeout_ms ? c.timeout_ms : options_.default_timeout_ms);

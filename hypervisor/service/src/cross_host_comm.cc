@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "hz/common/thread_priority.h"
 #include "spdlog/spdlog.h"
 
 namespace hz::service {
@@ -59,7 +60,10 @@ CrossHostComm::CrossHostComm(CollBackend& local, CrossHostLayout layout, CrossHo
 void CrossHostComm::Start() {
   // The thread keeps the communicator alive until it ends (after an abort or
   // Stop), so the last reference usually goes on the thread itself.
-  leg_ = std::thread([self = shared_from_this()] { self->Loop(); });
+  leg_ = std::thread([self = shared_from_this()] {
+    NameThisThread("hz-xhost-comm");
+    self->Loop();
+  });
 }
 
 CrossHostComm::~CrossHostComm() {

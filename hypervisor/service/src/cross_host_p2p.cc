@@ -20,6 +20,7 @@
 
 #include "cross_host_comm.h"
 #include "cross_host_copy.h"
+#include "hz/common/thread_priority.h"
 #include "protocol/harmonaize.h"
 #include "spdlog/spdlog.h"
 
@@ -87,6 +88,7 @@ void CrossHostComm::PostAcrossHosts(uint32_t global_rank, coll::OpDesc& op, coll
   p.deadline = Clock::now() + group_options_.timeout;
   // The thread keeps the communicator (and its group) alive until it ends.
   std::thread([self = shared_from_this(), p = std::move(p)]() mutable {
+    NameThisThread("hz-xhost-p2p");
     self->RunPointToPoint(std::move(p));
   }).detach();
 }

@@ -1,4 +1,5 @@
 #include "hz/service/engine_backend.h"
+#include "hz/common/thread_priority.h"
 
 namespace hz::service {
 
@@ -23,7 +24,10 @@ const std::shared_ptr<coll::Member>& Unwrap(const MemberPtr& m) {
 }  // namespace
 
 EngineBackend::EngineBackend(coll::EngineOptions opts)
-    : engine_(opts), reaper_([this] { Reap(); }) {}
+    : engine_(opts), reaper_([this] {
+        NameThisThread("hz-coll-reaper");
+        Reap();
+      }) {}
 
 EngineBackend::~EngineBackend() {
   {

@@ -1,4 +1,5 @@
 #include "hz/service/engines.h"
+#include "hz/common/thread_priority.h"
 
 #include <sys/statvfs.h>
 
@@ -259,6 +260,7 @@ void Engines::Notice(const TenantId& tenant, const hz_event& ev, const std::set<
   std::lock_guard<std::mutex> lock(mu_);
   ReapNoticesLocked();
   notices_.emplace_back([this, engine, deadline, tenant, ev, named = vms] {
+    NameThisThread("hz-notice-save");
     std::optional<std::set<std::string>> concerned = named;
     if (named.empty()) concerned = ScopeOf(tenant, ev);
     SaveJustInTime(engine, tenant, deadline, concerned);

@@ -12,6 +12,7 @@
 
 #include "command_args.h"
 #include "hz/common/file.h"
+#include "hz/common/thread_priority.h"
 #include "metrics_families.h"
 #include "spdlog/spdlog.h"
 
@@ -184,6 +185,7 @@ void MaintenanceWorkflow::RunHook(uint64_t id, const std::string& phase) {
   hooks_finished_.clear();
   const std::string host = plan_.Find(id)->host;
   hooks_running_.emplace_back([this, id, phase, host] {
+    NameThisThread("hz-maint-hook");
     std::string what = RunCommand(hooks_.hook, phase, id, host, hooks_.hook_timeout_s);
     spdlog::info("event=maintenance_hook maintenance={} result=\"{}\"", id, what);
     std::lock_guard<std::mutex> l(mu_);

@@ -61,6 +61,7 @@ void Service::StartConnectionThreads() {
   background_ = std::make_unique<boost::asio::thread_pool>(1);
   // Preparing one VM's registration gives way to serving every VM's requests.
   boost::asio::post(*background_, [nice = static_cast<int>(config_.region_thread_nice)] {
+    NameThisThread("hz-regions");
     SetThisThreadNice(nice);
   });
   env_.background = [pool = background_.get()](std::function<void()> fn) {
@@ -73,7 +74,8 @@ void Service::StartConnectionThreads() {
             t->io.get_executor());
     t->exited = t->exit_signal.get_future();
     t->thread =
-        std::thread([t = t.get(), poll = std::chrono::microseconds(config_.connection_poll_us)] {
+        std::thread([t = t.get(), i, poll = std::chrono::microseconds(config_.connection_poll_us)] {
+          NameThisThread("hz-conn-" + std::to_string(i));
           RunConnectionLoop(t->io, poll, &t->loop);
           t->exit_signal.set_value();
         });

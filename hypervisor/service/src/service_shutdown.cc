@@ -10,6 +10,7 @@
 #include <boost/asio/post.hpp>
 
 #include "control_server.h"
+#include "hz/common/thread_priority.h"
 #include "hz/service/service.h"
 #include "metrics_server.h"
 #include "spdlog/spdlog.h"
@@ -225,6 +226,7 @@ void Service::StopEngines() {
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> stopped = done->get_future();
   std::thread stopper([stop, done] {
+    NameThisThread("hz-stopper");
     stop();
     done->set_value();
   });

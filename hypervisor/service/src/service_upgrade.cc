@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control_server.h"
+#include "hz/common/thread_priority.h"
 #include "hz/events/event_spec.h"
 #include "hz/service/service.h"
 #include "metrics_server.h"
@@ -81,7 +82,10 @@ hz::StatusOr<json> Service::StartUpgrade(const std::string& binary) {
   }
   // The hand-over waits for the connection threads and the successor, so it
   // runs on a thread of its own; `status` tells how it went.
-  upgrade_thread_ = std::thread([this, program] { RunUpgrade(program); });
+  upgrade_thread_ = std::thread([this, program] {
+    NameThisThread("hz-upgrade");
+    RunUpgrade(program);
+  });
   return json{{"started", true}, {"pid", getpid()}, {"binary", program}};
 }
 

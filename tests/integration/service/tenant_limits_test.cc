@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hz_client.h"
@@ -116,19 +118,34 @@ TEST(ServiceTenantLimitsTest, TheOperatorsWeightReachesTheCollectiveEngine) {
   EXPECT_NE(text.find(weight("plain", 1)), std::string::npos) << text;
 }
 
-// The nice value of each of the daemon's threads (field 19 of its stat).
-std::vector<int> ThreadNiceValues(pid_t pid) {
-  std::vector<int> out;
+// Each of the daemon's threads: its name and nice value (fields 2 and 19 of
+// its stat), ordered by name.
+std::multimap<std::string, int> DaemonThreads(pid_t pid) {
+  std::multimap<std::string, int> out;
   for (const auto& t :
        std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
     std::ifstream f(t.path() / "stat");
     std::string stat((std::istreambuf_iterator<char>(f)), {});
-    // The name, field 2, is in parentheses and may hold spaces.
-    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    // The name is in parentheses and may hold spaces and parentheses.
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
+    std::istringstream rest(stat.substr(close + 2));
     std::string field;
     for (int i = 3; i <= 19 && rest >> field; ++i) {
-      if (i == 19) out.push_back(std::stoi(field));
+      if (i == 19) out.emplace(stat.substr(open + 1, close - open - 1), std::stoi(field));
     }
+  }
+  return out;
+}
+
+// The nice values of the threads named `prefix` and a number (one of a pool).
+std::vector<int> NiceOf(const std::multimap<std::string, int>& threads, const std::string& prefix) {
+  std::vector<int> out;
+  for (const auto& [name, nice] : threads) {
+    const bool numbered = name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
+                          std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()),
+                                      name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (numbered) out.push_back(nice);
   }
   return out;
 }
@@ -148,8 +165,39 @@ TEST(ServiceTenantLimitsTest, RegionsArePreparedAtTheConfiguredNice) {
   GuestBuffer region;
   // Prepared on that thread: once it is answered, the thread has run.
   ASSERT_EQ(c.Register(1 << 20, 64, HZ_REGION_F_READ | HZ_REGION_F_WRITE, &region), HZ_S_OK);
-  std::vector<int> nice = ThreadNiceValues(svc.pid());
-  EXPECT_EQ(std::count(nice.begin(), nice.end(), 13), 1) << ::testing::PrintToString(nice);
+  const auto threads = DaemonThreads(svc.pid());
+  ASSERT_EQ(threads.count("hz-regions"), 1u) << ::testing::PrintToString(threads);
+  EXPECT_EQ(threads.find("hz-regions")->second, 13);
+}
+
+// An operator looking at the daemon's threads (top -H, ps -L, perf) finds
+// each by what it does, at the priority its configuration gives it: the
+// connection threads that serve every VM's requests at nice 0, the bulk
+// work (collectives, checkpoint requests) at the nice values set.
+TEST(ServiceTenantLimitsTest, ThreadsAreNamedByTheirWorkAndRunAtTheirConfiguredNice) {
+  ServiceProcess svc;
+  const std::string cfg = svc.WriteConfig(
+      "worker_threads = 3\n[collectives]\nworker_threads = 2\nworker_nice = 11\n"
+      "[checkpoint]\nrequest_threads = 4\nthread_nice = 7\n");
+  ASSERT_TRUE(svc.Start({"--config", cfg}));
+  // A thread names itself when it first runs, which may be just after the
+  // daemon answers; the deadline only detects a thread that never does.
+  std::multimap<std::string, int> threads;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+       std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+    threads = DaemonThreads(svc.pid());
+    if (NiceOf(threads, "hz-conn-").size() == 3 && NiceOf(threads, "hz-coll-").size() == 2 &&
+        NiceOf(threads, "hz-ckpt-req-").size() == 4) {
+      break;
+    }
+  }
+  const std::string all = ::testing::PrintToString(threads);
+  EXPECT_EQ(NiceOf(threads, "hz-conn-"), std::vector<int>(3, 0)) << all;
+  EXPECT_EQ(NiceOf(threads, "hz-coll-"), std::vector<int>(2, 11)) << all;
+  EXPECT_EQ(NiceOf(threads, "hz-ckpt-req-"), std::vector<int>(4, 7)) << all;
+  EXPECT_EQ(threads.count("hz-ckpt-io"), 1u) << all;
+  EXPECT_EQ(threads.count("hz-ckpt-commit"), 1u) << all;
 }
 
 }  // namespace

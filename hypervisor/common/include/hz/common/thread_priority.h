@@ -1,4 +1,4 @@
-// CPU priority of the calling thread.
+// CPU priority and name of the calling thread.
 //
 // The service runs bulk work (reductions, checkpoint copies and writes,
 // region preparation) on threads of its own and serves requests on others.
@@ -10,6 +10,7 @@
 #ifndef HZ_COMMON_THREAD_PRIORITY_H_
 #define HZ_COMMON_THREAD_PRIORITY_H_
 
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -20,10 +21,17 @@ namespace hz {
 // fails the thread runs as it was. 0 leaves it alone.
 void SetThisThreadNice(int nice);
 
-// A thread that runs fn at nice value nice.
+// Names the calling thread, as ps -L, top -H, perf and
+// /proc/<pid>/task/<tid>/comm show it, so that an operator can tell which of
+// the service's threads takes the CPU. The kernel keeps 15 bytes; a longer
+// name is cut.
+void NameThisThread(const std::string& name);
+
+// A thread named `name` that runs fn at nice value nice.
 template <typename Fn>
-std::thread ThreadAtNice(int nice, Fn fn) {
-  return std::thread([nice, fn = std::move(fn)]() mutable {
+std::thread ThreadAtNice(int nice, std::string name, Fn fn) {
+  return std::thread([nice, name = std::move(name), fn = std::move(fn)]() mutable {
+    NameThisThread(name);
     SetThisThreadNice(nice);
     fn();
   });
