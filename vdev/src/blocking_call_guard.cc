@@ -117,6 +117,7 @@ bool HandlerInstalled() {
 }
 
 void WatchdogLoop() {
+  pthread_setname_np(pthread_self(), "vdev-watchdog");  // as top -H and perf show it
   Registry& r = TheRegistry();
   for (;;) {
     std::this_thread::sleep_for(kWatchdogTick);

@@ -2,6 +2,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "hz/common/thread_priority.h"
 #include "hz/events/coarse.h"
 #include "spdlog/spdlog.h"
 
@@ -49,6 +50,8 @@ Status SchedulerResources::Detach(const TenantId& tenant, uint64_t reservation_i
     ++under_way_[tenant];
   }
   boost::asio::post(detaches_, [this, detach = std::move(*begun), tenant] {
+    // The pool's threads are Asio's: each is named by the first detach it runs.
+    NameThisThread("hz-detach");
     // A failure keeps the devices out of every allocation but an operator's
     // (Scheduler::FinishDetachReservation); the tenant no longer has them.
     Status s = sched_->FinishDetachReservation(detach);
