@@ -156,6 +156,8 @@ class VirtioUser {
   // back-end goes away (kDisconnected). In interrupt mode it first spins
   // for up to `spin` (within the timeout) with the device's notifications
   // off: a completion that arrives meanwhile costs neither side a wake-up.
+  // That spin yields the CPU on every pass, so a thread that shares it (the
+  // back-end's, another rank) runs at once.
   Status WaitUsed(uint16_t queue, std::chrono::nanoseconds timeout, Completion* out, size_t max,
                   size_t* n, std::chrono::nanoseconds spin = std::chrono::nanoseconds(0));
 
