@@ -49,7 +49,8 @@ constexpr size_t kInlineMax = 64 * 1024;
 // rank burns its CPU time. It yields the CPU on each pass (VirtioUser::
 // WaitUsed), so it pays even where ranks and the service share the CPUs
 // (service_allreduce_bench --low-latency --tenant-spin-us 50 on two CPUs,
-// 4 KiB: 31-35 us against 45 us at 2 ranks, 59-83 against 76-90 at 4).
+// 4 KiB: 29-35 us against 36-49 us sleeping at 2 ranks; about the same as
+// sleeping at 4).
 std::chrono::nanoseconds LatencyPoll() {
   constexpr long kDefaultUs = 0, kMaxUs = 100000;
   const char* env = std::getenv("HZ_LATENCY_POLL_US");
