@@ -1,5 +1,4 @@
 #include "hz/collectives/engine.h"
-#include "hz/common/thread_priority.h"
 
 #include <sys/random.h>
 
@@ -12,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "comm.h"
+#include "hz/common/thread_priority.h"
 #include "job.h"
 #include "kernels.h"
 #include "planner.h"
@@ -149,10 +149,7 @@ EngineImpl::EngineImpl(EngineOptions opts) : opts_(opts) {
         return static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(Now().time_since_epoch()).count());
       });
-  timer_ = std::thread([this] {
-    NameThisThread("hz-coll-timer");
-    TimerLoop();
-  });
+  timer_ = NamedThread("hz-coll-timer", [this] { TimerLoop(); });
   spdlog::debug("collectives: engine with {} workers, kernels {}", n, KernelIsa());
 }
 

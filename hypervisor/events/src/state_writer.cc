@@ -1,13 +1,10 @@
 #include "state_writer.h"
+
 #include "hz/common/thread_priority.h"
 
 namespace hz::events {
 
-StateWriter::StateWriter()
-    : thread_([this] {
-        NameThisThread("hz-event-state");
-        Loop();
-      }) {}
+StateWriter::StateWriter() : thread_(NamedThread("hz-event-state", [this] { Loop(); })) {}
 
 StateWriter::~StateWriter() {
   Stop();

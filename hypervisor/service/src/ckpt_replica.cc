@@ -57,14 +57,8 @@ PeerReplicas::~PeerReplicas() {
 
 void PeerReplicas::Start(checkpoint::Engine* engine) {
   engine_ = engine;
-  sender_ = std::thread([this] {
-    NameThisThread("hz-replica-send");
-    SendLoop();
-  });
-  receiver_ = std::thread([this] {
-    NameThisThread("hz-replica-recv");
-    ReceiveLoop();
-  });
+  sender_ = NamedThread("hz-replica-send", [this] { SendLoop(); });
+  receiver_ = NamedThread("hz-replica-recv", [this] { ReceiveLoop(); });
 }
 
 void PeerReplicas::Stop() {

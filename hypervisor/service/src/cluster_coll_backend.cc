@@ -59,10 +59,7 @@ ClusterCollBackend::ClusterCollBackend(std::unique_ptr<CollBackend> local,
       options_(std::move(options)),
       directory_(options_.store, options_.key_prefix, options_.store_timeout),
       work_(io_.get_executor()),
-      thread_([this] {
-        NameThisThread("hz-cluster");
-        io_.run();
-      }) {}
+      thread_(NamedThread("hz-cluster", [this] { io_.run(); })) {}
 
 std::chrono::milliseconds ClusterCollBackend::TimeoutOf(const coll::Constraints& c) const {
   return std::chrono::milliseconds(c.timeout_ms ? c.timeout_ms : options_.default_timeout_ms);

@@ -60,10 +60,7 @@ CrossHostComm::CrossHostComm(CollBackend& local, CrossHostLayout layout, CrossHo
 void CrossHostComm::Start() {
   // The thread keeps the communicator alive until it ends (after an abort or
   // Stop), so the last reference usually goes on the thread itself.
-  leg_ = std::thread([self = shared_from_this()] {
-    NameThisThread("hz-xhost-comm");
-    self->Loop();
-  });
+  leg_ = NamedThread("hz-xhost-comm", [self = shared_from_this()] { self->Loop(); });
 }
 
 CrossHostComm::~CrossHostComm() {

@@ -87,8 +87,7 @@ void CrossHostComm::PostAcrossHosts(uint32_t global_rank, coll::OpDesc& op, coll
   p.op = std::move(op);
   p.deadline = Clock::now() + group_options_.timeout;
   // The thread keeps the communicator (and its group) alive until it ends.
-  std::thread([self = shared_from_this(), p = std::move(p)]() mutable {
-    NameThisThread("hz-xhost-p2p");
+  NamedThread("hz-xhost-p2p", [self = shared_from_this(), p = std::move(p)]() mutable {
     self->RunPointToPoint(std::move(p));
   }).detach();
 }

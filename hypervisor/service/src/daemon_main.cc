@@ -231,13 +231,13 @@ int RunDaemon(int argc, char** argv, const std::function<void(Service&)>& before
   // 96 pages), delaying every other VM's requests.
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
-  hz::service::ServiceConfig config;
+  ServiceConfig config;
   int handoff_fd = -1;
   if (int rc = ParseCommandLine(argc, argv, &config, &handoff_fd); rc >= 0) return rc;
   SetUpLogging(config);
   RaiseFdLimit();
 
-  hz::service::Service service(config);
+  Service service(config);
   NotifyOnLifecycle(service);
   service.SetCommandLine(ProgramPath(argv[0]), ArgsWithoutHandoff(argc, argv));
   // A live upgrade's successor: the snapshot first, since the state lock
@@ -247,7 +247,7 @@ int RunDaemon(int argc, char** argv, const std::function<void(Service&)>& before
     // What does not touch the state directory is done before the
     // predecessor freezes its tenants: faulting in the staging memory is
     // most of the service's start-up.
-    hz::service::Engines::ReserveStaging(config);
+    Engines::ReserveStaging(config);
     takeover = std::make_unique<vdev::Takeover>(handoff_fd);
     if (std::string e = takeover->Receive(std::chrono::seconds(30)); !e.empty()) {
       spdlog::critical("event=takeover_failed error=\"{}\"", e);

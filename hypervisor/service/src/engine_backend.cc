@@ -1,4 +1,5 @@
 #include "hz/service/engine_backend.h"
+
 #include "hz/common/thread_priority.h"
 
 namespace hz::service {
@@ -24,10 +25,7 @@ const std::shared_ptr<coll::Member>& Unwrap(const MemberPtr& m) {
 }  // namespace
 
 EngineBackend::EngineBackend(coll::EngineOptions opts)
-    : engine_(opts), reaper_([this] {
-        NameThisThread("hz-coll-reaper");
-        Reap();
-      }) {}
+    : engine_(opts), reaper_(NamedThread("hz-coll-reaper", [this] { Reap(); })) {}
 
 EngineBackend::~EngineBackend() {
   {

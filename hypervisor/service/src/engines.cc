@@ -1,5 +1,4 @@
 #include "hz/service/engines.h"
-#include "hz/common/thread_priority.h"
 
 #include <sys/statvfs.h>
 
@@ -13,6 +12,7 @@
 #include "ckpt_replica.h"
 #include "command_args.h"
 #include "engine_adapters.h"
+#include "hz/common/thread_priority.h"
 #include "hz/events/injection.h"
 #include "hz/service/wire_status.h"
 #include "metrics_families.h"
@@ -259,15 +259,15 @@ void Engines::Notice(const TenantId& tenant, const hz_event& ev, const std::set<
   checkpoint::Engine* engine = ckpt_.get();
   std::lock_guard<std::mutex> lock(mu_);
   ReapNoticesLocked();
-  notices_.emplace_back([this, engine, deadline, tenant, ev, named = vms] {
-    NameThisThread("hz-notice-save");
-    std::optional<std::set<std::string>> concerned = named;
-    if (named.empty()) concerned = ScopeOf(tenant, ev);
-    SaveJustInTime(engine, tenant, deadline, concerned);
-    jit_notices_done_.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> l(mu_);
-    finished_.push_back(std::this_thread::get_id());
-  });
+  notices_.push_back(
+      NamedThread("hz-notice-save", [this, engine, deadline, tenant, ev, named = vms] {
+        std::optional<std::set<std::string>> concerned = named;
+        if (named.empty()) concerned = ScopeOf(tenant, ev);
+        SaveJustInTime(engine, tenant, deadline, concerned);
+        jit_notices_done_.fetch_add(1, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> l(mu_);
+        finished_.push_back(std::this_thread::get_id());
+      }));
 }
 
 void Engines::SaveJustInTime(checkpoint::Engine* engine, const TenantId& tenant,

@@ -184,8 +184,7 @@ void MaintenanceWorkflow::RunHook(uint64_t id, const std::string& phase) {
   }
   hooks_finished_.clear();
   const std::string host = plan_.Find(id)->host;
-  hooks_running_.emplace_back([this, id, phase, host] {
-    NameThisThread("hz-maint-hook");
+  hooks_running_.push_back(NamedThread("hz-maint-hook", [this, id, phase, host] {
     std::string what = RunCommand(hooks_.hook, phase, id, host, hooks_.hook_timeout_s);
     spdlog::info("event=maintenance_hook maintenance={} result=\"{}\"", id, what);
     std::lock_guard<std::mutex> l(mu_);
@@ -194,7 +193,7 @@ void MaintenanceWorkflow::RunHook(uint64_t id, const std::string& phase) {
       (void)PersistLocked();
     }
     hooks_finished_.push_back(std::this_thread::get_id());
-  });
+  }));
 }
 
 // {"cmd": "maintenance.schedule", "host": H, "at_s": T | "in_s": S,

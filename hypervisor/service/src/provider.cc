@@ -91,10 +91,7 @@ Status Provider::Start() {
                sched_->Inventory().size(), c.libvirt_uri.empty() ? "none" : c.libvirt_uri,
                o.state_path);
   decide_work_.emplace(decide_io_.get_executor());
-  decide_thread_ = std::thread([this] {
-    NameThisThread("hz-provider");
-    decide_io_.run();
-  });
+  decide_thread_ = NamedThread("hz-provider", [this] { decide_io_.run(); });
   boost::asio::post(decide_io_, [this] {
     ArmEvery(decide_timer_, config_.negotiation.decide_interval_ms, &Provider::DecisionPoint);
   });

@@ -74,11 +74,11 @@ void Service::StartConnectionThreads() {
             t->io.get_executor());
     t->exited = t->exit_signal.get_future();
     t->thread =
-        std::thread([t = t.get(), i, poll = std::chrono::microseconds(config_.connection_poll_us)] {
-          NameThisThread("hz-conn-" + std::to_string(i));
-          RunConnectionLoop(t->io, poll, &t->loop);
-          t->exit_signal.set_value();
-        });
+        NamedThread("hz-conn-" + std::to_string(i),
+                    [t = t.get(), poll = std::chrono::microseconds(config_.connection_poll_us)] {
+                      RunConnectionLoop(t->io, poll, &t->loop);
+                      t->exit_signal.set_value();
+                    });
     vdev_threads_.push_back(std::move(t));
   }
 }

@@ -225,8 +225,7 @@ void Service::StopEngines() {
   // commits the checkpoints being persisted) gets the timeout too.
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> stopped = done->get_future();
-  std::thread stopper([stop, done] {
-    NameThisThread("hz-stopper");
+  std::thread stopper = NamedThread("hz-stopper", [stop, done] {
     stop();
     done->set_value();
   });

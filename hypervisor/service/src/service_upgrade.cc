@@ -82,10 +82,7 @@ hz::StatusOr<json> Service::StartUpgrade(const std::string& binary) {
   }
   // The hand-over waits for the connection threads and the successor, so it
   // runs on a thread of its own; `status` tells how it went.
-  upgrade_thread_ = std::thread([this, program] {
-    NameThisThread("hz-upgrade");
-    RunUpgrade(program);
-  });
+  upgrade_thread_ = NamedThread("hz-upgrade", [this, program] { RunUpgrade(program); });
   return json{{"started", true}, {"pid", getpid()}, {"binary", program}};
 }
 

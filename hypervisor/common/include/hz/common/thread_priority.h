@@ -37,6 +37,12 @@ std::thread ThreadAtNice(int nice, std::string name, Fn fn) {
   });
 }
 
+// A thread named `name` that runs fn at the priority of the thread starting it.
+template <typename Fn>
+std::thread NamedThread(std::string name, Fn fn) {
+  return ThreadAtNice(0, std::move(name), std::move(fn));
+}
+
 }  // namespace hz
 
 #endif  // HZ_COMMON_THREAD_PRIORITY_H_
