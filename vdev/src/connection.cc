@@ -412,6 +412,14 @@ void Connection::SchedulePoll() {
 }
 
 void Connection::PollSlice() {
+  // Rings polled only awhile (Session::PollAwhile) belong to clients that
+  // want their next operation seen at once, and often several of them (the
+  // ranks of one communicator) share this thread: one pass each, so that no
+  // ring waits for another's slice.
+  if (!session_.PollsForGood()) {
+    session_.Poll();
+    return;
+  }
   // Nothing else runs on the strand meanwhile, so no memory-table change can
   // happen under the rings: each queue holds its map for the whole slice and
   // no pass takes a reference of its own.

@@ -19,6 +19,8 @@ void Session::Freeze() {
       s.watching = false;
     }
     s.turn_wanted = false;
+    // Asked to kick again, for Thaw; a successor re-reads the avail ring.
+    if (s.polled_awhile) EndPollingAwhile(i, /*serve=*/false);
   }
   // A turn granted later finds nothing to run and ends at once.
   wanting_turns_.clear();

@@ -108,12 +108,44 @@ void SplitQueue::set_features(bool event_idx, bool indirect) {
   indirect_ = indirect;
 }
 
+uint8_t* SplitQueue::AvailEvent() const {
+  return used_ + kRingHeader + kUsedElemSize * size_;
+}
+
 void SplitQueue::set_polling(bool on) {
   polling_ = on;
   avail_event_valid_ = false;
-  if (started_ && !event_idx_) {
+  if (!started_) return;
+  if (!event_idx_) {
     Store<uint16_t>(used_, on ? VDEV_VRING_USED_F_NO_NOTIFY : 0);
+  } else if (on) {
+    // An avail_event the device has passed already: the driver kicks for
+    // none of its next chains (left armed, it would for the first).
+    Store<uint16_t>(AvailEvent(), static_cast<uint16_t>(last_avail_ - 1));
   }
+}
+
+bool SplitQueue::EndPolling() {
+  set_polling(false);
+  if (!started_) return false;
+  // With EVENT_IDX this arms avail_event; without, the flag cleared above
+  // is what the driver reads. Either way the driver may have published
+  // after our last look and before it saw the change: look again.
+  if (event_idx_) return EnableNotifyAndRecheck() || HasAvailable();
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return HasAvailable();
+}
+
+bool SplitQueue::DriverPollsUsed() const {
+  if (!started_) return false;
+  if (!event_idx_) return Load<uint16_t>(avail_) & VDEV_VRING_AVAIL_F_NO_INTERRUPT;
+  // A driver that sleeps re-arms used_event at the used index it has seen
+  // as it goes to sleep, so between its sleeps used_event lies at or behind
+  // ours; one that turned interrupts off put it ahead (Linux and vdev's
+  // front-end: half the ring of indices ahead).
+  const uint16_t used_event = Load<uint16_t>(avail_ + kRingHeader + 2 * size_);
+  const uint16_t ahead = static_cast<uint16_t>(used_event - used_idx_);
+  return ahead != 0 && ahead <= 0x8000;
 }
 
 bool SplitQueue::Translate(const MemoryMap& memory, std::string* error) {
@@ -160,6 +192,7 @@ bool SplitQueue::Translate(const MemoryMap& memory, std::string* error) {
 
 bool SplitQueue::Start(MemoryMapPtr memory, std::string* error) {
   if (!StartRing(std::move(memory), error)) return false;
+  ArmAvailEvent();
   if (journal_ != nullptr) {
     journal_->size = 0;  // nothing to recover while the marks are reset
     std::memset(journal_->marks, 0, size_);
@@ -203,6 +236,7 @@ bool SplitQueue::Recover(MemoryMapPtr memory, std::string* error) {
                          avail_idx, last_avail_);
     return false;
   }
+  ArmAvailEvent();
   return true;
 }
 
@@ -238,6 +272,14 @@ bool SplitQueue::StartRing(MemoryMapPtr memory, std::string* error) {
   NewTurn();
   Store<uint16_t>(used_, (polling_ && !event_idx_) ? VDEV_VRING_USED_F_NO_NOTIFY : 0);
   return true;
+}
+
+void SplitQueue::ArmAvailEvent() {
+  // Whatever a predecessor left there (one that was polling the ring when
+  // it crashed asked for no kick), the driver's next chain kicks now.
+  if (!event_idx_) return;
+  Store<uint16_t>(AvailEvent(), static_cast<uint16_t>(polling_ ? last_avail_ - 1 : last_avail_));
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 bool SplitQueue::Remap(MemoryMapPtr memory, std::string* error) {
@@ -309,7 +351,7 @@ bool SplitQueue::EnableNotifyAndRecheck() {
   // kicks on every add and nothing needs re-arming.
   if (polling_ || !event_idx_) return false;
   if (avail_event_valid_ && avail_event_written_ == last_avail_) return false;
-  Store<uint16_t>(used_ + kRingHeader + kUsedElemSize * size_, last_avail_);
+  Store<uint16_t>(AvailEvent(), last_avail_);
   avail_event_written_ = last_avail_;
   avail_event_valid_ = true;
   // The driver may have added a chain after our last read but before it saw

@@ -200,7 +200,7 @@ Reply CollectiveHandler::HandleCollective(const vdev::Queue& queue, const Reques
   op->pins = std::move(plan.pins);
   ctx_.pending.Add(this, queue, req, op);
   cit->second.in_flight++;
-  PollFor(cit->second);
+  PollFor(cit->second, queue.index());
   backend_->Post(m, std::move(plan.desc), [this, link = ctx_.link, op](Status st) {
     DeviceLink::Post(link, [this, op, st] { OnOpDone(*op, st); });
   });
@@ -231,15 +231,20 @@ void CollectiveHandler::OnOpDone(Collective& op, Status st) {
   }
   op.pins.clear();
   if (cit == comms_.end()) return;
-  PollFor(cit->second);
+  PollFor(cit->second, op.queue);
   // The last operation of a handle releases the COMM_ABORTs waiting for it.
   if (--cit->second.in_flight == 0) ReleaseAborts(cit->second, Reply::Ok());
 }
 
-void CollectiveHandler::PollFor(const CommEntry& entry) const {
+void CollectiveHandler::PollFor(const CommEntry& entry, uint16_t queue) const {
   if (!entry.low_latency) return;
-  KeepPolling(std::chrono::microseconds(
-      tenant_.spec().latency_poll_us.value_or(limits_.low_latency_poll_us)));
+  const std::chrono::microseconds window(
+      tenant_.spec().latency_poll_us.value_or(limits_.low_latency_poll_us));
+  // The rank's next request is polled for rather than kicked (a kick costs
+  // the rank a system call and this thread three), and this thread polls
+  // for the completions that other threads post back.
+  ctx_.poll_ring(queue, window);
+  KeepPolling(window);
 }
 
 void CollectiveHandler::ReturnWithdrawn(Collective& op) {

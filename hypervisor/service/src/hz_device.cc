@@ -248,7 +248,14 @@ Reply HzDevice::HandleHello(const Request& req) {
 }
 
 HandlerContext HzDevice::Context() {
-  return HandlerContext{session_, pending_, link_, [this] { UpdateInfo(); }, socket_path_};
+  return HandlerContext{session_,
+                        pending_,
+                        link_,
+                        [this] { UpdateInfo(); },
+                        socket_path_,
+                        [this](uint16_t queue, std::chrono::microseconds window) {
+                          if (ctx_ != nullptr) ctx_->PollAwhile(queue, window);
+                        }};
 }
 
 bool HzDevice::PostToDevice(std::function<void(HzDevice&)> fn) {

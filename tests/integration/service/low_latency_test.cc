@@ -3,9 +3,11 @@
 // the tenant's window that the operator sets; an ordinary one does not, and
 // the polling stops by itself once the communicator goes quiet. Seen through
 // the connection threads' counters, on a service whose base polling window
-// (connection_poll_us) is 0, so that every idle poll is the flag's.
+// (connection_poll_us) is 0, so that every idle poll is the flag's, and
+// through the kicks the ranks send: the service polls their rings instead.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <future>
 #include <string>
 #include <thread>
@@ -30,14 +32,26 @@ uint64_t IdlePolls(ServiceProcess& svc) {
   return polls;
 }
 
+// The kicks one rank's request queue sent: during the all-reduces, and for
+// one more all-reduce after a quiet spell (AllReduces' `quiet`).
+struct RankKicks {
+  uint64_t during = 0;
+  uint64_t after_quiet = 0;
+};
+
 // Two ranks, one per VM socket, each on a thread: a communicator with
-// `flags`, then kIterations verified all-reduces. The first status that is
-// not HZ_S_OK (or a wrong sum as HZ_S_EIO), else HZ_S_OK.
-uint32_t AllReduces(const std::vector<std::string>& vms, uint32_t flags) {
+// `flags`, then kIterations verified all-reduces; with `kicks`, their kicks,
+// and after `quiet` without operations one more all-reduce. The first
+// status that is not HZ_S_OK (or a wrong sum as HZ_S_EIO), else HZ_S_OK.
+uint32_t AllReduces(const std::vector<std::string>& vms, uint32_t flags,
+                    RankKicks (*kicks)[2] = nullptr,
+                    std::chrono::milliseconds quiet = std::chrono::milliseconds(0),
+                    std::chrono::nanoseconds spin = std::chrono::nanoseconds(0)) {
   std::promise<hz_comm_uid> uid_promise;
   std::shared_future<hz_comm_uid> uid = uid_promise.get_future().share();
   auto rank_body = [&](int rank) -> uint32_t {
     HzClient c;
+    c.set_spin(spin);
     if (!c.Connect(vms[rank])) return HZ_S_EIO;
     if (uint32_t st = c.Hello(); st != HZ_S_OK) return st;
     if (rank == 0) {
@@ -53,14 +67,25 @@ uint32_t AllReduces(const std::vector<std::string>& vms, uint32_t flags) {
     if (uint32_t st = c.Register(kCount * 4, 1, HZ_REGION_F_WRITE, &recv); st != HZ_S_OK) return st;
     std::vector<float> in(kCount, static_cast<float>(rank + 1)), out(kCount);
     send.Write(0, in.data(), kCount * 4);
-    for (int it = 0; it < kIterations; ++it) {
+    auto all_reduce = [&](int it) -> uint32_t {
       hz_coll_args a = AllReduceArgs(comm, static_cast<uint64_t>(it), send, recv, kCount);
       if (uint32_t st = c.Coll(HZ_VQ_REQUEST_BASE, HZ_OP_ALLREDUCE, a); st != HZ_S_OK) return st;
       recv.Read(0, out.data(), kCount * 4);
       for (float v : out) {
         if (v != 3.0f) return HZ_S_EIO;
       }
+      return HZ_S_OK;
+    };
+    const uint64_t kicks_before = c.dev().kicks_sent(HZ_VQ_REQUEST_BASE);
+    for (int it = 0; it < kIterations; ++it) {
+      if (uint32_t st = all_reduce(it); st != HZ_S_OK) return st;
     }
+    if (kicks == nullptr) return HZ_S_OK;
+    const uint64_t kicks_during = c.dev().kicks_sent(HZ_VQ_REQUEST_BASE);
+    (*kicks)[rank].during = kicks_during - kicks_before;
+    std::this_thread::sleep_for(quiet);
+    if (uint32_t st = all_reduce(kIterations); st != HZ_S_OK) return st;
+    (*kicks)[rank].after_quiet = c.dev().kicks_sent(HZ_VQ_REQUEST_BASE) - kicks_during;
     return HZ_S_OK;
   };
   std::future<uint32_t> other = std::async(std::launch::async, rank_body, 1);
@@ -93,6 +118,40 @@ TEST_F(ServiceLowLatencyTest, ALowLatencyCommunicatorKeepsItPollingUntilItGoesQu
   const uint64_t polls = IdlePolls(svc_);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(IdlePolls(svc_), polls);
+}
+
+// Between a low-latency communicator's operations the service polls the
+// request ring of each rank that polls for its completions, so such a rank
+// posts without a kick (a system call for it, three for the service); an
+// ordinary communicator's rank, or one that sleeps until its completion is
+// signalled, kicks for every operation. Once the ring has been quiet for the
+// window, the service asks for kicks again, and the next operation kicks and
+// completes.
+TEST_F(ServiceLowLatencyTest, ALowLatencyCommunicatorsPollingRanksPostWithoutKicksWhileItIsBusy) {
+  // A window far longer than any gap between one rank's operations, even
+  // under sanitizers, and far shorter than the quiet spell; the ranks spin
+  // for their completions that long too.
+  constexpr int kWindowUs = 50000;
+  constexpr auto kSpin = std::chrono::microseconds(kWindowUs);
+  constexpr auto kQuiet = std::chrono::milliseconds(250);
+  nlohmann::json r =
+      svc_.Control({{"cmd", "tenant.create"}, {"name", "t"}, {"latency_poll_us", kWindowUs}});
+  ASSERT_TRUE(r.value("ok", false)) << r.dump();
+  std::vector<std::string> vms = svc_.TenantWithVms("t", 2);
+  ASSERT_EQ(vms.size(), 2u);
+  RankKicks ordinary[2], sleeping[2], low_latency[2];
+  const uint32_t low = HZ_COMM_F_DETERMINISTIC | HZ_COMM_F_LOW_LATENCY;
+  ASSERT_EQ(AllReduces(vms, HZ_COMM_F_DETERMINISTIC, &ordinary, {}, kSpin), HZ_S_OK);
+  ASSERT_EQ(AllReduces(vms, low, &sleeping), HZ_S_OK);
+  ASSERT_EQ(AllReduces(vms, low, &low_latency, kQuiet, kSpin), HZ_S_OK);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(rank);
+    EXPECT_EQ(ordinary[rank].during, static_cast<uint64_t>(kIterations));
+    EXPECT_EQ(sleeping[rank].during, static_cast<uint64_t>(kIterations));
+    // The first operation finds the ring not yet polled; no later one kicks.
+    EXPECT_LE(low_latency[rank].during, 1u);
+    EXPECT_EQ(low_latency[rank].after_quiet, 1u);
+  }
 }
 
 TEST_F(ServiceLowLatencyTest, TheOperatorsWindowForTheTenantBoundsIt) {

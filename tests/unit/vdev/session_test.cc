@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "session_util.h"
@@ -445,6 +447,75 @@ TEST_F(VdevSessionTest, NoFdKickMeansBusyPollWhereAllowed) {
   EXPECT_EQ(r.used_idx(), 1);
   Ok(Msg(vu::kSetVringEnable, vu::VringState{1, 0}, true));
   EXPECT_FALSE(host_.polling);
+}
+
+// A device that expects the driver's next chain soon has the ring polled
+// awhile instead of kicked, if the driver polls for its completions too:
+// the driver is asked not to kick, Poll serves the ring, and once the
+// window passes with nothing new the driver is asked to kick again and the
+// host may stop polling, so an idle ring costs nothing.
+TEST_F(VdevSessionTest, PollAwhileServesWithoutKicksUntilTheRingGoesQuiet) {
+  Bringup();
+  RingDriver r = Ring();
+  PostPing(r, 0);
+  session_->Kick(0);
+  ASSERT_EQ(r.used_idx(), 1);
+  EXPECT_FALSE(host_.polling);
+  const auto window = std::chrono::milliseconds(20);
+  // A driver that sleeps until interrupted is not polled for...
+  r.set_used_event(r.used_idx());
+  device_->ctx_->PollAwhile(0, window);
+  EXPECT_FALSE(host_.polling);
+  // ...one that polls its used ring (no interrupt wanted) is.
+  r.set_used_event(static_cast<uint16_t>(r.used_idx() + 0x8000));
+  device_->ctx_->PollAwhile(0, window);
+  EXPECT_TRUE(host_.polling);
+  EXPECT_FALSE(session_->PollsForGood());  // the host shares its thread
+  uint16_t before = r.avail_idx();
+  PostPing(r, 2);
+  EXPECT_FALSE(r.Kicks(true, before, r.avail_idx()));
+  EXPECT_TRUE(session_->Poll());  // served with no kick
+  EXPECT_EQ(r.used_idx(), 2);
+  EXPECT_EQ(device_->kicks, 2);
+  std::this_thread::sleep_for(window + std::chrono::milliseconds(5));
+  EXPECT_FALSE(session_->Poll());  // quiet for the window: polling ends
+  EXPECT_FALSE(host_.polling);
+  before = r.avail_idx();
+  PostPing(r, 4);
+  EXPECT_TRUE(r.Kicks(true, before, r.avail_idx()));
+}
+
+TEST_F(VdevSessionTest, FreezingEndsPollingAwhileAndAsksForKicksAgain) {
+  Bringup();
+  RingDriver r = Ring();
+  r.set_used_event(0x8000);  // the driver polls for its completions
+  device_->ctx_->PollAwhile(0, std::chrono::seconds(10));
+  ASSERT_TRUE(host_.polling);
+  session_->Freeze();
+  EXPECT_FALSE(host_.polling);
+  session_->Thaw();
+  EXPECT_FALSE(host_.polling);
+  const uint16_t before = r.avail_idx();
+  PostPing(r, 0);
+  EXPECT_TRUE(r.Kicks(true, before, r.avail_idx()));
+}
+
+// A ring polled for as long as it runs stays polled when a window ends.
+TEST_F(VdevSessionTest, PollAwhileLeavesARingPolledForGoodAlone) {
+  SessionOptions options;
+  options.busy_poll_queues = {0};
+  Reopen(options);
+  Bringup();
+  ASSERT_TRUE(host_.polling);
+  EXPECT_TRUE(session_->PollsForGood());
+  device_->ctx_->PollAwhile(0, std::chrono::microseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(session_->Poll());
+  EXPECT_TRUE(host_.polling);
+  RingDriver r = Ring();
+  PostPing(r, 0);
+  EXPECT_TRUE(session_->Poll());
+  EXPECT_EQ(r.used_idx(), 1);
 }
 
 TEST_F(VdevSessionTest, ResetDeviceAndStatus) {

@@ -621,6 +621,58 @@ TEST_F(VdevSplitQueueTest, BusyPollAsksTheDriverNotToKick) {
   EXPECT_EQ(ring_.used_flags(), 0);
 }
 
+TEST_F(VdevSplitQueueTest, BusyPollWithEventIdxLeavesNoKickArmed) {
+  q_.Stop();
+  Configure(&q_, /*event_idx=*/true, true);
+  ring_.SetDesc(0, kBuf, 4, W, 0);
+  ring_.Publish(0);
+  Chain c;
+  ASSERT_TRUE(q_.Pop(&c));
+  EXPECT_FALSE(q_.Pop(&c));  // empty: avail_event armed at the next index
+  EXPECT_TRUE(ring_.Kicks(true, 1, 2));
+  q_.set_polling(true);
+  EXPECT_FALSE(ring_.Kicks(true, 1, 2));  // nor for the chains after it
+  EXPECT_FALSE(ring_.Kicks(true, 1, 9));
+}
+
+// A process that crashed while it polled a ring left the driver asked not
+// to kick; the ring's next owner asks for kicks again as it starts.
+TEST_F(VdevSplitQueueTest, StartingARingUndoesAPredecessorsSuppression) {
+  for (bool event_idx : {false, true}) {
+    SCOPED_TRACE(event_idx ? "EVENT_IDX" : "flags");
+    q_.Stop();
+    Configure(&q_, event_idx, true);
+    q_.set_polling(true);
+    const uint16_t base = ring_.avail_idx();
+    ASSERT_FALSE(ring_.Kicks(event_idx, base, static_cast<uint16_t>(base + 1)));
+    SplitQueue successor(0);
+    Configure(&successor, event_idx, true);
+    EXPECT_TRUE(ring_.Kicks(event_idx, base, static_cast<uint16_t>(base + 1)));
+  }
+}
+
+// Polling that ends must not strand a chain the driver added while it was
+// asked not to kick: EndPolling says so and the caller serves it.
+TEST_F(VdevSplitQueueTest, EndPollingFindsWhatCameWithoutAKick) {
+  for (bool event_idx : {false, true}) {
+    SCOPED_TRACE(event_idx ? "EVENT_IDX" : "flags");
+    q_.Stop();
+    Configure(&q_, event_idx, true);
+    const uint16_t base = ring_.avail_idx();
+    q_.set_polling(true);
+    EXPECT_FALSE(q_.EndPolling());  // nothing came
+    EXPECT_TRUE(ring_.Kicks(event_idx, base, static_cast<uint16_t>(base + 1)));
+    q_.set_polling(true);
+    ring_.SetDesc(0, kBuf, 4, W, 0);
+    ring_.Publish(0);
+    EXPECT_TRUE(q_.EndPolling());
+    Chain c;
+    ASSERT_TRUE(q_.Pop(&c));
+    q_.Complete(c, 0);
+    q_.Flush();
+  }
+}
+
 TEST_F(VdevSplitQueueTest, NoCallFdMeansNoNotification) {
   q_.set_call_fd(-1);
   ring_.SetDesc(0, kBuf, 4, W, 0);

@@ -141,6 +141,14 @@ class RingDriver {
   uint16_t used_idx() { return Get16(used_ + 2); }
   uint16_t used_flags() { return Get16(used_); }
   uint16_t avail_event() { return Get16(used_ + 4 + 8ull * size_); }
+  // Whether moving the avail index from old_idx to new_idx kicks, by the
+  // used ring's flags or, with EVENT_IDX, its avail_event (the virtio
+  // spec's vring_need_event, 2.7.10).
+  bool Kicks(bool event_idx, uint16_t old_idx, uint16_t new_idx) {
+    if (!event_idx) return (used_flags() & 1) == 0;  // VRING_USED_F_NO_NOTIFY
+    return static_cast<uint16_t>(new_idx - avail_event() - 1) <
+           static_cast<uint16_t>(new_idx - old_idx);
+  }
   std::pair<uint32_t, uint32_t> used_elem(uint16_t i) {
     uint32_t id, len;
     std::memcpy(&id, g_->host(used_ + 4 + 8ull * (i % size_)), 4);

@@ -7,6 +7,7 @@
 #ifndef VDEV_DEVICE_H_
 #define VDEV_DEVICE_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -157,6 +158,17 @@ class DeviceContext {
   virtual MemoryMapPtr Memory() const = 0;
   // Raises a config-change interrupt when the front-end supports it.
   virtual void NotifyConfigChanged() = 0;
+  // Serves ring `queue` by polling for a while instead of waiting for
+  // kicks, for a device that expects the driver's next chain soon (a
+  // low-latency client between its operations): the driver is asked not to
+  // kick, and the ring is polled until `window` passes with nothing new on
+  // it, after which kicks are asked for again. Each call restarts the
+  // window; the longest asked for holds. Polling ends by itself, so an idle
+  // ring costs nothing. Polling starts only while the driver polls the ring
+  // for its completions too (it asked for no interrupt): one that sleeps
+  // until interrupted sends its next chain after a wake-up, not at once. A
+  // ring polled for good anyway is left as it is. On the executor.
+  virtual void PollAwhile(uint16_t /*queue*/, std::chrono::microseconds /*window*/) {}
   // Crash recovery (crash_recovery.h): the device's durable state changed;
   // the journal is written again (Device::DurableState), before this
   // returns. On the executor. Nothing happens without a journal.

@@ -116,6 +116,11 @@ class Session final : public DeviceContext {
   void Kick(uint16_t queue);
   // One busy-poll pass over the polled queues; returns true if any had work.
   bool Poll();
+  // Some ring is busy-polled for as long as it runs (SessionOptions, or a
+  // ring without a kick eventfd), so the poll loop may keep its thread;
+  // false while only rings polled awhile (PollAwhile) are, whose loop
+  // shares the thread with the other sessions on it.
+  bool PollsForGood() const { return polls_for_good_; }
   // The connection is gone: stops every ring and tells the device.
   void Disconnect();
   // A GET_VRING_BASE reply waits for in-flight chains (Result::stop_pending).
@@ -169,6 +174,7 @@ class Session final : public DeviceContext {
   MemoryMapPtr Memory() const override;
   void NotifyConfigChanged() override;
   void StateChanged() override { host_->StateChanged(); }
+  void PollAwhile(uint16_t queue, std::chrono::microseconds window) override;
 
   // Introspection (tests, logs).
   uint16_t num_queues() const { return static_cast<uint16_t>(queues_.size()); }
@@ -194,6 +200,10 @@ class Session final : public DeviceContext {
     bool delivered = false;    // device was given OnQueueStarted
     bool nofd_kick = false;    // SET_VRING_KICK with NOFD (allowed): poll this ring
     bool turn_wanted = false;  // in wanting_turns_
+    // PollAwhile: polled until poll_window passes after last_work.
+    bool polled_awhile = false;
+    std::chrono::microseconds poll_window{0};
+    std::chrono::steady_clock::time_point last_work;
   };
 
   Error Dispatch(Message& msg, std::vector<uint8_t>* reply);
@@ -216,6 +226,10 @@ class Session final : public DeviceContext {
   // Starts restored ring i: where the record says, or from its ring journal.
   Error StartRestoredQueue(uint16_t i, const QueueRecord& record, bool recover);
   bool Polled(uint16_t i) const;
+  // Ring i asks to be kicked again (PollAwhile's window ran out, or the
+  // ring stops or freezes); serves what came meanwhile unless `serve` is
+  // false. The caller updates the polled list.
+  void EndPollingAwhile(uint16_t i, bool serve);
   bool Negotiated(uint64_t protocol_bit) const { return acked_protocol_ & (1ull << protocol_bit); }
   // With a turn scheduler: queue i wants a turn; it runs now if the thread
   // is free, else when the scheduler resumes this session.
@@ -237,6 +251,7 @@ class Session final : public DeviceContext {
   uint8_t status_ = 0;
   bool polling_ = false;
   std::vector<uint16_t> polled_;  // delivered queues the busy-poll loop serves
+  bool polls_for_good_ = false;   // some of them are Polled(), not awhile
   bool ever_started_ = false;
   int pending_stop_ = -1;  // queue whose GET_VRING_BASE reply waits, or -1
   bool disconnected_ = false;

@@ -106,6 +106,13 @@ class SplitQueue final : public Queue {
   // Busy-poll: ask the driver not to kick (VRING_USED_F_NO_NOTIFY, or simply
   // not re-arming avail_event with EVENT_IDX).
   void set_polling(bool on);
+  // Ends busy-poll on a started ring: the driver is asked to kick again.
+  // Returns true when chains it made available without kicking, before it
+  // could see that, wait (the caller serves them: no kick comes for them).
+  bool EndPolling();
+  // The driver polls this ring's used index rather than sleeping for an
+  // interrupt: it turned interrupts off.
+  bool DriverPollsUsed() const;
 
   // Translates the ring addresses (front-end virtual addresses) through
   // memory and starts the ring. Checks alignment and that each ring lies
@@ -221,6 +228,10 @@ class SplitQueue final : public Queue {
   static void PushUsed(uint8_t* e, uint16_t head, uint32_t len);
   // The used-ring entry that used index idx lands in.
   uint8_t* UsedEntry(uint16_t idx) const;
+  // The used ring's avail_event field (EVENT_IDX).
+  uint8_t* AvailEvent() const;
+  // A started ring's avail_event, at last_avail_ (one behind while polling).
+  void ArmAvailEvent();
   void UpdatePopping() { popping_ = started_ && !broken_ && !draining_; }
   // Stop's work; the journal is left as it is.
   void StopRing();

@@ -481,9 +481,11 @@ Status VirtioUser::Kick(uint16_t queue) {
   // blocking and fill its counter: NotifyEventFd refuses such an fd rather
   // than block this thread (a full counter on a non-blocking fd means a
   // notification is pending anyway).
-  if (q.ring->Publish() && NotifyEventFd(q.kick_fd) == NotifyResult::kRefused) {
+  if (!q.ring->Publish()) return Status::Ok();
+  if (NotifyEventFd(q.kick_fd) == NotifyResult::kRefused) {
     return Status::ProtocolError("the kick eventfd was made blocking (or is unusable)");
   }
+  ++q.kicks_sent;
   return Status::Ok();
 }
 

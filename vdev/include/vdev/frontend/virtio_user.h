@@ -148,6 +148,11 @@ class VirtioUser {
                   std::span<const HostBuffer> writable, uint64_t cookie = 0,
                   uint16_t* head = nullptr, bool indirect = false);
   Status Kick(uint16_t queue);
+  // How many times Kick notified the back-end on that queue: publishing
+  // when the back-end polls the ring notifies nobody.
+  uint64_t kicks_sent(uint16_t queue) const {
+    return queue < queues_.size() ? queues_[queue].kicks_sent : 0;
+  }
   // Collects completions without waiting. *error (optional) is set when the
   // back-end wrote a bogus used entry.
   size_t PollUsed(uint16_t queue, Completion* out, size_t max, Status* error = nullptr);
@@ -178,6 +183,7 @@ class VirtioUser {
     int call_fd = -1;
     bool started = false;
     bool broken = false;  // the back-end wrote a bogus used entry
+    uint64_t kicks_sent = 0;
   };
 
   // Sends a message that has no reply of its own; with REPLY_ACK it asks for

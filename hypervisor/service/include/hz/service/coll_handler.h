@@ -75,8 +75,9 @@ class CollectiveHandler : public FamilyHandler {
     uint32_t in_flight = 0;  // collectives posted on this handle
     // COMM_ABORT requests waiting for the handle's operations (SPEC §7.3.4).
     std::vector<uint64_t> aborts;
-    // Created with HZ_COMM_F_LOW_LATENCY: its operations keep the connection
-    // thread polling (KeepPolling, within the tenant's window).
+    // Created with HZ_COMM_F_LOW_LATENCY: its operations keep the ring they
+    // came on and the connection thread polled (PollFor, within the
+    // tenant's window).
     bool low_latency = false;
   };
 
@@ -91,7 +92,8 @@ class CollectiveHandler : public FamilyHandler {
   void OnOpDone(Collective& op, Status status);
   // A low-latency communicator's operation was posted or completed: its
   // rank's next one is likely to follow closely.
-  void PollFor(const CommEntry& entry) const;
+  // A low-latency handle's operation on `queue` came or completed.
+  void PollFor(const CommEntry& entry, uint16_t queue) const;
   // Answers the COMM_ABORTs waiting for entry's operations.
   void ReleaseAborts(CommEntry& entry, const Reply& reply);
   // A collective the engine withdrew unstarted goes back to its ring.

@@ -10,6 +10,7 @@
 #ifndef HZ_SERVICE_FAMILY_HANDLER_H_
 #define HZ_SERVICE_FAMILY_HANDLER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,6 +80,9 @@ struct HandlerContext {
   std::function<void()> info_changed;
   // The VM's socket path: its name on this host (notices name VMs by it).
   const std::string& vm;
+  // Polls a ring awhile instead of waiting for its kicks
+  // (vdev::DeviceContext::PollAwhile); nothing while no VM is connected.
+  std::function<void(uint16_t queue, std::chrono::microseconds window)> poll_ring;
 };
 
 // One opcode family's handler (or a few related families'). Executor only.
