@@ -50,8 +50,9 @@ constexpr size_t kInlineMax = 64 * 1024;
 // WaitUsed), so it pays even where ranks and the service share the CPUs,
 // and with its interrupts off the service polls its request ring, so it
 // posts without a kick (service_allreduce_bench --low-latency
-// --tenant-spin-us 50 on two CPUs, 4 KiB: 20-21 us against 37-42 us
-// sleeping at 2 ranks, 59-62 us against 80-97 us at 4).
+// --tenant-spin-us 50 on two CPUs, 4 KiB: 21-25 us against 40-49 us
+// sleeping at 2 ranks, 41-66 against 77-99 at 4, 119-135 against 170-211
+// at 8).
 std::chrono::nanoseconds LatencyPoll() {
   constexpr long kDefaultUs = 0, kMaxUs = 100000;
   const char* env = std::getenv("HZ_LATENCY_POLL_US");
