@@ -141,8 +141,10 @@ bool SplitQueue::DriverPollsUsed() const {
   if (!event_idx_) return Load<uint16_t>(avail_) & VDEV_VRING_AVAIL_F_NO_INTERRUPT;
   // A driver that sleeps re-arms used_event at the used index it has seen
   // as it goes to sleep, so between its sleeps used_event lies at or behind
-  // ours; one that turned interrupts off put it ahead (Linux and vdev's
-  // front-end: half the ring of indices ahead).
+  // ours; vdev's front-end turns interrupts off by putting it half the index
+  // range ahead. (Linux writes 0 instead, read here as sleeping while the
+  // used index is in the lower half of its range: such a driver merely
+  // keeps kicking.)
   const uint16_t used_event = Load<uint16_t>(avail_ + kRingHeader + 2 * size_);
   const uint16_t ahead = static_cast<uint16_t>(used_event - used_idx_);
   return ahead != 0 && ahead <= 0x8000;
