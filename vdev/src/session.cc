@@ -599,7 +599,6 @@ void Session::PollAwhile(uint16_t queue, std::chrono::microseconds window) {
 void Session::EndPollingAwhile(uint16_t i, bool serve) {
   QueueState& s = queues_[i];
   s.polled_awhile = false;
-  s.poll_window = std::chrono::microseconds(0);
   // No kick comes for chains the driver added while it was asked not to.
   if (s.q->EndPolling() && serve) Kick(i);
 }

@@ -112,6 +112,10 @@ uint8_t* SplitQueue::AvailEvent() const {
   return used_ + kRingHeader + kUsedElemSize * size_;
 }
 
+uint16_t SplitQueue::UsedEvent() const {
+  return Load<uint16_t>(avail_ + kRingHeader + 2 * size_);
+}
+
 void SplitQueue::set_polling(bool on) {
   polling_ = on;
   avail_event_valid_ = false;
@@ -119,9 +123,7 @@ void SplitQueue::set_polling(bool on) {
   if (!event_idx_) {
     Store<uint16_t>(used_, on ? VDEV_VRING_USED_F_NO_NOTIFY : 0);
   } else if (on) {
-    // An avail_event the device has passed already: the driver kicks for
-    // none of its next chains (left armed, it would for the first).
-    Store<uint16_t>(AvailEvent(), static_cast<uint16_t>(last_avail_ - 1));
+    ArmAvailEvent();
   }
 }
 
@@ -145,8 +147,7 @@ bool SplitQueue::DriverPollsUsed() const {
   // range ahead. (Linux writes 0 instead, read here as sleeping while the
   // used index is in the lower half of its range: such a driver merely
   // keeps kicking.)
-  const uint16_t used_event = Load<uint16_t>(avail_ + kRingHeader + 2 * size_);
-  const uint16_t ahead = static_cast<uint16_t>(used_event - used_idx_);
+  const uint16_t ahead = static_cast<uint16_t>(UsedEvent() - used_idx_);
   return ahead != 0 && ahead <= 0x8000;
 }
 
@@ -277,8 +278,10 @@ bool SplitQueue::StartRing(MemoryMapPtr memory, std::string* error) {
 }
 
 void SplitQueue::ArmAvailEvent() {
-  // Whatever a predecessor left there (one that was polling the ring when
-  // it crashed asked for no kick), the driver's next chain kicks now.
+  // Polling, an avail_event the device has passed already: the driver
+  // kicks for none of its next chains (left armed, it would for the first).
+  // Otherwise, whatever a predecessor left there (one that was polling the
+  // ring when it crashed asked for no kick), the driver's next chain kicks.
   if (!event_idx_) return;
   Store<uint16_t>(AvailEvent(), static_cast<uint16_t>(polling_ ? last_avail_ - 1 : last_avail_));
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -938,7 +941,7 @@ void SplitQueue::Flush() {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   bool notify;
   if (event_idx_) {
-    uint16_t used_event = Load<uint16_t>(avail_ + kRingHeader + 2 * size_);
+    uint16_t used_event = UsedEvent();
     uint16_t old = signalled_used_;
     bool valid = signalled_valid_;
     signalled_used_ = used_idx_;

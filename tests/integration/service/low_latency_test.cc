@@ -7,6 +7,7 @@
 // through the kicks the ranks send: the service polls their rings instead.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <future>
 #include <string>
@@ -44,7 +45,7 @@ struct RankKicks {
 // and after `quiet` without operations one more all-reduce. The first
 // status that is not HZ_S_OK (or a wrong sum as HZ_S_EIO), else HZ_S_OK.
 uint32_t AllReduces(const std::vector<std::string>& vms, uint32_t flags,
-                    RankKicks (*kicks)[2] = nullptr,
+                    std::array<RankKicks, 2>* kicks = nullptr,
                     std::chrono::milliseconds quiet = std::chrono::milliseconds(0),
                     std::chrono::nanoseconds spin = std::chrono::nanoseconds(0)) {
   std::promise<hz_comm_uid> uid_promise;
@@ -139,7 +140,7 @@ TEST_F(ServiceLowLatencyTest, ALowLatencyCommunicatorsPollingRanksPostWithoutKic
   ASSERT_TRUE(r.value("ok", false)) << r.dump();
   std::vector<std::string> vms = svc_.TenantWithVms("t", 2);
   ASSERT_EQ(vms.size(), 2u);
-  RankKicks ordinary[2], sleeping[2], low_latency[2];
+  std::array<RankKicks, 2> ordinary, sleeping, low_latency;
   const uint32_t low = HZ_COMM_F_DETERMINISTIC | HZ_COMM_F_LOW_LATENCY;
   ASSERT_EQ(AllReduces(vms, HZ_COMM_F_DETERMINISTIC, &ordinary, {}, kSpin), HZ_S_OK);
   ASSERT_EQ(AllReduces(vms, low, &sleeping), HZ_S_OK);

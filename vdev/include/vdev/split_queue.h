@@ -228,8 +228,10 @@ class SplitQueue final : public Queue {
   static void PushUsed(uint8_t* e, uint16_t head, uint32_t len);
   // The used-ring entry that used index idx lands in.
   uint8_t* UsedEntry(uint16_t idx) const;
-  // The used ring's avail_event field (EVENT_IDX).
+  // The used ring's avail_event field and the avail ring's used_event
+  // (EVENT_IDX).
   uint8_t* AvailEvent() const;
+  uint16_t UsedEvent() const;
   // A started ring's avail_event, at last_avail_ (one behind while polling).
   void ArmAvailEvent();
   void UpdatePopping() { popping_ = started_ && !broken_ && !draining_; }

@@ -90,9 +90,8 @@ class CollectiveHandler : public FamilyHandler {
   MemberDone OnExecutor(MemberDone done);
   void OnInitDone(uint64_t id, bool low_latency, Status status, MemberPtr member);
   void OnOpDone(Collective& op, Status status);
-  // A low-latency communicator's operation was posted or completed: its
-  // rank's next one is likely to follow closely.
-  // A low-latency handle's operation on `queue` came or completed.
+  // A low-latency communicator's operation on `queue` was posted or
+  // completed: its rank's next one is likely to follow closely.
   void PollFor(const CommEntry& entry, uint16_t queue) const;
   // Answers the COMM_ABORTs waiting for entry's operations.
   void ReleaseAborts(CommEntry& entry, const Reply& reply);
