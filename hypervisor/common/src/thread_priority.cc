@@ -1,12 +1,18 @@
 #include "hz/common/thread_priority.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 namespace hz {
 
 void SetThisThreadNice(int nice) {
+  if (nice == kIdleClassNice) {
+    const sched_param none{};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
+    nice = 19;
+  }
   if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
 }
 

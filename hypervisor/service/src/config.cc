@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include "hz/cluster/redis_lease_store.h"
+#include "hz/common/thread_priority.h"
 #include "protocol/harmonaize.h"
 #include "spdlog/fmt/fmt.h"
 
@@ -44,6 +45,22 @@ class TableReader {
       return;
     }
     *out = static_cast<T>(*v);
+  }
+
+  // A bulk thread's nice value: an integer in 0..19, or "idle" for the
+  // kernel's idle scheduling class (kIdleClassNice, thread_priority.h).
+  void Nice(const char* key, uint32_t* out) {
+    const toml::node* node = Take(key);
+    if (node == nullptr || !ok()) return;
+    if (node->is_string() && *node->value<std::string>() == "idle") {
+      *out = kIdleClassNice;
+      return;
+    }
+    auto v = node->value<int64_t>();
+    if (!node->is_integer() || !v || *v < 0 || *v > 19) {
+      return Fail(*node, key, "expected an integer in 0..19 or \"idle\"");
+    }
+    *out = static_cast<uint32_t>(*v);
   }
 
   void Bool(const char* key, bool* out) {
@@ -189,13 +206,13 @@ void ReadCheckpoint(TableReader& r, ServiceConfig* c) {
   r.Int("disk_bytes", &c->ckpt_disk_bytes, 0, kI64);
   r.Int("request_threads", &c->ckpt_request_threads, 1, 64);
   r.Int("tenant_request_threads", &c->ckpt_tenant_request_threads, 1, 64);
-  r.Int("thread_nice", &c->ckpt_thread_nice, 0, 19);
+  r.Nice("thread_nice", &c->ckpt_thread_nice);
 }
 
 void ReadCollectives(TableReader& r, ServiceConfig* c) {
   r.Int("unused_uid_lifetime_s", &c->coll_unused_uid_lifetime_s, 60, 7 * 86400);
   r.Int("worker_threads", &c->coll_worker_threads, 0, 256);
-  r.Int("worker_nice", &c->coll_worker_nice, 0, 19);
+  r.Nice("worker_nice", &c->coll_worker_nice);
 }
 
 void ReadConditions(TableReader& r, ServiceConfig* c) {
@@ -312,7 +329,7 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
   top.String("log_format", &c.log_format, {"text", "json"});
   top.Int("worker_threads", &c.worker_threads, 1, 256);
   top.Int("connection_poll_us", &c.connection_poll_us, 0, kMaxPollUs);
-  top.Int("region_thread_nice", &c.region_thread_nice, 0, 19);
+  top.Nice("region_thread_nice", &c.region_thread_nice);
   top.Bool("fd_store", &c.fd_store);
   for (const Section& section : kSections) {
     if (const toml::table* t = top.Table(section.name)) {

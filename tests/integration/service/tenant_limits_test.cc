@@ -4,6 +4,8 @@
 // settings that keep one tenant from another's way.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -118,9 +120,14 @@ TEST(ServiceTenantLimitsTest, TheOperatorsWeightReachesTheCollectiveEngine) {
   EXPECT_NE(text.find(weight("plain", 1)), std::string::npos) << text;
 }
 
-// Each of the daemon's threads: its name and nice value (fields 2 and 19 of
-// its stat), ordered by name.
-std::multimap<std::string, int> DaemonThreads(pid_t pid) {
+// Fields of a thread's stat file (proc(5)): its nice value, and its
+// scheduling policy (0 SCHED_OTHER, 5 SCHED_IDLE).
+constexpr int kStatNice = 19;
+constexpr int kStatPolicy = 41;
+
+// Each of the daemon's threads: its name and one field of its stat (its nice
+// value unless asked otherwise), ordered by name.
+std::multimap<std::string, int> DaemonThreads(pid_t pid, int field = kStatNice) {
   std::multimap<std::string, int> out;
   for (const auto& t :
        std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
@@ -130,22 +137,23 @@ std::multimap<std::string, int> DaemonThreads(pid_t pid) {
     const size_t open = stat.find('('), close = stat.rfind(')');
     if (open == std::string::npos || close == std::string::npos || close < open) continue;
     std::istringstream rest(stat.substr(close + 2));
-    std::string field;
-    for (int i = 3; i <= 19 && rest >> field; ++i) {
-      if (i == 19) out.emplace(stat.substr(open + 1, close - open - 1), std::stoi(field));
+    std::string value;
+    for (int i = 3; i <= field && rest >> value; ++i) {
+      if (i == field) out.emplace(stat.substr(open + 1, close - open - 1), std::stoi(value));
     }
   }
   return out;
 }
 
-// The nice values of the threads named `prefix` and a number (one of a pool).
-std::vector<int> NiceOf(const std::multimap<std::string, int>& threads, const std::string& prefix) {
+// The values of the threads named `prefix` and a number (one of a pool).
+std::vector<int> PoolValues(const std::multimap<std::string, int>& threads,
+                            const std::string& prefix) {
   std::vector<int> out;
-  for (const auto& [name, nice] : threads) {
+  for (const auto& [name, value] : threads) {
     const bool numbered = name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
                           std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()),
                                       name.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (numbered) out.push_back(nice);
+    if (numbered) out.push_back(value);
   }
   return out;
 }
@@ -187,17 +195,50 @@ TEST(ServiceTenantLimitsTest, ThreadsAreNamedByTheirWorkAndRunAtTheirConfiguredN
        std::chrono::steady_clock::now() < until;
        std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
     threads = DaemonThreads(svc.pid());
-    if (NiceOf(threads, "hz-conn-").size() == 3 && NiceOf(threads, "hz-coll-").size() == 2 &&
-        NiceOf(threads, "hz-ckpt-req-").size() == 4) {
+    if (PoolValues(threads, "hz-conn-").size() == 3 &&
+        PoolValues(threads, "hz-coll-").size() == 2 &&
+        PoolValues(threads, "hz-ckpt-req-").size() == 4) {
       break;
     }
   }
   const std::string all = ::testing::PrintToString(threads);
-  EXPECT_EQ(NiceOf(threads, "hz-conn-"), std::vector<int>(3, 0)) << all;
-  EXPECT_EQ(NiceOf(threads, "hz-coll-"), std::vector<int>(2, 11)) << all;
-  EXPECT_EQ(NiceOf(threads, "hz-ckpt-req-"), std::vector<int>(4, 7)) << all;
+  EXPECT_EQ(PoolValues(threads, "hz-conn-"), std::vector<int>(3, 0)) << all;
+  EXPECT_EQ(PoolValues(threads, "hz-coll-"), std::vector<int>(2, 11)) << all;
+  EXPECT_EQ(PoolValues(threads, "hz-ckpt-req-"), std::vector<int>(4, 7)) << all;
   EXPECT_EQ(threads.count("hz-ckpt-io"), 1u) << all;
   EXPECT_EQ(threads.count("hz-ckpt-commit"), 1u) << all;
+}
+
+// An operator who puts every tenant's requests before bulk work runs the
+// bulk threads in the kernel's idle class; the threads serving requests stay
+// where they were.
+TEST(ServiceTenantLimitsTest, BulkThreadsRunInTheIdleClassWhenConfigured) {
+  ServiceProcess svc;
+  const std::string cfg = svc.WriteConfig(
+      "region_thread_nice = \"idle\"\n[collectives]\nworker_threads = 2\nworker_nice = \"idle\"\n"
+      "[checkpoint]\nrequest_threads = 2\nthread_nice = \"idle\"\n");
+  ASSERT_TRUE(svc.Start({"--config", cfg}));
+  std::multimap<std::string, int> policies;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+       std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+    policies = DaemonThreads(svc.pid(), kStatPolicy);
+    if (PoolValues(policies, "hz-coll-").size() == 2 &&
+        PoolValues(policies, "hz-ckpt-req-").size() == 2 && policies.count("hz-regions") == 1) {
+      break;
+    }
+  }
+  constexpr int kOther = SCHED_OTHER, kIdle = SCHED_IDLE;
+  const std::string all = ::testing::PrintToString(policies);
+  EXPECT_EQ(PoolValues(policies, "hz-coll-"), std::vector<int>(2, kIdle)) << all;
+  EXPECT_EQ(PoolValues(policies, "hz-ckpt-req-"), std::vector<int>(2, kIdle)) << all;
+  ASSERT_EQ(policies.count("hz-regions"), 1u) << all;
+  EXPECT_EQ(policies.find("hz-regions")->second, kIdle) << all;
+  ASSERT_EQ(policies.count("hz-ckpt-io"), 1u) << all;
+  EXPECT_EQ(policies.find("hz-ckpt-io")->second, kIdle) << all;
+  const std::vector<int> serving = PoolValues(policies, "hz-conn-");
+  EXPECT_FALSE(serving.empty()) << all;
+  EXPECT_EQ(serving, std::vector<int>(serving.size(), kOther)) << all;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "hz/common/thread_priority.h"
 #include "hz/service/config.h"
 #include "hz/service/tenants.h"
 
@@ -129,7 +130,9 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
       {"worker_threads = \"two\"", "worker_threads: expected an integer"},
       {"worker_threads = 0", "worker_threads: expected an integer in 1..256"},
       {"connection_poll_us = -5", "connection_poll_us: expected an integer in 0..100000"},
-      {"region_thread_nice = 20", "region_thread_nice: expected an integer in 0..19"},
+      {"region_thread_nice = 20", "region_thread_nice: expected an integer in 0..19 or \"idle\""},
+      {"[collectives]\nworker_nice = \"lowest\"", "collectives.worker_nice: expected an integer"},
+      {"[checkpoint]\nthread_nice = 1.5", "checkpoint.thread_nice: expected an integer"},
       {"[device]\nnum_request_queues = 65", "device.num_request_queues"},
       {"[device]\nmax_regions = -1", "device.max_regions"},
       {"[metrics]\nport = 70000", "metrics.port"},
@@ -200,6 +203,22 @@ TEST(ServiceConfigTest, SocketAccessAndMetricsCapAreReadAndChecked) {
   c.vm_socket_group = "no-such-group-hz";
   EXPECT_FALSE(ValidateConfig(c, &error));
   EXPECT_EQ(error, "vm.socket_group: no group named no-such-group-hz");
+}
+
+// Bulk threads may run in the kernel's idle class instead of at a nice
+// value: the operator who puts other tenants' requests first says "idle".
+TEST(ServiceConfigTest, BulkThreadsTakeTheIdleClass) {
+  ServiceConfig c;
+  std::string error;
+  ASSERT_TRUE(
+      ParseConfig("region_thread_nice = \"idle\"\n[checkpoint]\nthread_nice = \"idle\"\n"
+                  "[collectives]\nworker_nice = \"idle\"",
+                  "test.toml", &c, &error))
+      << error;
+  EXPECT_EQ(c.region_thread_nice, static_cast<uint32_t>(kIdleClassNice));
+  EXPECT_EQ(c.ckpt_thread_nice, static_cast<uint32_t>(kIdleClassNice));
+  EXPECT_EQ(c.coll_worker_nice, static_cast<uint32_t>(kIdleClassNice));
+  EXPECT_TRUE(ValidateConfig(c, &error)) << error;
 }
 
 TEST(ServiceConfigTest, CheckpointSharesAreReadAndChecked) {

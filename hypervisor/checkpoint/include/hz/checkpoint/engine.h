@@ -56,7 +56,8 @@ struct EngineConfig {
   unsigned copy_threads = 2;             // snapshot memcpy threads (1: copy on the caller)
   unsigned request_threads = 2;          // threads running RunAsync work (1..64)
   unsigned tenant_request_threads = 1;   // of which one tenant's work may use at once
-  // Nice value of every thread above (thread_priority.h); 0: the caller's.
+  // Nice value of every thread above, or kIdleClassNice (thread_priority.h);
+  // 0: the caller's.
   int thread_nice = 0;
   size_t parallel_copy_min_bytes = 8u << 20;  // smaller snapshots are copied on the caller
   uint64_t disk_bandwidth_bytes_per_s = 0;    // bandwidth shared by tenants; 0: unthrottled

@@ -60,7 +60,8 @@ uint64_t DefaultStreamMinBytes();
 
 struct EngineOptions {
   uint32_t worker_threads = 0;  // 0: std::thread::hardware_concurrency()
-  // The workers' nice value (0..19). Above 0, a reduction yields the CPU to
+  // The workers' nice value (0..19, or kIdleClassNice for the kernel's idle
+  // class: thread_priority.h). Above 0, a reduction yields the CPU to
   // the threads that serve requests (small collectives run inline on them):
   // one tenant's large operations then cannot delay another tenant's small
   // ones on a host short of cores. The scheduler below still shares the

@@ -16,9 +16,19 @@
 
 namespace hz {
 
+// A nice value past the kernel's 19 that asks for the kernel's idle
+// scheduling class (SCHED_IDLE) instead. A thread at nice 19 still competes
+// with a thread that wakes: the woken one may wait for it to use up its
+// slice, and is not moved to its CPU. An idle-class thread runs only on a CPU
+// no other thread wants, gives it up the moment one wakes there, and the
+// kernel places woken threads on its CPU as on an idle one; on a host with
+// every core busy it gets about a fifth of a nice-19 thread's share.
+constexpr int kIdleClassNice = 20;
+
 // Sets the calling thread's nice value (Linux keeps one per thread; threads
-// it starts inherit it). Raising it needs no privilege; where setting it
-// fails the thread runs as it was. 0 leaves it alone.
+// it starts inherit it), or puts it in the idle class at kIdleClassNice.
+// Either needs no privilege; where setting it fails the thread runs as it
+// was (in the idle class's place, at nice 19). 0 leaves it alone.
 void SetThisThreadNice(int nice);
 
 // Names the calling thread, as ps -L, top -H, perf and

@@ -165,7 +165,8 @@ struct ServiceConfig {
   // A registration is a VM's setup, never on another tenant's path: at 19
   // it takes only CPU the request-serving threads leave (noisy_neighbour_bench
   // region_max, another tenant's TOPOLOGY_GET p99: 1.1-1.8x its unloaded
-  // value at 19, 2.8-3.1x at 10).
+  // value at 19, 2.8-3.1x at 10). Each bulk thread's nice value may also be
+  // "idle" in the file, kIdleClassNice here: the kernel's idle class.
   uint32_t region_thread_nice = 19;
   std::string log_level = "info";
   std::string log_format = "text";  // text (key=value) or json
