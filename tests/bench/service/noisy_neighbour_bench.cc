@@ -12,17 +12,22 @@
 // otherwise take the CPU from B's ranks directly, whatever the daemon does.
 // --attacker-nice 0 shows that too.
 //
+// --bulk-nice sets the service's bulk threads (collective workers, checkpoint
+// threads, region preparation) to a nice value or to "idle", the kernel's
+// idle class, as an operator who puts every tenant's requests before bulk
+// work would; by default they run at the service's defaults.
+//
 // One JSON line per attack (ratios: loaded / unloaded, the median of
 // --rounds rounds, 3 by default; the goal is a p99 ratio of at most 2; this
 // program reports, it does not judge):
 //   {"bench":"noisy_neighbour","attack":...,"b_allreduce_p50_ratio":...,
 //    "b_allreduce_p99_ratio":...,"b_topology_p50_ratio":...,"b_topology_p99_ratio":...,
 //    "unloaded":{p50/p99 in us},"loaded":{...},"b_allreduce_samples":...,
-//    "b_topology_samples":...,"a_ops":...,"attacker_nice":...,
+//    "b_topology_samples":...,"a_ops":...,"attacker_nice":...,"bulk_nice":...,
 //    "rounds":[{each round's ratios and a_ops}]}
 //
 //   noisy_neighbour_bench [--samples N] [--attacks name,name] [--rounds N] [--attacker-nice N]
-//   [--smoke]
+//   [--bulk-nice N|idle] [--smoke]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -68,6 +73,7 @@ struct Options {
   int samples = 2000;  // B's all-reduces per measurement; half as many TOPOLOGY_GETs
   std::vector<std::string> attacks;
   int attacker_nice = 19;
+  std::string bulk_nice;  // empty: the service's defaults
   int rounds = 3;
 };
 
@@ -555,6 +561,7 @@ json RunAttack(const AttackSpec& a, Ctx& ctx, TenantB& b, const Options& o) {
   json out = {{"bench", "noisy_neighbour"},
               {"attack", a.name},
               {"attacker_nice", o.attacker_nice},
+              {"bulk_nice", o.bulk_nice.empty() ? "default" : o.bulk_nice},
               {"rounds", json::array()}};
   for (const char* key : kRatioKeys) {
     std::vector<double> v;
@@ -583,7 +590,7 @@ json RunAttack(const AttackSpec& a, Ctx& ctx, TenantB& b, const Options& o) {
 
 // The scheduler sees a fixture host (GPUs for NEG_REQUEST and
 // TOPOLOGY_GET), as the provider integration tests set it up.
-std::string WriteConfig(const ServiceProcess& svc) {
+std::string WriteConfig(const ServiceProcess& svc, const Options& o) {
   namespace fs = std::filesystem;
   const std::string fixtures = HZ_SCHED_FIXTURES;
   const std::string sysfs = svc.dir() + "/sysfs";
@@ -592,11 +599,17 @@ std::string WriteConfig(const ServiceProcess& svc) {
            fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
   const std::string config = svc.dir() + "/harmonaized.toml";
   std::ofstream out(config);
-  out << "worker_threads = 1\n"
-      << "[scheduler]\n"
+  const std::string nice = o.bulk_nice == "idle" ? "\"idle\"" : o.bulk_nice;
+  out << "worker_threads = 1\n";
+  if (!nice.empty()) out << "region_thread_nice = " << nice << "\n";
+  out << "[scheduler]\n"
       << "sysfs_root = \"" << sysfs << "\"\n"
       << "provider_file = \"" << fixtures << "/hgx8/inventory.toml\"\n"
       << "sync = false\n";
+  if (!nice.empty()) {
+    out << "[collectives]\nworker_nice = " << nice << "\n"
+        << "[checkpoint]\nthread_nice = " << nice << "\n";
+  }
   return config;
 }
 
@@ -609,6 +622,8 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       o->rounds = std::atoi(argv[++i]);
     } else if (a == "--attacker-nice" && i + 1 < argc) {
       o->attacker_nice = std::atoi(argv[++i]);
+    } else if (a == "--bulk-nice" && i + 1 < argc) {
+      o->bulk_nice = argv[++i];
     } else if (a == "--smoke") {
       o->samples = 50;
       o->rounds = 1;
@@ -623,7 +638,10 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       return false;
     }
   }
-  return o->samples > 0 && o->rounds > 0;
+  const bool bulk_nice_ok = o->bulk_nice.empty() || o->bulk_nice == "idle" ||
+                            (o->bulk_nice.find_first_not_of("0123456789") == std::string::npos &&
+                             o->bulk_nice.size() <= 2 && std::atoi(o->bulk_nice.c_str()) <= 19);
+  return o->samples > 0 && o->rounds > 0 && bulk_nice_ok;
 }
 
 }  // namespace
@@ -631,17 +649,17 @@ bool ParseOptions(int argc, char** argv, Options* o) {
 int main(int argc, char** argv) {
   Options o;
   if (!ParseOptions(argc, argv, &o)) {
-    std::fprintf(
-        stderr,
-        "usage: %s [--samples N] [--attacks a,b] [--rounds N] [--attacker-nice N] [--smoke]\n",
-        argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [--samples N] [--attacks a,b] [--rounds N] [--attacker-nice N] "
+                 "[--bulk-nice N|idle] [--smoke]\n",
+                 argv[0]);
     return 2;
   }
   ServiceProcess svc;
   Ctx ctx;
   ctx.metrics_port = hz::testing::FreeTcpPort();
   if (!svc.Start(
-          {"--config", WriteConfig(svc), "--metrics-port", std::to_string(ctx.metrics_port)})) {
+          {"--config", WriteConfig(svc, o), "--metrics-port", std::to_string(ctx.metrics_port)})) {
     std::fprintf(stderr, "cannot start harmonaized\n");
     return 1;
   }
