@@ -26,9 +26,10 @@ namespace hz {
 constexpr int kIdleClassNice = 20;
 
 // Sets the calling thread's nice value (Linux keeps one per thread; threads
-// it starts inherit it), or puts it in the idle class at kIdleClassNice.
-// Either needs no privilege; where setting it fails the thread runs as it
-// was (in the idle class's place, at nice 19). 0 leaves it alone.
+// it starts inherit it), or puts it in the idle class at kIdleClassNice
+// (and at nice 19, which holds should the kernel refuse the class). Neither
+// needs privilege; where setting it fails the thread runs as it was. 0
+// leaves it alone.
 void SetThisThreadNice(int nice);
 
 // Names the calling thread, as ps -L, top -H, perf and
