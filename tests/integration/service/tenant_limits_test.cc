@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -158,6 +159,22 @@ std::vector<int> PoolValues(const std::multimap<std::string, int>& threads,
   return out;
 }
 
+// The daemon's threads (as DaemonThreads) once ready(threads) holds. A
+// thread names itself when it first runs, which may be just after the daemon
+// answers; the deadline only detects a thread that never does.
+std::multimap<std::string, int> WaitForThreads(
+    pid_t pid, int field,
+    const std::function<bool(const std::multimap<std::string, int>&)>& ready) {
+  std::multimap<std::string, int> threads;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+       std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+    threads = DaemonThreads(pid, field);
+    if (ready(threads)) break;
+  }
+  return threads;
+}
+
 // Region registrations are prepared on a thread at region_thread_nice, so
 // that one VM registering without end takes only the CPU that the threads
 // serving every VM's requests leave.
@@ -188,19 +205,10 @@ TEST(ServiceTenantLimitsTest, ThreadsAreNamedByTheirWorkAndRunAtTheirConfiguredN
       "worker_threads = 3\n[collectives]\nworker_threads = 2\nworker_nice = 11\n"
       "[checkpoint]\nrequest_threads = 4\nthread_nice = 7\n");
   ASSERT_TRUE(svc.Start({"--config", cfg}));
-  // A thread names itself when it first runs, which may be just after the
-  // daemon answers; the deadline only detects a thread that never does.
-  std::multimap<std::string, int> threads;
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
-       std::chrono::steady_clock::now() < until;
-       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
-    threads = DaemonThreads(svc.pid());
-    if (PoolValues(threads, "hz-conn-").size() == 3 &&
-        PoolValues(threads, "hz-coll-").size() == 2 &&
-        PoolValues(threads, "hz-ckpt-req-").size() == 4) {
-      break;
-    }
-  }
+  const auto threads = WaitForThreads(svc.pid(), kStatNice, [](const auto& t) {
+    return PoolValues(t, "hz-conn-").size() == 3 && PoolValues(t, "hz-coll-").size() == 2 &&
+           PoolValues(t, "hz-ckpt-req-").size() == 4;
+  });
   const std::string all = ::testing::PrintToString(threads);
   EXPECT_EQ(PoolValues(threads, "hz-conn-"), std::vector<int>(3, 0)) << all;
   EXPECT_EQ(PoolValues(threads, "hz-coll-"), std::vector<int>(2, 11)) << all;
@@ -218,16 +226,10 @@ TEST(ServiceTenantLimitsTest, BulkThreadsRunInTheIdleClassWhenConfigured) {
       "region_thread_nice = \"idle\"\n[collectives]\nworker_threads = 2\nworker_nice = \"idle\"\n"
       "[checkpoint]\nrequest_threads = 2\nthread_nice = \"idle\"\n");
   ASSERT_TRUE(svc.Start({"--config", cfg}));
-  std::multimap<std::string, int> policies;
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
-       std::chrono::steady_clock::now() < until;
-       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
-    policies = DaemonThreads(svc.pid(), kStatPolicy);
-    if (PoolValues(policies, "hz-coll-").size() == 2 &&
-        PoolValues(policies, "hz-ckpt-req-").size() == 2 && policies.count("hz-regions") == 1) {
-      break;
-    }
-  }
+  const auto policies = WaitForThreads(svc.pid(), kStatPolicy, [](const auto& t) {
+    return PoolValues(t, "hz-coll-").size() == 2 && PoolValues(t, "hz-ckpt-req-").size() == 2 &&
+           t.count("hz-regions") == 1;
+  });
   constexpr int kOther = SCHED_OTHER, kIdle = SCHED_IDLE;
   const std::string all = ::testing::PrintToString(policies);
   EXPECT_EQ(PoolValues(policies, "hz-coll-"), std::vector<int>(2, kIdle)) << all;
