@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "hz/common/idle_class_guard.h"
+
 namespace hz {
 
 void SetThisThreadNice(int nice) {
@@ -14,6 +16,14 @@ void SetThisThreadNice(int nice) {
     nice = 19;
   }
   if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
+}
+
+void SetThisThreadPriority(const BulkPriority& priority) {
+  if (priority.guard != nullptr && priority.nice >= 0 && priority.nice < kIdleClassNice) {
+    priority.guard->EnrolThisThread(priority.nice);
+  } else {
+    SetThisThreadNice(priority.nice);
+  }
 }
 
 void NameThisThread(const std::string& name) {

@@ -10,11 +10,14 @@
 #ifndef HZ_COMMON_THREAD_PRIORITY_H_
 #define HZ_COMMON_THREAD_PRIORITY_H_
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 
 namespace hz {
+
+class IdleClassGuard;  // idle_class_guard.h
 
 // A nice value past the kernel's 19 that asks for the kernel's idle
 // scheduling class (SCHED_IDLE) instead. A thread at nice 19 still competes
@@ -38,14 +41,29 @@ void SetThisThreadNice(int nice);
 // name is cut.
 void NameThisThread(const std::string& name);
 
-// A thread named `name` that runs fn at nice value nice.
+// How a bulk thread is scheduled: at its nice value, or, with a guard and a
+// nice value in 0..19, in the idle class until it starves, then at that nice
+// value (idle_class_guard.h). A plain int is a nice value without a guard.
+struct BulkPriority {
+  BulkPriority(int nice_value = 0,  // NOLINT: implicit, from a plain nice value
+               std::shared_ptr<IdleClassGuard> idle_guard = nullptr)
+      : nice(nice_value), guard(std::move(idle_guard)) {}
+  int nice;
+  std::shared_ptr<IdleClassGuard> guard;
+};
+
+// Gives the calling thread its place (BulkPriority).
+void SetThisThreadPriority(const BulkPriority& priority);
+
+// A thread named `name` that runs fn at the given priority.
 template <typename Fn>
-std::thread ThreadAtNice(int nice, std::string name, Fn fn) {
-  return std::thread([nice, name = std::move(name), fn = std::move(fn)]() mutable {
-    NameThisThread(name);
-    SetThisThreadNice(nice);
-    fn();
-  });
+std::thread ThreadAtNice(BulkPriority priority, std::string name, Fn fn) {
+  return std::thread(
+      [priority = std::move(priority), name = std::move(name), fn = std::move(fn)]() mutable {
+        NameThisThread(name);
+        SetThisThreadPriority(priority);
+        fn();
+      });
 }
 
 // A thread named `name` that runs fn at the priority of the thread starting it.

@@ -1,0 +1,42 @@
+// Threads of the calling process, at its priority, that keep every CPU it
+// may run on busy until destroyed: a host whose cores all have other work
+// (vCPUs on the service's cores), for tests of what bulk work does there.
+#ifndef HZ_TEST_BUSY_CPUS_H_
+#define HZ_TEST_BUSY_CPUS_H_
+
+#include <sched.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace hz::testing {
+
+class BusyCpus {
+ public:
+  BusyCpus() {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    sched_getaffinity(0, sizeof(cpus), &cpus);
+    for (int i = 0; i < CPU_COUNT(&cpus); ++i) {
+      threads_.emplace_back([this] {
+        while (!stop_.load(std::memory_order_relaxed)) {
+        }
+      });
+    }
+  }
+  ~BusyCpus() {
+    stop_.store(true);
+    for (auto& t : threads_) t.join();
+  }
+  BusyCpus(const BusyCpus&) = delete;
+  BusyCpus& operator=(const BusyCpus&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace hz::testing
+
+#endif  // HZ_TEST_BUSY_CPUS_H_
