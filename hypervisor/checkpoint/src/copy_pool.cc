@@ -13,11 +13,11 @@ namespace {
 constexpr size_t kPieceBytes = 1u << 20;
 }  // namespace
 
-CopyPool::CopyPool(unsigned threads, int nice) {
+CopyPool::CopyPool(unsigned threads, BulkPriority priority) {
   unsigned helpers = threads > 1 ? threads - 1 : 0;
   for (unsigned i = 0; i < helpers; ++i)
     threads_.push_back(
-        ThreadAtNice(nice, "hz-ckpt-copy-" + std::to_string(i), [this] { Worker(); }));
+        ThreadAtNice(priority, "hz-ckpt-copy-" + std::to_string(i), [this] { Worker(); }));
 }
 
 CopyPool::~CopyPool() {

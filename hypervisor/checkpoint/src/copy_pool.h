@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "hz/common/thread_priority.h"
+
 namespace hz::checkpoint {
 
 struct CopyOp {
@@ -26,7 +28,7 @@ class CopyPool {
  public:
   // threads: total copiers including the caller (1: no helper threads).
   // nice: the helpers' nice value (thread_priority.h).
-  explicit CopyPool(unsigned threads, int nice = 0);
+  explicit CopyPool(unsigned threads, BulkPriority priority = {});
   ~CopyPool();
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;

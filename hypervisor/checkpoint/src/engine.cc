@@ -193,7 +193,7 @@ Engine::Impl::Impl(const EngineConfig& config, std::unique_ptr<StagingPool> pool
     : config_(config),
       pool_(std::move(pool)),
       disk_(std::move(disk)),
-      copier_(config.copy_threads, config.thread_nice),
+      copier_(config.copy_threads, BulkPriority(config.thread_nice, config.idle_guard)),
       sched_(config.disk_bandwidth_bytes_per_s, config.chunk_bytes, 2 * config.chunk_bytes),
       storage_waiting_(uint64_t{config.waiting_window_ms} * 1000000, 10, SteadyNowUs() * 1000),
       requests_(config.tenant_request_threads) {}
@@ -236,7 +236,7 @@ void Engine::Impl::PrepareStaging() {
 }
 
 void Engine::Impl::Start() {
-  const int nice = config_.thread_nice;
+  const BulkPriority nice(config_.thread_nice, config_.idle_guard);
   worker_ = ThreadAtNice(nice, "hz-ckpt-io", [this] { WorkerLoop(); });
   committer_ = ThreadAtNice(nice, "hz-ckpt-commit", [this] { CommitLoop(); });
   for (unsigned i = 0; i < config_.request_threads; ++i) {

@@ -145,7 +145,8 @@ EngineImpl::EngineImpl(EngineOptions opts) : opts_(opts) {
   uint32_t n = opts_.worker_threads;
   if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
   sched_ = std::make_unique<Scheduler>(
-      n, opts_.worker_nice, uint64_t{opts_.waiting_window_ms} * 1000000, [this] {
+      n, BulkPriority(opts_.worker_nice, opts_.idle_guard),
+      uint64_t{opts_.waiting_window_ms} * 1000000, [this] {
         return static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(Now().time_since_epoch()).count());
       });

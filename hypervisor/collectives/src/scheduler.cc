@@ -19,13 +19,13 @@ Scheduler::NowNs OrSteadyClock(Scheduler::NowNs now_ns) {
 }
 }  // namespace
 
-Scheduler::Scheduler(uint32_t threads, int nice, uint64_t window_ns, NowNs now_ns)
+Scheduler::Scheduler(uint32_t threads, BulkPriority priority, uint64_t window_ns, NowNs now_ns)
     : nthreads_(std::max(threads, 1u)),
       now_ns_(OrSteadyClock(std::move(now_ns))),
       window_(window_ns, 10, now_ns_()) {
   workers_.reserve(nthreads_);
   for (size_t i = 0; i < nthreads_; ++i) {
-    workers_.push_back(ThreadAtNice(nice, "hz-coll-" + std::to_string(i), [this] { Run(); }));
+    workers_.push_back(ThreadAtNice(priority, "hz-coll-" + std::to_string(i), [this] { Run(); }));
   }
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hz/common/tenant_id.h"
+#include "hz/common/thread_priority.h"
 #include "hz/common/waiting_window.h"
 
 namespace hz::coll::internal {
@@ -35,11 +36,11 @@ class Scheduler {
   // Monotonic nanoseconds, for the waiting window.
   using NowNs = std::function<uint64_t()>;
 
-  // nice: the workers' nice value (thread_priority.h). Waiting is measured
-  // over window_ns by now_ns (WaitingWindow).
+  // priority: the workers' (thread_priority.h). Waiting is measured over
+  // window_ns by now_ns (WaitingWindow).
   // An empty now_ns reads std::chrono::steady_clock.
-  explicit Scheduler(uint32_t threads, int nice = 0, uint64_t window_ns = 10'000'000'000,
-                     NowNs now_ns = {});
+  explicit Scheduler(uint32_t threads, BulkPriority priority = {},
+                     uint64_t window_ns = 10'000'000'000, NowNs now_ns = {});
   ~Scheduler();  // runs every queued task, then joins
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;

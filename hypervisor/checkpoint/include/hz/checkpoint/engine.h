@@ -43,6 +43,7 @@
 
 #include "hz/checkpoint/peer.h"
 #include "hz/checkpoint/types.h"
+#include "hz/common/idle_class_guard.h"
 #include "hz/common/waiting_window.h"
 
 namespace hz::checkpoint {
@@ -59,6 +60,9 @@ struct EngineConfig {
   // Nice value of every thread above, or kIdleClassNice (thread_priority.h);
   // 0: the caller's.
   int thread_nice = 0;
+  // When set, those threads wait in the idle class and take thread_nice only
+  // while they starve (idle_class_guard.h).
+  std::shared_ptr<IdleClassGuard> idle_guard;
   size_t parallel_copy_min_bytes = 8u << 20;  // smaller snapshots are copied on the caller
   uint64_t disk_bandwidth_bytes_per_s = 0;    // bandwidth shared by tenants; 0: unthrottled
   uint32_t stagger_ms = 0;                    // spacing between persist starts of different tenants

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "hz/collectives/types.h"
+#include "hz/common/idle_class_guard.h"
 #include "hz/common/waiting_window.h"
 
 namespace hz::coll {
@@ -67,6 +68,9 @@ struct EngineOptions {
   // ones on a host short of cores. The scheduler below still shares the
   // workers among tenants by weight.
   int worker_nice = 0;
+  // When set, the workers wait in the idle class and take worker_nice only
+  // while they starve (idle_class_guard.h).
+  std::shared_ptr<IdleClassGuard> idle_guard;
   uint32_t default_timeout_ms = 60000;  // when Constraints::timeout_ms is 0
   uint32_t max_ranks = 64;              // nranks above this is kInvalid
   uint32_t max_uids_per_tenant = 4096;  // NewUid beyond this is kLimit
