@@ -330,6 +330,8 @@ bool ParseConfig(std::string_view text, std::string_view origin, ServiceConfig* 
   top.Int("worker_threads", &c.worker_threads, 1, 256);
   top.Int("connection_poll_us", &c.connection_poll_us, 0, kMaxPollUs);
   top.Nice("region_thread_nice", &c.region_thread_nice);
+  top.Bool("bulk_idle_class", &c.bulk_idle_class);
+  top.Int("bulk_idle_window_ms", &c.bulk_idle_window_ms, 10, 1000);
   top.Bool("fd_store", &c.fd_store);
   for (const Section& section : kSections) {
     if (const toml::table* t = top.Table(section.name)) {

@@ -80,7 +80,8 @@ uint64_t CheckpointDiskCap(const ServiceConfig& c) {
 
 }  // namespace
 
-Engines::Engines(const ServiceConfig& config) : config_(config) {}
+Engines::Engines(const ServiceConfig& config, std::shared_ptr<IdleClassGuard> idle_guard)
+    : config_(config), idle_guard_(std::move(idle_guard)) {}
 
 Engines::~Engines() {
   std::list<std::thread> notices;
@@ -141,6 +142,7 @@ Status Engines::Start(bool after_crash) {
   cc.request_threads = config_.ckpt_request_threads;
   cc.tenant_request_threads = config_.ckpt_tenant_request_threads;
   cc.thread_nice = static_cast<int>(config_.ckpt_thread_nice);
+  cc.idle_guard = idle_guard_;
   cc.quiesce_bytes = config_.ckpt_quiesce_bytes;
   cc.disk_bytes = disk_cap_ = CheckpointDiskCap(config_);
   cc.default_limits.staging_bytes = config_.ckpt_tenant_staging_bytes;

@@ -14,6 +14,7 @@
 #include "control_server.h"
 #include "host_conditions.h"
 #include "hz/common/file.h"
+#include "hz/common/idle_class_guard.h"
 #include "hz/common/thread_priority.h"
 #include "hz/service/connection_loop.h"
 #include "hz/service/engine_backend.h"
@@ -41,6 +42,26 @@ ClusterCollOptions ClusterCollOptionsOf(const ServiceConfig& c) {
   return o;
 }
 
+// The guard that keeps bulk threads in the idle class until they starve
+// (bulk_idle_class), or none: then they run at their nice values, as they
+// must where this process could not take those values back.
+std::shared_ptr<IdleClassGuard> BulkIdleGuardOf(const ServiceConfig& c) {
+  if (!c.bulk_idle_class) return nullptr;
+  for (uint32_t nice : {c.region_thread_nice, c.ckpt_thread_nice, c.coll_worker_nice}) {
+    const int n = static_cast<int>(nice);
+    if (n == kIdleClassNice || IdleClassGuard::MayLeaveIdleClass(n)) continue;
+    spdlog::warn(
+        "event=bulk_idle_class_off nice={} reason=\"this process may not leave the kernel's idle "
+        "class for that nice value (it needs CAP_SYS_NICE or RLIMIT_NICE of at least {}): bulk "
+        "threads run at their nice values\"",
+        n, 20 - n);
+    return nullptr;
+  }
+  IdleClassGuard::Options o;
+  o.window = std::chrono::milliseconds(c.bulk_idle_window_ms);
+  return std::make_shared<IdleClassGuard>(o);
+}
+
 }  // namespace
 
 Service::Service(ServiceConfig config) : config_(std::move(config)) {
@@ -60,9 +81,10 @@ void Service::StartConnectionThreads() {
   // time, VMs in turn): the connection threads only install them.
   background_ = std::make_unique<boost::asio::thread_pool>(1);
   // Preparing one VM's registration gives way to serving every VM's requests.
-  boost::asio::post(*background_, [nice = static_cast<int>(config_.region_thread_nice)] {
+  const BulkPriority priority(static_cast<int>(config_.region_thread_nice), idle_guard_);
+  boost::asio::post(*background_, [priority] {
     NameThisThread("hz-regions");
-    SetThisThreadNice(nice);
+    SetThisThreadPriority(priority);
   });
   env_.background = [pool = background_.get()](std::function<void()> fn) {
     boost::asio::post(*pool, std::move(fn));
@@ -139,6 +161,8 @@ hz::Status Service::Start() {
   eo.unused_uid_lifetime_ms = config_.coll_unused_uid_lifetime_s * 1000;
   eo.worker_threads = config_.coll_worker_threads;
   eo.worker_nice = static_cast<int>(config_.coll_worker_nice);
+  idle_guard_ = BulkIdleGuardOf(config_);
+  eo.idle_guard = idle_guard_;
   eo.waiting_window_ms = config_.conditions.congestion_window_s * 1000;
   coll_ = std::make_unique<EngineBackend>(eo);
   if (config_.cluster.enabled) {
@@ -146,7 +170,7 @@ hz::Status Service::Start() {
     coll_ = std::make_unique<ClusterCollBackend>(std::move(coll_), ClusterCollOptionsOf(config_));
   }
   env_.coll = coll_.get();
-  engines_ = std::make_unique<Engines>(config_);
+  engines_ = std::make_unique<Engines>(config_, idle_guard_);
   const bool after_crash = recovery_ != nullptr;
   if (hz::Status s = engines_->Start(after_crash); !s.ok()) return s;
   env_.ckpt = engines_->checkpoints();

@@ -7,6 +7,7 @@
 #include <prometheus/registry.h>
 
 #include "control_server.h"
+#include "hz/common/idle_class_guard.h"
 #include "hz/service/request.h"
 #include "hz/service/service.h"
 #include "maintenance.h"
@@ -135,6 +136,12 @@ std::string Service::MetricsText() const {
   prometheus::Registry r;  // fresh per scrape (src/metrics_families.h)
   CollectBuildInfo(&r);
   metrics_.Collect(snap, &r);
+  if (idle_guard_) {
+    AddCounter(&r, "hz_bulk_thread_lifts_total",
+               "Times a bulk thread starved in the kernel's idle class and was put at its nice "
+               "value for a while (bulk_idle_class).",
+               static_cast<double>(idle_guard_->lifts()));
+  }
   if (engines_) engines_->CollectMetrics(&r);
   if (provider_) provider_->CollectMetrics(&r);
   if (cluster_) cluster_->CollectMetrics(&r);

@@ -13,6 +13,7 @@
 // unit's cgroup holds the process that serves and nothing else, and a stop
 // leaves nothing running.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -172,6 +173,45 @@ TEST_F(RealSystemd, RestartsACrashedServiceAndTheVmsKeepTheirSessions) {
   EXPECT_EQ(Property("NRestarts"), std::to_string(kCrashes));
   // Each restarted process told the tenant, in its durable event log.
   EXPECT_EQ(NextEventSeq(), static_cast<uint64_t>(kCrashes) + 1);
+}
+
+// The soft limit the kernel holds process pid to, as /proc/<pid>/limits
+// names it; -1 when it cannot be read.
+long SoftLimit(pid_t pid, const std::string& name) {
+  std::istringstream limits(ReadFile("/proc/" + std::to_string(pid) + "/limits"));
+  for (std::string line; std::getline(limits, line);) {
+    if (line.rfind(name, 0) == 0) return std::stol(line.substr(name.size()));
+  }
+  return -1;
+}
+
+// The unit keeps no CAP_SYS_NICE; its LimitNICE=+10 lets the service take its
+// bulk threads back from the kernel's idle class at their nice values (10
+// and 19), so they wait there (bulk_idle_class). A manager that cannot grant
+// the limit (a user manager without CAP_SYS_RESOURCE) shows the other half:
+// the service says so and runs them at their nice values.
+TEST_F(RealSystemd, BulkThreadsWaitInTheIdleClassWhereTheUnitsLimitsAllow) {
+  const pid_t pid = static_cast<pid_t>(std::stol(Property("MainPID")));
+  const long nice_limit = SoftLimit(pid, "Max nice priority");
+  ASSERT_GE(nice_limit, 0) << ReadFile("/proc/" + std::to_string(pid) + "/limits");
+  const bool granted = nice_limit >= 10;
+  const int expected = granted ? SCHED_IDLE : SCHED_OTHER;
+  const auto policies = WaitForThreads(pid, kStatPolicy, [expected](const auto& t) {
+    const std::vector<int> workers = PoolValues(t, "hz-coll-");
+    return !workers.empty() && workers == std::vector<int>(workers.size(), expected);
+  });
+  const std::string all = ::testing::PrintToString(policies);
+  const std::vector<int> workers = PoolValues(policies, "hz-coll-");
+  ASSERT_FALSE(workers.empty()) << all;
+  EXPECT_EQ(workers, std::vector<int>(workers.size(), expected)) << all;
+  const bool said = ReadFile(systemd_->dir() + "/service.log").find("event=bulk_idle_class_off") !=
+                    std::string::npos;
+  EXPECT_EQ(said, !granted) << "RLIMIT_NICE " << nice_limit;
+  if (!granted) {
+    std::cout << "the manager could not grant LimitNICE= (RLIMIT_NICE " << nice_limit
+              << "): checked that the service falls back to nice values\n";
+    EXPECT_EQ(DaemonThreads(pid).find("hz-coll-0")->second, 10) << all;
+  }
 }
 
 // A live upgrade under systemd (SPEC.md §2.9): the old process tells systemd

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace hz::testing {
@@ -371,6 +372,50 @@ bool Pipe::Receive(void* p, size_t n, int timeout_ms) {
     got += static_cast<size_t>(k);
   }
   return true;
+}
+
+std::multimap<std::string, int> DaemonThreads(pid_t pid, int field) {
+  std::multimap<std::string, int> out;
+  std::error_code ec;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream f(t.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), {});
+    // The name is in parentheses and may hold spaces and parentheses.
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string value;
+    for (int i = 3; i <= field && rest >> value; ++i) {
+      if (i == field) out.emplace(stat.substr(open + 1, close - open - 1), std::stoi(value));
+    }
+  }
+  return out;
+}
+
+std::vector<int> PoolValues(const std::multimap<std::string, int>& threads,
+                            const std::string& prefix) {
+  std::vector<int> out;
+  for (const auto& [name, value] : threads) {
+    const bool numbered = name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
+                          std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()),
+                                      name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (numbered) out.push_back(value);
+  }
+  return out;
+}
+
+std::multimap<std::string, int> WaitForThreads(
+    pid_t pid, int field,
+    const std::function<bool(const std::multimap<std::string, int>&)>& ready) {
+  std::multimap<std::string, int> threads;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+       std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+    threads = DaemonThreads(pid, field);
+    if (ready(threads)) break;
+  }
+  return threads;
 }
 
 }  // namespace hz::testing

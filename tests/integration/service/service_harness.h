@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,25 @@ nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req);
 // socket at `control`; returns their paths.
 std::vector<std::string> TenantWithVmsAt(const std::string& control, const std::string& dir,
                                          const std::string& tenant, int n);
+
+// Fields of a thread's stat file (proc(5)): its nice value, and its
+// scheduling policy (0 SCHED_OTHER, 5 SCHED_IDLE).
+constexpr int kStatNice = 19;
+constexpr int kStatPolicy = 41;
+
+// Each of process pid's threads: its name and one field of its stat (its
+// nice value unless asked otherwise), ordered by name.
+std::multimap<std::string, int> DaemonThreads(pid_t pid, int field = kStatNice);
+
+// The values of the threads named `prefix` and a number (one of a pool).
+std::vector<int> PoolValues(const std::multimap<std::string, int>& threads,
+                            const std::string& prefix);
+
+// The daemon's threads (as DaemonThreads) once ready(threads) holds. A
+// thread names itself when it first runs, which may be just after the daemon
+// answers; the deadline (kWaitMs) only detects a thread that never does.
+std::multimap<std::string, int> WaitForThreads(
+    pid_t pid, int field, const std::function<bool(const std::multimap<std::string, int>&)>& ready);
 
 // Sends GET `target` to 127.0.0.1:port; the whole response, empty when the
 // connection fails or no answer comes within timeout_ms.

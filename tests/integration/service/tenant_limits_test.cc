@@ -16,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "allreduce_loop.h"
 #include "hz_client.h"
+#include "hz_test/busy_cpus.h"
 #include "service_harness.h"
 
 namespace hz::testing {
@@ -121,66 +123,12 @@ TEST(ServiceTenantLimitsTest, TheOperatorsWeightReachesTheCollectiveEngine) {
   EXPECT_NE(text.find(weight("plain", 1)), std::string::npos) << text;
 }
 
-// Fields of a thread's stat file (proc(5)): its nice value, and its
-// scheduling policy (0 SCHED_OTHER, 5 SCHED_IDLE).
-constexpr int kStatNice = 19;
-constexpr int kStatPolicy = 41;
-
-// Each of the daemon's threads: its name and one field of its stat (its nice
-// value unless asked otherwise), ordered by name.
-std::multimap<std::string, int> DaemonThreads(pid_t pid, int field = kStatNice) {
-  std::multimap<std::string, int> out;
-  for (const auto& t :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
-    std::ifstream f(t.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), {});
-    // The name is in parentheses and may hold spaces and parentheses.
-    const size_t open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close < open) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    std::string value;
-    for (int i = 3; i <= field && rest >> value; ++i) {
-      if (i == field) out.emplace(stat.substr(open + 1, close - open - 1), std::stoi(value));
-    }
-  }
-  return out;
-}
-
-// The values of the threads named `prefix` and a number (one of a pool).
-std::vector<int> PoolValues(const std::multimap<std::string, int>& threads,
-                            const std::string& prefix) {
-  std::vector<int> out;
-  for (const auto& [name, value] : threads) {
-    const bool numbered = name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
-                          std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()),
-                                      name.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (numbered) out.push_back(value);
-  }
-  return out;
-}
-
-// The daemon's threads (as DaemonThreads) once ready(threads) holds. A
-// thread names itself when it first runs, which may be just after the daemon
-// answers; the deadline only detects a thread that never does.
-std::multimap<std::string, int> WaitForThreads(
-    pid_t pid, int field,
-    const std::function<bool(const std::multimap<std::string, int>&)>& ready) {
-  std::multimap<std::string, int> threads;
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
-       std::chrono::steady_clock::now() < until;
-       std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
-    threads = DaemonThreads(pid, field);
-    if (ready(threads)) break;
-  }
-  return threads;
-}
-
 // Region registrations are prepared on a thread at region_thread_nice, so
 // that one VM registering without end takes only the CPU that the threads
 // serving every VM's requests leave.
 TEST(ServiceTenantLimitsTest, RegionsArePreparedAtTheConfiguredNice) {
   ServiceProcess svc;
-  const std::string cfg = svc.WriteConfig("region_thread_nice = 13\n");
+  const std::string cfg = svc.WriteConfig("region_thread_nice = 13\nbulk_idle_class = false\n");
   ASSERT_TRUE(svc.Start({"--config", cfg}));
   auto vms = svc.TenantWithVms("t1", 1);
   ASSERT_EQ(vms.size(), 1u);
@@ -202,7 +150,8 @@ TEST(ServiceTenantLimitsTest, RegionsArePreparedAtTheConfiguredNice) {
 TEST(ServiceTenantLimitsTest, ThreadsAreNamedByTheirWorkAndRunAtTheirConfiguredNice) {
   ServiceProcess svc;
   const std::string cfg = svc.WriteConfig(
-      "worker_threads = 3\n[collectives]\nworker_threads = 2\nworker_nice = 11\n"
+      "worker_threads = 3\nbulk_idle_class = false\n[collectives]\nworker_threads = 2\n"
+      "worker_nice = 11\n"
       "[checkpoint]\nrequest_threads = 4\nthread_nice = 7\n");
   ASSERT_TRUE(svc.Start({"--config", cfg}));
   const auto threads = WaitForThreads(svc.pid(), kStatNice, [](const auto& t) {
@@ -241,6 +190,55 @@ TEST(ServiceTenantLimitsTest, BulkThreadsRunInTheIdleClassWhenConfigured) {
   const std::vector<int> serving = PoolValues(policies, "hz-conn-");
   EXPECT_FALSE(serving.empty()) << all;
   EXPECT_EQ(serving, std::vector<int>(serving.size(), kOther)) << all;
+}
+
+// By default bulk threads wait in the kernel's idle class, so that any
+// thread serving a request takes the CPU from them at once; where other work
+// keeps every core busy they would get almost none of one, and the service
+// puts a starved one at its nice value for a while. /metrics counts that.
+TEST(ServiceTenantLimitsTest, BulkThreadsWaitInTheIdleClassUntilTheyStarve) {
+  ServiceProcess svc;
+  const int port = FreeTcpPort();
+  const std::string cfg =
+      svc.WriteConfig("[collectives]\nworker_threads = 2\n[checkpoint]\nrequest_threads = 2\n");
+  ASSERT_TRUE(svc.Start({"--config", cfg, "--metrics-port", std::to_string(port)}));
+  // Once they sleep (a thread busy while the service starts may have been
+  // lifted for a while), all wait in the idle class.
+  constexpr int kOther = SCHED_OTHER, kIdle = SCHED_IDLE;
+  const auto policies = WaitForThreads(svc.pid(), kStatPolicy, [](const auto& t) {
+    auto idle = [&](const std::string& pool, size_t n) {
+      return PoolValues(t, pool) == std::vector<int>(n, SCHED_IDLE);
+    };
+    return idle("hz-coll-", 2) && idle("hz-ckpt-req-", 2) && t.count("hz-regions") == 1 &&
+           t.find("hz-regions")->second == SCHED_IDLE;
+  });
+  const std::string all = ::testing::PrintToString(policies);
+  EXPECT_EQ(PoolValues(policies, "hz-coll-"), std::vector<int>(2, kIdle)) << all;
+  EXPECT_EQ(PoolValues(policies, "hz-ckpt-req-"), std::vector<int>(2, kIdle)) << all;
+  ASSERT_EQ(policies.count("hz-regions"), 1u) << all;
+  EXPECT_EQ(policies.find("hz-regions")->second, kIdle) << all;
+  ASSERT_EQ(policies.count("hz-idle-guard"), 1u) << all;
+  EXPECT_EQ(policies.find("hz-idle-guard")->second, kOther) << all;
+  auto lifts = [&] {
+    const std::string text = HttpGet(static_cast<uint16_t>(port), "/metrics");
+    const std::string name = "\nhz_bulk_thread_lifts_total ";
+    const size_t at = text.find(name);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size()));
+  };
+  const double lifts_before = lifts();
+  ASSERT_GE(lifts_before, 0.0) << "no hz_bulk_thread_lifts_total on /metrics";
+
+  // 16 MiB all-reduces run on the collective workers.
+  std::vector<std::string> vms = svc.TenantWithVms("t1", 2);
+  ASSERT_EQ(vms.size(), 2u);
+  {
+    BusyCpus busy;
+    AllReduceLoop loop(2, 4u << 20);
+    LoopRanks ranks(loop, vms);
+    ASSERT_TRUE(loop.ProgressTo(3)) << "the all-reduces stalled";
+    EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0}));
+  }
+  EXPECT_GT(lifts(), lifts_before) << "no bulk thread was lifted";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -47,6 +48,11 @@ using Clock = std::chrono::steady_clock;
     if (fd < 0 || write(fd, "0", 1) != 1) _exit(89);
     close(fd);
   }
+  // PID 1 may raise any limit a unit asks for, a user manager only up to
+  // its own hard limits: room for the unit's LimitNICE=, where this process
+  // may raise them (CAP_SYS_RESOURCE).
+  const rlimit nice{0, 40};
+  setrlimit(RLIMIT_NICE, &nice);
   if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     _exit(90);
   mkdir("/run/systemd", 0755);

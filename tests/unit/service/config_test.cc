@@ -133,6 +133,8 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
       {"region_thread_nice = 20", "region_thread_nice: expected an integer in 0..19 or \"idle\""},
       {"[collectives]\nworker_nice = \"lowest\"", "collectives.worker_nice: expected an integer"},
       {"[checkpoint]\nthread_nice = 1.5", "checkpoint.thread_nice: expected an integer"},
+      {"bulk_idle_class = \"yes\"", "bulk_idle_class: expected true or false"},
+      {"bulk_idle_window_ms = 5", "bulk_idle_window_ms: expected an integer in 10..1000"},
       {"[device]\nnum_request_queues = 65", "device.num_request_queues"},
       {"[device]\nmax_regions = -1", "device.max_regions"},
       {"[metrics]\nport = 70000", "metrics.port"},
@@ -219,6 +221,21 @@ TEST(ServiceConfigTest, BulkThreadsTakeTheIdleClass) {
   EXPECT_EQ(c.ckpt_thread_nice, static_cast<uint32_t>(kIdleClassNice));
   EXPECT_EQ(c.coll_worker_nice, static_cast<uint32_t>(kIdleClassNice));
   EXPECT_TRUE(ValidateConfig(c, &error)) << error;
+}
+
+// By default bulk threads wait in the idle class until they starve; the
+// operator may keep them at their nice values, and says how starving is
+// measured.
+TEST(ServiceConfigTest, BulkThreadsWaitInTheIdleClassUnlessTurnedOff) {
+  ServiceConfig c;
+  EXPECT_TRUE(c.bulk_idle_class);
+  EXPECT_EQ(c.bulk_idle_window_ms, 50u);
+  std::string error;
+  ASSERT_TRUE(
+      ParseConfig("bulk_idle_class = false\nbulk_idle_window_ms = 200", "test.toml", &c, &error))
+      << error;
+  EXPECT_FALSE(c.bulk_idle_class);
+  EXPECT_EQ(c.bulk_idle_window_ms, 200u);
 }
 
 TEST(ServiceConfigTest, CheckpointSharesAreReadAndChecked) {

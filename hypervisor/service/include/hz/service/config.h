@@ -168,6 +168,14 @@ struct ServiceConfig {
   // value at 19, 2.8-3.1x at 10). Each bulk thread's nice value may also be
   // "idle" in the file, kIdleClassNice here: the kernel's idle class.
   uint32_t region_thread_nice = 19;
+  // Bulk threads with a nice value (the three above and below) wait in the
+  // kernel's idle class and take their nice value only while they starve:
+  // runnable for most of a window of bulk_idle_window_ms while getting almost
+  // none of a CPU, then for 20 windows (idle_class_guard.h). Needs
+  // CAP_SYS_NICE or an RLIMIT_NICE that allows the nice values (the unit
+  // sets LimitNICE=+10); without, or when false, they run at their values.
+  bool bulk_idle_class = true;
+  uint32_t bulk_idle_window_ms = 50;
   std::string log_level = "info";
   std::string log_format = "text";  // text (key=value) or json
 

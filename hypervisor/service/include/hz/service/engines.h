@@ -31,6 +31,7 @@
 
 #include "hz/checkpoint/engine.h"
 #include "hz/cluster/membership.h"
+#include "hz/common/idle_class_guard.h"
 #include "hz/common/status.h"
 #include "hz/common/tenant_id.h"
 #include "hz/events/event_bus.h"
@@ -52,7 +53,9 @@ class PeerReplicas;
 
 class Engines {
  public:
-  explicit Engines(const ServiceConfig& config);
+  // idle_guard: the checkpoint engine's threads wait in the idle class
+  // until they starve (none: they run at [checkpoint] thread_nice).
+  Engines(const ServiceConfig& config, std::shared_ptr<IdleClassGuard> idle_guard);
   ~Engines();
   Engines(const Engines&) = delete;
   Engines& operator=(const Engines&) = delete;
@@ -145,6 +148,7 @@ class Engines {
   uint64_t Delivered() const;  // event records written into guests' buffers
 
   ServiceConfig config_;
+  std::shared_ptr<IdleClassGuard> idle_guard_;
   uint64_t disk_cap_ = 0;  // all checkpoints on disk; 0: unknown
   std::unique_ptr<events::EventBus> bus_;
   std::unique_ptr<CkptSink> sink_;

@@ -264,6 +264,9 @@ class Service : public ControlTarget {
   TenantRegistry tenants_;
   Metrics metrics_;
   DeviceRegistry devices_;
+  // Bulk threads wait in the idle class until they starve (none: they run
+  // at their nice values). Outlives the engines that enrol threads in it.
+  std::shared_ptr<IdleClassGuard> idle_guard_;
   std::unique_ptr<CollBackend> coll_;
   std::unique_ptr<Engines> engines_;                      // event bus, checkpoints
   std::unique_ptr<Provider> provider_;                    // scheduler, negotiation, hints, health
