@@ -14,8 +14,11 @@
 //
 // --bulk-nice sets the service's bulk threads (collective workers, checkpoint
 // threads, region preparation) to a nice value or to "idle", the kernel's
-// idle class, as an operator who puts every tenant's requests before bulk
-// work would; by default they run at the service's defaults.
+// idle class for good; by default they run at the service's defaults. By
+// default too they wait in the idle class and take their nice value only
+// while they starve; --no-idle-class runs them at their nice values
+// (bulk_idle_class = false). "bulk_lifts" is how many times a bulk thread
+// was lifted during the attack's rounds (hz_bulk_thread_lifts_total).
 //
 // One JSON line per attack (ratios: loaded / unloaded, the median of
 // --rounds rounds, 3 by default; the goal is a p99 ratio of at most 2; this
@@ -24,10 +27,10 @@
 //    "b_allreduce_p99_ratio":...,"b_topology_p50_ratio":...,"b_topology_p99_ratio":...,
 //    "unloaded":{p50/p99 in us},"loaded":{...},"b_allreduce_samples":...,
 //    "b_topology_samples":...,"a_ops":...,"attacker_nice":...,"bulk_nice":...,
-//    "rounds":[{each round's ratios and a_ops}]}
+//    "bulk_idle_class":...,"bulk_lifts":...,"rounds":[{each round's ratios and a_ops}]}
 //
 //   noisy_neighbour_bench [--samples N] [--attacks name,name] [--rounds N] [--attacker-nice N]
-//   [--bulk-nice N|idle] [--smoke]
+//   [--bulk-nice N|idle] [--no-idle-class] [--smoke]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -73,7 +76,8 @@ struct Options {
   int samples = 2000;  // B's all-reduces per measurement; half as many TOPOLOGY_GETs
   std::vector<std::string> attacks;
   int attacker_nice = 19;
-  std::string bulk_nice;  // empty: the service's defaults
+  std::string bulk_nice;   // empty: the service's defaults
+  bool idle_class = true;  // bulk_idle_class
   int rounds = 3;
 };
 
@@ -548,6 +552,15 @@ json RunRound(const AttackSpec& a, Ctx& ctx, TenantB& b, const Options& o) {
           {"a_ops", ctx.ops.load()}};
 }
 
+// hz_bulk_thread_lifts_total on the daemon's /metrics (0 without a guard).
+double BulkLifts(const Ctx& ctx) {
+  const std::string text =
+      hz::testing::HttpGet(static_cast<uint16_t>(ctx.metrics_port), "/metrics");
+  const std::string name = "\nhz_bulk_thread_lifts_total ";
+  const size_t at = text.find(name);
+  return at == std::string::npos ? 0.0 : std::atof(text.c_str() + at + name.size());
+}
+
 double RatioOr(const json& row, const char* key, double none) {
   return row[key].is_number() ? row[key].get<double>() : none;
 }
@@ -557,11 +570,14 @@ double RatioOr(const json& row, const char* key, double none) {
 // and counts are those of the round with the median all-reduce p99 ratio.
 json RunAttack(const AttackSpec& a, Ctx& ctx, TenantB& b, const Options& o) {
   std::vector<json> rounds;
+  const double lifts_before = BulkLifts(ctx);
   for (int r = 0; r < o.rounds; ++r) rounds.push_back(RunRound(a, ctx, b, o));
   json out = {{"bench", "noisy_neighbour"},
               {"attack", a.name},
               {"attacker_nice", o.attacker_nice},
               {"bulk_nice", o.bulk_nice.empty() ? "default" : o.bulk_nice},
+              {"bulk_idle_class", o.idle_class},
+              {"bulk_lifts", BulkLifts(ctx) - lifts_before},
               {"rounds", json::array()}};
   for (const char* key : kRatioKeys) {
     std::vector<double> v;
@@ -601,6 +617,7 @@ std::string WriteConfig(const ServiceProcess& svc, const Options& o) {
   std::ofstream out(config);
   const std::string nice = o.bulk_nice == "idle" ? "\"idle\"" : o.bulk_nice;
   out << "worker_threads = 1\n";
+  if (!o.idle_class) out << "bulk_idle_class = false\n";
   if (!nice.empty()) out << "region_thread_nice = " << nice << "\n";
   out << "[scheduler]\n"
       << "sysfs_root = \"" << sysfs << "\"\n"
@@ -624,6 +641,8 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       o->attacker_nice = std::atoi(argv[++i]);
     } else if (a == "--bulk-nice" && i + 1 < argc) {
       o->bulk_nice = argv[++i];
+    } else if (a == "--no-idle-class") {
+      o->idle_class = false;
     } else if (a == "--smoke") {
       o->samples = 50;
       o->rounds = 1;
@@ -651,7 +670,7 @@ int main(int argc, char** argv) {
   if (!ParseOptions(argc, argv, &o)) {
     std::fprintf(stderr,
                  "usage: %s [--samples N] [--attacks a,b] [--rounds N] [--attacker-nice N] "
-                 "[--bulk-nice N|idle] [--smoke]\n",
+                 "[--bulk-nice N|idle] [--no-idle-class] [--smoke]\n",
                  argv[0]);
     return 2;
   }
