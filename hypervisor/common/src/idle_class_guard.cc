@@ -138,6 +138,10 @@ void IdleClassGuard::EnrolThisThread(int nice) {
     SetThisThreadNice(nice);
     return;
   }
+  // In the class before the guard may see it, so that a lift is never
+  // undone by the thread's own move into the class.
+  SetThisThreadNice(kIdleClassNice);
+  ReadSchedStat(fd, &now);
   const pid_t tid = gettid();
   {
     std::lock_guard<std::mutex> lock(registry_->mu);
@@ -148,7 +152,6 @@ void IdleClassGuard::EnrolThisThread(int nice) {
   }
   thread_local Enrolment enrolment;
   enrolment.Join(registry_, tid);
-  SetThisThreadNice(kIdleClassNice);
   registry_->cv.notify_all();  // an awake thread: look every window again
 }
 
