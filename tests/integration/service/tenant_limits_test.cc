@@ -228,12 +228,12 @@ TEST(ServiceTenantLimitsTest, BulkThreadsWaitInTheIdleClassUntilTheyStarve) {
   const double lifts_before = lifts();
   ASSERT_GE(lifts_before, 0.0) << "no hz_bulk_thread_lifts_total on /metrics";
 
-  // 16 MiB all-reduces run on the collective workers.
+  // 1 MiB all-reduces run on the collective workers.
   std::vector<std::string> vms = svc.TenantWithVms("t1", 2);
   ASSERT_EQ(vms.size(), 2u);
   {
     BusyCpus busy;
-    AllReduceLoop loop(2, 4u << 20);
+    AllReduceLoop loop(2, 256u << 10);
     LoopRanks ranks(loop, vms);
     ASSERT_TRUE(loop.ProgressTo(3)) << "the all-reduces stalled";
     EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0}));
