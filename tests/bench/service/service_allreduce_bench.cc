@@ -31,6 +31,8 @@
 //                           [--tenant-spin-us N] (ranks' waits spin N us before they sleep,
 //                                               as the library's HZ_LATENCY_POLL_US; 0..100000)
 //                           [--idle-s S]       (the idle window, default 10; 0: none)
+//                           [--no-idle-class]  (bulk threads at their nice values:
+//                                               bulk_idle_class = false)
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -395,6 +397,7 @@ int main(int argc, char** argv) {
   int rounds = 3;
   double idle_s = 10;
   bool low_latency = false;
+  bool idle_class = true;  // the daemon's bulk_idle_class
   long tenant_spin_us = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -435,6 +438,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--no-references") {
       references = false;
+    } else if (a == "--no-idle-class") {
+      idle_class = false;
     } else if (a == "--rounds" && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
       if (rounds < 1 || rounds > 99) {
@@ -442,11 +447,12 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
-                   "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
-                   "          [--idle-s S] [--low-latency] [--tenant-spin-us N]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
+          "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
+          "          [--idle-s S] [--low-latency] [--tenant-spin-us N] [--no-idle-class]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -468,6 +474,10 @@ int main(int argc, char** argv) {
   ServiceProcess svc;
   std::vector<std::string> daemon_args = {"--worker-threads", io_threads};
   if (!poll_us.empty()) daemon_args.insert(daemon_args.end(), {"--connection-poll-us", poll_us});
+  if (!idle_class) {
+    daemon_args.insert(daemon_args.end(),
+                       {"--config", svc.WriteConfig("bulk_idle_class = false\n")});
+  }
   if (!svc.Start(daemon_args)) {
     std::fprintf(stderr, "cannot start harmonaized\n");
     return 1;
@@ -536,8 +546,9 @@ int main(int argc, char** argv) {
     }
     if (failed) continue;
     for (size_t i = 0; i < job_sizes.size(); ++i) {
-      std::printf("%s\n",
-                  Summary(p, job_sizes[i], low_latency, tenant_spin_us, results[i]).dump().c_str());
+      json line = Summary(p, job_sizes[i], low_latency, tenant_spin_us, results[i]);
+      line["bulk_idle_class"] = idle_class;
+      std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }
   }
