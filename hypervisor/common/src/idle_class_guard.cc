@@ -124,9 +124,8 @@ IdleClassGuard::~IdleClassGuard() {
   registry_->cv.notify_all();
   watcher_.join();
   std::lock_guard<std::mutex> lock(registry_->mu);
-  for (auto& [tid, m] : registry_->members) {
+  for (const auto& [tid, m] : registry_->members) {
     if (!m.lifted) LeaveIdleClass(tid, m.nice);
-    m.lifted = true;
   }
 }
 

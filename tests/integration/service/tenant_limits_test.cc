@@ -167,6 +167,16 @@ TEST(ServiceTenantLimitsTest, ThreadsAreNamedByTheirWorkAndRunAtTheirConfiguredN
   EXPECT_EQ(threads.count("hz-ckpt-commit"), 1u) << all;
 }
 
+// Whether the scheduling policies of a daemon started with two collective
+// workers and two checkpoint request threads (DaemonThreads, kStatPolicy)
+// show those and the region thread in the kernel's idle class.
+bool BulkThreadsIdle(const std::multimap<std::string, int>& policies) {
+  const auto region = policies.find("hz-regions");
+  return PoolValues(policies, "hz-coll-") == std::vector<int>(2, SCHED_IDLE) &&
+         PoolValues(policies, "hz-ckpt-req-") == std::vector<int>(2, SCHED_IDLE) &&
+         region != policies.end() && region->second == SCHED_IDLE;
+}
+
 // An operator who puts every tenant's requests before bulk work runs the
 // bulk threads in the kernel's idle class; the threads serving requests stay
 // where they were.
@@ -176,21 +186,14 @@ TEST(ServiceTenantLimitsTest, BulkThreadsRunInTheIdleClassWhenConfigured) {
       "region_thread_nice = \"idle\"\n[collectives]\nworker_threads = 2\nworker_nice = \"idle\"\n"
       "[checkpoint]\nrequest_threads = 2\nthread_nice = \"idle\"\n");
   ASSERT_TRUE(svc.Start({"--config", cfg}));
-  const auto policies = WaitForThreads(svc.pid(), kStatPolicy, [](const auto& t) {
-    return PoolValues(t, "hz-coll-").size() == 2 && PoolValues(t, "hz-ckpt-req-").size() == 2 &&
-           t.count("hz-regions") == 1;
-  });
-  constexpr int kOther = SCHED_OTHER, kIdle = SCHED_IDLE;
+  const auto policies = WaitForThreads(svc.pid(), kStatPolicy, BulkThreadsIdle);
   const std::string all = ::testing::PrintToString(policies);
-  EXPECT_EQ(PoolValues(policies, "hz-coll-"), std::vector<int>(2, kIdle)) << all;
-  EXPECT_EQ(PoolValues(policies, "hz-ckpt-req-"), std::vector<int>(2, kIdle)) << all;
-  ASSERT_EQ(policies.count("hz-regions"), 1u) << all;
-  EXPECT_EQ(policies.find("hz-regions")->second, kIdle) << all;
+  EXPECT_TRUE(BulkThreadsIdle(policies)) << all;
   ASSERT_EQ(policies.count("hz-ckpt-io"), 1u) << all;
-  EXPECT_EQ(policies.find("hz-ckpt-io")->second, kIdle) << all;
+  EXPECT_EQ(policies.find("hz-ckpt-io")->second, SCHED_IDLE) << all;
   const std::vector<int> serving = PoolValues(policies, "hz-conn-");
   EXPECT_FALSE(serving.empty()) << all;
-  EXPECT_EQ(serving, std::vector<int>(serving.size(), kOther)) << all;
+  EXPECT_EQ(serving, std::vector<int>(serving.size(), SCHED_OTHER)) << all;
 }
 
 // By default bulk threads wait in the kernel's idle class, so that any
@@ -205,21 +208,11 @@ TEST(ServiceTenantLimitsTest, BulkThreadsWaitInTheIdleClassUntilTheyStarve) {
   ASSERT_TRUE(svc.Start({"--config", cfg, "--metrics-port", std::to_string(port)}));
   // Once they sleep (a thread busy while the service starts may have been
   // lifted for a while), all wait in the idle class.
-  constexpr int kOther = SCHED_OTHER, kIdle = SCHED_IDLE;
-  const auto policies = WaitForThreads(svc.pid(), kStatPolicy, [](const auto& t) {
-    auto idle = [&](const std::string& pool, size_t n) {
-      return PoolValues(t, pool) == std::vector<int>(n, SCHED_IDLE);
-    };
-    return idle("hz-coll-", 2) && idle("hz-ckpt-req-", 2) && t.count("hz-regions") == 1 &&
-           t.find("hz-regions")->second == SCHED_IDLE;
-  });
+  const auto policies = WaitForThreads(svc.pid(), kStatPolicy, BulkThreadsIdle);
   const std::string all = ::testing::PrintToString(policies);
-  EXPECT_EQ(PoolValues(policies, "hz-coll-"), std::vector<int>(2, kIdle)) << all;
-  EXPECT_EQ(PoolValues(policies, "hz-ckpt-req-"), std::vector<int>(2, kIdle)) << all;
-  ASSERT_EQ(policies.count("hz-regions"), 1u) << all;
-  EXPECT_EQ(policies.find("hz-regions")->second, kIdle) << all;
+  EXPECT_TRUE(BulkThreadsIdle(policies)) << all;
   ASSERT_EQ(policies.count("hz-idle-guard"), 1u) << all;
-  EXPECT_EQ(policies.find("hz-idle-guard")->second, kOther) << all;
+  EXPECT_EQ(policies.find("hz-idle-guard")->second, SCHED_OTHER) << all;
   auto lifts = [&] {
     const std::string text = HttpGet(static_cast<uint16_t>(port), "/metrics");
     const std::string name = "\nhz_bulk_thread_lifts_total ";
