@@ -33,6 +33,11 @@ struct Registry {
   std::mutex mu;
   std::vector<Slot*> slots;
   bool watchdog_running = false;
+  // Set while the watchdog sleeps for good, a tick after the last guarded
+  // call: a process whose threads make no such calls then has no thread
+  // waking every tick. The next guarded call wakes it (WakeWatchdog). A
+  // futex word (atomic wait), which a fork leaves in no state of its own.
+  std::atomic<uint32_t> asleep{0};
 };
 
 // Never destroyed: the watchdog thread may look at it until the process ends.
@@ -87,6 +92,7 @@ void ChildAfterFork() {
   r.slots.clear();
   if (t_registration.slot != nullptr) r.slots.push_back(t_registration.slot);
   r.watchdog_running = false;  // the next guarded call starts one
+  r.asleep.store(0, std::memory_order_relaxed);
   g_generation.fetch_add(1, std::memory_order_relaxed);
   r.mu.unlock();
 }
@@ -116,18 +122,55 @@ bool HandlerInstalled() {
   return installed;
 }
 
+// One look at every guarded thread: interrupts the ones found in the same
+// call as on the last look. True when no thread made a guarded call since.
+bool LookLocked(Registry& r) {
+  bool quiet = true;
+  for (Slot* s : r.slots) {
+    const uint32_t seq = s->seq.load(std::memory_order_seq_cst);
+    if ((seq & 1) != 0 && seq == s->last_seen) pthread_kill(s->thread, InterruptSignal());
+    quiet = quiet && seq == s->last_seen && (seq & 1) == 0;
+    s->last_seen = seq;
+  }
+  return quiet;
+}
+
+// Whether any guarded thread is inside a call now.
+bool AnyInCallLocked(const Registry& r) {
+  for (const Slot* s : r.slots) {
+    if ((s->seq.load(std::memory_order_seq_cst) & 1) != 0) return true;
+  }
+  return false;
+}
+
 void WatchdogLoop() {
   pthread_setname_np(pthread_self(), "vdev-watchdog");  // as top -H and perf show it
   Registry& r = TheRegistry();
   for (;;) {
     std::this_thread::sleep_for(kWatchdogTick);
-    std::lock_guard<std::mutex> lock(r.mu);
-    for (Slot* s : r.slots) {
-      const uint32_t seq = s->seq.load(std::memory_order_acquire);
-      if ((seq & 1) != 0 && seq == s->last_seen) pthread_kill(s->thread, InterruptSignal());
-      s->last_seen = seq;
+    std::unique_lock<std::mutex> lock(r.mu);
+    if (!LookLocked(r)) continue;
+    // A whole tick without a guarded call: sleep until the next one. The
+    // flag is set before the threads are looked at again and a call's entry
+    // stores its counter before it reads the flag (both sequentially
+    // consistent), so either the call sees the flag and wakes this thread,
+    // or this thread sees the call and stays awake.
+    r.asleep.store(1, std::memory_order_seq_cst);
+    if (AnyInCallLocked(r)) {
+      r.asleep.store(0, std::memory_order_relaxed);
+      continue;
     }
+    lock.unlock();
+    r.asleep.wait(1, std::memory_order_acquire);
   }
+}
+
+// The first guarded call after a quiet spell: the watchdog looks from now on
+// (its first look records the call, the second interrupts it if it is stuck,
+// so the bound is still two ticks).
+void WakeWatchdog() {
+  Registry& r = TheRegistry();
+  if (r.asleep.exchange(0, std::memory_order_acq_rel) != 0) r.asleep.notify_one();
 }
 
 // First guarded call of a thread, or its first in a forked child: makes sure
@@ -181,8 +224,12 @@ bool BlockingCallGuard::Bounded() {
 
 // Only this thread writes its counter: a plain store, no locked instruction.
 BlockingCallGuard::BlockingCallGuard() : slot_(ThisThreadSlot()) {
-  if (slot_ != nullptr) {
-    slot_->seq.store(slot_->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  if (slot_ == nullptr) return;
+  slot_->seq.store(slot_->seq.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+  // A load the other threads rarely write, so its line stays in this
+  // core's cache; it is true only for the first call after a quiet spell.
+  if (TheRegistry().asleep.load(std::memory_order_seq_cst) != 0) [[unlikely]] {
+    WakeWatchdog();
   }
 }
 

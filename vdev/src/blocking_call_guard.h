@@ -13,7 +13,13 @@
 // one that was made blocking before the check. A thread is stuck for at most
 // two ticks, where before it was stuck for good.
 //
-// Cost per guarded call: two stores to a thread-local counter. A thread is
+// The watchdog sleeps for good once a whole tick passes without a guarded
+// call, so an idle process has no thread waking every tick; the next guarded
+// call wakes it, and the bound is two ticks from then.
+//
+// Cost per guarded call (each wraps a system call): two stores to a
+// thread-local counter, the first sequentially consistent, and a load of the
+// watchdog's sleep flag (and a futex wake after a quiet spell). A thread is
 // registered with the watchdog on its first guarded call and unregistered
 // when it exits. If the application already handles InterruptSignal(), the
 // guard leaves it alone and only warns, once, that calls are not bounded.

@@ -6,10 +6,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -65,6 +69,57 @@ TEST(BlockingCallGuard, InterruptsAWriteThatWouldNeverReturn) {
   EXPECT_EQ(n, -1);
   EXPECT_EQ(err, EINTR);
   EXPECT_EQ(Drain(fd), kEventFdMax);  // nothing was added
+  close(fd);
+}
+
+// Times the watchdog thread of this process was switched to (the third
+// field of its schedstat), or -1 when there is none.
+long WatchdogWakeups() {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  long wakeups = -1;
+  while (dirent* e = readdir(dir)) {
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    std::string name;
+    std::getline(std::ifstream(task + "/comm"), name);
+    if (name != "vdev-watchdog") continue;
+    unsigned long long ran = 0, waited = 0;
+    long slices = -1;
+    if (std::ifstream(task + "/schedstat") >> ran >> waited >> slices) wakeups = slices;
+  }
+  closedir(dir);
+  return wakeups;
+}
+
+// An idle process has no thread waking every tick: a tick after the last
+// guarded call the watchdog sleeps until the next one, which it still
+// bounds.
+TEST(BlockingCallGuard, TheWatchdogSleepsThroughAQuietSpellAndWakesForTheNextCall) {
+  ASSERT_TRUE(BlockingCallGuard::Bounded());
+  { BlockingCallGuard guard; }                     // this process has a watchdog
+  std::this_thread::sleep_for(4 * kWatchdogTick);  // a quiet tick has passed
+  const long before = WatchdogWakeups();
+  ASSERT_GE(before, 0) << "no vdev-watchdog thread";
+  std::this_thread::sleep_for(10 * kWatchdogTick);
+  EXPECT_EQ(WatchdogWakeups(), before) << "the watchdog woke while no guarded call was made";
+
+  const int fd = FullBlockingEventFd();
+  ASSERT_GE(fd, 0);
+  std::atomic<bool> done{false};
+  int err = 0;
+  std::thread writer([&] {
+    const uint64_t one = 1;
+    {
+      BlockingCallGuard guard;
+      if (write(fd, &one, sizeof(one)) < 0) err = errno;
+    }
+    done = true;
+  });
+  const bool returned = WaitFor(done, 10s);
+  if (!returned) Drain(fd);
+  writer.join();
+  ASSERT_TRUE(returned) << "a guarded write after the quiet spell was not interrupted";
+  EXPECT_EQ(err, EINTR);
   close(fd);
 }
 
