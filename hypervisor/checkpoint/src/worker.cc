@@ -67,10 +67,15 @@ void Engine::Impl::WorkerLoop() {
     if (stop_) break;
     if (!incoming_.empty()) continue;
     if (submittable && wake == std::numeric_limits<uint64_t>::max()) continue;
-    uint64_t n = SteadyNowUs();
-    uint64_t wait_us =
-        wake == std::numeric_limits<uint64_t>::max() ? 100000 : (wake > n ? wake - n : 0);
-    if (wait_us > 0) worker_cv_.wait_for(l, std::chrono::microseconds(wait_us));
+    if (wake == std::numeric_limits<uint64_t>::max()) {
+      // Nothing in flight, queued or planned: only a new job (or the stop)
+      // gives this thread work, and both come under mu_ with a notify. No
+      // timeout, so an idle service has no thread waking to find nothing.
+      worker_cv_.wait(l);
+      continue;
+    }
+    const uint64_t n = SteadyNowUs();
+    if (wake > n) worker_cv_.wait_for(l, std::chrono::microseconds(wake - n));
   }
   AbandonAll();
 }
