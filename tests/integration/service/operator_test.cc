@@ -130,21 +130,26 @@ double CpuSeconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// Two VMs of one tenant, connected and briefly busy; they stay connected
+// (in *clients) and quiet from then on.
+void ConnectTwoVmsAndGoQuiet(ServiceProcess& svc, std::vector<std::unique_ptr<HzClient>>* clients) {
+  auto vms = svc.TenantWithVms("quiet", 2);
+  ASSERT_EQ(vms.size(), 2u);
+  for (const auto& v : vms) {
+    clients->push_back(std::make_unique<HzClient>());
+    ASSERT_TRUE(clients->back()->Connect(v));
+    ASSERT_EQ(clients->back()->Hello(), HZ_S_OK);
+  }
+  for (int i = 0; i < 50; ++i) ASSERT_EQ((*clients)[i % 2]->Hello(), HZ_S_OK);
+}
+
 // Connection threads poll for a while after work (connection_poll_us), then
 // sleep: a daemon whose VMs went quiet uses no CPU.
 TEST(ServiceOperatorTest, ConnectionThreadsSleepWhenTheVmsGoQuiet) {
   ServiceProcess svc;
   ASSERT_TRUE(svc.Start({"--connection-poll-us", "1000"}));
-  auto vms = svc.TenantWithVms("quiet", 2);
-  ASSERT_EQ(vms.size(), 2u);
   std::vector<std::unique_ptr<HzClient>> clients;
-  for (const auto& v : vms) {
-    clients.push_back(std::make_unique<HzClient>());
-    ASSERT_TRUE(clients.back()->Connect(v));
-    ASSERT_EQ(clients.back()->Hello(), HZ_S_OK);
-  }
-  // Busy for a moment, then quiet with both VMs still connected.
-  for (int i = 0; i < 50; ++i) ASSERT_EQ(clients[i % 2]->Hello(), HZ_S_OK);
+  ASSERT_NO_FATAL_FAILURE(ConnectTwoVmsAndGoQuiet(svc, &clients));
   const double before = CpuSeconds(svc.pid());
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const double used = CpuSeconds(svc.pid()) - before;
@@ -179,15 +184,8 @@ std::map<std::string, long> WakeupsByThread(pid_t pid) {
 TEST(ServiceOperatorTest, AQuietDaemonsThreadsSleepUntilThereIsWork) {
   ServiceProcess svc;
   ASSERT_TRUE(svc.Start({"--config", svc.WriteConfig("bulk_idle_window_ms = 50\n")}));
-  auto vms = svc.TenantWithVms("quiet", 2);
-  ASSERT_EQ(vms.size(), 2u);
   std::vector<std::unique_ptr<HzClient>> clients;
-  for (const auto& v : vms) {
-    clients.push_back(std::make_unique<HzClient>());
-    ASSERT_TRUE(clients.back()->Connect(v));
-    ASSERT_EQ(clients.back()->Hello(), HZ_S_OK);
-  }
-  for (int i = 0; i < 50; ++i) ASSERT_EQ(clients[i % 2]->Hello(), HZ_S_OK);
+  ASSERT_NO_FATAL_FAILURE(ConnectTwoVmsAndGoQuiet(svc, &clients));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // polling and ticks end
   const std::map<std::string, long> before = WakeupsByThread(svc.pid());
   ASSERT_TRUE(before.count("hz-ckpt-io") && before.count("vdev-watchdog") &&
