@@ -692,6 +692,7 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
     if (plan.algorithm == Algorithm::kBlockedParallel) stats_.threads_chosen += job->threads;
     if (in.numa_nodes > 1) ++stats_.numa_remote;
     if (caller_runs) ++stats_.caller_shares;
+    if (plan.stream_stores) ++stats_.streamed;
   }
   spdlog::debug(
       "collectives: comm {} {} count {} dtype {} ranks {}: {} threads {} block {} B "

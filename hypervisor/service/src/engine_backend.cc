@@ -127,6 +127,7 @@ BackendStats EngineBackend::Stats() const {
     out.op_bytes.push_back({coll::OpName(static_cast<coll::Op>(i)), s.bytes[i]});
   }
   out.communicators = s.communicators;
+  out.streamed = s.streamed;
   out.aborts = s.aborts;
   out.timeouts = s.timeouts;
   out.mismatches = s.mismatches;

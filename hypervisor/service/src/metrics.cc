@@ -177,6 +177,10 @@ void Metrics::Collect(const MetricsSnapshot& snap, prometheus::Registry* r) cons
   auto& op_bytes = CounterFamily(r, "hz_collective_bytes_total",
                                  "Payload bytes of executed collectives, by operation.");
   for (const auto& [name, v] : e.op_bytes) SetCounter(op_bytes, {{"op", name}}, v);
+  AddCounter(r, "hz_collective_streamed_total",
+             "Collectives whose outputs were written with non-temporal stores "
+             "([collectives] stream_min_bytes).",
+             e.streamed);
   AddCounter(r, "hz_communicator_aborts_total", "Communicators aborted.", e.aborts);
   AddCounter(r, "hz_communicator_timeouts_total", "Communicators aborted by timeout.", e.timeouts);
   AddCounter(r, "hz_collective_mismatches_total", "Collectives whose ranks disagreed.",

@@ -73,7 +73,8 @@ json Service::Counters() const {
     for (const auto& [name, n] : s.algorithms) algos[name] = n;
     out["engine"] = {{"algorithms", algos},        {"communicators", s.communicators},
                      {"aborts", s.aborts},         {"timeouts", s.timeouts},
-                     {"mismatches", s.mismatches}, {"workers", s.workers}};
+                     {"mismatches", s.mismatches}, {"workers", s.workers},
+                     {"streamed", s.streamed}};
     if (!s.cross_host.empty()) {
       json x = json::object();
       for (const auto& [name, n] : s.cross_host) x[name] = n;

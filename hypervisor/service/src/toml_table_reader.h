@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -37,6 +38,15 @@ class TableReader {
       return;
     }
     *out = static_cast<T>(*v);
+  }
+
+  // The same, for a key that may be left out: *out is then left unset.
+  template <typename T>
+  void Int(const char* key, std::optional<T>* out, uint64_t min, uint64_t max) {
+    const bool given = table_.get(key) != nullptr;
+    T v{};
+    Int(key, &v, min, max);
+    if (given && ok()) *out = v;
   }
 
   // A bulk thread's nice value: an integer in 0..19, or "idle" for the

@@ -33,6 +33,8 @@
 //                           [--idle-s S]       (the idle window, default 10; 0: none)
 //                           [--no-idle-class]  (bulk threads at their nice values:
 //                                               bulk_idle_class = false)
+//                           [--stream-min N]   (the daemon's [collectives] stream_min_bytes;
+//                                               0: no non-temporal stores)
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -399,6 +401,7 @@ int main(int argc, char** argv) {
   bool low_latency = false;
   bool idle_class = true;  // the daemon's bulk_idle_class
   long tenant_spin_us = 0;
+  long long stream_min = -1;  // -1: the daemon's default
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -440,6 +443,12 @@ int main(int argc, char** argv) {
       references = false;
     } else if (a == "--no-idle-class") {
       idle_class = false;
+    } else if (a == "--stream-min" && i + 1 < argc) {
+      stream_min = std::atoll(argv[++i]);
+      if (stream_min < 0) {
+        std::fprintf(stderr, "--stream-min: a byte count, 0 or more\n");
+        return 2;
+      }
     } else if (a == "--rounds" && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
       if (rounds < 1 || rounds > 99) {
@@ -447,12 +456,12 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
-          "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
-          "          [--idle-s S] [--low-latency] [--tenant-spin-us N] [--no-idle-class]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
+                   "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
+                   "          [--idle-s S] [--low-latency] [--tenant-spin-us N] [--no-idle-class]\n"
+                   "          [--stream-min N]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -474,10 +483,11 @@ int main(int argc, char** argv) {
   ServiceProcess svc;
   std::vector<std::string> daemon_args = {"--worker-threads", io_threads};
   if (!poll_us.empty()) daemon_args.insert(daemon_args.end(), {"--connection-poll-us", poll_us});
-  if (!idle_class) {
-    daemon_args.insert(daemon_args.end(),
-                       {"--config", svc.WriteConfig("bulk_idle_class = false\n")});
-  }
+  std::string config;
+  if (!idle_class) config += "bulk_idle_class = false\n";
+  if (stream_min >= 0)
+    config += "[collectives]\nstream_min_bytes = " + std::to_string(stream_min) + "\n";
+  if (!config.empty()) daemon_args.insert(daemon_args.end(), {"--config", svc.WriteConfig(config)});
   if (!svc.Start(daemon_args)) {
     std::fprintf(stderr, "cannot start harmonaized\n");
     return 1;
@@ -548,6 +558,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < job_sizes.size(); ++i) {
       json line = Summary(p, job_sizes[i], low_latency, tenant_spin_us, results[i]);
       line["bulk_idle_class"] = idle_class;
+      if (stream_min >= 0) line["stream_min_bytes"] = stream_min;
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }

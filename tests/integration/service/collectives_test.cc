@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "allreduce_loop.h"
 #include "hz_client.h"
@@ -220,12 +223,17 @@ int RankMain(const std::vector<std::string>& vms, std::vector<Pipe>& pipes, int 
   return 0;
 }
 
-class ServiceCollectivesTest : public ::testing::TestWithParam<int> {};
+// Ranks, and whether the engine writes every output with non-temporal
+// stores ([collectives] stream_min_bytes = 1) rather than at its default
+// threshold, which none of these operations reaches.
+class ServiceCollectivesTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(ServiceCollectivesTest, EveryCollectiveMatchesTheReference) {
-  const int n = GetParam();
+  const auto [n, streamed] = GetParam();
   ServiceProcess svc;
-  ASSERT_TRUE(svc.Start());
+  std::vector<std::string> args;
+  if (streamed) args = {"--config", svc.WriteConfig("[collectives]\nstream_min_bytes = 1\n")};
+  ASSERT_TRUE(svc.Start(args));
   std::vector<std::string> vms = svc.TenantWithVms("t1", n);
   ASSERT_EQ(static_cast<int>(vms.size()), n);
   std::vector<Pipe> pipes(n);
@@ -242,10 +250,19 @@ TEST_P(ServiceCollectivesTest, EveryCollectiveMatchesTheReference) {
     }
   }
   EXPECT_TRUE(saw_allreduce);
+  // The operator's threshold reached the engine: collectives streamed, or
+  // none did.
+  const uint64_t streamed_ops = counters["result"]["engine"].value("streamed", uint64_t{0});
+  if (streamed) {
+    EXPECT_GT(streamed_ops, 0u);
+  } else {
+    EXPECT_EQ(streamed_ops, 0u);
+  }
   EXPECT_EQ(svc.Terminate(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ServiceCollectivesTest, ::testing::Values(2, 4));
+INSTANTIATE_TEST_SUITE_P(Ranks, ServiceCollectivesTest,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Bool()));
 
 }  // namespace
 }  // namespace hz::testing

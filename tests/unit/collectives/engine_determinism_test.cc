@@ -102,6 +102,29 @@ TEST(CollectivesDeterminism, ParallelPlanIsChosenForLargeOps) {
   EXPECT_EQ(y[(1 << 20) - 1], 3.0f);
 }
 
+// Outputs are streamed from stream_min_bytes touched (read plus written) on,
+// never with 0; by default from the L3 size, which is never taken above
+// 32 MiB (a virtual machine is shown its host's whole cache).
+TEST(CollectivesDeterminism, OutputsAreStreamedFromTheThresholdOn) {
+  const uint64_t kTouched = uint64_t{16} << 20;  // 2 ranks, 4 MiB each, read and written
+  EXPECT_GT(DefaultStreamMinBytes(), 0u);
+  EXPECT_LE(DefaultStreamMinBytes(), uint64_t{32} << 20);
+  for (uint64_t threshold : {uint64_t{0}, kTouched, kTouched + 4, DefaultStreamMinBytes()}) {
+    SCOPED_TRACE(threshold);
+    EngineOptions o;
+    o.stream_min_bytes = threshold;
+    Engine e(o);
+    auto m = MakeComm(e, Tenant(3), 2);
+    std::vector<float> a(1 << 20, 1), b(1 << 20, 2), x(1 << 20), y(1 << 20);
+    for (Status st : RunAll(e, m, Fp32AllReduce({&a, &b}, {&x, &y})))
+      EXPECT_EQ(st.code(), StatusCode::kOk);
+    const bool streamed = threshold != 0 && kTouched >= threshold;
+    EXPECT_EQ(e.Stats().streamed, streamed ? 1u : 0u);
+    EXPECT_EQ(x[777], 3.0f);
+    EXPECT_EQ(y[(1 << 20) - 1], 3.0f);
+  }
+}
+
 // A mid-sized operation on an idle engine is started by the thread that
 // completed the match (it runs a share while the workers join); the choice
 // is counted, and turning it off leaves everything to the workers.

@@ -14,6 +14,7 @@ TEST(ServiceConfigTest, DefaultsNeedNoFile) {
   EXPECT_EQ(c.ControlSocketPath(), "/var/lib/harmonaize/control.sock");
   EXPECT_EQ(c.VmSocketDir(), "/var/lib/harmonaize/vms");
   EXPECT_EQ(c.metrics_address, "127.0.0.1");
+  EXPECT_FALSE(c.coll_stream_min_bytes.has_value());  // the engine's own default
   c.state_dir = "/tmp/x";
   EXPECT_EQ(c.ControlSocketPath(), "/tmp/x/control.sock");
 }
@@ -51,6 +52,7 @@ max_extents = 77
 unused_uid_lifetime_s = 120
 worker_threads = 3
 worker_nice = 7
+stream_min_bytes = 1048576
 [shutdown]
 timeout_ms = 2500
 [scheduler]
@@ -95,6 +97,7 @@ preemption_notice_s = 45
   EXPECT_EQ(c.coll_unused_uid_lifetime_s, 120u);
   EXPECT_EQ(c.coll_worker_threads, 3u);
   EXPECT_EQ(c.coll_worker_nice, 7u);
+  EXPECT_EQ(c.coll_stream_min_bytes, std::optional<uint64_t>(1048576));
   EXPECT_EQ(c.device.max_device_extents, 9000u);
   EXPECT_EQ(c.device.min_connect_interval_ms, 5u);
   EXPECT_EQ(c.device.chains_per_turn, 7u);
@@ -132,6 +135,7 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
       {"connection_poll_us = -5", "connection_poll_us: expected an integer in 0..100000"},
       {"region_thread_nice = 20", "region_thread_nice: expected an integer in 0..19 or \"idle\""},
       {"[collectives]\nworker_nice = \"lowest\"", "collectives.worker_nice: expected an integer"},
+      {"[collectives]\nstream_min_bytes = -1", "collectives.stream_min_bytes: expected an integer"},
       {"[checkpoint]\nthread_nice = 1.5", "checkpoint.thread_nice: expected an integer"},
       {"bulk_idle_class = \"yes\"", "bulk_idle_class: expected true or false"},
       {"bulk_idle_window_ms = 5", "bulk_idle_window_ms: expected an integer in 10..1000"},

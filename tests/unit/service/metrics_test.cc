@@ -49,6 +49,7 @@ TEST(ServiceMetricsTest, EngineStatsAppear) {
   e.algorithms = {{"inline", 5}, {"blocked_parallel", 2}};
   e.ops = {{"allreduce", 7}};
   e.communicators = 4;
+  e.streamed = 3;
   MetricsSnapshot snap;
   snap.engine = &e;
   std::string text = m.Format(snap);
@@ -56,6 +57,7 @@ TEST(ServiceMetricsTest, EngineStatsAppear) {
   EXPECT_TRUE(Has(text, "hz_collective_algorithm_total{algorithm=\"blocked_parallel\"} 2"));
   EXPECT_TRUE(Has(text, "hz_collective_ops_total{op=\"allreduce\"} 7"));
   EXPECT_TRUE(Has(text, "hz_communicators 4"));
+  EXPECT_TRUE(Has(text, "hz_collective_streamed_total 3"));
 }
 
 TEST(ServiceMetricsTest, LatencyByOpcodeFamily) {

@@ -55,8 +55,8 @@ class Comm;
 class EngineImpl;
 }  // namespace internal
 
-// The size of the L3 cache this CPU shares (from sysfs), or 32 MiB when it
-// cannot be read.
+// The size of the L3 cache this CPU shares (from sysfs), at most 32 MiB;
+// 32 MiB when it cannot be read.
 uint64_t DefaultStreamMinBytes();
 
 struct EngineOptions {
@@ -103,9 +103,10 @@ struct EngineOptions {
   uint64_t block_bytes = 0;
   // Operations moving at least this many bytes (read plus written) write
   // their outputs with non-temporal stores, which bypass the caches. 0: never.
-  // The default is the last-level cache size: an operation whose working set
-  // exceeds it has its outputs evicted before anyone reads them, and regular
-  // stores would first read every output line from memory.
+  // The default is the last-level cache size (DefaultStreamMinBytes): an
+  // operation whose working set exceeds it has its outputs evicted before
+  // anyone reads them, and regular stores would first read every output line
+  // from memory.
   uint64_t stream_min_bytes = DefaultStreamMinBytes();
 };
 
@@ -142,6 +143,8 @@ struct EngineStats {
   // Of those, ops the matching thread also finished: their completions went
   // out from it rather than from a worker (no hand-over to another thread).
   uint64_t caller_finishes = 0;
+  // Ops whose outputs went out with non-temporal stores (stream_min_bytes).
+  uint64_t streamed = 0;
   uint64_t communicators = 0;  // live communicators
   std::map<TenantId, TenantStats> tenants;
 };

@@ -53,6 +53,7 @@ struct BackendStats {
   std::vector<std::pair<std::string, uint64_t>> algorithms;  // choice -> ops
   std::vector<std::pair<std::string, uint64_t>> ops;         // op -> executed
   std::vector<std::pair<std::string, uint64_t>> op_bytes;    // op -> payload bytes
+  uint64_t streamed = 0;  // collectives written with non-temporal stores
   uint64_t communicators = 0;
   uint64_t aborts = 0;
   uint64_t timeouts = 0;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -223,6 +224,10 @@ struct ServiceConfig {
   // large operations leave the CPU to every tenant's small requests.
   uint32_t coll_worker_threads = 0;
   uint32_t coll_worker_nice = 10;
+  // [collectives]: operations touching at least this many bytes (read plus
+  // written) write their outputs with non-temporal stores; 0: never. Unset:
+  // the engine's default (hz::coll::DefaultStreamMinBytes).
+  std::optional<uint64_t> coll_stream_min_bytes;
 
   // [conditions]: how often the host's energy schedule and congestion are
   // looked at, and the congestion window and hysteresis (SPEC §8.3.5, §8.5).
