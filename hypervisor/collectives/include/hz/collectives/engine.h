@@ -103,10 +103,10 @@ struct EngineOptions {
   uint64_t block_bytes = 0;
   // Operations moving at least this many bytes (read plus written) write
   // their outputs with non-temporal stores, which bypass the caches. 0: never.
-  // The default is the last-level cache size (DefaultStreamMinBytes): an
-  // operation whose working set exceeds it has its outputs evicted before
-  // anyone reads them, and regular stores would first read every output line
-  // from memory.
+  // The default is the last-level cache size, at most 32 MiB
+  // (DefaultStreamMinBytes): an operation whose working set exceeds it has
+  // its outputs evicted before anyone reads them, and regular stores would
+  // first read every output line from memory.
   uint64_t stream_min_bytes = DefaultStreamMinBytes();
 };
 
