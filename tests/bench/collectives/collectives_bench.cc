@@ -10,7 +10,11 @@
 //     reference is the single-copy memory-traffic bound B / (3p) from the same
 //     run; "ratio" = algbw / bound. (The engine reduces each block of all p
 //     inputs while it is in cache and writes all p outputs from there, about
-//     2pN bytes of traffic, so it can exceed the 3pN bound.)
+//     2pN bytes of traffic, so it can exceed the 3pN bound.) From 16 MiB, a
+//     second reference: one_pass_allreduce.h's kernel, which moves exactly
+//     those 2pN bytes in one pass with non-temporal stores, a pass after each
+//     engine iteration on buffers of the same size; ratio_to_one_pass = its
+//     median time / the engine's.
 //  3. "fairness": two tenants with different priority classes run all-reduces
 //     concurrently for a fixed time; each one's share of completed bytes and
 //     of worker time, against its share of the weights. At 4 MiB (workers
@@ -33,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hz/collectives/engine.h"
+#include "one_pass_allreduce.h"
 
 namespace {
 
@@ -51,6 +56,10 @@ using Clock = std::chrono::steady_clock;
 
 // The engine's streaming-store threshold, for reporting.
 uint64_t g_stream_min = EngineOptions{}.stream_min_bytes;
+
+// Sizes from which the one-pass reference is measured: below, the operands
+// stay in the caches and the engine's fixed costs dominate.
+constexpr size_t kOnePassMinBytes = size_t{16} << 20;
 
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -164,12 +173,24 @@ void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, double stream_bps) {
   const double per_iter_guess = static_cast<double>(bytes) * 3 * p / stream_bps + 5e-6;
   const int iters = std::clamp(static_cast<int>(0.3 / per_iter_guess), 3, 2000);
   const int warmup = std::max(1, iters / 10);
+  // Past the caches, a pass of the one-pass reference after each iteration,
+  // on buffers of the same size and with as many threads as the engine has
+  // workers: both medians then span the same stretch of time.
+  std::unique_ptr<hz::coll::bench::OnePassAllReduce> reference;
+  if (bytes >= kOnePassMinBytes) {
+    reference = std::make_unique<hz::coll::bench::OnePassAllReduce>(p, bytes);
+    if (!reference->ok()) reference.reset();
+  }
   auto before = e.Stats();
   Latch latch;
-  std::vector<double> times;
+  std::vector<double> times, reference_times;
   uint64_t seq = 0;
   bool ok = true;
   for (int it = 0; it < warmup + iters; ++it) {
+    if (reference) {
+      const double s = reference->PassSeconds(e.workers());
+      if (it >= warmup) reference_times.push_back(s);
+    }
     latch.Reset(p);
     auto t0 = Clock::now();
     for (uint32_t r = 0; r < p; ++r) {
@@ -195,6 +216,12 @@ void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, double stream_bps) {
   const double algbw = static_cast<double>(bytes) / t;
   const double busbw = algbw * 2.0 * (p - 1) / p;
   const double bound = stream_bps / (3.0 * p);
+  nlohmann::json one_pass_us = nullptr, to_one_pass = nullptr;
+  if (reference && reference->Correct()) {
+    const double s = Median(reference_times);
+    one_pass_us = s * 1e6;
+    to_one_pass = s / t;
+  }
   Emit({{"bench", "allreduce"},
         {"dtype", "fp32"},
         {"p", p},
@@ -207,6 +234,8 @@ void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, double stream_bps) {
         {"stream_copy_GBps", stream_bps / 1e9},
         {"bound_GBps", bound / 1e9},
         {"ratio_to_bound", algbw / bound},
+        {"one_pass_time_us", one_pass_us},
+        {"ratio_to_one_pass", to_one_pass},
         {"algorithm", algo},
         {"workers", e.workers()},
         {"streaming_stores", g_stream_min != 0 && bytes * 2 * p >= g_stream_min},
