@@ -6,6 +6,13 @@
 //   - a STREAM-style copy, the best of memcpy and non-temporal stores on one
 //     thread and on every CPU (memory bandwidth); the memory-traffic bound of
 //     an all-reduce reads p inputs and writes p outputs: 2 * p * B bytes;
+//   - from 16 MiB, one_pass_allreduce.h's kernel over p arrays of the size:
+//     each input read once, the sum streamed to every output in one pass, the
+//     fewest bytes and the simplest order an all-reduce can have. Where it
+//     falls short of the memory-traffic bound, so must any all-reduce that
+//     moves its bytes in one pass (2p streams at once, not the copy's two):
+//     one_pass_ratio_to_memory_bound says by how much, ratio_to_one_pass how
+//     close the service comes to it (medians);
 //   - Open MPI's and Gloo's all-reduce (the programs of tests/bench/collectives),
 //     when they were built.
 // Beside each time, the CPU-seconds per timed iteration (a barrier and the
@@ -39,10 +46,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,11 +60,15 @@
 
 #include "cpu_time.h"
 #include "hz_client.h"
+#include "memory_references.h"
 #include "ref_sizes.h"
 #include "service_harness.h"
 
 namespace {
 
+using hz::bench::CopyArrays;
+using hz::bench::MemoryBandwidthGBps;
+using hz::bench::OnePassReferences;
 using hz::testing::GuestBuffer;
 using hz::testing::HzClient;
 using hz::testing::Pipe;
@@ -71,79 +78,6 @@ using json = nlohmann::json;
 
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
-}
-
-// Copies with non-temporal stores, as STREAM does when built with streaming
-// stores: for arrays far larger than the caches this skips the read of each
-// destination line before it is written, the fastest large copy on x86.
-// (Written here rather than taken from the engine's StreamCopy, so that the
-// reference does not depend on the code it measures.)
-void CopyNonTemporal(char* dst, const char* src, size_t n) {
-#ifdef __SSE2__
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    for (size_t k = 0; k < 64; k += 16) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + k));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + k), v);
-    }
-  }
-  _mm_sfence();
-  std::memcpy(dst + i, src + i, n - i);
-#else
-  std::memcpy(dst, src, n);
-#endif
-}
-
-// The arrays of the STREAM-style copy, allocated (and first touched) once:
-// each round measures the copy again, on the same pages.
-struct CopyArrays {
-  explicit CopyArrays(size_t n) : bytes(n), a(n, 1), b(n, 2) {}
-  size_t bytes;
-  std::vector<char> a, b;
-};
-
-// STREAM copy: each of `threads` threads copies its slice, and a pass takes
-// as long as the slowest. Best of 5, 2 x bytes counted.
-double StreamCopyGBps(CopyArrays& arrays, size_t threads, bool non_temporal) {
-  const size_t bytes = arrays.bytes;
-  char* const a = arrays.a.data();
-  char* const b = arrays.b.data();
-  double best = 1e30;
-  for (int i = 0; i < 6; ++i) {
-    auto t0 = Clock::now();
-    std::vector<std::thread> copiers;
-    for (size_t t = 0; t < threads; ++t) {
-      copiers.emplace_back([&, t] {
-        // Slices on 64-byte boundaries (the vectors are 16-byte aligned).
-        const size_t lo = bytes * t / threads / 64 * 64;
-        const size_t hi = t + 1 == threads ? bytes : bytes * (t + 1) / threads / 64 * 64;
-        if (non_temporal) {
-          CopyNonTemporal(b + lo, a + lo, hi - lo);
-        } else {
-          std::memcpy(b + lo, a + lo, hi - lo);
-        }
-      });
-    }
-    for (auto& c : copiers) c.join();
-    double t = Seconds(Clock::now() - t0);
-    if (i > 0) best = std::min(best, t);  // the first pass warms up
-    a[i] = b[bytes - 1 - i];
-  }
-  return 2.0 * bytes / best / 1e9;
-}
-
-// The machine's copy bandwidth: the best of memcpy and a non-temporal copy,
-// each on one thread and on every online CPU (the daemon's engine uses them
-// all, but on a small or shared machine one thread can copy as fast).
-double MemoryBandwidthGBps(CopyArrays& arrays) {
-  const auto cpus = static_cast<size_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  double best = 0;
-  for (size_t threads : {size_t{1}, cpus}) {
-    for (bool non_temporal : {false, true}) {
-      best = std::max(best, StreamCopyGBps(arrays, threads, non_temporal));
-    }
-  }
-  return best;
 }
 
 // Warm-up and timed iterations per size: the reference programs' own counts
@@ -334,6 +268,7 @@ double Lookup(const std::vector<std::pair<size_t, double>>& ref, size_t bytes) {
 // One size's measurements, one entry per round.
 struct SizeRounds {
   std::vector<double> time_s, to_memory, mpi_gbps, to_mpi, gloo_gbps, to_gloo;
+  std::vector<double> to_one_pass, one_pass_to_memory;
   std::vector<double> service_cpu_s, tenant_cpu_s;  // per iteration
 };
 
@@ -364,7 +299,10 @@ json Summary(int p, size_t bytes, bool low_latency, long tenant_spin_us, const S
           {"ratio_to_memory_bound", MedianOrNull(r.to_memory)},
           {"ratio_to_mpi", MedianOrNull(r.to_mpi)},
           {"ratio_to_gloo", MedianOrNull(r.to_gloo)},
+          {"ratio_to_one_pass", MedianOrNull(r.to_one_pass)},
+          {"one_pass_ratio_to_memory_bound", MedianOrNull(r.one_pass_to_memory)},
           {"round_ratios_to_memory_bound", r.to_memory},
+          {"round_ratios_to_one_pass", r.to_one_pass},
           {"round_ratios_to_mpi", r.to_mpi},
           {"round_ratios_to_gloo", r.to_gloo}};
 }
@@ -501,6 +439,7 @@ int main(int argc, char** argv) {
     // this machine for a while then moves both sides of a ratio, not one.
     // The result is each ratio's median over the rounds.
     std::vector<SizeRounds> results(job_sizes.size());
+    OnePassReferences one_pass_refs(p, job_sizes);
     bool failed = false;
     for (int round = 0; round < rounds && !failed; ++round) {
       const double copy_gbps = MemoryBandwidthGBps(copy_arrays);
@@ -511,6 +450,17 @@ int main(int argc, char** argv) {
                                 {"bytes", stream_bytes}})
                               .dump()
                               .c_str());
+      const auto one_pass = one_pass_refs.Measure();
+      for (const auto& [bytes, t] : one_pass) {
+        std::printf("%s\n", json({{"reference", "one_pass_allreduce"},
+                                  {"ranks", p},
+                                  {"round", round},
+                                  {"bytes", bytes},
+                                  {"best_us", t.best * 1e6},
+                                  {"median_us", t.median * 1e6}})
+                                .dump()
+                                .c_str());
+      }
       std::fflush(stdout);
       std::vector<std::pair<size_t, double>> mpi, gloo;
 #ifdef HZ_REF_MPI_ALLREDUCE
@@ -543,7 +493,13 @@ int main(int argc, char** argv) {
         r.time_s.push_back(med[i]);
         r.service_cpu_s.push_back(job.service_cpu[i]);
         r.tenant_cpu_s.push_back(job.tenant_cpu[i]);
-        r.to_memory.push_back(2.0 * p * bytes / (copy_gbps * 1e9) / med[i]);
+        const double bound_s = 2.0 * p * bytes / (copy_gbps * 1e9);
+        r.to_memory.push_back(bound_s / med[i]);
+        for (const auto& [b, t] : one_pass) {
+          if (b != bytes) continue;
+          r.to_one_pass.push_back(t.median / med[i]);
+          r.one_pass_to_memory.push_back(bound_s / t.best);
+        }
         if (double m = Lookup(mpi, bytes); m > 0) {
           r.mpi_gbps.push_back(m);
           r.to_mpi.push_back(busbw / m);
