@@ -7,11 +7,12 @@
 //
 // It is the second memory reference of the all-reduce benchmarks. The
 // memory-traffic bound times the same 2p * B bytes at the speed of a copy,
-// one read and one write stream; DRAM serves a few long streams better than
-// many interleaved ones, so an all-reduce over many ranks can fall short of
-// that bound however it is written. This kernel shows how far, on the machine
-// and in the round being measured. (Written here rather than taken from the
-// engine, so that the reference does not depend on the code it measures.)
+// one read and one write stream; DRAM may serve a few long streams better
+// than many interleaved ones, so an all-reduce over many ranks can fall short
+// of that bound while moving no byte more than it must. This kernel shows how
+// far, on the machine and in the round being measured. (Written here rather
+// than taken from the engine, so that the reference does not depend on the
+// code it measures.)
 #ifndef HZ_TESTS_BENCH_COLLECTIVES_ONE_PASS_ALLREDUCE_H_
 #define HZ_TESTS_BENCH_COLLECTIVES_ONE_PASS_ALLREDUCE_H_
 

@@ -8,11 +8,10 @@
 //     an all-reduce reads p inputs and writes p outputs: 2 * p * B bytes;
 //   - from 16 MiB, one_pass_allreduce.h's kernel over p arrays of the size:
 //     each input read once, the sum streamed to every output in one pass, the
-//     fewest bytes and the simplest order an all-reduce can have. Where it
-//     falls short of the memory-traffic bound, so must any all-reduce that
-//     moves its bytes in one pass (2p streams at once, not the copy's two):
-//     one_pass_ratio_to_memory_bound says by how much, ratio_to_one_pass how
-//     close the service comes to it (medians);
+//     fewest bytes in the simplest order. one_pass_ratio_to_memory_bound is
+//     how much of the bound it reaches here, with 2p memory streams at once
+//     where the copy has two (best against best); ratio_to_one_pass is how
+//     close the service comes to it (median against median);
 //   - Open MPI's and Gloo's all-reduce (the programs of tests/bench/collectives),
 //     when they were built.
 // Beside each time, the CPU-seconds per timed iteration (a barrier and the
