@@ -110,7 +110,7 @@ class OnePassAllReduce {
   }
 
   // 32-byte stores where the CPU has AVX: on an AMD EPYC host, 16-byte
-  // non-temporal stores took a fifth longer over 8 ranks.
+  // non-temporal stores took a quarter to a half longer over 8 ranks.
   void Slice(size_t lo, size_t hi) const {
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx")) {
