@@ -57,10 +57,6 @@ using Clock = std::chrono::steady_clock;
 // The engine's streaming-store threshold, for reporting.
 uint64_t g_stream_min = EngineOptions{}.stream_min_bytes;
 
-// Sizes from which the one-pass reference is measured: below, the operands
-// stay in the caches and the engine's fixed costs dominate.
-constexpr size_t kOnePassMinBytes = size_t{16} << 20;
-
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -177,7 +173,7 @@ void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, double stream_bps) {
   // on buffers of the same size and with as many threads as the engine has
   // workers: both medians then span the same stretch of time.
   std::unique_ptr<hz::coll::bench::OnePassAllReduce> reference;
-  if (bytes >= kOnePassMinBytes) {
+  if (bytes >= hz::coll::bench::kOnePassMinBytes) {
     reference = std::make_unique<hz::coll::bench::OnePassAllReduce>(p, bytes);
     if (!reference->ok()) reference.reset();
   }

@@ -104,11 +104,9 @@ inline double MemoryBandwidthGBps(CopyArrays& arrays) {
 // once per rank count (8 ranks of 64 MiB: 1 GiB) and measured every round.
 class OnePassReferences {
  public:
-  static constexpr size_t kMinBytes = size_t{16} << 20;
-
   OnePassReferences(int p, const std::vector<size_t>& sizes) {
     for (size_t bytes : sizes) {
-      if (bytes < kMinBytes) continue;
+      if (bytes < hz::coll::bench::kOnePassMinBytes) continue;
       auto ref = std::make_unique<hz::coll::bench::OnePassAllReduce>(p, bytes);
       if (ref->ok()) refs_.emplace_back(bytes, std::move(ref));
     }
