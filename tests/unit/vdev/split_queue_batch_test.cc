@@ -328,7 +328,7 @@ TEST(VdevSplitQueueBatch, ChainLimitCountsEachDirection) {
   r.Chain(0, 1, 6, 17);  // 102 writable
   EXPECT_FALSE(r.q.Pop(&c));
   EXPECT_EQ(r.q.stats().malformed, 2u);
-  // PopBatch's own path for a readable/writable pair checks it too.
+  // PopBatch checks it for a readable/writable pair too.
   Chain chains[1];
   r.Chain(0, 1, 1, 100);
   ASSERT_EQ(r.q.PopBatch(chains), 1u);
@@ -341,6 +341,41 @@ TEST(VdevSplitQueueBatch, ChainLimitCountsEachDirection) {
   r.driver.Publish(0);
   EXPECT_EQ(r.q.PopBatch(chains), 0u);
   EXPECT_EQ(r.q.stats().malformed, 4u);
+}
+
+// PopBatch takes a readable/writable pair in a loop of its own that accepts
+// buffers from the first max_chain_bytes of the cached region only; a pair
+// elsewhere goes through the general walk. Either way the limit holds and a
+// pair within it is served, with segments where the buffers are.
+TEST(VdevSplitQueueBatch, ChainLimitHoldsWhereverAPairLies) {
+  constexpr uint64_t kLimit = 0x20000;  // the cut ends past kBuf, before kFar
+  constexpr uint64_t kFar = kGpaBase + 0x40000;
+  Ring r(QueueLimits{.max_indirect = 64, .max_chain_bytes = kLimit});
+  Chain chains[1];
+  const auto pop_pair = [&](uint64_t readable_gpa, uint32_t readable_len, uint64_t writable_gpa,
+                            uint32_t writable_len) {
+    r.driver.SetDesc(0, readable_gpa, readable_len, N, 1);
+    r.driver.SetDesc(1, writable_gpa, writable_len, W, 0);
+    r.driver.Publish(0);
+    const size_t n = r.q.PopBatch(chains);
+    if (n == 1) r.q.Complete(chains[0], 0);
+    return n;
+  };
+  for (const uint64_t at : {kBuf, kFar}) {
+    SCOPED_TRACE(at);
+    ASSERT_EQ(pop_pair(at, 16, at + 0x100, 32), 1u);
+    ASSERT_EQ(chains[0].readable().size(), 1u);
+    ASSERT_EQ(chains[0].writable().size(), 1u);
+    EXPECT_TRUE(testing::Aliases(chains[0].readable()[0].data, r.guest.host(at)));
+    EXPECT_TRUE(testing::Aliases(chains[0].writable()[0].data, r.guest.host(at + 0x100)));
+    EXPECT_EQ(chains[0].readable_bytes(), 16u);
+    EXPECT_EQ(chains[0].writable_bytes(), 32u);
+    ASSERT_EQ(pop_pair(at, kLimit, at + kLimit, kLimit), 1u);  // at the limit both ways
+    EXPECT_EQ(pop_pair(at, kLimit + 1, at + 2 * kLimit, 16), 0u);
+    EXPECT_EQ(pop_pair(at, 16, at + 0x100, kLimit + 1), 0u);
+  }
+  EXPECT_EQ(r.q.stats().malformed, 4u);
+  EXPECT_FALSE(r.q.broken());
 }
 
 }  // namespace

@@ -186,9 +186,17 @@ class SplitQueue final : public Queue {
   TakeResult Take(uint16_t idx, Chain* c, uint16_t* head);
   TakeResult TakeFrom(uint16_t head, Chain* c, Desc d, uint32_t i, uint32_t taken,
                       uint64_t readable);
+  Chain* TakePairs(Chain* c, uint16_t* idx, uint16_t end, uint16_t* bad_head);
   [[gnu::noinline]] TakeResult TakeOther(uint16_t head, Chain* c, Desc d, uint32_t i,
                                          uint32_t taken, uint64_t readable);
-  void Claim(uint16_t head, Chain* c);
+  struct Claimant {
+    uint8_t* inflight;
+    RingJournal* journal;
+    uint64_t ring_id;
+    const MemoryMap* memory;
+  };
+  Claimant CurrentClaimant();
+  void Claim(uint16_t head, Chain* c, const Claimant& k);
   [[gnu::cold, gnu::noinline]] void BadHead(uint16_t head);
   WalkResult Walk(uint16_t head, Chain* out, Desc d, uint32_t i, uint32_t taken, uint64_t readable);
   WalkResult WalkSlow(uint16_t head, Chain* out, uint32_t visited, uint32_t i, bool fetched,
