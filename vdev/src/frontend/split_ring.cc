@@ -125,20 +125,22 @@ Status SplitRing::AddChainSlow(std::span<const Buffer> readable, std::span<const
 Status SplitRing::AddChains(std::span<const ChainBuffers> chains, size_t* added) {
   size_t i = 0;
   while (i < chains.size()) {
-    // A run of request/response chains (one non-empty buffer each way) that
-    // fit, with the ring's state in locals; it is stored back before
-    // anything else looks at it.
+    // A run of request/response chains (one non-empty buffer each way), no
+    // longer than the free descriptors hold, with the ring's state in
+    // locals; it is stored back before anything else looks at it. The run
+    // is bounded up front so that the loop keeps no free count of its own.
+    const size_t run_end = i + std::min<size_t>(chains.size() - i, num_free_ / 2);
+    const size_t run_start = i;
     uint16_t free_head = free_head_;
-    uint16_t num_free = num_free_;
     uint16_t avail_idx = shadow_avail_idx_;
     const uint16_t mask = static_cast<uint16_t>(size_ - 1);
     const uint16_t* const next_free = next_free_.data();
     ChainState* const states = chains_.data();
     uint8_t* const desc = desc_bytes_;
     uint16_t* const avail_ring = avail_ring_;
-    for (; i < chains.size(); ++i) {
+    for (; i < run_end; ++i) {
       const ChainBuffers& c = chains[i];
-      if (c.readable.size() != 1 || c.writable.size() != 1 || num_free < 2) break;
+      if (c.readable.size() != 1 || c.writable.size() != 1) break;
       const Buffer& r = c.readable[0];
       const Buffer& w = c.writable[0];
       if (r.len == 0 || w.len == 0) break;
@@ -147,21 +149,22 @@ Status SplitRing::AddChains(std::span<const ChainBuffers> chains, size_t* added)
       PutDescBytes(desc + kDescBytes * first, r.gpa, r.len, kDescNext, last);
       PutDescBytes(desc + kDescBytes * last, w.gpa, w.len, kDescWrite, 0);
       free_head = next_free[last];
-      num_free = static_cast<uint16_t>(num_free - 2);
+      // A chain's indirect table is already null: PollUsed clears it when
+      // the chain leaves flight.
       ChainState& state = states[first];
       state.cookie = c.cookie;
       state.writable_bytes = w.len;
       state.ndesc = 2;
       state.last = last;
       state.in_flight = true;
-      state.indirect = nullptr;
       uint16_t& slot = avail_ring[avail_idx & mask];
       if (slot != first) slot = first;
       ++avail_idx;
     }
-    in_flight_ = static_cast<uint16_t>(in_flight_ + (avail_idx - shadow_avail_idx_));
+    const auto taken = static_cast<uint16_t>(i - run_start);
+    in_flight_ = static_cast<uint16_t>(in_flight_ + taken);
+    num_free_ = static_cast<uint16_t>(num_free_ - 2 * taken);
     free_head_ = free_head;
-    num_free_ = num_free;
     shadow_avail_idx_ = avail_idx;
     if (i == chains.size()) break;
     // Any other chain (another shape, an empty buffer, no room) goes
