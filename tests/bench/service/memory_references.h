@@ -22,7 +22,7 @@
 
 namespace hz::bench {
 
-// Wall-clock seconds of the copies below.
+// Wall-clock seconds since t0.
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

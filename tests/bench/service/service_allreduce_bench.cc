@@ -75,10 +75,6 @@ using hz::testing::ServiceProcess;
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
-double Seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
 // Warm-up and timed iterations per size: the reference programs' own counts
 // where they measure the size, so both results are medians of as many
 // iterations; elsewhere about 64 MiB of data.
@@ -164,7 +160,7 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes, d
         a.recv = hz::testing::SliceOf(r, 0, bytes);
         auto t0 = Clock::now();
         if (c.Coll(2, HZ_OP_ALLREDUCE, a) != HZ_S_OK) return 8;
-        double t = Seconds(Clock::now() - t0);
+        double t = hz::bench::SecondsSince(t0);
         if (it >= 0) times[(si * max_iters + it) * p + rank] = t;
       }
       cpu[si * (p + 1) + rank] = hz::bench::SelfCpuSeconds() - self0;
@@ -222,7 +218,7 @@ json IdleCpu(ServiceProcess& svc, int tenants, double window_s) {
   const double self0 = hz::bench::SelfCpuSeconds();
   const auto t0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
-  const double wall = Seconds(Clock::now() - t0);
+  const double wall = hz::bench::SecondsSince(t0);
   const double service = hz::bench::ProcessCpuSeconds(svc.pid()) - svc0;
   const double tenant = hz::bench::SelfCpuSeconds() - self0;
   clients.clear();
