@@ -10,7 +10,9 @@
 
 namespace hz::coll::internal {
 
-// dst and src must not overlap (equal pointers are a no-op).
+// dst and src must not overlap (equal pointers are a no-op). From 16 bytes
+// every destination byte is written by a non-temporal store, at any
+// alignment of dst.
 void StreamCopy(uint8_t* dst, const uint8_t* src, size_t n);
 // Orders earlier non-temporal stores before later stores (completion).
 void StreamFence();

@@ -1,6 +1,6 @@
 // The engine's fp16/bf16 conversions against independent references
-// (the compiler's _Float16, a branchy bf16 rounding), the span list, and the
-// weighted fair scheduler's shares.
+// (the compiler's _Float16, a branchy bf16 rounding), the span list, the
+// streaming copy, and the weighted fair scheduler's shares.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -9,10 +9,12 @@
 #include <cerrno>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -20,6 +22,7 @@
 #include "hz/common/half.h"
 #include "scheduler.h"
 #include "span_list.h"
+#include "stream_copy.h"
 
 namespace hz::coll::testing {
 namespace {
@@ -99,6 +102,34 @@ TEST(CollectivesKernels, SpanListAddressesAcrossExtents) {
 
 // Workers run below the threads that hand them work when asked to, so a
 // tenant's large reductions leave the CPU to everyone's small requests.
+// Its ends are written by overlapping 8-byte stores whatever the alignment:
+// every length and destination offset must copy exactly its bytes and
+// touch none beside them.
+TEST(CollectivesKernels, StreamCopyWritesExactlyItsBytesAtEveryAlignment) {
+  constexpr size_t kGuard = 64;
+  std::vector<uint8_t> src(4096 + 64), dst(4096 + 64 + 2 * kGuard);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 160; ++n) lengths.push_back(n);
+  for (size_t n : {255, 256, 257, 1023, 2048, 2052, 4095, 4096}) lengths.push_back(n);
+  for (size_t dst_off = 0; dst_off < 64; ++dst_off) {
+    for (size_t src_off : {0, 3, 8}) {
+      for (size_t n : lengths) {
+        std::fill(dst.begin(), dst.end(), 0xee);
+        uint8_t* d = dst.data() + kGuard + dst_off;
+        internal::StreamCopy(d, src.data() + src_off, n);
+        internal::StreamFence();
+        ASSERT_EQ(std::memcmp(d, src.data() + src_off, n), 0)
+            << "n " << n << " dst_off " << dst_off << " src_off " << src_off;
+        for (uint8_t* g = dst.data(); g < d; ++g) ASSERT_EQ(*g, 0xee) << "before, n " << n;
+        for (uint8_t* g = d + n; g < dst.data() + dst.size(); ++g) {
+          ASSERT_EQ(*g, 0xee) << "after, n " << n << " dst_off " << dst_off;
+        }
+      }
+    }
+  }
+}
+
 TEST(CollectivesScheduler, WorkersRunAtTheNiceValueAsked) {
   const int before = getpriority(PRIO_PROCESS, 0);
   if (before > 7)
