@@ -3,7 +3,9 @@
 //  1. "stream": a STREAM-style copy over 256 MiB arrays with the engine's
 //     worker count, B = 2 x bytes / time (read + write).
 //  2. "allreduce": fp32 sum over p ranks (p = 2, 4, 8), separate send and
-//     recv buffers per rank, first touched before timing. One driver thread
+//     recv buffers per rank, first touched before timing, starting on a
+//     64-byte boundary or, with --offset BYTES, that many bytes past one
+//     (as a tensor that is a slice of a larger one can). One driver thread
 //     posts every rank's part and waits for all completions, so the time is
 //     the engine's (matching, planning, execution), not the thread hand-off of
 //     p rank threads. algbw = size / time, busbw = algbw x 2(p-1)/p. The
@@ -25,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +80,24 @@ std::unique_ptr<float[]> Alloc(size_t n, float v) {
   std::fill(p.get(), p.get() + n, v);
   return p;
 }
+
+// A float buffer that starts offset_bytes past a 64-byte boundary.
+class OffsetFloats {
+ public:
+  OffsetFloats(size_t n, size_t offset_bytes, float v)
+      : storage_(new float[n + kSlack]),
+        data_(reinterpret_cast<float*>(
+            ((reinterpret_cast<uintptr_t>(storage_.get()) + 63) & ~uintptr_t{63}) + offset_bytes)) {
+    std::fill(data_, data_ + n, v);
+  }
+  float* get() const { return data_; }
+  float& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  static constexpr size_t kSlack = 32;  // 64 bytes of alignment + 64 of offset
+  std::unique_ptr<float[]> storage_;
+  float* data_;
+};
 
 double StreamCopy(uint32_t threads, size_t bytes) {
   const size_t n = bytes / sizeof(float);
@@ -157,13 +178,13 @@ OpDesc AllReduceDesc(uint64_t seq, size_t n, float* send, float* recv) {
   return d;
 }
 
-void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, double stream_bps) {
+void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, size_t offset_bytes, double stream_bps) {
   const size_t n = bytes / 4;
   auto m = Join(e, TenantId("bench"), p, Constraints{});
-  std::vector<std::unique_ptr<float[]>> send, recv;
+  std::vector<OffsetFloats> send, recv;
   for (uint32_t r = 0; r < p; ++r) {
-    send.push_back(Alloc(n, static_cast<float>(r + 1)));
-    recv.push_back(Alloc(n, 0.0f));
+    send.emplace_back(n, offset_bytes, static_cast<float>(r + 1));
+    recv.emplace_back(n, offset_bytes, 0.0f);
   }
   // Roughly 0.3 s of timed work per configuration, at least 3 iterations.
   const double per_iter_guess = static_cast<double>(bytes) * 3 * p / stream_bps + 5e-6;
@@ -222,6 +243,7 @@ void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, double stream_bps) {
         {"dtype", "fp32"},
         {"p", p},
         {"size", bytes},
+        {"offset_bytes", offset_bytes},
         {"iters", iters},
         {"time_us", t * 1e6},
         {"time_us_min", *std::min_element(times.begin(), times.end()) * 1e6},
@@ -351,6 +373,7 @@ void BenchFairness(uint32_t workers, uint16_t prio_a, uint16_t prio_b, size_t by
 
 int main(int argc, char** argv) {
   bool full = false, fairness = true;
+  size_t offset_bytes = 0;
   EngineOptions opts;
   std::vector<uint32_t> ranks = {2, 4, 8};
   for (int i = 1; i < argc; ++i) {
@@ -369,10 +392,18 @@ int main(int argc, char** argv) {
         return 2;
       }
       ranks = {static_cast<uint32_t>(p)};
+    } else if (std::strcmp(argv[i], "--offset") == 0 && i + 1 < argc) {
+      const int off = std::atoi(argv[++i]);
+      if (off < 0 || off >= 64 || off % 4 != 0) {
+        std::fprintf(stderr, "--offset takes a multiple of 4 in 0..60\n");
+        return 2;
+      }
+      offset_bytes = static_cast<size_t>(off);
     } else {
-      std::fprintf(
-          stderr, "usage: %s [--full] [--p N] [--no-stream | --stream-min BYTES] [--no-fairness]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--full] [--p N] [--offset BYTES] [--no-stream | --stream-min BYTES] "
+                   "[--no-fairness]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -392,7 +423,7 @@ int main(int argc, char** argv) {
     for (size_t s = 4u << 10; s <= (256u << 20); s *= 4) sizes.push_back(s);
   }
   for (uint32_t p : ranks) {
-    for (size_t s : sizes) BenchAllReduce(engine, p, s, stream);
+    for (size_t s : sizes) BenchAllReduce(engine, p, s, offset_bytes, stream);
   }
   if (fairness) {
     // 4 MiB ops run on the workers only; 1 MiB ops are mid-sized, where the
