@@ -98,7 +98,10 @@ void ReduceInto(const Job& job, uint64_t off, uint64_t n, void* acc) {
 }
 
 // Writes the finished accumulator to dst at off: straight into the extent
-// when it holds the whole range, else through a bounce buffer.
+// when it holds the whole range, else through a bounce buffer. Streamed
+// either way: a piece that straddles two extents (a buffer made of a guest's
+// pages, not starting on a page boundary) shares its lines with pieces that
+// stream, and a plain store into such a line costs its flush and re-read.
 void StoreTo(const Job& job, const SpanList& dst, uint64_t off, uint64_t n, const void* acc,
              uint8_t** converted) {
   const uint64_t bytes = n * job.esize;
@@ -121,11 +124,15 @@ void StoreTo(const Job& job, const SpanList& dst, uint64_t off, uint64_t n, cons
     job.kernel->store(out, acc, n, job.nranks);
     return;
   }
+  if (job.kernel->store_copies) {
+    dst.Write(off, acc, bytes, job.stream_stores);
+    return;
+  }
   if (*converted == nullptr) {
     *converted = Ensure(t_scratch.out, bytes);
     job.kernel->store(*converted, acc, n, job.nranks);
   }
-  dst.Write(off, *converted, bytes);
+  dst.Write(off, *converted, bytes, job.stream_stores);
 }
 
 }  // namespace

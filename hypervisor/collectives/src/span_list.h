@@ -23,9 +23,11 @@ class SpanList {
 
   // The bytes [off, off + len) when they lie in one extent, else nullptr.
   uint8_t* Contiguous(uint64_t off, uint64_t len) const;
-  // Copies between the list and contiguous memory, piece by piece.
+  // Copies between the list and contiguous memory, piece by piece. With
+  // stream, Write uses non-temporal stores (src must not overlap the list;
+  // the caller fences).
   void Read(uint64_t off, void* dst, uint64_t len) const;
-  void Write(uint64_t off, const void* src, uint64_t len) const;
+  void Write(uint64_t off, const void* src, uint64_t len, bool stream = false) const;
 
   // Host address of the first byte, for NUMA placement; nullptr if empty.
   const void* first_byte() const { return spans_.empty() ? nullptr : spans_[0].data; }
