@@ -5,7 +5,9 @@
 //  2. "allreduce": fp32 sum over p ranks (p = 2, 4, 8), separate send and
 //     recv buffers per rank, first touched before timing, starting on a
 //     64-byte boundary or, with --offset BYTES, that many bytes past one
-//     (as a tensor that is a slice of a larger one can). One driver thread
+//     (as a tensor that is a slice of a larger one can); with --extent
+//     BYTES, each described as extents ending on multiples of BYTES (4096:
+//     as a guest's pages reach the engine). One driver thread
 //     posts every rank's part and waits for all completions, so the time is
 //     the engine's (matching, planning, execution), not the thread hand-off of
 //     p rank threads. algbw = size / time, busbw = algbw x 2(p-1)/p. The
@@ -51,6 +53,7 @@ using hz::coll::DType;
 using hz::coll::Engine;
 using hz::coll::EngineOptions;
 using hz::coll::IoSpan;
+using hz::coll::IoVec;
 using hz::coll::Member;
 using hz::coll::Op;
 using hz::coll::OpDesc;
@@ -166,25 +169,47 @@ class Latch {
   bool failed_ = false;
 };
 
-OpDesc AllReduceDesc(uint64_t seq, size_t n, float* send, float* recv) {
+// bytes at p as extents that end on multiples of extent_bytes (0: one
+// extent), as a buffer made of a guest's pages reaches the engine.
+IoVec Extents(float* p, size_t bytes, size_t extent_bytes) {
+  auto* b = reinterpret_cast<uint8_t*>(p);
+  if (extent_bytes == 0) return {IoSpan{b, bytes}};
+  IoVec v;
+  for (uint8_t* end = b + bytes; b < end;) {
+    const uintptr_t next = (reinterpret_cast<uintptr_t>(b) / extent_bytes + 1) * extent_bytes;
+    const size_t n = std::min<size_t>(next - reinterpret_cast<uintptr_t>(b), end - b);
+    v.push_back(IoSpan{b, n});
+    b += n;
+  }
+  return v;
+}
+
+OpDesc AllReduceDesc(uint64_t seq, size_t n, float* send, float* recv, size_t extent_bytes) {
   OpDesc d;
   d.op = Op::kAllReduce;
   d.seq = seq;
   d.count = n;
   d.dtype = static_cast<uint8_t>(DType::kFp32);
   d.redop = static_cast<uint8_t>(RedOp::kSum);
-  d.send = {IoSpan{reinterpret_cast<uint8_t*>(send), n * 4}};
-  d.recv = {IoSpan{reinterpret_cast<uint8_t*>(recv), n * 4}};
+  d.send = Extents(send, n * 4, extent_bytes);
+  d.recv = Extents(recv, n * 4, extent_bytes);
   return d;
 }
 
-void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, size_t offset_bytes, double stream_bps) {
+// Where each rank's buffers lie: offset_bytes past a 64-byte boundary, in
+// extents of extent_bytes (0: one).
+struct Placement {
+  size_t offset_bytes = 0;
+  size_t extent_bytes = 0;
+};
+
+void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, const Placement& at, double stream_bps) {
   const size_t n = bytes / 4;
   auto m = Join(e, TenantId("bench"), p, Constraints{});
   std::vector<OffsetFloats> send, recv;
   for (uint32_t r = 0; r < p; ++r) {
-    send.emplace_back(n, offset_bytes, static_cast<float>(r + 1));
-    recv.emplace_back(n, offset_bytes, 0.0f);
+    send.emplace_back(n, at.offset_bytes, static_cast<float>(r + 1));
+    recv.emplace_back(n, at.offset_bytes, 0.0f);
   }
   // Roughly 0.3 s of timed work per configuration, at least 3 iterations.
   const double per_iter_guess = static_cast<double>(bytes) * 3 * p / stream_bps + 5e-6;
@@ -211,7 +236,8 @@ void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, size_t offset_bytes, do
     latch.Reset(p);
     auto t0 = Clock::now();
     for (uint32_t r = 0; r < p; ++r) {
-      e.Post(m[r], AllReduceDesc(seq, n, send[r].get(), recv[r].get()), latch.Callback());
+      e.Post(m[r], AllReduceDesc(seq, n, send[r].get(), recv[r].get(), at.extent_bytes),
+             latch.Callback());
     }
     ok &= latch.Wait();
     double t = Seconds(Clock::now() - t0);
@@ -243,7 +269,8 @@ void BenchAllReduce(Engine& e, uint32_t p, size_t bytes, size_t offset_bytes, do
         {"dtype", "fp32"},
         {"p", p},
         {"size", bytes},
-        {"offset_bytes", offset_bytes},
+        {"offset_bytes", at.offset_bytes},
+        {"extent_bytes", at.extent_bytes},
         {"iters", iters},
         {"time_us", t * 1e6},
         {"time_us_min", *std::min_element(times.begin(), times.end()) * 1e6},
@@ -296,7 +323,7 @@ void BenchFairness(uint32_t workers, uint16_t prio_a, uint16_t prio_b, size_t by
       for (uint32_t r = 0; r < p; ++r) {
         float* s = t.bufs[(k * p + r) * 2].get();
         float* d = t.bufs[(k * p + r) * 2 + 1].get();
-        e.Post(t.comms[k][r], AllReduceDesc(seq, n, s, d), [&, k, left](Status st) {
+        e.Post(t.comms[k][r], AllReduceDesc(seq, n, s, d, 0), [&, k, left](Status st) {
           if (!st.ok()) std::abort();
           if (left->fetch_sub(1) == 1) {
             t.ops++;
@@ -373,7 +400,7 @@ void BenchFairness(uint32_t workers, uint16_t prio_a, uint16_t prio_b, size_t by
 
 int main(int argc, char** argv) {
   bool full = false, fairness = true;
-  size_t offset_bytes = 0;
+  Placement at;
   EngineOptions opts;
   std::vector<uint32_t> ranks = {2, 4, 8};
   for (int i = 1; i < argc; ++i) {
@@ -398,11 +425,18 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--offset takes a multiple of 4 in 0..60\n");
         return 2;
       }
-      offset_bytes = static_cast<size_t>(off);
+      at.offset_bytes = static_cast<size_t>(off);
+    } else if (std::strcmp(argv[i], "--extent") == 0 && i + 1 < argc) {
+      const long ext = std::atol(argv[++i]);
+      if (ext < 0 || ext % 64 != 0) {
+        std::fprintf(stderr, "--extent takes a multiple of 64 bytes (0: one extent)\n");
+        return 2;
+      }
+      at.extent_bytes = static_cast<size_t>(ext);
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--full] [--p N] [--offset BYTES] [--no-stream | --stream-min BYTES] "
-                   "[--no-fairness]\n",
+                   "usage: %s [--full] [--p N] [--offset BYTES] [--extent BYTES] "
+                   "[--no-stream | --stream-min BYTES] [--no-fairness]\n",
                    argv[0]);
       return 2;
     }
@@ -423,7 +457,7 @@ int main(int argc, char** argv) {
     for (size_t s = 4u << 10; s <= (256u << 20); s *= 4) sizes.push_back(s);
   }
   for (uint32_t p : ranks) {
-    for (size_t s : sizes) BenchAllReduce(engine, p, s, offset_bytes, stream);
+    for (size_t s : sizes) BenchAllReduce(engine, p, s, at, stream);
   }
   if (fairness) {
     // 4 MiB ops run on the workers only; 1 MiB ops are mid-sized, where the
