@@ -12,6 +12,9 @@ namespace {
 // cross an extent boundary. Sized on first use, reused afterwards.
 struct Scratch {
   std::vector<uint64_t> acc, in, in2, in3, out, tmp;
+  // Per rank, the extent of its send and recv lists that the last lookup
+  // found (SpanList::Find's hint).
+  std::vector<size_t> send_hint, recv_hint;
 };
 thread_local Scratch t_scratch;
 
@@ -56,7 +59,7 @@ uint64_t AccPieceBytes(uint32_t nranks) {
 const uint8_t* SendBytes(const Job& job, uint32_t r, uint64_t off, uint64_t bytes,
                          std::vector<uint64_t>& bounce) {
   const SpanList& s = job.io[r].send;
-  const uint8_t* src = s.Contiguous(off, bytes);
+  const uint8_t* src = s.Contiguous(off, bytes, &t_scratch.send_hint[r]);
   if (src != nullptr) return src;
   uint8_t* b = Ensure(bounce, bytes);
   s.Read(off, b, bytes);
@@ -102,10 +105,11 @@ void ReduceInto(const Job& job, uint64_t off, uint64_t n, void* acc) {
 // either way: a piece that straddles two extents (a buffer made of a guest's
 // pages, not starting on a page boundary) shares its lines with pieces that
 // stream, and a plain store into such a line costs its flush and re-read.
-void StoreTo(const Job& job, const SpanList& dst, uint64_t off, uint64_t n, const void* acc,
+void StoreTo(const Job& job, uint32_t r, uint64_t off, uint64_t n, const void* acc,
              uint8_t** converted) {
+  const SpanList& dst = job.io[r].recv;
   const uint64_t bytes = n * job.esize;
-  uint8_t* out = dst.Contiguous(off, bytes);
+  uint8_t* out = dst.Contiguous(off, bytes, &t_scratch.recv_hint[r]);
   if (out != nullptr && job.stream_stores) {
     // Finish once into cache (unless the accumulator already holds the
     // output bytes), then stream to every destination.
@@ -182,6 +186,98 @@ uint64_t BlockCost(const Job& job) {
   return job.nblocks == 0 ? 1 : std::max<uint64_t>(1, job.total_bytes / job.nblocks);
 }
 
+namespace {
+
+// The ranks whose outputs a reduction writes: every rank's for an
+// all-reduce, else one (the root's, or the unit's for reduce-scatter).
+struct Outputs {
+  uint32_t first = 0;
+  uint32_t count = 0;
+};
+
+Outputs OutputsOf(const Job& job, uint64_t unit) {
+  switch (job.op) {
+    case Op::kAllReduce:
+      return {0, job.nranks};
+    case Op::kReduce:
+      return {job.root, 1};
+    default:
+      return {static_cast<uint32_t>(unit), 1};
+  }
+}
+
+// Elements the first piece of a block takes beyond a whole piece, so that
+// later pieces start on a cache line of rank r's output: with streamed
+// outputs, a line two pieces share is written in two parts at different
+// times, each part a partial-line write that costs the memory a read as well.
+// (Ranks whose outputs lie at different offsets from a line share this for
+// all but r; 0 when r's output does not start a line within an element.)
+uint64_t LeadElems(const Job& job, uint32_t r, uint64_t off, uint64_t n) {
+  if (!job.stream_stores) return 0;
+  const uint8_t* d = job.io[r].recv.Contiguous(off, 1, &t_scratch.recv_hint[r]);
+  if (d == nullptr) return 0;
+  const uint64_t lead_bytes = (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64;
+  if (lead_bytes % job.esize != 0) return 0;
+  return std::min(n, lead_bytes / job.esize);
+}
+
+// True when some input or output of the reduction has more than one extent.
+bool Fragmented(const Job& job, Outputs out) {
+  for (uint32_t r = 0; r < job.nranks; ++r) {
+    if (job.io[r].send.extents() > 1) return true;
+  }
+  for (uint32_t k = 0; k < out.count; ++k) {
+    if (job.io[out.first + k].recv.extents() > 1) return true;
+  }
+  return false;
+}
+
+// A piece of m elements at input offset in_o and output offset o, cut where
+// an input or output extent ends, so that the kernels read and write it in
+// place: a piece across a page of a guest's buffer would be gathered into
+// scratch from every input and scattered from it to every output. At least
+// one element (an element split across extents goes through scratch).
+uint64_t CutAtExtents(const Job& job, Outputs out, uint64_t in_o, uint64_t o, uint64_t m) {
+  uint64_t bytes = m * job.esize;
+  for (uint32_t r = 0; r < job.nranks; ++r) {
+    bytes = std::min(bytes, job.io[r].send.ExtentBytesFrom(in_o, &t_scratch.send_hint[r]));
+  }
+  for (uint32_t k = 0; k < out.count; ++k) {
+    const uint32_t r = out.first + k;
+    bytes = std::min(bytes, job.io[r].recv.ExtentBytesFrom(o, &t_scratch.recv_hint[r]));
+  }
+  return std::max<uint64_t>(1, bytes / job.esize);
+}
+
+// One block of a reduction: n elements from byte offset off of the output
+// (of the input, for reduce-scatter, shifted to the unit's range), reduced
+// piece by piece in the accumulator and written from there.
+void RunReduceBlock(const Job& job, uint64_t unit, uint64_t off, uint64_t n) {
+  const uint64_t es = job.esize, stride = job.count * es;
+  if (t_scratch.send_hint.size() < job.nranks) {
+    t_scratch.send_hint.resize(job.nranks);
+    t_scratch.recv_hint.resize(job.nranks);
+  }
+  const Outputs out = OutputsOf(job, unit);
+  const bool fragmented = Fragmented(job, out);
+  const uint64_t piece = std::max<uint64_t>(1, AccPieceBytes(job.nranks) / job.kernel->acc_size);
+  const uint64_t lead = LeadElems(job, out.first, off, n);
+  void* acc = Ensure(t_scratch.acc, std::min(n, lead + piece) * job.kernel->acc_size);
+  for (uint64_t done = 0, m = 0; done < n; done += m) {
+    m = std::min(done == 0 ? lead + piece : piece, n - done);
+    const uint64_t o = off + done * es;
+    // Reduce-scatter: unit is the rank that receives this range.
+    const uint64_t in_o = job.op == Op::kReduceScatter ? unit * stride + o : o;
+    if (fragmented) m = CutAtExtents(job, out, in_o, o, m);
+    ReduceInto(job, in_o, m, acc);
+    uint8_t* converted = nullptr;
+    for (uint32_t k = 0; k < out.count; ++k) StoreTo(job, out.first + k, o, m, acc, &converted);
+  }
+  if (job.stream_stores) StreamFence();
+}
+
+}  // namespace
+
 void RunBlock(const Job& job, uint64_t b) {
   const uint64_t unit = b / job.blocks_per_unit;
   const uint64_t first = (b % job.blocks_per_unit) * job.block_elems;
@@ -193,28 +289,9 @@ void RunBlock(const Job& job, uint64_t b) {
   switch (job.op) {
     case Op::kAllReduce:
     case Op::kReduce:
-    case Op::kReduceScatter: {
-      const uint64_t piece =
-          std::max<uint64_t>(1, AccPieceBytes(job.nranks) / job.kernel->acc_size);
-      void* acc = Ensure(t_scratch.acc, std::min(n, piece) * job.kernel->acc_size);
-      for (uint64_t done = 0; done < n; done += piece) {
-        const uint64_t m = std::min(piece, n - done);
-        const uint64_t o = off + done * es;
-        // Reduce-scatter: unit is the rank that receives this range.
-        const uint64_t in_o = job.op == Op::kReduceScatter ? unit * stride + o : o;
-        ReduceInto(job, in_o, m, acc);
-        uint8_t* converted = nullptr;
-        if (job.op == Op::kAllReduce) {
-          for (uint32_t r = 0; r < p; ++r) StoreTo(job, job.io[r].recv, o, m, acc, &converted);
-        } else if (job.op == Op::kReduce) {
-          StoreTo(job, job.io[job.root].recv, o, m, acc, &converted);
-        } else {
-          StoreTo(job, job.io[unit].recv, o, m, acc, &converted);
-        }
-      }
-      if (job.stream_stores) StreamFence();
+    case Op::kReduceScatter:
+      RunReduceBlock(job, unit, off, n);
       break;
-    }
     case Op::kBroadcast:
       // The root's block stays in cache while it is written to every rank.
       for (uint32_t r = 0; r < p; ++r) {

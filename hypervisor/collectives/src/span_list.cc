@@ -24,12 +24,31 @@ size_t SpanList::Find(uint64_t off) const {
   return static_cast<size_t>(it - starts_.begin()) - 1;
 }
 
+size_t SpanList::Find(uint64_t off, size_t* hint) const {
+  const auto holds = [&](size_t k) {
+    return k < spans_.size() && off >= starts_[k] && off - starts_[k] < spans_[k].len;
+  };
+  if (!holds(*hint)) *hint = holds(*hint + 1) ? *hint + 1 : Find(off);
+  return *hint;
+}
+
 uint8_t* SpanList::Contiguous(uint64_t off, uint64_t len) const {
+  size_t hint = 0;
+  return Contiguous(off, len, &hint);
+}
+
+uint8_t* SpanList::Contiguous(uint64_t off, uint64_t len, size_t* hint) const {
   if (len == 0 || off >= size_) return nullptr;
-  size_t i = Find(off);
-  uint64_t in = off - starts_[i];
+  const size_t i = Find(off, hint);
+  const uint64_t in = off - starts_[i];
   if (spans_[i].len - in < len) return nullptr;
   return spans_[i].data + in;
+}
+
+uint64_t SpanList::ExtentBytesFrom(uint64_t off, size_t* hint) const {
+  if (off >= size_) return 0;
+  const size_t i = Find(off, hint);
+  return spans_[i].len - (off - starts_[i]);
 }
 
 void SpanList::Read(uint64_t off, void* dst, uint64_t len) const {

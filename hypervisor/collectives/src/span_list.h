@@ -23,6 +23,15 @@ class SpanList {
 
   // The bytes [off, off + len) when they lie in one extent, else nullptr.
   uint8_t* Contiguous(uint64_t off, uint64_t len) const;
+  // The same, and the bytes from off to the end of its extent (0 when off
+  // is past the end), starting from *hint: the extent the caller's last
+  // lookup found (any value is safe; it is checked). A walk through the list
+  // in order, as a block's pieces make, then finds each extent without a
+  // search; a guest's buffer arrives as one extent per page it does not have
+  // contiguous, thousands for a large one. Both update *hint.
+  uint8_t* Contiguous(uint64_t off, uint64_t len, size_t* hint) const;
+  uint64_t ExtentBytesFrom(uint64_t off, size_t* hint) const;
+  size_t extents() const { return spans_.size(); }
   // Copies between the list and contiguous memory, piece by piece. With
   // stream, Write uses non-temporal stores (src must not overlap the list;
   // the caller fences).
@@ -36,6 +45,8 @@ class SpanList {
   friend void CopySpans(const SpanList&, uint64_t, const SpanList&, uint64_t, uint64_t, bool);
   // Index of the extent holding byte off (off < size_).
   size_t Find(uint64_t off) const;
+  // The same, trying *hint and the extent after it first; updates *hint.
+  size_t Find(uint64_t off, size_t* hint) const;
 
   std::vector<IoSpan> spans_;
   std::vector<uint64_t> starts_;  // logical offset of each extent
