@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -99,6 +100,40 @@ TEST(CollectivesKernels, SpanListAddressesAcrossExtents) {
   std::vector<uint8_t> out(7);
   s.Read(3, out.data(), 7);
   EXPECT_EQ(out, std::vector<uint8_t>({4, 5, 6, 7, 8, 9, 10}));
+}
+
+// Lookups from a hint give what a search gives, whatever the hint holds:
+// the extent found last, its neighbour, one far behind or ahead, or garbage.
+TEST(CollectivesKernels, SpanListHintedLookupsMatchSearch) {
+  std::vector<uint8_t> arena(64);
+  IoVec v = {{arena.data(), 5},
+             {arena.data() + 8, 0},
+             {arena.data() + 10, 3},
+             {arena.data() + 20, 8},
+             {arena.data() + 40, 1}};
+  internal::SpanList s(v);
+  ASSERT_EQ(s.size(), 17u);
+  EXPECT_EQ(s.extents(), 4u);  // the empty extent is dropped
+  // Bytes to the end of the extent holding each offset, and its address.
+  const uint64_t left[17] = {5, 4, 3, 2, 1, 3, 2, 1, 8, 7, 6, 5, 4, 3, 2, 1, 1};
+  const uint8_t* at[17] = {
+      arena.data(),      arena.data() + 1,  arena.data() + 2,  arena.data() + 3,  arena.data() + 4,
+      arena.data() + 10, arena.data() + 11, arena.data() + 12, arena.data() + 20, arena.data() + 21,
+      arena.data() + 22, arena.data() + 23, arena.data() + 24, arena.data() + 25, arena.data() + 26,
+      arena.data() + 27, arena.data() + 40};
+  for (size_t start_hint : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{9}, SIZE_MAX}) {
+    size_t hint = start_hint;
+    for (uint64_t off = 0; off < 17; ++off) {  // forward, as a block's pieces walk
+      EXPECT_EQ(s.ExtentBytesFrom(off, &hint), left[off]) << "off " << off;
+      EXPECT_EQ(s.Contiguous(off, 1, &hint), at[off]) << "off " << off;
+      EXPECT_EQ(s.Contiguous(off, left[off] + 1, &hint), nullptr) << "off " << off;
+    }
+    for (uint64_t off = 17; off-- > 0;) {  // and backward
+      EXPECT_EQ(s.ExtentBytesFrom(off, &hint), left[off]) << "off " << off;
+    }
+    EXPECT_EQ(s.ExtentBytesFrom(17, &hint), 0u);
+    EXPECT_EQ(s.Contiguous(17, 1, &hint), nullptr);
+  }
 }
 
 // A streamed write across extents of a guest's pages (a buffer 4 bytes into
