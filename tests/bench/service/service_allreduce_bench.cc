@@ -41,6 +41,9 @@
 //                                               bulk_idle_class = false)
 //                           [--stream-min N]   (the daemon's [collectives] stream_min_bytes;
 //                                               0: no non-temporal stores)
+//                           [--extent-bytes N] (every send and recv region registered in
+//                                               extents of N bytes, as a guest's pages; a
+//                                               region may have 4096: 16 MiB at 4096)
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,9 +97,21 @@ struct JobResult {
   std::vector<double> medians, service_cpu, tenant_cpu;
 };
 
+// How a job's ranks run: iteration counts scaled by scale, communicators
+// low-latency or not, waits that spin tenant_spin_us first, and every
+// send and recv buffer registered in extents of extent_bytes (0: one), as a
+// guest's buffer arrives: one per page it does not have contiguous.
+struct JobOptions {
+  double scale = 1.0;
+  bool low_latency = false;
+  long tenant_spin_us = 0;
+  uint64_t extent_bytes = 0;
+};
+
 // Runs one p-rank job over all sizes.
-JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes, double scale,
-                 uint32_t comm_flags, std::chrono::microseconds tenant_spin) {
+JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
+                 const JobOptions& o) {
+  const double scale = o.scale;
   std::string tenant = "bench" + std::to_string(p);
   std::vector<std::string> vms = svc.TenantWithVms(tenant, p);
   if (static_cast<int>(vms.size()) != p) return {};
@@ -125,13 +140,18 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes, d
       return 4;
     }
     uint64_t comm = 0;
+    const uint32_t comm_flags =
+        HZ_COMM_F_DETERMINISTIC | (o.low_latency ? uint32_t{HZ_COMM_F_LOW_LATENCY} : 0u);
     if (c.InitComm(uid, p, rank, &comm, 120000, comm_flags) != HZ_S_OK) return 5;
     // As the tenant library waits for a low-latency communicator's
     // operations with HZ_LATENCY_POLL_US set.
-    c.set_spin(tenant_spin);
+    c.set_spin(std::chrono::microseconds(o.tenant_spin_us));
     GuestBuffer s, r;
-    if (c.Register(max_bytes, 1, HZ_REGION_F_READ, &s) != HZ_S_OK ||
-        c.Register(max_bytes, 1, HZ_REGION_F_WRITE, &r) != HZ_S_OK) {
+    const auto reg = [&](uint32_t flags, GuestBuffer* b) {
+      return o.extent_bytes == 0 ? c.Register(max_bytes, 1, flags, b)
+                                 : c.RegisterInExtents(max_bytes, o.extent_bytes, flags, b);
+    };
+    if (reg(HZ_REGION_F_READ, &s) != HZ_S_OK || reg(HZ_REGION_F_WRITE, &r) != HZ_S_OK) {
       return 6;
     }
     std::vector<float> ones(max_bytes / 4, 1.0f);
@@ -273,7 +293,7 @@ json MedianOrNull(const std::vector<double>& v) {
 
 // The result line of one size: medians over the rounds, and every round's
 // ratios as measured.
-json Summary(int p, size_t bytes, bool low_latency, long tenant_spin_us, const SizeRounds& r) {
+json Summary(int p, size_t bytes, const JobOptions& o, const SizeRounds& r) {
   const double t = hz::coll::bench::MedianOf(r.time_s);
   const double algbw = bytes / t / 1e9;
   return {{"bench", "service_allreduce"},
@@ -281,8 +301,9 @@ json Summary(int p, size_t bytes, bool low_latency, long tenant_spin_us, const S
           {"op", "sum"},
           {"ranks", p},
           {"bytes", bytes},
-          {"low_latency", low_latency},
-          {"tenant_spin_us", tenant_spin_us},
+          {"low_latency", o.low_latency},
+          {"tenant_spin_us", o.tenant_spin_us},
+          {"extent_bytes", o.extent_bytes},
           {"rounds", r.time_s.size()},
           {"time_us", t * 1e6},
           {"algbw_gbps", algbw},
@@ -324,16 +345,14 @@ size_t ParseBytes(const char* text) {
 int main(int argc, char** argv) {
   bool full = false;
   std::vector<int> ranks = {2, 4, 8};
-  double scale = 1.0;
   std::string io_threads = "2";
   std::string poll_us;  // empty: the daemon's default
   std::vector<size_t> only_sizes;
   bool references = true;
   int rounds = 3;
   double idle_s = 10;
-  bool low_latency = false;
-  bool idle_class = true;  // the daemon's bulk_idle_class
-  long tenant_spin_us = 0;
+  JobOptions job_options;
+  bool idle_class = true;     // the daemon's bulk_idle_class
   long long stream_min = -1;  // -1: the daemon's default
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -345,7 +364,7 @@ int main(int argc, char** argv) {
         ranks.push_back(std::atoi(t));
       }
     } else if (a == "--iters-scale" && i + 1 < argc) {
-      scale = std::atof(argv[++i]);
+      job_options.scale = std::atof(argv[++i]);
     } else if (a == "--io-threads" && i + 1 < argc) {
       io_threads = argv[++i];
     } else if (a == "--poll-us" && i + 1 < argc) {
@@ -365,13 +384,20 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (a == "--low-latency") {
-      low_latency = true;
+      job_options.low_latency = true;
     } else if (a == "--tenant-spin-us" && i + 1 < argc) {
-      tenant_spin_us = std::atol(argv[++i]);
-      if (tenant_spin_us < 0 || tenant_spin_us > 100000) {
+      job_options.tenant_spin_us = std::atol(argv[++i]);
+      if (job_options.tenant_spin_us < 0 || job_options.tenant_spin_us > 100000) {
         std::fprintf(stderr, "--tenant-spin-us: 0 to 100000\n");
         return 2;
       }
+    } else if (a == "--extent-bytes" && i + 1 < argc) {
+      const long long e = std::atoll(argv[++i]);
+      if (e < 0 || e % 64 != 0) {
+        std::fprintf(stderr, "--extent-bytes: a multiple of 64 (0: one extent)\n");
+        return 2;
+      }
+      job_options.extent_bytes = static_cast<uint64_t>(e);
     } else if (a == "--no-references") {
       references = false;
     } else if (a == "--no-idle-class") {
@@ -393,7 +419,7 @@ int main(int argc, char** argv) {
                    "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
                    "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
                    "          [--idle-s S] [--low-latency] [--tenant-spin-us N] [--no-idle-class]\n"
-                   "          [--stream-min N]\n",
+                   "          [--stream-min N] [--extent-bytes N]\n",
                    argv[0]);
       return 2;
     }
@@ -468,10 +494,7 @@ int main(int argc, char** argv) {
         gloo = Reference(std::string(HZ_REF_GLOO_ALLREDUCE) + " --ranks " + std::to_string(p) +
                          (full ? " --full" : "") + " 2>/dev/null");
 #endif
-      const uint32_t flags =
-          HZ_COMM_F_DETERMINISTIC | (low_latency ? uint32_t{HZ_COMM_F_LOW_LATENCY} : 0u);
-      const JobResult job =
-          RunJob(svc, p, job_sizes, scale, flags, std::chrono::microseconds(tenant_spin_us));
+      const JobResult job = RunJob(svc, p, job_sizes, job_options);
       const std::vector<double>& med = job.medians;
       if (med.size() != job_sizes.size()) {
         std::printf("%s\n",
@@ -507,7 +530,7 @@ int main(int argc, char** argv) {
     }
     if (failed) continue;
     for (size_t i = 0; i < job_sizes.size(); ++i) {
-      json line = Summary(p, job_sizes[i], low_latency, tenant_spin_us, results[i]);
+      json line = Summary(p, job_sizes[i], job_options, results[i]);
       line["bulk_idle_class"] = idle_class;
       if (stream_min >= 0) line["stream_min_bytes"] = stream_min;
       std::printf("%s\n", line.dump().c_str());

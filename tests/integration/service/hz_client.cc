@@ -105,19 +105,36 @@ uint32_t HzClient::Hello(uint64_t features) {
 }
 
 uint32_t HzClient::Register(uint64_t size, int pieces, uint32_t flags, GuestBuffer* out) {
-  out->pieces.clear();
-  out->size = size;
+  std::vector<uint64_t> lengths;
   uint64_t left = size;
-  std::vector<hz_extent> ext;
   for (int i = 0; i < pieces && left > 0; ++i) {
     uint64_t n = i == pieces - 1 ? left : std::max<uint64_t>(1, size / pieces + (i == 0 ? 5 : 0));
-    n = std::min(n, left);
+    lengths.push_back(std::min(n, left));
+    left -= lengths.back();
+  }
+  return RegisterPieces(size, lengths, flags, out);
+}
+
+uint32_t HzClient::RegisterInExtents(uint64_t size, uint64_t extent_bytes, uint32_t flags,
+                                     GuestBuffer* out) {
+  std::vector<uint64_t> lengths;
+  for (uint64_t left = size; left > 0; left -= lengths.back()) {
+    lengths.push_back(std::min(std::max<uint64_t>(1, extent_bytes), left));
+  }
+  return RegisterPieces(size, lengths, flags, out);
+}
+
+uint32_t HzClient::RegisterPieces(uint64_t size, const std::vector<uint64_t>& lengths,
+                                  uint32_t flags, GuestBuffer* out) {
+  out->pieces.clear();
+  out->size = size;
+  std::vector<hz_extent> ext;
+  for (uint64_t n : lengths) {
     uint64_t gpa = 0;
     void* p = dev_.Allocate(n, &gpa, 64);
     if (p == nullptr) return 0xfffffffe;
     out->pieces.push_back({static_cast<uint8_t*>(p), gpa, n});
     ext.push_back({gpa, n});
-    left -= n;
   }
   hz_region_register_args a{};
   a.num_extents = static_cast<uint32_t>(ext.size());

@@ -95,8 +95,14 @@ class HzClient {
   }
 
   uint32_t Hello(uint64_t features = (1ull << HZ_F_COLLECTIVES) | (1ull << HZ_F_INLINE_DATA));
-  // Allocates `size` bytes in `pieces` separate allocations and registers them.
+  // Allocates `size` bytes in `pieces` separate allocations and registers them
+  // (the first piece 5 bytes longer, so later ones start off any alignment).
   uint32_t Register(uint64_t size, int pieces, uint32_t flags, GuestBuffer* out);
+  // The same in pieces of extent_bytes (the last one shorter), each its own
+  // allocation: as a guest registers a buffer on pages it does not have
+  // contiguous.
+  uint32_t RegisterInExtents(uint64_t size, uint64_t extent_bytes, uint32_t flags,
+                             GuestBuffer* out);
   uint32_t NewUid(hz_comm_uid* out);
   uint32_t InitComm(const hz_comm_uid& uid, uint32_t nranks, uint32_t rank, uint64_t* comm,
                     uint32_t timeout_ms = 0, uint32_t flags = HZ_COMM_F_DETERMINISTIC);
@@ -108,6 +114,10 @@ class HzClient {
     void* resp = nullptr;
     uint32_t resp_len = 0;
   };
+  // Registers `size` bytes allocated as pieces of these lengths.
+  uint32_t RegisterPieces(uint64_t size, const std::vector<uint64_t>& lengths, uint32_t flags,
+                          GuestBuffer* out);
+
   vdev::frontend::VirtioUser dev_;
   hz_config config_{};
   uint64_t next_cookie_ = 1;
