@@ -139,55 +139,6 @@ void StoreTo(const Job& job, uint32_t r, uint64_t off, uint64_t n, const void* a
   dst.Write(off, *converted, bytes, job.stream_stores);
 }
 
-}  // namespace
-
-uint64_t TouchedBytes(const Job& job) {
-  const uint64_t b = job.count * job.esize, p = job.nranks;
-  switch (job.op) {
-    case Op::kAllReduce:
-      return 2 * p * b;
-    case Op::kReduce:
-      return p * b + b;
-    case Op::kBroadcast:
-      return b + p * b;
-    case Op::kAllGather:
-      return p * b + p * p * b;
-    case Op::kReduceScatter:
-      return p * p * b + p * b;
-    case Op::kAllToAll:
-      return 2 * p * p * b;
-    case Op::kSend:
-    case Op::kRecv:
-      return 2 * b;
-    case Op::kBarrier:
-      return 0;
-  }
-  return 0;
-}
-
-void Layout(Job& job, uint64_t block_bytes) {
-  if (job.op == Op::kAllToAll) {
-    job.pairs.clear();
-    for (uint32_t i = 0; i < job.nranks; ++i) {
-      for (uint32_t j = i; j < job.nranks; ++j) job.pairs.emplace_back(i, j);
-    }
-  }
-  job.total_bytes = TouchedBytes(job);
-  if (job.op == Op::kBarrier || job.count == 0 || job.esize == 0) {
-    job.block_elems = job.blocks_per_unit = job.nblocks = 0;
-    return;
-  }
-  job.block_elems = std::max<uint64_t>(1, block_bytes / job.esize);
-  job.blocks_per_unit = (job.count + job.block_elems - 1) / job.block_elems;
-  job.nblocks = job.blocks_per_unit * Units(job);
-}
-
-uint64_t BlockCost(const Job& job) {
-  return job.nblocks == 0 ? 1 : std::max<uint64_t>(1, job.total_bytes / job.nblocks);
-}
-
-namespace {
-
 // The ranks whose outputs a reduction writes: every rank's for an
 // all-reduce, else one (the root's, or the unit's for reduce-scatter).
 struct Outputs {
@@ -277,6 +228,51 @@ void RunReduceBlock(const Job& job, uint64_t unit, uint64_t off, uint64_t n) {
 }
 
 }  // namespace
+
+uint64_t TouchedBytes(const Job& job) {
+  const uint64_t b = job.count * job.esize, p = job.nranks;
+  switch (job.op) {
+    case Op::kAllReduce:
+      return 2 * p * b;
+    case Op::kReduce:
+      return p * b + b;
+    case Op::kBroadcast:
+      return b + p * b;
+    case Op::kAllGather:
+      return p * b + p * p * b;
+    case Op::kReduceScatter:
+      return p * p * b + p * b;
+    case Op::kAllToAll:
+      return 2 * p * p * b;
+    case Op::kSend:
+    case Op::kRecv:
+      return 2 * b;
+    case Op::kBarrier:
+      return 0;
+  }
+  return 0;
+}
+
+void Layout(Job& job, uint64_t block_bytes) {
+  if (job.op == Op::kAllToAll) {
+    job.pairs.clear();
+    for (uint32_t i = 0; i < job.nranks; ++i) {
+      for (uint32_t j = i; j < job.nranks; ++j) job.pairs.emplace_back(i, j);
+    }
+  }
+  job.total_bytes = TouchedBytes(job);
+  if (job.op == Op::kBarrier || job.count == 0 || job.esize == 0) {
+    job.block_elems = job.blocks_per_unit = job.nblocks = 0;
+    return;
+  }
+  job.block_elems = std::max<uint64_t>(1, block_bytes / job.esize);
+  job.blocks_per_unit = (job.count + job.block_elems - 1) / job.block_elems;
+  job.nblocks = job.blocks_per_unit * Units(job);
+}
+
+uint64_t BlockCost(const Job& job) {
+  return job.nblocks == 0 ? 1 : std::max<uint64_t>(1, job.total_bytes / job.nblocks);
+}
 
 void RunBlock(const Job& job, uint64_t b) {
   const uint64_t unit = b / job.blocks_per_unit;
