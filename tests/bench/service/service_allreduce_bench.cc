@@ -42,8 +42,8 @@
 //                           [--stream-min N]   (the daemon's [collectives] stream_min_bytes;
 //                                               0: no non-temporal stores)
 //                           [--extent-bytes N] (every send and recv region registered in
-//                                               extents of N bytes, as a guest's pages; a
-//                                               region may have 4096: 16 MiB at 4096)
+//                                               extents of N bytes, as a guest's pages; the
+//                                               device takes 4096 a region: 16 MiB at 4096)
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,6 +147,15 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
     // operations with HZ_LATENCY_POLL_US set.
     c.set_spin(std::chrono::microseconds(o.tenant_spin_us));
     GuestBuffer s, r;
+    if (o.extent_bytes != 0 &&
+        (max_bytes + o.extent_bytes - 1) / o.extent_bytes > c.config().max_extents) {
+      std::fprintf(stderr,
+                   "--extent-bytes %llu: a %zu-byte buffer needs more than the device's %u "
+                   "extents per region\n",
+                   static_cast<unsigned long long>(o.extent_bytes), max_bytes,
+                   static_cast<unsigned>(c.config().max_extents));
+      return 10;
+    }
     const auto reg = [&](uint32_t flags, GuestBuffer* b) {
       return o.extent_bytes == 0 ? c.Register(max_bytes, 1, flags, b)
                                  : c.RegisterInExtents(max_bytes, o.extent_bytes, flags, b);
