@@ -172,17 +172,6 @@ uint64_t LeadElems(const Job& job, uint32_t r, uint64_t off, uint64_t n) {
   return std::min(n, lead_bytes / job.esize);
 }
 
-// True when some input or output of the reduction has more than one extent.
-bool Fragmented(const Job& job, Outputs out) {
-  for (uint32_t r = 0; r < job.nranks; ++r) {
-    if (job.io[r].send.extents() > 1) return true;
-  }
-  for (uint32_t k = 0; k < out.count; ++k) {
-    if (job.io[out.first + k].recv.extents() > 1) return true;
-  }
-  return false;
-}
-
 // A piece of m elements at input offset in_o and output offset o, cut where
 // an input or output extent ends, so that the kernels read and write it in
 // place: a piece across a page of a guest's buffer would be gathered into
@@ -210,7 +199,6 @@ void RunReduceBlock(const Job& job, uint64_t unit, uint64_t off, uint64_t n) {
     t_scratch.recv_hint.resize(job.nranks);
   }
   const Outputs out = OutputsOf(job, unit);
-  const bool fragmented = Fragmented(job, out);
   const uint64_t piece = std::max<uint64_t>(1, AccPieceBytes(job.nranks) / job.kernel->acc_size);
   const uint64_t lead = LeadElems(job, out.first, off, n);
   void* acc = Ensure(t_scratch.acc, std::min(n, lead + piece) * job.kernel->acc_size);
@@ -219,7 +207,7 @@ void RunReduceBlock(const Job& job, uint64_t unit, uint64_t off, uint64_t n) {
     const uint64_t o = off + done * es;
     // Reduce-scatter: unit is the rank that receives this range.
     const uint64_t in_o = job.op == Op::kReduceScatter ? unit * stride + o : o;
-    if (fragmented) m = CutAtExtents(job, out, in_o, o, m);
+    if (job.fragmented) m = CutAtExtents(job, out, in_o, o, m);
     ReduceInto(job, in_o, m, acc);
     uint8_t* converted = nullptr;
     for (uint32_t k = 0; k < out.count; ++k) StoreTo(job, out.first + k, o, m, acc, &converted);
@@ -261,6 +249,9 @@ void Layout(Job& job, uint64_t block_bytes) {
     }
   }
   job.total_bytes = TouchedBytes(job);
+  job.fragmented = std::any_of(job.io.begin(), job.io.end(), [](const RankIo& io) {
+    return io.send.extents() > 1 || io.recv.extents() > 1;
+  });
   if (job.op == Op::kBarrier || job.count == 0 || job.esize == 0) {
     job.block_elems = job.blocks_per_unit = job.nblocks = 0;
     return;

@@ -32,11 +32,6 @@ size_t SpanList::Find(uint64_t off, size_t* hint) const {
   return *hint;
 }
 
-uint8_t* SpanList::Contiguous(uint64_t off, uint64_t len) const {
-  size_t hint = 0;
-  return Contiguous(off, len, &hint);
-}
-
 uint8_t* SpanList::Contiguous(uint64_t off, uint64_t len, size_t* hint) const {
   if (len == 0 || off >= size_) return nullptr;
   const size_t i = Find(off, hint);

@@ -21,11 +21,10 @@ class SpanList {
   uint64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
-  // The bytes [off, off + len) when they lie in one extent, else nullptr.
-  uint8_t* Contiguous(uint64_t off, uint64_t len) const;
-  // The same, and the bytes from off to the end of its extent (0 when off
-  // is past the end), starting from *hint: the extent the caller's last
-  // lookup found (any value is safe; it is checked). A walk through the list
+  // The bytes [off, off + len) when they lie in one extent, else nullptr;
+  // and the bytes from off to the end of its extent (0 when off is past the
+  // end). Both start from *hint: the extent the caller's last lookup found
+  // (any value is safe; it is checked). A walk through the list
   // in order, as a block's pieces make, then finds each extent without a
   // search; a guest's buffer arrives as one extent per page it does not have
   // contiguous, thousands for a large one. Both update *hint.

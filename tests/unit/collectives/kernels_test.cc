@@ -88,10 +88,11 @@ TEST(CollectivesKernels, SpanListAddressesAcrossExtents) {
   IoVec v = {{a.data(), a.size()}, {b.data(), 0}, {c.data(), c.size()}, {d.data(), d.size()}};
   internal::SpanList s(v);
   EXPECT_EQ(s.size(), 16u);
-  EXPECT_EQ(s.Contiguous(0, 5), a.data());
-  EXPECT_EQ(s.Contiguous(4, 2), nullptr);
-  EXPECT_EQ(s.Contiguous(6, 2), c.data() + 1);
-  EXPECT_EQ(s.Contiguous(8, 8), d.data());
+  size_t hint = 0;
+  EXPECT_EQ(s.Contiguous(0, 5, &hint), a.data());
+  EXPECT_EQ(s.Contiguous(4, 2, &hint), nullptr);
+  EXPECT_EQ(s.Contiguous(6, 2, &hint), c.data() + 1);
+  EXPECT_EQ(s.Contiguous(8, 8, &hint), d.data());
   std::vector<uint8_t> in(16);
   for (int i = 0; i < 16; ++i) in[i] = uint8_t(i + 1);
   s.Write(0, in.data(), 16);
