@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <numeric>
 #include <random>
 
 namespace hz::testing {
@@ -112,7 +113,7 @@ uint32_t HzClient::Register(uint64_t size, int pieces, uint32_t flags, GuestBuff
     lengths.push_back(std::min(n, left));
     left -= lengths.back();
   }
-  return RegisterPieces(size, lengths, flags, out);
+  return RegisterPieces(lengths, flags, out);
 }
 
 uint32_t HzClient::RegisterInExtents(uint64_t size, uint64_t extent_bytes, uint32_t flags,
@@ -121,13 +122,13 @@ uint32_t HzClient::RegisterInExtents(uint64_t size, uint64_t extent_bytes, uint3
   for (uint64_t left = size; left > 0; left -= lengths.back()) {
     lengths.push_back(std::min(std::max<uint64_t>(1, extent_bytes), left));
   }
-  return RegisterPieces(size, lengths, flags, out);
+  return RegisterPieces(lengths, flags, out);
 }
 
-uint32_t HzClient::RegisterPieces(uint64_t size, const std::vector<uint64_t>& lengths,
-                                  uint32_t flags, GuestBuffer* out) {
+uint32_t HzClient::RegisterPieces(const std::vector<uint64_t>& lengths, uint32_t flags,
+                                  GuestBuffer* out) {
   out->pieces.clear();
-  out->size = size;
+  out->size = std::accumulate(lengths.begin(), lengths.end(), uint64_t{0});
   std::vector<hz_extent> ext;
   for (uint64_t n : lengths) {
     uint64_t gpa = 0;
@@ -139,7 +140,7 @@ uint32_t HzClient::RegisterPieces(uint64_t size, const std::vector<uint64_t>& le
   hz_region_register_args a{};
   a.num_extents = static_cast<uint32_t>(ext.size());
   a.flags = flags;
-  a.total_len = size;
+  a.total_len = out->size;
   Reply r = Call(HZ_VQ_CONTROL, HZ_OP_REGION_REGISTER, &a, sizeof(a), ext.data(),
                  static_cast<uint32_t>(ext.size() * sizeof(hz_extent)));
   if (r.status == HZ_S_OK && r.result.size() >= 4) std::memcpy(&out->region, r.result.data(), 4);

@@ -114,9 +114,8 @@ class HzClient {
     void* resp = nullptr;
     uint32_t resp_len = 0;
   };
-  // Registers `size` bytes allocated as pieces of these lengths.
-  uint32_t RegisterPieces(uint64_t size, const std::vector<uint64_t>& lengths, uint32_t flags,
-                          GuestBuffer* out);
+  // Registers pieces of these lengths, each its own allocation.
+  uint32_t RegisterPieces(const std::vector<uint64_t>& lengths, uint32_t flags, GuestBuffer* out);
 
   vdev::frontend::VirtioUser dev_;
   hz_config config_{};
