@@ -8,13 +8,15 @@
 namespace hz::coll::internal {
 namespace {
 
-// Per-thread scratch: the accumulator and bounce buffers for blocks that
-// cross an extent boundary. Sized on first use, reused afterwards.
+// Per-thread scratch: the accumulator, the converted output, and bounce
+// buffers for elements split across extents and for all-to-all. Sized on
+// first use, reused afterwards.
 struct Scratch {
-  std::vector<uint64_t> acc, in, in2, in3, out, tmp;
-  // Per rank, the extent of its send and recv lists that the last lookup
-  // found (SpanList::Find's hint).
-  std::vector<size_t> send_hint, recv_hint;
+  std::vector<uint64_t> acc, in, out, tmp;
+  // A reduction block's position in every rank's input and in each output
+  // (placed afresh by each block; stale between blocks).
+  std::vector<SpanCursor> in_at, out_at;
+  std::vector<const uint8_t*> inputs;  // the current piece's, per rank
 };
 thread_local Scratch t_scratch;
 
@@ -54,89 +56,60 @@ uint64_t AccPieceBytes(uint32_t nranks) {
   return nranks <= 4 ? 2 * 1024 : 32 * 1024;
 }
 
-// Rank r's send bytes [off, off + bytes): in place when contiguous, else
-// gathered into the given scratch buffer.
-const uint8_t* SendBytes(const Job& job, uint32_t r, uint64_t off, uint64_t bytes,
-                         std::vector<uint64_t>& bounce) {
-  const SpanList& s = job.io[r].send;
-  const uint8_t* src = s.Contiguous(off, bytes, &t_scratch.send_hint[r]);
-  if (src != nullptr) return src;
-  uint8_t* b = Ensure(bounce, bytes);
-  s.Read(off, b, bytes);
-  return b;
-}
-
-// acc = reduction over ranks, in rank order, of n elements at byte offset off
-// of every rank's send buffer.
-void ReduceInto(const Job& job, uint64_t off, uint64_t n, void* acc) {
+// acc = reduction over ranks, in rank order, of n elements from each of the
+// p = job.nranks inputs.
+void ReduceInto(const Job& job, const uint8_t* const* in, uint64_t n, void* acc) {
   const ReduceKernel& k = *job.kernel;
-  const uint64_t bytes = n * job.esize;
-  if (job.nranks == 1) {
-    k.load(acc, SendBytes(job, 0, off, bytes, t_scratch.in), n);
+  const uint32_t p = job.nranks;
+  if (p == 1) {
+    k.load(acc, in[0], n);
     return;
   }
   // Up to four ranks per pass over the accumulator, in rank order: each
   // pass costs a read and a write of it, as much cache traffic as a rank's
   // input.
-  const uint32_t p = job.nranks;
   uint32_t r = 0;
   if (p >= 4) {
-    k.combine4(acc, SendBytes(job, 0, off, bytes, t_scratch.in),
-               SendBytes(job, 1, off, bytes, t_scratch.tmp),
-               SendBytes(job, 2, off, bytes, t_scratch.in2),
-               SendBytes(job, 3, off, bytes, t_scratch.in3), n);
+    k.combine4(acc, in[0], in[1], in[2], in[3], n);
     r = 4;
   } else {
-    k.combine(acc, SendBytes(job, 0, off, bytes, t_scratch.in),
-              SendBytes(job, 1, off, bytes, t_scratch.tmp), n);
+    k.combine(acc, in[0], in[1], n);
     r = 2;
   }
-  for (; r + 4 <= p; r += 4) {
-    k.accumulate4(acc, SendBytes(job, r, off, bytes, t_scratch.in),
-                  SendBytes(job, r + 1, off, bytes, t_scratch.tmp),
-                  SendBytes(job, r + 2, off, bytes, t_scratch.in2),
-                  SendBytes(job, r + 3, off, bytes, t_scratch.in3), n);
-  }
-  for (; r < p; ++r) k.accumulate(acc, SendBytes(job, r, off, bytes, t_scratch.in), n);
+  for (; r + 4 <= p; r += 4) k.accumulate4(acc, in[r], in[r + 1], in[r + 2], in[r + 3], n);
+  for (; r < p; ++r) k.accumulate(acc, in[r], n);
 }
 
-// Writes the finished accumulator to dst at off: straight into the extent
-// when it holds the whole range, else through a bounce buffer. Streamed
-// either way: a piece that straddles two extents (a buffer made of a guest's
-// pages, not starting on a page boundary) shares its lines with pieces that
-// stream, and a plain store into such a line costs its flush and re-read.
-void StoreTo(const Job& job, uint32_t r, uint64_t off, uint64_t n, const void* acc,
-             uint8_t** converted) {
-  const SpanList& dst = job.io[r].recv;
+// Writes the finished accumulator's n elements to out, or, where out is
+// nullptr (an element split across extents), to dst at off. Streamed either
+// way when the job streams: a split element shares its lines with pieces
+// that stream, and a plain store into such a line costs its flush and
+// re-read.
+void StoreTo(const Job& job, uint8_t* out, const SpanList& dst, uint64_t off, uint64_t n,
+             const void* acc, uint8_t** converted) {
   const uint64_t bytes = n * job.esize;
-  uint8_t* out = dst.Contiguous(off, bytes, &t_scratch.recv_hint[r]);
-  if (out != nullptr && job.stream_stores) {
-    // Finish once into cache (unless the accumulator already holds the
-    // output bytes), then stream to every destination.
-    if (job.kernel->store_copies) {
-      StreamCopy(out, static_cast<const uint8_t*>(acc), bytes);
+  // Finish once into cache (unless the accumulator already holds the output
+  // bytes), then copy to every destination; without streaming, finish
+  // straight into the destination.
+  const uint8_t* finished = static_cast<const uint8_t*>(acc);
+  if (!job.kernel->store_copies) {
+    if (out != nullptr && !job.stream_stores) {
+      job.kernel->store(out, acc, n, job.nranks);
       return;
     }
     if (*converted == nullptr) {
       *converted = Ensure(t_scratch.out, bytes);
       job.kernel->store(*converted, acc, n, job.nranks);
     }
-    StreamCopy(out, *converted, bytes);
-    return;
+    finished = *converted;
   }
-  if (out != nullptr) {
-    job.kernel->store(out, acc, n, job.nranks);
-    return;
+  if (out == nullptr) {
+    dst.Write(off, finished, bytes, job.stream_stores);
+  } else if (job.stream_stores) {
+    StreamCopy(out, finished, bytes);
+  } else {
+    std::memcpy(out, finished, bytes);
   }
-  if (job.kernel->store_copies) {
-    dst.Write(off, acc, bytes, job.stream_stores);
-    return;
-  }
-  if (*converted == nullptr) {
-    *converted = Ensure(t_scratch.out, bytes);
-    job.kernel->store(*converted, acc, n, job.nranks);
-  }
-  dst.Write(off, *converted, bytes, job.stream_stores);
 }
 
 // The ranks whose outputs a reduction writes: every rank's for an
@@ -158,59 +131,83 @@ Outputs OutputsOf(const Job& job, uint64_t unit) {
 }
 
 // Elements the first piece of a block takes beyond a whole piece, so that
-// later pieces start on a cache line of rank r's output: with streamed
+// later pieces start on a cache line of the output at out: with streamed
 // outputs, a line two pieces share is written in two parts at different
 // times, each part a partial-line write that costs the memory a read as well.
 // (Ranks whose outputs lie at different offsets from a line share this for
-// all but r; 0 when r's output does not start a line within an element.)
-uint64_t LeadElems(const Job& job, uint32_t r, uint64_t off, uint64_t n) {
-  if (!job.stream_stores) return 0;
-  const uint8_t* d = job.io[r].recv.Contiguous(off, 1, &t_scratch.recv_hint[r]);
-  if (d == nullptr) return 0;
-  const uint64_t lead_bytes = (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64;
+// all but the first; 0 when out does not start a line within an element.)
+uint64_t LeadElems(const Job& job, const uint8_t* out, uint64_t n) {
+  if (!job.stream_stores || out == nullptr) return 0;
+  const uint64_t lead_bytes = (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64;
   if (lead_bytes % job.esize != 0) return 0;
   return std::min(n, lead_bytes / job.esize);
 }
 
-// A piece of m elements at input offset in_o and output offset o, cut where
-// an input or output extent ends, so that the kernels read and write it in
-// place: a piece across a page of a guest's buffer would be gathered into
-// scratch from every input and scattered from it to every output. At least
-// one element (an element split across extents goes through scratch).
-uint64_t CutAtExtents(const Job& job, Outputs out, uint64_t in_o, uint64_t o, uint64_t m) {
-  uint64_t bytes = m * job.esize;
-  for (uint32_t r = 0; r < job.nranks; ++r) {
-    bytes = std::min(bytes, job.io[r].send.ExtentBytesFrom(in_o, &t_scratch.send_hint[r]));
-  }
-  for (uint32_t k = 0; k < out.count; ++k) {
-    const uint32_t r = out.first + k;
-    bytes = std::min(bytes, job.io[r].recv.ExtentBytesFrom(o, &t_scratch.recv_hint[r]));
-  }
-  return std::max<uint64_t>(1, bytes / job.esize);
+// Places the block's cursors: every rank's input at in_off, each output at
+// out_off.
+void StartCursors(const Job& job, Outputs out, uint64_t in_off, uint64_t out_off) {
+  Scratch& s = t_scratch;
+  s.in_at.clear();
+  s.out_at.clear();
+  for (uint32_t r = 0; r < job.nranks; ++r) s.in_at.emplace_back(job.io[r].send, in_off);
+  for (uint32_t k = 0; k < out.count; ++k)
+    s.out_at.emplace_back(job.io[out.first + k].recv, out_off);
+  s.inputs.resize(job.nranks);
+}
+
+// Elements from the cursors that every input and output holds in one
+// extent: a piece cut there is read and written in place, where a piece
+// across a page of a guest's buffer would be gathered into scratch from
+// every input and scattered from it to every output. 0 when an element is
+// split across extents.
+uint64_t InPlaceElems(const Job& job) {
+  uint64_t bytes = UINT64_MAX;
+  for (const SpanCursor& c : t_scratch.in_at) bytes = std::min(bytes, c.run());
+  for (const SpanCursor& c : t_scratch.out_at) bytes = std::min(bytes, c.run());
+  return bytes / job.esize;
+}
+
+void SkipCursors(uint64_t bytes) {
+  for (SpanCursor& c : t_scratch.in_at) c.Skip(bytes);
+  for (SpanCursor& c : t_scratch.out_at) c.Skip(bytes);
 }
 
 // One block of a reduction: n elements from byte offset off of the output
 // (of the input, for reduce-scatter, shifted to the unit's range), reduced
 // piece by piece in the accumulator and written from there.
 void RunReduceBlock(const Job& job, uint64_t unit, uint64_t off, uint64_t n) {
-  const uint64_t es = job.esize, stride = job.count * es;
-  if (t_scratch.send_hint.size() < job.nranks) {
-    t_scratch.send_hint.resize(job.nranks);
-    t_scratch.recv_hint.resize(job.nranks);
-  }
+  Scratch& s = t_scratch;
+  const uint64_t es = job.esize;
   const Outputs out = OutputsOf(job, unit);
+  // Reduce-scatter: unit is the rank that receives this range.
+  const uint64_t in_off = job.op == Op::kReduceScatter ? unit * job.count * es + off : off;
+  StartCursors(job, out, in_off, off);
   const uint64_t piece = std::max<uint64_t>(1, AccPieceBytes(job.nranks) / job.kernel->acc_size);
-  const uint64_t lead = LeadElems(job, out.first, off, n);
-  void* acc = Ensure(t_scratch.acc, std::min(n, lead + piece) * job.kernel->acc_size);
+  const uint64_t lead = LeadElems(job, s.out_at[0].data(), n);
+  void* acc = Ensure(s.acc, std::min(n, lead + piece) * job.kernel->acc_size);
   for (uint64_t done = 0, m = 0; done < n; done += m) {
     m = std::min(done == 0 ? lead + piece : piece, n - done);
-    const uint64_t o = off + done * es;
-    // Reduce-scatter: unit is the rank that receives this range.
-    const uint64_t in_o = job.op == Op::kReduceScatter ? unit * stride + o : o;
-    if (job.fragmented) m = CutAtExtents(job, out, in_o, o, m);
-    ReduceInto(job, in_o, m, acc);
+    const uint64_t in_place = InPlaceElems(job);
+    const bool split = in_place == 0;
+    if (split) {
+      // One element across extents: each rank's copy gathered into scratch.
+      m = 1;
+      uint8_t* gathered = Ensure(s.in, job.nranks * es);
+      for (uint32_t r = 0; r < job.nranks; ++r) {
+        job.io[r].send.Read(in_off + done * es, gathered + r * es, es);
+        s.inputs[r] = gathered + r * es;
+      }
+    } else {
+      m = std::min(m, in_place);
+      for (uint32_t r = 0; r < job.nranks; ++r) s.inputs[r] = s.in_at[r].data();
+    }
+    ReduceInto(job, s.inputs.data(), m, acc);
     uint8_t* converted = nullptr;
-    for (uint32_t k = 0; k < out.count; ++k) StoreTo(job, out.first + k, o, m, acc, &converted);
+    for (uint32_t k = 0; k < out.count; ++k) {
+      StoreTo(job, split ? nullptr : s.out_at[k].data(), job.io[out.first + k].recv,
+              off + done * es, m, acc, &converted);
+    }
+    SkipCursors(m * es);
   }
   if (job.stream_stores) StreamFence();
 }
@@ -249,9 +246,6 @@ void Layout(Job& job, uint64_t block_bytes) {
     }
   }
   job.total_bytes = TouchedBytes(job);
-  job.fragmented = std::any_of(job.io.begin(), job.io.end(), [](const RankIo& io) {
-    return io.send.extents() > 1 || io.recv.extents() > 1;
-  });
   if (job.op == Op::kBarrier || job.count == 0 || job.esize == 0) {
     job.block_elems = job.blocks_per_unit = job.nblocks = 0;
     return;

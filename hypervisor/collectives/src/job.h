@@ -41,10 +41,7 @@ struct Job {
   uint64_t block_elems = 0;
   uint64_t blocks_per_unit = 0;  // blocks over one count-sized range
   uint64_t nblocks = 0;
-  uint64_t total_bytes = 0;  // bytes read plus written, for costs and plans
-  // Some rank's send or recv has several extents (a guest's pages): a
-  // reduction then cuts its pieces where extents end.
-  bool fragmented = false;
+  uint64_t total_bytes = 0;                          // bytes read plus written, for costs and plans
   std::vector<std::pair<uint32_t, uint32_t>> pairs;  // all-to-all: rank pairs i <= j
 
   // Execution plan and progress.

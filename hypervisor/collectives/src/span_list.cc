@@ -24,28 +24,6 @@ size_t SpanList::Find(uint64_t off) const {
   return static_cast<size_t>(it - starts_.begin()) - 1;
 }
 
-size_t SpanList::Find(uint64_t off, size_t* hint) const {
-  const auto holds = [&](size_t k) {
-    return k < spans_.size() && off >= starts_[k] && off - starts_[k] < spans_[k].len;
-  };
-  if (!holds(*hint)) *hint = holds(*hint + 1) ? *hint + 1 : Find(off);
-  return *hint;
-}
-
-uint8_t* SpanList::Contiguous(uint64_t off, uint64_t len, size_t* hint) const {
-  if (len == 0 || off >= size_) return nullptr;
-  const size_t i = Find(off, hint);
-  const uint64_t in = off - starts_[i];
-  if (spans_[i].len - in < len) return nullptr;
-  return spans_[i].data + in;
-}
-
-uint64_t SpanList::ExtentBytesFrom(uint64_t off, size_t* hint) const {
-  if (off >= size_) return 0;
-  const size_t i = Find(off, hint);
-  return spans_[i].len - (off - starts_[i]);
-}
-
 void SpanList::Read(uint64_t off, void* dst, uint64_t len) const {
   auto* out = static_cast<uint8_t*>(dst);
   if (len == 0) return;
@@ -78,6 +56,34 @@ void SpanList::Write(uint64_t off, const void* src, uint64_t len, bool stream) c
     in = 0;
     ++i;
   }
+}
+
+SpanCursor::SpanCursor(const SpanList& list, uint64_t off) : list_(&list) {
+  if (off >= list.size_) {
+    Enter(list.spans_.size(), 0);
+    return;
+  }
+  const size_t i = list.Find(off);
+  Enter(i, off - list.starts_[i]);
+}
+
+void SpanCursor::Enter(size_t i, uint64_t in) {
+  index_ = i;
+  if (i >= list_->spans_.size()) {
+    data_ = nullptr;
+    run_ = 0;
+    return;
+  }
+  data_ = list_->spans_[i].data + in;
+  run_ = list_->spans_[i].len - in;
+}
+
+void SpanCursor::SkipExtents(uint64_t n) {
+  n -= run_;
+  size_t i = index_ + 1;
+  const std::vector<IoSpan>& spans = list_->spans_;
+  while (i < spans.size() && n >= spans[i].len) n -= spans[i++].len;
+  Enter(i, n);
 }
 
 void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t soff, uint64_t len,

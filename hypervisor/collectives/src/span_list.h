@@ -21,15 +21,6 @@ class SpanList {
   uint64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
-  // The bytes [off, off + len) when they lie in one extent, else nullptr;
-  // and the bytes from off to the end of its extent (0 when off is past the
-  // end). Both start from *hint: the extent the caller's last lookup found
-  // (any value is safe; it is checked). A walk through the list
-  // in order, as a block's pieces make, then finds each extent without a
-  // search; a guest's buffer arrives as one extent per page it does not have
-  // contiguous, thousands for a large one. Both update *hint.
-  uint8_t* Contiguous(uint64_t off, uint64_t len, size_t* hint) const;
-  uint64_t ExtentBytesFrom(uint64_t off, size_t* hint) const;
   size_t extents() const { return spans_.size(); }
   // Copies between the list and contiguous memory, piece by piece. With
   // stream, Write uses non-temporal stores (src must not overlap the list;
@@ -41,15 +32,49 @@ class SpanList {
   const void* first_byte() const { return spans_.empty() ? nullptr : spans_[0].data; }
 
  private:
+  friend class SpanCursor;
   friend void CopySpans(const SpanList&, uint64_t, const SpanList&, uint64_t, uint64_t, bool);
   // Index of the extent holding byte off (off < size_).
   size_t Find(uint64_t off) const;
-  // The same, trying *hint and the extent after it first; updates *hint.
-  size_t Find(uint64_t off, size_t* hint) const;
 
   std::vector<IoSpan> spans_;
   std::vector<uint64_t> starts_;  // logical offset of each extent
   uint64_t size_ = 0;
+};
+
+// A position in a SpanList that moves forward through it. A reduction walks
+// its buffers piece by piece, and a guest's buffer arrives as one extent per
+// page it does not have contiguous, thousands for a large one: from a cursor
+// each piece's address is an addition, where a lookup per buffer and piece
+// cost a sizeable part of the engine's time on such buffers.
+class SpanCursor {
+ public:
+  // At byte off of list (past its end when off >= list.size()); list must
+  // outlive the cursor.
+  SpanCursor(const SpanList& list, uint64_t off);
+
+  // The byte under the cursor, and the bytes from it to the end of its
+  // extent (nullptr and 0 past the end of the list).
+  uint8_t* data() const { return data_; }
+  uint64_t run() const { return run_; }
+  // Moves n bytes on, across as many extents as that takes.
+  void Skip(uint64_t n) {
+    if (n < run_) {
+      data_ += n;
+      run_ -= n;
+    } else {
+      SkipExtents(n);
+    }
+  }
+
+ private:
+  void SkipExtents(uint64_t n);  // n >= run_
+  void Enter(size_t i, uint64_t in);
+
+  const SpanList* list_ = nullptr;
+  size_t index_ = 0;
+  uint8_t* data_ = nullptr;
+  uint64_t run_ = 0;
 };
 
 // dst[doff, doff + len) = src[soff, soff + len), piece by piece with memmove,

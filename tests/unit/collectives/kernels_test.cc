@@ -88,11 +88,12 @@ TEST(CollectivesKernels, SpanListAddressesAcrossExtents) {
   IoVec v = {{a.data(), a.size()}, {b.data(), 0}, {c.data(), c.size()}, {d.data(), d.size()}};
   internal::SpanList s(v);
   EXPECT_EQ(s.size(), 16u);
-  size_t hint = 0;
-  EXPECT_EQ(s.Contiguous(0, 5, &hint), a.data());
-  EXPECT_EQ(s.Contiguous(4, 2, &hint), nullptr);
-  EXPECT_EQ(s.Contiguous(6, 2, &hint), c.data() + 1);
-  EXPECT_EQ(s.Contiguous(8, 8, &hint), d.data());
+  internal::SpanCursor at(s, 4);
+  EXPECT_EQ(at.data(), a.data() + 4);
+  EXPECT_EQ(at.run(), 1u);
+  at.Skip(2);  // across the end of a and the empty extent
+  EXPECT_EQ(at.data(), c.data() + 1);
+  EXPECT_EQ(at.run(), 2u);
   std::vector<uint8_t> in(16);
   for (int i = 0; i < 16; ++i) in[i] = uint8_t(i + 1);
   s.Write(0, in.data(), 16);
@@ -103,9 +104,10 @@ TEST(CollectivesKernels, SpanListAddressesAcrossExtents) {
   EXPECT_EQ(out, std::vector<uint8_t>({4, 5, 6, 7, 8, 9, 10}));
 }
 
-// Lookups from a hint give what a search gives, whatever the hint holds:
-// the extent found last, its neighbour, one far behind or ahead, or garbage.
-TEST(CollectivesKernels, SpanListHintedLookupsMatchSearch) {
+// A cursor placed anywhere and moved on by any step stands where a search
+// from the start would put it: steps within an extent, to its end, and over
+// whole extents, as a reduction's pieces move.
+TEST(CollectivesKernels, SpanCursorStandsWhereASearchWould) {
   std::vector<uint8_t> arena(64);
   IoVec v = {{arena.data(), 5},
              {arena.data() + 8, 0},
@@ -122,18 +124,20 @@ TEST(CollectivesKernels, SpanListHintedLookupsMatchSearch) {
       arena.data() + 10, arena.data() + 11, arena.data() + 12, arena.data() + 20, arena.data() + 21,
       arena.data() + 22, arena.data() + 23, arena.data() + 24, arena.data() + 25, arena.data() + 26,
       arena.data() + 27, arena.data() + 40};
-  for (size_t start_hint : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{9}, SIZE_MAX}) {
-    size_t hint = start_hint;
-    for (uint64_t off = 0; off < 17; ++off) {  // forward, as a block's pieces walk
-      EXPECT_EQ(s.ExtentBytesFrom(off, &hint), left[off]) << "off " << off;
-      EXPECT_EQ(s.Contiguous(off, 1, &hint), at[off]) << "off " << off;
-      EXPECT_EQ(s.Contiguous(off, left[off] + 1, &hint), nullptr) << "off " << off;
+  for (uint64_t start = 0; start <= 17; ++start) {
+    for (uint64_t step = 1; step <= 17; ++step) {
+      internal::SpanCursor c(s, start);
+      for (uint64_t off = start;; off += step) {
+        if (off >= 17) {
+          EXPECT_EQ(c.data(), nullptr) << "start " << start << " step " << step;
+          EXPECT_EQ(c.run(), 0u);
+          break;
+        }
+        EXPECT_EQ(c.data(), at[off]) << "start " << start << " step " << step << " off " << off;
+        EXPECT_EQ(c.run(), left[off]) << "start " << start << " step " << step << " off " << off;
+        c.Skip(step);
+      }
     }
-    for (uint64_t off = 17; off-- > 0;) {  // and backward
-      EXPECT_EQ(s.ExtentBytesFrom(off, &hint), left[off]) << "off " << off;
-    }
-    EXPECT_EQ(s.ExtentBytesFrom(17, &hint), 0u);
-    EXPECT_EQ(s.Contiguous(17, 1, &hint), nullptr);
   }
 }
 
