@@ -16,7 +16,6 @@ struct Scratch {
   // A reduction block's position in every rank's input and in each output
   // (placed afresh by each block; stale between blocks).
   std::vector<SpanCursor> in_at, out_at;
-  std::vector<const uint8_t*> inputs;  // the current piece's, per rank
 };
 thread_local Scratch t_scratch;
 
@@ -56,62 +55,6 @@ uint64_t AccPieceBytes(uint32_t nranks) {
   return nranks <= 4 ? 2 * 1024 : 32 * 1024;
 }
 
-// acc = reduction over ranks, in rank order, of n elements from each of the
-// p = job.nranks inputs.
-void ReduceInto(const Job& job, const uint8_t* const* in, uint64_t n, void* acc) {
-  const ReduceKernel& k = *job.kernel;
-  const uint32_t p = job.nranks;
-  if (p == 1) {
-    k.load(acc, in[0], n);
-    return;
-  }
-  // Up to four ranks per pass over the accumulator, in rank order: each
-  // pass costs a read and a write of it, as much cache traffic as a rank's
-  // input.
-  uint32_t r = 0;
-  if (p >= 4) {
-    k.combine4(acc, in[0], in[1], in[2], in[3], n);
-    r = 4;
-  } else {
-    k.combine(acc, in[0], in[1], n);
-    r = 2;
-  }
-  for (; r + 4 <= p; r += 4) k.accumulate4(acc, in[r], in[r + 1], in[r + 2], in[r + 3], n);
-  for (; r < p; ++r) k.accumulate(acc, in[r], n);
-}
-
-// Writes the finished accumulator's n elements to out, or, where out is
-// nullptr (an element split across extents), to dst at off. Streamed either
-// way when the job streams: a split element shares its lines with pieces
-// that stream, and a plain store into such a line costs its flush and
-// re-read.
-void StoreTo(const Job& job, uint8_t* out, const SpanList& dst, uint64_t off, uint64_t n,
-             const void* acc, uint8_t** converted) {
-  const uint64_t bytes = n * job.esize;
-  // Finish once into cache (unless the accumulator already holds the output
-  // bytes), then copy to every destination; without streaming, finish
-  // straight into the destination.
-  const uint8_t* finished = static_cast<const uint8_t*>(acc);
-  if (!job.kernel->store_copies) {
-    if (out != nullptr && !job.stream_stores) {
-      job.kernel->store(out, acc, n, job.nranks);
-      return;
-    }
-    if (*converted == nullptr) {
-      *converted = Ensure(t_scratch.out, bytes);
-      job.kernel->store(*converted, acc, n, job.nranks);
-    }
-    finished = *converted;
-  }
-  if (out == nullptr) {
-    dst.Write(off, finished, bytes, job.stream_stores);
-  } else if (job.stream_stores) {
-    StreamCopy(out, finished, bytes);
-  } else {
-    std::memcpy(out, finished, bytes);
-  }
-}
-
 // The ranks whose outputs a reduction writes: every rank's for an
 // all-reduce, else one (the root's, or the unit's for reduce-scatter).
 struct Outputs {
@@ -130,19 +73,6 @@ Outputs OutputsOf(const Job& job, uint64_t unit) {
   }
 }
 
-// Elements the first piece of a block takes beyond a whole piece, so that
-// later pieces start on a cache line of the output at out: with streamed
-// outputs, a line two pieces share is written in two parts at different
-// times, each part a partial-line write that costs the memory a read as well.
-// (Ranks whose outputs lie at different offsets from a line share this for
-// all but the first; 0 when out does not start a line within an element.)
-uint64_t LeadElems(const Job& job, const uint8_t* out, uint64_t n) {
-  if (!job.stream_stores || out == nullptr) return 0;
-  const uint64_t lead_bytes = (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64;
-  if (lead_bytes % job.esize != 0) return 0;
-  return std::min(n, lead_bytes / job.esize);
-}
-
 // Places the block's cursors: every rank's input at in_off, each output at
 // out_off.
 void StartCursors(const Job& job, Outputs out, uint64_t in_off, uint64_t out_off) {
@@ -152,62 +82,181 @@ void StartCursors(const Job& job, Outputs out, uint64_t in_off, uint64_t out_off
   for (uint32_t r = 0; r < job.nranks; ++r) s.in_at.emplace_back(job.io[r].send, in_off);
   for (uint32_t k = 0; k < out.count; ++k)
     s.out_at.emplace_back(job.io[out.first + k].recv, out_off);
-  s.inputs.resize(job.nranks);
 }
 
-// Elements from the cursors that every input and output holds in one
-// extent: a piece cut there is read and written in place, where a piece
-// across a page of a guest's buffer would be gathered into scratch from
-// every input and scattered from it to every output. 0 when an element is
-// split across extents.
-uint64_t InPlaceElems(const Job& job) {
-  uint64_t bytes = UINT64_MAX;
-  for (const SpanCursor& c : t_scratch.in_at) bytes = std::min(bytes, c.run());
-  for (const SpanCursor& c : t_scratch.out_at) bytes = std::min(bytes, c.run());
-  return bytes / job.esize;
+// Copies len bytes from or to the list at a cursor (a copy of it), across
+// extents: an element split between two of a guest's pages.
+void ReadAt(SpanCursor at, uint8_t* dst, uint64_t len) {
+  for (uint64_t n = 0; len > 0; len -= n, dst += n, at.Skip(n)) {
+    n = std::min(len, at.run());
+    std::memcpy(dst, at.data(), n);
+  }
 }
 
-void SkipCursors(uint64_t bytes) {
-  for (SpanCursor& c : t_scratch.in_at) c.Skip(bytes);
-  for (SpanCursor& c : t_scratch.out_at) c.Skip(bytes);
+void WriteAt(SpanCursor at, const uint8_t* src, uint64_t len, bool stream) {
+  for (uint64_t n = 0; len > 0; len -= n, src += n, at.Skip(n)) {
+    n = std::min(len, at.run());
+    if (stream) {
+      StreamCopy(at.data(), src, n);
+    } else {
+      std::memcpy(at.data(), src, n);
+    }
+  }
+}
+
+// Elements of the piece that starts at the cursors: a whole piece, or what
+// is left of the block. With streamed outputs, stretched to end on a cache
+// line of the first output, so that no line is written in two parts at
+// different times, each part a partial-line write that costs the memory a
+// read as well. (Outputs at other offsets from a line share this for all but
+// the first.)
+uint64_t PieceElems(const Job& job, uint64_t piece, uint64_t left) {
+  const uint64_t m = std::min(piece, left);
+  if (!job.stream_stores || m == left) return m;
+  SpanCursor end = t_scratch.out_at[0];
+  end.Skip(m * job.esize);
+  const uint64_t to_line = (64 - reinterpret_cast<uintptr_t>(end.data()) % 64) % 64;
+  if (to_line % job.esize != 0) return m;
+  return std::min(left, m + to_line / job.esize);
+}
+
+// One pass of the kernel over the accumulator, with the inputs of up to four
+// ranks.
+enum class Pass { kLoad, kCombine, kCombine4, kAccumulate, kAccumulate4 };
+
+uint32_t RanksOf(Pass pass) {
+  switch (pass) {
+    case Pass::kLoad:
+    case Pass::kAccumulate:
+      return 1;
+    case Pass::kCombine:
+      return 2;
+    default:
+      return 4;
+  }
+}
+
+void RunPass(const ReduceKernel& k, Pass pass, void* acc, const uint8_t* const* in, uint64_t n) {
+  switch (pass) {
+    case Pass::kLoad:
+      return k.load(acc, in[0], n);
+    case Pass::kCombine:
+      return k.combine(acc, in[0], in[1], n);
+    case Pass::kCombine4:
+      return k.combine4(acc, in[0], in[1], in[2], in[3], n);
+    case Pass::kAccumulate:
+      return k.accumulate(acc, in[0], n);
+    case Pass::kAccumulate4:
+      return k.accumulate4(acc, in[0], in[1], in[2], in[3], n);
+  }
+}
+
+// A pass over the piece's m elements with the inputs of RanksOf(pass) ranks
+// from first, at their cursors, which it moves on: in runs that each of those inputs holds
+// in one extent, so each input streams the whole piece in one go however its
+// extents fall (cutting the piece for every rank's extents would shorten the
+// runs of all 2p streams to the shortest extent's).
+void ReducePass(const Job& job, Pass pass, uint32_t first, uint64_t m, uint8_t* acc) {
+  Scratch& s = t_scratch;
+  const uint64_t es = job.esize, as = job.kernel->acc_size;
+  const uint32_t ranks = RanksOf(pass);
+  const uint8_t* in[4];
+  for (uint64_t done = 0, run = 0; done < m; done += run) {
+    run = m - done;
+    for (uint32_t i = 0; i < ranks; ++i) run = std::min(run, s.in_at[first + i].run() / es);
+    if (run == 0) {
+      // An element split across extents: each rank's copy gathered.
+      run = 1;
+      uint8_t* gathered = Ensure(s.in, ranks * es);
+      for (uint32_t i = 0; i < ranks; ++i) {
+        ReadAt(s.in_at[first + i], gathered + i * es, es);
+        in[i] = gathered + i * es;
+      }
+    } else {
+      for (uint32_t i = 0; i < ranks; ++i) in[i] = s.in_at[first + i].data();
+    }
+    RunPass(*job.kernel, pass, acc + done * as, in, run);
+    for (uint32_t i = 0; i < ranks; ++i) s.in_at[first + i].Skip(run * es);
+  }
+}
+
+// acc = reduction over ranks, in rank order, of the m elements at the input
+// cursors. Up to four ranks per pass over the accumulator: each pass costs a
+// read and a write of it, as much cache traffic as a rank's input.
+void ReducePiece(const Job& job, uint64_t m, uint8_t* acc) {
+  const uint32_t p = job.nranks;
+  uint32_t r = 0;
+  if (p == 1) {
+    ReducePass(job, Pass::kLoad, 0, m, acc);
+    return;
+  }
+  if (p >= 4) {
+    ReducePass(job, Pass::kCombine4, 0, m, acc);
+    r = 4;
+  } else {
+    ReducePass(job, Pass::kCombine, 0, m, acc);
+    r = 2;
+  }
+  for (; r + 4 <= p; r += 4) ReducePass(job, Pass::kAccumulate4, r, m, acc);
+  for (; r < p; ++r) ReducePass(job, Pass::kAccumulate, r, m, acc);
+}
+
+// Writes the piece's m finished elements to every output at its cursor,
+// extent run by extent run, and moves the cursors on. Streamed when the job
+// streams: finished once into cache (unless the accumulator already holds the
+// output bytes), then copied to every output. Otherwise finished straight
+// into each output.
+void StorePiece(const Job& job, uint64_t m, const uint8_t* acc) {
+  Scratch& s = t_scratch;
+  const ReduceKernel& k = *job.kernel;
+  const uint64_t es = job.esize, as = k.acc_size;
+  const bool direct = !k.store_copies && !job.stream_stores;
+  const uint8_t* finished = acc;
+  if (!k.store_copies && !direct) {
+    uint8_t* converted = Ensure(s.out, m * es);
+    k.store(converted, acc, m, job.nranks);
+    finished = converted;
+  }
+  for (SpanCursor& at : s.out_at) {
+    for (uint64_t done = 0, run = 0; done < m; done += run) {
+      run = std::min(m - done, at.run() / es);
+      if (run == 0) {
+        // An element split across extents: finished, then written in parts.
+        run = 1;
+        const uint8_t* element = finished + done * es;
+        if (direct) {
+          uint8_t* one = Ensure(s.tmp, es);
+          k.store(one, acc + done * as, 1, job.nranks);
+          element = one;
+        }
+        WriteAt(at, element, es, job.stream_stores);
+      } else if (direct) {
+        k.store(at.data(), acc + done * as, run, job.nranks);
+      } else if (job.stream_stores) {
+        StreamCopy(at.data(), finished + done * es, run * es);
+      } else {
+        std::memcpy(at.data(), finished + done * es, run * es);
+      }
+      at.Skip(run * es);
+    }
+  }
 }
 
 // One block of a reduction: n elements from byte offset off of the output
 // (of the input, for reduce-scatter, shifted to the unit's range), reduced
 // piece by piece in the accumulator and written from there.
 void RunReduceBlock(const Job& job, uint64_t unit, uint64_t off, uint64_t n) {
-  Scratch& s = t_scratch;
   const uint64_t es = job.esize;
-  const Outputs out = OutputsOf(job, unit);
   // Reduce-scatter: unit is the rank that receives this range.
   const uint64_t in_off = job.op == Op::kReduceScatter ? unit * job.count * es + off : off;
-  StartCursors(job, out, in_off, off);
+  StartCursors(job, OutputsOf(job, unit), in_off, off);
   const uint64_t piece = std::max<uint64_t>(1, AccPieceBytes(job.nranks) / job.kernel->acc_size);
-  const uint64_t lead = LeadElems(job, s.out_at[0].data(), n);
-  void* acc = Ensure(s.acc, std::min(n, lead + piece) * job.kernel->acc_size);
+  // A piece stretched to a line takes fewer than 64 more elements.
+  uint8_t* acc = Ensure(t_scratch.acc, std::min(n, piece + 63) * job.kernel->acc_size);
   for (uint64_t done = 0, m = 0; done < n; done += m) {
-    m = std::min(done == 0 ? lead + piece : piece, n - done);
-    const uint64_t in_place = InPlaceElems(job);
-    const bool split = in_place == 0;
-    if (split) {
-      // One element across extents: each rank's copy gathered into scratch.
-      m = 1;
-      uint8_t* gathered = Ensure(s.in, job.nranks * es);
-      for (uint32_t r = 0; r < job.nranks; ++r) {
-        job.io[r].send.Read(in_off + done * es, gathered + r * es, es);
-        s.inputs[r] = gathered + r * es;
-      }
-    } else {
-      m = std::min(m, in_place);
-      for (uint32_t r = 0; r < job.nranks; ++r) s.inputs[r] = s.in_at[r].data();
-    }
-    ReduceInto(job, s.inputs.data(), m, acc);
-    uint8_t* converted = nullptr;
-    for (uint32_t k = 0; k < out.count; ++k) {
-      StoreTo(job, split ? nullptr : s.out_at[k].data(), job.io[out.first + k].recv,
-              off + done * es, m, acc, &converted);
-    }
-    SkipCursors(m * es);
+    m = PieceElems(job, piece, n - done);
+    ReducePiece(job, m, acc);
+    StorePiece(job, m, acc);
   }
   if (job.stream_stores) StreamFence();
 }

@@ -273,6 +273,42 @@ TEST_P(CollectivesMatrix, MatchesReference) {
   }
 }
 
+// Reductions whose blocks hold many accumulator pieces, with streamed
+// outputs: pieces stretched to an output's cache line and passes that read
+// each input across its extents, on layouts whose extents split elements.
+TEST(CollectivesPieces, ManyPiecesPerBlockMatchReference) {
+  EngineOptions o;
+  o.worker_threads = 2;
+  o.inline_max_bytes = 0;
+  o.block_bytes = 256 * 1024;
+  o.stream_min_bytes = 1;
+  Fixture fx(o);
+  uint32_t seed = 1;
+  for (uint32_t p : {2u, 3u, 5u, 8u}) {
+    std::vector<std::unique_ptr<Prepared>> batch;
+    for (Op op : {Op::kAllReduce, Op::kReduce, Op::kReduceScatter}) {
+      // fp32 sums finish in the accumulator; bf16 and averages convert it.
+      const std::pair<uint8_t, uint8_t> kinds[] = {
+          {HZ_FP32, HZ_SUM}, {HZ_BF16, HZ_SUM}, {HZ_FP64, HZ_AVG}};
+      for (auto [dtype, redop] : kinds) {
+        for (bool in_place : {false, true}) {
+          batch.push_back(Prepare(fx, Case{op, dtype, redop, p, 40001, in_place, seed++}));
+        }
+      }
+    }
+    for (auto& pr : batch) {
+      for (uint32_t r = 0; r < p; ++r) {
+        fx.engine().Post(fx.Comm(p)[r], pr->descs[r], pr->waiters[r].Callback());
+      }
+    }
+    for (auto& pr : batch) Verify(*pr);
+    for (auto& pr : batch) {
+      for (auto& w : pr->waiters) w.Wait();
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 std::string ParamName(const ::testing::TestParamInfo<std::tuple<Op, uint8_t>>& info) {
   static const char* kTypes[] = {"int8",   "uint8", "int32", "uint32", "int64",
                                  "uint64", "fp16",  "fp32",  "fp64",   "bf16"};
