@@ -8,10 +8,12 @@
 #include <cstring>
 
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 
 #include "notify_fd.h"
 #include "spdlog/spdlog.h"
+#include "vdev/post_batch.h"
 
 namespace vdev {
 
@@ -88,11 +90,21 @@ void Connection::Close(std::string reason) {
 }
 
 void Connection::Post(std::function<void()> fn) {
-  asio::post(strand_, [self = shared_from_this(), fn = std::move(fn)] {
+  auto run = [self = shared_from_this(), fn = std::move(fn)] {
     if (self->closed_) return;
     fn();
     // Completions of a draining ring arrive this way.
     self->MaybeFinishStop();
+  };
+  if (!PostBatch::Open()) {
+    asio::post(strand_, std::move(run));
+    return;
+  }
+  // The batch's handler runs on the connection thread, where dispatch enters
+  // the strand at once (or queues run behind it, should another thread of
+  // the io_context be in it).
+  PostBatch::Post(io_, [strand = strand_, run = std::move(run)]() mutable {
+    asio::dispatch(strand, std::move(run));
   });
 }
 
