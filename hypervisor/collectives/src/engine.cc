@@ -204,14 +204,21 @@ void EngineImpl::Deliver(TenantId tenant, Completions& c) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.tenants[tenant].ops_failed += failed;
   }
-  for (auto& [fn, st] : c.ops) {
-    if (fn) fn(st);
-  }
-  for (auto& [fn, st] : c.inits) {
-    if (fn) fn(st, nullptr);
-  }
-  for (auto& [fn, m] : c.joined) {
-    if (fn) fn(Status::Ok(), std::move(m));
+  const auto deliver = [&c] {
+    for (auto& [fn, st] : c.ops) {
+      if (fn) fn(st);
+    }
+    for (auto& [fn, st] : c.inits) {
+      if (fn) fn(st, nullptr);
+    }
+    for (auto& [fn, m] : c.joined) {
+      if (fn) fn(Status::Ok(), std::move(m));
+    }
+  };
+  if (opts_.deliver_batch) {
+    opts_.deliver_batch(deliver);
+  } else {
+    deliver();
   }
   c = Completions{};
 }

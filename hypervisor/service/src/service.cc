@@ -21,6 +21,7 @@
 #include "maintenance.h"
 #include "metrics_server.h"
 #include "spdlog/spdlog.h"
+#include "vdev/post_batch.h"
 #include "vdev/server.h"
 
 namespace hz::service {
@@ -165,6 +166,12 @@ hz::Status Service::Start() {
   idle_guard_ = BulkIdleGuardOf(config_);
   eo.idle_guard = idle_guard_;
   eo.waiting_window_ms = config_.conditions.congestion_window_s * 1000;
+  // An operation's completions wake each connection thread once, however
+  // many of its VMs the operation had.
+  eo.deliver_batch = [](const std::function<void()>& deliver) {
+    vdev::PostBatch batch;
+    deliver();
+  };
   coll_ = std::make_unique<EngineBackend>(eo);
   if (config_.cluster.enabled) {
     // Communicators may span hosts: the engine serves the ranks on this host.

@@ -108,6 +108,11 @@ struct EngineOptions {
   // its outputs evicted before anyone reads them, and regular stores would
   // first read every output line from memory.
   uint64_t stream_min_bytes = DefaultStreamMinBytes();
+  // Runs each delivery of completions (an operation's, to every rank; an
+  // abort's, to every waiter): a service whose callbacks wake other threads
+  // holds those wake-ups here until all are handed over (vdev::PostBatch).
+  // Empty: the callbacks just run.
+  std::function<void(const std::function<void()>& deliver)> deliver_batch;
 };
 
 // How an operation was executed (the micro-level choice).
