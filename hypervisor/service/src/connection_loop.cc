@@ -19,6 +19,10 @@ void KeepPolling(std::chrono::microseconds window) {
   if (t_on_loop) t_requested = std::max(t_requested, window);
 }
 
+bool OnConnectionLoop() {
+  return t_on_loop;
+}
+
 void RunConnectionLoop(boost::asio::io_context& io, std::chrono::microseconds base,
                        ConnectionLoopStats* stats) {
   t_on_loop = true;

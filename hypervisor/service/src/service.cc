@@ -166,9 +166,15 @@ hz::Status Service::Start() {
   idle_guard_ = BulkIdleGuardOf(config_);
   eo.idle_guard = idle_guard_;
   eo.waiting_window_ms = config_.conditions.congestion_window_s * 1000;
-  // An operation's completions wake each connection thread once, however
-  // many of its VMs the operation had.
+  // A worker's delivery of an operation's completions wakes each connection
+  // thread once, however many of its VMs the operation had. A connection
+  // thread that ran an operation itself delivers as it goes: its posts to
+  // its own VMs wake nothing, and other threads' start at once.
   eo.deliver_batch = [](const std::function<void()>& deliver) {
+    if (OnConnectionLoop()) {
+      deliver();
+      return;
+    }
     vdev::PostBatch batch;
     deliver();
   };

@@ -38,6 +38,9 @@ void RunConnectionLoop(boost::asio::io_context& io, std::chrono::microseconds ba
 // burst wins). Elsewhere it does nothing.
 void KeepPolling(std::chrono::microseconds window);
 
+// Whether the calling thread runs a connection loop.
+bool OnConnectionLoop();
+
 }  // namespace hz::service
 
 #endif  // HZ_SERVICE_CONNECTION_LOOP_H_
