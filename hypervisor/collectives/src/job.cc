@@ -152,10 +152,10 @@ void RunPass(const ReduceKernel& k, Pass pass, void* acc, const uint8_t* const* 
 }
 
 // A pass over the piece's m elements with the inputs of RanksOf(pass) ranks
-// from first, at their cursors, which it moves on: in runs that each of those inputs holds
-// in one extent, so each input streams the whole piece in one go however its
-// extents fall (cutting the piece for every rank's extents would shorten the
-// runs of all 2p streams to the shortest extent's).
+// from first, at their cursors, which it moves on: in runs that each of
+// those inputs holds in one extent, so each input streams the whole piece
+// in one go however its extents fall (cutting the piece for every rank's
+// extents would shorten the runs of all 2p streams to the shortest one's).
 void ReducePass(const Job& job, Pass pass, uint32_t first, uint64_t m, uint8_t* acc) {
   Scratch& s = t_scratch;
   const uint64_t es = job.esize, as = job.kernel->acc_size;

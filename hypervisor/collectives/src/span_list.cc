@@ -39,18 +39,14 @@ void SpanList::Read(uint64_t off, void* dst, uint64_t len) const {
   }
 }
 
-void SpanList::Write(uint64_t off, const void* src, uint64_t len, bool stream) const {
+void SpanList::Write(uint64_t off, const void* src, uint64_t len) const {
   const auto* from = static_cast<const uint8_t*>(src);
   if (len == 0) return;
   size_t i = Find(off);
   uint64_t in = off - starts_[i];
   while (len > 0) {
     uint64_t n = std::min<uint64_t>(len, spans_[i].len - in);
-    if (stream) {
-      StreamCopy(spans_[i].data + in, from, n);
-    } else {
-      std::memmove(spans_[i].data + in, from, n);
-    }
+    std::memmove(spans_[i].data + in, from, n);
     from += n;
     len -= n;
     in = 0;

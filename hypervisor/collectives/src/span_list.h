@@ -22,11 +22,9 @@ class SpanList {
   bool empty() const { return size_ == 0; }
 
   size_t extents() const { return spans_.size(); }
-  // Copies between the list and contiguous memory, piece by piece. With
-  // stream, Write uses non-temporal stores (src must not overlap the list;
-  // the caller fences).
+  // Copies between the list and contiguous memory, piece by piece.
   void Read(uint64_t off, void* dst, uint64_t len) const;
-  void Write(uint64_t off, const void* src, uint64_t len, bool stream = false) const;
+  void Write(uint64_t off, const void* src, uint64_t len) const;
 
   // Host address of the first byte, for NUMA placement; nullptr if empty.
   const void* first_byte() const { return spans_.empty() ? nullptr : spans_[0].data; }

@@ -141,27 +141,6 @@ TEST(CollectivesKernels, SpanCursorStandsWhereASearchWould) {
   }
 }
 
-// A streamed write across extents of a guest's pages (a buffer 4 bytes into
-// its first page) lands each byte where the list says, and nothing else.
-TEST(CollectivesKernels, SpanListStreamedWriteAcrossPages) {
-  std::vector<uint8_t> page0(4096, 0xee), page1(4096, 0xee), page2(4096, 0xee);
-  IoVec v = {{page0.data() + 4, 4092}, {page1.data(), 4096}, {page2.data(), 100}};
-  internal::SpanList s(v);
-  std::vector<uint8_t> in(3000);
-  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 13 + 5);
-  s.Write(2000, in.data(), in.size(), /*stream=*/true);
-  internal::StreamFence();
-  std::vector<uint8_t> back(in.size());
-  s.Read(2000, back.data(), back.size());
-  EXPECT_EQ(back, in);
-  // Untouched: page 0 before offset 2000, page 1 after the write's end.
-  EXPECT_TRUE(
-      std::all_of(page0.begin(), page0.begin() + 4 + 2000, [](uint8_t b) { return b == 0xee; }));
-  EXPECT_TRUE(std::all_of(page1.begin() + (2000 + 3000 - 4092), page1.end(),
-                          [](uint8_t b) { return b == 0xee; }));
-  EXPECT_TRUE(std::all_of(page2.begin(), page2.end(), [](uint8_t b) { return b == 0xee; }));
-}
-
 // Workers run below the threads that hand them work when asked to, so a
 // tenant's large reductions leave the CPU to everyone's small requests.
 // Its ends are written by overlapping 8-byte stores whatever the alignment:
