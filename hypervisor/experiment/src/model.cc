@@ -57,7 +57,7 @@ Status ApplyCalibration(const std::string& json_text, Model* model,
   std::vector<NamedFigure> figures = updated.Figures();
   for (const auto& [key, entry] : doc.items()) {
     auto it = std::find_if(figures.begin(), figures.end(),
-                           [&](const NamedFigure& f) { return key == f.key; });
+                           [&name = key](const NamedFigure& f) { return name == f.key; });
     if (it == figures.end()) return Status::InvalidArgument("calibration: unknown figure " + key);
     const nlohmann::json& v = entry.is_object() ? entry.value("value", nlohmann::json()) : entry;
     if (!v.is_number() || !(v.get<double>() > 0)) {
