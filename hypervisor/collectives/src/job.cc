@@ -84,26 +84,6 @@ void StartCursors(const Job& job, Outputs out, uint64_t in_off, uint64_t out_off
     s.out_at.emplace_back(job.io[out.first + k].recv, out_off);
 }
 
-// Copies len bytes from or to the list at a cursor (a copy of it), across
-// extents: an element split between two of a guest's pages.
-void ReadAt(SpanCursor at, uint8_t* dst, uint64_t len) {
-  for (uint64_t n = 0; len > 0; len -= n, dst += n, at.Skip(n)) {
-    n = std::min(len, at.run());
-    std::memcpy(dst, at.data(), n);
-  }
-}
-
-void WriteAt(SpanCursor at, const uint8_t* src, uint64_t len, bool stream) {
-  for (uint64_t n = 0; len > 0; len -= n, src += n, at.Skip(n)) {
-    n = std::min(len, at.run());
-    if (stream) {
-      StreamCopy(at.data(), src, n);
-    } else {
-      std::memcpy(at.data(), src, n);
-    }
-  }
-}
-
 // Elements of the piece that starts at the cursors: a whole piece, or what
 // is left of the block. With streamed outputs, stretched to end on a cache
 // line of the first output, so that no line is written in two parts at

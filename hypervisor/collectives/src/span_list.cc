@@ -25,33 +25,11 @@ size_t SpanList::Find(uint64_t off) const {
 }
 
 void SpanList::Read(uint64_t off, void* dst, uint64_t len) const {
-  auto* out = static_cast<uint8_t*>(dst);
-  if (len == 0) return;
-  size_t i = Find(off);
-  uint64_t in = off - starts_[i];
-  while (len > 0) {
-    uint64_t n = std::min<uint64_t>(len, spans_[i].len - in);
-    std::memmove(out, spans_[i].data + in, n);
-    out += n;
-    len -= n;
-    in = 0;
-    ++i;
-  }
+  ReadAt(SpanCursor(*this, off), dst, len);
 }
 
 void SpanList::Write(uint64_t off, const void* src, uint64_t len) const {
-  const auto* from = static_cast<const uint8_t*>(src);
-  if (len == 0) return;
-  size_t i = Find(off);
-  uint64_t in = off - starts_[i];
-  while (len > 0) {
-    uint64_t n = std::min<uint64_t>(len, spans_[i].len - in);
-    std::memmove(spans_[i].data + in, from, n);
-    from += n;
-    len -= n;
-    in = 0;
-    ++i;
-  }
+  WriteAt(SpanCursor(*this, off), src, len);
 }
 
 SpanCursor::SpanCursor(const SpanList& list, uint64_t off) : list_(&list) {
@@ -80,6 +58,26 @@ void SpanCursor::SkipExtents(uint64_t n) {
   const std::vector<IoSpan>& spans = list_->spans_;
   while (i < spans.size() && n >= spans[i].len) n -= spans[i++].len;
   Enter(i, n);
+}
+
+void ReadAt(SpanCursor at, void* dst, uint64_t len) {
+  auto* out = static_cast<uint8_t*>(dst);
+  for (uint64_t n = 0; len > 0; len -= n, out += n, at.Skip(n)) {
+    n = std::min(len, at.run());
+    std::memmove(out, at.data(), n);
+  }
+}
+
+void WriteAt(SpanCursor at, const void* src, uint64_t len, bool stream) {
+  const auto* from = static_cast<const uint8_t*>(src);
+  for (uint64_t n = 0; len > 0; len -= n, from += n, at.Skip(n)) {
+    n = std::min(len, at.run());
+    if (stream) {
+      StreamCopy(at.data(), from, n);
+    } else {
+      std::memmove(at.data(), from, n);
+    }
+  }
 }
 
 void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t soff, uint64_t len,

@@ -75,6 +75,13 @@ class SpanCursor {
   uint64_t run_ = 0;
 };
 
+// Copies len bytes between the list at a cursor and contiguous memory,
+// across as many extents as they span; the cursor is the caller's copy and
+// does not move. With stream, WriteAt uses non-temporal stores (src must not
+// overlap the list; the caller fences).
+void ReadAt(SpanCursor at, void* dst, uint64_t len);
+void WriteAt(SpanCursor at, const void* src, uint64_t len, bool stream = false);
+
 // dst[doff, doff + len) = src[soff, soff + len), piece by piece with memmove,
 // so identical or overlapping pieces are safe. With stream, pieces that do
 // not overlap use non-temporal stores (the caller fences).
