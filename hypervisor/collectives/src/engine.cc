@@ -146,10 +146,12 @@ EngineImpl::EngineImpl(EngineOptions opts) : opts_(opts) {
   if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
   sched_ = std::make_unique<Scheduler>(
       n, BulkPriority(opts_.worker_nice, opts_.idle_guard),
-      uint64_t{opts_.waiting_window_ms} * 1000000, [this] {
+      uint64_t{opts_.waiting_window_ms} * 1000000,
+      [this] {
         return static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(Now().time_since_epoch()).count());
-      });
+      },
+      std::chrono::microseconds(opts_.worker_poll_us));
   timer_ = NamedThread("hz-coll-timer", [this] { TimerLoop(); });
   spdlog::debug("collectives: engine with {} workers, kernels {}", n, KernelIsa());
 }
@@ -1014,8 +1016,14 @@ void EngineImpl::CheckTimeouts(const std::shared_ptr<Comm>& c, Clock::time_point
 }
 
 EngineStats EngineImpl::Stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  return stats_;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s = stats_;
+  }
+  s.worker_polls = sched_->polls();
+  s.worker_polled_tasks = sched_->polled_tasks();
+  return s;
 }
 
 std::vector<CommInfo> EngineImpl::Communicators() const {

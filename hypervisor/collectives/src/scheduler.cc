@@ -19,10 +19,12 @@ Scheduler::NowNs OrSteadyClock(Scheduler::NowNs now_ns) {
 }
 }  // namespace
 
-Scheduler::Scheduler(uint32_t threads, BulkPriority priority, uint64_t window_ns, NowNs now_ns)
+Scheduler::Scheduler(uint32_t threads, BulkPriority priority, uint64_t window_ns, NowNs now_ns,
+                     std::chrono::microseconds poll)
     : nthreads_(std::max(threads, 1u)),
       now_ns_(OrSteadyClock(std::move(now_ns))),
-      window_(window_ns, 10, now_ns_()) {
+      window_(window_ns, 10, now_ns_()),
+      poll_(std::max(poll, std::chrono::microseconds::zero())) {
   workers_.reserve(nthreads_);
   for (size_t i = 0; i < nthreads_; ++i) {
     workers_.push_back(ThreadAtNice(priority, "hz-coll-" + std::to_string(i), [this] { Run(); }));
@@ -34,6 +36,7 @@ Scheduler::~Scheduler() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  stopping_.store(true, std::memory_order_relaxed);  // ends a worker's poll
   cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -93,12 +96,48 @@ size_t Scheduler::queued() const {
   return queued_;
 }
 
+bool Scheduler::ShouldPoll(std::chrono::steady_clock::duration waited) const {
+  // The class is checked last: it costs a system call.
+  return poll_.count() > 0 && waited <= poll_ && ThisThreadInIdleClass();
+}
+
+bool Scheduler::PollUntil(std::chrono::steady_clock::time_point until) const {
+  for (unsigned spins = 1; waiting_.load(std::memory_order_relaxed) == 0; ++spins) {
+    if (spins % 64 == 0 &&
+        (std::chrono::steady_clock::now() >= until || stopping_.load(std::memory_order_relaxed))) {
+      return false;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  // A worker kept off its CPU past the budget finds a task it did not poll
+  // for: it would have slept, and a wake-up would have found it too.
+  return std::chrono::steady_clock::now() < until;
+}
+
 void Scheduler::Run() {
   t_on_worker = true;
+  std::chrono::steady_clock::duration waited =
+      std::chrono::steady_clock::duration::max();  // a new worker does not poll
+  auto idle_since = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return stop_ || queued_ > 0; });
+    bool found = false;
+    if (queued_ == 0 && !stop_ && ShouldPoll(waited)) {
+      lock.unlock();
+      polls_.fetch_add(1, std::memory_order_relaxed);
+      found = PollUntil(idle_since + poll_);
+      lock.lock();
+    }
+    bool slept = false;
+    while (!stop_ && queued_ == 0) {
+      slept = true;
+      cv_.wait(lock);
+    }
     if (queued_ == 0) return;  // stopping and drained
+    if (found && !slept) polled_tasks_.fetch_add(1, std::memory_order_relaxed);
+    waited = std::chrono::steady_clock::now() - idle_since;
     Flow* best = nullptr;
     for (auto& [key, f] : flows_) {
       if (!f.items.empty() && (best == nullptr || f.pass < best->pass)) best = &f;
@@ -117,6 +156,7 @@ void Scheduler::Run() {
     lock.lock();
     --running_;
     UpdateWaitingLocked();
+    idle_since = std::chrono::steady_clock::now();
   }
 }
 

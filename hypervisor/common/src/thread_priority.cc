@@ -18,6 +18,10 @@ void SetThisThreadNice(int nice) {
   if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
 }
 
+bool ThisThreadInIdleClass() {
+  return sched_getscheduler(0) == SCHED_IDLE;
+}
+
 void SetThisThreadPriority(const BulkPriority& priority) {
   if (priority.guard != nullptr && priority.nice >= 0 && priority.nice < kIdleClassNice) {
     priority.guard->EnrolThisThread(priority.nice);

@@ -4,10 +4,13 @@
 // make the order of blocks observable: each test reads how far the other
 // operation had got from a completion callback, which runs on that worker.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "harness.h"
+#include "hz/common/thread_priority.h"
 
 namespace hz::coll::testing {
 namespace {
@@ -251,6 +254,44 @@ TEST(CollectivesFairness, SmallCollectiveDoesNotWaitForBusyWorkers) {
   hold.Release();
   for (Waiter* w : {&b0, &b1}) EXPECT_EQ(w->Wait().code(), StatusCode::kOk);
   EXPECT_TRUE(small.Correct());
+}
+
+// Back-to-back operations, each on the workers, on a fresh engine whose
+// workers wait in the idle class and poll for `poll_us`; its stats after.
+EngineStats BackToBackOnPollingWorkers(uint32_t poll_us) {
+  EngineOptions o = OneWorker();
+  o.worker_nice = kIdleClassNice;
+  o.worker_poll_us = poll_us;
+  Engine e(o);
+  auto m = MakeComm(e, Tenant(1), 2);
+  SumOfOnes ops(4 * kBlockFloats);
+  for (uint64_t seq = 0; seq < 10; ++seq) {
+    const uint64_t polls = e.Stats().worker_polls;
+    Waiter w0, w1;
+    e.Post(m[0], ops.Desc(0, seq), w0.Callback());
+    e.Post(m[1], ops.Desc(1, seq), w1.Callback());
+    for (Waiter* w : {&w0, &w1}) EXPECT_EQ(w->Wait().code(), StatusCode::kOk);
+    EXPECT_TRUE(ops.Correct()) << "op " << seq;
+    // The next operation goes once the worker is back and polling: on a
+    // busy host it may come back only after the next one was posted, and
+    // then it has no need to poll.
+    for (int ms = 0; poll_us != 0 && ms < 1000 && e.Stats().worker_polls == polls; ++ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return e.Stats();
+}
+
+TEST(CollectivesFairness, IdleClassWorkersPollForBackToBackOperations) {
+  // A budget far above the gaps between operations, even on a host whose
+  // CPUs are busy enough to keep an idle-class worker waiting for one.
+  EngineStats polling = BackToBackOnPollingWorkers(10'000'000);
+  EXPECT_GT(polling.worker_polls, 0u);
+  EXPECT_GT(polling.worker_polled_tasks, 0u);
+  EXPECT_LE(polling.worker_polled_tasks, polling.worker_polls);
+  EngineStats sleeping = BackToBackOnPollingWorkers(0);
+  EXPECT_EQ(sleeping.worker_polls, 0u);
+  EXPECT_EQ(sleeping.worker_polled_tasks, 0u);
 }
 
 }  // namespace

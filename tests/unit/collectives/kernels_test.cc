@@ -8,6 +8,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include "harness.h"
 #include "hz/common/half.h"
+#include "hz/common/thread_priority.h"
 #include "scheduler.h"
 #include "span_list.h"
 #include "stream_copy.h"
@@ -194,6 +196,55 @@ TEST(CollectivesScheduler, WorkersRunAtTheNiceValueAsked) {
   EXPECT_EQ(seen, 7);
   // Only the workers: the thread that made the scheduler keeps its own.
   EXPECT_EQ(getpriority(PRIO_PROCESS, 0), before);
+}
+
+// Runs one task on the scheduler and waits for it; true when the worker
+// that ran it was in the idle class.
+bool RunOneTask(internal::Scheduler& sched) {
+  std::atomic<int> state{0};  // 1: ran in the idle class, 2: outside it
+  sched.Submit({Tenant(1), 0}, 1, 1, [&] { state = hz::ThisThreadInIdleClass() ? 1 : 2; });
+  while (state.load() == 0) std::this_thread::yield();
+  return state.load() == 1;
+}
+
+TEST(CollectivesScheduler, AnIdleClassWorkerPollsOnlyWhileTasksFollowWithinTheBudget) {
+  using std::chrono::milliseconds;
+  internal::Scheduler sched(1, hz::kIdleClassNice, 10'000'000'000, {}, milliseconds(1000));
+  if (!RunOneTask(sched)) GTEST_SKIP() << "the kernel kept the worker out of the idle class";
+  // A task soon after the last: the worker, polling since it finished that
+  // one, takes it without a wake-up. Each task is queued once the poll has
+  // begun (a busy host may keep the worker off its CPU for a while, and it
+  // must still be polling when it gets one back, so a few tries are
+  // allowed).
+  for (int i = 0; i < 10 && sched.polled_tasks() == 0; ++i) {
+    const uint64_t polls = sched.polls();
+    RunOneTask(sched);
+    for (int ms = 0; ms < 1000 && sched.polls() == polls; ++ms) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    RunOneTask(sched);
+  }
+  EXPECT_GE(sched.polls(), 1u);
+  EXPECT_GE(sched.polled_tasks(), 1u);
+  // Its poll ends with the budget; a task 2 s later wakes it, and since
+  // that wait was longer than the budget it does not poll after it: the
+  // next task, 1 ms later, wakes it too.
+  std::this_thread::sleep_for(milliseconds(2000));
+  const uint64_t polls = sched.polls();
+  const uint64_t polled = sched.polled_tasks();
+  RunOneTask(sched);
+  std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_EQ(sched.polls(), polls);
+  RunOneTask(sched);
+  EXPECT_EQ(sched.polled_tasks(), polled);
+}
+
+TEST(CollectivesScheduler, AWorkerOutsideTheIdleClassNeverPolls) {
+  // Polling there would take CPU time from the threads serving requests.
+  internal::Scheduler sched(1, 0, 10'000'000'000, {}, std::chrono::milliseconds(100));
+  for (int i = 0; i < 5; ++i) RunOneTask(sched);
+  EXPECT_EQ(sched.polls(), 0u);
+  EXPECT_EQ(sched.polled_tasks(), 0u);
 }
 
 TEST(CollectivesScheduler, CancelRemovesOnlyTasksNotYetTaken) {

@@ -71,6 +71,11 @@ struct EngineOptions {
   // When set, the workers wait in the idle class and take worker_nice only
   // while they starve (idle_class_guard.h).
   std::shared_ptr<IdleClassGuard> idle_guard;
+  // How long a worker in the idle class polls for the next task before it
+  // sleeps, while its last wait for one was no longer (scheduler.h): a
+  // tenant's back-to-back operations then start without waking a worker.
+  // 0: workers sleep at once.
+  uint32_t worker_poll_us = 0;
   uint32_t default_timeout_ms = 60000;  // when Constraints::timeout_ms is 0
   uint32_t max_ranks = 64;              // nranks above this is kInvalid
   uint32_t max_uids_per_tenant = 4096;  // NewUid beyond this is kLimit
@@ -150,6 +155,10 @@ struct EngineStats {
   uint64_t caller_finishes = 0;
   // Ops whose outputs went out with non-temporal stores (stream_min_bytes).
   uint64_t streamed = 0;
+  // Times a worker polled for its next task (worker_poll_us), and tasks one
+  // took at the end of such a poll, without a wake-up.
+  uint64_t worker_polls = 0;
+  uint64_t worker_polled_tasks = 0;
   uint64_t communicators = 0;  // live communicators
   std::map<TenantId, TenantStats> tenants;
 };

@@ -35,6 +35,10 @@ constexpr int kIdleClassNice = 20;
 // leaves it alone.
 void SetThisThreadNice(int nice);
 
+// True while the calling thread is in the idle class (it may leave it:
+// idle_class_guard.h lifts a starved thread out for a while).
+bool ThisThreadInIdleClass();
+
 // Names the calling thread, as ps -L, top -H, perf and
 // /proc/<pid>/task/<tid>/comm show it, so that an operator can tell which of
 // the service's threads takes the CPU. The kernel keeps 15 bytes; a longer
