@@ -94,6 +94,7 @@ void ReadCollectives(TableReader& r, ServiceConfig* c) {
   r.Int("unused_uid_lifetime_s", &c->coll_unused_uid_lifetime_s, 60, 7 * 86400);
   r.Int("worker_threads", &c->coll_worker_threads, 0, 256);
   r.Nice("worker_nice", &c->coll_worker_nice);
+  r.Int("worker_poll_us", &c->coll_worker_poll_us, 0, kMaxPollUs);
   r.Int("stream_min_bytes", &c->coll_stream_min_bytes, 0, kI64);
 }
 

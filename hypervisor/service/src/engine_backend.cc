@@ -128,6 +128,8 @@ BackendStats EngineBackend::Stats() const {
   }
   out.communicators = s.communicators;
   out.streamed = s.streamed;
+  out.worker_polls = s.worker_polls;
+  out.worker_polled_tasks = s.worker_polled_tasks;
   out.aborts = s.aborts;
   out.timeouts = s.timeouts;
   out.mismatches = s.mismatches;

@@ -181,6 +181,13 @@ void Metrics::Collect(const MetricsSnapshot& snap, prometheus::Registry* r) cons
              "Collectives whose outputs were written with non-temporal stores "
              "([collectives] stream_min_bytes).",
              e.streamed);
+  AddCounter(r, "hz_collective_worker_polls_total",
+             "Times a collective worker polled for its next task before sleeping "
+             "([collectives] worker_poll_us).",
+             e.worker_polls);
+  AddCounter(r, "hz_collective_worker_polled_tasks_total",
+             "Tasks a collective worker took at the end of a poll, without a wake-up.",
+             e.worker_polled_tasks);
   AddCounter(r, "hz_communicator_aborts_total", "Communicators aborted.", e.aborts);
   AddCounter(r, "hz_communicator_timeouts_total", "Communicators aborted by timeout.", e.timeouts);
   AddCounter(r, "hz_collective_mismatches_total", "Collectives whose ranks disagreed.",

@@ -162,6 +162,7 @@ hz::Status Service::Start() {
   eo.unused_uid_lifetime_ms = config_.coll_unused_uid_lifetime_s * 1000;
   eo.worker_threads = config_.coll_worker_threads;
   eo.worker_nice = static_cast<int>(config_.coll_worker_nice);
+  eo.worker_poll_us = config_.coll_worker_poll_us;
   if (config_.coll_stream_min_bytes) eo.stream_min_bytes = *config_.coll_stream_min_bytes;
   idle_guard_ = BulkIdleGuardOf(config_);
   eo.idle_guard = idle_guard_;

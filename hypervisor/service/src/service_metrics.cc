@@ -71,10 +71,15 @@ json Service::Counters() const {
     BackendStats s = coll_->Stats();
     json algos = json::object();
     for (const auto& [name, n] : s.algorithms) algos[name] = n;
-    out["engine"] = {{"algorithms", algos},        {"communicators", s.communicators},
-                     {"aborts", s.aborts},         {"timeouts", s.timeouts},
-                     {"mismatches", s.mismatches}, {"workers", s.workers},
-                     {"streamed", s.streamed}};
+    out["engine"] = {{"algorithms", algos},
+                     {"communicators", s.communicators},
+                     {"aborts", s.aborts},
+                     {"timeouts", s.timeouts},
+                     {"mismatches", s.mismatches},
+                     {"workers", s.workers},
+                     {"streamed", s.streamed},
+                     {"worker_polls", s.worker_polls},
+                     {"worker_polled_tasks", s.worker_polled_tasks}};
     if (!s.cross_host.empty()) {
       json x = json::object();
       for (const auto& [name, n] : s.cross_host) x[name] = n;

@@ -39,6 +39,9 @@
 //                           [--idle-s S]       (the idle window, default 10; 0: none)
 //                           [--no-idle-class]  (bulk threads at their nice values:
 //                                               bulk_idle_class = false)
+//                           [--worker-poll-us N] (the daemon's [collectives] worker_poll_us:
+//                                               how long its workers poll for their next
+//                                               task; 0: they sleep at once)
 //                           [--stream-min N]   (the daemon's [collectives] stream_min_bytes;
 //                                               0: no non-temporal stores)
 //                           [--extent-bytes N] (every send and recv region registered in
@@ -363,6 +366,7 @@ int main(int argc, char** argv) {
   JobOptions job_options;
   bool idle_class = true;     // the daemon's bulk_idle_class
   long long stream_min = -1;  // -1: the daemon's default
+  long worker_poll_us = -1;   // -1: the daemon's default
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -417,6 +421,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--stream-min: a byte count, 0 or more\n");
         return 2;
       }
+    } else if (a == "--worker-poll-us" && i + 1 < argc) {
+      worker_poll_us = std::atol(argv[++i]);
+      if (worker_poll_us < 0 || worker_poll_us > 100000) {
+        std::fprintf(stderr, "--worker-poll-us: 0 to 100000\n");
+        return 2;
+      }
     } else if (a == "--rounds" && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
       if (rounds < 1 || rounds > 99) {
@@ -428,7 +438,7 @@ int main(int argc, char** argv) {
                    "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
                    "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
                    "          [--idle-s S] [--low-latency] [--tenant-spin-us N] [--no-idle-class]\n"
-                   "          [--stream-min N] [--extent-bytes N]\n",
+                   "          [--stream-min N] [--worker-poll-us N] [--extent-bytes N]\n",
                    argv[0]);
       return 2;
     }
@@ -453,8 +463,9 @@ int main(int argc, char** argv) {
   if (!poll_us.empty()) daemon_args.insert(daemon_args.end(), {"--connection-poll-us", poll_us});
   std::string config;
   if (!idle_class) config += "bulk_idle_class = false\n";
-  if (stream_min >= 0)
-    config += "[collectives]\nstream_min_bytes = " + std::to_string(stream_min) + "\n";
+  if (stream_min >= 0 || worker_poll_us >= 0) config += "[collectives]\n";
+  if (stream_min >= 0) config += "stream_min_bytes = " + std::to_string(stream_min) + "\n";
+  if (worker_poll_us >= 0) config += "worker_poll_us = " + std::to_string(worker_poll_us) + "\n";
   if (!config.empty()) daemon_args.insert(daemon_args.end(), {"--config", svc.WriteConfig(config)});
   if (!svc.Start(daemon_args)) {
     std::fprintf(stderr, "cannot start harmonaized\n");
@@ -542,6 +553,7 @@ int main(int argc, char** argv) {
       json line = Summary(p, job_sizes[i], job_options, results[i]);
       line["bulk_idle_class"] = idle_class;
       if (stream_min >= 0) line["stream_min_bytes"] = stream_min;
+      if (worker_poll_us >= 0) line["worker_poll_us"] = worker_poll_us;
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }

@@ -52,6 +52,7 @@ max_extents = 77
 unused_uid_lifetime_s = 120
 worker_threads = 3
 worker_nice = 7
+worker_poll_us = 250
 stream_min_bytes = 1048576
 [shutdown]
 timeout_ms = 2500
@@ -97,6 +98,7 @@ preemption_notice_s = 45
   EXPECT_EQ(c.coll_unused_uid_lifetime_s, 120u);
   EXPECT_EQ(c.coll_worker_threads, 3u);
   EXPECT_EQ(c.coll_worker_nice, 7u);
+  EXPECT_EQ(c.coll_worker_poll_us, 250u);
   EXPECT_EQ(c.coll_stream_min_bytes, std::optional<uint64_t>(1048576));
   EXPECT_EQ(c.device.max_device_extents, 9000u);
   EXPECT_EQ(c.device.min_connect_interval_ms, 5u);
@@ -136,6 +138,8 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
       {"region_thread_nice = 20", "region_thread_nice: expected an integer in 0..19 or \"idle\""},
       {"[collectives]\nworker_nice = \"lowest\"", "collectives.worker_nice: expected an integer"},
       {"[collectives]\nstream_min_bytes = -1", "collectives.stream_min_bytes: expected an integer"},
+      {"[collectives]\nworker_poll_us = 100001",
+       "collectives.worker_poll_us: expected an integer in 0..100000"},
       {"[checkpoint]\nthread_nice = 1.5", "checkpoint.thread_nice: expected an integer"},
       {"bulk_idle_class = \"yes\"", "bulk_idle_class: expected true or false"},
       {"bulk_idle_window_ms = 5", "bulk_idle_window_ms: expected an integer in 10..1000"},
@@ -395,6 +399,7 @@ TEST(ServiceConfigTest, ExampleFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.coll_unused_uid_lifetime_s, d.coll_unused_uid_lifetime_s);
   EXPECT_EQ(parsed.coll_worker_threads, d.coll_worker_threads);
   EXPECT_EQ(parsed.coll_worker_nice, d.coll_worker_nice);
+  EXPECT_EQ(parsed.coll_worker_poll_us, d.coll_worker_poll_us);
   EXPECT_EQ(parsed.ckpt_thread_nice, d.ckpt_thread_nice);
   EXPECT_EQ(parsed.device.min_connect_interval_ms, d.device.min_connect_interval_ms);
   EXPECT_EQ(parsed.device.chains_per_turn, d.device.chains_per_turn);

@@ -50,6 +50,8 @@ TEST(ServiceMetricsTest, EngineStatsAppear) {
   e.ops = {{"allreduce", 7}};
   e.communicators = 4;
   e.streamed = 3;
+  e.worker_polls = 9;
+  e.worker_polled_tasks = 6;
   MetricsSnapshot snap;
   snap.engine = &e;
   std::string text = m.Format(snap);
@@ -58,6 +60,8 @@ TEST(ServiceMetricsTest, EngineStatsAppear) {
   EXPECT_TRUE(Has(text, "hz_collective_ops_total{op=\"allreduce\"} 7"));
   EXPECT_TRUE(Has(text, "hz_communicators 4"));
   EXPECT_TRUE(Has(text, "hz_collective_streamed_total 3"));
+  EXPECT_TRUE(Has(text, "hz_collective_worker_polls_total 9"));
+  EXPECT_TRUE(Has(text, "hz_collective_worker_polled_tasks_total 6"));
 }
 
 TEST(ServiceMetricsTest, LatencyByOpcodeFamily) {

@@ -54,6 +54,9 @@ struct BackendStats {
   std::vector<std::pair<std::string, uint64_t>> ops;         // op -> executed
   std::vector<std::pair<std::string, uint64_t>> op_bytes;    // op -> payload bytes
   uint64_t streamed = 0;  // collectives written with non-temporal stores
+  // Times a worker polled for its next task, and tasks one found so.
+  uint64_t worker_polls = 0;
+  uint64_t worker_polled_tasks = 0;
   uint64_t communicators = 0;
   uint64_t aborts = 0;
   uint64_t timeouts = 0;

@@ -224,6 +224,10 @@ struct ServiceConfig {
   // large operations leave the CPU to every tenant's small requests.
   uint32_t coll_worker_threads = 0;
   uint32_t coll_worker_nice = 10;
+  // [collectives]: how long a worker in the idle class polls for its next
+  // task before it sleeps, while its last wait was no longer (0: never), so
+  // that back-to-back operations start without a wake-up.
+  uint32_t coll_worker_poll_us = 1000;
   // [collectives]: operations touching at least this many bytes (read plus
   // written) write their outputs with non-temporal stores; 0: never. Unset:
   // the engine's default (hz::coll::DefaultStreamMinBytes).
