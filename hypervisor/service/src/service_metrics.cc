@@ -65,6 +65,7 @@ json Service::Counters() const {
                        {"idle_polls", t->loop.idle_polls.load(std::memory_order_relaxed)}});
   }
   out["connection_threads"] = std::move(threads);
+  if (idle_guard_) out["bulk_thread_lifts"] = idle_guard_->lifts();
   if (engines_) out.update(engines_->Counters());
   if (provider_) out["provider"] = provider_->Counters();
   if (coll_) {

@@ -233,7 +233,11 @@ TEST(ServiceTenantLimitsTest, BulkThreadsWaitInTheIdleClassUntilTheyStarve) {
   while (lifts() <= lifts_before && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_GT(lifts(), lifts_before) << "no bulk thread was lifted";
+  const double lifted = lifts();
+  EXPECT_GT(lifted, lifts_before) << "no bulk thread was lifted";
+  // hzctl counters shows the same count (it only grows).
+  auto counters = svc.Control({{"cmd", "counters"}});
+  EXPECT_GE(counters["result"].value("bulk_thread_lifts", -1.0), lifted);
   ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 3)) << "the all-reduces stalled";
   EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0}));
 }
