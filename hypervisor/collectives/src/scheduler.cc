@@ -36,7 +36,6 @@ Scheduler::~Scheduler() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  stopping_.store(true, std::memory_order_relaxed);  // ends a worker's poll
   cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -104,7 +103,7 @@ bool Scheduler::ShouldPoll(std::chrono::steady_clock::duration waited) const {
 bool Scheduler::PollUntil(std::chrono::steady_clock::time_point until) const {
   for (unsigned spins = 1; waiting_.load(std::memory_order_relaxed) == 0; ++spins) {
     if (spins % 64 == 0 &&
-        (std::chrono::steady_clock::now() >= until || stopping_.load(std::memory_order_relaxed))) {
+        (std::chrono::steady_clock::now() >= until || stop_.load(std::memory_order_relaxed))) {
       return false;
     }
 #if defined(__x86_64__) || defined(__i386__)

@@ -115,8 +115,8 @@ class Scheduler {
   uint64_t next_id_ = 1;
   std::atomic<size_t> waiting_{0};  // mirrors queued_
   double vtime_ = 0;                // pass of the last task started
-  bool stop_ = false;
-  std::atomic<bool> stopping_{false};  // stop_, for polling workers
+  // Set under mu_, and read without it by workers that poll.
+  std::atomic<bool> stop_{false};
   const std::chrono::microseconds poll_;
   std::atomic<uint64_t> polls_{0};
   std::atomic<uint64_t> polled_tasks_{0};

@@ -82,30 +82,16 @@ void WriteAt(SpanCursor at, const void* src, uint64_t len, bool stream) {
 
 void CopySpans(const SpanList& dst, uint64_t doff, const SpanList& src, uint64_t soff, uint64_t len,
                bool stream) {
-  if (len == 0) return;
-  size_t di = dst.Find(doff), si = src.Find(soff);
-  uint64_t din = doff - dst.starts_[di], sin = soff - src.starts_[si];
-  while (len > 0) {
-    uint64_t n = std::min({len, dst.spans_[di].len - din, src.spans_[si].len - sin});
-    uint8_t* d = dst.spans_[di].data + din;
-    const uint8_t* s = src.spans_[si].data + sin;
-    if (d == s) {
-      // in place: nothing to copy
-    } else if (stream && (d + n <= s || s + n <= d)) {
+  SpanCursor to(dst, doff), from(src, soff);
+  for (uint64_t n = 0; len > 0; len -= n, to.Skip(n), from.Skip(n)) {
+    n = std::min({len, to.run(), from.run()});
+    uint8_t* d = to.data();
+    const uint8_t* s = from.data();
+    if (d == s) continue;  // in place: nothing to copy
+    if (stream && (d + n <= s || s + n <= d)) {
       StreamCopy(d, s, n);
     } else {
       std::memmove(d, s, n);
-    }
-    len -= n;
-    din += n;
-    sin += n;
-    if (din == dst.spans_[di].len) {
-      ++di;
-      din = 0;
-    }
-    if (sin == src.spans_[si].len) {
-      ++si;
-      sin = 0;
     }
   }
 }

@@ -31,7 +31,6 @@ class SpanList {
 
  private:
   friend class SpanCursor;
-  friend void CopySpans(const SpanList&, uint64_t, const SpanList&, uint64_t, uint64_t, bool);
   // Index of the extent holding byte off (off < size_).
   size_t Find(uint64_t off) const;
 

@@ -102,7 +102,7 @@ bool IdleClassGuard::MayLeaveIdleClass(int nice) {
   bool may = false;
   std::thread([&may, nice] {
     SetThisThreadNice(kIdleClassNice);
-    may = sched_getscheduler(0) == SCHED_IDLE && LeaveIdleClass(gettid(), nice);
+    may = ThisThreadInIdleClass() && LeaveIdleClass(gettid(), nice);
   }).join();
   return answers[nice] = may;
 }
