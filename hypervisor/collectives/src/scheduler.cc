@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "hz/common/idle_class_guard.h"
 #include "hz/common/thread_priority.h"
 
 namespace hz::coll::internal {
@@ -120,8 +121,13 @@ void Scheduler::Run() {
   std::chrono::steady_clock::duration waited =
       std::chrono::steady_clock::duration::max();  // a new worker does not poll
   auto idle_since = std::chrono::steady_clock::now();
+  // Kept off its CPU while it polls, or once woken for a task another
+  // worker took, a worker starves with nothing to run: its guard (if any)
+  // does not lift it for that.
+  IdleClassGuard::TaskWaiter task_waiter(&waiting_);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
+    task_waiter.BetweenTasks(true);
     bool found = false;
     if (queued_ == 0 && !stop_ && ShouldPoll(waited)) {
       lock.unlock();
@@ -134,6 +140,7 @@ void Scheduler::Run() {
       slept = true;
       cv_.wait(lock);
     }
+    task_waiter.BetweenTasks(false);
     if (queued_ == 0) return;  // stopping and drained
     if (found && !slept) polled_tasks_.fetch_add(1, std::memory_order_relaxed);
     waited = std::chrono::steady_clock::now() - idle_since;

@@ -13,7 +13,9 @@
 // CPU away the moment any other thread wants it, and only while its last
 // wait for a task fitted in the budget: workers of a tenant with pauses
 // longer than that sleep at once, and an idle service polls no more than
-// once per worker after its last task.
+// once per worker after its last task. A worker starved between tasks (in
+// its poll, or woken for a task another took) has nothing to run: its
+// idle-class guard does not lift it for that (IdleClassGuard::TaskWaiter).
 #ifndef HZ_COLLECTIVES_SCHEDULER_H_
 #define HZ_COLLECTIVES_SCHEDULER_H_
 

@@ -58,6 +58,7 @@ struct IdleClassGuard::Registry {
     SchedStat last;
     bool lifted = false;
     Clock::time_point lifted_until;
+    const TaskWaiter* task_waiter = nullptr;  // while the thread declares one
   };
 
   std::mutex mu;
@@ -73,6 +74,12 @@ struct IdleClassGuard::Registry {
     close(it->second.schedstat_fd);
     members.erase(it);
   }
+
+  void SetTaskWaiter(pid_t tid, const TaskWaiter* waiter) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = members.find(tid);
+    if (it != members.end()) it->second.task_waiter = waiter;
+  }
 };
 
 // Held by an enrolled thread until it exits (thread_local), so that the
@@ -87,11 +94,27 @@ class IdleClassGuard::Enrolment {
     registry_ = std::move(registry);
     tid_ = tid;
   }
+  void SetTaskWaiter(const TaskWaiter* waiter) {
+    if (registry_) registry_->SetTaskWaiter(tid_, waiter);
+  }
 
  private:
   std::shared_ptr<Registry> registry_;
   pid_t tid_ = 0;
 };
+
+IdleClassGuard::Enrolment& IdleClassGuard::ThisThreadEnrolment() {
+  thread_local Enrolment enrolment;
+  return enrolment;
+}
+
+IdleClassGuard::TaskWaiter::TaskWaiter(const std::atomic<size_t>* waiting) : waiting_(waiting) {
+  ThisThreadEnrolment().SetTaskWaiter(this);
+}
+
+IdleClassGuard::TaskWaiter::~TaskWaiter() {
+  ThisThreadEnrolment().SetTaskWaiter(nullptr);
+}
 
 bool IdleClassGuard::MayLeaveIdleClass(int nice) {
   static std::mutex mu;
@@ -149,8 +172,7 @@ void IdleClassGuard::EnrolThisThread(int nice) {
     m.schedstat_fd = fd;
     m.last = now;
   }
-  thread_local Enrolment enrolment;
-  enrolment.Join(registry_, tid);
+  ThisThreadEnrolment().Join(registry_, tid);
   registry_->cv.notify_all();  // an awake thread: look every window again
 }
 
@@ -184,7 +206,9 @@ void IdleClassGuard::Watch() {
         if (now < m.lifted_until) continue;
         EnterIdleClass(tid);
         m.lifted = false;
-      } else if (Starved(ran, waited, elapsed) && LeaveIdleClass(tid, m.nice)) {
+      } else if (Starved(ran, waited, elapsed) &&
+                 !(m.task_waiter && m.task_waiter->HasNothingToRun()) &&
+                 LeaveIdleClass(tid, m.nice)) {
         m.lifted = true;
         m.lifted_until = now + options_.window * options_.lifted_windows;
         ++r.lifts;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -158,6 +159,53 @@ TEST(IdleClassGuard, AThreadStarvedByBusyCpusTakesItsNiceValueAndReturns) {
   EXPECT_TRUE(EventuallyTrue([&] { return PlaceOf(bulk.tid()) == kIdle; }))
       << "a lifted thread never returned to the idle class";
   bulk.Spin(false);
+}
+
+// A thread between two tasks from a queue may be runnable with nothing to
+// run (the collective workers' poll, or a wake-up for a task another worker
+// took), and starves on busy CPUs like one at work. With a task waiting it
+// is lifted, as the task may be its to take; with none it would run nothing
+// lifted, and stays in the idle class. How long the guard takes to see a
+// starving thread depends on the host's scheduler, so the empty queue is
+// watched for several times as long as the lift took (0.5 to 5 s).
+TEST(IdleClassGuard, AThreadBetweenTasksIsLiftedOnlyWhileATaskWaits) {
+  if (!MayLift(10)) GTEST_SKIP() << "this process may not leave the idle class for nice 10";
+  IdleClassGuard guard(Fast());
+  std::atomic<size_t> waiting{1};
+  std::atomic<bool> end{false};
+  std::atomic<pid_t> tid{0};
+  std::thread waiter_thread([&] {
+    guard.EnrolThisThread(10);
+    IdleClassGuard::TaskWaiter task_waiter(&waiting);
+    task_waiter.BetweenTasks(true);
+    tid.store(gettid());
+    while (!end.load()) {
+    }
+  });
+  struct Ender {  // also when an assertion returns early
+    std::atomic<bool>& end;
+    std::thread& thread;
+    ~Ender() {
+      end.store(true);
+      thread.join();
+    }
+  } ender{end, waiter_thread};
+  ASSERT_TRUE(EventuallyTrue([&] { return tid.load() != 0; }));
+  const Place lifted{SCHED_OTHER, 10};
+  {
+    hz::testing::BusyCpus busy;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(EventuallyTrue([&] { return PlaceOf(tid.load()) == lifted; }))
+        << "a starved thread stayed in the idle class with a task waiting";
+    const auto took = std::chrono::steady_clock::now() - start;
+    waiting.store(0);
+    ASSERT_TRUE(EventuallyTrue([&] { return PlaceOf(tid.load()) == kIdle; }));
+    const uint64_t lifts = guard.lifts();
+    std::this_thread::sleep_for(
+        std::clamp<std::chrono::nanoseconds>(5 * took, milliseconds(500), milliseconds(5000)));
+    EXPECT_EQ(PlaceOf(tid.load()), kIdle) << "a thread between tasks was lifted with none waiting";
+    EXPECT_EQ(guard.lifts(), lifts);
+  }
 }
 
 TEST(IdleClassGuard, AThreadNoLongerWatchedTakesItsNiceValue) {

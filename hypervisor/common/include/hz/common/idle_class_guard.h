@@ -22,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -71,9 +72,40 @@ class IdleClassGuard {
   // Threads lifted so far (each lift counts once), for tests and metrics.
   uint64_t lifts() const;
 
+  // Declares, while it lives, that the calling thread runs tasks it takes
+  // from a queue whose count of tasks not yet taken is `*waiting`. Between
+  // two tasks (BetweenTasks(true) until it takes the next) such a thread
+  // may be runnable with nothing to run: spinning for its next task, or
+  // woken for one that another thread took first. Where other threads keep
+  // the CPUs busy it then starves like a thread at work, and a lift would
+  // only move its next tasks out of the idle class. So while it is between
+  // tasks and `*waiting` reads zero, the guard leaves it where it is; once
+  // a task waits, a starved thread is lifted like any other, since the task
+  // may be its to take. On a thread not enrolled, or after the guard is
+  // gone, it does nothing. `waiting` must outlive this object.
+  class TaskWaiter {
+   public:
+    explicit TaskWaiter(const std::atomic<size_t>* waiting);
+    ~TaskWaiter();
+    TaskWaiter(const TaskWaiter&) = delete;
+    TaskWaiter& operator=(const TaskWaiter&) = delete;
+
+    void BetweenTasks(bool between) { between_.store(between, std::memory_order_relaxed); }
+    // Whether it is between tasks with none to take (read by the guard).
+    bool HasNothingToRun() const {
+      return between_.load(std::memory_order_relaxed) &&
+             waiting_->load(std::memory_order_relaxed) == 0;
+    }
+
+   private:
+    const std::atomic<size_t>* const waiting_;
+    std::atomic<bool> between_{false};
+  };
+
  private:
   struct Registry;
   class Enrolment;
+  static Enrolment& ThisThreadEnrolment();
   void Watch();
 
   const Options options_;
