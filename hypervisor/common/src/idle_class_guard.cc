@@ -130,8 +130,9 @@ bool IdleClassGuard::MayLeaveIdleClass(int nice) {
   return answers[nice] = may;
 }
 
-bool IdleClassGuard::Starved(uint64_t ran_ns, uint64_t waited_ns, uint64_t elapsed_ns) {
-  return waited_ns * 2 >= elapsed_ns && ran_ns * 32 < waited_ns;
+bool IdleClassGuard::Starved(uint64_t ran_ns, uint64_t waited_ns, uint64_t elapsed_ns,
+                             uint64_t window_ns) {
+  return elapsed_ns * 2 >= window_ns && waited_ns * 2 >= elapsed_ns && ran_ns * 32 < waited_ns;
 }
 
 IdleClassGuard::IdleClassGuard(Options options)
@@ -184,6 +185,8 @@ uint64_t IdleClassGuard::lifts() const {
 void IdleClassGuard::Watch() {
   Registry& r = *registry_;
   std::unique_lock<std::mutex> lock(r.mu);
+  const auto window_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.window).count());
   Clock::time_point last_look = Clock::now();
   bool any_awake = true;
   while (!r.stop) {
@@ -206,7 +209,7 @@ void IdleClassGuard::Watch() {
         if (now < m.lifted_until) continue;
         EnterIdleClass(tid);
         m.lifted = false;
-      } else if (Starved(ran, waited, elapsed) &&
+      } else if (Starved(ran, waited, elapsed, window_ns) &&
                  !(m.task_waiter && m.task_waiter->HasNothingToRun()) &&
                  LeaveIdleClass(tid, m.nice)) {
         m.lifted = true;

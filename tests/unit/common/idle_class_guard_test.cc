@@ -115,15 +115,20 @@ bool MayLift(int nice) {
 
 TEST(IdleClassGuard, StarvingIsWaitingWithoutRunning) {
   const uint64_t window = 50 * kMs;
-  EXPECT_TRUE(IdleClassGuard::Starved(0, window, window));
+  EXPECT_TRUE(IdleClassGuard::Starved(0, window, window, window));
   // Next to a thread at nice 0 an idle-class thread gets 3/1027 of a CPU.
-  EXPECT_TRUE(IdleClassGuard::Starved(window * 3 / 1027, window * 1024 / 1027, window));
+  EXPECT_TRUE(IdleClassGuard::Starved(window * 3 / 1027, window * 1024 / 1027, window, window));
   // Four idle-class threads taking turns on one CPU, or two on two.
-  EXPECT_FALSE(IdleClassGuard::Starved(window / 4, window * 3 / 4, window));
-  EXPECT_FALSE(IdleClassGuard::Starved(window, 0, window));
+  EXPECT_FALSE(IdleClassGuard::Starved(window / 4, window * 3 / 4, window, window));
+  EXPECT_FALSE(IdleClassGuard::Starved(window, 0, window, window));
   // Asleep, or waiting for less than half of the window.
-  EXPECT_FALSE(IdleClassGuard::Starved(0, 0, window));
-  EXPECT_FALSE(IdleClassGuard::Starved(0, window / 2 - 1, window));
+  EXPECT_FALSE(IdleClassGuard::Starved(0, 0, window, window));
+  EXPECT_FALSE(IdleClassGuard::Starved(0, window / 2 - 1, window, window));
+  // A look half a window long judges; one sooner (the guard looks again as
+  // soon as a thread enrolls) does not: a new thread waiting a few hundred
+  // microseconds for its first run is not starving.
+  EXPECT_TRUE(IdleClassGuard::Starved(0, window / 2, window / 2, window));
+  EXPECT_FALSE(IdleClassGuard::Starved(7'000, 240'000, 300'000, window));
 }
 
 TEST(IdleClassGuard, AThreadWaitsInTheIdleClassWhileItIsNotStarved) {

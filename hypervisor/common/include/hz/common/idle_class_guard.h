@@ -54,7 +54,10 @@ class IdleClassGuard {
   // under 1/32 of what it waited for. Idle-class threads sharing the CPUs
   // only among themselves each get at least 1/32 of their wait up to 32
   // such threads per CPU; next to a busy thread at nice 0 one gets 1/340.
-  static bool Starved(uint64_t ran_ns, uint64_t waited_ns, uint64_t elapsed_ns);
+  // Only a look at least half a `window_ns` long judges: one right after a
+  // thread enrolled covers a few hundred microseconds, in which a new thread
+  // that has yet to run for the first time is not starving.
+  static bool Starved(uint64_t ran_ns, uint64_t waited_ns, uint64_t elapsed_ns, uint64_t window_ns);
 
   explicit IdleClassGuard(Options options);
   // Stops watching; a thread still enrolled is put at its nice value for
