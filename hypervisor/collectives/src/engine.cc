@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "comm.h"
+#include "hz/common/spin.h"
 #include "hz/common/thread_priority.h"
 #include "job.h"
 #include "kernels.h"
@@ -797,13 +798,7 @@ void EngineImpl::AwaitOtherRunners(Job& job, Clock::duration per_block) {
   if (job.active_runners.load() == 1) return;
   const Clock::duration wait =
       per_block != Clock::duration::zero() ? 2 * per_block + kSlack : Clock::duration(kNoMeasure);
-  const auto deadline = Clock::now() + wait;
-  for (unsigned spins = 1; job.active_runners.load() > 1; ++spins) {
-    if (spins % 64 == 0 && Clock::now() >= deadline) return;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
+  SpinWhile([&job] { return job.active_runners.load() > 1; }, Clock::now() + wait);
 }
 
 void EngineImpl::RecordBlocks(TenantId tenant, uint64_t blocks, uint64_t cost,

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "hz/common/idle_class_guard.h"
+#include "hz/common/spin.h"
 #include "hz/common/thread_priority.h"
 
 namespace hz::coll::internal {
@@ -102,18 +103,16 @@ bool Scheduler::ShouldPoll(std::chrono::steady_clock::duration waited) const {
 }
 
 bool Scheduler::PollUntil(std::chrono::steady_clock::time_point until) const {
-  for (unsigned spins = 1; waiting_.load(std::memory_order_relaxed) == 0; ++spins) {
-    if (spins % 64 == 0 &&
-        (std::chrono::steady_clock::now() >= until || stop_.load(std::memory_order_relaxed))) {
-      return false;
-    }
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
+  const bool ended = SpinWhile(
+      [this] {
+        return waiting_.load(std::memory_order_relaxed) == 0 &&
+               !stop_.load(std::memory_order_relaxed);
+      },
+      until);
   // A worker kept off its CPU past the budget finds a task it did not poll
   // for: it would have slept, and a wake-up would have found it too.
-  return std::chrono::steady_clock::now() < until;
+  return ended && waiting_.load(std::memory_order_relaxed) != 0 &&
+         std::chrono::steady_clock::now() < until;
 }
 
 void Scheduler::Run() {
