@@ -58,6 +58,7 @@ void Scheduler::UpdateWaitingLocked() {
 
 Scheduler::Ticket Scheduler::Submit(FlowKey key, uint32_t weight, uint64_t cost, Task task) {
   Ticket ticket{key, 0};
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Flow& f = flows_[key];
@@ -69,8 +70,13 @@ Scheduler::Ticket Scheduler::Submit(FlowKey key, uint32_t weight, uint64_t cost,
     f.items.push_back(Item{ticket.id, std::max<uint64_t>(cost, 1), std::move(task)});
     waiting_.store(++queued_, std::memory_order_relaxed);
     UpdateWaitingLocked();
+    // A polling worker takes the task without a wake-up: it finds it in its
+    // poll, or under the lock when its budget ends. Waking a sleeper as well
+    // would cost this thread a system call, and the sleeper a trip onto a
+    // CPU to find nothing.
+    wake = queued_ > polling_;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   return ticket;
 }
 
@@ -129,13 +135,16 @@ void Scheduler::Run() {
     task_waiter.BetweenTasks(true);
     bool found = false;
     if (queued_ == 0 && !stop_ && ShouldPoll(waited)) {
+      ++polling_;
       lock.unlock();
       polls_.fetch_add(1, std::memory_order_relaxed);
       found = PollUntil(idle_since + poll_);
       lock.lock();
+      --polling_;
     }
     bool slept = false;
     while (!stop_ && queued_ == 0) {
+      if (slept) empty_wakeups_.fetch_add(1, std::memory_order_relaxed);
       slept = true;
       cv_.wait(lock);
     }

@@ -13,7 +13,8 @@
 // CPU away the moment any other thread wants it, and only while its last
 // wait for a task fitted in the budget: workers of a tenant with pauses
 // longer than that sleep at once, and an idle service polls no more than
-// once per worker after its last task. A worker starved between tasks (in
+// once per worker after its last task. A task queued while a worker polls
+// is left to it: no sleeper is woken for it. A worker starved between tasks (in
 // its poll, or woken for a task another took) has nothing to run: its
 // idle-class guard does not lift it for that (IdleClassGuard::TaskWaiter).
 #ifndef HZ_COLLECTIVES_SCHEDULER_H_
@@ -85,6 +86,8 @@ class Scheduler {
   // without being woken: what the poll budget costs and what it saves.
   uint64_t polls() const { return polls_.load(std::memory_order_relaxed); }
   uint64_t polled_tasks() const { return polled_tasks_.load(std::memory_order_relaxed); }
+  // Times a sleeping worker was woken and found no task (another took it).
+  uint64_t empty_wakeups() const { return empty_wakeups_.load(std::memory_order_relaxed); }
 
  private:
   struct Item {
@@ -111,6 +114,9 @@ class Scheduler {
   std::map<FlowKey, Flow> flows_;
   size_t queued_ = 0;
   size_t running_ = 0;  // workers running a task
+  // Workers polling: counted under mu_ from before they let it go until they
+  // hold it again, so that every task Submit leaves to them is seen.
+  size_t polling_ = 0;
   size_t nthreads_;
   NowNs now_ns_;
   mutable WaitingWindow window_;
@@ -122,6 +128,7 @@ class Scheduler {
   const std::chrono::microseconds poll_;
   std::atomic<uint64_t> polls_{0};
   std::atomic<uint64_t> polled_tasks_{0};
+  std::atomic<uint64_t> empty_wakeups_{0};
   std::vector<std::thread> workers_;
 };
 

@@ -239,6 +239,32 @@ TEST(CollectivesScheduler, AnIdleClassWorkerPollsOnlyWhileTasksFollowWithinTheBu
   EXPECT_EQ(sched.polled_tasks(), polled);
 }
 
+TEST(CollectivesScheduler, ATaskLeftToAPollingWorkerWakesNoSleeper) {
+  // Two workers: the one that ran the first task polls after it, the other
+  // has run none and sleeps. Each following task is queued once the poll has
+  // begun; the poller takes it, and the sleeper is not woken to find nothing
+  // (a system call for the submitter, a trip onto a CPU for the sleeper).
+  // The budget outlasts the test, so that no poll ends while the host keeps
+  // the worker off its CPU; the scheduler's destructor ends it.
+  using std::chrono::milliseconds;
+  internal::Scheduler sched(2, hz::kIdleClassNice, 10'000'000'000, {}, milliseconds(600'000));
+  uint64_t polls = sched.polls();
+  if (!RunOneTask(sched)) GTEST_SKIP() << "the kernel kept the worker out of the idle class";
+  for (int i = 0; i < 50; ++i) {
+    for (int ms = 0; ms < 10'000 && sched.polls() == polls; ++ms) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    if (sched.polls() == polls) GTEST_SKIP() << "the host kept the worker off its CPU for 10 s";
+    polls = sched.polls();
+    RunOneTask(sched);
+  }
+  // Only the first task woke a worker. A worker that started late may have
+  // taken that one from the worker woken for it (whose wake-up then found
+  // nothing), or found one of the others queued.
+  EXPECT_GE(sched.polled_tasks(), 49u);
+  EXPECT_LE(sched.empty_wakeups(), 1u);
+}
+
 TEST(CollectivesScheduler, AWorkerOutsideTheIdleClassNeverPolls) {
   // Polling there would take CPU time from the threads serving requests.
   internal::Scheduler sched(1, 0, 10'000'000'000, {}, std::chrono::milliseconds(100));
