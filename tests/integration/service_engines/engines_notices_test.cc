@@ -137,7 +137,8 @@ TEST_F(ServiceEngineNotices, AReservationsHolderIsNoticedOnceThenTheDevicesAreTa
   EXPECT_EQ(PayloadAt<uint32_t>(events[started], 0), 1u);
   EXPECT_EQ(PayloadAt<uint64_t>(events[ended], 0), rid);
   EXPECT_GE(UnixNow(), end);
-  EXPECT_TRUE(host_.DevicesOf("ta").empty());
+  EXPECT_TRUE(host_.DevicesOf("ta", /*releasing=*/false).empty());
+  EXPECT_TRUE(host_.WaitUntilNoDevices("ta"));
 
   // Nothing of it reached the other tenant.
   Mark("tb");

@@ -8,8 +8,9 @@
 #define HZ_TESTS_INTEGRATION_SERVICE_ENGINES_PROVIDER_HOST_H_
 
 #include <sys/wait.h>
-#include <chrono>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -82,16 +83,29 @@ class ProviderHost {
     return nlohmann::json::parse(text, nullptr, false);
   }
 
-  // The devices of `tenant`'s allocations (PCI addresses).
-  std::vector<std::string> DevicesOf(const std::string& tenant) {
+  // The devices of `tenant`'s allocations (PCI addresses). A release is
+  // acknowledged once its devices are marked "releasing"; they stay listed
+  // until they have left the VM, which happens in the background. Without
+  // `releasing`, those are left out.
+  std::vector<std::string> DevicesOf(const std::string& tenant, bool releasing = true) {
     std::vector<std::string> out;
-    nlohmann::json r = Control({{"cmd", "allocation.list"}});
-    if (!r.value("ok", false)) return out;
-    for (const auto& a : r["result"]) {
-      if (a.value("tenant", std::string()) != tenant) continue;
-      for (const auto& d : a["devices"]) out.push_back(d.get<std::string>());
-    }
+    ListDevices(tenant, releasing, &out);
     return out;
+  }
+
+  // Waits until the service lists no device of `tenant`'s, releasing ones
+  // included; false if some are still there after kProviderWaitMs, or the
+  // service does not answer.
+  bool WaitUntilNoDevices(const std::string& tenant) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(kProviderWaitMs);
+    std::vector<std::string> held;
+    while (ListDevices(tenant, /*releasing=*/true, &held)) {
+      if (held.empty()) return true;
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
   }
 
   // Writes the fatal AER counter file of a device in the copied tree.
@@ -111,6 +125,23 @@ class ProviderHost {
   }
 
  private:
+  // The devices of `tenant`'s allocations into *out (see DevicesOf); false
+  // when the service does not answer.
+  bool ListDevices(const std::string& tenant, bool releasing, std::vector<std::string>* out) {
+    out->clear();
+    nlohmann::json r = Control({{"cmd", "allocation.list"}});
+    if (!r.value("ok", false)) return false;
+    for (const auto& a : r["result"]) {
+      if (a.value("tenant", std::string()) != tenant) continue;
+      const nlohmann::json leaving = a.value("releasing", nlohmann::json::array());
+      for (const auto& d : a["devices"]) {
+        const bool is_leaving = std::find(leaving.begin(), leaving.end(), d) != leaving.end();
+        if (releasing || !is_leaving) out->push_back(d.get<std::string>());
+      }
+    }
+    return true;
+  }
+
   ServiceProcess svc_;
   std::string sysfs_;
   std::string inventory_toml_;
