@@ -50,8 +50,8 @@ constexpr size_t kInlineMax = 64 * 1024;
 // WaitUsed), so it pays even where ranks and the service share the CPUs,
 // and with its interrupts off the service polls its request ring, so it
 // posts without a kick (service_allreduce_bench --low-latency
-// --tenant-spin-us 50 on two CPUs, 4 KiB: 21-25 us against 40-49 us
-// sleeping at 2 ranks, 41-66 against 77-99 at 4, 119-135 against 170-211
+// --tenant-spin-us 50 on two CPUs, 4 KiB: 14-16 us against 49-72 us
+// sleeping at 2 ranks, 24-34 against 75-93 at 4, 52-73 against 128-176
 // at 8).
 std::chrono::nanoseconds LatencyPoll() {
   constexpr long kDefaultUs = 0, kMaxUs = 100000;
