@@ -127,7 +127,7 @@ TEST_F(ServiceEngineNegotiation, AcceptedOfferStartsAReservationWithCapacityAndH
   EXPECT_EQ(hz_neg_release(a_, rid, 0), HZ_ESTATE);
   // Acknowledged: none is the tenant's any more, and all leave its VM.
   EXPECT_TRUE(host_.DevicesOf("ta", /*releasing=*/false).empty());
-  EXPECT_TRUE(host_.WaitUntilNoDevices("ta"));
+  EXPECT_TRUE(host_.WaitUntilDevicesOf("ta", 0));
   // Nothing of this reached the other tenant.
   EXPECT_EQ(hz_event_next(b_, &ev, 200), HZ_ETIMEDOUT);
 }

@@ -138,7 +138,7 @@ TEST_F(ServiceEngineNotices, AReservationsHolderIsNoticedOnceThenTheDevicesAreTa
   EXPECT_EQ(PayloadAt<uint64_t>(events[ended], 0), rid);
   EXPECT_GE(UnixNow(), end);
   EXPECT_TRUE(host_.DevicesOf("ta", /*releasing=*/false).empty());
-  EXPECT_TRUE(host_.WaitUntilNoDevices("ta"));
+  EXPECT_TRUE(host_.WaitUntilDevicesOf("ta", 0));
 
   // Nothing of it reached the other tenant.
   Mark("tb");

@@ -316,9 +316,7 @@ TEST_F(ServiceEngineTopology, HealthMonitorReportsFatalAerErrors) {
   ASSERT_TRUE(NextEventOf(a, HZ_TOPIC_FAILURE, 0 /* DEVICE_FAILED */, &ev));
   EXPECT_LT(PayloadAt<uint32_t>(ev, 0), 2u);
   // The scheduler took the device away.
-  for (int i = 0; i < 1000 && host_.DevicesOf("ta").size() != 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(host_.WaitUntilDevicesOf("ta", 1));
   std::vector<std::string> left = host_.DevicesOf("ta");
   ASSERT_EQ(left.size(), 1u);
   EXPECT_NE(left[0], bad);

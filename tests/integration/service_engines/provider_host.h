@@ -93,15 +93,15 @@ class ProviderHost {
     return out;
   }
 
-  // Waits until the service lists no device of `tenant`'s, releasing ones
-  // included; false if some are still there after kProviderWaitMs, or the
-  // service does not answer.
-  bool WaitUntilNoDevices(const std::string& tenant) {
+  // Waits until the service lists `count` devices of `tenant`'s, releasing
+  // ones included; false if it lists others after kProviderWaitMs, or does
+  // not answer.
+  bool WaitUntilDevicesOf(const std::string& tenant, size_t count) {
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(kProviderWaitMs);
     std::vector<std::string> held;
     while (ListDevices(tenant, /*releasing=*/true, &held)) {
-      if (held.empty()) return true;
+      if (held.size() == count) return true;
       if (std::chrono::steady_clock::now() > deadline) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
