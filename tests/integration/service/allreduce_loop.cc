@@ -197,10 +197,8 @@ std::vector<int64_t> AllReduceLoop::Stamps() const {
 
 LoopRanks::LoopRanks(AllReduceLoop& loop, std::vector<std::string> vms)
     : loop_(loop), vms_(std::move(vms)), pipes_(vms_.size()) {
-  thread_ = std::thread([this] {
-    codes_ = RunRanks(static_cast<int>(vms_.size()),
-                      [this](int rank) { return loop_.RunRank(vms_, pipes_, rank); });
-  });
+  pids_ = StartRanks(static_cast<int>(vms_.size()),
+                     [this](int rank) { return loop_.RunRank(vms_, pipes_, rank); });
 }
 
 LoopRanks::~LoopRanks() {
@@ -208,9 +206,10 @@ LoopRanks::~LoopRanks() {
 }
 
 std::vector<int> LoopRanks::Finish() {
-  if (thread_.joinable()) {
+  if (!pids_.empty()) {
     loop_.Stop();
-    thread_.join();
+    codes_ = WaitRanks(pids_, kPatience);
+    pids_.clear();
   }
   return codes_;
 }

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "protocol/harmonaize.h"
@@ -76,9 +75,9 @@ class AllReduceLoop {
   int64_t* stamps_;
 };
 
-// loop's ranks, one process per VM socket, started from a thread of their
-// own so that the caller can act on the service meanwhile. However the test
-// ends, they are stopped and waited for.
+// loop's ranks, one process per VM socket, running while the caller acts on
+// the service. However the test ends, they are stopped and waited for; ranks
+// that have not finished a minute later are killed (a hang).
 class LoopRanks {
  public:
   LoopRanks(AllReduceLoop& loop, std::vector<std::string> vms);
@@ -87,15 +86,17 @@ class LoopRanks {
   LoopRanks& operator=(const LoopRanks&) = delete;
 
   // Stops the loop and waits for the ranks; their exit codes (0 each when
-  // every result was right and no session was lost).
+  // every result was right and no session was lost; 137 for a rank killed
+  // after kPatience).
   std::vector<int> Finish();
 
  private:
+  static constexpr std::chrono::seconds kPatience{60};
   AllReduceLoop& loop_;
   std::vector<std::string> vms_;
   std::vector<Pipe> pipes_;
+  std::vector<pid_t> pids_;
   std::vector<int> codes_;
-  std::thread thread_;
 };
 
 }  // namespace hz::testing

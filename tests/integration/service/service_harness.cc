@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -250,6 +251,10 @@ int ServiceProcess::Hzctl(const std::string& hzctl_path, const std::string& args
 
 nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // A daemon that accepts and never answers fails the test, not hangs it.
+  const timeval patience{kControlAnswerMs / 1000, (kControlAnswerMs % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &patience, sizeof(patience));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
@@ -264,12 +269,18 @@ nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req) {
   }
   std::string in;
   char buf[4096];
+  ssize_t n = 0;
   while (in.find('\n') == std::string::npos) {
-    ssize_t n = read(fd, buf, sizeof(buf));
+    n = read(fd, buf, sizeof(buf));
     if (n <= 0) break;
     in.append(buf, static_cast<size_t>(n));
   }
+  const bool timed_out = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   close(fd);
+  if (timed_out) {
+    return {{"ok", false},
+            {"error", "no answer within " + std::to_string(kControlAnswerMs / 1000) + " s"}};
+  }
   nlohmann::json answer = nlohmann::json::parse(in.substr(0, in.find('\n')), nullptr, false);
   // A daemon that closes the connection unanswered (one leaving after a
   // live upgrade, or a dying one) gave no answer.
@@ -322,7 +333,7 @@ std::string HttpGet(uint16_t port, const std::string& target, int timeout_ms) {
   return n < 0 ? std::string() : resp;
 }
 
-std::vector<int> RunRanks(int n, const std::function<int(int rank)>& fn) {
+std::vector<pid_t> StartRanks(int n, const std::function<int(int rank)>& fn) {
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     pid_t pid = fork();
@@ -337,13 +348,31 @@ std::vector<int> RunRanks(int n, const std::function<int(int rank)>& fn) {
     }
     pids.push_back(pid);
   }
+  return pids;
+}
+
+std::vector<int> WaitRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds patience) {
+  const auto start = std::chrono::steady_clock::now();
   std::vector<int> codes;
   for (pid_t pid : pids) {
     int status = 0;
-    waitpid(pid, &status, 0);
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      // In milliseconds, where patience may be the largest there is.
+      if (std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                start) >= patience) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   return codes;
+}
+
+std::vector<int> RunRanks(int n, const std::function<int(int rank)>& fn) {
+  return WaitRanks(StartRanks(n, fn), std::chrono::milliseconds::max());
 }
 
 Pipe::Pipe() {
@@ -374,23 +403,66 @@ bool Pipe::Receive(void* p, size_t n, int timeout_ms) {
   return true;
 }
 
+namespace {
+
+// A thread's stat file (proc(5)): its name, and its fields from the third
+// on (fields[0] is field 3). The name is in parentheses and may hold spaces
+// and parentheses.
+bool ReadThreadStat(const std::filesystem::path& task, std::string* name,
+                    std::vector<std::string>* fields) {
+  std::ifstream f(task / "stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), {});
+  const size_t open = stat.find('('), close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  *name = stat.substr(open + 1, close - open - 1);
+  std::istringstream rest(stat.substr(close + 2));
+  fields->clear();
+  for (std::string value; rest >> value;) fields->push_back(value);
+  return true;
+}
+
+std::string FirstLine(const std::filesystem::path& file) {
+  std::ifstream f(file);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+}  // namespace
+
 std::multimap<std::string, int> DaemonThreads(pid_t pid, int field) {
   std::multimap<std::string, int> out;
   std::error_code ec;
   for (const auto& t :
        std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    std::ifstream f(t.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), {});
-    // The name is in parentheses and may hold spaces and parentheses.
-    const size_t open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close < open) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    std::string value;
-    for (int i = 3; i <= field && rest >> value; ++i) {
-      if (i == field) out.emplace(stat.substr(open + 1, close - open - 1), std::stoi(value));
+    std::string name;
+    std::vector<std::string> fields;
+    const size_t at = static_cast<size_t>(field - 3);
+    if (ReadThreadStat(t.path(), &name, &fields) && at < fields.size()) {
+      out.emplace(name, std::stoi(fields[at]));
     }
   }
   return out;
+}
+
+std::string DescribeThreads(pid_t pid) {
+  std::ostringstream out;
+  std::error_code ec;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string name;
+    std::vector<std::string> f;
+    if (!ReadThreadStat(t.path(), &name, &f) || f.size() <= kStatPolicy - 3) continue;
+    // schedstat: nanoseconds on a CPU, nanoseconds runnable waiting for one.
+    std::istringstream sched(FirstLine(t.path() / "schedstat"));
+    uint64_t ran_ns = 0, waited_ns = 0;
+    sched >> ran_ns >> waited_ns;
+    out << name << " (" << t.path().filename().string() << "): state " << f[0] << ", policy "
+        << f[kStatPolicy - 3] << ", nice " << f[kStatNice - 3] << ", ran " << ran_ns / 1000000
+        << " ms, waited " << waited_ns / 1000000 << " ms, in " << FirstLine(t.path() / "wchan")
+        << "\n";
+  }
+  return out.str();
 }
 
 std::vector<int> PoolValues(const std::multimap<std::string, int>& threads,

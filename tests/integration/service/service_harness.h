@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <string>
@@ -18,6 +19,9 @@ namespace hz::testing {
 
 // How long a test waits for what the service owes it: only detects hangs.
 constexpr int kWaitMs = 10000;
+// How long a request on the control socket waits for its answer: longer than
+// any command takes, so that only a daemon that stopped answering fails it.
+constexpr int kControlAnswerMs = 60000;
 
 class ServiceProcess {
  public:
@@ -138,6 +142,16 @@ std::string HttpGet(uint16_t port, const std::string& target, int timeout_ms = 2
 // Forks one process per rank; fn(rank) returns the process's exit code.
 // Returns the exit codes (128 + signal for a killed process).
 std::vector<int> RunRanks(int n, const std::function<int(int rank)>& fn);
+// RunRanks in two steps: forks the ranks; then waits for them, killing
+// those still running after `patience` (a hang: their code reads 137).
+std::vector<pid_t> StartRanks(int n, const std::function<int(int rank)>& fn);
+std::vector<int> WaitRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds patience);
+
+// What each of process pid's threads was doing when asked, one line each
+// (name, state, policy, nice, CPU time, time spent waiting for a CPU, and
+// the kernel function it sleeps in), for the message of a test that found
+// the daemon stalled.
+std::string DescribeThreads(pid_t pid);
 
 // A pipe for sending a fixed-size message from one rank process to others.
 class Pipe {

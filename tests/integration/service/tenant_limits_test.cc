@@ -234,11 +234,14 @@ TEST(ServiceTenantLimitsTest, BulkThreadsWaitInTheIdleClassUntilTheyStarve) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const double lifted = lifts();
-  EXPECT_GT(lifted, lifts_before) << "no bulk thread was lifted";
+  EXPECT_GT(lifted, lifts_before) << "no bulk thread was lifted; the daemon's threads:\n"
+                                  << DescribeThreads(svc.pid());
   // hzctl counters shows the same count (it only grows).
   auto counters = svc.Control({{"cmd", "counters"}});
-  EXPECT_GE(counters["result"].value("bulk_thread_lifts", -1.0), lifted);
-  ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 3)) << "the all-reduces stalled";
+  EXPECT_GE(counters["result"].value("bulk_thread_lifts", -1.0), lifted) << counters.dump();
+  ASSERT_TRUE(loop.ProgressTo(loop.Slowest() + 3))
+      << "the all-reduces stalled; the daemon's threads:\n"
+      << DescribeThreads(svc.pid());
   EXPECT_EQ(ranks.Finish(), (std::vector<int>{0, 0}));
 }
 
