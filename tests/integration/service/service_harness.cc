@@ -38,6 +38,11 @@ ServiceProcess::~ServiceProcess() {
   // of its own: whichever process answers on the control socket goes too,
   // or it would outlive the test (and hold its output open).
   nlohmann::json status = Control({{"cmd", "status"}});
+  const std::string error = status.value("error", std::string());
+  if (error.rfind("no answer within", 0) == 0) {
+    std::fprintf(stderr, "harness: the daemon (pid %d) stopped answering: %s\n", pid_,
+                 error.c_str());
+  }
   const pid_t serving = status.value("ok", false) ? status["result"].value("pid", -1) : -1;
   for (pid_t pid : {pid_, serving}) {
     if (pid <= 0) continue;
@@ -99,10 +104,11 @@ bool ServiceProcess::Start(const std::vector<std::string>& extra) {
   // Started once the control socket answers: the daemon serves it only after
   // every listener (metrics too) is up. A socket file alone may be a previous
   // run's, or the control listener ahead of the others.
-  for (int i = 0; i < 500; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+  while (std::chrono::steady_clock::now() < deadline) {
     struct stat st;
     if (stat((dir_ + "/ctl.sock").c_str(), &st) == 0 &&
-        Control({{"cmd", "ping"}}).value("ok", false)) {
+        ControlAt(dir_ + "/ctl.sock", {{"cmd", "ping"}}, kWaitMs).value("ok", false)) {
       return true;
     }
     int status;
@@ -249,10 +255,10 @@ int ServiceProcess::Hzctl(const std::string& hzctl_path, const std::string& args
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req) {
+nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req, int answer_ms) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   // A daemon that accepts and never answers fails the test, not hangs it.
-  const timeval patience{kControlAnswerMs / 1000, (kControlAnswerMs % 1000) * 1000};
+  const timeval patience{answer_ms / 1000, (answer_ms % 1000) * 1000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &patience, sizeof(patience));
   sockaddr_un addr{};
@@ -278,8 +284,7 @@ nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req) {
   const bool timed_out = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   close(fd);
   if (timed_out) {
-    return {{"ok", false},
-            {"error", "no answer within " + std::to_string(kControlAnswerMs / 1000) + " s"}};
+    return {{"ok", false}, {"error", "no answer within " + std::to_string(answer_ms) + " ms"}};
   }
   nlohmann::json answer = nlohmann::json::parse(in.substr(0, in.find('\n')), nullptr, false);
   // A daemon that closes the connection unanswered (one leaving after a

@@ -19,9 +19,10 @@ namespace hz::testing {
 
 // How long a test waits for what the service owes it: only detects hangs.
 constexpr int kWaitMs = 10000;
-// How long a request on the control socket waits for its answer: longer than
-// any command takes, so that only a daemon that stopped answering fails it.
-constexpr int kControlAnswerMs = 60000;
+// How long a request on the control socket waits for its answer (as long as
+// hzctl's default): longer than any command takes, so that only a daemon that
+// stopped answering fails it.
+constexpr int kControlAnswerMs = 30000;
 
 class ServiceProcess {
  public:
@@ -109,8 +110,9 @@ class StoredService {
 };
 
 // One request on the control socket at `path`; the answer, or {"ok": false}
-// with why there was none.
-nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req);
+// with why there was none (no answer within answer_ms among the reasons).
+nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req,
+                         int answer_ms = kControlAnswerMs);
 // Creates a tenant and binds `n` VM sockets in dir to it through the control
 // socket at `control`; returns their paths.
 std::vector<std::string> TenantWithVmsAt(const std::string& control, const std::string& dir,
