@@ -361,15 +361,19 @@ std::vector<int> WaitRanks(const std::vector<pid_t>& pids, std::chrono::millisec
   std::vector<int> codes;
   for (pid_t pid : pids) {
     int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-      // In milliseconds, where patience may be the largest there is.
-      if (std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                start) >= patience) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        break;
+    // Without a limit the wait blocks: benchmarks fork their ranks through
+    // RunRanks, and a parent waking every few milliseconds would be noise.
+    if (patience == std::chrono::milliseconds::max()) {
+      waitpid(pid, &status, 0);
+    } else {
+      while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() - start >= patience) {
+          kill(pid, SIGKILL);
+          waitpid(pid, &status, 0);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
