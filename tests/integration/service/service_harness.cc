@@ -38,10 +38,9 @@ ServiceProcess::~ServiceProcess() {
   // of its own: whichever process answers on the control socket goes too,
   // or it would outlive the test (and hold its output open).
   nlohmann::json status = Control({{"cmd", "status"}});
-  const std::string error = status.value("error", std::string());
-  if (error.rfind("no answer within", 0) == 0) {
+  if (status.value("timed_out", false)) {
     std::fprintf(stderr, "harness: the daemon (pid %d) stopped answering: %s\n", pid_,
-                 error.c_str());
+                 status.value("error", std::string()).c_str());
   }
   const pid_t serving = status.value("ok", false) ? status["result"].value("pid", -1) : -1;
   for (pid_t pid : {pid_, serving}) {
@@ -108,7 +107,7 @@ bool ServiceProcess::Start(const std::vector<std::string>& extra) {
   while (std::chrono::steady_clock::now() < deadline) {
     struct stat st;
     if (stat((dir_ + "/ctl.sock").c_str(), &st) == 0 &&
-        ControlAt(dir_ + "/ctl.sock", {{"cmd", "ping"}}, kWaitMs).value("ok", false)) {
+        Control({{"cmd", "ping"}}, kWaitMs).value("ok", false)) {
       return true;
     }
     int status;
@@ -284,7 +283,9 @@ nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req, int
   const bool timed_out = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   close(fd);
   if (timed_out) {
-    return {{"ok", false}, {"error", "no answer within " + std::to_string(answer_ms) + " ms"}};
+    return {{"ok", false},
+            {"timed_out", true},
+            {"error", "no answer within " + std::to_string(answer_ms) + " ms"}};
   }
   nlohmann::json answer = nlohmann::json::parse(in.substr(0, in.find('\n')), nullptr, false);
   // A daemon that closes the connection unanswered (one leaving after a
@@ -305,8 +306,8 @@ std::vector<std::string> TenantWithVmsAt(const std::string& control, const std::
   return out;
 }
 
-nlohmann::json ServiceProcess::Control(const nlohmann::json& req) {
-  return ControlAt(dir_ + "/ctl.sock", req);
+nlohmann::json ServiceProcess::Control(const nlohmann::json& req, int answer_ms) {
+  return ControlAt(dir_ + "/ctl.sock", req, answer_ms);
 }
 
 std::vector<std::string> ServiceProcess::TenantWithVms(const std::string& tenant, int n) {
@@ -430,6 +431,20 @@ bool ReadThreadStat(const std::filesystem::path& task, std::string* name,
   return true;
 }
 
+// Calls fn(task directory, name, stat fields from the third on) for each of
+// process pid's threads whose stat file reads.
+void ForEachThread(pid_t pid,
+                   const std::function<void(const std::filesystem::path&, const std::string&,
+                                            const std::vector<std::string>&)>& fn) {
+  std::error_code ec;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string name;
+    std::vector<std::string> fields;
+    if (ReadThreadStat(t.path(), &name, &fields)) fn(t.path(), name, fields);
+  }
+}
+
 std::string FirstLine(const std::filesystem::path& file) {
   std::ifstream f(file);
   std::string line;
@@ -441,36 +456,27 @@ std::string FirstLine(const std::filesystem::path& file) {
 
 std::multimap<std::string, int> DaemonThreads(pid_t pid, int field) {
   std::multimap<std::string, int> out;
-  std::error_code ec;
-  for (const auto& t :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    std::string name;
-    std::vector<std::string> fields;
-    const size_t at = static_cast<size_t>(field - 3);
-    if (ReadThreadStat(t.path(), &name, &fields) && at < fields.size()) {
-      out.emplace(name, std::stoi(fields[at]));
-    }
-  }
+  const size_t at = static_cast<size_t>(field - 3);
+  ForEachThread(pid, [&](const std::filesystem::path&, const std::string& name,
+                         const std::vector<std::string>& fields) {
+    if (at < fields.size()) out.emplace(name, std::stoi(fields[at]));
+  });
   return out;
 }
 
 std::string DescribeThreads(pid_t pid) {
   std::ostringstream out;
-  std::error_code ec;
-  for (const auto& t :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    std::string name;
-    std::vector<std::string> f;
-    if (!ReadThreadStat(t.path(), &name, &f) || f.size() <= kStatPolicy - 3) continue;
+  ForEachThread(pid, [&](const std::filesystem::path& task, const std::string& name,
+                         const std::vector<std::string>& f) {
+    if (f.size() <= kStatPolicy - 3) return;
     // schedstat: nanoseconds on a CPU, nanoseconds runnable waiting for one.
-    std::istringstream sched(FirstLine(t.path() / "schedstat"));
+    std::istringstream sched(FirstLine(task / "schedstat"));
     uint64_t ran_ns = 0, waited_ns = 0;
     sched >> ran_ns >> waited_ns;
-    out << name << " (" << t.path().filename().string() << "): state " << f[0] << ", policy "
+    out << name << " (" << task.filename().string() << "): state " << f[0] << ", policy "
         << f[kStatPolicy - 3] << ", nice " << f[kStatNice - 3] << ", ran " << ran_ns / 1000000
-        << " ms, waited " << waited_ns / 1000000 << " ms, in " << FirstLine(t.path() / "wchan")
-        << "\n";
-  }
+        << " ms, waited " << waited_ns / 1000000 << " ms, in " << FirstLine(task / "wchan") << "\n";
+  });
   return out.str();
 }
 

@@ -41,7 +41,7 @@ class ServiceProcess {
   // running at the deadline, then killed) and what it wrote to stderr.
   int RunToExit(const std::vector<std::string>& extra, std::string* output,
                 int timeout_ms = 20000) const;
-  nlohmann::json Control(const nlohmann::json& req);
+  nlohmann::json Control(const nlohmann::json& req, int answer_ms = kControlAnswerMs);
   // A live upgrade through the control socket (`binary` empty: the same
   // program), or started by SIGUSR2 (by_signal). Waits until the new process
   // answers on the control socket, then follows it: pid() names it and
@@ -110,7 +110,8 @@ class StoredService {
 };
 
 // One request on the control socket at `path`; the answer, or {"ok": false}
-// with why there was none (no answer within answer_ms among the reasons).
+// with why there was none ("timed_out": true when no answer came within
+// answer_ms).
 nlohmann::json ControlAt(const std::string& path, const nlohmann::json& req,
                          int answer_ms = kControlAnswerMs);
 // Creates a tenant and binds `n` VM sockets in dir to it through the control
