@@ -1,6 +1,7 @@
 // Reduction kernels: one block of n elements at a time, accumulating into a
 // cache-resident scratch array of the accumulator type (the element type, or
-// float for fp16 and bf16). Sources and destinations may be unaligned.
+// float for fp16 and bf16), or in one pass from the inputs to the outputs
+// (reduce_into). Sources and destinations may be unaligned.
 #ifndef HZ_COLLECTIVES_KERNELS_H_
 #define HZ_COLLECTIVES_KERNELS_H_
 
@@ -30,7 +31,22 @@ struct ReduceKernel {
   void (*store)(uint8_t* dst, const void* acc, size_t n, uint32_t divisor);
   // store is a plain copy: the accumulator already holds the output bytes
   bool store_copies;
+  // out[j] = in[0] (op) in[1] ... (op) in[nin - 1], finished as store
+  // finishes it, for every j < nout: n elements, one 64-byte line at a time,
+  // so that each input is read once and each output written once, with no
+  // accumulator between them. Bit for bit the result of the passes above.
+  // Each output element is written after every input of its line has been
+  // read, so an output may be one of the inputs (in place). With stream,
+  // the whole lines go out by non-temporal stores (each out[j] must then be
+  // kReduceIntoStreamAlign-aligned; the caller fences) and the last partial
+  // line, if any, by plain ones.
+  void (*reduce_into)(uint8_t* const* out, uint32_t nout, const uint8_t* const* in, uint32_t nin,
+                      size_t n, uint32_t divisor, bool stream);
 };
+
+// Alignment of the outputs of a streamed reduce_into: that of a 32-byte
+// vector store.
+inline constexpr size_t kReduceIntoStreamAlign = 32;
 
 // nullptr for an out-of-range dtype or redop.
 const ReduceKernel* GetReduceKernel(uint8_t dtype, uint8_t redop);

@@ -1,5 +1,6 @@
 // The engine's fp16/bf16 conversions against independent references
-// (the compiler's _Float16, a branchy bf16 rounding), the span list, the
+// (the compiler's _Float16, a branchy bf16 rounding), the one-pass
+// reduction kernels against the scalar reference, the span list, the
 // streaming copy, and the weighted fair scheduler's shares.
 #include <sys/resource.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@
 #include "harness.h"
 #include "hz/common/half.h"
 #include "hz/common/thread_priority.h"
+#include "kernels.h"
+#include "protocol/harmonaize.h"
 #include "scheduler.h"
 #include "span_list.h"
 #include "stream_copy.h"
@@ -167,6 +170,64 @@ TEST(CollectivesKernels, StreamCopyWritesExactlyItsBytesAtEveryAlignment) {
         for (uint8_t* g = dst.data(); g < d; ++g) ASSERT_EQ(*g, 0xee) << "before, n " << n;
         for (uint8_t* g = d + n; g < dst.data() + dst.size(); ++g) {
           ASSERT_EQ(*g, 0xee) << "after, n " << n << " dst_off " << dst_off;
+        }
+      }
+    }
+  }
+}
+
+// reduce_into, which large reductions take, gives the reference's bits for
+// every type and operation: whole lines and a partial last one, any number
+// of inputs and outputs, streamed or not, and in place (the first output is
+// the first input). Bytes past the n elements stay as they were.
+TEST(CollectivesKernels, ReduceIntoMatchesTheReferenceForEveryTypeAndOperation) {
+  constexpr size_t kAlign = internal::kReduceIntoStreamAlign;
+  constexpr size_t kGuard = 64;
+  std::mt19937 rng(7);
+  for (uint8_t dtype = 0; dtype < kDTypeCount; ++dtype) {
+    const size_t es = hz_dtype_size(dtype);
+    for (uint8_t redop = 0; redop < kRedOpCount; ++redop) {
+      const internal::ReduceKernel* k = internal::GetReduceKernel(dtype, redop);
+      ASSERT_NE(k, nullptr);
+      for (uint32_t nin : {1u, 2u, 3u, 5u, 8u}) {
+        for (size_t n : {size_t{0}, size_t{1}, 64 / es - 1, 64 / es, 64 / es + 1, size_t{1000}}) {
+          for (bool stream : {false, true}) {
+            for (bool in_place : {false, true}) {
+              SCOPED_TRACE(::testing::Message()
+                           << "dtype " << int(dtype) << " redop " << int(redop) << " inputs " << nin
+                           << " n " << n << " stream " << stream << " in place " << in_place);
+              std::vector<std::vector<uint8_t>> in(nin);
+              std::vector<const uint8_t*> in_ptr;
+              for (auto& v : in) {
+                v = RandomElements(dtype, n, rng);
+                in_ptr.push_back(v.data());
+              }
+              const std::vector<uint8_t> want = ReferenceReduce(dtype, redop, in_ptr, n);
+              // Outputs aligned as streamed stores need, between guards.
+              const uint32_t nout = std::max(1u, nin - 1);
+              std::vector<std::vector<uint8_t>> out_mem(nout);
+              std::vector<uint8_t*> out_ptr;
+              for (auto& m : out_mem) {
+                m.assign(n * es + 2 * kGuard + kAlign, 0xee);
+                uintptr_t at = reinterpret_cast<uintptr_t>(m.data()) + kGuard;
+                out_ptr.push_back(reinterpret_cast<uint8_t*>((at + kAlign - 1) / kAlign * kAlign));
+              }
+              if (in_place) {
+                std::copy(in[0].begin(), in[0].end(), out_ptr[0]);
+                in_ptr[0] = out_ptr[0];
+              }
+              k->reduce_into(out_ptr.data(), nout, in_ptr.data(), nin, n, nin, stream);
+              internal::StreamFence();
+              for (uint32_t j = 0; j < nout; ++j) {
+                ASSERT_TRUE(std::equal(want.begin(), want.end(), out_ptr[j])) << "output " << j;
+                for (uint8_t* g = out_mem[j].data(); g < out_mem[j].data() + out_mem[j].size();
+                     ++g) {
+                  if (g >= out_ptr[j] && g < out_ptr[j] + n * es) continue;
+                  ASSERT_EQ(*g, 0xee) << "output " << j << " written outside its elements";
+                }
+              }
+            }
+          }
         }
       }
     }
