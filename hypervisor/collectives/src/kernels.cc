@@ -18,18 +18,16 @@
 #include "hz/collectives/types.h"
 #include "hz/common/half.h"
 
+// Whether the kernels have AVX2 forms beside the baseline ones: by
+// target_clones, and for reduce_into by hand, picked per call (HasAvx2).
 #if defined(__x86_64__) && !defined(HZ_SANITIZED)
+#define HZ_AVX2_FORMS 1
 #define HZ_CLONES __attribute__((target_clones("avx2", "default")))
 #else
+#define HZ_AVX2_FORMS 0
 #define HZ_CLONES
 #endif
 #define HZ_INLINE [[gnu::always_inline]] inline
-// reduce_into has an AVX2 form, picked per call (see HasAvx2).
-#if defined(__x86_64__) && !defined(HZ_SANITIZED)
-#define HZ_AVX2_LINES 1
-#else
-#define HZ_AVX2_LINES 0
-#endif
 
 namespace hz::coll::internal {
 namespace {
@@ -191,22 +189,21 @@ HZ_INLINE void FinishImpl(uint8_t* __restrict dst, const void* accv, size_t n, u
 }
 
 // How reduce_into writes a finished 64-byte line around the caches.
-#if defined(__x86_64__)
-// dst 16-byte aligned. SSE2 is baseline on x86-64.
-struct Sse2Lines {
+// The baseline form: dst 16-byte aligned (SSE2 is baseline on x86-64);
+// elsewhere plain stores.
+struct BaselineLines {
   HZ_INLINE static void Stream(uint8_t* dst, const uint8_t* line) {
+#if defined(__x86_64__)
     for (int k = 0; k < 4; ++k) {
       _mm_stream_si128(reinterpret_cast<__m128i*>(dst) + k,
                        _mm_load_si128(reinterpret_cast<const __m128i*>(line) + k));
     }
+#else
+    std::memcpy(dst, line, 64);
+#endif
   }
 };
-#else
-struct Sse2Lines {
-  HZ_INLINE static void Stream(uint8_t* dst, const uint8_t* line) { std::memcpy(dst, line, 64); }
-};
-#endif
-#if HZ_AVX2_LINES
+#if HZ_AVX2_FORMS
 // dst 32-byte aligned. On an AMD EPYC host, a one-pass 2-rank 16 MiB
 // all-reduce with 16-byte stores took 60-90% longer than with these.
 struct Avx2Lines {
@@ -278,19 +275,19 @@ inline void ReduceIntoImpl(uint8_t* const* out, uint32_t nout, const uint8_t* co
       uint32_t divisor, bool stream
 #define HZ_INTO_ARGS out, nout, in, nin, n, divisor, stream
 
-#if HZ_AVX2_LINES
+#if HZ_AVX2_FORMS
 #define HZ_DEFINE_INTO(NAME, TR, OP, OPT, AVG)                                         \
   [[gnu::target("avx2"), gnu::flatten]] void NAME##_##OP##_into_avx2(HZ_INTO_PARAMS) { \
     ReduceIntoImpl<TR, OPT, AVG, Avx2Lines>(HZ_INTO_ARGS);                             \
   }                                                                                    \
   [[gnu::flatten]] void NAME##_##OP##_into(HZ_INTO_PARAMS) {                           \
     if (HasAvx2()) return NAME##_##OP##_into_avx2(HZ_INTO_ARGS);                       \
-    ReduceIntoImpl<TR, OPT, AVG, Sse2Lines>(HZ_INTO_ARGS);                             \
+    ReduceIntoImpl<TR, OPT, AVG, BaselineLines>(HZ_INTO_ARGS);                         \
   }
 #else
-#define HZ_DEFINE_INTO(NAME, TR, OP, OPT, AVG)               \
-  [[gnu::flatten]] void NAME##_##OP##_into(HZ_INTO_PARAMS) { \
-    ReduceIntoImpl<TR, OPT, AVG, Sse2Lines>(HZ_INTO_ARGS);   \
+#define HZ_DEFINE_INTO(NAME, TR, OP, OPT, AVG)                 \
+  [[gnu::flatten]] void NAME##_##OP##_into(HZ_INTO_PARAMS) {   \
+    ReduceIntoImpl<TR, OPT, AVG, BaselineLines>(HZ_INTO_ARGS); \
   }
 #endif
 
@@ -373,8 +370,8 @@ const ReduceKernel* GetReduceKernel(uint8_t dtype, uint8_t redop) {
 }
 
 const char* KernelIsa() {
-#if defined(__x86_64__) && !defined(HZ_SANITIZED)
-  return __builtin_cpu_supports("avx2") ? "avx2" : "default";
+#if HZ_AVX2_FORMS
+  return HasAvx2() ? "avx2" : "default";
 #else
   return "default";
 #endif

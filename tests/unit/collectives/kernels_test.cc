@@ -176,57 +176,72 @@ TEST(CollectivesKernels, StreamCopyWritesExactlyItsBytesAtEveryAlignment) {
   }
 }
 
-// reduce_into, which large reductions take, gives the reference's bits for
-// every type and operation: whole lines and a partial last one, any number
-// of inputs and outputs, streamed or not, and in place (the first output is
-// the first input). Bytes past the n elements stay as they were.
-TEST(CollectivesKernels, ReduceIntoMatchesTheReferenceForEveryTypeAndOperation) {
+// One reduce_into case: nin random inputs of n elements, outputs aligned as
+// streamed stores need between guard bytes, one fewer than the inputs (at
+// least one) so that a kernel that mixed up the two counts would show; in
+// place, the first output is the first input.
+struct ReduceIntoCase {
+  uint8_t dtype, redop;
+  uint32_t nin;
+  size_t n;
+  bool stream, in_place;
+};
+
+void CheckReduceInto(const ReduceIntoCase& c, std::mt19937& rng) {
   constexpr size_t kAlign = internal::kReduceIntoStreamAlign;
   constexpr size_t kGuard = 64;
+  const size_t bytes = c.n * hz_dtype_size(c.dtype);
+  std::vector<std::vector<uint8_t>> in(c.nin);
+  std::vector<const uint8_t*> in_ptr;
+  for (auto& v : in) {
+    v = RandomElements(c.dtype, c.n, rng);
+    in_ptr.push_back(v.data());
+  }
+  const std::vector<uint8_t> want = ReferenceReduce(c.dtype, c.redop, in_ptr, c.n);
+  const uint32_t nout = std::max(1u, c.nin - 1);
+  std::vector<std::vector<uint8_t>> out_mem(nout);
+  std::vector<uint8_t*> out_ptr;
+  for (auto& m : out_mem) {
+    m.assign(bytes + 2 * kGuard + kAlign, 0xee);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(m.data()) + kGuard;
+    out_ptr.push_back(reinterpret_cast<uint8_t*>((at + kAlign - 1) / kAlign * kAlign));
+  }
+  if (c.in_place) {
+    std::copy(in[0].begin(), in[0].end(), out_ptr[0]);
+    in_ptr[0] = out_ptr[0];
+  }
+  internal::GetReduceKernel(c.dtype, c.redop)
+      ->reduce_into(out_ptr.data(), nout, in_ptr.data(), c.nin, c.n, c.nin, c.stream);
+  internal::StreamFence();
+  for (uint32_t j = 0; j < nout; ++j) {
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), out_ptr[j])) << "output " << j;
+    for (size_t i = 0; i < out_mem[j].size(); ++i) {
+      const uint8_t* g = out_mem[j].data() + i;
+      if (g >= out_ptr[j] && g < out_ptr[j] + bytes) continue;
+      ASSERT_EQ(*g, 0xee) << "output " << j << " written outside its elements";
+    }
+  }
+}
+
+// reduce_into, which large reductions take, gives the reference's bits for
+// every type and operation: whole lines and a partial last one, any number
+// of inputs and outputs, streamed or not, and in place. Bytes past the n
+// elements stay as they were.
+TEST(CollectivesKernels, ReduceIntoMatchesTheReferenceForEveryTypeAndOperation) {
   std::mt19937 rng(7);
   for (uint8_t dtype = 0; dtype < kDTypeCount; ++dtype) {
-    const size_t es = hz_dtype_size(dtype);
+    const size_t per_line = 64 / hz_dtype_size(dtype);
     for (uint8_t redop = 0; redop < kRedOpCount; ++redop) {
-      const internal::ReduceKernel* k = internal::GetReduceKernel(dtype, redop);
-      ASSERT_NE(k, nullptr);
       for (uint32_t nin : {1u, 2u, 3u, 5u, 8u}) {
-        for (size_t n : {size_t{0}, size_t{1}, 64 / es - 1, 64 / es, 64 / es + 1, size_t{1000}}) {
-          for (bool stream : {false, true}) {
-            for (bool in_place : {false, true}) {
-              SCOPED_TRACE(::testing::Message()
-                           << "dtype " << int(dtype) << " redop " << int(redop) << " inputs " << nin
-                           << " n " << n << " stream " << stream << " in place " << in_place);
-              std::vector<std::vector<uint8_t>> in(nin);
-              std::vector<const uint8_t*> in_ptr;
-              for (auto& v : in) {
-                v = RandomElements(dtype, n, rng);
-                in_ptr.push_back(v.data());
-              }
-              const std::vector<uint8_t> want = ReferenceReduce(dtype, redop, in_ptr, n);
-              // Outputs aligned as streamed stores need, between guards.
-              const uint32_t nout = std::max(1u, nin - 1);
-              std::vector<std::vector<uint8_t>> out_mem(nout);
-              std::vector<uint8_t*> out_ptr;
-              for (auto& m : out_mem) {
-                m.assign(n * es + 2 * kGuard + kAlign, 0xee);
-                uintptr_t at = reinterpret_cast<uintptr_t>(m.data()) + kGuard;
-                out_ptr.push_back(reinterpret_cast<uint8_t*>((at + kAlign - 1) / kAlign * kAlign));
-              }
-              if (in_place) {
-                std::copy(in[0].begin(), in[0].end(), out_ptr[0]);
-                in_ptr[0] = out_ptr[0];
-              }
-              k->reduce_into(out_ptr.data(), nout, in_ptr.data(), nin, n, nin, stream);
-              internal::StreamFence();
-              for (uint32_t j = 0; j < nout; ++j) {
-                ASSERT_TRUE(std::equal(want.begin(), want.end(), out_ptr[j])) << "output " << j;
-                for (uint8_t* g = out_mem[j].data(); g < out_mem[j].data() + out_mem[j].size();
-                     ++g) {
-                  if (g >= out_ptr[j] && g < out_ptr[j] + n * es) continue;
-                  ASSERT_EQ(*g, 0xee) << "output " << j << " written outside its elements";
-                }
-              }
-            }
+        for (size_t n :
+             {size_t{0}, size_t{1}, per_line - 1, per_line, per_line + 1, size_t{1000}}) {
+          for (int variant = 0; variant < 4; ++variant) {
+            const ReduceIntoCase c{dtype, redop, nin, n, (variant & 1) != 0, (variant & 2) != 0};
+            SCOPED_TRACE(::testing::Message()
+                         << "dtype " << int(dtype) << " redop " << int(redop) << " inputs " << nin
+                         << " n " << n << " stream " << c.stream << " in place " << c.in_place);
+            CheckReduceInto(c, rng);
+            if (::testing::Test::HasFatalFailure()) return;
           }
         }
       }
