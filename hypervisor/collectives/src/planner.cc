@@ -102,6 +102,19 @@ Plan ChoosePlan(const PlanInput& in) {
   return plan;
 }
 
+bool SeveralNumaNodesOnline() {
+  // Read once: nodes come and go only with memory hot-plug, which leaves a
+  // node without the memory of running guests anyway. A kernel without NUMA
+  // has no such file: one node.
+  static const bool several = [] {
+    std::ifstream online("/sys/devices/system/node/online");
+    std::string nodes;  // "0", or a list such as "0-1" or "0,2"
+    if (!(online >> nodes)) return false;
+    return nodes.find_first_of(",-") != std::string::npos;
+  }();
+  return several;
+}
+
 int NumaNodeOf(const void* addr) {
   if (addr == nullptr) return -1;
   int node = -1;

@@ -36,6 +36,10 @@ struct Plan {
 
 Plan ChoosePlan(const PlanInput& in);
 
+// Whether the host has more than one NUMA node online. Where it has one,
+// every buffer is on it, and asking where each lies (a system call per
+// buffer, two per rank of every operation) is skipped.
+bool SeveralNumaNodesOnline();
 // NUMA node of the page holding addr, or -1 when unknown.
 int NumaNodeOf(const void* addr);
 // Distinct known nodes among addrs (at least 1).
