@@ -673,6 +673,7 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   in.workers = sched_->threads();
   in.max_threads = comm.constraints.max_threads;
   in.inline_max_bytes = opts_.inline_max_bytes;
+  in.single_thread_max_bytes = opts_.single_thread_max_bytes;
   in.block_bytes_override = opts_.block_bytes;
   in.stream_min_bytes = opts_.stream_min_bytes;
   if (in.total_bytes > opts_.inline_max_bytes && in.count != 0) {

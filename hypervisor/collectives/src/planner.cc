@@ -43,8 +43,6 @@ namespace {
 constexpr uint64_t kCacheBudget = 256 * 1024;
 constexpr uint64_t kMinBlock = 16 * 1024;
 constexpr uint64_t kMaxBlock = 256 * 1024;
-// Below this many bytes moved, one thread beats waking others.
-constexpr uint64_t kParallelMinBytes = 1024 * 1024;
 
 // from <linux/mempolicy.h>; libnuma is not needed for this one call.
 constexpr unsigned long kMpolFNode = 1UL << 0;
@@ -88,11 +86,12 @@ Plan ChoosePlan(const PlanInput& in) {
   // anyway, and fewer runners per op means less switching between ops.
   if (in.queued_tasks >= in.workers) cap = std::max<uint32_t>(1, cap / 2);
   // Ranks spread over several nodes: more threads hide remote latency.
-  uint64_t min_bytes = in.numa_nodes > 1 ? kParallelMinBytes / 2 : kParallelMinBytes;
+  const uint64_t single_max =
+      in.numa_nodes > 1 ? in.single_thread_max_bytes / 2 : in.single_thread_max_bytes;
   const bool per_rank_units =
       in.op == Op::kAllGather || in.op == Op::kReduceScatter || in.op == Op::kAllToAll;
   uint64_t units = std::max<uint64_t>(1, nblocks_hint) * (per_rank_units ? in.nranks : 1);
-  if (cap <= 1 || in.total_bytes < min_bytes || units <= 1) {
+  if (cap <= 1 || in.total_bytes <= single_max || units <= 1) {
     plan.algorithm = Algorithm::kSingleThread;
     plan.threads = 1;
     return plan;

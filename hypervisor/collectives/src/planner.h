@@ -23,6 +23,7 @@ struct PlanInput {
   uint32_t numa_nodes = 1;   // distinct nodes holding the ranks' buffers
   uint16_t max_threads = 0;  // tenant cap, 0 = none
   uint64_t inline_max_bytes = 0;
+  uint64_t single_thread_max_bytes = 0;  // EngineOptions::single_thread_max_bytes
   uint64_t block_bytes_override = 0;
   uint64_t stream_min_bytes = 0;  // 0: never stream
 };

@@ -96,6 +96,7 @@ void ReadCollectives(TableReader& r, ServiceConfig* c) {
   r.Nice("worker_nice", &c->coll_worker_nice);
   r.Int("worker_poll_us", &c->coll_worker_poll_us, 0, kMaxPollUs);
   r.Int("stream_min_bytes", &c->coll_stream_min_bytes, 0, kI64);
+  r.Int("single_thread_max_bytes", &c->coll_single_thread_max_bytes, 0, kI64);
 }
 
 void ReadConditions(TableReader& r, ServiceConfig* c) {

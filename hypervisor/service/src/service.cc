@@ -63,6 +63,35 @@ std::shared_ptr<IdleClassGuard> BulkIdleGuardOf(const ServiceConfig& c) {
   return std::make_shared<IdleClassGuard>(o);
 }
 
+// The collective engine's options: [collectives], the device's rank limit
+// and the congestion window.
+coll::EngineOptions CollEngineOptionsOf(const ServiceConfig& c,
+                                        std::shared_ptr<IdleClassGuard> idle_guard) {
+  coll::EngineOptions eo;
+  eo.max_ranks = c.device.max_comm_ranks;
+  eo.unused_uid_lifetime_ms = c.coll_unused_uid_lifetime_s * 1000;
+  eo.worker_threads = c.coll_worker_threads;
+  eo.worker_nice = static_cast<int>(c.coll_worker_nice);
+  eo.worker_poll_us = c.coll_worker_poll_us;
+  if (c.coll_stream_min_bytes) eo.stream_min_bytes = *c.coll_stream_min_bytes;
+  if (c.coll_single_thread_max_bytes) eo.single_thread_max_bytes = *c.coll_single_thread_max_bytes;
+  eo.idle_guard = std::move(idle_guard);
+  eo.waiting_window_ms = c.conditions.congestion_window_s * 1000;
+  // A worker's delivery of an operation's completions wakes each connection
+  // thread once, however many of its VMs the operation had. A connection
+  // thread that ran an operation itself delivers as it goes: its posts to
+  // its own VMs wake nothing, and other threads' start at once.
+  eo.deliver_batch = [](const std::function<void()>& deliver) {
+    if (OnConnectionLoop()) {
+      deliver();
+      return;
+    }
+    vdev::PostBatch batch;
+    deliver();
+  };
+  return eo;
+}
+
 }  // namespace
 
 Service::Service(ServiceConfig config) : config_(std::move(config)) {
@@ -157,29 +186,8 @@ hz::Status Service::Start() {
   if (hz::Status s = OpenFdStore(); !s.ok()) return s;
   if (hz::Status s = LockStateDir(); !s.ok()) return s;
 
-  coll::EngineOptions eo;
-  eo.max_ranks = config_.device.max_comm_ranks;
-  eo.unused_uid_lifetime_ms = config_.coll_unused_uid_lifetime_s * 1000;
-  eo.worker_threads = config_.coll_worker_threads;
-  eo.worker_nice = static_cast<int>(config_.coll_worker_nice);
-  eo.worker_poll_us = config_.coll_worker_poll_us;
-  if (config_.coll_stream_min_bytes) eo.stream_min_bytes = *config_.coll_stream_min_bytes;
   idle_guard_ = BulkIdleGuardOf(config_);
-  eo.idle_guard = idle_guard_;
-  eo.waiting_window_ms = config_.conditions.congestion_window_s * 1000;
-  // A worker's delivery of an operation's completions wakes each connection
-  // thread once, however many of its VMs the operation had. A connection
-  // thread that ran an operation itself delivers as it goes: its posts to
-  // its own VMs wake nothing, and other threads' start at once.
-  eo.deliver_batch = [](const std::function<void()>& deliver) {
-    if (OnConnectionLoop()) {
-      deliver();
-      return;
-    }
-    vdev::PostBatch batch;
-    deliver();
-  };
-  coll_ = std::make_unique<EngineBackend>(eo);
+  coll_ = std::make_unique<EngineBackend>(CollEngineOptionsOf(config_, idle_guard_));
   if (config_.cluster.enabled) {
     // Communicators may span hosts: the engine serves the ranks on this host.
     coll_ = std::make_unique<ClusterCollBackend>(std::move(coll_), ClusterCollOptionsOf(config_));

@@ -133,6 +133,7 @@ TEST(CollectivesDeterminism, MidSizedOpsGetACallerShareUnlessDisabled) {
     EngineOptions o;
     o.worker_threads = 2;
     o.caller_runs_max_bytes = limit;
+    o.single_thread_max_bytes = 1 << 20;  // 4 MiB touched is split
     Engine e(o);
     auto m = MakeComm(e, Tenant(3), 2);
     constexpr size_t kCount = 1 << 18;  // 1 MiB per rank, 4 MiB touched
@@ -153,6 +154,7 @@ TEST(CollectivesDeterminism, MidSizedOpsGetACallerShareUnlessDisabled) {
 TEST(CollectivesDeterminism, TheMatchingThreadFinishesTheOpsItShares) {
   EngineOptions o;
   o.worker_threads = 2;
+  o.single_thread_max_bytes = 1 << 20;  // 4 MiB touched is split
   Engine e(o);
   auto m = MakeComm(e, Tenant(3), 2);
   constexpr size_t kCount = 1 << 18;  // 1 MiB per rank

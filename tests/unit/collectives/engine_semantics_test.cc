@@ -597,7 +597,9 @@ TEST(CollectivesP2P, UnmatchedSendTimesOut) {
 }
 
 TEST(CollectivesView, CommunicatorsAndStatsDescribeTheEngine) {
-  Engine e;
+  EngineOptions o;
+  o.single_thread_max_bytes = 1 << 20;  // so that 4 MiB moved would be split
+  Engine e(o);
   Constraints c;
   c.priority_class = 2;
   c.max_threads = 1;
@@ -618,7 +620,7 @@ TEST(CollectivesView, CommunicatorsAndStatsDescribeTheEngine) {
   EngineStats st = e.Stats();
   EXPECT_EQ(st.ops[static_cast<size_t>(Op::kAllReduce)], 1u);
   EXPECT_EQ(st.bytes[static_cast<size_t>(Op::kAllReduce)], 2u * 4 * (1 << 18));
-  // The tenant capped threads at one: 2 MiB moved would otherwise run parallel.
+  // The tenant capped threads at one: 4 MiB moved would otherwise run parallel.
   EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kSingleThread)], 1u);
   EXPECT_EQ(st.algorithms[static_cast<size_t>(Algorithm::kBlockedParallel)], 0u);
   EXPECT_EQ(st.tenants[Tenant(5)].ops_completed, 2u);

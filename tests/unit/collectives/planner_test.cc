@@ -1,5 +1,6 @@
-// Where the planner looks for the ranks' buffers: the shortcut a host with
-// one NUMA node takes must give the answer the per-buffer lookups would.
+// How many threads the planner gives an operation, and where it looks for
+// the ranks' buffers: the shortcut a host with one NUMA node takes must give
+// the answer the per-buffer lookups would.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -24,6 +25,41 @@ int NodeDirectories() {
     }
   }
   return nodes;
+}
+
+// A 2-rank fp32 all-reduce of `per_rank` bytes on an idle engine with two
+// workers: each rank's input read and output written.
+PlanInput AllReduce(uint64_t per_rank, uint64_t single_thread_max) {
+  PlanInput in;
+  in.count = per_rank / 4;
+  in.esize = 4;
+  in.acc_size = 4;
+  in.nranks = 2;
+  in.total_bytes = 2 * in.nranks * per_rank;
+  in.workers = 2;
+  in.inline_max_bytes = 64 * 1024;
+  in.single_thread_max_bytes = single_thread_max;
+  return in;
+}
+
+TEST(PlannerThreads, OperationsUpToTheLimitRunOnOneThread) {
+  constexpr uint64_t kMiB = 1 << 20;
+  // 1 MiB a rank moves 4 MiB: one thread under an 8 MiB limit, and at a limit
+  // of exactly 4 MiB; split over both workers under a 1 MiB one.
+  EXPECT_EQ(ChoosePlan(AllReduce(kMiB, 8 * kMiB)).algorithm, Algorithm::kSingleThread);
+  EXPECT_EQ(ChoosePlan(AllReduce(kMiB, 4 * kMiB)).algorithm, Algorithm::kSingleThread);
+  const Plan split = ChoosePlan(AllReduce(kMiB, kMiB));
+  EXPECT_EQ(split.algorithm, Algorithm::kBlockedParallel);
+  EXPECT_EQ(split.threads, 2u);
+  // 0: everything past the inline size is split; the inline size still holds.
+  EXPECT_EQ(ChoosePlan(AllReduce(kMiB, 0)).algorithm, Algorithm::kBlockedParallel);
+  EXPECT_EQ(ChoosePlan(AllReduce(16 * 1024, 0)).algorithm, Algorithm::kInline);
+  // Past the limit, split; buffers on two NUMA nodes halve the limit.
+  EXPECT_EQ(ChoosePlan(AllReduce(4 * kMiB, 8 * kMiB)).algorithm, Algorithm::kBlockedParallel);
+  PlanInput remote = AllReduce(2 * kMiB, 8 * kMiB);
+  EXPECT_EQ(ChoosePlan(remote).algorithm, Algorithm::kSingleThread);
+  remote.numa_nodes = 2;
+  EXPECT_EQ(ChoosePlan(remote).algorithm, Algorithm::kBlockedParallel);
 }
 
 TEST(PlannerNuma, SeveralNodesOnlyWhereSysfsListsSeveral) {

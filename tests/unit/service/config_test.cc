@@ -14,7 +14,8 @@ TEST(ServiceConfigTest, DefaultsNeedNoFile) {
   EXPECT_EQ(c.ControlSocketPath(), "/var/lib/harmonaize/control.sock");
   EXPECT_EQ(c.VmSocketDir(), "/var/lib/harmonaize/vms");
   EXPECT_EQ(c.metrics_address, "127.0.0.1");
-  EXPECT_FALSE(c.coll_stream_min_bytes.has_value());  // the engine's own default
+  EXPECT_FALSE(c.coll_stream_min_bytes.has_value());         // the engine's own default
+  EXPECT_FALSE(c.coll_single_thread_max_bytes.has_value());  // likewise
   c.state_dir = "/tmp/x";
   EXPECT_EQ(c.ControlSocketPath(), "/tmp/x/control.sock");
 }
@@ -54,6 +55,7 @@ worker_threads = 3
 worker_nice = 7
 worker_poll_us = 250
 stream_min_bytes = 1048576
+single_thread_max_bytes = 2097152
 [shutdown]
 timeout_ms = 2500
 [scheduler]
@@ -100,6 +102,7 @@ preemption_notice_s = 45
   EXPECT_EQ(c.coll_worker_nice, 7u);
   EXPECT_EQ(c.coll_worker_poll_us, 250u);
   EXPECT_EQ(c.coll_stream_min_bytes, std::optional<uint64_t>(1048576));
+  EXPECT_EQ(c.coll_single_thread_max_bytes, std::optional<uint64_t>(2097152));
   EXPECT_EQ(c.device.max_device_extents, 9000u);
   EXPECT_EQ(c.device.min_connect_interval_ms, 5u);
   EXPECT_EQ(c.device.chains_per_turn, 7u);
@@ -138,6 +141,8 @@ TEST(ServiceConfigTest, ErrorsAreClear) {
       {"region_thread_nice = 20", "region_thread_nice: expected an integer in 0..19 or \"idle\""},
       {"[collectives]\nworker_nice = \"lowest\"", "collectives.worker_nice: expected an integer"},
       {"[collectives]\nstream_min_bytes = -1", "collectives.stream_min_bytes: expected an integer"},
+      {"[collectives]\nsingle_thread_max_bytes = \"8M\"",
+       "collectives.single_thread_max_bytes: expected an integer"},
       {"[collectives]\nworker_poll_us = 100001",
        "collectives.worker_poll_us: expected an integer in 0..100000"},
       {"[checkpoint]\nthread_nice = 1.5", "checkpoint.thread_nice: expected an integer"},

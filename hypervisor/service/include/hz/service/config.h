@@ -232,6 +232,10 @@ struct ServiceConfig {
   // written) write their outputs with non-temporal stores; 0: never. Unset:
   // the engine's default (hz::coll::DefaultStreamMinBytes).
   std::optional<uint64_t> coll_stream_min_bytes;
+  // [collectives]: operations moving at most this many bytes run on one
+  // thread (hz::coll::EngineOptions::single_thread_max_bytes, its default
+  // when unset); 0: every operation past the inline size is split.
+  std::optional<uint64_t> coll_single_thread_max_bytes;
 
   // [conditions]: how often the host's energy schedule and congestion are
   // looked at, and the congestion window and hysteresis (SPEC §8.3.5, §8.5).
