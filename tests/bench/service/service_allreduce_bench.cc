@@ -44,6 +44,9 @@
 //                                               task; 0: they sleep at once)
 //                           [--stream-min N]   (the daemon's [collectives] stream_min_bytes;
 //                                               0: no non-temporal stores)
+//                           [--single-thread-max N] (the daemon's [collectives]
+//                                               single_thread_max_bytes; 0: split every
+//                                               operation past the inline size)
 //                           [--extent-bytes N] (every send and recv region registered in
 //                                               extents of N bytes, as a guest's pages; the
 //                                               device takes 4096 a region: 16 MiB at 4096)
@@ -364,9 +367,10 @@ int main(int argc, char** argv) {
   int rounds = 3;
   double idle_s = 10;
   JobOptions job_options;
-  bool idle_class = true;     // the daemon's bulk_idle_class
-  long long stream_min = -1;  // -1: the daemon's default
-  long worker_poll_us = -1;   // -1: the daemon's default
+  bool idle_class = true;            // the daemon's bulk_idle_class
+  long long stream_min = -1;         // -1: the daemon's default
+  long long single_thread_max = -1;  // likewise
+  long worker_poll_us = -1;          // -1: the daemon's default
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -421,6 +425,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--stream-min: a byte count, 0 or more\n");
         return 2;
       }
+    } else if (a == "--single-thread-max" && i + 1 < argc) {
+      single_thread_max = std::atoll(argv[++i]);
+      if (single_thread_max < 0) {
+        std::fprintf(stderr, "--single-thread-max: a byte count, 0 or more\n");
+        return 2;
+      }
     } else if (a == "--worker-poll-us" && i + 1 < argc) {
       worker_poll_us = std::atol(argv[++i]);
       if (worker_poll_us < 0 || worker_poll_us > 100000) {
@@ -438,7 +448,8 @@ int main(int argc, char** argv) {
                    "usage: %s [--full] [--ranks 2,4,8] [--sizes 1M,16M] [--no-references]\n"
                    "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
                    "          [--idle-s S] [--low-latency] [--tenant-spin-us N] [--no-idle-class]\n"
-                   "          [--stream-min N] [--worker-poll-us N] [--extent-bytes N]\n",
+                   "          [--stream-min N] [--single-thread-max N] [--worker-poll-us N]\n"
+                   "          [--extent-bytes N]\n",
                    argv[0]);
       return 2;
     }
@@ -463,8 +474,13 @@ int main(int argc, char** argv) {
   if (!poll_us.empty()) daemon_args.insert(daemon_args.end(), {"--connection-poll-us", poll_us});
   std::string config;
   if (!idle_class) config += "bulk_idle_class = false\n";
-  if (stream_min >= 0 || worker_poll_us >= 0) config += "[collectives]\n";
+  if (stream_min >= 0 || single_thread_max >= 0 || worker_poll_us >= 0) {
+    config += "[collectives]\n";
+  }
   if (stream_min >= 0) config += "stream_min_bytes = " + std::to_string(stream_min) + "\n";
+  if (single_thread_max >= 0) {
+    config += "single_thread_max_bytes = " + std::to_string(single_thread_max) + "\n";
+  }
   if (worker_poll_us >= 0) config += "worker_poll_us = " + std::to_string(worker_poll_us) + "\n";
   if (!config.empty()) daemon_args.insert(daemon_args.end(), {"--config", svc.WriteConfig(config)});
   if (!svc.Start(daemon_args)) {
@@ -553,6 +569,7 @@ int main(int argc, char** argv) {
       json line = Summary(p, job_sizes[i], job_options, results[i]);
       line["bulk_idle_class"] = idle_class;
       if (stream_min >= 0) line["stream_min_bytes"] = stream_min;
+      if (single_thread_max >= 0) line["single_thread_max_bytes"] = single_thread_max;
       if (worker_poll_us >= 0) line["worker_poll_us"] = worker_poll_us;
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
