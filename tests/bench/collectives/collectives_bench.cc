@@ -22,7 +22,7 @@
 //  3. "fairness": two tenants with different priority classes run all-reduces
 //     concurrently for a fixed time; each one's share of completed bytes and
 //     of worker time, against its share of the weights. At 4 MiB (workers
-//     only) and at 1 MiB (where a matching thread may run a share itself).
+//     only) and at 1 MiB (which the matching thread may run itself).
 //
 // Default sizes finish well under a minute; --full runs 4 KiB .. 256 MiB.
 #include <algorithm>
