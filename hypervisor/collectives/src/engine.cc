@@ -678,14 +678,12 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   in.stream_min_bytes = opts_.stream_min_bytes;
   if (in.total_bytes > opts_.inline_max_bytes && in.count != 0) {
     in.queued_tasks = sched_->queued();
-    if (SeveralNumaNodesOnline()) {
-      std::vector<const void*> addrs;
-      for (const RankIo& io : job->io) {
-        addrs.push_back(io.send.first_byte());
-        addrs.push_back(io.recv.first_byte());
-      }
-      in.numa_nodes = CountNumaNodes(addrs);
+    std::vector<const void*> addrs;
+    for (const RankIo& io : job->io) {
+      addrs.push_back(io.send.first_byte());
+      addrs.push_back(io.recv.first_byte());
     }
+    in.numa_nodes = CountNumaNodes(addrs);
   }
   Plan plan = ChoosePlan(in);
   Layout(*job, plan.block_bytes);

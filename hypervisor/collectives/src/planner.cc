@@ -123,6 +123,7 @@ int NumaNodeOf(const void* addr) {
 }
 
 uint32_t CountNumaNodes(const std::vector<const void*>& addrs) {
+  if (!SeveralNumaNodesOnline()) return 1;
   std::set<int> nodes;
   for (const void* a : addrs) {
     int n = NumaNodeOf(a);

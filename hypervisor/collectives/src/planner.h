@@ -37,13 +37,13 @@ struct Plan {
 
 Plan ChoosePlan(const PlanInput& in);
 
-// Whether the host has more than one NUMA node online. Where it has one,
-// every buffer is on it, and asking where each lies (a system call per
-// buffer, two per rank of every operation) is skipped.
+// Whether the host has more than one NUMA node online.
 bool SeveralNumaNodesOnline();
 // NUMA node of the page holding addr, or -1 when unknown.
 int NumaNodeOf(const void* addr);
-// Distinct known nodes among addrs (at least 1).
+// Distinct known nodes among addrs (at least 1). On a host with one node
+// online every buffer is on it: no buffer is looked up (a system call each,
+// two per rank of an operation).
 uint32_t CountNumaNodes(const std::vector<const void*>& addrs);
 
 }  // namespace hz::coll::internal

@@ -80,7 +80,7 @@ TEST(PlannerNuma, OneNodeHostsPutEveryBufferOnIt) {
   const uint32_t counted = CountNumaNodes(addrs);
   EXPECT_GE(counted, 1u);
   if (!SeveralNumaNodesOnline()) {
-    // What the engine assumes without asking.
+    // CountNumaNodes answers 1 without asking; asking agrees.
     EXPECT_EQ(counted, 1u);
     for (const void* a : addrs) EXPECT_LE(NumaNodeOf(a), 0);
   }

@@ -107,12 +107,10 @@ struct EngineOptions {
   // Collectives moving at most this many bytes (read plus written; half as
   // many when the ranks' buffers span NUMA nodes) run on one thread: more
   // threads share the memory traffic, but each costs a wake-up and a CPU the
-  // ranks may want. On an AMD EPYC host with 2 vCPUs, engine alone, a 2-rank
-  // 1 MiB all-reduce (4 MiB moved) took 55 us on one thread and 47-48 on two;
-  // through the service, with the ranks' processes on the same CPUs, 100-157
-  // (median 113) on one against 115-144 (126) on two in 8 alternated runs,
-  // at half the service's CPU time; at 4 ranks (8 MiB) 228-319 (240)
-  // against 222-297 (256), at 60% of it. 0: split all past the inline size.
+  // ranks may want: through the service, a 2-rank 1 MiB all-reduce (4 MiB
+  // moved) ran faster on one thread than on two, at half the CPU time
+  // (hypervisor/service/README.md has the figures). 0: split all past the
+  // inline size.
   uint64_t single_thread_max_bytes = 8ull << 20;
   // Override the block size (bytes per rank per block); 0: chosen per op.
   uint64_t block_bytes = 0;
