@@ -239,7 +239,7 @@ void CollectiveHandler::OnOpDone(Collective& op, Status st) {
 void CollectiveHandler::PollFor(const CommEntry& entry, uint16_t queue) const {
   if (!entry.low_latency) return;
   const std::chrono::microseconds window(
-      tenant_.spec().latency_poll_us.value_or(limits_.low_latency_poll_us));
+      LatencyPollUs(tenant_.spec(), limits_.low_latency_poll_us));
   // The rank's next request is polled for rather than kicked (a kick costs
   // the rank a system call and this thread three), and this thread polls
   // for the completions that other threads post back.

@@ -70,6 +70,9 @@ std::vector<uint8_t> HzDevice::ConfigSpace() const {
   c.max_args_bytes = env_.limits.max_args_bytes;
   c.event_record_size = sizeof(hz_event);
   c.max_comm_ranks = env_.limits.max_comm_ranks;
+  // What a front-end that polls for its completions should poll within
+  // (SPEC §5.1): the tenant's window for low-latency communicators.
+  c.latency_poll_us = LatencyPollUs(tenant_->spec(), env_.limits.low_latency_poll_us);
   std::vector<uint8_t> out(sizeof(c));
   std::memcpy(out.data(), &c, sizeof(c));
   return out;

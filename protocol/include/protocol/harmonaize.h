@@ -102,7 +102,7 @@ struct hz_config {
 	hz_le32 max_args_bytes;     /* readable header + args + data per request */
 	hz_le32 event_record_size;  /* sizeof(struct hz_event) */
 	hz_le32 max_comm_ranks;     /* ranks per communicator */
-	hz_le32 reserved0;
+	hz_le32 latency_poll_us;    /* low-latency polling window; 0: none */
 	hz_le64 reserved1[2];
 };
 

@@ -23,10 +23,27 @@ TEST_F(DeviceTest, ConfigSpaceDescribesTheDevice) {
   EXPECT_EQ(c.status, HZ_CFG_S_READY);
   EXPECT_EQ(c.max_regions, limits_.max_regions);
   EXPECT_EQ(c.event_record_size, sizeof(hz_event));
+  EXPECT_EQ(c.latency_poll_us, limits_.low_latency_poll_us);  // the tenant sets none
   EXPECT_EQ(dev_->NumQueues(), HZ_VQ_REQUEST_BASE + limits_.num_request_queues);
   draining_ = true;
   std::memcpy(&c, dev_->ConfigSpace().data(), sizeof(c));
   EXPECT_EQ(c.status, HZ_CFG_S_DRAINING);
+}
+
+// A front-end that polls for its completions learns how long the device
+// polls for its requests (SPEC §5.1): the window the operator set for the
+// tenant, 0 where it grants the latency class no effect.
+TEST_F(DeviceTest, ConfigSpaceReportsTheTenantsPollingWindow) {
+  for (uint32_t window : {0u, 75u}) {
+    SCOPED_TRACE(window);
+    TenantSpec spec = tenant_->spec();
+    spec.latency_poll_us = window;
+    tenant_ = std::make_shared<Tenant>(spec);
+    Recreate();
+    hz_config c;
+    std::memcpy(&c, dev_->ConfigSpace().data(), sizeof(c));
+    EXPECT_EQ(c.latency_poll_us, window);
+  }
 }
 
 TEST_F(DeviceTest, ChainWithoutRoomForStatusCompletesWithZeroLength) {

@@ -43,6 +43,12 @@ struct TenantSpec {
   std::optional<uint32_t> latency_poll_us;
 };
 
+// The window its low-latency communicators are polled for: its own, else
+// the device's default.
+inline uint32_t LatencyPollUs(const TenantSpec& spec, uint32_t device_default_us) {
+  return spec.latency_poll_us.value_or(device_default_us);
+}
+
 // One tenant. Usage counters are shared by every VM of the tenant.
 class Tenant {
  public:
