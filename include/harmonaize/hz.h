@@ -111,7 +111,8 @@ struct hz_comm_config {
   uint32_t flags;          /* HZ_COMM_F_* (HZ_COMM_F_DETERMINISTIC by default); with
                               HZ_COMM_F_LOW_LATENCY, the service polls for its requests,
                               and over vhost-user waits for its operations spin
-                              HZ_LATENCY_POLL_US (default 0) microseconds first */
+                              HZ_LATENCY_POLL_US (default 0) microseconds first, at
+                              most as long as the service polls */
   uint16_t priority_class; /* enum hz_priority_class */
   uint16_t max_threads;    /* 0: provider decides */
   uint32_t timeout_ms;     /* 0: device default */

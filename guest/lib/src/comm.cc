@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device.h"
+#include "latency_spin.h"
 
 struct hz_comm {
   hz_device* dev = nullptr;
@@ -43,27 +44,6 @@ namespace {
 
 // Buffers up to this size travel inside the request when not registered.
 constexpr size_t kInlineMax = 64 * 1024;
-
-// How long a low-latency communicator's waits spin before they sleep:
-// HZ_LATENCY_POLL_US, 0..100000, default 0. Off unless asked for: a spinning
-// rank burns its CPU time. It yields the CPU on each pass (VirtioUser::
-// WaitUsed), so it pays even where ranks and the service share the CPUs,
-// and with its interrupts off the service polls its request ring, so it
-// posts without a kick (service_allreduce_bench --low-latency
-// --tenant-spin-us 50 on two CPUs, 4 KiB: 14-16 us against 49-72 us
-// sleeping at 2 ranks, 24-34 against 75-93 at 4, 52-73 against 128-176
-// at 8).
-std::chrono::nanoseconds LatencyPoll() {
-  constexpr long kDefaultUs = 0, kMaxUs = 100000;
-  const char* env = std::getenv("HZ_LATENCY_POLL_US");
-  long us = kDefaultUs;
-  if (env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end == '\0' && v >= 0 && v <= kMaxUs) us = v;
-  }
-  return std::chrono::microseconds(us);
-}
 
 struct Plan {
   uint16_t opcode;
@@ -243,7 +223,14 @@ extern "C" int hz_comm_init(hz_device_t* dev, const hz_uid_t* uid, uint32_t nran
   comm->nranks = nranks;
   const uint32_t queues = std::max<uint32_t>(1, dev->hello.num_request_queues);
   comm->queue = static_cast<uint16_t>(dev->next_queue.fetch_add(1) % queues);
-  if (cfg->flags & HZ_COMM_F_LOW_LATENCY) comm->spin = LatencyPoll();
+  // Off unless asked for: a spinning rank burns its CPU time. Each pass
+  // yields the CPU (VirtioUser::WaitUsed), and with the rank's interrupts off
+  // the service polls its request ring, so it posts without a kick
+  // (README.md, "Latency class", has the figures).
+  if (cfg->flags & HZ_COMM_F_LOW_LATENCY) {
+    comm->spin =
+        LatencySpin(std::getenv("HZ_LATENCY_POLL_US"), dev->transport->config().latency_poll_us);
+  }
   *out = comm;
   return HZ_OK;
 }
