@@ -35,7 +35,8 @@
 //                           [--poll-us N]      (its --connection-poll-us, default its own)
 //                           [--low-latency]    (communicators with HZ_COMM_F_LOW_LATENCY)
 //                           [--tenant-spin-us N] (ranks' waits spin N us before they sleep,
-//                                               as the library's HZ_LATENCY_POLL_US; 0..100000)
+//                                               as the library's HZ_LATENCY_POLL_US, at most
+//                                               the device's polling window; 0..100000)
 //                           [--idle-s S]       (the idle window, default 10; 0: none)
 //                           [--no-idle-class]  (bulk threads at their nice values:
 //                                               bulk_idle_class = false)
@@ -68,6 +69,7 @@
 
 #include "cpu_time.h"
 #include "hz_client.h"
+#include "latency_spin.h"
 #include "memory_references.h"
 #include "ref_sizes.h"
 #include "service_harness.h"
@@ -150,8 +152,8 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
         HZ_COMM_F_DETERMINISTIC | (o.low_latency ? uint32_t{HZ_COMM_F_LOW_LATENCY} : 0u);
     if (c.InitComm(uid, p, rank, &comm, 120000, comm_flags) != HZ_S_OK) return 5;
     // As the tenant library waits for a low-latency communicator's
-    // operations with HZ_LATENCY_POLL_US set.
-    c.set_spin(std::chrono::microseconds(o.tenant_spin_us));
+    // operations with HZ_LATENCY_POLL_US set: within the device's window.
+    c.set_spin(hz::lib::SpinWithin(o.tenant_spin_us, c.config().latency_poll_us));
     GuestBuffer s, r;
     if (o.extent_bytes != 0 &&
         (max_bytes + o.extent_bytes - 1) / o.extent_bytes > c.config().max_extents) {
@@ -404,7 +406,8 @@ int main(int argc, char** argv) {
       job_options.low_latency = true;
     } else if (a == "--tenant-spin-us" && i + 1 < argc) {
       job_options.tenant_spin_us = std::atol(argv[++i]);
-      if (job_options.tenant_spin_us < 0 || job_options.tenant_spin_us > 100000) {
+      if (job_options.tenant_spin_us < 0 ||
+          job_options.tenant_spin_us > hz::lib::kMaxLatencySpinUs) {
         std::fprintf(stderr, "--tenant-spin-us: 0 to 100000\n");
         return 2;
       }
