@@ -679,6 +679,7 @@ bool EngineImpl::Start(const std::shared_ptr<Job>& job) {
   if (in.total_bytes > opts_.inline_max_bytes && in.count != 0) {
     in.queued_tasks = sched_->queued();
     std::vector<const void*> addrs;
+    addrs.reserve(2 * job->io.size());
     for (const RankIo& io : job->io) {
       addrs.push_back(io.send.first_byte());
       addrs.push_back(io.recv.first_byte());
