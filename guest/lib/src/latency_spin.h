@@ -15,9 +15,8 @@ inline constexpr long kMaxLatencySpinUs = 100000;
 // (hz_config.latency_poll_us, SPEC §5.1; 0 where the device does not poll or
 // does not say). Past the window the device no longer polls and a spinning
 // rank only holds its CPU, and where ranks outnumber CPUs that CPU may be the
-// one the rank the device waits for needs (service_allreduce_bench
-// --low-latency --tenant-spin-us 1000 on two CPUs before this bound, window
-// 200 us: 4 KiB at 4 ranks about 470 us, against 35-75 us at 50).
+// one the rank the device waits for needs (README.md, "Latency class", has
+// the figures).
 inline std::chrono::microseconds SpinWithin(long us, uint32_t device_window_us) {
   if (device_window_us != 0 && us > static_cast<long>(device_window_us)) us = device_window_us;
   return std::chrono::microseconds(us);

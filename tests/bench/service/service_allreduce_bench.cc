@@ -408,7 +408,7 @@ int main(int argc, char** argv) {
       job_options.tenant_spin_us = std::atol(argv[++i]);
       if (job_options.tenant_spin_us < 0 ||
           job_options.tenant_spin_us > hz::lib::kMaxLatencySpinUs) {
-        std::fprintf(stderr, "--tenant-spin-us: 0 to 100000\n");
+        std::fprintf(stderr, "--tenant-spin-us: 0 to %ld\n", hz::lib::kMaxLatencySpinUs);
         return 2;
       }
     } else if (a == "--extent-bytes" && i + 1 < argc) {
