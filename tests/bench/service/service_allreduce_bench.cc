@@ -13,7 +13,10 @@
 //     where the copy has two (best against best); ratio_to_one_pass is how
 //     close the service comes to it (median against median);
 //   - Open MPI's and Gloo's all-reduce (the programs of tests/bench/collectives),
-//     when they were built.
+//     when they were built;
+//   - with --low-latency, how long one process takes to hand a CPU to another
+//     by yielding (process_turn.h): time_in_process_turns is how many such
+//     hand-overs an operation's time is worth.
 // Beside each time, the CPU-seconds per timed iteration (a barrier and the
 // all-reduce) of the service (all its threads) and of the tenant (all ranks
 // together), so that a latency bought with spinning shows; and at the end the
@@ -37,6 +40,9 @@
 //                           [--tenant-spin-us N] (ranks' waits spin N us before they sleep,
 //                                               as the library's HZ_LATENCY_POLL_US, at most
 //                                               the device's polling window; 0..100000)
+//                           [--latency-poll-us N] (the daemon's [device] low_latency_poll_us:
+//                                               how long it polls a low-latency rank's
+//                                               queue; 0: it does not, the ranks kick)
 //                           [--idle-s S]       (the idle window, default 10; 0: none)
 //                           [--no-idle-class]  (bulk threads at their nice values:
 //                                               bulk_idle_class = false)
@@ -71,6 +77,7 @@
 #include "hz_client.h"
 #include "latency_spin.h"
 #include "memory_references.h"
+#include "process_turn.h"
 #include "ref_sizes.h"
 #include "service_harness.h"
 
@@ -103,6 +110,7 @@ hz::coll::bench::SizeRun Runs(size_t bytes, double scale) {
 // iteration of the service and of all ranks together.
 struct JobResult {
   std::vector<double> medians, service_cpu, tenant_cpu;
+  uint32_t device_window_us = 0;  // hz_config.latency_poll_us as rank 0 read it
 };
 
 // How a job's ranks run: iteration counts scaled by scale, communicators
@@ -131,11 +139,13 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
   size_t slots = sizes.size() * max_iters * p;
   // Then CPU-seconds over each size's timed iterations: cpu[size][rank], and
   // the service's at cpu[size][p] (measured by rank 0).
+  // Last, the device's polling window as rank 0 read it.
   const size_t cpu_slots = sizes.size() * (p + 1);
-  auto* times =
-      static_cast<double*>(mmap(nullptr, (slots + cpu_slots) * sizeof(double),
-                                PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  const size_t map_bytes = (slots + cpu_slots + 1) * sizeof(double);
+  auto* times = static_cast<double*>(
+      mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   double* const cpu = times + slots;
+  double* const window = cpu + cpu_slots;
   std::vector<Pipe> pipes(p);
   std::vector<int> codes = hz::testing::RunRanks(p, [&](int rank) {
     HzClient c;
@@ -154,6 +164,7 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
     // As the tenant library waits for a low-latency communicator's
     // operations with HZ_LATENCY_POLL_US set: within the device's window.
     c.set_spin(hz::lib::SpinWithin(o.tenant_spin_us, c.config().latency_poll_us));
+    if (rank == 0) *window = c.config().latency_poll_us;
     GuestBuffer s, r;
     if (o.extent_bytes != 0 &&
         (max_bytes + o.extent_bytes - 1) / o.extent_bytes > c.config().max_extents) {
@@ -230,7 +241,8 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
     for (int c : codes) std::fprintf(stderr, " %d", c);
     std::fprintf(stderr, "\n");
   }
-  munmap(times, (slots + cpu_slots) * sizeof(double));
+  out.device_window_us = static_cast<uint32_t>(*window);
+  munmap(times, map_bytes);
   for (const std::string& vm : vms) svc.Control({{"cmd", "vm.unbind"}, {"socket", vm}});
   return out;
 }
@@ -302,6 +314,7 @@ struct SizeRounds {
   std::vector<double> time_s, to_memory, mpi_gbps, to_mpi, gloo_gbps, to_gloo;
   std::vector<double> to_one_pass, one_pass_to_memory;
   std::vector<double> service_cpu_s, tenant_cpu_s;  // per iteration
+  std::vector<double> process_turn_us, in_turns;    // with --low-latency
 };
 
 json MedianOrNull(const std::vector<double>& v) {
@@ -334,10 +347,13 @@ json Summary(int p, size_t bytes, const JobOptions& o, const SizeRounds& r) {
           {"ratio_to_gloo", MedianOrNull(r.to_gloo)},
           {"ratio_to_one_pass", MedianOrNull(r.to_one_pass)},
           {"one_pass_ratio_to_memory_bound", MedianOrNull(r.one_pass_to_memory)},
+          {"process_turn_us", MedianOrNull(r.process_turn_us)},
+          {"time_in_process_turns", MedianOrNull(r.in_turns)},
           {"round_ratios_to_memory_bound", r.to_memory},
           {"round_ratios_to_one_pass", r.to_one_pass},
           {"round_ratios_to_mpi", r.to_mpi},
-          {"round_ratios_to_gloo", r.to_gloo}};
+          {"round_ratios_to_gloo", r.to_gloo},
+          {"round_times_in_process_turns", r.in_turns}};
 }
 
 // "4K", "1M", "16M" or a plain byte count; 0 when it is none of these.
@@ -373,6 +389,7 @@ int main(int argc, char** argv) {
   long long stream_min = -1;         // -1: the daemon's default
   long long single_thread_max = -1;  // likewise
   long worker_poll_us = -1;          // -1: the daemon's default
+  long latency_poll_us = -1;         // likewise
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -440,6 +457,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--worker-poll-us: 0 to 100000\n");
         return 2;
       }
+    } else if (a == "--latency-poll-us" && i + 1 < argc) {
+      latency_poll_us = std::atol(argv[++i]);
+      if (latency_poll_us < 0 || latency_poll_us > 100000) {
+        std::fprintf(stderr, "--latency-poll-us: 0 to 100000\n");
+        return 2;
+      }
     } else if (a == "--rounds" && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
       if (rounds < 1 || rounds > 99) {
@@ -452,7 +475,7 @@ int main(int argc, char** argv) {
                    "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
                    "          [--idle-s S] [--low-latency] [--tenant-spin-us N] [--no-idle-class]\n"
                    "          [--stream-min N] [--single-thread-max N] [--worker-poll-us N]\n"
-                   "          [--extent-bytes N]\n",
+                   "          [--latency-poll-us N] [--extent-bytes N]\n",
                    argv[0]);
       return 2;
     }
@@ -485,6 +508,9 @@ int main(int argc, char** argv) {
     config += "single_thread_max_bytes = " + std::to_string(single_thread_max) + "\n";
   }
   if (worker_poll_us >= 0) config += "worker_poll_us = " + std::to_string(worker_poll_us) + "\n";
+  if (latency_poll_us >= 0) {
+    config += "[device]\nlow_latency_poll_us = " + std::to_string(latency_poll_us) + "\n";
+  }
   if (!config.empty()) daemon_args.insert(daemon_args.end(), {"--config", svc.WriteConfig(config)});
   if (!svc.Start(daemon_args)) {
     std::fprintf(stderr, "cannot start harmonaized\n");
@@ -499,6 +525,7 @@ int main(int argc, char** argv) {
     // this machine for a while then moves both sides of a ratio, not one.
     // The result is each ratio's median over the rounds.
     std::vector<SizeRounds> results(job_sizes.size());
+    uint32_t device_window_us = 0;
     OnePassReferences one_pass_refs(p, job_sizes);
     bool failed = false;
     for (int round = 0; round < rounds && !failed; ++round) {
@@ -521,6 +548,16 @@ int main(int argc, char** argv) {
                                 .dump()
                                 .c_str());
       }
+      // The latency sizes' scheduler floor (process_turn.h).
+      const double turn_us = job_options.low_latency ? hz::bench::ProcessTurnUs() : 0;
+      if (turn_us > 0) {
+        std::printf("%s\n", json({{"reference", "process_turn"},
+                                  {"ranks", p},
+                                  {"round", round},
+                                  {"turn_us", turn_us}})
+                                .dump()
+                                .c_str());
+      }
       std::fflush(stdout);
       std::vector<std::pair<size_t, double>> mpi, gloo;
 #ifdef HZ_REF_MPI_ALLREDUCE
@@ -535,6 +572,7 @@ int main(int argc, char** argv) {
 #endif
       const JobResult job = RunJob(svc, p, job_sizes, job_options);
       const std::vector<double>& med = job.medians;
+      device_window_us = job.device_window_us;
       if (med.size() != job_sizes.size()) {
         std::printf("%s\n",
                     json({{"bench", "service_allreduce"}, {"ranks", p}, {"error", "job failed"}})
@@ -552,6 +590,10 @@ int main(int argc, char** argv) {
         r.tenant_cpu_s.push_back(job.tenant_cpu[i]);
         const double bound_s = 2.0 * p * bytes / (copy_gbps * 1e9);
         r.to_memory.push_back(bound_s / med[i]);
+        if (turn_us > 0) {
+          r.process_turn_us.push_back(turn_us);
+          r.in_turns.push_back(med[i] * 1e6 / turn_us);
+        }
         for (const auto& [b, t] : one_pass) {
           if (b != bytes) continue;
           r.to_one_pass.push_back(t.median / med[i]);
@@ -574,6 +616,8 @@ int main(int argc, char** argv) {
       if (stream_min >= 0) line["stream_min_bytes"] = stream_min;
       if (single_thread_max >= 0) line["single_thread_max_bytes"] = single_thread_max;
       if (worker_poll_us >= 0) line["worker_poll_us"] = worker_poll_us;
+      // The window the device reported, whether set here or its default.
+      line["device_latency_poll_us"] = device_window_us;
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }

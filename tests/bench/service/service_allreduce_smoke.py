@@ -2,21 +2,46 @@
 references but the memory ones, a 1-second idle window); checks that each line
 is well formed, that the CPU figures are there and plausible, that the 16 MiB
 line carries its one-pass reference (and the 4 KiB line none), and that the
-idle line reports."""
+idle line reports. Then once more with low-latency communicators and a polling
+window of its own: the device reports that window, and the 4 KiB line carries
+its process-turn reference."""
 import json
 import subprocess
 import sys
 
 
-def main():
-    cmd = [sys.argv[1], "--ranks", "2", "--sizes", "4K,16M", "--rounds", "1", "--no-references",
-           "--iters-scale", "0.1", "--idle-s", "1"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+def run(bench, *args):
+    cmd = [bench, "--ranks", "2", "--rounds", "1", "--no-references", "--iters-scale", "0.1"]
+    out = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=240)
     sys.stderr.write(out.stderr[-4000:])
     print(out.stdout)
     if out.returncode != 0:
         sys.exit("bench exited %d" % out.returncode)
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def check_low_latency(bench):
+    rows = run(bench, "--sizes", "4K", "--idle-s", "0", "--low-latency", "--tenant-spin-us", "50",
+               "--latency-poll-us", "120")
+    result = [r for r in rows if r.get("bench") == "service_allreduce"]
+    turns = [r for r in rows if r.get("reference") == "process_turn"]
+    if len(result) != 1 or "error" in result[0] or len(turns) != 1:
+        sys.exit("expected one low-latency result and one process_turn line: %s" % rows)
+    r = result[0]
+    if r["device_latency_poll_us"] != 120:
+        sys.exit("the device reports a window of %r us, not the 120 configured" %
+                 r["device_latency_poll_us"])
+    turn = turns[0]["turn_us"]
+    if not isinstance(turn, (int, float)) or turn <= 0 or r["process_turn_us"] != turn:
+        sys.exit("process turn %r against the line's %r" % (turn, r["process_turn_us"]))
+    # The line's figure is its time in those turns, as measured.
+    if abs(r["time_in_process_turns"] * turn - r["time_us"]) > 1e-6 * r["time_us"]:
+        sys.exit("time_in_process_turns does not match time_us: %s" % r)
+    return r
+
+
+def main():
+    rows = run(sys.argv[1], "--sizes", "4K,16M", "--idle-s", "1")
     result = [r for r in rows if r.get("bench") == "service_allreduce"]
     idle = [r for r in rows if r.get("bench") == "service_idle"]
     if len(result) != 2 or any("error" in r for r in result):
@@ -43,8 +68,14 @@ def main():
     i = idle[0]
     if i["tenants"] != 8 or not 0 <= i["service_cpu_s"] or not 0.5 < i["window_s"] < 30:
         sys.exit("the idle line is implausible: %s" % i)
-    print("service_allreduce smoke ok: service %.1f us CPU per iteration, idle share %.4f" %
-          (r["service_cpu_s_per_iteration"] * 1e6, i["service_cpu_share"]))
+    if r["device_latency_poll_us"] != 200:
+        sys.exit("the device reports a window of %r us, not the default 200" %
+                 r["device_latency_poll_us"])
+    low = check_low_latency(sys.argv[1])
+    print("service_allreduce smoke ok: service %.1f us CPU per iteration, idle share %.4f; "
+          "low latency %.1f us, %.1f process turns" %
+          (r["service_cpu_s_per_iteration"] * 1e6, i["service_cpu_share"], low["time_us"],
+           low["time_in_process_turns"]))
 
 
 if __name__ == "__main__":
