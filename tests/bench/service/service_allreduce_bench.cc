@@ -54,6 +54,8 @@
 //                           [--single-thread-max N] (the daemon's [collectives]
 //                                               single_thread_max_bytes; 0: split every
 //                                               operation past the inline size)
+//                           [--copy-bytes N]   (the STREAM copy's arrays; default four
+//                                               times the last-level cache, 64M or more)
 //                           [--extent-bytes N] (every send and recv region registered in
 //                                               extents of N bytes, as a guest's pages; the
 //                                               device takes 4096 a region: 16 MiB at 4096)
@@ -390,6 +392,7 @@ int main(int argc, char** argv) {
   long long single_thread_max = -1;  // likewise
   long worker_poll_us = -1;          // -1: the daemon's default
   long latency_poll_us = -1;         // likewise
+  size_t copy_bytes = 0;             // 0: STREAM's rule
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -435,6 +438,12 @@ int main(int argc, char** argv) {
         return 2;
       }
       job_options.extent_bytes = static_cast<uint64_t>(e);
+    } else if (a == "--copy-bytes" && i + 1 < argc) {
+      copy_bytes = ParseBytes(argv[++i]);
+      if (copy_bytes < (1u << 20)) {
+        std::fprintf(stderr, "--copy-bytes: 1M or more\n");
+        return 2;
+      }
     } else if (a == "--no-references") {
       references = false;
     } else if (a == "--no-idle-class") {
@@ -475,7 +484,7 @@ int main(int argc, char** argv) {
                    "          [--rounds N] [--iters-scale X] [--io-threads N] [--poll-us N]\n"
                    "          [--idle-s S] [--low-latency] [--tenant-spin-us N] [--no-idle-class]\n"
                    "          [--stream-min N] [--single-thread-max N] [--worker-poll-us N]\n"
-                   "          [--latency-poll-us N] [--extent-bytes N]\n",
+                   "          [--latency-poll-us N] [--copy-bytes N] [--extent-bytes N]\n",
                    argv[0]);
       return 2;
     }
@@ -489,10 +498,13 @@ int main(int argc, char** argv) {
   if (!only_sizes.empty()) sizes = only_sizes;
 
   // STREAM's rule: each array at least four times the last-level cache, so
-  // that the copy measures memory, not cache.
+  // that the copy measures memory, not cache. (A virtual machine may report
+  // its host's whole cache, gigabytes to fill: --copy-bytes sets the size.)
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  const size_t stream_bytes =
-      std::max<size_t>(full ? (256u << 20) : (64u << 20), l3 > 0 ? 4 * static_cast<size_t>(l3) : 0);
+  const size_t stream_bytes = copy_bytes != 0
+                                  ? copy_bytes
+                                  : std::max<size_t>(full ? (256u << 20) : (64u << 20),
+                                                     l3 > 0 ? 4 * static_cast<size_t>(l3) : 0);
   CopyArrays copy_arrays(stream_bytes);
 
   ServiceProcess svc;
