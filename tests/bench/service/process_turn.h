@@ -13,14 +13,15 @@
 
 #include <sched.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <new>
 #include <vector>
+
+#include "ref_sizes.h"
+#include "service_harness.h"
 
 namespace hz::bench {
 
@@ -41,30 +42,30 @@ inline int64_t NowNs() {
 }
 
 // One of the two processes: pinned to cpu, it waits for its turn by
-// yielding and then hands the turn over, `rounds` times.
-[[noreturn]] inline void Player(Shared* s, int me, int cpu, int rounds) {
+// yielding and then hands the turn over, `rounds` times. Its exit code.
+inline int Player(Shared* s, int me, int cpu, int rounds) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   if (sched_setaffinity(0, sizeof(set), &set) != 0) {
     s->failed.store(true);
-    _exit(1);
+    return 1;
   }
   s->ready.fetch_add(1);
   while (s->ready.load() < 2) {
-    if (s->failed.load()) _exit(1);
+    if (s->failed.load()) return 1;
     sched_yield();
   }
   if (me == 0) s->start_ns.store(NowNs());
   for (int i = 0; i < rounds; ++i) {
     while (s->turn.load(std::memory_order_acquire) != me) {
-      if (s->failed.load()) _exit(1);
+      if (s->failed.load()) return 1;
       sched_yield();
     }
     s->turn.store(1 - me, std::memory_order_release);
   }
   s->end_ns[me].store(NowNs());
-  _exit(0);
+  return 0;
 }
 
 // Microseconds per hand-over in one pass of 2 * rounds; 0 if it failed.
@@ -73,24 +74,11 @@ inline double OnePass(int cpu, int rounds) {
       mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return 0;
   auto* s = new (m) Shared;
-  pid_t kids[2] = {-1, -1};
-  bool ok = true;
-  for (int me = 0; me < 2; ++me) {
-    // The children only pin themselves, yield and store: safe after fork in
-    // a process with threads.
-    kids[me] = fork();
-    if (kids[me] == 0) Player(s, me, cpu, rounds);
-    if (kids[me] < 0) {
-      s->failed.store(true);
-      ok = false;
-      break;
-    }
-  }
-  for (pid_t k : kids) {
-    int status = 0;
-    if (k > 0 && (waitpid(k, &status, 0) != k || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
-      ok = false;
-  }
+  // The players only pin themselves, yield and store: safe after fork in a
+  // process with threads.
+  const std::vector<int> codes =
+      hz::testing::RunRanks(2, [&](int me) { return Player(s, me, cpu, rounds); });
+  const bool ok = std::all_of(codes.begin(), codes.end(), [](int c) { return c == 0; });
   const int64_t end = std::max(s->end_ns[0].load(), s->end_ns[1].load());
   const double us = ok ? (end - s->start_ns.load()) / 1e3 / (2.0 * rounds) : 0;
   munmap(m, sizeof(Shared));
@@ -111,8 +99,7 @@ inline double ProcessTurnUs(int passes = 5, int rounds = 5000) {
     if (us <= 0) return 0;
     v.push_back(us);
   }
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return hz::coll::bench::MedianOf(v);
 }
 
 }  // namespace hz::bench
