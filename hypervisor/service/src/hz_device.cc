@@ -63,7 +63,7 @@ std::vector<uint8_t> HzDevice::ConfigSpace() const {
   c.version_minor = HZ_VERSION_MINOR;
   c.num_request_queues = env_.limits.num_request_queues;
   c.max_segments = env_.limits.max_segments;
-  c.status = session_.draining() ? HZ_CFG_S_DRAINING : HZ_CFG_S_READY;
+  c.status = (session_.draining() ? HZ_CFG_S_DRAINING : HZ_CFG_S_READY) | HZ_CFG_S_LATENCY_WINDOW;
   c.max_regions = env_.limits.max_regions;
   c.max_extents = env_.limits.max_extents;
   c.max_region_bytes = env_.limits.max_region_bytes;
@@ -71,7 +71,8 @@ std::vector<uint8_t> HzDevice::ConfigSpace() const {
   c.event_record_size = sizeof(hz_event);
   c.max_comm_ranks = env_.limits.max_comm_ranks;
   // What a front-end that polls for its completions should poll within
-  // (SPEC §5.1): the tenant's window for low-latency communicators.
+  // (SPEC §5.1): the tenant's window for low-latency communicators, 0 where
+  // it grants the class no effect (HZ_CFG_S_LATENCY_WINDOW says so).
   c.latency_poll_us = LatencyPollUs(tenant_->spec(), env_.limits.low_latency_poll_us);
   std::vector<uint8_t> out(sizeof(c));
   std::memcpy(out.data(), &c, sizeof(c));

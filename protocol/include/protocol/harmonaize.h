@@ -88,6 +88,8 @@ typedef uint64_t hz_u64;
 
 #define HZ_CFG_S_READY (1u << 0)    /* service accepts requests */
 #define HZ_CFG_S_DRAINING (1u << 1) /* service is stopping; new requests fail */
+/* latency_poll_us is the device's window, 0 meaning it does not poll */
+#define HZ_CFG_S_LATENCY_WINDOW (1u << 2)
 
 struct hz_config {
 	hz_le32 magic;              /* HZ_CONFIG_MAGIC */
@@ -102,7 +104,7 @@ struct hz_config {
 	hz_le32 max_args_bytes;     /* readable header + args + data per request */
 	hz_le32 event_record_size;  /* sizeof(struct hz_event) */
 	hz_le32 max_comm_ranks;     /* ranks per communicator */
-	hz_le32 latency_poll_us;    /* low-latency polling window; 0: none */
+	hz_le32 latency_poll_us;    /* low-latency polling window (HZ_CFG_S_LATENCY_WINDOW) */
 	hz_le64 reserved1[2];
 };
 

@@ -32,7 +32,7 @@ TEST_F(ServiceFailuresTest, BadRequestsGetStatusesAndTheDeviceStaysUsable) {
   HzClient c;
   ASSERT_TRUE(c.Connect(vms[0]));
   EXPECT_EQ(c.config().magic, HZ_CONFIG_MAGIC);
-  EXPECT_EQ(c.config().status, HZ_CFG_S_READY);
+  EXPECT_EQ(c.config().status, HZ_CFG_S_READY | HZ_CFG_S_LATENCY_WINDOW);
   // Before HELLO.
   EXPECT_EQ(c.Call(HZ_VQ_CONTROL, HZ_OP_COMM_UID, nullptr, 0).status, HZ_S_ESTATE);
   // Unknown opcode.

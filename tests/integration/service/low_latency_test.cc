@@ -169,6 +169,14 @@ TEST_F(ServiceLowLatencyTest, TheOperatorsWindowForTheTenantBoundsIt) {
   // The flag is accepted and has no effect.
   EXPECT_EQ(AllReduces(vms, HZ_COMM_F_DETERMINISTIC | HZ_COMM_F_LOW_LATENCY), HZ_S_OK);
   EXPECT_EQ(IdlePolls(svc_), 0u);
+  {
+    // And the device says so: a window of 0, reported (SPEC §5.2), so that a
+    // rank's waits do not spin for a device that will not poll.
+    HzClient c;
+    ASSERT_TRUE(c.Connect(vms[0]));
+    EXPECT_TRUE(c.config().status & HZ_CFG_S_LATENCY_WINDOW);
+    EXPECT_EQ(c.config().latency_poll_us, 0u);
+  }
   // Beyond the longest window any key may set.
   r = svc_.Control({{"cmd", "tenant.create"}, {"name", "u"}, {"latency_poll_us", 100001}});
   EXPECT_FALSE(r.value("ok", true)) << r.dump();

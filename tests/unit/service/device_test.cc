@@ -20,19 +20,20 @@ TEST_F(DeviceTest, ConfigSpaceDescribesTheDevice) {
   EXPECT_EQ(c.magic, HZ_CONFIG_MAGIC);
   EXPECT_EQ(c.version_major, HZ_VERSION_MAJOR);
   EXPECT_EQ(c.num_request_queues, limits_.num_request_queues);
-  EXPECT_EQ(c.status, HZ_CFG_S_READY);
+  EXPECT_EQ(c.status, HZ_CFG_S_READY | HZ_CFG_S_LATENCY_WINDOW);
   EXPECT_EQ(c.max_regions, limits_.max_regions);
   EXPECT_EQ(c.event_record_size, sizeof(hz_event));
   EXPECT_EQ(c.latency_poll_us, limits_.low_latency_poll_us);  // the tenant sets none
   EXPECT_EQ(dev_->NumQueues(), HZ_VQ_REQUEST_BASE + limits_.num_request_queues);
   draining_ = true;
   std::memcpy(&c, dev_->ConfigSpace().data(), sizeof(c));
-  EXPECT_EQ(c.status, HZ_CFG_S_DRAINING);
+  EXPECT_EQ(c.status, HZ_CFG_S_DRAINING | HZ_CFG_S_LATENCY_WINDOW);
 }
 
 // A front-end that polls for its completions learns how long the device
 // polls for its requests (SPEC §5.1): the window the operator set for the
-// tenant, 0 where it grants the latency class no effect.
+// tenant, 0 where it grants the latency class no effect; the status bit
+// tells that 0 from a device that does not report a window.
 TEST_F(DeviceTest, ConfigSpaceReportsTheTenantsPollingWindow) {
   for (uint32_t window : {0u, 75u}) {
     SCOPED_TRACE(window);
@@ -43,6 +44,7 @@ TEST_F(DeviceTest, ConfigSpaceReportsTheTenantsPollingWindow) {
     hz_config c;
     std::memcpy(&c, dev_->ConfigSpace().data(), sizeof(c));
     EXPECT_EQ(c.latency_poll_us, window);
+    EXPECT_TRUE(c.status & HZ_CFG_S_LATENCY_WINDOW);
   }
 }
 
