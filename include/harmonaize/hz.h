@@ -112,7 +112,8 @@ struct hz_comm_config {
                               HZ_COMM_F_LOW_LATENCY, the service polls for its requests,
                               and over vhost-user waits for its operations spin
                               HZ_LATENCY_POLL_US (default 0) microseconds first, at
-                              most as long as the service polls */
+                              most as long as the service polls (not at all where it
+                              says it does not) */
   uint16_t priority_class; /* enum hz_priority_class */
   uint16_t max_threads;    /* 0: provider decides */
   uint32_t timeout_ms;     /* 0: device default */

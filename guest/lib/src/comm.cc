@@ -229,7 +229,7 @@ extern "C" int hz_comm_init(hz_device_t* dev, const hz_uid_t* uid, uint32_t nran
   // (README.md, "Latency class", has the figures).
   if (cfg->flags & HZ_COMM_F_LOW_LATENCY) {
     comm->spin =
-        LatencySpin(std::getenv("HZ_LATENCY_POLL_US"), dev->transport->config().latency_poll_us);
+        LatencySpin(std::getenv("HZ_LATENCY_POLL_US"), DeviceWindow(dev->transport->config()));
   }
   *out = comm;
   return HZ_OK;
