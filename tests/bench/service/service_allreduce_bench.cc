@@ -39,7 +39,8 @@
 //                           [--low-latency]    (communicators with HZ_COMM_F_LOW_LATENCY)
 //                           [--tenant-spin-us N] (ranks' waits spin N us before they sleep,
 //                                               as the library's HZ_LATENCY_POLL_US, at most
-//                                               the device's polling window; 0..100000)
+//                                               the device's polling window, none where it
+//                                               does not poll; 0..100000)
 //                           [--latency-poll-us N] (the daemon's [device] low_latency_poll_us:
 //                                               how long it polls a low-latency rank's
 //                                               queue; 0: it does not, the ranks kick)
@@ -69,6 +70,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,7 +114,10 @@ hz::coll::bench::SizeRun Runs(size_t bytes, double scale) {
 // iteration of the service and of all ranks together.
 struct JobResult {
   std::vector<double> medians, service_cpu, tenant_cpu;
-  uint32_t device_window_us = 0;  // hz_config.latency_poll_us as rank 0 read it
+  // The device's polling window as rank 0 read it (none: it did not say),
+  // and the spin the ranks' waits used within it.
+  std::optional<uint32_t> device_window_us;
+  long spin_us = 0;
 };
 
 // How a job's ranks run: iteration counts scaled by scale, communicators
@@ -141,13 +146,15 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
   size_t slots = sizes.size() * max_iters * p;
   // Then CPU-seconds over each size's timed iterations: cpu[size][rank], and
   // the service's at cpu[size][p] (measured by rank 0).
-  // Last, the device's polling window as rank 0 read it.
+  // Last, the device's polling window as rank 0 read it (-1: not reported)
+  // and the spin it used.
   const size_t cpu_slots = sizes.size() * (p + 1);
-  const size_t map_bytes = (slots + cpu_slots + 1) * sizeof(double);
+  const size_t map_bytes = (slots + cpu_slots + 2) * sizeof(double);
   auto* times = static_cast<double*>(
       mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   double* const cpu = times + slots;
   double* const window = cpu + cpu_slots;
+  double* const spin = window + 1;
   std::vector<Pipe> pipes(p);
   std::vector<int> codes = hz::testing::RunRanks(p, [&](int rank) {
     HzClient c;
@@ -165,8 +172,13 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
     if (c.InitComm(uid, p, rank, &comm, 120000, comm_flags) != HZ_S_OK) return 5;
     // As the tenant library waits for a low-latency communicator's
     // operations with HZ_LATENCY_POLL_US set: within the device's window.
-    c.set_spin(hz::lib::SpinWithin(o.tenant_spin_us, c.config().latency_poll_us));
-    if (rank == 0) *window = c.config().latency_poll_us;
+    const std::optional<uint32_t> device_window = hz::lib::DeviceWindow(c.config());
+    const std::chrono::microseconds spin_us = hz::lib::SpinWithin(o.tenant_spin_us, device_window);
+    c.set_spin(spin_us);
+    if (rank == 0) {
+      *window = device_window ? static_cast<double>(*device_window) : -1;
+      *spin = static_cast<double>(spin_us.count());
+    }
     GuestBuffer s, r;
     if (o.extent_bytes != 0 &&
         (max_bytes + o.extent_bytes - 1) / o.extent_bytes > c.config().max_extents) {
@@ -243,7 +255,8 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
     for (int c : codes) std::fprintf(stderr, " %d", c);
     std::fprintf(stderr, "\n");
   }
-  out.device_window_us = static_cast<uint32_t>(*window);
+  if (*window >= 0) out.device_window_us = static_cast<uint32_t>(*window);
+  out.spin_us = static_cast<long>(*spin);
   munmap(times, map_bytes);
   for (const std::string& vm : vms) svc.Control({{"cmd", "vm.unbind"}, {"socket", vm}});
   return out;
@@ -537,7 +550,8 @@ int main(int argc, char** argv) {
     // this machine for a while then moves both sides of a ratio, not one.
     // The result is each ratio's median over the rounds.
     std::vector<SizeRounds> results(job_sizes.size());
-    uint32_t device_window_us = 0;
+    std::optional<uint32_t> device_window_us;
+    long spin_used_us = 0;
     OnePassReferences one_pass_refs(p, job_sizes);
     bool failed = false;
     for (int round = 0; round < rounds && !failed; ++round) {
@@ -585,6 +599,7 @@ int main(int argc, char** argv) {
       const JobResult job = RunJob(svc, p, job_sizes, job_options);
       const std::vector<double>& med = job.medians;
       device_window_us = job.device_window_us;
+      spin_used_us = job.spin_us;
       if (med.size() != job_sizes.size()) {
         std::printf("%s\n",
                     json({{"bench", "service_allreduce"}, {"ranks", p}, {"error", "job failed"}})
@@ -628,8 +643,10 @@ int main(int argc, char** argv) {
       if (stream_min >= 0) line["stream_min_bytes"] = stream_min;
       if (single_thread_max >= 0) line["single_thread_max_bytes"] = single_thread_max;
       if (worker_poll_us >= 0) line["worker_poll_us"] = worker_poll_us;
-      // The window the device reported, whether set here or its default.
-      line["device_latency_poll_us"] = device_window_us;
+      // The window the device reported, whether set here or its default
+      // (null: it did not say), and the spin the ranks kept within it.
+      line["device_latency_poll_us"] = device_window_us ? json(*device_window_us) : json(nullptr);
+      line["tenant_spin_used_us"] = spin_used_us;
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }

@@ -2,9 +2,11 @@
 references but the memory ones, a 1-second idle window); checks that each line
 is well formed, that the CPU figures are there and plausible, that the 16 MiB
 line carries its one-pass reference (and the 4 KiB line none), and that the
-idle line reports. Then once more with low-latency communicators and a polling
-window of its own: the device reports that window, and the 4 KiB line carries
-its process-turn reference."""
+idle line reports. Then once more with low-latency communicators, a polling
+window of its own and ranks that ask for a longer spin: the device reports
+that window, the ranks spin no longer, and the 4 KiB line carries its
+process-turn reference. Last with a window of 0: the device says it does not
+poll, and the ranks do not spin."""
 import json
 import subprocess
 import sys
@@ -22,18 +24,26 @@ def run(bench, *args):
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
-def check_low_latency(bench):
-    rows = run(bench, "--sizes", "4K", "--idle-s", "0", "--low-latency", "--tenant-spin-us", "50",
-               "--latency-poll-us", "120")
+def run_low_latency(bench, window_us, spin_us):
+    rows = run(bench, "--sizes", "4K", "--idle-s", "0", "--low-latency", "--tenant-spin-us",
+               str(spin_us), "--latency-poll-us", str(window_us))
     result = [r for r in rows if r.get("bench") == "service_allreduce"]
     turns = [r for r in rows if r.get("reference") == "process_turn"]
     if len(result) != 1 or "error" in result[0] or len(turns) != 1:
         sys.exit("expected one low-latency result and one process_turn line: %s" % rows)
     r = result[0]
-    if r["device_latency_poll_us"] != 120:
-        sys.exit("the device reports a window of %r us, not the 120 configured" %
-                 r["device_latency_poll_us"])
-    turn = turns[0]["turn_us"]
+    if r["device_latency_poll_us"] != window_us:
+        sys.exit("the device reports a window of %r us, not the %d configured" %
+                 (r["device_latency_poll_us"], window_us))
+    if r["tenant_spin_used_us"] != min(spin_us, window_us):
+        sys.exit("asked for %d us of spin within a %d us window, the ranks spun %r" %
+                 (spin_us, window_us, r["tenant_spin_used_us"]))
+    return r, turns[0]
+
+
+def check_low_latency(bench):
+    r, turn_line = run_low_latency(bench, 120, 1000)
+    turn = turn_line["turn_us"]
     if not isinstance(turn, (int, float)) or turn <= 0 or r["process_turn_us"] != turn:
         sys.exit("process turn %r against the line's %r" % (turn, r["process_turn_us"]))
     # The line's figure is its time in those turns, as measured.
@@ -74,6 +84,7 @@ def main():
         sys.exit("the device reports a window of %r us, not the default 200" %
                  r["device_latency_poll_us"])
     low = check_low_latency(sys.argv[1])
+    run_low_latency(sys.argv[1], 0, 50)
     print("service_allreduce smoke ok: service %.1f us CPU per iteration, idle share %.4f; "
           "low latency %.1f us, %.1f process turns" %
           (r["service_cpu_s_per_iteration"] * 1e6, i["service_cpu_share"], low["time_us"],
