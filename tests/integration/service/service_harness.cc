@@ -343,6 +343,7 @@ std::vector<pid_t> StartRanks(int n, const std::function<int(int rank)>& fn) {
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     pid_t pid = fork();
+    if (pid < 0) std::perror("fork");  // the rank reads kRankNotStarted
     if (pid == 0) {
       int rc = 1;
       try {
@@ -361,6 +362,12 @@ std::vector<int> WaitRanks(const std::vector<pid_t>& pids, std::chrono::millisec
   const auto start = std::chrono::steady_clock::now();
   std::vector<int> codes;
   for (pid_t pid : pids) {
+    // Never waitpid or kill a pid that is not a rank's: -1 would wait for
+    // any child and signal every process there is.
+    if (pid <= 0) {
+      codes.push_back(kRankNotStarted);
+      continue;
+    }
     int status = 0;
     // Without a limit the wait blocks: benchmarks fork their ranks through
     // RunRanks, and a parent waking every few milliseconds would be noise.

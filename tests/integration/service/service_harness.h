@@ -146,7 +146,9 @@ std::string HttpGet(uint16_t port, const std::string& target, int timeout_ms = 2
 // Returns the exit codes (128 + signal for a killed process).
 std::vector<int> RunRanks(int n, const std::function<int(int rank)>& fn);
 // RunRanks in two steps: forks the ranks; then waits for them, killing
-// those still running after `patience` (a hang: their code reads 137).
+// those still running after `patience` (a hang: their code reads 137). A
+// rank that could not be forked reads kRankNotStarted.
+inline constexpr int kRankNotStarted = 125;
 std::vector<pid_t> StartRanks(int n, const std::function<int(int rank)>& fn);
 std::vector<int> WaitRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds patience);
 

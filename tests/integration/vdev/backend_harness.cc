@@ -84,6 +84,7 @@ pid_t SpawnEchoBackend(const std::string& path, const std::vector<std::string>& 
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::fflush(stdout);
   pid_t pid = fork();
+  if (pid < 0) return -1;
   if (pid == 0) {
     if (in_child) in_child();
     std::vector<char*> argv;
