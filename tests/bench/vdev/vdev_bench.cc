@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -127,11 +129,19 @@ void Report(Result& r) {
   Print(j);
 }
 
-// Runs fn in a child process pinned to the peer CPU; returns its pid.
+// Runs fn in a child process pinned to the peer CPU; returns its pid. The
+// child goes with this process. Without a child the bench cannot measure
+// (a ping-pong would wait for it for good), and a pid of -1 must never
+// reach kill(): it exits.
 pid_t Spawn(const std::function<void()>& fn) {
   std::fflush(stdout);
   pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("vdev_bench: fork");
+    std::exit(1);
+  }
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
     Pin(kPeerCpu);
     fn();
     _exit(0);
