@@ -155,6 +155,7 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
   double* const cpu = times + slots;
   double* const window = cpu + cpu_slots;
   double* const spin = window + 1;
+  *window = -1;  // until rank 0 reads it
   std::vector<Pipe> pipes(p);
   std::vector<int> codes = hz::testing::RunRanks(p, [&](int rank) {
     HzClient c;
