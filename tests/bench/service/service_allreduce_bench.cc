@@ -114,10 +114,8 @@ hz::coll::bench::SizeRun Runs(size_t bytes, double scale) {
 // iteration of the service and of all ranks together.
 struct JobResult {
   std::vector<double> medians, service_cpu, tenant_cpu;
-  // The device's polling window as rank 0 read it (none: it did not say),
-  // and the spin the ranks' waits used within it.
+  // The device's polling window as rank 0 read it (none: it did not say).
   std::optional<uint32_t> device_window_us;
-  long spin_us = 0;
 };
 
 // How a job's ranks run: iteration counts scaled by scale, communicators
@@ -146,15 +144,13 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
   size_t slots = sizes.size() * max_iters * p;
   // Then CPU-seconds over each size's timed iterations: cpu[size][rank], and
   // the service's at cpu[size][p] (measured by rank 0).
-  // Last, the device's polling window as rank 0 read it (-1: not reported)
-  // and the spin it used.
+  // Last, the device's polling window as rank 0 read it (-1: not reported).
   const size_t cpu_slots = sizes.size() * (p + 1);
-  const size_t map_bytes = (slots + cpu_slots + 2) * sizeof(double);
+  const size_t map_bytes = (slots + cpu_slots + 1) * sizeof(double);
   auto* times = static_cast<double*>(
       mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   double* const cpu = times + slots;
   double* const window = cpu + cpu_slots;
-  double* const spin = window + 1;
   *window = -1;  // until rank 0 reads it
   std::vector<Pipe> pipes(p);
   std::vector<int> codes = hz::testing::RunRanks(p, [&](int rank) {
@@ -174,12 +170,8 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
     // As the tenant library waits for a low-latency communicator's
     // operations with HZ_LATENCY_POLL_US set: within the device's window.
     const std::optional<uint32_t> device_window = hz::lib::DeviceWindow(c.config());
-    const std::chrono::microseconds spin_us = hz::lib::SpinWithin(o.tenant_spin_us, device_window);
-    c.set_spin(spin_us);
-    if (rank == 0) {
-      *window = device_window ? static_cast<double>(*device_window) : -1;
-      *spin = static_cast<double>(spin_us.count());
-    }
+    c.set_spin(hz::lib::SpinWithin(o.tenant_spin_us, device_window));
+    if (rank == 0) *window = device_window ? static_cast<double>(*device_window) : -1;
     GuestBuffer s, r;
     if (o.extent_bytes != 0 &&
         (max_bytes + o.extent_bytes - 1) / o.extent_bytes > c.config().max_extents) {
@@ -257,7 +249,6 @@ JobResult RunJob(ServiceProcess& svc, int p, const std::vector<size_t>& sizes,
     std::fprintf(stderr, "\n");
   }
   if (*window >= 0) out.device_window_us = static_cast<uint32_t>(*window);
-  out.spin_us = static_cast<long>(*spin);
   munmap(times, map_bytes);
   for (const std::string& vm : vms) svc.Control({{"cmd", "vm.unbind"}, {"socket", vm}});
   return out;
@@ -552,7 +543,6 @@ int main(int argc, char** argv) {
     // The result is each ratio's median over the rounds.
     std::vector<SizeRounds> results(job_sizes.size());
     std::optional<uint32_t> device_window_us;
-    long spin_used_us = 0;
     OnePassReferences one_pass_refs(p, job_sizes);
     bool failed = false;
     for (int round = 0; round < rounds && !failed; ++round) {
@@ -600,7 +590,6 @@ int main(int argc, char** argv) {
       const JobResult job = RunJob(svc, p, job_sizes, job_options);
       const std::vector<double>& med = job.medians;
       device_window_us = job.device_window_us;
-      spin_used_us = job.spin_us;
       if (med.size() != job_sizes.size()) {
         std::printf("%s\n",
                     json({{"bench", "service_allreduce"}, {"ranks", p}, {"error", "job failed"}})
@@ -647,7 +636,8 @@ int main(int argc, char** argv) {
       // The window the device reported, whether set here or its default
       // (null: it did not say), and the spin the ranks kept within it.
       line["device_latency_poll_us"] = device_window_us ? json(*device_window_us) : json(nullptr);
-      line["tenant_spin_used_us"] = spin_used_us;
+      line["tenant_spin_used_us"] =
+          hz::lib::SpinWithin(job_options.tenant_spin_us, device_window_us).count();
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }
