@@ -11,6 +11,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 
+#include "held_posts.h"
 #include "notify_fd.h"
 #include "spdlog/spdlog.h"
 #include "vdev/post_batch.h"
@@ -47,7 +48,7 @@ inline void CpuRelax() {
 
 Connection::Connection(asio::io_context& io, Socket socket, std::unique_ptr<Device> device,
                        SessionOptions options, std::string name, std::function<void()> on_closed,
-                       ReplyLimits reply_limits)
+                       ReplyLimits reply_limits, bool one_thread_io)
     : io_(io),
       strand_(asio::make_strand(io)),
       socket_(std::move(socket)),
@@ -55,6 +56,7 @@ Connection::Connection(asio::io_context& io, Socket socket, std::unique_ptr<Devi
       name_(std::move(name)),
       on_closed_(std::move(on_closed)),
       reply_limits_(reply_limits),
+      one_thread_io_(one_thread_io),
       reply_timer_(strand_),
       stop_timer_(strand_) {
   kicks_.resize(session_.num_queues());
@@ -89,13 +91,23 @@ void Connection::Close(std::string reason) {
              [self = shared_from_this(), reason = std::move(reason)] { self->DoClose(reason); });
 }
 
-void Connection::Post(std::function<void()> fn) {
-  auto run = [self = shared_from_this(), fn = std::move(fn)] {
-    if (self->closed_) return;
+void Connection::RunPosted(const std::function<void()>& fn) {
+  if (closed_) return;
+  {
+    // A device's turn runs this way (Session::RunTurn), and the operations
+    // it completes on the spot post their completions here.
+    HeldPosts held;
     fn();
-    // Completions of a draining ring arrive this way.
-    self->MaybeFinishStop();
+  }
+  // Completions of a draining ring arrive this way.
+  MaybeFinishStop();
+}
+
+void Connection::Post(std::function<void()> fn) {
+  std::function<void()> run = [self = shared_from_this(), fn = std::move(fn)] {
+    self->RunPosted(fn);
   };
+  if (one_thread_io_ && HeldPosts::Hold(io_, run)) return;
   if (!PostBatch::Open()) {
     asio::post(strand_, std::move(run));
     return;
@@ -401,7 +413,10 @@ void Connection::ArmKick(uint16_t queue, uint64_t generation) {
                        self->DoClose("the front-end made a kick eventfd blocking");
                        return;
                      }
-                     self->session_.Kick(queue);
+                     {
+                       HeldPosts held;
+                       self->session_.Kick(queue);
+                     }
                      self->MaybeFinishStop();
                    }));
 }
@@ -416,7 +431,10 @@ void Connection::SchedulePoll() {
   poll_scheduled_ = true;
   asio::post(strand_, [self = shared_from_this()] {
     self->poll_scheduled_ = false;
-    self->PollSlice();
+    {
+      HeldPosts held;
+      self->PollSlice();
+    }
     self->MaybeFinishStop();
     if (!self->polling_ || self->closed_) return;
     self->SchedulePoll();

@@ -37,7 +37,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
 
   Connection(boost::asio::io_context& io, Socket socket, std::unique_ptr<Device> device,
              SessionOptions options, std::string name, std::function<void()> on_closed,
-             ReplyLimits reply_limits = {});
+             ReplyLimits reply_limits = {}, bool one_thread_io = false);
   ~Connection() override;
 
   // Starts the session and reading; call once, right after construction.
@@ -105,6 +105,8 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   // Handler epilogue: answers a GET_VRING_BASE that waited for in-flight
   // chains once they are all completed (or timed_out).
   void MaybeFinishStop(bool timed_out = false);
+  // Runs what Post was given, as on the strand.
+  void RunPosted(const std::function<void()>& fn);
   void ArmKick(uint16_t queue, uint64_t generation);
   void SchedulePoll();
   // Busy-polls the session's polled rings for one bounded slice.
@@ -141,6 +143,9 @@ class Connection final : public std::enable_shared_from_this<Connection>, public
   bool exported_ = false;     // Export(): send nothing more
   // Outgoing replies the socket did not take yet; front() is partly sent.
   const ReplyLimits reply_limits_;
+  // io_ runs on one thread only (ServerOptions::one_thread_io): what a
+  // handler of this thread posts here is held to its end (held_posts.h).
+  const bool one_thread_io_;
   std::deque<std::vector<uint8_t>> out_;
   size_t out_offset_ = 0;  // bytes of out_.front() already sent
   size_t out_bytes_ = 0;   // unsent bytes in out_

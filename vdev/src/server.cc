@@ -105,7 +105,8 @@ std::shared_ptr<Connection> Server::State::MakeConnection(stream_protocol::socke
       [weak] {
         if (auto s = weak.lock()) s->OnConnectionClosed();
       },
-      ReplyLimits{options.max_queued_reply_bytes, options.reply_drain_timeout});
+      ReplyLimits{options.max_queued_reply_bytes, options.reply_drain_timeout},
+      options.one_thread_io);
   conn->SetJournal(journal, listener_fd);
   {
     std::lock_guard<std::mutex> lock(mu);

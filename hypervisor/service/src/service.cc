@@ -294,6 +294,8 @@ vdev::ServerOptions Service::VmServerOptions(const Tenant& tenant, size_t thread
   opts.session.turn_scheduler = vdev_threads_[thread]->turns;
   opts.session.share_key = tenant.name();
   opts.session.share_weight = tenant.spec().weight;
+  // Each connection thread runs an io_context of its own.
+  opts.one_thread_io = true;
   opts.session.require_sealed_memory = config_.device.require_sealed_memory;
   opts.min_connect_interval = std::chrono::milliseconds(config_.device.min_connect_interval_ms);
   opts.session.queue_limits.max_chains_per_turn = config_.device.chains_per_turn;

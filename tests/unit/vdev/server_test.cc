@@ -287,6 +287,65 @@ TEST_F(VdevServerTest, BusyPollServesWithoutKicks) {
   close(call);
 }
 
+// A device that completes a request on the spot posts the completion to
+// its connection (DeviceContext::Post), after something else was queued on
+// the io_context. Returns the device's events from then on.
+std::vector<std::string> CompleteByPost(boost::asio::io_context& io, RecordingDevice* device,
+                                        int kick, int call, SimpleGuest& guest) {
+  RingDriver ring(&guest, 8, kGpaBase, kGpaBase + 0x1000, kGpaBase + 0x2000);
+  std::promise<void> set;
+  boost::asio::post(io, [&] {
+    device->events.clear();
+    device->complete_by_post = true;
+    device->before_post = [&io, device] {
+      boost::asio::post(io, [device] { device->events.push_back("queued"); });
+    };
+    set.set_value();
+  });
+  set.get_future().wait();
+  ring.SetDesc(0, kGpaBase + 0x10000, 4, 1, 1);
+  ring.SetDesc(1, kGpaBase + 0x10100, 4, 2, 0);
+  ring.Publish(0);
+  ring.set_used_event(0);
+  uint64_t one = 1;
+  EXPECT_EQ(write(kick, &one, 8), 8);
+  EXPECT_TRUE(WaitCall(call));
+  EXPECT_EQ(ring.used_idx(), 1);
+  std::promise<std::vector<std::string>> events;
+  boost::asio::post(io, [&] { events.set_value(device->events); });
+  return events.get_future().get();
+}
+
+TEST_F(VdevServerTest, OneThreadIoRunsAHandlersCompletionAsTheHandlerEnds) {
+  ServerOptions options;
+  options.one_thread_io = true;  // io_ runs on thread_ alone
+  StartServer(path_, options);
+  RawClient c = RawClient::Connect(path_);
+  SimpleGuest guest;
+  int kick = eventfd(0, EFD_CLOEXEC);
+  int call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  Bringup(c, guest, kick, call);
+  RecordingDevice* device = OnIo([this] { return devices_.at(0); });
+  EXPECT_EQ(CompleteByPost(io_, device, kick, call, guest),
+            (std::vector<std::string>{"completed", "queued"}));
+  close(kick);
+  close(call);
+}
+
+TEST_F(VdevServerTest, ByDefaultAHandlersCompletionWaitsBehindTheQueue) {
+  StartServer(path_);
+  RawClient c = RawClient::Connect(path_);
+  SimpleGuest guest;
+  int kick = eventfd(0, EFD_CLOEXEC);
+  int call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  Bringup(c, guest, kick, call);
+  RecordingDevice* device = OnIo([this] { return devices_.at(0); });
+  EXPECT_EQ(CompleteByPost(io_, device, kick, call, guest),
+            (std::vector<std::string>{"queued", "completed"}));
+  close(kick);
+  close(call);
+}
+
 TEST_F(VdevServerTest, SecondConnectionIsRefusedAndTheFirstKeepsWorking) {
   Server& server = StartServer(path_);
   RawClient a = RawClient::Connect(path_);

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -74,6 +75,19 @@ class RecordingDevice : public Device {
   }
   void OnKick(Queue& q) override {
     ++kicks;
+    if (complete_by_post) {
+      // Like a device that finishes a request on the spot and answers it
+      // through its executor (DeviceContext::Post).
+      Chain c;
+      while (q.Pop(&c)) held.push_back(c);
+      held_queue = &q;
+      if (before_post) before_post();
+      ctx_->Post([this] {
+        events.push_back("completed");
+        CompleteHeld();
+      });
+      return;
+    }
     if (!hold) {
       echo_.OnKick(q);
       return;
@@ -101,6 +115,8 @@ class RecordingDevice : public Device {
   int resets = 0;
   int disconnects = 0;
   bool hold = false;
+  bool complete_by_post = false;
+  std::function<void()> before_post;  // with complete_by_post: runs before the post
   std::vector<Chain> held;
   Queue* held_queue = nullptr;
 

@@ -77,6 +77,12 @@ struct ServerOptions {
   // Server mode: who may connect. The socket file has this mode and group
   // from the moment it appears (listener.h).
   SocketAccess access;
+  // The io_context runs on exactly one thread (the caller's promise). A
+  // connection's handler then runs what it posts to connections of that
+  // io_context as it ends, not behind the io_context's queue: a completion
+  // of an operation finished on the spot reaches every VM of the thread
+  // without a pass through the reactor (src/held_posts.h).
+  bool one_thread_io = false;
   // Crash recovery (crash_recovery.h): keep a journal of this server, and
   // every descriptor it names, in this store (systemd's: SystemdFdStore()),
   // so that the process started after a crash serves on. nullptr: none.
