@@ -104,10 +104,11 @@ void Connection::RunPosted(const std::function<void()>& fn) {
 }
 
 void Connection::Post(std::function<void()> fn) {
-  std::function<void()> run = [self = shared_from_this(), fn = std::move(fn)] {
-    self->RunPosted(fn);
-  };
-  if (one_thread_io_ && HeldPosts::Hold(io_, run)) return;
+  auto run = [self = shared_from_this(), fn = std::move(fn)] { self->RunPosted(fn); };
+  if (one_thread_io_ && HeldPosts::Holding(io_)) {
+    HeldPosts::Hold(std::move(run));
+    return;
+  }
   if (!PostBatch::Open()) {
     asio::post(strand_, std::move(run));
     return;

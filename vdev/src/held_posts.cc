@@ -22,12 +22,12 @@ HeldPosts::~HeldPosts() {
   t_open = nullptr;
 }
 
-bool HeldPosts::Hold(boost::asio::io_context& io, std::function<void()>& fn) {
-  if (t_open == nullptr || t_open->running_ || !io.get_executor().running_in_this_thread()) {
-    return false;
-  }
+bool HeldPosts::Holding(boost::asio::io_context& io) {
+  return t_open != nullptr && !t_open->running_ && io.get_executor().running_in_this_thread();
+}
+
+void HeldPosts::Hold(std::function<void()> fn) {
   t_open->held_.push_back(std::move(fn));
-  return true;
 }
 
 }  // namespace vdev

@@ -34,10 +34,11 @@ class HeldPosts {
   HeldPosts(const HeldPosts&) = delete;
   HeldPosts& operator=(const HeldPosts&) = delete;
 
-  // Takes fn when a scope is open on this thread, this thread is running
-  // io, and the scope is not running what it held; otherwise leaves fn to
-  // the caller and returns false.
-  static bool Hold(boost::asio::io_context& io, std::function<void()>& fn);
+  // Whether work posted to io now would be held: a scope is open on this
+  // thread, which is running io, and the scope is not running what it held.
+  static bool Holding(boost::asio::io_context& io);
+  // Holds fn; only while Holding(the io_context fn is for).
+  static void Hold(std::function<void()> fn);
 
  private:
   bool outermost_ = false;

@@ -317,33 +317,27 @@ std::vector<std::string> CompleteByPost(boost::asio::io_context& io, RecordingDe
 }
 
 TEST_F(VdevServerTest, OneThreadIoRunsAHandlersCompletionAsTheHandlerEnds) {
-  ServerOptions options;
-  options.one_thread_io = true;  // io_ runs on thread_ alone
-  StartServer(path_, options);
-  RawClient c = RawClient::Connect(path_);
-  SimpleGuest guest;
-  int kick = eventfd(0, EFD_CLOEXEC);
-  int call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  Bringup(c, guest, kick, call);
-  RecordingDevice* device = OnIo([this] { return devices_.at(0); });
-  EXPECT_EQ(CompleteByPost(io_, device, kick, call, guest),
-            (std::vector<std::string>{"completed", "queued"}));
-  close(kick);
-  close(call);
-}
-
-TEST_F(VdevServerTest, ByDefaultAHandlersCompletionWaitsBehindTheQueue) {
-  StartServer(path_);
-  RawClient c = RawClient::Connect(path_);
-  SimpleGuest guest;
-  int kick = eventfd(0, EFD_CLOEXEC);
-  int call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  Bringup(c, guest, kick, call);
-  RecordingDevice* device = OnIo([this] { return devices_.at(0); });
-  EXPECT_EQ(CompleteByPost(io_, device, kick, call, guest),
-            (std::vector<std::string>{"queued", "completed"}));
-  close(kick);
-  close(call);
+  for (bool one_thread_io : {true, false}) {
+    SCOPED_TRACE(one_thread_io ? "one_thread_io" : "default");
+    ServerOptions options;
+    options.one_thread_io = one_thread_io;  // io_ runs on thread_ alone
+    const std::string path = dir_ + (one_thread_io ? "/one.sock" : "/default.sock");
+    StartServer(path, options);
+    RawClient c = RawClient::Connect(path);
+    SimpleGuest guest;
+    int kick = eventfd(0, EFD_CLOEXEC);
+    int call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    Bringup(c, guest, kick, call);
+    RecordingDevice* device = OnIo([this] { return devices_.back(); });
+    // By default the completion waits behind what the io_context queued.
+    const std::vector<std::string> expected = one_thread_io
+                                                  ? std::vector<std::string>{"completed", "queued"}
+                                                  : std::vector<std::string>{"queued", "completed"};
+    EXPECT_EQ(CompleteByPost(io_, device, kick, call, guest), expected);
+    close(kick);
+    close(call);
+    unlink(path.c_str());
+  }
 }
 
 TEST_F(VdevServerTest, SecondConnectionIsRefusedAndTheFirstKeepsWorking) {

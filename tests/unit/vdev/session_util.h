@@ -78,9 +78,7 @@ class RecordingDevice : public Device {
     if (complete_by_post) {
       // Like a device that finishes a request on the spot and answers it
       // through its executor (DeviceContext::Post).
-      Chain c;
-      while (q.Pop(&c)) held.push_back(c);
-      held_queue = &q;
+      HoldAll(q);
       if (before_post) before_post();
       ctx_->Post([this] {
         events.push_back("completed");
@@ -93,6 +91,9 @@ class RecordingDevice : public Device {
       return;
     }
     // Like a device whose requests complete later (worker threads).
+    HoldAll(q);
+  }
+  void HoldAll(Queue& q) {
     Chain c;
     while (q.Pop(&c)) held.push_back(c);
     held_queue = &q;
